@@ -1,0 +1,3 @@
+module github.com/gpufrac/gpufrac
+
+go 1.26

@@ -1,0 +1,59 @@
+// Package gpu is the one place in gpufrac that touches GPUs. Everything else sees the Backend
+// interface: the NVML implementation on real machines, the simulated one in CI, demos and tests.
+package gpu
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Backend kinds.
+const (
+	KindNVML      = "nvml"
+	KindSimulated = "simulated"
+)
+
+// Device is one physical GPU.
+type Device struct {
+	Index        int
+	UUID         string
+	Model        string
+	MemoryBytes  size.Bytes
+	PCIBusID     string
+	Healthy      bool
+	HealthReason string // why Healthy is false; empty when healthy
+}
+
+// Process is one process holding memory on a GPU. PIDs are host PIDs.
+type Process struct {
+	PID       int
+	UsedBytes size.Bytes
+}
+
+// Backend lists GPUs and what runs on them. Implementations are safe for concurrent use.
+type Backend interface {
+	// Kind is KindNVML or KindSimulated; callers print it so a simulated run is never mistaken
+	// for a real one.
+	Kind() string
+	// DriverVersion is the driver's version string ("simulated" for the simulated backend).
+	DriverVersion() string
+	// Devices lists every GPU in index order.
+	Devices(ctx context.Context) ([]Device, error)
+	// MemoryUsed is the memory in use on one GPU, by every process and the driver.
+	MemoryUsed(ctx context.Context, uuid string) (size.Bytes, error)
+	// Processes lists the compute processes on one GPU with their memory.
+	Processes(ctx context.Context, uuid string) ([]Process, error)
+	// Utilization is the percent of time a kernel ran over the last sample period.
+	Utilization(ctx context.Context, uuid string) (int, error)
+	// Close releases the backend.
+	Close() error
+}
+
+// ErrNoNVML means the NVIDIA management library could not be loaded or initialised: no driver,
+// no GPU, or no permission. It is never turned into "zero GPUs" silently.
+var ErrNoNVML = errors.New("NVML is not available")
+
+// ErrUnknownDevice means a UUID names no GPU of this backend.
+var ErrUnknownDevice = errors.New("unknown GPU")

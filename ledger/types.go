@@ -1,0 +1,146 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// GPUInfo is what the ledger needs to know about one physical GPU.
+type GPUInfo struct {
+	UUID         string     `json:"uuid"`
+	Index        int        `json:"index"`
+	Model        string     `json:"model"`
+	TotalBytes   size.Bytes `json:"total_bytes"`
+	PCIBusID     string     `json:"pci_bus_id,omitempty"`
+	Healthy      bool       `json:"healthy"`
+	HealthReason string     `json:"health_reason,omitempty"`
+}
+
+// Task identifies the Nomad task (or runner job) that holds a reservation, when known.
+type Task struct {
+	AllocID  string `json:"alloc_id,omitempty"`
+	JobName  string `json:"job_name,omitempty"`
+	TaskName string `json:"task_name,omitempty"`
+	Template string `json:"template,omitempty"`
+}
+
+// String is a short human label: "job/task (alloc 1a2b3c4d)" or "unknown task".
+func (t Task) String() string {
+	if t.JobName == "" && t.TaskName == "" && t.AllocID == "" {
+		return "unknown task"
+	}
+	s := t.JobName + "/" + t.TaskName
+	if t.AllocID != "" {
+		id := t.AllocID
+		if len(id) > 8 {
+			id = id[:8]
+		}
+		s += " (alloc " + id + ")"
+	}
+	return s
+}
+
+// Reservation is memory promised to one task on one GPU.
+type Reservation struct {
+	// Token is secret and unguessable; the task carries it in GPUFRAC_RESERVATION.
+	Token       string     `json:"token"`
+	GPU         string     `json:"gpu"` // UUID
+	InstanceIDs []string   `json:"instance_ids"`
+	CapBytes    size.Bytes `json:"cap_bytes"`
+	Task        Task       `json:"task"`
+	// Source is "nomad" for Reserve calls and "runner" for gpufrac run.
+	Source    string    `json:"source"`
+	CreatedAt time.Time `json:"created_at"`
+	// SeenAt is the last time a live process carried the token.
+	SeenAt time.Time `json:"seen_at"`
+}
+
+// Instance is one memory unit of one GPU as the fingerprint advertises it.
+type Instance struct {
+	ID      string `json:"id"`
+	Healthy bool   `json:"healthy"`
+	// HealthDescription says why an instance is unhealthy.
+	HealthDescription string `json:"health_description,omitempty"`
+	// Token is the reservation holding this instance, or empty.
+	Token string `json:"token,omitempty"`
+}
+
+// GPUState is one GPU's capacity as the ledger sees it now.
+type GPUState struct {
+	GPUInfo
+	Mode           policy.Mode `json:"mode"`
+	HeadroomBytes  size.Bytes  `json:"headroom_bytes"`
+	UnmanagedBytes size.Bytes  `json:"unmanaged_bytes"`
+	// BudgetBytes = TotalBytes - HeadroomBytes - UnmanagedBytes, never below zero.
+	BudgetBytes size.Bytes `json:"budget_bytes"`
+	UnitBytes   size.Bytes `json:"unit_bytes"`
+	// Units = BudgetBytes / UnitBytes: the instances that are healthy and placeable.
+	Units         int           `json:"units"`
+	ReservedBytes size.Bytes    `json:"reserved_bytes"`
+	MaxTasks      int           `json:"max_tasks"`
+	Reservations  []Reservation `json:"reservations"`
+	// Instances is every ID to advertise: 0..Units-1, plus reserved IDs beyond the budget
+	// (unhealthy, so Nomad keeps them while their task runs but places nothing new there).
+	Instances []Instance `json:"instances"`
+}
+
+// Violation is one task caught above its cap.
+type Violation struct {
+	Token     string      `json:"token"`
+	GPU       string      `json:"gpu"`
+	Task      Task        `json:"task"`
+	Mode      policy.Mode `json:"mode"`
+	CapBytes  size.Bytes  `json:"cap_bytes"`
+	PeakBytes size.Bytes  `json:"peak_bytes"`
+	// Action is what the enforcer did: "oom-in-process", "sigint", "sigkill", "reported".
+	Action string `json:"action"`
+	// CrossedAt is when usage first passed the cap; ContainedAt when no process of the task
+	// held GPU memory any more.
+	CrossedAt   time.Time `json:"crossed_at"`
+	ContainedAt time.Time `json:"contained_at"`
+	Detail      string    `json:"detail,omitempty"`
+}
+
+// Profile is a template's measured footprint.
+type Profile struct {
+	Template   string        `json:"template"`
+	PeakBytes  size.Bytes    `json:"peak_bytes"`
+	Samples    int           `json:"samples"`
+	Duration   time.Duration `json:"duration"`
+	MeasuredAt time.Time     `json:"measured_at"`
+	// Source is "probe", "run" (observed during a packed run) or "violation" (raised after one).
+	Source string `json:"source"`
+}
+
+// Reason is why admission said no.
+type Reason string
+
+// Admission refusals.
+const (
+	ReasonNoFit      Reason = "does-not-fit"
+	ReasonTooMany    Reason = "too-many-tasks"
+	ReasonUnhealthy  Reason = "gpu-unhealthy"
+	ReasonMixedGPUs  Reason = "ids-from-two-gpus"
+	ReasonUnknownIDs Reason = "unknown-ids"
+	ReasonNoIDs      Reason = "no-ids"
+)
+
+// ErrDenied is matched (errors.Is) by every admission refusal.
+var ErrDenied = errors.New("admission denied")
+
+// DeniedError is an admission refusal with its reason and a sentence for people.
+type DeniedError struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *DeniedError) Error() string {
+	return fmt.Sprintf("admission denied (%s): %s", e.Reason, e.Detail)
+}
+
+// Is makes errors.Is(err, ErrDenied) true.
+func (e *DeniedError) Is(target error) bool { return target == ErrDenied }
