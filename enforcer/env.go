@@ -1,0 +1,84 @@
+// Package enforcer keeps tasks inside their caps: it builds the environment a task runs with,
+// owns the MPS control daemon's life cycle, and runs the watchdog that catches and stops a task
+// that outgrows its cap without harming its neighbours.
+package enforcer
+
+import (
+	"strconv"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Environment variables a reserved task receives. They are a contract with users' job specs.
+const (
+	EnvReservation    = "GPUFRAC_RESERVATION"
+	EnvCapBytes       = "GPUFRAC_CAP_BYTES"
+	EnvGPUUUID        = "GPUFRAC_GPU_UUID"
+	EnvMemoryFraction = "GPUFRAC_MEMORY_FRACTION"
+	EnvMode           = "GPUFRAC_MODE"
+	EnvXLAFraction    = "XLA_PYTHON_CLIENT_MEM_FRACTION"
+	EnvCUDADevices    = "CUDA_VISIBLE_DEVICES"
+	EnvNVIDIADevices  = "NVIDIA_VISIBLE_DEVICES"
+	EnvMPSPipeDir     = "CUDA_MPS_PIPE_DIRECTORY"
+	EnvMPSLogDir      = "CUDA_MPS_LOG_DIRECTORY"
+	EnvMPSMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+)
+
+// EnvOptions are the node-level choices that shape a task's environment.
+type EnvOptions struct {
+	// MPSPipeDir and MPSLogDir are where the GPU's MPS control daemon listens (mps mode only).
+	MPSPipeDir string
+	MPSLogDir  string
+	// DockerRuntime sets NVIDIA_VISIBLE_DEVICES, which makes Nomad's docker driver switch the
+	// container to the NVIDIA runtime. Off for exec and raw_exec tasks.
+	DockerRuntime bool
+}
+
+// TaskEnv is the environment of a task that holds reservation r on GPU g. The same function
+// serves the Nomad plugin's Reserve and gpufrac run, so both hand jobs identical settings.
+func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]string {
+	env := map[string]string{
+		EnvCUDADevices: g.UUID,
+		EnvReservation: r.Token,
+		EnvCapBytes:    strconv.FormatUint(uint64(r.CapBytes), 10),
+		EnvGPUUUID:     g.UUID,
+		EnvMode:        string(g.Mode),
+	}
+	// Under MPS (and without it) cudaMemGetInfo reports the whole GPU as total, so frameworks that
+	// size themselves as a fraction of total overshoot unless told the fraction explicitly.
+	if g.TotalBytes > 0 {
+		frac := strconv.FormatFloat(fraction(r.CapBytes, g.TotalBytes), 'f', 4, 64)
+		env[EnvMemoryFraction] = frac
+		env[EnvXLAFraction] = frac
+	}
+	if o.DockerRuntime {
+		env[EnvNVIDIADevices] = g.UUID
+	}
+	if g.Mode == policy.ModeMPS {
+		if o.MPSPipeDir != "" {
+			env[EnvMPSPipeDir] = o.MPSPipeDir
+		}
+		if o.MPSLogDir != "" {
+			env[EnvMPSLogDir] = o.MPSLogDir
+		}
+		env[EnvMPSMemLimit] = MPSLimit(g.UUID, r.CapBytes)
+	}
+	return env
+}
+
+// MPSLimit formats a per-client pinned memory limit for one GPU. The limit is rounded down to
+// whole MiB so the client never gets more than its cap.
+func MPSLimit(uuid string, capBytes size.Bytes) string {
+	return uuid + "=" + strconv.FormatUint(uint64(capBytes/size.MiB), 10) + "M"
+}
+
+// fraction rounds down to 4 decimals so a framework sized from it stays under the cap.
+func fraction(capBytes, total size.Bytes) float64 {
+	f := float64(capBytes) / float64(total)
+	if f > 1 {
+		f = 1
+	}
+	return float64(int64(f*10000)) / 10000
+}
