@@ -17,11 +17,13 @@ const (
 
 // Device is one physical GPU.
 type Device struct {
-	Index        int
-	UUID         string
-	Model        string
-	MemoryBytes  size.Bytes
-	PCIBusID     string
+	Index       int
+	UUID        string
+	Model       string
+	MemoryBytes size.Bytes
+	PCIBusID    string
+	// Minor is N in /dev/nvidiaN, the node an exec task needs; -1 when unknown.
+	Minor        int
 	Healthy      bool
 	HealthReason string // why Healthy is false; empty when healthy
 }
