@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything the build and the tests need, from Debian's packages and the Go module
+# proxy only, into the project's own bin/tools (and the OpenTofu cache). Safe to re-run: each
+# tool is installed only when missing or at another version.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+tools="$root/bin/tools"
+mkdir -p "$tools"
+export GOBIN="$tools"
+
+PROTOC_GEN_GO_VERSION=v1.36.11
+PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
+STATICCHECK_VERSION=v0.8.2
+
+say() { echo "==> $*" >&2; }
+
+if ! command -v protoc >/dev/null 2>&1; then
+	say "installing protoc from Debian's protobuf-compiler"
+	if [[ $(id -u) -eq 0 ]]; then
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >&2
+	else
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >&2
+	fi
+fi
+
+# go_install PKG VERSION BINARY: installs unless bin/tools/BINARY.version already says VERSION.
+go_install() {
+	local pkg=$1 version=$2 bin=$3
+	if [[ -x "$tools/$bin" && "$(cat "$tools/$bin.version" 2>/dev/null)" == "$version" ]]; then
+		return
+	fi
+	say "installing $bin $version"
+	go install "$pkg@$version"
+	echo "$version" >"$tools/$bin.version"
+}
+go_install google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION" protoc-gen-go
+go_install google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION" protoc-gen-go-grpc
+go_install honnef.co/go/tools/cmd/staticcheck "$STATICCHECK_VERSION" staticcheck
+
+if [[ "${GPUFRAC_SKIP_TOFU:-}" != 1 ]]; then
+	tofu=$(bash scripts/install-tofu.sh)
+	ln -sf "$tofu" "$tools/tofu"
+fi
+say "tools ready in $tools"
