@@ -1,0 +1,349 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Reservation sources.
+const (
+	SourceNomad  = "nomad"
+	SourceRunner = "runner"
+)
+
+func denied(r Reason, format string, args ...any) error {
+	return &DeniedError{Reason: r, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ReserveIDs admits a Nomad task onto the instance IDs the scheduler assigned it (Source
+// "nomad", cap = len(ids) x unit). Nomad has no release call, so a reservation that holds one of
+// these IDs ends first: the scheduler only reuses an ID once the task holding it is gone.
+func (l *Ledger) ReserveIDs(ids []string, task Task) (Reservation, error) {
+	if len(ids) == 0 {
+		return Reservation{}, denied(ReasonNoIDs, "the request names no instance IDs")
+	}
+	count := map[string]int{}
+	for _, id := range ids {
+		count[id]++
+	}
+	var dups []string
+	for id, n := range count {
+		if n > 1 {
+			dups = append(dups, fmt.Sprintf("%s (%d times)", id, n))
+		}
+	}
+	if len(dups) > 0 {
+		slices.Sort(dups)
+		return Reservation{}, denied(ReasonUnknownIDs, "instance IDs appear more than once in one request: %s", strings.Join(dups, ", "))
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, err := l.begin()
+	if err != nil {
+		return Reservation{}, err
+	}
+	ended := 0
+	for _, id := range ids {
+		tok, ok := l.st.byID[id]
+		if !ok {
+			continue
+		}
+		r := l.st.res[tok]
+		l.end(tok)
+		ended++
+		l.log.Info("reservation ended: the scheduler reused its instance", "token", tokenPrefix(tok), "gpu", r.GPU,
+			"instance", id, "task", r.Task.String())
+	}
+
+	r, admitErr := l.admitIDs(ids, task)
+	if admitErr != nil {
+		if ended > 0 {
+			if err := l.commit(prev, true); err != nil {
+				return Reservation{}, errors.Join(admitErr, err)
+			}
+		}
+		l.log.Info("reservation denied", "ids", ids, "task", task.String(), "error", admitErr)
+		return Reservation{}, admitErr
+	}
+	return l.add(prev, r)
+}
+
+// admitIDs runs every admission check for ids and builds the reservation (not yet stored).
+func (l *Ledger) admitIDs(ids []string, task Task) (Reservation, error) {
+	var bad []string
+	gpus := []string{}
+	ks := make([]int, len(ids))
+	for i, id := range ids {
+		u, k, err := ParseInstanceID(id)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%q (malformed)", id))
+			continue
+		}
+		if _, ok := l.st.gpus[u]; !ok {
+			bad = append(bad, fmt.Sprintf("%q (no known GPU %s)", id, u))
+			continue
+		}
+		ks[i] = k
+		if !slices.Contains(gpus, u) {
+			gpus = append(gpus, u)
+		}
+	}
+	if len(bad) > 0 {
+		return Reservation{}, denied(ReasonUnknownIDs, "unknown instance IDs: %s", strings.Join(bad, ", "))
+	}
+	if len(gpus) > 1 {
+		return Reservation{}, denied(ReasonMixedGPUs, "the IDs come from more than one GPU (%s); one request must be served by one GPU", strings.Join(gpus, " and "))
+	}
+	uuid := gpus[0]
+	gs := l.st.gpuState(uuid)
+	for i, id := range ids {
+		if ks[i] >= gs.Units {
+			bad = append(bad, fmt.Sprintf("%q", id))
+		}
+	}
+	if len(bad) > 0 {
+		return Reservation{}, denied(ReasonUnknownIDs, "instance IDs outside the %d units %s advertises (IDs %s-0 to %s-%d): %s",
+			gs.Units, uuid, uuid, uuid, gs.Units-1, strings.Join(bad, ", "))
+	}
+	capBytes := size.Bytes(len(ids)) * gs.UnitBytes
+	if err := checkGPU(gs, capBytes, len(ids)); err != nil {
+		return Reservation{}, err
+	}
+	return Reservation{GPU: uuid, InstanceIDs: slices.Clone(ids), CapBytes: capBytes, Task: task, Source: SourceNomad}, nil
+}
+
+// checkGPU is the admission rule shared by both paths: healthy, below max tasks, fits the budget.
+func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
+	if !gs.Healthy {
+		return denied(ReasonUnhealthy, "GPU %s is unhealthy: %s", gs.UUID, gs.HealthReason)
+	}
+	if len(gs.Reservations) >= gs.MaxTasks {
+		return denied(ReasonTooMany, "GPU %s already runs %d tasks (max_tasks_per_gpu = %d)", gs.UUID, len(gs.Reservations), gs.MaxTasks)
+	}
+	if gs.ReservedBytes+capBytes > gs.BudgetBytes || gs.ReservedBytes+capBytes < capBytes {
+		return denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: %s already reserved of a %s budget (%s free)",
+			capBytes, units, gs.UUID, gs.ReservedBytes, gs.BudgetBytes, subFloor(gs.BudgetBytes, gs.ReservedBytes))
+	}
+	return nil
+}
+
+// ReserveBytes admits a `gpufrac run` job (Source "runner"): capBytes rounds up to whole units
+// and the ledger picks the lowest free instance IDs itself.
+func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task) (Reservation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, err := l.begin()
+	if err != nil {
+		return Reservation{}, err
+	}
+	if capBytes == 0 {
+		return Reservation{}, denied(ReasonNoIDs, "a cap of 0 bytes asks for no memory units")
+	}
+	if _, ok := l.st.gpus[uuid]; !ok {
+		return Reservation{}, denied(ReasonUnknownIDs, "no known GPU %q", uuid)
+	}
+	gs := l.st.gpuState(uuid)
+	units := uint64((capBytes + gs.UnitBytes - 1) / gs.UnitBytes)
+	if capBytes+gs.UnitBytes-1 < capBytes || units > maxUnitNumber {
+		return Reservation{}, denied(ReasonNoFit, "a cap of %s does not fit GPU %s: its budget is %s", capBytes, uuid, gs.BudgetBytes)
+	}
+	rounded := size.Bytes(units) * gs.UnitBytes
+	if err := checkGPU(gs, rounded, int(units)); err != nil {
+		return Reservation{}, err
+	}
+	var ids []string
+	for _, in := range gs.Instances {
+		if len(ids) == int(units) {
+			break
+		}
+		if in.Healthy && in.Token == "" {
+			ids = append(ids, in.ID)
+		}
+	}
+	if len(ids) < int(units) {
+		return Reservation{}, denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: only %d free units", rounded, units, uuid, len(ids))
+	}
+	return l.add(prev, Reservation{GPU: uuid, InstanceIDs: ids, CapBytes: rounded, Task: task, Source: SourceRunner})
+}
+
+// add stores an admitted reservation with a fresh token and commits it.
+func (l *Ledger) add(prev *state, r Reservation) (Reservation, error) {
+	tok, err := l.opts.NewToken()
+	if err != nil {
+		l.restore(prev)
+		return Reservation{}, err
+	}
+	if len(tok) < 16 {
+		l.restore(prev)
+		return Reservation{}, fmt.Errorf("ledger: token generator made a %d-character token; want at least 16", len(tok))
+	}
+	if _, dup := l.st.res[tok]; dup {
+		l.restore(prev)
+		return Reservation{}, fmt.Errorf("ledger: token generator repeated token %s", tokenPrefix(tok))
+	}
+	r.Token = tok
+	r.CreatedAt = l.now()
+	l.st.res[tok] = r
+	for _, id := range r.InstanceIDs {
+		l.st.byID[id] = tok
+	}
+	if err := l.commit(prev, true); err != nil {
+		return Reservation{}, err
+	}
+	l.log.Info("reserved", "token", tokenPrefix(tok), "gpu", r.GPU, "cap", r.CapBytes.String(), "units", len(r.InstanceIDs),
+		"source", r.Source, "task", r.Task.String())
+	return cloneRes(r), nil
+}
+
+// restore puts back the state from before a change that will not be committed. With NoPersist
+// there is no copy; changes made before the failure (ended reservations) then stay, which is
+// harmless because they are decisions already taken.
+func (l *Ledger) restore(prev *state) {
+	if prev != nil {
+		l.st = prev
+	}
+}
+
+// end removes a reservation, and its GPU too when the GPU is gone and held nothing else.
+func (l *Ledger) end(tok string) {
+	r := l.st.res[tok]
+	delete(l.st.res, tok)
+	for _, id := range r.InstanceIDs {
+		if l.st.byID[id] == tok {
+			delete(l.st.byID, id)
+		}
+	}
+	if g, ok := l.st.gpus[r.GPU]; ok && !g.Detected && len(l.st.reservationsOn(r.GPU)) == 0 {
+		delete(l.st.gpus, r.GPU)
+		l.log.Info("forgetting undetected GPU: its last reservation ended", "gpu", r.GPU)
+	}
+}
+
+func latest(ts ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m
+}
+
+func cloneRes(r Reservation) Reservation {
+	r.InstanceIDs = slices.Clone(r.InstanceIDs)
+	return r
+}
+
+// Release ends a reservation, e.g. when `gpufrac run` sees its job exit.
+func (l *Ledger) Release(token, reason string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, err := l.begin()
+	if err != nil {
+		return err
+	}
+	r, ok := l.st.res[token]
+	if !ok {
+		return fmt.Errorf("%w: token %s", ErrNoReservation, tokenPrefix(token))
+	}
+	l.end(token)
+	if err := l.commit(prev, true); err != nil {
+		return err
+	}
+	l.log.Info("released", "token", tokenPrefix(token), "gpu", r.GPU, "task", r.Task.String(), "reason", reason)
+	return nil
+}
+
+// Reservation returns the reservation that token names.
+func (l *Ledger) Reservation(token string) (Reservation, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.st.res[token]
+	return cloneRes(r), ok
+}
+
+// Reservations returns every reservation, oldest first.
+func (l *Ledger) Reservations() []Reservation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.st.allReservations()
+}
+
+// Seen records that a live process carries token now, and fills Task fields that were empty
+// (the watchdog learns the job and task names from the process). SeenAt is committed to disk
+// only when it lags by more than a quarter of Grace, so a frequent watchdog costs no fsync per
+// sample; the lag is harmless because after a restart every reservation gets a full Grace anyway.
+func (l *Ledger) Seen(token string, task Task) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	r, ok := l.st.res[token]
+	if !ok {
+		return fmt.Errorf("%w: token %s", ErrNoReservation, tokenPrefix(token))
+	}
+	next := r
+	fill := func(dst *string, src string) {
+		if *dst == "" {
+			*dst = src
+		}
+	}
+	fill(&next.Task.AllocID, task.AllocID)
+	fill(&next.Task.JobName, task.JobName)
+	fill(&next.Task.TaskName, task.TaskName)
+	fill(&next.Task.Template, task.Template)
+	now := l.now()
+	next.SeenAt = now
+	taskChanged := next.Task != r.Task
+	stale := now.Sub(r.SeenAt) > l.opts.Grace/4
+	if !taskChanged && !stale {
+		l.st.res[token] = next
+		return nil
+	}
+	prev, err := l.begin()
+	if err != nil {
+		return err
+	}
+	l.st.res[token] = next
+	return l.commit(prev, taskChanged)
+}
+
+// ExpireUnseen ends and returns the reservations that no live process has carried for Grace,
+// counted from the latest of creation, last sighting and the opening of this Ledger.
+func (l *Ledger) ExpireUnseen() ([]Reservation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, err := l.begin()
+	if err != nil {
+		return nil, err
+	}
+	now := l.now()
+	var gone []Reservation
+	for _, r := range l.st.allReservations() {
+		last := latest(r.CreatedAt, r.SeenAt, l.opened)
+		if now.Sub(last) >= l.opts.Grace {
+			gone = append(gone, r)
+		}
+	}
+	if len(gone) == 0 {
+		return nil, nil
+	}
+	for _, r := range gone {
+		l.end(r.Token)
+	}
+	if err := l.commit(prev, true); err != nil {
+		return nil, err
+	}
+	for _, r := range gone {
+		l.log.Info("reservation expired: no live process carried it", "token", tokenPrefix(r.Token), "gpu", r.GPU,
+			"task", r.Task.String(), "grace", l.opts.Grace)
+	}
+	return gone, nil
+}

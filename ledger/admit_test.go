@@ -1,0 +1,295 @@
+package ledger
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestReserveIDsAdmission(t *testing.T) {
+	job := Task{JobName: "train", TaskName: "main", AllocID: "1a2b3c4d-5e6f"}
+	tests := []struct {
+		name   string
+		setup  func(t *testing.T, l *Ledger)
+		ids    []string
+		reason Reason // "" = admitted
+		detail []string
+	}{
+		{name: "admitted", ids: ids(gpuA, 3, 4)},
+		{name: "no ids", ids: nil, reason: ReasonNoIDs, detail: []string{"no instance IDs"}},
+		{name: "duplicate id", ids: []string{InstanceID(gpuA, 1), InstanceID(gpuA, 1)}, reason: ReasonUnknownIDs,
+			detail: []string{InstanceID(gpuA, 1) + " (2 times)"}},
+		{name: "malformed id", ids: []string{"garbage", InstanceID(gpuA, 0)}, reason: ReasonUnknownIDs, detail: []string{`"garbage" (malformed)`}},
+		{name: "unknown gpu", ids: []string{"GPU-zzzz-7"}, reason: ReasonUnknownIDs, detail: []string{"no known GPU GPU-zzzz"}},
+		{name: "outside advertised set", ids: ids(gpuA, 9, 10, 11), reason: ReasonUnknownIDs,
+			detail: []string{InstanceID(gpuA, 10), InstanceID(gpuA, 11), "outside the 10 units"}},
+		{name: "mixed gpus", ids: []string{InstanceID(gpuA, 0), InstanceID(gpuB, 0)}, reason: ReasonMixedGPUs,
+			detail: []string{gpuA, gpuB}},
+		{name: "unhealthy by SetHealth", ids: ids(gpuA, 0),
+			setup: func(t *testing.T, l *Ledger) {
+				if err := l.SetHealth(gpuA, false, "MPS control daemon is not running"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			reason: ReasonUnhealthy, detail: []string{gpuA, "MPS control daemon is not running"}},
+		{name: "unhealthy by backend", ids: ids(gpuA, 0),
+			setup: func(t *testing.T, l *Ledger) {
+				g := info(gpuA, 0, 12*size.GiB)
+				g.Healthy, g.HealthReason = false, "XID 79: fallen off the bus"
+				if err := l.SyncGPUs([]GPUInfo{g, info(gpuB, 1, 8*size.GiB)}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			reason: ReasonUnhealthy, detail: []string{"XID 79"}},
+		{name: "too many tasks", ids: ids(gpuA, 5),
+			setup: func(t *testing.T, l *Ledger) {
+				withPolicy(t, l, func(p *policy.Policy) { p.MaxTasksPerGPU = 2 })
+				mustReserve(t, l, Task{JobName: "a"}, ids(gpuA, 0)...)
+				mustReserve(t, l, Task{JobName: "b"}, ids(gpuA, 1)...)
+			},
+			reason: ReasonTooMany, detail: []string{gpuA + " already runs 2 tasks (max_tasks_per_gpu = 2)"}},
+		{name: "does not fit a shrunken budget", ids: ids(gpuA, 0, 1, 2, 3, 4, 5),
+			setup: func(t *testing.T, l *Ledger) {
+				mustReserve(t, l, Task{JobName: "old"}, ids(gpuA, 8, 9)...)
+				if err := l.SetUnmanaged(gpuA, 3*size.GiB); err != nil {
+					t.Fatal(err)
+				}
+			},
+			reason: ReasonNoFit, detail: []string{"cap of 6GiB (6 units)", "2GiB already reserved of a 7GiB budget (5GiB free)"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := newTest(t, Options{})
+			if tc.setup != nil {
+				tc.setup(t, l)
+			}
+			before := l.Reservations()
+			r, err := l.ReserveIDs(tc.ids, job)
+			if tc.reason != "" {
+				wantDenied(t, err, tc.reason, tc.detail...)
+				if got := l.Reservations(); len(got) != len(before) {
+					t.Errorf("a denied request changed the reservations: %d before, %d after", len(before), len(got))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ReserveIDs: %v", err)
+			}
+			if r.CapBytes != size.Bytes(len(tc.ids))*size.GiB || r.Source != SourceNomad || r.Task != job || r.GPU != gpuA {
+				t.Errorf("reservation = %+v", r)
+			}
+			if len(r.Token) != 32 {
+				t.Errorf("token %q is not 32 hex digits", r.Token)
+			}
+			if !slices.Equal(r.InstanceIDs, tc.ids) {
+				t.Errorf("InstanceIDs = %v, want %v", r.InstanceIDs, tc.ids)
+			}
+			got, ok := l.Reservation(r.Token)
+			if !ok || got.Token != r.Token || !got.CreatedAt.Equal(r.CreatedAt) {
+				t.Errorf("Reservation(token) = %+v, %v", got, ok)
+			}
+			checkInvariants(t, mustState(t, l, gpuA), false)
+		})
+	}
+}
+
+func TestReserveBytes(t *testing.T) {
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, l *Ledger)
+		gpu     string
+		cap     size.Bytes
+		reason  Reason
+		detail  []string
+		wantIDs []string
+		wantCap size.Bytes
+	}{
+		{name: "rounds up to units", gpu: gpuA, cap: size.MustParse("1.5GiB"), wantIDs: ids(gpuA, 0, 1), wantCap: 2 * size.GiB},
+		{name: "exact units", gpu: gpuB, cap: 6 * size.GiB, wantIDs: ids(gpuB, 0, 1, 2, 3, 4, 5), wantCap: 6 * size.GiB},
+		{name: "lowest free ids", gpu: gpuA, cap: 3 * size.GiB,
+			setup: func(t *testing.T, l *Ledger) {
+				mustReserve(t, l, Task{}, ids(gpuA, 0, 2)...)
+			},
+			wantIDs: ids(gpuA, 1, 3, 4), wantCap: 3 * size.GiB},
+		{name: "zero bytes", gpu: gpuA, cap: 0, reason: ReasonNoIDs, detail: []string{"0 bytes"}},
+		{name: "unknown gpu", gpu: "GPU-nope", cap: size.GiB, reason: ReasonUnknownIDs, detail: []string{`"GPU-nope"`}},
+		{name: "too big", gpu: gpuB, cap: 6*size.GiB + 1, reason: ReasonNoFit,
+			detail: []string{"cap of 7GiB (7 units)", "0B already reserved of a 6GiB budget"}},
+		{name: "does not fit beside others", gpu: gpuA, cap: 5 * size.GiB,
+			setup: func(t *testing.T, l *Ledger) {
+				mustReserve(t, l, Task{}, ids(gpuA, 0, 1, 2, 3, 4, 5)...)
+			},
+			reason: ReasonNoFit, detail: []string{"6GiB already reserved of a 10GiB budget (4GiB free)"}},
+		{name: "unhealthy", gpu: gpuB, cap: size.GiB,
+			setup: func(t *testing.T, l *Ledger) {
+				if err := l.SetHealth(gpuB, false, "MPS daemon exited"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			reason: ReasonUnhealthy, detail: []string{"MPS daemon exited"}},
+		{name: "too many", gpu: gpuB, cap: size.GiB,
+			setup: func(t *testing.T, l *Ledger) {
+				withPolicy(t, l, func(p *policy.Policy) { p.MaxTasksPerGPU = 1 })
+				if _, err := l.ReserveBytes(gpuB, size.GiB, Task{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			reason: ReasonTooMany, detail: []string{"already runs 1 tasks (max_tasks_per_gpu = 1)"}},
+		{name: "absurd cap does not overflow", gpu: gpuA, cap: size.Bytes(1<<64 - 1), reason: ReasonNoFit},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := newTest(t, Options{})
+			if tc.setup != nil {
+				tc.setup(t, l)
+			}
+			r, err := l.ReserveBytes(tc.gpu, tc.cap, Task{JobName: "job"})
+			if tc.reason != "" {
+				wantDenied(t, err, tc.reason, tc.detail...)
+				return
+			}
+			if err != nil {
+				t.Fatalf("ReserveBytes: %v", err)
+			}
+			if !slices.Equal(r.InstanceIDs, tc.wantIDs) || r.CapBytes != tc.wantCap || r.Source != SourceRunner {
+				t.Errorf("got ids %v cap %s source %q, want ids %v cap %s source runner", r.InstanceIDs, r.CapBytes, r.Source, tc.wantIDs, tc.wantCap)
+			}
+			checkInvariants(t, mustState(t, l, tc.gpu), false)
+		})
+	}
+}
+
+// Nomad never calls release: an ID handed out again means its old holder is gone.
+func TestReuseEndsHolder(t *testing.T) {
+	l, _ := newTest(t, Options{})
+	old := mustReserve(t, l, Task{JobName: "old"}, ids(gpuA, 0, 1, 2)...)
+	other := mustReserve(t, l, Task{JobName: "other"}, ids(gpuA, 3)...)
+
+	// The new request overlaps one ID of old: old ends entirely, other is untouched.
+	nu := mustReserve(t, l, Task{JobName: "new"}, ids(gpuA, 2, 4)...)
+	if _, ok := l.Reservation(old.Token); ok {
+		t.Errorf("old reservation still present after its instance was reused")
+	}
+	if _, ok := l.Reservation(other.Token); !ok {
+		t.Errorf("unrelated reservation ended")
+	}
+	s := mustState(t, l, gpuA)
+	if s.ReservedBytes != 3*size.GiB {
+		t.Errorf("ReservedBytes = %s, want 3GiB (other + new)", s.ReservedBytes)
+	}
+	for _, in := range s.Instances {
+		want := map[string]string{InstanceID(gpuA, 2): nu.Token, InstanceID(gpuA, 4): nu.Token, InstanceID(gpuA, 3): other.Token}[in.ID]
+		if in.Token != want {
+			t.Errorf("instance %s token = %q, want %q", in.ID, tokenPrefix(in.Token), tokenPrefix(want))
+		}
+	}
+
+	// Reuse ends the holder even when the new request is then denied.
+	withPolicy(t, l, func(p *policy.Policy) { p.MaxTasksPerGPU = 1 })
+	_, err := l.ReserveIDs(ids(gpuA, 3), Task{JobName: "late"})
+	wantDenied(t, err, ReasonTooMany)
+	if _, ok := l.Reservation(other.Token); ok {
+		t.Errorf("holder of a reused ID survived a denied request")
+	}
+}
+
+func TestBudgetShrinkKeepsReservedUnits(t *testing.T) {
+	l, _ := newTest(t, Options{})
+	r := mustReserve(t, l, Task{JobName: "big"}, ids(gpuA, 6, 7, 8, 9)...)
+	// Headroom 2GiB -> 6GiB: budget 10GiB -> 6GiB, units 10 -> 6.
+	withPolicy(t, l, func(p *policy.Policy) { p.HeadroomBytes = 6 * size.GiB })
+	s := mustState(t, l, gpuA)
+	if s.Units != 6 || s.BudgetBytes != 6*size.GiB {
+		t.Fatalf("units %d budget %s, want 6 and 6GiB", s.Units, s.BudgetBytes)
+	}
+	checkInvariants(t, s, true)
+	byID := map[string]Instance{}
+	for _, in := range s.Instances {
+		byID[in.ID] = in
+	}
+	if len(s.Instances) != 10 {
+		t.Errorf("%d instances advertised, want 6 in budget + 4 held beyond it", len(s.Instances))
+	}
+	for k := 6; k < 10; k++ {
+		in := byID[InstanceID(gpuA, k)]
+		if in.Healthy || in.Token != r.Token || in.HealthDescription != descBeyondUnits {
+			t.Errorf("held unit %d beyond budget = %+v, want unhealthy, held, %q", k, in, descBeyondUnits)
+		}
+	}
+	// 6GiB budget - 4GiB reserved leaves 2 placeable units: 0 and 1; 2..5 must not be offered.
+	for k := 0; k < 6; k++ {
+		in := byID[InstanceID(gpuA, k)]
+		if want := k < 2; in.Healthy != want {
+			t.Errorf("free unit %d healthy = %v, want %v (%s)", k, in.Healthy, want, in.HealthDescription)
+		}
+	}
+	if _, err := l.ReserveIDs(ids(gpuA, 0, 1, 2), Task{}); err == nil {
+		t.Errorf("3 more units admitted into 2 free units")
+	}
+	// Reusing a held ID beyond the budget ends its holder; the ID then is no longer advertised.
+	_, err := l.ReserveIDs(ids(gpuA, 9), Task{})
+	wantDenied(t, err, ReasonUnknownIDs, InstanceID(gpuA, 9))
+	s = mustState(t, l, gpuA)
+	if len(s.Instances) != 6 || s.ReservedBytes != 0 {
+		t.Errorf("after reuse: %d instances, %s reserved; want 6 and 0B", len(s.Instances), s.ReservedBytes)
+	}
+}
+
+func TestVanishedGPU(t *testing.T) {
+	l, _ := newTest(t, Options{})
+	r := mustReserve(t, l, Task{JobName: "stays"}, ids(gpuB, 0, 1)...)
+	if err := l.SyncGPUs([]GPUInfo{info(gpuA, 0, 12*size.GiB)}); err != nil {
+		t.Fatal(err)
+	}
+	s := mustState(t, l, gpuB)
+	if s.Healthy || s.HealthReason != descVanished {
+		t.Errorf("vanished GPU healthy=%v reason=%q", s.Healthy, s.HealthReason)
+	}
+	if len(s.Reservations) != 1 || s.Instances[0].Token != r.Token || s.Instances[0].Healthy {
+		t.Errorf("vanished GPU lost its reservation or shows it healthy: %+v", s.Instances[:2])
+	}
+	_, err := l.ReserveIDs(ids(gpuB, 3), Task{})
+	wantDenied(t, err, ReasonUnhealthy, descVanished)
+	if err := l.Release(r.Token, "done"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.State(gpuB); !errors.Is(err, ErrUnknownGPU) {
+		t.Errorf("vanished GPU without reservations still known: err = %v", err)
+	}
+	if got := len(l.States()); got != 1 {
+		t.Errorf("States() has %d GPUs, want 1", got)
+	}
+}
+
+func TestReleaseAndSeen(t *testing.T) {
+	c := newClock()
+	l, _ := newTest(t, Options{Now: c.Now})
+	r, err := l.ReserveBytes(gpuA, size.GiB, Task{JobName: "j"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release("0123456789abcdef0123456789abcdef", "x"); !errors.Is(err, ErrNoReservation) {
+		t.Errorf("Release(unknown) = %v, want ErrNoReservation", err)
+	}
+	c.Add(time.Second)
+	if err := l.Seen(r.Token, Task{JobName: "other", TaskName: "t", AllocID: "alloc"}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := l.Reservation(r.Token)
+	if want := (Task{JobName: "j", TaskName: "t", AllocID: "alloc"}); got.Task != want {
+		t.Errorf("Seen filled Task = %+v, want %+v (set fields kept, empty ones filled)", got.Task, want)
+	}
+	if !got.SeenAt.Equal(c.Now()) {
+		t.Errorf("SeenAt = %v, want %v", got.SeenAt, c.Now())
+	}
+	if err := l.Release(r.Token, "job exited"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Seen(r.Token, Task{}); !errors.Is(err, ErrNoReservation) {
+		t.Errorf("Seen(released) = %v, want ErrNoReservation", err)
+	}
+}

@@ -1,0 +1,405 @@
+// Package ledger is the per-GPU admission ledger: capacity per GPU, reservations, admission,
+// violations and footprint profiles, committed to JSON files that survive kill -9 and that
+// `gpufrac status` reads without a lock. See docs/ledger.md.
+package ledger
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// DefaultGrace is how long a reservation may go unseen by any live process before it ends.
+const DefaultGrace = 2 * time.Minute
+
+// Errors callers can match with errors.Is.
+var (
+	ErrClosed        = errors.New("ledger is closed")
+	ErrUnknownGPU    = errors.New("unknown GPU")
+	ErrNoReservation = errors.New("no such reservation")
+	ErrBadInput      = errors.New("invalid ledger input")
+)
+
+// Options tune a Ledger. The zero value is ready for production use.
+type Options struct {
+	// Logger is the parent logger; the ledger logs under the sub-name "ledger". nil = no logs.
+	Logger hclog.Logger
+	// Now is the clock seam for tests; nil = time.Now.
+	Now func() time.Time
+	// Grace ends a reservation that no live process has carried for this long, counted from
+	// max(CreatedAt, SeenAt, the time this Ledger was opened). <= 0 = DefaultGrace.
+	Grace time.Duration
+	// NewToken makes reservation tokens; nil = 128 bits from crypto/rand as 32 hex digits.
+	NewToken func() (string, error)
+	// NoPersist keeps the state in memory only: no directory, no lock, no file. It exists for
+	// tests and for benchmarks that measure admission apart from the disk.
+	NoPersist bool
+}
+
+// Ledger is one node's admission ledger. All methods are safe for concurrent use.
+type Ledger struct {
+	mu     sync.Mutex
+	opts   Options
+	log    hclog.Logger
+	dir    string
+	dirf   *os.File
+	lockf  *os.File
+	opened time.Time
+	closed bool
+	st     *state
+
+	subs    map[int]chan struct{}
+	nextSub int
+}
+
+// Open opens (or creates, mode 0700) the ledger in dir, takes the exclusive writer lock and
+// restores every committed reservation. A second writer gets ErrLocked naming the lock file and
+// the holder's PID; a corrupt file or one from a newer gpufrac is an error, never an empty start.
+func Open(dir string, opts Options) (*Ledger, error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	if opts.NewToken == nil {
+		opts.NewToken = randomToken
+	}
+	log := opts.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	l := &Ledger{opts: opts, log: log.Named("ledger"), dir: dir, subs: map[int]chan struct{}{}}
+	l.opened = utc(opts.Now())
+	if opts.NoPersist {
+		l.st = newState()
+		return l, nil
+	}
+	if dir == "" {
+		return nil, fmt.Errorf("%w: ledger directory is empty", ErrBadInput)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("ledger: create directory %s: %w", dir, err)
+	}
+	lockf, err := lockDir(filepath.Join(dir, LockFile))
+	if err != nil {
+		return nil, err
+	}
+	l.lockf = lockf
+	fail := func(err error) (*Ledger, error) {
+		if l.dirf != nil {
+			l.dirf.Close()
+		}
+		unlockDir(lockf)
+		return nil, err
+	}
+	if l.dirf, err = os.Open(dir); err != nil {
+		return fail(fmt.Errorf("ledger: open directory %s: %w", dir, err))
+	}
+	// A temp file is a commit that died before its rename; the committed file is intact.
+	_ = os.Remove(filepath.Join(dir, StateFile+tempSuffix))
+	_ = os.Remove(filepath.Join(dir, ViolationsFile+tempSuffix))
+	st, _, err := readState(dir)
+	switch {
+	case err == nil:
+		l.st = st
+		l.log.Info("restored ledger", "dir", dir, "generation", st.gen, "gpus", len(st.gpus), "reservations", len(st.res))
+	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrCorrupt):
+		l.st = newState()
+		if err := l.commitViolations(nil); err != nil {
+			return fail(err)
+		}
+		if err := l.commit(nil, false); err != nil {
+			return fail(err)
+		}
+		l.log.Info("created empty ledger", "dir", dir)
+	default:
+		return fail(err)
+	}
+	return l, nil
+}
+
+// Close releases the writer lock and closes every subscription. Committed state stays on disk.
+func (l *Ledger) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	for id, ch := range l.subs {
+		delete(l.subs, id)
+		close(ch)
+	}
+	var errs []error
+	if l.dirf != nil {
+		errs = append(errs, l.dirf.Close())
+	}
+	if l.lockf != nil {
+		errs = append(errs, unlockDir(l.lockf))
+	}
+	return errors.Join(errs...)
+}
+
+func randomToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("ledger: make token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+func (l *Ledger) now() time.Time { return utc(l.opts.Now()) }
+
+// begin starts a change: it returns what to restore if the commit fails (nil when nothing can
+// fail because nothing is written).
+func (l *Ledger) begin() (*state, error) {
+	if l.closed {
+		return nil, ErrClosed
+	}
+	if l.opts.NoPersist {
+		return nil, nil
+	}
+	return l.st.clone(), nil
+}
+
+// commit writes the state; on failure the previous state comes back, so memory never claims
+// what the disk does not hold. notify wakes subscribers when a GPUState changed.
+func (l *Ledger) commit(prev *state, notify bool) error {
+	l.st.gen++
+	if !l.opts.NoPersist {
+		data, err := l.st.encode(l.opts.Now())
+		if err == nil {
+			err = writeFile(l.dir, l.dirf, StateFile, data)
+		}
+		if err != nil {
+			if prev != nil {
+				l.st = prev
+			}
+			l.log.Error("commit failed; change rolled back", "error", err)
+			return err
+		}
+	}
+	if notify {
+		for _, ch := range l.subs {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+	return nil
+}
+
+// commitViolations writes the violations file; on failure the previous state comes back.
+func (l *Ledger) commitViolations(prev *state) error {
+	if l.opts.NoPersist {
+		return nil
+	}
+	data, err := l.st.encodeViolations()
+	if err == nil {
+		err = writeFile(l.dir, l.dirf, ViolationsFile, data)
+	}
+	if err != nil {
+		if prev != nil {
+			l.st = prev
+		}
+		l.log.Error("commit of violations failed; change rolled back", "error", err)
+		return err
+	}
+	return nil
+}
+
+// Subscribe returns a channel that receives (coalesced, never blocking the ledger) after every
+// change that alters a GPUState, and a function that unsubscribes and closes the channel.
+func (l *Ledger) Subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		close(ch)
+		return ch, func() {}
+	}
+	id := l.nextSub
+	l.nextSub++
+	l.subs[id] = ch
+	return ch, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if c, ok := l.subs[id]; ok {
+			delete(l.subs, id)
+			close(c)
+		}
+	}
+}
+
+// SetPolicy validates p and makes it current. Units still reserved are never dropped: a smaller
+// budget shows them as unhealthy instances until their tasks end.
+func (l *Ledger) SetPolicy(p policy.Policy) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("ledger: policy %q refused: %w", p.Name, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, err := l.begin()
+	if err != nil {
+		return err
+	}
+	if l.st.policy == p {
+		return nil
+	}
+	old := l.st.policy
+	l.st.policy = p
+	if err := l.commit(prev, true); err != nil {
+		return err
+	}
+	l.log.Info("policy set", "name", p.Name, "unit", p.UnitBytes.String(), "headroom", p.HeadroomBytes.String(),
+		"max_tasks", p.MaxTasksPerGPU, "mode", p.Mode, "previous", old.Name)
+	return nil
+}
+
+// Policy is the current policy; policy.Default() until SetPolicy is called.
+func (l *Ledger) Policy() policy.Policy {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.st.policy
+}
+
+// SyncGPUs replaces the inventory. Mode, unmanaged memory and SetHealth of known GPUs carry
+// over. A GPU missing from gpus keeps its reservations and shows as unhealthy ("GPU no longer
+// detected") until they end; one without reservations is forgotten.
+func (l *Ledger) SyncGPUs(gpus []GPUInfo) error {
+	seen := map[string]bool{}
+	for i, g := range gpus {
+		if g.UUID == "" {
+			return fmt.Errorf("%w: GPU %d (index %d, model %q) has an empty UUID", ErrBadInput, i, g.Index, g.Model)
+		}
+		if _, _, err := ParseInstanceID(g.UUID + "-0"); err != nil {
+			return fmt.Errorf("%w: GPU UUID %q cannot prefix instance IDs: %v", ErrBadInput, g.UUID, err)
+		}
+		if seen[g.UUID] {
+			return fmt.Errorf("%w: GPU %s is listed twice", ErrBadInput, g.UUID)
+		}
+		seen[g.UUID] = true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, err := l.begin()
+	if err != nil {
+		return err
+	}
+	next := make(map[string]gpuRec, len(gpus))
+	for _, g := range gpus {
+		rec := l.st.gpus[g.UUID]
+		if !rec.Detected && rec.Info.UUID != "" {
+			l.log.Info("GPU detected again", "gpu", g.UUID)
+		}
+		rec.Info, rec.Detected = g, true
+		next[g.UUID] = rec
+	}
+	for u, rec := range l.st.gpus {
+		if seen[u] {
+			continue
+		}
+		if n := len(l.st.reservationsOn(u)); n > 0 {
+			if rec.Detected {
+				l.log.Warn("GPU no longer detected; keeping its reservations until they end", "gpu", u, "reservations", n)
+			}
+			rec.Detected = false
+			next[u] = rec
+		} else {
+			l.log.Info("GPU no longer detected; forgetting it", "gpu", u)
+		}
+	}
+	if reflect.DeepEqual(next, l.st.gpus) {
+		return nil
+	}
+	l.st.gpus = next
+	return l.commit(prev, true)
+}
+
+// updateGPU applies fn to a known GPU and commits when it changed anything.
+func (l *Ledger) updateGPU(uuid string, fn func(*gpuRec)) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	rec, ok := l.st.gpus[uuid]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	}
+	next := rec
+	fn(&next)
+	if next == rec {
+		return nil
+	}
+	prev, err := l.begin()
+	if err != nil {
+		return err
+	}
+	l.st.gpus[uuid] = next
+	return l.commit(prev, true)
+}
+
+// SetMode sets one GPU's enforcement mode; "" follows the policy's default mode.
+func (l *Ledger) SetMode(uuid string, m policy.Mode) error {
+	switch m {
+	case "", policy.ModeMPS, policy.ModeIsolated:
+	default:
+		return fmt.Errorf("%w: mode %q for GPU %s: want %q, %q or \"\" (policy default)", ErrBadInput, m, uuid, policy.ModeMPS, policy.ModeIsolated)
+	}
+	return l.updateGPU(uuid, func(g *gpuRec) { g.Mode = m })
+}
+
+// SetUnmanaged records GPU memory held by processes without a reservation; it shrinks the budget.
+// Callers that sample often should round the figure, since every change is a commit.
+func (l *Ledger) SetUnmanaged(uuid string, b size.Bytes) error {
+	return l.updateGPU(uuid, func(g *gpuRec) { g.UnmanagedBytes = b })
+}
+
+// SetHealth marks a GPU unhealthy for a reason the backend cannot see (e.g. its MPS daemon is
+// down), or healthy again. It combines with GPUInfo.Healthy: both must be healthy.
+func (l *Ledger) SetHealth(uuid string, healthy bool, reason string) error {
+	return l.updateGPU(uuid, func(g *gpuRec) {
+		g.Unhealthy = !healthy
+		g.UnhealthyReason = ""
+		if !healthy {
+			g.UnhealthyReason = reason
+		}
+	})
+}
+
+// State is one GPU's capacity now.
+func (l *Ledger) State(uuid string) (GPUState, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.st.gpus[uuid]; !ok {
+		return GPUState{}, fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	}
+	return l.st.gpuState(uuid), nil
+}
+
+// States is every GPU's capacity, in index order.
+func (l *Ledger) States() []GPUState {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	order := l.st.gpuOrder()
+	out := make([]GPUState, 0, len(order))
+	for _, u := range order {
+		out = append(out, l.st.gpuState(u))
+	}
+	return out
+}

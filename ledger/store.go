@@ -1,0 +1,277 @@
+package ledger
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// SchemaVersion is the version of the ledger file this package writes. A file with a newer
+// version is refused rather than misread.
+const SchemaVersion = 1
+
+// File names inside the ledger directory. Violations live in their own file because they are
+// the bulk of the data (up to MaxViolations) and change rarely: keeping them out of StateFile
+// keeps the commit on the admission path small.
+const (
+	StateFile      = "ledger.json"
+	ViolationsFile = "violations.json"
+	LockFile       = "ledger.lock"
+	tempSuffix     = ".tmp"
+)
+
+// ErrCorrupt is wrapped when the ledger file cannot be read as a committed state.
+var ErrCorrupt = errors.New("ledger file is corrupt")
+
+// ErrSchema is wrapped when the ledger file was written by a newer gpufrac.
+var ErrSchema = errors.New("unsupported ledger schema version")
+
+// Snapshot is the last committed state, as ReadSnapshot returns it.
+type Snapshot struct {
+	SchemaVersion int
+	// Generation counts commits; it only grows.
+	Generation   uint64
+	Policy       policy.Policy
+	GPUs         []GPUState
+	Reservations []Reservation
+	Violations   []Violation
+	Profiles     []Profile
+	WrittenAt    time.Time
+}
+
+// fileState is the on-disk document. Everything is in one file so that one rename commits it.
+type fileState struct {
+	SchemaVersion int           `json:"schema_version"`
+	Generation    uint64        `json:"generation"`
+	WrittenAt     time.Time     `json:"written_at"`
+	Policy        policy.Policy `json:"policy"`
+	GPUs          []gpuRec      `json:"gpus"`
+	Reservations  []Reservation `json:"reservations"`
+	Profiles      []Profile     `json:"profiles"`
+}
+
+// violationsDoc is the document in ViolationsFile.
+type violationsDoc struct {
+	SchemaVersion int         `json:"schema_version"`
+	Violations    []Violation `json:"violations"`
+}
+
+func (s *state) encode(now time.Time) ([]byte, error) {
+	f := fileState{
+		SchemaVersion: SchemaVersion,
+		Generation:    s.gen,
+		WrittenAt:     utc(now),
+		Policy:        s.policy,
+		GPUs:          make([]gpuRec, 0, len(s.gpus)),
+		Reservations:  s.allReservations(),
+		Profiles:      s.profiles(),
+	}
+	for _, u := range s.gpuOrder() {
+		f.GPUs = append(f.GPUs, s.gpus[u])
+	}
+	if f.Reservations == nil {
+		f.Reservations = []Reservation{}
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: encode state: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+func (s *state) encodeViolations() ([]byte, error) {
+	d := violationsDoc{SchemaVersion: SchemaVersion, Violations: s.viol}
+	if d.Violations == nil {
+		d.Violations = []Violation{}
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: encode violations: %w", err)
+	}
+	return append(b, '\n'), nil
+}
+
+func (s *state) profiles() []Profile {
+	out := slices.Collect(maps.Values(s.prof))
+	slices.SortFunc(out, func(a, b Profile) int { return strings.Compare(a.Template, b.Template) })
+	if out == nil {
+		out = []Profile{}
+	}
+	return out
+}
+
+// writeFile commits data: temp file, fsync, rename over the old file, fsync the directory. A
+// crash before the rename leaves the old file; after it, the new one; never a mixture, because
+// rename within one directory is atomic and the temp file is complete on disk before it.
+func writeFile(dir string, dirf *os.File, name string, data []byte) error {
+	tmp := filepath.Join(dir, name+tempSuffix)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("ledger: write %s: %w", tmp, err)
+	}
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return fmt.Errorf("ledger: write %s: %w", tmp, werr)
+	}
+	dst := filepath.Join(dir, name)
+	if err := os.Rename(tmp, dst); err != nil {
+		return fmt.Errorf("ledger: commit %s: %w", dst, err)
+	}
+	if err := dirf.Sync(); err != nil {
+		return fmt.Errorf("ledger: sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// readState loads and checks the committed file. A missing file wraps fs.ErrNotExist; anything
+// unreadable is an error naming the file, never an empty state, so nothing is silently lost.
+func readState(dir string) (*state, time.Time, error) {
+	path := filepath.Join(dir, StateFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("ledger: read %s: %w", path, err)
+	}
+	if err := checkHeader(path, b); err != nil {
+		return nil, time.Time{}, err
+	}
+	var f fileState
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, time.Time{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	s, err := f.toState()
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+	}
+	// The violations file is written before the first state file, so it always exists beside one.
+	vpath := filepath.Join(dir, ViolationsFile)
+	vb, err := os.ReadFile(vpath)
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("%w: read %s, which belongs to %s: %v", ErrCorrupt, vpath, path, err)
+	}
+	if err := checkHeader(vpath, vb); err != nil {
+		return nil, time.Time{}, err
+	}
+	var vd violationsDoc
+	if err := json.Unmarshal(vb, &vd); err != nil {
+		return nil, time.Time{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, vpath, err)
+	}
+	if len(vd.Violations) > 0 {
+		s.viol = vd.Violations
+	}
+	return s, f.WrittenAt, nil
+}
+
+// checkHeader refuses a document that is not complete JSON or has a schema this code cannot read.
+func checkHeader(path string, b []byte) error {
+	var head struct {
+		SchemaVersion *int `json:"schema_version"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return fmt.Errorf("%w: %s (%d bytes) is not a complete JSON document: %v; "+
+			"move the ledger directory aside to start empty, which forgets its reservations", ErrCorrupt, path, len(b), err)
+	}
+	switch {
+	case head.SchemaVersion == nil || *head.SchemaVersion < 1:
+		return fmt.Errorf("%w: %s has no valid schema_version", ErrCorrupt, path)
+	case *head.SchemaVersion > SchemaVersion:
+		return fmt.Errorf("%w: %s has schema_version %d; this gpufrac reads up to %d, so upgrade gpufrac",
+			ErrSchema, path, *head.SchemaVersion, SchemaVersion)
+	}
+	return nil
+}
+
+// toState rebuilds the in-memory state and checks that it is one the ledger could have written.
+func (f *fileState) toState() (*state, error) {
+	s := newState()
+	s.gen = f.Generation
+	if err := f.Policy.Validate(); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	s.policy = f.Policy
+	for _, g := range f.GPUs {
+		if g.Info.UUID == "" {
+			return nil, errors.New("a GPU has an empty uuid")
+		}
+		if _, dup := s.gpus[g.Info.UUID]; dup {
+			return nil, fmt.Errorf("GPU %s is listed twice", g.Info.UUID)
+		}
+		s.gpus[g.Info.UUID] = g
+	}
+	for _, r := range f.Reservations {
+		if len(r.Token) < 16 {
+			return nil, fmt.Errorf("reservation with token %q is too short to be one the ledger made", tokenPrefix(r.Token))
+		}
+		if _, dup := s.res[r.Token]; dup {
+			return nil, fmt.Errorf("reservation %s is listed twice", tokenPrefix(r.Token))
+		}
+		if _, ok := s.gpus[r.GPU]; !ok {
+			return nil, fmt.Errorf("reservation %s is on GPU %q, which the file does not list", tokenPrefix(r.Token), r.GPU)
+		}
+		if len(r.InstanceIDs) == 0 {
+			return nil, fmt.Errorf("reservation %s holds no instance IDs", tokenPrefix(r.Token))
+		}
+		for _, id := range r.InstanceIDs {
+			u, _, err := ParseInstanceID(id)
+			if err != nil {
+				return nil, fmt.Errorf("reservation %s: %w", tokenPrefix(r.Token), err)
+			}
+			if u != r.GPU {
+				return nil, fmt.Errorf("reservation %s on GPU %s holds instance %s of another GPU", tokenPrefix(r.Token), r.GPU, id)
+			}
+			if other, dup := s.byID[id]; dup {
+				return nil, fmt.Errorf("instance %s is held by both %s and %s", id, tokenPrefix(other), tokenPrefix(r.Token))
+			}
+			s.byID[id] = r.Token
+		}
+		s.res[r.Token] = r
+	}
+	for _, p := range f.Profiles {
+		if p.Template == "" {
+			return nil, errors.New("a profile has an empty template name")
+		}
+		s.prof[p.Template] = p
+	}
+	return s, nil
+}
+
+// ReadSnapshot reads the last committed state without taking the writer lock, so `gpufrac
+// status` works while the plugin runs. It sees either the previous or the next commit, never a
+// partial one, because commits replace the file by rename. A directory with no ledger yet gives
+// an error that wraps fs.ErrNotExist.
+func ReadSnapshot(dir string) (Snapshot, error) {
+	s, written, err := readState(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return Snapshot{}, fmt.Errorf("ledger: no ledger in %s yet (nothing has been recorded): %w", dir, err)
+		}
+		return Snapshot{}, err
+	}
+	snap := Snapshot{
+		SchemaVersion: SchemaVersion,
+		Generation:    s.gen,
+		Policy:        s.policy,
+		Reservations:  s.allReservations(),
+		Violations:    slices.Clone(s.viol),
+		Profiles:      s.profiles(),
+		WrittenAt:     written,
+	}
+	for _, u := range s.gpuOrder() {
+		snap.GPUs = append(snap.GPUs, s.gpuState(u))
+	}
+	return snap, nil
+}
