@@ -1,0 +1,55 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// KindAuto picks NVML when it initialises and the simulated backend otherwise.
+const KindAuto = "auto"
+
+// OpenOptions configure Open.
+type OpenOptions struct {
+	// SimGPUs are the simulated GPUs ("H100=80GiB" entries, see ParseSimSpec); empty means
+	// DefaultSimGPUs.
+	SimGPUs []string
+	// SimDir is the simulated backend's state directory; empty means DefaultSimDir().
+	SimDir string
+	Logger hclog.Logger
+}
+
+// Open returns the backend of the given kind: "nvml", "simulated", or "auto" (also ""): NVML
+// when it initialises, else the simulated backend with a warning that says why.
+func Open(kind string, opts OpenOptions) (Backend, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	sim := func() (Backend, error) {
+		gpus := opts.SimGPUs
+		if len(gpus) == 0 {
+			gpus = DefaultSimGPUs
+		}
+		return NewSimulated(SimConfig{GPUs: gpus, Dir: opts.SimDir, Logger: logger})
+	}
+	switch kind {
+	case KindNVML:
+		return NewNVML(logger)
+	case KindSimulated:
+		return sim()
+	case KindAuto, "":
+		b, err := NewNVML(logger)
+		if err == nil {
+			return b, nil
+		}
+		if !errors.Is(err, ErrNoNVML) {
+			return nil, err
+		}
+		logger.Named("gpu").Warn(fmt.Sprintf("no NVIDIA GPU found (%v): using the SIMULATED GPU backend", err))
+		return sim()
+	default:
+		return nil, fmt.Errorf("unknown GPU backend %q: want %q, %q or %q", kind, KindNVML, KindSimulated, KindAuto)
+	}
+}

@@ -1,0 +1,313 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestParseSimSpec(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr string // a fragment the error must contain, naming the bad entry
+	}{
+		{in: "H100=80GiB", want: []string{"H100=80GiB"}},
+		{in: "H100=80GiB,H100=80GiB", want: []string{"H100=80GiB", "H100=80GiB"}},
+		{in: "2xH100=80GiB", want: []string{"H100=80GiB", "H100=80GiB"}},
+		{in: " 2xH100 = 80GiB , A10=24GB", want: []string{"H100=80GiB", "H100=80GiB", "A10=24000000000"}},
+		{in: "x100=16GiB", want: []string{"x100=16GiB"}},
+		{in: "", wantErr: "empty list"},
+		{in: "H100", wantErr: `"H100"`},
+		{in: "H100=", wantErr: `"H100="`},
+		{in: "=80GiB", wantErr: `"=80GiB"`},
+		{in: "0xH100=80GiB", wantErr: `"0xH100=80GiB"`},
+		{in: "65xH100=80GiB", wantErr: `"65xH100=80GiB"`},
+		{in: "H100=80XB", wantErr: `"H100=80XB"`},
+		{in: "H100=512MiB", wantErr: "below 1GiB"},
+		{in: "a/b=8GiB", wantErr: `"a/b=8GiB"`},
+		{in: "2xH100=80GiB,bogus", wantErr: `"bogus"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseSimSpec(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ParseSimSpec(%q) = %v, %v; want an error containing %s", tc.in, got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ParseSimSpec(%q): %v", tc.in, err)
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+				t.Fatalf("ParseSimSpec(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSimUUID(t *testing.T) {
+	a := SimUUID(0, "H100")
+	if a != SimUUID(0, "H100") {
+		t.Fatalf("SimUUID is not deterministic")
+	}
+	for _, other := range []string{SimUUID(1, "H100"), SimUUID(0, "A100")} {
+		if other == a {
+			t.Fatalf("distinct GPUs share UUID %s", a)
+		}
+	}
+	parts := strings.Split(strings.TrimPrefix(a, "GPU-"), "-")
+	lens := []int{}
+	for _, p := range parts {
+		lens = append(lens, len(p))
+	}
+	if !strings.HasPrefix(a, "GPU-51m") || len(parts) != 5 || lens[0] != 8 || lens[1] != 4 || lens[4] != 12 {
+		t.Fatalf("SimUUID = %q: want GPU-51mNNNNN-xxxx-xxxx-xxxx-xxxxxxxxxxxx", a)
+	}
+}
+
+func newSim(t testing.TB, gpus ...string) *Simulated {
+	t.Helper()
+	s, err := NewSimulated(SimConfig{GPUs: gpus, Dir: filepath.Join(t.TempDir(), "sim")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSimulatedDevicesAndAttach(t *testing.T) {
+	ctx := context.Background()
+	s := newSim(t, "2xH100=80GiB", "A10=24GiB")
+	devs, err := s.Devices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 3 || devs[2].Model != "A10" || devs[2].MemoryBytes != 24*size.GiB || devs[1].Index != 1 || !devs[0].Healthy {
+		t.Fatalf("Devices = %+v", devs)
+	}
+	if s.Kind() != KindSimulated || s.DriverVersion() != "simulated" {
+		t.Fatalf("Kind/DriverVersion = %q/%q", s.Kind(), s.DriverVersion())
+	}
+	attached, err := NewSimulated(SimConfig{Dir: s.Dir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := attached.Devices(ctx)
+	if len(again) != 3 || again[1].UUID != devs[1].UUID || again[1].MemoryBytes != devs[1].MemoryBytes {
+		t.Fatalf("attached Devices = %+v, want %+v", again, devs)
+	}
+	// A restart with the same spec keeps the UUIDs (ledger instance IDs depend on them).
+	restarted, err := NewSimulated(SimConfig{GPUs: []string{"H100=80GiB,H100=80GiB,A10=24GiB"}, Dir: s.Dir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := restarted.Devices(ctx); r[2].UUID != devs[2].UUID {
+		t.Fatalf("UUID changed across restart: %s vs %s", r[2].UUID, devs[2].UUID)
+	}
+	_, err = NewSimulated(SimConfig{Dir: t.TempDir()})
+	if !errors.Is(err, ErrUnknownDevice) {
+		t.Fatalf("attaching to an empty directory: %v, want ErrUnknownDevice", err)
+	}
+	if _, err := NewSimulated(SimConfig{GPUs: []string{"H100=lots"}, Dir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "H100=lots") {
+		t.Fatalf("bad GPU entry: %v", err)
+	}
+}
+
+func TestSimulatedUsage(t *testing.T) {
+	ctx := context.Background()
+	s := newSim(t, "H100=80GiB")
+	uuid := s.devices[0].UUID
+	pid := os.Getpid()
+	steps := []struct {
+		name     string
+		do       func() error
+		wantProc []Process
+		wantUtil int
+	}{
+		{"empty", func() error { return nil }, []Process{}, 0},
+		{"set", func() error { return s.SetUsage(uuid, pid, 2*size.GiB) }, []Process{{pid, 2 * size.GiB}}, 0},
+		{"busy", func() error { return s.SetProcess(uuid, pid, 3*size.GiB, true) }, []Process{{pid, 3 * size.GiB}}, 100},
+		{"cleared", func() error { return s.ClearProcess(uuid, pid) }, []Process{}, 0},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		procs, err := s.Processes(ctx, uuid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(procs) != len(st.wantProc) || (len(procs) == 1 && procs[0] != st.wantProc[0]) {
+			t.Fatalf("%s: Processes = %+v, want %+v", st.name, procs, st.wantProc)
+		}
+		var sum size.Bytes
+		for _, p := range st.wantProc {
+			sum += p.UsedBytes
+		}
+		if used, _ := s.MemoryUsed(ctx, uuid); used != sum+SimDriverReserve {
+			t.Fatalf("%s: MemoryUsed = %s, want %s", st.name, used, sum+SimDriverReserve)
+		}
+		if u, _ := s.Utilization(ctx, uuid); u != st.wantUtil {
+			t.Fatalf("%s: Utilization = %d, want %d", st.name, u, st.wantUtil)
+		}
+	}
+}
+
+func TestSimulatedUnknownGPU(t *testing.T) {
+	ctx := context.Background()
+	s := newSim(t, "H100=80GiB")
+	calls := map[string]func() error{
+		"MemoryUsed":  func() error { _, err := s.MemoryUsed(ctx, "GPU-nope"); return err },
+		"Processes":   func() error { _, err := s.Processes(ctx, "GPU-nope"); return err },
+		"Utilization": func() error { _, err := s.Utilization(ctx, "GPU-nope"); return err },
+		"SetUsage":    func() error { return s.SetUsage("GPU-nope", os.Getpid(), size.GiB) },
+		"SetHealth":   func() error { return s.SetHealth("GPU-nope", false, "x") },
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, ErrUnknownDevice) || !strings.Contains(err.Error(), "GPU-nope") {
+			t.Errorf("%s: %v, want ErrUnknownDevice naming GPU-nope", name, err)
+		}
+	}
+}
+
+// TestSimulatedDeadProcesses: a SIGKILLed child (a zombie until reaped), a reaped one and a
+// recycled PID all stop counting, and their entries are removed.
+func TestSimulatedDeadProcesses(t *testing.T) {
+	ctx := context.Background()
+	s := newSim(t, "H100=80GiB")
+	uuid := s.devices[0].UUID
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	child := cmd.Process.Pid
+	if err := s.SetUsage(uuid, child, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if procs, _ := s.Processes(ctx, uuid); len(procs) != 1 || procs[0].PID != child {
+		t.Fatalf("before kill: %+v", procs)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped yet: the child is a zombie (or briefly still dying), and must drop out.
+	waitFor(t, func() bool { p, _ := s.Processes(ctx, uuid); return len(p) == 0 })
+	if _, err := os.Stat(s.procPath(uuid, child)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("entry of the killed process was not removed: %v", err)
+	}
+	cmd.Wait()
+	if err := s.SetUsage(uuid, child, size.GiB); err == nil {
+		t.Fatalf("SetUsage for a dead process succeeded")
+	}
+	// A recycled PID: the entry's start time is not the live process's start time.
+	self := os.Getpid()
+	if err := os.WriteFile(s.procPath(uuid, self), []byte("1073741824 0 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if procs, _ := s.Processes(ctx, uuid); len(procs) != 0 {
+		t.Fatalf("entry with a stale start time counted: %+v", procs)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for range 500 {
+		if cond() {
+			return
+		}
+		sleepTick()
+	}
+	t.Fatalf("condition not met within 5s")
+}
+
+func TestSimulatedHealth(t *testing.T) {
+	ctx := context.Background()
+	s := newSim(t, "2xH100=80GiB")
+	other, err := NewSimulated(SimConfig{Dir: s.Dir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := s.devices[1].UUID
+	if err := s.SetHealth(uuid, false, "ECC errors"); err != nil {
+		t.Fatal(err)
+	}
+	devs, _ := other.Devices(ctx)
+	if devs[0].Healthy != true || devs[1].Healthy || devs[1].HealthReason != "ECC errors" {
+		t.Fatalf("after SetHealth(false): %+v", devs)
+	}
+	if err := s.SetHealth(uuid, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if devs, _ = other.Devices(ctx); !devs[1].Healthy || devs[1].HealthReason != "" {
+		t.Fatalf("after SetHealth(true): %+v", devs[1])
+	}
+}
+
+func TestSimulatedConcurrent(t *testing.T) {
+	ctx := context.Background()
+	s := newSim(t, "H100=80GiB")
+	uuid := s.devices[0].UUID
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				var err error
+				switch (g + i) % 3 {
+				case 0:
+					err = s.SetProcess(uuid, os.Getpid(), size.Bytes(i)*size.MiB, i%2 == 0)
+				case 1:
+					var procs []Process
+					procs, err = s.Processes(ctx, uuid)
+					if err == nil && len(procs) > 1 {
+						err = errors.New("more than one process listed: " + strconv.Itoa(len(procs)))
+					}
+				default:
+					_, err = s.MemoryUsed(ctx, uuid)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+func BenchmarkSimProcesses(b *testing.B) {
+	ctx := context.Background()
+	s := newSim(b, "H100=80GiB")
+	uuid := s.devices[0].UUID
+	for range 8 {
+		cmd := exec.Command("sleep", "600")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		if err := s.SetUsage(uuid, cmd.Process.Pid, 2*size.GiB); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		procs, err := s.Processes(ctx, uuid)
+		if err != nil || len(procs) != 8 {
+			b.Fatalf("Processes = %d, %v", len(procs), err)
+		}
+	}
+}

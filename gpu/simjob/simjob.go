@@ -1,0 +1,411 @@
+package simjob
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Exit codes.
+const (
+	ExitOK    = 0
+	ExitFail  = 1
+	ExitUsage = 2
+	ExitINT   = 130
+	ExitTERM  = 143
+)
+
+// tick is the reporting period: about 50 reports a second.
+const tick = 20 * time.Millisecond
+
+// heartbeat rewrites an unchanged report now and then, so an entry removed by someone else
+// (a test's ClearProcess) comes back.
+const heartbeat = time.Second
+
+type sizeFlag struct{ b *size.Bytes }
+
+func (f sizeFlag) String() string {
+	if f.b == nil {
+		return ""
+	}
+	return f.b.String()
+}
+
+func (f sizeFlag) Set(s string) error {
+	v, err := size.Parse(s)
+	if err != nil {
+		return err
+	}
+	*f.b = v
+	return nil
+}
+
+type config struct {
+	dir, gpu, result      string
+	ctxBytes, peak        size.Bytes
+	leakTo, leakRate      size.Bytes
+	ramp, hold, failAfter time.Duration
+	seed                  int64
+	procs                 int
+	child                 bool
+}
+
+func parse(args []string, stderr io.Writer) (*config, error) {
+	c := &config{ctxBytes: 500 * size.MiB, leakRate: size.GiB}
+	fs := flag.NewFlagSet("simjob", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.dir, "dir", os.Getenv(gpu.EnvSimDir), "simulated GPU state directory (default $"+gpu.EnvSimDir+")")
+	fs.StringVar(&c.gpu, "gpu", os.Getenv("CUDA_VISIBLE_DEVICES"), "UUID of the one simulated GPU to use (default $CUDA_VISIBLE_DEVICES)")
+	fs.Var(sizeFlag{&c.ctxBytes}, "context", "memory of the simulated CUDA context, taken at start (default 500MiB)")
+	fs.Var(sizeFlag{&c.peak}, "peak", "the process's peak memory including the context, as NVML would report it")
+	fs.DurationVar(&c.ramp, "ramp", 0, "time to grow linearly from the context to --peak")
+	fs.DurationVar(&c.hold, "hold", 0, "time to stay at --peak")
+	fs.Var(sizeFlag{&c.leakTo}, "leak-to", "after --hold keep growing toward this size (a leaking job), then finish")
+	fs.Var(sizeFlag{&c.leakRate}, "leak-rate", "growth per second while leaking (default 1GiB)")
+	fs.StringVar(&c.result, "result", "", "write a deterministic JSON result computed from --seed to this file")
+	fs.Int64Var(&c.seed, "seed", 1, "seed of the result")
+	fs.IntVar(&c.procs, "procs", 1, "processes in the job: N-1 extra child processes hold memory too")
+	fs.DurationVar(&c.failAfter, "fail-after", 0, "crash (exit 1) after this long")
+	fs.BoolVar(&c.child, "child", false, "internal: this is an extra process of a --procs job")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case c.dir == "":
+		return nil, fmt.Errorf("no --dir and $%s is not set: where is the simulated GPU?", gpu.EnvSimDir)
+	case c.gpu == "":
+		return nil, errors.New("no --gpu and $CUDA_VISIBLE_DEVICES is not set")
+	case strings.Contains(c.gpu, ","):
+		return nil, fmt.Errorf("--gpu %q: a simulated job uses exactly one GPU UUID", c.gpu)
+	case c.procs < 1 || c.procs > 64:
+		return nil, fmt.Errorf("--procs %d: want 1 to 64", c.procs)
+	case c.ramp < 0 || c.hold < 0 || c.failAfter < 0:
+		return nil, errors.New("--ramp, --hold and --fail-after must not be negative")
+	}
+	if c.peak < c.ctxBytes {
+		c.peak = c.ctxBytes
+	}
+	if c.leakTo != 0 && c.leakTo <= c.peak {
+		return nil, fmt.Errorf("--leak-to %s must be above the peak %s", c.leakTo, c.peak)
+	}
+	if c.leakTo != 0 && c.leakRate == 0 {
+		return nil, errors.New("--leak-rate must be above 0 with --leak-to")
+	}
+	return c, nil
+}
+
+// target is the memory the job wants elapsed after its start, and whether it has finished.
+func (c *config) target(elapsed time.Duration) (size.Bytes, bool) {
+	if elapsed < c.ramp {
+		grow := float64(c.peak-c.ctxBytes) * float64(elapsed) / float64(c.ramp)
+		return c.ctxBytes + size.Bytes(grow), false
+	}
+	leakStart := c.ramp + c.hold
+	if elapsed < leakStart {
+		return c.peak, false
+	}
+	if c.leakTo == 0 {
+		return c.peak, true
+	}
+	grown := c.peak + size.Bytes(float64(c.leakRate)*(elapsed-leakStart).Seconds())
+	if grown >= c.leakTo {
+		return c.leakTo, true
+	}
+	return grown, false
+}
+
+// Main runs a simulated job with command-line args and returns its exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	c, err := parse(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "simjob: %v\n", err)
+		return ExitUsage
+	}
+	j, code := newJob(c, stdout, stderr)
+	if j == nil {
+		return code
+	}
+	j.args = args
+	return j.run()
+}
+
+type job struct {
+	c              *config
+	sim            *gpu.Simulated
+	total          size.Bytes
+	limit          size.Bytes
+	limited        bool
+	pid            int
+	used           size.Bytes
+	stdout, stderr io.Writer
+	args           []string // as given to Main, to re-run this job as a child
+	children       []*exec.Cmd
+	pending        int // children not yet collected from childDone
+	childDone      chan childExit
+}
+
+type childExit struct {
+	pid int
+	err error
+}
+
+func newJob(c *config, stdout, stderr io.Writer) (*job, int) {
+	fail := func(format string, a ...any) (*job, int) {
+		fmt.Fprintf(stderr, "simjob: "+format+"\n", a...)
+		return nil, ExitUsage
+	}
+	if _, err := os.Stat(c.dir); err != nil {
+		return fail("simulated GPU directory %q: %v", c.dir, err)
+	}
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: c.dir})
+	if err != nil {
+		return fail("%v", err)
+	}
+	devs, err := sim.Devices(context.Background())
+	if err != nil {
+		return fail("%v", err)
+	}
+	j := &job{c: c, sim: sim, pid: os.Getpid(), stdout: stdout, stderr: stderr, childDone: make(chan childExit, c.procs)}
+	var known []string
+	for _, d := range devs {
+		known = append(known, d.UUID)
+		if d.UUID == c.gpu {
+			j.total = d.MemoryBytes
+		}
+	}
+	if j.total == 0 {
+		return fail("GPU %q is not a simulated GPU in %s (it has: %s)", c.gpu, c.dir, strings.Join(known, ", "))
+	}
+	j.limit, j.limited, err = ParseMPSLimit(os.Getenv(EnvMPSLimit), c.gpu)
+	if err != nil {
+		return fail("%v", err)
+	}
+	return j, ExitOK
+}
+
+func (j *job) run() int {
+	c := j.c
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	defer j.sim.ClearProcess(c.gpu, j.pid)
+
+	if !c.child {
+		capInfo := "none"
+		if v := os.Getenv(EnvCapBytes); v != "" {
+			capInfo = v + " bytes (informational: a simulated job never limits itself)"
+		}
+		mps := "none"
+		if j.limited {
+			mps = j.limit.String()
+		}
+		fmt.Fprintf(j.stdout, "simjob: pid %d on simulated GPU %s: context %s, peak %s, procs %d, cap %s, MPS limit %s\n",
+			j.pid, c.gpu, c.ctxBytes, c.peak, c.procs, capInfo, mps)
+	}
+	start := time.Now()
+	if code := j.allocate(c.ctxBytes, true); code != ExitOK {
+		return code
+	}
+	if code := j.spawnChildren(); code != ExitOK {
+		j.stopChildren(syscall.SIGTERM)
+		return code
+	}
+	var crash <-chan time.Time
+	if c.failAfter > 0 {
+		t := time.NewTimer(c.failAfter)
+		defer t.Stop()
+		crash = t.C
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	lastWrite := time.Now()
+	for {
+		select {
+		case s := <-sigs:
+			j.stopChildren(s)
+			if s == syscall.SIGINT {
+				return ExitINT
+			}
+			return ExitTERM
+		case <-crash:
+			fmt.Fprintf(j.stderr, "simjob: pid %d: simulated crash after %s\n", j.pid, c.failAfter)
+			j.stopChildren(syscall.SIGKILL)
+			return ExitFail
+		case ce := <-j.childDone:
+			j.pending--
+			if ce.err != nil {
+				fmt.Fprintf(j.stderr, "simjob: pid %d: child process %d failed: %v\n", j.pid, ce.pid, ce.err)
+				j.stopChildren(syscall.SIGTERM)
+				return ExitFail
+			}
+			// A clean child exit before this process finishes is fine: they share a profile.
+		case <-ticker.C:
+			want, done := c.target(time.Since(start))
+			if want != j.used || time.Since(lastWrite) >= heartbeat {
+				if code := j.allocate(want, !done); code != ExitOK {
+					j.stopChildren(syscall.SIGTERM)
+					return code
+				}
+				lastWrite = time.Now()
+			}
+			if done {
+				return j.finish()
+			}
+		}
+	}
+}
+
+// allocate moves the job's usage to want, failing like CUDA when growth passes a limit.
+func (j *job) allocate(want size.Bytes, busy bool) int {
+	if want > j.used {
+		if j.limited && want > j.limit {
+			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; process %d would hold %s (MPS pinned limit %s)\n",
+				want-j.used, j.pid, want, j.limit)
+			return ExitFail
+		}
+		inUse, err := j.sim.MemoryUsed(context.Background(), j.c.gpu)
+		if err != nil {
+			fmt.Fprintf(j.stderr, "simjob: %v\n", err)
+			return ExitFail
+		}
+		// inUse already counts this process's current report.
+		if free := j.total - min(j.total, inUse); want-j.used > free {
+			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s (GPU has a total capacity of %s of which %s is free)\n",
+				want-j.used, j.total, free)
+			return ExitFail
+		}
+	}
+	if err := j.sim.SetProcess(j.c.gpu, j.pid, want, busy); err != nil {
+		fmt.Fprintf(j.stderr, "simjob: reporting usage: %v\n", err)
+		return ExitFail
+	}
+	j.used = want
+	return ExitOK
+}
+
+func (j *job) spawnChildren() int {
+	if j.c.procs <= 1 || j.c.child {
+		return ExitOK
+	}
+	exe, prefix, err := selfArgs(j.args)
+	if err != nil {
+		fmt.Fprintf(j.stderr, "simjob: %v\n", err)
+		return ExitUsage
+	}
+	for range j.c.procs - 1 {
+		args := append(slices.Clone(prefix), j.childArgs()...)
+		cmd := exec.Command(exe, args...)
+		cmd.Stdout, cmd.Stderr = j.stdout, j.stderr
+		cmd.SysProcAttr = childAttr()
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintf(j.stderr, "simjob: starting a child process: %v\n", err)
+			return ExitFail
+		}
+		j.children = append(j.children, cmd)
+		j.pending++
+		go func() { j.childDone <- childExit{pid: cmd.Process.Pid, err: cmd.Wait()} }()
+	}
+	return ExitOK
+}
+
+func (j *job) childArgs() []string {
+	c := j.c
+	return []string{
+		"--dir", c.dir, "--gpu", c.gpu, "--context", fmt.Sprint(uint64(c.ctxBytes)),
+		"--peak", fmt.Sprint(uint64(c.peak)), "--ramp", c.ramp.String(), "--hold", c.hold.String(),
+		"--leak-to", fmt.Sprint(uint64(c.leakTo)), "--leak-rate", fmt.Sprint(uint64(c.leakRate)),
+		"--procs", "1", "--child",
+	}
+}
+
+// stopChildren signals the extra processes and waits for them.
+func (j *job) stopChildren(s os.Signal) {
+	for _, cmd := range j.children {
+		_ = cmd.Process.Signal(s) // fails harmlessly for children already gone
+	}
+	for ; j.pending > 0; j.pending-- {
+		<-j.childDone
+	}
+}
+
+func (j *job) finish() int {
+	for j.pending > 0 {
+		ce := <-j.childDone
+		j.pending--
+		if ce.err != nil {
+			fmt.Fprintf(j.stderr, "simjob: pid %d: child process %d failed: %v\n", j.pid, ce.pid, ce.err)
+			j.stopChildren(syscall.SIGTERM)
+			return ExitFail
+		}
+	}
+	if j.c.result != "" {
+		if err := writeResult(j.c.result, j.c.seed); err != nil {
+			fmt.Fprintf(j.stderr, "simjob: writing the result: %v\n", err)
+			return ExitFail
+		}
+	}
+	if !j.c.child {
+		fmt.Fprintf(j.stdout, "simjob: pid %d done: peak %s\n", j.pid, j.used)
+	}
+	return ExitOK
+}
+
+// Result is what --result writes: the same seed always gives the same values.
+type Result struct {
+	Seed   int64     `json:"seed"`
+	Values []float64 `json:"values"`
+	Sum    float64   `json:"sum"`
+}
+
+// ResultFor computes the result of a job run with seed.
+func ResultFor(seed int64) Result {
+	r := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	res := Result{Seed: seed, Values: make([]float64, 8)}
+	for i := range res.Values {
+		res.Values[i] = r.Float64()
+		res.Sum += res.Values[i]
+	}
+	return res
+}
+
+func writeResult(path string, seed int64) error {
+	data, err := json.MarshalIndent(ResultFor(seed), "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

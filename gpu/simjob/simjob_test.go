@@ -1,0 +1,324 @@
+package simjob_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestMain(m *testing.M) {
+	simjob.RunIfChild()
+	os.Exit(m.Run())
+}
+
+func newSim(t *testing.T) (*gpu.Simulated, string) {
+	t.Helper()
+	s, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB"}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := s.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, devs[0].UUID
+}
+
+type run struct {
+	cmd            *exec.Cmd
+	stdout, stderr bytes.Buffer
+}
+
+func start(t *testing.T, env []string, args ...string) *run {
+	t.Helper()
+	cmd, err := simjob.Command(context.Background(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run{cmd: cmd}
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stdout, cmd.Stderr = &r.stdout, &r.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return r
+}
+
+func (r *run) wait(t *testing.T) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- r.cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		r.cmd.Process.Kill()
+		<-done
+		t.Fatalf("job did not finish; stderr: %s", r.stderr.String())
+	}
+	return r.cmd.ProcessState.ExitCode()
+}
+
+// eventually polls cond for up to 10s (a loaded CI machine starts processes slowly).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func procs(t *testing.T, s *gpu.Simulated, uuid string) []gpu.Process {
+	t.Helper()
+	p, err := s.Processes(context.Background(), uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRampHoldResult(t *testing.T) {
+	s, uuid := newSim(t)
+	result := filepath.Join(t.TempDir(), "result.json")
+	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--context", "500MiB", "--peak", "4GiB",
+		"--ramp", "1s", "--hold", "300ms", "--result", result, "--seed", "42")
+	pid := r.cmd.Process.Pid
+	// During the ramp the job is seen below its peak; at the hold, exactly at it and busy.
+	var seenBelow bool
+	eventually(t, "the job to reach its peak", func() bool {
+		for _, p := range procs(t, s, uuid) {
+			if p.PID == pid && p.UsedBytes < 4*size.GiB && p.UsedBytes >= 500*size.MiB {
+				seenBelow = true
+			}
+			if p.PID == pid && p.UsedBytes == 4*size.GiB {
+				return true
+			}
+		}
+		return false
+	})
+	if !seenBelow {
+		t.Errorf("the job jumped to its peak: no reading between the context and the peak during a 1s ramp")
+	}
+	if u, _ := s.Utilization(context.Background(), uuid); u != 100 {
+		t.Errorf("Utilization while holding = %d, want 100", u)
+	}
+	if used, _ := s.MemoryUsed(context.Background(), uuid); used != 4*size.GiB+gpu.SimDriverReserve {
+		t.Errorf("MemoryUsed = %s, want 4GiB + reserve", used)
+	}
+	if code := r.wait(t); code != simjob.ExitOK {
+		t.Fatalf("exit %d, stderr: %s", code, r.stderr.String())
+	}
+	if p := procs(t, s, uuid); len(p) != 0 {
+		t.Fatalf("after exit: %+v", p)
+	}
+	data, err := os.ReadFile(result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got simjob.Result
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := simjob.ResultFor(42)
+	if got.Seed != 42 || len(got.Values) != 8 || got.Sum != want.Sum || got.Values[3] != want.Values[3] {
+		t.Fatalf("result %+v, want %+v", got, want)
+	}
+	if other := simjob.ResultFor(43); other.Sum == want.Sum {
+		t.Fatalf("seeds 42 and 43 give the same result")
+	}
+	if !strings.Contains(r.stdout.String(), "done: peak 4GiB") {
+		t.Errorf("stdout: %q", r.stdout.String())
+	}
+}
+
+func TestKill(t *testing.T) {
+	s, uuid := newSim(t)
+	tests := []struct {
+		sig      syscall.Signal
+		wantCode int // -1: killed by the signal
+	}{
+		{syscall.SIGKILL, -1},
+		{syscall.SIGTERM, simjob.ExitTERM},
+		{syscall.SIGINT, simjob.ExitINT},
+	}
+	for _, tc := range tests {
+		t.Run(tc.sig.String(), func(t *testing.T) {
+			r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "2GiB", "--hold", "1m")
+			pid := r.cmd.Process.Pid
+			eventually(t, "the job to appear", func() bool {
+				p := procs(t, s, uuid)
+				return len(p) == 1 && p[0].PID == pid
+			})
+			if err := r.cmd.Process.Signal(tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			// Not reaped yet: after SIGKILL only the backend's dead-process check frees the memory.
+			eventually(t, "the job to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 0 })
+			if code := r.wait(t); code != tc.wantCode {
+				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.wantCode, r.stderr.String())
+			}
+		})
+	}
+}
+
+func TestOutOfMemory(t *testing.T) {
+	s, uuid := newSim(t)
+	tests := []struct {
+		name    string
+		env     []string
+		peak    string
+		wantErr string
+	}{
+		{"mps limit by uuid", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + uuid + "=2048M"}, "3GiB", "MPS pinned limit 2GiB"},
+		{"mps limit by index", []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G"}, "3GiB", "MPS pinned limit 1GiB"},
+		{"gpu full", nil, "81GiB", "total capacity of 80GiB"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := start(t, tc.env, "--dir", s.Dir(), "--gpu", uuid, "--peak", tc.peak, "--ramp", "200ms", "--hold", "10s")
+			if code := r.wait(t); code != simjob.ExitFail {
+				t.Fatalf("exit %d, want 1; stderr: %s", code, r.stderr.String())
+			}
+			if msg := r.stderr.String(); !strings.Contains(msg, "CUDA out of memory") || !strings.Contains(msg, tc.wantErr) {
+				t.Fatalf("stderr %q lacks the OOM message with %q", msg, tc.wantErr)
+			}
+			if p := procs(t, s, uuid); len(p) != 0 {
+				t.Fatalf("entries left after OOM: %+v", p)
+			}
+		})
+	}
+}
+
+// TestCapIsInformational: a job over GPUFRAC_CAP_BYTES keeps going (the watchdog's job).
+func TestCapIsInformational(t *testing.T) {
+	s, uuid := newSim(t)
+	r := start(t, []string{"GPUFRAC_CAP_BYTES=1073741824"}, "--dir", s.Dir(), "--gpu", uuid, "--peak", "2GiB", "--hold", "100ms")
+	if code := r.wait(t); code != simjob.ExitOK {
+		t.Fatalf("exit %d; stderr: %s", code, r.stderr.String())
+	}
+	if !strings.Contains(r.stdout.String(), "1073741824 bytes (informational") {
+		t.Fatalf("stdout %q does not report the cap", r.stdout.String())
+	}
+}
+
+func TestLeakAndFail(t *testing.T) {
+	s, uuid := newSim(t)
+	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--leak-to", "3GiB", "--leak-rate", "20GiB")
+	if code := r.wait(t); code != simjob.ExitOK {
+		t.Fatalf("leaker exit %d; stderr: %s", code, r.stderr.String())
+	}
+	if !strings.Contains(r.stdout.String(), "done: peak 3GiB") {
+		t.Fatalf("leaker stdout %q: want a 3GiB peak", r.stdout.String())
+	}
+	r = start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "1m", "--fail-after", "100ms")
+	if code := r.wait(t); code != simjob.ExitFail || !strings.Contains(r.stderr.String(), "simulated crash") {
+		t.Fatalf("crash exit %d; stderr: %s", code, r.stderr.String())
+	}
+}
+
+func TestProcs(t *testing.T) {
+	s, uuid := newSim(t)
+	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "1m", "--procs", "2")
+	eventually(t, "two processes", func() bool {
+		p := procs(t, s, uuid)
+		return len(p) == 2 && p[0].UsedBytes == size.GiB && p[1].UsedBytes == size.GiB
+	})
+	pids := procs(t, s, uuid)
+	if pids[0].PID != r.cmd.Process.Pid && pids[1].PID != r.cmd.Process.Pid {
+		t.Fatalf("the job's own PID %d is not among %+v", r.cmd.Process.Pid, pids)
+	}
+	r.cmd.Process.Signal(syscall.SIGTERM)
+	if code := r.wait(t); code != simjob.ExitTERM {
+		t.Fatalf("exit %d; stderr: %s", code, r.stderr.String())
+	}
+	if p := procs(t, s, uuid); len(p) != 0 {
+		t.Fatalf("entries left after SIGTERM: %+v", p)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	s, uuid := newSim(t)
+	tests := []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{"unknown gpu", []string{"--dir", s.Dir(), "--gpu", "GPU-nope"}, `"GPU-nope" is not a simulated GPU`},
+		{"two gpus", []string{"--dir", s.Dir(), "--gpu", uuid + "," + uuid}, "exactly one GPU"},
+		{"no dir", []string{"--dir", "", "--gpu", uuid}, "no --dir"},
+		{"missing dir", []string{"--dir", filepath.Join(s.Dir(), "nope"), "--gpu", uuid}, "nope"},
+		{"bad size", []string{"--dir", s.Dir(), "--gpu", uuid, "--peak", "lots"}, `"lots"`},
+		{"leak below peak", []string{"--dir", s.Dir(), "--gpu", uuid, "--peak", "2GiB", "--leak-to", "1GiB"}, "--leak-to 1GiB"},
+		{"bad procs", []string{"--dir", s.Dir(), "--gpu", uuid, "--procs", "0"}, "--procs 0"},
+		{"extra arg", []string{"--dir", s.Dir(), "--gpu", uuid, "oops"}, `"oops"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := simjob.Main(tc.args, &stdout, &stderr); code != simjob.ExitUsage {
+				t.Fatalf("exit %d, want %d; stderr %q", code, simjob.ExitUsage, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.wantErr) {
+				t.Fatalf("stderr %q lacks %q", stderr.String(), tc.wantErr)
+			}
+		})
+	}
+	t.Run("bad mps limit", func(t *testing.T) {
+		r := start(t, []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4X"}, "--dir", s.Dir(), "--gpu", uuid)
+		if code := r.wait(t); code != simjob.ExitUsage || !strings.Contains(r.stderr.String(), `"0=4X"`) {
+			t.Fatalf("exit %d, stderr %q", code, r.stderr.String())
+		}
+	})
+}
+
+func TestParseMPSLimit(t *testing.T) {
+	const u = "GPU-51m00000-aaaa-bbbb-cccc-dddddddddddd"
+	tests := []struct {
+		in     string
+		want   size.Bytes
+		wantOK bool
+		bad    bool
+	}{
+		{"", 0, false, false},
+		{"0=4G", 4 * size.GiB, true, false},
+		{u + "=2048M", 2 * size.GiB, true, false},
+		{"GPU-other=1G", 0, false, false},
+		{"GPU-other=1G," + u + "=3G", 3 * size.GiB, true, false},
+		{"0=4", 0, false, true},
+		{"0=xG", 0, false, true},
+		{"4G", 0, false, true},
+		{"0=4X", 0, false, true},
+	}
+	for _, tc := range tests {
+		got, ok, err := simjob.ParseMPSLimit(tc.in, u)
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), tc.in) {
+				t.Errorf("ParseMPSLimit(%q) error %v, want one naming the entry", tc.in, err)
+			}
+			continue
+		}
+		if err != nil || ok != tc.wantOK || got != tc.want {
+			t.Errorf("ParseMPSLimit(%q) = %s, %v, %v; want %s, %v", tc.in, got, ok, err, tc.want, tc.wantOK)
+		}
+	}
+}

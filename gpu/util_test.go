@@ -1,0 +1,5 @@
+package gpu
+
+import "time"
+
+func sleepTick() { time.Sleep(10 * time.Millisecond) }
