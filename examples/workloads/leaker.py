@@ -1,0 +1,71 @@
+"""leaker: the misbehaving job. For its first seconds it looks like a small, well-behaved job (a
+small MLP trained for a fixed number of paced steps, a few hundred MiB), which is what a probe
+sees. Then it allocates a new GPU tensor every interval and keeps all of them, far past any sane
+cap, up to a total (default 100 GiB).
+
+It has no limit of its own: it ignores GPUFRAC_MEMORY_FRACTION and GPUFRAC_CAP_BYTES, sets no
+allocator fraction and catches no out-of-memory error, so only the enforcer can stop it (under
+MPS the allocation that crosses the cap raises inside this process and it exits non-zero; in
+isolated mode the watchdog has to stop it). Given a whole GPU it reaches its total, holds it for a
+moment and exits 0 with an "exact" result (the probe losses' digest and the GiB it held), so its
+exclusive run is a clean, comparable result like any other job's.
+
+usage: python3 leaker.py RESULT.json [--seed N]
+knobs: GPUFRAC_LEAKER_PROBE_STEPS (30), GPUFRAC_LEAKER_STEP_MS (100): the small phase;
+       GPUFRAC_LEAK_CHUNK_MIB (2048), GPUFRAC_LEAK_INTERVAL_MS (100), GPUFRAC_LEAK_TOTAL_GIB (100).
+"""
+
+import time
+
+import common
+
+
+def main():
+    job = common.Job("leaker", "exact", __doc__)
+    probe_steps = common.env_int("GPUFRAC_LEAKER_PROBE_STEPS", 30)
+    step_s = common.env_int("GPUFRAC_LEAKER_STEP_MS", 100) / 1000
+    chunk_mib = common.env_int("GPUFRAC_LEAK_CHUNK_MIB", 2048)
+    interval_s = common.env_int("GPUFRAC_LEAK_INTERVAL_MS", 100) / 1000
+    total_gib = common.env_int("GPUFRAC_LEAK_TOTAL_GIB", 100)
+    torch = job.setup_torch()
+    job.mark("imports")
+
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
+                                torch.nn.Linear(4096, 1024)).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(256, 1024, device="cuda")
+    y = torch.randn(256, 1024, device="cuda")
+    job.mark("load")
+
+    losses = []
+    for _ in range(probe_steps):
+        t = time.perf_counter()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+        torch.cuda.synchronize()
+        time.sleep(max(0.0, step_s - (time.perf_counter() - t)))
+    job.mark("small-phase")
+    print(f"[leaker] small phase done, now allocating {chunk_mib} MiB every "
+          f"{interval_s * 1000:.0f} ms up to {total_gib} GiB", flush=True)
+
+    held = []
+    chunk = chunk_mib * 2**20
+    while len(held) * chunk < total_gib * 2**30:
+        t = time.perf_counter()
+        held.append(torch.ones(chunk, dtype=torch.uint8, device="cuda"))
+        torch.cuda.synchronize()
+        gib = len(held) * chunk / 2**30
+        print(f"[leaker] holding {gib:.1f} GiB", flush=True)
+        time.sleep(max(0.0, interval_s - (time.perf_counter() - t)))
+    time.sleep(0.5)
+    job.mark("leak")
+    digest = common.digest_rows(torch.stack(losses).view(1, -1))[0]
+    job.finish([digest, round(len(held) * chunk / 2**30, 3)],
+               {"probe_steps": probe_steps, "chunk_mib": chunk_mib, "total_gib": total_gib})
+
+
+if __name__ == "__main__":
+    main()
