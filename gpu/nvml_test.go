@@ -1,0 +1,84 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+)
+
+// gpuTests is set on the GPU machine, where NVML must work; elsewhere NVML must fail cleanly.
+var gpuTests = os.Getenv("GPUFRAC_GPU_TESTS") == "1"
+
+func TestNewNVML(t *testing.T) {
+	b, err := NewNVML(nil)
+	if !gpuTests {
+		if err == nil {
+			b.Close()
+			t.Skip("NVML works on this machine: set GPUFRAC_GPU_TESTS=1 to run the GPU variant")
+		}
+		if !errors.Is(err, ErrNoNVML) {
+			t.Fatalf("NewNVML without a GPU: %v, want an error wrapping ErrNoNVML", err)
+		}
+		t.Logf("as expected without a GPU: %v", err)
+		return
+	}
+	if err != nil {
+		t.Fatalf("NewNVML on the GPU machine: %v", err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if b.Kind() != KindNVML || b.DriverVersion() == "" {
+		t.Fatalf("Kind/DriverVersion = %q/%q", b.Kind(), b.DriverVersion())
+	}
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) == 0 {
+		t.Fatalf("no GPUs listed")
+	}
+	for _, d := range devs {
+		t.Logf("GPU %d: %s %s %s bus %s healthy=%v %s", d.Index, d.UUID, d.Model, d.MemoryBytes, d.PCIBusID, d.Healthy, d.HealthReason)
+		if d.UUID == "" || d.MemoryBytes == 0 {
+			t.Fatalf("device %+v lacks a UUID or memory", d)
+		}
+		used, err := b.MemoryUsed(ctx, d.UUID)
+		if err != nil || used == 0 || used > d.MemoryBytes {
+			t.Fatalf("MemoryUsed(%s) = %s, %v", d.UUID, used, err)
+		}
+		procs, err := b.Processes(ctx, d.UUID)
+		if err != nil {
+			t.Fatalf("Processes(%s): %v", d.UUID, err)
+		}
+		util, err := b.Utilization(ctx, d.UUID)
+		if err != nil || util < 0 || util > 100 {
+			t.Fatalf("Utilization(%s) = %d, %v", d.UUID, util, err)
+		}
+		t.Logf("  used %s, %d processes, utilization %d%%", used, len(procs), util)
+	}
+	if _, err := b.MemoryUsed(ctx, "GPU-00000000-0000-0000-0000-000000000000"); !errors.Is(err, ErrUnknownDevice) {
+		t.Fatalf("MemoryUsed of an unknown UUID: %v, want ErrUnknownDevice", err)
+	}
+}
+
+func BenchmarkNVMLProcesses(b *testing.B) {
+	if !gpuTests {
+		b.Skip("GPUFRAC_GPU_TESTS=1 runs this on a GPU machine")
+	}
+	be, err := NewNVML(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer be.Close()
+	ctx := context.Background()
+	devs, err := be.Devices(ctx)
+	if err != nil || len(devs) == 0 {
+		b.Fatalf("Devices: %v", err)
+	}
+	for b.Loop() {
+		if _, err := be.Processes(ctx, devs[0].UUID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
