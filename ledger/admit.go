@@ -101,7 +101,7 @@ func (l *Ledger) admitIDs(ids []string, task Task) (Reservation, error) {
 		return Reservation{}, denied(ReasonMixedGPUs, "the IDs come from more than one GPU (%s); one request must be served by one GPU", strings.Join(gpus, " and "))
 	}
 	uuid := gpus[0]
-	gs := l.st.gpuState(uuid)
+	gs := l.st.capacity(uuid)
 	for i, id := range ids {
 		if ks[i] >= gs.Units {
 			bad = append(bad, fmt.Sprintf("%q", id))
@@ -205,6 +205,7 @@ func (l *Ledger) add(prev *state, r Reservation) (Reservation, error) {
 // there is no copy; changes made before the failure (ended reservations) then stay, which is
 // harmless because they are decisions already taken.
 func (l *Ledger) restore(prev *state) {
+	l.cache = nil
 	if prev != nil {
 		l.st = prev
 	}
@@ -272,7 +273,11 @@ func (l *Ledger) Reservation(token string) (Reservation, bool) {
 func (l *Ledger) Reservations() []Reservation {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.st.allReservations()
+	rs := l.st.allReservations()
+	for i := range rs {
+		rs[i] = cloneRes(rs[i])
+	}
+	return rs
 }
 
 // Seen records that a live process carries token now, and fills Task fields that were empty
@@ -303,6 +308,7 @@ func (l *Ledger) Seen(token string, task Task) error {
 	next.SeenAt = now
 	taskChanged := next.Task != r.Task
 	stale := now.Sub(r.SeenAt) > l.opts.Grace/4
+	l.cache = nil
 	if !taskChanged && !stale {
 		l.st.res[token] = next
 		return nil

@@ -59,6 +59,8 @@ type Ledger struct {
 	opened time.Time
 	closed bool
 	st     *state
+	// cache holds computed GPU states until the next change; nil = stale.
+	cache map[string]GPUState
 
 	subs    map[int]chan struct{}
 	nextSub int
@@ -178,6 +180,7 @@ func (l *Ledger) begin() (*state, error) {
 // commit writes the state; on failure the previous state comes back, so memory never claims
 // what the disk does not hold. notify wakes subscribers when a GPUState changed.
 func (l *Ledger) commit(prev *state, notify bool) error {
+	l.cache = nil
 	l.st.gen++
 	if !l.opts.NoPersist {
 		data, err := l.st.encode(l.opts.Now())
@@ -389,7 +392,21 @@ func (l *Ledger) State(uuid string) (GPUState, error) {
 	if _, ok := l.st.gpus[uuid]; !ok {
 		return GPUState{}, fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
 	}
-	return l.st.gpuState(uuid), nil
+	return cloneState(l.cached(uuid)), nil
+}
+
+// cached returns the GPU's state, computing it only after a change: fingerprint passes call
+// States far more often than the ledger changes.
+func (l *Ledger) cached(uuid string) GPUState {
+	if l.cache == nil {
+		l.cache = map[string]GPUState{}
+	}
+	st, ok := l.cache[uuid]
+	if !ok {
+		st = l.st.gpuState(uuid)
+		l.cache[uuid] = st
+	}
+	return st
 }
 
 // States is every GPU's capacity, in index order.
@@ -399,7 +416,7 @@ func (l *Ledger) States() []GPUState {
 	order := l.st.gpuOrder()
 	out := make([]GPUState, 0, len(order))
 	for _, u := range order {
-		out = append(out, l.st.gpuState(u))
+		out = append(out, cloneState(l.cached(u)))
 	}
 	return out
 }

@@ -104,9 +104,16 @@ func (s *state) allReservations() []Reservation {
 	return out
 }
 
-// gpuState computes one GPU's capacity. It is a pure function of the stored state, so the writer
-// and lock-free readers (ReadSnapshot) always agree.
+// gpuState computes one GPU's capacity and instances. It is a pure function of the stored state,
+// so the writer and lock-free readers (ReadSnapshot) always agree.
 func (s *state) gpuState(uuid string) GPUState {
+	st := s.capacity(uuid)
+	s.fillInstances(&st)
+	return st
+}
+
+// capacity is gpuState without Instances: all that admission by instance IDs needs.
+func (s *state) capacity(uuid string) GPUState {
 	g := s.gpus[uuid]
 	p := s.policy
 	st := GPUState{GPUInfo: g.Info}
@@ -124,10 +131,16 @@ func (s *state) gpuState(uuid string) GPUState {
 	}
 	st.MaxTasks = p.MaxTasksPerGPU
 	st.Reservations = s.reservationsOn(uuid)
-
-	held := map[int]string{}
 	for _, r := range st.Reservations {
 		st.ReservedBytes += r.CapBytes
+	}
+	return st
+}
+
+func (s *state) fillInstances(st *GPUState) {
+	uuid, unit := st.UUID, st.UnitBytes
+	held := map[int]string{}
+	for _, r := range st.Reservations {
 		for _, id := range r.InstanceIDs {
 			if _, k, err := ParseInstanceID(id); err == nil {
 				held[k] = r.Token
@@ -138,8 +151,8 @@ func (s *state) gpuState(uuid string) GPUState {
 	// it is smaller only when the budget shrank under existing reservations, and then the excess
 	// free IDs are advertised unhealthy so Nomad does not place work that admission would refuse.
 	free := 0
-	if p.UnitBytes > 0 && st.BudgetBytes > st.ReservedBytes {
-		free = int(min((st.BudgetBytes-st.ReservedBytes)/p.UnitBytes, maxUnitNumber))
+	if unit > 0 && st.BudgetBytes > st.ReservedBytes {
+		free = int(min((st.BudgetBytes-st.ReservedBytes)/unit, maxUnitNumber))
 	}
 	st.Instances = make([]Instance, 0, st.Units+len(held))
 	for k := 0; k < st.Units; k++ {
@@ -168,6 +181,15 @@ func (s *state) gpuState(uuid string) GPUState {
 			desc = st.HealthReason + "; " + descBeyondUnits
 		}
 		st.Instances = append(st.Instances, Instance{ID: InstanceID(uuid, k), Token: held[k], HealthDescription: desc})
+	}
+}
+
+// cloneState deep-copies a GPUState so that callers cannot change the ledger's cached copy.
+func cloneState(st GPUState) GPUState {
+	st.Instances = slices.Clone(st.Instances)
+	st.Reservations = slices.Clone(st.Reservations)
+	for i := range st.Reservations {
+		st.Reservations[i].InstanceIDs = slices.Clone(st.Reservations[i].InstanceIDs)
 	}
 	return st
 }
