@@ -311,3 +311,16 @@ func BenchmarkSimProcesses(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSimSetProcess is the cost of one usage report, which a simulated job makes ~50 times a
+// second.
+func BenchmarkSimSetProcess(b *testing.B) {
+	s := newSim(b, "H100=80GiB")
+	uuid := s.devices[0].UUID
+	pid := os.Getpid()
+	for i := 0; b.Loop(); i++ {
+		if err := s.SetProcess(uuid, pid, size.Bytes(i)*size.MiB, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
