@@ -1,0 +1,90 @@
+package provider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// configuredClient takes the provider's data, which is nil before the provider is configured
+// (validation runs then) and a *client after.
+func configuredClient(data any, diags *diag.Diagnostics) *client {
+	if data == nil {
+		return nil
+	}
+	c, ok := data.(*client)
+	if !ok {
+		diags.AddError("Unexpected provider data", fmt.Sprintf("expected *provider.client, got %T: this is a bug in the gpufrac provider", data))
+		return nil
+	}
+	return c
+}
+
+// isNotFound is true only for "no such variable". Permission denied is a different error and
+// must never make a resource disappear from state.
+func isNotFound(err error) bool {
+	return err != nil && errors.Is(err, policy.ErrNotFound) && !errors.Is(err, policy.ErrPermissionDenied)
+}
+
+// importByID sets name, namespace and id from "name@namespace" (or "name"); Read fills the rest.
+func importByID(ctx context.Context, c *client, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	name, ns, err := parseImportID(req.ID, c.defaultNamespace())
+	if err != nil {
+		resp.Diagnostics.AddError("Invalid import ID", err.Error())
+		return
+	}
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("name"), name)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("namespace"), ns)...)
+	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), objectID(name, ns))...)
+}
+
+// namespaceValidator checks the shape of a Nomad namespace name at plan time.
+type namespaceValidator struct{}
+
+var _ validator.String = namespaceValidator{}
+
+func (namespaceValidator) Description(context.Context) string {
+	return "value must be a Nomad namespace name: 1-128 letters, digits or '-'"
+}
+
+func (v namespaceValidator) MarkdownDescription(ctx context.Context) string {
+	return v.Description(ctx)
+}
+
+func (namespaceValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if s := req.ConfigValue.ValueString(); !nsRE.MatchString(s) {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid namespace",
+			fmt.Sprintf("namespace = %q: a Nomad namespace name is 1-128 letters, digits or '-'.", s))
+	}
+}
+
+// nameValidator checks a policy or template name at plan time, naming the bad value.
+type nameValidator struct{}
+
+var _ validator.String = nameValidator{}
+
+func (nameValidator) Description(context.Context) string {
+	return "value must be 1-64 letters, digits, '-', '_' or '~'"
+}
+
+func (v nameValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+
+func (nameValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	if s := req.ConfigValue.ValueString(); !nameRE.MatchString(s) {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+req.Path.String(),
+			fmt.Sprintf("%s = %q: must be 1-64 letters, digits, '-', '_' or '~' (it becomes the last segment of a Nomad Variable path, which allows no '.' or '@').", req.Path, s))
+	}
+}

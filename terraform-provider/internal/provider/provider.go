@@ -1,0 +1,172 @@
+// Package provider is the gpufrac Terraform/OpenTofu provider: resources and data sources for
+// the GPU-sharing policy and job templates that gpufrac's Nomad device plugin reads from Nomad
+// Variables, and a units() function.
+package provider
+
+import (
+	"context"
+	"os"
+
+	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
+	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/function"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/provider"
+	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+	"github.com/hashicorp/terraform-plugin-log/tflog"
+)
+
+// Address is the provider's registry address.
+const Address = "registry.terraform.io/hashicorp/gpufrac"
+
+var (
+	_ provider.Provider              = &gpufracProvider{}
+	_ provider.ProviderWithFunctions = &gpufracProvider{}
+)
+
+type gpufracProvider struct {
+	version string
+	// newStore builds the store from the resolved configuration; tests replace it.
+	newStore func(storeConfig) (objectStore, error)
+}
+
+// New returns a constructor of the provider, as providerserver wants.
+func New(version string) func() provider.Provider {
+	return func() provider.Provider {
+		return &gpufracProvider{version: version, newStore: newNomadStore}
+	}
+}
+
+type providerModel struct {
+	Address   types.String `tfsdk:"address"`
+	Token     types.String `tfsdk:"token"`
+	TokenFile types.String `tfsdk:"token_file"`
+	Namespace types.String `tfsdk:"namespace"`
+	Region    types.String `tfsdk:"region"`
+	CAFile    types.String `tfsdk:"ca_file"`
+}
+
+// storeConfig is the provider configuration after environment fallbacks.
+type storeConfig struct {
+	Address, Token, TokenFile, Namespace, Region, CACert string
+}
+
+func (p *gpufracProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
+	resp.TypeName = "gpufrac"
+	resp.Version = p.version
+}
+
+func (p *gpufracProvider) Schema(_ context.Context, _ provider.SchemaRequest, resp *provider.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "Declares gpufrac's GPU-sharing policy and job templates as Nomad Variables " +
+			"(under `gpufrac/`), where the gpufrac Nomad device plugin reads them. Every attribute falls back " +
+			"to the usual Nomad environment variable when it is not set.",
+		Attributes: map[string]schema.Attribute{
+			"address": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Nomad HTTP API address. Falls back to `NOMAD_ADDR`, then `http://127.0.0.1:4646`.",
+			},
+			"token": schema.StringAttribute{
+				Optional:            true,
+				Sensitive:           true,
+				MarkdownDescription: "Nomad ACL token secret ID. Falls back to `NOMAD_TOKEN`. Needs `read`, `list`, `write` and `destroy` on variables path `gpufrac/*`. Conflicts with `token_file`.",
+				Validators:          []validator.String{stringvalidator.ConflictsWith(path.MatchRoot("token_file"))},
+			},
+			"token_file": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "File holding the Nomad ACL token (surrounding white space is ignored). Conflicts with `token`.",
+			},
+			"namespace": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Default Nomad namespace for objects that set none. Falls back to `NOMAD_NAMESPACE`, then `default`.",
+			},
+			"region": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "Nomad region. Falls back to `NOMAD_REGION`.",
+			},
+			"ca_file": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "PEM file of the CA that signed Nomad's TLS certificate. Falls back to `NOMAD_CACERT`.",
+			},
+		},
+	}
+}
+
+// resolveConfig applies the environment fallbacks: configuration first, then NOMAD_* variables.
+func resolveConfig(m providerModel, getenv func(string) string) storeConfig {
+	pick := func(v types.String, env string) string {
+		if !v.IsNull() && !v.IsUnknown() && v.ValueString() != "" {
+			return v.ValueString()
+		}
+		return getenv(env)
+	}
+	c := storeConfig{
+		Address:   pick(m.Address, "NOMAD_ADDR"),
+		Namespace: pick(m.Namespace, "NOMAD_NAMESPACE"),
+		Region:    pick(m.Region, "NOMAD_REGION"),
+		CACert:    pick(m.CAFile, "NOMAD_CACERT"),
+		TokenFile: m.TokenFile.ValueString(),
+	}
+	// A token file in the configuration beats a token in the environment.
+	if c.TokenFile == "" {
+		c.Token = pick(m.Token, "NOMAD_TOKEN")
+	}
+	if c.Address == "" {
+		c.Address = "http://127.0.0.1:4646"
+	}
+	if c.Namespace == "" {
+		c.Namespace = DefaultNamespace
+	}
+	return c
+}
+
+func (p *gpufracProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
+	var m providerModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	for _, a := range []struct {
+		v    types.String
+		name string
+	}{{m.Address, "address"}, {m.Token, "token"}, {m.TokenFile, "token_file"}, {m.Namespace, "namespace"}, {m.Region, "region"}, {m.CAFile, "ca_file"}} {
+		if a.v.IsUnknown() {
+			resp.Diagnostics.AddAttributeError(path.Root(a.name), "Unknown provider configuration",
+				"The gpufrac provider's "+a.name+" depends on a value known only after apply. Set it from a "+
+					"variable or a value known at plan time, or apply the resource it depends on first (-target).")
+		}
+	}
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	cfg := resolveConfig(m, os.Getenv)
+	// The token is never logged; only whether one is set.
+	tflog.Debug(ctx, "configuring gpufrac provider", map[string]any{
+		"address": cfg.Address, "namespace": cfg.Namespace, "region": cfg.Region,
+		"token_set": cfg.Token != "", "token_file": cfg.TokenFile, "ca_file": cfg.CACert,
+	})
+	st, err := p.newStore(cfg)
+	if err != nil {
+		resp.Diagnostics.AddError("Could not configure the gpufrac provider",
+			"Could not create a Nomad client for "+cfg.Address+": "+err.Error())
+		return
+	}
+	c := &client{store: st, namespace: cfg.Namespace}
+	resp.ResourceData = c
+	resp.DataSourceData = c
+}
+
+func (p *gpufracProvider) Resources(context.Context) []func() resource.Resource {
+	return []func() resource.Resource{newPolicyResource, newTemplateResource}
+}
+
+func (p *gpufracProvider) DataSources(context.Context) []func() datasource.DataSource {
+	return []func() datasource.DataSource{newPolicyDataSource, newTemplateDataSource}
+}
+
+func (p *gpufracProvider) Functions(context.Context) []func() function.Function {
+	return []func() function.Function{newUnitsFunction}
+}

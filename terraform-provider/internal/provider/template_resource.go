@@ -1,0 +1,243 @@
+package provider
+
+import (
+	"context"
+
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/resource"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+var (
+	_ resource.Resource                   = &templateResource{}
+	_ resource.ResourceWithConfigure      = &templateResource{}
+	_ resource.ResourceWithImportState    = &templateResource{}
+	_ resource.ResourceWithValidateConfig = &templateResource{}
+	_ resource.ResourceWithModifyPlan     = &templateResource{}
+)
+
+var pathPolicy = path.Root("policy")
+
+type templateResource struct{ client *client }
+
+func newTemplateResource() resource.Resource { return &templateResource{} }
+
+func (r *templateResource) Metadata(_ context.Context, req resource.MetadataRequest, resp *resource.MetadataResponse) {
+	resp.TypeName = req.ProviderTypeName + "_template"
+}
+
+func optionalSize(desc string) schema.StringAttribute {
+	return schema.StringAttribute{
+		Optional:            true,
+		MarkdownDescription: desc + " A size such as `\"20GiB\"` or `\"7.5GB\"`; spellings of the same byte count are equal.",
+		Validators:          []validator.String{sizeValidator{}},
+		PlanModifiers:       []planmodifier.String{sameSize()},
+	}
+}
+
+func (r *templateResource) Schema(_ context.Context, _ resource.SchemaRequest, resp *resource.SchemaResponse) {
+	resp.Schema = schema.Schema{
+		MarkdownDescription: "A gpufrac job template: a kind of job with a measured peak GPU memory footprint, stored as " +
+			"the Nomad Variable `gpufrac/templates/<name>`. `units` is the number of memory units a Nomad job of this " +
+			"kind must request (`device \"nvidia/gpumem\" { count = units }`), computed from the named policy exactly as " +
+			"the device plugin computes the cap it enforces.\n\n" +
+			"The policy must exist when the template is created or changed: refer to it (`policy = gpufrac_policy.<label>.name`) " +
+			"so Terraform writes the policy first. `cap_bytes`, `cap` and `units` are computed at apply from the stored " +
+			"policy and refreshed on every plan; after a policy change they update on the next refresh. For a job's device " +
+			"count in the same apply as a policy change, read the `gpufrac_template` data source with `depends_on` on the policy, " +
+			"or call `provider::gpufrac::units()`.",
+		Attributes: map[string]schema.Attribute{
+			"id": schema.StringAttribute{
+				Computed: true, MarkdownDescription: "`<name>@<namespace>`; also the import ID.",
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown()},
+			},
+			"name": schema.StringAttribute{
+				Required:            true,
+				MarkdownDescription: "Template name: 1-64 letters, digits, `-`, `_` or `~` (no dots). Changing it replaces the template.",
+				PlanModifiers:       []planmodifier.String{stringplanmodifier.RequiresReplace()},
+			},
+			"namespace": namespaceAttr(),
+			"policy": schema.StringAttribute{
+				Optional: true, Computed: true,
+				MarkdownDescription: "Name of the gpufrac_policy (same namespace) whose margins and unit size apply. Default `\"" + policy.DefaultName + "\"`.",
+				Default:             stringdefault.StaticString(policy.DefaultName),
+			},
+			"peak":         optionalSize("Measured peak GPU memory of the whole job (all its processes), e.g. from `gpufrac probe`. Required unless `cap_override` is set."),
+			"peak_bytes":   schema.Int64Attribute{Computed: true, MarkdownDescription: "`peak` in bytes, as stored in Nomad."},
+			"cap_override": optionalSize("A cap that replaces the computed one."),
+			"cap_override_bytes": schema.Int64Attribute{
+				Computed: true, MarkdownDescription: "`cap_override` in bytes, as stored in Nomad.",
+			},
+			"description": schema.StringAttribute{Optional: true, MarkdownDescription: "Free text for people (at most 4096 characters)."},
+			"cap_bytes": schema.Int64Attribute{
+				Computed:            true,
+				MarkdownDescription: "The memory cap a task of this template gets: `cap_override`, or `peak x (1 + cap_margin_percent/100) + cap_margin` of the policy.",
+			},
+			"cap":          schema.StringAttribute{Computed: true, MarkdownDescription: "`cap_bytes` for people, rounded to two decimals (e.g. `\"24.5GiB\"`)."},
+			"units":        schema.Int64Attribute{Computed: true, MarkdownDescription: "Memory units a Nomad job of this template must request: `ceil(cap_bytes / unit_bytes)` of the policy."},
+			"modify_index": modifyIndexAttr(),
+		},
+	}
+}
+
+func (r *templateResource) Configure(_ context.Context, req resource.ConfigureRequest, resp *resource.ConfigureResponse) {
+	r.client = configuredClient(req.ProviderData, &resp.Diagnostics)
+}
+
+func (r *templateResource) ValidateConfig(ctx context.Context, req resource.ValidateConfigRequest, resp *resource.ValidateConfigResponse) {
+	var m templateModel
+	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(m.validate()...)
+}
+
+func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
+	if req.Plan.Raw.IsNull() {
+		return
+	}
+	var m templateModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if m.Namespace.IsUnknown() {
+		var cfgNS types.String
+		resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("namespace"), &cfgNS)...)
+		if cfgNS.IsNull() {
+			m.Namespace = types.StringValue(r.client.defaultNamespace())
+		}
+	}
+	if known(m.Name) && known(m.Namespace) {
+		m.ID = types.StringValue(objectID(m.Name.ValueString(), m.Namespace.ValueString()))
+	}
+	m.PeakBytes = bytesOf(m.Peak)
+	m.CapOverrideBytes = bytesOf(m.CapOverride)
+	// The cap and units depend only on these inputs and the stored policy, which the refresh
+	// before this plan has already read. When the inputs are unchanged, the refreshed values
+	// stand; otherwise they are computed at apply.
+	if !req.State.Raw.IsNull() {
+		var prior templateModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+		if prior.PeakBytes.Equal(m.PeakBytes) && prior.CapOverrideBytes.Equal(m.CapOverrideBytes) &&
+			prior.Policy.Equal(m.Policy) && prior.Namespace.Equal(m.Namespace) {
+			m.CapBytes, m.Cap, m.Units = prior.CapBytes, prior.Cap, prior.Units
+		} else {
+			m.CapBytes, m.Cap, m.Units = types.Int64Unknown(), types.StringUnknown(), types.Int64Unknown()
+		}
+	}
+	resp.Diagnostics.Append(resp.Plan.Set(ctx, &m)...)
+}
+
+func (r *templateResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
+	var m templateModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	r.write(ctx, &m, 0, "create", &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+func (r *templateResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
+	var m, prior templateModel
+	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
+	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+// write reads the named policy (so a template never points at a policy that is not there),
+// stores the template with check-and-set and fills the model.
+func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint64, op string, diags *diag.Diagnostics) {
+	t := m.toTemplate()
+	if err := t.Validate(); err != nil {
+		diags.Append(validationDiags(err)...)
+		return
+	}
+	ns := m.Namespace.ValueString()
+	p, ok := lookupPolicy(ctx, r.client, ns, t.Policy, diags)
+	if !ok {
+		return
+	}
+	idx, err := r.client.store.PutTemplate(ctx, ns, t, cas)
+	if err != nil {
+		storeError(diags, op, templateKind, ns, t.Name, err)
+		return
+	}
+	m.setFromTemplate(t, ns, idx)
+	// Values already known in the plan are kept: the plan promised them (see ModifyPlan).
+	if m.CapBytes.IsUnknown() || m.Units.IsUnknown() || m.Cap.IsUnknown() {
+		m.setCap(t, p)
+	}
+}
+
+func (r *templateResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
+	var m templateModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ns, name := m.Namespace.ValueString(), m.Name.ValueString()
+	t, idx, err := r.client.store.GetTemplate(ctx, ns, name)
+	if isNotFound(err) {
+		resp.State.RemoveResource(ctx)
+		return
+	}
+	if err != nil {
+		storeError(&resp.Diagnostics, "read", templateKind, ns, name, err)
+		return
+	}
+	m.setFromTemplate(t, ns, idx)
+	p, _, err := r.client.store.GetPolicy(ctx, ns, m.Policy.ValueString())
+	switch {
+	case err == nil:
+		m.setCap(t, p)
+	case isNotFound(err):
+		resp.Diagnostics.AddAttributeWarning(pathPolicy, "Policy not found",
+			"Template "+objectID(name, ns)+" names policy "+m.Policy.ValueString()+", which does not exist, so its cap and units "+
+				"could not be refreshed. The device plugin cannot size this template until the policy exists.")
+		if m.Units.IsNull() { // import: nothing to keep
+			m.CapBytes, m.Cap, m.Units = types.Int64Null(), types.StringNull(), types.Int64Null()
+		}
+	default:
+		storeError(&resp.Diagnostics, "read", policyKind, ns, m.Policy.ValueString(), err)
+		return
+	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+}
+
+func (r *templateResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
+	var m templateModel
+	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	ns, name := m.Namespace.ValueString(), m.Name.ValueString()
+	err := r.client.store.DeleteTemplate(ctx, ns, name)
+	if err != nil && !isNotFound(err) {
+		storeError(&resp.Diagnostics, "delete", templateKind, ns, name, err)
+	}
+}
+
+func (r *templateResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {
+	importByID(ctx, r.client, req, resp)
+}
