@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -292,4 +293,81 @@ func TestReleaseAndSeen(t *testing.T) {
 	if err := l.Seen(r.Token, Task{}); !errors.Is(err, ErrNoReservation) {
 		t.Errorf("Seen(released) = %v, want ErrNoReservation", err)
 	}
+}
+
+func TestTokens(t *testing.T) {
+	l, _ := newTest(t, Options{})
+	seen := map[string]bool{}
+	for range 200 {
+		r, err := l.ReserveIDs(ids(gpuA, 0), Task{}) // each reuse ends the previous holder
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.Token) != 32 || strings.Trim(r.Token, "0123456789abcdef") != "" {
+			t.Fatalf("token %q is not 32 lower-case hex digits", r.Token)
+		}
+		if seen[r.Token] {
+			t.Fatalf("token repeated after %d reservations", len(seen))
+		}
+		seen[r.Token] = true
+	}
+
+	for _, tc := range []struct {
+		name string
+		gen  func() (string, error)
+		want string
+	}{
+		{"generator fails", func() (string, error) { return "", errors.New("entropy exhausted") }, "entropy exhausted"},
+		{"too short", func() (string, error) { return "abc", nil }, "3-character token"},
+		{"repeats", func() (string, error) { return "0123456789abcdef0123456789abcdef", nil }, "repeated token 01234567"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := newTest(t, Options{NewToken: tc.gen})
+			if tc.name == "repeats" {
+				mustReserve(t, l, Task{}, ids(gpuA, 0)...)
+			}
+			before := l.Reservations()
+			_, err := l.ReserveBytes(gpuA, size.GiB, Task{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want one containing %q", err, tc.want)
+			}
+			if after := l.Reservations(); len(after) != len(before) {
+				t.Errorf("a failed reservation left %d reservations, want %d", len(after), len(before))
+			}
+		})
+	}
+}
+
+// A unit size change moves the budget's unit boundaries; reserved IDs keep their bytes and stay
+// advertised until their tasks end.
+func TestUnitSizeChange(t *testing.T) {
+	l, _ := newTest(t, Options{})
+	r := mustReserve(t, l, Task{JobName: "old-units"}, ids(gpuA, 8, 9)...)
+	withPolicy(t, l, func(p *policy.Policy) { p.UnitBytes = 2 * size.GiB }) // 10GiB budget = 5 units
+	s := mustState(t, l, gpuA)
+	checkInvariants(t, s, false)
+	if s.Units != 5 || s.ReservedBytes != 2*size.GiB || len(s.Instances) != 7 {
+		t.Fatalf("units %d reserved %s instances %d, want 5, 2GiB, 7", s.Units, s.ReservedBytes, len(s.Instances))
+	}
+	healthy := 0
+	for _, in := range s.Instances {
+		if in.Healthy {
+			healthy++
+		}
+	}
+	// 8GiB left in the budget = 4 placeable units of 2GiB.
+	if healthy != 4 {
+		t.Errorf("%d healthy instances, want 4", healthy)
+	}
+	got, err := l.ReserveBytes(gpuA, 8*size.GiB, Task{})
+	if err != nil {
+		t.Fatalf("the remaining 8GiB did not admit an 8GiB cap: %v", err)
+	}
+	if !slices.Equal(got.InstanceIDs, ids(gpuA, 0, 1, 2, 3)) {
+		t.Errorf("picked %v", got.InstanceIDs)
+	}
+	if _, ok := l.Reservation(r.Token); !ok {
+		t.Errorf("old reservation dropped by the unit change")
+	}
+	checkInvariants(t, mustState(t, l, gpuA), false)
 }

@@ -289,9 +289,6 @@ func (l *Ledger) SyncGPUs(gpus []GPUInfo) error {
 		if g.UUID == "" {
 			return fmt.Errorf("%w: GPU %d (index %d, model %q) has an empty UUID", ErrBadInput, i, g.Index, g.Model)
 		}
-		if _, _, err := ParseInstanceID(g.UUID + "-0"); err != nil {
-			return fmt.Errorf("%w: GPU UUID %q cannot prefix instance IDs: %v", ErrBadInput, g.UUID, err)
-		}
 		if seen[g.UUID] {
 			return fmt.Errorf("%w: GPU %s is listed twice", ErrBadInput, g.UUID)
 		}
