@@ -132,7 +132,9 @@ func (c *config) target(elapsed time.Duration) (size.Bytes, bool) {
 	return grown, false
 }
 
-// Main runs a simulated job with command-line args and returns its exit code.
+// Main runs a simulated job with command-line args and returns its exit code. args must be the
+// tail of os.Args (e.g. os.Args[2:] for `gpufrac simjob ...`): --procs re-runs the same
+// executable with the same leading arguments to start the extra processes.
 func Main(args []string, stdout, stderr io.Writer) int {
 	c, err := parse(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {

@@ -256,6 +256,19 @@ func TestProcs(t *testing.T) {
 	}
 }
 
+// TestProcsKilled: SIGKILL of the job's main process takes its extra processes with it, and the
+// backend frees all their memory.
+func TestProcsKilled(t *testing.T) {
+	s, uuid := newSim(t)
+	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "1m", "--procs", "3")
+	eventually(t, "three processes", func() bool { return len(procs(t, s, uuid)) == 3 })
+	if err := r.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "all three to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 0 })
+	r.wait(t)
+}
+
 func TestUsageErrors(t *testing.T) {
 	s, uuid := newSim(t)
 	tests := []struct {
