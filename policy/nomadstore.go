@@ -1,0 +1,322 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Config says how to reach Nomad. Empty fields fall back to api.DefaultConfig(), that is to
+// NOMAD_ADDR, NOMAD_TOKEN, NOMAD_NAMESPACE, NOMAD_REGION, NOMAD_CACERT and friends.
+type Config struct {
+	// Address of a Nomad agent, e.g. "http://127.0.0.1:4646".
+	Address string
+	// Token is the ACL secret ID. It is never logged or printed.
+	Token string
+	// TokenFile holds the ACL secret ID (surrounding whitespace ignored); used when Token is empty.
+	TokenFile string
+	// Namespace of the variables; default "default".
+	Namespace string
+	// Region to forward to.
+	Region string
+	// CACert is a PEM file that verifies the agent's TLS certificate.
+	CACert string
+	// WaitTime bounds one blocking query (Nomad caps it at 5m, the default).
+	WaitTime time.Duration
+	// Logger receives debug logs; nil discards them.
+	Logger hclog.Logger
+}
+
+// NomadStore keeps policies at PolicyPath(name) and templates at TemplatePath(name) as Nomad
+// Variables. A plugin needs "read" and "list" on gpufrac/*; a provider also "write" and
+// "destroy".
+type NomadStore struct {
+	vars      *api.Variables
+	namespace string
+	address   string
+	wait      time.Duration
+	log       hclog.Logger
+}
+
+// NewNomadStore builds a client; it sends no request.
+func NewNomadStore(cfg Config) (*NomadStore, error) {
+	ac := api.DefaultConfig()
+	if cfg.Address != "" {
+		ac.Address = cfg.Address
+	}
+	switch {
+	case cfg.Token != "":
+		ac.SecretID = cfg.Token
+	case cfg.TokenFile != "":
+		b, err := os.ReadFile(cfg.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("nomad token_file: %w", err) // the error names the file, not its content
+		}
+		ac.SecretID = strings.TrimSpace(string(b))
+		if ac.SecretID == "" {
+			return nil, fmt.Errorf("nomad token_file %s is empty", cfg.TokenFile)
+		}
+	}
+	if cfg.Namespace != "" {
+		ac.Namespace = cfg.Namespace
+	}
+	if ac.Namespace == "" {
+		ac.Namespace = api.DefaultNamespace
+	}
+	if ac.Namespace == api.AllNamespacesNamespace {
+		return nil, fmt.Errorf("nomad namespace %q: gpufrac needs one namespace, not all", ac.Namespace)
+	}
+	if cfg.Region != "" {
+		ac.Region = cfg.Region
+	}
+	if cfg.CACert != "" {
+		if ac.TLSConfig == nil {
+			ac.TLSConfig = &api.TLSConfig{}
+		}
+		ac.TLSConfig.CACert = cfg.CACert
+	}
+	c, err := api.NewClient(ac)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client for %s: %w", ac.Address, err)
+	}
+	wait := cfg.WaitTime
+	if wait <= 0 || wait > 5*time.Minute {
+		wait = 5 * time.Minute
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	return &NomadStore{vars: c.Variables(), namespace: ac.Namespace, address: ac.Address, wait: wait,
+		log: log.Named("nomad-store")}, nil
+}
+
+// String names the store without its token.
+func (s *NomadStore) String() string {
+	return fmt.Sprintf("nomad variables at %s (namespace %s)", s.address, s.namespace)
+}
+
+func (s *NomadStore) q(ctx context.Context) *api.QueryOptions {
+	return (&api.QueryOptions{Namespace: s.namespace}).WithContext(ctx)
+}
+
+func (s *NomadStore) w(ctx context.Context) *api.WriteOptions {
+	return (&api.WriteOptions{Namespace: s.namespace}).WithContext(ctx)
+}
+
+// mapErr turns api errors into the Store's: 404 is ErrNotFound, 403 ErrPermissionDenied,
+// a CAS miss a *ConflictError.
+func (s *NomadStore) mapErr(op, path string, cas uint64, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, api.ErrVariablePathNotFound) {
+		return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, ErrNotFound)
+	}
+	var c api.ErrCASConflict
+	if errors.As(err, &c) {
+		ce := &ConflictError{Path: path, CAS: cas}
+		if c.Conflict != nil {
+			ce.Current = metaOf(c.Conflict.CreateIndex, c.Conflict.ModifyIndex, c.Conflict.ModifyTime)
+		}
+		return ce
+	}
+	var ure api.UnexpectedResponseError
+	if errors.As(err, &ure) {
+		switch ure.StatusCode() {
+		case http.StatusForbidden:
+			return fmt.Errorf("%s %s in namespace %s at %s: %w (%s): the token lacks the variables capability for this path",
+				op, path, s.namespace, s.address, ErrPermissionDenied, strings.TrimSpace(ure.Body()))
+		case http.StatusNotFound:
+			return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, ErrNotFound)
+		}
+	}
+	return fmt.Errorf("%s %s in namespace %s at %s: %w", op, path, s.namespace, s.address, err)
+}
+
+func metaOf(create, modify uint64, modifyNanos int64) Meta {
+	m := Meta{CreateIndex: create, ModifyIndex: modify}
+	if modifyNanos != 0 {
+		m.ModifyTime = time.Unix(0, modifyNanos)
+	}
+	return m
+}
+
+func (s *NomadStore) read(ctx context.Context, path string) (map[string]string, Meta, error) {
+	v, _, err := s.vars.Read(path, s.q(ctx))
+	if err != nil {
+		return nil, Meta{}, s.mapErr("read", path, 0, err)
+	}
+	return v.Items, metaOf(v.CreateIndex, v.ModifyIndex, v.ModifyTime), nil
+}
+
+func (s *NomadStore) put(ctx context.Context, path string, items map[string]string, cas uint64, checked bool) (Meta, error) {
+	v := &api.Variable{Namespace: s.namespace, Path: path, Items: items, ModifyIndex: cas}
+	var out *api.Variable
+	var err error
+	switch {
+	case !checked:
+		out, _, err = s.vars.Create(v, s.w(ctx))
+	case cas == 0:
+		out, _, err = s.vars.CheckedCreate(v, s.w(ctx))
+	default:
+		out, _, err = s.vars.CheckedUpdate(v, s.w(ctx))
+	}
+	if err != nil {
+		return Meta{}, s.mapErr("write", path, cas, err)
+	}
+	s.log.Debug("wrote variable", "path", path, "namespace", s.namespace, "modify_index", out.ModifyIndex)
+	return metaOf(out.CreateIndex, out.ModifyIndex, out.ModifyTime), nil
+}
+
+func (s *NomadStore) del(ctx context.Context, path string, cas uint64) error {
+	var err error
+	if cas == 0 {
+		_, err = s.vars.Delete(path, s.w(ctx))
+	} else {
+		_, err = s.vars.CheckedDelete(path, cas, s.w(ctx))
+	}
+	return s.mapErr("delete", path, cas, err)
+}
+
+// GetPolicy reads and decodes the named policy.
+func (s *NomadStore) GetPolicy(ctx context.Context, name string) (Policy, Meta, error) {
+	if err := checkName("policy", name); err != nil {
+		return Policy{}, Meta{}, err
+	}
+	items, m, err := s.read(ctx, PolicyPath(name))
+	if err != nil {
+		return Policy{}, Meta{}, err
+	}
+	p, err := decodePolicyAt(PolicyPath(name), name, items)
+	return p, m, err
+}
+
+// PutPolicy writes p with check-and-set (see Store).
+func (s *NomadStore) PutPolicy(ctx context.Context, p Policy, cas uint64) (Meta, error) {
+	return s.putPolicy(ctx, p, cas, true)
+}
+
+// PutPolicyUnchecked writes p without check-and-set.
+func (s *NomadStore) PutPolicyUnchecked(ctx context.Context, p Policy) (Meta, error) {
+	return s.putPolicy(ctx, p, 0, false)
+}
+
+func (s *NomadStore) putPolicy(ctx context.Context, p Policy, cas uint64, checked bool) (Meta, error) {
+	items, err := EncodePolicy(p)
+	if err != nil {
+		return Meta{}, fmt.Errorf("policy %q: %w", p.Name, err)
+	}
+	return s.put(ctx, PolicyPath(p.Name), items, cas, checked)
+}
+
+// DeletePolicy deletes the named policy (cas 0: unconditionally).
+func (s *NomadStore) DeletePolicy(ctx context.Context, name string, cas uint64) error {
+	if err := checkName("policy", name); err != nil {
+		return err
+	}
+	return s.del(ctx, PolicyPath(name), cas)
+}
+
+// GetTemplate reads and decodes the named template.
+func (s *NomadStore) GetTemplate(ctx context.Context, name string) (Template, Meta, error) {
+	if err := checkName("template", name); err != nil {
+		return Template{}, Meta{}, err
+	}
+	items, m, err := s.read(ctx, TemplatePath(name))
+	if err != nil {
+		return Template{}, Meta{}, err
+	}
+	t, err := decodeTemplateAt(TemplatePath(name), name, items)
+	return t, m, err
+}
+
+// PutTemplate writes t with check-and-set (see Store).
+func (s *NomadStore) PutTemplate(ctx context.Context, t Template, cas uint64) (Meta, error) {
+	return s.putTemplate(ctx, t, cas, true)
+}
+
+// PutTemplateUnchecked writes t without check-and-set.
+func (s *NomadStore) PutTemplateUnchecked(ctx context.Context, t Template) (Meta, error) {
+	return s.putTemplate(ctx, t, 0, false)
+}
+
+func (s *NomadStore) putTemplate(ctx context.Context, t Template, cas uint64, checked bool) (Meta, error) {
+	items, err := EncodeTemplate(t)
+	if err != nil {
+		return Meta{}, fmt.Errorf("template %q: %w", t.Name, err)
+	}
+	return s.put(ctx, TemplatePath(t.Name), items, cas, checked)
+}
+
+// DeleteTemplate deletes the named template (cas 0: unconditionally).
+func (s *NomadStore) DeleteTemplate(ctx context.Context, name string, cas uint64) error {
+	if err := checkName("template", name); err != nil {
+		return err
+	}
+	return s.del(ctx, TemplatePath(name), cas)
+}
+
+// ListTemplates lists gpufrac/templates/ and reads each one (the list carries no items).
+// Paths below it with more than one segment are not templates and are skipped.
+func (s *NomadStore) ListTemplates(ctx context.Context) ([]Template, error) {
+	metas, _, err := s.vars.PrefixList(TemplatePathPrefix, s.q(ctx))
+	if err != nil {
+		return nil, s.mapErr("list", TemplatePathPrefix, 0, err)
+	}
+	var out []Template
+	var bad []error
+	for _, m := range metas {
+		name := strings.TrimPrefix(m.Path, TemplatePathPrefix)
+		if strings.Contains(name, "/") {
+			continue
+		}
+		t, _, err := s.GetTemplate(ctx, name)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue // deleted between list and read
+		case errors.Is(err, ErrInvalid):
+			bad = append(bad, err)
+			continue
+		case err != nil:
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, errors.Join(bad...)
+}
+
+// WaitPolicy is a blocking query on the policy's variable (see PolicySource). The index is
+// Nomad's X-Nomad-Index: the variable's ModifyIndex, or the variables table index while it is
+// absent.
+func (s *NomadStore) WaitPolicy(ctx context.Context, name string, after uint64) (Policy, Meta, uint64, error) {
+	if err := checkName("policy", name); err != nil {
+		return Policy{}, Meta{}, 0, err
+	}
+	path := PolicyPath(name)
+	q := s.q(ctx)
+	q.WaitIndex, q.WaitTime = after, s.wait
+	v, qm, err := s.vars.Peek(path, q)
+	if err != nil {
+		return Policy{}, Meta{}, 0, s.mapErr("read", path, 0, err)
+	}
+	if v == nil {
+		return Policy{}, Meta{}, qm.LastIndex, fmt.Errorf("read %s in namespace %s: %w", path, s.namespace, ErrNotFound)
+	}
+	m := metaOf(v.CreateIndex, v.ModifyIndex, v.ModifyTime)
+	idx := qm.LastIndex
+	if idx == 0 {
+		idx = v.ModifyIndex // a server that sends no X-Nomad-Index
+	}
+	p, err := decodePolicyAt(path, name, v.Items)
+	return p, m, idx, err
+}
