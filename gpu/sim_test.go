@@ -258,6 +258,16 @@ func TestSimulatedConcurrent(t *testing.T) {
 	ctx := context.Background()
 	s := newSim(t, "H100=80GiB")
 	uuid := s.devices[0].UUID
+	// A killed, unreaped child: every goroutine below races to drop and remove its entry.
+	dead := exec.Command("sleep", "60")
+	if err := dead.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetUsage(uuid, dead.Process.Pid, size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	dead.Process.Kill()
+	defer dead.Wait()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for g := range 8 {
