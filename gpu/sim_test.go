@@ -280,8 +280,10 @@ func TestSimulatedConcurrent(t *testing.T) {
 				case 1:
 					var procs []Process
 					procs, err = s.Processes(ctx, uuid)
-					if err == nil && len(procs) > 1 {
-						err = errors.New("more than one process listed: " + strconv.Itoa(len(procs)))
+					for _, p := range procs {
+						if p.PID != os.Getpid() && p.PID != dead.Process.Pid {
+							err = errors.New("unexpected process listed: " + strconv.Itoa(p.PID))
+						}
 					}
 				default:
 					_, err = s.MemoryUsed(ctx, uuid)
@@ -297,6 +299,13 @@ func TestSimulatedConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+	waitFor(t, func() bool {
+		procs, err := s.Processes(ctx, uuid)
+		return err == nil && len(procs) <= 1
+	})
+	if _, err := os.Stat(s.procPath(uuid, dead.Process.Pid)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the killed process's entry survived: %v", err)
 	}
 }
 
