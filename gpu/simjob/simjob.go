@@ -245,11 +245,7 @@ func (j *job) run() int {
 	for {
 		select {
 		case s := <-sigs:
-			j.stopChildren(s)
-			if s == syscall.SIGINT {
-				return ExitINT
-			}
-			return ExitTERM
+			return j.interrupted(s)
 		case <-crash:
 			fmt.Fprintf(j.stderr, "simjob: pid %d: simulated crash after %s\n", j.pid, c.failAfter)
 			j.stopChildren(syscall.SIGKILL)
@@ -272,7 +268,7 @@ func (j *job) run() int {
 				lastWrite = time.Now()
 			}
 			if done {
-				return j.finish()
+				return j.finish(sigs)
 			}
 		}
 	}
@@ -351,9 +347,23 @@ func (j *job) stopChildren(s os.Signal) {
 	}
 }
 
-func (j *job) finish() int {
+// interrupted ends the job after SIGINT or SIGTERM, stopping its extra processes too.
+func (j *job) interrupted(s os.Signal) int {
+	j.stopChildren(s)
+	if s == syscall.SIGINT {
+		return ExitINT
+	}
+	return ExitTERM
+}
+
+func (j *job) finish(sigs <-chan os.Signal) int {
 	for j.pending > 0 {
-		ce := <-j.childDone
+		var ce childExit
+		select {
+		case s := <-sigs:
+			return j.interrupted(s)
+		case ce = <-j.childDone:
+		}
 		j.pending--
 		if ce.err != nil {
 			fmt.Fprintf(j.stderr, "simjob: pid %d: child process %d failed: %v\n", j.pid, ce.pid, ce.err)
