@@ -242,19 +242,26 @@ func (n *nvmlBackend) Processes(ctx context.Context, uuid string) ([]Process, er
 	default:
 		return nil, n.failed(uuid, "MPS compute processes", ret)
 	}
+	return mergeProcesses(compute, mps), nil
+}
+
+// mergeProcesses joins NVML's process lists into one entry per PID, sorted by PID.
+func mergeProcesses(lists ...[]nvml.ProcessInfo) []Process {
 	byPID := map[int]size.Bytes{}
-	for _, p := range append(compute, mps...) {
-		used := p.UsedGpuMemory
-		// NVML cannot always attribute memory to a process (e.g. some virtualised or WDDM
-		// setups) and says so with this value. It becomes 0: a watchdog then sees the process
-		// but cannot charge it, which is the truth, rather than an absurd 16 EiB.
-		if used == notAvailable {
-			used = 0
-		}
-		pid := int(p.Pid)
-		// The same process listed by both queries is one process: keep the larger reading.
-		if cur, ok := byPID[pid]; !ok || size.Bytes(used) > cur {
-			byPID[pid] = size.Bytes(used)
+	for _, list := range lists {
+		for _, p := range list {
+			used := p.UsedGpuMemory
+			// NVML cannot always attribute memory to a process (e.g. some virtualised setups)
+			// and says so with this value. It becomes 0: a watchdog then sees the process but
+			// cannot charge it, which is the truth, rather than an absurd 16 EiB.
+			if used == notAvailable {
+				used = 0
+			}
+			pid := int(p.Pid)
+			// The same process listed by both queries is one process: keep the larger reading.
+			if cur, ok := byPID[pid]; !ok || size.Bytes(used) > cur {
+				byPID[pid] = size.Bytes(used)
+			}
 		}
 	}
 	out := make([]Process, 0, len(byPID))
@@ -262,7 +269,7 @@ func (n *nvmlBackend) Processes(ctx context.Context, uuid string) ([]Process, er
 		out = append(out, Process{PID: pid, UsedBytes: used})
 	}
 	slices.SortFunc(out, func(a, b Process) int { return a.PID - b.PID })
-	return out, nil
+	return out
 }
 
 func (n *nvmlBackend) Utilization(ctx context.Context, uuid string) (int, error) {
