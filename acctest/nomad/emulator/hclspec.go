@@ -1,0 +1,219 @@
+package emulator
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/ext/typeexpr"
+	"github.com/hashicorp/hcl/v2/hcldec"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+	"github.com/zclconf/go-cty/cty/function/stdlib"
+	"github.com/zclconf/go-cty/cty/msgpack"
+
+	hclspecpb "github.com/gpufrac/gpufrac/nomad-device/proto/hclspec"
+)
+
+// EvalContext holds the functions Nomad makes available to Literal expressions and to the
+// operator's config values.
+func EvalContext() *hcl.EvalContext {
+	return &hcl.EvalContext{Functions: map[string]function.Function{
+		"abs":        stdlib.AbsoluteFunc,
+		"coalesce":   stdlib.CoalesceFunc,
+		"concat":     stdlib.ConcatFunc,
+		"hasindex":   stdlib.HasIndexFunc,
+		"int":        stdlib.IntFunc,
+		"jsondecode": stdlib.JSONDecodeFunc,
+		"jsonencode": stdlib.JSONEncodeFunc,
+		"length":     stdlib.LengthFunc,
+		"lower":      stdlib.LowerFunc,
+		"max":        stdlib.MaxFunc,
+		"min":        stdlib.MinFunc,
+		"reverse":    stdlib.ReverseFunc,
+		"strlen":     stdlib.StrlenFunc,
+		"substr":     stdlib.SubstrFunc,
+		"upper":      stdlib.UpperFunc,
+	}}
+}
+
+// SpecToHCLDec converts a plugin's ConfigSchema the way a Nomad agent does: an Object's keys
+// name their children, Default converts both sides with no implied name (so an Attr under a
+// Default must name itself), types are HCL type expressions and Literals are HCL expressions.
+func SpecToHCLDec(s *hclspecpb.Spec) (hcldec.Spec, error) { return convert(s, "") }
+
+func convert(s *hclspecpb.Spec, implied string) (hcldec.Spec, error) {
+	name := func(own string) (string, error) {
+		if own != "" {
+			return own, nil
+		}
+		if implied != "" {
+			return implied, nil
+		}
+		return "", fmt.Errorf("hclspec: Missing name in %T", s.GetBlock())
+	}
+	switch b := s.GetBlock().(type) {
+	case *hclspecpb.Spec_Object:
+		out := hcldec.ObjectSpec{}
+		for k, child := range b.Object.GetAttributes() {
+			c, err := convert(child, k)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			out[k] = c
+		}
+		return out, nil
+	case *hclspecpb.Spec_Array:
+		out := hcldec.TupleSpec{}
+		for i, child := range b.Array.GetValues() {
+			c, err := convert(child, "")
+			if err != nil {
+				return nil, fmt.Errorf("[%d]: %w", i, err)
+			}
+			out = append(out, c)
+		}
+		return out, nil
+	case *hclspecpb.Spec_Attr:
+		n, err := name(b.Attr.GetName())
+		if err != nil {
+			return nil, err
+		}
+		ty, err := parseType(b.Attr.GetType())
+		if err != nil {
+			return nil, fmt.Errorf("attribute %s: %w", n, err)
+		}
+		return &hcldec.AttrSpec{Name: n, Type: ty, Required: b.Attr.GetRequired()}, nil
+	case *hclspecpb.Spec_BlockValue:
+		n, err := name(b.BlockValue.GetName())
+		if err != nil {
+			return nil, err
+		}
+		nested, err := convertNested(b.BlockValue.GetNested())
+		if err != nil {
+			return nil, fmt.Errorf("block %s: %w", n, err)
+		}
+		return &hcldec.BlockSpec{TypeName: n, Required: b.BlockValue.GetRequired(), Nested: nested}, nil
+	case *hclspecpb.Spec_BlockAttrs:
+		n, err := name(b.BlockAttrs.GetName())
+		if err != nil {
+			return nil, err
+		}
+		ty, err := parseType(b.BlockAttrs.GetType())
+		if err != nil {
+			return nil, fmt.Errorf("block %s: %w", n, err)
+		}
+		return &hcldec.BlockAttrsSpec{TypeName: n, ElementType: ty, Required: b.BlockAttrs.GetRequired()}, nil
+	case *hclspecpb.Spec_BlockList:
+		n, err := name(b.BlockList.GetName())
+		if err != nil {
+			return nil, err
+		}
+		nested, err := convertNested(b.BlockList.GetNested())
+		if err != nil {
+			return nil, fmt.Errorf("block %s: %w", n, err)
+		}
+		return &hcldec.BlockListSpec{TypeName: n, Nested: nested,
+			MinItems: int(b.BlockList.GetMinItems()), MaxItems: int(b.BlockList.GetMaxItems())}, nil
+	case *hclspecpb.Spec_BlockSet:
+		n, err := name(b.BlockSet.GetName())
+		if err != nil {
+			return nil, err
+		}
+		nested, err := convertNested(b.BlockSet.GetNested())
+		if err != nil {
+			return nil, fmt.Errorf("block %s: %w", n, err)
+		}
+		return &hcldec.BlockSetSpec{TypeName: n, Nested: nested,
+			MinItems: int(b.BlockSet.GetMinItems()), MaxItems: int(b.BlockSet.GetMaxItems())}, nil
+	case *hclspecpb.Spec_BlockMap:
+		n, err := name(b.BlockMap.GetName())
+		if err != nil {
+			return nil, err
+		}
+		if len(b.BlockMap.GetLabels()) == 0 {
+			return nil, fmt.Errorf("block map %s: at least one label is required", n)
+		}
+		nested, err := convertNested(b.BlockMap.GetNested())
+		if err != nil {
+			return nil, fmt.Errorf("block map %s: %w", n, err)
+		}
+		return &hcldec.BlockMapSpec{TypeName: n, LabelNames: b.BlockMap.GetLabels(), Nested: nested}, nil
+	case *hclspecpb.Spec_Default:
+		p, err := convert(b.Default.GetPrimary(), "")
+		if err != nil {
+			return nil, fmt.Errorf("default primary: %w", err)
+		}
+		d, err := convert(b.Default.GetDefault(), "")
+		if err != nil {
+			return nil, fmt.Errorf("default value: %w", err)
+		}
+		return &hcldec.DefaultSpec{Primary: p, Default: d}, nil
+	case *hclspecpb.Spec_Literal:
+		expr, diags := hclsyntax.ParseExpression([]byte(b.Literal.GetValue()), "<literal>", hcl.InitialPos)
+		if diags.HasErrors() {
+			return nil, fmt.Errorf("literal %s: %s", b.Literal.GetValue(), diags.Error())
+		}
+		v, diags := expr.Value(EvalContext())
+		if diags.HasErrors() {
+			return nil, fmt.Errorf("literal %s: %s", b.Literal.GetValue(), diags.Error())
+		}
+		return &hcldec.LiteralSpec{Value: v}, nil
+	case nil:
+		return nil, fmt.Errorf("hclspec: empty spec")
+	default:
+		return nil, fmt.Errorf("hclspec: unsupported member %T", b)
+	}
+}
+
+func convertNested(s *hclspecpb.Spec) (hcldec.Spec, error) {
+	if s == nil {
+		return hcldec.ObjectSpec{}, nil
+	}
+	return convert(s, "")
+}
+
+func parseType(t string) (cty.Type, error) {
+	if t == "" {
+		return cty.NilType, fmt.Errorf("no type")
+	}
+	expr, diags := hclsyntax.ParseExpression([]byte(t), "<type>", hcl.InitialPos)
+	if diags.HasErrors() {
+		return cty.NilType, fmt.Errorf("type %q: %s", t, diags.Error())
+	}
+	ty, diags := typeexpr.TypeConstraint(expr)
+	if diags.HasErrors() {
+		return cty.NilType, fmt.Errorf("type %q: %s", t, diags.Error())
+	}
+	return ty, nil
+}
+
+// EncodeConfig turns agent HCL holding at most one `config { ... }` block into SetConfig's bytes
+// as a Nomad agent does: decode the block through the converted schema, then msgpack with the
+// decoded value's own type. No config block decodes an empty body, so defaults apply.
+func EncodeConfig(schema *hclspecpb.Spec, hclText string) ([]byte, error) {
+	spec, err := SpecToHCLDec(schema)
+	if err != nil {
+		return nil, fmt.Errorf("plugin schema: %w", err)
+	}
+	f, diags := hclsyntax.ParseConfig([]byte(hclText), "agent.hcl", hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("agent config: %s", diags.Error())
+	}
+	content, diags := f.Body.Content(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "config"}}})
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("agent config: %s", diags.Error())
+	}
+	var body hcl.Body = hcl.EmptyBody()
+	switch len(content.Blocks) {
+	case 0:
+	case 1:
+		body = content.Blocks[0].Body
+	default:
+		return nil, fmt.Errorf("agent config: %d config blocks, want at most one", len(content.Blocks))
+	}
+	val, diags := hcldec.Decode(body, spec, EvalContext())
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("failed to parse plugin config: %s", diags.Error())
+	}
+	return msgpack.Marshal(val, val.Type())
+}

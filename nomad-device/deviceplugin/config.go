@@ -1,0 +1,345 @@
+package deviceplugin
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/ext/typeexpr"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/msgpack"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	hclspecpb "github.com/gpufrac/gpufrac/nomad-device/proto/hclspec"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// option is one key of the plugin's `config { ... }` block. This table is the only place the
+// schema is written: the hclspec Nomad receives, the cty type SetConfig decodes with and the
+// defaults applied to nulls are all derived from it, so they cannot drift apart.
+type option struct {
+	Name string
+	// Type is an HCL type expression, as Nomad parses it: "string", "list(string)"...
+	Type string
+	// Default is an HCL expression; strings carry their quotes.
+	Default string
+	// Nested, when set, makes this a block (Type and Default unused).
+	Nested []option
+}
+
+// Config keys. They are a contract with operators' agent configs: renaming one breaks them.
+const (
+	KeyEnabled           = "enabled"
+	KeyGPUBackend        = "gpu_backend"
+	KeySimulatedGPUs     = "simulated_gpus"
+	KeySimulatedDir      = "simulated_dir"
+	KeyUnit              = "unit"
+	KeyStateDir          = "state_dir"
+	KeyPolicyFile        = "policy_file"
+	KeyPolicyName        = "policy_name"
+	KeyPolicy            = "policy"
+	KeyIgnoredGPUIDs     = "ignored_gpu_ids"
+	KeyFingerprintPeriod = "fingerprint_period"
+	KeyDockerRuntime     = "docker_runtime"
+	KeyGPUModes          = "gpu_modes"
+	KeyMPSRoot           = "mps_root"
+	KeyMPSControl        = "mps_control"
+	KeyDeviceNodes       = "device_nodes"
+)
+
+// DefaultStateDir holds the ledger (and the simulated GPUs' state unless simulated_dir is set).
+const DefaultStateDir = "/var/lib/gpufrac"
+
+var options = []option{
+	{Name: KeyEnabled, Type: "bool", Default: "true"},
+	{Name: KeyGPUBackend, Type: "string", Default: `"nvml"`},
+	{Name: KeySimulatedGPUs, Type: "list(string)", Default: "[]"},
+	{Name: KeySimulatedDir, Type: "string", Default: `""`},
+	{Name: KeyUnit, Type: "string", Default: `"1GiB"`},
+	{Name: KeyStateDir, Type: "string", Default: `"` + DefaultStateDir + `"`},
+	{Name: KeyPolicyFile, Type: "string", Default: `""`},
+	{Name: KeyPolicyName, Type: "string", Default: `"` + policy.DefaultName + `"`},
+	{Name: KeyPolicy, Nested: []option{
+		{Name: "address", Type: "string", Default: `""`},
+		{Name: "token", Type: "string", Default: `""`},
+		{Name: "token_file", Type: "string", Default: `""`},
+		{Name: "namespace", Type: "string", Default: `""`},
+		{Name: "region", Type: "string", Default: `""`},
+		{Name: "ca_file", Type: "string", Default: `""`},
+		{Name: "name", Type: "string", Default: `"` + policy.DefaultName + `"`},
+	}},
+	{Name: KeyIgnoredGPUIDs, Type: "list(string)", Default: "[]"},
+	{Name: KeyFingerprintPeriod, Type: "string", Default: `"1m"`},
+	{Name: KeyDockerRuntime, Type: "bool", Default: "false"},
+	{Name: KeyGPUModes, Type: "map(string)", Default: "{}"},
+	{Name: KeyMPSRoot, Type: "string", Default: `"/run/gpufrac/mps"`},
+	{Name: KeyMPSControl, Type: "string", Default: `""`},
+	{Name: KeyDeviceNodes, Type: "bool", Default: "true"},
+}
+
+// Config is the decoded and validated plugin configuration.
+type Config struct {
+	Enabled       bool
+	GPUBackend    string
+	SimulatedGPUs []string
+	// SimulatedDir defaults to <StateDir>/simgpu.
+	SimulatedDir string
+	// Unit is the memory behind one instance when no policy source is configured. A configured
+	// policy (policy_file or the policy block) always carries unit_bytes and wins: every node of
+	// a fleet must agree on what `count = N` means.
+	Unit       size.Bytes
+	StateDir   string
+	PolicyFile string
+	// PolicyName is the policy read from PolicyFile.
+	PolicyName string
+	// Nomad, when non-nil, reads the policy from Nomad Variables.
+	Nomad             *NomadPolicy
+	IgnoredGPUIDs     []string
+	FingerprintPeriod time.Duration
+	DockerRuntime     bool
+	// GPUModes maps a GPU UUID or index (as a decimal string) to its enforcement mode.
+	GPUModes    map[string]policy.Mode
+	MPSRoot     string
+	MPSControl  string
+	DeviceNodes bool
+}
+
+// NomadPolicy is the `policy { ... }` block: where the policy's Nomad Variable lives.
+type NomadPolicy struct {
+	Address, Token, TokenFile, Namespace, Region, CAFile, Name string
+}
+
+// LedgerDir is where the ledger keeps its state file and lock.
+func (c Config) LedgerDir() string { return filepath.Join(c.StateDir, "ledger") }
+
+// ConfigSpec is the schema returned from ConfigSchema: an Object whose entries are
+// Default(Attr, Literal), and a Block for the policy.
+func ConfigSpec() *hclspecpb.Spec { return objectSpec(options) }
+
+func objectSpec(opts []option) *hclspecpb.Spec {
+	attrs := make(map[string]*hclspecpb.Spec, len(opts))
+	for _, o := range opts {
+		if o.Nested != nil {
+			attrs[o.Name] = &hclspecpb.Spec{Block: &hclspecpb.Spec_BlockValue{BlockValue: &hclspecpb.Block{
+				Name: o.Name, Nested: objectSpec(o.Nested),
+			}}}
+			continue
+		}
+		// Nomad converts Default's children without the Object's implied name, so the Attr
+		// must carry its own.
+		attrs[o.Name] = &hclspecpb.Spec{Block: &hclspecpb.Spec_Default{Default: &hclspecpb.Default{
+			Primary: &hclspecpb.Spec{Block: &hclspecpb.Spec_Attr{Attr: &hclspecpb.Attr{Name: o.Name, Type: o.Type}}},
+			Default: &hclspecpb.Spec{Block: &hclspecpb.Spec_Literal{Literal: &hclspecpb.Literal{Value: o.Default}}},
+		}}}
+	}
+	return &hclspecpb.Spec{Block: &hclspecpb.Spec_Object{Object: &hclspecpb.Object{Attributes: attrs}}}
+}
+
+// compiled is the table turned into cty: the implied type and each default value.
+type compiled struct {
+	typ      cty.Type
+	defaults map[string]cty.Value
+	nested   map[string]*compiled
+}
+
+var schema = mustCompile(options)
+
+func mustCompile(opts []option) *compiled {
+	c, err := compile(opts)
+	if err != nil {
+		panic(err) // the table is a constant; a bad entry is a programming error caught by any test
+	}
+	return c
+}
+
+func compile(opts []option) (*compiled, error) {
+	c := &compiled{defaults: map[string]cty.Value{}, nested: map[string]*compiled{}}
+	atys := map[string]cty.Type{}
+	for _, o := range opts {
+		if o.Nested != nil {
+			n, err := compile(o.Nested)
+			if err != nil {
+				return nil, err
+			}
+			c.nested[o.Name] = n
+			atys[o.Name] = n.typ
+			continue
+		}
+		texpr, diags := hclsyntax.ParseExpression([]byte(o.Type), o.Name, hcl.InitialPos)
+		if diags.HasErrors() {
+			return nil, fmt.Errorf("option %s: type %q: %s", o.Name, o.Type, diags.Error())
+		}
+		ty, diags := typeexpr.TypeConstraint(texpr)
+		if diags.HasErrors() {
+			return nil, fmt.Errorf("option %s: type %q: %s", o.Name, o.Type, diags.Error())
+		}
+		dexpr, diags := hclsyntax.ParseExpression([]byte(o.Default), o.Name, hcl.InitialPos)
+		if diags.HasErrors() {
+			return nil, fmt.Errorf("option %s: default %s: %s", o.Name, o.Default, diags.Error())
+		}
+		dv, diags := dexpr.Value(nil)
+		if diags.HasErrors() {
+			return nil, fmt.Errorf("option %s: default %s: %s", o.Name, o.Default, diags.Error())
+		}
+		dv, err := convert.Convert(dv, ty)
+		if err != nil {
+			return nil, fmt.Errorf("option %s: default %s is not a %s: %w", o.Name, o.Default, o.Type, err)
+		}
+		atys[o.Name] = ty
+		c.defaults[o.Name] = dv
+	}
+	c.typ = cty.Object(atys)
+	return c, nil
+}
+
+// ConfigType is the cty type Nomad's msgpack encoding of our schema decodes to.
+func ConfigType() cty.Type { return schema.typ }
+
+// get returns attribute name of obj, or its default when absent or null.
+func (c *compiled) get(obj cty.Value, name string) cty.Value {
+	if !obj.IsNull() && obj.Type().IsObjectType() && obj.Type().HasAttribute(name) {
+		if v := obj.GetAttr(name); !v.IsNull() {
+			return v
+		}
+	}
+	return c.defaults[name]
+}
+
+// ParseConfig decodes SetConfig's msgpack bytes and validates every key. It touches neither GPUs
+// nor the network: Nomad runs it at agent start, where a slow or failing call stops the agent.
+// Empty bytes mean "all defaults". Errors name the key and the value.
+func ParseConfig(msgpackConfig []byte) (Config, error) {
+	obj := cty.NullVal(schema.typ)
+	if len(msgpackConfig) > 0 {
+		v, err := msgpack.Unmarshal(msgpackConfig, schema.typ)
+		if err != nil {
+			return Config{}, fmt.Errorf("gpufrac config: cannot decode the plugin config (%d bytes of msgpack): %w", len(msgpackConfig), err)
+		}
+		obj = v
+	}
+	s := func(name string) string { return schema.get(obj, name).AsString() }
+	b := func(name string) bool { return schema.get(obj, name).True() }
+	strs := func(name string) []string {
+		var out []string
+		for _, v := range schema.get(obj, name).AsValueSlice() {
+			if !v.IsNull() {
+				out = append(out, v.AsString())
+			}
+		}
+		return out
+	}
+	var errs []error
+	bad := func(key string, val any, reason string) {
+		errs = append(errs, &policy.FieldError{Field: key, Value: val, Reason: reason})
+	}
+
+	c := Config{
+		Enabled:       b(KeyEnabled),
+		GPUBackend:    s(KeyGPUBackend),
+		SimulatedGPUs: strs(KeySimulatedGPUs),
+		SimulatedDir:  s(KeySimulatedDir),
+		StateDir:      s(KeyStateDir),
+		PolicyFile:    s(KeyPolicyFile),
+		PolicyName:    s(KeyPolicyName),
+		IgnoredGPUIDs: strs(KeyIgnoredGPUIDs),
+		DockerRuntime: b(KeyDockerRuntime),
+		MPSRoot:       s(KeyMPSRoot),
+		MPSControl:    s(KeyMPSControl),
+		DeviceNodes:   b(KeyDeviceNodes),
+		GPUModes:      map[string]policy.Mode{},
+	}
+	switch c.GPUBackend {
+	case gpu.KindNVML:
+		if len(c.SimulatedGPUs) > 0 {
+			bad(KeySimulatedGPUs, strconv.Quote(strings.Join(c.SimulatedGPUs, ",")), `only allowed with gpu_backend = "simulated"`)
+		}
+	case gpu.KindSimulated:
+		if len(c.SimulatedGPUs) > 0 {
+			if _, err := gpu.ParseSimSpec(strings.Join(c.SimulatedGPUs, ",")); err != nil {
+				bad(KeySimulatedGPUs, strconv.Quote(strings.Join(c.SimulatedGPUs, ",")), err.Error())
+			}
+		}
+	default:
+		bad(KeyGPUBackend, strconv.Quote(c.GPUBackend), `must be "nvml" or "simulated"`)
+	}
+	if u, err := size.Parse(s(KeyUnit)); err != nil {
+		bad(KeyUnit, strconv.Quote(s(KeyUnit)), err.Error())
+	} else if u < 64*size.MiB || u > 64*size.GiB {
+		bad(KeyUnit, strconv.Quote(s(KeyUnit)), "must be between 64MiB and 64GiB")
+	} else {
+		c.Unit = u
+	}
+	if !filepath.IsAbs(c.StateDir) {
+		bad(KeyStateDir, strconv.Quote(c.StateDir), "must be an absolute path")
+	}
+	if c.SimulatedDir == "" {
+		c.SimulatedDir = filepath.Join(c.StateDir, "simgpu")
+	} else if !filepath.IsAbs(c.SimulatedDir) {
+		bad(KeySimulatedDir, strconv.Quote(c.SimulatedDir), "must be an absolute path")
+	}
+	if c.PolicyFile != "" && !filepath.IsAbs(c.PolicyFile) {
+		bad(KeyPolicyFile, strconv.Quote(c.PolicyFile), "must be an absolute path")
+	}
+	if !filepath.IsAbs(c.MPSRoot) {
+		bad(KeyMPSRoot, strconv.Quote(c.MPSRoot), "must be an absolute path")
+	}
+	if c.MPSControl != "" && !filepath.IsAbs(c.MPSControl) {
+		bad(KeyMPSControl, strconv.Quote(c.MPSControl), "must be an absolute path (empty: look it up on PATH)")
+	}
+	period := s(KeyFingerprintPeriod)
+	if d, err := time.ParseDuration(period); err != nil {
+		bad(KeyFingerprintPeriod, strconv.Quote(period), "not a duration such as \"30s\" or \"1m\"")
+	} else if d < time.Second || d > 24*time.Hour {
+		bad(KeyFingerprintPeriod, strconv.Quote(period), "must be between 1s and 24h")
+	} else {
+		c.FingerprintPeriod = d
+	}
+	if !policyNameRE.MatchString(c.PolicyName) {
+		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be 1-64 letters, digits, '-', '_' or '~'")
+	}
+	modes := schema.get(obj, KeyGPUModes)
+	for k, v := range modes.AsValueMap() {
+		if v.IsNull() {
+			continue
+		}
+		m := policy.Mode(v.AsString())
+		if m != policy.ModeMPS && m != policy.ModeIsolated {
+			bad(KeyGPUModes+"."+k, strconv.Quote(string(m)), `must be "mps" or "isolated"`)
+			continue
+		}
+		c.GPUModes[k] = m
+	}
+	if pb := schema.get(obj, KeyPolicy); !pb.IsNull() {
+		n := schema.nested[KeyPolicy]
+		ps := func(name string) string { return n.get(pb, name).AsString() }
+		np := &NomadPolicy{Address: ps("address"), Token: ps("token"), TokenFile: ps("token_file"),
+			Namespace: ps("namespace"), Region: ps("region"), CAFile: ps("ca_file"), Name: ps("name")}
+		if np.Token != "" && np.TokenFile != "" {
+			bad(KeyPolicy+".token_file", strconv.Quote(np.TokenFile), "set token or token_file, not both")
+		}
+		if !policyNameRE.MatchString(np.Name) {
+			bad(KeyPolicy+".name", strconv.Quote(np.Name), "must be a policy name such as \"default\" (the last segment of gpufrac/policy/<name>)")
+		}
+		if c.PolicyFile != "" {
+			bad(KeyPolicyFile, strconv.Quote(c.PolicyFile), "set policy_file or a policy block, not both")
+		}
+		c.Nomad = np
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, fmt.Errorf("gpufrac config: %w", err)
+	}
+	slices.Sort(c.IgnoredGPUIDs)
+	return c, nil
+}
+
+// policyNameRE is policy.Policy's name rule; checked here so a typo fails at agent start.
+var policyNameRE = regexp.MustCompile(`^[a-zA-Z0-9_~-]{1,64}$`)

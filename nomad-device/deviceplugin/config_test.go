@@ -1,0 +1,194 @@
+package deviceplugin
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2/hcldec"
+
+	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// encode produces SetConfig bytes from agent HCL exactly as the emulated agent does.
+func encode(t *testing.T, hcl string) []byte {
+	t.Helper()
+	b, err := emulator.EncodeConfig(ConfigSpec(), hcl)
+	if err != nil {
+		t.Fatalf("encode %q: %v", hcl, err)
+	}
+	return b
+}
+
+func TestSpecAndDecodeTypeAgree(t *testing.T) {
+	spec, err := emulator.SpecToHCLDec(ConfigSpec())
+	if err != nil {
+		t.Fatalf("Nomad could not convert our schema: %v", err)
+	}
+	if got := hcldec.ImpliedType(spec); !got.Equals(ConfigType()) {
+		t.Fatalf("schema implies %s, SetConfig decodes %s", got.FriendlyName(), ConfigType().FriendlyName())
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	want := Config{
+		Enabled: true, GPUBackend: "nvml", SimulatedDir: "/var/lib/gpufrac/simgpu", Unit: size.GiB,
+		StateDir: DefaultStateDir, PolicyName: "default", FingerprintPeriod: time.Minute,
+		GPUModes: map[string]policy.Mode{}, MPSRoot: "/run/gpufrac/mps", DeviceNodes: true,
+	}
+	for name, b := range map[string][]byte{"no bytes": nil, "empty config block": nil, "agent without config": nil} {
+		if name == "empty config block" {
+			b = encode(t, "config {}")
+		}
+		if name == "agent without config" {
+			b = encode(t, "")
+		}
+		got, err := ParseConfig(b)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", name, got, want)
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name  string
+		hcl   string
+		check func(Config) bool
+	}{
+		{"simulated", `config {
+			gpu_backend = "simulated"
+			simulated_gpus = ["H100=80GiB", "2xA100=40GiB"]
+			simulated_dir = "/tmp/sim"
+		}`, func(c Config) bool {
+			return c.GPUBackend == "simulated" && len(c.SimulatedGPUs) == 2 && c.SimulatedDir == "/tmp/sim"
+		}},
+		{"unit and period", `config {
+			unit = "512MiB"
+			fingerprint_period = "30s"
+		}`, func(c Config) bool { return c.Unit == 512*size.MiB && c.FingerprintPeriod == 30*time.Second }},
+		{"modes by uuid and index", `config {
+			gpu_modes = { "0" = "mps", "GPU-abc" = "isolated" }
+		}`, func(c Config) bool { return c.GPUModes["0"] == policy.ModeMPS && c.GPUModes["GPU-abc"] == policy.ModeIsolated }},
+		{"nomad policy block", `config {
+			policy {
+				address = "https://nomad.example:4646"
+				token_file = "/etc/gpufrac/token"
+				name = "inference"
+			}
+		}`, func(c Config) bool {
+			return c.Nomad != nil && c.Nomad.Address == "https://nomad.example:4646" && c.Nomad.TokenFile == "/etc/gpufrac/token" &&
+				c.Nomad.Name == "inference"
+		}},
+		{"nomad policy block defaults", `config {
+			policy {}
+		}`, func(c Config) bool { return c.Nomad != nil && c.Nomad.Name == "default" && c.Nomad.Address == "" }},
+		{"toggles", `config {
+			enabled = false
+			docker_runtime = true
+			device_nodes = false
+			ignored_gpu_ids = ["GPU-b", "GPU-a"]
+		}`, func(c Config) bool {
+			return !c.Enabled && c.DockerRuntime && !c.DeviceNodes && reflect.DeepEqual(c.IgnoredGPUIDs, []string{"GPU-a", "GPU-b"})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig(encode(t, tt.hcl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.check(c) {
+				t.Errorf("decoded %+v", c)
+			}
+		})
+	}
+}
+
+func TestParseConfigRejects(t *testing.T) {
+	tests := []struct {
+		hcl  string
+		want []string // each must appear in the error
+	}{
+		{`config { gpu_backend = "cuda" }`, []string{"gpu_backend", `"cuda"`}},
+		{`config { unit = "1 parsec" }`, []string{"unit", `"1 parsec"`}},
+		{`config { unit = "1MiB" }`, []string{"unit", `"1MiB"`, "64MiB"}},
+		{`config { fingerprint_period = "soon" }`, []string{"fingerprint_period", `"soon"`}},
+		{`config { fingerprint_period = "1ms" }`, []string{"fingerprint_period", `"1ms"`}},
+		{`config { state_dir = "relative/dir" }`, []string{"state_dir", `"relative/dir"`}},
+		{`config { simulated_gpus = ["H100=80GiB"] }`, []string{"simulated_gpus", "H100=80GiB", "simulated"}},
+		{`config {
+			gpu_backend = "simulated"
+			simulated_gpus = ["H100=lots"]
+		}`, []string{"simulated_gpus", "H100=lots"}},
+		{`config { gpu_modes = { "0" = "shared" } }`, []string{"gpu_modes.0", `"shared"`}},
+		{`config {
+			policy_file = "/etc/gpufrac/policy.json"
+			policy {}
+		}`, []string{"policy_file", "not both"}},
+		{`config {
+			policy { name = "a/b" }
+		}`, []string{"policy.name", `"a/b"`}},
+		{`config {
+			policy {
+				token = "secret"
+				token_file = "/t"
+			}
+		}`, []string{"policy.token_file", "not both"}},
+		{`config { policy_name = "" }`, []string{"policy_name", `""`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want[0], func(t *testing.T) {
+			_, err := ParseConfig(encode(t, tt.hcl))
+			if err == nil {
+				t.Fatalf("accepted %s", tt.hcl)
+			}
+			if !errors.Is(err, policy.ErrInvalid) {
+				t.Errorf("error does not wrap a FieldError: %v", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %s", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("error leaks the token: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseConfigRejectsTypeMismatch(t *testing.T) {
+	// Nomad's hcldec refuses a wrong type before the plugin sees it; make sure it does.
+	if _, err := emulator.EncodeConfig(ConfigSpec(), `config { enabled = "maybe" }`); err == nil ||
+		!strings.Contains(err.Error(), "enabled") {
+		t.Errorf("a string for a bool passed the schema: %v", err)
+	}
+	if _, err := ParseConfig([]byte{0x92, 0x01, 0x02}); err == nil {
+		t.Error("garbage msgpack accepted")
+	}
+}
+
+func TestSetConfigIdempotent(t *testing.T) {
+	s := NewServer(Options{})
+	defer s.Shutdown()
+	b := encode(t, `config { gpu_backend = "simulated" }`)
+	for i := 0; i < 3; i++ {
+		if err := s.SetConfig(b, "v0.1.0"); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if err := s.SetConfig(b, "v0.2.0"); err == nil {
+		t.Error("an API version this plugin does not speak was accepted")
+	}
+	if got := s.config().GPUBackend; got != "simulated" {
+		t.Errorf("backend %q after SetConfig", got)
+	}
+}

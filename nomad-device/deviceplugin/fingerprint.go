@@ -1,0 +1,214 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
+	structspb "github.com/gpufrac/gpufrac/nomad-device/proto/structs"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Group attribute keys, visible in `nomad node status -verbose` and usable in job constraints
+// as ${device.attr.<key>}.
+const (
+	AttrModel    = "model"
+	AttrUUID     = "uuid"
+	AttrIndex    = "index"
+	AttrMemory   = "memory"
+	AttrUnitSize = "unit_size"
+	AttrBudget   = "budget"
+	AttrUnits    = "units"
+	AttrMode     = "mode"
+	AttrBackend  = "backend"
+	AttrDriver   = "driver_version"
+	AttrPolicy   = "policy"
+)
+
+// ErrDisabled is what Fingerprint and Reserve return when enabled = false. On Fingerprint it
+// makes Nomad stop the plugin, which is what an operator who disabled it wants.
+var ErrDisabled = errors.New("the gpufrac device plugin is disabled (enabled = false in its config)")
+
+// Fingerprint sends a full device list now and again whenever it may have changed, until ctx
+// ends. It never returns an error for a problem it can describe: Nomad disables a plugin for good
+// when its fingerprint stream ends or fails.
+func (s *Server) Fingerprint(ctx context.Context, send func(*devicepb.FingerprintResponse) error) error {
+	if !s.config().Enabled {
+		return ErrDisabled
+	}
+	rt := s.runtime()
+	changed, cancel := rt.subscribe()
+	defer cancel()
+	rt.waitPolicy(ctx, waitFirst)
+	var last *devicepb.FingerprintResponse
+	for {
+		msg := rt.fingerprint()
+		// Ledger notifications also fire for changes Nomad does not see (a reservation's
+		// last-seen time); identical messages would only cost node updates.
+		if last == nil || !proto.Equal(msg, last) {
+			if err := send(msg); err != nil {
+				return err // the client went away; Nomad reopens the stream if it wants one
+			}
+			last = msg
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-rt.ctx.Done():
+			return nil
+		case <-changed:
+		}
+	}
+}
+
+// fingerprint builds the message from the ledger, or from its last committed snapshot while the
+// ledger cannot be opened, so units held by running tasks never disappear from Nomad's view.
+func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
+	b, l, _ := rt.parts()
+	var states []ledger.GPUState
+	var policyName string
+	if l != nil {
+		states = l.States()
+		policyName = l.Policy().Name
+	} else if snap, err := ledger.ReadSnapshot(rt.cfg.LedgerDir()); err == nil {
+		states = snap.GPUs
+		policyName = snap.Policy.Name
+	}
+	rt.mu.Lock()
+	devs := make(map[string]gpu.Device, len(rt.devices))
+	for k, v := range rt.devices {
+		devs[k] = v
+	}
+	rt.mu.Unlock()
+	info := groupInfo{unavailable: rt.unavailable(), policy: policyName}
+	if b != nil {
+		info.backend, info.driver = b.Kind(), b.DriverVersion()
+	}
+	msg := buildFingerprint(states, info)
+	if len(states) == 0 && len(devs) > 0 {
+		// No ledger state at all yet: show the GPUs with no units, so the operator sees them
+		// and the reason in their attributes rather than nothing.
+		for _, d := range devs {
+			msg.DeviceGroup = append(msg.DeviceGroup, bareGroup(d, info))
+		}
+	}
+	return msg
+}
+
+type groupInfo struct {
+	// unavailable, when set, marks every unit not held by a task unhealthy with this reason.
+	unavailable     string
+	backend, driver string
+	policy          string
+}
+
+// buildFingerprint is one group per GPU, one instance per unit, in the ledger's order.
+func buildFingerprint(states []ledger.GPUState, info groupInfo) *devicepb.FingerprintResponse {
+	msg := &devicepb.FingerprintResponse{DeviceGroup: make([]*devicepb.DeviceGroup, 0, len(states))}
+	names := make(map[string]bool, len(states))
+	for i := range states {
+		g := &states[i]
+		name := groupName(g.Model, g.Index)
+		if names[name] {
+			name += "-" + shortUUID(g.UUID)
+		}
+		names[name] = true
+		attrs := map[string]*structspb.Attribute{
+			AttrModel:    str(g.Model),
+			AttrUUID:     str(g.UUID),
+			AttrIndex:    intAttr(int64(g.Index), ""),
+			AttrMemory:   intAttr(mib(g.TotalBytes), "MiB"),
+			AttrUnitSize: intAttr(mib(g.UnitBytes), "MiB"),
+			AttrBudget:   intAttr(mib(g.BudgetBytes), "MiB"),
+			AttrUnits:    intAttr(int64(g.Units), ""),
+			AttrMode:     str(string(g.Mode)),
+		}
+		if info.backend != "" {
+			attrs[AttrBackend] = str(info.backend)
+			attrs[AttrDriver] = str(info.driver)
+		}
+		if info.policy != "" {
+			attrs[AttrPolicy] = str(info.policy)
+		}
+		var loc *devicepb.DeviceLocality
+		if g.PCIBusID != "" {
+			loc = &devicepb.DeviceLocality{PciBusId: g.PCIBusID}
+		}
+		devs := make([]*devicepb.DetectedDevice, len(g.Instances))
+		for j, in := range g.Instances {
+			d := &devicepb.DetectedDevice{ID: in.ID, Healthy: in.Healthy, HealthDescription: in.HealthDescription, HwLocality: loc}
+			if info.unavailable != "" && in.Token == "" {
+				d.Healthy, d.HealthDescription = false, info.unavailable
+			}
+			devs[j] = d
+		}
+		msg.DeviceGroup = append(msg.DeviceGroup, &devicepb.DeviceGroup{
+			Vendor: Vendor, DeviceType: DeviceType, DeviceName: name, Devices: devs, Attributes: attrs,
+		})
+	}
+	return msg
+}
+
+func bareGroup(d gpu.Device, info groupInfo) *devicepb.DeviceGroup {
+	attrs := map[string]*structspb.Attribute{
+		AttrModel:  str(d.Model),
+		AttrUUID:   str(d.UUID),
+		AttrIndex:  intAttr(int64(d.Index), ""),
+		AttrMemory: intAttr(mib(d.MemoryBytes), "MiB"),
+		AttrUnits:  intAttr(0, ""),
+		"status":   str(info.unavailable),
+	}
+	return &devicepb.DeviceGroup{Vendor: Vendor, DeviceType: DeviceType, DeviceName: groupName(d.Model, d.Index), Attributes: attrs}
+}
+
+// groupName is the model as a slug plus the GPU index ("h100-80gb-hbm3-0"): unique per GPU, so
+// Nomad serves every request from one physical GPU, and readable in constraints.
+func groupName(model string, index int) string {
+	m := strings.ToLower(strings.TrimSpace(model))
+	m = strings.TrimPrefix(m, "nvidia ")
+	var b strings.Builder
+	dash := false
+	for _, r := range m {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash && b.Len() > 0 {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	slug := strings.TrimSuffix(b.String(), "-")
+	if slug == "" {
+		slug = "gpu"
+	}
+	return slug + "-" + strconv.Itoa(index)
+}
+
+func shortUUID(u string) string {
+	u = strings.TrimPrefix(u, "GPU-")
+	if len(u) > 8 {
+		u = u[:8]
+	}
+	return u
+}
+
+func str(s string) *structspb.Attribute {
+	return &structspb.Attribute{Value: &structspb.Attribute_StringVal{StringVal: s}}
+}
+
+func intAttr(v int64, unit string) *structspb.Attribute {
+	return &structspb.Attribute{Value: &structspb.Attribute_IntVal{IntVal: v}, Unit: unit}
+}
+
+func mib(b size.Bytes) int64 { return int64(b / size.MiB) }
+
+// waitFirst bounds how long the first fingerprint waits for a policy source to answer, so the
+// first message does not advertise units a second later marked unhealthy.
+const waitFirst = 3 * time.Second

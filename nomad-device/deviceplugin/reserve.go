@@ -1,0 +1,97 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/ledger"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// Reserve admits a task onto the instance IDs Nomad assigned it and returns what the task needs:
+// the environment (always), the MPS pipe directory (mps mode) and the NVIDIA device nodes (for
+// exec tasks, when device_nodes is on). The reply always carries a reservation, because Nomad's
+// device hook uses it without a nil check.
+func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.ContainerReservation, error) {
+	cfg := s.config()
+	if !cfg.Enabled {
+		return nil, ErrDisabled
+	}
+	if len(ids) == 0 {
+		return &devicepb.ContainerReservation{}, nil
+	}
+	rt := s.runtime()
+	b, l, enf := rt.parts()
+	if l == nil {
+		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %s", strings.Join(ids, ","), rt.unavailable())
+	}
+	res, err := l.ReserveIDs(ids, ledger.Task{})
+	if err != nil {
+		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w", strings.Join(ids, ","), err)
+	}
+	st, err := l.State(res.GPU)
+	if err != nil {
+		return nil, rt.undo(l, res, fmt.Errorf("gpufrac: reservation on GPU %s: %w", res.GPU, err))
+	}
+	var opts enforcer.EnvOptions
+	if enf != nil {
+		if err := enf.PrepareGPU(ctx, res.GPU); err != nil {
+			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: preparing GPU %s (%s mode) for the task: %w", res.GPU, st.Mode, err))
+		}
+		opts = enf.EnvOptions(res.GPU)
+	}
+	opts.DockerRuntime = cfg.DockerRuntime
+	out := &devicepb.ContainerReservation{Envs: enforcer.TaskEnv(res, st, opts)}
+	if st.Mode == policy.ModeMPS && opts.MPSPipeDir != "" {
+		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.MPSPipeDir, HostPath: opts.MPSPipeDir})
+	}
+	if cfg.DeviceNodes && b != nil {
+		rt.mu.Lock()
+		d, ok := rt.devices[res.GPU]
+		rt.mu.Unlock()
+		minor := -1
+		if ok {
+			minor = d.Minor
+		}
+		out.Devices = deviceNodes(s.opts.devRoot, minor)
+	}
+	rt.log.Info("reserved", "gpu", res.GPU, "units", len(ids), "cap", res.CapBytes.String(), "mode", st.Mode,
+		"token", res.Token[:min(8, len(res.Token))]+"…")
+	return out, nil
+}
+
+// undo releases a reservation whose task cannot be started, so its units return to the pool.
+func (rt *runtime) undo(l *ledger.Ledger, res ledger.Reservation, err error) error {
+	if rerr := l.Release(res.Token, "reserve failed: "+err.Error()); rerr != nil {
+		return errors.Join(err, rerr)
+	}
+	return err
+}
+
+// deviceNodes lists the nodes a CUDA process opens, keeping only those present on this host:
+// Nomad's exec driver fails the task when a listed node does not exist.
+func deviceNodes(devRoot string, minor int) []*devicepb.DeviceSpec {
+	if devRoot == "" {
+		devRoot = "/dev"
+	}
+	names := []string{"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"}
+	if minor >= 0 {
+		names = append(names, "nvidia"+strconv.Itoa(minor))
+	}
+	var out []*devicepb.DeviceSpec
+	for _, n := range names {
+		host := filepath.Join(devRoot, n)
+		if _, err := os.Stat(host); err != nil {
+			continue
+		}
+		out = append(out, &devicepb.DeviceSpec{TaskPath: "/dev/" + n, HostPath: host, Permissions: "rw"})
+	}
+	return out
+}

@@ -1,0 +1,289 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Enforcer is what the plugin needs from the enforcer: get a GPU ready for a task, the
+// node-level environment options, and a reservation's current memory use.
+type Enforcer interface {
+	PrepareGPU(ctx context.Context, uuid string) error
+	EnvOptions(uuid string) enforcer.EnvOptions
+	TaskUsage(token string) (size.Bytes, bool)
+}
+
+// runtime is everything that starts after SetConfig: GPUs, ledger, policy, enforcer. A part that
+// fails to start is retried every fingerprint_period; until then the fingerprint says why.
+type runtime struct {
+	cfg     Config
+	log     hclog.Logger
+	devRoot string
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	mu         sync.Mutex
+	backend    gpu.Backend
+	backendErr error
+	led        *ledger.Ledger
+	ledgerErr  error
+	enf        Enforcer
+	devices    map[string]gpu.Device // by UUID, from the last listing
+	// policyReady is false while a policy source is configured but has not yet delivered a valid
+	// policy in this process; policyErr is the source's latest complaint.
+	policyReady bool
+	policyErr   error
+	policyDone  chan struct{} // closed once policyReady
+
+	subMu sync.Mutex
+	subs  map[int]chan struct{}
+	next  int
+}
+
+func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot string) *runtime {
+	ctx, cancel := context.WithCancel(parent)
+	rt := &runtime{cfg: cfg, log: log, devRoot: devRoot, ctx: ctx, cancel: cancel,
+		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}}
+	rt.policyDone = make(chan struct{})
+	if policySourceName(cfg) == "" {
+		rt.policyReady = true
+		close(rt.policyDone)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		log.Error("cannot create state_dir; GPUs stay unavailable until it can be created", "state_dir", cfg.StateDir, "error", err)
+	}
+	rt.open()
+	rt.wg.Add(1)
+	go rt.loop()
+	return rt
+}
+
+// open starts what is not running yet: backend, ledger, policy source, enforcer.
+func (rt *runtime) open() {
+	rt.mu.Lock()
+	if rt.backend == nil {
+		b, err := gpu.Open(rt.cfg.GPUBackend, gpu.OpenOptions{SimGPUs: rt.cfg.SimulatedGPUs, SimDir: rt.cfg.SimulatedDir, Logger: rt.log})
+		rt.backend, rt.backendErr = b, err
+		if err != nil {
+			rt.log.Error("GPU backend unavailable: no GPU is advertised until it works; retrying every fingerprint_period",
+				"gpu_backend", rt.cfg.GPUBackend, "error", err, "retry", rt.cfg.FingerprintPeriod)
+		} else {
+			rt.log.Info("GPU backend ready", "kind", b.Kind(), "driver", b.DriverVersion())
+		}
+	}
+	openedLedger := false
+	if rt.led == nil {
+		l, err := ledger.Open(rt.cfg.LedgerDir(), ledger.Options{Logger: rt.log})
+		rt.led, rt.ledgerErr = l, err
+		if err != nil {
+			rt.log.Error("ledger unavailable: GPU units are advertised unhealthy until it opens; retrying every fingerprint_period",
+				"dir", rt.cfg.LedgerDir(), "error", err, "retry", rt.cfg.FingerprintPeriod)
+		} else {
+			openedLedger = true
+		}
+	}
+	ready := rt.led != nil && rt.backend != nil && rt.enf == nil
+	rt.mu.Unlock()
+
+	if openedLedger {
+		rt.wg.Add(1)
+		go rt.forwardLedger()
+		if policySourceName(rt.cfg) == "" {
+			p := policy.Default()
+			p.UnitBytes = rt.cfg.Unit
+			if err := rt.led.SetPolicy(p); err != nil {
+				rt.log.Error("default policy refused", "error", err)
+			}
+		} else {
+			rt.startPolicy()
+		}
+	}
+	if ready {
+		rt.startEnforcer()
+	}
+	rt.relist()
+}
+
+// loop re-lists GPUs and retries failed parts every fingerprint_period.
+func (rt *runtime) loop() {
+	defer rt.wg.Done()
+	t := time.NewTicker(rt.cfg.FingerprintPeriod)
+	defer t.Stop()
+	for {
+		select {
+		case <-rt.ctx.Done():
+			return
+		case <-t.C:
+			rt.mu.Lock()
+			missing := rt.backend == nil || rt.led == nil
+			rt.mu.Unlock()
+			if missing {
+				rt.open()
+			} else {
+				rt.relist()
+			}
+		}
+	}
+}
+
+func (rt *runtime) forwardLedger() {
+	defer rt.wg.Done()
+	ch, cancel := rt.led.Subscribe()
+	defer cancel()
+	for {
+		select {
+		case <-rt.ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			rt.notify()
+		}
+	}
+}
+
+// relist syncs the ledger with the GPUs the backend sees now, minus ignored_gpu_ids.
+func (rt *runtime) relist() {
+	rt.mu.Lock()
+	b, l := rt.backend, rt.led
+	rt.mu.Unlock()
+	if b == nil || l == nil {
+		rt.notify()
+		return
+	}
+	ctx, cancel := context.WithTimeout(rt.ctx, 30*time.Second)
+	defer cancel()
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		// Keep the last inventory: dropping GPUs on one failed listing would flap every unit.
+		rt.log.Error("listing GPUs failed; keeping the last inventory", "error", err)
+		rt.notify()
+		return
+	}
+	byUUID := make(map[string]gpu.Device, len(devs))
+	infos := make([]ledger.GPUInfo, 0, len(devs))
+	for _, d := range devs {
+		if rt.ignored(d) {
+			continue
+		}
+		byUUID[d.UUID] = d
+		infos = append(infos, ledger.GPUInfo{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes,
+			PCIBusID: d.PCIBusID, Healthy: d.Healthy, HealthReason: d.HealthReason})
+	}
+	if len(infos) == 0 {
+		rt.log.Warn("no GPU to advertise", "found", len(devs), "ignored_gpu_ids", rt.cfg.IgnoredGPUIDs)
+	}
+	rt.mu.Lock()
+	rt.devices = byUUID
+	rt.mu.Unlock()
+	if err := l.SyncGPUs(infos); err != nil {
+		rt.log.Error("recording the GPU inventory in the ledger failed", "error", err)
+	}
+	for key, m := range rt.cfg.GPUModes {
+		uuid := key
+		if i, err := strconv.Atoi(key); err == nil {
+			uuid = ""
+			for _, d := range devs {
+				if d.Index == i {
+					uuid = d.UUID
+				}
+			}
+		}
+		if _, ok := byUUID[uuid]; !ok {
+			rt.log.Warn("gpu_modes names no advertised GPU", "key", key, "mode", m)
+			continue
+		}
+		if err := l.SetMode(uuid, m); err != nil {
+			rt.log.Error("setting the GPU's mode failed", "gpu", uuid, "mode", m, "error", err)
+		}
+	}
+	rt.notify()
+}
+
+func (rt *runtime) ignored(d gpu.Device) bool {
+	return slices.Contains(rt.cfg.IgnoredGPUIDs, d.UUID) || slices.Contains(rt.cfg.IgnoredGPUIDs, strconv.Itoa(d.Index))
+}
+
+// subscribe returns a channel that receives (coalesced) whenever what the plugin advertises may
+// have changed.
+func (rt *runtime) subscribe() (<-chan struct{}, func()) {
+	ch := make(chan struct{}, 1)
+	rt.subMu.Lock()
+	defer rt.subMu.Unlock()
+	id := rt.next
+	rt.next++
+	rt.subs[id] = ch
+	return ch, func() {
+		rt.subMu.Lock()
+		defer rt.subMu.Unlock()
+		delete(rt.subs, id)
+	}
+}
+
+func (rt *runtime) notify() {
+	rt.subMu.Lock()
+	defer rt.subMu.Unlock()
+	for _, ch := range rt.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// parts returns the current backend, ledger and enforcer (any may be nil) under the lock.
+func (rt *runtime) parts() (gpu.Backend, *ledger.Ledger, Enforcer) {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.backend, rt.led, rt.enf
+}
+
+// unavailable explains why units cannot be placed right now, or "" when they can.
+func (rt *runtime) unavailable() string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	switch {
+	case rt.led == nil:
+		return fmt.Sprintf("gpufrac ledger in %s unavailable: %v", rt.cfg.LedgerDir(), rt.ledgerErr)
+	case !rt.policyReady:
+		msg := "waiting for the first valid policy from " + policySourceName(rt.cfg)
+		if rt.policyErr != nil {
+			msg += ": " + rt.policyErr.Error()
+		}
+		return msg
+	}
+	return ""
+}
+
+func (rt *runtime) close() {
+	rt.cancel()
+	rt.wg.Wait()
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var errs []error
+	if rt.led != nil {
+		errs = append(errs, rt.led.Close())
+	}
+	if rt.backend != nil {
+		errs = append(errs, rt.backend.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		rt.log.Warn("shutdown", "error", err)
+	}
+}

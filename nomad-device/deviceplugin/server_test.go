@@ -1,0 +1,278 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// newSim returns a configured server on simulated GPUs in a temp state_dir.
+func newSim(t *testing.T, gpus string, extra string) (*Server, string) {
+	t.Helper()
+	dir := t.TempDir()
+	var quoted []string
+	for _, g := range strings.Split(gpus, ",") {
+		quoted = append(quoted, strconv.Quote(g))
+	}
+	hcl := `config {
+		gpu_backend = "simulated"
+		simulated_gpus = [` + strings.Join(quoted, ",") + `]
+		state_dir = "` + dir + `"
+		` + extra + `
+	}`
+	s := NewServer(Options{devRoot: filepath.Join(dir, "dev")})
+	t.Cleanup(s.Shutdown)
+	if err := s.SetConfig(encode(t, hcl), APIVersion); err != nil {
+		t.Fatal(err)
+	}
+	return s, dir
+}
+
+// firstFingerprint opens the stream and returns its first message and a channel of the rest.
+func firstFingerprint(t *testing.T, s *Server) (*devicepb.FingerprintResponse, <-chan *devicepb.FingerprintResponse) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ch := make(chan *devicepb.FingerprintResponse, 64)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- s.Fingerprint(ctx, func(m *devicepb.FingerprintResponse) error { ch <- m; return nil })
+	}()
+	select {
+	case m := <-ch:
+		if err := emulator.ValidateFingerprint(m); err != nil {
+			t.Fatalf("Nomad would reject the fingerprint: %v", err)
+		}
+		return m, ch
+	case err := <-errc:
+		t.Fatalf("Fingerprint returned %v before its first message", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fingerprint within 10s")
+	}
+	return nil, nil
+}
+
+func ids(g *devicepb.DeviceGroup, n int) []string {
+	var out []string
+	for _, d := range g.GetDevices() {
+		if d.GetHealthy() && len(out) < n {
+			out = append(out, d.GetID())
+		}
+	}
+	return out
+}
+
+func TestFingerprintOneGroupPerGPU(t *testing.T) {
+	s, _ := newSim(t, "H100=80GiB,A100=40GiB", "")
+	m, _ := firstFingerprint(t, s)
+	if len(m.DeviceGroup) != 2 {
+		t.Fatalf("%d groups, want one per GPU (2)", len(m.DeviceGroup))
+	}
+	wantUnits := []int{78, 38} // (total - 2GiB default headroom) / 1GiB
+	for i, g := range m.DeviceGroup {
+		uuid := g.Attributes[AttrUUID].GetStringVal()
+		if g.Vendor != "nvidia" || g.DeviceType != "gpumem" || !strings.HasSuffix(g.DeviceName, "-"+strconv.Itoa(i)) {
+			t.Errorf("group %d is %s/%s/%s", i, g.Vendor, g.DeviceType, g.DeviceName)
+		}
+		if uuid != gpu.SimUUID(i, g.Attributes[AttrModel].GetStringVal()) {
+			t.Errorf("group %d uuid attribute %q", i, uuid)
+		}
+		if got := g.Attributes[AttrUnitSize]; got.GetIntVal() != 1024 || got.GetUnit() != "MiB" {
+			t.Errorf("unit_size = %v", got)
+		}
+		if got := g.Attributes[AttrIndex].GetIntVal(); got != int64(i) {
+			t.Errorf("index = %d", got)
+		}
+		if len(g.Devices) != wantUnits[i] {
+			t.Errorf("group %d: %d instances, want %d", i, len(g.Devices), wantUnits[i])
+		}
+		for k, d := range g.Devices {
+			if d.ID != ledger.InstanceID(uuid, k) || !d.Healthy {
+				t.Errorf("instance %d = %s healthy=%v", k, d.ID, d.Healthy)
+				break
+			}
+		}
+		if g.Attributes[AttrBudget].GetIntVal() != int64(wantUnits[i])*1024 {
+			t.Errorf("budget = %v", g.Attributes[AttrBudget])
+		}
+	}
+	if m.DeviceGroup[0].DeviceName != "h100-0" || m.DeviceGroup[1].DeviceName != "a100-1" {
+		t.Errorf("names %s, %s", m.DeviceGroup[0].DeviceName, m.DeviceGroup[1].DeviceName)
+	}
+}
+
+func TestReserveReturnsTheTaskEnvironment(t *testing.T) {
+	s, _ := newSim(t, "H100=80GiB,A100=40GiB", `docker_runtime = true`)
+	m, _ := firstFingerprint(t, s)
+	g := m.DeviceGroup[1]
+	uuid := g.Attributes[AttrUUID].GetStringVal()
+	res, err := s.Reserve(context.Background(), ids(g, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := res.GetEnvs()
+	want := map[string]string{
+		enforcer.EnvCUDADevices:    uuid,
+		enforcer.EnvGPUUUID:        uuid,
+		enforcer.EnvNVIDIADevices:  uuid,
+		enforcer.EnvCapBytes:       strconv.FormatUint(uint64(4*size.GiB), 10),
+		enforcer.EnvMemoryFraction: "0.1000",
+		enforcer.EnvXLAFraction:    "0.1000",
+		enforcer.EnvMode:           "isolated",
+	}
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("%s = %q, want %q", k, env[k], v)
+		}
+	}
+	if len(env[enforcer.EnvReservation]) < 16 {
+		t.Errorf("reservation token %q is too short to be secret", env[enforcer.EnvReservation])
+	}
+	if _, ok := env[enforcer.EnvMPSMemLimit]; ok {
+		t.Error("MPS limit set on an isolated GPU")
+	}
+}
+
+func TestReserveRefusals(t *testing.T) {
+	s, _ := newSim(t, "H100=80GiB,A100=40GiB", "")
+	m, _ := firstFingerprint(t, s)
+	a, b := ids(m.DeviceGroup[0], 2), ids(m.DeviceGroup[1], 2)
+	tests := []struct {
+		name string
+		ids  []string
+		want string
+	}{
+		{"two GPUs", []string{a[0], b[0]}, string(ledger.ReasonMixedGPUs)},
+		{"unknown", []string{"GPU-nope-1"}, string(ledger.ReasonUnknownIDs)},
+		{"malformed", []string{"nonsense"}, "nonsense"},
+		{"beyond the units", []string{ledger.InstanceID(m.DeviceGroup[0].Attributes[AttrUUID].GetStringVal(), 500)}, "-500"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Reserve(context.Background(), tt.ids)
+			if err == nil {
+				t.Fatalf("Reserve(%v) succeeded", tt.ids)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %q does not mention %q", err, tt.want)
+			}
+			if tt.name == "two GPUs" && !errors.Is(err, ledger.ErrDenied) {
+				t.Errorf("error does not wrap ErrDenied: %v", err)
+			}
+		})
+	}
+	res, err := s.Reserve(context.Background(), nil)
+	if err != nil || res == nil || len(res.Envs)+len(res.Mounts)+len(res.Devices) != 0 {
+		t.Errorf("empty request: %v, %v; want an empty reservation", res, err)
+	}
+}
+
+func TestDisabledPlugin(t *testing.T) {
+	s, _ := newSim(t, "H100=80GiB", "enabled = false")
+	if err := s.Fingerprint(context.Background(), func(*devicepb.FingerprintResponse) error { return nil }); !errors.Is(err, ErrDisabled) {
+		t.Errorf("Fingerprint of a disabled plugin: %v", err)
+	}
+	if _, err := s.Reserve(context.Background(), []string{"x-0"}); !errors.Is(err, ErrDisabled) {
+		t.Errorf("Reserve of a disabled plugin: %v", err)
+	}
+}
+
+func TestDeviceNodesForExecTasks(t *testing.T) {
+	s, dir := newSim(t, "H100=80GiB", "")
+	dev := filepath.Join(dir, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// nvidia-uvm-tools is absent on purpose: a node that does not exist must not be listed.
+	for _, n := range []string{"nvidiactl", "nvidia-uvm", "nvidia0"} {
+		if err := os.WriteFile(filepath.Join(dev, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := firstFingerprint(t, s)
+	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range res.Devices {
+		got = append(got, d.TaskPath+"="+d.HostPath+":"+d.Permissions)
+	}
+	want := []string{"/dev/nvidiactl=" + dev + "/nvidiactl:rw", "/dev/nvidia-uvm=" + dev + "/nvidia-uvm:rw", "/dev/nvidia0=" + dev + "/nvidia0:rw"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("devices\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestFingerprintFollowsReservations(t *testing.T) {
+	// A policy that leaves 3 units makes the budget edge visible: reserving all of them leaves
+	// no healthy instance, and the stream must say so without being asked.
+	s, _ := newSim(t, "T4=5GiB", "")
+	m, ch := firstFingerprint(t, s)
+	g := m.DeviceGroup[0]
+	if len(g.Devices) != 3 {
+		t.Fatalf("%d units on a 5GiB GPU with 2GiB headroom, want 3", len(g.Devices))
+	}
+	if _, err := s.Reserve(context.Background(), ids(g, 3)); err != nil {
+		t.Fatal(err)
+	}
+	// Held units stay listed and healthy (Nomad's accounter, not health, keeps them busy).
+	select {
+	case m2 := <-ch:
+		t.Fatalf("fingerprint changed after a reservation that changes nothing Nomad sees: %v", m2)
+	case <-time.After(300 * time.Millisecond):
+	}
+	_, err := s.Reserve(context.Background(), ids(g, 1))
+	if err != nil {
+		// The scheduler reused unit 0: the old reservation ends first and this one fits.
+		t.Fatalf("reusing a unit: %v", err)
+	}
+}
+
+func TestStatsReportReservationUse(t *testing.T) {
+	s, _ := newSim(t, "H100=80GiB", "")
+	m, _ := firstFingerprint(t, s)
+	held := ids(m.DeviceGroup[0], 2)
+	if _, err := s.Reserve(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan *devicepb.StatsResponse, 4)
+	go s.Stats(ctx, 10*time.Millisecond, func(r *devicepb.StatsResponse) error { got <- r; return nil })
+	var r *devicepb.StatsResponse
+	select {
+	case r = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no stats")
+	}
+	if err := emulator.ValidateStats(r); err != nil {
+		t.Fatal(err)
+	}
+	inst := r.Groups[0].InstanceStats
+	if len(inst) != 78 {
+		t.Errorf("%d instance stats, want 78", len(inst))
+	}
+	for _, id := range held {
+		st := inst[id].GetStats().GetAttributes()[StatCap]
+		if st.GetIntNumeratorVal().GetValue() != 2048 {
+			t.Errorf("%s: cap stat %v, want 2048 MiB", id, st)
+		}
+	}
+	free := inst[ids(m.DeviceGroup[0], 3)[2]].GetSummary()
+	if free.GetIntDenominatorVal().GetValue() != 80*1024 || free.GetIntNumeratorVal().GetValue() != int64(gpu.SimDriverReserve/size.MiB) {
+		t.Errorf("free unit summary %v, want the GPU's %d/%d MiB", free, gpu.SimDriverReserve/size.MiB, 80*1024)
+	}
+}

@@ -1,0 +1,105 @@
+package deviceplugin
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// policySourceName describes the configured policy source, or "" when none is configured (the
+// token is never part of it).
+func policySourceName(c Config) string {
+	switch {
+	case c.PolicyFile != "":
+		return "policy_file " + c.PolicyFile + " (policy " + c.PolicyName + ")"
+	case c.Nomad != nil:
+		return "Nomad Variable " + policy.PolicyPath(c.Nomad.Name)
+	}
+	return ""
+}
+
+// startPolicy follows the configured policy source; each valid version becomes the ledger's
+// policy, and the ledger's notification re-fingerprints. Invalid versions are ignored by the
+// watcher, which keeps the last good one.
+func (rt *runtime) startPolicy() {
+	var src policy.PolicySource
+	name := rt.cfg.PolicyName
+	if rt.cfg.PolicyFile != "" {
+		src = policy.NewFileStore(rt.cfg.PolicyFile, policy.FileOptions{})
+	} else {
+		np := rt.cfg.Nomad
+		name = np.Name
+		// Empty fields fall back to NOMAD_ADDR, NOMAD_TOKEN... inherited from the agent.
+		store, err := policy.NewNomadStore(policy.Config{Address: np.Address, Token: np.Token, TokenFile: np.TokenFile,
+			Namespace: np.Namespace, Region: np.Region, CACert: np.CAFile, Logger: rt.log})
+		if err != nil {
+			rt.setPolicyErr(err)
+			rt.log.Error("policy source unusable: GPU units stay unavailable", "source", policySourceName(rt.cfg), "error", err)
+			return
+		}
+		src = store
+	}
+	w := policy.NewWatcher(policy.WatcherConfig{
+		Source:   &recordingSource{src: src, rt: rt},
+		Name:     name,
+		Logger:   rt.log,
+		OnChange: func(p policy.Policy, _ policy.Meta) { rt.applyPolicy(p) },
+	})
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		_ = w.Run(rt.ctx)
+	}()
+}
+
+func (rt *runtime) applyPolicy(p policy.Policy) {
+	if err := rt.led.SetPolicy(p); err != nil {
+		rt.setPolicyErr(err)
+		rt.log.Error("the ledger refused the policy", "error", err)
+		return
+	}
+	rt.mu.Lock()
+	first := !rt.policyReady
+	rt.policyReady, rt.policyErr = true, nil
+	rt.mu.Unlock()
+	if first {
+		close(rt.policyDone)
+	}
+	rt.notify()
+}
+
+func (rt *runtime) setPolicyErr(err error) {
+	rt.mu.Lock()
+	rt.policyErr = err
+	rt.mu.Unlock()
+	rt.notify()
+}
+
+// recordingSource keeps the source's latest complaint so the fingerprint can say why units are
+// unavailable before the first valid policy.
+type recordingSource struct {
+	src policy.PolicySource
+	rt  *runtime
+}
+
+func (r *recordingSource) WaitPolicy(ctx context.Context, name string, after uint64) (policy.Policy, policy.Meta, uint64, error) {
+	p, m, idx, err := r.src.WaitPolicy(ctx, name, after)
+	if err != nil && ctx.Err() == nil {
+		r.rt.setPolicyErr(err)
+	}
+	return p, m, idx, err
+}
+
+// waitPolicy gives a configured policy source up to d to deliver before the first fingerprint.
+func (rt *runtime) waitPolicy(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-rt.policyDone:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (rt *runtime) startEnforcer() {}
