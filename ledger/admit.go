@@ -215,6 +215,7 @@ func (l *Ledger) restore(prev *state) {
 func (l *Ledger) end(tok string) {
 	r := l.st.res[tok]
 	delete(l.st.res, tok)
+	delete(l.seenStored, tok)
 	for _, id := range r.InstanceIDs {
 		if l.st.byID[id] == tok {
 			delete(l.st.byID, id)
@@ -307,7 +308,7 @@ func (l *Ledger) Seen(token string, task Task) error {
 	now := l.now()
 	next.SeenAt = now
 	taskChanged := next.Task != r.Task
-	stale := now.Sub(r.SeenAt) > l.opts.Grace/4
+	stale := now.Sub(l.seenStored[token]) > l.opts.Grace/4
 	l.cache = nil
 	if !taskChanged && !stale {
 		l.st.res[token] = next
@@ -318,7 +319,11 @@ func (l *Ledger) Seen(token string, task Task) error {
 		return err
 	}
 	l.st.res[token] = next
-	return l.commit(prev, taskChanged)
+	if err := l.commit(prev, taskChanged); err != nil {
+		return err
+	}
+	l.seenStored[token] = now
+	return nil
 }
 
 // ExpireUnseen ends and returns the reservations that no live process has carried for Grace,

@@ -371,3 +371,49 @@ func TestUnitSizeChange(t *testing.T) {
 	}
 	checkInvariants(t, mustState(t, l, gpuA), false)
 }
+
+// The watchdog calls Seen every sample; only a sighting that matters reaches the disk.
+func TestSeenCommitsSparingly(t *testing.T) {
+	c := newClock()
+	l, dir := newTest(t, Options{Now: c.Now, Grace: time.Minute})
+	r := mustReserve(t, l, Task{}, ids(gpuA, 0)...)
+	stored := func() (uint64, time.Time) {
+		t.Helper()
+		snap, err := ReadSnapshot(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap.Generation, snap.Reservations[0].SeenAt
+	}
+	gen0, _ := stored()
+	first := c.Now()
+	if err := l.Seen(r.Token, Task{}); err != nil { // first sighting: committed
+		t.Fatal(err)
+	}
+	for range 15 { // 15s of samples, within Grace/4: memory only
+		c.Add(time.Second)
+		if err := l.Seen(r.Token, Task{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gen, seen := stored()
+	if gen != gen0+1 || !seen.Equal(first) {
+		t.Errorf("after 16 sightings in 15s: generation %d (want %d), stored SeenAt %v (want %v)", gen, gen0+1, seen, first)
+	}
+	if got, _ := l.Reservation(r.Token); !got.SeenAt.Equal(c.Now()) {
+		t.Errorf("in-memory SeenAt = %v, want the latest sighting %v", got.SeenAt, c.Now())
+	}
+	c.Add(time.Second) // 16s since the stored sighting: more than Grace/4
+	if err := l.Seen(r.Token, Task{}); err != nil {
+		t.Fatal(err)
+	}
+	if gen, seen = stored(); gen != gen0+2 || !seen.Equal(c.Now()) {
+		t.Errorf("a sighting lagging Grace/4 was not committed: generation %d, SeenAt %v", gen, seen)
+	}
+	if err := l.Seen(r.Token, Task{JobName: "named"}); err != nil { // task learned: committed
+		t.Fatal(err)
+	}
+	if gen, _ = stored(); gen != gen0+3 {
+		t.Errorf("a sighting that filled the task was not committed: generation %d, want %d", gen, gen0+3)
+	}
+}

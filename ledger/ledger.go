@@ -61,6 +61,9 @@ type Ledger struct {
 	st     *state
 	// cache holds computed GPU states until the next change; nil = stale.
 	cache map[string]GPUState
+	// seenStored is the SeenAt last committed by Seen, per token: Seen commits again only when
+	// it lags by more than Grace/4 (the in-memory SeenAt is always the latest sighting).
+	seenStored map[string]time.Time
 
 	subs    map[int]chan struct{}
 	nextSub int
@@ -83,7 +86,7 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	l := &Ledger{opts: opts, log: log.Named("ledger"), dir: dir, subs: map[int]chan struct{}{}}
+	l := &Ledger{opts: opts, log: log.Named("ledger"), dir: dir, subs: map[int]chan struct{}{}, seenStored: map[string]time.Time{}}
 	l.opened = utc(opts.Now())
 	if opts.NoPersist {
 		l.st = newState()
