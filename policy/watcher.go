@@ -136,14 +136,14 @@ func (w *Watcher) accept(p Policy, m Meta) {
 	}
 	w.log.Info("policy loaded", "modify_index", m.ModifyIndex, "mode", p.Mode, "headroom", p.HeadroomBytes.String(),
 		"unit", p.UnitBytes.String(), "max_tasks_per_gpu", p.MaxTasksPerGPU)
+	if w.cfg.OnChange != nil {
+		w.cfg.OnChange(p, m)
+	}
 	select { // keep only the newest undelivered policy
 	case <-w.updates:
 	default:
 	}
 	w.updates <- p
-	if w.cfg.OnChange != nil {
-		w.cfg.OnChange(p, m)
-	}
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
