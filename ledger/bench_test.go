@@ -74,6 +74,21 @@ func BenchmarkStates8GPUs(b *testing.B) {
 	}
 }
 
+// BenchmarkStates8GPUsUncached is the first States after a change, when every GPU's state is
+// computed afresh (BenchmarkStates8GPUs is the cached case between changes).
+func BenchmarkStates8GPUsUncached(b *testing.B) {
+	l := benchLedger(b, Options{NoPersist: true}, 8)
+	b.ReportAllocs()
+	for b.Loop() {
+		l.mu.Lock()
+		l.cache = nil
+		l.mu.Unlock()
+		if st := l.States(); len(st) != 8 || len(st[7].Instances) != 141 {
+			b.Fatalf("got %d GPUs", len(st))
+		}
+	}
+}
+
 // BenchmarkPersist is one commit of the busy 8-GPU state (40 reservations) to disk.
 func BenchmarkPersist(b *testing.B) {
 	l := benchLedger(b, Options{}, 8)
