@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -226,7 +227,7 @@ func waitFor(t *testing.T, cond func() bool) {
 		if cond() {
 			return
 		}
-		sleepTick()
+		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("condition not met within 5s")
 }

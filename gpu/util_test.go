@@ -1,5 +1,0 @@
-package gpu
-
-import "time"
-
-func sleepTick() { time.Sleep(10 * time.Millisecond) }
