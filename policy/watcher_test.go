@@ -166,6 +166,7 @@ func TestWatcherNomad(t *testing.T) {
 	srv.SetToken("plugin")
 	srv.Put("", "gpufrac/unrelated", map[string]string{"x": "1"})
 	r.waitLog(t, "permission denied")
+	deniedSince := time.Now()
 	srv.Put("", path, encodeP(t, p))
 	time.Sleep(200 * time.Millisecond)
 	if cur, _, _ := r.w.Current(); cur != p2 {
@@ -177,8 +178,10 @@ func TestWatcherNomad(t *testing.T) {
 			denied++
 		}
 	}
-	if denied < 2 || denied > 10 {
-		t.Fatalf("%d denied requests in ~200ms with 10-80ms backoff: want retries, bounded", denied)
+	// Backoff 10, 20, 40, then 80ms: at most 4 + elapsed/80ms retries (+1 for the first).
+	limit := 5 + int(time.Since(deniedSince)/(80*time.Millisecond))
+	if denied < 2 || denied > limit {
+		t.Fatalf("%d denied requests in %v with 10-80ms backoff: want retries, at most %d", denied, time.Since(deniedSince), limit)
 	}
 	srv.SetToken("plugin", varserver.Rule{Path: "gpufrac/*", Capabilities: []string{"read", "list"}})
 	if got := r.next(t); got != p {
@@ -290,5 +293,12 @@ func writeAtomic(t *testing.T, path, content string) {
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestWatcherBadName(t *testing.T) {
+	w := NewWatcher(WatcherConfig{Source: NewFileStore(filepath.Join(t.TempDir(), "p.json"), FileOptions{}), Name: "a/b"})
+	if err := w.Run(context.Background()); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `"a/b"`) {
+		t.Fatalf("Run = %v", err)
 	}
 }
