@@ -241,11 +241,18 @@ func TestBudgetShrinkKeepsReservedUnits(t *testing.T) {
 }
 
 func TestVanishedGPU(t *testing.T) {
-	l, _ := newTest(t, Options{})
+	l, dir := newTest(t, Options{})
 	r := mustReserve(t, l, Task{JobName: "stays"}, ids(gpuB, 0, 1)...)
 	if err := l.SyncGPUs([]GPUInfo{info(gpuA, 0, 12*size.GiB)}); err != nil {
 		t.Fatal(err)
 	}
+	// The vanished GPU and its reservation survive a restart too.
+	l.Close()
+	l, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 	s := mustState(t, l, gpuB)
 	if s.Healthy || s.HealthReason != descVanished {
 		t.Errorf("vanished GPU healthy=%v reason=%q", s.Healthy, s.HealthReason)
@@ -253,7 +260,7 @@ func TestVanishedGPU(t *testing.T) {
 	if len(s.Reservations) != 1 || s.Instances[0].Token != r.Token || s.Instances[0].Healthy {
 		t.Errorf("vanished GPU lost its reservation or shows it healthy: %+v", s.Instances[:2])
 	}
-	_, err := l.ReserveIDs(ids(gpuB, 3), Task{})
+	_, err = l.ReserveIDs(ids(gpuB, 3), Task{})
 	wantDenied(t, err, ReasonUnhealthy, descVanished)
 	if err := l.Release(r.Token, "done"); err != nil {
 		t.Fatal(err)

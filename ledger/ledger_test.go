@@ -459,3 +459,67 @@ func TestTokenLogging(t *testing.T) {
 func newBufLogger(w io.Writer) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: "test", Output: w, Level: hclog.Trace})
 }
+
+// A commit that cannot be written leaves memory as it was: the ledger never claims what the
+// disk does not hold. The temp path is made a directory so that the write fails before rename.
+func TestFailedCommitRollsBack(t *testing.T) {
+	l, dir := newTest(t, Options{})
+	old := mustReserve(t, l, Task{JobName: "old"}, ids(gpuA, 0)...)
+	before := l.States()
+	ch, stop := l.Subscribe()
+	defer stop()
+	block := filepath.Join(dir, StateFile+tempSuffix)
+	if err := os.Mkdir(block, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// This request would end old (reuse) and admit a new reservation; neither may stick.
+	if _, err := l.ReserveIDs(ids(gpuA, 0, 1), Task{JobName: "new"}); err == nil || !strings.Contains(err.Error(), block) {
+		t.Fatalf("ReserveIDs with an unwritable temp file = %v, want an error naming %s", err, block)
+	}
+	for name, err := range map[string]error{
+		"Release":      l.Release(old.Token, "x"),
+		"SetUnmanaged": l.SetUnmanaged(gpuA, size.GiB),
+		"SetPolicy":    l.SetPolicy(policy.Policy{Name: "p2", HeadroomBytes: size.GiB, MaxTasksPerGPU: 3, UnitBytes: size.GiB, Mode: policy.ModeMPS, WatchdogInterval: time.Second, Unmanaged: policy.UnmanagedStop}),
+	} {
+		if err == nil {
+			t.Errorf("%s succeeded although nothing could be written", name)
+		}
+	}
+	if after := l.States(); !reflect.DeepEqual(before, after) {
+		t.Errorf("failed commits changed the state:\nbefore %+v\nafter  %+v", before, after)
+	}
+	select {
+	case <-ch:
+		t.Errorf("failed commits notified subscribers")
+	default:
+	}
+	if err := os.Remove(block); err != nil {
+		t.Fatal(err)
+	}
+	mustReserve(t, l, Task{JobName: "new"}, ids(gpuA, 0, 1)...)
+	if _, ok := l.Reservation(old.Token); ok {
+		t.Errorf("reuse did not end the old reservation once commits worked again")
+	}
+}
+
+func TestStaleTempFileIgnored(t *testing.T) {
+	l, dir := newTest(t, Options{})
+	r := mustReserve(t, l, Task{}, ids(gpuA, 0)...)
+	l.Close()
+	// A writer killed between writing the temp file and the rename leaves this behind.
+	tmp := filepath.Join(dir, StateFile+tempSuffix)
+	if err := os.WriteFile(tmp, []byte(`{"schema_version":1,"gener`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("Open with a stale temp file: %v", err)
+	}
+	defer l2.Close()
+	if _, ok := l2.Reservation(r.Token); !ok {
+		t.Errorf("committed reservation lost")
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale temp file still there: %v", err)
+	}
+}
