@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+
+	"github.com/hashicorp/terraform-plugin-framework/attr"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -31,6 +35,30 @@ func configuredClient(data any, diags *diag.Diagnostics) *client {
 // must never make a resource disappear from state.
 func isNotFound(err error) bool {
 	return err != nil && errors.Is(err, policy.ErrNotFound) && !errors.Is(err, policy.ErrPermissionDenied)
+}
+
+// settleModifyIndex decides the planned modify_index. The framework marks it unknown whenever
+// the proposed state differs from the prior one, which includes a size merely spelled another
+// way; once plan modifiers have put the prior spellings back, an unchanged object must plan no
+// write at all. planned and prior are pointers to the same model type.
+func settleModifyIndex[M any](planned, prior *M, index func(*M) *types.Int64) {
+	*index(planned) = *index(prior)
+	if !modelsEqual(planned, prior) {
+		*index(planned) = types.Int64Unknown()
+	}
+}
+
+// modelsEqual compares two models attribute by attribute.
+func modelsEqual(a, b any) bool {
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	for i := 0; i < va.NumField(); i++ {
+		x, ok1 := va.Field(i).Interface().(attr.Value)
+		y, ok2 := vb.Field(i).Interface().(attr.Value)
+		if !ok1 || !ok2 || !x.Equal(y) {
+			return false
+		}
+	}
+	return true
 }
 
 // importByID sets name, namespace and id from "name@namespace" (or "name"); Read fills the rest.

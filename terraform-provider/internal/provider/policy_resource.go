@@ -161,6 +161,11 @@ func (r *policyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	m.HeadroomBytes = bytesOf(m.Headroom)
 	m.CapMarginBytes = bytesOf(m.CapMargin)
 	m.UnitBytes = bytesOf(m.Unit)
+	if !req.State.Raw.IsNull() {
+		var prior policyModel
+		resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+		settleModifyIndex(&m, &prior, func(x *policyModel) *types.Int64 { return &x.ModifyIndex })
+	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &m)...)
 }
 

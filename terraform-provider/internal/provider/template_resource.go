@@ -134,6 +134,7 @@ func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		} else {
 			m.CapBytes, m.Cap, m.Units = types.Int64Unknown(), types.StringUnknown(), types.Int64Unknown()
 		}
+		settleModifyIndex(&m, &prior, func(x *templateModel) *types.Int64 { return &x.ModifyIndex })
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &m)...)
 }
