@@ -1,0 +1,194 @@
+package enforcer
+
+import (
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/gpufrac/gpufrac/ledger"
+)
+
+// Environment variables the watchdog reads from a process to learn its task.
+const (
+	envNomadAlloc = "NOMAD_ALLOC_ID"
+	envNomadJob   = "NOMAD_JOB_NAME"
+	envNomadTask  = "NOMAD_TASK_NAME"
+	EnvTemplate   = "GPUFRAC_TEMPLATE"
+)
+
+// mpsServerName is the MPS server's executable; it holds a little GPU memory of its own and is
+// never a task nor unmanaged use.
+const mpsServerName = "nvidia-cuda-mps-server"
+
+// How a process was tied to a reservation.
+const (
+	viaEnviron = "environ"
+	viaCgroup  = "cgroup"
+	viaParent  = "parent"
+)
+
+// maxAncestors bounds the walk up the process tree (and any cycle a bad ProcSource could show).
+const maxAncestors = 32
+
+var allocIDRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+
+// identity is what one process says about its task. Environ and cgroup are read once per process
+// (the initial environment never changes) and cached under the PID and start time.
+type identity struct {
+	start     uint64
+	ppid      int
+	token     string
+	task      ledger.Task
+	allocID   string
+	cgroup    string
+	argv      []string
+	pipeDir   string
+	envErr    error
+	mpsServer bool
+}
+
+type procCache struct {
+	src ProcSource
+	mu  sync.Mutex
+	m   map[int]identity
+}
+
+func newProcCache(src ProcSource) *procCache {
+	return &procCache{src: src, m: map[int]identity{}}
+}
+
+// get returns pid's identity; err only when the process is gone or its stat is unreadable.
+func (c *procCache) get(pid int) (identity, error) {
+	st, err := c.src.Stat(pid)
+	if err != nil {
+		c.mu.Lock()
+		delete(c.m, pid)
+		c.mu.Unlock()
+		return identity{}, err
+	}
+	c.mu.Lock()
+	id, ok := c.m[pid]
+	c.mu.Unlock()
+	if ok && id.start == st.StartTicks {
+		return id, nil
+	}
+	id = identity{start: st.StartTicks, ppid: st.PPID}
+	if env, err := c.src.Environ(pid); err != nil {
+		id.envErr = err
+	} else {
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case EnvReservation:
+				id.token = v
+			case envNomadAlloc:
+				id.task.AllocID = v
+			case envNomadJob:
+				id.task.JobName = v
+			case envNomadTask:
+				id.task.TaskName = v
+			case EnvTemplate:
+				id.task.Template = v
+			case EnvMPSPipeDir:
+				id.pipeDir = v
+			}
+		}
+	}
+	if cg, err := c.src.Cgroup(pid); err == nil {
+		id.cgroup = cg
+		id.allocID = allocIDRE.FindString(cg)
+	}
+	if argv, err := c.src.Cmdline(pid); err == nil {
+		id.argv = argv
+		id.mpsServer = len(argv) > 0 && filepath.Base(argv[0]) == mpsServerName
+	}
+	c.mu.Lock()
+	c.m[pid] = id
+	c.mu.Unlock()
+	return id, nil
+}
+
+// prune forgets processes that are no longer alive.
+func (c *procCache) prune(live map[int]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for pid := range c.m {
+		if !live[pid] {
+			delete(c.m, pid)
+		}
+	}
+}
+
+// attribute ties a GPU process on GPU gpuUUID to a reservation token: through the token in its
+// environment, else through a Nomad alloc ID in its cgroup that a sighted task of that GPU carries,
+// else through the nearest ancestor that carries a token. via says which; "" with a note when none.
+func (c *procCache) attribute(pid int, gpuUUID string, res map[string]ledger.Reservation) (token, via, note string) {
+	id, err := c.get(pid)
+	if err != nil {
+		return "", "", "process vanished"
+	}
+	if r, ok := res[id.token]; ok && id.token != "" {
+		if r.GPU == gpuUUID {
+			return id.token, viaEnviron, ""
+		}
+		note = "token of a reservation on GPU " + r.GPU
+	} else if id.token != "" {
+		note = "token " + shortToken(id.token) + " matches no reservation"
+	}
+	if id.allocID != "" {
+		if tok := byAlloc(id, gpuUUID, res); tok != "" {
+			return tok, viaCgroup, ""
+		}
+	}
+	cur := id
+	for range maxAncestors {
+		if cur.ppid <= 1 {
+			break
+		}
+		up, err := c.get(cur.ppid)
+		if err != nil {
+			break
+		}
+		if r, ok := res[up.token]; ok && up.token != "" && r.GPU == gpuUUID {
+			return up.token, viaParent, ""
+		}
+		cur = up
+	}
+	if note == "" && id.envErr != nil {
+		note = "environ unreadable: " + id.envErr.Error()
+	}
+	return "", "", note
+}
+
+// byAlloc finds the one reservation on this GPU held by the process's Nomad allocation. With
+// several tasks of one allocation on the GPU, the task name in the cgroup path decides.
+func byAlloc(id identity, gpuUUID string, res map[string]ledger.Reservation) string {
+	var cands []string
+	for tok, r := range res {
+		if r.GPU == gpuUUID && r.Task.AllocID == id.allocID {
+			cands = append(cands, tok)
+		}
+	}
+	if len(cands) == 1 {
+		return cands[0]
+	}
+	var named []string
+	for _, tok := range cands {
+		if t := res[tok].Task.TaskName; t != "" && strings.Contains(id.cgroup, id.allocID+"."+t) {
+			named = append(named, tok)
+		}
+	}
+	if len(named) == 1 {
+		return named[0]
+	}
+	return ""
+}
+
+// shortToken is enough of a secret token to tell reservations apart in logs, never the token.
+func shortToken(tok string) string {
+	if len(tok) > 8 {
+		return tok[:8]
+	}
+	return tok
+}

@@ -1,0 +1,331 @@
+package enforcer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Defaults of Config.
+const (
+	// DefaultAllowance is added to a task's cap once per CUDA process before the watchdog calls
+	// it a violation. NVML counts each process's CUDA context and allocator overhead, which neither
+	// the cap a framework is told nor the MPS pinned limit covers. Measured on the H200 with
+	// PyTorch 2.11: a process holding a 3 GiB tensor shows 3682 MiB in NVML, 610 MiB more, with
+	// and without MPS (docs/benchmarks.md, "Enforcer on the H200"); rounded up to 640 MiB.
+	DefaultAllowance = 640 * size.MiB
+	// DefaultStopGrace is how long a task under MPS has to leave after SIGINT before it is
+	// stopped by force (a GPU-wide event, see docs/enforcement.md).
+	DefaultStopGrace = 2 * time.Second
+	// DefaultScanInterval is how often every live process is scanned for reservation tokens and
+	// the MPS daemons are checked.
+	DefaultScanInterval = time.Second
+)
+
+// Config wires an Enforcer. Backend and Ledger are required.
+type Config struct {
+	Backend gpu.Backend
+	Ledger  *ledger.Ledger
+	Logger  hclog.Logger
+	// Procs reads the process table; nil = LinuxProcs("/proc").
+	Procs ProcSource
+	// Signal sends a signal to a host PID; nil = syscall.Kill.
+	Signal func(pid int, sig syscall.Signal) error
+	MPS    MPSOptions
+	// Allowance per CUDA process of a task on top of its cap; 0 = DefaultAllowance.
+	Allowance size.Bytes
+	// StopGrace between SIGINT and a forced stop under MPS; 0 = DefaultStopGrace.
+	StopGrace time.Duration
+	// ScanInterval of the token scan and MPS health check; 0 = DefaultScanInterval.
+	ScanInterval time.Duration
+	// Now is the clock; nil = time.Now.
+	Now func() time.Time
+}
+
+// ProcUsage is one GPU process in a sample.
+type ProcUsage struct {
+	PID   int
+	Bytes size.Bytes
+	// Token is the reservation the process counts against ("" = unmanaged). Secret.
+	Token string
+	// Via says how it was attributed: "environ", "cgroup" or "parent".
+	Via string
+	// MPSServer marks the MPS server process, which is neither a task nor unmanaged.
+	MPSServer bool
+}
+
+// Sample is the watchdog's last reading of one GPU.
+type Sample struct {
+	GPU            string
+	Time           time.Time
+	Mode           policy.Mode
+	Processes      []ProcUsage
+	UnmanagedBytes size.Bytes
+}
+
+// Enforcer keeps the tasks of one node inside their caps. All methods are safe for concurrent use.
+type Enforcer struct {
+	cfg     Config
+	log     hclog.Logger
+	procs   *procCache
+	mps     *mpsManager
+	hub     hub
+	dropped atomic.Int64
+
+	mu      sync.Mutex
+	samples map[string]Sample
+	usage   map[string]size.Bytes
+
+	// Owned by the Run goroutine.
+	tracks    map[string]*track
+	near      map[string]*nearCap
+	unmanaged map[procKey]*unmanagedProc
+	sick      map[string]string // GPUs this enforcer marked unhealthy, with the reason
+	lastScan  time.Time
+	lastErr   map[string]string
+}
+
+// New checks cfg and fills in defaults. It starts nothing: call Run.
+func New(cfg Config) (*Enforcer, error) {
+	if cfg.Backend == nil {
+		return nil, errors.New("enforcer: Config.Backend is nil")
+	}
+	if cfg.Ledger == nil {
+		return nil, errors.New("enforcer: Config.Ledger is nil")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Procs == nil {
+		cfg.Procs = LinuxProcs("")
+	}
+	if cfg.Signal == nil {
+		cfg.Signal = func(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }
+	}
+	if cfg.Allowance == 0 {
+		cfg.Allowance = DefaultAllowance
+	}
+	if cfg.StopGrace <= 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.ScanInterval <= 0 {
+		cfg.ScanInterval = DefaultScanInterval
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger.Named("enforcer")
+	procs := newProcCache(cfg.Procs)
+	return &Enforcer{
+		cfg: cfg, log: log, procs: procs, mps: newMPSManager(cfg.MPS, procs, log),
+		samples: map[string]Sample{}, usage: map[string]size.Bytes{},
+		tracks: map[string]*track{}, near: map[string]*nearCap{}, unmanaged: map[procKey]*unmanagedProc{},
+		sick: map[string]string{}, lastErr: map[string]string{},
+	}, nil
+}
+
+func (e *Enforcer) now() time.Time { return e.cfg.Now() }
+
+// Run samples every GPU of the ledger at the policy's WatchdogInterval, stops violators, accounts
+// unmanaged use, scans all processes for tokens (ledger.Seen, then ExpireUnseen) and keeps the
+// MPS daemons healthy, until ctx ends. It returns ctx's error.
+func (e *Enforcer) Run(ctx context.Context) error {
+	for {
+		e.Tick(ctx)
+		iv := e.cfg.Ledger.Policy().WatchdogInterval
+		if iv <= 0 {
+			iv = policy.DefaultWatchdogInterval
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(iv):
+		}
+	}
+}
+
+// Tick is one pass of Run: every GPU sampled once, and the slow work when it is due. Tests and
+// benchmarks call it directly; do not call it while Run runs.
+func (e *Enforcer) Tick(ctx context.Context) {
+	for _, st := range e.cfg.Ledger.States() {
+		e.watch(ctx, st)
+	}
+	if now := e.now(); now.Sub(e.lastScan) >= e.cfg.ScanInterval {
+		e.lastScan = now
+		e.scanTokens()
+		e.checkMPS(ctx)
+	}
+}
+
+// PrepareGPU readies a GPU before a task starts on it: under mps mode its control daemon runs
+// (started, or adopted when one already answers on the pipe) with the GPU's budget as the ceiling
+// of every client's pinned limit. Nothing to do in isolated mode.
+func (e *Enforcer) PrepareGPU(ctx context.Context, uuid string) error {
+	st, err := e.cfg.Ledger.State(uuid)
+	if err != nil {
+		return fmt.Errorf("enforcer: prepare GPU: %w", err)
+	}
+	if st.Mode != policy.ModeMPS {
+		return nil
+	}
+	d, adopted, err := e.mps.ensure(ctx, uuid, st.BudgetBytes)
+	if err != nil {
+		e.emit(Event{Kind: EventMPS, Stage: "start-failed", GPU: uuid, Message: "MPS control daemon could not be readied: " + err.Error()})
+		return fmt.Errorf("enforcer: prepare GPU %s: %w", uuid, err)
+	}
+	stage := "started"
+	if adopted {
+		stage = "adopted"
+	}
+	if adopted || d.pid != 0 {
+		e.emit(Event{Kind: EventMPS, Stage: stage, GPU: uuid, PIDs: nonZero(d.pid), Bytes: st.BudgetBytes,
+			Message: "MPS control daemon " + stage + ", default pinned limit set to the GPU budget"})
+	}
+	return nil
+}
+
+// EnvOptions are the MPS directories a task on this GPU needs; empty unless the GPU is in mps
+// mode. The caller sets DockerRuntime.
+func (e *Enforcer) EnvOptions(uuid string) EnvOptions {
+	st, err := e.cfg.Ledger.State(uuid)
+	if err != nil || st.Mode != policy.ModeMPS {
+		return EnvOptions{}
+	}
+	d := e.mps.daemon(uuid)
+	return EnvOptions{MPSPipeDir: d.pipe, MPSLogDir: d.logDir}
+}
+
+// TaskUsage is the GPU memory that the reservation's processes held at the last sample (all
+// processes summed); false when no process of it was on a GPU.
+func (e *Enforcer) TaskUsage(token string) (size.Bytes, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	b, ok := e.usage[token]
+	return b, ok
+}
+
+// LastSample is the watchdog's last reading of a GPU.
+func (e *Enforcer) LastSample(uuid string) (Sample, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s, ok := e.samples[uuid]
+	return s, ok
+}
+
+// Shutdown stops the MPS control daemons that have no client left; the others keep running so
+// their clients are not harmed (a later Enforcer adopts them).
+func (e *Enforcer) Shutdown(ctx context.Context) error {
+	var errs []error
+	for _, d := range e.mps.known() {
+		procs, err := e.cfg.Backend.Processes(ctx, d.uuid)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("GPU %s: list processes before stopping MPS: %w", d.uuid, err))
+			continue
+		}
+		if n := e.clients(procs); n > 0 {
+			e.log.Info("MPS control daemon left running: clients still run", "gpu", d.uuid, "clients", n)
+			continue
+		}
+		if err := e.mps.stop(ctx, d); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		e.emit(Event{Kind: EventMPS, Stage: "stopped", GPU: d.uuid, Message: "MPS control daemon stopped: no client left"})
+	}
+	return errors.Join(errs...)
+}
+
+// clients counts GPU processes other than MPS servers.
+func (e *Enforcer) clients(procs []gpu.Process) int {
+	n := 0
+	for _, p := range procs {
+		if id, err := e.procs.get(p.PID); err == nil && id.mpsServer {
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// checkMPS asks every daemon this enforcer runs whether it answers. A dead daemon is restarted
+// when no client runs; with clients, it is a GPU-wide event and the GPU goes unhealthy until they
+// are gone. A changed budget becomes the new ceiling.
+func (e *Enforcer) checkMPS(ctx context.Context) {
+	for _, d := range e.mps.known() {
+		st, err := e.cfg.Ledger.State(d.uuid)
+		if err != nil {
+			continue
+		}
+		err = e.mps.check(ctx, d)
+		if err == nil {
+			if e.sick[d.uuid] == reasonMPSDied {
+				e.setHealthy(d.uuid)
+			}
+			if err := e.mps.updateLimit(ctx, d, st.BudgetBytes); err != nil {
+				e.log.Warn("MPS pinned limit not updated", "gpu", d.uuid, "error", err)
+			}
+			continue
+		}
+		procs, perr := e.cfg.Backend.Processes(ctx, d.uuid)
+		if n := e.clients(procs); perr != nil || n > 0 {
+			if e.sick[d.uuid] != reasonMPSDied {
+				e.emit(Event{Kind: EventMPS, Stage: "died", GPU: d.uuid,
+					Message: fmt.Sprintf("MPS control daemon is gone while %d client process(es) run: %v", n, err)})
+				e.setUnhealthy(d.uuid, reasonMPSDied)
+			}
+			continue
+		}
+		if _, _, rerr := e.mps.ensure(ctx, d.uuid, st.BudgetBytes); rerr != nil {
+			e.emit(Event{Kind: EventMPS, Stage: "restart-failed", GPU: d.uuid, Message: "MPS control daemon could not be restarted: " + rerr.Error()})
+			e.setUnhealthy(d.uuid, reasonMPSDown)
+			continue
+		}
+		e.emit(Event{Kind: EventMPS, Stage: "restarted", GPU: d.uuid, Message: "MPS control daemon restarted (no client was running): " + err.Error()})
+		if e.sick[d.uuid] == reasonMPSDied || e.sick[d.uuid] == reasonMPSDown {
+			e.setHealthy(d.uuid)
+		}
+	}
+}
+
+// Health reasons this enforcer sets (and clears) in the ledger.
+const (
+	reasonMPSDied = "MPS control daemon died while clients ran; GPU drained until they exit"
+	reasonMPSDown = "MPS control daemon cannot be started"
+	reasonForced  = "forced stop under MPS may have faulted other clients"
+)
+
+func (e *Enforcer) setUnhealthy(uuid, reason string) {
+	if err := e.cfg.Ledger.SetHealth(uuid, false, reason); err != nil {
+		e.log.Error("cannot mark GPU unhealthy", "gpu", uuid, "error", err)
+		return
+	}
+	e.sick[uuid] = reason
+	e.emit(Event{Kind: EventGPUHealth, Stage: "unhealthy", GPU: uuid, Message: reason})
+}
+
+func (e *Enforcer) setHealthy(uuid string) {
+	if err := e.cfg.Ledger.SetHealth(uuid, true, ""); err != nil {
+		e.log.Error("cannot mark GPU healthy", "gpu", uuid, "error", err)
+		return
+	}
+	delete(e.sick, uuid)
+	e.emit(Event{Kind: EventGPUHealth, Stage: "healthy", GPU: uuid, Message: "GPU healthy again"})
+}
+
+func nonZero(pid int) []int {
+	if pid == 0 {
+		return nil
+	}
+	return []int{pid}
+}

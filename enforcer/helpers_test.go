@@ -1,0 +1,290 @@
+package enforcer
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// envTestChild makes the test binary a helper process: "stubborn" ignores SIGINT and sleeps.
+const envTestChild = "GPUFRAC_ENFORCER_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	simjob.RunIfChild()
+	if os.Getenv(envTestChild) == "stubborn" {
+		signal.Ignore(syscall.SIGINT)
+		os.Stdout.WriteString("ready\n") // the test sends SIGINT only after this
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// rig is one simulated GPU, its ledger and an enforcer running over them.
+type rig struct {
+	t      *testing.T
+	sim    *gpu.Simulated
+	uuid   string
+	dir    string // ledger directory
+	led    *ledger.Ledger
+	enf    *Enforcer
+	cfg    Config
+	cancel context.CancelFunc
+	done   chan error
+
+	logs    lockedBuffer
+	mu      sync.Mutex
+	events  []Event
+	signals map[int][]syscall.Signal
+}
+
+func testPolicy(mode policy.Mode) policy.Policy {
+	p := policy.Default()
+	p.Mode = mode
+	p.HeadroomBytes = size.GiB
+	p.WatchdogInterval = 10 * time.Millisecond
+	return p
+}
+
+// newRig opens a ledger over one simulated 80 GiB GPU in mode; the enforcer is built but not run.
+func newRig(t *testing.T, mode policy.Mode, tweak func(*Config)) *rig {
+	t.Helper()
+	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB"}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := sim.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &rig{t: t, sim: sim, uuid: devs[0].UUID, dir: t.TempDir(), signals: map[int][]syscall.Signal{}}
+	r.openLedger()
+	if err := r.led.SetPolicy(testPolicy(mode)); err != nil {
+		t.Fatal(err)
+	}
+	d := devs[0]
+	if err := r.led.SyncGPUs([]ledger.GPUInfo{{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes, Healthy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	r.cfg = Config{
+		Backend: sim, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &r.logs}),
+		Allowance: 256 * size.MiB, StopGrace: 300 * time.Millisecond, ScanInterval: 50 * time.Millisecond,
+		MPS: MPSOptions{ControlBinary: fakeControl(t), Root: shortTemp(t), Timeout: 2 * time.Second},
+	}
+	r.cfg.Signal = func(pid int, sig syscall.Signal) error {
+		r.mu.Lock()
+		r.signals[pid] = append(r.signals[pid], sig)
+		r.mu.Unlock()
+		return syscall.Kill(pid, sig)
+	}
+	if tweak != nil {
+		tweak(&r.cfg)
+	}
+	r.newEnforcer()
+	t.Cleanup(func() {
+		r.stop()
+		r.led.Close()
+		if t.Failed() {
+			r.logs.mu.Lock()
+			t.Logf("enforcer log:\n%s", r.logs.b.String())
+			r.logs.mu.Unlock()
+		}
+	})
+	return r
+}
+
+func (r *rig) openLedger() {
+	led, err := ledger.Open(r.dir, ledger.Options{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.led = led
+}
+
+func (r *rig) newEnforcer() {
+	r.cfg.Ledger = r.led
+	enf, err := New(r.cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.enf = enf
+}
+
+// start runs the enforcer and records its events.
+func (r *rig) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, unsub := r.enf.Subscribe()
+	r.cancel, r.done = cancel, make(chan error, 1)
+	go func() {
+		for ev := range ch {
+			r.mu.Lock()
+			r.events = append(r.events, ev)
+			r.mu.Unlock()
+		}
+	}()
+	go func() { r.done <- r.enf.Run(ctx); unsub() }()
+}
+
+func (r *rig) stop() {
+	if r.cancel != nil {
+		r.cancel()
+		<-r.done
+		r.cancel = nil
+	}
+}
+
+func (r *rig) reserve(capBytes size.Bytes, job string) ledger.Reservation {
+	r.t.Helper()
+	res, err := r.led.ReserveBytes(r.uuid, capBytes, ledger.Task{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	_ = job
+	return res
+}
+
+// job is a simulated job started as a real child process.
+type job struct {
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	done   chan struct{}
+	result string
+}
+
+// run starts a simjob holding reservation res (none when res.Token is empty) with a Nomad identity.
+func (r *rig) run(res ledger.Reservation, name string, args ...string) *job {
+	r.t.Helper()
+	j := &job{done: make(chan struct{}), result: filepath.Join(r.t.TempDir(), "result.json")}
+	cmd, err := simjob.Command(context.Background(), append([]string{"--dir", r.sim.Dir(), "--gpu", r.uuid, "--result", j.result}, args...)...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd.Env = append(cmd.Env, envNomadJob+"="+name, envNomadTask+"=main", EnvTemplate+"=tmpl-"+name)
+	if res.Token != "" {
+		st, err := r.led.State(r.uuid)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for k, v := range TaskEnv(res, st, r.enf.EnvOptions(r.uuid)) {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	cmd.Stdout, cmd.Stderr = &j.out, &j.out
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	j.cmd = cmd
+	go func() { _ = cmd.Wait(); close(j.done) }()
+	r.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-j.done
+	})
+	return j
+}
+
+// wait returns the job's exit code, or fails the test after 10s.
+func (j *job) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-j.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("job pid %d did not end; output:\n%s", j.cmd.Process.Pid, j.out.String())
+	}
+	return j.cmd.ProcessState.ExitCode()
+}
+
+func (j *job) killedBy() syscall.Signal {
+	if ws, ok := j.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal()
+	}
+	return 0
+}
+
+func (r *rig) sent(pid int) []syscall.Signal {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]syscall.Signal(nil), r.signals[pid]...)
+}
+
+// event waits up to 10s for an event that matches.
+func (r *rig) event(what string, match func(Event) bool) Event {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		for _, ev := range r.events {
+			if match(ev) {
+				r.mu.Unlock()
+				return ev
+			}
+		}
+		r.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+	r.t.Fatalf("no %s event; got %d events", what, len(r.events))
+	return Event{}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func fakeControl(t *testing.T) string {
+	p, err := filepath.Abs(filepath.Join("testdata", "fake-mps-control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// shortTemp is a temporary directory with a short path (MPS pipes are Unix sockets).
+func shortTemp(t *testing.T) string {
+	d, err := os.MkdirTemp("", "gfmps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopFakeDaemons(d); os.RemoveAll(d) })
+	return d
+}
+
+// stopFakeDaemons ends every fake daemon under root: it exits once its pid file is gone.
+func stopFakeDaemons(root string) {
+	files, _ := filepath.Glob(filepath.Join(root, "*", "pipe", "daemon.pid"))
+	for _, f := range files {
+		os.Remove(f)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}

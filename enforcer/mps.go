@@ -1,0 +1,283 @@
+package enforcer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// MPS defaults.
+const (
+	DefaultMPSControl = "nvidia-cuda-mps-control"
+	DefaultMPSRoot    = "/run/gpufrac/mps"
+	DefaultMPSTimeout = 5 * time.Second
+)
+
+// MPSOptions configure the MPS control daemons the enforcer runs, one per GPU in mps mode.
+type MPSOptions struct {
+	// ControlBinary is nvidia-cuda-mps-control, or a fake that speaks the same commands.
+	ControlBinary string
+	// Root holds <Root>/<gpu-uuid>/pipe and <Root>/<gpu-uuid>/log.
+	Root string
+	// Timeout bounds every control command: a control command can block for good.
+	Timeout time.Duration
+}
+
+func (o MPSOptions) withDefaults() MPSOptions {
+	if o.ControlBinary == "" {
+		o.ControlBinary = DefaultMPSControl
+	}
+	if o.Root == "" {
+		o.Root = DefaultMPSRoot
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = DefaultMPSTimeout
+	}
+	return o
+}
+
+// ErrMPSControl wraps every failed or timed-out MPS control command.
+var ErrMPSControl = errors.New("MPS control command failed")
+
+// mpsDaemon is what the enforcer knows of one GPU's control daemon.
+type mpsDaemon struct {
+	// mu serialises operations on one daemon: the watchdog's health check and PrepareGPU race.
+	mu                 sync.Mutex
+	uuid, pipe, logDir string
+	pid                int // 0 when not found in the process table
+	running            bool
+	limit              size.Bytes // default pinned limit last set
+}
+
+type mpsManager struct {
+	opts  MPSOptions
+	procs *procCache
+	log   hclog.Logger
+	mu    sync.Mutex
+	d     map[string]*mpsDaemon
+}
+
+func newMPSManager(o MPSOptions, procs *procCache, log hclog.Logger) *mpsManager {
+	return &mpsManager{opts: o.withDefaults(), procs: procs, log: log.Named("mps"), d: map[string]*mpsDaemon{}}
+}
+
+func (m *mpsManager) daemon(uuid string) *mpsDaemon {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, ok := m.d[uuid]
+	if !ok {
+		base := filepath.Join(m.opts.Root, uuid)
+		d = &mpsDaemon{uuid: uuid, pipe: filepath.Join(base, "pipe"), logDir: filepath.Join(base, "log")}
+		m.d[uuid] = d
+	}
+	return d
+}
+
+// known lists the GPUs whose daemon this enforcer started or adopted.
+func (m *mpsManager) known() []*mpsDaemon {
+	m.mu.Lock()
+	all := make([]*mpsDaemon, 0, len(m.d))
+	for _, d := range m.d {
+		all = append(all, d)
+	}
+	m.mu.Unlock()
+	var out []*mpsDaemon
+	for _, d := range all {
+		d.mu.Lock()
+		if d.running {
+			out = append(out, d)
+		}
+		d.mu.Unlock()
+	}
+	return out
+}
+
+// control runs the control binary with input on stdin (nil: no stdin), under a timeout. The
+// command gets its own process group so a timeout kills whatever it started that still holds
+// its output open; a daemon it forked keeps running because it has left the group's pipes.
+func (m *mpsManager) control(ctx context.Context, d *mpsDaemon, input string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, m.opts.ControlBinary, args...)
+	cmd.Env = append(os.Environ(),
+		EnvCUDADevices+"="+d.uuid, EnvMPSPipeDir+"="+d.pipe, EnvMPSLogDir+"="+d.logDir)
+	if input != "" {
+		cmd.Stdin = strings.NewReader(input + "\n")
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	text := strings.TrimSpace(out.String())
+	what := strings.TrimSpace(input + " " + strings.Join(args, " "))
+	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.Canceled) {
+		return text, fmt.Errorf("%w: %q on GPU %s: no answer within %s", ErrMPSControl, what, d.uuid, m.opts.Timeout)
+	}
+	if err != nil {
+		return text, fmt.Errorf("%w: %q on GPU %s: %v: %s", ErrMPSControl, what, d.uuid, err, text)
+	}
+	return text, nil
+}
+
+// servers asks the daemon for its servers' PIDs; an error means it does not answer.
+func (m *mpsManager) servers(ctx context.Context, d *mpsDaemon) ([]int, error) {
+	out, err := m.control(ctx, d, "get_server_list")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(out) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// ensure makes the GPU's daemon answer, starting one unless one already answers on its pipe, and
+// sets the default pinned limit to budget. adopted says an existing daemon was taken over.
+func (m *mpsManager) ensure(ctx context.Context, uuid string, budget size.Bytes) (d *mpsDaemon, adopted bool, err error) {
+	d = m.daemon(uuid)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := m.servers(ctx, d); err == nil {
+		adopted = !d.running
+	} else {
+		if err := m.start(ctx, d); err != nil {
+			return d, false, err
+		}
+	}
+	d.running = true
+	d.pid = m.findPID(d)
+	if err := m.setLimit(ctx, d, budget); err != nil {
+		return d, adopted, err
+	}
+	return d, adopted, nil
+}
+
+func (m *mpsManager) start(ctx context.Context, d *mpsDaemon) error {
+	for _, dir := range []string{d.pipe, d.logDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("MPS directory for GPU %s: %w", d.uuid, err)
+		}
+	}
+	if _, err := m.control(ctx, d, "", "-d"); err != nil {
+		return err
+	}
+	// -d returns once the daemon has forked; it answers a moment later.
+	deadline := time.Now().Add(m.opts.Timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if _, last = m.servers(ctx, d); last == nil {
+			m.log.Info("MPS control daemon started", "gpu", d.uuid, "pipe", d.pipe)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("MPS control daemon for GPU %s started but does not answer: %w", d.uuid, last)
+}
+
+// updateLimit sets a new budget as the ceiling when it changed (unmanaged use moves it).
+func (m *mpsManager) updateLimit(ctx context.Context, d *mpsDaemon, budget size.Bytes) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return m.setLimit(ctx, d, budget)
+}
+
+// setLimit makes budget the ceiling no client can raise its own limit past: the default for
+// servers yet to start, and the limit of every running server (the default does not reach them).
+func (m *mpsManager) setLimit(ctx context.Context, d *mpsDaemon, budget size.Bytes) error {
+	if budget == 0 || budget == d.limit {
+		return nil
+	}
+	mib := strconv.FormatUint(uint64(budget/size.MiB), 10) + "M"
+	if _, err := m.control(ctx, d, "set_default_device_pinned_mem_limit 0 "+mib); err != nil {
+		return err
+	}
+	srv, err := m.servers(ctx, d)
+	if err != nil {
+		return err
+	}
+	for _, pid := range srv {
+		if _, err := m.control(ctx, d, "set_device_pinned_mem_limit "+strconv.Itoa(pid)+" 0 "+mib); err != nil {
+			return err
+		}
+	}
+	d.limit = budget
+	return nil
+}
+
+// check says whether the daemon answers and its process (when known) is alive.
+func (m *mpsManager) check(ctx context.Context, d *mpsDaemon) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.pid != 0 {
+		if _, err := m.procs.src.Stat(d.pid); err != nil {
+			return fmt.Errorf("MPS control daemon pid %d is gone: %w", d.pid, err)
+		}
+	}
+	_, err := m.servers(ctx, d)
+	return err
+}
+
+// stop asks the daemon to quit.
+func (m *mpsManager) stop(ctx context.Context, d *mpsDaemon) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := m.control(ctx, d, "quit"); err != nil {
+		return err
+	}
+	d.running, d.pid, d.limit = false, 0, 0
+	m.log.Info("MPS control daemon stopped", "gpu", d.uuid)
+	return nil
+}
+
+// findPID looks for the daemon in the process table: the control binary run with -d whose
+// environment names this GPU's pipe directory. 0 when not found (then only the pipe is checked).
+func (m *mpsManager) findPID(d *mpsDaemon) int {
+	pids, err := m.procs.src.PIDs()
+	if err != nil {
+		return 0
+	}
+	base := filepath.Base(m.opts.ControlBinary)
+	for _, pid := range pids {
+		id, err := m.procs.get(pid)
+		if err != nil || id.pipeDir != d.pipe || !isDaemonArgv(id.argv, base) {
+			continue
+		}
+		return pid
+	}
+	return 0
+}
+
+func isDaemonArgv(argv []string, base string) bool {
+	named, daemon := false, false
+	for _, a := range argv {
+		if filepath.Base(a) == base {
+			named = true
+		}
+		if strings.HasPrefix(a, "-d") {
+			daemon = true
+		}
+	}
+	return named && daemon
+}

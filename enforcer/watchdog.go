@@ -1,0 +1,358 @@
+package enforcer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Violation actions (ledger.Violation.Action).
+const (
+	ActionOOMInProcess = "oom-in-process"
+	ActionSIGINT       = "sigint"
+	ActionSIGKILL      = "sigkill"
+	ActionReported     = "reported"
+)
+
+// nearFraction: under MPS a task seen within 5% of its cap whose processes then leave the GPU
+// without a stop from the watchdog is recorded as having failed at its pinned limit.
+const nearFraction = 0.95
+
+// unmanagedRound is the step unmanaged use is rounded up to before it is written to the ledger,
+// so small wobbles in NVML readings do not cost a commit each.
+const unmanagedRound = 64 * size.MiB
+
+// track is one violation in progress.
+type track struct {
+	token, gpu string
+	task       ledger.Task
+	mode       policy.Mode
+	capBytes   size.Bytes
+	crossedAt  time.Time
+	peak       size.Bytes
+	sigintAt   time.Time
+	action     string
+	forced     bool
+	detail     string
+}
+
+// nearCap remembers an MPS task close to its cap, to recognise an exit at its pinned limit.
+type nearCap struct {
+	gpu      string
+	task     ledger.Task
+	capBytes size.Bytes
+	since    time.Time
+	peak     size.Bytes
+}
+
+type procKey struct {
+	pid   int
+	start uint64
+}
+
+type unmanagedProc struct {
+	sigintAt time.Time
+	killed   bool
+}
+
+// watch samples one GPU and acts on what it sees.
+func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
+	uuid := st.UUID
+	if isMine(st.HealthReason) && e.sick[uuid] == "" {
+		e.sick[uuid] = st.HealthReason // marked by an earlier enforcer: clear it when due
+	}
+	procs, err := e.cfg.Backend.Processes(ctx, uuid)
+	if err != nil {
+		if msg := err.Error(); e.lastErr[uuid] != msg {
+			e.lastErr[uuid] = msg
+			e.log.Warn("cannot list GPU processes", "gpu", uuid, "error", err)
+		}
+		return
+	}
+	delete(e.lastErr, uuid)
+	now := e.now()
+	res := make(map[string]ledger.Reservation, len(st.Reservations))
+	for _, r := range st.Reservations {
+		res[r.Token] = r
+	}
+	sample := Sample{GPU: uuid, Time: now, Mode: st.Mode}
+	byToken := map[string][]ProcUsage{}
+	var unmanaged []ProcUsage
+	clients := 0
+	for _, p := range procs {
+		pu := ProcUsage{PID: p.PID, Bytes: p.UsedBytes}
+		if id, err := e.procs.get(p.PID); err == nil && id.mpsServer {
+			pu.MPSServer = true
+			sample.Processes = append(sample.Processes, pu)
+			continue
+		}
+		clients++
+		tok, via, note := e.procs.attribute(p.PID, uuid, res)
+		pu.Token, pu.Via = tok, via
+		if tok == "" {
+			unmanaged = append(unmanaged, pu)
+			sample.UnmanagedBytes += p.UsedBytes
+			e.noteUnmanaged(uuid, pu, note)
+		} else {
+			byToken[tok] = append(byToken[tok], pu)
+		}
+		sample.Processes = append(sample.Processes, pu)
+	}
+	e.publish(uuid, sample, res, byToken)
+
+	for tok, ps := range byToken {
+		e.check(uuid, st.Mode, res[tok], ps, now)
+	}
+	e.settle(uuid, byToken, now)
+	e.stopUnmanaged(uuid, st.Mode, unmanaged, now)
+	e.accountUnmanaged(st, sample.UnmanagedBytes)
+	if clients == 0 && e.sick[uuid] == reasonForced {
+		e.setHealthy(uuid) // every client of the faulted MPS server is gone
+	}
+}
+
+// publish stores the sample and the per-task sums for TaskUsage.
+func (e *Enforcer) publish(uuid string, s Sample, res map[string]ledger.Reservation, byToken map[string][]ProcUsage) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.samples[uuid] = s
+	for tok := range res {
+		delete(e.usage, tok)
+	}
+	for tok, ps := range byToken {
+		e.usage[tok] = sum(ps)
+	}
+}
+
+// check compares one task with its cap plus the per-process allowance and runs the mode's stop
+// protocol on a violator.
+func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps []ProcUsage, now time.Time) {
+	used := sum(ps)
+	limit := r.CapBytes + e.cfg.Allowance*size.Bytes(len(ps))
+	tr := e.tracks[r.Token]
+	if tr == nil {
+		if mode == policy.ModeMPS && float64(used) >= nearFraction*float64(r.CapBytes) {
+			n := e.near[r.Token]
+			if n == nil {
+				n = &nearCap{gpu: uuid, task: r.Task, capBytes: r.CapBytes, since: now}
+				e.near[r.Token] = n
+			}
+			n.peak = max(n.peak, used)
+		} else {
+			delete(e.near, r.Token) // fell back from the cap while alive: it did not die at it
+		}
+		if used <= limit {
+			return
+		}
+		delete(e.near, r.Token)
+		tr = &track{token: r.Token, gpu: uuid, task: r.Task, mode: mode, capBytes: r.CapBytes, crossedAt: now}
+		e.tracks[r.Token] = tr
+		e.emit(Event{Kind: EventViolation, Stage: "crossed", GPU: uuid, Token: r.Token, Task: r.Task, PIDs: pids(ps), Bytes: used,
+			Message: fmt.Sprintf("task passed its cap: %s used, cap %s + allowance %s x %d processes", used, r.CapBytes, e.cfg.Allowance, len(ps))})
+	}
+	tr.peak = max(tr.peak, used)
+	// A violator is stopped whole: once over, every process of the task goes, even if its sum
+	// dips back under the cap while it is being stopped.
+	switch {
+	case mode != policy.ModeMPS:
+		e.signal(tr, ps, syscall.SIGKILL)
+		tr.action = ActionSIGKILL
+		tr.detail = "SIGKILL at once (isolated mode: separate CUDA contexts, a kill harms no neighbour)"
+	case tr.sigintAt.IsZero():
+		e.signal(tr, ps, syscall.SIGINT)
+		tr.sigintAt, tr.action = now, ActionSIGINT
+		tr.detail = "SIGINT (MPS mode: an orderly exit does not fault the other clients)"
+		e.emit(Event{Kind: EventViolation, Stage: "stopping", GPU: uuid, Token: r.Token, Task: r.Task, PIDs: pids(ps), Bytes: used,
+			Message: fmt.Sprintf("SIGINT sent; forced stop after %s", e.cfg.StopGrace)})
+	case now.Sub(tr.sigintAt) >= e.cfg.StopGrace:
+		e.signal(tr, ps, syscall.SIGKILL)
+		if !tr.forced {
+			tr.forced, tr.action = true, ActionSIGKILL
+			tr.detail = fmt.Sprintf("SIGINT, then SIGKILL after %s grace under MPS: a GPU-wide event", e.cfg.StopGrace)
+			e.emit(Event{Kind: EventViolation, Stage: "forced", GPU: uuid, Token: r.Token, Task: r.Task, PIDs: pids(ps), Bytes: used,
+				Message: "task did not leave within the grace: SIGKILL under MPS, other clients of this GPU may fault"})
+			e.setUnhealthy(uuid, reasonForced)
+		}
+	}
+}
+
+// signal sends sig to every process of the task; a process that cannot be signalled turns the
+// action into "reported".
+func (e *Enforcer) signal(tr *track, ps []ProcUsage, sig syscall.Signal) {
+	for _, p := range ps {
+		err := e.cfg.Signal(p.PID, sig)
+		if err != nil && !errors.Is(err, syscall.ESRCH) {
+			tr.action, tr.detail = ActionReported, fmt.Sprintf("cannot signal pid %d (%s): %v", p.PID, sig, err)
+			e.log.Error("cannot stop a violator", "gpu", tr.gpu, "pid", p.PID, "signal", sig.String(), "error", err)
+		}
+	}
+}
+
+// settle closes violations whose task holds no GPU memory any more, and recognises MPS tasks that
+// left at their pinned limit.
+func (e *Enforcer) settle(uuid string, byToken map[string][]ProcUsage, now time.Time) {
+	for tok, tr := range e.tracks {
+		if tr.gpu != uuid || len(byToken[tok]) > 0 {
+			continue
+		}
+		delete(e.tracks, tok)
+		e.record(ledger.Violation{Token: tok, GPU: uuid, Task: tr.task, Mode: tr.mode, CapBytes: tr.capBytes, PeakBytes: tr.peak,
+			Action: tr.action, CrossedAt: tr.crossedAt, ContainedAt: now, Detail: tr.detail})
+	}
+	for tok, n := range e.near {
+		if n.gpu != uuid || len(byToken[tok]) > 0 {
+			continue
+		}
+		delete(e.near, tok)
+		e.record(ledger.Violation{Token: tok, GPU: uuid, Task: n.task, Mode: policy.ModeMPS, CapBytes: n.capBytes, PeakBytes: n.peak,
+			Action: ActionOOMInProcess, CrossedAt: n.since, ContainedAt: now,
+			Detail: fmt.Sprintf("left the GPU at %.0f%% of its cap without a stop from the watchdog; the MPS pinned limit fails "+
+				"an allocation past the cap inside the process, so this is most likely its out-of-memory exit "+
+				"(the watchdog cannot see exit statuses)", 100*float64(n.peak)/float64(n.capBytes))})
+	}
+}
+
+func (e *Enforcer) record(v ledger.Violation) {
+	if err := e.cfg.Ledger.RecordViolation(v); err != nil {
+		e.log.Error("cannot record violation", "gpu", v.GPU, "error", err)
+	}
+	e.emit(Event{Time: v.ContainedAt, Kind: EventViolation, Stage: "contained", GPU: v.GPU, Token: v.Token, Task: v.Task,
+		Bytes: v.PeakBytes, Violation: &v,
+		Message: fmt.Sprintf("violation contained (%s) %s after crossing; peak %s, cap %s", v.Action, v.ContainedAt.Sub(v.CrossedAt), v.PeakBytes, v.CapBytes)})
+}
+
+// noteUnmanaged reports each unmanaged process once.
+func (e *Enforcer) noteUnmanaged(uuid string, p ProcUsage, note string) {
+	id, err := e.procs.get(p.PID)
+	if err != nil {
+		return
+	}
+	k := procKey{p.PID, id.start}
+	if _, seen := e.unmanaged[k]; seen {
+		return
+	}
+	e.unmanaged[k] = &unmanagedProc{}
+	msg := "GPU process without a reservation"
+	if note != "" {
+		msg += " (" + note + ")"
+	}
+	e.emit(Event{Kind: EventUnmanaged, Stage: "seen", GPU: uuid, PIDs: []int{p.PID}, Bytes: p.Bytes, Message: msg})
+}
+
+// stopUnmanaged applies policy unmanaged = "stop": at once where a kill is safe, SIGINT first for
+// MPS clients of this GPU's daemon.
+func (e *Enforcer) stopUnmanaged(uuid string, mode policy.Mode, ps []ProcUsage, now time.Time) {
+	if e.cfg.Ledger.Policy().Unmanaged != policy.UnmanagedStop {
+		return
+	}
+	for _, p := range ps {
+		id, err := e.procs.get(p.PID)
+		if err != nil {
+			continue
+		}
+		u := e.unmanaged[procKey{p.PID, id.start}]
+		if u == nil || u.killed {
+			continue
+		}
+		mpsClient := mode == policy.ModeMPS && id.pipeDir != ""
+		switch {
+		case !mpsClient || (!u.sigintAt.IsZero() && now.Sub(u.sigintAt) >= e.cfg.StopGrace):
+			if err := e.cfg.Signal(p.PID, syscall.SIGKILL); err == nil || errors.Is(err, syscall.ESRCH) {
+				u.killed = true
+			}
+			e.emit(Event{Kind: EventUnmanaged, Stage: "stopped", GPU: uuid, PIDs: []int{p.PID}, Bytes: p.Bytes,
+				Message: "unmanaged GPU process stopped (SIGKILL) by policy unmanaged = stop"})
+		case u.sigintAt.IsZero():
+			_ = e.cfg.Signal(p.PID, syscall.SIGINT)
+			u.sigintAt = now
+		}
+	}
+}
+
+// accountUnmanaged writes the GPU's unmanaged use, rounded up, into the ledger so fewer units are
+// advertised, and forgets processes that have gone.
+func (e *Enforcer) accountUnmanaged(st ledger.GPUState, b size.Bytes) {
+	rounded := (b + unmanagedRound - 1) / unmanagedRound * unmanagedRound
+	if rounded != st.UnmanagedBytes {
+		if err := e.cfg.Ledger.SetUnmanaged(st.UUID, rounded); err != nil {
+			e.log.Error("cannot record unmanaged use", "gpu", st.UUID, "error", err)
+		}
+	}
+}
+
+// scanTokens tells the ledger which reservations a live process carries, so the reservations of
+// tasks that are alive but not (yet) on a GPU do not expire, then expires the others.
+func (e *Enforcer) scanTokens() {
+	pids, err := e.cfg.Procs.PIDs()
+	if err != nil {
+		e.log.Warn("cannot list processes for the token scan", "error", err)
+		return
+	}
+	live := make(map[int]bool, len(pids))
+	tasks := map[string]ledger.Task{}
+	for _, pid := range pids {
+		live[pid] = true
+		id, err := e.procs.get(pid)
+		if err != nil || id.token == "" {
+			continue
+		}
+		t := tasks[id.token]
+		fill(&t.AllocID, id.task.AllocID)
+		fill(&t.JobName, id.task.JobName)
+		fill(&t.TaskName, id.task.TaskName)
+		fill(&t.Template, id.task.Template)
+		tasks[id.token] = t
+	}
+	e.procs.prune(live)
+	for k := range e.unmanaged {
+		if !live[k.pid] {
+			delete(e.unmanaged, k)
+		}
+	}
+	for tok, t := range tasks {
+		if err := e.cfg.Ledger.Seen(tok, t); err != nil && !errors.Is(err, ledger.ErrNoReservation) {
+			e.log.Warn("cannot mark reservation seen", "token", shortToken(tok), "error", err)
+		}
+	}
+	gone, err := e.cfg.Ledger.ExpireUnseen()
+	if err != nil {
+		e.log.Warn("cannot expire unseen reservations", "error", err)
+	}
+	for _, r := range gone {
+		e.log.Info("reservation ended: no live process carried its token", "gpu", r.GPU, "token", shortToken(r.Token), "task", r.Task.String())
+	}
+}
+
+func fill(dst *string, src string) {
+	if *dst == "" {
+		*dst = src
+	}
+}
+
+func isMine(reason string) bool {
+	return reason == reasonMPSDied || reason == reasonMPSDown || reason == reasonForced
+}
+
+func sum(ps []ProcUsage) size.Bytes {
+	var b size.Bytes
+	for _, p := range ps {
+		b += p.Bytes
+	}
+	return b
+}
+
+func pids(ps []ProcUsage) []int {
+	out := make([]int, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.PID)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,226 @@
+package enforcer
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// neighbour is a well-behaved job: 1 GiB for ~1.5 s, then a deterministic result.
+func (r *rig) neighbour(seed string) (*job, ledger.Reservation) {
+	res := r.reserve(2*size.GiB, "neighbour")
+	return r.run(res, "neighbour", "--peak", "1GiB", "--ramp", "100ms", "--hold", "1500ms", "--seed", seed), res
+}
+
+func (j *job) checkResult(t *testing.T, seed int64) {
+	t.Helper()
+	if code := j.wait(t); code != 0 {
+		t.Fatalf("neighbour exit %d; output:\n%s", code, j.out.String())
+	}
+	b, err := os.ReadFile(j.result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got simjob.Result
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("neighbour result %q: %v", b, err)
+	}
+	if want := simjob.ResultFor(seed); !reflect.DeepEqual(got, want) {
+		t.Fatalf("neighbour result %+v, want its solo result %+v", got, want)
+	}
+}
+
+func (r *rig) violation(token string) ledger.Violation {
+	r.t.Helper()
+	var v ledger.Violation
+	eventually(r.t, "a violation in the ledger", func() bool {
+		for _, x := range r.led.Violations() {
+			if x.Token == token {
+				v = x
+				return true
+			}
+		}
+		return false
+	})
+	return v
+}
+
+func TestIsolatedLeakerKilledNeighbourFinishes(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, nil)
+	r.start()
+	nb, _ := r.neighbour("7")
+	res := r.reserve(2*size.GiB, "leaker")
+	leak := r.run(res, "leaker", "--peak", "1GiB", "--ramp", "50ms", "--leak-to", "20GiB", "--leak-rate", "8GiB")
+	leak.wait(t)
+	if sig := leak.killedBy(); sig != syscall.SIGKILL {
+		t.Fatalf("leaker ended by %v, want SIGKILL; output:\n%s", sig, leak.out.String())
+	}
+	v := r.violation(res.Token)
+	if v.Action != ActionSIGKILL || v.Mode != policy.ModeIsolated || v.CapBytes != 2*size.GiB {
+		t.Fatalf("violation %+v", v)
+	}
+	limit := 2*size.GiB + r.cfg.Allowance
+	if v.PeakBytes <= limit || v.PeakBytes > limit+size.GiB {
+		t.Fatalf("peak %s: want just past cap+allowance %s (8 GiB/s leak, 10 ms watchdog)", v.PeakBytes, limit)
+	}
+	if d := v.ContainedAt.Sub(v.CrossedAt); d < 0 || d > time.Second {
+		t.Fatalf("containment took %s", d)
+	}
+	if v.Task.JobName != "leaker" || v.Task.Template != "tmpl-leaker" {
+		t.Fatalf("task identity %+v, want it read from the process environment", v.Task)
+	}
+	nb.checkResult(t, 7)
+	if s := r.sent(nb.cmd.Process.Pid); len(s) != 0 {
+		t.Fatalf("neighbour was sent %v", s)
+	}
+}
+
+func TestMPSLeakerFailsInProcess(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, nil)
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	r.start()
+	nb, _ := r.neighbour("3")
+	res := r.reserve(2*size.GiB, "leaker")
+	// 1 GiB/s with 20 ms steps: the job spends ~100 ms within 5% of its pinned limit.
+	leak := r.run(res, "leaker", "--peak", "1GiB", "--ramp", "50ms", "--leak-to", "20GiB", "--leak-rate", "1GiB")
+	if code := leak.wait(t); code != simjob.ExitFail {
+		t.Fatalf("leaker exit %d, want %d (out of memory at its MPS limit); output:\n%s", code, simjob.ExitFail, leak.out.String())
+	}
+	v := r.violation(res.Token)
+	if v.Action != ActionOOMInProcess || v.Mode != policy.ModeMPS {
+		t.Fatalf("violation %+v, want oom-in-process", v)
+	}
+	if s := r.sent(leak.cmd.Process.Pid); len(s) != 0 {
+		t.Fatalf("the watchdog signalled the leaker (%v): the pinned limit should have stopped it", s)
+	}
+	ev := r.event("contained", func(e Event) bool { return e.Stage == "contained" && e.Token == res.Token })
+	if ev.Violation == nil || ev.Violation.Action != ActionOOMInProcess {
+		t.Fatalf("event %+v", ev)
+	}
+	nb.checkResult(t, 3)
+}
+
+func TestTaskOfTwoProcessesOverItsSum(t *testing.T) {
+	for _, mode := range []policy.Mode{policy.ModeIsolated, policy.ModeMPS} {
+		t.Run(string(mode), func(t *testing.T) {
+			r := newRig(t, mode, nil)
+			r.start()
+			res := r.reserve(3*size.GiB, "pair")
+			// Each process stays under its own (MPS) limit; together they pass the cap.
+			j := r.run(res, "pair", "--procs", "2", "--peak", "2GiB", "--ramp", "200ms", "--hold", "20s")
+			j.wait(t)
+			v := r.violation(res.Token)
+			if v.PeakBytes < 3*size.GiB+2*r.cfg.Allowance {
+				t.Fatalf("peak %s is not past cap + 2 allowances", v.PeakBytes)
+			}
+			want := ActionSIGKILL
+			if mode == policy.ModeMPS {
+				want = ActionSIGINT // simjob leaves on SIGINT, so no forced stop
+				if code := j.cmd.ProcessState.ExitCode(); code != simjob.ExitINT {
+					t.Fatalf("exit %d, want %d after SIGINT; output:\n%s", code, simjob.ExitINT, j.out.String())
+				}
+				if st, _ := r.led.State(r.uuid); !st.Healthy {
+					t.Fatalf("GPU unhealthy (%s) after an orderly stop", st.HealthReason)
+				}
+			}
+			if v.Action != want {
+				t.Fatalf("action %q, want %q (%s)", v.Action, want, v.Detail)
+			}
+		})
+	}
+}
+
+func TestUnmanagedShrinksBudgetAndStop(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, nil)
+	before, _ := r.led.State(r.uuid)
+	r.start()
+	j := r.run(ledger.Reservation{}, "rogue", "--peak", "3GiB", "--hold", "30s")
+	ev := r.event("unmanaged", func(e Event) bool { return e.Kind == EventUnmanaged && slices.Contains(e.PIDs, j.cmd.Process.Pid) })
+	if ev.GPU != r.uuid {
+		t.Fatalf("event %+v", ev)
+	}
+	eventually(t, "fewer units", func() bool {
+		st, _ := r.led.State(r.uuid)
+		return st.UnmanagedBytes >= 3*size.GiB && st.Units <= before.Units-3
+	})
+	if s := r.sent(j.cmd.Process.Pid); len(s) != 0 {
+		t.Fatalf("policy report must not stop it, sent %v", s)
+	}
+	p := r.led.Policy()
+	p.Unmanaged = policy.UnmanagedStop
+	if err := r.led.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	j.wait(t)
+	if sig := j.killedBy(); sig != syscall.SIGKILL {
+		t.Fatalf("unmanaged job ended by %v, want SIGKILL", sig)
+	}
+	eventually(t, "units back", func() bool {
+		st, _ := r.led.State(r.uuid)
+		return st.UnmanagedBytes == 0 && st.Units == before.Units
+	})
+}
+
+// A new enforcer over the same ledger directory finishes a stop the old one began: here a task
+// under MPS that ignores SIGINT, so the stop ends forced and the GPU goes unhealthy until it drains.
+func TestRestartMidViolation(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, func(c *Config) { c.StopGrace = time.Minute })
+	r.start()
+	res := r.reserve(2*size.GiB, "stubborn")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envTestChild+"=stubborn", EnvReservation+"="+res.Token, envNomadJob+"=stubborn")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-done })
+	pid := cmd.Process.Pid
+	eventually(t, "the helper to report usage", func() bool { return r.sim.SetUsage(r.uuid, pid, 3*size.GiB) == nil })
+	r.event("stopping", func(e Event) bool { return e.Stage == "stopping" && e.Token == res.Token })
+
+	// The plugin restarts: the old enforcer and ledger go, new ones open the same directory.
+	r.stop()
+	r.led.Close()
+	r.openLedger()
+	r.cfg.StopGrace = 200 * time.Millisecond
+	r.newEnforcer()
+	r.start()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the new enforcer did not stop the violator")
+	}
+	if got := r.sent(pid); !slices.Equal(got, []syscall.Signal{syscall.SIGINT, syscall.SIGINT, syscall.SIGKILL}) {
+		t.Fatalf("signals %v, want SIGINT (old), SIGINT then SIGKILL (new)", got)
+	}
+	v := r.violation(res.Token)
+	if v.Action != ActionSIGKILL || v.Task.JobName != "stubborn" {
+		t.Fatalf("violation %+v", v)
+	}
+	r.event("forced stop marks the GPU", func(e Event) bool { return e.Kind == EventGPUHealth && e.Stage == "unhealthy" })
+	eventually(t, "GPU healthy once its clients are gone", func() bool {
+		st, _ := r.led.State(r.uuid)
+		return st.Healthy
+	})
+}
