@@ -76,7 +76,9 @@ func TestParseConfig(t *testing.T) {
 		}`, func(c Config) bool { return c.Unit == 512*size.MiB && c.FingerprintPeriod == 30*time.Second }},
 		{"modes by uuid and index", `config {
 			gpu_modes = { "0" = "mps", "GPU-abc" = "isolated" }
-		}`, func(c Config) bool { return c.GPUModes["0"] == policy.ModeMPS && c.GPUModes["GPU-abc"] == policy.ModeIsolated }},
+		}`, func(c Config) bool {
+			return c.GPUModes["0"] == policy.ModeMPS && c.GPUModes["GPU-abc"] == policy.ModeIsolated
+		}},
 		{"nomad policy block", `config {
 			policy {
 				address = "https://nomad.example:4646"

@@ -103,12 +103,16 @@ func Launch(binary string, env []string, args ...string) (*Process, error) {
 	return p, nil
 }
 
-// parseHandshake checks core-protocol|app-protocol|network|address|protocol as go-plugin's
-// client does, for a Nomad plugin: core 1, app 1, grpc, and no AutoMTLS certificate.
+// parseHandshake checks core-protocol|app-protocol|network|address|protocol[|cert] as
+// go-plugin's client does, for a Nomad plugin: core 1, app 1, grpc, and no AutoMTLS
+// certificate. go-plugin v1.7 servers always print the sixth field, empty without AutoMTLS.
 func parseHandshake(line string) (string, error) {
 	parts := strings.Split(line, "|")
-	if len(parts) != 5 {
-		return "", fmt.Errorf("handshake %q: want 5 fields core|app|network|address|protocol", line)
+	if len(parts) < 5 || len(parts) > 6 {
+		return "", fmt.Errorf("handshake %q: want core|app|network|address|protocol[|cert]", line)
+	}
+	if len(parts) == 6 && parts[5] != "" {
+		return "", fmt.Errorf("handshake %q: carries an AutoMTLS certificate, which a Nomad agent never asks for", line)
 	}
 	switch {
 	case parts[0] != "1":
