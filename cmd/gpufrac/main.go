@@ -1,0 +1,232 @@
+// Command gpufrac runs queues of GPU jobs packed under measured memory caps on one machine
+// (gpufrac run), measures a job's footprint (gpufrac probe), shows the ledger (gpufrac status)
+// and does the cap arithmetic (gpufrac units). docs/cli.md documents every command and flag.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/hashicorp/go-hclog"
+)
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1 // the command ran and something failed (a job, a probe)
+	exitUsage = 2 // bad flags or arguments
+)
+
+// usageError marks errors that come from bad command lines.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error
+	hidden  bool
+}
+
+var commands = []command{
+	{"run", "run a queue of jobs packed under measured caps (the embedded default)", cmdRun, false},
+	{"probe", "measure a job's peak GPU memory and store it as its template's footprint", cmdProbe, false},
+	{"status", "show the ledger: GPUs, reservations, violations, footprints", cmdStatus, false},
+	{"units", "turn a peak into a cap and memory units", cmdUnits, false},
+	{"version", "print the version", cmdVersion, false},
+	{"simjob", "a simulated GPU job (for demos and tests)", nil, true},
+}
+
+// globals are the flags every command accepts, before or after its name.
+type globals struct {
+	stateDir      string
+	backend       string
+	simulatedGPUs string
+	simDir        string
+	logLevel      string
+	logger        hclog.Logger
+}
+
+func defaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/gpufrac"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "gpufrac")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "gpufrac")
+	}
+	return filepath.Join(os.TempDir(), "gpufrac-state")
+}
+
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.stateDir, "state-dir", g.stateDir, "directory of the ledger and the local policy file")
+	fs.StringVar(&g.backend, "gpu-backend", g.backend, "GPU backend: auto (NVML, else simulated), nvml or simulated")
+	fs.StringVar(&g.simulatedGPUs, "simulated-gpus", g.simulatedGPUs, `simulated GPUs, e.g. "H100=80GiB" or "2xH100=80GiB"`)
+	fs.StringVar(&g.simDir, "sim-dir", g.simDir, "state directory of the simulated GPUs (default $GPUFRAC_SIM_DIR or a temp dir)")
+	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: error, warn, info, debug or trace")
+}
+
+func (g *globals) setup(stderr io.Writer) error {
+	lvl := hclog.LevelFromString(g.logLevel)
+	if lvl == hclog.NoLevel {
+		return usagef("--log-level %q: want error, warn, info, debug or trace", g.logLevel)
+	}
+	switch g.backend {
+	case gpu.KindAuto, gpu.KindNVML, gpu.KindSimulated:
+	default:
+		return usagef("--gpu-backend %q: want auto, nvml or simulated", g.backend)
+	}
+	g.logger = hclog.New(&hclog.LoggerOptions{Name: "gpufrac", Level: lvl, Output: stderr})
+	return nil
+}
+
+// openBackend opens the configured GPU backend; sim are the simulated GPUs to set up when no
+// --simulated-gpus was given.
+func (g *globals) openBackend(sim []string) (gpu.Backend, error) {
+	var gpus []string
+	if g.simulatedGPUs != "" {
+		var err error
+		if gpus, err = gpu.ParseSimSpec(g.simulatedGPUs); err != nil {
+			return nil, usagef("--simulated-gpus: %w", err)
+		}
+	} else if len(sim) > 0 {
+		for _, s := range sim {
+			e, err := gpu.ParseSimSpec(s)
+			if err != nil {
+				return nil, err
+			}
+			gpus = append(gpus, e...)
+		}
+	}
+	return gpu.Open(g.backend, gpu.OpenOptions{SimGPUs: gpus, SimDir: g.simDir, Logger: g.logger})
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	g := &globals{stateDir: defaultStateDir(), backend: gpu.KindAuto, logLevel: "warn"}
+	top := flag.NewFlagSet("gpufrac", flag.ContinueOnError)
+	top.SetOutput(stderr)
+	g.register(top)
+	top.Usage = func() { topUsage(stderr, top) }
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	rest := top.Args()
+	if len(rest) == 0 {
+		topUsage(stderr, top)
+		return exitUsage
+	}
+	name := rest[0]
+	if name == "help" || name == "-h" {
+		topUsage(stdout, top)
+		return exitOK
+	}
+	if name == "simjob" {
+		return simjob.Main(rest[1:], stdout, stderr)
+	}
+	var cmd *command
+	for i := range commands {
+		if commands[i].name == name {
+			cmd = &commands[i]
+		}
+	}
+	if cmd == nil {
+		fmt.Fprintf(stderr, "gpufrac: unknown command %q (commands: run, probe, status, units, version)\n", name)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := cmd.run(ctx, g, rest[1:], stdout, stderr)
+	if err == nil {
+		return exitOK
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "gpufrac %s: %v\n", name, err)
+	var ue usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitFail
+}
+
+func topUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "Usage: gpufrac [global flags] <command> [flags] [args]")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands {
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		}
+	}
+	fmt.Fprintln(w, "\nGlobal flags (also accepted after the command name):")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fmt.Fprintln(w, "\nRun 'gpufrac <command> -h' for a command's flags. Documentation: docs/cli.md")
+}
+
+// newFlagSet makes a command's flag set with the global flags registered too.
+func newFlagSet(name, usage string, g *globals, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("gpufrac "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	g.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: gpufrac %s\n\nFlags:\n", usage)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses a command's flags and checks the global ones.
+func parseFlags(fs *flag.FlagSet, g *globals, args []string, stderr io.Writer) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	return g.setup(stderr)
+}
+
+// simulatedBanner is the first line of output whenever the simulated backend is in use.
+func simulatedBanner(b gpu.Backend) string {
+	if b.Kind() == gpu.KindSimulated {
+		dir := ""
+		if s, ok := b.(*gpu.Simulated); ok {
+			dir = " (state in " + s.Dir() + ")"
+		}
+		return "SIMULATED GPU backend" + dir + ": no real GPU is used; figures are illustrative"
+	}
+	return ""
+}
+
+func expandHome(p string) string {
+	if strings.HasPrefix(p, "~/") {
+		if h, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(h, p[2:])
+		}
+	}
+	return p
+}

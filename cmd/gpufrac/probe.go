@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// probeOutput is what `gpufrac probe --json` prints.
+type probeOutput struct {
+	Template   string     `json:"template"`
+	Backend    string     `json:"backend"`
+	GPU        string     `json:"gpu"`
+	GPUIndex   int        `json:"gpu_index"`
+	PeakBytes  size.Bytes `json:"peak_bytes"`
+	Peak       string     `json:"peak"`
+	CapBytes   size.Bytes `json:"cap_bytes"`
+	Cap        string     `json:"cap"`
+	Units      int        `json:"units"`
+	UnitBytes  size.Bytes `json:"unit_bytes"`
+	Policy     string     `json:"policy"`
+	Samples    int        `json:"samples"`
+	DurationS  float64    `json:"duration_s"`
+	WindowS    float64    `json:"window_s,omitempty"`
+	Stopped    bool       `json:"stopped_at_window"`
+	ExitCode   int        `json:"exit_code"`
+	StoredIn   []string   `json:"stored_in"`
+	MeasuredAt time.Time  `json:"measured_at"`
+}
+
+func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("probe", "probe --template NAME [--window DUR] [--json] -- CMD ARGS...", g, stderr)
+	var sf storeFlags
+	sf.register(fs)
+	tmpl := fs.String("template", "", "template the job belongs to (required)")
+	window := fs.Duration("window", 0, "stop the job after this long (SIGINT, then SIGKILL) instead of waiting for it to end")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	gpuSel := fs.String("gpu", "", "GPU index or UUID to probe on (default: the idle GPU with the most budget)")
+	noStore := fs.Bool("no-store", false, "measure and print only: record the footprint nowhere")
+	interval := fs.Duration("interval", probe.DefaultInterval, "sampling period")
+	if err := parseFlags(fs, g, args, stderr); err != nil {
+		return err
+	}
+	cmdArgs := fs.Args()
+	if *tmpl == "" {
+		return usagef("--template is required: the footprint is stored under the template's name")
+	}
+	if err := (policy.Template{Name: *tmpl, PeakBytes: 1}).Validate(); err != nil {
+		return usagef("--template %q: %w", *tmpl, err)
+	}
+	if len(cmdArgs) == 0 {
+		return usagef("no command to probe: put it after --, e.g. gpufrac probe --template %s -- python3 train.py", *tmpl)
+	}
+	if *window < 0 {
+		return usagef("--window %s must not be negative", *window)
+	}
+	if *interval < time.Millisecond {
+		return usagef("--interval %s: want at least 1ms", *interval)
+	}
+	pol, _, err := sf.loadPolicy(ctx, g)
+	if err != nil {
+		return err
+	}
+	b, err := g.openBackend(nil)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	if banner := simulatedBanner(b); banner != "" {
+		if *asJSON {
+			fmt.Fprintln(stderr, banner)
+		} else {
+			fmt.Fprintln(stdout, banner)
+		}
+	}
+	stateDir := expandHome(g.stateDir)
+	led, err := ledger.Open(stateDir, ledger.Options{Logger: g.logger})
+	if err != nil {
+		return fmt.Errorf("ledger in %s: %w", stateDir, err)
+	}
+	defer led.Close()
+	if err := led.SetPolicy(pol); err != nil {
+		return err
+	}
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		return err
+	}
+	var infos []ledger.GPUInfo
+	for _, d := range devs {
+		infos = append(infos, ledger.GPUInfo{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes,
+			PCIBusID: d.PCIBusID, Healthy: d.Healthy, HealthReason: d.HealthReason})
+	}
+	if err := led.SyncGPUs(infos); err != nil {
+		return err
+	}
+	st, err := pickProbeGPU(ctx, b, led, *gpuSel)
+	if err != nil {
+		return err
+	}
+	// The probe runs alone: it holds the GPU's whole budget so nothing else is admitted.
+	whole := size.Bytes(st.Units) * st.UnitBytes
+	res, err := led.ReserveBytes(st.UUID, whole, ledger.Task{JobName: *tmpl, TaskName: "probe", Template: *tmpl})
+	if err != nil {
+		return fmt.Errorf("GPU%d cannot be probed on now (a probe needs the GPU alone): %w", st.Index, err)
+	}
+	defer func() { _ = led.Release(res.Token, "probe over") }()
+	envGPU := st
+	envGPU.Mode = policy.ModeIsolated // alone on the GPU: no MPS client settings needed
+	env := enforcer.TaskEnv(res, envGPU, enforcer.EnvOptions{})
+	env[runner.EnvTemplate] = *tmpl
+	env[runner.EnvJob] = *tmpl + "-probe"
+	if sim, ok := b.(*gpu.Simulated); ok {
+		env[gpu.EnvSimDir] = sim.Dir()
+	}
+	command := append([]string(nil), cmdArgs...)
+	if command[0] == "gpufrac" {
+		if exe, err := os.Executable(); err == nil {
+			command[0] = exe
+		}
+	}
+	line := newLiveLine(stderr, *asJSON)
+	what := "its whole run"
+	if *window > 0 {
+		what = "a " + window.String() + " window"
+	}
+	line.printf("probing %q on GPU%d (%s %s) for %s, sampling every %s", *tmpl, st.Index, st.Model, st.TotalBytes, what, *interval)
+	var lastPlain time.Time
+	result, perr := probe.Run(ctx, probe.Config{
+		Backend: b, GPU: st.UUID, Command: command, Env: probe.Environ(env), Token: res.Token,
+		Window: *window, Interval: *interval, Stdout: stderr, Stderr: stderr, Logger: g.logger,
+		OnSample: func(s probe.Sample) {
+			if line.tty {
+				line.update("%s %5.1fs  now %-9s peak %s", *tmpl, s.At.Seconds(), s.Bytes, s.Peak)
+			} else if time.Since(lastPlain) >= time.Second {
+				lastPlain = time.Now()
+				line.printf("%5.1fs  now %s  peak %s", s.At.Seconds(), s.Bytes, s.Peak)
+			}
+		},
+	})
+	line.done()
+	if perr != nil {
+		return perr
+	}
+	if result.ExitCode != 0 && !result.Stopped {
+		return fmt.Errorf("the job exited with code %d after %.1fs (peak so far %s): a failed run is no footprint; nothing was stored",
+			result.ExitCode, result.Duration.Seconds(), result.Peak)
+	}
+	capBytes := pol.Cap(result.Peak)
+	outp := probeOutput{
+		Template: *tmpl, Backend: b.Kind(), GPU: st.UUID, GPUIndex: st.Index, PeakBytes: result.Peak, Peak: result.Peak.String(),
+		CapBytes: capBytes, Cap: capBytes.String(), Units: pol.Units(capBytes), UnitBytes: pol.UnitBytes, Policy: pol.Name,
+		Samples: result.Samples, DurationS: result.Duration.Seconds(), WindowS: window.Seconds(), Stopped: result.Stopped,
+		ExitCode: result.ExitCode, MeasuredAt: time.Now().UTC(), StoredIn: []string{},
+	}
+	if !*noStore {
+		prof := ledger.Profile{Template: *tmpl, PeakBytes: result.Peak, Samples: result.Samples, Duration: result.Duration,
+			MeasuredAt: outp.MeasuredAt, Source: ledger.ProfileProbe}
+		if err := led.RecordProfile(prof); err != nil {
+			return fmt.Errorf("recording the profile in the ledger: %w", err)
+		}
+		outp.StoredIn = append(outp.StoredIn, "ledger "+stateDir)
+		where, err := storeTemplate(ctx, g, &sf, *tmpl, pol.Name, result.Peak)
+		if err != nil {
+			return err
+		}
+		outp.StoredIn = append(outp.StoredIn, where)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(outp)
+	}
+	how := "whole run"
+	if result.Stopped {
+		how = "stopped at the " + window.String() + " window"
+	}
+	fmt.Fprintf(stdout, "template %s: peak %s over %.1fs (%d samples, %s, exit %d)\n", *tmpl, result.Peak,
+		result.Duration.Seconds(), result.Samples, how, result.ExitCode)
+	fmt.Fprintf(stdout, "cap under policy %q: %s = %s x %.2f + %s -> %d units of %s\n", pol.Name, capBytes, result.Peak,
+		1+pol.CapMarginPercent/100, pol.CapMarginBytes.SI(), outp.Units, pol.UnitBytes)
+	if len(outp.StoredIn) > 0 {
+		fmt.Fprintf(stdout, "footprint stored in: %s\n", joinComma(outp.StoredIn))
+	} else {
+		fmt.Fprintln(stdout, "footprint not stored (--no-store)")
+	}
+	return nil
+}
+
+// storeTemplate writes the template's measured peak into the policy store, keeping what else
+// it says (description, cap override, policy).
+func storeTemplate(ctx context.Context, g *globals, sf *storeFlags, name, polName string, peak size.Bytes) (string, error) {
+	st, where, err := sf.open(g)
+	if err != nil {
+		return "", err
+	}
+	t, _, err := st.GetTemplate(ctx, name)
+	switch {
+	case errors.Is(err, policy.ErrNotFound):
+		t = policy.Template{Name: name, Policy: polName, Description: "measured by gpufrac probe"}
+	case err != nil:
+		return "", fmt.Errorf("reading template %q from the %s: %w", name, where, err)
+	}
+	t.PeakBytes = peak
+	if _, err := st.PutTemplateUnchecked(ctx, t); err != nil {
+		return "", fmt.Errorf("storing template %q in the %s: %w", name, where, err)
+	}
+	return where, nil
+}
+
+// pickProbeGPU returns the GPU named by sel, or the healthy GPU with no reservations and the
+// largest budget.
+func pickProbeGPU(ctx context.Context, b gpu.Backend, led *ledger.Ledger, sel string) (ledger.GPUState, error) {
+	states := led.States()
+	if sel != "" {
+		for _, s := range states {
+			if s.UUID == sel || fmt.Sprint(s.Index) == sel {
+				if !s.Healthy {
+					return s, fmt.Errorf("--gpu %q is unhealthy: %s", sel, s.HealthReason)
+				}
+				return s, nil
+			}
+		}
+		return ledger.GPUState{}, usagef("--gpu %q is neither the index nor the UUID of one of the %d GPUs", sel, len(states))
+	}
+	var ok []ledger.GPUState
+	for _, s := range states {
+		if s.Healthy && len(s.Reservations) == 0 {
+			ok = append(ok, s)
+		}
+	}
+	if len(ok) == 0 {
+		return ledger.GPUState{}, fmt.Errorf("no idle healthy GPU among %d: a probe needs a GPU alone (see gpufrac status)", len(states))
+	}
+	sort.SliceStable(ok, func(i, j int) bool { return ok[i].BudgetBytes > ok[j].BudgetBytes })
+	return ok[0], nil
+}
+
+func joinComma(s []string) string {
+	out := ""
+	for i, x := range s {
+		if i > 0 {
+			out += ", "
+		}
+		out += x
+	}
+	return out
+}
+
+// liveLine prints progress as one updating line on a terminal and as plain lines otherwise.
+type liveLine struct {
+	w     io.Writer
+	tty   bool
+	quiet bool
+	shown bool
+}
+
+func newLiveLine(w io.Writer, quiet bool) *liveLine {
+	return &liveLine{w: w, tty: runner.IsTerminal(w), quiet: quiet && !runner.IsTerminal(w)}
+}
+
+func (l *liveLine) printf(format string, args ...any) {
+	if l.quiet {
+		return
+	}
+	if l.shown {
+		fmt.Fprint(l.w, "\r\033[K")
+		l.shown = false
+	}
+	fmt.Fprintf(l.w, format+"\n", args...)
+}
+
+func (l *liveLine) update(format string, args ...any) {
+	fmt.Fprintf(l.w, "\r\033[K"+format, args...)
+	l.shown = true
+}
+
+func (l *liveLine) done() {
+	if l.shown {
+		fmt.Fprint(l.w, "\r\033[K")
+		l.shown = false
+	}
+}

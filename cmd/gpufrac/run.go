@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/runner"
+)
+
+func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", "run [flags] QUEUE.hcl", g, stderr)
+	var sf storeFlags
+	sf.register(fs)
+	arm := fs.String("arm", "", "admission rules: packed (default), exclusive, static or uncapped")
+	mode := fs.String("mode", "", "enforcement mode of the packed and static arms: mps or isolated (default: the policy's)")
+	profiles := fs.String("profiles", "", "footprints: warm (reuse stored ones, default) or cold (probe every template again)")
+	out := fs.String("out", "", "results directory (default gpufrac-results/<time>-<arm>)")
+	maxConc := fs.Int("max-concurrent", 0, "at most this many jobs at once on all GPUs together (0: the arm's rule)")
+	window := fs.Duration("probe-window", 0, "probe templates for this long instead of their whole first run")
+	gpus := fs.String("gpus", "", "comma-separated GPU indexes or UUIDs to use (default: all healthy GPUs)")
+	mpsControl := fs.String("mps-control", "", "path of nvidia-cuda-mps-control (mps mode; default: found on PATH)")
+	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
+	if err := parseFlags(fs, g, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usagef("want exactly one queue file, got %d arguments %q", fs.NArg(), fs.Args())
+	}
+	q, err := runner.LoadQueue(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	b, err := g.openBackend(q.SimulatedGPUs)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	progress := stdout
+	if *asJSON {
+		progress = stderr
+	}
+	o := runner.Options{
+		Arm: *arm, Mode: policy.Mode(*mode), Profiles: *profiles, Backend: b,
+		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
+		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
+	}
+	if *mode != "" && *mode != string(policy.ModeMPS) && *mode != string(policy.ModeIsolated) {
+		return usagef("--mode %q: want mps or isolated", *mode)
+	}
+	if sf.explicit() {
+		p, _, err := sf.loadPolicy(ctx, g)
+		if err != nil {
+			return err
+		}
+		o.Policy = p
+	}
+	if err := templatesFromStore(ctx, g, &sf, &q); err != nil {
+		return err
+	}
+	if *gpus != "" {
+		if o.GPUs, err = resolveGPUs(ctx, b, *gpus); err != nil {
+			return err
+		}
+	}
+	if o.OutDir == "" {
+		a := o.Arm
+		if a == "" {
+			a = q.Arm
+		}
+		if a == "" {
+			a = runner.ArmPacked
+		}
+		o.OutDir = filepath.Join("gpufrac-results", time.Now().Format("20060102-150405")+"-"+a)
+	}
+	res, err := runner.Run(ctx, q, o)
+	if res != nil && *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(res); jerr != nil {
+			return jerr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if res.Completed < len(res.Jobs) {
+		return fmt.Errorf("%d of %d jobs did not complete (see %s)", len(res.Jobs)-res.Completed, len(res.Jobs),
+			filepath.Join(res.OutDir, runner.ReportFile))
+	}
+	return nil
+}
+
+// templatesFromStore fills the queue's templates with footprints declared in the policy store
+// (gpufrac_template in Terraform, or an earlier `gpufrac probe`), when the queue does not.
+func templatesFromStore(ctx context.Context, g *globals, sf *storeFlags, q *runner.Queue) error {
+	st, where, err := sf.open(g)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, j := range q.Jobs {
+		if seen[j.Template] {
+			continue
+		}
+		seen[j.Template] = true
+		t, _, err := st.GetTemplate(ctx, j.Template)
+		if err != nil {
+			if errors.Is(err, policy.ErrNotFound) || !sf.explicit() {
+				continue
+			}
+			return fmt.Errorf("template %q from the %s: %w", j.Template, where, err)
+		}
+		spec := q.Templates[j.Template]
+		spec.Name = j.Template
+		if spec.PeakBytes == 0 {
+			spec.PeakBytes = t.PeakBytes
+		}
+		if spec.CapBytes == 0 {
+			spec.CapBytes = t.CapOverrideBytes
+		}
+		if q.Templates == nil {
+			q.Templates = map[string]runner.TemplateSpec{}
+		}
+		q.Templates[j.Template] = spec
+	}
+	return nil
+}
+
+// resolveGPUs turns "0,1" or UUIDs into UUIDs, naming a bad entry.
+func resolveGPUs(ctx context.Context, b gpu.Backend, spec string) ([]string, error) {
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range strings.Split(spec, ",") {
+		s = strings.TrimSpace(s)
+		found := ""
+		for _, d := range devs {
+			if d.UUID == s || strconv.Itoa(d.Index) == s {
+				found = d.UUID
+			}
+		}
+		if found == "" {
+			return nil, usagef("--gpus: %q is neither the index nor the UUID of one of the %d GPUs", s, len(devs))
+		}
+		out = append(out, found)
+	}
+	return out, nil
+}

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// statusOutput is what `gpufrac status --json` prints.
+type statusOutput struct {
+	StateDir   string             `json:"state_dir"`
+	Backend    string             `json:"backend,omitempty"`
+	WrittenAt  time.Time          `json:"written_at"`
+	Generation uint64             `json:"generation"`
+	Policy     any                `json:"policy"`
+	GPUs       []statusGPU        `json:"gpus"`
+	Violations []statusViolation  `json:"violations"`
+	Profiles   []statusProfile    `json:"profiles"`
+}
+
+type statusGPU struct {
+	ledger.GPUState
+	Reservations []statusReservation `json:"reservations"`
+}
+
+type statusReservation struct {
+	Token     string      `json:"token_prefix"`
+	Task      ledger.Task `json:"task"`
+	CapBytes  size.Bytes  `json:"cap_bytes"`
+	Units     int         `json:"units"`
+	Source    string      `json:"source"`
+	CreatedAt time.Time   `json:"created_at"`
+	// UsageBytes is the memory its processes hold now; nil when it could not be measured.
+	UsageBytes *size.Bytes `json:"usage_bytes"`
+}
+
+type statusViolation struct {
+	ledger.Violation
+	Token string `json:"token"`
+	// ContainmentS is the time from crossing the cap to no process holding memory.
+	ContainmentS float64 `json:"containment_s"`
+}
+
+type statusProfile struct {
+	ledger.Profile
+	CapBytes size.Bytes `json:"cap_bytes"`
+	Units    int        `json:"units"`
+}
+
+func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", "status [--json]", g, stderr)
+	asJSON := fs.Bool("json", false, "print the ledger as JSON")
+	noUsage := fs.Bool("no-usage", false, "do not open the GPU backend to measure each reservation's usage")
+	if err := parseFlags(fs, g, args, stderr); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	dir := expandHome(g.stateDir)
+	snap, err := ledger.ReadSnapshot(dir)
+	if err != nil {
+		return err
+	}
+	out := statusOutput{StateDir: dir, WrittenAt: snap.WrittenAt, Generation: snap.Generation, Policy: snap.Policy,
+		GPUs: []statusGPU{}, Violations: []statusViolation{}, Profiles: []statusProfile{}}
+	var b gpu.Backend
+	if !*noUsage {
+		b = g.attachBackend()
+	}
+	banner := ""
+	if b != nil {
+		defer b.Close()
+		out.Backend = b.Kind()
+		banner = simulatedBanner(b)
+	}
+	for _, gs := range snap.GPUs {
+		sg := statusGPU{GPUState: gs, Reservations: []statusReservation{}}
+		usage := usageByToken(ctx, b, gs.UUID)
+		for _, r := range gs.Reservations {
+			sr := statusReservation{Token: short(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
+				Source: r.Source, CreatedAt: r.CreatedAt}
+			if usage != nil {
+				u := usage[r.Token]
+				sr.UsageBytes = &u
+			}
+			sg.Reservations = append(sg.Reservations, sr)
+		}
+		sg.GPUState.Reservations = nil
+		sg.GPUState.Instances = nil
+		out.GPUs = append(out.GPUs, sg)
+	}
+	for _, v := range snap.Violations {
+		sv := statusViolation{Violation: v, Token: short(v.Token)}
+		sv.Violation.Token = ""
+		if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
+			sv.ContainmentS = v.ContainedAt.Sub(v.CrossedAt).Seconds()
+		}
+		out.Violations = append(out.Violations, sv)
+	}
+	for _, p := range snap.Profiles {
+		c := snap.Policy.Cap(p.PeakBytes)
+		out.Profiles = append(out.Profiles, statusProfile{Profile: p, CapBytes: c, Units: snap.Policy.Units(c)})
+	}
+	if *asJSON {
+		if banner != "" {
+			fmt.Fprintln(stderr, banner)
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	if banner != "" {
+		fmt.Fprintln(stdout, banner)
+	}
+	writeStatus(stdout, out, snap)
+	return nil
+}
+
+func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
+	p := snap.Policy
+	fmt.Fprintf(w, "ledger %s (written %s ago), policy %q: headroom %s, cap = peak x %.2f + %s, unit %s, at most %d tasks per GPU\n",
+		out.StateDir, ago(out.WrittenAt), p.Name, p.HeadroomBytes, 1+p.CapMarginPercent/100, p.CapMarginBytes.SI(), p.UnitBytes, p.MaxTasksPerGPU)
+	for _, g := range out.GPUs {
+		health := "healthy"
+		if !g.Healthy {
+			health = "UNHEALTHY: " + g.HealthReason
+		}
+		fmt.Fprintf(w, "\nGPU%d %s %s  mode %s  %s\n", g.Index, g.Model, g.UUID, g.Mode, health)
+		fmt.Fprintf(w, "  total %s - headroom %s - unmanaged %s = budget %s (%d units of %s); reserved %s by %d task(s), free %s\n",
+			g.TotalBytes, g.HeadroomBytes, g.UnmanagedBytes, g.BudgetBytes, g.Units, g.UnitBytes, g.ReservedBytes,
+			len(g.Reservations), sub(g.BudgetBytes, g.ReservedBytes))
+		if len(g.Reservations) == 0 {
+			continue
+		}
+		var buf bytes.Buffer
+		tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  TOKEN\tTASK\tTEMPLATE\tCAP\tUNITS\tUSAGE\tSOURCE\tAGE")
+		for _, r := range g.Reservations {
+			usage := "-"
+			if r.UsageBytes != nil {
+				usage = r.UsageBytes.String()
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Token, r.Task.String(), dash(r.Task.Template), r.CapBytes,
+				r.Units, usage, r.Source, ago(r.CreatedAt))
+		}
+		tw.Flush()
+		w.Write(buf.Bytes())
+	}
+	fmt.Fprintf(w, "\nviolations (%d kept):\n", len(out.Violations))
+	if len(out.Violations) == 0 {
+		fmt.Fprintln(w, "  none")
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  WHEN\tGPU\tTASK\tMODE\tCAP\tPEAK\tACTION\tCONTAINED IN")
+		from := max(0, len(out.Violations)-10)
+		for _, v := range out.Violations[from:] {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.CrossedAt.Local().Format("01-02 15:04:05"), shortGPU(v.GPU),
+				v.Task.String(), v.Mode, v.CapBytes, v.PeakBytes, v.Action, seconds(v.ContainmentS))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "\nfootprints (%d templates):\n", len(out.Profiles))
+	if len(out.Profiles) == 0 {
+		fmt.Fprintln(w, "  none yet: gpufrac probe --template NAME -- CMD, or gpufrac run")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  TEMPLATE\tPEAK\tCAP\tUNITS\tSOURCE\tMEASURED")
+	for _, pr := range out.Profiles {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s ago\n", pr.Template, pr.PeakBytes, pr.CapBytes, pr.Units, pr.Source, ago(pr.MeasuredAt))
+	}
+	tw.Flush()
+}
+
+// attachBackend opens the backend for reading usage without setting anything up: NVML when it
+// works (auto or nvml), else the simulated GPUs already recorded in the simulated state dir.
+func (g *globals) attachBackend() gpu.Backend {
+	if g.backend != gpu.KindSimulated {
+		if b, err := gpu.NewNVML(g.logger); err == nil {
+			return b
+		}
+		if g.backend == gpu.KindNVML {
+			return nil
+		}
+	}
+	b, err := gpu.NewSimulated(gpu.SimConfig{Dir: g.simDir, Logger: g.logger})
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// usageByToken sums each reservation's processes on one GPU by the token in their environment;
+// nil when the backend cannot say.
+func usageByToken(ctx context.Context, b gpu.Backend, uuid string) map[string]size.Bytes {
+	if b == nil {
+		return nil
+	}
+	procs, err := b.Processes(ctx, uuid)
+	if err != nil {
+		return nil
+	}
+	out := map[string]size.Bytes{}
+	for _, p := range procs {
+		if tok := tokenOf(p.PID); tok != "" {
+			out[tok] += p.UsedBytes
+		}
+	}
+	return out
+}
+
+func tokenOf(pid int) string {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return ""
+	}
+	const key = "GPUFRAC_RESERVATION="
+	for _, kv := range bytes.Split(data, []byte{0}) {
+		if bytes.HasPrefix(kv, []byte(key)) {
+			return string(kv[len(key):])
+		}
+	}
+	return ""
+}
+
+func short(tok string) string {
+	if len(tok) > 8 {
+		return tok[:8]
+	}
+	return tok
+}
+
+func shortGPU(u string) string {
+	if len(u) > 12 {
+		return u[:12]
+	}
+	return u
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func sub(a, b size.Bytes) size.Bytes {
+	if b > a {
+		return 0
+	}
+	return a - b
+}
+
+func seconds(s float64) string {
+	if s <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(s, 'f', 2, 64) + "s"
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	d := time.Since(t).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	return d.String()
+}

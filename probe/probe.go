@@ -1,0 +1,165 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/size"
+	"github.com/hashicorp/go-hclog"
+)
+
+// DefaultInterval samples at 50 Hz: NVML answers in tens of microseconds, and a short spike
+// (an optimizer step) lasts longer than 20 ms.
+const DefaultInterval = 20 * time.Millisecond
+
+// DefaultStopGrace is how long a stopped job has between SIGINT and SIGKILL.
+const DefaultStopGrace = 10 * time.Second
+
+// Config is one probe run.
+type Config struct {
+	Backend gpu.Backend
+	// GPU is the UUID of the GPU the job runs on, alone.
+	GPU     string
+	Command []string
+	// Env is the complete environment of the job; it should pin the job to GPU.
+	Env []string
+	Dir string
+	// Token is the reservation token in the job's environment, when it has one; it lets
+	// processes that left the job's tree still be attributed to it.
+	Token string
+	// Window, when not zero, stops the job after this long (SIGINT, then SIGKILL after
+	// StopGrace): the footprint of its first Window is the probe's answer.
+	Window    time.Duration
+	Interval  time.Duration
+	StopGrace time.Duration
+	Stdout    io.Writer
+	Stderr    io.Writer
+	// OnSample, when set, sees every sample (for progress lines); it must be quick.
+	OnSample func(Sample)
+	Logger   hclog.Logger
+}
+
+// Sample is the job's memory at one moment.
+type Sample struct {
+	At    time.Duration `json:"at"` // since the job started
+	Bytes size.Bytes    `json:"bytes"`
+	Peak  size.Bytes    `json:"peak"`
+}
+
+// Result is what a probe measured.
+type Result struct {
+	GPU      string        `json:"gpu"`
+	Peak     size.Bytes    `json:"peak_bytes"`
+	Samples  int           `json:"samples"`
+	Start    time.Time     `json:"start"`
+	Duration time.Duration `json:"duration"`
+	ExitCode int           `json:"exit_code"`
+	// Stopped is true when the window ended the job (its exit code is then the signal's).
+	Stopped bool `json:"stopped"`
+	// SampleErrors counts samples the backend failed to answer.
+	SampleErrors int `json:"sample_errors,omitempty"`
+}
+
+// ErrNoMemory means the job finished without ever holding GPU memory that could be attributed
+// to it: it did not use the GPU it was given, or its processes were invisible.
+var ErrNoMemory = errors.New("no GPU memory was attributed to the job")
+
+// Sum is the memory of the processes in procs that belong to t.
+func Sum(procs []gpu.Process, t *Tree) size.Bytes {
+	var total size.Bytes
+	for _, p := range procs {
+		if t.Owns(p.PID) {
+			total += p.UsedBytes
+		}
+	}
+	return total
+}
+
+// Run starts the job, samples it until it exits (or its window ends) and returns the peak.
+// The result is returned together with ErrNoMemory when nothing was attributed, and with the
+// context's error when ctx ends first (the job is stopped then).
+func Run(ctx context.Context, c Config) (Result, error) {
+	if c.Backend == nil {
+		return Result{}, errors.New("probe: no GPU backend")
+	}
+	if c.GPU == "" {
+		return Result{}, errors.New("probe: no GPU chosen")
+	}
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.StopGrace <= 0 {
+		c.StopGrace = DefaultStopGrace
+	}
+	logger := c.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	logger = logger.Named("probe")
+	proc, err := Start(Spec{Command: c.Command, Env: c.Env, Dir: c.Dir, Stdout: c.Stdout, Stderr: c.Stderr})
+	if err != nil {
+		return Result{}, fmt.Errorf("probe: %w", err)
+	}
+	res := Result{GPU: c.GPU, Start: time.Now()}
+	tree := NewTree(proc.PID, c.Token)
+	tick := time.NewTicker(c.Interval)
+	defer tick.Stop()
+	var window <-chan time.Time
+	if c.Window > 0 {
+		t := time.NewTimer(c.Window)
+		defer t.Stop()
+		window = t.C
+	}
+	sample := func() {
+		procs, err := c.Backend.Processes(ctx, c.GPU)
+		if err != nil {
+			res.SampleErrors++
+			if res.SampleErrors == 1 {
+				logger.Warn("cannot read GPU processes", "gpu", c.GPU, "error", err)
+			}
+			return
+		}
+		b := Sum(procs, tree)
+		res.Samples++
+		if b > res.Peak {
+			res.Peak = b
+		}
+		if c.OnSample != nil {
+			c.OnSample(Sample{At: time.Since(res.Start), Bytes: b, Peak: res.Peak})
+		}
+	}
+	var ctxErr error
+loop:
+	for {
+		select {
+		case <-proc.Done():
+			break loop
+		case <-tick.C:
+			sample()
+		case <-window:
+			sample()
+			res.Stopped = true
+			logger.Debug("probe window over, stopping the job", "window", c.Window)
+			proc.Stop(c.StopGrace)
+			break loop
+		case <-ctx.Done():
+			ctxErr = ctx.Err()
+			proc.Stop(c.StopGrace)
+			break loop
+		}
+	}
+	res.Duration = time.Since(res.Start)
+	res.ExitCode = proc.ExitCode()
+	proc.Reap()
+	if ctxErr != nil {
+		return res, fmt.Errorf("probe interrupted: %w", ctxErr)
+	}
+	if res.Peak == 0 {
+		return res, fmt.Errorf("probe of %q on GPU %s: %w (%d samples)", c.Command[0], c.GPU, ErrNoMemory, res.Samples)
+	}
+	return res, nil
+}

@@ -1,0 +1,134 @@
+package probe
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// Proc is a job started in its own process group, so that the whole tree can be signalled and
+// attributed at once.
+type Proc struct {
+	Cmd  *exec.Cmd
+	PID  int
+	done chan struct{}
+	err  error
+}
+
+// Spec is how to start a job.
+type Spec struct {
+	Command []string
+	// Env is the complete environment (os.Environ() plus the job's variables).
+	Env            []string
+	Dir            string
+	Stdout, Stderr io.Writer
+}
+
+// Start runs the command in a new process group.
+func Start(s Spec) (*Proc, error) {
+	if len(s.Command) == 0 {
+		return nil, errors.New("empty command")
+	}
+	cmd := exec.Command(s.Command[0], s.Command[1:]...)
+	cmd.Env = s.Env
+	cmd.Dir = s.Dir
+	cmd.Stdout = s.Stdout
+	cmd.Stderr = s.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %q: %w", s.Command[0], err)
+	}
+	p := &Proc{Cmd: cmd, PID: cmd.Process.Pid, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Done is closed when the root process has exited and been reaped.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// ExitCode is the root's exit status after Done: 128+signal when a signal ended it, -1 when
+// it could not be started or waited for.
+func (p *Proc) ExitCode() int {
+	<-p.done
+	if p.err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// Signal sends sig to the job's whole process group.
+func (p *Proc) Signal(sig syscall.Signal) error {
+	err := syscall.Kill(-p.PID, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// Stop asks the job to end with SIGINT (Python turns it into an orderly exit, which under MPS
+// does not fault neighbours), then SIGKILLs the group after grace. It returns when the root has
+// exited; group members left behind are killed too.
+func (p *Proc) Stop(grace time.Duration) {
+	_ = p.Signal(syscall.SIGINT)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+		_ = p.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+	p.Reap()
+}
+
+// Reap ends whatever is left of the group after the root exited (helpers it forked): SIGINT
+// first, because under MPS a SIGKILL of a busy client can fault its neighbours, then SIGKILL.
+func (p *Proc) Reap() {
+	if syscall.Kill(-p.PID, 0) != nil {
+		return
+	}
+	_ = p.Signal(syscall.SIGINT)
+	for range 40 {
+		time.Sleep(50 * time.Millisecond)
+		if syscall.Kill(-p.PID, 0) != nil {
+			return
+		}
+	}
+	_ = p.Signal(syscall.SIGKILL)
+}
+
+// Environ merges extra variables over os.Environ(); extra wins.
+func Environ(extra map[string]string) []string {
+	base := os.Environ()
+	out := make([]string, 0, len(base)+len(extra))
+	for _, kv := range base {
+		k := kv
+		for i := 0; i < len(kv); i++ {
+			if kv[i] == '=' {
+				k = kv[:i]
+				break
+			}
+		}
+		if _, ok := extra[k]; !ok {
+			out = append(out, kv)
+		}
+	}
+	for k, v := range extra {
+		out = append(out, k+"="+v)
+	}
+	return out
+}

@@ -1,0 +1,83 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// MPSOptions locate the MPS control daemons (mps mode on real GPUs).
+type MPSOptions struct {
+	// ControlBinary is nvidia-cuda-mps-control; empty = found on PATH.
+	ControlBinary string
+	// Root holds <Root>/<gpu-uuid>/pipe and log; empty = /run/gpufrac/mps for root, else
+	// gpufrac-mps-<uid> in the temporary directory (pipe paths must stay short).
+	Root string
+}
+
+// guard is what the runner needs from the enforcer.
+type guard interface {
+	EnvOptions(uuid string) enforcer.EnvOptions
+	Shutdown(ctx context.Context) error
+}
+
+// enforcerGuard runs an enforcer's watchdog for the length of a run.
+type enforcerGuard struct {
+	*enforcer.Enforcer
+	cancel context.CancelFunc
+	done   chan struct{}
+	unsub  func()
+}
+
+func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string, onEvent func(enforcer.Event)) (guard, error) {
+	mps := enforcer.MPSOptions{ControlBinary: o.MPS.ControlBinary, Root: o.MPS.Root}
+	if mps.Root == "" && os.Geteuid() != 0 {
+		mps.Root = filepath.Join(os.TempDir(), "gpufrac-mps-"+strconv.Itoa(os.Getuid()))
+	}
+	e, err := enforcer.New(enforcer.Config{Backend: o.Backend, Ledger: led, Logger: o.Logger, MPS: mps})
+	if err != nil {
+		return nil, err
+	}
+	_, simulated := o.Backend.(*gpu.Simulated)
+	for _, g := range gpus {
+		if simulated && o.Policy.Mode == policy.ModeMPS {
+			// No MPS daemon exists for simulated GPUs: simulated jobs apply the pinned limit
+			// from their environment themselves, as MPS clients do.
+			continue
+		}
+		if err := e.PrepareGPU(ctx, g); err != nil {
+			return nil, fmt.Errorf("preparing GPU %s for %s mode: %w", g, o.Policy.Mode, err)
+		}
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	g := &enforcerGuard{Enforcer: e, cancel: cancel, done: make(chan struct{})}
+	events, unsub := e.Subscribe()
+	g.unsub = unsub
+	go func() {
+		for ev := range events {
+			if onEvent != nil {
+				onEvent(ev)
+			}
+		}
+	}()
+	go func() {
+		defer close(g.done)
+		_ = e.Run(rctx)
+	}()
+	return g, nil
+}
+
+// Shutdown stops the watchdog, then lets the enforcer stop idle MPS daemons.
+func (g *enforcerGuard) Shutdown(ctx context.Context) error {
+	g.cancel()
+	<-g.done
+	g.unsub()
+	return g.Enforcer.Shutdown(ctx)
+}

@@ -1,0 +1,543 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Environment variables the runner adds to every job, besides enforcer.TaskEnv's.
+const (
+	EnvTemplate = "GPUFRAC_TEMPLATE"
+	EnvJob      = "GPUFRAC_JOB"
+	EnvResult   = "GPUFRAC_RESULT"
+)
+
+// stuckAfter is how long the runner waits with nothing running and nothing admissible before
+// it gives up on the jobs left (for example: another process holds the GPU's whole budget).
+const stuckAfter = 30 * time.Second
+
+// oomRE matches the out-of-memory messages of CUDA, PyTorch, JAX and the simulated job.
+var oomRE = regexp.MustCompile(`(?i)(out of memory|CUDA_ERROR_OUT_OF_MEMORY|OutOfMemoryError|RESOURCE_EXHAUSTED)`)
+
+// active is an attempt in flight.
+type active struct {
+	l     launch
+	a     Attempt
+	token string
+	proc  *probe.Proc
+	tree  *probe.Tree
+	logf  *os.File
+	tail  *tailBuffer
+	stop  chan struct{}
+	// set by the attempt's goroutine before it reports on run.done
+	exit          int
+	windowStopped bool
+	stopped       bool
+	violation     *ledger.Violation
+
+	mu    sync.Mutex
+	peak  size.Bytes
+	lastT float64
+	snaps []MemSample
+}
+
+func (a *active) record(b size.Bytes, t float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if b > a.peak {
+		a.peak = b
+	}
+	// Keep about 10 points a second for the report; the peak above keeps the full rate.
+	if len(a.snaps) == 0 || t-a.lastT >= 0.1 {
+		a.snaps = append(a.snaps, MemSample{T: t, Bytes: b})
+		a.lastT = t
+	}
+}
+
+func (r *run) loop(ctx context.Context) (*Result, error) {
+	r.start = time.Now()
+	bctx, cancel := context.WithCancel(context.Background())
+	r.stopBusy = cancel
+	for _, g := range r.s.gpus {
+		r.wg.Add(1)
+		go r.sampleGPU(bctx, g)
+	}
+	r.wg.Add(1)
+	go r.sampleBusy(bctx)
+	r.prog.begin()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	stopping := false
+	idleSince := time.Time{}
+	var runErr error
+	for {
+		if !stopping {
+			for _, l := range r.s.next() {
+				r.launch(l)
+			}
+		}
+		r.mu.Lock()
+		n := len(r.active)
+		r.mu.Unlock()
+		if n == 0 {
+			if stopping || r.allDone() {
+				break
+			}
+			if idleSince.IsZero() {
+				idleSince = time.Now()
+			} else if time.Since(idleSince) > stuckAfter {
+				r.giveUp()
+				break
+			}
+		} else {
+			idleSince = time.Time{}
+		}
+		select {
+		case a := <-r.done:
+			r.finish(a)
+		case <-tick.C:
+			r.prog.status()
+		case <-ctx.Done():
+			if !stopping {
+				stopping = true
+				runErr = ctx.Err()
+				r.prog.line("interrupted: stopping %d running job(s)", n)
+				r.mu.Lock()
+				for a := range r.active {
+					close(a.stop)
+				}
+				r.mu.Unlock()
+			}
+		}
+	}
+	r.prog.end()
+	return r.result(), runErr
+}
+
+func (r *run) allDone() bool {
+	for _, j := range r.s.jobs {
+		if !j.done {
+			return false
+		}
+	}
+	return true
+}
+
+// giveUp fails the jobs that can never be admitted, naming why.
+func (r *run) giveUp() {
+	for _, j := range r.s.jobs {
+		if j.done {
+			continue
+		}
+		j.done, j.final = true, OutcomeFailed
+		detail := fmt.Sprintf("not admitted for %s with no job running (another process may hold the GPU budget: see `gpufrac status`)", stuckAfter)
+		now := time.Now()
+		r.attempts = append(r.attempts, Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
+			Start: now, End: now, ExitCode: -1, Outcome: OutcomeFailed, Detail: detail})
+		r.prog.line("%-9s %-20s %s", "FAILED", j.Name, detail)
+	}
+}
+
+// command resolves the word "gpufrac" to this binary, so queue files run anywhere, and
+// expands $GPUFRAC_* references to the job's own values (no shell is involved).
+func (r *run) command(c []string, env map[string]string) []string {
+	out := append([]string(nil), c...)
+	if out[0] == "gpufrac" && r.o.Self != "" {
+		out[0] = r.o.Self
+	}
+	for i := 1; i < len(out); i++ {
+		if strings.Contains(out[i], "$GPUFRAC_") || strings.Contains(out[i], "${GPUFRAC_") {
+			out[i] = os.Expand(out[i], func(k string) string {
+				if v, ok := env[k]; ok && strings.HasPrefix(k, "GPUFRAC_") {
+					return v
+				}
+				return "$" + k
+			})
+		}
+	}
+	return out
+}
+
+// resultPath is where a job's result goes: relative paths live in the results directory.
+func (r *run) resultPath(j *jobState) string {
+	if j.Result == "" || filepath.IsAbs(j.Result) {
+		return j.Result
+	}
+	abs, err := filepath.Abs(filepath.Join(r.o.OutDir, j.Result))
+	if err != nil {
+		return filepath.Join(r.o.OutDir, j.Result)
+	}
+	return abs
+}
+
+func (r *run) env(l launch, token string, j *jobState) map[string]string {
+	env := map[string]string{}
+	maps.Copy(env, r.o.ExtraEnv)
+	if sim, ok := r.o.Backend.(*gpu.Simulated); ok {
+		env[gpu.EnvSimDir] = sim.Dir()
+	}
+	maps.Copy(env, j.Env)
+	st, err := r.led.State(l.gpu)
+	if err != nil {
+		r.log.Warn("GPU state for the job's environment", "gpu", l.gpu, "error", err)
+	}
+	var eo enforcer.EnvOptions
+	if r.guard != nil {
+		eo = r.guard.EnvOptions(l.gpu)
+	}
+	res := l.res
+	res.Token = token
+	maps.Copy(env, enforcer.TaskEnv(res, st, eo))
+	env[EnvTemplate] = j.Template
+	env[EnvJob] = j.Name
+	if p := r.resultPath(j); p != "" {
+		env[EnvResult] = p
+	}
+	return env
+}
+
+func (r *run) launch(l launch) {
+	j := l.job
+	j.attempts++
+	token := l.res.Token
+	if token == "" {
+		token = newToken()
+	}
+	a := &active{l: l, token: token, stop: make(chan struct{}), tail: &tailBuffer{max: 8192}}
+	a.a = Attempt{Job: j.Name, Template: j.Template, Number: j.attempts, GPU: l.gpu, GPUIndex: r.gpus[l.gpu].Index,
+		Capped: l.capped, WholeGPU: l.whole, Probe: l.probe, Result: r.resultPath(j)}
+	if l.capped {
+		a.a.CapBytes = l.res.CapBytes
+	}
+	logName := fmt.Sprintf("%s.%d.log", j.Name, j.attempts)
+	a.a.Log = filepath.Join("logs", logName)
+	var out io.Writer = io.Discard
+	if f, err := os.Create(filepath.Join(r.o.OutDir, "logs", logName)); err == nil {
+		a.logf = f
+		out = f
+	} else {
+		r.log.Warn("cannot create the job's log", "job", j.Name, "error", err)
+	}
+	if p := r.resultPath(j); p != "" {
+		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+	}
+	env := r.env(l, token, j)
+	a.a.Start = time.Now()
+	proc, err := probe.Start(probe.Spec{Command: r.command(j.Command, env), Env: probe.Environ(env),
+		Dir: j.Dir, Stdout: out, Stderr: io.MultiWriter(out, a.tail)})
+	r.mu.Lock()
+	r.active[a] = true
+	r.mu.Unlock()
+	if err != nil {
+		a.exit = -1
+		a.a.Detail = err.Error()
+		r.done <- a
+		return
+	}
+	a.proc = proc
+	a.tree = probe.NewTree(proc.PID, token)
+	r.prog.started(a)
+	go r.wait(a)
+}
+
+// wait follows one attempt to its end and reports it on r.done.
+func (r *run) wait(a *active) {
+	var window <-chan time.Time
+	if a.l.window > 0 {
+		t := time.NewTimer(a.l.window)
+		defer t.Stop()
+		window = t.C
+	}
+	select {
+	case <-a.proc.Done():
+	case <-window:
+		a.windowStopped = true
+		a.proc.Stop(r.o.StopGrace)
+	case <-a.stop:
+		a.stopped = true
+		a.proc.Stop(r.o.StopGrace)
+	}
+	a.exit = a.proc.ExitCode()
+	a.proc.Reap()
+	if a.l.capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
+		// The watchdog records a violation once the task's memory is gone, which can be a
+		// sample or two after the root process exits.
+		deadline := time.Now().Add(3*r.o.Policy.WatchdogInterval + 300*time.Millisecond)
+		for {
+			if v := r.violationOf(a.token, a.exit); v != nil {
+				a.violation = v
+				break
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	r.done <- a
+}
+
+// violationOf is the violation the enforcer recorded for token. An "oom-in-process" record
+// only says the task left the GPU near its cap, which a job that exited 0 also does: it counts
+// only for a job that failed.
+func (r *run) violationOf(token string, exit int) *ledger.Violation {
+	vs := r.led.Violations()
+	for i := len(vs) - 1; i >= 0; i-- {
+		if vs[i].Token == token {
+			if vs[i].Action == enforcer.ActionOOMInProcess && exit == 0 {
+				return nil
+			}
+			v := vs[i]
+			return &v
+		}
+	}
+	return nil
+}
+
+// onEvent turns the enforcer's events about this run's jobs into progress lines.
+func (r *run) onEvent(ev enforcer.Event) {
+	switch ev.Kind {
+	case enforcer.EventViolation:
+		if ev.Stage == "contained" {
+			return // the attempt's end reports it
+		}
+		name, idx := "?", -1
+		r.mu.Lock()
+		for a := range r.active {
+			if a.token == ev.Token {
+				name, idx = a.l.job.Name, a.a.GPUIndex
+			}
+		}
+		r.mu.Unlock()
+		if idx < 0 {
+			return
+		}
+		r.prog.line("%-8s %-20s GPU%d  %s", "CAP!", name, idx, ev.Message)
+	case enforcer.EventMPS, enforcer.EventGPUHealth:
+		r.prog.line("%-8s %s", ev.Kind, ev.Message)
+	}
+}
+
+// finish turns an ended attempt into an outcome and decides what happens to its job.
+func (r *run) finish(a *active) {
+	r.mu.Lock()
+	delete(r.active, a)
+	r.mu.Unlock()
+	if a.logf != nil {
+		_ = a.logf.Close()
+	}
+	j := a.l.job
+	at := a.a
+	at.End = time.Now()
+	at.ExitCode = a.exit
+	a.mu.Lock()
+	at.PeakBytes, at.Samples = a.peak, a.snaps
+	a.mu.Unlock()
+	if a.violation == nil && a.l.capped && r.guard != nil {
+		a.violation = r.violationOf(a.token, a.exit)
+	}
+	at.Violation = a.violation
+	oom := oomRE.MatchString(a.tail.String())
+	switch {
+	case a.stopped:
+		at.Outcome = OutcomeCanceled
+	case a.windowStopped:
+		at.Outcome = OutcomeProbe
+		at.Detail = fmt.Sprintf("probe window of %s over", a.l.window)
+	case a.violation != nil:
+		at.Outcome = OutcomeCapViolation
+		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, a.violation.PeakBytes, a.violation.CapBytes)
+	case a.exit != 0 && a.l.capped && oom && at.PeakBytes*2 >= at.CapBytes:
+		// Under MPS the allocation that crosses the cap fails inside the job, which exits
+		// with CUDA's own message; the watchdog may never see usage above the cap.
+		at.Outcome = OutcomeCapViolation
+		at.Detail = "out of memory inside the job near its cap"
+	case a.exit == 0:
+		at.Outcome = OutcomeOK
+	default:
+		at.Outcome = OutcomeFailed
+		if at.Detail == "" {
+			at.Detail = lastLine(a.tail.String())
+		}
+	}
+	if a.l.res.Token != "" {
+		if err := r.led.Release(a.l.res.Token, at.Outcome); err != nil {
+			r.log.Debug("release", "job", j.Name, "error", err)
+		}
+	}
+	r.s.finished(&a.l)
+	r.settle(j, a, &at)
+	r.mu.Lock()
+	r.attempts = append(r.attempts, at)
+	r.mu.Unlock()
+	r.prog.finished(a, at)
+}
+
+// settle updates the job and its template's footprint after an attempt.
+func (r *run) settle(j *jobState, a *active, at *Attempt) {
+	t := j.Template
+	if a.l.probe && r.s.prober[t] == j {
+		delete(r.s.prober, t)
+	}
+	switch at.Outcome {
+	case OutcomeProbe:
+		if at.PeakBytes == 0 {
+			// Nothing showed up within the window: probe the whole run next time.
+			r.s.fullProbe[t] = true
+		}
+		r.learn(t, at, ledger.ProfileProbe)
+		return // the job runs again under its new cap
+	case OutcomeCapViolation:
+		// The violation proves the job needs at least its cap: raise the footprint so the
+		// template's other jobs get more room, and re-run this one with a GPU to itself.
+		raised := max(at.PeakBytes, at.CapBytes)
+		if a.violation != nil {
+			raised = max(raised, a.violation.PeakBytes)
+		}
+		r.s.peaks[t] = max(r.s.peaks[t], raised)
+		r.recordProfile(t, raised, at, ledger.ProfileViolation)
+		if !a.l.whole {
+			j.whole = true
+			return
+		}
+	case OutcomeOK:
+		if a.l.probe {
+			r.learn(t, at, ledger.ProfileProbe)
+		} else if a.l.whole && j.whole {
+			// The re-run alone measured the real footprint; the ledger never lowers a raised one.
+			r.s.peaks[t] = max(r.s.peaks[t], at.PeakBytes)
+			r.recordProfile(t, at.PeakBytes, at, ledger.ProfileViolation)
+		}
+	}
+	j.done = true
+	j.final = at.Outcome
+}
+
+func (r *run) learn(t string, at *Attempt, source string) {
+	if at.PeakBytes == 0 {
+		r.log.Warn("probe attributed no GPU memory to the job; its template stays unmeasured", "job", at.Job, "template", t)
+		return
+	}
+	r.s.peaks[t] = at.PeakBytes
+	r.recordProfile(t, at.PeakBytes, at, source)
+}
+
+func (r *run) recordProfile(t string, peak size.Bytes, at *Attempt, source string) {
+	if peak == 0 {
+		return
+	}
+	n := len(at.Samples)
+	p := ledger.Profile{Template: t, PeakBytes: peak, Samples: n, Duration: at.End.Sub(at.Start), MeasuredAt: at.End, Source: source}
+	if err := r.led.RecordProfile(p); err != nil {
+		r.log.Warn("recording the template's footprint", "template", t, "error", err)
+	}
+}
+
+// sampleGPU attributes one GPU's processes to the attempts running there, 50 times a second.
+func (r *run) sampleGPU(ctx context.Context, g string) {
+	defer r.wg.Done()
+	tick := time.NewTicker(r.o.SampleInterval)
+	defer tick.Stop()
+	warned := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		var here []*active
+		for a := range r.active {
+			if a.l.gpu == g && a.tree != nil {
+				here = append(here, a)
+			}
+		}
+		r.mu.Unlock()
+		if len(here) == 0 {
+			continue
+		}
+		procs, err := r.o.Backend.Processes(ctx, g)
+		if err != nil {
+			if !warned && ctx.Err() == nil {
+				r.log.Warn("cannot read GPU processes", "gpu", g, "error", err)
+				warned = true
+			}
+			continue
+		}
+		t := time.Since(r.start).Seconds()
+		for _, a := range here {
+			a.record(probe.Sum(procs, a.tree), t)
+		}
+	}
+}
+
+// sampleBusy reads each GPU's utilization five times a second.
+func (r *run) sampleBusy(ctx context.Context) {
+	defer r.wg.Done()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, g := range r.s.gpus {
+			u, err := r.o.Backend.Utilization(ctx, g)
+			if err != nil {
+				continue
+			}
+			r.mu.Lock()
+			r.busy[g] = append(r.busy[g], u)
+			r.mu.Unlock()
+		}
+	}
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}

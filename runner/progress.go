@@ -1,0 +1,245 @@
+package runner
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// progress prints one line per event, and on a terminal a status line kept at the bottom.
+type progress struct {
+	w   io.Writer
+	tty bool
+	r   *run
+	mu  sync.Mutex
+	// shown is true while a status line is on screen.
+	shown bool
+}
+
+// IsTerminal reports whether w is a character device (a terminal).
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func newProgress(w io.Writer, r *run) *progress {
+	return &progress{w: w, tty: IsTerminal(w), r: r}
+}
+
+func (p *progress) stamp() string {
+	return fmt.Sprintf("[%6.1fs]", time.Since(p.r.start).Seconds())
+}
+
+// line prints one event line above the status line.
+func (p *progress) line(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.shown = false
+	}
+	fmt.Fprintf(p.w, "%s %s\n", p.stamp(), fmt.Sprintf(format, args...))
+}
+
+func (p *progress) begin() {
+	r := p.r
+	kind := r.o.Backend.Kind()
+	var gpus []string
+	for _, g := range r.s.gpus {
+		gr := r.gpus[g]
+		gpus = append(gpus, fmt.Sprintf("GPU%d %s %s (budget %s)", gr.Index, gr.Model, gr.TotalBytes, gr.BudgetBytes))
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if kind != "nvml" {
+		fmt.Fprintf(p.w, "gpufrac run: %s GPU backend: no real GPU is used\n", strings.ToUpper(kind))
+	}
+	fmt.Fprintf(p.w, "gpufrac run: %d jobs, arm %s, mode %s, %s profiles, cap = peak x %.2f + %s\n",
+		len(r.s.jobs), r.o.Arm, r.o.modeOf(), r.o.Profiles, 1+r.o.Policy.CapMarginPercent/100, r.o.Policy.CapMarginBytes.SI())
+	fmt.Fprintf(p.w, "gpufrac run: %s\n", strings.Join(gpus, "; "))
+}
+
+func (p *progress) started(a *active) {
+	l := a.l
+	what := "cap " + l.res.CapBytes.String()
+	switch {
+	case l.probe && l.window > 0:
+		what = fmt.Sprintf("PROBE alone for %s to measure %q", l.window, l.job.Template)
+	case l.probe:
+		what = fmt.Sprintf("PROBE alone: its whole run measures %q", l.job.Template)
+	case l.whole && l.job.whole:
+		what = "RE-RUN alone with the whole GPU"
+	case l.whole:
+		what = "whole GPU"
+	case !l.capped:
+		what = "no cap"
+	}
+	p.line("%-8s %-20s GPU%d  %s", "start", l.job.Name, p.r.gpus[l.gpu].Index, what)
+}
+
+func (p *progress) finished(a *active, at Attempt) {
+	tag := at.Outcome
+	msg := fmt.Sprintf("peak %s in %.1fs", at.PeakBytes, at.Duration().Seconds())
+	switch at.Outcome {
+	case OutcomeProbe:
+		tag = "probed"
+		msg = fmt.Sprintf("peak %s in its first %s -> cap %s", at.PeakBytes, a.l.window, p.capFor(at.Template))
+	case OutcomeOK:
+		if at.Probe {
+			msg += fmt.Sprintf(" -> %q measured: cap %s", at.Template, p.capFor(at.Template))
+		}
+	case OutcomeCapViolation:
+		tag = "CAP"
+		msg = fmt.Sprintf("broke its %s cap (peak %s)", at.CapBytes, at.PeakBytes)
+		if v := at.Violation; v != nil {
+			msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, v.PeakBytes, v.Action)
+			if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
+				msg += fmt.Sprintf(", contained in %.2fs", v.ContainedAt.Sub(v.CrossedAt).Seconds())
+			}
+		} else {
+			msg += ": " + at.Detail
+		}
+		if !at.WholeGPU {
+			msg += "; neighbours untouched; it will re-run alone"
+		}
+	case OutcomeFailed:
+		tag = "FAILED"
+		msg = fmt.Sprintf("exit %d after %.1fs: %s (log %s)", at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
+	}
+	p.line("%-8s %-20s GPU%d  %s", tag, at.Job, at.GPUIndex, msg)
+}
+
+func (p *progress) capFor(t string) string {
+	if c, ok := p.r.s.capOf(t); ok {
+		return c.String()
+	}
+	return "?"
+}
+
+// status redraws the terminal's status line.
+func (p *progress) status() {
+	if !p.tty {
+		return
+	}
+	r := p.r
+	r.mu.Lock()
+	perGPU := map[string]int{}
+	for a := range r.active {
+		perGPU[a.l.gpu]++
+	}
+	r.mu.Unlock()
+	done, waiting := 0, 0
+	for _, j := range r.s.jobs {
+		switch {
+		case j.done:
+			done++
+		case !j.running:
+			waiting++
+		}
+	}
+	var parts []string
+	for _, st := range r.led.States() {
+		if _, ok := r.gpus[st.UUID]; !ok {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("GPU%d %d jobs %s/%s", st.Index, perGPU[st.UUID], st.ReservedBytes, st.BudgetBytes))
+	}
+	line := fmt.Sprintf("%s done %d/%d, waiting %d | %s", p.stamp(), done, len(r.s.jobs), waiting, strings.Join(parts, " | "))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprint(p.w, "\r\033[K"+line)
+	p.shown = true
+}
+
+func (p *progress) end() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.shown = false
+	}
+}
+
+// summary prints the table of jobs and the totals.
+func (p *progress) summary(res *Result) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	WriteSummary(p.w, res)
+}
+
+// WriteSummary prints a result as a table of jobs and a few lines of totals.
+func WriteSummary(w io.Writer, res *Result) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tTEMPLATE\tATTEMPTS\tOUTCOME\tGPU\tCAP\tPEAK\tTIME")
+	for _, j := range res.Jobs {
+		var last *Attempt
+		for i := range res.Attempts {
+			if res.Attempts[i].Job == j.Name {
+				last = &res.Attempts[i]
+			}
+		}
+		capS, peak, dur, g := "-", "-", "-", "-"
+		if last != nil {
+			g = fmt.Sprint(last.GPUIndex)
+			peak = last.PeakBytes.String()
+			dur = fmt.Sprintf("%.1fs", last.Duration().Seconds())
+			switch {
+			case last.WholeGPU:
+				capS = "whole GPU"
+			case last.Capped:
+				capS = last.CapBytes.String()
+			default:
+				capS = "none"
+			}
+		}
+		hist := make([]string, 0, j.Attempts)
+		for _, a := range res.Attempts {
+			if a.Job == j.Name {
+				hist = append(hist, a.Outcome)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Template, strings.Join(hist, ","), j.Outcome, g, capS, peak, dur)
+	}
+	tw.Flush()
+	ms := res.Makespan()
+	fmt.Fprintf(w, "\n%d of %d jobs completed in %.1fs on %d GPU(s): %.0f jobs per GPU-hour\n",
+		res.Completed, len(res.Jobs), ms.Seconds(), len(res.GPUs), res.JobsPerGPUHour)
+	if res.ExclusiveEstimate > 0 && ms > 0 && res.Arm != ArmExclusive {
+		fmt.Fprintf(w, "one job at a time would take about %.1fs (from this run's alone runs): %.2fx the throughput\n",
+			res.ExclusiveEstimate.Seconds(), res.ExclusiveEstimate.Seconds()/ms.Seconds())
+	}
+	for _, a := range res.Attempts {
+		if a.Outcome != OutcomeCapViolation {
+			continue
+		}
+		how := a.Detail
+		if v := a.Violation; v != nil && !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
+			how = fmt.Sprintf("%s, contained %.2fs after crossing", v.Action, v.ContainedAt.Sub(v.CrossedAt).Seconds())
+		}
+		final := ""
+		for _, j := range res.Jobs {
+			if j.Name == a.Job {
+				final = j.Outcome
+			}
+		}
+		fmt.Fprintf(w, "cap violation contained: %s (cap %s, %s); re-run alone: %s\n", a.Job, size.Bytes(a.CapBytes), how, final)
+	}
+	fmt.Fprintf(w, "GPU busy %.0f%% of the run (%s backend)\n", res.BusyFraction*100, res.Backend)
+	if res.OutDir != "" {
+		fmt.Fprintf(w, "results: %s, %s, logs in %s\n", filepath.Join(res.OutDir, ResultsFile),
+			filepath.Join(res.OutDir, AttemptsFile), filepath.Join(res.OutDir, "logs"))
+		fmt.Fprintf(w, "report:  %s\n", filepath.Join(res.OutDir, ReportFile))
+	}
+}

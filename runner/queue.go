@@ -1,0 +1,466 @@
+// Package runner is the local queue executor behind `gpufrac run`: it reads a queue of jobs,
+// measures or reuses each template's footprint, admits jobs through the ledger while their caps
+// fit, runs them under the enforcer, re-runs a job that breaks its cap alone on a whole GPU, and
+// writes what happened as JSON, CSV and an HTML report. It is also the benchmark harness: each
+// benchmark arm is a set of admission rules (see Arm).
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// Job is one entry of a queue.
+type Job struct {
+	Name     string
+	Template string
+	// Command is the program and its arguments. A first word of "gpufrac" means the running
+	// gpufrac binary (Options.Self), so queue files can use `gpufrac simjob` wherever they run.
+	Command []string
+	Env     map[string]string
+	// Dir is the working directory (absolute after LoadQueue); empty means the runner's.
+	Dir string
+	// Result is the file the job writes its result to; a relative path is inside the results
+	// directory (Options.OutDir). The job receives the absolute path as $GPUFRAC_RESULT, and
+	// "$GPUFRAC_RESULT" in its command is replaced by it.
+	Result string
+}
+
+// TemplateSpec is what a queue file may say about a template.
+type TemplateSpec struct {
+	Name string
+	// ProbeWindow, when set, makes the cold probe of this template a window: the first job runs
+	// alone for this long, is stopped, and is queued again to run under its cap.
+	ProbeWindow time.Duration
+	// PeakBytes is a declared footprint, used when no measured profile exists.
+	PeakBytes size.Bytes
+	// CapBytes overrides the computed cap.
+	CapBytes size.Bytes
+}
+
+// Queue is a parsed queue file.
+type Queue struct {
+	Jobs []Job
+	// Policy is the queue's policy block applied over policy.Default(), or nil when absent.
+	Policy    *policy.Policy
+	Templates map[string]TemplateSpec
+	// Arm, Profiles and Mode are the queue file's defaults; command-line flags win.
+	Arm      string
+	Profiles string
+	Mode     policy.Mode
+	// SimulatedGPUs is used when the simulated backend runs and nothing else configures it.
+	SimulatedGPUs []string
+	// Path is the file the queue came from.
+	Path string
+}
+
+type fileQueue struct {
+	Arm       hcl.Expression `hcl:"arm,optional"`
+	Profiles  hcl.Expression `hcl:"profiles,optional"`
+	Policy    *filePolicy    `hcl:"policy,block"`
+	GPUs      *fileGPUs      `hcl:"gpus,block"`
+	Templates []fileTemplate `hcl:"template,block"`
+	Jobs      []fileJob      `hcl:"job,block"`
+}
+
+type filePolicy struct {
+	Headroom         hcl.Expression `hcl:"headroom,optional"`
+	CapMarginPercent hcl.Expression `hcl:"cap_margin_percent,optional"`
+	CapMargin        hcl.Expression `hcl:"cap_margin,optional"`
+	MaxTasksPerGPU   hcl.Expression `hcl:"max_tasks_per_gpu,optional"`
+	Unit             hcl.Expression `hcl:"unit,optional"`
+	Mode             hcl.Expression `hcl:"mode,optional"`
+	WatchdogInterval hcl.Expression `hcl:"watchdog_interval,optional"`
+	DefRange         hcl.Range      `hcl:",def_range"`
+}
+
+type fileGPUs struct {
+	Simulated hcl.Expression `hcl:"simulated,optional"`
+}
+
+type fileTemplate struct {
+	Name        string         `hcl:"name,label"`
+	ProbeWindow hcl.Expression `hcl:"probe_window,optional"`
+	Peak        hcl.Expression `hcl:"peak,optional"`
+	Cap         hcl.Expression `hcl:"cap,optional"`
+	DefRange    hcl.Range      `hcl:",def_range"`
+}
+
+type fileJob struct {
+	Name     string         `hcl:"name,label"`
+	Template hcl.Expression `hcl:"template,optional"`
+	Command  hcl.Expression `hcl:"command"`
+	Env      hcl.Expression `hcl:"env,optional"`
+	Dir      hcl.Expression `hcl:"dir,optional"`
+	Result   hcl.Expression `hcl:"result,optional"`
+	DefRange hcl.Range      `hcl:",def_range"`
+}
+
+var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_.~-]{1,64}$`)
+
+// LoadQueue reads and validates a queue file. Errors name the file, line and bad value.
+func LoadQueue(path string) (Queue, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return Queue{}, fmt.Errorf("queue file: %w", err)
+	}
+	return ParseQueue(src, path)
+}
+
+// ParseQueue parses queue source; filename is used in errors and to resolve relative paths.
+func ParseQueue(src []byte, filename string) (Queue, error) {
+	p := hclparse.NewParser()
+	f, diags := p.ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return Queue{}, diagError(diags)
+	}
+	var fq fileQueue
+	if diags := gohcl.DecodeBody(f.Body, nil, &fq); diags.HasErrors() {
+		return Queue{}, diagError(diags)
+	}
+	base := "."
+	if filename != "" {
+		if abs, err := filepath.Abs(filename); err == nil {
+			base = filepath.Dir(abs)
+		}
+	}
+	d := &decoder{}
+	q := Queue{Path: filename, Templates: map[string]TemplateSpec{}}
+	q.Arm = d.oneOf(fq.Arm, "arm", Arms)
+	q.Profiles = d.oneOf(fq.Profiles, "profiles", []string{ProfilesCold, ProfilesWarm})
+	if fq.GPUs != nil {
+		q.SimulatedGPUs = d.strList(fq.GPUs.Simulated, "simulated")
+	}
+	if fq.Policy != nil {
+		pol := d.policy(fq.Policy)
+		q.Policy = &pol
+		q.Mode = pol.Mode
+	}
+	for _, t := range fq.Templates {
+		if !nameRE.MatchString(t.Name) {
+			d.add(t.DefRange, "Invalid template name", fmt.Sprintf("template %q: must be 1-64 letters, digits, '.', '-', '_' or '~'", t.Name))
+		}
+		if _, dup := q.Templates[t.Name]; dup {
+			d.add(t.DefRange, "Duplicate template", fmt.Sprintf("template %q is declared twice", t.Name))
+		}
+		q.Templates[t.Name] = TemplateSpec{
+			Name:        t.Name,
+			ProbeWindow: d.duration(t.ProbeWindow, "probe_window"),
+			PeakBytes:   d.size(t.Peak, "peak"),
+			CapBytes:    d.size(t.Cap, "cap"),
+		}
+	}
+	seen := map[string]bool{}
+	for _, j := range fq.Jobs {
+		if !nameRE.MatchString(j.Name) {
+			d.add(j.DefRange, "Invalid job name", fmt.Sprintf("job %q: must be 1-64 letters, digits, '.', '-', '_' or '~'", j.Name))
+		}
+		if seen[j.Name] {
+			d.add(j.DefRange, "Duplicate job", fmt.Sprintf("job %q is declared twice; job names must be unique", j.Name))
+		}
+		seen[j.Name] = true
+		job := Job{Name: j.Name, Template: d.str(j.Template, "template"), Env: d.strMap(j.Env, "env")}
+		if job.Template == "" {
+			job.Template = j.Name
+		} else if !nameRE.MatchString(job.Template) {
+			d.add(j.Template.Range(), "Invalid template name", fmt.Sprintf("template = %q: must be 1-64 letters, digits, '.', '-', '_' or '~'", job.Template))
+		}
+		job.Command = d.strList(j.Command, "command")
+		if len(job.Command) == 0 && !d.failedAt(j.Command.Range()) {
+			d.add(j.Command.Range(), "Empty command", fmt.Sprintf("job %q: command = [] must name a program", j.Name))
+		}
+		if dir := d.str(j.Dir, "dir"); dir != "" {
+			job.Dir = absFrom(base, dir)
+		}
+		// A relative result path is resolved against the results directory at run time.
+		job.Result = filepath.Clean(d.str(j.Result, "result"))
+		if job.Result == "." {
+			job.Result = ""
+		}
+		q.Jobs = append(q.Jobs, job)
+	}
+	if len(fq.Jobs) == 0 {
+		d.add(hcl.Range{Filename: filename, Start: hcl.InitialPos, End: hcl.InitialPos}, "No jobs", "the queue has no job blocks; add at least one job \"name\" { command = [...] }")
+	}
+	if d.diags.HasErrors() {
+		return Queue{}, diagError(d.diags)
+	}
+	return q, nil
+}
+
+func absFrom(base, p string) string {
+	if filepath.IsAbs(p) {
+		return filepath.Clean(p)
+	}
+	return filepath.Join(base, p)
+}
+
+// ErrQueue is wrapped by every queue file error.
+var ErrQueue = errors.New("invalid queue file")
+
+// QueueError carries every problem found in a queue file, each with its position.
+type QueueError struct{ Diags hcl.Diagnostics }
+
+func (e *QueueError) Error() string {
+	s := ""
+	for i, d := range e.Diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		if i > 0 && s != "" {
+			s += "\n"
+		}
+		pos := ""
+		if d.Subject != nil {
+			pos = fmt.Sprintf("%s:%d,%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
+		}
+		s += pos + d.Summary
+		if d.Detail != "" {
+			s += ": " + d.Detail
+		}
+	}
+	return s
+}
+
+// Is makes errors.Is(err, ErrQueue) true.
+func (e *QueueError) Is(target error) bool { return target == ErrQueue }
+
+func diagError(d hcl.Diagnostics) error { return &QueueError{Diags: d} }
+
+// decoder turns attribute expressions into values, collecting diagnostics that point at them.
+type decoder struct{ diags hcl.Diagnostics }
+
+func (d *decoder) add(r hcl.Range, summary, detail string) {
+	rr := r
+	d.diags = append(d.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &rr})
+}
+
+func (d *decoder) failedAt(r hcl.Range) bool {
+	for _, x := range d.diags {
+		if x.Subject != nil && x.Subject.Start == r.Start && x.Subject.Filename == r.Filename {
+			return true
+		}
+	}
+	return false
+}
+
+// value evaluates expr; ok is false when the attribute is absent or broken (reported).
+func (d *decoder) value(expr hcl.Expression) (cty.Value, bool) {
+	if expr == nil {
+		return cty.NilVal, false
+	}
+	v, diags := expr.Value(nil)
+	if diags.HasErrors() {
+		d.diags = append(d.diags, diags...)
+		return cty.NilVal, false
+	}
+	if v.IsNull() {
+		return v, false
+	}
+	return v, true
+}
+
+func (d *decoder) str(expr hcl.Expression, name string) string {
+	v, ok := d.value(expr)
+	if !ok {
+		return ""
+	}
+	if v.Type() != cty.String {
+		d.add(expr.Range(), "Wrong type", fmt.Sprintf("%s must be a string, not %s", name, v.Type().FriendlyName()))
+		return ""
+	}
+	return v.AsString()
+}
+
+func (d *decoder) oneOf(expr hcl.Expression, name string, allowed []string) string {
+	s := d.str(expr, name)
+	if s == "" {
+		return ""
+	}
+	for _, a := range allowed {
+		if s == a {
+			return s
+		}
+	}
+	d.add(expr.Range(), "Invalid value", fmt.Sprintf("%s = %q: must be one of %q", name, s, allowed))
+	return ""
+}
+
+func (d *decoder) strList(expr hcl.Expression, name string) []string {
+	v, ok := d.value(expr)
+	if !ok {
+		return nil
+	}
+	if v.Type() == cty.String {
+		return []string{v.AsString()}
+	}
+	if !v.Type().IsTupleType() && !v.Type().IsListType() {
+		d.add(expr.Range(), "Wrong type", fmt.Sprintf("%s must be a list of strings, not %s", name, v.Type().FriendlyName()))
+		return nil
+	}
+	var out []string
+	for i, e := range v.AsValueSlice() {
+		if e.IsNull() || e.Type() != cty.String {
+			d.add(expr.Range(), "Wrong type", fmt.Sprintf("%s[%d] must be a string, not %s", name, i, e.Type().FriendlyName()))
+			return nil
+		}
+		out = append(out, e.AsString())
+	}
+	return out
+}
+
+func (d *decoder) strMap(expr hcl.Expression, name string) map[string]string {
+	v, ok := d.value(expr)
+	if !ok {
+		return nil
+	}
+	if !v.Type().IsObjectType() && !v.Type().IsMapType() {
+		d.add(expr.Range(), "Wrong type", fmt.Sprintf("%s must be a map of strings, not %s", name, v.Type().FriendlyName()))
+		return nil
+	}
+	out := map[string]string{}
+	keys := []string{}
+	for k := range v.AsValueMap() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		e := v.AsValueMap()[k]
+		switch {
+		case e.IsNull():
+			d.add(expr.Range(), "Wrong type", fmt.Sprintf("%s[%q] is null", name, k))
+		case e.Type() == cty.String:
+			out[k] = e.AsString()
+		case e.Type() == cty.Number || e.Type() == cty.Bool:
+			// Numbers and booleans are written naturally in HCL; the process sees text anyway.
+			out[k] = e.GoString()
+			if e.Type() == cty.Number {
+				out[k] = e.AsBigFloat().Text('f', -1)
+			} else if e.True() {
+				out[k] = "true"
+			} else {
+				out[k] = "false"
+			}
+		default:
+			d.add(expr.Range(), "Wrong type", fmt.Sprintf("%s[%q] must be a string, not %s", name, k, e.Type().FriendlyName()))
+		}
+	}
+	return out
+}
+
+func (d *decoder) size(expr hcl.Expression, name string) size.Bytes {
+	v, ok := d.value(expr)
+	if !ok {
+		return 0
+	}
+	var s string
+	switch v.Type() {
+	case cty.String:
+		s = v.AsString()
+	case cty.Number:
+		s = v.AsBigFloat().Text('f', -1)
+	default:
+		d.add(expr.Range(), "Wrong type", fmt.Sprintf("%s must be a size such as \"12GiB\", not %s", name, v.Type().FriendlyName()))
+		return 0
+	}
+	b, err := size.Parse(s)
+	if err != nil {
+		d.add(expr.Range(), "Invalid size", fmt.Sprintf("%s = %q: %v", name, s, err))
+		return 0
+	}
+	return b
+}
+
+func (d *decoder) duration(expr hcl.Expression, name string) time.Duration {
+	s := d.str(expr, name)
+	if s == "" {
+		return 0
+	}
+	t, err := time.ParseDuration(s)
+	if err != nil || t <= 0 {
+		d.add(expr.Range(), "Invalid duration", fmt.Sprintf("%s = %q: want a positive duration such as \"30s\"", name, s))
+		return 0
+	}
+	return t
+}
+
+func (d *decoder) number(expr hcl.Expression, name string) (float64, bool) {
+	v, ok := d.value(expr)
+	if !ok {
+		return 0, false
+	}
+	if v.Type() != cty.Number {
+		d.add(expr.Range(), "Wrong type", fmt.Sprintf("%s must be a number, not %s", name, v.Type().FriendlyName()))
+		return 0, false
+	}
+	f, _ := v.AsBigFloat().Float64()
+	return f, true
+}
+
+// policy applies the block over the defaults and validates the result, pointing each problem
+// at its attribute.
+func (d *decoder) policy(fp *filePolicy) policy.Policy {
+	p := policy.Default()
+	p.Name = "queue"
+	ranges := map[string]hcl.Range{}
+	setSize := func(expr hcl.Expression, name string, dst *size.Bytes) {
+		if v, ok := d.value(expr); ok && v.IsKnown() {
+			ranges[name] = expr.Range()
+			*dst = d.size(expr, name)
+		}
+	}
+	setSize(fp.Headroom, "headroom", &p.HeadroomBytes)
+	setSize(fp.CapMargin, "cap_margin", &p.CapMarginBytes)
+	setSize(fp.Unit, "unit", &p.UnitBytes)
+	if f, ok := d.number(fp.CapMarginPercent, "cap_margin_percent"); ok {
+		ranges["cap_margin_percent"] = fp.CapMarginPercent.Range()
+		p.CapMarginPercent = f
+	}
+	if f, ok := d.number(fp.MaxTasksPerGPU, "max_tasks_per_gpu"); ok {
+		ranges["max_tasks_per_gpu"] = fp.MaxTasksPerGPU.Range()
+		p.MaxTasksPerGPU = int(f)
+	}
+	if m := d.str(fp.Mode, "mode"); m != "" {
+		ranges["mode"] = fp.Mode.Range()
+		p.Mode = policy.Mode(m)
+	}
+	if w := d.duration(fp.WatchdogInterval, "watchdog_interval"); w != 0 {
+		ranges["watchdog_interval"] = fp.WatchdogInterval.Range()
+		p.WatchdogInterval = w
+	}
+	if d.diags.HasErrors() {
+		return p
+	}
+	if err := p.Validate(); err != nil {
+		for _, e := range unjoin(err) {
+			r := fp.DefRange
+			var fe *policy.FieldError
+			if errors.As(e, &fe) {
+				if rr, ok := ranges[fe.Field]; ok {
+					r = rr
+				}
+			}
+			d.add(r, "Invalid policy", e.Error())
+		}
+	}
+	return p
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

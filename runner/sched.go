@@ -1,0 +1,333 @@
+package runner
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Arms: the admission rules of the benchmark (docs/run.md).
+const (
+	// ArmExclusive runs one job at a time per GPU with the whole GPU and no cap.
+	ArmExclusive = "exclusive"
+	// ArmPacked admits jobs while their measured caps fit, enforced in the policy's mode.
+	ArmPacked = "packed"
+	// ArmStatic splits each GPU into 2 equal slots: every job's cap is half the budget.
+	ArmStatic = "static"
+	// ArmUncapped runs up to max_tasks_per_gpu jobs at once with no caps and no watchdog.
+	ArmUncapped = "uncapped"
+)
+
+// Arms lists every arm.
+var Arms = []string{ArmExclusive, ArmPacked, ArmStatic, ArmUncapped}
+
+// Footprint profile choices.
+const (
+	// ProfilesCold ignores stored profiles: the first job of each template is its probe.
+	ProfilesCold = "cold"
+	// ProfilesWarm reuses each template's stored profile and probes only templates without one.
+	ProfilesWarm = "warm"
+)
+
+// staticSlots is how many equal memory slots the static arm splits a GPU into.
+const staticSlots = 2
+
+// jobState is one job's progress through the run.
+type jobState struct {
+	Job
+	idx      int
+	attempts int
+	// whole is set after a cap violation: the job's next attempt has a GPU to itself.
+	whole   bool
+	running bool
+	done    bool
+	final   string // outcome of the last attempt once done
+}
+
+type needKind int
+
+const (
+	needWait   needKind = iota // its template's probe is still running
+	needCapped                 // a cap that must fit next to others
+	needWhole                  // the whole GPU, alone (re-run after a violation, or exclusive)
+	needProbe                  // alone, to measure the template
+	needSlot                   // a slot with no cap (uncapped arm)
+)
+
+// launch is one admission decision: a job, the GPU and the reservation it holds.
+type launch struct {
+	job    *jobState
+	gpu    string
+	res    ledger.Reservation
+	capped bool // the cap is enforced (packed and static arms)
+	whole  bool
+	probe  bool
+	window time.Duration
+}
+
+// sched decides which jobs start where. It touches the ledger but no processes, so its cost is
+// measured apart (BenchmarkAdmitQueue). It is used from one goroutine.
+type sched struct {
+	arm       string
+	pol       policy.Policy
+	led       *ledger.Ledger
+	gpus      []string
+	perGPU    int
+	maxTotal  int
+	jobs      []*jobState
+	templates map[string]TemplateSpec
+	// peaks are the footprints known now: stored profiles (warm), declared peaks, this run's
+	// probes and violations.
+	peaks    map[string]size.Bytes
+	prober   map[string]*jobState // template -> the job probing it
+	window   time.Duration        // default probe window
+	running  map[string]int       // per GPU
+	wholeOn  map[string]bool      // a job with the whole GPU runs there
+	drainFor map[string]*jobState // GPU -> the job waiting for it to empty
+	total    int
+	log      hclog.Logger
+	warned   map[string]bool
+	// fullProbe marks templates whose probe window saw no memory: they are probed whole.
+	fullProbe map[string]bool
+}
+
+func newSched(arm string, pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
+	s := &sched{
+		arm: arm, pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log,
+		templates: map[string]TemplateSpec{}, peaks: map[string]size.Bytes{},
+		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
+		drainFor: map[string]*jobState{}, warned: map[string]bool{}, fullProbe: map[string]bool{},
+	}
+	switch arm {
+	case ArmExclusive:
+		s.perGPU = 1
+	case ArmStatic:
+		s.perGPU = min(staticSlots, pol.MaxTasksPerGPU)
+	default:
+		s.perGPU = pol.MaxTasksPerGPU
+	}
+	return s
+}
+
+// capOf is the cap a job of template t gets, when its footprint is known.
+func (s *sched) capOf(t string) (size.Bytes, bool) {
+	if spec, ok := s.templates[t]; ok && spec.CapBytes > 0 {
+		return spec.CapBytes, true
+	}
+	if p, ok := s.peaks[t]; ok && p > 0 {
+		return s.pol.Cap(p), true
+	}
+	return 0, false
+}
+
+func (s *sched) need(j *jobState, maxBudget size.Bytes) (needKind, size.Bytes) {
+	switch s.arm {
+	case ArmExclusive:
+		return needWhole, 0
+	case ArmUncapped:
+		return needSlot, 0
+	case ArmStatic:
+		if j.whole {
+			return needWhole, 0
+		}
+		return needCapped, 0 // half of the chosen GPU's budget
+	}
+	if j.whole {
+		return needWhole, 0
+	}
+	if c, ok := s.capOf(j.Template); ok {
+		if c > maxBudget {
+			if !s.warned[j.Template] {
+				s.warned[j.Template] = true
+				s.log.Warn("cap is larger than any GPU's budget: its jobs run alone with the whole GPU",
+					"template", j.Template, "cap", c.String(), "largest_budget", maxBudget.String())
+			}
+			return needWhole, 0
+		}
+		return needCapped, c
+	}
+	if p, ok := s.prober[j.Template]; ok && p != j {
+		return needWait, 0
+	}
+	return needProbe, 0
+}
+
+// wholeBytes is the largest cap the ledger can grant on a GPU: its budget in whole units.
+func wholeBytes(g ledger.GPUState) size.Bytes {
+	return size.Bytes(g.Units) * g.UnitBytes
+}
+
+// next admits every job that can start now, in queue order with backfill: a job that does not
+// fit is skipped and later jobs may start, but a job that needs a whole GPU drains one (no new
+// admissions there) so it cannot be starved.
+func (s *sched) next() []launch {
+	states := map[string]ledger.GPUState{}
+	var maxBudget size.Bytes
+	for _, g := range s.led.States() {
+		states[g.UUID] = g
+	}
+	for _, u := range s.gpus {
+		maxBudget = max(maxBudget, wholeBytes(states[u]))
+	}
+	var out []launch
+	for _, j := range s.jobs {
+		if j.done || j.running {
+			continue
+		}
+		if s.maxTotal > 0 && s.total >= s.maxTotal {
+			break
+		}
+		kind, capBytes := s.need(j, maxBudget)
+		switch kind {
+		case needWait:
+			continue
+		case needProbe, needWhole:
+			if kind == needProbe {
+				s.prober[j.Template] = j
+			}
+			g := s.drainTarget(j)
+			if g == "" || s.running[g] > 0 {
+				continue
+			}
+			res, err := s.reserve(g, wholeBytes(states[g]), j)
+			if err != nil {
+				continue
+			}
+			delete(s.drainFor, g)
+			l := launch{job: j, gpu: g, res: res, whole: true, capped: s.arm != ArmExclusive}
+			if kind == needProbe {
+				l.probe = true
+				l.window = s.window
+				if spec, ok := s.templates[j.Template]; ok && spec.ProbeWindow > 0 {
+					l.window = spec.ProbeWindow
+				}
+				if s.fullProbe[j.Template] {
+					l.window = 0
+				}
+			}
+			s.start(&l)
+			out = append(out, l)
+		case needCapped, needSlot:
+			for _, g := range s.candidates(states) {
+				st := states[g]
+				c := capBytes
+				if s.arm == ArmStatic {
+					c = size.Bytes(st.Units/staticSlots) * st.UnitBytes
+				}
+				var res ledger.Reservation
+				if kind == needSlot {
+					// Uncapped jobs hold no ledger reservation: the arm has no caps to account.
+					res = ledger.Reservation{GPU: g, CapBytes: wholeBytes(st)}
+				} else {
+					if c+st.ReservedBytes > st.BudgetBytes {
+						continue
+					}
+					var err error
+					if res, err = s.reserve(g, c, j); err != nil {
+						continue
+					}
+					st.ReservedBytes += res.CapBytes
+					states[g] = st
+				}
+				l := launch{job: j, gpu: g, res: res, capped: kind == needCapped}
+				s.start(&l)
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// candidates are the GPUs that take a shared job now, most free budget first.
+func (s *sched) candidates(states map[string]ledger.GPUState) []string {
+	var out []string
+	for _, g := range s.gpus {
+		st := states[g]
+		if s.drainFor[g] != nil || s.wholeOn[g] || s.running[g] >= s.perGPU || !st.Healthy {
+			continue
+		}
+		out = append(out, g)
+	}
+	free := func(g string) size.Bytes {
+		st := states[g]
+		if st.ReservedBytes > st.BudgetBytes {
+			return 0
+		}
+		return st.BudgetBytes - st.ReservedBytes
+	}
+	slices.SortStableFunc(out, func(a, b string) int {
+		fa, fb := free(a), free(b)
+		switch {
+		case fa > fb:
+			return -1
+		case fa < fb:
+			return 1
+		}
+		return s.running[a] - s.running[b]
+	})
+	return out
+}
+
+// drainTarget is the GPU a job that needs a whole GPU waits for: the one already drained for it,
+// else an idle GPU, else the busy GPU with the fewest jobs (drained from now on).
+func (s *sched) drainTarget(j *jobState) string {
+	for _, g := range s.gpus {
+		if s.drainFor[g] == j {
+			return g
+		}
+	}
+	best := ""
+	for _, g := range s.gpus {
+		if s.drainFor[g] != nil || s.wholeOn[g] {
+			continue
+		}
+		if s.running[g] == 0 {
+			return g
+		}
+		if best == "" || s.running[g] < s.running[best] {
+			best = g
+		}
+	}
+	if best != "" {
+		s.drainFor[best] = j
+		s.log.Debug("draining a GPU for a job that runs alone", "gpu", best, "job", j.Name)
+	}
+	return best
+}
+
+func (s *sched) reserve(g string, c size.Bytes, j *jobState) (ledger.Reservation, error) {
+	res, err := s.led.ReserveBytes(g, c, ledger.Task{JobName: j.Name, TaskName: j.Name, Template: j.Template})
+	if err != nil {
+		var de *ledger.DeniedError
+		if !errors.As(err, &de) {
+			s.log.Error("ledger refused a reservation", "job", j.Name, "gpu", g, "error", err)
+		}
+		return ledger.Reservation{}, err
+	}
+	return res, nil
+}
+
+func (s *sched) start(l *launch) {
+	l.job.running = true
+	s.running[l.gpu]++
+	s.total++
+	if l.whole {
+		s.wholeOn[l.gpu] = true
+	}
+}
+
+// finished returns a launch's slot; the caller releases the reservation.
+func (s *sched) finished(l *launch) {
+	l.job.running = false
+	s.running[l.gpu]--
+	s.total--
+	if l.whole {
+		s.wholeOn[l.gpu] = false
+	}
+}
