@@ -71,7 +71,7 @@ func ItemsSize(items map[string]string) int {
 // decoding never depends on this build's defaults.
 func EncodePolicy(p Policy) (map[string]string, error) {
 	if err := p.Validate(); err != nil {
-		return nil, err
+		return nil, withItemKeys(err)
 	}
 	items := map[string]string{
 		KeySchemaVersion:    strconv.Itoa(SchemaVersion),
@@ -92,7 +92,7 @@ func EncodePolicy(p Policy) (map[string]string, error) {
 // when empty, so hand-written and encoded variables look alike.
 func EncodeTemplate(t Template) (map[string]string, error) {
 	if err := t.Validate(); err != nil {
-		return nil, err
+		return nil, withItemKeys(err)
 	}
 	items := map[string]string{
 		KeySchemaVersion: strconv.Itoa(SchemaVersion),
@@ -122,7 +122,8 @@ var (
 
 // DecodePolicy reads policy items written by EncodePolicy (or by hand with the same keys).
 // It rejects newer schema versions, missing items, unknown keys and bad numbers, naming each,
-// and then runs Validate. Every error wraps ErrInvalid.
+// and then runs Validate. Every error wraps ErrInvalid; FieldErrors splits it into parts whose
+// Field is the item key.
 func DecodePolicy(items map[string]string) (Policy, error) {
 	if err := policyKeys.check(items); err != nil {
 		return Policy{}, err
@@ -143,7 +144,7 @@ func DecodePolicy(items map[string]string) (Policy, error) {
 		return Policy{}, err
 	}
 	if err := p.Validate(); err != nil {
-		return Policy{}, err
+		return Policy{}, withItemKeys(err)
 	}
 	return p, nil
 }
@@ -168,7 +169,7 @@ func DecodeTemplate(items map[string]string) (Template, error) {
 		return Template{}, err
 	}
 	if err := t.Validate(); err != nil {
-		return Template{}, err
+		return Template{}, withItemKeys(err)
 	}
 	return t, nil
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -230,5 +231,30 @@ func BenchmarkDecodePolicy(b *testing.B) {
 		if _, err := DecodePolicy(items); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestFieldErrorsUseItemKeys(t *testing.T) {
+	items, err := EncodePolicy(samplePolicy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	items["unit_bytes"] = "1"
+	items["headroom_bytes"] = "99999999999999999"
+	items["mode"] = "fast"
+	_, err = DecodePolicy(items)
+	var fields []string
+	for _, fe := range FieldErrors(fmt.Errorf("wrapped: %w", err)) {
+		fields = append(fields, fe.Field)
+	}
+	if got := strings.Join(fields, ","); got != "unit_bytes,headroom_bytes,mode" {
+		t.Fatalf("fields = %s (err %v)", got, err)
+	}
+	_, err = EncodeTemplate(Template{Name: "a"})
+	if fes := FieldErrors(err); len(fes) != 1 || fes[0].Field != "peak_bytes" {
+		t.Fatalf("template field errors = %v", err)
+	}
+	if FieldErrors(nil) != nil {
+		t.Fatal("FieldErrors(nil) not empty")
 	}
 }

@@ -99,6 +99,9 @@ func NewNomadStore(cfg Config) (*NomadStore, error) {
 		log: log.Named("nomad-store")}, nil
 }
 
+// Namespace is the Nomad namespace the store reads and writes.
+func (s *NomadStore) Namespace() string { return s.namespace }
+
 // String names the store without its token.
 func (s *NomadStore) String() string {
 	return fmt.Sprintf("nomad variables at %s (namespace %s)", s.address, s.namespace)
