@@ -122,6 +122,9 @@ func Open(dir string, opts Options) (*Ledger, error) {
 		l.st = st
 		l.log.Info("restored ledger", "dir", dir, "generation", st.gen, "gpus", len(st.gpus), "reservations", len(st.res))
 	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrCorrupt):
+		if err := orphanViolations(dir); err != nil {
+			return fail(err)
+		}
 		l.st = newState()
 		if err := l.commitViolations(nil); err != nil {
 			return fail(err)

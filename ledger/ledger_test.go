@@ -231,13 +231,27 @@ func TestViolationsPersist(t *testing.T) {
 	if v := l.Violations(); len(v) != 3 || !reflect.DeepEqual(snap.Violations, v) {
 		t.Errorf("snapshot violations %v differ from the ledger's %v", snap.Violations, v)
 	}
-	// A state file without its violations file is refused, not read as "no violations".
 	l.Close()
-	path := filepath.Join(dir, ViolationsFile)
-	os.Remove(path)
-	if _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
-		t.Errorf("Open without %s = %v, want ErrCorrupt naming it", path, err)
+	// Either file without the other is refused, not read as an empty ledger or no violations.
+	for _, missing := range []string{StateFile, ViolationsFile} {
+		path := filepath.Join(dir, missing)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(path)
+		if _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Open without %s = %v, want ErrCorrupt naming it", path, err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+	l2, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2.Close()
 }
 
 func TestSubscribe(t *testing.T) {

@@ -176,6 +176,32 @@ func readState(dir string) (*state, time.Time, error) {
 	return s, f.WrittenAt, nil
 }
 
+// orphanViolations refuses to start a new ledger beside a violations file that holds anything:
+// a fresh ledger writes an empty one first, so recorded violations without a state file mean
+// the state file was removed, and starting empty would hide that.
+func orphanViolations(dir string) error {
+	vpath := filepath.Join(dir, ViolationsFile)
+	vb, err := os.ReadFile(vpath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ledger: read %s: %w", vpath, err)
+	}
+	var vd violationsDoc
+	if err := checkHeader(vpath, vb); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(vb, &vd); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorrupt, vpath, err)
+	}
+	if len(vd.Violations) > 0 {
+		return fmt.Errorf("%w: %s is missing but %s holds %d violations; restore the state file or move the directory aside",
+			ErrCorrupt, filepath.Join(dir, StateFile), vpath, len(vd.Violations))
+	}
+	return nil
+}
+
 // checkHeader refuses a document that is not complete JSON or has a schema this code cannot read.
 func checkHeader(path string, b []byte) error {
 	var head struct {
