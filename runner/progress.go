@@ -121,10 +121,12 @@ func (p *progress) finished(a *active, at Attempt) {
 }
 
 func (p *progress) capFor(t string) string {
-	if c, ok := p.r.s.capOf(t); ok {
-		return c.String()
+	c, ok := p.r.s.capOf(t)
+	if !ok {
+		return "?"
 	}
-	return "?"
+	u := p.r.o.Policy.Units(c)
+	return fmt.Sprintf("%s (%d units of %s)", c, u, p.r.o.Policy.UnitBytes)
 }
 
 // status redraws the terminal's status line.

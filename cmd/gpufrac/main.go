@@ -62,7 +62,9 @@ type globals struct {
 	simulatedGPUs string
 	simDir        string
 	logLevel      string
-	logger        hclog.Logger
+	// defaultLevel applies when --log-level is not given; commands may change it.
+	defaultLevel string
+	logger       hclog.Logger
 }
 
 func defaultStateDir() string {
@@ -83,11 +85,15 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.backend, "gpu-backend", g.backend, "GPU backend: auto (NVML, else simulated), nvml or simulated")
 	fs.StringVar(&g.simulatedGPUs, "simulated-gpus", g.simulatedGPUs, `simulated GPUs, e.g. "H100=80GiB" or "2xH100=80GiB"`)
 	fs.StringVar(&g.simDir, "sim-dir", g.simDir, "state directory of the simulated GPUs (default $GPUFRAC_SIM_DIR or a temp dir)")
-	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: error, warn, info, debug or trace")
+	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: error, warn, info, debug or trace (default warn; error for run, whose progress lines already report violations)")
 }
 
 func (g *globals) setup(stderr io.Writer) error {
-	lvl := hclog.LevelFromString(g.logLevel)
+	level := g.logLevel
+	if level == "" {
+		level = g.defaultLevel
+	}
+	lvl := hclog.LevelFromString(level)
 	if lvl == hclog.NoLevel {
 		return usagef("--log-level %q: want error, warn, info, debug or trace", g.logLevel)
 	}
@@ -122,7 +128,7 @@ func (g *globals) openBackend(sim []string) (gpu.Backend, error) {
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
-	g := &globals{stateDir: defaultStateDir(), backend: gpu.KindAuto, logLevel: "warn"}
+	g := &globals{stateDir: defaultStateDir(), backend: gpu.KindAuto, defaultLevel: "warn"}
 	top := flag.NewFlagSet("gpufrac", flag.ContinueOnError)
 	top.SetOutput(stderr)
 	g.register(top)

@@ -29,6 +29,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	gpus := fs.String("gpus", "", "comma-separated GPU indexes or UUIDs to use (default: all healthy GPUs)")
 	mpsControl := fs.String("mps-control", "", "path of nvidia-cuda-mps-control (mps mode; default: found on PATH)")
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
+	g.defaultLevel = "error"
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
 	}
