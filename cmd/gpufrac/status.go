@@ -18,14 +18,14 @@ import (
 
 // statusOutput is what `gpufrac status --json` prints.
 type statusOutput struct {
-	StateDir   string             `json:"state_dir"`
-	Backend    string             `json:"backend,omitempty"`
-	WrittenAt  time.Time          `json:"written_at"`
-	Generation uint64             `json:"generation"`
-	Policy     any                `json:"policy"`
-	GPUs       []statusGPU        `json:"gpus"`
-	Violations []statusViolation  `json:"violations"`
-	Profiles   []statusProfile    `json:"profiles"`
+	StateDir   string            `json:"state_dir"`
+	Backend    string            `json:"backend,omitempty"`
+	WrittenAt  time.Time         `json:"written_at"`
+	Generation uint64            `json:"generation"`
+	Policy     any               `json:"policy"`
+	GPUs       []statusGPU       `json:"gpus"`
+	Violations []statusViolation `json:"violations"`
+	Profiles   []statusProfile   `json:"profiles"`
 }
 
 type statusGPU struct {
