@@ -179,7 +179,11 @@ func (s *FileStore) save(doc *fileDoc) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
+		mode := os.FileMode(0o644) // policies are not secret; keep a stricter mode someone chose
+		if fi, serr := os.Stat(s.path); serr == nil {
+			mode = fi.Mode().Perm()
+		}
+		err = os.Chmod(tmp.Name(), mode)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), s.path)
