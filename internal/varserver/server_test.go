@@ -428,3 +428,71 @@ func TestDownAndRestart(t *testing.T) {
 		t.Fatalf("read after coming back: %v", err)
 	}
 }
+
+func TestGlob(t *testing.T) {
+	tests := []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"*", "", true},
+		{"*", "a/b", true},
+		{"gpufrac/*", "gpufrac/policy/x", true},
+		{"gpufrac/*", "gpufrac", false},
+		{"gpufrac/*/x", "gpufrac/policy/x", true},
+		{"gpufrac/*/x", "gpufrac/policy/y", false},
+		{"*/policy/*", "gpufrac/policy/default", true},
+		{"a*b*c", "abc", true},
+		{"a*b*c", "acb", false},
+		{"exact", "exact", true},
+		{"exact", "exactly", false},
+	}
+	for _, tc := range tests {
+		if got := glob(tc.pattern, tc.s); got != tc.want {
+			t.Errorf("glob(%q, %q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestTokensAndHelpers(t *testing.T) {
+	s := newServer(t, Options{ACL: true})
+	vars := func(tok string) *api.Variables { return client(t, s, tok) }
+	// ACL on without tokens: the anonymous caller may do nothing and lists nothing.
+	if _, _, err := vars("").Peek("a", nil); err == nil {
+		t.Fatal("anonymous read allowed with ACL on")
+	}
+	s.SetToken("root", Management()...)
+	if _, _, err := vars("root").Create(&api.Variable{Namespace: "x", Path: "a", Items: api.VariableItems{"k": "v"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.RemoveToken("root")
+	_, _, err := vars("root").Peek("a", &api.QueryOptions{Namespace: "x"})
+	var ure api.UnexpectedResponseError
+	if !errors.As(err, &ure) || ure.StatusCode() != 403 || !strings.Contains(ure.Body(), "ACL token not found") {
+		t.Fatalf("removed token: %v", err)
+	}
+
+	v := s.Put("x", "b", map[string]string{"k": "v"})
+	if all := s.List(); len(all) != 2 || all[0].Path != "a" || all[1].Items["k"] != "v" {
+		t.Fatalf("List() = %+v", all)
+	}
+	// Unrelated raft writes move the global index but neither a variable's nor the table's.
+	before := s.Index()
+	if got := s.Bump(); got != before+1 {
+		t.Fatalf("Bump = %d after %d", got, before)
+	}
+	s.SetToken("root", Management()...)
+	got, qm, err := vars("root").Read("b", &api.QueryOptions{Namespace: "x"})
+	if err != nil || qm.LastIndex != v.ModifyIndex || got.ModifyIndex != v.ModifyIndex {
+		t.Fatalf("read after Bump: %v index %d want %d", err, qm.LastIndex, v.ModifyIndex)
+	}
+	_, qm, err = vars("root").List(&api.QueryOptions{Namespace: "*"})
+	if err != nil || qm.LastIndex != v.ModifyIndex {
+		t.Fatalf("list after Bump: %v index %d want table index %d", err, qm.LastIndex, v.ModifyIndex)
+	}
+	if !s.Delete("x", "b") || s.Delete("x", "b") {
+		t.Fatal("Delete should report true then false")
+	}
+	if _, ok := s.Get("x", "b"); ok {
+		t.Fatal("Get after Delete")
+	}
+}
