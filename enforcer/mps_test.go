@@ -1,0 +1,186 @@
+package enforcer
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func (r *rig) pipeFile(name string) string {
+	return filepath.Join(r.cfg.MPS.Root, r.uuid, "pipe", name)
+}
+
+func (r *rig) commands() string {
+	b, _ := os.ReadFile(r.pipeFile("commands.log"))
+	return string(b)
+}
+
+func (r *rig) daemonPID() int {
+	b, err := os.ReadFile(r.pipeFile("daemon.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
+}
+
+func TestMPSStartAdoptStop(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, nil)
+	ch, unsub := r.enf.Subscribe()
+	defer unsub()
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := r.led.State(r.uuid)
+	limit := "set_default_device_pinned_mem_limit 0 " + strconv.FormatUint(uint64(st.BudgetBytes/size.MiB), 10) + "M"
+	if got := r.commands(); !strings.Contains(got, "daemon "+r.uuid) || !strings.Contains(got, limit) {
+		t.Fatalf("control commands:\n%s\nwant a daemon for %s and %q", got, r.uuid, limit)
+	}
+	ev := <-ch
+	if ev.Kind != EventMPS || ev.Stage != "started" || len(ev.PIDs) != 1 || ev.PIDs[0] != r.daemonPID() {
+		t.Fatalf("event %+v, daemon pid %d", ev, r.daemonPID())
+	}
+	opts := r.enf.EnvOptions(r.uuid)
+	if opts.MPSPipeDir != filepath.Dir(r.pipeFile("x")) || opts.MPSLogDir == "" {
+		t.Fatalf("env options %+v", opts)
+	}
+
+	// A new enforcer (the plugin restarted) adopts the daemon: no second daemon starts.
+	r.newEnforcer()
+	ch2, unsub2 := r.enf.Subscribe()
+	defer unsub2()
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-ch2; ev.Stage != "adopted" {
+		t.Fatalf("event %+v, want adopted", ev)
+	}
+	if n := strings.Count(r.commands(), "daemon "); n != 1 {
+		t.Fatalf("%d daemons started", n)
+	}
+
+	// Shutdown leaves the daemon while a client holds GPU memory, and stops it once none does.
+	client := exec.Command("sleep", "30")
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer client.Process.Kill()
+	if err := r.sim.SetUsage(r.uuid, client.Process.Pid, size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.enf.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if r.daemonPID() == 0 {
+		t.Fatal("Shutdown stopped a daemon with a client")
+	}
+	client.Process.Kill()
+	client.Wait()
+	if err := r.enf.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.commands(), "quit") || r.daemonPID() != 0 {
+		t.Fatalf("daemon not stopped; commands:\n%s", r.commands())
+	}
+}
+
+func TestIsolatedGPUNeedsNoDaemon(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, nil)
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	if r.commands() != "" || r.enf.EnvOptions(r.uuid) != (EnvOptions{}) {
+		t.Fatalf("isolated GPU got MPS: %q %+v", r.commands(), r.enf.EnvOptions(r.uuid))
+	}
+	if err := r.enf.PrepareGPU(t.Context(), "GPU-nope"); err == nil {
+		t.Fatal("unknown GPU accepted")
+	}
+}
+
+func TestMPSDaemonDies(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, nil)
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	r.start()
+	// With a client on the GPU, a dead daemon is a GPU-wide event and is not restarted.
+	client := exec.Command("sleep", "30")
+	if err := client.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer client.Process.Kill()
+	if err := r.sim.SetUsage(r.uuid, client.Process.Pid, size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	first := r.daemonPID()
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r.event("mps died", func(e Event) bool { return e.Kind == EventMPS && e.Stage == "died" })
+	st, _ := r.led.State(r.uuid)
+	if st.Healthy || st.HealthReason != reasonMPSDied {
+		t.Fatalf("GPU health %v %q", st.Healthy, st.HealthReason)
+	}
+	if n := strings.Count(r.commands(), "daemon "); n != 1 {
+		t.Fatalf("restarted under a running client (%d daemons)", n)
+	}
+	// Once the client is gone the daemon is restarted and the GPU is healthy again.
+	client.Process.Kill()
+	client.Wait()
+	r.event("mps restarted", func(e Event) bool { return e.Kind == EventMPS && e.Stage == "restarted" })
+	eventually(t, "healthy GPU", func() bool { st, _ := r.led.State(r.uuid); return st.Healthy })
+	if pid := r.daemonPID(); pid == 0 || pid == first {
+		t.Fatalf("daemon pid %d after restart (was %d)", pid, first)
+	}
+}
+
+func TestMPSControlTimeout(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, func(c *Config) { c.MPS.Timeout = 300 * time.Millisecond })
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.pipeFile("hang"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := r.enf.mps.daemon(r.uuid)
+	t0 := time.Now()
+	err := r.enf.mps.check(context.Background(), d)
+	if !errors.Is(err, ErrMPSControl) || !strings.Contains(err.Error(), "no answer within 300ms") {
+		t.Fatalf("err = %v", err)
+	}
+	if el := time.Since(t0); el > 2*time.Second {
+		t.Fatalf("a hung control command held the enforcer for %s", el)
+	}
+}
+
+func TestMPSStartRefused(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, nil)
+	if err := os.MkdirAll(filepath.Dir(r.pipeFile("x")), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(r.pipeFile("fail-start"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := r.enf.PrepareGPU(t.Context(), r.uuid)
+	if !errors.Is(err, ErrMPSControl) || !strings.Contains(err.Error(), "start refused") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestMPSMissingBinary(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, func(c *Config) { c.MPS.ControlBinary = "/nonexistent/nvidia-cuda-mps-control" })
+	err := r.enf.PrepareGPU(t.Context(), r.uuid)
+	if !errors.Is(err, ErrMPSControl) || !strings.Contains(err.Error(), "/nonexistent/nvidia-cuda-mps-control") {
+		t.Fatalf("err = %v", err)
+	}
+}
