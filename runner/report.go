@@ -182,6 +182,9 @@ func memoryChart(atts []Attempt, g GPUResult, t0 time.Time, end float64, runStar
 		var lower []string
 		for k := 0; k <= chartSteps; k++ {
 			t := float64(k) * step
+			if t < s0-step || t > s1+step {
+				continue // outside the attempt: draw nothing, so an outline never runs along others
+			}
 			v := 0.0
 			if t >= s0 && t <= s1 {
 				v = float64(memAt(a, t+off))
@@ -190,6 +193,9 @@ func memoryChart(atts []Attempt, g GPUResult, t0 time.Time, end float64, runStar
 			lower = append(lower, fmt.Sprintf("%.1f,%.1f", x, yOf(base[k])))
 			base[k] += v
 			upper = append(upper, fmt.Sprintf("%.1f,%.1f", x, yOf(base[k])))
+		}
+		if len(upper) < 2 {
+			continue
 		}
 		slices.Reverse(lower)
 		col := jobPalette[i%len(jobPalette)]
@@ -223,8 +229,12 @@ func memoryChart(atts []Attempt, g GPUResult, t0 time.Time, end float64, runStar
 		col   string
 	}{{g.BudgetBytes, "budget " + g.BudgetBytes.String(), "#c62828"}, {g.TotalBytes, "total " + g.TotalBytes.String(), "#888"}} {
 		y := yOf(float64(line.v))
+		dy := 11.0 // budget label below its line, total label above its own
+		if line.v == g.TotalBytes {
+			dy = -2
+		}
 		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="1"/><text x="%.1f" y="%.1f" text-anchor="end" fill="%s">%s</text>`,
-			plotLeft, svgWidth-plotRight, y, y, line.col, plotLeft-6, y+4, line.col, esc(line.label))
+			plotLeft, svgWidth-plotRight, y, y, line.col, plotLeft-6, y+dy, line.col, esc(line.label))
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#444">memory</text>`, plotLeft-6, top+inner/2)
 	axis(&b, chartH, end)
@@ -257,7 +267,10 @@ func lanes(atts []Attempt, t0 time.Time, end float64, runStart time.Time) string
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`, plotLeft-6, y+laneH/2+3, esc(label))
 		fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" fill-opacity="0.25" stroke="%s" rx="3"><title>%s: %s, cap %s, peak %s, %.1fs, exit %d %s</title></rect>`,
 			x0, y, x1-x0, laneH-4, col, col, esc(label), esc(a.Outcome), a.CapBytes, a.PeakBytes, s1-s0, a.ExitCode, esc(a.Detail))
-		scale := float64(max(a.CapBytes, a.PeakBytes))
+		scale := float64(a.PeakBytes)
+		if a.Capped && !a.WholeGPU {
+			scale = float64(max(a.CapBytes, a.PeakBytes))
+		}
 		if scale <= 0 {
 			continue
 		}

@@ -1,0 +1,148 @@
+package runner
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestParseQueueErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		// want are substrings of the error: the position and the bad value.
+		want []string
+	}{
+		{"syntax", "job \"a\" {\n  command = [\n", []string{"q.hcl:"}},
+		{"no jobs", `arm = "packed"`, []string{"q.hcl:1", "no job blocks"}},
+		{"missing command", "job \"a\" {\n  template = \"t\"\n}\n", []string{"q.hcl:1", "command"}},
+		{"empty command", "job \"a\" {\n  command = []\n}\n", []string{"q.hcl:2", "command = []"}},
+		{"command not strings", "job \"a\" {\n  command = [\"x\", [1]]\n}\n", []string{"q.hcl:2", "command[1]"}},
+		{"unknown attribute", "job \"a\" {\n  command = [\"x\"]\n  gpus = 2\n}\n", []string{"q.hcl:3", "gpus"}},
+		{"duplicate job", "job \"a\" {\n  command = [\"x\"]\n}\njob \"a\" {\n  command = [\"y\"]\n}\n", []string{"q.hcl:4", `job "a" is declared twice`}},
+		{"bad job name", "job \"a b\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"a b"`}},
+		{"bad arm", "arm = \"fastest\"\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"fastest"`}},
+		{"bad profiles", "profiles = \"hot\"\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"hot"`}},
+		{"bad size", "template \"t\" {\n  peak = \"12XB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"12XB"`}},
+		{"bad window", "template \"t\" {\n  probe_window = \"soon\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"soon"`}},
+		{"env not a map", "job \"a\" {\n  command = [\"x\"]\n  env = [\"A=1\"]\n}\n", []string{"q.hcl:3", "env must be a map"}},
+		{"policy value", "policy {\n  max_tasks_per_gpu = 0\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 0"}},
+		{"policy mode", "policy {\n  mode = \"mig\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"mig"`}},
+		{"policy headroom", "policy {\n  headroom = \"lots\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"lots"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseQueue([]byte(tc.src), "q.hcl")
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, ErrQueue) {
+				t.Errorf("error %v does not wrap ErrQueue", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseQueueFull(t *testing.T) {
+	dir := t.TempDir()
+	src := `
+arm      = "static"
+profiles = "cold"
+gpus {
+  simulated = ["2xH100=80GiB"]
+}
+policy {
+  headroom           = "4GiB"
+  cap_margin_percent = 20
+  cap_margin         = "1GB"
+  max_tasks_per_gpu  = 4
+  unit               = "512MiB"
+  mode               = "mps"
+  watchdog_interval  = "50ms"
+}
+template "lora" {
+  probe_window = "5s"
+  peak         = "14.5GiB"
+  cap          = "20GiB"
+}
+job "lora-1" {
+  template = "lora"
+  command  = ["python3", "train.py", "--seed", "1"]
+  env      = { SEED = "1", STEPS = 60, VERBOSE = true }
+  dir      = "work"
+  result   = "results/lora-1.json"
+}
+job "plain" {
+  command = ["sh", "-c", "echo hi"]
+}
+`
+	path := filepath.Join(dir, "q.hcl")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q, err := LoadQueue(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Arm != ArmStatic || q.Profiles != ProfilesCold || q.Mode != policy.ModeMPS {
+		t.Errorf("arm %q profiles %q mode %q", q.Arm, q.Profiles, q.Mode)
+	}
+	if len(q.SimulatedGPUs) != 1 || q.SimulatedGPUs[0] != "2xH100=80GiB" {
+		t.Errorf("simulated GPUs %v", q.SimulatedGPUs)
+	}
+	p := q.Policy
+	if p == nil || p.HeadroomBytes != 4*size.GiB || p.CapMarginPercent != 20 || p.CapMarginBytes != size.GB ||
+		p.MaxTasksPerGPU != 4 || p.UnitBytes != 512*size.MiB || p.WatchdogInterval != 50*time.Millisecond {
+		t.Errorf("policy %+v", p)
+	}
+	tm := q.Templates["lora"]
+	if tm.ProbeWindow != 5*time.Second || tm.PeakBytes != size.MustParse("14.5GiB") || tm.CapBytes != 20*size.GiB {
+		t.Errorf("template %+v", tm)
+	}
+	if len(q.Jobs) != 2 {
+		t.Fatalf("%d jobs", len(q.Jobs))
+	}
+	j := q.Jobs[0]
+	if j.Name != "lora-1" || j.Template != "lora" || strings.Join(j.Command, " ") != "python3 train.py --seed 1" {
+		t.Errorf("job %+v", j)
+	}
+	if j.Env["SEED"] != "1" || j.Env["STEPS"] != "60" || j.Env["VERBOSE"] != "true" {
+		t.Errorf("env %v", j.Env)
+	}
+	if j.Dir != filepath.Join(dir, "work") || j.Result != filepath.Join("results", "lora-1.json") {
+		t.Errorf("dir %q result %q", j.Dir, j.Result)
+	}
+	if q.Jobs[1].Template != "plain" {
+		t.Errorf("a job without a template is its own template, got %q", q.Jobs[1].Template)
+	}
+}
+
+func TestDemoQueueParses(t *testing.T) {
+	q, err := LoadQueue(filepath.Join("..", "examples", "queues", "demo.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	leakers := 0
+	for _, j := range q.Jobs {
+		if j.Command[0] != "gpufrac" || j.Command[1] != "simjob" {
+			t.Errorf("demo job %s does not run gpufrac simjob: %v", j.Name, j.Command)
+		}
+		if j.Template == "leaker" {
+			leakers++
+		}
+	}
+	if len(q.Jobs) < 6 || leakers != 1 {
+		t.Errorf("demo has %d jobs and %d leakers; want about 8 and exactly 1", len(q.Jobs), leakers)
+	}
+}

@@ -1,0 +1,382 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestMain(m *testing.M) {
+	simjob.RunIfChild() // a job started by a test runs here and exits
+	os.Exit(m.Run())
+}
+
+// simJob is a job that re-executes this test binary as a simulated GPU job.
+func simJob(t testing.TB, name, template string, args ...string) Job {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Job{Name: name, Template: template, Command: append([]string{exe}, args...),
+		Env: map[string]string{simjob.EnvChild: "1"}}
+}
+
+func newSim(t testing.TB, gpus ...string) *gpu.Simulated {
+	t.Helper()
+	s, err := gpu.NewSimulated(gpu.SimConfig{GPUs: gpus, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func testOptions(t testing.TB, b gpu.Backend, arm string) Options {
+	p := policy.Default()
+	p.WatchdogInterval = 20 * time.Millisecond
+	return Options{Arm: arm, Backend: b, OutDir: t.TempDir(), Policy: p, SampleInterval: 10 * time.Millisecond,
+		StopGrace: 2 * time.Second}
+}
+
+func runQueue(t *testing.T, q Queue, o Options) *Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := Run(ctx, q, o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+// maxOverlap is the largest number of attempts that ran at the same moment.
+func maxOverlap(atts []Attempt) int {
+	type ev struct {
+		t     time.Time
+		delta int
+	}
+	var evs []ev
+	for _, a := range atts {
+		evs = append(evs, ev{a.Start, 1}, ev{a.End, -1})
+	}
+	slices.SortFunc(evs, func(a, b ev) int {
+		if c := a.t.Compare(b.t); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // an end before a start at the same instant
+	})
+	n, best := 0, 0
+	for _, e := range evs {
+		n += e.delta
+		best = max(best, n)
+	}
+	return best
+}
+
+func attemptsOf(res *Result, job string) []Attempt {
+	var out []Attempt
+	for _, a := range res.Attempts {
+		if a.Job == job {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func outcomes(atts []Attempt) []string {
+	var out []string
+	for _, a := range atts {
+		out = append(out, a.Outcome)
+	}
+	return out
+}
+
+func TestColdProbeThenWarmReuse(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	state := t.TempDir()
+	q := Queue{Jobs: []Job{
+		simJob(t, "a1", "small", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
+		simJob(t, "a2", "small", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
+		simJob(t, "a3", "small", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
+	}}
+	o := testOptions(t, sim, ArmPacked)
+	o.StateDir, o.Profiles = state, ProfilesCold
+	cold := runQueue(t, q, o)
+	if cold.Completed != 3 {
+		t.Fatalf("cold run completed %d of 3: %+v", cold.Completed, cold.Jobs)
+	}
+	first := attemptsOf(cold, "a1")
+	if len(first) != 1 || !first[0].Probe || !first[0].WholeGPU || first[0].Outcome != OutcomeOK {
+		t.Fatalf("a1 should be one completed probe run alone, got %+v", first)
+	}
+	// The probe sees the whole 2GiB (simjob's peak includes its context).
+	if first[0].PeakBytes < 2*size.GiB-64*size.MiB || first[0].PeakBytes > 2*size.GiB {
+		t.Fatalf("probe peak %s, want about 2GiB", first[0].PeakBytes)
+	}
+	wantCap := size.Bytes(o.Policy.Units(o.Policy.Cap(first[0].PeakBytes))) * o.Policy.UnitBytes
+	for _, name := range []string{"a2", "a3"} {
+		a := attemptsOf(cold, name)
+		if len(a) != 1 || a[0].Probe || a[0].WholeGPU || a[0].CapBytes != wantCap {
+			t.Fatalf("%s: want one capped attempt with cap %s, got %+v", name, wantCap, a)
+		}
+		if a[0].Start.Before(first[0].End) {
+			t.Errorf("%s started before the probe ended", name)
+		}
+	}
+	snap, err := ledger.ReadSnapshot(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Profiles) != 1 || snap.Profiles[0].Template != "small" || snap.Profiles[0].Source != ledger.ProfileProbe {
+		t.Fatalf("profiles after the cold run: %+v", snap.Profiles)
+	}
+
+	o2 := testOptions(t, sim, ArmPacked)
+	o2.StateDir, o2.Profiles = state, ProfilesWarm
+	warm := runQueue(t, q, o2)
+	if warm.Completed != 3 {
+		t.Fatalf("warm run completed %d of 3", warm.Completed)
+	}
+	for _, a := range warm.Attempts {
+		if a.Probe || a.WholeGPU || a.CapBytes != wantCap {
+			t.Errorf("warm attempt %s: probe=%v whole=%v cap=%s, want a packed job with cap %s", a.Job, a.Probe, a.WholeGPU, a.CapBytes, wantCap)
+		}
+	}
+	if got := maxOverlap(warm.Attempts); got != 3 {
+		t.Errorf("warm run packed %d jobs at once, want all 3", got)
+	}
+}
+
+func TestPackingAdmitsWhileCapsFit(t *testing.T) {
+	t.Parallel()
+	// Budget 20GiB - 2GiB headroom = 18GiB; cap of a 2GiB peak = 2GiB x 1.15 + 1.5GB -> 4 units:
+	// four jobs fit (16GiB), the fifth and sixth wait.
+	sim := newSim(t, "A100=20GiB")
+	var jobs []Job
+	for _, n := range []string{"j1", "j2", "j3", "j4", "j5", "j6"} {
+		jobs = append(jobs, simJob(t, n, "t", "--peak", "2GiB", "--ramp", "50ms", "--hold", "500ms"))
+	}
+	q := Queue{Jobs: jobs, Templates: map[string]TemplateSpec{"t": {Name: "t", PeakBytes: 2 * size.GiB}}}
+	o := testOptions(t, sim, ArmPacked)
+	res := runQueue(t, q, o)
+	if res.Completed != 6 {
+		t.Fatalf("completed %d of 6", res.Completed)
+	}
+	if got := maxOverlap(res.Attempts); got != 4 {
+		t.Fatalf("%d jobs ran at once, want 4 (the caps of 4 fill the 18GiB budget)", got)
+	}
+	for _, a := range res.Attempts {
+		if a.CapBytes != 4*size.GiB || a.Probe {
+			t.Errorf("%s: cap %s probe %v, want a 4GiB cap and no probe (declared footprint)", a.Job, a.CapBytes, a.Probe)
+		}
+	}
+}
+
+func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []policy.Mode{policy.ModeIsolated, policy.ModeMPS} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			sim := newSim(t, "H100=80GiB")
+			q := Queue{
+				Jobs: []Job{
+					simJob(t, "good1", "good", "--peak", "4GiB", "--ramp", "50ms", "--hold", "900ms", "--result", "$GPUFRAC_RESULT"),
+					simJob(t, "leaker", "leak", "--peak", "2GiB", "--ramp", "50ms", "--hold", "100ms", "--leak-to", "12GiB", "--leak-rate", "8GiB"),
+					simJob(t, "good2", "good", "--peak", "4GiB", "--ramp", "50ms", "--hold", "900ms", "--result", "$GPUFRAC_RESULT"),
+				},
+				Templates: map[string]TemplateSpec{
+					"good": {Name: "good", PeakBytes: 4 * size.GiB},
+					"leak": {Name: "leak", PeakBytes: 2 * size.GiB},
+				},
+			}
+			q.Jobs[0].Result = "results/good1.json"
+			q.Jobs[2].Result = "results/good2.json"
+			o := testOptions(t, sim, ArmPacked)
+			o.Mode = mode
+			o.StateDir = t.TempDir()
+			res := runQueue(t, q, o)
+			if res.Completed != 3 {
+				t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
+			}
+			l := attemptsOf(res, "leaker")
+			if got := outcomes(l); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+				t.Fatalf("leaker attempts %v, want [cap-violation ok]", got)
+			}
+			if l[0].WholeGPU || !l[1].WholeGPU {
+				t.Fatalf("leaker: first attempt whole=%v, re-run whole=%v; want packed then alone", l[0].WholeGPU, l[1].WholeGPU)
+			}
+			if mode == policy.ModeIsolated && (l[0].Violation == nil || l[0].Violation.Action == "") {
+				t.Errorf("isolated mode: the watchdog should have recorded the violation, got %+v", l[0])
+			}
+			for _, name := range []string{"good1", "good2"} {
+				a := attemptsOf(res, name)
+				if len(a) != 1 || a[0].Outcome != OutcomeOK || a[0].ExitCode != 0 {
+					t.Errorf("%s was affected by the leaker: %+v", name, a)
+				}
+				if _, err := os.Stat(a[0].Result); err != nil {
+					t.Errorf("%s wrote no result: %v", name, err)
+				}
+				if l[1].Start.Before(a[0].End) {
+					t.Errorf("the leaker's re-run started at %s while %s ran until %s: it must run alone", l[1].Start, name, a[0].End)
+				}
+			}
+			snap, err := ledger.ReadSnapshot(o.StateDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var prof *ledger.Profile
+			for i := range snap.Profiles {
+				if snap.Profiles[i].Template == "leak" {
+					prof = &snap.Profiles[i]
+				}
+			}
+			if prof == nil || prof.Source != ledger.ProfileViolation || prof.PeakBytes < l[1].PeakBytes {
+				t.Fatalf("leak profile %+v: want source violation and a peak of at least the re-run's %s", prof, l[1].PeakBytes)
+			}
+		})
+	}
+}
+
+func TestArmConcurrency(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		arm      string
+		jobs     int
+		want     int
+		wantCapF func(budget size.Bytes) size.Bytes // expected cap of every attempt
+	}{
+		{ArmExclusive, 3, 1, func(size.Bytes) size.Bytes { return 0 }},
+		{ArmStatic, 4, 2, func(b size.Bytes) size.Bytes { return b / 2 }},
+		{ArmUncapped, 8, 6, func(size.Bytes) size.Bytes { return 0 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.arm, func(t *testing.T) {
+			t.Parallel()
+			sim := newSim(t, "H100=80GiB")
+			var jobs []Job
+			for i := range tc.jobs {
+				jobs = append(jobs, simJob(t, "j"+string(rune('a'+i)), "t", "--peak", "1GiB", "--ramp", "20ms", "--hold", "400ms"))
+			}
+			res := runQueue(t, Queue{Jobs: jobs}, testOptions(t, sim, tc.arm))
+			if res.Completed != tc.jobs {
+				t.Fatalf("completed %d of %d", res.Completed, tc.jobs)
+			}
+			if got := maxOverlap(res.Attempts); got != tc.want {
+				t.Errorf("%s: %d jobs at once, want %d", tc.arm, got, tc.want)
+			}
+			budget := res.GPUs[0].BudgetBytes
+			for _, a := range res.Attempts {
+				if a.Probe {
+					t.Errorf("%s arm probed %s; only packed probes", tc.arm, a.Job)
+				}
+				if a.CapBytes != tc.wantCapF(budget) {
+					t.Errorf("%s: cap %s, want %s", a.Job, a.CapBytes, tc.wantCapF(budget))
+				}
+			}
+		})
+	}
+}
+
+func TestOutputsAreWrittenAndParse(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{Jobs: []Job{
+		simJob(t, "x", "t", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms"),
+		simJob(t, "y", "t", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms"),
+		simJob(t, "bad", "u", "--peak", "1GiB", "--hold", "1s", "--fail-after", "100ms"),
+	}}
+	o := testOptions(t, sim, ArmPacked)
+	var progress bytes.Buffer
+	o.Progress = &progress
+	res := runQueue(t, q, o)
+	if res.Completed != 2 {
+		t.Fatalf("completed %d, want 2 (bad fails)", res.Completed)
+	}
+	data, err := os.ReadFile(filepath.Join(o.OutDir, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatalf("results.json does not parse: %v", err)
+	}
+	if back.Arm != ArmPacked || len(back.Attempts) != len(res.Attempts) || back.Backend != gpu.KindSimulated {
+		t.Errorf("results.json: arm %q, %d attempts, backend %q", back.Arm, len(back.Attempts), back.Backend)
+	}
+	f, err := os.Open(filepath.Join(o.OutDir, AttemptsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		t.Fatalf("attempts.csv does not parse: %v", err)
+	}
+	if len(rows) != len(res.Attempts)+1 || !slices.Equal(rows[0], CSVHeader) {
+		t.Fatalf("attempts.csv: %d rows (want %d) header %v", len(rows), len(res.Attempts)+1, rows[0])
+	}
+	var badOutcome string
+	for _, r := range rows[1:] {
+		if r[0] == "bad" {
+			badOutcome = r[13]
+		}
+	}
+	if badOutcome != OutcomeFailed {
+		t.Errorf("bad job's outcome in the CSV is %q, want failed", badOutcome)
+	}
+	html, err := os.ReadFile(filepath.Join(o.OutDir, ReportFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "SIMULATED", "packed arm", "jobs per GPU-hour", "</html>"} {
+		if !bytes.Contains(html, []byte(want)) {
+			t.Errorf("report.html lacks %q", want)
+		}
+	}
+	out := progress.String()
+	for _, want := range []string{"SIMULATED", "FAILED", "report:", "2 of 3 jobs completed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("progress output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestRunRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{Jobs: []Job{{Name: "a", Template: "a", Command: []string{"true"}}}}
+	tests := []struct {
+		name string
+		mod  func(*Options)
+		want string
+	}{
+		{"arm", func(o *Options) { o.Arm = "fast" }, `"fast"`},
+		{"profiles", func(o *Options) { o.Profiles = "lukewarm" }, `"lukewarm"`},
+		{"mode", func(o *Options) { o.Mode = "mig" }, `"mig"`},
+		{"backend", func(o *Options) { o.Backend = nil }, "no GPU backend"},
+		{"gpu", func(o *Options) { o.GPUs = []string{"GPU-nope"} }, `"GPU-nope"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := testOptions(t, sim, ArmPacked)
+			tc.mod(&o)
+			_, err := Run(context.Background(), q, o)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}

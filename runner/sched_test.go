@@ -1,0 +1,136 @@
+package runner
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+	"github.com/hashicorp/go-hclog"
+)
+
+// memLedger is an in-memory ledger with one GPU of total bytes.
+func memLedger(tb testing.TB, total size.Bytes) (*ledger.Ledger, string) {
+	tb.Helper()
+	led, err := ledger.Open("", ledger.Options{NoPersist: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { led.Close() })
+	const uuid = "GPU-test-0"
+	if err := led.SetPolicy(policy.Default()); err != nil {
+		tb.Fatal(err)
+	}
+	if err := led.SyncGPUs([]ledger.GPUInfo{{UUID: uuid, Model: "H200", TotalBytes: total, Healthy: true}}); err != nil {
+		tb.Fatal(err)
+	}
+	return led, uuid
+}
+
+func names(ls []launch) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.job.Name)
+	}
+	return out
+}
+
+func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
+	led, uuid := memLedger(t, 80*size.GiB) // budget 78GiB
+	jobs := []*jobState{
+		{Job: Job{Name: "a", Template: "t"}},
+		{Job: Job{Name: "b", Template: "t"}},
+		{Job: Job{Name: "big", Template: "big"}},
+		{Job: Job{Name: "c", Template: "t"}},
+	}
+	s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s.peaks["t"] = 10 * size.GiB // cap 13GiB
+	first := s.next()
+	// "big" has no footprint: it must be probed alone, so it drains the GPU; "c" is not
+	// admitted next to a/b because the GPU is draining for "big".
+	if got := fmt.Sprint(names(first)); got != "[a b]" {
+		t.Fatalf("first round admitted %s, want [a b] (big drains the GPU, c waits behind it)", got)
+	}
+	if s.drainFor[uuid] != jobs[2] {
+		t.Fatalf("GPU not drained for the probe")
+	}
+	for i := range first {
+		s.finished(&first[i])
+		first[i].job.done = true
+		if err := led.Release(first[i].res.Token, "test"); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if got := s.next(); len(got) != 0 {
+				t.Fatalf("admitted %v while the GPU drains", names(got))
+			}
+		}
+	}
+	second := s.next()
+	if len(second) != 1 || second[0].job.Name != "big" || !second[0].probe || !second[0].whole {
+		t.Fatalf("second round %v, want the probe of big alone", names(second))
+	}
+	if second[0].res.CapBytes != 78*size.GiB {
+		t.Errorf("probe cap %s, want the whole 78GiB budget", second[0].res.CapBytes)
+	}
+	if got := s.next(); len(got) != 0 {
+		t.Fatalf("admitted %v next to a whole-GPU probe", names(got))
+	}
+}
+
+func TestSchedBackfillsSmallerJobs(t *testing.T) {
+	led, uuid := memLedger(t, 40*size.GiB) // budget 38GiB
+	jobs := []*jobState{
+		{Job: Job{Name: "m1", Template: "m"}},
+		{Job: Job{Name: "m2", Template: "m"}},
+		{Job: Job{Name: "s1", Template: "s"}},
+	}
+	s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s.peaks["m"] = 20 * size.GiB // cap 24.4GiB -> 25 units: one fits, the second does not
+	s.peaks["s"] = 2 * size.GiB  // cap 4GiB
+	got := names(s.next())
+	if fmt.Sprint(got) != "[m1 s1]" {
+		t.Fatalf("admitted %v, want [m1 s1]: m2 does not fit, s1 is backfilled", got)
+	}
+}
+
+func TestSchedRespectsMaxConcurrent(t *testing.T) {
+	led, uuid := memLedger(t, 140*size.GiB)
+	var jobs []*jobState
+	for i := range 5 {
+		jobs = append(jobs, &jobState{Job: Job{Name: fmt.Sprint("j", i), Template: "t"}})
+	}
+	s := newSched(ArmUncapped, policy.Default(), led, []string{uuid}, jobs, 2, hclog.NewNullLogger())
+	if got := s.next(); len(got) != 2 {
+		t.Fatalf("admitted %d with MaxConcurrent 2", len(got))
+	}
+}
+
+// BenchmarkAdmitQueue measures one scheduling decision over a 12-job queue of 8 templates on an
+// in-memory ledger (reservations included, no processes), then releases everything.
+func BenchmarkAdmitQueue(b *testing.B) {
+	led, uuid := memLedger(b, 140*size.GiB)
+	peaks := []size.Bytes{14 * size.GiB, 20 * size.GiB, 18 * size.GiB, 8 * size.GiB, 6 * size.GiB, 24 * size.GiB, 5 * size.GiB, 2 * size.GiB}
+	var jobs []*jobState
+	for i := range 12 {
+		jobs = append(jobs, &jobState{Job: Job{Name: fmt.Sprint("job", i), Template: fmt.Sprint("t", i%8)}})
+	}
+	s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	for i, p := range peaks {
+		s.peaks[fmt.Sprint("t", i)] = p
+	}
+	b.ReportAllocs()
+	admitted := 0
+	for b.Loop() {
+		ls := s.next()
+		admitted += len(ls)
+		for i := range ls {
+			s.finished(&ls[i])
+			if err := led.Release(ls[i].res.Token, "bench"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(admitted)/float64(b.N), "jobs/decision")
+}
