@@ -1,0 +1,185 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestMain(m *testing.M) {
+	simjob.RunIfChild()
+	os.Exit(m.Run())
+}
+
+func setup(t *testing.T) (*gpu.Simulated, string, []string) {
+	t.Helper()
+	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB"}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, _ := sim.Devices(context.Background())
+	uuid := devs[0].UUID
+	env := Environ(map[string]string{simjob.EnvChild: "1", gpu.EnvSimDir: sim.Dir(), "CUDA_VISIBLE_DEVICES": uuid})
+	return sim, uuid, env
+}
+
+func self(t *testing.T) string {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+func TestProbeMeasuresTheWholeProcessTree(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		args        []string
+		window      time.Duration
+		wantPeak    size.Bytes
+		wantStopped bool
+		wantExit    int
+	}{
+		{"one process, whole run", []string{"--peak", "3GiB", "--ramp", "100ms", "--hold", "300ms"}, 0, 3 * size.GiB, false, 0},
+		{"three processes", []string{"--peak", "2GiB", "--ramp", "50ms", "--hold", "400ms", "--procs", "3"}, 0, 6 * size.GiB, false, 0},
+		// The window ends before the leak: the probe reports what the job looked like so far.
+		{"window", []string{"--peak", "2GiB", "--ramp", "50ms", "--hold", "5s", "--leak-to", "20GiB"}, 600 * time.Millisecond, 2 * size.GiB, true, 130},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim, uuid, env := setup(t)
+			var samples int
+			res, err := Run(context.Background(), Config{
+				Backend: sim, GPU: uuid, Command: append([]string{self(t)}, tc.args...), Env: env,
+				Window: tc.window, Interval: 10 * time.Millisecond, StopGrace: 3 * time.Second,
+				OnSample: func(Sample) { samples++ },
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Sampling can miss the last few milliseconds of a ramp, never add memory.
+			if res.Peak > tc.wantPeak || res.Peak < tc.wantPeak-tc.wantPeak/20 {
+				t.Errorf("peak %s, want about %s", res.Peak, tc.wantPeak)
+			}
+			if res.Stopped != tc.wantStopped || res.ExitCode != tc.wantExit {
+				t.Errorf("stopped %v exit %d, want %v and %d", res.Stopped, res.ExitCode, tc.wantStopped, tc.wantExit)
+			}
+			if res.Samples < 10 || samples != res.Samples {
+				t.Errorf("%d samples (%d seen by OnSample): too few for a 50 Hz probe", res.Samples, samples)
+			}
+		})
+	}
+}
+
+func TestProbeIgnoresOtherProcesses(t *testing.T) {
+	t.Parallel()
+	sim, uuid, env := setup(t)
+	// A neighbour outside the job's tree holds 10GiB on the same GPU for the whole probe.
+	other := exec.Command(self(t), "--peak", "10GiB", "--hold", "3s")
+	other.Env = env
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	res, err := Run(context.Background(), Config{Backend: sim, GPU: uuid, Env: env, Interval: 10 * time.Millisecond,
+		Command: []string{self(t), "--peak", "1GiB", "--ramp", "50ms", "--hold", "300ms"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Peak > size.GiB {
+		t.Fatalf("peak %s includes the neighbour's memory", res.Peak)
+	}
+}
+
+func TestProbeErrors(t *testing.T) {
+	t.Parallel()
+	sim, uuid, env := setup(t)
+	tests := []struct {
+		name string
+		cfg  Config
+		want error
+	}{
+		{"no memory", Config{Backend: sim, GPU: uuid, Env: env, Command: []string{"true"}}, ErrNoMemory},
+		{"canceled", Config{Backend: sim, GPU: uuid, Env: env, Command: []string{self(t), "--peak", "1GiB", "--hold", "10s"}}, context.DeadlineExceeded},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			tc.cfg.StopGrace = 2 * time.Second
+			_, err := Run(ctx, tc.cfg)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := Run(context.Background(), Config{Backend: sim, GPU: uuid, Command: []string{"/no/such/program"}}); err == nil {
+		t.Fatal("a missing program gave no error")
+	}
+}
+
+func TestTreeOwnsDescendantsAndTokenCarriers(t *testing.T) {
+	t.Parallel()
+	// sh starts a child in its process group; a second process outside the group carries the token.
+	p, err := Start(Spec{Command: []string{"sh", "-c", "sleep 5 & wait"}, Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(time.Second)
+	stranger := exec.Command("sleep", "5")
+	stranger.Env = append(os.Environ(), "GPUFRAC_RESERVATION=tok123")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stranger.Process.Kill(); _ = stranger.Wait() }()
+	plain := exec.Command("sleep", "5")
+	if err := plain.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = plain.Process.Kill(); _ = plain.Wait() }()
+	var child int
+	deadline := time.Now().Add(3 * time.Second)
+	for child == 0 && time.Now().Before(deadline) {
+		child = findChild(p.PID)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if child == 0 {
+		t.Fatal("sh's child never appeared")
+	}
+	tree := NewTree(p.PID, "tok123")
+	for _, tc := range []struct {
+		pid  int
+		want bool
+	}{{p.PID, true}, {child, true}, {stranger.Process.Pid, true}, {plain.Process.Pid, false}, {os.Getpid(), false}} {
+		if got := tree.Owns(tc.pid); got != tc.want {
+			t.Errorf("Owns(%d) = %v, want %v", tc.pid, got, tc.want)
+		}
+	}
+	if NewTree(p.PID, "").Owns(stranger.Process.Pid) {
+		t.Error("without a token a stranger must not be owned")
+	}
+}
+
+func findChild(parent int) int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat(pid); ok && st.ppid == parent {
+			return pid
+		}
+	}
+	return 0
+}
