@@ -19,7 +19,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary, err = emulator.BuildPlugin(dir)
+	binary, err = emulator.BuildPlugin(dir, buildFlags...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)

@@ -36,6 +36,11 @@ func start(t *testing.T, hcl string) *emulator.Client {
 	}
 	t.Cleanup(func() {
 		c.Close()
+		for i, p := range c.Launches() {
+			if strings.Contains(p.Stderr(), "DATA RACE") {
+				t.Errorf("launch %d: the race detector fired in the plugin", i)
+			}
+		}
 		if t.Failed() {
 			for i, p := range c.Launches() {
 				t.Logf("launch %d stderr:\n%s", i, p.Stderr())

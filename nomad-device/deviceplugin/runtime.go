@@ -43,6 +43,7 @@ type runtime struct {
 	led        *ledger.Ledger
 	ledgerErr  error
 	enf        Enforcer
+	enforcer   *enforcer.Enforcer    // the same as enf; kept for Shutdown
 	devices    map[string]gpu.Device // by UUID, from the last listing
 	// policyReady is false while a policy source is configured but has not yet delivered a valid
 	// policy in this process; policyErr is the source's latest complaint.
@@ -277,6 +278,11 @@ func (rt *runtime) close() {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	var errs []error
+	if rt.enforcer != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs = append(errs, rt.enforcer.Shutdown(ctx))
+		cancel()
+	}
 	if rt.led != nil {
 		errs = append(errs, rt.led.Close())
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/policy"
 )
 
@@ -102,4 +103,22 @@ func (rt *runtime) waitPolicy(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (rt *runtime) startEnforcer() {}
+// startEnforcer runs the watchdog (caps, unmanaged use, token scan, reservation expiry) and the
+// MPS daemons for the plugin's life. It needs the backend and the ledger.
+func (rt *runtime) startEnforcer() {
+	b, l, _ := rt.parts()
+	enf, err := enforcer.New(enforcer.Config{Backend: b, Ledger: l, Logger: rt.log,
+		MPS: enforcer.MPSOptions{ControlBinary: rt.cfg.MPSControl, Root: rt.cfg.MPSRoot}})
+	if err != nil {
+		rt.log.Error("enforcer unavailable: caps are not watched", "error", err)
+		return
+	}
+	rt.mu.Lock()
+	rt.enf, rt.enforcer = enf, enf
+	rt.mu.Unlock()
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		_ = enf.Run(rt.ctx)
+	}()
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package nomad_test
+
+var buildFlags []string
