@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// envCLI makes this test binary behave as the gpufrac binary, so that `gpufrac simjob ...` in
+// queue files and probe commands (which resolve to this executable) runs realMain.
+const envCLI = "GPUFRAC_TEST_AS_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envCLI) == "1" {
+		os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+type cli struct {
+	t        *testing.T
+	state    string
+	simDir   string
+	simGPUs  string
+	extraEnv bool
+}
+
+func newCLI(t *testing.T) *cli {
+	t.Setenv(envCLI, "1") // children (simulated jobs) run as gpufrac
+	return &cli{t: t, state: t.TempDir(), simDir: t.TempDir(), simGPUs: "H100=80GiB"}
+}
+
+func (c *cli) run(args ...string) (int, string, string) {
+	c.t.Helper()
+	var out, errb bytes.Buffer
+	all := append([]string{"--state-dir", c.state, "--sim-dir", c.simDir, "--gpu-backend", "simulated", "--simulated-gpus", c.simGPUs}, args...)
+	code := realMain(all, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUnitsMath(t *testing.T) {
+	c := newCLI(t)
+	p := policy.Default()
+	tests := []struct {
+		peak      string
+		wantCap   size.Bytes
+		wantUnits int
+	}{
+		{"12GiB", p.Cap(12 * size.GiB), p.Units(p.Cap(12 * size.GiB))},
+		{"14.5GiB", p.Cap(size.MustParse("14.5GiB")), 19},
+		{"1", p.Cap(1), 2},
+		{"100GB", p.Cap(100 * size.GB), p.Units(p.Cap(100 * size.GB))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.peak, func(t *testing.T) {
+			code, out, errs := c.run("units", "--peak", tc.peak, "--json")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			var got unitsOutput
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.CapBytes != tc.wantCap || got.Units != tc.wantUnits {
+				t.Errorf("cap %s units %d, want %s and %d", got.CapBytes, got.Units, tc.wantCap, tc.wantUnits)
+			}
+		})
+	}
+	// 12GiB x 1.15 + 1.5GB = 15.197GiB -> 16 units, in words too.
+	code, out, _ := c.run("units", "--peak", "12GiB")
+	if code != 0 || !strings.Contains(out, "cap 15.2GiB") || !strings.Contains(out, "units: 16 of 1GiB") {
+		t.Errorf("exit %d, output:\n%s", code, out)
+	}
+}
+
+func TestBadInputNamesTheValue(t *testing.T) {
+	c := newCLI(t)
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"units", "--peak", "12XB"}, 2, `"12XB"`},
+		{[]string{"units"}, 2, "--peak"},
+		{[]string{"units", "--template", "nothere"}, 1, `"nothere"`},
+		{[]string{"frobnicate"}, 2, `"frobnicate"`},
+		{[]string{"--log-level", "loud", "units", "--peak", "1GiB"}, 2, `"loud"`},
+		{[]string{"run", "--arm", "fastest", "x.hcl"}, 1, "x.hcl"},
+		{[]string{"run"}, 2, "queue file"},
+		{[]string{"probe", "--", "true"}, 2, "--template"},
+		{[]string{"probe", "--template", "bad name", "--", "true"}, 2, `"bad name"`},
+		{[]string{"probe", "--template", "t"}, 2, "no command"},
+		{[]string{"status", "extra"}, 2, `"extra"`},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			code, _, errs := c.run(tc.args...)
+			if code != tc.code || !strings.Contains(errs, tc.want) {
+				t.Fatalf("exit %d (want %d), stderr %q should name %s", code, tc.code, errs, tc.want)
+			}
+		})
+	}
+}
+
+func TestProbeThenUnitsAndStatus(t *testing.T) {
+	c := newCLI(t)
+	code, out, errs := c.run("probe", "--template", "lora", "--json", "--", "gpufrac", "simjob", "--peak", "3GiB", "--ramp", "100ms", "--hold", "300ms")
+	if code != 0 {
+		t.Fatalf("probe exit %d: %s", code, errs)
+	}
+	if !strings.Contains(errs, "SIMULATED") {
+		t.Errorf("a simulated probe must say so: stderr %q", errs)
+	}
+	var po probeOutput
+	if err := json.Unmarshal([]byte(out), &po); err != nil {
+		t.Fatalf("probe --json: %v\n%s", err, out)
+	}
+	if po.PeakBytes < 3*size.GiB-100*size.MiB || po.PeakBytes > 3*size.GiB || po.Backend != "simulated" {
+		t.Fatalf("probe output %+v", po)
+	}
+	if po.CapBytes != policy.Default().Cap(po.PeakBytes) || len(po.StoredIn) != 2 {
+		t.Errorf("cap %s stored in %v", po.CapBytes, po.StoredIn)
+	}
+	// The template's peak is in the local policy file, so units finds it.
+	code, out, errs = c.run("units", "--template", "lora", "--json")
+	if code != 0 {
+		t.Fatalf("units exit %d: %s", code, errs)
+	}
+	var uo unitsOutput
+	if err := json.Unmarshal([]byte(out), &uo); err != nil {
+		t.Fatal(err)
+	}
+	if uo.PeakBytes != po.PeakBytes || uo.CapBytes != po.CapBytes {
+		t.Errorf("units from the template: %+v, probe said %+v", uo, po)
+	}
+	// Status shows the profile, and a reservation with its task and cap.
+	led, err := ledger.Open(c.state, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := led.States()
+	res, err := led.ReserveBytes(st[0].UUID, 5*size.GiB, ledger.Task{JobName: "train", TaskName: "main", Template: "lora"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := led.RecordViolation(ledger.Violation{Token: res.Token, GPU: st[0].UUID, Task: res.Task, Mode: policy.ModeIsolated,
+		CapBytes: 5 * size.GiB, PeakBytes: 6 * size.GiB, Action: "sigkill", CrossedAt: now, ContainedAt: now.Add(120 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	led.Close()
+	code, out, errs = c.run("status", "--json")
+	if code != 0 {
+		t.Fatalf("status exit %d: %s", code, errs)
+	}
+	var so statusOutput
+	if err := json.Unmarshal([]byte(out), &so); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	if len(so.GPUs) != 1 || len(so.GPUs[0].Reservations) != 1 || len(so.Profiles) != 1 || len(so.Violations) != 1 {
+		t.Fatalf("status: %+v", so)
+	}
+	r := so.GPUs[0].Reservations[0]
+	if r.Task.JobName != "train" || r.CapBytes != 5*size.GiB || r.UsageBytes == nil || *r.UsageBytes != 0 || len(r.Token) != 8 {
+		t.Errorf("reservation %+v", r)
+	}
+	if v := so.Violations[0]; v.ContainmentS < 0.119 || v.ContainmentS > 0.121 || v.Token != res.Token[:8] {
+		t.Errorf("violation %+v", v)
+	}
+	code, out, _ = c.run("status")
+	for _, want := range []string{"SIMULATED", "GPU0", "train/main", "lora", "sigkill", "0.12s", "probe"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestRunCommand(t *testing.T) {
+	c := newCLI(t)
+	dir := t.TempDir()
+	q := filepath.Join(dir, "q.hcl")
+	src := `
+profiles = "cold"
+job "a" {
+  template = "t"
+  command  = ["gpufrac", "simjob", "--peak", "2GiB", "--hold", "200ms", "--result", "$GPUFRAC_RESULT"]
+  result   = "results/a.json"
+}
+job "b" {
+  template = "t"
+  command  = ["gpufrac", "simjob", "--peak", "2GiB", "--hold", "200ms"]
+}
+`
+	if err := os.WriteFile(q, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outDir := filepath.Join(dir, "out")
+	code, out, errs := c.run("run", "--out", outDir, q)
+	if code != 0 {
+		t.Fatalf("run exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	first := strings.SplitN(out, "\n", 2)[0]
+	if !strings.Contains(first, "SIMULATED") {
+		t.Errorf("first line %q does not say the GPUs are simulated", first)
+	}
+	for _, want := range []string{"PROBE", "2 of 2 jobs completed", "report:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("run output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outDir, "results", "a.json")); err != nil {
+		t.Errorf("job a's result: %v", err)
+	}
+	for _, f := range []string{runner.ResultsFile, runner.AttemptsFile, runner.ReportFile} {
+		if _, err := os.Stat(filepath.Join(outDir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	// A queue error names the file and line.
+	bad := filepath.Join(dir, "bad.hcl")
+	os.WriteFile(bad, []byte("job \"x\" {\n  command = []\n}\n"), 0o644)
+	code, _, errs = c.run("run", "--out", outDir, bad)
+	if code != 1 || !strings.Contains(errs, "bad.hcl:2") {
+		t.Errorf("exit %d, stderr %q: want the file and line", code, errs)
+	}
+}
+
+func TestVersionAndHelp(t *testing.T) {
+	c := newCLI(t)
+	code, out, _ := c.run("version")
+	if code != 0 || !strings.HasPrefix(out, "gpufrac ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+	var o, e bytes.Buffer
+	if code := realMain([]string{"help"}, &o, &e); code != 0 || strings.Contains(o.String(), "simjob") || !strings.Contains(o.String(), "probe") {
+		t.Errorf("help (exit %d) lists hidden commands or misses real ones:\n%s", code, o.String())
+	}
+}
