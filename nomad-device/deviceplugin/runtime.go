@@ -164,7 +164,7 @@ func (rt *runtime) relist() {
 	rt.mu.Lock()
 	b, l := rt.backend, rt.led
 	rt.mu.Unlock()
-	if b == nil || l == nil {
+	if b == nil {
 		rt.notify()
 		return
 	}
@@ -193,6 +193,11 @@ func (rt *runtime) relist() {
 	rt.mu.Lock()
 	rt.devices = byUUID
 	rt.mu.Unlock()
+	if l == nil {
+		// The GPUs still show (without units) so operators see why in the group's status.
+		rt.notify()
+		return
+	}
 	if err := l.SyncGPUs(infos); err != nil {
 		rt.log.Error("recording the GPU inventory in the ledger failed", "error", err)
 	}

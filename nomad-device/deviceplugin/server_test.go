@@ -276,3 +276,50 @@ func TestStatsReportReservationUse(t *testing.T) {
 		t.Errorf("free unit summary %v, want the GPU's %d/%d MiB", free, gpu.SimDriverReserve/size.MiB, 80*1024)
 	}
 }
+
+func TestSetConfigTouchesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	s := NewServer(Options{})
+	defer s.Shutdown()
+	hcl := `config {
+		state_dir = "` + dir + `"
+		policy { address = "http://127.0.0.1:1" }
+	}`
+	if err := s.SetConfig(encode(t, hcl), APIVersion); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("SetConfig created or touched state_dir %s (%v)", dir, err)
+	}
+}
+
+func TestLockedLedgerStillFingerprints(t *testing.T) {
+	s, dir := newSim(t, "H100=80GiB", `fingerprint_period = "1s"`)
+	other, err := ledger.Open(filepath.Join(dir, "ledger"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ch := firstFingerprint(t, s)
+	if len(m.DeviceGroup) != 1 {
+		t.Fatalf("%d groups while the ledger is locked, want the GPU shown with no units", len(m.DeviceGroup))
+	}
+	g := m.DeviceGroup[0]
+	if len(g.Devices) != 0 || !strings.Contains(g.Attributes["status"].GetStringVal(), "ledger") {
+		t.Errorf("locked ledger: %d units, status %q", len(g.Devices), g.Attributes["status"].GetStringVal())
+	}
+	other.Close()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case m := <-ch:
+			if err := emulator.ValidateFingerprint(m); err != nil {
+				t.Fatal(err)
+			}
+			if len(m.DeviceGroup) == 1 && len(m.DeviceGroup[0].Devices) == 78 {
+				return
+			}
+		case <-deadline:
+			t.Fatal("units not advertised within 5s of the ledger lock being released")
+		}
+	}
+}
