@@ -95,6 +95,7 @@ class Job:
         """Import torch, seed every generator and pick reproducible kernels."""
         import torch
         self.torch = torch
+        self.mark("import-torch")
         seed_all(self.args.seed)
         if deterministic:
             torch.backends.cudnn.deterministic = True
@@ -109,6 +110,8 @@ class Job:
         if not torch.cuda.is_available():
             sys.exit("CUDA is not available: these workloads need an NVIDIA GPU")
         torch.zeros(1, device="cuda")  # create the context now so its cost is timed apart
+        torch.cuda.synchronize()
+        self.mark("cuda-init")
         return torch
 
     def checkpoint(self, name):
@@ -122,6 +125,7 @@ class Job:
         """Load a Qwen3-shaped causal LM from the prepared checkpoint straight onto the GPU."""
         torch = self.torch
         from transformers import Qwen3ForCausalLM
+        self.mark("import-model")
         model = Qwen3ForCausalLM.from_pretrained(
             self.checkpoint(name), dtype=dtype or torch.bfloat16,
             attn_implementation="sdpa", device_map="cuda")

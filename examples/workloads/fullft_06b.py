@@ -7,7 +7,7 @@ sizes: GPUFRAC_STEPS, GPUFRAC_BATCH, GPUFRAC_SEQ.
 
 import common
 
-STEPS, BATCH, SEQ = 25, 8, 512
+STEPS, BATCH, SEQ = 12, 8, 512
 
 
 def main():

@@ -9,7 +9,7 @@ sizes: GPUFRAC_SEQS (prompts), GPUFRAC_SEQ (prompt tokens), GPUFRAC_NEW (new tok
 
 import common
 
-PROMPTS, PROMPT_LEN, NEW = 16, 32, 128
+PROMPTS, PROMPT_LEN, NEW = 16, 32, 32
 
 
 def main():

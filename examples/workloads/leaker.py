@@ -1,6 +1,7 @@
 """leaker: the misbehaving job. For its first seconds it looks like a small, well-behaved job (a
-small MLP trained for a fixed number of paced steps, a few hundred MiB), which is what a probe
-sees. Then it allocates a new GPU tensor every interval and keeps all of them, far past any sane
+small MLP trained in paced 100 ms steps, about 1 GiB on the GPU with its CUDA context) until
+GPUFRAC_LEAKER_SMALL_S seconds after the process started (default 20, so a probe window shorter
+than that sees a small job). Then it allocates a new GPU tensor every interval and keeps all of them, far past any sane
 cap, up to a total (default 100 GiB).
 
 It has no limit of its own: it ignores GPUFRAC_MEMORY_FRACTION and GPUFRAC_CAP_BYTES, sets no
@@ -11,7 +12,9 @@ moment and exits 0 with an "exact" result (the probe losses' digest and the GiB 
 exclusive run is a clean, comparable result like any other job's.
 
 usage: python3 leaker.py RESULT.json [--seed N]
-knobs: GPUFRAC_LEAKER_PROBE_STEPS (30), GPUFRAC_LEAKER_STEP_MS (100): the small phase;
+knobs: GPUFRAC_LEAKER_SMALL_S (20), GPUFRAC_LEAKER_STEP_MS (100): the small phase (at least
+       MIN_STEPS steps; the result digests the first MIN_STEPS losses, so it does not depend on
+       how many steps fit);
        GPUFRAC_LEAK_CHUNK_MIB (2048), GPUFRAC_LEAK_INTERVAL_MS (100), GPUFRAC_LEAK_TOTAL_GIB (100).
 """
 
@@ -19,10 +22,12 @@ import time
 
 import common
 
+MIN_STEPS = 10
+
 
 def main():
     job = common.Job("leaker", "exact", __doc__)
-    probe_steps = common.env_int("GPUFRAC_LEAKER_PROBE_STEPS", 30)
+    small_s = common.env_float("GPUFRAC_LEAKER_SMALL_S", 20.0)
     step_s = common.env_int("GPUFRAC_LEAKER_STEP_MS", 100) / 1000
     chunk_mib = common.env_int("GPUFRAC_LEAK_CHUNK_MIB", 2048)
     interval_s = common.env_int("GPUFRAC_LEAK_INTERVAL_MS", 100) / 1000
@@ -38,7 +43,7 @@ def main():
     job.mark("load")
 
     losses = []
-    for _ in range(probe_steps):
+    while len(losses) < MIN_STEPS or time.perf_counter() - common.T0 < small_s:
         t = time.perf_counter()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
@@ -62,9 +67,9 @@ def main():
         time.sleep(max(0.0, interval_s - (time.perf_counter() - t)))
     time.sleep(0.5)
     job.mark("leak")
-    digest = common.digest_rows(torch.stack(losses).view(1, -1))[0]
+    digest = common.digest_rows(torch.stack(losses[:MIN_STEPS]).view(1, -1))[0]
     job.finish([digest, round(len(held) * chunk / 2**30, 3)],
-               {"probe_steps": probe_steps, "chunk_mib": chunk_mib, "total_gib": total_gib})
+               {"small_steps": len(losses), "chunk_mib": chunk_mib, "total_gib": total_gib})
 
 
 if __name__ == "__main__":

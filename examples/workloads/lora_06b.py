@@ -7,9 +7,10 @@ sizes: GPUFRAC_STEPS, GPUFRAC_BATCH, GPUFRAC_SEQ override the calibrated default
 
 import common
 
-# Calibrated so an exclusive run takes about 8-12 s on an H200 (docs/benchmarks.md).
-DEFAULTS = {"lora-0.6b": dict(ckpt="qwen3-0.6b", steps=30, batch=8, seq=512),
-            "lora-1.7b": dict(ckpt="qwen3-1.7b", steps=30, batch=8, seq=512)}
+# Calibrated on the H200 (docs/benchmarks.md, "Workload calibration"): start-up (imports, CUDA
+# context, loading) takes 12-15 s of these jobs, so the steps are kept to a few seconds of work.
+DEFAULTS = {"lora-0.6b": dict(ckpt="qwen3-0.6b", steps=12, batch=8, seq=512),
+            "lora-1.7b": dict(ckpt="qwen3-1.7b", steps=12, batch=8, seq=512)}
 
 
 def main(template):

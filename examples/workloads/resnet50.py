@@ -10,7 +10,7 @@ import os
 
 import common
 
-STEPS, BATCH, POOL, CLASSES = 80, 64, 8, 10
+STEPS, BATCH, POOL, CLASSES = 60, 64, 8, 10
 
 
 def main():

@@ -1,0 +1,244 @@
+// Command gpufrac-bench runs the packing benchmark (bench package) and renders its tables.
+//
+//	gpufrac-bench run    --seed N [--arms LIST] [--workloads python|sim] [--out DIR] ...
+//	gpufrac-bench queue  --seed N                      print the seed's queue
+//	gpufrac-bench report [--into FILE] DIR...          combined arm x seed table
+//	gpufrac-bench simjob --template T --result F       one simulated job (used by --workloads sim)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gpufrac/gpufrac/bench"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/runner"
+	"github.com/hashicorp/go-hclog"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `usage: gpufrac-bench COMMAND [flags]
+commands:
+  run     run one seed's arms and write docs/bench-results/<date>-seed<N>/
+  queue   print the queue of a seed
+  report  render the combined table of several runs (optionally into docs/benchmarks.md)
+  simjob  one simulated benchmark job (what --workloads sim runs)
+`
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(args[1:], stdout, stderr)
+	case "queue":
+		return cmdQueue(args[1:], stdout, stderr)
+	case "report":
+		return cmdReport(args[1:], stdout, stderr)
+	case "simjob":
+		return bench.SimJobMain(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "gpufrac-bench: unknown command %q\n%s", args[0], usage)
+	return 2
+}
+
+type kvFlag map[string]string
+
+func (k kvFlag) String() string { return fmt.Sprint(map[string]string(k)) }
+func (k kvFlag) Set(s string) error {
+	key, val, ok := strings.Cut(s, "=")
+	if !ok || key == "" {
+		return fmt.Errorf("%q: want KEY=VALUE", s)
+	}
+	k[key] = val
+	return nil
+}
+
+func cmdQueue(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("queue", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	seed := fs.Uint64("seed", 1, "queue seed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	for _, e := range bench.Draw(*seed) {
+		fmt.Fprintf(stdout, "%s\t%s\n", e.Name, e.Template)
+	}
+	return 0
+}
+
+func cmdRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	seed := fs.Uint64("seed", 1, "queue seed (1, 2, 3 are the published ones)")
+	arms := fs.String("arms", "exclusive,packed-mps,packed-isolated,exclusive", "arms in order: ARM[-MODE][-cold|-warm], the first exclusive")
+	mode := fs.String("mode", string(policy.ModeIsolated), "mode of arms that name none (mps or isolated)")
+	workloads := fs.String("workloads", "python", "python: the PyTorch jobs; sim: simulated jobs (no GPU needed)")
+	python := fs.String("python", "python3", "Python interpreter of the workloads")
+	wdir := fs.String("workloads-dir", "examples/workloads", "directory of the workload scripts")
+	cache := fs.String("cache", os.Getenv("GPUFRAC_CACHE"), "checkpoint directory written by prepare.py (default $GPUFRAC_CACHE)")
+	out := fs.String("out", "docs/bench-results", "results go to OUT/<date>-seed<N>")
+	backend := fs.String("backend", gpu.KindAuto, "GPU backend: nvml, simulated or auto")
+	simGPUs := fs.String("sim-gpus", "H200=140GiB", "simulated GPUs (simulated backend)")
+	simDir := fs.String("sim-dir", "", "simulated backend state directory (default: OUT/.../sim)")
+	simScale := fs.Float64("sim-scale", 0.1, "duration scale of simulated jobs")
+	probeWindow := fs.Duration("probe-window", 0, "make cold probes windows of this length (0: whole-run probes)")
+	armTimeout := fs.Duration("arm-timeout", 0, "stop an arm after this long (0: no limit)")
+	deadline := fs.Duration("deadline", 0, "start no arm later than this after the start (0: no limit)")
+	mpsRoot := fs.String("mps-root", "", "MPS pipe/log root (default: the runner's)")
+	logLevel := fs.String("log-level", "info", "log level")
+	jobEnv := kvFlag{}
+	fs.Var(jobEnv, "job-env", "KEY=VALUE added to every job's environment (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "gpufrac-bench", Level: hclog.LevelFromString(*logLevel), Output: stderr})
+	specs, err := bench.ParseArms(*arms, *mode)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpufrac-bench: --arms: %v\n", err)
+		return 2
+	}
+	start := time.Now().UTC()
+	dir := filepath.Join(*out, fmt.Sprintf("%s-seed%d", start.Format("2006-01-02"), *seed))
+	if _, err := os.Stat(dir); err == nil {
+		dir = filepath.Join(*out, fmt.Sprintf("%s-seed%d-%s", start.Format("2006-01-02"), *seed, start.Format("150405")))
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "gpufrac-bench: %v\n", err)
+		return 1
+	}
+	dir, _ = filepath.Abs(dir)
+	var wl bench.Workloads
+	var self string
+	switch *workloads {
+	case "python":
+		d, err := filepath.Abs(*wdir)
+		if err == nil {
+			_, err = os.Stat(filepath.Join(d, "common.py"))
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: --workloads-dir %q does not hold the workloads: %v\n", *wdir, err)
+			return 2
+		}
+		wl = bench.PythonWorkloads{Python: *python, Dir: d, Cache: *cache, Env: jobEnv}
+	case "sim":
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: %v\n", err)
+			return 1
+		}
+		self = exe
+		wl = bench.SimWorkloads{Program: []string{exe, "simjob"}, Scale: *simScale, Env: jobEnv}
+	default:
+		fmt.Fprintf(stderr, "gpufrac-bench: --workloads %q: want python or sim\n", *workloads)
+		return 2
+	}
+	sd := *simDir
+	if sd == "" {
+		sd = filepath.Join(dir, "sim")
+	}
+	b, err := gpu.Open(*backend, gpu.OpenOptions{SimGPUs: []string{*simGPUs}, SimDir: sd, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "gpufrac-bench: GPU backend: %v\n", err)
+		return 1
+	}
+	defer b.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	devs, err := b.Devices(ctx)
+	if err != nil || len(devs) == 0 {
+		fmt.Fprintf(stderr, "gpufrac-bench: no GPU: %v\n", err)
+		return 1
+	}
+	host, _ := os.Hostname()
+	cfg := bench.Config{
+		Seed: *seed, Arms: specs, Workloads: wl, OutDir: dir, ArmTimeout: *armTimeout,
+		Runner: bench.RunnerArms{Backend: b, ProbeWindow: *probeWindow, Self: self, Logger: log,
+			Progress: stderr, MPS: runner.MPSOptions{Root: *mpsRoot}},
+		Command: "gpufrac-bench run " + strings.Join(args, " "),
+		Machine: host, GPU: fmt.Sprintf("%d x %s (%s)", len(devs), devs[0].Model, devs[0].MemoryBytes),
+		Driver: b.DriverVersion(), Backend: b.Kind(), Logger: log,
+	}
+	if *deadline > 0 {
+		cfg.Deadline = start.Add(*deadline)
+	}
+	sum, _, err := bench.Run(ctx, cfg)
+	fmt.Fprint(stdout, bench.RenderRun(sum))
+	fmt.Fprintf(stdout, "\nraw results: %s\n", dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpufrac-bench: %v\n", err)
+		return 1
+	}
+	for _, s := range sum.Scores {
+		if s.Error != "" {
+			return 1
+		}
+	}
+	return 0
+}
+
+func cmdReport(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("report", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	into := fs.String("into", "", "insert the tables at the end of the '## Packing benchmark' section of this markdown file")
+	title := fs.String("title", "", "heading of the inserted block (default: the runs' dates)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprintln(stderr, "gpufrac-bench report: name at least one results directory (holding summary.json)")
+		return 2
+	}
+	var sums []bench.Summary
+	for _, d := range fs.Args() {
+		s, err := bench.LoadSummary(filepath.Join(d, "summary.json"))
+		if err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench report: %v\n", err)
+			return 1
+		}
+		sums = append(sums, s)
+	}
+	var b strings.Builder
+	t := *title
+	if t == "" {
+		t = "Run of " + sums[0].Started.UTC().Format("2006-01-02")
+	}
+	fmt.Fprintf(&b, "### %s\n\nRatio of completed jobs per GPU-hour to the exclusive run of the same seed (jobs completed of 12 in brackets).\n\n", t)
+	b.WriteString(bench.RenderCombined(sums))
+	for i, d := range fs.Args() {
+		fmt.Fprintf(&b, "\n%s\n- raw: `%s`\n", bench.RenderRun(sums[i]), d)
+	}
+	if *into == "" {
+		fmt.Fprint(stdout, b.String())
+		return 0
+	}
+	doc, err := os.ReadFile(*into)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		fmt.Fprintf(stderr, "gpufrac-bench report: %v\n", err)
+		return 1
+	}
+	if err := os.WriteFile(*into, []byte(bench.InsertIntoSection(string(doc), b.String())), 0o644); err != nil {
+		fmt.Fprintf(stderr, "gpufrac-bench report: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "inserted into %s\n", *into)
+	return 0
+}

@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// envSimJob makes the test binary act as a simulated benchmark job (SimJobMain).
+const envSimJob = "GPUFRAC_BENCH_SIMJOB"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envSimJob) == "1" {
+		os.Exit(SimJobMain(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// The whole pipeline on the simulated backend: the runner runs real processes (this test binary
+// as simulated jobs), the bench compares their results and scores every arm.
+func TestEndToEndSimulated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 36 simulated job processes")
+	}
+	dir := t.TempDir()
+	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: filepath.Join(dir, "sim")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arms, err := ParseArms("exclusive,packed-mps,packed-isolated", "isolated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const simScale = 0.03
+	pol := policy.Default()
+	pol.WatchdogInterval = 20 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sum, runs, err := Run(ctx, Config{
+		Seed: 2, Arms: arms, OutDir: filepath.Join(dir, "out"), ArmTimeout: time.Minute,
+		Workloads: SimWorkloads{Program: []string{os.Args[0]}, Scale: simScale, Env: map[string]string{envSimJob: "1"}},
+		// The window covers the other templates' ramps (16 s at most) and ends before the
+		// leaker starts leaking (24 s), as a probe window on the GPU should.
+		Runner: RunnerArms{Backend: sim, Policy: pol, ProbeWindow: time.Duration(20 * simScale * float64(time.Second))},
+		Backend:   sim.Kind(), Command: "go test ./bench -run TestEndToEndSimulated",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 3 {
+		t.Fatalf("%d arms ran, want 3", len(runs))
+	}
+	for _, s := range sum.Scores {
+		t.Logf("%s: %d of %d in %v, ratio %.2f, failed others %d, leaker %s %s", s.Label, s.Completed, s.Jobs,
+			s.Makespan, s.Ratio, s.FailedOthers, s.LeakerCap, s.LeakerAction)
+		if s.Error != "" {
+			t.Errorf("%s: %s", s.Label, s.Error)
+		}
+		for _, j := range s.PerJob {
+			if !j.Completed {
+				t.Logf("  %s: %s", j.Job, j.Why)
+			}
+		}
+	}
+	ex := sum.Scores[0]
+	if ex.Completed != QueueLen || ex.Makespan <= 0 || ex.Ratio <= 0 {
+		t.Fatalf("exclusive arm: %d of %d completed, makespan %v, ratio %v", ex.Completed, ex.Jobs, ex.Makespan, ex.Ratio)
+	}
+	// Every simulated result is deterministic, so a packed arm completes every job whose final
+	// attempt exits cleanly; the runner re-runs cap breakers alone, so that should be all 12.
+	for _, s := range sum.Scores[1:] {
+		if s.Completed != QueueLen {
+			t.Errorf("%s: %d of %d completed", s.Label, s.Completed, QueueLen)
+		}
+		if s.LeakerCap == 0 || s.LeakerAction == "not contained" || s.LeakerAction == "never capped" {
+			t.Errorf("%s: the leaker was not contained under a cap: cap %v, %q", s.Label, s.LeakerCap, s.LeakerAction)
+		}
+	}
+	// Attempts were converted from the runner's records with their caps.
+	var capped size.Bytes
+	for _, a := range runs[1].Attempts {
+		if a.Cap > 0 && !a.WholeGPU {
+			capped = a.Cap
+		}
+	}
+	if capped == 0 {
+		t.Errorf("packed-mps ran no job under a cap: %+v", runs[1].Attempts)
+	}
+	for _, f := range []string{"summary.json", "summary.md", "attempts.csv", "jobs.csv", "runs.json"} {
+		if _, err := os.Stat(filepath.Join(dir, "out", f)); err != nil {
+			t.Errorf("raw output %s: %v", f, err)
+		}
+	}
+}

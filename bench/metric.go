@@ -1,0 +1,210 @@
+package bench
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Attempt outcomes, as the runner records them.
+const (
+	OutcomeOK           = "ok"
+	OutcomeCapViolation = "cap-violation"
+	OutcomeFailed       = "failed"
+	OutcomeProbe        = "probe"
+	OutcomeCanceled     = "canceled"
+)
+
+// Attempt is one process run of one job: the bench's own copy of the runner's record, so the
+// metric can be computed (and tested) from records alone.
+type Attempt struct {
+	Job      string     `json:"job"`
+	Template string     `json:"template"`
+	GPU      string     `json:"gpu"`
+	Cap      size.Bytes `json:"cap_bytes"`
+	Start    time.Time  `json:"start"`
+	End      time.Time  `json:"end"`
+	ExitCode int        `json:"exit_code"`
+	Outcome  string     `json:"outcome"`
+	Peak     size.Bytes `json:"peak_bytes"`
+	WholeGPU bool       `json:"whole_gpu"`
+	Probe    bool       `json:"probe"`
+	// Action, CrossedAt and ContainedAt come from the enforcer's violation record, when the
+	// attempt has one: what it did, when usage first passed the cap, when the task held no more
+	// GPU memory.
+	Action      string    `json:"action,omitempty"`
+	CrossedAt   time.Time `json:"crossed_at,omitempty"`
+	ContainedAt time.Time `json:"contained_at,omitempty"`
+	Detail      string    `json:"detail,omitempty"`
+}
+
+// ArmRun is what one arm's run of one queue produced.
+type ArmRun struct {
+	Label    string    `json:"label"` // unique in an invocation: "exclusive-1", "packed-mps"
+	Arm      string    `json:"arm"`
+	Mode     string    `json:"mode"`
+	Profiles string    `json:"profiles"`
+	Seed     uint64    `json:"seed"`
+	Jobs     []Entry   `json:"jobs"`
+	Attempts []Attempt `json:"attempts"`
+	// BusyFraction is the share of the run's samples in which NVML saw a kernel running.
+	BusyFraction float64 `json:"busy_fraction"`
+	// Error is set when the arm did not run to the end (runner error, deadline): its score
+	// still counts what finished, and the report shows the error.
+	Error string `json:"error,omitempty"`
+}
+
+// JobScore is one job's verdict in one arm.
+type JobScore struct {
+	Job       string `json:"job"`
+	Template  string `json:"template"`
+	Attempts  int    `json:"attempts"`
+	FinalExit int    `json:"final_exit"`
+	Final     string `json:"final_outcome"`
+	// Completed: the final attempt exited cleanly and the result agrees with the exclusive run.
+	Completed bool   `json:"completed"`
+	Why       string `json:"why,omitempty"` // why not completed
+}
+
+// Score is one arm's figures.
+type Score struct {
+	Label     string        `json:"label"`
+	Arm       string        `json:"arm"`
+	Mode      string        `json:"mode"`
+	Profiles  string        `json:"profiles"`
+	Seed      uint64        `json:"seed"`
+	Jobs      int           `json:"jobs"`
+	Completed int           `json:"completed"`
+	Makespan  time.Duration `json:"makespan_ns"`
+	// JobsPerGPUHour: completed jobs divided by the makespan in hours (one GPU).
+	JobsPerGPUHour float64 `json:"jobs_per_gpu_hour"`
+	// Ratio to the exclusive baseline of the same seed; 0 when there is none.
+	Ratio float64 `json:"ratio"`
+	// FailedOthers counts failed or cap-violating attempts by jobs other than the leaker.
+	FailedOthers int `json:"failed_attempts_non_leaker"`
+	// LeakerCap is the cap of the leaker's first capped attempt (0: it never ran capped).
+	LeakerCap size.Bytes `json:"leaker_cap_bytes"`
+	// LeakerContained is, for the leaker's capped attempt that broke its cap, the time from
+	// its usage first passing the cap to its holding no GPU memory (the enforcer's record); 0
+	// when unknown. LeakerAction is how it was stopped ("oom-in-process", "sigint", ...), or
+	// "not contained" when its capped attempt ended without a violation.
+	LeakerContained time.Duration `json:"leaker_contained_ns"`
+	LeakerAction    string        `json:"leaker_action,omitempty"`
+	BusyFraction    float64       `json:"busy_fraction"`
+	Error           string        `json:"error,omitempty"`
+	PerJob          []JobScore    `json:"per_job"`
+}
+
+// Verdict says whether a job's result agrees with its exclusive run (nil when it does).
+type Verdict func(job Entry) error
+
+// clean is an attempt that ended as a normal job does: exit 0 and recorded as ok (a probe
+// that ran to its end is recorded ok; a probe window that was cut short is not a finished job).
+func clean(a Attempt) bool {
+	return a.ExitCode == 0 && a.Outcome == OutcomeOK
+}
+
+// ScoreRun computes an arm's figures exactly as BENCHMARK.md defines them: a job completed when
+// its final attempt exited cleanly and verdict accepts its result; the time is from the first
+// attempt's start (any job, probes included) to the last attempt's exit (re-runs included).
+func ScoreRun(run ArmRun, verdict Verdict) Score {
+	s := Score{Label: run.Label, Arm: run.Arm, Mode: run.Mode, Profiles: run.Profiles, Seed: run.Seed,
+		Jobs: len(run.Jobs), BusyFraction: run.BusyFraction, Error: run.Error}
+	byJob := map[string][]Attempt{}
+	var first, last time.Time
+	for _, a := range run.Attempts {
+		byJob[a.Job] = append(byJob[a.Job], a)
+		if first.IsZero() || a.Start.Before(first) {
+			first = a.Start
+		}
+		if a.End.After(last) {
+			last = a.End
+		}
+	}
+	if !first.IsZero() && last.After(first) {
+		s.Makespan = last.Sub(first)
+	}
+	for _, j := range run.Jobs {
+		as := byJob[j.Name]
+		sort.SliceStable(as, func(a, b int) bool { return as[a].Start.Before(as[b].Start) })
+		js := JobScore{Job: j.Name, Template: j.Template, Attempts: len(as)}
+		for _, a := range as {
+			if j.Template == Leaker {
+				if s.LeakerCap == 0 && a.Cap > 0 && !a.WholeGPU {
+					s.LeakerCap = a.Cap
+				}
+				if s.LeakerAction == "" && a.Cap > 0 && !a.WholeGPU && a.Outcome != OutcomeProbe {
+					switch {
+					case a.Outcome == OutcomeCapViolation:
+						s.LeakerAction = a.Action
+						if s.LeakerAction == "" {
+							s.LeakerAction = "cap-violation"
+						}
+						if !a.CrossedAt.IsZero() && a.ContainedAt.After(a.CrossedAt) {
+							s.LeakerContained = a.ContainedAt.Sub(a.CrossedAt)
+						}
+					case a.Outcome == OutcomeOK:
+						s.LeakerAction = "not contained"
+					default:
+						s.LeakerAction = a.Outcome
+					}
+				}
+			} else if a.Outcome == OutcomeCapViolation || a.Outcome == OutcomeFailed {
+				s.FailedOthers++
+			}
+		}
+		switch {
+		case len(as) == 0:
+			js.Why = "never ran"
+		default:
+			fin := as[len(as)-1]
+			js.FinalExit, js.Final = fin.ExitCode, fin.Outcome
+			if !clean(fin) {
+				js.Why = fmt.Sprintf("final attempt: %s, exit %d", fin.Outcome, fin.ExitCode)
+			} else if err := verdict(j); err != nil {
+				js.Why = err.Error()
+			} else {
+				js.Completed = true
+				s.Completed++
+			}
+		}
+		s.PerJob = append(s.PerJob, js)
+	}
+	if s.LeakerAction == "" && hasLeaker(run.Jobs) && len(run.Attempts) > 0 {
+		s.LeakerAction = "never capped"
+	}
+	if s.Makespan > 0 {
+		s.JobsPerGPUHour = float64(s.Completed) / s.Makespan.Hours()
+	}
+	return s
+}
+
+// SetRatios fills each score's Ratio against the exclusive baseline of its seed: the mean
+// jobs-per-GPU-hour of that seed's exclusive runs (two per seed in bench-seed; averaging them
+// halves the noise the second run measures). Scores with no exclusive run of their seed keep 0.
+func SetRatios(scores []Score) {
+	sum := map[uint64]float64{}
+	n := map[uint64]int{}
+	for _, s := range scores {
+		if s.Arm == "exclusive" && s.JobsPerGPUHour > 0 {
+			sum[s.Seed] += s.JobsPerGPUHour
+			n[s.Seed]++
+		}
+	}
+	for i := range scores {
+		if n[scores[i].Seed] > 0 {
+			scores[i].Ratio = scores[i].JobsPerGPUHour / (sum[scores[i].Seed] / float64(n[scores[i].Seed]))
+		}
+	}
+}
+
+func hasLeaker(jobs []Entry) bool {
+	for _, j := range jobs {
+		if j.Template == Leaker {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,164 @@
+package bench
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+// exclusiveRun is the queue run one job at a time, 10 s each: 120 s, 12 jobs.
+func exclusiveRun(q []Entry) ArmRun {
+	run := ArmRun{Label: "exclusive", Arm: "exclusive", Seed: 1, Jobs: q, BusyFraction: 0.4}
+	for i, e := range q {
+		run.Attempts = append(run.Attempts, Attempt{Job: e.Name, Template: e.Template, Start: at(float64(10 * i)),
+			End: at(float64(10*i + 10)), Outcome: OutcomeOK, WholeGPU: true})
+	}
+	return run
+}
+
+func accept(Entry) error { return nil }
+
+func TestScoreExclusive(t *testing.T) {
+	q := Draw(1)
+	s := ScoreRun(exclusiveRun(q), accept)
+	if s.Completed != 12 || s.Jobs != 12 {
+		t.Fatalf("completed %d of %d, want 12 of 12", s.Completed, s.Jobs)
+	}
+	if s.Makespan != 120*time.Second {
+		t.Fatalf("makespan %v, want 2m0s", s.Makespan)
+	}
+	if math.Abs(s.JobsPerGPUHour-360) > 1e-9 { // 12 jobs in 1/30 h
+		t.Fatalf("jobs per GPU-hour %v, want 360", s.JobsPerGPUHour)
+	}
+	if s.FailedOthers != 0 || s.LeakerCap != 0 || s.LeakerAction != "never capped" {
+		t.Fatalf("unexpected figures %+v", s)
+	}
+}
+
+// packedRun: a probe, the leaker's cap violation and re-run, a neighbour that failed once and
+// then succeeded, and a job whose final attempt failed.
+func packedRun(q []Entry) ArmRun {
+	run := ArmRun{Label: "packed-mps", Arm: "packed", Mode: "mps", Profiles: "cold", Seed: 1, Jobs: q, BusyFraction: 0.8}
+	var leaker, failsOnce, failsLast string
+	for _, e := range q {
+		switch {
+		case e.Template == Leaker:
+			leaker = e.Name
+		case failsOnce == "":
+			failsOnce = e.Name
+		case failsLast == "":
+			failsLast = e.Name
+		}
+	}
+	for i, e := range q {
+		start := 5 + float64(i) // the first attempt starts at 5 s
+		switch e.Name {
+		case leaker:
+			run.Attempts = append(run.Attempts,
+				Attempt{Job: e.Name, Template: e.Template, Start: at(2), End: at(6), Outcome: OutcomeProbe, ExitCode: 130, Probe: true, WholeGPU: true},
+				Attempt{Job: e.Name, Template: e.Template, Cap: 3 * size.GiB, Start: at(10), End: at(20), Outcome: OutcomeCapViolation,
+					ExitCode: 1, Action: "oom-in-process", CrossedAt: at(19.5), ContainedAt: at(19.75)},
+				Attempt{Job: e.Name, Template: e.Template, Start: at(50), End: at(65), Outcome: OutcomeOK, WholeGPU: true})
+		case failsOnce:
+			run.Attempts = append(run.Attempts,
+				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 3), Outcome: OutcomeCapViolation, ExitCode: 137},
+				Attempt{Job: e.Name, Template: e.Template, Start: at(30), End: at(40), Outcome: OutcomeOK, WholeGPU: true})
+		case failsLast:
+			run.Attempts = append(run.Attempts,
+				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: OutcomeFailed, ExitCode: 1})
+		default:
+			run.Attempts = append(run.Attempts,
+				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: OutcomeOK})
+		}
+	}
+	return run
+}
+
+func TestScorePacked(t *testing.T) {
+	q := Draw(1)
+	var rejected Entry
+	for _, e := range q {
+		if e.Template == Eval17B {
+			rejected = e
+		}
+	}
+	verdict := func(e Entry) error {
+		if e.Name == rejected.Name {
+			return errors.New("values are not identical")
+		}
+		return nil
+	}
+	s := ScoreRun(packedRun(q), verdict)
+	// 12 jobs: one failed at the end, one rejected by the comparison.
+	if s.Completed != 10 {
+		t.Fatalf("completed %d, want 10; per job %+v", s.Completed, s.PerJob)
+	}
+	// From the leaker's probe at 2 s to its re-run's end at 65 s.
+	if s.Makespan != 63*time.Second {
+		t.Fatalf("makespan %v, want 63s", s.Makespan)
+	}
+	if want := 10 / (63.0 / 3600); math.Abs(s.JobsPerGPUHour-want) > 1e-9 {
+		t.Fatalf("jobs per GPU-hour %v, want %v", s.JobsPerGPUHour, want)
+	}
+	if s.FailedOthers != 2 {
+		t.Fatalf("failed attempts by non-leakers %d, want 2 (one cap violation, one failure)", s.FailedOthers)
+	}
+	if s.LeakerCap != 3*size.GiB || s.LeakerAction != "oom-in-process" || s.LeakerContained != 250*time.Millisecond {
+		t.Fatalf("leaker cap %v action %q contained %v", s.LeakerCap, s.LeakerAction, s.LeakerContained)
+	}
+	why := map[string]string{}
+	for _, j := range s.PerJob {
+		if !j.Completed {
+			why[j.Template] = j.Why
+		}
+	}
+	if len(why) != 2 || why[Eval17B] == "" {
+		t.Fatalf("not completed: %v", why)
+	}
+
+	ex := ScoreRun(exclusiveRun(q), accept)
+	ex2 := ex
+	ex2.Label, ex2.JobsPerGPUHour = "exclusive-2", 240 // a noisier second exclusive run
+	scores := []Score{ex, s, ex2}
+	SetRatios(scores)
+	base := (360.0 + 240.0) / 2
+	if math.Abs(scores[1].Ratio-s.JobsPerGPUHour/base) > 1e-12 || math.Abs(scores[0].Ratio-360/base) > 1e-12 {
+		t.Fatalf("ratios %v %v, want against the mean exclusive %v", scores[0].Ratio, scores[1].Ratio, base)
+	}
+}
+
+func TestScoreNeverRanAndOtherSeed(t *testing.T) {
+	q := Draw(2)
+	run := exclusiveRun(q)
+	run.Attempts = run.Attempts[:5] // the arm was cut short
+	s := ScoreRun(run, accept)
+	if s.Completed != 5 {
+		t.Fatalf("completed %d, want 5", s.Completed)
+	}
+	never := 0
+	for _, j := range s.PerJob {
+		if j.Why == "never ran" {
+			never++
+		}
+	}
+	if never != 7 {
+		t.Fatalf("%d jobs marked never ran, want 7", never)
+	}
+	other := s
+	other.Seed, other.Arm = 3, "packed"
+	scores := []Score{other}
+	SetRatios(scores)
+	if scores[0].Ratio != 0 {
+		t.Fatalf("no exclusive run of seed 3: ratio %v, want 0", scores[0].Ratio)
+	}
+	if e := ScoreRun(ArmRun{Jobs: q}, accept); e.JobsPerGPUHour != 0 || e.Makespan != 0 || e.Completed != 0 {
+		t.Fatalf("empty run scored %+v", e)
+	}
+}

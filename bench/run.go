@@ -1,0 +1,286 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// ArmSpec is one arm to run: the runner's arm, enforcement mode and footprint profiles.
+type ArmSpec struct {
+	Label    string // unique in an invocation; the folder its results go to
+	Arm      string // exclusive, packed, static, uncapped
+	Mode     string // mps, isolated ("" for exclusive)
+	Profiles string // cold, warm ("" for exclusive)
+}
+
+var (
+	armNames     = []string{"exclusive", "packed", "static", "uncapped"}
+	modeNames    = []string{"mps", "isolated"}
+	profileNames = []string{"cold", "warm"}
+)
+
+// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES]:
+// "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-isolated". MODE
+// defaults to defMode and PROFILES to cold (they mean nothing for exclusive). An entry that
+// repeats gets "-2", "-3" appended to its label: "exclusive,packed-mps,exclusive" runs
+// exclusive twice, labelled exclusive and exclusive-2.
+func ParseArms(list, defMode string) ([]ArmSpec, error) {
+	if !contains(modeNames, defMode) {
+		return nil, fmt.Errorf("mode %q: must be one of %q", defMode, modeNames)
+	}
+	var out []ArmSpec
+	seen := map[string]int{}
+	for _, raw := range strings.Split(list, ",") {
+		e := strings.TrimSpace(raw)
+		if e == "" {
+			continue
+		}
+		parts := strings.Split(e, "-")
+		spec := ArmSpec{Arm: parts[0], Mode: defMode, Profiles: "cold"}
+		if !contains(armNames, spec.Arm) {
+			return nil, fmt.Errorf("arm %q: %q is not one of %q", e, parts[0], armNames)
+		}
+		rest := parts[1:]
+		if len(rest) > 0 && contains(modeNames, rest[0]) {
+			spec.Mode, rest = rest[0], rest[1:]
+		}
+		if len(rest) > 0 && contains(profileNames, rest[0]) {
+			spec.Profiles, rest = rest[0], rest[1:]
+		}
+		if len(rest) > 0 {
+			return nil, fmt.Errorf("arm %q: %q is neither a mode %q nor profiles %q", e, strings.Join(rest, "-"), modeNames, profileNames)
+		}
+		if spec.Arm == "exclusive" {
+			spec.Mode, spec.Profiles = "", ""
+		}
+		seen[e]++
+		spec.Label = e
+		if seen[e] > 1 {
+			spec.Label = fmt.Sprintf("%s-%d", e, seen[e])
+		}
+		out = append(out, spec)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no arms given")
+	}
+	if out[0].Arm != "exclusive" {
+		return nil, fmt.Errorf("arm list %q: the first arm must be exclusive: its results are the references every other arm is checked against", list)
+	}
+	return out, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// JobSpec is one job ready for the runner.
+type JobSpec struct {
+	Entry
+	Command []string
+	Env     map[string]string
+	Result  string
+}
+
+// ArmRunner runs one arm of a queue and returns every attempt it made. It is the seam to the
+// runner package (RunnerArms) and lets the bench be tested from records alone. A returned error
+// with a non-nil partial ArmRun keeps what finished.
+type ArmRunner interface {
+	RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, stateDir, outDir string) (ArmRun, error)
+}
+
+// Config is one benchmark invocation: one seed, its arms in order.
+type Config struct {
+	Seed      uint64
+	Arms      []ArmSpec
+	Workloads Workloads
+	Runner    ArmRunner
+	// OutDir receives <label>/results, <label>/state, the raw records and the summary.
+	OutDir string
+	// ArmTimeout bounds each arm; Deadline, when set, skips arms that would start after it.
+	ArmTimeout time.Duration
+	Deadline   time.Time
+	// Summary fields recorded as given.
+	Command, Machine, GPU, Driver, Backend string
+	Logger                                 hclog.Logger
+}
+
+// Run runs every arm, checks results against the first exclusive arm, scores, and writes the
+// raw records after each arm, so a run cut short keeps what it finished.
+func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
+	log := c.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if c.Runner == nil || c.Workloads == nil {
+		return Summary{}, nil, errors.New("bench: Runner and Workloads must be set")
+	}
+	if len(c.Arms) == 0 || c.Arms[0].Arm != "exclusive" {
+		return Summary{}, nil, errors.New("bench: the first arm must be exclusive (it gives the reference results)")
+	}
+	queue := Draw(c.Seed)
+	sum := Summary{Seed: c.Seed, Started: time.Now().UTC(), Command: c.Command, Machine: c.Machine,
+		GPU: c.GPU, Driver: c.Driver, Backend: c.Backend, Queue: queue}
+	var runs []ArmRun
+	refDir := filepath.Join(c.OutDir, c.Arms[0].Label, "results")
+	lastCold := map[string]string{} // mode -> state dir of the last cold packed arm
+	for _, spec := range c.Arms {
+		if err := ctx.Err(); err != nil {
+			sum.Notes = append(sum.Notes, fmt.Sprintf("%s skipped: %v", spec.Label, err))
+			continue
+		}
+		if !c.Deadline.IsZero() && time.Now().After(c.Deadline) {
+			sum.Notes = append(sum.Notes, fmt.Sprintf("%s skipped: the deadline %s had passed", spec.Label, c.Deadline.UTC().Format(time.RFC3339)))
+			log.Warn("deadline passed: skipping arm", "arm", spec.Label)
+			continue
+		}
+		armDir := filepath.Join(c.OutDir, spec.Label)
+		resDir := filepath.Join(armDir, "results")
+		stateDir := filepath.Join(armDir, "state")
+		if err := os.MkdirAll(resDir, 0o755); err != nil {
+			return sum, runs, fmt.Errorf("arm %s: %w", spec.Label, err)
+		}
+		if spec.Profiles == "warm" {
+			if from, ok := lastCold[spec.Mode]; ok {
+				if err := copyDir(from, stateDir); err != nil {
+					sum.Notes = append(sum.Notes, fmt.Sprintf("%s: could not reuse the profiles of %s: %v", spec.Label, from, err))
+				}
+			} else {
+				sum.Notes = append(sum.Notes, fmt.Sprintf("%s: no cold %s arm ran before it, so it starts with no stored profiles", spec.Label, spec.Mode))
+			}
+		}
+		if err := os.MkdirAll(stateDir, 0o755); err != nil {
+			return sum, runs, fmt.Errorf("arm %s: %w", spec.Label, err)
+		}
+		jobs, err := buildJobs(queue, c.Workloads, resDir)
+		if err != nil {
+			return sum, runs, fmt.Errorf("arm %s: %w", spec.Label, err)
+		}
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if c.ArmTimeout > 0 {
+			actx, cancel = context.WithTimeout(ctx, c.ArmTimeout)
+		}
+		log.Info("arm starting", "arm", spec.Label, "jobs", len(jobs))
+		run, err := c.Runner.RunArm(actx, spec, jobs, stateDir, armDir)
+		cancel()
+		run.Label, run.Arm, run.Mode, run.Profiles, run.Seed, run.Jobs = spec.Label, spec.Arm, spec.Mode, spec.Profiles, c.Seed, queue
+		if err != nil {
+			run.Error = err.Error()
+			log.Error("arm failed", "arm", spec.Label, "error", err)
+		}
+		if spec.Arm == "packed" && spec.Profiles == "cold" {
+			lastCold[spec.Mode] = stateDir
+		}
+		runs = append(runs, run)
+		sum.Scores = scoreAll(runs, refDir, c.OutDir)
+		if err := WriteRaw(c.OutDir, sum, runs); err != nil {
+			log.Error("writing raw results", "error", err)
+		}
+		log.Info("arm done", "arm", spec.Label, "completed", sum.Scores[len(sum.Scores)-1].Completed,
+			"ratio", sum.Scores[len(sum.Scores)-1].Ratio)
+	}
+	sum.Notes = append(sum.Notes, exclusiveAgreement(sum.Scores)...)
+	return sum, runs, WriteRaw(c.OutDir, sum, runs)
+}
+
+func buildJobs(queue []Entry, w Workloads, resDir string) ([]JobSpec, error) {
+	jobs := make([]JobSpec, 0, len(queue))
+	for _, e := range queue {
+		res := filepath.Join(resDir, e.Name+".json")
+		cmd, env, err := w.Command(e.Template, res)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, JobSpec{Entry: e, Command: cmd, Env: env, Result: res})
+	}
+	return jobs, nil
+}
+
+// scoreAll scores every run so far against the reference results and sets the ratios.
+func scoreAll(runs []ArmRun, refDir, outDir string) []Score {
+	scores := make([]Score, 0, len(runs))
+	for _, r := range runs {
+		dir := filepath.Join(outDir, r.Label, "results")
+		scores = append(scores, ScoreRun(r, func(j Entry) error {
+			return CompareFiles(filepath.Join(refDir, j.Name+".json"), filepath.Join(dir, j.Name+".json"))
+		}))
+	}
+	SetRatios(scores)
+	return scores
+}
+
+// exclusiveAgreement says whether the later exclusive runs agree with the first within the
+// fixed tolerances: if they don't, the tolerance (or the workload) is wrong, not the packing.
+func exclusiveAgreement(scores []Score) []string {
+	var notes []string
+	var firstJPH float64
+	for _, s := range scores {
+		if s.Arm != "exclusive" {
+			continue
+		}
+		if firstJPH == 0 {
+			firstJPH = s.JobsPerGPUHour
+			continue
+		}
+		agree := 0
+		for _, j := range s.PerJob {
+			if j.Completed {
+				agree++
+			}
+		}
+		noise := "-"
+		if firstJPH > 0 {
+			noise = fmt.Sprintf("%.3f", s.JobsPerGPUHour/firstJPH)
+		}
+		notes = append(notes, fmt.Sprintf("%s vs %s: %d of %d jobs completed within tolerance; jobs/GPU-h ratio %s (run-to-run noise)",
+			s.Label, scores[0].Label, agree, s.Jobs, noise))
+	}
+	return notes
+}
+
+// copyDir copies a directory tree of regular files (a runner state directory).
+func copyDir(from, to string) error {
+	return filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(from, p)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(to, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		src, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		out, err := os.Create(dst)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, src); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+}

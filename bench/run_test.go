@@ -1,0 +1,154 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseArms(t *testing.T) {
+	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps", "isolated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ArmSpec{
+		{Label: "exclusive", Arm: "exclusive"},
+		{Label: "packed-mps", Arm: "packed", Mode: "mps", Profiles: "cold"},
+		{Label: "packed-isolated", Arm: "packed", Mode: "isolated", Profiles: "cold"},
+		{Label: "exclusive-2", Arm: "exclusive"},
+		{Label: "packed-warm", Arm: "packed", Mode: "isolated", Profiles: "warm"},
+		{Label: "static", Arm: "static", Mode: "isolated", Profiles: "cold"},
+		{Label: "uncapped-mps", Arm: "uncapped", Mode: "mps", Profiles: "cold"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
+	}
+	for list, wantErr := range map[string]string{
+		"":                        "no arms",
+		"packed-mps,exclusive":    "first arm must be exclusive",
+		"exclusive,packd":         `"packd"`,
+		"exclusive,packed-fast":   `"fast"`,
+		"exclusive,packed-warm-x": `"x"`,
+	} {
+		if _, err := ParseArms(list, "mps"); err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("ParseArms(%q): error %v, want one containing %s", list, err, wantErr)
+		}
+	}
+	if _, err := ParseArms("exclusive", "shared"); err == nil || !strings.Contains(err.Error(), `"shared"`) {
+		t.Errorf("bad default mode: %v", err)
+	}
+}
+
+// fakeArms plays a runner: every job runs for a second, one after another or six at a time,
+// and writes a result; the packed arm's eval job writes a different value.
+type fakeArms struct {
+	states map[string]string // label -> state dir it got
+	fail   string            // label that returns an error after running half its jobs
+}
+
+func (f *fakeArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, stateDir, outDir string) (ArmRun, error) {
+	f.states[spec.Label] = stateDir
+	if spec.Arm == "packed" && spec.Profiles == "cold" {
+		if err := os.WriteFile(filepath.Join(stateDir, "profiles.json"), []byte(`{"measured":true}`), 0o644); err != nil {
+			return ArmRun{}, err
+		}
+	}
+	var run ArmRun
+	per := 1
+	if spec.Arm != "exclusive" {
+		per = 6
+	}
+	for i, j := range jobs {
+		if spec.Label == f.fail && i == len(jobs)/2 {
+			return run, errors.New("runner gave up")
+		}
+		start := at(float64(i / per))
+		vals := `[1, 2]`
+		if j.Template == Eval17B && spec.Arm == "packed" {
+			vals = `[1, 3]`
+		}
+		kind := KindExact
+		if j.Template == LoRA06B || j.Template == ResNet50 || j.Template == LoRA17B || j.Template == FullFT06B {
+			kind, vals = KindLosses, `[3, 2, 1]`
+		}
+		body, _ := json.Marshal(map[string]any{"template": j.Template, "kind": kind, "values": json.RawMessage(vals)})
+		if err := os.WriteFile(j.Result, body, 0o644); err != nil {
+			return run, err
+		}
+		run.Attempts = append(run.Attempts, Attempt{Job: j.Name, Template: j.Template, Start: start, End: start.Add(time.Second), Outcome: OutcomeOK})
+	}
+	return run, nil
+}
+
+func TestRunScoresAgainstFirstExclusive(t *testing.T) {
+	arms, err := ParseArms("exclusive,packed-mps,packed-mps-warm,static,exclusive", "isolated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := &fakeArms{states: map[string]string{}, fail: "static"}
+	dir := t.TempDir()
+	sum, runs, err := Run(context.Background(), Config{Seed: 1, Arms: arms, Runner: fake, OutDir: dir,
+		Workloads: PythonWorkloads{Dir: "/w"}, Command: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 5 || len(sum.Scores) != 5 {
+		t.Fatalf("%d runs, %d scores; want 5", len(runs), len(sum.Scores))
+	}
+	evals := 0
+	for _, e := range Draw(1) {
+		if e.Template == Eval17B {
+			evals++
+		}
+	}
+	byLabel := map[string]Score{}
+	for _, s := range sum.Scores {
+		byLabel[s.Label] = s
+	}
+	if s := byLabel["exclusive"]; s.Completed != 12 || s.Makespan != 12*time.Second {
+		t.Fatalf("exclusive: %+v", s)
+	}
+	if s := byLabel["packed-mps"]; s.Completed != 12-evals || s.Makespan != 2*time.Second {
+		t.Fatalf("packed-mps: completed %d (want %d: its eval results differ), makespan %v", s.Completed, 12-evals, s.Makespan)
+	}
+	// 12 jobs in 12 s exclusive (both runs), 12-evals in 2 s packed.
+	if s := byLabel["packed-mps"]; math.Abs(s.Ratio-float64(12-evals)/2*12/12) > 1e-9 {
+		t.Fatalf("packed ratio %v", s.Ratio)
+	}
+	if s := byLabel["static"]; s.Error != "runner gave up" || s.Completed != 6 {
+		t.Fatalf("static: error %q completed %d", s.Error, s.Completed)
+	}
+	warm := filepath.Join(fake.states["packed-mps-warm"], "profiles.json")
+	if _, err := os.Stat(warm); err != nil {
+		t.Fatalf("the warm arm did not get the cold arm's profiles: %v", err)
+	}
+	if !strings.Contains(strings.Join(sum.Notes, "\n"), "exclusive-2 vs exclusive: 12 of 12") {
+		t.Fatalf("notes %q lack the exclusive agreement", sum.Notes)
+	}
+	if _, err := LoadSummary(filepath.Join(dir, "summary.json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunDeadlineSkipsArms(t *testing.T) {
+	arms, _ := ParseArms("exclusive,packed-mps", "mps")
+	fake := &fakeArms{states: map[string]string{}}
+	sum, runs, err := Run(context.Background(), Config{Seed: 3, Arms: arms, Runner: fake, OutDir: t.TempDir(),
+		Workloads: PythonWorkloads{Dir: "/w"}, Deadline: time.Now().Add(-time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 0 || len(sum.Notes) != 2 || !strings.Contains(sum.Notes[0], "deadline") {
+		t.Fatalf("runs %d notes %q", len(runs), sum.Notes)
+	}
+	if _, _, err := Run(context.Background(), Config{Arms: arms}); err == nil {
+		t.Fatal("a config without runner and workloads should fail")
+	}
+}

@@ -1,0 +1,71 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/runner"
+	"github.com/hashicorp/go-hclog"
+)
+
+// RunnerArms runs arms through the runner package, the same code path as `gpufrac run`.
+type RunnerArms struct {
+	Backend gpu.Backend
+	// Policy, when its Name is set, replaces policy.Default() (the cap rule, headroom, limits).
+	Policy policy.Policy
+	// ProbeWindow makes cold probes windows of this length (0: a probe is a whole run).
+	ProbeWindow time.Duration
+	// Templates are declared template specs (peaks, caps, probe windows), usually none.
+	Templates map[string]runner.TemplateSpec
+	MPS       runner.MPSOptions
+	// Self replaces a job command's first word "gpufrac".
+	Self     string
+	Logger   hclog.Logger
+	Progress io.Writer
+}
+
+// RunArm implements ArmRunner. The runner's own outputs (results.json, attempts.csv, report.html,
+// one log per attempt) go to outDir/runner.
+func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, stateDir, outDir string) (ArmRun, error) {
+	q := runner.Queue{Templates: r.Templates}
+	for _, j := range jobs {
+		q.Jobs = append(q.Jobs, runner.Job{Name: j.Name, Template: j.Template, Command: j.Command, Env: j.Env, Result: j.Result})
+	}
+	o := runner.Options{
+		Arm: spec.Arm, Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
+		StateDir: stateDir, Policy: r.Policy, OutDir: filepath.Join(outDir, "runner"),
+		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, Self: r.Self,
+	}
+	if o.Profiles == "" {
+		// Exclusive: no footprints are needed, and none should leak in from elsewhere.
+		o.Profiles = runner.ProfilesCold
+	}
+	res, err := runner.Run(ctx, q, o)
+	return FromRunner(res), err
+}
+
+// FromRunner copies the runner's records into the bench's own (nil gives an empty run).
+func FromRunner(res *runner.Result) ArmRun {
+	var run ArmRun
+	if res == nil {
+		return run
+	}
+	run.BusyFraction = res.BusyFraction
+	for _, a := range res.Attempts {
+		b := Attempt{Job: a.Job, Template: a.Template, GPU: a.GPU, Start: a.Start, End: a.End,
+			ExitCode: a.ExitCode, Outcome: a.Outcome, Peak: a.PeakBytes, WholeGPU: a.WholeGPU,
+			Probe: a.Probe, Detail: a.Detail}
+		if a.Capped {
+			b.Cap = a.CapBytes
+		}
+		if v := a.Violation; v != nil {
+			b.Action, b.CrossedAt, b.ContainedAt = v.Action, v.CrossedAt, v.ContainedAt
+		}
+		run.Attempts = append(run.Attempts, b)
+	}
+	return run
+}
