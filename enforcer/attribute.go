@@ -44,6 +44,7 @@ type identity struct {
 	cgroup    string
 	argv      []string
 	pipeDir   string
+	mpsLimit  string // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT as set
 	envErr    error
 	mpsServer bool
 }
@@ -92,6 +93,8 @@ func (c *procCache) get(pid int) (identity, error) {
 				id.task.Template = v
 			case EnvMPSPipeDir:
 				id.pipeDir = v
+			case EnvMPSMemLimit:
+				id.mpsLimit = v
 			}
 		}
 	}

@@ -74,6 +74,11 @@ type Sample struct {
 	UnmanagedBytes size.Bytes
 }
 
+type taskUsage struct {
+	gpu   string
+	bytes size.Bytes
+}
+
 // Enforcer keeps the tasks of one node inside their caps. All methods are safe for concurrent use.
 type Enforcer struct {
 	cfg     Config
@@ -85,7 +90,7 @@ type Enforcer struct {
 
 	mu      sync.Mutex
 	samples map[string]Sample
-	usage   map[string]size.Bytes
+	usage   map[string]taskUsage
 
 	// Owned by the Run goroutine.
 	tracks    map[string]*track
@@ -129,7 +134,7 @@ func New(cfg Config) (*Enforcer, error) {
 	procs := newProcCache(cfg.Procs)
 	return &Enforcer{
 		cfg: cfg, log: log, procs: procs, mps: newMPSManager(cfg.MPS, procs, log),
-		samples: map[string]Sample{}, usage: map[string]size.Bytes{},
+		samples: map[string]Sample{}, usage: map[string]taskUsage{},
 		tracks: map[string]*track{}, near: map[string]*nearCap{}, unmanaged: map[procKey]*unmanagedProc{},
 		sick: map[string]string{}, lastErr: map[string]string{},
 	}, nil
@@ -211,8 +216,8 @@ func (e *Enforcer) EnvOptions(uuid string) EnvOptions {
 func (e *Enforcer) TaskUsage(token string) (size.Bytes, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	b, ok := e.usage[token]
-	return b, ok
+	u, ok := e.usage[token]
+	return u.bytes, ok
 }
 
 // LastSample is the watchdog's last reading of a GPU.

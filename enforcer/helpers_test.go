@@ -169,6 +169,12 @@ type job struct {
 // run starts a simjob holding reservation res (none when res.Token is empty) with a Nomad identity.
 func (r *rig) run(res ledger.Reservation, name string, args ...string) *job {
 	r.t.Helper()
+	return r.runEnv(res, name, nil, args...)
+}
+
+// runEnv is run with extra environment entries that override the task's.
+func (r *rig) runEnv(res ledger.Reservation, name string, extra []string, args ...string) *job {
+	r.t.Helper()
 	j := &job{done: make(chan struct{}), result: filepath.Join(r.t.TempDir(), "result.json")}
 	cmd, err := simjob.Command(context.Background(), append([]string{"--dir", r.sim.Dir(), "--gpu", r.uuid, "--result", j.result}, args...)...)
 	if err != nil {
@@ -184,6 +190,7 @@ func (r *rig) run(res ledger.Reservation, name string, args ...string) *job {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 	}
+	cmd.Env = append(cmd.Env, extra...)
 	cmd.Stdout, cmd.Stderr = &j.out, &j.out
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)

@@ -140,6 +140,9 @@ func (m *mpsManager) servers(ctx context.Context, d *mpsDaemon) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
+	if strings.Contains(out, "Cannot find MPS control daemon") {
+		return nil, fmt.Errorf("%w: get_server_list on GPU %s: %s", ErrMPSControl, d.uuid, out)
+	}
 	var pids []int
 	for _, f := range strings.Fields(out) {
 		if pid, err := strconv.Atoi(f); err == nil {

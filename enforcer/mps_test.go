@@ -184,3 +184,25 @@ func TestMPSMissingBinary(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestPinnedLimit(t *testing.T) {
+	cases := []struct {
+		v    string
+		want size.Bytes
+		ok   bool
+	}{
+		{"GPU-a=4096M", 4 * size.GiB, true},
+		{"0=4G", 4 * size.GiB, true},
+		{"GPU-b=1G,GPU-a=512M", 512 * size.MiB, true},
+		{"GPU-b=1G", 0, false},
+		{"", 0, false},
+		{"GPU-a=4096", 0, false},
+		{"GPU-a=xM", 0, false},
+	}
+	for _, tc := range cases {
+		got, ok := pinnedLimit(tc.v, "GPU-a")
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("pinnedLimit(%q) = %s, %v; want %s, %v", tc.v, got, ok, tc.want, tc.ok)
+		}
+	}
+}

@@ -105,7 +105,7 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 		}
 		sample.Processes = append(sample.Processes, pu)
 	}
-	e.publish(uuid, sample, res, byToken)
+	e.publish(uuid, sample, byToken)
 
 	for tok, ps := range byToken {
 		e.check(uuid, st.Mode, res[tok], ps, now)
@@ -119,15 +119,17 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 }
 
 // publish stores the sample and the per-task sums for TaskUsage.
-func (e *Enforcer) publish(uuid string, s Sample, res map[string]ledger.Reservation, byToken map[string][]ProcUsage) {
+func (e *Enforcer) publish(uuid string, s Sample, byToken map[string][]ProcUsage) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.samples[uuid] = s
-	for tok := range res {
-		delete(e.usage, tok)
+	for tok, u := range e.usage {
+		if u.gpu == uuid {
+			delete(e.usage, tok)
+		}
 	}
 	for tok, ps := range byToken {
-		e.usage[tok] = sum(ps)
+		e.usage[tok] = taskUsage{gpu: uuid, bytes: sum(ps)}
 	}
 }
 
@@ -148,7 +150,7 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 		} else {
 			delete(e.near, r.Token) // fell back from the cap while alive: it did not die at it
 		}
-		if used <= limit {
+		if used <= limit || e.driverBounds(mode, uuid, r.CapBytes, ps) {
 			return
 		}
 		delete(e.near, r.Token)
@@ -181,6 +183,23 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 			e.setUnhealthy(uuid, reasonForced)
 		}
 	}
+}
+
+// driverBounds says whether, under MPS, the driver already holds this task to its cap: a single
+// client process whose pinned limit (read from its environment) is at most the cap fails inside
+// itself at the limit, and NVML's reading above the cap is its context, which the limit does not
+// count. The watchdog then only watches; stopping a busy MPS client by force can fault its
+// neighbours (docs/enforcement.md). Several processes, or a limit raised past the cap, it must stop.
+func (e *Enforcer) driverBounds(mode policy.Mode, uuid string, capBytes size.Bytes, ps []ProcUsage) bool {
+	if mode != policy.ModeMPS || len(ps) != 1 {
+		return false
+	}
+	id, err := e.procs.get(ps[0].PID)
+	if err != nil {
+		return false
+	}
+	lim, ok := pinnedLimit(id.mpsLimit, uuid)
+	return ok && lim <= capBytes
 }
 
 // signal sends sig to every process of the task; a process that cannot be signalled turns the

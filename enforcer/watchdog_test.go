@@ -224,3 +224,54 @@ func TestRestartMidViolation(t *testing.T) {
 		return st.Healthy
 	})
 }
+
+// Under MPS a single client is left to its pinned limit, but one that raised its own limit past its
+// cap is not held by the driver: the watchdog stops it (SIGINT first, which a simulated job obeys).
+func TestMPSRaisedLimitIsStopped(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, nil)
+	r.start()
+	res := r.reserve(2*size.GiB, "raiser")
+	j := r.runEnv(res, "raiser", []string{EnvMPSMemLimit + "=" + r.uuid + "=10240M"},
+		"--peak", "1GiB", "--ramp", "50ms", "--leak-to", "20GiB", "--leak-rate", "4GiB")
+	if code := j.wait(t); code != simjob.ExitINT {
+		t.Fatalf("exit %d, want %d (stopped by SIGINT); output:\n%s", code, simjob.ExitINT, j.out.String())
+	}
+	v := r.violation(res.Token)
+	if v.Action != ActionSIGINT || v.PeakBytes <= 2*size.GiB+r.cfg.Allowance {
+		t.Fatalf("violation %+v", v)
+	}
+	if got := r.sent(j.cmd.Process.Pid); !slices.Equal(got, []syscall.Signal{syscall.SIGINT}) {
+		t.Fatalf("signals %v, want one SIGINT", got)
+	}
+}
+
+func TestTaskUsageAndLastSample(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, nil)
+	r.start()
+	res := r.reserve(4*size.GiB, "steady")
+	j := r.run(res, "steady", "--peak", "1GiB", "--hold", "800ms")
+	eventually(t, "usage of the task", func() bool {
+		b, ok := r.enf.TaskUsage(res.Token)
+		return ok && b == size.GiB
+	})
+	s, ok := r.enf.LastSample(r.uuid)
+	if !ok || len(s.Processes) != 1 || s.Processes[0].Token != res.Token || s.Processes[0].Via != viaEnviron ||
+		s.Processes[0].PID != j.cmd.Process.Pid || s.Mode != policy.ModeIsolated {
+		t.Fatalf("sample %+v", s)
+	}
+	if code := j.wait(t); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	eventually(t, "usage gone", func() bool { _, ok := r.enf.TaskUsage(res.Token); return !ok })
+	if _, ok := r.enf.TaskUsage("no-such-token"); ok {
+		t.Fatal("usage for an unknown token")
+	}
+	// The scan filled the reservation's task from the process's environment.
+	got, _ := r.led.Reservation(res.Token)
+	if got.Task.JobName != "steady" || got.Task.Template != "tmpl-steady" || got.SeenAt.IsZero() {
+		t.Fatalf("reservation task %+v seen %v", got.Task, got.SeenAt)
+	}
+	if len(r.led.Violations()) != 0 {
+		t.Fatalf("a job within its cap was recorded: %+v", r.led.Violations())
+	}
+}

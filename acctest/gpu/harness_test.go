@@ -1,0 +1,284 @@
+package gpuacc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+const mpsRoot = "/tmp/gfmps"
+
+func needGPU(tb testing.TB) {
+	tb.Helper()
+	if os.Getenv("GPUFRAC_GPU_TESTS") != "1" {
+		tb.Skip("set GPUFRAC_GPU_TESTS=1 on a machine with an NVIDIA GPU")
+	}
+}
+
+func outDir() string {
+	if d := os.Getenv("GPUFRAC_GPU_OUT"); d != "" {
+		return d
+	}
+	return os.TempDir()
+}
+
+// record appends one JSON line of figures to results.jsonl.
+func record(tb testing.TB, v map[string]any) {
+	tb.Helper()
+	v["test"] = tb.Name()
+	v["time"] = time.Now().UTC().Format(time.RFC3339)
+	b, _ := json.Marshal(v)
+	tb.Log(string(b))
+	f, err := os.OpenFile(filepath.Join(outDir(), "results.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	f.Write(append(b, '\n'))
+}
+
+type harness struct {
+	tb     testing.TB
+	be     gpu.Backend
+	uuid   string
+	led    *ledger.Ledger
+	enf    *enforcer.Enforcer
+	cancel context.CancelFunc
+	done   chan error
+	mu     sync.Mutex
+	events []enforcer.Event
+}
+
+func newHarness(tb testing.TB, mode policy.Mode, interval time.Duration) *harness {
+	tb.Helper()
+	needGPU(tb)
+	logf, err := os.OpenFile(filepath.Join(outDir(), "enforcer.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { logf.Close() })
+	log := hclog.New(&hclog.LoggerOptions{Name: tb.Name(), Level: hclog.Info, Output: logf})
+	be, err := gpu.NewNVML(log)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	devs, err := be.Devices(context.Background())
+	if err != nil || len(devs) == 0 {
+		tb.Fatalf("devices: %v %v", devs, err)
+	}
+	d := devs[0]
+	led, err := ledger.Open(tb.TempDir(), ledger.Options{Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := policy.Default()
+	p.Mode = mode
+	p.WatchdogInterval = interval
+	if err := led.SetPolicy(p); err != nil {
+		tb.Fatal(err)
+	}
+	if err := led.SyncGPUs([]ledger.GPUInfo{{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes, PCIBusID: d.PCIBusID, Healthy: d.Healthy}}); err != nil {
+		tb.Fatal(err)
+	}
+	enf, err := enforcer.New(enforcer.Config{Backend: be, Ledger: led, Logger: log,
+		MPS: enforcer.MPSOptions{Root: mpsRoot, Timeout: 10 * time.Second}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := &harness{tb: tb, be: be, uuid: d.UUID, led: led, enf: enf}
+	tb.Cleanup(func() {
+		h.stop()
+		led.Close()
+		be.Close()
+	})
+	return h
+}
+
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, unsub := h.enf.Subscribe()
+	h.cancel, h.done = cancel, make(chan error, 1)
+	go func() {
+		for ev := range ch {
+			h.mu.Lock()
+			h.events = append(h.events, ev)
+			h.mu.Unlock()
+		}
+	}()
+	go func() { h.done <- h.enf.Run(ctx); unsub() }()
+}
+
+func (h *harness) stop() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+		h.cancel = nil
+	}
+}
+
+func (h *harness) reserve(capBytes size.Bytes, name string) ledger.Reservation {
+	h.tb.Helper()
+	r, err := h.led.ReserveBytes(h.uuid, capBytes, ledger.Task{JobName: name, TaskName: "main"})
+	if err != nil {
+		h.tb.Fatal(err)
+	}
+	return r
+}
+
+// job is one workload.py process (and, with --procs, its children: they share its group).
+type job struct {
+	name   string
+	cmd    *exec.Cmd
+	out    bytes.Buffer
+	result string
+	done   chan struct{}
+}
+
+// run starts workload.py with args, holding reservation r (none when r.Token is empty).
+func (h *harness) run(r ledger.Reservation, name string, args ...string) *job {
+	h.tb.Helper()
+	j := &job{name: name, result: filepath.Join(h.tb.TempDir(), name+".json"), done: make(chan struct{})}
+	cmd := exec.Command("python3", append([]string{"-u", filepath.Join("testdata", "workload.py")}, append(args, "--out", j.result)...)...)
+	if wd := os.Getenv("GPUFRAC_GPU_TESTDIR"); wd != "" {
+		cmd.Args[2] = filepath.Join(wd, "workload.py")
+	}
+	cmd.Env = append(os.Environ(), "NOMAD_JOB_NAME="+name, "NOMAD_TASK_NAME=main", "GPUFRAC_TEMPLATE="+name,
+		"CUDA_VISIBLE_DEVICES="+h.uuid)
+	if r.Token != "" {
+		st, err := h.led.State(h.uuid)
+		if err != nil {
+			h.tb.Fatal(err)
+		}
+		for k, v := range enforcer.TaskEnv(r, st, h.enf.EnvOptions(h.uuid)) {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	cmd.Stdout, cmd.Stderr = &j.out, &j.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		h.tb.Fatal(err)
+	}
+	j.cmd = cmd
+	go func() { _ = cmd.Wait(); close(j.done) }()
+	h.tb.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-j.done
+	})
+	return j
+}
+
+func (j *job) ready(tb testing.TB) {
+	tb.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(j.result + ".ready"); err == nil {
+			return
+		}
+		select {
+		case <-j.done:
+			tb.Fatalf("%s ended before it was ready: %s", j.name, j.out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	tb.Fatalf("%s not ready after 60s", j.name)
+}
+
+// wait returns the exit code (-1 and the signal when killed), or fails after limit.
+func (j *job) wait(tb testing.TB, limit time.Duration) (int, syscall.Signal) {
+	tb.Helper()
+	select {
+	case <-j.done:
+	case <-time.After(limit):
+		tb.Fatalf("%s did not end within %s: %s", j.name, limit, j.out.String())
+	}
+	ws := j.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return -1, ws.Signal()
+	}
+	return ws.ExitStatus(), 0
+}
+
+// neighbourOK says whether a matmul neighbour finished with its solo result.
+func (j *job) neighbourOK(tb testing.TB, seed string) (bool, string) {
+	tb.Helper()
+	code, sig := j.wait(tb, 90*time.Second)
+	if code != 0 {
+		return false, fmt.Sprintf("exit %d %v: %s", code, sig, tail(j.out.String()))
+	}
+	var res struct{ SHA256 string }
+	b, err := os.ReadFile(j.result)
+	if err == nil {
+		err = json.Unmarshal(b, &res)
+	}
+	if err != nil {
+		return false, "no result: " + err.Error()
+	}
+	var solo map[string]string
+	sb, err := os.ReadFile(filepath.Join(filepath.Dir(j.cmd.Args[2]), "solo.json"))
+	if err == nil {
+		err = json.Unmarshal(sb, &solo)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if res.SHA256 != solo[seed] {
+		return false, "result " + res.SHA256 + " differs from solo " + solo[seed]
+	}
+	return true, "identical to solo"
+}
+
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 400 {
+		s = s[len(s)-400:]
+	}
+	return s
+}
+
+func (h *harness) violation(token string, limit time.Duration) ledger.Violation {
+	h.tb.Helper()
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		for _, v := range h.led.Violations() {
+			if v.Token == token {
+				return v
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h.tb.Fatalf("no violation recorded for the task within %s", limit)
+	return ledger.Violation{}
+}
+
+func (h *harness) eventsOf(kind enforcer.EventKind) []enforcer.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []enforcer.Event
+	for _, e := range h.events {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func neighbourArgs(seed string) []string {
+	return []string{"matmul", "--seed", seed, "--size", "8192", "--iters", "150", "--hold-mb", "2048"}
+}
