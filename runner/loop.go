@@ -239,6 +239,10 @@ func (r *run) launch(l launch) {
 	a.a.Start = time.Now()
 	proc, err := probe.Start(probe.Spec{Command: r.command(j.Command, env), Env: probe.Environ(env),
 		Dir: j.Dir, Stdout: out, Stderr: io.MultiWriter(out, a.tail)})
+	if err == nil {
+		a.proc = proc
+		a.tree = probe.NewTree(proc.PID, token)
+	}
 	r.mu.Lock()
 	r.active[a] = true
 	r.mu.Unlock()
@@ -248,8 +252,6 @@ func (r *run) launch(l launch) {
 		r.done <- a
 		return
 	}
-	a.proc = proc
-	a.tree = probe.NewTree(proc.PID, token)
 	r.prog.started(a)
 	go r.wait(a)
 }
