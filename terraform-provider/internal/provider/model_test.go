@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/terraform-plugin-framework/diag"
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/gpufrac/gpufrac/policy"
@@ -89,7 +91,7 @@ func TestPolicyValidationDiagnostics(t *testing.T) {
 		Unmanaged:        types.StringValue("kill"),
 		Headroom:         types.StringUnknown(), // from another resource: no false error
 	}
-	diags := validationDiags(m.toPolicy().Validate())
+	diags := validationDiags(m.toPolicy().Validate(), policyModel{})
 	want := map[string]string{
 		"name":               `name = "gpu.pool": must be 1-64 letters, digits, '-', '_' or '~'`,
 		"max_tasks_per_gpu":  "max_tasks_per_gpu = 0: must be between 1 and 64",
@@ -121,7 +123,7 @@ func TestPolicyValidationDiagnostics(t *testing.T) {
 	// Unknown values alone never produce an error.
 	all := policyModel{Name: types.StringUnknown(), Headroom: types.StringUnknown(), Mode: types.StringUnknown(),
 		MaxTasksPerGPU: types.Int64Unknown(), CapMarginPercent: types.Float64Unknown(), Unit: types.StringUnknown()}
-	if d := validationDiags(all.toPolicy().Validate()); d.HasError() {
+	if d := validationDiags(all.toPolicy().Validate(), policyModel{}); d.HasError() {
 		t.Errorf("unknown values produced errors: %v", d)
 	}
 }
@@ -187,5 +189,31 @@ func TestTemplateValidation(t *testing.T) {
 		if (tt.want == "") != (got == "") || !strings.Contains(got, tt.want) {
 			t.Errorf("case %d: got %q, want %q", i, got, tt.want)
 		}
+	}
+}
+
+// Errors from policy's encoder name item keys ("unit_bytes"); they must still land on the
+// attribute people write.
+func TestValidationDiagsMapsItemKeysToAttributes(t *testing.T) {
+	p := policy.Default()
+	p.UnitBytes = size.MiB
+	_, err := policy.EncodePolicy(p)
+	if err == nil {
+		t.Fatal("EncodePolicy accepted a 1MiB unit")
+	}
+	diags := validationDiags(err, policyModel{})
+	if len(diags) != 1 {
+		t.Fatalf("got %v", diags)
+	}
+	d, ok := diags[0].(diag.DiagnosticWithPath)
+	if !ok || !d.Path().Equal(path.Root("unit")) {
+		t.Errorf("diagnostic %q not attached to unit: %#v", diags[0].Detail(), diags[0])
+	}
+	if !strings.Contains(d.Detail(), "must be between 64MiB and 64GiB") {
+		t.Errorf("detail %q", d.Detail())
+	}
+	// A plain error still becomes a diagnostic.
+	if d := validationDiags(errors.New("boom"), policyModel{}); len(d) != 1 || d[0].Detail() != "boom" {
+		t.Errorf("plain error: %v", d)
 	}
 }

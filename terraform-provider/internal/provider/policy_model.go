@@ -1,8 +1,9 @@
 package provider
 
 import (
-	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -107,30 +108,46 @@ func (m *policyModel) setFromPolicy(p policy.Policy, namespace string, modifyInd
 	m.ModifyIndex = types.Int64Value(int64(modifyIndex))
 }
 
-// validationDiags turns a policy/template Validate error into one attribute diagnostic per
-// field, each saying which value is wrong and what is allowed.
-func validationDiags(err error) diag.Diagnostics {
+// validationDiags turns a policy/template Validate (or encode) error into one attribute
+// diagnostic per field, each saying which value is wrong and what is allowed. model names the
+// schema (a policyModel or templateModel); an item key such as "unit_bytes" lands on the
+// attribute people write ("unit").
+func validationDiags(err error, model any) diag.Diagnostics {
 	var diags diag.Diagnostics
 	if err == nil {
 		return diags
 	}
-	var errs []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	} else {
-		errs = []error{err}
-	}
-	for _, e := range errs {
-		var fe *policy.FieldError
-		if errors.As(e, &fe) {
-			attr := fe.Field
-			diags.AddAttributeError(path.Root(attr), "Invalid "+attr,
-				fmt.Sprintf("%s = %v: %s.", attr, fe.Value, fe.Reason))
-			continue
+	attrs := attributeNames(model)
+	fes := policy.FieldErrors(err)
+	for _, fe := range fes {
+		a := fe.Field
+		// "unit_bytes" is computed; the value came from "unit".
+		if h := strings.TrimSuffix(a, "_bytes"); h != a && attrs[h] {
+			a = h
 		}
-		diags.AddError("Invalid configuration", e.Error())
+		msg := fmt.Sprintf("%s = %v: %s.", a, fe.Value, fe.Reason)
+		if attrs[a] {
+			diags.AddAttributeError(path.Root(a), "Invalid "+a, msg)
+		} else {
+			diags.AddError("Invalid "+a, msg)
+		}
+	}
+	if len(fes) == 0 {
+		diags.AddError("Invalid configuration", err.Error())
 	}
 	return diags
+}
+
+// attributeNames lists a model's attribute names from its tfsdk tags.
+func attributeNames(model any) map[string]bool {
+	t := reflect.TypeOf(model)
+	names := map[string]bool{}
+	for i := 0; i < t.NumField(); i++ {
+		if tag := t.Field(i).Tag.Get("tfsdk"); tag != "" {
+			names[tag] = true
+		}
+	}
+	return names
 }
 
 func known(v types.String) bool { return !v.IsNull() && !v.IsUnknown() }

@@ -136,7 +136,7 @@ func (r *policyResource) ValidateConfig(ctx context.Context, req resource.Valida
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	resp.Diagnostics.Append(validationDiags(m.toPolicy().Validate())...)
+	resp.Diagnostics.Append(validationDiags(m.toPolicy().Validate(), policyModel{})...)
 }
 
 func (r *policyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlanRequest, resp *resource.ModifyPlanResponse) {
@@ -200,7 +200,7 @@ func (r *policyResource) Update(ctx context.Context, req resource.UpdateRequest,
 func (r *policyResource) write(ctx context.Context, m *policyModel, cas uint64, op string, diags *diag.Diagnostics) {
 	p := m.toPolicy()
 	if err := p.Validate(); err != nil {
-		diags.Append(validationDiags(err)...)
+		diags.Append(validationDiags(err, policyModel{})...)
 		return
 	}
 	ns := m.Namespace.ValueString()

@@ -66,8 +66,8 @@ func attrNames(s *tfprotov6.Schema) string {
 	return strings.Join(names, ",")
 }
 
-// config builds a configuration object for typ from the given values; the rest are null.
-func config(t *testing.T, s tfprotov6.ProviderServer, resource string, vals map[string]tftypes.Value) *tfprotov6.DynamicValue {
+// configValue builds a configuration object for typ from the given values; the rest are null.
+func configValue(t *testing.T, s tfprotov6.ProviderServer, resource string, vals map[string]tftypes.Value) *tfprotov6.DynamicValue {
 	t.Helper()
 	resp, err := s.GetProviderSchema(context.Background(), &tfprotov6.GetProviderSchemaRequest{})
 	if err != nil {
@@ -124,7 +124,7 @@ func TestPlanTimeValidation(t *testing.T) {
 	}
 	for i, tt := range tests {
 		resp, err := s.ValidateResourceConfig(context.Background(), &tfprotov6.ValidateResourceConfigRequest{
-			TypeName: tt.resource, Config: config(t, s, tt.resource, tt.vals),
+			TypeName: tt.resource, Config: configValue(t, s, tt.resource, tt.vals),
 		})
 		if err != nil {
 			t.Fatal(err)

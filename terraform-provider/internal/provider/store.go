@@ -63,6 +63,9 @@ func storeError(diags *diag.Diagnostics, op string, k kind, namespace, name stri
 			fmt.Sprintf("Could not %s %s %s: permission denied by Nomad ACLs. The token needs a policy with "+
 				"path \"gpufrac/*\" { capabilities = [\"read\", \"list\", \"write\", \"destroy\"] } in the variables "+
 				"block of namespace %q. (%v)", op, k.resource, where, namespace, err))
+	case errors.Is(err, policy.ErrNotFound) && !errors.Is(err, policy.ErrPermissionDenied):
+		diags.AddError(k.resource+" not found",
+			fmt.Sprintf("%s does not exist. Check the name and namespace, or create it with a %s resource. (%v)", where, k.resource, err))
 	case errors.Is(err, policy.ErrConflict) && op == "create":
 		diags.AddError(k.resource+" already exists",
 			fmt.Sprintf("%s already exists, so it was not overwritten. Bring it under Terraform with "+

@@ -75,7 +75,7 @@ func (m templateModel) validate() diag.Diagnostics {
 			t.PeakBytes = 1
 		}
 	}
-	return validationDiags(t.Validate())
+	return validationDiags(t.Validate(), templateModel{})
 }
 
 // setFromTemplate writes a stored template into the model, keeping the spelling of sizes that

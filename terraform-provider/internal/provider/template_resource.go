@@ -171,7 +171,7 @@ func (r *templateResource) Update(ctx context.Context, req resource.UpdateReques
 func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint64, op string, diags *diag.Diagnostics) {
 	t := m.toTemplate()
 	if err := t.Validate(); err != nil {
-		diags.Append(validationDiags(err)...)
+		diags.Append(validationDiags(err, templateModel{})...)
 		return
 	}
 	ns := m.Namespace.ValueString()
