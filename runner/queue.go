@@ -83,6 +83,7 @@ type filePolicy struct {
 	Unit             hcl.Expression `hcl:"unit,optional"`
 	Mode             hcl.Expression `hcl:"mode,optional"`
 	WatchdogInterval hcl.Expression `hcl:"watchdog_interval,optional"`
+	Unmanaged        hcl.Expression `hcl:"unmanaged,optional"`
 	DefRange         hcl.Range      `hcl:",def_range"`
 }
 
@@ -435,6 +436,10 @@ func (d *decoder) policy(fp *filePolicy) policy.Policy {
 	if m := d.str(fp.Mode, "mode"); m != "" {
 		ranges["mode"] = fp.Mode.Range()
 		p.Mode = policy.Mode(m)
+	}
+	if u := d.str(fp.Unmanaged, "unmanaged"); u != "" {
+		ranges["unmanaged"] = fp.Unmanaged.Range()
+		p.Unmanaged = policy.Unmanaged(u)
 	}
 	if w := d.duration(fp.WatchdogInterval, "watchdog_interval"); w != 0 {
 		ranges["watchdog_interval"] = fp.WatchdogInterval.Range()
