@@ -1,0 +1,106 @@
+package nomad_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestGPUFaultMarksUnitsUnhealthyAndKeepsHeldOnes(t *testing.T) {
+	dir := t.TempDir()
+	c := start(t, agentConfig(dir, `"L4=24GiB", "L4=24GiB"`, `fingerprint_period = "1s"`))
+	_, held, err := c.Schedule(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reserve(held); err != nil {
+		t.Fatal(err)
+	}
+	g := c.Latest().GetDeviceGroup()[0]
+	uuid := g.GetAttributes()["uuid"].GetStringVal()
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.SetHealth(uuid, false, "XID 79: fell off the bus"); err != nil {
+		t.Fatal(err)
+	}
+	fp, err := c.WaitFingerprint(10*time.Second, func(m *devicepb.FingerprintResponse) bool { return healthy(m.GetDeviceGroup()[0]) == 0 })
+	if err != nil {
+		t.Fatalf("units of the faulty GPU: %v", err)
+	}
+	g = fp.GetDeviceGroup()[0]
+	listed := map[string]bool{}
+	for _, d := range g.GetDevices() {
+		listed[d.GetID()] = true
+		if !strings.Contains(d.GetHealthDescription(), "XID 79") {
+			t.Errorf("%s: health description %q does not carry the GPU's fault", d.GetID(), d.GetHealthDescription())
+			break
+		}
+	}
+	for _, id := range held {
+		if !listed[id] {
+			t.Errorf("held unit %s dropped from the fingerprint", id)
+		}
+	}
+	if healthy(fp.GetDeviceGroup()[1]) != 22 {
+		t.Errorf("the healthy GPU has %d healthy units, want 22", healthy(fp.GetDeviceGroup()[1]))
+	}
+	if err := sim.SetHealth(uuid, true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFingerprint(10*time.Second, func(m *devicepb.FingerprintResponse) bool { return healthy(m.GetDeviceGroup()[0]) == 22 }); err != nil {
+		t.Fatalf("units after the GPU recovered: %v", err)
+	}
+}
+
+func TestStatsShowTheTaskUsageAgainstItsCap(t *testing.T) {
+	dir := t.TempDir()
+	c := start(t, agentConfig(dir, `"H100=80GiB"`, ""))
+	_, ids, err := c.Schedule(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Reserve(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := res.GetEnvs()[enforcer.EnvGPUUUID]
+	// A stand-in task: a real process carrying the reservation's environment, holding 3 GiB
+	// on the simulated GPU.
+	task := exec.Command("sleep", "60")
+	for k, v := range res.GetEnvs() {
+		task.Env = append(task.Env, k+"="+v)
+	}
+	if err := task.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { task.Process.Kill(); task.Wait() }()
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.SetUsage(uuid, task.Process.Pid, 3*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.WaitStats(15*time.Second, func(s *devicepb.StatsResponse) bool {
+		sum := s.GetGroups()[0].GetInstanceStats()[ids[0]].GetSummary()
+		return sum.GetIntNumeratorVal().GetValue() == 3*1024 && sum.GetIntDenominatorVal().GetValue() == 8*1024
+	})
+	if err != nil {
+		t.Fatalf("stats of the held unit: %v (latest summary %v)", err, st.GetGroups()[0].GetInstanceStats()[ids[0]].GetSummary())
+	}
+	// Every unit of the reservation reports the same figure.
+	for _, id := range ids {
+		if v := st.GetGroups()[0].GetInstanceStats()[id].GetSummary().GetIntNumeratorVal().GetValue(); v != 3*1024 {
+			t.Errorf("%s reports %d MiB in use", id, v)
+		}
+	}
+}
