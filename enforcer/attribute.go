@@ -47,20 +47,53 @@ type identity struct {
 	mpsLimit  string // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT as set
 	envErr    error
 	mpsServer bool
+	// ancestors are the tokens of the process's ancestors, nearest first, read once: environs
+	// never change, and a process reparented after its parent died still belongs to that task.
+	ancestors []string
+	walked    bool
 }
 
 type procCache struct {
 	src ProcSource
 	mu  sync.Mutex
 	m   map[int]identity
+	// pass holds what was read since newPass: one stat read per process per watchdog pass, as
+	// stat is what most of a pass costs.
+	pass map[int]passEntry
+}
+
+type passEntry struct {
+	id  identity
+	err error
 }
 
 func newProcCache(src ProcSource) *procCache {
-	return &procCache{src: src, m: map[int]identity{}}
+	return &procCache{src: src, m: map[int]identity{}, pass: map[int]passEntry{}}
+}
+
+// newPass forgets the per-pass reads: the next get of each process checks its start time again.
+func (c *procCache) newPass() {
+	c.mu.Lock()
+	clear(c.pass)
+	c.mu.Unlock()
 }
 
 // get returns pid's identity; err only when the process is gone or its stat is unreadable.
 func (c *procCache) get(pid int) (identity, error) {
+	c.mu.Lock()
+	p, ok := c.pass[pid]
+	c.mu.Unlock()
+	if ok {
+		return p.id, p.err
+	}
+	id, err := c.read(pid)
+	c.mu.Lock()
+	c.pass[pid] = passEntry{id, err}
+	c.mu.Unlock()
+	return id, err
+}
+
+func (c *procCache) read(pid int) (identity, error) {
 	st, err := c.src.Stat(pid)
 	if err != nil {
 		c.mu.Lock()
@@ -144,6 +177,28 @@ func (c *procCache) attribute(pid int, gpuUUID string, res map[string]ledger.Res
 			return tok, viaCgroup, ""
 		}
 	}
+	if !id.walked {
+		id.ancestors, id.walked = c.walk(id), true
+		c.mu.Lock()
+		if cur, ok := c.m[pid]; ok && cur.start == id.start {
+			c.m[pid] = id
+		}
+		c.mu.Unlock()
+	}
+	for _, tok := range id.ancestors {
+		if r, ok := res[tok]; ok && r.GPU == gpuUUID {
+			return tok, viaParent, ""
+		}
+	}
+	if note == "" && id.envErr != nil {
+		note = "environ unreadable: " + id.envErr.Error()
+	}
+	return "", "", note
+}
+
+// walk lists the tokens carried by id's ancestors, nearest first.
+func (c *procCache) walk(id identity) []string {
+	var toks []string
 	cur := id
 	for range maxAncestors {
 		if cur.ppid <= 1 {
@@ -153,15 +208,12 @@ func (c *procCache) attribute(pid int, gpuUUID string, res map[string]ledger.Res
 		if err != nil {
 			break
 		}
-		if r, ok := res[up.token]; ok && up.token != "" && r.GPU == gpuUUID {
-			return up.token, viaParent, ""
+		if up.token != "" {
+			toks = append(toks, up.token)
 		}
 		cur = up
 	}
-	if note == "" && id.envErr != nil {
-		note = "environ unreadable: " + id.envErr.Error()
-	}
-	return "", "", note
+	return toks
 }
 
 // byAlloc finds the one reservation on this GPU held by the process's Nomad allocation. With

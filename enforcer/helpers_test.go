@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 
 // rig is one simulated GPU, its ledger and an enforcer running over them.
 type rig struct {
-	t      *testing.T
+	t      testing.TB
 	sim    *gpu.Simulated
 	uuid   string
 	dir    string // ledger directory
@@ -62,7 +62,7 @@ func testPolicy(mode policy.Mode) policy.Policy {
 }
 
 // newRig opens a ledger over one simulated 80 GiB GPU in mode; the enforcer is built but not run.
-func newRig(t *testing.T, mode policy.Mode, tweak func(*Config)) *rig {
+func newRig(t testing.TB, mode policy.Mode, tweak func(*Config)) *rig {
 	t.Helper()
 	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB"}, Dir: t.TempDir()})
 	if err != nil {
@@ -247,7 +247,7 @@ func (r *rig) event(what string, match func(Event) bool) Event {
 	return Event{}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
+func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
@@ -259,7 +259,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-func fakeControl(t *testing.T) string {
+func fakeControl(t testing.TB) string {
 	p, err := filepath.Abs(filepath.Join("testdata", "fake-mps-control"))
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +268,7 @@ func fakeControl(t *testing.T) string {
 }
 
 // shortTemp is a temporary directory with a short path (MPS pipes are Unix sockets).
-func shortTemp(t *testing.T) string {
+func shortTemp(t testing.TB) string {
 	d, err := os.MkdirTemp("", "gfmps")
 	if err != nil {
 		t.Fatal(err)

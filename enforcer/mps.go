@@ -1,7 +1,6 @@
 package enforcer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -117,13 +116,21 @@ func (m *mpsManager) control(ctx context.Context, d *mpsDaemon, input string, ar
 	if input != "" {
 		cmd.Stdin = strings.NewReader(input + "\n")
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	// Output goes to a file, not a pipe: `-d` forks a daemon that may keep the descriptors it
+	// inherited, and a pipe would hold Wait until the daemon exits.
+	outf, err := os.CreateTemp("", "gpufrac-mps-control-*")
+	if err != nil {
+		return "", fmt.Errorf("%w: temporary file for its output: %v", ErrMPSControl, err)
+	}
+	defer os.Remove(outf.Name())
+	defer outf.Close()
+	cmd.Stdout, cmd.Stderr = outf, outf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
-	text := strings.TrimSpace(out.String())
+	err = cmd.Run()
+	outb, _ := os.ReadFile(outf.Name())
+	text := strings.TrimSpace(string(outb))
 	what := strings.TrimSpace(input + " " + strings.Join(args, " "))
 	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.Canceled) {
 		return text, fmt.Errorf("%w: %q on GPU %s: no answer within %s", ErrMPSControl, what, d.uuid, m.opts.Timeout)

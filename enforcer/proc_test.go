@@ -118,6 +118,10 @@ func TestProcCacheRecycledPID(t *testing.T) {
 		t.Fatalf("token %q", id.token)
 	}
 	procs[20] = fakeProc{ppid: 1, start: 200, env: []string{"A=b"}}
+	if id, _ := c.get(20); id.token != "old" {
+		t.Fatalf("within one pass the first read stands, got %q", id.token)
+	}
+	c.newPass()
 	if id, _ := c.get(20); id.token != "" {
 		t.Fatalf("a recycled PID kept the dead process's token %q", id.token)
 	}

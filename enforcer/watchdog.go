@@ -77,6 +77,7 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 		return
 	}
 	delete(e.lastErr, uuid)
+	e.procs.newPass()
 	now := e.now()
 	res := make(map[string]ledger.Reservation, len(st.Reservations))
 	for _, r := range st.Reservations {
@@ -314,6 +315,7 @@ func (e *Enforcer) scanTokens() {
 		e.log.Warn("cannot list processes for the token scan", "error", err)
 		return
 	}
+	e.procs.newPass()
 	live := make(map[int]bool, len(pids))
 	tasks := map[string]ledger.Task{}
 	for _, pid := range pids {
