@@ -210,13 +210,13 @@ func TestTofuApplyReachesThePlugin(t *testing.T) {
 			}
 		}
 	})
-	if _, err := c.WaitFingerprint(15*time.Second, fingerprintIs(76*1024, 1024, 76)); err != nil {
+	if _, err := c.WaitFingerprint(60*time.Second, fingerprintIs(76*1024, 1024, 76)); err != nil {
 		t.Fatalf("fingerprint after the first apply (want budget 76GiB in 76 units of 1GiB): %v\nlatest: %v", err, describe(c.Latest()))
 	}
 
 	// 3. The second apply: more headroom and bigger units. The plugin re-fingerprints.
 	out = tf.apply("16GiB", "2GiB")
-	if _, err := c.WaitFingerprint(15*time.Second, fingerprintIs(64*1024, 2048, 32)); err != nil {
+	if _, err := c.WaitFingerprint(60*time.Second, fingerprintIs(64*1024, 2048, 32)); err != nil {
 		t.Fatalf("fingerprint after the second apply (want budget 64GiB in 32 units of 2GiB): %v\nlatest: %v", err, describe(c.Latest()))
 	}
 
