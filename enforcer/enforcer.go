@@ -267,6 +267,19 @@ func (e *Enforcer) clients(procs []gpu.Process) int {
 // when no client runs; with clients, it is a GPU-wide event and the GPU goes unhealthy until they
 // are gone. A changed budget becomes the new ceiling.
 func (e *Enforcer) checkMPS(ctx context.Context) {
+	for _, st := range e.cfg.Ledger.States() {
+		if st.Mode != policy.ModeMPS {
+			continue
+		}
+		d, adopted, err := e.mps.adopt(ctx, st.UUID, st.BudgetBytes)
+		if err != nil {
+			e.log.Warn("MPS pinned limit not set on an adopted daemon", "gpu", st.UUID, "error", err)
+		}
+		if adopted {
+			e.emit(Event{Kind: EventMPS, Stage: "adopted", GPU: st.UUID, PIDs: nonZero(d.pid),
+				Message: "MPS control daemon left by an earlier enforcer adopted"})
+		}
+	}
 	for _, d := range e.mps.known() {
 		st, err := e.cfg.Ledger.State(d.uuid)
 		if err != nil {

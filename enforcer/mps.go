@@ -180,6 +180,26 @@ func (m *mpsManager) ensure(ctx context.Context, uuid string, budget size.Bytes)
 	return d, adopted, nil
 }
 
+// adopt takes over a daemon that answers on the GPU's pipe though this enforcer did not start it
+// (it outlived an earlier plugin). false when none answers; nothing is started.
+func (m *mpsManager) adopt(ctx context.Context, uuid string, budget size.Bytes) (*mpsDaemon, bool, error) {
+	d := m.daemon(uuid)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.running {
+		return d, false, nil
+	}
+	if _, err := os.Stat(d.pipe); err != nil {
+		return d, false, nil // no pipe directory: no daemon of ours ever ran here
+	}
+	if _, err := m.servers(ctx, d); err != nil {
+		return d, false, nil
+	}
+	d.running = true
+	d.pid = m.findPID(d)
+	return d, true, m.setLimit(ctx, d, budget)
+}
+
 func (m *mpsManager) start(ctx context.Context, d *mpsDaemon) error {
 	for _, dir := range []string{d.pipe, d.logDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {

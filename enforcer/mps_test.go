@@ -94,6 +94,24 @@ func TestMPSStartAdoptStop(t *testing.T) {
 	}
 }
 
+// A daemon that outlived an earlier plugin is adopted by Run alone, before any PrepareGPU, so its
+// health is watched from the start.
+func TestRunAdoptsDaemon(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, nil)
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	r.newEnforcer()
+	r.start()
+	ev := r.event("adopted", func(e Event) bool { return e.Kind == EventMPS && e.Stage == "adopted" })
+	if len(ev.PIDs) != 1 || ev.PIDs[0] != r.daemonPID() {
+		t.Fatalf("event %+v, daemon pid %d", ev, r.daemonPID())
+	}
+	if n := strings.Count(r.commands(), "daemon "); n != 1 {
+		t.Fatalf("%d daemons started", n)
+	}
+}
+
 func TestIsolatedGPUNeedsNoDaemon(t *testing.T) {
 	r := newRig(t, policy.ModeIsolated, nil)
 	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
