@@ -144,6 +144,13 @@ func TestAgentStartReserveAndStats(t *testing.T) {
 		if !strings.HasPrefix(p.Handshake, "1|1|unix|") || !strings.Contains(p.Handshake, "|grpc") {
 			t.Errorf("handshake %q", p.Handshake)
 		}
+		// go-plugin re-logs JSON lines through the agent's logger; anything else is noise.
+		for _, line := range strings.Split(strings.TrimSpace(p.Stderr()), "\n") {
+			var entry map[string]any
+			if line != "" && json.Unmarshal([]byte(line), &entry) != nil {
+				t.Errorf("stderr line is not an hclog JSON entry: %q", line)
+			}
+		}
 	}
 	if err := c.Err(); err != nil {
 		t.Fatal(err)

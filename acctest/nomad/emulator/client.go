@@ -170,7 +170,7 @@ func (c *Client) startLongRunning(ctx context.Context) error {
 	if err != nil {
 		cancel()
 		p.Kill()
-		return fmt.Errorf("Fingerprint: %w", err)
+		return fmt.Errorf("opening the fingerprint stream: %w", err)
 	}
 	c.mu.Lock()
 	c.proc, c.cancel, c.fatal, c.latestFP, c.latestSt = p, cancel, nil, nil, nil
@@ -391,7 +391,7 @@ func (c *Client) ReserveRaw(ids []string) (*devicepb.ContainerReservation, error
 		return nil, err
 	}
 	if resp.GetContainerRes() == nil {
-		return nil, errors.New("Reserve returned no container_res: the device hook would crash")
+		return nil, errors.New("the plugin's Reserve returned no container_res: the device hook would crash")
 	}
 	return resp.GetContainerRes(), nil
 }
