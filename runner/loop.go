@@ -27,8 +27,10 @@ const (
 )
 
 // stuckAfter is how long the runner waits with nothing running and nothing admissible before
-// it gives up on the jobs left (for example: another process holds the GPU's whole budget).
-const stuckAfter = 30 * time.Second
+// it gives up on the jobs left (another process holds the budget). It outlasts the ledger's
+// grace, so reservations left by a crashed process have expired by then (the watchdog expires
+// them in the packed and static arms).
+const stuckAfter = ledger.DefaultGrace + 30*time.Second
 
 // oomRE matches the out-of-memory messages of CUDA, PyTorch, JAX and the simulated job.
 var oomRE = regexp.MustCompile(`(?i)(out of memory|CUDA_ERROR_OUT_OF_MEMORY|OutOfMemoryError|RESOURCE_EXHAUSTED)`)
@@ -51,6 +53,7 @@ type active struct {
 
 	mu    sync.Mutex
 	peak  size.Bytes
+	now   size.Bytes // the latest sample
 	lastT float64
 	snaps []MemSample
 }
@@ -58,6 +61,7 @@ type active struct {
 func (a *active) record(b size.Bytes, t float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.now = b
 	if b > a.peak {
 		a.peak = b
 	}

@@ -137,8 +137,12 @@ func (p *progress) status() {
 	r := p.r
 	r.mu.Lock()
 	perGPU := map[string]int{}
+	used := map[string]size.Bytes{}
 	for a := range r.active {
 		perGPU[a.l.gpu]++
+		a.mu.Lock()
+		used[a.l.gpu] += a.now
+		a.mu.Unlock()
 	}
 	r.mu.Unlock()
 	done, waiting := 0, 0
@@ -155,7 +159,8 @@ func (p *progress) status() {
 		if _, ok := r.gpus[st.UUID]; !ok {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("GPU%d %d jobs %s/%s", st.Index, perGPU[st.UUID], st.ReservedBytes, st.BudgetBytes))
+		parts = append(parts, fmt.Sprintf("GPU%d: %d running, using %s, caps %s of %s", st.Index, perGPU[st.UUID],
+			used[st.UUID], st.ReservedBytes, st.BudgetBytes))
 	}
 	line := fmt.Sprintf("%s done %d/%d, waiting %d | %s", p.stamp(), done, len(r.s.jobs), waiting, strings.Join(parts, " | "))
 	p.mu.Lock()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -378,5 +379,40 @@ func TestRunRejectsBadOptions(t *testing.T) {
 				t.Fatalf("error %v, want one naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestInterruptStopsJobsAndStillWritesResults(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{Jobs: []Job{
+		simJob(t, "long1", "t", "--peak", "1GiB", "--hold", "30s"),
+		simJob(t, "long2", "t", "--peak", "1GiB", "--hold", "30s"),
+		{Name: "missing", Template: "m", Command: []string{"/no/such/program"}},
+	}}
+	o := testOptions(t, sim, ArmUncapped)
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	res, err := Run(ctx, q, o)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %v, want the context's", err)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatalf("stopping took %s: SIGINT should end simulated jobs at once", time.Since(start))
+	}
+	got := map[string]string{}
+	for _, a := range res.Attempts {
+		got[a.Job] = a.Outcome
+	}
+	if got["long1"] != OutcomeCanceled || got["long2"] != OutcomeCanceled || got["missing"] != OutcomeFailed {
+		t.Fatalf("outcomes %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(o.OutDir, ResultsFile)); err != nil {
+		t.Fatal(err)
+	}
+	procs, _ := sim.Processes(context.Background(), res.GPUs[0].UUID)
+	if len(procs) != 0 {
+		t.Fatalf("%d simulated processes left on the GPU", len(procs))
 	}
 }
