@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -104,6 +105,9 @@ func (p *progress) finished(a *active, at Attempt) {
 		msg = fmt.Sprintf("broke its %s cap (peak %s)", at.CapBytes, at.PeakBytes)
 		if v := at.Violation; v != nil {
 			msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, v.PeakBytes, v.Action)
+			if v.Action == enforcer.ActionOOMInProcess {
+				msg = fmt.Sprintf("hit its %s cap (MPS limit): out of memory inside the job at %s", v.CapBytes, v.PeakBytes)
+			}
 			if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 				msg += fmt.Sprintf(", contained in %.2fs", v.ContainedAt.Sub(v.CrossedAt).Seconds())
 			}
