@@ -35,6 +35,11 @@ func start(t *testing.T, hcl string) *emulator.Client {
 		t.Fatalf("agent start: %v", err)
 	}
 	t.Cleanup(func() {
+		// A closed or failed fingerprint stream, or a message Nomad would reject, disables the
+		// plugin for good: no test may provoke one.
+		if err := c.Err(); err != nil {
+			t.Errorf("protocol violation: %v", err)
+		}
 		c.Close()
 		for i, p := range c.Launches() {
 			if strings.Contains(p.Stderr(), "DATA RACE") {

@@ -173,7 +173,7 @@ func (c *Client) startLongRunning(ctx context.Context) error {
 		return fmt.Errorf("opening the fingerprint stream: %w", err)
 	}
 	c.mu.Lock()
-	c.proc, c.cancel, c.fatal, c.latestFP, c.latestSt = p, cancel, nil, nil, nil
+	c.proc, c.cancel, c.latestFP, c.latestSt = p, cancel, nil, nil
 	c.mu.Unlock()
 	first := make(chan struct{})
 	go c.readFingerprints(sctx, p, stream, first)
