@@ -35,9 +35,14 @@ export TF_CLI_CONFIG_FILE="$tmp/tofurc" CHECKPOINT_DISABLE=1
 (cd "$tmp/schema" && "$tofu" init -input=false -no-color -plugin-dir=plugins >/dev/null &&
 	"$tofu" providers schema -json >"$tmp/schema.json")
 
-# 2. Format the examples the docs embed.
+# 2. Format the examples the docs embed (in --check mode: fail if they are not formatted).
+fmtflags=(-no-color -recursive)
+[[ "$mode" == check ]] && fmtflags+=(-check -diff)
 for d in terraform-provider/examples examples/terraform; do
-	if [[ -d "$d" ]]; then "$tofu" fmt -no-color -recursive "$d" >/dev/null; fi
+	if [[ -d "$d" ]] && ! "$tofu" fmt "${fmtflags[@]}" "$d" >&2; then
+		echo "$d is not formatted: run scripts/gen-provider-docs.sh (make generate)" >&2
+		exit 1
+	fi
 done
 
 # 3. Render into a scratch copy of the provider directory, so --check never touches the tree.
