@@ -452,4 +452,3 @@ func (r *run) recordProfile(t string, peak size.Bytes, at *Attempt, source strin
 		r.log.Warn("recording the template's footprint", "template", t, "error", err)
 	}
 }
-
