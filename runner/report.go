@@ -95,7 +95,9 @@ td,th{border:1px solid #ddd;padding:4px 8px;text-align:left}th{background:#f0f0f
 			}
 		}
 		fmt.Fprintf(&b, "<h2>GPU%d %s: %s, budget %s, %s mode, busy %.0f%%</h2>\n", g.Index, esc(g.Model), g.TotalBytes, g.BudgetBytes, esc(g.Mode), g.Busy*100)
+		b.WriteString(`<div class="note">Measured memory of each attempt, stacked (hover for the job); dashed: the sum of the caps held; red line: the budget.</div>` + "\n")
 		b.WriteString(memoryChart(atts, g, t0, end, res.Start))
+		b.WriteString(`<div class="note">One bar per attempt, coloured by outcome; inside: its memory (solid) against its cap (dashed).</div>` + "\n")
 		b.WriteString(lanes(atts, t0, end, res.Start))
 	}
 	b.WriteString("<h2>Attempts</h2>\n<table><tr><th>job</th><th>template</th><th>#</th><th>GPU</th><th>cap</th><th>peak</th><th>start</th><th>time</th><th>exit</th><th>outcome</th><th>detail</th></tr>\n")
