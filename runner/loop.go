@@ -319,7 +319,24 @@ func (r *run) onEvent(ev enforcer.Event) {
 	switch ev.Kind {
 	case enforcer.EventViolation:
 		if ev.Stage == "contained" {
-			return // the attempt's end reports it
+			// The attempt's end reports it. The watchdog stopped the GPU processes; a wrapper
+			// around them (a shell, a launcher that retries) must not keep the job alive.
+			if ev.Violation != nil && ev.Violation.Action != enforcer.ActionOOMInProcess {
+				r.mu.Lock()
+				for a := range r.active {
+					if a.token == ev.Token && a.proc != nil {
+						go func(p *probe.Proc) {
+							select {
+							case <-p.Done():
+							case <-time.After(2 * time.Second):
+								p.Stop(r.o.StopGrace)
+							}
+						}(a.proc)
+					}
+				}
+				r.mu.Unlock()
+			}
+			return
 		}
 		name, idx := "?", -1
 		r.mu.Lock()
