@@ -416,3 +416,29 @@ func TestInterruptStopsJobsAndStillWritesResults(t *testing.T) {
 		t.Fatalf("%d simulated processes left on the GPU", len(procs))
 	}
 }
+
+func TestWrapperOfAStoppedViolatorIsEnded(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A launcher that outlives its GPU process when that process is killed.
+	script := exe + " --peak 2GiB --ramp 50ms --hold 100ms --leak-to 12GiB --leak-rate 8GiB || sleep 30"
+	q := Queue{
+		Jobs:      []Job{{Name: "wrapped", Template: "w", Command: []string{"sh", "-c", script}, Env: map[string]string{simjob.EnvChild: "1"}}},
+		Templates: map[string]TemplateSpec{"w": {Name: "w", PeakBytes: 2 * size.GiB}},
+	}
+	start := time.Now()
+	res := runQueue(t, q, testOptions(t, sim, ArmPacked))
+	if got := outcomes(res.Attempts); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+		t.Fatalf("attempts %v, want [cap-violation ok]", got)
+	}
+	if d := res.Attempts[0].Duration(); d > 10*time.Second {
+		t.Fatalf("the violating attempt lasted %s: its wrapper was left running", d)
+	}
+	if time.Since(start) > 20*time.Second {
+		t.Fatalf("run took %s", time.Since(start))
+	}
+}
