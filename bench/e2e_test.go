@@ -47,8 +47,8 @@ func TestEndToEndSimulated(t *testing.T) {
 		Workloads: SimWorkloads{Program: []string{os.Args[0]}, Scale: simScale, Env: map[string]string{envSimJob: "1"}},
 		// The window covers the other templates' ramps (16 s at most) and ends before the
 		// leaker starts leaking (24 s), as a probe window on the GPU should.
-		Runner: RunnerArms{Backend: sim, Policy: pol, ProbeWindow: time.Duration(20 * simScale * float64(time.Second))},
-		Backend:   sim.Kind(), Command: "go test ./bench -run TestEndToEndSimulated",
+		Runner:  RunnerArms{Backend: sim, Policy: pol, ProbeWindow: time.Duration(20 * simScale * float64(time.Second))},
+		Backend: sim.Kind(), Command: "go test ./bench -run TestEndToEndSimulated",
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -26,6 +26,8 @@ type Summary struct {
 	Queue   []Entry  `json:"queue"`
 	Scores  []Score  `json:"scores"`
 	Notes   []string `json:"notes,omitempty"`
+	// Skipped lists the arms that did not start (deadline passed, run interrupted).
+	Skipped []string `json:"skipped,omitempty"`
 }
 
 func fmtDur(d time.Duration) string {

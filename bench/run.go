@@ -140,11 +140,13 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 	for _, spec := range c.Arms {
 		if err := ctx.Err(); err != nil {
 			sum.Notes = append(sum.Notes, fmt.Sprintf("%s skipped: %v", spec.Label, err))
+			sum.Skipped = append(sum.Skipped, spec.Label)
 			continue
 		}
 		if !c.Deadline.IsZero() && time.Now().After(c.Deadline) {
 			sum.Notes = append(sum.Notes, fmt.Sprintf("%s skipped: the deadline %s had passed", spec.Label, c.Deadline.UTC().Format(time.RFC3339)))
 			log.Warn("deadline passed: skipping arm", "arm", spec.Label)
+			sum.Skipped = append(sum.Skipped, spec.Label)
 			continue
 		}
 		armDir := filepath.Join(c.OutDir, spec.Label)

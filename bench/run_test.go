@@ -145,7 +145,8 @@ func TestRunDeadlineSkipsArms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 0 || len(sum.Notes) != 2 || !strings.Contains(sum.Notes[0], "deadline") {
+	if len(runs) != 0 || len(sum.Notes) != 2 || !strings.Contains(sum.Notes[0], "deadline") ||
+		!reflect.DeepEqual(sum.Skipped, []string{"exclusive", "packed-mps"}) {
 		t.Fatalf("runs %d notes %q", len(runs), sum.Notes)
 	}
 	if _, _, err := Run(context.Background(), Config{Arms: arms}); err == nil {

@@ -1,4 +1,6 @@
 // Command gpufrac-bench runs the packing benchmark (bench package) and renders its tables.
+// `run` exits 0 when every arm ran to its end, 1 when one failed or the run broke, 3 when arms
+// were skipped (deadline); results are written in every case.
 //
 //	gpufrac-bench run    --seed N [--arms LIST] [--workloads python|sim] [--out DIR] ...
 //	gpufrac-bench queue  --seed N                      print the seed's queue
@@ -95,7 +97,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	python := fs.String("python", "python3", "Python interpreter of the workloads")
 	wdir := fs.String("workloads-dir", "examples/workloads", "directory of the workload scripts")
 	cache := fs.String("cache", os.Getenv("GPUFRAC_CACHE"), "checkpoint directory written by prepare.py (default $GPUFRAC_CACHE)")
-	out := fs.String("out", "docs/bench-results", "results go to OUT/<date>-seed<N>")
+	out := fs.String("out", "docs/bench-results", "results go to OUT/<date>-seed<N>[-SUFFIX]")
+	suffix := fs.String("suffix", "", "appended to the results directory's name (e.g. arms)")
 	backend := fs.String("backend", gpu.KindAuto, "GPU backend: nvml, simulated or auto")
 	simGPUs := fs.String("sim-gpus", "H200=140GiB", "simulated GPUs (simulated backend)")
 	simDir := fs.String("sim-dir", "", "simulated backend state directory (default: OUT/.../sim)")
@@ -117,9 +120,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	start := time.Now().UTC()
-	dir := filepath.Join(*out, fmt.Sprintf("%s-seed%d", start.Format("2006-01-02"), *seed))
+	base := fmt.Sprintf("%s-seed%d", start.Format("2006-01-02"), *seed)
+	if *suffix != "" {
+		base += "-" + *suffix
+	}
+	dir := filepath.Join(*out, base)
 	if _, err := os.Stat(dir); err == nil {
-		dir = filepath.Join(*out, fmt.Sprintf("%s-seed%d-%s", start.Format("2006-01-02"), *seed, start.Format("150405")))
+		dir += "-" + start.Format("150405") // never overwrite an earlier run of the same day
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		fmt.Fprintf(stderr, "gpufrac-bench: %v\n", err)
@@ -191,6 +198,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		if s.Error != "" {
 			return 1
 		}
+	}
+	if len(sum.Skipped) > 0 {
+		fmt.Fprintf(stderr, "gpufrac-bench: arms skipped: %s\n", strings.Join(sum.Skipped, ", "))
+		return 3
 	}
 	return 0
 }

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Here, after a device call of bench-seed.sh or bench-arms.sh: unpack the results archive(s) the
+# call brought back into docs/bench-results/ and insert the tables into the "Packing benchmark"
+# section of docs/benchmarks.md (run from the repository root).
+# usage: bench-collect.sh [--title TEXT] DIR_OR_TGZ...   (the call's files_at folder, or a .tgz)
+set -euo pipefail
+title=()
+if [ "${1:-}" = --title ]; then title=(--title "$2"); shift 2; fi
+[ $# -gt 0 ] || { echo "usage: bench-collect.sh [--title TEXT] DIR_OR_TGZ..." >&2; exit 2; }
+dest=docs/bench-results
+mkdir -p "$dest"
+tgzs=()
+for arg in "$@"; do
+  if [ -d "$arg" ]; then
+    for t in "$arg"/bench-*.tgz; do tgzs+=("$t"); done
+  else
+    tgzs+=("$arg")
+  fi
+done
+dirs=()
+for t in "${tgzs[@]}"; do
+  if [ ! -f "$t" ]; then echo "no results archive at $t" >&2; exit 1; fi
+  top=$(tar tzf "$t" | awk -F/ 'NR == 1 { print $1 }')
+  if [ -e "$dest/$top" ]; then echo "$dest/$top exists: not overwriting it" >&2; exit 1; fi
+  # The ledger state directories are working files, not results.
+  tar xzf "$t" -C "$dest" --exclude='*/state' --exclude='*/state/*'
+  from=$(dirname "$t")
+  log="$from/$(basename "$t" .tgz).log"
+  if [ -f "$log" ]; then cp "$log" "$dest/$top/device.log"; fi
+  if [ -f "$from/env.txt" ]; then cp "$from/env.txt" "$dest/$top/env.txt"; fi
+  dirs+=("$dest/$top")
+  echo "unpacked $t -> $dest/$top"
+done
+bin=${GPUFRAC_BENCH:-bin/gpufrac-bench}
+if [ ! -x "$bin" ]; then go build -o "$bin" ./bench/cmd/gpufrac-bench; fi
+"$bin" report "${title[@]}" --into docs/benchmarks.md "${dirs[@]}"

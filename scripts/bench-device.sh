@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# One benchmark invocation ON THE GPU MACHINE, inside one device call (at most 10 minutes):
+# prepare the checkpoints if they are not cached, run gpufrac-bench for one seed and a list of
+# arms, and leave everything under $OUT, also when something fails or time runs out.
+# Called by scripts/bench-seed.sh and scripts/bench-arms.sh; see docs/benchmarks.md.
+#
+# usage: bench-device.sh NAME SEED ARMS
+# env:   OUT                 where results go (the device tool sets it; default ./out/bench)
+#        GPUFRAC_BENCH       the carried binary (default bin/gpufrac-bench)
+#        GPUFRAC_CACHE       checkpoint cache (default /tmp/gpufrac-cache)
+#        BENCH_BUDGET_S      seconds for the whole script (default 570: under the 600 s call limit)
+#        BENCH_MODE          mode of arms that name none (default isolated)
+#        BENCH_PROBE_WINDOW  cold probe window, e.g. 20s (default 0: whole-run probes)
+#        BENCH_SUFFIX        appended to the results directory name (<date>-seed<N>-SUFFIX)
+#        BENCH_EXTRA         more gpufrac-bench run flags, e.g. "--job-env GPUFRAC_STEPS=4"
+#        BENCH_WORKLOADS     python (default) or sim; BENCH_BACKEND nvml (default) or simulated:
+#                            sim + simulated rehearse this script on any machine, no GPU needed
+# Files in $OUT (at most 8 come back from the device): NAME.log, NAME.tgz (the whole results
+# tree), summary.md, summary.json, env.txt.
+set -uo pipefail
+name=${1:?usage: bench-device.sh NAME SEED ARMS}
+seed=${2:?usage: bench-device.sh NAME SEED ARMS}
+arms=${3:?usage: bench-device.sh NAME SEED ARMS}
+start=$(date +%s)
+OUT=${OUT:-$PWD/out/bench}
+bin=${GPUFRAC_BENCH:-bin/gpufrac-bench}
+cache=${GPUFRAC_CACHE:-/tmp/gpufrac-cache}
+budget=${BENCH_BUDGET_S:-570}
+mode=${BENCH_MODE:-isolated}
+window=${BENCH_PROBE_WINDOW:-0}
+workloads=${BENCH_WORKLOADS:-python}
+backend=${BENCH_BACKEND:-nvml}
+work=/tmp/gpufrac-bench-$name
+mkdir -p "$OUT" "$work"
+log=$OUT/$name.log
+exec > >(tee -a "$log") 2>&1
+
+say() { echo "[bench-device $(date -u +%H:%M:%S) +$(( $(date +%s) - start ))s] $*"; }
+left() { echo $(( budget - ($(date +%s) - start) )); }
+
+finish() {
+  rc=$?
+  say "finishing (exit $rc): collecting results"
+  # The runner stops its MPS daemons; stop any it could not, so the GPU is left as found.
+  for d in /run/gpufrac/mps/*/pipe /tmp/gpufrac-mps-*/*/pipe; do
+    [ -d "$d" ] || continue
+    echo quit | CUDA_MPS_PIPE_DIRECTORY=$d timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 &&
+      say "stopped a leftover MPS daemon at $d"
+  done
+  nvidia-smi --query-compute-apps=pid,used_memory --format=csv >>"$OUT/env.txt" 2>&1
+  res=$(ls -d "$work"/*-seed"$seed"* 2>/dev/null | tail -1)
+  if [ -n "$res" ]; then
+    cp "$res/summary.md" "$res/summary.json" "$OUT/" 2>/dev/null
+    # The whole tree minus working state (ledger files, simulated GPUs); excludes go first.
+    timeout 60 tar czf "$OUT/$name.tgz" --exclude='*/sim' --exclude='*/state' \
+      -C "$(dirname "$res")" "$(basename "$res")" 2>&1 | tail -3
+    say "results: $res -> $OUT/$name.tgz"
+  else
+    say "no results directory was written"
+  fi
+  say "done in $(( $(date +%s) - start ))s"
+}
+trap finish EXIT
+
+say "seed $seed, arms $arms, mode $mode, probe window $window, budget ${budget}s"
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "host: $(hostname) kernel: $(uname -r)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,compute_mode,mig.mode.current --format=csv
+  python3 -c 'import sys, torch, transformers, peft, torchvision; print("python", sys.version.split()[0], "torch", torch.__version__, "transformers", transformers.__version__, "peft", peft.__version__, "torchvision", torchvision.__version__)'
+  echo "command: bench-device.sh $*"
+} >"$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+if ! "$bin" queue --seed "$seed" >/dev/null; then
+  say "FAILED: $bin does not run here (build it with CGO_ENABLED=1 and carry it)"
+  exit 3
+fi
+if ! command -v nvidia-cuda-mps-control >/dev/null; then
+  say "warning: nvidia-cuda-mps-control is not on PATH: mps arms will fail"
+fi
+
+say "prepare (cache $cache)"
+if [ "$workloads" = python ] && ! timeout 150 python3 examples/workloads/prepare.py --cache "$cache" 2>&1 | grep -v 'Writing model shards'; then
+  say "FAILED: prepare.py (see above)"
+  exit 4
+fi
+
+# Leave 40 s for collecting; the deadline stops new arms well before the hard timeout, and the
+# hard timeout interrupts (SIGINT) so the runner stops its jobs and the bench writes what ran.
+run_s=$(( $(left) - 40 ))
+deadline_s=$(( run_s - 60 ))
+if [ "$deadline_s" -le 0 ]; then
+  say "FAILED: no time left for the benchmark after prepare"
+  exit 5
+fi
+say "benchmark: ${run_s}s at most, no arm starts after ${deadline_s}s"
+# shellcheck disable=SC2086  # BENCH_EXTRA is a list of flags
+timeout --signal=INT --kill-after=25 "$run_s" "$bin" run --seed "$seed" --arms "$arms" --mode "$mode" \
+  --workloads "$workloads" --workloads-dir examples/workloads --cache "$cache" --backend "$backend" \
+  --probe-window "$window" --deadline "${deadline_s}s" --out "$work" --suffix "${BENCH_SUFFIX:-}" ${BENCH_EXTRA:-}
+rc=$?
+case $rc in
+  0) say "benchmark finished" ;;
+  124|130) say "benchmark stopped at its time limit: partial results kept" ;;
+  *) say "benchmark exited $rc: partial results kept" ;;
+esac
+exit $rc
