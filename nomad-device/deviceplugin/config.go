@@ -80,7 +80,9 @@ var options = []option{
 	{Name: KeyIgnoredGPUIDs, Type: "list(string)", Default: "[]"},
 	{Name: KeyFingerprintPeriod, Type: "string", Default: `"1m"`},
 	{Name: KeyDockerRuntime, Type: "bool", Default: "false"},
-	{Name: KeyGPUModes, Type: "map(string)", Default: "{}"},
+	// A list of maps because Nomad parses agent files with HCL1, which turns `gpu_modes = {...}`
+	// (and `gpu_modes { ... }`) into a list holding one map.
+	{Name: KeyGPUModes, Type: "list(map(string))", Default: "[]"},
 	{Name: KeyMPSRoot, Type: "string", Default: `"/run/gpufrac/mps"`},
 	{Name: KeyMPSControl, Type: "string", Default: `""`},
 	{Name: KeyDeviceNodes, Type: "bool", Default: "true"},
@@ -306,17 +308,24 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	if !policyNameRE.MatchString(c.PolicyName) {
 		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be 1-64 letters, digits, '-', '_' or '~'")
 	}
-	modes := schema.get(obj, KeyGPUModes)
-	for k, v := range modes.AsValueMap() {
-		if v.IsNull() {
+	for _, modes := range schema.get(obj, KeyGPUModes).AsValueSlice() {
+		if modes.IsNull() {
 			continue
 		}
-		m := policy.Mode(v.AsString())
-		if m != policy.ModeMPS && m != policy.ModeIsolated {
-			bad(KeyGPUModes+"."+k, strconv.Quote(string(m)), `must be "mps" or "isolated"`)
-			continue
+		for k, v := range modes.AsValueMap() {
+			if v.IsNull() {
+				continue
+			}
+			m := policy.Mode(v.AsString())
+			switch {
+			case m != policy.ModeMPS && m != policy.ModeIsolated:
+				bad(KeyGPUModes+"."+k, strconv.Quote(string(m)), `must be "mps" or "isolated"`)
+			case c.GPUModes[k] != "" && c.GPUModes[k] != m:
+				bad(KeyGPUModes+"."+k, strconv.Quote(string(m)), "set twice with different modes")
+			default:
+				c.GPUModes[k] = m
+			}
 		}
-		c.GPUModes[k] = m
 	}
 	if pb := schema.get(obj, KeyPolicy); !pb.IsNull() {
 		n := schema.nested[KeyPolicy]

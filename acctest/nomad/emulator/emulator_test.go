@@ -58,8 +58,10 @@ func TestEncodeConfigAppliesDefaultsAndFunctions(t *testing.T) {
 		"count":  def(attr("count", "number"), lit("max(1, 7)")),
 		"names":  def(attr("names", "list(string)"), lit("[]")),
 	})
+	// HCL1 has no function calls; a string template reaches hcldec through the JSON body and
+	// is evaluated there, with Nomad's functions.
 	b, err := EncodeConfig(spec, `config {
-  names = [upper("a")]
+  names = ["${upper("a")}"]
 }`)
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +80,11 @@ func TestEncodeConfigAppliesDefaultsAndFunctions(t *testing.T) {
 	}
 	if _, err := EncodeConfig(spec, `config { nope = 1 }`); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("unknown key: %v", err)
+	}
+	// HCL1 turns a nested object into a list of maps; a map-typed attribute cannot take it.
+	mapSpec := obj(map[string]*hclspecpb.Spec{"m": attr("m", "map(string)")})
+	if _, err := EncodeConfig(mapSpec, `config { m = { a = "b" } }`); err == nil {
+		t.Error("a map(string) attribute accepted an HCL1 object: Nomad agents refuse that")
 	}
 }
 

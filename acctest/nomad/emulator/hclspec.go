@@ -1,12 +1,17 @@
 package emulator
 
 import (
+	"encoding/json"
 	"fmt"
+
+	hcl1 "github.com/hashicorp/hcl"
+	hcl1ast "github.com/hashicorp/hcl/hcl/ast"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/typeexpr"
 	"github.com/hashicorp/hcl/v2/hcldec"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	hcljson "github.com/hashicorp/hcl/v2/json"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 	"github.com/zclconf/go-cty/cty/function/stdlib"
@@ -188,30 +193,44 @@ func parseType(t string) (cty.Type, error) {
 }
 
 // EncodeConfig turns agent HCL holding at most one `config { ... }` block into SetConfig's bytes
-// as a Nomad agent does: decode the block through the converted schema, then msgpack with the
-// decoded value's own type. No config block decodes an empty body, so defaults apply.
+// the way a Nomad agent does: the agent file is parsed with HCL1 (so a nested object or block
+// arrives as a list of maps), the config map is JSON-encoded, parsed back as HCL2 JSON, decoded
+// through the converted schema, and the value is msgpack-encoded with its own type. No config
+// block decodes an empty map, so defaults apply.
 func EncodeConfig(schema *hclspecpb.Spec, hclText string) ([]byte, error) {
 	spec, err := SpecToHCLDec(schema)
 	if err != nil {
 		return nil, fmt.Errorf("plugin schema: %w", err)
 	}
-	f, diags := hclsyntax.ParseConfig([]byte(hclText), "agent.hcl", hcl.InitialPos)
+	f, err := hcl1.Parse(hclText)
+	if err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	root, ok := f.Node.(*hcl1ast.ObjectList)
+	if !ok {
+		return nil, fmt.Errorf("agent config: not an HCL body")
+	}
+	if n := len(root.Filter("config").Items); n > 1 {
+		return nil, fmt.Errorf("agent config: %d config blocks, want at most one", n)
+	}
+	var stanza struct {
+		Config map[string]interface{} `hcl:"config"`
+	}
+	if err := hcl1.DecodeObject(&stanza, f.Node); err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	if stanza.Config == nil {
+		stanza.Config = map[string]interface{}{}
+	}
+	js, err := json.Marshal(stanza.Config)
+	if err != nil {
+		return nil, fmt.Errorf("agent config: %w", err)
+	}
+	jf, diags := hcljson.Parse(js, "")
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("agent config: %s", diags.Error())
 	}
-	content, diags := f.Body.Content(&hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "config"}}})
-	if diags.HasErrors() {
-		return nil, fmt.Errorf("agent config: %s", diags.Error())
-	}
-	var body hcl.Body = hcl.EmptyBody()
-	switch len(content.Blocks) {
-	case 0:
-	case 1:
-		body = content.Blocks[0].Body
-	default:
-		return nil, fmt.Errorf("agent config: %d config blocks, want at most one", len(content.Blocks))
-	}
-	val, diags := hcldec.Decode(body, spec, EvalContext())
+	val, diags := hcldec.Decode(jf.Body, spec, EvalContext())
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("failed to parse plugin config: %s", diags.Error())
 	}
