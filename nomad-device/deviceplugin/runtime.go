@@ -79,7 +79,11 @@ func (rt *runtime) open() {
 	rt.mu.Lock()
 	if rt.backend == nil {
 		b, err := gpu.Open(rt.cfg.GPUBackend, gpu.OpenOptions{SimGPUs: rt.cfg.SimulatedGPUs, SimDir: rt.cfg.SimulatedDir, Logger: rt.log})
-		rt.backend, rt.backendErr = b, err
+		rt.backendErr = err
+		if err == nil {
+			// Only on success: on error Open may hand back a typed nil inside the interface.
+			rt.backend = b
+		}
 		if err != nil {
 			rt.log.Error("GPU backend unavailable: no GPU is advertised until it works; retrying every fingerprint_period",
 				"gpu_backend", rt.cfg.GPUBackend, "error", err, "retry", rt.cfg.FingerprintPeriod)
@@ -265,6 +269,9 @@ func (rt *runtime) unavailable() string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	switch {
+	case rt.backend == nil:
+		// The ledger may still list GPUs from before a restart; none can be used unseen.
+		return fmt.Sprintf("GPU backend %q unavailable: %v", rt.cfg.GPUBackend, rt.backendErr)
 	case rt.led == nil:
 		return fmt.Sprintf("gpufrac ledger in %s unavailable: %v", rt.cfg.LedgerDir(), rt.ledgerErr)
 	case !rt.policyReady:

@@ -323,3 +323,40 @@ func TestLockedLedgerStillFingerprints(t *testing.T) {
 		}
 	}
 }
+
+func TestBackendLostAfterRestartMarksUnitsUnhealthy(t *testing.T) {
+	// First life: simulated GPUs recorded in the ledger, one reservation.
+	s, dir := newSim(t, "A100=40GiB", "")
+	m, _ := firstFingerprint(t, s)
+	held := ids(m.DeviceGroup[0], 2)
+	if _, err := s.Reserve(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown()
+
+	// Second life on the same state_dir, but the backend cannot start (its directory is a file).
+	bad := filepath.Join(dir, "not-a-dir")
+	if err := os.WriteFile(bad, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s2 := NewServer(Options{})
+	t.Cleanup(s2.Shutdown)
+	hcl := `config {
+		gpu_backend = "simulated"
+		state_dir = "` + dir + `"
+		simulated_dir = "` + bad + `"
+	}`
+	if err := s2.SetConfig(encode(t, hcl), APIVersion); err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := firstFingerprint(t, s2)
+	if len(m2.DeviceGroup) != 1 {
+		t.Fatalf("%d groups, want the GPU the ledger remembers", len(m2.DeviceGroup))
+	}
+	for _, d := range m2.DeviceGroup[0].Devices {
+		isHeld := d.ID == held[0] || d.ID == held[1]
+		if !isHeld && (d.Healthy || !strings.Contains(d.HealthDescription, "GPU backend")) {
+			t.Fatalf("free unit %s healthy=%v %q while the backend is down", d.ID, d.Healthy, d.HealthDescription)
+		}
+	}
+}
