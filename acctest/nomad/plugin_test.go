@@ -206,6 +206,19 @@ func TestBadConfigStopsAgentStartAtSetConfig(t *testing.T) {
 }
 
 func TestRestartKeepsReservations(t *testing.T) {
+	for _, how := range []string{"agent restart", "plugin crash"} {
+		t.Run(how, func(t *testing.T) {
+			testRestart(t, func(c *emulator.Client) error {
+				if how == "agent restart" {
+					return c.Restart()
+				}
+				return c.Relaunch()
+			})
+		})
+	}
+}
+
+func testRestart(t *testing.T, restart func(*emulator.Client) error) {
 	dir := t.TempDir()
 	pf := filepath.Join(dir, "policy.json")
 	writePolicy(t, pf, func(p *policy.Policy) { p.MaxTasksPerGPU = 2 })
@@ -226,8 +239,8 @@ func TestRestartKeepsReservations(t *testing.T) {
 		tokens = append(tokens, res.GetEnvs()[enforcer.EnvReservation])
 	}
 
-	if err := c.Restart(); err != nil {
-		t.Fatalf("agent restart: %v", err)
+	if err := restart(c); err != nil {
+		t.Fatalf("restart: %v", err)
 	}
 	fp := c.Latest()
 	listed := map[string]bool{}
@@ -334,5 +347,19 @@ func TestBinaryRefusesToRunWithoutNomad(t *testing.T) {
 	}
 	if stdout.Len() != 0 {
 		t.Errorf("stdout without a cookie: %q", stdout.String())
+	}
+}
+
+func TestSecondPluginOnOneLedgerShowsTheLock(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, agentConfig(dir, `"T4=16GiB"`, ""))
+	second := start(t, agentConfig(dir, `"T4=16GiB"`, ""))
+	g := second.Latest().GetDeviceGroup()[0]
+	if healthy(g) != 0 || len(g.GetDevices()) != 14 {
+		t.Fatalf("second plugin: %d of %d units healthy, want 0 of 14 (the first one's units, unusable)", healthy(g), len(g.GetDevices()))
+	}
+	pid := strconv.Itoa(first.Process().Pid())
+	if desc := g.GetDevices()[0].GetHealthDescription(); !strings.Contains(desc, "ledger") || !strings.Contains(desc, pid) {
+		t.Errorf("health description %q does not name the ledger lock holder (PID %s)", desc, pid)
 	}
 }

@@ -403,6 +403,15 @@ func (c *Client) Restart() error {
 	return c.boot()
 }
 
+// Relaunch is what the agent's instance manager does when the plugin process dies: it kills
+// nothing else, launches the binary once more, calls SetConfig and reopens the streams.
+func (c *Client) Relaunch() error {
+	c.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.startLongRunning(ctx)
+}
+
 // Process is the long-running plugin process.
 func (c *Client) Process() *Process {
 	c.mu.Lock()

@@ -141,6 +141,9 @@ func (p *Process) Stderr() string {
 	return p.stderr.String()
 }
 
+// Pid is the plugin's process ID.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
 // Exited is closed when the process has exited.
 func (p *Process) Exited() <-chan struct{} { return p.exited }
 
