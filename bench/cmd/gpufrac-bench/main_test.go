@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/bench"
+)
+
+func call(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	rc := run(args, &out, &errb)
+	return rc, out.String(), errb.String()
+}
+
+func TestQueue(t *testing.T) {
+	rc, out, _ := call("queue", "--seed", "2")
+	if rc != 0 {
+		t.Fatalf("rc %d", rc)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != bench.QueueLen {
+		t.Fatalf("%d lines, want %d:\n%s", len(lines), bench.QueueLen, out)
+	}
+	for i, e := range bench.Draw(2) {
+		if lines[i] != e.Name+"\t"+e.Template {
+			t.Fatalf("line %d %q, want %q", i, lines[i], e.Name+"\t"+e.Template)
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		rc   int
+		want string
+	}{
+		{nil, 2, "usage"},
+		{[]string{"bogus"}, 2, `unknown command "bogus"`},
+		{[]string{"run", "--arms", "packed-mps"}, 2, "first arm must be exclusive"},
+		{[]string{"run", "--workloads-dir", "/nonexistent", "--out", "OUTDIR"}, 2, "does not hold the workloads"},
+		{[]string{"run", "--workloads", "docker", "--out", "OUTDIR"}, 2, `--workloads "docker"`},
+		{[]string{"report"}, 2, "name at least one results directory"},
+		{[]string{"report", "/nonexistent"}, 1, "summary"},
+		{[]string{"simjob", "--template", "gpt", "--result", "/tmp/x"}, 2, `"gpt"`},
+	}
+	for _, c := range cases {
+		for i, a := range c.args {
+			if a == "OUTDIR" {
+				c.args[i] = t.TempDir()
+			}
+		}
+		rc, _, errs := call(c.args...)
+		if rc != c.rc || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: rc %d stderr %q; want rc %d and %q", c.args, rc, errs, c.rc, c.want)
+		}
+	}
+}
+
+func TestReportInto(t *testing.T) {
+	dir := t.TempDir()
+	res := filepath.Join(dir, "2026-11-29-seed1")
+	sum := bench.Summary{Seed: 1, Started: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), Command: "gpufrac-bench run --seed 1",
+		Scores: []bench.Score{{Label: "exclusive", Arm: "exclusive", Seed: 1, Jobs: 12, Completed: 12, Ratio: 1, JobsPerGPUHour: 200}}}
+	if err := bench.WriteRaw(res, sum, nil); err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join(dir, "benchmarks.md")
+	before := "# Benchmarks\n\n## Enforcer on the H200\n\nsomeone else's\n"
+	if err := os.WriteFile(doc, []byte(before), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc, _, errs := call("report", "--title", "Run one", "--into", doc, res)
+	if rc != 0 {
+		t.Fatalf("rc %d: %s", rc, errs)
+	}
+	got, _ := os.ReadFile(doc)
+	if !strings.HasPrefix(string(got), before) {
+		t.Fatalf("the other section changed:\n%s", got)
+	}
+	for _, want := range []string{"## Packing benchmark", "### Run one", "| exclusive | 1.000x (12/12) | 1.000x | 12 of 12 |", "#### Seed 1"} {
+		if !strings.Contains(string(got), want) {
+			t.Errorf("document lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// The test binary doubles as `gpufrac-bench simjob`, which `run --workloads sim` executes.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "simjob" {
+		os.Exit(bench.SimJobMain(os.Args[2:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestRunSimulated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 12 simulated jobs")
+	}
+	out := t.TempDir()
+	rc, stdout, errs := call("run", "--seed", "3", "--arms", "exclusive", "--workloads", "sim", "--backend", "simulated",
+		"--sim-scale", "0.01", "--suffix", "t", "--out", out, "--log-level", "warn")
+	if rc != 0 {
+		t.Fatalf("rc %d\n%s\n%s", rc, stdout, errs)
+	}
+	if !strings.Contains(stdout, "| exclusive | - | - |") || !strings.Contains(stdout, "12 of 12") {
+		t.Fatalf("table missing or incomplete:\n%s", stdout)
+	}
+	dir := filepath.Join(out, time.Now().UTC().Format("2006-01-02")+"-seed3-t")
+	s, err := bench.LoadSummary(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Backend != "simulated" || !strings.HasPrefix(s.Command, "gpufrac-bench run --seed 3") || s.Scores[0].Completed != 12 {
+		t.Fatalf("summary %+v", s)
+	}
+}
