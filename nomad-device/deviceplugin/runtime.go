@@ -19,9 +19,9 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// Enforcer is what the plugin needs from the enforcer: get a GPU ready for a task, the
+// taskEnforcer is what the plugin needs from the enforcer: get a GPU ready for a task, the
 // node-level environment options, and a reservation's current memory use.
-type Enforcer interface {
+type taskEnforcer interface {
 	PrepareGPU(ctx context.Context, uuid string) error
 	EnvOptions(uuid string) enforcer.EnvOptions
 	TaskUsage(token string) (size.Bytes, bool)
@@ -42,7 +42,7 @@ type runtime struct {
 	backendErr error
 	led        *ledger.Ledger
 	ledgerErr  error
-	enf        Enforcer
+	enf        taskEnforcer
 	enforcer   *enforcer.Enforcer    // the same as enf; kept for Shutdown
 	devices    map[string]gpu.Device // by UUID, from the last listing
 	// policyReady is false while a policy source is configured but has not yet delivered a valid
@@ -258,7 +258,7 @@ func (rt *runtime) notify() {
 }
 
 // parts returns the current backend, ledger and enforcer (any may be nil) under the lock.
-func (rt *runtime) parts() (gpu.Backend, *ledger.Ledger, Enforcer) {
+func (rt *runtime) parts() (gpu.Backend, *ledger.Ledger, taskEnforcer) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	return rt.backend, rt.led, rt.enf
