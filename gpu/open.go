@@ -32,7 +32,12 @@ func Open(kind string, opts OpenOptions) (Backend, error) {
 		if len(gpus) == 0 {
 			gpus = DefaultSimGPUs
 		}
-		return NewSimulated(SimConfig{GPUs: gpus, Dir: opts.SimDir, Logger: logger})
+		s, err := NewSimulated(SimConfig{GPUs: gpus, Dir: opts.SimDir, Logger: logger})
+		if err != nil {
+			// A typed nil inside a non-nil interface would pass callers' nil checks and panic later.
+			return nil, err
+		}
+		return s, nil
 	}
 	switch kind {
 	case KindNVML:

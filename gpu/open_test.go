@@ -39,6 +39,10 @@ func TestOpen(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("Open(%q) error %v, want one containing %s", tc.kind, err, tc.wantErr)
 				}
+				// A typed nil inside the interface would pass callers' nil checks and panic later.
+				if b != nil {
+					t.Fatalf("Open(%q) returned a non-nil backend %#v with its error", tc.kind, b)
+				}
 				return
 			}
 			if err != nil {
