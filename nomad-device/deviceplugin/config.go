@@ -54,7 +54,13 @@ const (
 	KeyMPSRoot           = "mps_root"
 	KeyMPSControl        = "mps_control"
 	KeyDeviceNodes       = "device_nodes"
+	KeyReservationGrace  = "reservation_grace"
 )
+
+// DefaultReservationGrace is how long a reservation survives with no live process carrying its
+// token. Nomad has no release call, so this is what frees the units of a task that died; it is
+// long because a docker task's first process only starts after its image is pulled.
+const DefaultReservationGrace = 10 * time.Minute
 
 // DefaultStateDir holds the ledger (and the simulated GPUs' state unless simulated_dir is set).
 const DefaultStateDir = "/var/lib/gpufrac"
@@ -86,6 +92,7 @@ var options = []option{
 	{Name: KeyMPSRoot, Type: "string", Default: `"/run/gpufrac/mps"`},
 	{Name: KeyMPSControl, Type: "string", Default: `""`},
 	{Name: KeyDeviceNodes, Type: "bool", Default: "true"},
+	{Name: KeyReservationGrace, Type: "string", Default: `"` + DefaultReservationGrace.String() + `"`},
 }
 
 // Config is the decoded and validated plugin configuration.
@@ -113,6 +120,8 @@ type Config struct {
 	MPSRoot     string
 	MPSControl  string
 	DeviceNodes bool
+	// ReservationGrace ends a reservation that no live process has carried for this long.
+	ReservationGrace time.Duration
 }
 
 // NomadPolicy is the `policy { ... }` block: where the policy's Nomad Variable lives.
@@ -304,6 +313,14 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		bad(KeyFingerprintPeriod, strconv.Quote(period), "must be between 1s and 24h")
 	} else {
 		c.FingerprintPeriod = d
+	}
+	grace := s(KeyReservationGrace)
+	if d, err := time.ParseDuration(grace); err != nil {
+		bad(KeyReservationGrace, strconv.Quote(grace), "not a duration such as \"10m\"")
+	} else if d < 10*time.Second || d > 24*time.Hour {
+		bad(KeyReservationGrace, strconv.Quote(grace), "must be between 10s and 24h")
+	} else {
+		c.ReservationGrace = d
 	}
 	if !policyNameRE.MatchString(c.PolicyName) {
 		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be 1-64 letters, digits, '-', '_' or '~'")

@@ -93,7 +93,7 @@ func (rt *runtime) open() {
 	}
 	openedLedger := false
 	if rt.led == nil {
-		l, err := ledger.Open(rt.cfg.LedgerDir(), ledger.Options{Logger: rt.log})
+		l, err := ledger.Open(rt.cfg.LedgerDir(), ledger.Options{Logger: rt.log, Grace: rt.cfg.ReservationGrace})
 		rt.led, rt.ledgerErr = l, err
 		if err != nil {
 			rt.log.Error("ledger unavailable: GPU units are advertised unhealthy until it opens; retrying every fingerprint_period",
