@@ -34,8 +34,8 @@ var simShapes = map[string]simShape{
 	ResNet50:  {peak: "4.3GiB", ramp: 9 * time.Second, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12},
 	// The leaker holds about 1 GiB for a small phase that outlasts every other template's ramp
 	// (so a probe window that sees their peaks still sees a small leaker), then grows 20 GiB a
-	// second to 100 GiB.
-	Leaker: {peak: "1GiB", ramp: 8 * time.Second, hold: 16 * time.Second, leakTo: "100GiB", leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
+	// second, as the real one does, to 40 GiB (far past its cap; 100 GiB would only add time).
+	Leaker: {peak: "1GiB", ramp: 8 * time.Second, hold: 16 * time.Second, leakTo: "40GiB", leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
 }
 
 // SimJobMain is a simulated benchmark job: it runs gpu/simjob (a real process that takes memory
@@ -68,9 +68,9 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	sargs := []string{"--peak", shape.peak, "--ramp", scaled(shape.ramp, *scale), "--hold", scaled(shape.hold, *scale),
 		"--result", raw, "--seed", fmt.Sprint(seed)}
 	if shape.leakTo != "" {
-		// Faster durations mean a faster leak, so the leak still takes its share of the job.
-		rate := fmt.Sprintf("%dMiB", int(float64(20*1024)/(*scale)))
-		sargs = append(sargs, "--leak-to", shape.leakTo, "--leak-rate", rate)
+		// The rate is not scaled: the runner samples memory every 20 ms, and a leak that passed
+		// the cap between two samples would look like an ordinary crash rather than a violation.
+		sargs = append(sargs, "--leak-to", shape.leakTo, "--leak-rate", shape.leakPerSec)
 	}
 	if rc := simjob.Main(sargs, stdout, stderr); rc != 0 {
 		return rc

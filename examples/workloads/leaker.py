@@ -15,7 +15,7 @@ usage: python3 leaker.py RESULT.json [--seed N]
 knobs: GPUFRAC_LEAKER_SMALL_S (20), GPUFRAC_LEAKER_STEP_MS (100): the small phase (at least
        MIN_STEPS steps; the result digests the first MIN_STEPS losses, so it does not depend on
        how many steps fit);
-       GPUFRAC_LEAK_CHUNK_MIB (2048), GPUFRAC_LEAK_INTERVAL_MS (100), GPUFRAC_LEAK_TOTAL_GIB (100).
+       GPUFRAC_LEAK_CHUNK_MIB (512), GPUFRAC_LEAK_INTERVAL_MS (25), GPUFRAC_LEAK_TOTAL_GIB (100).
 """
 
 import time
@@ -29,8 +29,10 @@ def main():
     job = common.Job("leaker", "exact", __doc__)
     small_s = common.env_float("GPUFRAC_LEAKER_SMALL_S", 20.0)
     step_s = common.env_int("GPUFRAC_LEAKER_STEP_MS", 100) / 1000
-    chunk_mib = common.env_int("GPUFRAC_LEAK_CHUNK_MIB", 2048)
-    interval_s = common.env_int("GPUFRAC_LEAK_INTERVAL_MS", 100) / 1000
+    # 512 MiB every 25 ms (20 GiB/s): the growth is steady, so samples taken every 20 ms see it
+    # climb to the cap instead of one jump far past it.
+    chunk_mib = common.env_int("GPUFRAC_LEAK_CHUNK_MIB", 512)
+    interval_s = common.env_int("GPUFRAC_LEAK_INTERVAL_MS", 25) / 1000
     total_gib = common.env_int("GPUFRAC_LEAK_TOTAL_GIB", 100)
     torch = job.setup_torch()
     job.mark("imports")
@@ -63,7 +65,8 @@ def main():
         held.append(torch.ones(chunk, dtype=torch.uint8, device="cuda"))
         torch.cuda.synchronize()
         gib = len(held) * chunk / 2**30
-        print(f"[leaker] holding {gib:.1f} GiB", flush=True)
+        if len(held) % 8 == 0:
+            print(f"[leaker] holding {gib:.1f} GiB", flush=True)
         time.sleep(max(0.0, interval_s - (time.perf_counter() - t)))
     time.sleep(0.5)
     job.mark("leak")
