@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufrac/gpufrac/ledger"
 	"io"
 	"io/fs"
 	"os"
@@ -113,6 +114,9 @@ type Config struct {
 	// ArmTimeout bounds each arm; Deadline, when set, skips arms that would start after it.
 	ArmTimeout time.Duration
 	Deadline   time.Time
+	// Profiles are measured footprints a warm arm starts from when no cold arm of its mode ran
+	// before it in this invocation (profiles measured by an earlier probe of each template).
+	Profiles []ledger.Profile
 	// Summary fields recorded as given.
 	Command, Machine, GPU, Driver, Backend string
 	Logger                                 hclog.Logger
@@ -160,6 +164,11 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 				if err := copyDir(from, stateDir); err != nil {
 					sum.Notes = append(sum.Notes, fmt.Sprintf("%s: could not reuse the profiles of %s: %v", spec.Label, from, err))
 				}
+			} else if len(c.Profiles) > 0 {
+				if err := seedProfiles(stateDir, c.Profiles); err != nil {
+					return sum, runs, fmt.Errorf("arm %s: %w", spec.Label, err)
+				}
+				sum.Notes = append(sum.Notes, fmt.Sprintf("%s: starts from %d stored profiles (--profiles)", spec.Label, len(c.Profiles)))
 			} else {
 				sum.Notes = append(sum.Notes, fmt.Sprintf("%s: no cold %s arm ran before it, so it starts with no stored profiles", spec.Label, spec.Mode))
 			}
@@ -196,6 +205,21 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 	}
 	sum.Notes = append(sum.Notes, exclusiveAgreement(sum.Scores)...)
 	return sum, runs, WriteRaw(c.OutDir, sum, runs)
+}
+
+// seedProfiles writes profiles into the ledger an arm's runner will open in stateDir.
+func seedProfiles(stateDir string, profiles []ledger.Profile) error {
+	led, err := ledger.Open(stateDir, ledger.Options{})
+	if err != nil {
+		return fmt.Errorf("seeding profiles: %w", err)
+	}
+	for _, p := range profiles {
+		if err := led.RecordProfile(p); err != nil {
+			_ = led.Close()
+			return fmt.Errorf("seeding profile of %s: %w", p.Template, err)
+		}
+	}
+	return led.Close()
 }
 
 func buildJobs(queue []Entry, w Workloads, resDir string) ([]JobSpec, error) {

@@ -12,6 +12,7 @@
 #        BENCH_MODE          mode of arms that name none (default isolated)
 #        BENCH_PROBE_WINDOW  cold probe window, e.g. 20s (default 0: whole-run probes)
 #        BENCH_SUFFIX        appended to the results directory name (<date>-seed<N>-SUFFIX)
+#        BENCH_PROFILES      stored footprints for warm arms (default bench/profiles-h200.json)
 #        BENCH_EXTRA         more gpufrac-bench run flags, e.g. "--job-env GPUFRAC_STEPS=4"
 #        BENCH_WORKLOADS     python (default) or sim; BENCH_BACKEND nvml (default) or simulated:
 #                            sim + simulated rehearse this script on any machine, no GPU needed
@@ -98,7 +99,7 @@ say "benchmark: ${run_s}s at most, no arm starts after ${deadline_s}s"
 # shellcheck disable=SC2086  # BENCH_EXTRA is a list of flags
 timeout --signal=INT --kill-after=25 "$run_s" "$bin" run --seed "$seed" --arms "$arms" --mode "$mode" \
   --workloads "$workloads" --workloads-dir examples/workloads --cache "$cache" --backend "$backend" \
-  --probe-window "$window" --deadline "${deadline_s}s" --out "$work" --suffix "${BENCH_SUFFIX:-}" ${BENCH_EXTRA:-}
+  --probe-window "$window" --profiles "${BENCH_PROFILES:-bench/profiles-h200.json}" --deadline "${deadline_s}s" --out "$work" --suffix "${BENCH_SUFFIX:-}" ${BENCH_EXTRA:-}
 rc=$?
 case $rc in
   0) say "benchmark finished" ;;

@@ -108,6 +108,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	deadline := fs.Duration("deadline", 0, "start no arm later than this after the start (0: no limit)")
 	mpsRoot := fs.String("mps-root", "", "MPS pipe/log root (default: the runner's)")
 	logLevel := fs.String("log-level", "info", "log level")
+	profiles := fs.String("profiles", "", "JSON file of template -> measured peak that warm arms start from (e.g. bench/profiles-h200.json)")
 	jobEnv := kvFlag{}
 	fs.Var(jobEnv, "job-env", "KEY=VALUE added to every job's environment (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -186,6 +187,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	if *deadline > 0 {
 		cfg.Deadline = start.Add(*deadline)
+	}
+	if *profiles != "" {
+		if cfg.Profiles, err = bench.LoadProfiles(*profiles); err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: --profiles: %v\n", err)
+			return 2
+		}
 	}
 	sum, _, err := bench.Run(ctx, cfg)
 	fmt.Fprint(stdout, bench.RenderRun(sum))

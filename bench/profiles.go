@@ -1,0 +1,52 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// LoadProfiles reads stored footprints for warm arms: a JSON object mapping a template to its
+// measured peak ("18.7GiB" or a byte count), plus optional "_source" and "_measured_at" notes.
+// Templates it omits are probed by the runner as usual. Errors name the bad entry.
+func LoadProfiles(path string) ([]ledger.Profile, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("profiles: %w", err)
+	}
+	var doc map[string]string
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("profiles %s: want a JSON object of template -> size: %w", path, err)
+	}
+	at := time.Time{}
+	if s, ok := doc["_measured_at"]; ok {
+		if at, err = time.Parse(time.RFC3339, s); err != nil {
+			return nil, fmt.Errorf("profiles %s: _measured_at %q: %w", path, s, err)
+		}
+	}
+	known := map[string]bool{}
+	for _, t := range Templates {
+		known[t] = true
+	}
+	var out []ledger.Profile
+	for name, v := range doc {
+		if name == "_source" || name == "_measured_at" {
+			continue
+		}
+		if !known[name] {
+			return nil, fmt.Errorf("profiles %s: unknown template %q", path, name)
+		}
+		peak, err := size.Parse(v)
+		if err != nil || peak == 0 {
+			return nil, fmt.Errorf("profiles %s: %s = %q is not a positive size", path, name, v)
+		}
+		out = append(out, ledger.Profile{Template: name, PeakBytes: peak, Samples: 1, MeasuredAt: at, Source: ledger.ProfileProbe})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Template < out[j].Template })
+	return out, nil
+}

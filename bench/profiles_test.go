@@ -1,0 +1,68 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestLoadProfiles(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		want      map[string]size.Bytes
+		wantErr   string
+	}{
+		{name: "sizes and bytes", doc: `{"_source": "calibration", "lora-0.6b": "18.7GiB", "resnet50": "4601151488"}`,
+			want: map[string]size.Bytes{LoRA06B: size.MustParse("18.7GiB"), ResNet50: 4601151488}},
+		{name: "unknown template", doc: `{"bert": "1GiB"}`, wantErr: `"bert"`},
+		{name: "bad size", doc: `{"resnet50": "lots"}`, wantErr: `resnet50 = "lots"`},
+		{name: "zero", doc: `{"resnet50": "0"}`, wantErr: `resnet50 = "0"`},
+		{name: "not an object", doc: `["resnet50"]`, wantErr: "JSON object"},
+		{name: "bad date", doc: `{"_measured_at": "yesterday"}`, wantErr: `"yesterday"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "p.json")
+			if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := LoadProfiles(path)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tc.want) {
+				t.Fatalf("got %d profiles, want %d: %+v", len(got), len(tc.want), got)
+			}
+			for _, p := range got {
+				if tc.want[p.Template] != p.PeakBytes {
+					t.Errorf("%s = %d, want %d", p.Template, p.PeakBytes, tc.want[p.Template])
+				}
+			}
+		})
+	}
+}
+
+// The committed H200 profiles must stay loadable: the benchmark scripts pass them to warm arms.
+func TestCommittedProfilesLoad(t *testing.T) {
+	got, err := LoadProfiles("profiles-h200.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range got {
+		if p.Template == Leaker {
+			t.Errorf("the leaker has a stored profile (%s): it must be probed, so it looks small", p.PeakBytes)
+		}
+	}
+	if len(got) != len(Templates)-1 {
+		t.Errorf("%d profiles, want one per template but the leaker (%d)", len(got), len(Templates)-1)
+	}
+}
