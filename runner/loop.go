@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"github.com/gpufrac/gpufrac/policy"
 	"io"
 	"maps"
 	"os"
@@ -384,9 +385,12 @@ func (r *run) finish(a *active) {
 	case a.violation != nil:
 		at.Outcome = OutcomeCapViolation
 		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, a.violation.PeakBytes, a.violation.CapBytes)
-	case a.exit != 0 && a.l.capped && oom && at.PeakBytes*2 >= at.CapBytes:
+	case a.exit != 0 && a.l.capped && oom && (r.o.modeOf() == policy.ModeMPS || at.PeakBytes*2 >= at.CapBytes):
 		// Under MPS the allocation that crosses the cap fails inside the job, which exits
-		// with CUDA's own message; the watchdog may never see usage above the cap.
+		// with CUDA's own message; the watchdog may never see usage above the cap, and one
+		// large allocation can fail long before the sampled use comes near it. Caps fit the
+		// budget, so an OOM under MPS is the job's own limit. Without MPS an OOM far below the
+		// cap means the GPU itself was full: a harmed job, not a violator.
 		at.Outcome = OutcomeCapViolation
 		at.Detail = "out of memory inside the job near its cap"
 	case a.exit == 0:
