@@ -188,7 +188,9 @@ func SetRatios(scores []Score) {
 	sum := map[uint64]float64{}
 	n := map[uint64]int{}
 	for _, s := range scores {
-		if s.Arm == "exclusive" && s.JobsPerGPUHour > 0 {
+		// An exclusive run cut short scored a subset of the queue, whose rate is not the
+		// queue's: it would bias the baseline, so only runs that reached every job count.
+		if s.Arm == "exclusive" && s.JobsPerGPUHour > 0 && s.Error == "" && !s.cutShort() {
 			sum[s.Seed] += s.JobsPerGPUHour
 			n[s.Seed]++
 		}
@@ -198,6 +200,16 @@ func SetRatios(scores []Score) {
 			scores[i].Ratio = scores[i].JobsPerGPUHour / (sum[scores[i].Seed] / float64(n[scores[i].Seed]))
 		}
 	}
+}
+
+// cutShort is true when some job of the run never started.
+func (s Score) cutShort() bool {
+	for _, j := range s.PerJob {
+		if j.Why == "never ran" {
+			return true
+		}
+	}
+	return false
 }
 
 func hasLeaker(jobs []Entry) bool {

@@ -151,6 +151,17 @@ func TestScoreNeverRanAndOtherSeed(t *testing.T) {
 	if never != 7 {
 		t.Fatalf("%d jobs marked never ran, want 7", never)
 	}
+	// A cut-short exclusive run is no baseline: its rate covers a subset of the queue.
+	full := ScoreRun(exclusiveRun(q), accept)
+	packed := full
+	packed.Label, packed.Arm, packed.JobsPerGPUHour = "packed", "packed", 2*full.JobsPerGPUHour
+	partial := s
+	partial.JobsPerGPUHour = full.JobsPerGPUHour / 3 // a subset's rate differs from the queue's
+	withPartial := []Score{full, packed, partial}
+	SetRatios(withPartial)
+	if math.Abs(withPartial[1].Ratio-2) > 1e-12 {
+		t.Fatalf("packed ratio %v with a cut-short exclusive run in the baseline, want 2 (the full run only)", withPartial[1].Ratio)
+	}
 	other := s
 	other.Seed, other.Arm = 3, "packed"
 	scores := []Score{other}
