@@ -27,11 +27,10 @@ func TestMain(m *testing.M) {
 }
 
 type cli struct {
-	t        *testing.T
-	state    string
-	simDir   string
-	simGPUs  string
-	extraEnv bool
+	t       *testing.T
+	state   string
+	simDir  string
+	simGPUs string
 }
 
 func newCLI(t *testing.T) *cli {

@@ -40,7 +40,8 @@ func main() {
 	}
 	if *addrFile != "" {
 		tmp := *addrFile + ".tmp"
-		if err := os.WriteFile(tmp, []byte(s.URL()+"\n"), 0o644); err == nil {
+		err := os.WriteFile(tmp, []byte(s.URL()+"\n"), 0o644)
+		if err == nil {
 			err = os.Rename(tmp, *addrFile)
 		}
 		if err != nil {
