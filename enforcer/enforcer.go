@@ -321,6 +321,7 @@ const (
 	reasonMPSDied = "MPS control daemon died while clients ran; GPU drained until they exit"
 	reasonMPSDown = "MPS control daemon cannot be started"
 	reasonForced  = "forced stop under MPS may have faulted other clients"
+	reasonStopped = "a task was stopped under MPS: other clients may fault; GPU drained until they exit"
 )
 
 func (e *Enforcer) setUnhealthy(uuid, reason string) {

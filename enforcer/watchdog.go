@@ -114,7 +114,7 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	e.settle(uuid, byToken, now)
 	e.stopUnmanaged(uuid, st.Mode, unmanaged, now)
 	e.accountUnmanaged(st, sample.UnmanagedBytes)
-	if clients == 0 && e.sick[uuid] == reasonForced {
+	if clients == 0 && (e.sick[uuid] == reasonForced || e.sick[uuid] == reasonStopped) {
 		e.setHealthy(uuid) // every client of the faulted MPS server is gone
 	}
 }
@@ -169,11 +169,16 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 		tr.action = ActionSIGKILL
 		tr.detail = "SIGKILL at once (isolated mode: separate CUDA contexts, a kill harms no neighbour)"
 	case tr.sigintAt.IsZero():
+		// SIGINT is the gentlest stop there is, yet on the H200 a neighbour of a busy MPS task
+		// stopped this way failed with an illegal address (docs/benchmarks.md): no stop of a
+		// running MPS client is known to be safe, so every one is a GPU-wide event. The GPU
+		// takes no new work until its clients are gone, and whoever runs them is told.
 		e.signal(tr, ps, syscall.SIGINT)
 		tr.sigintAt, tr.action = now, ActionSIGINT
-		tr.detail = "SIGINT (MPS mode: an orderly exit does not fault the other clients)"
+		tr.detail = "SIGINT under MPS: a GPU-wide event (stopping a busy MPS client can fault the other clients)"
 		e.emit(Event{Kind: EventViolation, Stage: "stopping", GPU: uuid, Token: r.Token, Task: r.Task, PIDs: pids(ps), Bytes: used,
-			Message: fmt.Sprintf("SIGINT sent; forced stop after %s", e.cfg.StopGrace)})
+			Message: fmt.Sprintf("SIGINT sent under MPS, other clients of this GPU may fault; forced stop after %s", e.cfg.StopGrace)})
+		e.setUnhealthy(uuid, reasonStopped)
 	case now.Sub(tr.sigintAt) >= e.cfg.StopGrace:
 		e.signal(tr, ps, syscall.SIGKILL)
 		if !tr.forced {
@@ -358,7 +363,7 @@ func fill(dst *string, src string) {
 }
 
 func isMine(reason string) bool {
-	return reason == reasonMPSDied || reason == reasonMPSDown || reason == reasonForced
+	return reason == reasonMPSDied || reason == reasonMPSDown || reason == reasonForced || reason == reasonStopped
 }
 
 func sum(ps []ProcUsage) size.Bytes {

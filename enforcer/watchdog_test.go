@@ -132,8 +132,14 @@ func TestTaskOfTwoProcessesOverItsSum(t *testing.T) {
 				if code := j.cmd.ProcessState.ExitCode(); code != simjob.ExitINT {
 					t.Fatalf("exit %d, want %d after SIGINT; output:\n%s", code, simjob.ExitINT, j.out.String())
 				}
+				// Even an orderly stop of a busy MPS client faulted a neighbour on the H200, so
+				// the GPU is drained while the task's clients leave, then healthy again.
+				r.event("drained", func(e Event) bool {
+					return e.Kind == EventGPUHealth && e.Stage == "unhealthy" && e.Message == reasonStopped
+				})
+				r.event("healthy again", func(e Event) bool { return e.Kind == EventGPUHealth && e.Stage == "healthy" })
 				if st, _ := r.led.State(r.uuid); !st.Healthy {
-					t.Fatalf("GPU unhealthy (%s) after an orderly stop", st.HealthReason)
+					t.Fatalf("GPU still unhealthy (%s) after the stopped task's clients left", st.HealthReason)
 				}
 			}
 			if v.Action != want {

@@ -129,6 +129,15 @@ func TestMPSTaskSumOverCap(t *testing.T) {
 		t.Fatalf("action %s", viol.Action)
 	}
 	t.Logf("neighbours after the stop sequence: A %v (%s), B %v (%s)", okA, whyA, okB, whyB)
+	// A neighbour may fault (it did on 2026-11-29); what must never happen is a stop under MPS
+	// that is not declared a GPU-wide event, since the neighbours' owners must re-run them.
+	declared := false
+	for _, e := range h.eventsOf(enforcer.EventGPUHealth) {
+		declared = declared || e.Stage == "unhealthy"
+	}
+	if !declared {
+		t.Fatalf("the stop under MPS was not declared a GPU-wide event (no unhealthy GPU event)")
+	}
 }
 
 // The control daemon really started by PrepareGPU answers and is stopped by Shutdown.
