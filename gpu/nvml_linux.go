@@ -104,7 +104,7 @@ func (n *nvmlBackend) Devices(ctx context.Context) ([]Device, error) {
 }
 
 func (n *nvmlBackend) describe(i int) Device {
-	d := Device{Index: i, Healthy: true}
+	d := Device{Index: i, Minor: -1, Healthy: true}
 	fail := func(what string, ret nvml.Return) {
 		if d.Healthy {
 			d.Healthy = false
@@ -140,6 +140,10 @@ func (n *nvmlBackend) describe(i int) Device {
 		d.PCIBusID = cString(pci.BusId[:])
 	} else {
 		fail("cannot read the PCI bus id", ret)
+	}
+	// Not fatal: only exec tasks need the node, and the plugin then lists the control nodes alone.
+	if minor, ret := h.GetMinorNumber(); ret == nvml.SUCCESS {
+		d.Minor = minor
 	}
 	if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
 		d.Healthy, d.HealthReason = false, MIGReason

@@ -142,7 +142,9 @@ func NewSimulated(cfg SimConfig) (*Simulated, error) {
 
 func (f simGPUFile) device() Device {
 	return Device{Index: f.Index, UUID: f.UUID, Model: f.Model, MemoryBytes: f.MemoryBytes,
-		PCIBusID: f.PCIBusID, Healthy: true}
+		// As on most real hosts, the minor number follows the index; the plugin lists a node only
+		// when it exists, so a simulated GPU on a machine without one gets none.
+		PCIBusID: f.PCIBusID, Minor: f.Index, Healthy: true}
 }
 
 func sameDevices(old []Device, files []simGPUFile) bool {

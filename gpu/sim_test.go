@@ -345,3 +345,20 @@ func BenchmarkSimSetProcess(b *testing.B) {
 		}
 	}
 }
+
+// Exec tasks get /dev/nvidia<minor>: simulated GPUs number their minors like a typical host.
+func TestSimMinorFollowsIndex(t *testing.T) {
+	s, err := NewSimulated(SimConfig{GPUs: []string{"A100=40GiB", "A100=40GiB"}, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := s.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.Minor != d.Index {
+			t.Errorf("GPU %d: minor %d, want %d", d.Index, d.Minor, d.Index)
+		}
+	}
+}
