@@ -53,5 +53,9 @@ plugin "nomad-device-gpufrac" {
 
     # exec tasks: hand /dev/nvidiactl, /dev/nvidia-uvm(-tools) and /dev/nvidiaN to the task.
     device_nodes = true
+
+    # Nomad never tells a plugin that a task ended: a reservation whose token no live process
+    # carries for this long is released. Keep it above your slowest image pull.
+    reservation_grace = "10m"
   }
 }
