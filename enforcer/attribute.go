@@ -3,6 +3,7 @@ package enforcer
 import (
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 
@@ -39,6 +40,7 @@ type identity struct {
 	start     uint64
 	ppid      int
 	token     string
+	gpuTokens []string // the values of GPUFRAC_RESERVATION_<uuid>: one per GPU the task holds
 	task      ledger.Task
 	allocID   string
 	cgroup    string
@@ -113,6 +115,10 @@ func (c *procCache) read(pid int) (identity, error) {
 	} else {
 		for _, kv := range env {
 			k, v, _ := strings.Cut(kv, "=")
+			if strings.HasPrefix(k, EnvReservation+"_") && v != "" {
+				id.gpuTokens = append(id.gpuTokens, v)
+				continue
+			}
 			switch k {
 			case EnvReservation:
 				id.token = v
@@ -172,6 +178,13 @@ func (c *procCache) attribute(pid int, gpuUUID string, res map[string]ledger.Res
 	} else if id.token != "" {
 		note = "token " + shortToken(id.token) + " matches no reservation"
 	}
+	// A task of several device requests carries the last one's GPUFRAC_RESERVATION; its
+	// reservation on this GPU is in a per-GPU key.
+	for _, tok := range id.gpuTokens {
+		if r, ok := res[tok]; ok && r.GPU == gpuUUID {
+			return tok, viaEnviron, ""
+		}
+	}
 	if id.allocID != "" {
 		if tok := byAlloc(id, gpuUUID, res); tok != "" {
 			return tok, viaCgroup, ""
@@ -196,6 +209,20 @@ func (c *procCache) attribute(pid int, gpuUUID string, res map[string]ledger.Res
 	return "", "", note
 }
 
+// tokens are the reservation tokens the process carries, GPUFRAC_RESERVATION first.
+func (id identity) tokens() []string {
+	var out []string
+	if id.token != "" {
+		out = append(out, id.token)
+	}
+	for _, t := range id.gpuTokens {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // walk lists the tokens carried by id's ancestors, nearest first.
 func (c *procCache) walk(id identity) []string {
 	var toks []string
@@ -208,9 +235,7 @@ func (c *procCache) walk(id identity) []string {
 		if err != nil {
 			break
 		}
-		if up.token != "" {
-			toks = append(toks, up.token)
-		}
+		toks = append(toks, up.tokens()...)
 		cur = up
 	}
 	return toks

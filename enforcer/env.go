@@ -5,6 +5,7 @@ package enforcer
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -26,6 +27,15 @@ const (
 	EnvMPSMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 )
 
+// ReservationKey is the per-GPU twin of GPUFRAC_RESERVATION: GPUFRAC_RESERVATION_<uuid> with
+// '-' turned into '_'. Nomad merges the environments of a task's device requests and the last
+// one wins on a shared key, so a task that holds reservations on two GPUs (two device blocks)
+// carries only the last GPUFRAC_RESERVATION; its per-GPU keys differ and all survive, so the
+// watchdog ties its processes on each GPU to that GPU's reservation and keeps every one alive.
+func ReservationKey(uuid string) string {
+	return EnvReservation + "_" + strings.ReplaceAll(uuid, "-", "_")
+}
+
 // EnvOptions are the node-level choices that shape a task's environment.
 type EnvOptions struct {
 	// MPSPipeDir and MPSLogDir are where the GPU's MPS control daemon listens (mps mode only).
@@ -45,6 +55,8 @@ func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]s
 		EnvCapBytes:    strconv.FormatUint(uint64(r.CapBytes), 10),
 		EnvGPUUUID:     g.UUID,
 		EnvMode:        string(g.Mode),
+
+		ReservationKey(g.UUID): r.Token,
 	}
 	// Under MPS (and without it) cudaMemGetInfo reports the whole GPU as total, so frameworks that
 	// size themselves as a fraction of total overshoot unless told the fraction explicitly.

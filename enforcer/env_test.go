@@ -26,6 +26,7 @@ func TestTaskEnv(t *testing.T) {
 			want: map[string]string{
 				EnvCUDADevices: "GPU-aaaa", EnvReservation: "tok123", EnvCapBytes: "10737418240",
 				EnvGPUUUID: "GPU-aaaa", EnvMemoryFraction: "0.1250", EnvXLAFraction: "0.1250", EnvMode: "isolated",
+				"GPUFRAC_RESERVATION_GPU_aaaa": "tok123",
 			},
 			missing: []string{EnvNVIDIADevices, EnvMPSMemLimit, EnvMPSPipeDir},
 		},

@@ -40,7 +40,8 @@ type rig struct {
 	t      testing.TB
 	sim    *gpu.Simulated
 	uuid   string
-	dir    string // ledger directory
+	uuids  []string // every GPU, by index
+	dir    string   // ledger directory
 	led    *ledger.Ledger
 	enf    *Enforcer
 	cfg    Config
@@ -64,7 +65,13 @@ func testPolicy(mode policy.Mode) policy.Policy {
 // newRig opens a ledger over one simulated 80 GiB GPU in mode; the enforcer is built but not run.
 func newRig(t testing.TB, mode policy.Mode, tweak func(*Config)) *rig {
 	t.Helper()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB"}, Dir: t.TempDir()})
+	return newRigGPUs(t, mode, []string{"H100=80GiB"}, tweak)
+}
+
+// newRigGPUs is newRig over several simulated GPUs (r.uuid is the first, r.uuids all of them).
+func newRigGPUs(t testing.TB, mode policy.Mode, gpus []string, tweak func(*Config)) *rig {
+	t.Helper()
+	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: gpus, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +84,12 @@ func newRig(t testing.TB, mode policy.Mode, tweak func(*Config)) *rig {
 	if err := r.led.SetPolicy(testPolicy(mode)); err != nil {
 		t.Fatal(err)
 	}
-	d := devs[0]
-	if err := r.led.SyncGPUs([]ledger.GPUInfo{{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes, Healthy: true}}); err != nil {
+	var infos []ledger.GPUInfo
+	for _, d := range devs {
+		r.uuids = append(r.uuids, d.UUID)
+		infos = append(infos, ledger.GPUInfo{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes, Healthy: true})
+	}
+	if err := r.led.SyncGPUs(infos); err != nil {
 		t.Fatal(err)
 	}
 	r.cfg = Config{
@@ -150,7 +161,12 @@ func (r *rig) stop() {
 
 func (r *rig) reserve(capBytes size.Bytes, job string) ledger.Reservation {
 	r.t.Helper()
-	res, err := r.led.ReserveBytes(r.uuid, capBytes, ledger.Task{})
+	return r.reserveOn(r.uuid, capBytes, job)
+}
+
+func (r *rig) reserveOn(uuid string, capBytes size.Bytes, job string) ledger.Reservation {
+	r.t.Helper()
+	res, err := r.led.ReserveBytes(uuid, capBytes, ledger.Task{})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -175,20 +191,40 @@ func (r *rig) run(res ledger.Reservation, name string, args ...string) *job {
 // runEnv is run with extra environment entries that override the task's.
 func (r *rig) runEnv(res ledger.Reservation, name string, extra []string, args ...string) *job {
 	r.t.Helper()
+	var held []ledger.Reservation
+	if res.Token != "" {
+		held = append(held, res)
+	}
+	return r.runTask(held, name, extra, args...)
+}
+
+// runTask starts a simjob on the GPU of the last reservation in held, with the environments of
+// all of them merged as Nomad merges a task's device requests: in order, a later one wins on a
+// shared key.
+func (r *rig) runTask(held []ledger.Reservation, name string, extra []string, args ...string) *job {
+	r.t.Helper()
 	j := &job{done: make(chan struct{}), result: filepath.Join(r.t.TempDir(), "result.json")}
-	cmd, err := simjob.Command(context.Background(), append([]string{"--dir", r.sim.Dir(), "--gpu", r.uuid, "--result", j.result}, args...)...)
+	on := r.uuid
+	if len(held) > 0 {
+		on = held[len(held)-1].GPU
+	}
+	cmd, err := simjob.Command(context.Background(), append([]string{"--dir", r.sim.Dir(), "--gpu", on, "--result", j.result}, args...)...)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	cmd.Env = append(cmd.Env, envNomadJob+"="+name, envNomadTask+"=main", EnvTemplate+"=tmpl-"+name)
-	if res.Token != "" {
-		st, err := r.led.State(r.uuid)
+	merged := map[string]string{}
+	for _, res := range held {
+		st, err := r.led.State(res.GPU)
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		for k, v := range TaskEnv(res, st, r.enf.EnvOptions(r.uuid)) {
-			cmd.Env = append(cmd.Env, k+"="+v)
+		for k, v := range TaskEnv(res, st, r.enf.EnvOptions(res.GPU)) {
+			merged[k] = v
 		}
+	}
+	for k, v := range merged {
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Env = append(cmd.Env, extra...)
 	cmd.Stdout, cmd.Stderr = &j.out, &j.out

@@ -84,6 +84,11 @@ func TestAttribute(t *testing.T) {
 		16: {ppid: 1, envErr: fs.ErrPermission},
 		// alloc ID with two tasks on the GPU and no task name in the path: ambiguous
 		17: {ppid: 1, cgroup: "0::/docker/" + alloc + "\n"},
+		// a task of two device requests (tokA on GPU a, then tokB on GPU b): Nomad's merge left
+		// the last GPUFRAC_RESERVATION; the per-GPU keys carry both
+		18: {ppid: 1, env: []string{EnvReservation + "=tokB", ReservationKey(gpuA) + "=tokA", ReservationKey(gpuB) + "=tokB"}},
+		// its child, environment scrubbed
+		19: {ppid: 18, env: []string{"X=1"}},
 	}
 	cases := []struct {
 		pid      int
@@ -101,6 +106,10 @@ func TestAttribute(t *testing.T) {
 		{16, gpuA, "", "", "environ unreadable: permission denied"},
 		{17, gpuA, "", "", ""},
 		{99, gpuA, "", "", "process vanished"},
+		{18, gpuA, "tokA", viaEnviron, ""},
+		{18, gpuB, "tokB", viaEnviron, ""},
+		{19, gpuA, "tokA", viaParent, ""},
+		{19, gpuB, "tokB", viaParent, ""},
 	}
 	c := newProcCache(procs)
 	for _, tc := range cases {

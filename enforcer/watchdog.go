@@ -326,15 +326,17 @@ func (e *Enforcer) scanTokens() {
 	for _, pid := range pids {
 		live[pid] = true
 		id, err := e.procs.get(pid)
-		if err != nil || id.token == "" {
+		if err != nil {
 			continue
 		}
-		t := tasks[id.token]
-		fill(&t.AllocID, id.task.AllocID)
-		fill(&t.JobName, id.task.JobName)
-		fill(&t.TaskName, id.task.TaskName)
-		fill(&t.Template, id.task.Template)
-		tasks[id.token] = t
+		for _, tok := range id.tokens() {
+			t := tasks[tok]
+			fill(&t.AllocID, id.task.AllocID)
+			fill(&t.JobName, id.task.JobName)
+			fill(&t.TaskName, id.task.TaskName)
+			fill(&t.Template, id.task.Template)
+			tasks[tok] = t
+		}
 	}
 	e.procs.prune(live)
 	for k := range e.unmanaged {

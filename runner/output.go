@@ -72,6 +72,7 @@ func (r *run) result() *Result {
 	if ms := res.Makespan(); ms > 0 && len(res.GPUs) > 0 {
 		res.JobsPerGPUHour = float64(res.Completed) / (ms.Hours() * float64(len(res.GPUs)))
 	}
+	perGPUTotals(res)
 	res.ExclusiveEstimate = exclusiveEstimate(res)
 	return res
 }

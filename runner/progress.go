@@ -227,6 +227,12 @@ func WriteSummary(w io.Writer, res *Result) {
 	ms := res.Makespan()
 	fmt.Fprintf(w, "\n%d of %d jobs completed in %.1fs on %d GPU(s): %.0f jobs per GPU-hour\n",
 		res.Completed, len(res.Jobs), ms.Seconds(), len(res.GPUs), res.JobsPerGPUHour)
+	if len(res.GPUs) > 1 {
+		for _, g := range res.GPUs {
+			fmt.Fprintf(w, "  GPU%d %s: %d jobs completed, %.0f jobs per GPU-hour, busy %.0f%%\n",
+				g.Index, g.Model, g.Completed, g.JobsPerGPUHour, g.Busy*100)
+		}
+	}
 	if res.ExclusiveEstimate > 0 && ms > 0 && res.Arm != ArmExclusive {
 		fmt.Fprintf(w, "one job at a time would take about %.1fs (from this run's alone runs): %.2fx the throughput\n",
 			res.ExclusiveEstimate.Seconds(), res.ExclusiveEstimate.Seconds()/ms.Seconds())
@@ -247,7 +253,11 @@ func WriteSummary(w io.Writer, res *Result) {
 		}
 		fmt.Fprintf(w, "cap violation contained: %s (cap %s, %s); re-run alone: %s\n", a.Job, size.Bytes(a.CapBytes), how, final)
 	}
-	fmt.Fprintf(w, "GPU busy %.0f%% of the run (%s backend)\n", res.BusyFraction*100, res.Backend)
+	if len(res.GPUs) > 1 {
+		fmt.Fprintf(w, "GPU busy %.0f%% of the run, mean of %d GPUs (%s backend)\n", res.BusyFraction*100, len(res.GPUs), res.Backend)
+	} else {
+		fmt.Fprintf(w, "GPU busy %.0f%% of the run (%s backend)\n", res.BusyFraction*100, res.Backend)
+	}
 	if res.OutDir != "" {
 		fmt.Fprintf(w, "results: %s, %s, logs in %s\n", filepath.Join(res.OutDir, ResultsFile),
 			filepath.Join(res.OutDir, AttemptsFile), filepath.Join(res.OutDir, "logs"))

@@ -125,6 +125,10 @@ type GPUResult struct {
 	BudgetBytes size.Bytes `json:"budget_bytes"`
 	Mode        string     `json:"mode"`
 	Busy        float64    `json:"busy_fraction"`
+	// Completed counts the jobs whose final attempt exited 0 on this GPU.
+	Completed int `json:"completed"`
+	// JobsPerGPUHour = Completed / makespan; the run's figure is the mean over its GPUs.
+	JobsPerGPUHour float64 `json:"jobs_per_gpu_hour"`
 }
 
 // Result is everything a run did.

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/size"
@@ -201,8 +202,9 @@ func (g *globals) attachBackend() gpu.Backend {
 	return b
 }
 
-// usageByToken sums each reservation's processes on one GPU by the token in their environment;
-// nil when the backend cannot say.
+// usageByToken sums each reservation's processes on one GPU by the token in their environment
+// (the GPU's own GPUFRAC_RESERVATION_<uuid> first: a task of several device requests carries the
+// last one's GPUFRAC_RESERVATION); nil when the backend cannot say.
 func usageByToken(ctx context.Context, b gpu.Backend, uuid string) map[string]size.Bytes {
 	if b == nil {
 		return nil
@@ -213,25 +215,29 @@ func usageByToken(ctx context.Context, b gpu.Backend, uuid string) map[string]si
 	}
 	out := map[string]size.Bytes{}
 	for _, p := range procs {
-		if tok := tokenOf(p.PID); tok != "" {
+		if tok := tokenOf(p.PID, uuid); tok != "" {
 			out[tok] += p.UsedBytes
 		}
 	}
 	return out
 }
 
-func tokenOf(pid int) string {
+func tokenOf(pid int, uuid string) string {
 	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
 		return ""
 	}
-	const key = "GPUFRAC_RESERVATION="
+	key, perGPU := []byte(enforcer.EnvReservation+"="), []byte(enforcer.ReservationKey(uuid)+"=")
+	tok := ""
 	for _, kv := range bytes.Split(data, []byte{0}) {
-		if bytes.HasPrefix(kv, []byte(key)) {
-			return string(kv[len(key):])
+		if bytes.HasPrefix(kv, perGPU) {
+			return string(kv[len(perGPU):])
+		}
+		if bytes.HasPrefix(kv, key) {
+			tok = string(kv[len(key):])
 		}
 	}
-	return ""
+	return tok
 }
 
 func short(tok string) string {

@@ -1,0 +1,120 @@
+package runner
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Eight equal jobs on two GPUs whose budgets take nine caps each: the runner puts each job on
+// the GPU with the most free budget, so each GPU runs four at once (first fit would put all eight
+// on GPU0), and the outputs count jobs per GPU and per GPU-hour with the makespan times two GPUs.
+func TestPackingAcrossTwoGPUs(t *testing.T) {
+	t.Parallel()
+	// Budget 40GiB - 2GiB headroom = 38GiB per GPU; a 2GiB peak gets a 4GiB cap: 9 fit on one.
+	sim := newSim(t, "A100=40GiB", "A100=40GiB")
+	var jobs []Job
+	for i := range 8 {
+		jobs = append(jobs, simJob(t, fmt.Sprintf("j%d", i), "t", "--peak", "2GiB", "--ramp", "50ms", "--hold", "700ms"))
+	}
+	q := Queue{Jobs: jobs, Templates: map[string]TemplateSpec{"t": {Name: "t", PeakBytes: 2 * size.GiB}}}
+	o := testOptions(t, sim, ArmPacked)
+	var progress bytes.Buffer
+	o.Progress = &progress
+	res := runQueue(t, q, o)
+	if res.Completed != 8 || len(res.GPUs) != 2 {
+		t.Fatalf("completed %d of 8 on %d GPUs", res.Completed, len(res.GPUs))
+	}
+
+	onGPU := map[string][]Attempt{}
+	for _, a := range res.Attempts {
+		onGPU[a.GPU] = append(onGPU[a.GPU], a)
+	}
+	for i, g := range res.GPUs {
+		if n := len(onGPU[g.UUID]); n != 4 {
+			t.Errorf("GPU%d got %d of the eight jobs, want 4 (most free budget first)", i, n)
+		}
+		if n := maxOverlap(onGPU[g.UUID]); n != 4 {
+			t.Errorf("GPU%d ran %d jobs at once, want 4", i, n)
+		}
+	}
+	if n := maxOverlap(res.Attempts); n != 8 {
+		t.Errorf("%d jobs ran at once on both GPUs, want 8", n)
+	}
+
+	ms := res.Makespan().Hours()
+	sum := 0
+	for i, g := range res.GPUs {
+		if g.Completed != len(onGPU[g.UUID]) {
+			t.Errorf("GPU%d: completed %d, want %d (its attempts, all ok)", i, g.Completed, len(onGPU[g.UUID]))
+		}
+		if want := float64(g.Completed) / ms; math.Abs(g.JobsPerGPUHour-want) > 1e-6*want {
+			t.Errorf("GPU%d: %.3f jobs per GPU-hour, want %.3f", i, g.JobsPerGPUHour, want)
+		}
+		sum += g.Completed
+	}
+	if sum != res.Completed {
+		t.Errorf("per-GPU completed sum to %d, want %d", sum, res.Completed)
+	}
+	if want := 8 / (ms * 2); math.Abs(res.JobsPerGPUHour-want) > 1e-6*want {
+		t.Errorf("%.3f jobs per GPU-hour, want 8 / (makespan x 2 GPUs) = %.3f", res.JobsPerGPUHour, want)
+	}
+	if mean := (res.GPUs[0].JobsPerGPUHour + res.GPUs[1].JobsPerGPUHour) / 2; math.Abs(res.JobsPerGPUHour-mean) > 1e-6*mean {
+		t.Errorf("run rate %.3f is not the mean of the GPUs' %.3f", res.JobsPerGPUHour, mean)
+	}
+
+	data, err := os.ReadFile(filepath.Join(o.OutDir, ResultsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(data, &back); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range back.GPUs {
+		if g.Completed != res.GPUs[i].Completed || g.JobsPerGPUHour != res.GPUs[i].JobsPerGPUHour || g.Busy != res.GPUs[i].Busy {
+			t.Errorf("results.json GPU%d: %+v, want %+v", i, g, res.GPUs[i])
+		}
+	}
+	if !bytes.Contains(data, []byte(`"completed": `+fmt.Sprint(res.GPUs[1].Completed))) {
+		t.Error(`results.json has no per-GPU "completed"`)
+	}
+
+	html, err := os.ReadFile(filepath.Join(o.OutDir, ReportFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := progress.String()
+	rate := fmt.Sprintf("%.0f jobs per GPU-hour", res.JobsPerGPUHour)
+	wants := []struct {
+		where, text string
+		in          string
+	}{
+		{"summary", "8 of 8 jobs completed", out},
+		{"summary", "on 2 GPU(s): " + rate, out},
+		{"report", "jobs per GPU-hour (completed / makespan x 2 GPUs)", string(html)},
+		{"report", fmt.Sprintf(`<b>%.0f</b>`, res.JobsPerGPUHour), string(html)},
+		{"summary", "mean of 2 GPUs", out},
+	}
+	for i, g := range res.GPUs {
+		per := fmt.Sprintf("%d jobs completed, %.0f jobs per GPU-hour, busy %.0f%%", g.Completed, g.JobsPerGPUHour, g.Busy*100)
+		wants = append(wants,
+			struct{ where, text, in string }{"summary", fmt.Sprintf("GPU%d A100: %s", i, per), out},
+			struct{ where, text, in string }{"report", fmt.Sprintf("busy %.0f%%, %d jobs completed (%.0f jobs per GPU-hour)", g.Busy*100, g.Completed, g.JobsPerGPUHour), string(html)})
+	}
+	for _, w := range wants {
+		if !strings.Contains(w.in, w.text) {
+			t.Errorf("%s lacks %q", w.where, w.text)
+		}
+	}
+	if t.Failed() {
+		t.Logf("progress:\n%s", out)
+	}
+}
