@@ -48,6 +48,7 @@ type active struct {
 	stop  chan struct{}
 	// set by the attempt's goroutine before it reports on run.done
 	exit          int
+	exitedAt      time.Time // when the runner saw the process end
 	windowStopped bool
 	stopped       bool
 	violation     *ledger.Violation
@@ -278,6 +279,7 @@ func (r *run) wait(a *active) {
 		a.stopped = true
 		a.proc.Stop(r.o.StopGrace)
 	}
+	a.exitedAt = time.Now()
 	a.exit = a.proc.ExitCode()
 	a.proc.Reap()
 	if a.l.capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
@@ -351,7 +353,14 @@ func (r *run) onEvent(ev enforcer.Event) {
 			return
 		}
 		r.prog.line("%-8s %-20s GPU%d  %s", "CAP!", name, idx, ev.Message)
-	case enforcer.EventMPS, enforcer.EventGPUHealth:
+	case enforcer.EventGPUHealth:
+		g, ok := r.gpus[ev.GPU]
+		if !ok {
+			return // not a GPU of this run
+		}
+		r.wide.note(ev, g.Index)
+		r.prog.line("%-8s GPU%d  %s: %s", ev.Kind, g.Index, ev.Stage, ev.Message)
+	case enforcer.EventMPS:
 		r.prog.line("%-8s %s", ev.Kind, ev.Message)
 	}
 }
@@ -400,6 +409,9 @@ func (r *run) finish(a *active) {
 		if at.Detail == "" {
 			at.Detail = lastLine(a.tail.String())
 		}
+		if a.proc != nil {
+			r.collateral(j, &at, a.exitedAt) // a GPU-wide event may explain it: then it runs again
+		}
 	}
 	if a.l.res.Token != "" {
 		if err := r.led.Release(a.l.res.Token, at.Outcome); err != nil {
@@ -411,6 +423,11 @@ func (r *run) finish(a *active) {
 	r.mu.Lock()
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()
+	if at.Outcome == OutcomeCollateral {
+		r.prog.line("%-8s %-20s GPU%d  exit %d after %.1fs: %s (log %s)", "COLLAT", at.Job, at.GPUIndex,
+			at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
+		return
+	}
 	r.prog.finished(a, at)
 }
 
@@ -428,6 +445,8 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 		}
 		r.learn(t, at, ledger.ProfileProbe)
 		return // the job runs again under its new cap
+	case OutcomeCollateral:
+		return // a neighbour's stop faulted it: it runs again as it was
 	case OutcomeCapViolation:
 		// The violation proves the job needs at least its cap: raise the footprint so the
 		// template's other jobs get more room, and re-run this one with a GPU to itself.

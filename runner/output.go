@@ -65,10 +65,14 @@ func (r *run) result() *Result {
 		res.Jobs = append(res.Jobs, jr)
 	}
 	for _, a := range res.Attempts {
-		if a.Outcome == OutcomeCapViolation {
+		switch a.Outcome {
+		case OutcomeCapViolation:
 			res.Violations++
+		case OutcomeCollateral:
+			res.Collateral++
 		}
 	}
+	res.GPUEvents = r.wide.all()
 	if ms := res.Makespan(); ms > 0 && len(res.GPUs) > 0 {
 		res.JobsPerGPUHour = float64(res.Completed) / (ms.Hours() * float64(len(res.GPUs)))
 	}

@@ -115,7 +115,7 @@ func (p *progress) finished(a *active, at Attempt) {
 			msg += ": " + at.Detail
 		}
 		if !at.WholeGPU {
-			msg += "; neighbours untouched; it will re-run alone"
+			msg += "; " + neighbours(at) + "; it will re-run alone"
 		}
 	case OutcomeFailed:
 		tag = "FAILED"
@@ -253,6 +253,7 @@ func WriteSummary(w io.Writer, res *Result) {
 		}
 		fmt.Fprintf(w, "cap violation contained: %s (cap %s, %s); re-run alone: %s\n", a.Job, size.Bytes(a.CapBytes), how, final)
 	}
+	writeCollateral(w, res)
 	if len(res.GPUs) > 1 {
 		fmt.Fprintf(w, "GPU busy %.0f%% of the run, mean of %d GPUs (%s backend)\n", res.BusyFraction*100, len(res.GPUs), res.Backend)
 	} else {

@@ -18,6 +18,7 @@ var outcomeColour = map[string]string{
 	OutcomeFailed:       "#ef6c00",
 	OutcomeProbe:        "#6a1b9a",
 	OutcomeCanceled:     "#757575",
+	OutcomeCollateral:   "#f9a825",
 }
 
 // jobPalette colours the jobs' areas in the memory chart.
@@ -74,14 +75,18 @@ td,th{border:1px solid #ddd;padding:4px 8px;text-align:left}th{background:#f0f0f
 	}
 	kpi(&b, fmt.Sprintf("%d", len(res.Attempts)), "attempts")
 	kpi(&b, fmt.Sprintf("%d", res.Violations), "cap violations")
+	if res.Collateral > 0 || len(res.GPUEvents) > 0 {
+		kpi(&b, fmt.Sprintf("%d", res.Collateral), "collateral failures (re-run)")
+	}
 	kpi(&b, fmt.Sprintf("%.0f%%", res.BusyFraction*100), "GPU busy")
 	b.WriteString("</div>\n")
 	b.WriteString(`<div class="legend">`)
-	for _, o := range []string{OutcomeOK, OutcomeCapViolation, OutcomeFailed, OutcomeProbe, OutcomeCanceled} {
+	for _, o := range []string{OutcomeOK, OutcomeCapViolation, OutcomeFailed, OutcomeCollateral, OutcomeProbe, OutcomeCanceled} {
 		fmt.Fprintf(&b, `<span><i style="background:%s"></i>%s</span>`, outcomeColour[o], o)
 	}
 	b.WriteString(`<span><i style="background:none;border-top:2px dashed #222;height:0;border-radius:0"></i>cap</span>`)
 	b.WriteString(`<span><i style="background:#222;height:2px;border-radius:0"></i>measured memory</span></div>` + "\n")
+	b.WriteString(gpuEventsHTML(res))
 	end := ms.Seconds()
 	if end <= 0 {
 		end = 1

@@ -155,7 +155,11 @@ type Result struct {
 	// attempts per template; zero when some template never ran alone here.
 	ExclusiveEstimate time.Duration `json:"exclusive_estimate,omitempty"`
 	Violations        int           `json:"violations"`
-	OutDir            string        `json:"out_dir"`
+	// Collateral counts attempts that failed during a GPU-wide event and were re-run.
+	Collateral int `json:"collateral"`
+	// GPUEvents are the enforcer's GPU-wide events during the run (GPU marked unhealthy).
+	GPUEvents []GPUEvent `json:"gpu_events,omitempty"`
+	OutDir    string     `json:"out_dir"`
 }
 
 // Makespan is the time from the first job's start to the last job's exit.
@@ -297,6 +301,7 @@ type run struct {
 	active   map[*active]bool
 	attempts []Attempt
 	busy     map[string][]int
+	wide     gpuEvents // GPU-wide events, for collateral failures
 
 	done     chan *active
 	stopBusy context.CancelFunc

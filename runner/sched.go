@@ -43,10 +43,12 @@ type jobState struct {
 	idx      int
 	attempts int
 	// whole is set after a cap violation: the job's next attempt has a GPU to itself.
-	whole   bool
-	running bool
-	done    bool
-	final   string // outcome of the last attempt once done
+	whole bool
+	// collateral counts its failures that a GPU-wide event explained (each one re-runs it).
+	collateral int
+	running    bool
+	done       bool
+	final      string // outcome of the last attempt once done
 }
 
 type needKind int
@@ -190,7 +192,7 @@ func (s *sched) next() []launch {
 			if kind == needProbe {
 				s.prober[j.Template] = j
 			}
-			g := s.drainTarget(j)
+			g := s.drainTarget(j, states)
 			if g == "" || s.running[g] > 0 {
 				continue
 			}
@@ -275,8 +277,10 @@ func (s *sched) candidates(states map[string]ledger.GPUState) []string {
 }
 
 // drainTarget is the GPU a job that needs a whole GPU waits for: the one already drained for it,
-// else an idle GPU, else the busy GPU with the fewest jobs (drained from now on).
-func (s *sched) drainTarget(j *jobState) string {
+// else an idle GPU, else the busy GPU with the fewest jobs (drained from now on). An unhealthy GPU
+// (the enforcer marked it after a GPU-wide event) is not picked anew; one drained already stays
+// the target, and the ledger refuses the reservation there until it is healthy again.
+func (s *sched) drainTarget(j *jobState, states map[string]ledger.GPUState) string {
 	for _, g := range s.gpus {
 		if s.drainFor[g] == j {
 			return g
@@ -284,7 +288,7 @@ func (s *sched) drainTarget(j *jobState) string {
 	}
 	best := ""
 	for _, g := range s.gpus {
-		if s.drainFor[g] != nil || s.wholeOn[g] {
+		if s.drainFor[g] != nil || s.wholeOn[g] || !states[g].Healthy {
 			continue
 		}
 		if s.running[g] == 0 {

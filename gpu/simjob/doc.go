@@ -13,6 +13,9 @@
 // the GPU's free memory. GPUFRAC_CAP_BYTES is printed but never obeyed: in isolated mode the
 // watchdog must catch an overshoot, and a job that limited itself would hide a watchdog bug.
 //
+// A job with --mps-fault models an MPS client that faults when another client of its GPU is
+// stopped (exit 1, cudaErrorIllegalAddress): see mpsfault.go.
+//
 // Exit codes: 0 done, 1 crash or out of memory (or a failed child process), 2 bad usage,
 // 130 after SIGINT, 143 after SIGTERM.
 //

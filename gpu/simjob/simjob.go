@@ -62,7 +62,7 @@ type config struct {
 	ramp, hold, failAfter time.Duration
 	seed                  int64
 	procs                 int
-	child                 bool
+	child, mpsFault       bool
 }
 
 func parse(args []string, stderr io.Writer) (*config, error) {
@@ -81,6 +81,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the result")
 	fs.IntVar(&c.procs, "procs", 1, "processes in the job: N-1 extra child processes hold memory too")
 	fs.DurationVar(&c.failAfter, "fail-after", 0, "crash (exit 1) after this long")
+	fs.BoolVar(&c.mpsFault, "mps-fault", false, "as an MPS client (pinned limit set), fail with cudaErrorIllegalAddress when another client of the GPU is stopped by a signal")
 	fs.BoolVar(&c.child, "child", false, "internal: this is an extra process of a --procs job")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -259,6 +260,12 @@ func (j *job) run() int {
 			}
 			// A clean child exit before this process finishes is fine: they share a profile.
 		case <-ticker.C:
+			if f, hit := j.faulted(start); hit {
+				fmt.Fprintf(j.stderr, "%s: the MPS server faulted after client pid %d of this GPU was stopped by %s\n",
+					IllegalAddress, f.pid, f.sig)
+				j.stopChildren(syscall.SIGKILL)
+				return ExitFail
+			}
 			want, done := c.target(time.Since(start))
 			if want != j.used || time.Since(lastWrite) >= heartbeat {
 				if code := j.allocate(want, !done); code != ExitOK {
@@ -349,6 +356,12 @@ func (j *job) stopChildren(s os.Signal) {
 
 // interrupted ends the job after SIGINT or SIGTERM, stopping its extra processes too.
 func (j *job) interrupted(s os.Signal) int {
+	if j.limited {
+		// A stopped MPS client may fault the server's other clients (see mpsfault.go).
+		if err := noteStopped(j.c.dir, j.c.gpu, j.pid, s); err != nil {
+			fmt.Fprintf(j.stderr, "simjob: noting the stop for the simulated MPS server: %v\n", err)
+		}
+	}
 	j.stopChildren(s)
 	if s == syscall.SIGINT {
 		return ExitINT

@@ -335,3 +335,38 @@ func TestParseMPSLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestMPSFaultOnAStoppedNeighbour(t *testing.T) {
+	s, uuid := newSim(t)
+	mps := []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" + uuid + "=4096M"}
+	args := func(extra ...string) []string {
+		return append([]string{"--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "1m"}, extra...)
+	}
+	victim := start(t, mps, args("--mps-fault")...)
+	survivor := start(t, mps, args()...)
+	noMPS := start(t, nil, args("--mps-fault")...) // the flag needs an MPS client
+	stopped := start(t, mps, args()...)
+	eventually(t, "four clients", func() bool { return len(procs(t, s, uuid)) == 4 })
+	time.Sleep(100 * time.Millisecond) // a few ticks with no note: nobody faults
+	if victim.cmd.ProcessState != nil {
+		t.Fatalf("the victim ended before any stop: %s", victim.stderr.String())
+	}
+	if err := stopped.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := stopped.wait(t); code != simjob.ExitINT {
+		t.Fatalf("stopped client exit %d, want %d", code, simjob.ExitINT)
+	}
+	if code := victim.wait(t); code != simjob.ExitFail || !strings.Contains(victim.stderr.String(), simjob.IllegalAddress) {
+		t.Fatalf("victim exit %d, stderr %q: want exit 1 with %q", code, victim.stderr.String(), simjob.IllegalAddress)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if survivor.cmd.ProcessState != nil || noMPS.cmd.ProcessState != nil {
+		t.Fatalf("only the --mps-fault MPS client may fault: survivor %v, non-MPS %v", survivor.cmd.ProcessState, noMPS.cmd.ProcessState)
+	}
+	// A client started after the stop is not hit by it.
+	late := start(t, mps, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "200ms", "--mps-fault")
+	if code := late.wait(t); code != simjob.ExitOK {
+		t.Fatalf("a client started after the stop exited %d: %s", code, late.stderr.String())
+	}
+}

@@ -1,0 +1,175 @@
+package runner
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// OutcomeCollateral is a failure that a GPU-wide event explains: the job failed on a GPU the
+// enforcer had marked unhealthy while it ran (under MPS, stopping one client can fault the
+// others). The job runs again; its neighbour's stop, not the job, was at fault.
+const OutcomeCollateral = "collateral"
+
+// maxCollateral bounds how often one job is re-run after collateral failures.
+const maxCollateral = 3
+
+// collateralLead is how long before the enforcer's mark a failure still counts: the enforcer
+// signals the task first and marks the GPU next (microseconds apart), and the runner sees an exit
+// up to a sampling period late.
+const collateralLead = 250 * time.Millisecond
+
+// GPUEvent is a GPU-wide event of the run: from the enforcer marking a GPU unhealthy (stopping a
+// client under MPS, the MPS daemon dying) until it marked it healthy again (End zero: still
+// unhealthy when the run ended).
+type GPUEvent struct {
+	GPU      string    `json:"gpu"`
+	GPUIndex int       `json:"gpu_index"`
+	Reason   string    `json:"reason"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end,omitzero"`
+}
+
+func (e GPUEvent) String() string {
+	return fmt.Sprintf("GPU-wide event on GPU%d at %s: %s", e.GPUIndex, e.Start.UTC().Format("15:04:05.000"), e.Reason)
+}
+
+// gpuEvents records the enforcer's GPU-wide events; the enforcer's event goroutine writes, the
+// run's loop and the attempts' goroutines read.
+type gpuEvents struct {
+	mu   sync.Mutex
+	list []GPUEvent
+}
+
+// note records a gpu-health event.
+func (g *gpuEvents) note(ev enforcer.Event, index int) {
+	t := ev.Time
+	if t.IsZero() {
+		t = time.Now()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch ev.Stage {
+	case "unhealthy":
+		g.list = append(g.list, GPUEvent{GPU: ev.GPU, GPUIndex: index, Reason: ev.Message, Start: t})
+	case "healthy":
+		for i := range g.list {
+			if g.list[i].GPU == ev.GPU && g.list[i].End.IsZero() {
+				g.list[i].End = t
+			}
+		}
+	}
+}
+
+// covering is the latest event on gpu that explains a failure of an attempt that ran from start
+// until its process ended at end: the attempt was on the GPU before the mark was cleared, the mark
+// came before the failure (or within collateralLead after it), and the failure came while the GPU
+// was marked or within after of the mark's clearing.
+func (g *gpuEvents) covering(gpu string, start, end time.Time, after time.Duration) (GPUEvent, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := len(g.list) - 1; i >= 0; i-- {
+		e := g.list[i]
+		if e.GPU != gpu || e.Start.After(end.Add(collateralLead)) {
+			continue
+		}
+		if !e.End.IsZero() && (start.After(e.End) || end.After(e.End.Add(after))) {
+			continue
+		}
+		return e, true
+	}
+	return GPUEvent{}, false
+}
+
+func (g *gpuEvents) all() []GPUEvent {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]GPUEvent(nil), g.list...)
+}
+
+// collateralAfter is how long after a GPU is marked healthy again a failure still counts: the
+// mark is cleared once the GPU's clients are gone, a watchdog interval or two after the last
+// one left, and a faulted neighbour may take a moment longer to end its own wrapper.
+func (r *run) collateralAfter() time.Duration {
+	return time.Second + 3*r.o.Policy.WatchdogInterval
+}
+
+// collateral says whether a failed attempt, whose process ended at exited, is collateral damage
+// of a GPU-wide event, and fills its outcome and detail if so. A job that has been re-run
+// maxCollateral times already stays failed, its detail naming the last event.
+func (r *run) collateral(j *jobState, at *Attempt, exited time.Time) bool {
+	if exited.IsZero() {
+		exited = at.End
+	}
+	e, ok := r.wide.covering(at.GPU, at.Start, exited, r.collateralAfter())
+	if !ok {
+		return false
+	}
+	if j.collateral >= maxCollateral {
+		at.Detail = fmt.Sprintf("%s; after %s (not re-run: %d collateral failures already)", at.Detail, e, j.collateral)
+		return false
+	}
+	j.collateral++
+	why := at.Detail
+	at.Outcome = OutcomeCollateral
+	at.Detail = fmt.Sprintf("failed during a %s; re-run", e)
+	if why != "" {
+		at.Detail += " (its last words: " + why + ")"
+	}
+	return true
+}
+
+// neighbours says what a cap violation meant for the other jobs of its GPU: under MPS a stop by
+// signal is a GPU-wide event (their failures count as collateral and re-run); otherwise the
+// violator failed alone.
+func neighbours(at Attempt) string {
+	if v := at.Violation; v != nil && v.Mode == policy.ModeMPS && v.Action != enforcer.ActionOOMInProcess {
+		return "stopped under MPS: a GPU-wide event, a neighbour that fails now is re-run"
+	}
+	return "neighbours untouched"
+}
+
+// writeCollateral adds the GPU-wide events and the collateral failures to the run's summary.
+func writeCollateral(w io.Writer, res *Result) {
+	for _, e := range res.GPUEvents {
+		end := "still marked at the end"
+		if !e.End.IsZero() {
+			end = fmt.Sprintf("healthy again after %.1fs", e.End.Sub(e.Start).Seconds())
+		}
+		fmt.Fprintf(w, "%s (%s)\n", e, end)
+	}
+	if res.Collateral == 0 {
+		return
+	}
+	var jobs []string
+	for _, a := range res.Attempts {
+		if a.Outcome == OutcomeCollateral {
+			jobs = append(jobs, a.Job)
+		}
+	}
+	fmt.Fprintf(w, "collateral failures (a neighbour's stop under MPS, re-run): %d (%s)\n", res.Collateral, strings.Join(jobs, ", "))
+}
+
+// gpuEventsHTML lists the run's GPU-wide events for the report.
+func gpuEventsHTML(res *Result) string {
+	if len(res.GPUEvents) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(`<div class="note"><b>GPU-wide events</b> (the enforcer marked the GPU unhealthy: no admissions there; a job that failed meanwhile is recorded collateral and re-run):<ul>`)
+	for _, e := range res.GPUEvents {
+		end := "until the end"
+		if !e.End.IsZero() {
+			end = fmt.Sprintf("%.1fs", e.End.Sub(e.Start).Seconds())
+		}
+		fmt.Fprintf(&b, "<li>GPU%d at %.1fs for %s: %s</li>", e.GPUIndex, e.Start.Sub(res.Start).Seconds(), end, html.EscapeString(e.Reason))
+	}
+	b.WriteString("</ul></div>\n")
+	return b.String()
+}
