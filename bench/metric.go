@@ -15,6 +15,9 @@ const (
 	OutcomeFailed       = "failed"
 	OutcomeProbe        = "probe"
 	OutcomeCanceled     = "canceled"
+	// OutcomeCollateral: the attempt failed during a GPU-wide event (a neighbour stopped under
+	// MPS) and the job was re-run.
+	OutcomeCollateral = "collateral"
 )
 
 // Attempt is one process run of one job: the bench's own copy of the runner's record, so the
@@ -82,8 +85,12 @@ type Score struct {
 	JobsPerGPUHour float64 `json:"jobs_per_gpu_hour"`
 	// Ratio to the exclusive baseline of the same seed; 0 when there is none.
 	Ratio float64 `json:"ratio"`
-	// FailedOthers counts failed or cap-violating attempts by jobs other than the leaker.
+	// FailedOthers counts failed, cap-violating or collateral attempts by jobs other than the
+	// leaker. A collateral attempt is a neighbour harmed by a GPU-wide event (a stop under MPS):
+	// the runner re-runs it, so it may still complete, but the harm counts here.
 	FailedOthers int `json:"failed_attempts_non_leaker"`
+	// Collateral is the part of FailedOthers that was collateral.
+	Collateral int `json:"collateral_attempts_non_leaker,omitempty"`
 	// LeakerCap is the cap of the leaker's first capped attempt (0: it never ran capped).
 	LeakerCap size.Bytes `json:"leaker_cap_bytes"`
 	// LeakerContained is, for the leaker's capped attempt that broke its cap, the time from
@@ -151,8 +158,11 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 						s.LeakerAction = a.Outcome
 					}
 				}
-			} else if a.Outcome == OutcomeCapViolation || a.Outcome == OutcomeFailed {
+			} else if a.Outcome == OutcomeCapViolation || a.Outcome == OutcomeFailed || a.Outcome == OutcomeCollateral {
 				s.FailedOthers++
+				if a.Outcome == OutcomeCollateral {
+					s.Collateral++
+				}
 			}
 		}
 		switch {

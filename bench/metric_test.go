@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,5 +172,37 @@ func TestScoreNeverRanAndOtherSeed(t *testing.T) {
 	}
 	if e := ScoreRun(ArmRun{Jobs: q}, accept); e.JobsPerGPUHour != 0 || e.Makespan != 0 || e.Completed != 0 {
 		t.Fatalf("empty run scored %+v", e)
+	}
+}
+
+// A neighbour faulted by a GPU-wide event is harm to a neighbour: it counts in the failed
+// attempts by non-leakers (and apart, as collateral) even though its re-run completed.
+func TestScoreCountsCollateral(t *testing.T) {
+	q := Draw(1)
+	run := ArmRun{Label: "packed-mps", Arm: "packed", Mode: "mps", Seed: 1, Jobs: q}
+	for i, e := range q {
+		start := 5 + float64(i)
+		if i == 0 && e.Template != Leaker {
+			run.Attempts = append(run.Attempts,
+				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 2), Outcome: OutcomeCollateral, ExitCode: 1},
+				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(30), End: at(40), Outcome: OutcomeOK})
+			continue
+		}
+		run.Attempts = append(run.Attempts, Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: OutcomeOK})
+	}
+	if q[0].Template == Leaker {
+		t.Fatal("seed 1 draws the leaker first: pick another job")
+	}
+	s := ScoreRun(run, accept)
+	if s.FailedOthers != 1 || s.Collateral != 1 {
+		t.Fatalf("failed by non-leakers %d, collateral %d: want 1 and 1", s.FailedOthers, s.Collateral)
+	}
+	if s.Completed != len(q) {
+		t.Fatalf("completed %d of %d: the collateral job's re-run completed", s.Completed, len(q))
+	}
+	sum := sampleSummary(1, 2)
+	sum.Scores = []Score{s}
+	if out := RenderRun(sum); !strings.Contains(out, "| 1 (1 collateral) |") {
+		t.Fatalf("the table should show the collateral attempt:\n%s", out)
 	}
 }

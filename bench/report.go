@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,7 +52,8 @@ func RenderRun(sum Summary) string {
 	fmt.Fprintf(&b, "- command: `%s`\n", sum.Command)
 	fmt.Fprintf(&b, "- machine: %s; GPU: %s; driver %s; backend %s\n", orDash(sum.Machine), orDash(sum.GPU), orDash(sum.Driver), orDash(sum.Backend))
 	fmt.Fprintf(&b, "- queue: %s\n", queueLine(sum.Queue))
-	fmt.Fprintf(&b, "- tolerances (fixed in bench/compare.go): exact results identical; losses within %g relative on the mean of the last %d steps\n\n", LossRelTol, LossTailSteps)
+	fmt.Fprintf(&b, "- tolerances (fixed in bench/compare.go): exact results identical; losses within %g relative on the mean of the last %d steps\n", LossRelTol, LossTailSteps)
+	b.WriteString("- failed attempts (not leaker): attempts of other jobs that broke their cap, failed, or failed as collateral of a GPU-wide event (a neighbour stopped under MPS; re-run, so the job may still complete); the collateral ones in brackets\n\n")
 	b.WriteString("| arm | mode | profiles | time | jobs completed | jobs / GPU-h | vs exclusive | failed attempts (not leaker) | leaker cap | leaker contained in | GPU busy |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range sum.Scores {
@@ -63,9 +65,13 @@ func RenderRun(sum Summary) string {
 		if s.LeakerAction != "" {
 			stopped += " (" + s.LeakerAction + ")"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d of %d | %.1f | %s | %d | %s | %s | %.0f%% |\n",
+		failed := strconv.Itoa(s.FailedOthers)
+		if s.Collateral > 0 {
+			failed += fmt.Sprintf(" (%d collateral)", s.Collateral)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d of %d | %.1f | %s | %s | %s | %s | %.0f%% |\n",
 			s.Label, orDash(s.Mode), orDash(s.Profiles), fmtDur(s.Makespan), s.Completed, s.Jobs,
-			s.JobsPerGPUHour, fmtRatio(s), s.FailedOthers, lcap, stopped, 100*s.BusyFraction)
+			s.JobsPerGPUHour, fmtRatio(s), failed, lcap, stopped, 100*s.BusyFraction)
 	}
 	var notes []string
 	notes = append(notes, sum.Notes...)
@@ -103,25 +109,34 @@ func queueLine(q []Entry) string {
 	return strings.Join(ts, ", ")
 }
 
-// RenderCombined is the published form: one row per arm, one column per seed (ratio to that
-// seed's exclusive baseline and jobs completed), and the mean ratio over the seeds that ran it.
+// RenderCombined is the published form: one row per arm, one column per invocation (ratio to
+// its seed's exclusive baseline and jobs completed), and the mean ratio over the seeds that ran
+// the arm. Invocations are ordered by seed, then start time. A seed run by several invocations
+// (a main call and a follow-up that re-ran one arm) gets one column per invocation, labelled
+// with its start time, each showing only the arms that invocation ran; in the mean such a seed
+// counts once, with the mean of its runs. "jobs completed" adds up every run shown.
 func RenderCombined(sums []Summary) string {
-	sort.SliceStable(sums, func(i, j int) bool { return sums[i].Seed < sums[j].Seed })
+	sums = slices.Clone(sums)
+	sort.SliceStable(sums, func(i, j int) bool {
+		if sums[i].Seed != sums[j].Seed {
+			return sums[i].Seed < sums[j].Seed
+		}
+		return sums[i].Started.Before(sums[j].Started)
+	})
 	var labels []string
-	cell := map[string]map[uint64]Score{}
+	seen := map[string]bool{}
 	for _, sum := range sums {
 		for _, s := range sum.Scores {
-			if cell[s.Label] == nil {
-				cell[s.Label] = map[uint64]Score{}
+			if !seen[s.Label] {
+				seen[s.Label] = true
 				labels = append(labels, s.Label)
 			}
-			cell[s.Label][sum.Seed] = s
 		}
 	}
 	var b strings.Builder
 	b.WriteString("| arm |")
-	for _, sum := range sums {
-		fmt.Fprintf(&b, " seed %d |", sum.Seed)
+	for _, h := range columnHeads(sums) {
+		fmt.Fprintf(&b, " %s |", h)
 	}
 	b.WriteString(" mean | jobs completed |\n|---|")
 	for range sums {
@@ -130,10 +145,11 @@ func RenderCombined(sums []Summary) string {
 	b.WriteString("---|---|\n")
 	for _, l := range labels {
 		fmt.Fprintf(&b, "| %s |", l)
-		var total float64
-		var n, done, jobs int
+		var done, jobs int
+		var seeds []uint64
+		ratios := map[uint64][]float64{}
 		for _, sum := range sums {
-			s, ok := cell[l][sum.Seed]
+			s, ok := scoreOf(sum, l)
 			if !ok {
 				b.WriteString(" - |")
 				continue
@@ -142,17 +158,66 @@ func RenderCombined(sums []Summary) string {
 			done += s.Completed
 			jobs += s.Jobs
 			if s.Ratio > 0 {
-				total += s.Ratio
-				n++
+				if len(ratios[sum.Seed]) == 0 {
+					seeds = append(seeds, sum.Seed)
+				}
+				ratios[sum.Seed] = append(ratios[sum.Seed], s.Ratio)
 			}
 		}
 		mean := "-"
-		if n > 0 {
-			mean = fmt.Sprintf("%.3fx", total/float64(n))
+		if len(seeds) > 0 {
+			var total float64
+			for _, seed := range seeds {
+				var t float64
+				for _, r := range ratios[seed] {
+					t += r
+				}
+				total += t / float64(len(ratios[seed]))
+			}
+			mean = fmt.Sprintf("%.3fx", total/float64(len(seeds)))
 		}
 		fmt.Fprintf(&b, " %s | %d of %d |\n", mean, done, jobs)
 	}
 	return b.String()
+}
+
+// scoreOf is the score of the arm labelled l in one invocation.
+func scoreOf(sum Summary, l string) (Score, bool) {
+	for _, s := range sum.Scores {
+		if s.Label == l {
+			return s, true
+		}
+	}
+	return Score{}, false
+}
+
+// columnHeads names each invocation's column: "seed N", with its start time when the seed has
+// several invocations (to the second, and with the date, where the minute does not tell them apart).
+func columnHeads(sums []Summary) []string {
+	bySeed := map[uint64][]int{}
+	for i, sum := range sums {
+		bySeed[sum.Seed] = append(bySeed[sum.Seed], i)
+	}
+	heads := make([]string, len(sums))
+	for seed, idx := range bySeed {
+		for _, layout := range []string{"", "15:04 MST", "2006-01-02 15:04:05 MST", "2006-01-02 15:04:05.000000000 MST"} {
+			used := map[string]bool{}
+			unique := true
+			for _, i := range idx {
+				h := fmt.Sprintf("seed %d", seed)
+				if layout != "" {
+					h += " (" + sums[i].Started.UTC().Format(layout) + ")"
+				}
+				heads[i] = h
+				unique = unique && !used[h]
+				used[h] = true
+			}
+			if unique {
+				break
+			}
+		}
+	}
+	return heads
 }
 
 // WriteRaw writes the raw records of one invocation into dir: summary.json, summary.md,

@@ -99,3 +99,38 @@ func TestWriteRawAndLoad(t *testing.T) {
 		t.Fatal("loading a missing summary should fail")
 	}
 }
+
+// A seed's main invocation and a follow-up that re-ran its exclusive arm are two runs: one column
+// each, labelled with its start time, each showing only what it ran; the mean counts the seed once.
+func TestRenderCombinedSameSeedTwice(t *testing.T) {
+	main := sampleSummary(1, 2.0)
+	rerun := Summary{Seed: 1, Started: time.Date(2026, 11, 29, 11, 30, 0, 0, time.UTC),
+		Scores: []Score{{Label: "exclusive", Arm: "exclusive", Seed: 1, Jobs: 12, Completed: 10, Ratio: 0.95}}}
+	other := sampleSummary(2, 1.5)
+	in := []Summary{rerun, other, main}
+	out := RenderCombined(in)
+	if in[0].Started != rerun.Started || in[1].Seed != 2 || in[2].Seed != 1 {
+		t.Fatal("RenderCombined reordered the caller's slice (the caller pairs it with its directories)")
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want header, rule and 2 rows, got:\n%s", out)
+	}
+	want := []string{
+		"| arm | seed 1 (10:00 UTC) | seed 1 (11:30 UTC) | seed 2 | mean | jobs completed |",
+		"|---|---|---|---|---|---|",
+		"| exclusive | 1.000x (12/12) | 0.950x (10/12) | 1.000x (12/12) | 0.988x | 34 of 36 |",
+		"| packed-mps | 2.000x (11/12) | - | 1.500x (11/12) | 1.750x | 22 of 24 |",
+	}
+	for i := range want {
+		if lines[i] != want[i] {
+			t.Errorf("line %d\n got %q\nwant %q", i, lines[i], want[i])
+		}
+	}
+	// Two invocations in the same minute are told apart to the second.
+	rerun.Started = main.Started.Add(20 * time.Second)
+	head := strings.SplitN(RenderCombined([]Summary{main, rerun}), "\n", 2)[0]
+	if head != "| arm | seed 1 (2026-11-29 10:00:00 UTC) | seed 1 (2026-11-29 10:00:20 UTC) | mean | jobs completed |" {
+		t.Fatalf("header %q", head)
+	}
+}
