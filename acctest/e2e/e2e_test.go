@@ -264,18 +264,8 @@ func fingerprintIs(budgetMiB, unitMiB int64, healthyUnits int) func(*devicepb.Fi
 			return false
 		}
 		a := gs[0].GetAttributes()
-		return a["budget"].GetIntVal() == budgetMiB && a["unit_size"].GetIntVal() == unitMiB && healthy(gs[0]) == healthyUnits
+		return a["budget"].GetIntVal() == budgetMiB && a["unit_size"].GetIntVal() == unitMiB && emulator.HealthyCount(gs[0]) == healthyUnits
 	}
-}
-
-func healthy(g *devicepb.DeviceGroup) int {
-	n := 0
-	for _, d := range g.GetDevices() {
-		if d.GetHealthy() {
-			n++
-		}
-	}
-	return n
 }
 
 func describe(m *devicepb.FingerprintResponse) string {
@@ -283,7 +273,7 @@ func describe(m *devicepb.FingerprintResponse) string {
 	for _, g := range m.GetDeviceGroup() {
 		a := g.GetAttributes()
 		fmt.Fprintf(&b, "[%s budget=%dMiB unit=%dMiB healthy=%d/%d] ", g.GetDeviceName(),
-			a["budget"].GetIntVal(), a["unit_size"].GetIntVal(), healthy(g), len(g.GetDevices()))
+			a["budget"].GetIntVal(), a["unit_size"].GetIntVal(), emulator.HealthyCount(g), len(g.GetDevices()))
 	}
 	return b.String()
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
@@ -32,7 +33,7 @@ func TestGPUFaultMarksUnitsUnhealthyAndKeepsHeldOnes(t *testing.T) {
 	if err := sim.SetHealth(uuid, false, "XID 79: fell off the bus"); err != nil {
 		t.Fatal(err)
 	}
-	fp, err := c.WaitFingerprint(10*time.Second, func(m *devicepb.FingerprintResponse) bool { return healthy(m.GetDeviceGroup()[0]) == 0 })
+	fp, err := c.WaitFingerprint(10*time.Second, func(m *devicepb.FingerprintResponse) bool { return emulator.HealthyCount(m.GetDeviceGroup()[0]) == 0 })
 	if err != nil {
 		t.Fatalf("units of the faulty GPU: %v", err)
 	}
@@ -50,13 +51,13 @@ func TestGPUFaultMarksUnitsUnhealthyAndKeepsHeldOnes(t *testing.T) {
 			t.Errorf("held unit %s dropped from the fingerprint", id)
 		}
 	}
-	if healthy(fp.GetDeviceGroup()[1]) != 22 {
-		t.Errorf("the healthy GPU has %d healthy units, want 22", healthy(fp.GetDeviceGroup()[1]))
+	if emulator.HealthyCount(fp.GetDeviceGroup()[1]) != 22 {
+		t.Errorf("the healthy GPU has %d healthy units, want 22", emulator.HealthyCount(fp.GetDeviceGroup()[1]))
 	}
 	if err := sim.SetHealth(uuid, true, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitFingerprint(10*time.Second, func(m *devicepb.FingerprintResponse) bool { return healthy(m.GetDeviceGroup()[0]) == 22 }); err != nil {
+	if _, err := c.WaitFingerprint(10*time.Second, func(m *devicepb.FingerprintResponse) bool { return emulator.HealthyCount(m.GetDeviceGroup()[0]) == 22 }); err != nil {
 		t.Fatalf("units after the GPU recovered: %v", err)
 	}
 }

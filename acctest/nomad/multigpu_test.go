@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
@@ -64,9 +65,9 @@ func TestFourGPUNode(t *testing.T) {
 					t.Errorf("group %d: name %q index %d", i, g.GetDeviceName(), attr(g, "index"))
 				}
 				// 80 GiB less the default 2 GiB headroom, in 1 GiB units
-				if attr(g, "memory") != 80*1024 || attr(g, "budget") != 78*1024 || attr(g, "units") != 78 || len(g.GetDevices()) != 78 || healthy(g) != 78 {
+				if attr(g, "memory") != 80*1024 || attr(g, "budget") != 78*1024 || attr(g, "units") != 78 || len(g.GetDevices()) != 78 || emulator.HealthyCount(g) != 78 {
 					t.Errorf("group %d: memory %d MiB, budget %d MiB, units %d, %d instances (%d healthy); want 81920, 79872, 78, 78 (78)",
-						i, attr(g, "memory"), attr(g, "budget"), attr(g, "units"), len(g.GetDevices()), healthy(g))
+						i, attr(g, "memory"), attr(g, "budget"), attr(g, "units"), len(g.GetDevices()), emulator.HealthyCount(g))
 				}
 				for k, d := range g.GetDevices() {
 					if d.GetID() != ledger.InstanceID(uuid, k) {

@@ -57,16 +57,6 @@ func start(t *testing.T, hcl string) *emulator.Client {
 
 func attr(g *devicepb.DeviceGroup, k string) int64 { return g.GetAttributes()[k].GetIntVal() }
 
-func healthy(g *devicepb.DeviceGroup) int {
-	n := 0
-	for _, d := range g.GetDevices() {
-		if d.GetHealthy() {
-			n++
-		}
-	}
-	return n
-}
-
 // writePolicy writes a policy file in the single-policy form (the policy's Nomad Variable items).
 func writePolicy(t *testing.T, path string, mut func(*policy.Policy)) {
 	t.Helper()
@@ -293,8 +283,8 @@ func TestPolicyFileChangeRefingerprints(t *testing.T) {
 		t.Fatalf("budget after the policy change: %v", err)
 	}
 	g := fp.GetDeviceGroup()[0]
-	if attr(g, "unit_size") != 2048 || healthy(g) != 35 {
-		t.Errorf("unit_size %d MiB and %d healthy units, want 2048 and 35", attr(g, "unit_size"), healthy(g))
+	if attr(g, "unit_size") != 2048 || emulator.HealthyCount(g) != 35 {
+		t.Errorf("unit_size %d MiB and %d healthy units, want 2048 and 35", attr(g, "unit_size"), emulator.HealthyCount(g))
 	}
 	// An invalid policy is ignored: the last good one stays in force.
 	if err := os.WriteFile(pf, []byte(`{"schema_version":"1","name":"default","unit_bytes":"12"}`), 0o644); err != nil {
@@ -355,8 +345,8 @@ func TestSecondPluginOnOneLedgerShowsTheLock(t *testing.T) {
 	first := start(t, agentConfig(dir, `"T4=16GiB"`, ""))
 	second := start(t, agentConfig(dir, `"T4=16GiB"`, ""))
 	g := second.Latest().GetDeviceGroup()[0]
-	if healthy(g) != 0 || len(g.GetDevices()) != 14 {
-		t.Fatalf("second plugin: %d of %d units healthy, want 0 of 14 (the first one's units, unusable)", healthy(g), len(g.GetDevices()))
+	if emulator.HealthyCount(g) != 0 || len(g.GetDevices()) != 14 {
+		t.Fatalf("second plugin: %d of %d units healthy, want 0 of 14 (the first one's units, unusable)", emulator.HealthyCount(g), len(g.GetDevices()))
 	}
 	pid := strconv.Itoa(first.Process().Pid())
 	if desc := g.GetDevices()[0].GetHealthDescription(); !strings.Contains(desc, "ledger") || !strings.Contains(desc, pid) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
@@ -43,8 +44,8 @@ func TestNomadVariablesPolicyChangeRefingerprints(t *testing.T) {
     token_file = "`+tokenFile+`"
     name       = "inference"
   }`))
-	if g := c.Latest().GetDeviceGroup()[0]; attr(g, "budget") != 76*1024 || healthy(g) != 76 {
-		t.Fatalf("first fingerprint: budget %d MiB, %d healthy units; want 77824 and 76", attr(g, "budget"), healthy(g))
+	if g := c.Latest().GetDeviceGroup()[0]; attr(g, "budget") != 76*1024 || emulator.HealthyCount(g) != 76 {
+		t.Fatalf("first fingerprint: budget %d MiB, %d healthy units; want 77824 and 76", attr(g, "budget"), emulator.HealthyCount(g))
 	}
 
 	p.HeadroomBytes = 16 * size.GiB
@@ -53,7 +54,7 @@ func TestNomadVariablesPolicyChangeRefingerprints(t *testing.T) {
 	}
 	if _, err := c.WaitFingerprint(10*time.Second, func(m *devicepb.FingerprintResponse) bool {
 		g := m.GetDeviceGroup()[0]
-		return attr(g, "budget") == 64*1024 && healthy(g) == 64
+		return attr(g, "budget") == 64*1024 && emulator.HealthyCount(g) == 64
 	}); err != nil {
 		t.Fatalf("budget after the variable changed: %v", err)
 	}
@@ -75,8 +76,8 @@ func TestUnreachablePolicyMarksUnitsUnhealthy(t *testing.T) {
 	if len(g.GetDevices()) == 0 {
 		t.Fatal("no instances advertised")
 	}
-	if healthy(g) != 0 {
-		t.Errorf("%d healthy units before any policy was read", healthy(g))
+	if emulator.HealthyCount(g) != 0 {
+		t.Errorf("%d healthy units before any policy was read", emulator.HealthyCount(g))
 	}
 	desc := g.GetDevices()[0].GetHealthDescription()
 	if !strings.Contains(desc, "gpufrac/policy/default") {

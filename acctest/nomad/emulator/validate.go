@@ -68,3 +68,14 @@ func ValidateStats(m *devicepb.StatsResponse) error {
 	}
 	return nil
 }
+
+// HealthyCount is how many of a group's instances Nomad's scheduler may place work on.
+func HealthyCount(g *devicepb.DeviceGroup) int {
+	n := 0
+	for _, d := range g.GetDevices() {
+		if d.GetHealthy() {
+			n++
+		}
+	}
+	return n
+}
