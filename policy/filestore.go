@@ -287,14 +287,14 @@ func (s *FileStore) GetPolicy(ctx context.Context, name string) (Policy, Meta, e
 }
 
 func (s *FileStore) getPolicy(name string) (Policy, Meta, uint64, error) {
-	if err := checkName("policy", name); err != nil {
+	if err := CheckName("policy", name); err != nil {
 		return Policy{}, Meta{}, 0, err
 	}
 	items, m, token, err := s.get(policies, "policy", name)
 	if err != nil {
 		return Policy{}, Meta{}, token, err
 	}
-	p, err := decodePolicyAt(s.where("policy", name), name, items)
+	p, err := DecodePolicyAt(s.where("policy", name), name, items)
 	return p, m, token, err
 }
 
@@ -318,7 +318,7 @@ func (s *FileStore) putPolicy(p Policy, cas uint64, checked bool) (Meta, error) 
 
 // DeletePolicy deletes the named policy (cas 0: unconditionally).
 func (s *FileStore) DeletePolicy(ctx context.Context, name string, cas uint64) error {
-	if err := checkName("policy", name); err != nil {
+	if err := CheckName("policy", name); err != nil {
 		return err
 	}
 	return s.del(policies, "policy", name, cas)
@@ -326,14 +326,14 @@ func (s *FileStore) DeletePolicy(ctx context.Context, name string, cas uint64) e
 
 // GetTemplate reads and decodes the named template.
 func (s *FileStore) GetTemplate(ctx context.Context, name string) (Template, Meta, error) {
-	if err := checkName("template", name); err != nil {
+	if err := CheckName("template", name); err != nil {
 		return Template{}, Meta{}, err
 	}
 	items, m, _, err := s.get(templates, "template", name)
 	if err != nil {
 		return Template{}, Meta{}, err
 	}
-	t, err := decodeTemplateAt(s.where("template", name), name, items)
+	t, err := DecodeTemplateAt(s.where("template", name), name, items)
 	return t, m, err
 }
 
@@ -357,7 +357,7 @@ func (s *FileStore) putTemplate(t Template, cas uint64, checked bool) (Meta, err
 
 // DeleteTemplate deletes the named template (cas 0: unconditionally).
 func (s *FileStore) DeleteTemplate(ctx context.Context, name string, cas uint64) error {
-	if err := checkName("template", name); err != nil {
+	if err := CheckName("template", name); err != nil {
 		return err
 	}
 	return s.del(templates, "template", name, cas)
@@ -377,7 +377,7 @@ func (s *FileStore) ListTemplates(ctx context.Context) ([]Template, error) {
 	var out []Template
 	var bad []error
 	for _, n := range names {
-		t, err := decodeTemplateAt(s.where("template", n), n, doc.Templates[n].Items)
+		t, err := DecodeTemplateAt(s.where("template", n), n, doc.Templates[n].Items)
 		if err != nil {
 			bad = append(bad, err)
 			continue

@@ -97,23 +97,21 @@ type PolicySource interface {
 }
 
 var (
-	_ Store        = (*NomadStore)(nil)
 	_ Store        = (*FileStore)(nil)
-	_ PolicySource = (*NomadStore)(nil)
 	_ PolicySource = (*FileStore)(nil)
 )
 
-// checkName rejects names that would make a bad path before any request is sent.
-func checkName(kind, name string) error {
+// CheckName rejects names that would make a bad path before any request is sent.
+func CheckName(kind, name string) error {
 	if !nameRE.MatchString(name) {
 		return &FieldError{Field: kind + " name", Value: fmt.Sprintf("%q", name), Reason: "must be 1-64 letters, digits, '-', '_' or '~'"}
 	}
 	return nil
 }
 
-// decodePolicyAt decodes items stored at path and checks that the name item matches the path,
+// DecodePolicyAt decodes items stored at path and checks that the name item matches the path,
 // so a copied variable cannot masquerade as another policy.
-func decodePolicyAt(path, name string, items map[string]string) (Policy, error) {
+func DecodePolicyAt(path, name string, items map[string]string) (Policy, error) {
 	p, err := DecodePolicy(items)
 	if err != nil {
 		return Policy{}, fmt.Errorf("policy at %s: %w", path, err)
@@ -124,7 +122,8 @@ func decodePolicyAt(path, name string, items map[string]string) (Policy, error) 
 	return p, nil
 }
 
-func decodeTemplateAt(path, name string, items map[string]string) (Template, error) {
+// DecodeTemplateAt is DecodePolicyAt for templates.
+func DecodeTemplateAt(path, name string, items map[string]string) (Template, error) {
 	t, err := DecodeTemplate(items)
 	if err != nil {
 		return Template{}, fmt.Errorf("template at %s: %w", path, err)

@@ -68,7 +68,7 @@ func (w *Watcher) Updates() <-chan Policy { return w.updates }
 // Run follows the policy until ctx ends and then returns ctx.Err(). It returns at once with
 // an error wrapping ErrInvalid when the name cannot be a policy name.
 func (w *Watcher) Run(ctx context.Context) error {
-	if err := checkName("policy", w.cfg.Name); err != nil {
+	if err := CheckName("policy", w.cfg.Name); err != nil {
 		return err // no retry can fix a name that makes no path
 	}
 	var after uint64

@@ -45,11 +45,12 @@ while IFS= read -r line; do
 	done
 done < <(imports)
 
-# ledger/ imports no Nomad or Terraform package itself, and pulls in neither the plugin protocol
-# nor Terraform through its own dependencies.
-for dep in $(deps ./ledger/...); do
+# ledger/ (and the packages below it: policy's types, gpu/) pull in no Nomad, Terraform or plugin
+# protocol package, not even through their dependencies: the Nomad Variables client lives in
+# policy/nomadvars, which only the plugin, the provider and the CLI import.
+for dep in $(deps ./ledger/... ./policy ./gpu/...); do
 	case "$dep" in
-	github.com/hashicorp/terraform* | github.com/hashicorp/go-plugin* | "$mod"/nomad-device*) violation "ledger/ depends on $dep";;
+	github.com/hashicorp/nomad* | github.com/hashicorp/terraform* | github.com/hashicorp/go-plugin* | "$mod"/nomad-device*) violation "ledger/, policy or gpu/ depends on $dep";;
 	esac
 done
 

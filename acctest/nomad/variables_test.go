@@ -12,6 +12,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -22,7 +23,7 @@ func TestNomadVariablesPolicyChangeRefingerprints(t *testing.T) {
 	srv.SetToken(admin, varserver.Management()...)
 	srv.SetToken(reader, varserver.Rule{Namespace: "default", Path: "gpufrac/*",
 		Capabilities: []string{varserver.CapRead, varserver.CapList}})
-	store, err := policy.NewNomadStore(policy.Config{Address: srv.URL(), Token: admin})
+	store, err := nomadvars.New(nomadvars.Config{Address: srv.URL(), Token: admin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
 )
 
 // PolicyFileName is the local policy file inside the state directory.
@@ -39,7 +40,7 @@ func (s *storeFlags) explicit() bool { return s.nomad || s.policyFile != "" }
 // open returns the store and a phrase that names it for people.
 func (s *storeFlags) open(g *globals) (policy.Store, string, error) {
 	if s.nomad {
-		st, err := policy.NewNomadStore(policy.Config{Address: s.nomadAddr, Token: os.Getenv("NOMAD_TOKEN"),
+		st, err := nomadvars.New(nomadvars.Config{Address: s.nomadAddr, Token: os.Getenv("NOMAD_TOKEN"),
 			TokenFile: s.nomadTokenFile, Namespace: s.nomadNamespace, Logger: g.logger})
 		if err != nil {
 			return nil, "", fmt.Errorf("nomad store: %w", err)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
 )
 
 // policySourceName describes the configured policy source, or "" when none is configured (the
@@ -32,7 +33,7 @@ func (rt *runtime) startPolicy() {
 		np := rt.cfg.Nomad
 		name = np.Name
 		// Empty fields fall back to NOMAD_ADDR, NOMAD_TOKEN... inherited from the agent.
-		store, err := policy.NewNomadStore(policy.Config{Address: np.Address, Token: np.Token, TokenFile: np.TokenFile,
+		store, err := nomadvars.New(nomadvars.Config{Address: np.Address, Token: np.Token, TokenFile: np.TokenFile,
 			Namespace: np.Namespace, Region: np.Region, CACert: np.CAFile, Logger: rt.log})
 		if err != nil {
 			rt.setPolicyErr(err)

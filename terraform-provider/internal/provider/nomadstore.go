@@ -5,22 +5,23 @@ import (
 	"sync"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
 )
 
-// nomadStores adapts policy.NomadStore, which serves one namespace, to objectStore, where each
+// nomadStores adapts nomadvars.Store, which serves one namespace, to objectStore, where each
 // object names its own namespace: one NomadStore per namespace, made on first use.
 type nomadStores struct {
-	cfg policy.Config
+	cfg nomadvars.Config
 
 	mu     sync.Mutex
-	stores map[string]*policy.NomadStore
+	stores map[string]*nomadvars.Store
 }
 
 func newNomadStore(c storeConfig) (objectStore, error) {
 	s := &nomadStores{
-		cfg: policy.Config{Address: c.Address, Token: c.Token, TokenFile: c.TokenFile,
+		cfg: nomadvars.Config{Address: c.Address, Token: c.Token, TokenFile: c.TokenFile,
 			Namespace: c.Namespace, Region: c.Region, CACert: c.CACert},
-		stores: map[string]*policy.NomadStore{},
+		stores: map[string]*nomadvars.Store{},
 	}
 	// Build the default namespace's store now, so a bad token_file or CA file is reported
 	// while configuring the provider rather than on the first read.
@@ -30,7 +31,7 @@ func newNomadStore(c storeConfig) (objectStore, error) {
 	return s, nil
 }
 
-func (s *nomadStores) in(namespace string) (*policy.NomadStore, error) {
+func (s *nomadStores) in(namespace string) (*nomadvars.Store, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st, ok := s.stores[namespace]; ok {
@@ -38,7 +39,7 @@ func (s *nomadStores) in(namespace string) (*policy.NomadStore, error) {
 	}
 	cfg := s.cfg
 	cfg.Namespace = namespace
-	st, err := policy.NewNomadStore(cfg)
+	st, err := nomadvars.New(cfg)
 	if err != nil {
 		return nil, err
 	}

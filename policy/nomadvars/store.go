@@ -1,4 +1,4 @@
-package policy
+package nomadvars
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
@@ -35,10 +36,10 @@ type Config struct {
 	Logger hclog.Logger
 }
 
-// NomadStore keeps policies at PolicyPath(name) and templates at TemplatePath(name) as Nomad
+// Store keeps policies at PolicyPath(name) and templates at TemplatePath(name) as Nomad
 // Variables. A plugin needs "read" and "list" on gpufrac/*; a provider also "write" and
 // "destroy".
-type NomadStore struct {
+type Store struct {
 	vars      *api.Variables
 	namespace string
 	address   string
@@ -46,8 +47,8 @@ type NomadStore struct {
 	log       hclog.Logger
 }
 
-// NewNomadStore builds a client; it sends no request.
-func NewNomadStore(cfg Config) (*NomadStore, error) {
+// New builds a client; it sends no request.
+func New(cfg Config) (*Store, error) {
 	ac := api.DefaultConfig()
 	if cfg.Address != "" {
 		ac.Address = cfg.Address
@@ -95,38 +96,38 @@ func NewNomadStore(cfg Config) (*NomadStore, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &NomadStore{vars: c.Variables(), namespace: ac.Namespace, address: ac.Address, wait: wait,
+	return &Store{vars: c.Variables(), namespace: ac.Namespace, address: ac.Address, wait: wait,
 		log: log.Named("nomad-store")}, nil
 }
 
 // Namespace is the Nomad namespace the store reads and writes.
-func (s *NomadStore) Namespace() string { return s.namespace }
+func (s *Store) Namespace() string { return s.namespace }
 
 // String names the store without its token.
-func (s *NomadStore) String() string {
+func (s *Store) String() string {
 	return fmt.Sprintf("nomad variables at %s (namespace %s)", s.address, s.namespace)
 }
 
-func (s *NomadStore) q(ctx context.Context) *api.QueryOptions {
+func (s *Store) q(ctx context.Context) *api.QueryOptions {
 	return (&api.QueryOptions{Namespace: s.namespace}).WithContext(ctx)
 }
 
-func (s *NomadStore) w(ctx context.Context) *api.WriteOptions {
+func (s *Store) w(ctx context.Context) *api.WriteOptions {
 	return (&api.WriteOptions{Namespace: s.namespace}).WithContext(ctx)
 }
 
 // mapErr turns api errors into the Store's: 404 is ErrNotFound, 403 ErrPermissionDenied,
 // a CAS miss a *ConflictError.
-func (s *NomadStore) mapErr(op, path string, cas uint64, err error) error {
+func (s *Store) mapErr(op, path string, cas uint64, err error) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, api.ErrVariablePathNotFound) {
-		return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, ErrNotFound)
+		return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, policy.ErrNotFound)
 	}
 	var c api.ErrCASConflict
 	if errors.As(err, &c) {
-		ce := &ConflictError{Path: path, CAS: cas}
+		ce := &policy.ConflictError{Path: path, CAS: cas}
 		if c.Conflict != nil {
 			ce.Current = metaOf(c.Conflict.CreateIndex, c.Conflict.ModifyIndex, c.Conflict.ModifyTime)
 		}
@@ -137,31 +138,31 @@ func (s *NomadStore) mapErr(op, path string, cas uint64, err error) error {
 		switch ure.StatusCode() {
 		case http.StatusForbidden:
 			return fmt.Errorf("%s %s in namespace %s at %s: %w (%s): the token lacks the variables capability for this path",
-				op, path, s.namespace, s.address, ErrPermissionDenied, strings.TrimSpace(ure.Body()))
+				op, path, s.namespace, s.address, policy.ErrPermissionDenied, strings.TrimSpace(ure.Body()))
 		case http.StatusNotFound:
-			return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, ErrNotFound)
+			return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, policy.ErrNotFound)
 		}
 	}
 	return fmt.Errorf("%s %s in namespace %s at %s: %w", op, path, s.namespace, s.address, err)
 }
 
-func metaOf(create, modify uint64, modifyNanos int64) Meta {
-	m := Meta{CreateIndex: create, ModifyIndex: modify}
+func metaOf(create, modify uint64, modifyNanos int64) policy.Meta {
+	m := policy.Meta{CreateIndex: create, ModifyIndex: modify}
 	if modifyNanos != 0 {
 		m.ModifyTime = time.Unix(0, modifyNanos)
 	}
 	return m
 }
 
-func (s *NomadStore) read(ctx context.Context, path string) (map[string]string, Meta, error) {
+func (s *Store) read(ctx context.Context, path string) (map[string]string, policy.Meta, error) {
 	v, _, err := s.vars.Read(path, s.q(ctx))
 	if err != nil {
-		return nil, Meta{}, s.mapErr("read", path, 0, err)
+		return nil, policy.Meta{}, s.mapErr("read", path, 0, err)
 	}
 	return v.Items, metaOf(v.CreateIndex, v.ModifyIndex, v.ModifyTime), nil
 }
 
-func (s *NomadStore) put(ctx context.Context, path string, items map[string]string, cas uint64, checked bool) (Meta, error) {
+func (s *Store) put(ctx context.Context, path string, items map[string]string, cas uint64, checked bool) (policy.Meta, error) {
 	v := &api.Variable{Namespace: s.namespace, Path: path, Items: items, ModifyIndex: cas}
 	var out *api.Variable
 	var err error
@@ -174,13 +175,13 @@ func (s *NomadStore) put(ctx context.Context, path string, items map[string]stri
 		out, _, err = s.vars.CheckedUpdate(v, s.w(ctx))
 	}
 	if err != nil {
-		return Meta{}, s.mapErr("write", path, cas, err)
+		return policy.Meta{}, s.mapErr("write", path, cas, err)
 	}
 	s.log.Debug("wrote variable", "path", path, "namespace", s.namespace, "modify_index", out.ModifyIndex)
 	return metaOf(out.CreateIndex, out.ModifyIndex, out.ModifyTime), nil
 }
 
-func (s *NomadStore) del(ctx context.Context, path string, cas uint64) error {
+func (s *Store) del(ctx context.Context, path string, cas uint64) error {
 	var err error
 	if cas == 0 {
 		_, err = s.vars.Delete(path, s.w(ctx))
@@ -191,102 +192,102 @@ func (s *NomadStore) del(ctx context.Context, path string, cas uint64) error {
 }
 
 // GetPolicy reads and decodes the named policy.
-func (s *NomadStore) GetPolicy(ctx context.Context, name string) (Policy, Meta, error) {
-	if err := checkName("policy", name); err != nil {
-		return Policy{}, Meta{}, err
+func (s *Store) GetPolicy(ctx context.Context, name string) (policy.Policy, policy.Meta, error) {
+	if err := policy.CheckName("policy", name); err != nil {
+		return policy.Policy{}, policy.Meta{}, err
 	}
-	items, m, err := s.read(ctx, PolicyPath(name))
+	items, m, err := s.read(ctx, policy.PolicyPath(name))
 	if err != nil {
-		return Policy{}, Meta{}, err
+		return policy.Policy{}, policy.Meta{}, err
 	}
-	p, err := decodePolicyAt(PolicyPath(name), name, items)
+	p, err := policy.DecodePolicyAt(policy.PolicyPath(name), name, items)
 	return p, m, err
 }
 
 // PutPolicy writes p with check-and-set (see Store).
-func (s *NomadStore) PutPolicy(ctx context.Context, p Policy, cas uint64) (Meta, error) {
+func (s *Store) PutPolicy(ctx context.Context, p policy.Policy, cas uint64) (policy.Meta, error) {
 	return s.putPolicy(ctx, p, cas, true)
 }
 
 // PutPolicyUnchecked writes p without check-and-set.
-func (s *NomadStore) PutPolicyUnchecked(ctx context.Context, p Policy) (Meta, error) {
+func (s *Store) PutPolicyUnchecked(ctx context.Context, p policy.Policy) (policy.Meta, error) {
 	return s.putPolicy(ctx, p, 0, false)
 }
 
-func (s *NomadStore) putPolicy(ctx context.Context, p Policy, cas uint64, checked bool) (Meta, error) {
-	items, err := EncodePolicy(p)
+func (s *Store) putPolicy(ctx context.Context, p policy.Policy, cas uint64, checked bool) (policy.Meta, error) {
+	items, err := policy.EncodePolicy(p)
 	if err != nil {
-		return Meta{}, fmt.Errorf("policy %q: %w", p.Name, err)
+		return policy.Meta{}, fmt.Errorf("policy %q: %w", p.Name, err)
 	}
-	return s.put(ctx, PolicyPath(p.Name), items, cas, checked)
+	return s.put(ctx, policy.PolicyPath(p.Name), items, cas, checked)
 }
 
 // DeletePolicy deletes the named policy (cas 0: unconditionally).
-func (s *NomadStore) DeletePolicy(ctx context.Context, name string, cas uint64) error {
-	if err := checkName("policy", name); err != nil {
+func (s *Store) DeletePolicy(ctx context.Context, name string, cas uint64) error {
+	if err := policy.CheckName("policy", name); err != nil {
 		return err
 	}
-	return s.del(ctx, PolicyPath(name), cas)
+	return s.del(ctx, policy.PolicyPath(name), cas)
 }
 
 // GetTemplate reads and decodes the named template.
-func (s *NomadStore) GetTemplate(ctx context.Context, name string) (Template, Meta, error) {
-	if err := checkName("template", name); err != nil {
-		return Template{}, Meta{}, err
+func (s *Store) GetTemplate(ctx context.Context, name string) (policy.Template, policy.Meta, error) {
+	if err := policy.CheckName("template", name); err != nil {
+		return policy.Template{}, policy.Meta{}, err
 	}
-	items, m, err := s.read(ctx, TemplatePath(name))
+	items, m, err := s.read(ctx, policy.TemplatePath(name))
 	if err != nil {
-		return Template{}, Meta{}, err
+		return policy.Template{}, policy.Meta{}, err
 	}
-	t, err := decodeTemplateAt(TemplatePath(name), name, items)
+	t, err := policy.DecodeTemplateAt(policy.TemplatePath(name), name, items)
 	return t, m, err
 }
 
 // PutTemplate writes t with check-and-set (see Store).
-func (s *NomadStore) PutTemplate(ctx context.Context, t Template, cas uint64) (Meta, error) {
+func (s *Store) PutTemplate(ctx context.Context, t policy.Template, cas uint64) (policy.Meta, error) {
 	return s.putTemplate(ctx, t, cas, true)
 }
 
 // PutTemplateUnchecked writes t without check-and-set.
-func (s *NomadStore) PutTemplateUnchecked(ctx context.Context, t Template) (Meta, error) {
+func (s *Store) PutTemplateUnchecked(ctx context.Context, t policy.Template) (policy.Meta, error) {
 	return s.putTemplate(ctx, t, 0, false)
 }
 
-func (s *NomadStore) putTemplate(ctx context.Context, t Template, cas uint64, checked bool) (Meta, error) {
-	items, err := EncodeTemplate(t)
+func (s *Store) putTemplate(ctx context.Context, t policy.Template, cas uint64, checked bool) (policy.Meta, error) {
+	items, err := policy.EncodeTemplate(t)
 	if err != nil {
-		return Meta{}, fmt.Errorf("template %q: %w", t.Name, err)
+		return policy.Meta{}, fmt.Errorf("template %q: %w", t.Name, err)
 	}
-	return s.put(ctx, TemplatePath(t.Name), items, cas, checked)
+	return s.put(ctx, policy.TemplatePath(t.Name), items, cas, checked)
 }
 
 // DeleteTemplate deletes the named template (cas 0: unconditionally).
-func (s *NomadStore) DeleteTemplate(ctx context.Context, name string, cas uint64) error {
-	if err := checkName("template", name); err != nil {
+func (s *Store) DeleteTemplate(ctx context.Context, name string, cas uint64) error {
+	if err := policy.CheckName("template", name); err != nil {
 		return err
 	}
-	return s.del(ctx, TemplatePath(name), cas)
+	return s.del(ctx, policy.TemplatePath(name), cas)
 }
 
 // ListTemplates lists gpufrac/templates/ and reads each one (the list carries no items).
 // Paths below it with more than one segment are not templates and are skipped.
-func (s *NomadStore) ListTemplates(ctx context.Context) ([]Template, error) {
-	metas, _, err := s.vars.PrefixList(TemplatePathPrefix, s.q(ctx))
+func (s *Store) ListTemplates(ctx context.Context) ([]policy.Template, error) {
+	metas, _, err := s.vars.PrefixList(policy.TemplatePathPrefix, s.q(ctx))
 	if err != nil {
-		return nil, s.mapErr("list", TemplatePathPrefix, 0, err)
+		return nil, s.mapErr("list", policy.TemplatePathPrefix, 0, err)
 	}
-	var out []Template
+	var out []policy.Template
 	var bad []error
 	for _, m := range metas {
-		name := strings.TrimPrefix(m.Path, TemplatePathPrefix)
+		name := strings.TrimPrefix(m.Path, policy.TemplatePathPrefix)
 		if strings.Contains(name, "/") {
 			continue
 		}
 		t, _, err := s.GetTemplate(ctx, name)
 		switch {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, policy.ErrNotFound):
 			continue // deleted between list and read
-		case errors.Is(err, ErrInvalid):
+		case errors.Is(err, policy.ErrInvalid):
 			bad = append(bad, err)
 			continue
 		case err != nil:
@@ -301,25 +302,25 @@ func (s *NomadStore) ListTemplates(ctx context.Context) ([]Template, error) {
 // WaitPolicy is a blocking query on the policy's variable (see PolicySource). The index is
 // Nomad's X-Nomad-Index: the variable's ModifyIndex, or the variables table index while it is
 // absent.
-func (s *NomadStore) WaitPolicy(ctx context.Context, name string, after uint64) (Policy, Meta, uint64, error) {
-	if err := checkName("policy", name); err != nil {
-		return Policy{}, Meta{}, 0, err
+func (s *Store) WaitPolicy(ctx context.Context, name string, after uint64) (policy.Policy, policy.Meta, uint64, error) {
+	if err := policy.CheckName("policy", name); err != nil {
+		return policy.Policy{}, policy.Meta{}, 0, err
 	}
-	path := PolicyPath(name)
+	path := policy.PolicyPath(name)
 	q := s.q(ctx)
 	q.WaitIndex, q.WaitTime = after, s.wait
 	v, qm, err := s.vars.Peek(path, q)
 	if err != nil {
-		return Policy{}, Meta{}, 0, s.mapErr("read", path, 0, err)
+		return policy.Policy{}, policy.Meta{}, 0, s.mapErr("read", path, 0, err)
 	}
 	if v == nil {
-		return Policy{}, Meta{}, qm.LastIndex, fmt.Errorf("read %s in namespace %s: %w", path, s.namespace, ErrNotFound)
+		return policy.Policy{}, policy.Meta{}, qm.LastIndex, fmt.Errorf("read %s in namespace %s: %w", path, s.namespace, policy.ErrNotFound)
 	}
 	m := metaOf(v.CreateIndex, v.ModifyIndex, v.ModifyTime)
 	idx := qm.LastIndex
 	if idx == 0 {
 		idx = v.ModifyIndex // a server that sends no X-Nomad-Index
 	}
-	p, err := decodePolicyAt(path, name, v.Items)
+	p, err := policy.DecodePolicyAt(path, name, v.Items)
 	return p, m, idx, err
 }

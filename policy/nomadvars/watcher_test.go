@@ -1,0 +1,139 @@
+package nomadvars_test
+
+import (
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/internal/varserver"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
+	"github.com/gpufrac/gpufrac/policy/storetest"
+)
+
+func TestWatcherNomad(t *testing.T) {
+	srv := varserver.New(varserver.Options{})
+	t.Cleanup(srv.Close)
+	srv.SetToken("plugin", varserver.Rule{Path: "gpufrac/*", Capabilities: []string{"read", "list"}})
+	st, err := nomadvars.New(nomadvars.Config{Address: srv.URL(), Token: "plugin", WaitTime: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := storetest.SamplePolicy()
+	path := policy.PolicyPath(p.Name)
+
+	var calls []policy.Policy
+	var mu sync.Mutex
+	r := storetest.StartWatcher(t, st, p.Name, func(p policy.Policy, _ policy.Meta) { mu.Lock(); calls = append(calls, p); mu.Unlock() })
+
+	// Absent at first: no policy, a warning, and a blocking query rather than polling.
+	r.WaitLog(t, "policy is absent")
+	if _, _, ok := r.W.Current(); ok {
+		t.Fatal("Current() ok before any policy")
+	}
+	srv.Put("", path, storetest.EncodePolicy(t, p))
+	if got := r.Next(t); got != p {
+		t.Fatalf("first = %+v", got)
+	}
+
+	// Idle: the blocking query holds, so only a handful of requests in 300ms.
+	before := srv.Requests()
+	r.None(t, 300*time.Millisecond)
+	if n := srv.Requests() - before; n > 1 {
+		t.Fatalf("%d requests while idle: polling instead of blocking", n)
+	}
+
+	// A rewrite with equal content bumps the index but is not a change.
+	srv.Put("", path, storetest.EncodePolicy(t, p))
+	r.None(t, 100*time.Millisecond)
+
+	// An invalid write is ignored and logged; the last good one stays.
+	bad := storetest.EncodePolicy(t, p)
+	bad["max_tasks_per_gpu"] = "0"
+	srv.Put("", path, bad)
+	r.WaitLog(t, "ignoring an invalid policy")
+	r.None(t, 50*time.Millisecond)
+	if cur, _, _ := r.W.Current(); cur != p {
+		t.Fatalf("current after invalid write = %+v", cur)
+	}
+	p2 := p
+	p2.MaxTasksPerGPU = 4
+	srv.Put("", path, storetest.EncodePolicy(t, p2))
+	if got := r.Next(t); got != p2 {
+		t.Fatalf("after fix = %+v", got)
+	}
+
+	// Deleted: keep the last good one.
+	srv.Delete("", path)
+	r.WaitLog(t, "policy is absent or was deleted; keeping the last good policy")
+	if cur, _, ok := r.W.Current(); !ok || cur != p2 {
+		t.Fatalf("current after delete = %+v", cur)
+	}
+
+	// 403: an error (not "absent"), backoff, then recovery when the token is fixed.
+	// A query in flight was authorised when it started, so wake it with an unrelated write
+	// (the policy is absent, so the table index moves) and only then change the policy.
+	srv.SetToken("plugin")
+	srv.Put("", "gpufrac/unrelated", map[string]string{"x": "1"})
+	r.WaitLog(t, "permission denied")
+	deniedSince := time.Now()
+	srv.Put("", path, storetest.EncodePolicy(t, p))
+	time.Sleep(200 * time.Millisecond)
+	if cur, _, _ := r.W.Current(); cur != p2 {
+		t.Fatalf("current during 403 = %+v", cur)
+	}
+	denied := 0
+	for _, rq := range srv.RequestLog() {
+		if rq.Status == 403 {
+			denied++
+		}
+	}
+	// Backoff 10, 20, 40, then 80ms: at most 4 + elapsed/80ms retries (+1 for the first).
+	limit := 5 + int(time.Since(deniedSince)/(80*time.Millisecond))
+	if denied < 2 || denied > limit {
+		t.Fatalf("%d denied requests in %v with 10-80ms backoff: want retries, at most %d", denied, time.Since(deniedSince), limit)
+	}
+	srv.SetToken("plugin", varserver.Rule{Path: "gpufrac/*", Capabilities: []string{"read", "list"}})
+	if got := r.Next(t); got != p {
+		t.Fatalf("after 403 fixed = %+v", got)
+	}
+
+	// Unavailable, and a change made meanwhile is seen when it comes back.
+	srv.SetDown(true)
+	r.WaitLog(t, "cannot read the policy; retrying")
+	srv.Put("", path, storetest.EncodePolicy(t, p2))
+	r.None(t, 100*time.Millisecond)
+	srv.SetDown(false)
+	if got := r.Next(t); got != p2 {
+		t.Fatalf("after outage = %+v", got)
+	}
+
+	// A restart drops the blocking query; the watcher reconnects and follows the next write.
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Put("", path, storetest.EncodePolicy(t, p))
+	if got := r.Next(t); got != p {
+		t.Fatalf("after restart = %+v", got)
+	}
+
+	if os.Getenv("GPUFRAC_SHOW_LOGS") != "" {
+		t.Log(r.Logs.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []policy.Policy{p, p2, p, p2, p}
+	if len(calls) != len(want) {
+		t.Fatalf("OnChange calls = %d, want %d", len(calls), len(want))
+	}
+	for i := range want {
+		if calls[i] != want[i] {
+			t.Fatalf("OnChange call %d = %+v", i, calls[i])
+		}
+	}
+	if strings.Contains(r.Logs.String(), "plugin\"") || strings.Contains(r.Logs.String(), "=plugin") {
+		t.Fatalf("logs mention the token:\n%s", r.Logs)
+	}
+}
