@@ -200,7 +200,7 @@ func newJob(c *config, stdout, stderr io.Writer) (*job, int) {
 	if j.total == 0 {
 		return fail("GPU %q is not a simulated GPU in %s (it has: %s)", c.gpu, c.dir, strings.Join(known, ", "))
 	}
-	j.limit, j.limited, err = ParseMPSLimit(os.Getenv(EnvMPSLimit), c.gpu)
+	j.limit, j.limited, err = gpu.ParseMPSLimit(os.Getenv(EnvMPSLimit), c.gpu)
 	if err != nil {
 		return fail("%v", err)
 	}
