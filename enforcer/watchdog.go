@@ -161,6 +161,11 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 			Message: fmt.Sprintf("task passed its cap: %s used, cap %s + allowance %s x %d processes", used, r.CapBytes, e.cfg.Allowance, len(ps))})
 	}
 	tr.peak = max(tr.peak, used)
+	// The token scan may learn the task's names after the crossing (a restarted enforcer can
+	// cross on its first sample, before any scan): record the violation under the latest ones.
+	if r.Task != (ledger.Task{}) {
+		tr.task = r.Task
+	}
 	// A violator is stopped whole: once over, every process of the task goes, even if its sum
 	// dips back under the cap while it is being stopped.
 	switch {
