@@ -31,7 +31,9 @@ mode=${BENCH_MODE:-isolated}
 window=${BENCH_PROBE_WINDOW:-0}
 workloads=${BENCH_WORKLOADS:-python}
 backend=${BENCH_BACKEND:-nvml}
-work=/tmp/gpufrac-bench-$name
+# One directory per invocation: two calls on one machine (a seed's main call and its re-run) must
+# not find each other's results when this script collects what it ran.
+work=/tmp/gpufrac-bench-$name-$start
 mkdir -p "$OUT" "$work"
 log=$OUT/$name.log
 exec > >(tee -a "$log") 2>&1
@@ -49,7 +51,7 @@ finish() {
       say "stopped a leftover MPS daemon at $d"
   done
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >>"$OUT/env.txt" 2>&1
-  res=$(ls -d "$work"/*-seed"$seed"* 2>/dev/null | tail -1)
+  res=$(ls -d "$work"/*-seed"$seed"* 2>/dev/null | head -1)
   if [ -n "$res" ]; then
     cp "$res/summary.md" "$res/summary.json" "$OUT/" 2>/dev/null
     # The whole tree minus working state (ledger files, simulated GPUs); excludes go first.
@@ -85,6 +87,14 @@ say "prepare (cache $cache)"
 if [ "$workloads" = python ] && ! timeout 150 python3 examples/workloads/prepare.py --cache "$cache" 2>&1 | grep -v 'Writing model shards'; then
   say "FAILED: prepare.py (see above)"
   exit 4
+fi
+# Seed 1's first exclusive run was 5.6% slower than its second: the checkpoints prepare had just
+# written were still being flushed, and the first CUDA start of a fresh machine is slower. Settle
+# both before the first arm so they are not charged to it.
+sync
+if [ "$workloads" = python ]; then
+  timeout 60 python3 -c 'import torch; torch.zeros(1, device="cuda"); torch.cuda.synchronize()' ||
+    say "warning: CUDA warm-up failed"
 fi
 
 # Leave 40 s for collecting; the deadline stops new arms well before the hard timeout, and the
