@@ -200,7 +200,7 @@ func SetRatios(scores []Score) {
 	for _, s := range scores {
 		// An exclusive run cut short scored a subset of the queue, whose rate is not the
 		// queue's: it would bias the baseline, so only runs that reached every job count.
-		if s.Arm == "exclusive" && s.JobsPerGPUHour > 0 && s.Error == "" && !s.cutShort() {
+		if s.Arm == "exclusive" && s.JobsPerGPUHour > 0 && !s.unfinished() {
 			sum[s.Seed] += s.JobsPerGPUHour
 			n[s.Seed]++
 		}

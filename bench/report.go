@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -109,13 +110,99 @@ func queueLine(q []Entry) string {
 	return strings.Join(ts, ", ")
 }
 
-// RenderCombined is the published form: one row per arm, one column per invocation (ratio to
-// its seed's exclusive baseline and jobs completed), and the mean ratio over the seeds that ran
-// the arm. Invocations are ordered by seed, then start time. A seed run by several invocations
-// (a main call and a follow-up that re-ran one arm) gets one column per invocation, labelled
-// with its start time, each showing only the arms that invocation ran; in the mean such a seed
-// counts once, with the mean of its runs. "jobs completed" adds up every run shown.
+// RenderCombined is the published form: one row per arm, one column per seed. Every run of a
+// seed, whichever invocation it came from, is scored against one baseline: the mean jobs per
+// GPU-hour of that seed's complete exclusive runs. A seed's two exclusive runs usually come from
+// two device calls and differ by several percent (CPU-bound start-up on a shared machine), so a
+// ratio to either run alone would move with that noise. A cell lists every run of the arm for
+// the seed as "ratio (completed/jobs)"; a run that did not finish (deadline, interruption) is
+// marked † and left out of the mean, as a cut-short exclusive run is left out of the baseline.
+// The mean is over seeds of each seed's mean ratio. The last row says how far apart each seed's
+// complete exclusive runs are (fastest over slowest, minus one).
 func RenderCombined(sums []Summary) string {
+	var scores []Score
+	for _, sum := range sortedBySeed(sums) {
+		for _, s := range sum.Scores {
+			s.Seed = sum.Seed
+			scores = append(scores, s)
+		}
+	}
+	SetRatios(scores)
+	var seeds []uint64
+	var rows []string
+	cells := map[string]map[uint64][]Score{}
+	for _, s := range scores {
+		if !slices.Contains(seeds, s.Seed) {
+			seeds = append(seeds, s.Seed)
+		}
+		row := armRow(s)
+		if cells[row] == nil {
+			cells[row] = map[uint64][]Score{}
+			rows = append(rows, row)
+		}
+		cells[row][s.Seed] = append(cells[row][s.Seed], s)
+	}
+	// The baseline's own row first, whatever order the arms ran in.
+	sort.SliceStable(rows, func(i, j int) bool { return rows[i] == "exclusive" && rows[j] != "exclusive" })
+
+	var b strings.Builder
+	b.WriteString("| arm |")
+	for _, seed := range seeds {
+		fmt.Fprintf(&b, " seed %d |", seed)
+	}
+	b.WriteString(" mean | jobs completed |\n|---|")
+	for range seeds {
+		b.WriteString("---|")
+	}
+	b.WriteString("---|---|\n")
+	for _, row := range rows {
+		fmt.Fprintf(&b, "| %s |", row)
+		var done, jobs, nSeeds int
+		var total float64
+		for _, seed := range seeds {
+			runs := cells[row][seed]
+			if len(runs) == 0 {
+				b.WriteString(" - |")
+				continue
+			}
+			parts := make([]string, len(runs))
+			var sum float64
+			var n int
+			for i, s := range runs {
+				mark := ""
+				if s.unfinished() {
+					mark = "†"
+				} else if s.Ratio > 0 {
+					sum += s.Ratio
+					n++
+				}
+				parts[i] = fmt.Sprintf("%s%s (%d/%d)", fmtRatio(s), mark, s.Completed, s.Jobs)
+				done += s.Completed
+				jobs += s.Jobs
+			}
+			if n > 0 {
+				total += sum / float64(n)
+				nSeeds++
+			}
+			fmt.Fprintf(&b, " %s |", strings.Join(parts, ", "))
+		}
+		mean := "-"
+		if nSeeds > 0 {
+			mean = fmt.Sprintf("%.3fx", total/float64(nSeeds))
+		}
+		fmt.Fprintf(&b, " %s | %d of %d |\n", mean, done, jobs)
+	}
+	b.WriteString("| exclusive runs apart |")
+	for _, seed := range seeds {
+		b.WriteString(" " + exclusiveSpread(cells["exclusive"][seed]) + " |")
+	}
+	b.WriteString(" | |\n")
+	return b.String()
+}
+
+// sortedBySeed orders invocations by seed, then start time, leaving the caller's slice alone
+// (the caller pairs it with its directories).
+func sortedBySeed(sums []Summary) []Summary {
 	sums = slices.Clone(sums)
 	sort.SliceStable(sums, func(i, j int) bool {
 		if sums[i].Seed != sums[j].Seed {
@@ -123,101 +210,44 @@ func RenderCombined(sums []Summary) string {
 		}
 		return sums[i].Started.Before(sums[j].Started)
 	})
-	var labels []string
-	seen := map[string]bool{}
-	for _, sum := range sums {
-		for _, s := range sum.Scores {
-			if !seen[s.Label] {
-				seen[s.Label] = true
-				labels = append(labels, s.Label)
-			}
-		}
-	}
-	var b strings.Builder
-	b.WriteString("| arm |")
-	for _, h := range columnHeads(sums) {
-		fmt.Fprintf(&b, " %s |", h)
-	}
-	b.WriteString(" mean | jobs completed |\n|---|")
-	for range sums {
-		b.WriteString("---|")
-	}
-	b.WriteString("---|---|\n")
-	for _, l := range labels {
-		fmt.Fprintf(&b, "| %s |", l)
-		var done, jobs int
-		var seeds []uint64
-		ratios := map[uint64][]float64{}
-		for _, sum := range sums {
-			s, ok := scoreOf(sum, l)
-			if !ok {
-				b.WriteString(" - |")
-				continue
-			}
-			fmt.Fprintf(&b, " %s (%d/%d) |", fmtRatio(s), s.Completed, s.Jobs)
-			done += s.Completed
-			jobs += s.Jobs
-			if s.Ratio > 0 {
-				if len(ratios[sum.Seed]) == 0 {
-					seeds = append(seeds, sum.Seed)
-				}
-				ratios[sum.Seed] = append(ratios[sum.Seed], s.Ratio)
-			}
-		}
-		mean := "-"
-		if len(seeds) > 0 {
-			var total float64
-			for _, seed := range seeds {
-				var t float64
-				for _, r := range ratios[seed] {
-					t += r
-				}
-				total += t / float64(len(ratios[seed]))
-			}
-			mean = fmt.Sprintf("%.3fx", total/float64(len(seeds)))
-		}
-		fmt.Fprintf(&b, " %s | %d of %d |\n", mean, done, jobs)
-	}
-	return b.String()
+	return sums
 }
 
-// scoreOf is the score of the arm labelled l in one invocation.
-func scoreOf(sum Summary, l string) (Score, bool) {
-	for _, s := range sum.Scores {
-		if s.Label == l {
-			return s, true
-		}
-	}
-	return Score{}, false
+// repeatSuffix is what ParseArms appends to an arm that runs twice in one invocation.
+var repeatSuffix = regexp.MustCompile(`-[0-9]+$`)
+
+// armRow is the row an arm's run belongs to: its label without the repeat suffix, so the
+// second exclusive run of an invocation ("exclusive-2") shares the exclusive row.
+func armRow(s Score) string {
+	return repeatSuffix.ReplaceAllString(s.Label, "")
 }
 
-// columnHeads names each invocation's column: "seed N", with its start time when the seed has
-// several invocations (to the second, and with the date, where the minute does not tell them apart).
-func columnHeads(sums []Summary) []string {
-	bySeed := map[uint64][]int{}
-	for i, sum := range sums {
-		bySeed[sum.Seed] = append(bySeed[sum.Seed], i)
-	}
-	heads := make([]string, len(sums))
-	for seed, idx := range bySeed {
-		for _, layout := range []string{"", "15:04 MST", "2006-01-02 15:04:05 MST", "2006-01-02 15:04:05.000000000 MST"} {
-			used := map[string]bool{}
-			unique := true
-			for _, i := range idx {
-				h := fmt.Sprintf("seed %d", seed)
-				if layout != "" {
-					h += " (" + sums[i].Started.UTC().Format(layout) + ")"
-				}
-				heads[i] = h
-				unique = unique && !used[h]
-				used[h] = true
-			}
-			if unique {
-				break
-			}
+// unfinished is true for a run that stopped before its queue was done: its rate is not the
+// queue's.
+func (s Score) unfinished() bool {
+	return s.Error != "" || s.cutShort()
+}
+
+// exclusiveSpread is how much faster the fastest complete exclusive run was than the slowest.
+func exclusiveSpread(runs []Score) string {
+	var lo, hi float64
+	n := 0
+	for _, s := range runs {
+		if s.unfinished() || s.JobsPerGPUHour <= 0 {
+			continue
 		}
+		if n == 0 || s.JobsPerGPUHour < lo {
+			lo = s.JobsPerGPUHour
+		}
+		if s.JobsPerGPUHour > hi {
+			hi = s.JobsPerGPUHour
+		}
+		n++
 	}
-	return heads
+	if n < 2 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", (hi/lo-1)*100)
 }
 
 // WriteRaw writes the raw records of one invocation into dir: summary.json, summary.md,

@@ -39,17 +39,61 @@ func TestRenderRun(t *testing.T) {
 	}
 }
 
+// Each seed's runs are scored against that seed's exclusive baseline, whatever ratio the
+// invocation stored; seeds are sorted and the mean is over seeds.
 func TestRenderCombined(t *testing.T) {
-	out := RenderCombined([]Summary{sampleSummary(2, 1.5), sampleSummary(1, 2.0)})
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("want header, rule and 2 rows, got:\n%s", out)
+	two := sampleSummary(2, 9.9)
+	two.Scores[1].JobsPerGPUHour = 324
+	out := RenderCombined([]Summary{two, sampleSummary(1, 9.9)})
+	want := []string{
+		"| arm | seed 1 | seed 2 | mean | jobs completed |",
+		"|---|---|---|---|---|",
+		"| exclusive | 1.000x (12/12) | 1.000x (12/12) | 1.000x | 24 of 24 |",
+		"| packed-mps | 2.037x (11/12) | 1.500x (11/12) | 1.769x | 22 of 24 |",
+		"| exclusive runs apart | - | - | | |",
 	}
-	if lines[0] != "| arm | seed 1 | seed 2 | mean | jobs completed |" {
-		t.Fatalf("header %q (seeds must be sorted)", lines[0])
+	if got := strings.Split(strings.TrimSpace(out), "\n"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	if want := "| packed-mps | 2.000x (11/12) | 1.500x (11/12) | 1.750x | 22 of 24 |"; lines[3] != want {
-		t.Fatalf("row\n got %q\nwant %q", lines[3], want)
+}
+
+// A seed's exclusive runs from two invocations pool into one baseline; a run that did not finish
+// is shown with a mark and counts neither in the baseline nor in the mean.
+func TestRenderCombinedPoolsASeedsRuns(t *testing.T) {
+	main := sampleSummary(1, 9.9)
+	main.Scores = append(main.Scores, Score{Label: "exclusive-2", Arm: "exclusive", Jobs: 12, Completed: 5,
+		JobsPerGPUHour: 230, PerJob: []JobScore{{Job: "j12-lora-0.6b", Why: "never ran"}}})
+	rerun := Summary{Seed: 1, Started: main.Started.Add(time.Hour),
+		Scores: []Score{{Label: "exclusive", Arm: "exclusive", Jobs: 12, Completed: 12, JobsPerGPUHour: 240}}}
+	other := sampleSummary(2, 9.9)
+	other.Scores = append(other.Scores, Score{Label: "packed-isolated", Arm: "packed", Mode: "isolated", Jobs: 12,
+		Completed: 11, JobsPerGPUHour: 500, Error: "context canceled"})
+	in := []Summary{rerun, other, main}
+	out := RenderCombined(in)
+	if in[0].Started != rerun.Started || in[1].Seed != 2 || in[2].Seed != 1 {
+		t.Fatal("RenderCombined reordered the caller's slice (the caller pairs it with its directories)")
+	}
+	want := []string{
+		"| arm | seed 1 | seed 2 | mean | jobs completed |",
+		"|---|---|---|---|---|",
+		// Baseline of seed 1: (216 + 240) / 2 = 228 jobs per GPU-hour.
+		"| exclusive | 0.947x (12/12), 1.009x† (5/12), 1.053x (12/12) | 1.000x (12/12) | 1.000x | 41 of 48 |",
+		"| packed-mps | 1.930x (11/12) | 2.037x (11/12) | 1.983x | 22 of 24 |",
+		"| packed-isolated | - | 2.315x† (11/12) | - | 11 of 12 |",
+		"| exclusive runs apart | 11.1% | - | | |",
+	}
+	if got := strings.Split(strings.TrimSpace(out), "\n"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// The baseline row comes first even when an invocation ran another arm first.
+func TestRenderCombinedExclusiveFirst(t *testing.T) {
+	sum := sampleSummary(1, 9.9)
+	sum.Scores[0], sum.Scores[1] = sum.Scores[1], sum.Scores[0]
+	rows := strings.Split(RenderCombined([]Summary{sum}), "\n")
+	if !strings.HasPrefix(rows[2], "| exclusive |") {
+		t.Fatalf("first row %q, want the exclusive one", rows[2])
 	}
 }
 
@@ -100,37 +144,3 @@ func TestWriteRawAndLoad(t *testing.T) {
 	}
 }
 
-// A seed's main invocation and a follow-up that re-ran its exclusive arm are two runs: one column
-// each, labelled with its start time, each showing only what it ran; the mean counts the seed once.
-func TestRenderCombinedSameSeedTwice(t *testing.T) {
-	main := sampleSummary(1, 2.0)
-	rerun := Summary{Seed: 1, Started: time.Date(2026, 11, 29, 11, 30, 0, 0, time.UTC),
-		Scores: []Score{{Label: "exclusive", Arm: "exclusive", Seed: 1, Jobs: 12, Completed: 10, Ratio: 0.95}}}
-	other := sampleSummary(2, 1.5)
-	in := []Summary{rerun, other, main}
-	out := RenderCombined(in)
-	if in[0].Started != rerun.Started || in[1].Seed != 2 || in[2].Seed != 1 {
-		t.Fatal("RenderCombined reordered the caller's slice (the caller pairs it with its directories)")
-	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 4 {
-		t.Fatalf("want header, rule and 2 rows, got:\n%s", out)
-	}
-	want := []string{
-		"| arm | seed 1 (10:00 UTC) | seed 1 (11:30 UTC) | seed 2 | mean | jobs completed |",
-		"|---|---|---|---|---|---|",
-		"| exclusive | 1.000x (12/12) | 0.950x (10/12) | 1.000x (12/12) | 0.988x | 34 of 36 |",
-		"| packed-mps | 2.000x (11/12) | - | 1.500x (11/12) | 1.750x | 22 of 24 |",
-	}
-	for i := range want {
-		if lines[i] != want[i] {
-			t.Errorf("line %d\n got %q\nwant %q", i, lines[i], want[i])
-		}
-	}
-	// Two invocations in the same minute are told apart to the second.
-	rerun.Started = main.Started.Add(20 * time.Second)
-	head := strings.SplitN(RenderCombined([]Summary{main, rerun}), "\n", 2)[0]
-	if head != "| arm | seed 1 (2026-11-29 10:00:00 UTC) | seed 1 (2026-11-29 10:00:20 UTC) | mean | jobs completed |" {
-		t.Fatalf("header %q", head)
-	}
-}

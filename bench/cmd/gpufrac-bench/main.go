@@ -239,7 +239,7 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 	if t == "" {
 		t = "Run of " + sums[0].Started.UTC().Format("2006-01-02")
 	}
-	fmt.Fprintf(&b, "### %s\n\nRatio of completed jobs per GPU-hour to the exclusive run of the same seed (jobs completed of 12 in brackets).\n\n", t)
+	fmt.Fprintf(&b, "### %s\n\nRatio of completed jobs per GPU-hour to the mean of the same seed's complete exclusive runs (jobs completed in brackets; † marks a run that did not finish, left out of the mean).\n\n", t)
 	b.WriteString(bench.RenderCombined(sums))
 	for i, d := range fs.Args() {
 		fmt.Fprintf(&b, "\n%s\n- raw: `%s`\n", bench.RenderRun(sums[i]), d)
