@@ -358,3 +358,52 @@ func (l *Ledger) ExpireUnseen() ([]Reservation, error) {
 	}
 	return gone, nil
 }
+
+// Shrink lowers a runner reservation's cap to capBytes (rounded up to whole units) and frees
+// the units above it, keeping the token, so the watchdog enforces the lower cap from its next
+// sample: `gpufrac run` starts a probe under a protective cap (what was free) and lowers it to
+// the cap its footprint earned when the probe window ends, while the job runs on. A reservation
+// never grows in place (growing needs admission), and a Nomad reservation's instance IDs belong
+// to Nomad's allocation, so only runner reservations shrink.
+func (l *Ledger) Shrink(token string, capBytes size.Bytes) (Reservation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, err := l.begin()
+	if err != nil {
+		return Reservation{}, err
+	}
+	r, ok := l.st.res[token]
+	if !ok {
+		return Reservation{}, fmt.Errorf("%w: token %s", ErrNoReservation, tokenPrefix(token))
+	}
+	if r.Source != SourceRunner {
+		return Reservation{}, fmt.Errorf("%w: reservation %s comes from %s; only runner reservations shrink", ErrBadInput, tokenPrefix(token), r.Source)
+	}
+	unit := l.st.capacity(r.GPU).UnitBytes
+	if capBytes == 0 || unit == 0 {
+		return Reservation{}, fmt.Errorf("%w: a cap of %s leaves reservation %s no memory unit", ErrBadInput, capBytes, tokenPrefix(token))
+	}
+	units := int((capBytes + unit - 1) / unit)
+	if capBytes+unit-1 < capBytes || units > len(r.InstanceIDs) {
+		return Reservation{}, fmt.Errorf("%w: a cap of %s is more than reservation %s holds (%s, %d units): a reservation does not grow in place",
+			ErrBadInput, capBytes, tokenPrefix(token), r.CapBytes, len(r.InstanceIDs))
+	}
+	if units == len(r.InstanceIDs) {
+		return cloneRes(r), nil
+	}
+	next := cloneRes(r)
+	for _, id := range next.InstanceIDs[units:] {
+		if l.st.byID[id] == token {
+			delete(l.st.byID, id)
+		}
+	}
+	next.InstanceIDs = next.InstanceIDs[:units]
+	next.CapBytes = size.Bytes(units) * unit
+	l.st.res[token] = next
+	if err := l.commit(prev, true); err != nil {
+		return Reservation{}, err
+	}
+	l.log.Info("cap lowered in place", "token", tokenPrefix(token), "gpu", r.GPU, "from", r.CapBytes.String(), "to", next.CapBytes.String(),
+		"units", units, "task", r.Task.String())
+	return cloneRes(next), nil
+}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -115,6 +116,8 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 		select {
 		case a := <-r.done:
 			r.finish(a)
+		case a := <-r.recap:
+			r.recapProbe(a)
 		case <-tick.C:
 			r.prog.status()
 		case <-ctx.Done():
@@ -270,14 +273,26 @@ func (r *run) wait(a *active) {
 		defer t.Stop()
 		window = t.C
 	}
-	select {
-	case <-a.proc.Done():
-	case <-window:
-		a.windowStopped = true
-		a.proc.Stop(r.o.StopGrace)
-	case <-a.stop:
-		a.stopped = true
-		a.proc.Stop(r.o.StopGrace)
+wait:
+	for {
+		select {
+		case <-a.proc.Done():
+			break wait
+		case <-window:
+			window = nil
+			if a.l.inPlace {
+				// The main loop lowers the cap; the job runs on.
+				r.recap <- a
+				continue
+			}
+			a.windowStopped = true
+			a.proc.Stop(r.o.StopGrace)
+			break wait
+		case <-a.stop:
+			a.stopped = true
+			a.proc.Stop(r.o.StopGrace)
+			break wait
+		}
 	}
 	a.exitedAt = time.Now()
 	a.exit = a.proc.ExitCode()
@@ -429,6 +444,35 @@ func (r *run) finish(a *active) {
 		return
 	}
 	r.prog.finished(a, at)
+}
+
+// recapProbe ends an in-place probe's window: the footprint it showed becomes its template's
+// profile, and its protective cap comes down to the cap that footprint earns, in the ledger,
+// where the watchdog reads it at its next sample. A window that saw no GPU memory leaves the
+// probe under its protective cap for its whole run.
+func (r *run) recapProbe(a *active) {
+	a.mu.Lock()
+	peak, samples := a.peak, slices.Clone(a.snaps)
+	a.mu.Unlock()
+	j := a.l.job
+	if a.l.res.Token == "" || peak == 0 {
+		r.s.fullProbe[j.Template] = true
+		r.prog.line("%-8s %-20s GPU%d  no GPU memory in its first %s: probes its whole run", "probing", j.Name, a.a.GPUIndex, a.l.window)
+		return
+	}
+	capBytes := r.s.pol.Cap(peak)
+	res, err := r.led.Shrink(a.l.res.Token, min(capBytes, a.l.res.CapBytes))
+	if err != nil {
+		r.log.Warn("lowering a probe's cap; it keeps its protective cap", "job", j.Name, "error", err)
+		return
+	}
+	from := a.l.res.CapBytes
+	r.s.recapped(&a.l, res, peak)
+	a.a.CapBytes = res.CapBytes
+	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.window, from, res.CapBytes)
+	r.recordProfile(j.Template, peak, &Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
+	r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
+		peak, a.l.window, res.CapBytes)
 }
 
 // settle updates the job and its template's footprint after an attempt.

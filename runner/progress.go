@@ -75,6 +75,12 @@ func (p *progress) started(a *active) {
 	l := a.l
 	what := "cap " + l.res.CapBytes.String()
 	switch {
+	case l.probe && l.inPlace:
+		span := "its whole run"
+		if l.window > 0 {
+			span = "its first " + l.window.String()
+		}
+		what = fmt.Sprintf("PROBE in place (protective cap %s) for %s to measure %q", l.res.CapBytes, span, l.job.Template)
 	case l.probe && l.window > 0:
 		what = fmt.Sprintf("PROBE alone for %s to measure %q", l.window, l.job.Template)
 	case l.probe:

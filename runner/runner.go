@@ -304,6 +304,7 @@ type run struct {
 	wide     gpuEvents // GPU-wide events, for collateral failures
 
 	done     chan *active
+	recap    chan *active // in-place probes whose window ended
 	stopBusy context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -311,7 +312,7 @@ type run struct {
 func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 	log := o.Logger.Named("runner")
 	r := &run{o: o, q: q, log: log, gpus: map[string]GPUResult{}, active: map[*active]bool{},
-		busy: map[string][]int{}, done: make(chan *active, 64)}
+		busy: map[string][]int{}, done: make(chan *active, 64), recap: make(chan *active, 64)}
 	lopts := ledger.Options{Logger: o.Logger, NoPersist: o.StateDir == ""}
 	led, err := ledger.Open(o.StateDir, lopts)
 	if err != nil {
@@ -382,6 +383,7 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 	}
 	r.s = newSched(o.Arm, o.Policy, led, uuids, jobs, o.MaxConcurrent, log)
 	r.s.window = o.ProbeWindow
+	r.s.probeInPlace = o.Arm == ArmPacked && mode == policy.ModeIsolated && r.guard != nil
 	for name, t := range q.Templates {
 		r.s.templates[name] = t
 		if t.PeakBytes > 0 {

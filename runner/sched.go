@@ -70,6 +70,9 @@ type launch struct {
 	whole  bool
 	probe  bool
 	window time.Duration
+	// inPlace marks a probe that runs beside other jobs under a protective cap (what was free)
+	// and, when its window ends, goes on under the cap its footprint earned.
+	inPlace bool
 }
 
 // sched decides which jobs start where. It touches the ledger but no processes, so its cost is
@@ -96,6 +99,10 @@ type sched struct {
 	warned   map[string]bool
 	// fullProbe marks templates whose probe window saw no memory: they are probed whole.
 	fullProbe map[string]bool
+	// probeInPlace lets probes run beside other jobs (packed arm, isolated mode): the watchdog
+	// stops a probe that outgrows its protective cap and harms no neighbour. Under MPS a stop
+	// is a GPU-wide event, so probes there run alone.
+	probeInPlace bool
 }
 
 func newSched(arm string, pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
@@ -191,6 +198,18 @@ func (s *sched) next() []launch {
 		case needProbe, needWhole:
 			if kind == needProbe {
 				s.prober[j.Template] = j
+				if s.probeInPlace {
+					if l, ok := s.probeBeside(j, states); ok {
+						s.start(&l)
+						out = append(out, l)
+					}
+					continue
+				}
+			}
+			if kind == needWhole && j.whole && s.sharedPending(j, maxBudget) {
+				// A re-run alone waits until the rest of the queue is admitted: the GPU then
+				// drains once, at the end, instead of idling half-empty in the middle.
+				continue
 			}
 			g := s.drainTarget(j, states)
 			if g == "" || s.running[g] > 0 {
@@ -204,13 +223,7 @@ func (s *sched) next() []launch {
 			l := launch{job: j, gpu: g, res: res, whole: true, capped: s.arm != ArmExclusive}
 			if kind == needProbe {
 				l.probe = true
-				l.window = s.window
-				if spec, ok := s.templates[j.Template]; ok && spec.ProbeWindow > 0 {
-					l.window = spec.ProbeWindow
-				}
-				if s.fullProbe[j.Template] {
-					l.window = 0
-				}
+				l.window = s.probeWindow(j.Template)
 			}
 			s.start(&l)
 			out = append(out, l)
@@ -334,4 +347,65 @@ func (s *sched) finished(l *launch) {
 	if l.whole {
 		s.wholeOn[l.gpu] = false
 	}
+}
+
+func (s *sched) probeWindow(t string) time.Duration {
+	if s.fullProbe[t] {
+		return 0
+	}
+	if spec, ok := s.templates[t]; ok && spec.ProbeWindow > 0 {
+		return spec.ProbeWindow
+	}
+	return s.window
+}
+
+// probeBeside starts a probe next to the jobs already running, under a protective cap of all the
+// GPU's free budget. It waits for at least half the budget to be free, and admissions on its GPU
+// stop meanwhile (as for a job that needs the GPU alone), so a probe is never starved by later
+// jobs yet never waits for the GPU to empty.
+func (s *sched) probeBeside(j *jobState, states map[string]ledger.GPUState) (launch, bool) {
+	g := s.drainTarget(j, states)
+	if g == "" || s.running[g] >= s.perGPU {
+		return launch{}, false
+	}
+	st := states[g]
+	if st.UnitBytes == 0 || st.ReservedBytes >= st.BudgetBytes {
+		return launch{}, false
+	}
+	free := (st.BudgetBytes - st.ReservedBytes) / st.UnitBytes * st.UnitBytes
+	if free == 0 || free < wholeBytes(st)/2 {
+		return launch{}, false
+	}
+	res, err := s.reserve(g, free, j)
+	if err != nil {
+		return launch{}, false
+	}
+	delete(s.drainFor, g)
+	st.ReservedBytes += res.CapBytes
+	states[g] = st
+	return launch{job: j, gpu: g, res: res, capped: true, probe: true, inPlace: true, window: s.probeWindow(j.Template)}, true
+}
+
+// sharedPending is true while a job other than j waits for admission beside others (or for a
+// probe that will give it a cap): a re-run that needs a whole GPU goes after them.
+func (s *sched) sharedPending(j *jobState, maxBudget size.Bytes) bool {
+	for _, o := range s.jobs {
+		if o == j || o.done || o.running || o.whole {
+			continue
+		}
+		if kind, _ := s.need(o, maxBudget); kind != needWhole {
+			return true
+		}
+	}
+	return false
+}
+
+// recapped records the footprint an in-place probe showed in its window: the template's other
+// jobs are admitted under the cap it earned, while the probe itself runs on under that cap.
+func (s *sched) recapped(l *launch, res ledger.Reservation, peak size.Bytes) {
+	s.peaks[l.job.Template] = peak
+	if s.prober[l.job.Template] == l.job {
+		delete(s.prober, l.job.Template)
+	}
+	l.res = res
 }

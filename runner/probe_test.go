@@ -1,0 +1,152 @@
+package runner
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// probeQueue: a known 20GiB job (cap 25GiB) and two jobs of a template nobody has measured.
+func probeQueue(t *testing.T) Queue {
+	return Queue{
+		Jobs: []Job{
+			simJob(t, "n1", "known", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
+			simJob(t, "p1", "new", "--peak", "2GiB", "--ramp", "50ms", "--hold", "1200ms"),
+			simJob(t, "p2", "new", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
+		},
+		Templates: map[string]TemplateSpec{"known": {Name: "known", PeakBytes: 20 * size.GiB}},
+	}
+}
+
+// In isolated mode a probe starts beside the running jobs under a protective cap of what is
+// free, and when its window ends it runs on under the cap it earned; the template's next job
+// is admitted then, not when the probe ends.
+func TestProbeInPlace(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	o := testOptions(t, sim, ArmPacked)
+	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
+	res := runQueue(t, probeQueue(t), o)
+	if res.Completed != 3 {
+		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
+	}
+	n1, p1, p2 := attemptsOf(res, "n1"), attemptsOf(res, "p1"), attemptsOf(res, "p2")
+	if len(p1) != 1 || len(p2) != 1 || len(n1) != 1 {
+		t.Fatalf("want one attempt each, got n1 %v p1 %v p2 %v", outcomes(n1), outcomes(p1), outcomes(p2))
+	}
+	earned := size.Bytes(o.Policy.Units(o.Policy.Cap(2*size.GiB))) * o.Policy.UnitBytes
+	if a := p1[0]; !a.Probe || a.WholeGPU || a.Outcome != OutcomeOK || a.CapBytes != earned || !strings.Contains(a.Detail, "probed in place") {
+		t.Fatalf("p1: want an in-place probe that finished under the %s cap it earned, got %+v", earned, a)
+	}
+	if !p1[0].Start.Before(n1[0].End) {
+		t.Errorf("p1 started at %s, after n1 ended (%s): the probe waited for the GPU to empty", p1[0].Start, n1[0].End)
+	}
+	if p2[0].CapBytes != earned || !p2[0].Start.Before(p1[0].End) || p2[0].Start.Before(p1[0].Start.Add(o.ProbeWindow)) {
+		t.Errorf("p2 (cap %s) started at %s; want the earned cap %s, after p1's window (%s) and before p1's end (%s)",
+			p2[0].CapBytes, p2[0].Start, earned, p1[0].Start.Add(o.ProbeWindow), p1[0].End)
+	}
+	snap, err := ledger.ReadSnapshot(o.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(snap.Profiles, func(p ledger.Profile) bool { return p.Template == "new" })
+	if i < 0 || snap.Profiles[i].Source != ledger.ProfileProbe || snap.Profiles[i].PeakBytes < 2*size.GiB-64*size.MiB {
+		t.Fatalf("profiles %+v: want a probe profile of about 2GiB for template new", snap.Profiles)
+	}
+}
+
+// Under MPS a stopped client can fault its neighbours, so a probe (which may have to be
+// stopped) still runs alone.
+func TestProbeAloneUnderMPS(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	o := testOptions(t, sim, ArmPacked)
+	o.Mode, o.StateDir, o.ProbeWindow = policy.ModeMPS, t.TempDir(), 300*time.Millisecond
+	res := runQueue(t, probeQueue(t), o)
+	if res.Completed != 3 {
+		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
+	}
+	n1, p1 := attemptsOf(res, "n1"), attemptsOf(res, "p1")
+	if len(p1) != 2 || !p1[0].Probe || !p1[0].WholeGPU || p1[0].Outcome != OutcomeProbe {
+		t.Fatalf("p1: want a probe window alone then a capped run, got %+v", p1)
+	}
+	if p1[0].Start.Before(n1[0].End) {
+		t.Errorf("the MPS probe started at %s while n1 ran until %s", p1[0].Start, n1[0].End)
+	}
+}
+
+// A leaker that looks small in its in-place probe window is stopped at the cap it earned,
+// beside a neighbour that is not harmed, and re-runs alone.
+func TestProbeInPlaceLeaker(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{
+		Jobs: []Job{
+			simJob(t, "n1", "known", "--peak", "4GiB", "--ramp", "50ms", "--hold", "1500ms", "--result", "$GPUFRAC_RESULT"),
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "12GiB", "--leak-rate", "8GiB"),
+		},
+		Templates: map[string]TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
+	}
+	q.Jobs[0].Result = "results/n1.json"
+	o := testOptions(t, sim, ArmPacked)
+	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
+	res := runQueue(t, q, o)
+	if res.Completed != 2 {
+		t.Fatalf("completed %d of 2: %+v", res.Completed, res.Attempts)
+	}
+	n1, lk := attemptsOf(res, "n1"), attemptsOf(res, "lk")
+	if len(n1) != 1 || n1[0].Outcome != OutcomeOK {
+		t.Fatalf("n1 was harmed: %+v", n1)
+	}
+	if got := outcomes(lk); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+		t.Fatalf("leaker attempts %v, want [cap-violation ok]", got)
+	}
+	earned := size.Bytes(o.Policy.Units(o.Policy.Cap(1*size.GiB))) * o.Policy.UnitBytes
+	v := lk[0].Violation
+	if !lk[0].Probe || lk[0].WholeGPU || v == nil || v.CapBytes != earned {
+		t.Fatalf("leaker's probe: want it stopped in place at its earned %s cap, got %+v (violation %+v)", earned, lk[0], v)
+	}
+	if !lk[0].Start.Before(n1[0].End) || !lk[1].WholeGPU || lk[1].Start.Before(n1[0].End) {
+		t.Errorf("leaker: probe should run beside n1 and the re-run alone after it: %+v", lk)
+	}
+}
+
+// A job that broke its cap re-runs alone once the rest of the queue has been admitted, so the
+// GPU drains once at the end instead of idling while the re-run waits for its neighbours.
+func TestRerunAloneWaitsForTheQueue(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{
+		Jobs: []Job{
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms", "--leak-to", "12GiB", "--leak-rate", "8GiB"),
+			simJob(t, "g1", "good", "--peak", "2GiB", "--ramp", "50ms", "--hold", "600ms"),
+			simJob(t, "g2", "good", "--peak", "2GiB", "--ramp", "50ms", "--hold", "600ms"),
+			simJob(t, "g3", "good", "--peak", "2GiB", "--ramp", "50ms", "--hold", "600ms"),
+		},
+		Templates: map[string]TemplateSpec{
+			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+			"good": {Name: "good", PeakBytes: 2 * size.GiB},
+		},
+	}
+	o := testOptions(t, sim, ArmPacked)
+	o.Policy.MaxTasksPerGPU = 2
+	res := runQueue(t, q, o)
+	if res.Completed != 4 {
+		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
+	}
+	lk := attemptsOf(res, "lk")
+	if got := outcomes(lk); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) || !lk[1].WholeGPU {
+		t.Fatalf("leaker attempts %+v, want a violation then a re-run alone", lk)
+	}
+	for _, g := range []string{"g1", "g2", "g3"} {
+		a := attemptsOf(res, g)
+		if len(a) != 1 || a[0].End.After(lk[1].Start) {
+			t.Errorf("%s ran %s-%s; the re-run alone started at %s: it should go after the queue", g, a[0].Start, a[0].End, lk[1].Start)
+		}
+	}
+}
