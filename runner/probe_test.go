@@ -150,3 +150,29 @@ func TestRerunAloneWaitsForTheQueue(t *testing.T) {
 		}
 	}
 }
+
+// Two templates nobody has measured are probed side by side, each under half the budget; a job
+// that needs more than half is stopped at that protective cap and re-run alone.
+func TestProbesShareAGPU(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{Jobs: []Job{
+		simJob(t, "a", "ta", "--peak", "3GiB", "--ramp", "50ms", "--hold", "800ms"),
+		simJob(t, "big", "tbig", "--peak", "50GiB", "--ramp", "200ms", "--hold", "300ms"),
+	}}
+	o := testOptions(t, sim, ArmPacked)
+	res := runQueue(t, q, o)
+	if res.Completed != 2 {
+		t.Fatalf("completed %d of 2: %+v", res.Completed, res.Attempts)
+	}
+	a, big := attemptsOf(res, "a"), attemptsOf(res, "big")
+	if len(a) != 1 || !a[0].Probe || a[0].CapBytes != 39*size.GiB || a[0].Outcome != OutcomeOK {
+		t.Fatalf("a: want one probe under a 39GiB protective cap, got %+v", a)
+	}
+	if got := outcomes(big); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+		t.Fatalf("big: attempts %v, want [cap-violation ok]", got)
+	}
+	if !big[0].Probe || big[0].CapBytes != 39*size.GiB || !big[0].Start.Before(a[0].End) || !big[1].WholeGPU {
+		t.Fatalf("big: want a probe beside a, stopped at 39GiB, then a re-run alone: %+v", big)
+	}
+}

@@ -359,24 +359,23 @@ func (s *sched) probeWindow(t string) time.Duration {
 	return s.window
 }
 
-// probeBeside starts a probe next to the jobs already running, under a protective cap of all the
-// GPU's free budget. It waits for at least half the budget to be free, and admissions on its GPU
-// stop meanwhile (as for a job that needs the GPU alone), so a probe is never starved by later
-// jobs yet never waits for the GPU to empty.
+// probeBeside starts a probe next to the jobs already running, under a protective cap of half
+// the GPU's budget: enough for any job that packs at all, and it leaves room for a second probe
+// or for jobs whose caps are known. A job that needs more is stopped at that cap and re-run
+// alone, like any job that breaks its cap. The probe waits for that half to be free, and
+// admissions on its GPU stop meanwhile (as for a job that needs the GPU alone), so it is never
+// starved by later jobs yet never waits for the GPU to empty.
 func (s *sched) probeBeside(j *jobState, states map[string]ledger.GPUState) (launch, bool) {
 	g := s.drainTarget(j, states)
 	if g == "" || s.running[g] >= s.perGPU {
 		return launch{}, false
 	}
 	st := states[g]
-	if st.UnitBytes == 0 || st.ReservedBytes >= st.BudgetBytes {
+	half := size.Bytes(st.Units/2) * st.UnitBytes
+	if half == 0 || st.ReservedBytes+half > st.BudgetBytes {
 		return launch{}, false
 	}
-	free := (st.BudgetBytes - st.ReservedBytes) / st.UnitBytes * st.UnitBytes
-	if free == 0 || free < wholeBytes(st)/2 {
-		return launch{}, false
-	}
-	res, err := s.reserve(g, free, j)
+	res, err := s.reserve(g, half, j)
 	if err != nil {
 		return launch{}, false
 	}
