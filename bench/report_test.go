@@ -143,4 +143,3 @@ func TestWriteRawAndLoad(t *testing.T) {
 		t.Fatal("loading a missing summary should fail")
 	}
 }
-

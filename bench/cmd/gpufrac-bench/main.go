@@ -5,6 +5,7 @@
 //	gpufrac-bench run    --seed N [--arms LIST] [--workloads python|sim] [--out DIR] ...
 //	gpufrac-bench queue  --seed N                      print the seed's queue
 //	gpufrac-bench report [--into FILE] DIR...          combined arm x seed table
+//	gpufrac-bench compare REF_ARM_DIR ARM_DIR          results of two runs within the tolerances
 //	gpufrac-bench simjob --template T --result F       one simulated job (used by --workloads sim)
 package main
 
@@ -37,6 +38,7 @@ commands:
   run     run one seed's arms and write docs/bench-results/<date>-seed<N>/
   queue   print the queue of a seed
   report  render the combined table of several runs (optionally into docs/benchmarks.md)
+  compare check one arm's results against another's (e.g. a seed's two exclusive runs from two calls)
   simjob  one simulated benchmark job (what --workloads sim runs)
 `
 
@@ -52,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdQueue(args[1:], stdout, stderr)
 	case "report":
 		return cmdReport(args[1:], stdout, stderr)
+	case "compare":
+		return cmdCompare(args[1:], stdout, stderr)
 	case "simjob":
 		return bench.SimJobMain(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
@@ -258,5 +262,43 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "inserted into %s\n", *into)
+	return 0
+}
+
+// cmdCompare checks every job result of one arm run against the same job's result in a
+// reference run, with the benchmark's fixed tolerances: what `run` does within an invocation,
+// for runs that came from different invocations (a seed's exclusive runs are usually two calls).
+// Exit status: 0 all agree, 1 some differ or are missing, 2 usage.
+func cmdCompare(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 2 {
+		fmt.Fprintln(stderr, "usage: gpufrac-bench compare REF_ARM_DIR ARM_DIR   (arm directories, e.g. docs/bench-results/<run>/exclusive)")
+		return 2
+	}
+	dirs := [2]string{}
+	for i, d := range args {
+		if st, err := os.Stat(filepath.Join(d, "results")); err == nil && st.IsDir() {
+			d = filepath.Join(d, "results")
+		}
+		dirs[i] = d
+	}
+	refs, err := filepath.Glob(filepath.Join(dirs[0], "*.json"))
+	if err != nil || len(refs) == 0 {
+		fmt.Fprintf(stderr, "gpufrac-bench compare: no job results (*.json) in %s\n", dirs[0])
+		return 2
+	}
+	agree := 0
+	for _, ref := range refs {
+		name := filepath.Base(ref)
+		if err := bench.CompareFiles(ref, filepath.Join(dirs[1], name)); err != nil {
+			fmt.Fprintf(stdout, "%-24s differs: %v\n", strings.TrimSuffix(name, ".json"), err)
+			continue
+		}
+		agree++
+		fmt.Fprintf(stdout, "%-24s within tolerance\n", strings.TrimSuffix(name, ".json"))
+	}
+	fmt.Fprintf(stdout, "%d of %d jobs within tolerance\n", agree, len(refs))
+	if agree != len(refs) {
+		return 1
+	}
 	return 0
 }

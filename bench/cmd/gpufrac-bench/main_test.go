@@ -119,3 +119,38 @@ func TestRunSimulated(t *testing.T) {
 		t.Fatalf("summary %+v", s)
 	}
 }
+
+func TestCompare(t *testing.T) {
+	write := func(dir, job, kind, values string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, "results"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		doc := `{"template":"eval-1.7b","kind":"` + kind + `","values":` + values + `}`
+		if err := os.WriteFile(filepath.Join(dir, "results", job+".json"), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref, same, other := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, d := range []string{ref, same, other} {
+		write(d, "j01-eval-1.7b", "exact", "[-1.5, -2.25]")
+	}
+	write(ref, "j02-eval-1.7b", "exact", "[-3.0]")
+	write(same, "j02-eval-1.7b", "exact", "[-3.0]")
+	write(other, "j02-eval-1.7b", "exact", "[-3.5]")
+
+	rc, out, _ := call("compare", ref, same)
+	if rc != 0 || !strings.Contains(out, "2 of 2 jobs within tolerance") {
+		t.Fatalf("identical runs: rc %d\n%s", rc, out)
+	}
+	rc, out, _ = call("compare", ref, filepath.Join(other, "results"))
+	if rc != 1 || !strings.Contains(out, "j02-eval-1.7b            differs") || !strings.Contains(out, "1 of 2 jobs within tolerance") {
+		t.Fatalf("one job differs: rc %d\n%s", rc, out)
+	}
+	if rc, _, errs := call("compare", t.TempDir(), ref); rc != 2 || !strings.Contains(errs, "no job results") {
+		t.Fatalf("empty reference: rc %d %q", rc, errs)
+	}
+	if rc, _, errs := call("compare", ref); rc != 2 || !strings.Contains(errs, "usage") {
+		t.Fatalf("one argument: rc %d %q", rc, errs)
+	}
+}
