@@ -39,6 +39,13 @@ func TestRenderRun(t *testing.T) {
 	}
 }
 
+func wantLines(t *testing.T, out string, want []string) {
+	t.Helper()
+	if got := strings.Split(strings.TrimSpace(out), "\n"); !reflect.DeepEqual(got, want) {
+		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 // Each seed's runs are scored against that seed's exclusive baseline, whatever ratio the
 // invocation stored; seeds are sorted and the mean is over seeds.
 func TestRenderCombined(t *testing.T) {
@@ -52,9 +59,7 @@ func TestRenderCombined(t *testing.T) {
 		"| packed-mps | 2.037x (11/12) | 1.500x (11/12) | 1.769x | 22 of 24 |",
 		"| exclusive runs apart | - | - | | |",
 	}
-	if got := strings.Split(strings.TrimSpace(out), "\n"); !reflect.DeepEqual(got, want) {
-		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantLines(t, out, want)
 }
 
 // A seed's exclusive runs from two invocations pool into one baseline; a run that did not finish
@@ -82,9 +87,7 @@ func TestRenderCombinedPoolsASeedsRuns(t *testing.T) {
 		"| packed-isolated | - | 2.315x† (11/12) | - | 11 of 12 |",
 		"| exclusive runs apart | 11.1% | - | | |",
 	}
-	if got := strings.Split(strings.TrimSpace(out), "\n"); !reflect.DeepEqual(got, want) {
-		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantLines(t, out, want)
 }
 
 // The baseline row comes first even when an invocation ran another arm first.
