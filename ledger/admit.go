@@ -133,6 +133,19 @@ func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
 	return nil
 }
 
+// unitsFor is how many whole units a cap of b rounds up to; false when the rounding overflows
+// or the count passes any real GPU's (maxUnitNumber).
+func unitsFor(b, unit size.Bytes) (int, bool) {
+	if b+unit-1 < b {
+		return 0, false
+	}
+	n := (b + unit - 1) / unit
+	if n > maxUnitNumber {
+		return 0, false
+	}
+	return int(n), true
+}
+
 // ReserveBytes admits a `gpufrac run` job (Source "runner"): capBytes rounds up to whole units
 // and the ledger picks the lowest free instance IDs itself.
 func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task) (Reservation, error) {
@@ -149,24 +162,24 @@ func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task) (Rese
 		return Reservation{}, denied(ReasonUnknownIDs, "no known GPU %q", uuid)
 	}
 	gs := l.st.gpuState(uuid)
-	units := uint64((capBytes + gs.UnitBytes - 1) / gs.UnitBytes)
-	if capBytes+gs.UnitBytes-1 < capBytes || units > maxUnitNumber {
+	units, ok := unitsFor(capBytes, gs.UnitBytes)
+	if !ok {
 		return Reservation{}, denied(ReasonNoFit, "a cap of %s does not fit GPU %s: its budget is %s", capBytes, uuid, gs.BudgetBytes)
 	}
 	rounded := size.Bytes(units) * gs.UnitBytes
-	if err := checkGPU(gs, rounded, int(units)); err != nil {
+	if err := checkGPU(gs, rounded, units); err != nil {
 		return Reservation{}, err
 	}
 	var ids []string
 	for _, in := range gs.Instances {
-		if len(ids) == int(units) {
+		if len(ids) == units {
 			break
 		}
 		if in.Healthy && in.Token == "" {
 			ids = append(ids, in.ID)
 		}
 	}
-	if len(ids) < int(units) {
+	if len(ids) < units {
 		return Reservation{}, denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: only %d free units", rounded, units, uuid, len(ids))
 	}
 	return l.add(prev, Reservation{GPU: uuid, InstanceIDs: ids, CapBytes: rounded, Task: task, Source: SourceRunner})
@@ -361,8 +374,8 @@ func (l *Ledger) ExpireUnseen() ([]Reservation, error) {
 
 // Shrink lowers a runner reservation's cap to capBytes (rounded up to whole units) and frees
 // the units above it, keeping the token, so the watchdog enforces the lower cap from its next
-// sample: `gpufrac run` starts a probe under a protective cap (what was free) and lowers it to
-// the cap its footprint earned when the probe window ends, while the job runs on. A reservation
+// sample: `gpufrac run` starts a probe under a protective cap (half the GPU's budget) and lowers
+// it to the cap its footprint earned when the probe window ends, while the job runs on. A reservation
 // never grows in place (growing needs admission), and a Nomad reservation's instance IDs belong
 // to Nomad's allocation, so only runner reservations shrink.
 func (l *Ledger) Shrink(token string, capBytes size.Bytes) (Reservation, error) {
@@ -383,8 +396,8 @@ func (l *Ledger) Shrink(token string, capBytes size.Bytes) (Reservation, error) 
 	if capBytes == 0 || unit == 0 {
 		return Reservation{}, fmt.Errorf("%w: a cap of %s leaves reservation %s no memory unit", ErrBadInput, capBytes, tokenPrefix(token))
 	}
-	units := int((capBytes + unit - 1) / unit)
-	if capBytes+unit-1 < capBytes || units > len(r.InstanceIDs) {
+	units, ok := unitsFor(capBytes, unit)
+	if !ok || units > len(r.InstanceIDs) {
 		return Reservation{}, fmt.Errorf("%w: a cap of %s is more than reservation %s holds (%s, %d units): a reservation does not grow in place",
 			ErrBadInput, capBytes, tokenPrefix(token), r.CapBytes, len(r.InstanceIDs))
 	}

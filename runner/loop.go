@@ -455,7 +455,7 @@ func (r *run) recapProbe(a *active) {
 	peak, samples := a.peak, slices.Clone(a.snaps)
 	a.mu.Unlock()
 	j := a.l.job
-	if a.l.res.Token == "" || peak == 0 {
+	if peak == 0 {
 		r.s.fullProbe[j.Template] = true
 		r.prog.line("%-8s %-20s GPU%d  no GPU memory in its first %s: probes its whole run", "probing", j.Name, a.a.GPUIndex, a.l.window)
 		return

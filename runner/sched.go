@@ -70,8 +70,8 @@ type launch struct {
 	whole  bool
 	probe  bool
 	window time.Duration
-	// inPlace marks a probe that runs beside other jobs under a protective cap (what was free)
-	// and, when its window ends, goes on under the cap its footprint earned.
+	// inPlace marks a probe that runs beside other jobs under a protective cap (half the GPU's
+	// budget) and, when its window ends, goes on under the cap its footprint earned.
 	inPlace bool
 }
 
