@@ -27,7 +27,9 @@ for t in "${tgzs[@]}"; do
   from=$(dirname "$t")
   log="$from/$(basename "$t" .tgz).log"
   if [ -f "$log" ]; then cp "$log" "$dest/$top/device.log"; fi
-  if [ -f "$from/env.txt" ]; then cp "$from/env.txt" "$dest/$top/env.txt"; fi
+  for f in env.txt vmstat.txt cpu-canary.txt; do
+    if [ -f "$from/$f" ]; then cp "$from/$f" "$dest/$top/$f"; fi
+  done
   dirs+=("$dest/$top")
   echo "unpacked $t -> $dest/$top"
 done

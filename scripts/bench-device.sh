@@ -17,7 +17,8 @@
 #        BENCH_WORKLOADS     python (default) or sim; BENCH_BACKEND nvml (default) or simulated:
 #                            sim + simulated rehearse this script on any machine, no GPU needed
 # Files in $OUT (at most 8 come back from the device): NAME.log, NAME.tgz (the whole results
-# tree), summary.md, summary.json, env.txt.
+# tree), summary.md, summary.json, env.txt, vmstat.txt and cpu-canary.txt (the host's CPU over the
+# call: the jobs are mostly CPU start-up, so a slow stretch of the VM's CPUs shows in their times).
 set -uo pipefail
 name=${1:?usage: bench-device.sh NAME SEED ARMS}
 seed=${2:?usage: bench-device.sh NAME SEED ARMS}
@@ -44,6 +45,7 @@ left() { echo $(( budget - ($(date +%s) - start) )); }
 finish() {
   rc=$?
   say "finishing (exit $rc): collecting results"
+  for p in "${recorders[@]}"; do kill "$p" 2>/dev/null; done
   # The runner stops its MPS daemons; stop any it could not, so the GPU is left as found.
   for d in /run/gpufrac/mps/*/pipe /tmp/gpufrac-mps-*/*/pipe; do
     [ -d "$d" ] || continue
@@ -64,6 +66,26 @@ finish() {
   say "done in $(( $(date +%s) - start ))s"
 }
 trap finish EXIT
+
+# Two recorders of the host's CPU for the whole call, to tell a slow run from a slow machine:
+# vmstat's steal column (time the hypervisor gave our vCPUs to someone else) and a canary that
+# times a fixed single-threaded loop every second (about 30 ms of one core of 16 at full speed).
+recorders=()
+if command -v vmstat >/dev/null; then
+  vmstat -n -t 1 >"$OUT/vmstat.txt" 2>&1 &
+  recorders+=($!)
+fi
+python3 -c '
+import time
+while True:
+    t = time.perf_counter()
+    s = 0
+    for i in range(300000):
+        s += i
+    print(f"{time.time():.2f} {1e3 * (time.perf_counter() - t):.2f}", flush=True)
+    time.sleep(1)
+' >"$OUT/cpu-canary.txt" 2>&1 &
+recorders+=($!)
 
 say "seed $seed, arms $arms, mode $mode, probe window $window, budget ${budget}s"
 {
