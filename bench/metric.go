@@ -100,8 +100,10 @@ type Score struct {
 	LeakerContained time.Duration `json:"leaker_contained_ns"`
 	LeakerAction    string        `json:"leaker_action,omitempty"`
 	BusyFraction    float64       `json:"busy_fraction"`
-	Error           string        `json:"error,omitempty"`
-	PerJob          []JobScore    `json:"per_job"`
+	// Use is where the makespan went.
+	Use    TimeUse    `json:"time_use"`
+	Error  string     `json:"error,omitempty"`
+	PerJob []JobScore `json:"per_job"`
 }
 
 // Verdict says whether a job's result agrees with its exclusive run (nil when it does).
@@ -118,7 +120,7 @@ func clean(a Attempt) bool {
 // attempt's start (any job, probes included) to the last attempt's exit (re-runs included).
 func ScoreRun(run ArmRun, verdict Verdict) Score {
 	s := Score{Label: run.Label, Arm: run.Arm, Mode: run.Mode, Profiles: run.Profiles, Seed: run.Seed,
-		Jobs: len(run.Jobs), BusyFraction: run.BusyFraction, Error: run.Error}
+		Jobs: len(run.Jobs), BusyFraction: run.BusyFraction, Error: run.Error, Use: UseOf(run)}
 	byJob := map[string][]Attempt{}
 	var first, last time.Time
 	for _, a := range run.Attempts {

@@ -74,6 +74,8 @@ func RenderRun(sum Summary) string {
 			s.Label, orDash(s.Mode), orDash(s.Profiles), fmtDur(s.Makespan), s.Completed, s.Jobs,
 			s.JobsPerGPUHour, fmtRatio(s), failed, lcap, stopped, 100*s.BusyFraction)
 	}
+	b.WriteString("\nWhere the time went (from the attempts; a job alone with the GPU: every exclusive job, a probe alone, a re-run after a broken cap):\n\n")
+	b.WriteString(renderUse(sum.Scores))
 	var notes []string
 	notes = append(notes, sum.Notes...)
 	for _, s := range sum.Scores {

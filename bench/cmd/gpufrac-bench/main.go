@@ -236,6 +236,15 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gpufrac-bench report: %v\n", err)
 			return 1
 		}
+		// Summaries older than TimeUse get it from their raw attempts.
+		runs, err := bench.LoadRuns(filepath.Join(d, "runs.json"))
+		switch {
+		case err == nil:
+			bench.FillUse(&s, runs)
+		case !errors.Is(err, os.ErrNotExist):
+			fmt.Fprintf(stderr, "gpufrac-bench report: %v\n", err)
+			return 1
+		}
 		sums = append(sums, s)
 	}
 	var b strings.Builder
