@@ -5,5 +5,7 @@
 # isolated). usage: bench-arms.sh SEED   (env: see bench-device.sh; BENCH_ARMS overrides)
 set -uo pipefail
 seed=${1:?usage: bench-arms.sh SEED}
+# The probe window of bench-seed.sh (see there): without one a cold probe runs the whole job.
+export BENCH_PROBE_WINDOW=${BENCH_PROBE_WINDOW:-19s}
 BENCH_SUFFIX=${BENCH_SUFFIX:-arms} exec bash "$(dirname "$0")/bench-device.sh" "bench-arms$seed" "$seed" \
   "${BENCH_ARMS:-exclusive,static,uncapped,packed-cold,packed-warm}"

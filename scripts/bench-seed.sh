@@ -5,8 +5,10 @@
 # usage: bench-seed.sh SEED   (env: see bench-device.sh; BENCH_ARMS overrides the arm list)
 set -uo pipefail
 seed=${1:?usage: bench-seed.sh SEED}
-# The packed arms start from the stored H200 footprints (bench/profiles-h200.json) and probe the
-# leaker, which has none, in a 15 s window: the settings of the published seed-1 run.
-export BENCH_PROBE_WINDOW=${BENCH_PROBE_WINDOW:-15s}
+# Warm arms start from the stored H200 footprints (bench/profiles-h200.json) and probe the leaker,
+# which has none; cold arms probe every template. 19 s covers every template's peak (14-19 s after
+# start on the H200) and ends before the leaker's small phase does (20 s). The morning runs of
+# 2026-11-29 used 15 s, which only the leaker's probe saw.
+export BENCH_PROBE_WINDOW=${BENCH_PROBE_WINDOW:-19s}
 exec bash "$(dirname "$0")/bench-device.sh" "bench-seed$seed" "$seed" \
   "${BENCH_ARMS:-exclusive,packed-mps-warm,packed-isolated-warm,exclusive}"
