@@ -9,6 +9,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -19,6 +20,8 @@ type RunnerArms struct {
 	Policy policy.Policy
 	// ProbeWindow makes cold probes windows of this length (0: a probe is a whole run).
 	ProbeWindow time.Duration
+	// ProbeCap is the protective cap of in-place probes (0: half the GPU's budget).
+	ProbeCap size.Bytes
 	// Templates are declared template specs (peaks, caps, probe windows), usually none.
 	Templates map[string]runner.TemplateSpec
 	MPS       runner.MPSOptions
@@ -38,7 +41,7 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 	o := runner.Options{
 		Arm: spec.Arm, Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
 		StateDir: stateDir, Policy: r.Policy, OutDir: filepath.Join(outDir, "runner"),
-		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, Self: r.Self,
+		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, ProbeCap: r.ProbeCap, Self: r.Self,
 	}
 	if o.Profiles == "" {
 		// Exclusive: no footprints are needed, and none should leak in from elsewhere.

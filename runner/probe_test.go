@@ -23,8 +23,8 @@ func probeQueue(t *testing.T) Queue {
 	}
 }
 
-// In isolated mode a probe starts beside the running jobs under a protective cap of what is
-// free, and when its window ends it runs on under the cap it earned; the template's next job
+// In isolated mode a probe starts beside the running jobs under a protective cap of half the
+// budget, and when its window ends it runs on under the cap it earned; the template's next job
 // is admitted then, not when the probe ends.
 func TestProbeInPlace(t *testing.T) {
 	t.Parallel()
@@ -175,4 +175,81 @@ func TestProbesShareAGPU(t *testing.T) {
 	if !big[0].Probe || big[0].CapBytes != 39*size.GiB || !big[0].Start.Before(a[0].End) || !big[1].WholeGPU {
 		t.Fatalf("big: want a probe beside a, stopped at 39GiB, then a re-run alone: %+v", big)
 	}
+}
+
+// A template's probe_cap replaces the protective half of the budget: three small templates probe
+// at once where the default lets two; a probe_cap larger than the budget holds the whole budget,
+// and a probe that outgrows its probe_cap is stopped alone and re-run with the whole GPU.
+func TestProbeCap(t *testing.T) {
+	t.Parallel()
+	small := func(name string) Job {
+		return simJob(t, name, "t"+name, "--peak", "3GiB", "--ramp", "50ms", "--hold", "900ms")
+	}
+	overlapping := func(res *Result) int {
+		first := attemptsOf(res, "a")[0]
+		n := 0
+		for _, name := range []string{"a", "b", "c"} {
+			if attemptsOf(res, name)[0].Start.Before(first.End) {
+				n++
+			}
+		}
+		return n
+	}
+	capped := func(caps map[string]size.Bytes) map[string]TemplateSpec {
+		specs := map[string]TemplateSpec{}
+		for tm, c := range caps {
+			specs[tm] = TemplateSpec{Name: tm, ProbeCapBytes: c}
+		}
+		return specs
+	}
+	for _, tc := range []struct {
+		name      string
+		templates map[string]TemplateSpec
+		runCap    size.Bytes // Options.ProbeCap (--probe-cap)
+		wantCap   size.Bytes // of a's probe; budget 78GiB
+		wantAtA   int        // probes running while a's runs, a included
+	}{
+		{"default: half the budget", nil, 0, 39 * size.GiB, 2},
+		{"probe_cap 20GiB", capped(map[string]size.Bytes{"ta": 20 * size.GiB, "tb": 20 * size.GiB, "tc": 20 * size.GiB}), 0, 20 * size.GiB, 3},
+		{"probe_cap rounds up to units", capped(map[string]size.Bytes{"ta": size.MustParse("19.5GiB"), "tb": 20 * size.GiB, "tc": 20 * size.GiB}), 0, 20 * size.GiB, 3},
+		{"probe_cap over the budget", capped(map[string]size.Bytes{"ta": 500 * size.GiB}), 0, 78 * size.GiB, 1},
+		{"run-wide probe cap", nil, 20 * size.GiB, 20 * size.GiB, 3},
+		{"a template's probe_cap wins over the run's", capped(map[string]size.Bytes{"ta": 30 * size.GiB}), 20 * size.GiB, 30 * size.GiB, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := newSim(t, "H100=80GiB")
+			q := Queue{Jobs: []Job{small("a"), small("b"), small("c")}, Templates: tc.templates}
+			o := testOptions(t, sim, ArmPacked)
+			o.ProbeCap = tc.runCap
+			res := runQueue(t, q, o)
+			if res.Completed != 3 {
+				t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
+			}
+			a := attemptsOf(res, "a")
+			if len(a) != 1 || !a[0].Probe || a[0].CapBytes != tc.wantCap {
+				t.Fatalf("a: want one probe under a %s protective cap, got %+v", tc.wantCap, a)
+			}
+			if got := overlapping(res); got != tc.wantAtA {
+				t.Fatalf("%d probes started while a's ran, want %d: %+v", got, tc.wantAtA, res.Attempts)
+			}
+		})
+	}
+
+	t.Run("outgrown", func(t *testing.T) {
+		t.Parallel()
+		sim := newSim(t, "H100=80GiB")
+		q := Queue{
+			Jobs:      []Job{simJob(t, "big", "tbig", "--peak", "12GiB", "--ramp", "200ms", "--hold", "300ms")},
+			Templates: map[string]TemplateSpec{"tbig": {Name: "tbig", ProbeCapBytes: 5 * size.GiB}},
+		}
+		res := runQueue(t, q, testOptions(t, sim, ArmPacked))
+		big := attemptsOf(res, "big")
+		if got := outcomes(big); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+			t.Fatalf("big: attempts %v, want [cap-violation ok]", got)
+		}
+		if !big[0].Probe || big[0].CapBytes != 5*size.GiB || !big[1].WholeGPU {
+			t.Fatalf("big: want a probe stopped at its 5GiB probe_cap, then a re-run alone: %+v", big)
+		}
+	})
 }

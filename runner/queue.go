@@ -41,9 +41,14 @@ type Job struct {
 // TemplateSpec is what a queue file may say about a template.
 type TemplateSpec struct {
 	Name string
-	// ProbeWindow, when set, makes the cold probe of this template a window: the first job runs
-	// alone for this long, is stopped, and is queued again to run under its cap.
+	// ProbeWindow, when set, makes the probe of this template a window: its peak in the first
+	// ProbeWindow of the first job's run becomes the footprint. In place (isolated mode) the job
+	// runs on under the cap that footprint earns; alone (mps) it is stopped and queued again.
 	ProbeWindow time.Duration
+	// ProbeCapBytes, when set, replaces the protective cap of this template's in-place probe
+	// (half the GPU's budget): what the probe may use before it is stopped and re-run alone. A
+	// smaller one lets more probes, or more known jobs, run beside it.
+	ProbeCapBytes size.Bytes
 	// PeakBytes is a declared footprint, used when no measured profile exists.
 	PeakBytes size.Bytes
 	// CapBytes overrides the computed cap.
@@ -94,6 +99,7 @@ type fileGPUs struct {
 type fileTemplate struct {
 	Name        string         `hcl:"name,label"`
 	ProbeWindow hcl.Expression `hcl:"probe_window,optional"`
+	ProbeCap    hcl.Expression `hcl:"probe_cap,optional"`
 	Peak        hcl.Expression `hcl:"peak,optional"`
 	Cap         hcl.Expression `hcl:"cap,optional"`
 	DefRange    hcl.Range      `hcl:",def_range"`
@@ -157,10 +163,11 @@ func ParseQueue(src []byte, filename string) (Queue, error) {
 			d.add(t.DefRange, "Duplicate template", fmt.Sprintf("template %q is declared twice", t.Name))
 		}
 		q.Templates[t.Name] = TemplateSpec{
-			Name:        t.Name,
-			ProbeWindow: d.duration(t.ProbeWindow, "probe_window"),
-			PeakBytes:   d.size(t.Peak, "peak"),
-			CapBytes:    d.size(t.Cap, "cap"),
+			Name:          t.Name,
+			ProbeWindow:   d.duration(t.ProbeWindow, "probe_window"),
+			ProbeCapBytes: d.size(t.ProbeCap, "probe_cap"),
+			PeakBytes:     d.size(t.Peak, "peak"),
+			CapBytes:      d.size(t.Cap, "cap"),
 		}
 	}
 	seen := map[string]bool{}

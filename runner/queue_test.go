@@ -30,6 +30,7 @@ func TestParseQueueErrors(t *testing.T) {
 		{"bad arm", "arm = \"fastest\"\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"fastest"`}},
 		{"bad profiles", "profiles = \"hot\"\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"hot"`}},
 		{"bad size", "template \"t\" {\n  peak = \"12XB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"12XB"`}},
+		{"bad probe cap", "template \"t\" {\n  probe_cap = \"half\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "probe_cap", `"half"`}},
 		{"bad window", "template \"t\" {\n  probe_window = \"soon\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"soon"`}},
 		{"env not a map", "job \"a\" {\n  command = [\"x\"]\n  env = [\"A=1\"]\n}\n", []string{"q.hcl:3", "env must be a map"}},
 		{"policy value", "policy {\n  max_tasks_per_gpu = 0\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 0"}},
@@ -73,6 +74,7 @@ policy {
 }
 template "lora" {
   probe_window = "5s"
+  probe_cap    = "30GiB"
   peak         = "14.5GiB"
   cap          = "20GiB"
 }
@@ -107,7 +109,7 @@ job "plain" {
 		t.Errorf("policy %+v", p)
 	}
 	tm := q.Templates["lora"]
-	if tm.ProbeWindow != 5*time.Second || tm.PeakBytes != size.MustParse("14.5GiB") || tm.CapBytes != 20*size.GiB {
+	if tm.ProbeWindow != 5*time.Second || tm.ProbeCapBytes != 30*size.GiB || tm.PeakBytes != size.MustParse("14.5GiB") || tm.CapBytes != 20*size.GiB {
 		t.Errorf("template %+v", tm)
 	}
 	if len(q.Jobs) != 2 {

@@ -46,9 +46,13 @@ type Options struct {
 	MPS MPSOptions
 	// MaxConcurrent bounds the jobs running at once on all GPUs together; 0 = the arm's rule.
 	MaxConcurrent int
-	// ProbeWindow, when set, makes cold probes windows of this length for templates that do
-	// not set their own probe_window: the probe attempt is stopped and the job runs again.
+	// ProbeWindow, when set, makes probes windows of this length for templates that do not set
+	// their own probe_window: in place the job runs on under its cap when the window ends;
+	// alone (mps) the probe attempt is stopped and the job runs again.
 	ProbeWindow time.Duration
+	// ProbeCap, when set, is the protective cap of in-place probes of templates that do not set
+	// their own probe_cap (default: half the GPU's budget).
+	ProbeCap size.Bytes
 	// GPUs restricts the run to these GPU UUIDs; empty = every healthy GPU.
 	GPUs []string
 	// SampleInterval is how often each GPU's processes are sampled; 0 = 20ms (50 Hz).
@@ -383,6 +387,7 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 	}
 	r.s = newSched(o.Arm, o.Policy, led, uuids, jobs, o.MaxConcurrent, log)
 	r.s.window = o.ProbeWindow
+	r.s.probeCap = o.ProbeCap
 	r.s.probeInPlace = o.Arm == ArmPacked && mode == policy.ModeIsolated && r.guard != nil
 	for name, t := range q.Templates {
 		r.s.templates[name] = t

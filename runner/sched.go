@@ -71,7 +71,8 @@ type launch struct {
 	probe  bool
 	window time.Duration
 	// inPlace marks a probe that runs beside other jobs under a protective cap (half the GPU's
-	// budget) and, when its window ends, goes on under the cap its footprint earned.
+	// budget, or its template's probe_cap) and, when its window ends, goes on under the cap its
+	// footprint earned.
 	inPlace bool
 }
 
@@ -91,6 +92,7 @@ type sched struct {
 	peaks    map[string]size.Bytes
 	prober   map[string]*jobState // template -> the job probing it
 	window   time.Duration        // default probe window
+	probeCap size.Bytes           // default protective cap of in-place probes (0: half the budget)
 	running  map[string]int       // per GPU
 	wholeOn  map[string]bool      // a job with the whole GPU runs there
 	drainFor map[string]*jobState // GPU -> the job waiting for it to empty
@@ -360,22 +362,22 @@ func (s *sched) probeWindow(t string) time.Duration {
 }
 
 // probeBeside starts a probe next to the jobs already running, under a protective cap of half
-// the GPU's budget: enough for any job that packs at all, and it leaves room for a second probe
-// or for jobs whose caps are known. A job that needs more is stopped at that cap and re-run
-// alone, like any job that breaks its cap. The probe waits for that half to be free, and
-// admissions on its GPU stop meanwhile (as for a job that needs the GPU alone), so it is never
-// starved by later jobs yet never waits for the GPU to empty.
+// the GPU's budget (or the template's probe_cap): enough for any job that packs at all, and it
+// leaves room for a second probe or for jobs whose caps are known. A job that needs more is
+// stopped at that cap and re-run alone, like any job that breaks its cap. The probe waits for
+// that much to be free, and admissions on its GPU stop meanwhile (as for a job that needs the
+// GPU alone), so it is never starved by later jobs yet never waits for the GPU to empty.
 func (s *sched) probeBeside(j *jobState, states map[string]ledger.GPUState) (launch, bool) {
 	g := s.drainTarget(j, states)
 	if g == "" || s.running[g] >= s.perGPU {
 		return launch{}, false
 	}
 	st := states[g]
-	half := size.Bytes(st.Units/2) * st.UnitBytes
-	if half == 0 || st.ReservedBytes+half > st.BudgetBytes {
+	protective := s.protectiveCap(j.Template, st)
+	if protective == 0 || st.ReservedBytes+protective > st.BudgetBytes {
 		return launch{}, false
 	}
-	res, err := s.reserve(g, half, j)
+	res, err := s.reserve(g, protective, j)
 	if err != nil {
 		return launch{}, false
 	}
@@ -383,6 +385,30 @@ func (s *sched) probeBeside(j *jobState, states map[string]ledger.GPUState) (lau
 	st.ReservedBytes += res.CapBytes
 	states[g] = st
 	return launch{job: j, gpu: g, res: res, capped: true, probe: true, inPlace: true, window: s.probeWindow(j.Template)}, true
+}
+
+// protectiveCap is what an in-place probe of template t reserves on a GPU in state st: the
+// template's probe_cap, else the run's, in whole units, else half the budget; never more than
+// the budget, so a probe_cap too large for this GPU makes the probe hold it whole rather than
+// never start.
+func (s *sched) protectiveCap(t string, st ledger.GPUState) size.Bytes {
+	want := s.probeCap
+	if spec, ok := s.templates[t]; ok && spec.ProbeCapBytes > 0 {
+		want = spec.ProbeCapBytes
+	}
+	units := st.Units / 2
+	if want > 0 && st.UnitBytes > 0 {
+		units = int((want + st.UnitBytes - 1) / st.UnitBytes)
+		if units > st.Units {
+			if !s.warned["probe_cap/"+t] {
+				s.warned["probe_cap/"+t] = true
+				s.log.Warn("probe_cap is larger than the GPU's budget: the probe holds the whole budget",
+					"template", t, "probe_cap", want.String(), "budget", st.BudgetBytes.String())
+			}
+			units = st.Units
+		}
+	}
+	return size.Bytes(units) * st.UnitBytes
 }
 
 // sharedPending is true while a job other than j waits for admission beside others (or for a

@@ -95,6 +95,7 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"--log-level", "loud", "units", "--peak", "1GiB"}, 2, `"loud"`},
 		{[]string{"run", "--arm", "fastest", "x.hcl"}, 1, "x.hcl"},
 		{[]string{"run"}, 2, "queue file"},
+		{[]string{"run", "--probe-cap", "lots", "x.hcl"}, 2, `--probe-cap "lots"`},
 		{[]string{"probe", "--", "true"}, 2, "--template"},
 		{[]string{"probe", "--template", "bad name", "--", "true"}, 2, `"bad name"`},
 		{[]string{"probe", "--template", "t"}, 2, "no command"},

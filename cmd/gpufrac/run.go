@@ -14,6 +14,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error {
@@ -26,6 +27,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	out := fs.String("out", "", "results directory (default gpufrac-results/<time>-<arm>)")
 	maxConc := fs.Int("max-concurrent", 0, "at most this many jobs at once on all GPUs together (0: the arm's rule)")
 	window := fs.Duration("probe-window", 0, "probe templates for this long instead of their whole first run")
+	probeCap := fs.String("probe-cap", "", "protective cap of in-place probes, e.g. 30GiB (default: half the GPU's budget; a template's probe_cap wins)")
 	gpus := fs.String("gpus", "", "comma-separated GPU indexes or UUIDs to use (default: all healthy GPUs)")
 	mpsControl := fs.String("mps-control", "", "path of nvidia-cuda-mps-control (mps mode; default: found on PATH)")
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
@@ -35,6 +37,14 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	}
 	if fs.NArg() != 1 {
 		return usagef("want exactly one queue file, got %d arguments %q", fs.NArg(), fs.Args())
+	}
+	var pcap size.Bytes
+	if *probeCap != "" {
+		c, err := size.Parse(*probeCap)
+		if err != nil || c == 0 {
+			return usagef("--probe-cap %q: want a size such as 30GiB", *probeCap)
+		}
+		pcap = c
 	}
 	q, err := runner.LoadQueue(fs.Arg(0))
 	if err != nil {
@@ -57,6 +67,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	if *mode != "" && *mode != string(policy.ModeMPS) && *mode != string(policy.ModeIsolated) {
 		return usagef("--mode %q: want mps or isolated", *mode)
 	}
+	o.ProbeCap = pcap
 	if sf.explicit() {
 		p, _, err := sf.loadPolicy(ctx, g)
 		if err != nil {

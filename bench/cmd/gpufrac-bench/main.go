@@ -26,6 +26,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -108,6 +109,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	simDir := fs.String("sim-dir", "", "simulated backend state directory (default: OUT/.../sim)")
 	simScale := fs.Float64("sim-scale", 0.1, "duration scale of simulated jobs")
 	probeWindow := fs.Duration("probe-window", 0, "make cold probes windows of this length (0: whole-run probes)")
+	probeCap := fs.String("probe-cap", "", "protective cap of every template's in-place probe, e.g. 35GiB (default: half the GPU's budget)")
 	armTimeout := fs.Duration("arm-timeout", 0, "stop an arm after this long (0: no limit)")
 	deadline := fs.Duration("deadline", 0, "start no arm later than this after the start (0: no limit)")
 	mpsRoot := fs.String("mps-root", "", "MPS pipe/log root (default: the runner's)")
@@ -119,6 +121,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "gpufrac-bench", Level: hclog.LevelFromString(*logLevel), Output: stderr})
+	var pcap size.Bytes
+	if *probeCap != "" {
+		c, err := size.Parse(*probeCap)
+		if err != nil || c == 0 {
+			fmt.Fprintf(stderr, "gpufrac-bench: --probe-cap %q: want a size such as 35GiB\n", *probeCap)
+			return 2
+		}
+		pcap = c
+	}
 	specs, err := bench.ParseArms(*arms, *mode)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpufrac-bench: --arms: %v\n", err)
@@ -183,8 +194,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	host, _ := os.Hostname()
 	cfg := bench.Config{
 		Seed: *seed, Arms: specs, Workloads: wl, OutDir: dir, ArmTimeout: *armTimeout,
-		Runner: bench.RunnerArms{Backend: b, ProbeWindow: *probeWindow, Self: self, Logger: log,
-			Progress: stderr, MPS: runner.MPSOptions{Root: *mpsRoot}},
+		Runner: bench.RunnerArms{Backend: b, ProbeWindow: *probeWindow, ProbeCap: pcap, Self: self,
+			Logger: log, Progress: stderr, MPS: runner.MPSOptions{Root: *mpsRoot}},
 		Command: "gpufrac-bench run " + strings.Join(args, " "),
 		Machine: host, GPU: fmt.Sprintf("%d x %s (%s)", len(devs), devs[0].Model, devs[0].MemoryBytes),
 		Driver: b.DriverVersion(), Backend: b.Kind(), Logger: log,

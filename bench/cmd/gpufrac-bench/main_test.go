@@ -44,6 +44,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--arms", "packed-mps"}, 2, "first arm must be exclusive"},
 		{[]string{"run", "--workloads-dir", "/nonexistent", "--out", "OUTDIR"}, 2, "does not hold the workloads"},
 		{[]string{"run", "--workloads", "docker", "--out", "OUTDIR"}, 2, `--workloads "docker"`},
+		{[]string{"run", "--probe-cap", "lots", "--out", "OUTDIR"}, 2, `--probe-cap "lots"`},
+		{[]string{"run", "--probe-cap", "0", "--out", "OUTDIR"}, 2, `--probe-cap "0"`},
 		{[]string{"report"}, 2, "name at least one results directory"},
 		{[]string{"report", "/nonexistent"}, 1, "summary"},
 		{[]string{"simjob", "--template", "gpt", "--result", "/tmp/x"}, 2, `"gpt"`},
