@@ -185,9 +185,9 @@ func TestProbeCap(t *testing.T) {
 	small := func(name string) Job {
 		return simJob(t, name, "t"+name, "--peak", "3GiB", "--ramp", "50ms", "--hold", "900ms")
 	}
-	// besideA counts the probes that ran while a's did, a included. An attempt's end is stamped
-	// when the runner reaps it, a little after the scheduler has already started the next job in
-	// its room, so an overlap shorter than the slack is a hand-over, not a probe beside a (each
+	// besideA counts the probes that ran while a's did, a included. Jobs that end together are
+	// reaped one after the other: a job started in b's room can start a moment before a's end is
+	// stamped, so an overlap shorter than the slack is a hand-over, not a probe beside a (each
 	// runs 900ms).
 	besideA := func(res *Result) int {
 		const slack = 200 * time.Millisecond
