@@ -5,6 +5,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -101,9 +102,9 @@ type Score struct {
 	LeakerAction    string        `json:"leaker_action,omitempty"`
 	BusyFraction    float64       `json:"busy_fraction"`
 	// Use is where the makespan went.
-	Use    TimeUse    `json:"time_use"`
-	Error  string     `json:"error,omitempty"`
-	PerJob []JobScore `json:"per_job"`
+	Use    runner.TimeUse `json:"time_use"`
+	Error  string         `json:"error,omitempty"`
+	PerJob []JobScore     `json:"per_job"`
 }
 
 // Verdict says whether a job's result agrees with its exclusive run (nil when it does).

@@ -49,6 +49,7 @@ func (r *run) result() *Result {
 	if busyN > 0 {
 		res.BusyFraction = busySum / busyN / 100
 	}
+	res.Use = UseOf(res.Attempts)
 	for _, j := range r.s.jobs {
 		jr := JobResult{Name: j.Name, Template: j.Template, Outcome: j.final, Attempts: j.attempts, ExitCode: -1, Result: r.resultPath(j)}
 		for _, a := range res.Attempts {

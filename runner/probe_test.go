@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -113,6 +114,16 @@ func TestProbeInPlaceLeaker(t *testing.T) {
 	}
 	if !lk[0].Start.Before(n1[0].End) || !lk[1].WholeGPU || lk[1].Start.Before(n1[0].End) {
 		t.Errorf("leaker: probe should run beside n1 and the re-run alone after it: %+v", lk)
+	}
+	// Where the time went: one probe, one re-run alone, and the re-run's time alone with the GPU.
+	u := res.Use
+	if u.Probes != 1 || u.ReRuns != 1 || u.Whole != lk[1].Duration() || u.MeanRunning <= 1 {
+		t.Errorf("time use %+v: want 1 probe, 1 re-run alone for %s, more than 1 job running on average", u, lk[1].Duration())
+	}
+	var sum strings.Builder
+	WriteSummary(&sum, res)
+	if want := fmt.Sprintf("a job alone with the GPU for %.1fs (probes 1, re-runs alone 1)", lk[1].Duration().Seconds()); !strings.Contains(sum.String(), want) {
+		t.Errorf("summary lacks %q:\n%s", want, sum.String())
 	}
 }
 

@@ -260,6 +260,10 @@ func WriteSummary(w io.Writer, res *Result) {
 		fmt.Fprintf(w, "cap violation contained: %s (cap %s, %s); re-run alone: %s\n", a.Job, size.Bytes(a.CapBytes), how, final)
 	}
 	writeCollateral(w, res)
+	if u := res.Use; u.MeanRunning > 0 {
+		fmt.Fprintf(w, "where the time went: %.1f jobs running on average; a job alone with the GPU for %.1fs (probes %d, re-runs alone %d); at most 2 jobs running for %.1fs\n",
+			u.MeanRunning, u.Whole.Seconds(), u.Probes, u.ReRuns, u.Few.Seconds())
+	}
 	if len(res.GPUs) > 1 {
 		fmt.Fprintf(w, "GPU busy %.0f%% of the run, mean of %d GPUs (%s backend)\n", res.BusyFraction*100, len(res.GPUs), res.Backend)
 	} else {

@@ -79,6 +79,8 @@ td,th{border:1px solid #ddd;padding:4px 8px;text-align:left}th{background:#f0f0f
 		kpi(&b, fmt.Sprintf("%d", res.Collateral), "collateral failures (re-run)")
 	}
 	kpi(&b, fmt.Sprintf("%.0f%%", res.BusyFraction*100), "GPU busy")
+	kpi(&b, fmt.Sprintf("%.1f", res.Use.MeanRunning), "jobs running on average")
+	kpi(&b, fmt.Sprintf("%.1fs", res.Use.Whole.Seconds()), "a job alone with the GPU")
 	b.WriteString("</div>\n")
 	b.WriteString(`<div class="legend">`)
 	for _, o := range []string{OutcomeOK, OutcomeCapViolation, OutcomeFailed, OutcomeCollateral, OutcomeProbe, OutcomeCanceled} {

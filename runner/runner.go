@@ -151,6 +151,8 @@ type Result struct {
 	Attempts []Attempt     `json:"attempts"`
 	// BusyFraction is the mean GPU utilization during the run, 0 to 1.
 	BusyFraction float64 `json:"busy_fraction"`
+	// Use is where the makespan went: jobs running on average, time a job held a GPU alone.
+	Use TimeUse `json:"time_use"`
 	// Completed counts jobs whose final attempt exited 0.
 	Completed int `json:"completed"`
 	// JobsPerGPUHour = Completed / (makespan x GPUs used).
