@@ -319,16 +319,19 @@ func writeAtomic(path string, data []byte) error {
 }
 
 // LoadSummary reads a summary.json written by WriteRaw.
-func LoadSummary(path string) (Summary, error) {
+func LoadSummary(path string) (Summary, error) { return readJSON[Summary](path, "summary") }
+
+// readJSON reads one of the files WriteRaw writes; what names it in errors.
+func readJSON[T any](path, what string) (T, error) {
+	var v T
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Summary{}, fmt.Errorf("summary: %w", err)
+		return v, fmt.Errorf("%s: %w", what, err)
 	}
-	var s Summary
-	if err := json.Unmarshal(data, &s); err != nil {
-		return Summary{}, fmt.Errorf("summary %s: %w", path, err)
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, fmt.Errorf("%s %s: %w", what, path, err)
 	}
-	return s, nil
+	return v, nil
 }
 
 // SectionHeading is the heading of the section of docs/benchmarks.md this package owns.

@@ -1,9 +1,11 @@
 package bench
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gpufrac/gpufrac/runner"
@@ -19,32 +21,35 @@ func UseOf(run ArmRun) runner.TimeUse {
 	return runner.UseOf(as)
 }
 
-// LoadRuns reads the runs.json written by WriteRaw.
-func LoadRuns(path string) ([]ArmRun, error) {
-	data, err := os.ReadFile(path)
+// LoadResults reads the summary.json of a results directory written by WriteRaw. A summary
+// written before TimeUse existed gets it from the directory's runs.json, when there is one.
+func LoadResults(dir string) (Summary, error) {
+	sum, err := LoadSummary(filepath.Join(dir, "summary.json"))
+	if err != nil || !slices.ContainsFunc(sum.Scores, lacksUse) {
+		return sum, err
+	}
+	runs, err := readJSON[[]ArmRun](filepath.Join(dir, "runs.json"), "runs")
+	if errors.Is(err, os.ErrNotExist) {
+		return sum, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("runs: %w", err)
+		return Summary{}, err
 	}
-	var runs []ArmRun
-	if err := json.Unmarshal(data, &runs); err != nil {
-		return nil, fmt.Errorf("runs %s: %w", path, err)
-	}
-	return runs, nil
-}
-
-// FillUse sets each score's Use from the run of the same label: summaries written before
-// TimeUse existed get it from their raw attempts.
-func FillUse(sum *Summary, runs []ArmRun) {
 	byLabel := map[string]ArmRun{}
 	for _, r := range runs {
 		byLabel[r.Label] = r
 	}
 	for i, s := range sum.Scores {
-		if r, ok := byLabel[s.Label]; ok {
+		if r, ok := byLabel[s.Label]; ok && lacksUse(s) {
 			sum.Scores[i].Use = UseOf(r)
 		}
 	}
+	return sum, nil
 }
+
+// lacksUse: an arm that ran but whose score has no TimeUse (every run with attempts has jobs
+// running some of the time).
+func lacksUse(s Score) bool { return s.Makespan > 0 && s.Use == (runner.TimeUse{}) }
 
 // renderUse is the "where the time went" table of one invocation.
 func renderUse(scores []Score) string {

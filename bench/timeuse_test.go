@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,20 +10,20 @@ import (
 	"github.com/gpufrac/gpufrac/runner"
 )
 
-// Summaries written before TimeUse existed get it from runs.json, matched by label.
-func TestFillUseFromRuns(t *testing.T) {
+// Summaries written before TimeUse existed get it from runs.json, matched by label; a summary
+// that has it keeps what it stored.
+func TestLoadResultsFillsOldSummaries(t *testing.T) {
 	dir := t.TempDir()
 	q := Draw(1)
 	run := exclusiveRun(q)
-	sum := Summary{Seed: 1, Scores: []Score{{Label: "exclusive"}, {Label: "not-in-runs"}}}
+	sum := Summary{Seed: 1, Scores: []Score{{Label: "exclusive", Makespan: 120 * time.Second}, {Label: "not-in-runs", Makespan: time.Second}}}
 	if err := WriteRaw(dir, sum, []ArmRun{run}); err != nil {
 		t.Fatal(err)
 	}
-	runs, err := LoadRuns(filepath.Join(dir, "runs.json"))
+	sum, err := LoadResults(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	FillUse(&sum, runs)
 	if got := sum.Scores[0].Use; got.MeanRunning != 1 || got.Whole != 120*time.Second || got.Idle != 0 {
 		t.Fatalf("exclusive use %+v, want 1 job running, 120 s alone, none idle", got)
 	}
@@ -32,18 +31,33 @@ func TestFillUseFromRuns(t *testing.T) {
 		t.Fatalf("a score with no run got %+v", got)
 	}
 	out := RenderRun(sum)
-	if want := "| exclusive | - | 1.00 | 120.0 s | 120.0 s | 0.0 s | 0 | 0 | 0% |"; !strings.Contains(out, want) {
+	if want := "| exclusive | 120.0 s | 1.00 | 120.0 s | 120.0 s | 0.0 s | 0 | 0 | 0% |"; !strings.Contains(out, want) {
 		t.Fatalf("rendered run lacks %q:\n%s", want, out)
 	}
 
-	if _, err := LoadRuns(filepath.Join(dir, "missing.json")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("missing runs.json: %v, want a not-exist error", err)
-	}
-	bad := filepath.Join(dir, "bad.json")
-	if err := os.WriteFile(bad, []byte("{"), 0o644); err != nil {
+	stored := Summary{Seed: 1, Scores: []Score{{Label: "exclusive", Makespan: 120 * time.Second, Use: runner.TimeUse{MeanRunning: 2, Probes: 3}}}}
+	if err := WriteRaw(dir, stored, []ArmRun{run}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := LoadRuns(bad); err == nil || !strings.Contains(err.Error(), bad) {
-		t.Fatalf("broken runs.json: %v, want an error naming %s", err, bad)
+	if got, err := LoadResults(dir); err != nil || got.Scores[0].Use != stored.Scores[0].Use {
+		t.Fatalf("a stored TimeUse was replaced: %+v, %v", got.Scores[0].Use, err)
+	}
+
+	runs := filepath.Join(dir, "runs.json")
+	sum.Scores[0].Use = runner.TimeUse{}
+	if err := WriteRaw(dir, sum, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(runs); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := LoadResults(dir); err != nil || got.Scores[0].Use != (runner.TimeUse{}) {
+		t.Fatalf("without runs.json: %+v, %v; want the summary as stored", got.Scores, err)
+	}
+	if err := os.WriteFile(runs, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadResults(dir); err == nil || !strings.Contains(err.Error(), runs) {
+		t.Fatalf("broken runs.json: %v, want an error naming %s", err, runs)
 	}
 }

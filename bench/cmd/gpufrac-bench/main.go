@@ -242,17 +242,8 @@ func cmdReport(args []string, stdout, stderr io.Writer) int {
 	}
 	var sums []bench.Summary
 	for _, d := range fs.Args() {
-		s, err := bench.LoadSummary(filepath.Join(d, "summary.json"))
+		s, err := bench.LoadResults(d)
 		if err != nil {
-			fmt.Fprintf(stderr, "gpufrac-bench report: %v\n", err)
-			return 1
-		}
-		// Summaries older than TimeUse get it from their raw attempts.
-		runs, err := bench.LoadRuns(filepath.Join(d, "runs.json"))
-		switch {
-		case err == nil:
-			bench.FillUse(&s, runs)
-		case !errors.Is(err, os.ErrNotExist):
 			fmt.Fprintf(stderr, "gpufrac-bench report: %v\n", err)
 			return 1
 		}
