@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpufrac/gpufrac/ledger"
 	"io"
 	"io/fs"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/hashicorp/go-hclog"
 )
 

@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"fmt"
-	"github.com/gpufrac/gpufrac/policy"
 	"io"
 	"maps"
 	"os"
@@ -17,6 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/size"
 )
