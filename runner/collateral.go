@@ -100,20 +100,20 @@ func (r *run) collateralAfter() time.Duration {
 	return time.Second + 3*r.o.Policy.WatchdogInterval
 }
 
-// collateral says whether a failed attempt, whose process ended at exited, is collateral damage
-// of a GPU-wide event, and fills its outcome and detail if so. A job that has been re-run
+// collateral records a failed attempt, whose process ended at exited, as collateral damage of a
+// GPU-wide event when one explains it (its outcome and detail). A job that has been re-run
 // maxCollateral times already stays failed, its detail naming the last event.
-func (r *run) collateral(j *jobState, at *Attempt, exited time.Time) bool {
+func (r *run) collateral(j *jobState, at *Attempt, exited time.Time) {
 	if exited.IsZero() {
 		exited = at.End
 	}
 	e, ok := r.wide.covering(at.GPU, at.Start, exited, r.collateralAfter())
 	if !ok {
-		return false
+		return
 	}
 	if j.collateral >= maxCollateral {
 		at.Detail = fmt.Sprintf("%s; after %s (not re-run: %d collateral failures already)", at.Detail, e, j.collateral)
-		return false
+		return
 	}
 	j.collateral++
 	why := at.Detail
@@ -122,7 +122,6 @@ func (r *run) collateral(j *jobState, at *Attempt, exited time.Time) bool {
 	if why != "" {
 		at.Detail += " (its last words: " + why + ")"
 	}
-	return true
 }
 
 // neighbours says what a cap violation meant for the other jobs of its GPU: under MPS a stop by
