@@ -1,0 +1,253 @@
+//go:build cgo
+
+package fence
+
+/*
+#cgo CFLAGS: -std=gnu11 -O2 -Wall -Wextra
+#include <stdlib.h>
+#include "state.h"
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Available says whether this build can manage fence tables (it needs cgo).
+const Available = true
+
+const errLen = 512
+
+func cError(rc C.int, buf *C.char) error {
+	msg := C.GoString(buf)
+	switch rc {
+	case C.GF_ERR_CORRUPT:
+		return fmt.Errorf("%w: %s", ErrCorrupt, msg)
+	case C.GF_ERR_BUSY:
+		return fmt.Errorf("%w: %s", ErrBusy, msg)
+	}
+	return errors.New("fence: " + msg)
+}
+
+// Table is the enforcer's handle on one GPU's table. Safe for concurrent use.
+type Table struct {
+	mu   sync.Mutex
+	m    *C.struct_gf_map
+	path string
+}
+
+// Create opens the table of GPU uuid in dir, creating it when missing, and takes it over for
+// this process: a second enforcer on the same file gets ErrBusy. total is the GPU's memory,
+// budget what guarantees and borrowing may fill together.
+func Create(dir, uuid string, total, budget size.Bytes) (*Table, error) {
+	if uuid == "" || filepath.Base(uuid) != uuid {
+		return nil, fmt.Errorf("%w: GPU UUID %q", ErrBadInput, uuid)
+	}
+	path := Path(dir, uuid)
+	cpath, cuuid := C.CString(path), C.CString(uuid)
+	defer C.free(unsafe.Pointer(cpath))
+	defer C.free(unsafe.Pointer(cuuid))
+	buf := (*C.char)(C.calloc(errLen, 1))
+	defer C.free(unsafe.Pointer(buf))
+	m := (*C.struct_gf_map)(C.calloc(1, C.sizeof_struct_gf_map))
+	if rc := C.gf_create(cpath, cuuid, C.uint64_t(total), C.uint64_t(budget), m, buf, errLen); rc != 0 {
+		C.free(unsafe.Pointer(m))
+		return nil, cError(rc, buf)
+	}
+	return &Table{m: m, path: path}, nil
+}
+
+// Path is the table's file.
+func (t *Table) Path() string { return t.path }
+
+// Close gives the table up (its contents stay for the tasks that use it).
+func (t *Table) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		return nil
+	}
+	C.gf_detach(t.m)
+	C.free(unsafe.Pointer(t.m))
+	t.m = nil
+	return nil
+}
+
+// SetTasks makes tasks the table's whole set: new tokens get a slot, known ones their new cap
+// and limit, and tokens not listed leave (their processes then pass through unfenced).
+func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
+	for _, k := range tasks {
+		if k.Token == "" || len(k.Token) >= C.GF_TOKEN_MAX {
+			return fmt.Errorf("%w: a reservation token of %d characters (1 to %d)", ErrBadInput, len(k.Token), C.GF_TOKEN_MAX-1)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		return ErrClosed
+	}
+	n := len(tasks)
+	specs := (*C.struct_gf_task_spec)(C.calloc(C.size_t(max(n, 1)), C.sizeof_struct_gf_task_spec))
+	defer C.free(unsafe.Pointer(specs))
+	view := unsafe.Slice(specs, max(n, 1))
+	for i, k := range tasks {
+		view[i].token = C.CString(k.Token)
+		view[i].cap = C.uint64_t(k.Cap)
+		view[i].limit = C.uint64_t(k.Limit)
+	}
+	defer func() {
+		for i := range n {
+			C.free(unsafe.Pointer(view[i].token))
+		}
+	}()
+	placed := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget)))
+	if placed < n {
+		return fmt.Errorf("%w: %s holds %d tasks, %d were asked for", ErrFull, t.path, MaxTasks, n)
+	}
+	return nil
+}
+
+// Reap gives back the slots of processes that died and returns how many there were.
+func (t *Table) Reap() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		return 0
+	}
+	return int(C.gf_reap(t.m, -1))
+}
+
+// Snapshot copies the table under its lock.
+func (t *Table) Snapshot() (Snapshot, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		return Snapshot{}, ErrClosed
+	}
+	raw := (*C.struct_gf_table)(C.malloc(C.sizeof_struct_gf_table))
+	defer C.free(unsafe.Pointer(raw))
+	C.gf_snapshot(t.m, raw)
+	return snapshotOf(raw), nil
+}
+
+func snapshotOf(raw *C.struct_gf_table) Snapshot {
+	s := Snapshot{
+		UUID:       C.GoString(&raw.h.uuid[0]),
+		Total:      size.Bytes(raw.h.total),
+		Budget:     size.Bytes(raw.h.budget),
+		Recoveries: uint64(raw.h.recoveries),
+		Underflows: uint64(raw.h.underflows),
+		Reaped:     uint64(raw.h.reaped),
+	}
+	tokens := map[int]string{}
+	for i := range C.GF_TASKS {
+		k := &raw.tasks[i]
+		if k.state != C.GF_LIVE {
+			continue
+		}
+		tok := C.GoString(&k.token[0])
+		tokens[i] = tok
+		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
+			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Procs: int(k.procs)})
+	}
+	for i := range C.GF_PROCS {
+		p := &raw.procs[i]
+		if p.state != C.GF_LIVE {
+			continue
+		}
+		tok := ""
+		if int(p.task) < C.GF_TASKS && raw.tasks[p.task].gen == p.task_gen {
+			tok = tokens[int(p.task)]
+		}
+		s.Procs = append(s.Procs, ProcUse{Token: tok, PID: int(p.pid), Used: size.Bytes(p.used), Peak: size.Bytes(p.peak),
+			Allocs: uint64(p.allocs), Refused: uint64(p.refused)})
+	}
+	return s
+}
+
+// Result is what the fence said to one charge.
+type Result int
+
+// Results of Client.Charge.
+const (
+	Charged Result = C.GF_OK
+	Refused Result = C.GF_REFUSED
+	// NoTask: the reservation ended or the process lost its slot; the bytes were not counted.
+	NoTask Result = C.GF_NOTASK
+)
+
+// Client is one process's attachment to a GPU's table, as the preload library makes it. The
+// simulated GPU backend's jobs use it, so simulated tasks are fenced by the same code.
+type Client struct {
+	mu sync.Mutex
+	m  *C.struct_gf_map
+}
+
+// Attach claims a process slot for token's task in the table of GPU uuid in dir.
+func Attach(dir, uuid, token string) (*Client, error) {
+	cpath, ctok := C.CString(Path(dir, uuid)), C.CString(token)
+	defer C.free(unsafe.Pointer(cpath))
+	defer C.free(unsafe.Pointer(ctok))
+	buf := (*C.char)(C.calloc(errLen, 1))
+	defer C.free(unsafe.Pointer(buf))
+	m := (*C.struct_gf_map)(C.calloc(1, C.sizeof_struct_gf_map))
+	if rc := C.gf_attach(cpath, ctok, m, buf, errLen); rc != 0 {
+		C.free(unsafe.Pointer(m))
+		return nil, cError(rc, buf)
+	}
+	return &Client{m: m}, nil
+}
+
+// Charge asks for n bytes; a refusal first gives back what dead processes of the task held.
+func (c *Client) Charge(n size.Bytes) Result {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		return NoTask
+	}
+	r := Result(C.gf_charge(c.m, C.uint64_t(n)))
+	if r == Refused && C.gf_reap(c.m, c.m.task) > 0 {
+		r = Result(C.gf_charge(c.m, C.uint64_t(n)))
+	}
+	return r
+}
+
+// Uncharge gives n bytes back.
+func (c *Client) Uncharge(n size.Bytes) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m != nil {
+		C.gf_uncharge(c.m, C.uint64_t(n))
+	}
+}
+
+// View is the task's cap and what all its processes hold.
+func (c *Client) View() (capBytes, used size.Bytes, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		return 0, 0, false
+	}
+	var cp, u C.uint64_t
+	if C.gf_view(c.m, &cp, &u) != C.GF_OK {
+		return 0, 0, false
+	}
+	return size.Bytes(cp), size.Bytes(u), true
+}
+
+// Detach gives the slot and its bytes back.
+func (c *Client) Detach() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m != nil {
+		C.gf_detach(c.m)
+		C.free(unsafe.Pointer(c.m))
+		c.m = nil
+	}
+}

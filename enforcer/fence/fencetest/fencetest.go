@@ -1,0 +1,271 @@
+// Package fencetest builds the fence library, a fake libcuda.so.1 and a small CUDA program with
+// the system C compiler, so tests run the real fence in real processes without a GPU.
+package fencetest
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// FakeUUIDHex names the fake driver's first device; FakeUUID is how NVML and the ledger spell it.
+const (
+	FakeUUIDHex = "00112233445566778899aabbccddeeff"
+	FakeUUID    = "GPU-00112233-4455-6677-8899-aabbccddeeff"
+)
+
+// Kit is what Build made.
+type Kit struct {
+	// Library is the fence as shipped; TestLibrary adds the hooks tests use to stop a
+	// process at chosen points (-DGF_TESTING).
+	Library, TestLibrary string
+	// DriverDir holds the fake libcuda.so.1 (for LD_LIBRARY_PATH).
+	DriverDir string
+	// Client is the CUDA program (testdata/client.c).
+	Client string
+}
+
+// Sources is the directory of the fence package's C sources.
+func Sources() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+var (
+	once     sync.Once
+	shared   Kit
+	buildErr error
+	noCC     bool
+	tempDir  string
+)
+
+// Build compiles everything, warnings as errors, once per test binary (call Main from
+// TestMain to remove it afterwards). Without a C compiler it skips, except in CI, where the
+// fence must be tested.
+func Build(t testing.TB) Kit {
+	t.Helper()
+	once.Do(build)
+	switch {
+	case noCC && os.Getenv("CI") != "":
+		t.Fatalf("no C compiler in CI: the fence cannot be tested: %v", buildErr)
+	case noCC:
+		t.Skipf("no C compiler: %v", buildErr)
+	case buildErr != nil:
+		t.Fatal(buildErr)
+	}
+	return shared
+}
+
+// Main runs the tests and removes what Build made.
+func Main(m *testing.M) {
+	code := m.Run()
+	if tempDir != "" {
+		os.RemoveAll(tempDir)
+	}
+	os.Exit(code)
+}
+
+func build() {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		noCC, buildErr = true, err
+		return
+	}
+	dir, err := os.MkdirTemp("", "gpufrac-fencetest-")
+	if err != nil {
+		buildErr = err
+		return
+	}
+	tempDir = dir
+	src := Sources()
+	k := Kit{
+		Library:     filepath.Join(dir, "libgpufrac-fence.so"),
+		TestLibrary: filepath.Join(dir, "libgpufrac-fence-testing.so"),
+		DriverDir:   filepath.Join(dir, "driver"),
+		Client:      filepath.Join(dir, "client"),
+	}
+	if buildErr = os.Mkdir(k.DriverDir, 0o755); buildErr != nil {
+		return
+	}
+	warn := []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"}
+	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "state.c"), "-ldl", "-lpthread"}
+	steps := [][]string{
+		append(append(append([]string{}, warn...), "-o", k.Library), lib...),
+		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),
+		append(append([]string{}, warn...), "-fPIC", "-shared", "-o", filepath.Join(k.DriverDir, "libcuda.so.1"), filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"),
+		append(append([]string{}, warn...), "-o", k.Client, filepath.Join(src, "testdata", "client.c"), "-ldl", "-lpthread"),
+	}
+	for _, args := range steps {
+		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, out)
+			return
+		}
+	}
+	shared = k
+}
+
+// Env is the environment of a fenced client process of token's task on the fake GPU.
+func (k Kit) Env(fenceDir, token string, extra ...string) []string {
+	env := []string{
+		"LD_PRELOAD=" + k.Library,
+		"LD_LIBRARY_PATH=" + k.DriverDir,
+		"FAKE_CUDA_UUIDS=" + FakeUUIDHex,
+		"GPUFRAC_FENCE_DIR=" + fenceDir,
+		"GPUFRAC_GPU_UUID=" + FakeUUID,
+		"PATH=" + os.Getenv("PATH"),
+	}
+	if token != "" {
+		env = append(env, "GPUFRAC_RESERVATION="+token)
+	}
+	return append(env, extra...)
+}
+
+// Proc is a running client that answers one line per command.
+type Proc struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	lines  chan string
+	mu     sync.Mutex
+	stderr bytes.Buffer
+	errs   chan string
+	done   chan struct{}
+}
+
+// Start runs the client with env (see Env); args "direct" makes it call the driver's symbol
+// names instead of going through cuGetProcAddress.
+func (k Kit) Start(t testing.TB, env []string, args ...string) *Proc {
+	t.Helper()
+	cmd := exec.Command(k.Client, args...)
+	cmd.Env = env
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errp, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{t: t, cmd: cmd, in: in, lines: make(chan string, 16), errs: make(chan string, 64), done: make(chan struct{})}
+	go func() {
+		s := bufio.NewScanner(out)
+		for s.Scan() {
+			p.lines <- s.Text()
+		}
+		close(p.lines)
+	}()
+	go func() {
+		defer close(p.done)
+		s := bufio.NewScanner(errp)
+		for s.Scan() {
+			p.mu.Lock()
+			p.stderr.WriteString(s.Text() + "\n")
+			p.mu.Unlock()
+			select {
+			case p.errs <- s.Text():
+			default:
+			}
+		}
+	}()
+	t.Cleanup(func() { p.Kill() })
+	return p
+}
+
+// replyWait bounds how long a command may take: a guard against a hung test, not a timing.
+const replyWait = 30 * time.Second
+
+// Do sends one command and returns its answer.
+func (p *Proc) Do(cmd string) string {
+	p.t.Helper()
+	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
+		p.t.Fatalf("client: send %q: %v (stderr: %s)", cmd, err, p.Stderr())
+	}
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			p.t.Fatalf("client exited before answering %q (stderr: %s)", cmd, p.Stderr())
+		}
+		return l
+	case <-time.After(replyWait):
+		p.t.Fatalf("client did not answer %q (stderr: %s)", cmd, p.Stderr())
+	}
+	return ""
+}
+
+// Send writes a command without waiting for an answer (for one that blocks).
+func (p *Proc) Send(cmd string) {
+	p.t.Helper()
+	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
+		p.t.Fatalf("client: send %q: %v", cmd, err)
+	}
+}
+
+// WaitStderr waits for a stderr line containing s.
+func (p *Proc) WaitStderr(s string) {
+	p.t.Helper()
+	deadline := time.After(replyWait)
+	for {
+		if strings.Contains(p.Stderr(), s) {
+			return
+		}
+		select {
+		case <-p.errs:
+		case <-p.done:
+			if !strings.Contains(p.Stderr(), s) {
+				p.t.Fatalf("client ended without printing %q (stderr: %s)", s, p.Stderr())
+			}
+			return
+		case <-deadline:
+			p.t.Fatalf("client never printed %q (stderr: %s)", s, p.Stderr())
+		}
+	}
+}
+
+// Stderr is what the client printed there so far.
+func (p *Proc) Stderr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+// Exit asks the client to leave without freeing anything and waits for it.
+func (p *Proc) Exit() {
+	p.t.Helper()
+	p.Send("exit")
+	p.Wait()
+}
+
+// Kill sends SIGKILL and waits until the process is gone.
+func (p *Proc) Kill() {
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+		p.Wait()
+	}
+}
+
+// Wait waits for the process to end and its output to drain.
+func (p *Proc) Wait() {
+	<-p.done
+	if p.cmd.ProcessState == nil {
+		_ = p.cmd.Wait()
+	}
+}

@@ -1,0 +1,93 @@
+package fence
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrNoLibrary is returned when the preload library is not where it was looked for.
+var ErrNoLibrary = errors.New("fence library not found")
+
+// DefaultDir is where tables live: /run/gpufrac/fence for root (tmpfs: the tables describe
+// running processes and must not outlive a reboot), else a directory of the user's own.
+func DefaultDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/gpufrac/fence"
+	}
+	return filepath.Join(os.TempDir(), "gpufrac-fence-"+strconv.Itoa(os.Getuid()))
+}
+
+// EnsureDir creates dir. shared makes it traversable by every user (0755), for tasks that
+// run as other users than the enforcer (Nomad's exec driver runs them as nobody); the tables
+// in it are 0666 either way, so a private dir (0700) is what keeps other users out.
+func EnsureDir(dir string, shared bool) error {
+	mode := fs.FileMode(0o700)
+	if shared {
+		mode = 0o755
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return fmt.Errorf("fence: create directory %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return fmt.Errorf("fence: set mode of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// FindLibrary returns explicit when set, else the library beside the running executable or in
+// ../lib/gpufrac from it (where make build and the release layout put it).
+func FindLibrary(explicit string) (string, error) {
+	var look []string
+	if explicit != "" {
+		look = []string{explicit}
+	} else if exe, err := os.Executable(); err == nil {
+		d := filepath.Dir(exe)
+		look = []string{filepath.Join(d, LibraryName), filepath.Join(d, "..", "lib", "gpufrac", LibraryName)}
+	}
+	for _, p := range look {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			return filepath.Abs(p)
+		}
+	}
+	return "", fmt.Errorf("%w: looked at %s (build it with make build, or set its path)", ErrNoLibrary, strings.Join(look, ", "))
+}
+
+// InstallLibrary copies the library into dir and returns its path there, so one mount of dir
+// gives a container both the tables and the library. The copy is renamed into place: a
+// library that running tasks have mapped is never rewritten under them.
+func InstallLibrary(src, dir string) (string, error) {
+	want, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("fence: read library: %w", err)
+	}
+	dst := filepath.Join(dir, LibraryName)
+	if have, err := os.ReadFile(dst); err == nil && bytes.Equal(have, want) {
+		return dst, nil
+	}
+	tmp, err := os.CreateTemp(dir, LibraryName+".new.*")
+	if err != nil {
+		return "", fmt.Errorf("fence: install library: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(want); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("fence: install library: %w", err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", fmt.Errorf("fence: install library: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return "", fmt.Errorf("fence: install library: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", fmt.Errorf("fence: install library: %w", err)
+	}
+	return dst, nil
+}

@@ -1,0 +1,805 @@
+/*
+ * libgpufrac-fence.so: loaded with LD_PRELOAD into every process of a task, it refuses a device
+ * allocation that would take the task (all its processes on that GPU) past its cap, with
+ * CUDA_ERROR_OUT_OF_MEMORY, so the violator fails inside its own process and no neighbour
+ * ever meets a full GPU. docs/enforcement.md says what it fences and what it cannot see.
+ *
+ * How allocations are reached: the CUDA runtime does not call driver symbols by name. It asks
+ * dlsym(libcuda, "cuGetProcAddress") once and then asks that for every entry point. So the
+ * fence interposes dlsym, wraps what cuGetProcAddress hands out, and also exports the driver's
+ * symbol names for programs linked against libcuda directly.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../state.h"
+#include "cuda_min.h"
+
+#define GF_EXPORT __attribute__((visibility("default")))
+#define GF_MAX_DEV 64
+
+/* ---- messages: once per cause, on stderr, never through stdio buffers ---- */
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof buf, "gpufrac-fence[%d]: ", (int)getpid());
+	va_list ap;
+	va_start(ap, fmt);
+	n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof buf - 2)
+		n = (int)sizeof buf - 2;
+	buf[n++] = '\n';
+	(void)!write(2, buf, (size_t)n);
+}
+
+static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+/* ---- the real dlsym, and dlsym itself ---- */
+
+typedef void *(*dlsym_fn)(void *, const char *);
+__attribute__((visibility("hidden"), used)) dlsym_fn gf_real_dlsym;
+static pthread_once_t real_once = PTHREAD_ONCE_INIT;
+
+static void find_real_dlsym(void)
+{
+	dlsym_fn f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	if (!f)
+		f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+	__atomic_store_n(&gf_real_dlsym, f, __ATOMIC_RELEASE);
+}
+
+static dlsym_fn real_dlsym(void)
+{
+	pthread_once(&real_once, find_real_dlsym);
+	return gf_real_dlsym;
+}
+
+__attribute__((visibility("hidden"), used)) void *gf_dlsym(void *handle, const char *name);
+
+#if defined(__x86_64__)
+/* dlsym(RTLD_NEXT, ...) answers relative to its caller's object, found from the return
+ * address. A C wrapper would make every such lookup relative to the fence, so RTLD_NEXT goes
+ * to the real dlsym by a tail jump that leaves the caller's return address in place. */
+__asm__(".text\n"
+	".globl dlsym\n"
+	".type dlsym, @function\n"
+	"dlsym:\n"
+	"	cmpq $-1, %rdi\n"
+	"	jne gf_dlsym\n"
+	"	movq gf_real_dlsym(%rip), %rax\n"
+	"	testq %rax, %rax\n"
+	"	je gf_dlsym\n"
+	"	jmp *%rax\n"
+	".size dlsym, .-dlsym\n");
+#else
+/* Elsewhere RTLD_NEXT lookups made by other objects resolve relative to the fence. */
+GF_EXPORT void *dlsym(void *handle, const char *name) { return gf_dlsym(handle, name); }
+#endif
+
+/* ---- the wrapped entry points ---- */
+
+enum api {
+	A_ALLOC,
+	A_PITCH,
+	A_MANAGED,
+	A_FREE,
+	A_INFO,
+	A_CREATE,
+	A_RELEASE,
+	A_ASYNC,
+	A_FREEASYNC,
+	A_POOL,
+	A_ARRAY,
+	A_ARRAY3D,
+	A_ARRAYDESTROY,
+	A_MIPMAP,
+	A_MIPMAPDESTROY,
+	A_GPA1,
+	A_GPA2,
+	A_N
+};
+
+/* Slots 0 and 1 hold what dlsym and cuGetProcAddress hand out (a plain and a per-thread-stream
+ * variant have one signature and two addresses); 2 and 3 back the exported names. */
+#define SLOTS 4
+static void *real[A_N][SLOTS];
+static void *const wrappers[A_N][2]; /* defined below, beside the wrappers */
+
+struct name {
+	const char *sym; /* as dlsym and the exported symbols spell it */
+	const char *gpa; /* as cuGetProcAddress is asked for it */
+	int minver;      /* older ABIs of the same name take 32-bit sizes: left alone */
+	int api;
+	int slot; /* the exported name's slot */
+};
+
+static const struct name names[] = {
+	{"cuMemAlloc_v2", "cuMemAlloc", 3020, A_ALLOC, 2},
+	{"cuMemAllocPitch_v2", "cuMemAllocPitch", 3020, A_PITCH, 2},
+	{"cuMemAllocManaged", "cuMemAllocManaged", 0, A_MANAGED, 2},
+	{"cuMemFree_v2", "cuMemFree", 3020, A_FREE, 2},
+	{"cuMemGetInfo_v2", "cuMemGetInfo", 3020, A_INFO, 2},
+	{"cuMemCreate", "cuMemCreate", 0, A_CREATE, 2},
+	{"cuMemRelease", "cuMemRelease", 0, A_RELEASE, 2},
+	{"cuMemAllocAsync", "cuMemAllocAsync", 0, A_ASYNC, 2},
+	{"cuMemAllocAsync_ptsz", NULL, 0, A_ASYNC, 3},
+	{"cuMemFreeAsync", "cuMemFreeAsync", 0, A_FREEASYNC, 2},
+	{"cuMemFreeAsync_ptsz", NULL, 0, A_FREEASYNC, 3},
+	{"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 0, A_POOL, 2},
+	{"cuMemAllocFromPoolAsync_ptsz", NULL, 0, A_POOL, 3},
+	{"cuArrayCreate_v2", "cuArrayCreate", 3020, A_ARRAY, 2},
+	{"cuArray3DCreate_v2", "cuArray3DCreate", 3020, A_ARRAY3D, 2},
+	{"cuArrayDestroy", "cuArrayDestroy", 0, A_ARRAYDESTROY, 2},
+	{"cuMipmappedArrayCreate", "cuMipmappedArrayCreate", 0, A_MIPMAP, 2},
+	{"cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", 0, A_MIPMAPDESTROY, 2},
+	{"cuGetProcAddress", NULL, 0, A_GPA1, 2},
+	{"cuGetProcAddress_v2", NULL, 0, A_GPA2, 2},
+};
+#define NNAMES (sizeof names / sizeof names[0])
+
+static void *real_of(int api, int slot)
+{
+	void *p = __atomic_load_n(&real[api][slot], __ATOMIC_ACQUIRE);
+	if (p || slot < 2)
+		return p;
+	/* An exported name: the next definition after the fence's own is the driver's. */
+	for (size_t i = 0; i < NNAMES; i++)
+		if (names[i].api == api && names[i].slot == slot) {
+			dlsym_fn f = real_dlsym();
+			p = f ? f(RTLD_NEXT, names[i].sym) : NULL;
+			__atomic_store_n(&real[api][slot], p, __ATOMIC_RELEASE);
+			break;
+		}
+	return p;
+}
+
+static int from_driver(void *p)
+{
+	Dl_info info;
+	if (!dladdr(p, &info) || !info.dli_fname)
+		return 0;
+	const char *base = strrchr(info.dli_fname, '/');
+	base = base ? base + 1 : info.dli_fname;
+	return strncmp(base, "libcuda.so", 10) == 0;
+}
+
+/* wrap swaps a driver address for the fence's wrapper of the same signature. */
+static void *wrap(int api, void *p)
+{
+	if (!p || !from_driver(p))
+		return p;
+	for (int s = 0; s < 2; s++) {
+		void *want = NULL;
+		if (__atomic_compare_exchange_n(&real[api][s], &want, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+		    want == p)
+			return wrappers[api][s];
+	}
+	static int warned;
+	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		say("a third driver address for one entry point: left unfenced");
+	return p;
+}
+
+void *gf_dlsym(void *handle, const char *name)
+{
+	dlsym_fn f = real_dlsym();
+	if (!f)
+		return NULL;
+	void *p = f(handle, name);
+	if (!p || !name || name[0] != 'c' || name[1] != 'u')
+		return p;
+	for (size_t i = 0; i < NNAMES; i++)
+		if (strcmp(names[i].sym, name) == 0)
+			return wrap(names[i].api, p);
+	return p;
+}
+
+static void *wrap_proc(const char *sym, int ver, void *p)
+{
+	if (!sym || sym[0] != 'c' || sym[1] != 'u')
+		return p;
+	if (strcmp(sym, "cuGetProcAddress") == 0)
+		return wrap(ver >= 12000 ? A_GPA2 : A_GPA1, p);
+	for (size_t i = 0; i < NNAMES; i++)
+		if (names[i].gpa && strcmp(names[i].gpa, sym) == 0)
+			return ver >= names[i].minver ? wrap(names[i].api, p) : p;
+	return p;
+}
+
+/* ---- the process's view of each GPU ---- */
+
+enum { DEV_UNKNOWN = 0, DEV_FENCED, DEV_OPEN };
+
+struct dev {
+	int state;
+	int warned_refusal;
+	struct gf_map m;
+	char uuid[GF_UUID_MAX];
+};
+
+static struct dev devs[GF_MAX_DEV];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* devices' attach and the record table */
+
+typedef CUresult (*ctx_get_device_fn)(CUdevice *);
+typedef CUresult (*device_get_uuid_fn)(CUuuid *, CUdevice);
+
+static void *driver_sym(const char *name)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	dlsym_fn f = real_dlsym();
+	void *p = h && f ? f(h, name) : NULL;
+	if (h)
+		dlclose(h);
+	return p;
+}
+
+static void uuid_string(const CUuuid *u, char *out, size_t n)
+{
+	const unsigned char *b = u->bytes;
+	snprintf(out, n, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+		 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+/* token_for finds the task's reservation on one GPU: the per-GPU key first (a task may hold
+ * reservations on several GPUs), then the single key when it names this GPU. */
+static const char *token_for(const char *uuid)
+{
+	char key[128];
+	int n = snprintf(key, sizeof key, "GPUFRAC_RESERVATION_%s", uuid);
+	for (int i = 20; i < n; i++)
+		if (key[i] == '-')
+			key[i] = '_';
+	const char *t = getenv(key);
+	if (t && *t)
+		return t;
+	const char *g = getenv("GPUFRAC_GPU_UUID");
+	t = getenv("GPUFRAC_RESERVATION");
+	if (g && t && *t && strcasecmp(g, uuid) == 0)
+		return t;
+	return NULL;
+}
+
+static int attach_state(struct dev *d, CUdevice ordinal);
+
+/* attach settles d's state once: other threads read it without the lock, so it goes from
+ * unknown straight to its final value. */
+static void attach(struct dev *d, CUdevice ordinal)
+{
+	__atomic_store_n(&d->state, attach_state(d, ordinal), __ATOMIC_RELEASE);
+}
+
+static int attach_state(struct dev *d, CUdevice ordinal)
+{
+	device_get_uuid_fn get_uuid = (device_get_uuid_fn)driver_sym("cuDeviceGetUuid_v2");
+	if (!get_uuid)
+		get_uuid = (device_get_uuid_fn)driver_sym("cuDeviceGetUuid");
+	CUuuid u;
+	if (!get_uuid || get_uuid(&u, ordinal) != CUDA_SUCCESS) {
+		say("cannot read the UUID of device %d; this process runs under the watchdog alone", ordinal);
+		return DEV_OPEN;
+	}
+	uuid_string(&u, d->uuid, sizeof d->uuid);
+	const char *dir = getenv("GPUFRAC_FENCE_DIR");
+	const char *token = token_for(d->uuid);
+	if (!dir || !*dir) {
+		say("GPUFRAC_FENCE_DIR is not set; this process runs under the watchdog alone");
+		return DEV_OPEN;
+	}
+	if (!token) {
+		say("no reservation for %s in this process's environment; not fenced there", d->uuid);
+		return DEV_OPEN;
+	}
+	char path[4096], err[512];
+	snprintf(path, sizeof path, "%s/%s.fence", dir, d->uuid);
+	if (gf_attach(path, token, &d->m, err, sizeof err) != 0) {
+		say("%s; this process runs under the watchdog alone", err);
+		return DEV_OPEN;
+	}
+	if (getenv("GPUFRAC_FENCE_DEBUG"))
+		say("fenced on %s (slot %d)", d->uuid, d->m.slot);
+	return DEV_FENCED;
+}
+
+/* device returns the fenced view of the GPU of the calling thread's context, or NULL. */
+static struct dev *device(int ordinal)
+{
+	if (ordinal < 0) {
+		static ctx_get_device_fn get;
+		if (!get)
+			get = (ctx_get_device_fn)driver_sym("cuCtxGetDevice");
+		CUdevice dev;
+		if (!get || get(&dev) != CUDA_SUCCESS)
+			return NULL;
+		ordinal = dev;
+	}
+	if (ordinal >= GF_MAX_DEV)
+		return NULL;
+	struct dev *d = &devs[ordinal];
+	int st = __atomic_load_n(&d->state, __ATOMIC_ACQUIRE);
+	if (st == DEV_UNKNOWN) {
+		pthread_mutex_lock(&mu);
+		if (d->state == DEV_UNKNOWN)
+			attach(d, ordinal);
+		st = d->state;
+		pthread_mutex_unlock(&mu);
+	}
+	return st == DEV_FENCED ? d : NULL;
+}
+
+/* charge asks the table for n bytes; dead processes of the task are reaped before a refusal. */
+static int charge(struct dev *d, uint64_t n)
+{
+	int r = gf_charge(&d->m, n);
+	if (r == GF_REFUSED && gf_reap(&d->m, d->m.task) > 0)
+		r = gf_charge(&d->m, n);
+	if (r == GF_REFUSED && !__atomic_exchange_n(&d->warned_refusal, 1, __ATOMIC_RELAXED)) {
+		uint64_t cap = 0, used = 0;
+		gf_view(&d->m, &cap, &used);
+		say("refused %.1f MiB on %s: the task holds %.1f MiB of its %.1f MiB cap", mib(n), d->uuid, mib(used),
+		    mib(cap));
+	}
+	if (r == GF_NOTASK) {
+		static int warned;
+		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+			say("the reservation on %s ended or this process lost its slot; running unfenced", d->uuid);
+	}
+	return r;
+}
+
+/* ---- what each process allocated, to give it back on free ---- */
+
+enum { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
+
+struct rec {
+	uint64_t key;
+	uint64_t size;
+	int16_t dev;
+	uint8_t kind; /* 0 = empty, 0xff = deleted */
+};
+
+static struct rec *recs;
+static size_t nrecs, cap_recs, dead_recs;
+
+static size_t hash(uint64_t key, int kind)
+{
+	key ^= (uint64_t)kind << 56;
+	key *= 0x9e3779b97f4a7c15ULL;
+	return (size_t)(key >> 17);
+}
+
+static int grow(void)
+{
+	size_t ncap = cap_recs ? cap_recs * 2 : 1024;
+	struct rec *n = calloc(ncap, sizeof *n);
+	if (!n)
+		return -1;
+	for (size_t i = 0; i < cap_recs; i++) {
+		if (recs[i].kind == 0 || recs[i].kind == 0xff)
+			continue;
+		size_t j = hash(recs[i].key, recs[i].kind) & (ncap - 1);
+		while (n[j].kind)
+			j = (j + 1) & (ncap - 1);
+		n[j] = recs[i];
+	}
+	free(recs);
+	recs = n;
+	cap_recs = ncap;
+	dead_recs = 0;
+	return 0;
+}
+
+static struct rec *find(uint64_t key, int kind)
+{
+	if (!cap_recs)
+		return NULL;
+	for (size_t j = hash(key, kind) & (cap_recs - 1);; j = (j + 1) & (cap_recs - 1)) {
+		if (recs[j].kind == 0)
+			return NULL;
+		if (recs[j].kind == kind && recs[j].key == key)
+			return &recs[j];
+	}
+}
+
+static void track(struct dev *d, int kind, uint64_t key, uint64_t size)
+{
+	uint64_t stale = 0;
+	struct dev *stale_dev = NULL;
+	pthread_mutex_lock(&mu);
+	struct rec *r = find(key, kind);
+	if (r) {
+		/* The driver reused an address whose free the fence never saw: that memory is gone. */
+		stale = r->size;
+		stale_dev = &devs[r->dev];
+	} else if ((nrecs + dead_recs + 1) * 10 >= cap_recs * 7 && grow() != 0) {
+		pthread_mutex_unlock(&mu);
+		gf_uncharge(&d->m, size); /* cannot remember it: do not hold it against the task */
+		return;
+	} else {
+		size_t j = hash(key, kind) & (cap_recs - 1);
+		while (recs[j].kind && recs[j].kind != 0xff)
+			j = (j + 1) & (cap_recs - 1);
+		if (recs[j].kind == 0xff)
+			dead_recs--;
+		r = &recs[j];
+		nrecs++;
+	}
+	r->key = key;
+	r->kind = (uint8_t)kind;
+	r->size = size;
+	r->dev = (int16_t)(d - devs);
+	pthread_mutex_unlock(&mu);
+	if (stale_dev)
+		gf_uncharge(&stale_dev->m, stale);
+}
+
+static void untrack(int kind, uint64_t key)
+{
+	pthread_mutex_lock(&mu);
+	struct rec *r = find(key, kind);
+	if (!r) {
+		pthread_mutex_unlock(&mu);
+		return; /* allocated before the fence attached, or not on a fenced GPU */
+	}
+	struct dev *d = &devs[r->dev];
+	uint64_t size = r->size;
+	r->kind = 0xff;
+	nrecs--;
+	dead_recs++;
+	int fenced = d->state == DEV_FENCED;
+	pthread_mutex_unlock(&mu);
+	if (fenced)
+		gf_uncharge(&d->m, size);
+}
+
+/* ---- the wrappers ---- */
+
+#define REAL(api, slot, type) ((type)real_of(api, slot))
+
+/* guarded runs one allocation of n bytes on device d under the fence. */
+#define GUARDED(d, n, call, kind, key)                                                                  \
+	do {                                                                                            \
+		int c_ = (d) ? charge((d), (n)) : GF_NOTASK;                                            \
+		if (c_ == GF_REFUSED)                                                                   \
+			return CUDA_ERROR_OUT_OF_MEMORY;                                                \
+		CUresult r_ = (call);                                                                   \
+		if (c_ == GF_OK) {                                                                      \
+			if (r_ == CUDA_SUCCESS)                                                         \
+				track((d), (kind), (uint64_t)(key), (n));                               \
+			else                                                                            \
+				gf_uncharge(&(d)->m, (n));                                              \
+		}                                                                                       \
+		return r_;                                                                              \
+	} while (0)
+
+typedef CUresult (*alloc_fn)(CUdeviceptr *, size_t);
+static CUresult mem_alloc(int s, CUdeviceptr *p, size_t n)
+{
+	alloc_fn f = REAL(A_ALLOC, s, alloc_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	GUARDED(device(-1), n, f(p, n), K_PTR, *p);
+}
+
+typedef CUresult (*pitch_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+static CUresult mem_alloc_pitch(int s, CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int e)
+{
+	pitch_fn f = REAL(A_PITCH, s, pitch_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	/* The driver pads rows to its own pitch; 512-byte rows bound it on current GPUs. */
+	GUARDED(device(-1), ((w + 511) / 512) * 512 * h, f(p, pitch, w, h, e), K_PTR, *p);
+}
+
+typedef CUresult (*managed_fn)(CUdeviceptr *, size_t, unsigned int);
+static CUresult mem_alloc_managed(int s, CUdeviceptr *p, size_t n, unsigned int flags)
+{
+	managed_fn f = REAL(A_MANAGED, s, managed_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	GUARDED(device(-1), n, f(p, n, flags), K_PTR, *p);
+}
+
+typedef CUresult (*free_fn)(CUdeviceptr);
+static CUresult mem_free(int s, CUdeviceptr p)
+{
+	free_fn f = REAL(A_FREE, s, free_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(p);
+	if (r == CUDA_SUCCESS)
+		untrack(K_PTR, p);
+	return r;
+}
+
+typedef CUresult (*info_fn)(size_t *, size_t *);
+static CUresult mem_get_info(int s, size_t *freeb, size_t *total)
+{
+	info_fn f = REAL(A_INFO, s, info_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(freeb, total);
+	struct dev *d;
+	uint64_t cap, used;
+	if (r != CUDA_SUCCESS || !freeb || !total || !(d = device(-1)) || gf_view(&d->m, &cap, &used) != GF_OK)
+		return r;
+	/* Frameworks size themselves from this answer: show the task its cap, and never more
+	 * free memory than the GPU really has. */
+	uint64_t left = cap > used ? cap - used : 0;
+	if (left < *freeb)
+		*freeb = left;
+	*total = cap;
+	return r;
+}
+
+typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
+static CUresult mem_create(int s, CUmemGenericAllocationHandle *h, size_t n, const void *prop, unsigned long long fl)
+{
+	create_fn f = REAL(A_CREATE, s, create_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	const CUmemAllocationPropHead *ph = prop;
+	struct dev *d = NULL;
+	if (ph && ph->locationType == CU_MEM_LOCATION_TYPE_DEVICE)
+		d = device(ph->locationId);
+	GUARDED(d, n, f(h, n, prop, fl), K_HANDLE, *h);
+}
+
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+static CUresult mem_release(int s, CUmemGenericAllocationHandle h)
+{
+	release_fn f = REAL(A_RELEASE, s, release_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(h);
+	if (r == CUDA_SUCCESS)
+		untrack(K_HANDLE, h);
+	return r;
+}
+
+typedef CUresult (*async_fn)(CUdeviceptr *, size_t, CUstream);
+static CUresult mem_alloc_async(int s, CUdeviceptr *p, size_t n, CUstream st)
+{
+	async_fn f = REAL(A_ASYNC, s, async_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	GUARDED(device(-1), n, f(p, n, st), K_PTR, *p);
+}
+
+typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
+static CUresult mem_free_async(int s, CUdeviceptr p, CUstream st)
+{
+	free_async_fn f = REAL(A_FREEASYNC, s, free_async_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(p, st);
+	if (r == CUDA_SUCCESS)
+		untrack(K_PTR, p);
+	return r;
+}
+
+typedef CUresult (*pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+static CUresult mem_alloc_pool(int s, CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream st)
+{
+	pool_fn f = REAL(A_POOL, s, pool_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	GUARDED(device(-1), n, f(p, n, pool, st), K_PTR, *p);
+}
+
+static uint64_t element_bytes(int format)
+{
+	switch (format) {
+	case 0x01: case 0x08: return 1; /* 8-bit integers */
+	case 0x02: case 0x09: case 0x10: return 2; /* 16-bit integers, half */
+	default: return 4; /* 32-bit and the rest: an upper bound for packed formats */
+	}
+}
+
+static uint64_t array_bytes(size_t w, size_t h, size_t depth, int format, unsigned int ch)
+{
+	return (uint64_t)w * (h ? h : 1) * (depth ? depth : 1) * (ch ? ch : 1) * element_bytes(format);
+}
+
+typedef CUresult (*array_fn)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
+static CUresult array_create(int s, CUarray *a, const CUDA_ARRAY_DESCRIPTOR *ds)
+{
+	array_fn f = REAL(A_ARRAY, s, array_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	uint64_t n = ds ? array_bytes(ds->Width, ds->Height, 1, ds->Format, ds->NumChannels) : 0;
+	GUARDED(ds ? device(-1) : NULL, n, f(a, ds), K_ARRAY, (uintptr_t)*a);
+}
+
+typedef CUresult (*array3d_fn)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+static CUresult array3d_create(int s, CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *ds)
+{
+	array3d_fn f = REAL(A_ARRAY3D, s, array3d_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	uint64_t n = ds ? array_bytes(ds->Width, ds->Height, ds->Depth, ds->Format, ds->NumChannels) : 0;
+	GUARDED(ds ? device(-1) : NULL, n, f(a, ds), K_ARRAY, (uintptr_t)*a);
+}
+
+typedef CUresult (*array_destroy_fn)(CUarray);
+static CUresult array_destroy(int s, CUarray a)
+{
+	array_destroy_fn f = REAL(A_ARRAYDESTROY, s, array_destroy_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(a);
+	if (r == CUDA_SUCCESS)
+		untrack(K_ARRAY, (uintptr_t)a);
+	return r;
+}
+
+typedef CUresult (*mipmap_fn)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
+static CUresult mipmap_create(int s, CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *ds, unsigned int levels)
+{
+	mipmap_fn f = REAL(A_MIPMAP, s, mipmap_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	/* Every level below the first is at most a quarter of the one above: 4/3 bounds the sum. */
+	uint64_t n = ds ? array_bytes(ds->Width, ds->Height, ds->Depth, ds->Format, ds->NumChannels) / 3 * 4 : 0;
+	GUARDED(ds ? device(-1) : NULL, n, f(a, ds, levels), K_MIPMAP, (uintptr_t)*a);
+}
+
+typedef CUresult (*mipmap_destroy_fn)(CUmipmappedArray);
+static CUresult mipmap_destroy(int s, CUmipmappedArray a)
+{
+	mipmap_destroy_fn f = REAL(A_MIPMAPDESTROY, s, mipmap_destroy_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(a);
+	if (r == CUDA_SUCCESS)
+		untrack(K_MIPMAP, (uintptr_t)a);
+	return r;
+}
+
+typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
+static CUresult get_proc1(int s, const char *sym, void **pfn, int ver, cuuint64_t flags)
+{
+	gpa1_fn f = REAL(A_GPA1, s, gpa1_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(sym, pfn, ver, flags);
+	if (r == CUDA_SUCCESS && pfn)
+		*pfn = wrap_proc(sym, ver, *pfn);
+	return r;
+}
+
+typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t, int *);
+static CUresult get_proc2(int s, const char *sym, void **pfn, int ver, cuuint64_t flags, int *status)
+{
+	gpa2_fn f = REAL(A_GPA2, s, gpa2_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(sym, pfn, ver, flags, status);
+	if (r == CUDA_SUCCESS && pfn)
+		*pfn = wrap_proc(sym, ver, *pfn);
+	return r;
+}
+
+/* Two dynamic slots per entry point, and the exported names. */
+#define DYN(impl, params, ...)                                                 \
+	static CUresult impl##_0 params { return impl(0, __VA_ARGS__); }      \
+	static CUresult impl##_1 params { return impl(1, __VA_ARGS__); }
+#define EXPORT(sym, impl, slot, params, ...) \
+	GF_EXPORT CUresult sym params { return impl(slot, __VA_ARGS__); }
+
+DYN(mem_alloc, (CUdeviceptr * p, size_t n), p, n)
+DYN(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e), p, pi, w, h, e)
+DYN(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
+DYN(mem_free, (CUdeviceptr p), p)
+DYN(mem_get_info, (size_t * f, size_t *t), f, t)
+DYN(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
+DYN(mem_release, (CUmemGenericAllocationHandle h), h)
+DYN(mem_alloc_async, (CUdeviceptr * p, size_t n, CUstream st), p, n, st)
+DYN(mem_free_async, (CUdeviceptr p, CUstream st), p, st)
+DYN(mem_alloc_pool, (CUdeviceptr * p, size_t n, CUmemoryPool pl, CUstream st), p, n, pl, st)
+DYN(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
+DYN(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
+DYN(array_destroy, (CUarray a), a)
+DYN(mipmap_create, (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
+DYN(mipmap_destroy, (CUmipmappedArray a), a)
+DYN(get_proc1, (const char *sym, void **pfn, int v, cuuint64_t fl), sym, pfn, v, fl)
+DYN(get_proc2, (const char *sym, void **pfn, int v, cuuint64_t fl, int *st), sym, pfn, v, fl, st)
+
+EXPORT(cuMemAlloc_v2, mem_alloc, 2, (CUdeviceptr * p, size_t n), p, n)
+EXPORT(cuMemAllocPitch_v2, mem_alloc_pitch, 2, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e),
+       p, pi, w, h, e)
+EXPORT(cuMemAllocManaged, mem_alloc_managed, 2, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
+EXPORT(cuMemFree_v2, mem_free, 2, (CUdeviceptr p), p)
+EXPORT(cuMemGetInfo_v2, mem_get_info, 2, (size_t * f, size_t *t), f, t)
+EXPORT(cuMemCreate, mem_create, 2,
+       (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
+EXPORT(cuMemRelease, mem_release, 2, (CUmemGenericAllocationHandle h), h)
+EXPORT(cuMemAllocAsync, mem_alloc_async, 2, (CUdeviceptr * p, size_t n, CUstream st), p, n, st)
+EXPORT(cuMemAllocAsync_ptsz, mem_alloc_async, 3, (CUdeviceptr * p, size_t n, CUstream st), p, n, st)
+EXPORT(cuMemFreeAsync, mem_free_async, 2, (CUdeviceptr p, CUstream st), p, st)
+EXPORT(cuMemFreeAsync_ptsz, mem_free_async, 3, (CUdeviceptr p, CUstream st), p, st)
+EXPORT(cuMemAllocFromPoolAsync, mem_alloc_pool, 2, (CUdeviceptr * p, size_t n, CUmemoryPool pl, CUstream st), p, n,
+       pl, st)
+EXPORT(cuMemAllocFromPoolAsync_ptsz, mem_alloc_pool, 3, (CUdeviceptr * p, size_t n, CUmemoryPool pl, CUstream st),
+       p, n, pl, st)
+EXPORT(cuArrayCreate_v2, array_create, 2, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
+EXPORT(cuArray3DCreate_v2, array3d_create, 2, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
+EXPORT(cuArrayDestroy, array_destroy, 2, (CUarray a), a)
+EXPORT(cuMipmappedArrayCreate, mipmap_create, 2,
+       (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
+EXPORT(cuMipmappedArrayDestroy, mipmap_destroy, 2, (CUmipmappedArray a), a)
+EXPORT(cuGetProcAddress, get_proc1, 2, (const char *sym, void **pfn, int v, cuuint64_t fl), sym, pfn, v, fl)
+EXPORT(cuGetProcAddress_v2, get_proc2, 2, (const char *sym, void **pfn, int v, cuuint64_t fl, int *st), sym, pfn,
+       v, fl, st)
+
+/* Set before any constructor runs: dlsym may be asked before the fence is initialized. */
+static void *const wrappers[A_N][2] = {
+	[A_ALLOC] = {(void *)mem_alloc_0, (void *)mem_alloc_1},
+	[A_PITCH] = {(void *)mem_alloc_pitch_0, (void *)mem_alloc_pitch_1},
+	[A_MANAGED] = {(void *)mem_alloc_managed_0, (void *)mem_alloc_managed_1},
+	[A_FREE] = {(void *)mem_free_0, (void *)mem_free_1},
+	[A_INFO] = {(void *)mem_get_info_0, (void *)mem_get_info_1},
+	[A_CREATE] = {(void *)mem_create_0, (void *)mem_create_1},
+	[A_RELEASE] = {(void *)mem_release_0, (void *)mem_release_1},
+	[A_ASYNC] = {(void *)mem_alloc_async_0, (void *)mem_alloc_async_1},
+	[A_FREEASYNC] = {(void *)mem_free_async_0, (void *)mem_free_async_1},
+	[A_POOL] = {(void *)mem_alloc_pool_0, (void *)mem_alloc_pool_1},
+	[A_ARRAY] = {(void *)array_create_0, (void *)array_create_1},
+	[A_ARRAY3D] = {(void *)array3d_create_0, (void *)array3d_create_1},
+	[A_ARRAYDESTROY] = {(void *)array_destroy_0, (void *)array_destroy_1},
+	[A_MIPMAP] = {(void *)mipmap_create_0, (void *)mipmap_create_1},
+	[A_MIPMAPDESTROY] = {(void *)mipmap_destroy_0, (void *)mipmap_destroy_1},
+	[A_GPA1] = {(void *)get_proc1_0, (void *)get_proc1_1},
+	[A_GPA2] = {(void *)get_proc2_0, (void *)get_proc2_1},
+};
+
+/* ---- life cycle ---- */
+
+static void before_fork(void) { pthread_mutex_lock(&mu); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&mu); }
+
+/* A forked child has no CUDA context of its parent's and must not speak for the parent's slot:
+ * it drops the inherited mappings (the parent's liveness lock stays with the parent's open
+ * file) and attaches afresh when it allocates. */
+static void after_fork_child(void)
+{
+	for (int i = 0; i < GF_MAX_DEV; i++) {
+		struct dev *d = &devs[i];
+		if (d->state == DEV_FENCED) {
+			munmap(d->m.t, sizeof *d->m.t);
+			close(d->m.fd);
+		}
+		memset(d, 0, sizeof *d);
+	}
+	free(recs);
+	recs = NULL;
+	nrecs = cap_recs = dead_recs = 0;
+	pthread_mutex_unlock(&mu);
+}
+
+__attribute__((constructor)) static void fence_init(void)
+{
+	real_dlsym();
+	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+/* A clean exit gives its bytes back at once instead of waiting for a reaper. */
+__attribute__((destructor)) static void fence_fini(void)
+{
+	for (int i = 0; i < GF_MAX_DEV; i++)
+		if (devs[i].state == DEV_FENCED) {
+			devs[i].state = DEV_OPEN;
+			gf_detach(&devs[i].m);
+		}
+}

@@ -1,0 +1,545 @@
+/* The fence's shared state (state.h says why it is built this way). */
+#define _GNU_SOURCE
+#include "state.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define gf_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define gf_relax() __asm__ __volatile__("yield")
+#else
+#define gf_relax() ((void)0)
+#endif
+
+static off_t live_byte(uint32_t owner)
+{
+	return owner == GF_OWNER_CONTROL ? GF_LIVE_BASE - 1 : GF_LIVE_BASE + (off_t)owner - 1;
+}
+
+/* byte_lock takes (F_WRLCK) or drops (F_UNLCK) one liveness byte without waiting. */
+static int byte_lock(int fd, off_t at, short type)
+{
+	struct flock fl;
+	memset(&fl, 0, sizeof fl);
+	fl.l_type = type;
+	fl.l_whence = SEEK_SET;
+	fl.l_start = at;
+	fl.l_len = 1;
+	return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* alive says whether someone other than this open file holds the byte of owner. */
+static int alive(const struct gf_map *m, uint32_t owner)
+{
+	struct flock fl;
+	if (owner == m->me)
+		return 1;
+	memset(&fl, 0, sizeof fl);
+	fl.l_type = F_WRLCK;
+	fl.l_whence = SEEK_SET;
+	fl.l_start = live_byte(owner);
+	fl.l_len = 1;
+	if (fcntl(m->fd, F_OFD_GETLK, &fl) != 0)
+		return 1; /* cannot tell: assume alive and keep waiting */
+	return fl.l_type != F_UNLCK;
+}
+
+/* recount rebuilds every task's sums from its processes' after a holder died mid-update. */
+static void recount(struct gf_table *t)
+{
+	for (int i = 0; i < GF_TASKS; i++) {
+		t->tasks[i].used = 0;
+		t->tasks[i].procs = 0;
+	}
+	for (int i = 0; i < GF_PROCS; i++) {
+		struct gf_proc *p = &t->procs[i];
+		if (p->state != GF_LIVE || p->task >= GF_TASKS)
+			continue;
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state != GF_LIVE || k->gen != p->task_gen)
+			continue;
+		k->used += p->used;
+		k->procs++;
+	}
+	t->h.epoch++;
+	t->h.recoveries++;
+}
+
+static void lock(struct gf_map *m)
+{
+	uint32_t *w = &m->t->h.lock;
+	for (unsigned long spins = 0;; spins++) {
+		uint32_t holder = 0;
+		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return;
+		if (spins < 128) {
+			gf_relax();
+			continue;
+		}
+		/* Critical sections are a few stores long: a lock held this long has a holder that was
+		 * descheduled or died. Ask the kernel which, now and then. */
+		if (spins % 256 == 0 && !alive(m, holder) &&
+		    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+			recount(m->t);
+			return;
+		}
+		sched_yield();
+	}
+}
+
+static void unlock(struct gf_map *m)
+{
+	__atomic_store_n(&m->t->h.lock, 0, __ATOMIC_RELEASE);
+}
+
+/* give_back frees a process slot and returns its bytes to its task. Called under the lock. */
+static void give_back(struct gf_table *t, int i)
+{
+	struct gf_proc *p = &t->procs[i];
+	if (p->state != GF_LIVE)
+		return;
+	if (p->task < GF_TASKS) {
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			if (p->used > k->used) {
+				t->h.underflows++;
+				k->used = 0;
+			} else {
+				k->used -= p->used;
+			}
+			if (k->procs > 0)
+				k->procs--;
+		}
+	}
+	uint32_t pgen = p->pgen + 1;
+	memset(p, 0, sizeof *p);
+	p->pgen = pgen;
+}
+
+static int fail(char *err, size_t errlen, const char *what, const char *path, int e)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s %s: %s", what, path, strerror(e));
+	return -1;
+}
+
+static int check_header(const struct gf_table *t, off_t size, const char *path, char *err, size_t errlen)
+{
+	const struct gf_header *h = &t->h;
+	const char *why = NULL;
+	if ((size_t)size < sizeof *t)
+		why = "is shorter than a fence table";
+	else if (h->magic != GF_MAGIC)
+		why = "is not a gpufrac fence table (bad magic)";
+	else if (h->version != GF_VERSION)
+		why = "has another layout version";
+	else if (h->header_size != sizeof t->h || h->task_size != sizeof t->tasks[0] ||
+		 h->proc_size != sizeof t->procs[0] || h->ntasks != GF_TASKS || h->nprocs != GF_PROCS)
+		why = "has other table sizes";
+	if (!why)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen, "fence state %s %s", path, why);
+	return GF_ERR_CORRUPT;
+}
+
+static int map_file(int fd, const char *path, struct gf_map *m, char *err, size_t errlen)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return fail(err, errlen, "stat", path, errno);
+	if ((size_t)st.st_size < sizeof(struct gf_table)) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s is %lld bytes, a table needs %zu", path,
+				 (long long)st.st_size, sizeof(struct gf_table));
+		return GF_ERR_CORRUPT;
+	}
+	void *p = mmap(NULL, sizeof(struct gf_table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return fail(err, errlen, "map", path, errno);
+	m->t = p;
+	int rc = check_header(m->t, st.st_size, path, err, errlen);
+	if (rc != 0) {
+		munmap(p, sizeof(struct gf_table));
+		m->t = NULL;
+	}
+	return rc;
+}
+
+static void reset(struct gf_map *m)
+{
+	memset(m, 0, sizeof *m);
+	m->fd = -1;
+	m->slot = -1;
+	m->task = -1;
+}
+
+/* create_new writes a fresh table under a temporary name and links it into place, so no reader
+ * ever maps a half-written header; a racing creator's table wins and this one is dropped. */
+static int create_new(const char *path, const char *uuid, char *err, size_t errlen)
+{
+	char tmp[4096];
+	if (snprintf(tmp, sizeof tmp, "%s.new.%d", path, (int)getpid()) >= (int)sizeof tmp)
+		return fail(err, errlen, "create", path, ENAMETOOLONG);
+	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return fail(err, errlen, "create", tmp, errno);
+	/* Tasks run as other users than the enforcer: the table must be theirs to write. */
+	int rc = fchmod(fd, 0666);
+	if (rc == 0)
+		rc = ftruncate(fd, sizeof(struct gf_table));
+	struct gf_table *t = MAP_FAILED;
+	if (rc == 0)
+		t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (t == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		return fail(err, errlen, "create", tmp, e);
+	}
+	t->h.magic = GF_MAGIC;
+	t->h.version = GF_VERSION;
+	t->h.header_size = sizeof t->h;
+	t->h.task_size = sizeof t->tasks[0];
+	t->h.proc_size = sizeof t->procs[0];
+	t->h.ntasks = GF_TASKS;
+	t->h.nprocs = GF_PROCS;
+	snprintf(t->h.uuid, sizeof t->h.uuid, "%s", uuid);
+	munmap(t, sizeof *t);
+	rc = fsync(fd);
+	close(fd);
+	if (rc == 0 && link(tmp, path) != 0 && errno != EEXIST)
+		rc = -1;
+	int e = errno;
+	unlink(tmp);
+	return rc == 0 ? 0 : fail(err, errlen, "create", path, e);
+}
+
+int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_map *m,
+	      char *err, size_t errlen)
+{
+	reset(m);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		if (create_new(path, uuid, err, errlen) != 0)
+			return -1;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return fail(err, errlen, "open", path, errno);
+	m->fd = fd;
+	m->me = GF_OWNER_CONTROL;
+	if (byte_lock(fd, live_byte(GF_OWNER_CONTROL), F_WRLCK) != 0) {
+		int e = errno;
+		close(fd);
+		reset(m);
+		if (e == EAGAIN || e == EACCES) {
+			if (err && errlen)
+				snprintf(err, errlen, "fence state %s is managed by another gpufrac process", path);
+			return GF_ERR_BUSY;
+		}
+		return fail(err, errlen, "lock", path, e);
+	}
+	int rc = map_file(fd, path, m, err, errlen);
+	if (rc != 0) {
+		close(fd);
+		reset(m);
+		return rc;
+	}
+	lock(m);
+	m->t->h.total = total;
+	m->t->h.budget = budget;
+	snprintf(m->t->h.uuid, sizeof m->t->h.uuid, "%s", uuid);
+	unlock(m);
+	return 0;
+}
+
+static int find_task(const struct gf_table *t, const char *token)
+{
+	for (int i = 0; i < GF_TASKS; i++)
+		if (t->tasks[i].state == GF_LIVE && strncmp(t->tasks[i].token, token, GF_TOKEN_MAX) == 0)
+			return i;
+	return -1;
+}
+
+/* try_claim takes slot i if its byte is free (a free slot, or one whose owner died). */
+static int try_claim(struct gf_map *m, int i, const char *token)
+{
+	if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+		return 0;
+	m->me = (uint32_t)i + 1;
+	lock(m);
+	struct gf_table *t = m->t;
+	int k = find_task(t, token);
+	if (k < 0) {
+		unlock(m);
+		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		return -1;
+	}
+	if (t->procs[i].state == GF_LIVE) {
+		give_back(t, i); /* its owner died: the byte was free */
+		t->h.reaped++;
+	}
+	struct gf_proc *p = &t->procs[i];
+	p->state = GF_LIVE;
+	p->task = (uint32_t)k;
+	p->task_gen = t->tasks[k].gen;
+	p->pid = (int32_t)getpid();
+	t->tasks[k].procs++;
+	m->slot = i;
+	m->task = k;
+	m->task_gen = p->task_gen;
+	m->pgen = p->pgen;
+	unlock(m);
+	return 1;
+}
+
+int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen)
+{
+	reset(m);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return fail(err, errlen, "open", path, errno);
+	m->fd = fd;
+	if (map_file(fd, path, m, err, errlen) != 0)
+		goto out;
+	/* Free slots first; then slots whose byte is free, which belong to dead processes. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < GF_PROCS; i++) {
+			uint32_t st = __atomic_load_n(&m->t->procs[i].state, __ATOMIC_RELAXED);
+			if ((pass == 0) != (st == GF_FREE))
+				continue;
+			int r = try_claim(m, i, token);
+			if (r > 0)
+				return 0;
+			if (r < 0) {
+				if (err && errlen)
+					snprintf(err, errlen, "fence state %s has no task for this reservation", path);
+				goto out;
+			}
+		}
+	}
+	if (err && errlen)
+		snprintf(err, errlen, "fence state %s has no free process slot (%d in use)", path, GF_PROCS);
+out:
+	if (m->t)
+		munmap(m->t, sizeof *m->t);
+	close(fd);
+	reset(m);
+	return -1;
+}
+
+void gf_detach(struct gf_map *m)
+{
+	if (!m->t)
+		return;
+	if (m->slot >= 0) {
+		lock(m);
+		if (m->t->procs[m->slot].pgen == m->pgen)
+			give_back(m->t, m->slot);
+		unlock(m);
+		byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
+	}
+	munmap(m->t, sizeof *m->t);
+	close(m->fd);
+	reset(m);
+}
+
+/* mine says whether this process still owns its slot and its task still exists. */
+static int mine(const struct gf_map *m)
+{
+	const struct gf_table *t = m->t;
+	const struct gf_proc *p = &t->procs[m->slot];
+	const struct gf_task *k = &t->tasks[m->task];
+	return p->state == GF_LIVE && p->pgen == m->pgen && k->state == GF_LIVE && k->gen == m->task_gen;
+}
+
+static uint64_t committed(const struct gf_table *t)
+{
+	uint64_t sum = 0;
+	for (int i = 0; i < GF_TASKS; i++) {
+		const struct gf_task *k = &t->tasks[i];
+		if (k->state == GF_LIVE)
+			sum += k->used > k->cap ? k->used : k->cap;
+	}
+	return sum;
+}
+
+/* fits is the rule: a task may always reach its guarantee; past it, up to its limit, it may
+ * borrow only memory that no task's guarantee covers and no other borrower holds. */
+static int fits(const struct gf_table *t, const struct gf_task *k, uint64_t want)
+{
+	if (want <= k->cap)
+		return 1;
+	if (want > k->limit || t->h.budget == 0)
+		return 0;
+	uint64_t mine_now = k->used > k->cap ? k->used : k->cap;
+	return committed(t) - mine_now + want <= t->h.budget;
+}
+
+int gf_charge(struct gf_map *m, uint64_t n)
+{
+	if (!m->t || m->slot < 0)
+		return GF_NOTASK;
+	lock(m);
+	if (!mine(m)) {
+		unlock(m);
+		return GF_NOTASK;
+	}
+	struct gf_table *t = m->t;
+	struct gf_task *k = &t->tasks[m->task];
+	struct gf_proc *p = &t->procs[m->slot];
+	uint64_t want = k->used + n;
+	if (want < k->used || !fits(t, k, want)) {
+		k->refused++;
+		p->refused++;
+		unlock(m);
+		return GF_REFUSED;
+	}
+	k->used = want;
+#ifdef GF_TESTING
+	/* Lets a test kill a process at the worst moment: the task's sum is raised, the process's
+	 * own is not yet. */
+	if (getenv("GF_TEST_STALL_IN_LOCK")) {
+		(void)!write(2, "gf-test: stalled\n", 17);
+		for (;;)
+			pause();
+	}
+#endif
+	p->used += n;
+	p->allocs++;
+	if (k->used > k->peak)
+		k->peak = k->used;
+	if (p->used > p->peak)
+		p->peak = p->used;
+	unlock(m);
+	return GF_OK;
+}
+
+void gf_uncharge(struct gf_map *m, uint64_t n)
+{
+	if (!m->t || m->slot < 0 || n == 0)
+		return;
+	lock(m);
+	struct gf_table *t = m->t;
+	struct gf_proc *p = &t->procs[m->slot];
+	if (p->state == GF_LIVE && p->pgen == m->pgen) {
+		if (n > p->used) {
+			t->h.underflows++;
+			n = p->used;
+		}
+		p->used -= n;
+		struct gf_task *k = &t->tasks[m->task];
+		if (k->state == GF_LIVE && k->gen == m->task_gen) {
+			if (n > k->used) {
+				t->h.underflows++;
+				n = k->used;
+			}
+			k->used -= n;
+		}
+	}
+	unlock(m);
+}
+
+int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
+{
+	if (!m->t || m->slot < 0)
+		return GF_NOTASK;
+	lock(m);
+	int ok = mine(m);
+	if (ok) {
+		*cap = m->t->tasks[m->task].cap;
+		*used = m->t->tasks[m->task].used;
+	}
+	unlock(m);
+	return ok ? GF_OK : GF_NOTASK;
+}
+
+int gf_reap(struct gf_map *m, int task)
+{
+	int n = 0;
+	if (!m->t)
+		return 0;
+	for (int i = 0; i < GF_PROCS; i++) {
+		struct gf_proc *p = &m->t->procs[i];
+		if (i == m->slot || __atomic_load_n(&p->state, __ATOMIC_RELAXED) != GF_LIVE)
+			continue;
+		if (task >= 0 && __atomic_load_n(&p->task, __ATOMIC_RELAXED) != (uint32_t)task)
+			continue;
+		/* Holding the byte proves its owner is gone and keeps claimants off until it is free. */
+		if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+			continue;
+		lock(m);
+		if (p->state == GF_LIVE) {
+			give_back(m->t, i);
+			m->t->h.reaped++;
+			n++;
+		}
+		unlock(m);
+		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+	}
+	return n;
+}
+
+static const struct gf_task_spec *find_spec(const struct gf_task_spec *specs, int n, const char *token)
+{
+	for (int i = 0; i < n; i++)
+		if (strncmp(specs[i].token, token, GF_TOKEN_MAX) == 0)
+			return &specs[i];
+	return NULL;
+}
+
+int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget)
+{
+	int placed = 0;
+	lock(m);
+	struct gf_table *t = m->t;
+	t->h.budget = budget;
+	/* Tasks that ended leave first, so their slots serve the new ones. Processes still holding
+	 * a slot of an ended task no longer match its generation and pass through unfenced; the
+	 * watchdog owns them. */
+	for (int i = 0; i < GF_TASKS; i++) {
+		struct gf_task *k = &t->tasks[i];
+		if (k->state == GF_LIVE && !find_spec(specs, n, k->token)) {
+			uint32_t gen = k->gen + 1;
+			memset(k, 0, sizeof *k);
+			k->gen = gen;
+		}
+	}
+	for (int s = 0; s < n; s++) {
+		int i = find_task(t, specs[s].token);
+		if (i < 0) {
+			for (i = 0; i < GF_TASKS && t->tasks[i].state == GF_LIVE; i++)
+				;
+			if (i == GF_TASKS)
+				continue;
+			struct gf_task *k = &t->tasks[i];
+			uint32_t gen = k->gen + 1;
+			memset(k, 0, sizeof *k);
+			k->gen = gen;
+			snprintf(k->token, sizeof k->token, "%s", specs[s].token);
+			k->state = GF_LIVE;
+		}
+		t->tasks[i].cap = specs[s].cap;
+		t->tasks[i].limit = specs[s].limit > specs[s].cap ? specs[s].limit : specs[s].cap;
+		placed++;
+	}
+	unlock(m);
+	return placed;
+}
+
+void gf_snapshot(struct gf_map *m, struct gf_table *out)
+{
+	lock(m);
+	memcpy(out, m->t, sizeof *out);
+	unlock(m);
+}

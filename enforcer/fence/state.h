@@ -1,0 +1,131 @@
+/*
+ * The fence's shared state: one file per GPU, mapped by every fenced process on that GPU and by
+ * the enforcer that writes the tasks' caps into it. The same code serves both sides (the
+ * LD_PRELOAD library and, through cgo, the Go enforcer), so the layout has one definition.
+ *
+ * Why it is built this way:
+ * - Every counter changes under one lock word per file. The critical sections hold a few
+ *   loads and stores and no system call, so a compare-and-swap lock costs tens of nanoseconds.
+ * - Liveness comes from the kernel, not from PIDs: a process that owns a slot holds an
+ *   open-file-description (OFD) write lock on one byte of the file, which the kernel drops when
+ *   the process dies, however it dies, and which means the same thing in every PID namespace
+ *   (a task in a container sees other PIDs than the host). A slot whose byte can be locked
+ *   belongs to a dead process, and its bytes go back to its task.
+ * - A task's sum is kept beside the per-process sums and rebuilt from them whenever a lock
+ *   holder died mid-update, so nothing underflows or counts twice.
+ */
+#ifndef GPUFRAC_FENCE_STATE_H
+#define GPUFRAC_FENCE_STATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
+#define GF_VERSION 1
+#define GF_TASKS 64
+#define GF_PROCS 512
+#define GF_TOKEN_MAX 72
+#define GF_UUID_MAX 64
+
+/* Byte offsets whose OFD locks mark a live slot owner: GF_LIVE_BASE + slot for processes, and
+ * GF_LIVE_BASE - 1 for the enforcer that manages the file. They lie past the end of the file,
+ * which locks allow. */
+#define GF_LIVE_BASE (1LL << 30)
+#define GF_OWNER_CONTROL 0xffffffffu
+
+enum { GF_FREE = 0, GF_LIVE = 1 };
+
+/* Failures of gf_create and gf_attach besides -1 (a system call failed). */
+#define GF_ERR_CORRUPT (-2)
+#define GF_ERR_BUSY (-3)
+
+/* Results of gf_charge. */
+enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2 };
+
+struct gf_task {
+	uint32_t state; /* GF_FREE or GF_LIVE */
+	uint32_t gen;   /* bumped whenever the slot gets a new token */
+	uint64_t cap;   /* the task's guarantee: its allocations may always reach it */
+	uint64_t limit; /* the most it may reach by borrowing memory no guarantee covers; >= cap */
+	uint64_t used;  /* bytes its live processes hold through fenced calls */
+	uint64_t peak;
+	uint64_t refused; /* allocations refused */
+	uint64_t procs;   /* live process slots */
+	char token[GF_TOKEN_MAX];
+};
+
+struct gf_proc {
+	uint32_t state;
+	uint32_t task;
+	uint32_t task_gen;
+	int32_t pid;   /* in the process's own PID namespace: for people, never for liveness */
+	uint32_t pgen; /* bumped when the slot is given back, so an owner can tell it lost it */
+	uint32_t pad;
+	uint64_t used;
+	uint64_t peak;
+	uint64_t allocs;
+	uint64_t refused;
+};
+
+struct gf_header {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t header_size;
+	uint32_t task_size;
+	uint32_t proc_size;
+	uint32_t ntasks;
+	uint32_t nprocs;
+	uint32_t lock;  /* 0 = free, else the holder: proc slot + 1, or GF_OWNER_CONTROL */
+	uint32_t epoch; /* bumped by every recovery from a holder that died */
+	uint64_t total;  /* the GPU's memory */
+	uint64_t budget; /* what guarantees and borrowing may fill together; 0 = no borrowing */
+	uint64_t recoveries;
+	uint64_t underflows; /* frees of more than was charged: a bug somewhere, counted not hidden */
+	uint64_t reaped;     /* slots of dead processes given back */
+	char uuid[GF_UUID_MAX];
+};
+
+struct gf_table {
+	struct gf_header h;
+	struct gf_task tasks[GF_TASKS];
+	struct gf_proc procs[GF_PROCS];
+};
+
+/* One process's (or the enforcer's) view of one file. */
+struct gf_map {
+	int fd;
+	struct gf_table *t;
+	uint32_t me;   /* lock owner id: slot + 1, or GF_OWNER_CONTROL */
+	int slot;      /* the proc slot this process owns, or -1 */
+	int task;      /* the task slot it charges, or -1 */
+	uint32_t task_gen;
+	uint32_t pgen;
+};
+
+/* A task as the enforcer declares it. */
+struct gf_task_spec {
+	const char *token;
+	uint64_t cap;
+	uint64_t limit;
+};
+
+/* gf_create opens (creating it if needed, mode 0666) the file of a GPU for the enforcer and takes
+ * the control byte: a second enforcer on the same file is refused. */
+int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_map *m,
+	      char *err, size_t errlen);
+/* gf_attach maps an existing file for a task process and claims a process slot for token. */
+int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen);
+void gf_detach(struct gf_map *m);
+
+int gf_charge(struct gf_map *m, uint64_t n);
+void gf_uncharge(struct gf_map *m, uint64_t n);
+/* gf_view is what the task may still allocate (free) and its cap (total). */
+int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used);
+/* gf_reap gives back the slots of dead processes (of one task slot, or all with -1). */
+int gf_reap(struct gf_map *m, int task);
+
+/* Enforcer side. */
+int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget);
+void gf_snapshot(struct gf_map *m, struct gf_table *out);
+
+#endif

@@ -1,0 +1,244 @@
+/*
+ * A CUDA program for the fence's tests: it reaches the driver as the CUDA runtime does
+ * (dlopen, dlsym "cuGetProcAddress", then cuGetProcAddress for each entry point) or, with
+ * "direct" as its first argument, by the symbol names a program linked against libcuda uses.
+ * It reads one command a line on stdin and answers one line on stdout:
+ *   alloc|managed|async|pool|create SIZE   -> ok ID | err CODE
+ *   pitch WIDTH HEIGHT | array W H | array3d W H D  -> ok ID | err CODE
+ *   free ID -> ok | err CODE          info -> info FREE TOTAL        dev N -> ok
+ *   threads T K SIZE -> threads ok=X refused=Y (T threads, K allocations each, then all freed)
+ *   fork SIZE -> child ok|err CODE (a forked child allocates SIZE and exits)
+ *   exit -> leaves without freeing
+ * SIZE takes K, M and G (binary) suffixes.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef CUresult (*gpa1_fn)(const char *, void **, int, uint64_t);
+typedef CUresult (*gpa2_fn)(const char *, void **, int, uint64_t, int *);
+
+static CUresult (*mem_alloc)(CUdeviceptr *, size_t);
+static CUresult (*mem_managed)(CUdeviceptr *, size_t, unsigned int);
+static CUresult (*mem_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+static CUresult (*mem_free)(CUdeviceptr);
+static CUresult (*mem_info)(size_t *, size_t *);
+static CUresult (*mem_create)(unsigned long long *, size_t, const void *, unsigned long long);
+static CUresult (*mem_release)(unsigned long long);
+static CUresult (*mem_async)(CUdeviceptr *, size_t, void *);
+static CUresult (*mem_free_async)(CUdeviceptr, void *);
+static CUresult (*mem_pool)(CUdeviceptr *, size_t, void *, void *);
+static CUresult (*array_create)(void **, const void *);
+static CUresult (*array3d_create)(void **, const void *);
+static CUresult (*array_destroy)(void *);
+static void (*set_device)(int);
+
+enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY };
+struct obj { int kind; uint64_t v; };
+static struct obj objs[1 << 16];
+static int nobjs;
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	uint64_t n = strtoull(s, &end, 10);
+	switch (*end) {
+	case 'K': return n << 10;
+	case 'M': return n << 20;
+	case 'G': return n << 30;
+	default: return n;
+	}
+}
+
+static void *need(void *p, const char *name)
+{
+	if (!p) {
+		fprintf(stderr, "client: no %s\n", name);
+		exit(3);
+	}
+	return p;
+}
+
+static void load(int direct, uint64_t flags)
+{
+	void *h = need(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), "libcuda.so.1");
+	set_device = need(dlsym(h, "fakeSetDevice"), "fakeSetDevice");
+#define BYNAME(var, sym) var = need(dlsym(RTLD_DEFAULT, sym), sym)
+	if (direct) {
+		BYNAME(mem_alloc, "cuMemAlloc_v2");
+		BYNAME(mem_managed, "cuMemAllocManaged");
+		BYNAME(mem_pitch, "cuMemAllocPitch_v2");
+		BYNAME(mem_free, "cuMemFree_v2");
+		BYNAME(mem_info, "cuMemGetInfo_v2");
+		BYNAME(mem_create, "cuMemCreate");
+		BYNAME(mem_release, "cuMemRelease");
+		BYNAME(mem_async, flags ? "cuMemAllocAsync_ptsz" : "cuMemAllocAsync");
+		BYNAME(mem_free_async, flags ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync");
+		BYNAME(mem_pool, flags ? "cuMemAllocFromPoolAsync_ptsz" : "cuMemAllocFromPoolAsync");
+		BYNAME(array_create, "cuArrayCreate_v2");
+		BYNAME(array3d_create, "cuArray3DCreate_v2");
+		BYNAME(array_destroy, "cuArrayDestroy");
+		return;
+	}
+	gpa1_fn gpa1 = need(dlsym(h, "cuGetProcAddress"), "cuGetProcAddress");
+	gpa2_fn gpa = NULL;
+	if (gpa1("cuGetProcAddress", (void **)&gpa, 12000, 0) != 0 || !gpa) {
+		fprintf(stderr, "client: no cuGetProcAddress v2\n");
+		exit(3);
+	}
+#define PROC(var, sym) \
+	if (gpa(sym, (void **)&var, 12080, flags, NULL) != 0 || !var) { fprintf(stderr, "client: no %s\n", sym); exit(3); }
+	PROC(mem_alloc, "cuMemAlloc");
+	PROC(mem_managed, "cuMemAllocManaged");
+	PROC(mem_pitch, "cuMemAllocPitch");
+	PROC(mem_free, "cuMemFree");
+	PROC(mem_info, "cuMemGetInfo");
+	PROC(mem_create, "cuMemCreate");
+	PROC(mem_release, "cuMemRelease");
+	PROC(mem_async, "cuMemAllocAsync");
+	PROC(mem_free_async, "cuMemFreeAsync");
+	PROC(mem_pool, "cuMemAllocFromPoolAsync");
+	PROC(array_create, "cuArrayCreate");
+	PROC(array3d_create, "cuArray3DCreate");
+	PROC(array_destroy, "cuArrayDestroy");
+}
+
+static void answer(CUresult r, int kind, uint64_t v)
+{
+	if (r != 0) {
+		printf("err %d\n", r);
+		return;
+	}
+	objs[nobjs].kind = kind;
+	objs[nobjs].v = v;
+	printf("ok %d\n", nobjs++);
+}
+
+struct job { int k; uint64_t size; int ok, refused; CUdeviceptr *ptrs; };
+
+static void *thread_main(void *arg)
+{
+	struct job *j = arg;
+	for (int i = 0; i < j->k; i++) {
+		CUresult r = mem_alloc(&j->ptrs[j->ok], j->size);
+		if (r == 0)
+			j->ok++;
+		else if (r == 2)
+			j->refused++;
+	}
+	return NULL;
+}
+
+static void threads(int t, int k, uint64_t size)
+{
+	pthread_t th[64];
+	struct job jobs[64];
+	int ok = 0, refused = 0;
+	for (int i = 0; i < t; i++) {
+		jobs[i] = (struct job){k, size, 0, 0, calloc((size_t)k, sizeof(CUdeviceptr))};
+		pthread_create(&th[i], NULL, thread_main, &jobs[i]);
+	}
+	for (int i = 0; i < t; i++) {
+		pthread_join(th[i], NULL);
+		ok += jobs[i].ok;
+		refused += jobs[i].refused;
+	}
+	for (int i = 0; i < t; i++) {
+		for (int n = 0; n < jobs[i].ok; n++)
+			mem_free(jobs[i].ptrs[n]);
+		free(jobs[i].ptrs);
+	}
+	printf("threads ok=%d refused=%d\n", ok, refused);
+}
+
+int main(int argc, char **argv)
+{
+	int direct = argc > 1 && strcmp(argv[1], "direct") == 0;
+	uint64_t flags = getenv("CLIENT_PTDS") ? 2 : 0;
+	load(direct, flags);
+	char line[256];
+	while (fgets(line, sizeof line, stdin)) {
+		char cmd[32] = "", a[64] = "", b[64] = "", c[64] = "";
+		if (sscanf(line, "%31s %63s %63s %63s", cmd, a, b, c) < 1)
+			continue;
+		CUdeviceptr p = 0;
+		if (!strcmp(cmd, "alloc")) {
+			CUresult r = mem_alloc(&p, parse_size(a));
+			answer(r, K_PTR, p);
+		} else if (!strcmp(cmd, "managed")) {
+			CUresult r = mem_managed(&p, parse_size(a), 1);
+			answer(r, K_PTR, p);
+		} else if (!strcmp(cmd, "async")) {
+			CUresult r = mem_async(&p, parse_size(a), NULL);
+			answer(r, K_ASYNC, p);
+		} else if (!strcmp(cmd, "pool")) {
+			CUresult r = mem_pool(&p, parse_size(a), NULL, NULL);
+			answer(r, K_ASYNC, p);
+		} else if (!strcmp(cmd, "create")) {
+			int prop[8] = {1, 0, 1, 0}; /* pinned, no handle type, on device 0 */
+			unsigned long long h = 0;
+			CUresult r = mem_create(&h, parse_size(a), prop, 0);
+			answer(r, K_HANDLE, h);
+		} else if (!strcmp(cmd, "pitch")) {
+			size_t pitch = 0;
+			CUresult r = mem_pitch(&p, &pitch, parse_size(a), parse_size(b), 4);
+			answer(r, K_PTR, p);
+		} else if (!strcmp(cmd, "array") || !strcmp(cmd, "array3d")) {
+			struct { size_t w, h, d; int fmt; unsigned int ch, fl; } d3 = {parse_size(a), parse_size(b), parse_size(c), 0x20, 1, 0};
+			struct { size_t w, h; int fmt; unsigned int ch; } d2 = {parse_size(a), parse_size(b), 0x20, 1};
+			void *arr = NULL;
+			CUresult r = cmd[5] ? array3d_create(&arr, &d3) : array_create(&arr, &d2);
+			answer(r, K_ARRAY, (uintptr_t)arr);
+		} else if (!strcmp(cmd, "free")) {
+			struct obj *o = &objs[atoi(a)];
+			CUresult r = o->kind == K_PTR ? mem_free(o->v)
+				   : o->kind == K_ASYNC ? mem_free_async(o->v, NULL)
+				   : o->kind == K_HANDLE ? mem_release(o->v)
+							 : array_destroy((void *)(uintptr_t)o->v);
+			if (r)
+				printf("err %d\n", r);
+			else
+				printf("ok\n");
+		} else if (!strcmp(cmd, "info")) {
+			size_t f = 0, t = 0;
+			CUresult r = mem_info(&f, &t);
+			if (r)
+				printf("err %d\n", r);
+			else
+				printf("info %zu %zu\n", f, t);
+		} else if (!strcmp(cmd, "dev")) {
+			set_device(atoi(a));
+			printf("ok\n");
+		} else if (!strcmp(cmd, "threads")) {
+			threads(atoi(a), atoi(b), parse_size(c));
+		} else if (!strcmp(cmd, "fork")) {
+			fflush(stdout);
+			pid_t pid = fork();
+			if (pid == 0) {
+				CUresult r = mem_alloc(&p, parse_size(a));
+				_exit(r == 0 ? 0 : 10 + r);
+			}
+			int st = 0;
+			waitpid(pid, &st, 0);
+			int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+			if (code == 0)
+				printf("child ok\n");
+			else
+				printf("child err %d\n", code - 10);
+		} else if (!strcmp(cmd, "exit")) {
+			exit(0);
+		} else {
+			printf("unknown %s\n", cmd);
+		}
+		fflush(stdout);
+	}
+	return 0;
+}

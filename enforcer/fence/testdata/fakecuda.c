@@ -1,0 +1,181 @@
+/*
+ * A stand-in for libcuda.so.1 that the fence's tests build, so the fence runs in CI without a
+ * GPU. It is reached the way the real driver is: dlsym(handle, "cuGetProcAddress") first, then
+ * cuGetProcAddress for every entry point, with per-thread-stream variants at their own
+ * addresses. Memory is a per-process counter against FAKE_CUDA_TOTAL; devices are named by
+ * FAKE_CUDA_UUIDS (comma-separated, 32 hex digits each).
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct { unsigned char bytes[16]; } CUuuid;
+
+#define MAXALLOC (1 << 20)
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t *sizes;
+static uint64_t seq, used;
+static __thread int current;
+
+static uint64_t total(void)
+{
+	const char *t = getenv("FAKE_CUDA_TOTAL");
+	return t ? strtoull(t, NULL, 10) : (80ULL << 30);
+}
+
+static CUresult take(unsigned long long *out, uint64_t n)
+{
+	if (getenv("FAKE_CUDA_HANG")) {
+		(void)!write(2, "fake: hanging\n", 14);
+		for (;;)
+			pause();
+	}
+	pthread_mutex_lock(&mu);
+	if (!sizes)
+		sizes = calloc(MAXALLOC, sizeof *sizes);
+	if (used + n > total() || seq + 1 >= MAXALLOC) {
+		pthread_mutex_unlock(&mu);
+		return 2;
+	}
+	uint64_t id = ++seq;
+	sizes[id] = n;
+	used += n;
+	pthread_mutex_unlock(&mu);
+	*out = id << 20;
+	return 0;
+}
+
+static CUresult give(uint64_t v)
+{
+	uint64_t id = v >> 20;
+	pthread_mutex_lock(&mu);
+	if (!sizes || id == 0 || id >= MAXALLOC || sizes[id] == 0) {
+		pthread_mutex_unlock(&mu);
+		return 1; /* CUDA_ERROR_INVALID_VALUE */
+	}
+	used -= sizes[id];
+	sizes[id] = 0;
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+CUresult cuInit(unsigned int f) { (void)f; return 0; }
+void fakeSetDevice(int d) { current = d; }
+unsigned long long fakeUsed(void) { return used; }
+
+CUresult cuCtxGetDevice(int *d)
+{
+	if (getenv("FAKE_CUDA_NOCTX"))
+		return 201; /* CUDA_ERROR_INVALID_CONTEXT */
+	*d = current;
+	return 0;
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid *u, int dev)
+{
+	const char *list = getenv("FAKE_CUDA_UUIDS");
+	if (!list)
+		list = "00112233445566778899aabbccddeeff";
+	for (int i = 0; i < dev; i++) {
+		list = strchr(list, ',');
+		if (!list)
+			return 101; /* CUDA_ERROR_INVALID_DEVICE */
+		list++;
+	}
+	for (int i = 0; i < 16; i++) {
+		unsigned int b;
+		if (sscanf(list + 2 * i, "%2x", &b) != 1)
+			return 101;
+		u->bytes[i] = (unsigned char)b;
+	}
+	return 0;
+}
+CUresult cuDeviceGetUuid(CUuuid *u, int dev) { return cuDeviceGetUuid_v2(u, dev); }
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return take(p, n); }
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned int f) { (void)f; return take(p, n); }
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned int e)
+{
+	(void)e;
+	*pitch = (w + 511) / 512 * 512;
+	return take(p, *pitch * h);
+}
+CUresult cuMemFree_v2(CUdeviceptr p) { return give(p); }
+CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
+{
+	*t = total();
+	*f = total() - used;
+	return 0;
+}
+CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long fl)
+{
+	(void)prop, (void)fl;
+	return take(h, n);
+}
+CUresult cuMemRelease(unsigned long long h) { return give(h); }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return take(p, n); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return take(p, n); }
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; return give(p); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; return give(p); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, void *s) { (void)pool, (void)s; return take(p, n); }
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pool, void *s) { (void)pool, (void)s; return take(p, n); }
+
+typedef struct { size_t w, h; int fmt; unsigned int ch; } desc2;
+typedef struct { size_t w, h, d; int fmt; unsigned int ch, fl; } desc3;
+CUresult cuArrayCreate_v2(void **a, const desc2 *d)
+{
+	unsigned long long v;
+	CUresult r = take(&v, d->w * (d->h ? d->h : 1) * d->ch * 4);
+	*a = (void *)(uintptr_t)v;
+	return r;
+}
+CUresult cuArray3DCreate_v2(void **a, const desc3 *d)
+{
+	unsigned long long v;
+	CUresult r = take(&v, d->w * (d->h ? d->h : 1) * (d->d ? d->d : 1) * d->ch * 4);
+	*a = (void *)(uintptr_t)v;
+	return r;
+}
+CUresult cuArrayDestroy(void *a) { return give((uintptr_t)a); }
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status);
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags)
+{
+	return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
+
+struct entry { const char *name; void *fn, *ptsz; };
+#define E(n) {#n, (void *)n, NULL}
+#define EV2(n) {#n, (void *)n##_v2, NULL}
+#define EP(n) {#n, (void *)n, (void *)n##_ptsz}
+static const struct entry table[] = {
+	E(cuInit), E(cuCtxGetDevice), EV2(cuDeviceGetUuid), EV2(cuMemAlloc), EV2(cuMemAllocPitch),
+	E(cuMemAllocManaged), EV2(cuMemFree), EV2(cuMemGetInfo), E(cuMemCreate), E(cuMemRelease),
+	EP(cuMemAllocAsync), EP(cuMemFreeAsync), EP(cuMemAllocFromPoolAsync), EV2(cuArrayCreate),
+	EV2(cuArray3DCreate), E(cuArrayDestroy),
+};
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status)
+{
+	if (status)
+		*status = 0;
+	if (strcmp(sym, "cuGetProcAddress") == 0) {
+		*pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+		if (strcmp(table[i].name, sym) == 0) {
+			*pfn = (flags & 2) && table[i].ptsz ? table[i].ptsz : table[i].fn;
+			return 0;
+		}
+	*pfn = NULL;
+	if (status)
+		*status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+	return 500; /* CUDA_ERROR_NOT_FOUND */
+}

@@ -1,0 +1,90 @@
+// Package fence is the enforcer's side of the allocation fence. Each GPU has a table in a small
+// shared file (Path) that libgpufrac-fence.so, loaded into every process of a task with
+// LD_PRELOAD (its source is lib/), reads and charges on every device allocation: an allocation
+// that would take the task past its cap fails inside the process with CUDA_ERROR_OUT_OF_MEMORY.
+// The enforcer writes each task's cap into the table (SetTasks) and reads what the fence saw
+// (Snapshot). The table's layout and rules are one C implementation (state.c), compiled into
+// the library and, through cgo, into this package, so the two sides cannot drift apart.
+package fence
+
+import (
+	"errors"
+	"path/filepath"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// LibraryName is the file name of the preload library.
+const LibraryName = "libgpufrac-fence.so"
+
+// Environment variables the fence reads in a task (the token and GPU come from enforcer.TaskEnv).
+const (
+	EnvDir     = "GPUFRAC_FENCE_DIR"
+	EnvLibrary = "GPUFRAC_FENCE_LIBRARY"
+	EnvPreload = "LD_PRELOAD"
+)
+
+// Errors callers can match with errors.Is.
+var (
+	ErrCorrupt  = errors.New("fence state is not a usable table")
+	ErrBusy     = errors.New("fence state is managed by another gpufrac process")
+	ErrFull     = errors.New("fence table has no free task slot")
+	ErrBadInput = errors.New("invalid fence input")
+	ErrClosed   = errors.New("fence table is closed")
+)
+
+// MaxTasks is how many tasks one GPU's table holds.
+const MaxTasks = 64 // GF_TASKS in state.h; a test keeps them equal
+
+// Path is the table of one GPU inside dir.
+func Path(dir, uuid string) string { return filepath.Join(dir, uuid+".fence") }
+
+// Task is what the enforcer declares for one reservation.
+type Task struct {
+	Token string
+	// Cap is the task's guarantee: its allocations may always reach it.
+	Cap size.Bytes
+	// Limit is the most it may reach by borrowing memory no other task's guarantee covers;
+	// below Cap means Cap (no borrowing).
+	Limit size.Bytes
+}
+
+// TaskUse is one task as the fence saw it.
+type TaskUse struct {
+	Token      string
+	Cap, Limit size.Bytes
+	Used, Peak size.Bytes
+	Refused    uint64
+	Procs      int
+}
+
+// ProcUse is one attached process.
+type ProcUse struct {
+	Token string
+	// PID is in the process's own PID namespace (a container's differ from the host's).
+	PID        int
+	Used, Peak size.Bytes
+	Allocs     uint64
+	Refused    uint64
+}
+
+// Snapshot is a consistent copy of one GPU's table.
+type Snapshot struct {
+	UUID          string
+	Total, Budget size.Bytes
+	Tasks         []TaskUse
+	Procs         []ProcUse
+	// Recoveries counts locks taken over from a process that died holding one; Underflows
+	// frees of more than was charged; Reaped slots given back for dead processes.
+	Recoveries, Underflows, Reaped uint64
+}
+
+// Task returns the use of one token's task.
+func (s Snapshot) Task(token string) (TaskUse, bool) {
+	for _, t := range s.Tasks {
+		if t.Token == token {
+			return t, true
+		}
+	}
+	return TaskUse{}, false
+}
