@@ -51,6 +51,8 @@ type Config struct {
 	ScanInterval time.Duration
 	// Now is the clock; nil = time.Now.
 	Now func() time.Time
+	// Fence turns the allocation fence on; its zero value leaves it off.
+	Fence FenceConfig
 }
 
 // ProcUsage is one GPU process in a sample.
@@ -85,6 +87,7 @@ type Enforcer struct {
 	log     hclog.Logger
 	procs   *procCache
 	mps     *mpsManager
+	fence   *fences // nil = no allocation fence
 	hub     hub
 	dropped atomic.Int64
 
@@ -132,8 +135,12 @@ func New(cfg Config) (*Enforcer, error) {
 	}
 	log := cfg.Logger.Named("enforcer")
 	procs := newProcCache(cfg.Procs)
+	f, err := newFences(cfg.Fence, log)
+	if err != nil {
+		return nil, err
+	}
 	return &Enforcer{
-		cfg: cfg, log: log, procs: procs, mps: newMPSManager(cfg.MPS, procs, log),
+		cfg: cfg, log: log, procs: procs, mps: newMPSManager(cfg.MPS, procs, log), fence: f,
 		samples: map[string]Sample{}, usage: map[string]taskUsage{},
 		tracks: map[string]*track{}, near: map[string]*nearCap{}, unmanaged: map[procKey]*unmanagedProc{},
 		sick: map[string]string{}, lastErr: map[string]string{},
@@ -200,15 +207,20 @@ func (e *Enforcer) PrepareGPU(ctx context.Context, uuid string) error {
 	return nil
 }
 
-// EnvOptions are the MPS directories a task on this GPU needs; empty unless the GPU is in mps
-// mode. The caller sets DockerRuntime.
+// EnvOptions are what a task on this GPU needs from the enforcer: the fence's library and
+// tables, and in mps mode the MPS directories. The caller sets DockerRuntime.
 func (e *Enforcer) EnvOptions(uuid string) EnvOptions {
+	var o EnvOptions
+	if e.fence != nil {
+		o.FenceDir, o.FenceLibrary = e.fence.cfg.Dir, e.fence.lib
+	}
 	st, err := e.cfg.Ledger.State(uuid)
 	if err != nil || st.Mode != policy.ModeMPS {
-		return EnvOptions{}
+		return o
 	}
 	d := e.mps.daemon(uuid)
-	return EnvOptions{MPSPipeDir: d.pipe, MPSLogDir: d.logDir}
+	o.MPSPipeDir, o.MPSLogDir = d.pipe, d.logDir
+	return o
 }
 
 // TaskUsage is the GPU memory that the reservation's processes held at the last sample (all
@@ -231,6 +243,9 @@ func (e *Enforcer) LastSample(uuid string) (Sample, bool) {
 // Shutdown stops the MPS control daemons that have no client left; the others keep running so
 // their clients are not harmed (a later Enforcer adopts them).
 func (e *Enforcer) Shutdown(ctx context.Context) error {
+	if e.fence != nil {
+		e.fence.close()
+	}
 	var errs []error
 	for _, d := range e.mps.known() {
 		procs, err := e.cfg.Backend.Processes(ctx, d.uuid)

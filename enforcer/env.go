@@ -5,8 +5,8 @@ package enforcer
 
 import (
 	"strconv"
-	"strings"
 
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -32,9 +32,7 @@ const (
 // one wins on a shared key, so a task that holds reservations on two GPUs (two device blocks)
 // carries only the last GPUFRAC_RESERVATION; its per-GPU keys differ and all survive, so the
 // watchdog ties its processes on each GPU to that GPU's reservation and keeps every one alive.
-func ReservationKey(uuid string) string {
-	return EnvReservation + "_" + strings.ReplaceAll(uuid, "-", "_")
-}
+func ReservationKey(uuid string) string { return fence.ReservationKey(uuid) }
 
 // EnvOptions are the node-level choices that shape a task's environment.
 type EnvOptions struct {
@@ -44,6 +42,10 @@ type EnvOptions struct {
 	// DockerRuntime sets NVIDIA_VISIBLE_DEVICES, which makes Nomad's docker driver switch the
 	// container to the NVIDIA runtime. Off for exec and raw_exec tasks.
 	DockerRuntime bool
+	// FenceDir and FenceLibrary put every process of the task under the allocation fence
+	// (LD_PRELOAD); empty = no fence.
+	FenceDir     string
+	FenceLibrary string
 }
 
 // TaskEnv is the environment of a task that holds reservation r on GPU g. The same function
@@ -67,6 +69,16 @@ func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]s
 	}
 	if o.DockerRuntime {
 		env[EnvNVIDIADevices] = g.UUID
+	}
+	if o.FenceDir != "" {
+		env[fence.EnvDir] = o.FenceDir
+	}
+	if o.FenceDir != "" && o.FenceLibrary != "" {
+		// LD_PRELOAD is inherited by every child, so a task's launcher, its workers and their
+		// children all load the fence. GPUFRAC_FENCE_LIBRARY lets a task that sets its own
+		// LD_PRELOAD keep the fence in it.
+		env[fence.EnvPreload] = o.FenceLibrary
+		env[fence.EnvLibrary] = o.FenceLibrary
 	}
 	if g.Mode == policy.ModeMPS {
 		if o.MPSPipeDir != "" {

@@ -13,8 +13,9 @@ type EventKind string
 
 // Event kinds.
 const (
-	// EventViolation: a task passed its cap (Stage "crossed", "stopping", "forced") or was
-	// contained (Stage "contained", Violation set).
+	// EventViolation: a task passed its cap (Stage "crossed", "stopping", "forced"), the
+	// allocation fence refused it at its cap (Stage "fenced"), or it was contained (Stage
+	// "contained", Violation set).
 	EventViolation EventKind = "violation"
 	// EventUnmanaged: a GPU process holds memory without a reservation.
 	EventUnmanaged EventKind = "unmanaged"

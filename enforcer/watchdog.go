@@ -41,15 +41,20 @@ type track struct {
 	action     string
 	forced     bool
 	detail     string
+	fence      string // what the allocation fence saw of the task
 }
 
-// nearCap remembers an MPS task close to its cap, to recognise an exit at its pinned limit.
+// nearCap remembers a task that met its cap at allocation time, to record a violation when it
+// leaves the GPU: an MPS task close to its cap (its pinned limit), or one the fence refused.
 type nearCap struct {
 	gpu      string
 	task     ledger.Task
+	mode     policy.Mode
 	capBytes size.Bytes
 	since    time.Time
 	peak     size.Bytes
+	fenced   bool   // the allocation fence refused it: no guess involved
+	refused  uint64 // allocations the fence refused
 }
 
 type procKey struct {
@@ -107,6 +112,14 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 		sample.Processes = append(sample.Processes, pu)
 	}
 	e.publish(uuid, sample, byToken)
+	if snap, ok := e.watchFence(st, now); ok {
+		for tok, tr := range e.tracks {
+			if tr.gpu == uuid {
+				u, seen := snap.Task(tok)
+				tr.fence = fenceNote(u, seen)
+			}
+		}
+	}
 
 	for tok, ps := range byToken {
 		e.check(uuid, st.Mode, res[tok], ps, now)
@@ -144,11 +157,11 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 		if mode == policy.ModeMPS && float64(used) >= nearFraction*float64(r.CapBytes) {
 			n := e.near[r.Token]
 			if n == nil {
-				n = &nearCap{gpu: uuid, task: r.Task, capBytes: r.CapBytes, since: now}
+				n = &nearCap{gpu: uuid, task: r.Task, mode: mode, capBytes: r.CapBytes, since: now}
 				e.near[r.Token] = n
 			}
 			n.peak = max(n.peak, used)
-		} else {
+		} else if n := e.near[r.Token]; n != nil && !n.fenced {
 			delete(e.near, r.Token) // fell back from the cap while alive: it did not die at it
 		}
 		if used <= limit || e.driverBounds(mode, uuid, r.CapBytes, ps) {
@@ -233,19 +246,28 @@ func (e *Enforcer) settle(uuid string, byToken map[string][]ProcUsage, now time.
 			continue
 		}
 		delete(e.tracks, tok)
+		delete(e.near, tok)
+		detail := tr.detail
+		if tr.fence != "" {
+			detail += "; " + tr.fence
+		}
 		e.record(ledger.Violation{Token: tok, GPU: uuid, Task: tr.task, Mode: tr.mode, CapBytes: tr.capBytes, PeakBytes: tr.peak,
-			Action: tr.action, CrossedAt: tr.crossedAt, ContainedAt: now, Detail: tr.detail})
+			Action: tr.action, CrossedAt: tr.crossedAt, ContainedAt: now, Detail: detail})
 	}
 	for tok, n := range e.near {
 		if n.gpu != uuid || len(byToken[tok]) > 0 {
 			continue
 		}
 		delete(e.near, tok)
-		e.record(ledger.Violation{Token: tok, GPU: uuid, Task: n.task, Mode: policy.ModeMPS, CapBytes: n.capBytes, PeakBytes: n.peak,
-			Action: ActionOOMInProcess, CrossedAt: n.since, ContainedAt: now,
-			Detail: fmt.Sprintf("left the GPU at %.0f%% of its cap without a stop from the watchdog; the MPS pinned limit fails "+
-				"an allocation past the cap inside the process, so this is most likely its out-of-memory exit "+
-				"(the watchdog cannot see exit statuses)", 100*float64(n.peak)/float64(n.capBytes))})
+		detail := fmt.Sprintf("left the GPU at %.0f%% of its cap without a stop from the watchdog; the MPS pinned limit fails "+
+			"an allocation past the cap inside the process, so this is most likely its out-of-memory exit "+
+			"(the watchdog cannot see exit statuses)", 100*float64(n.peak)/float64(n.capBytes))
+		if n.fenced {
+			detail = fmt.Sprintf("the allocation fence refused %d allocations past the cap (the task held %s of %s); the task "+
+				"failed inside its own process, no signal sent", n.refused, n.peak, n.capBytes)
+		}
+		e.record(ledger.Violation{Token: tok, GPU: uuid, Task: n.task, Mode: n.mode, CapBytes: n.capBytes, PeakBytes: n.peak,
+			Action: ActionOOMInProcess, CrossedAt: n.since, ContainedAt: now, Detail: detail})
 	}
 }
 

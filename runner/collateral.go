@@ -34,6 +34,11 @@ type GPUEvent struct {
 	Reason   string    `json:"reason"`
 	Start    time.Time `json:"start"`
 	End      time.Time `json:"end,omitzero"`
+	// Neighbour marks a task over its cap in isolated mode (one the fence did not hold: it
+	// unset LD_PRELOAD, or linked statically): only an out-of-memory failure of another job of
+	// its GPU meanwhile is its collateral.
+	Neighbour bool   `json:"neighbour,omitempty"`
+	token     string // the violator's reservation, whose own failure is not collateral
 }
 
 func (e GPUEvent) String() string {
@@ -67,16 +72,41 @@ func (g *gpuEvents) note(ev enforcer.Event, index int) {
 	}
 }
 
+// overCap opens (stage "crossed") or closes ("contained") a neighbour-over-its-cap window.
+func (g *gpuEvents) overCap(ev enforcer.Event, index int, job string) {
+	t := ev.Time
+	if t.IsZero() {
+		t = time.Now()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch ev.Stage {
+	case "crossed":
+		g.list = append(g.list, GPUEvent{GPU: ev.GPU, GPUIndex: index, Start: t, Neighbour: true, token: ev.Token,
+			Reason: fmt.Sprintf("job %s over its cap (%s in use) until the watchdog's kill", job, ev.Bytes)})
+	case "contained":
+		for i := range g.list {
+			if g.list[i].token == ev.Token && g.list[i].End.IsZero() {
+				g.list[i].End = t
+			}
+		}
+	}
+}
+
 // covering is the latest event on gpu that explains a failure of an attempt that ran from start
 // until its process ended at end: the attempt was on the GPU before the mark was cleared, the mark
 // came before the failure (or within collateralLead after it), and the failure came while the GPU
-// was marked or within after of the mark's clearing.
-func (g *gpuEvents) covering(gpu string, start, end time.Time, after time.Duration) (GPUEvent, bool) {
+// was marked or within after of the mark's clearing. A neighbour's window explains only an
+// out-of-memory failure (oom) of another task (not token's).
+func (g *gpuEvents) covering(gpu, token string, oom bool, start, end time.Time, after time.Duration) (GPUEvent, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i := len(g.list) - 1; i >= 0; i-- {
 		e := g.list[i]
 		if e.GPU != gpu || e.Start.After(end.Add(collateralLead)) {
+			continue
+		}
+		if e.Neighbour && (!oom || e.token == token) {
 			continue
 		}
 		if !e.End.IsZero() && (start.After(e.End) || end.After(e.End.Add(after))) {
@@ -103,11 +133,11 @@ func (r *run) collateralAfter() time.Duration {
 // collateral records a failed attempt, whose process ended at exited, as collateral damage of a
 // GPU-wide event when one explains it (its outcome and detail). A job that has been re-run
 // maxCollateral times already stays failed, its detail naming the last event.
-func (r *run) collateral(j *jobState, at *Attempt, exited time.Time) {
+func (r *run) collateral(j *jobState, at *Attempt, token string, oom bool, exited time.Time) {
 	if exited.IsZero() {
 		exited = at.End
 	}
-	e, ok := r.wide.covering(at.GPU, at.Start, exited, r.collateralAfter())
+	e, ok := r.wide.covering(at.GPU, token, oom, at.Start, exited, r.collateralAfter())
 	if !ok {
 		return
 	}

@@ -37,9 +37,40 @@ func TestGPUEventsCovering(t *testing.T) {
 		{"mark still set at the end", "A", 30, 45, "forced"},
 	}
 	for _, c := range cases {
-		e, ok := g.covering(c.gpu, at(c.start), at(c.end), after)
+		e, ok := g.covering(c.gpu, "", false, at(c.start), at(c.end), after)
 		if got := map[bool]string{true: e.Reason, false: ""}[ok]; got != c.want {
 			t.Errorf("%s: covered by %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// In isolated mode a task over its cap (one the fence did not hold) explains an out-of-memory
+// failure of another job of its GPU while it was over, and nothing else.
+func TestNeighbourOverCapCovering(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var g gpuEvents
+	g.overCap(enforcer.Event{Kind: enforcer.EventViolation, Stage: "crossed", GPU: "A", Token: "leak", Time: at(10), Bytes: 70 * size.GiB}, 0, "runaway")
+	g.overCap(enforcer.Event{Kind: enforcer.EventViolation, Stage: "contained", GPU: "A", Token: "leak", Time: at(10.2)}, 0, "runaway")
+	after := time.Second
+	cases := []struct {
+		name       string
+		token      string
+		oom        bool
+		start, end float64
+		want       bool
+	}{
+		{"neighbour out of memory while the runaway was over", "n", true, 5, 10.1, true},
+		{"neighbour out of memory just after the kill", "n", true, 5, 10.8, true},
+		{"neighbour failing otherwise", "n", false, 5, 10.1, false},
+		{"the runaway itself", "leak", true, 5, 10.1, false},
+		{"out of memory well after", "n", true, 5, 14, false},
+		{"out of memory before", "n", true, 1, 8, false},
+	}
+	for _, c := range cases {
+		e, ok := g.covering("A", c.token, c.oom, at(c.start), at(c.end), after)
+		if ok != c.want || ok && !strings.Contains(e.Reason, "job runaway over its cap") {
+			t.Errorf("%s: covered %v (%q), want %v", c.name, ok, e.Reason, c.want)
 		}
 	}
 }
@@ -73,6 +104,8 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 	q.Jobs[1].Result = "results/victim.json"
 	o := testOptions(t, sim, ArmPacked)
 	o.Mode = policy.ModeMPS
+	// Without the fence the pair's sum is only seen by the watchdog, whose stop is GPU-wide.
+	o.Fence = FenceOff
 	res := runQueue(t, q, o)
 	if res.Completed != 3 {
 		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)

@@ -25,7 +25,26 @@ type MPSOptions struct {
 // guard is what the runner needs from the enforcer.
 type guard interface {
 	EnvOptions(uuid string) enforcer.EnvOptions
+	SyncFence(st ledger.GPUState) error
 	Shutdown(ctx context.Context) error
+}
+
+// Fence settings of Options.Fence.
+const (
+	FenceAuto = enforcer.FenceAuto
+	FenceOn   = enforcer.FenceOn
+	FenceOff  = enforcer.FenceOff
+)
+
+// fenceConfig decides the allocation fence of a run; its tables live beside the ledger, or in
+// the results directory when the ledger is in memory.
+func fenceConfig(o Options) (enforcer.FenceConfig, string, error) {
+	dir := filepath.Join(o.StateDir, "fence")
+	if o.StateDir == "" {
+		dir = filepath.Join(o.OutDir, ".fence")
+	}
+	_, simulated := o.Backend.(*gpu.Simulated)
+	return enforcer.ResolveFence(o.Fence, o.FenceLibrary, dir, simulated)
 }
 
 // enforcerGuard runs an enforcer's watchdog for the length of a run.
@@ -36,14 +55,18 @@ type enforcerGuard struct {
 	unsub  func()
 }
 
-func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string, onEvent func(enforcer.Event)) (guard, error) {
+func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string, onEvent func(enforcer.Event)) (guard, string, error) {
 	mps := enforcer.MPSOptions{ControlBinary: o.MPS.ControlBinary, Root: o.MPS.Root}
 	if mps.Root == "" && os.Geteuid() != 0 {
 		mps.Root = filepath.Join(os.TempDir(), "gpufrac-mps-"+strconv.Itoa(os.Getuid()))
 	}
-	e, err := enforcer.New(enforcer.Config{Backend: o.Backend, Ledger: led, Logger: o.Logger, MPS: mps})
+	fc, note, err := fenceConfig(o)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	e, err := enforcer.New(enforcer.Config{Backend: o.Backend, Ledger: led, Logger: o.Logger, MPS: mps, Fence: fc})
+	if err != nil {
+		return nil, "", err
 	}
 	_, simulated := o.Backend.(*gpu.Simulated)
 	for _, g := range gpus {
@@ -53,7 +76,7 @@ func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string,
 			continue
 		}
 		if err := e.PrepareGPU(ctx, g); err != nil {
-			return nil, fmt.Errorf("preparing GPU %s for %s mode: %w", g, o.Policy.Mode, err)
+			return nil, "", fmt.Errorf("preparing GPU %s for %s mode: %w", g, o.Policy.Mode, err)
 		}
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -71,7 +94,7 @@ func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string,
 		defer close(g.done)
 		_ = e.Run(rctx)
 	}()
-	return g, nil
+	return g, note, nil
 }
 
 // Shutdown stops the watchdog, then lets the enforcer stop idle MPS daemons.

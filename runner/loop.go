@@ -207,6 +207,15 @@ func (r *run) env(l launch, token string, j *jobState) map[string]string {
 	var eo enforcer.EnvOptions
 	if r.guard != nil {
 		eo = r.guard.EnvOptions(l.gpu)
+		if l.capped {
+			// The task's first allocation must find its cap in the fence's table.
+			if err := r.guard.SyncFence(st); err != nil {
+				r.prog.line("%-8s %-20s %v: the watchdog alone holds its cap", "fence!", j.Name, err)
+			}
+		}
+	}
+	if !l.capped {
+		eo.FenceDir, eo.FenceLibrary = "", "" // no reservation, so nothing for the fence to hold
 	}
 	res := l.res
 	res.Token = token
@@ -336,6 +345,9 @@ func (r *run) violationOf(token string, exit int) *ledger.Violation {
 func (r *run) onEvent(ev enforcer.Event) {
 	switch ev.Kind {
 	case enforcer.EventViolation:
+		if g, ok := r.gpus[ev.GPU]; ok && r.o.modeOf() != policy.ModeMPS && (ev.Stage == "crossed" || ev.Stage == "contained") {
+			r.wide.overCap(ev, g.Index, ev.Task.JobName)
+		}
 		if ev.Stage == "contained" {
 			// The attempt's end reports it. The watchdog stopped the GPU processes; a wrapper
 			// around them (a shell, a launcher that retries) must not keep the job alive.
@@ -425,7 +437,8 @@ func (r *run) finish(a *active) {
 			at.Detail = lastLine(a.tail.String())
 		}
 		if a.proc != nil {
-			r.collateral(j, &at, a.exitedAt) // a GPU-wide event may explain it: then it runs again
+			// A GPU-wide event, or a neighbour over its cap, may explain it: then it runs again.
+			r.collateral(j, &at, a.token, oom, a.exitedAt)
 		}
 	}
 	if a.l.res.Token != "" {
@@ -465,6 +478,11 @@ func (r *run) recapProbe(a *active) {
 	if err != nil {
 		r.log.Warn("lowering a probe's cap; it keeps its protective cap", "job", j.Name, "error", err)
 		return
+	}
+	if st, err := r.led.State(res.GPU); err == nil && r.guard != nil {
+		if err := r.guard.SyncFence(st); err != nil {
+			r.log.Warn("lowering a probe's cap in the fence; the watchdog holds the new cap", "job", j.Name, "error", err)
+		}
 	}
 	from := a.l.res.CapBytes
 	r.s.recapped(&a.l, res, peak)

@@ -63,6 +63,10 @@ type Options struct {
 	Self string
 	// ExtraEnv is added to every job's environment (under the job's own env and gpufrac's).
 	ExtraEnv map[string]string
+	// Fence is the allocation fence: FenceAuto (default), FenceOn or FenceOff.
+	Fence string
+	// FenceLibrary is libgpufrac-fence.so; empty = beside the executable.
+	FenceLibrary string
 }
 
 // Outcomes of an attempt.
@@ -229,6 +233,9 @@ func (o *Options) fill(q Queue) error {
 	if o.MaxConcurrent < 0 {
 		return fmt.Errorf("%w: max concurrency %d is negative", ErrOptions, o.MaxConcurrent)
 	}
+	if !slices.Contains([]string{"", FenceAuto, FenceOn, FenceOff}, o.Fence) {
+		return fmt.Errorf("%w: fence %q: want %s, %s or %s", ErrOptions, o.Fence, FenceAuto, FenceOn, FenceOff)
+	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
@@ -301,6 +308,8 @@ type run struct {
 	s     *sched
 	gpus  map[string]GPUResult
 	prog  *progress
+	// fenceNote says whether the allocation fence is on and why.
+	fenceNote string
 	start time.Time
 
 	mu       sync.Mutex
@@ -377,11 +386,11 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 			BudgetBytes: st.BudgetBytes, Mode: string(mode)}
 	}
 	if o.enforced() {
-		g, err := newGuard(ctx, o, led, uuids, r.onEvent)
+		g, note, err := newGuard(ctx, o, led, uuids, r.onEvent)
 		if err != nil {
 			return nil, err
 		}
-		r.guard = g
+		r.guard, r.fenceNote = g, note
 	}
 	jobs := make([]*jobState, len(q.Jobs))
 	for i, j := range q.Jobs {

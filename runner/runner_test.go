@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -190,8 +191,13 @@ func TestPackingAdmitsWhileCapsFit(t *testing.T) {
 
 func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []policy.Mode{policy.ModeIsolated, policy.ModeMPS} {
-		t.Run(string(mode), func(t *testing.T) {
+	type arm struct {
+		mode  policy.Mode
+		fence string
+	}
+	for _, c := range []arm{{policy.ModeIsolated, FenceOn}, {policy.ModeIsolated, FenceOff}, {policy.ModeMPS, FenceOn}, {policy.ModeMPS, FenceOff}} {
+		mode := c.mode
+		t.Run(string(mode)+"/fence-"+c.fence, func(t *testing.T) {
 			t.Parallel()
 			sim := newSim(t, "H100=80GiB")
 			q := Queue{
@@ -209,6 +215,7 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 			q.Jobs[2].Result = "results/good2.json"
 			o := testOptions(t, sim, ArmPacked)
 			o.Mode = mode
+			o.Fence = c.fence
 			o.StateDir = t.TempDir()
 			res := runQueue(t, q, o)
 			if res.Completed != 3 {
@@ -221,8 +228,18 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 			if l[0].WholeGPU || !l[1].WholeGPU {
 				t.Fatalf("leaker: first attempt whole=%v, re-run whole=%v; want packed then alone", l[0].WholeGPU, l[1].WholeGPU)
 			}
-			if mode == policy.ModeIsolated && (l[0].Violation == nil || l[0].Violation.Action == "") {
-				t.Errorf("isolated mode: the watchdog should have recorded the violation, got %+v", l[0])
+			v := l[0].Violation
+			switch {
+			case c.fence == FenceOn && (v == nil || v.Action != enforcer.ActionOOMInProcess):
+				t.Errorf("with the fence the leaker should fail inside itself at its cap, got %+v", v)
+			case c.fence == FenceOn && mode == policy.ModeIsolated && !strings.Contains(v.Detail, "allocation fence refused"):
+				// Under MPS the simulated pinned limit, which counts the context, bites first.
+				t.Errorf("isolated mode: the fence should have refused the leak, got %+v", v)
+			case c.fence == FenceOn && l[0].PeakBytes > l[0].CapBytes+enforcer.DefaultAllowance:
+				// The fence counts allocations; the context is the allowance's.
+				t.Errorf("with the fence the leaker held %s, past its %s cap and the context allowance", l[0].PeakBytes, l[0].CapBytes)
+			case c.fence == FenceOff && mode == policy.ModeIsolated && (v == nil || v.Action != enforcer.ActionSIGKILL):
+				t.Errorf("isolated mode without the fence: the watchdog should have killed the leaker, got %+v", v)
 			}
 			for _, name := range []string{"good1", "good2"} {
 				a := attemptsOf(res, name)
@@ -371,6 +388,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		{"mode", func(o *Options) { o.Mode = "mig" }, `"mig"`},
 		{"backend", func(o *Options) { o.Backend = nil }, "no GPU backend"},
 		{"gpu", func(o *Options) { o.GPUs = []string{"GPU-nope"} }, `"GPU-nope"`},
+		{"fence", func(o *Options) { o.Fence = "maybe" }, `"maybe"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -433,7 +451,11 @@ func TestWrapperOfAStoppedViolatorIsEnded(t *testing.T) {
 		Templates: map[string]TemplateSpec{"w": {Name: "w", PeakBytes: 2 * size.GiB}},
 	}
 	start := time.Now()
-	res := runQueue(t, q, testOptions(t, sim, ArmPacked))
+	o := testOptions(t, sim, ArmPacked)
+	// The fence would fail the leak inside the GPU process and the launcher's "|| sleep" would
+	// swallow it: this test is about what the watchdog's stop does to a wrapper.
+	o.Fence = FenceOff
+	res := runQueue(t, q, o)
 	if got := outcomes(res.Attempts); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
 		t.Fatalf("attempts %v, want [cap-violation ok]", got)
 	}

@@ -51,7 +51,12 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	gpuSel := fs.String("gpu", "", "GPU index or UUID to probe on (default: the idle GPU with the most budget)")
 	noStore := fs.Bool("no-store", false, "measure and print only: record the footprint nowhere")
 	interval := fs.Duration("interval", probe.DefaultInterval, "sampling period")
+	var ff fenceFlags
+	ff.register(fs)
 	if err := parseFlags(fs, g, args, stderr); err != nil {
+		return err
+	}
+	if err := ff.check(); err != nil {
 		return err
 	}
 	cmdArgs := fs.Args()
@@ -120,7 +125,16 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	defer func() { _ = led.Release(res.Token, "probe over") }()
 	envGPU := st
 	envGPU.Mode = policy.ModeIsolated // alone on the GPU: no MPS client settings needed
-	env := enforcer.TaskEnv(res, envGPU, enforcer.EnvOptions{})
+	now, err := led.State(st.UUID) // with the probe's reservation, for the fence's table
+	if err != nil {
+		return err
+	}
+	eo, err := probeFence(g, &ff, b, led, now, stderr)
+	if err != nil {
+		return err
+	}
+	defer eo.close()
+	env := enforcer.TaskEnv(res, envGPU, eo.EnvOptions)
 	env[runner.EnvTemplate] = *tmpl
 	env[runner.EnvJob] = *tmpl + "-probe"
 	if sim, ok := b.(*gpu.Simulated); ok {
@@ -293,4 +307,31 @@ func (l *liveLine) done() {
 		fmt.Fprint(l.w, "\r\033[K")
 		l.shown = false
 	}
+}
+
+// probeFenceEnv is the fence of a probe: it holds the job to the GPU's budget, so a probe that
+// runs away cannot take the headroom or what other users hold.
+type probeFenceEnv struct {
+	enforcer.EnvOptions
+	close func()
+}
+
+func probeFence(g *globals, ff *fenceFlags, b gpu.Backend, led *ledger.Ledger, st ledger.GPUState, stderr io.Writer) (probeFenceEnv, error) {
+	_, simulated := b.(*gpu.Simulated)
+	fc, note, err := ff.resolve(expandHome(g.stateDir), simulated)
+	if err != nil {
+		return probeFenceEnv{close: func() {}}, err
+	}
+	fmt.Fprintln(stderr, note)
+	if fc.Dir == "" {
+		return probeFenceEnv{close: func() {}}, nil
+	}
+	e, err := enforcer.New(enforcer.Config{Backend: b, Ledger: led, Logger: g.logger, Fence: fc})
+	if err != nil {
+		return probeFenceEnv{close: func() {}}, err
+	}
+	if err := e.SyncFence(st); err != nil {
+		return probeFenceEnv{close: func() {}}, err
+	}
+	return probeFenceEnv{EnvOptions: e.EnvOptions(st.UUID), close: func() { _ = e.Shutdown(context.Background()) }}, nil
 }

@@ -31,8 +31,13 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	gpus := fs.String("gpus", "", "comma-separated GPU indexes or UUIDs to use (default: all healthy GPUs)")
 	mpsControl := fs.String("mps-control", "", "path of nvidia-cuda-mps-control (mps mode; default: found on PATH)")
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
+	var ff fenceFlags
+	ff.register(fs)
 	g.defaultLevel = "error"
 	if err := parseFlags(fs, g, args, stderr); err != nil {
+		return err
+	}
+	if err := ff.check(); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -63,6 +68,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		Arm: *arm, Mode: policy.Mode(*mode), Profiles: *profiles, Backend: b,
 		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
 		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
+		Fence: *ff.mode, FenceLibrary: *ff.library,
 	}
 	if *mode != "" && *mode != string(policy.ModeMPS) && *mode != string(policy.ModeIsolated) {
 		return usagef("--mode %q: want mps or isolated", *mode)

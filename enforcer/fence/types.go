@@ -10,6 +10,7 @@ package fence
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -87,4 +88,23 @@ func (s Snapshot) Task(token string) (TaskUse, bool) {
 		}
 	}
 	return TaskUse{}, false
+}
+
+// ReservationKey is the per-GPU twin of GPUFRAC_RESERVATION (enforcer.ReservationKey says why
+// both exist): GPUFRAC_RESERVATION_<uuid> with '-' turned into '_'.
+func ReservationKey(uuid string) string {
+	return "GPUFRAC_RESERVATION_" + strings.ReplaceAll(uuid, "-", "_")
+}
+
+// TokenFor finds a process's reservation on GPU uuid in its environment the way the preload
+// library does: the per-GPU key first, then GPUFRAC_RESERVATION when GPUFRAC_GPU_UUID names
+// this GPU.
+func TokenFor(uuid string, getenv func(string) string) string {
+	if t := getenv(ReservationKey(uuid)); t != "" {
+		return t
+	}
+	if strings.EqualFold(getenv("GPUFRAC_GPU_UUID"), uuid) {
+		return getenv("GPUFRAC_RESERVATION")
+	}
+	return ""
 }

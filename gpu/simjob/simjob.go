@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -161,11 +162,16 @@ type job struct {
 	limited        bool
 	pid            int
 	used           size.Bytes
+	ctx            size.Bytes // of used, the context
+	ctxSet         bool       // the context is allocated: growth from now on is fenced
 	stdout, stderr io.Writer
 	args           []string // as given to Main, to re-run this job as a child
 	children       []*exec.Cmd
 	pending        int // children not yet collected from childDone
 	childDone      chan childExit
+	// fence is this process's slot in the allocation fence's table, when the task has one:
+	// a simulated job charges its growth there as the preload library does for a CUDA job.
+	fence *fence.Client
 }
 
 type childExit struct {
@@ -204,7 +210,28 @@ func newJob(c *config, stdout, stderr io.Writer) (*job, int) {
 	if err != nil {
 		return fail("%v", err)
 	}
+	j.attachFence()
 	return j, ExitOK
+}
+
+// attachFence mirrors the preload library: a task with a fence directory and a reservation
+// on this GPU charges its table; one that cannot attach says why once and runs unfenced.
+func (j *job) attachFence() {
+	dir := os.Getenv(fence.EnvDir)
+	if dir == "" {
+		return
+	}
+	tok := fence.TokenFor(j.c.gpu, os.Getenv)
+	if tok == "" {
+		fmt.Fprintf(j.stderr, "gpufrac-fence[%d]: no reservation for %s in this process's environment; not fenced there\n", j.pid, j.c.gpu)
+		return
+	}
+	c, err := fence.Attach(dir, j.c.gpu, tok)
+	if err != nil {
+		fmt.Fprintf(j.stderr, "gpufrac-fence[%d]: %v; this process runs under the watchdog alone\n", j.pid, err)
+		return
+	}
+	j.fence = c
 }
 
 func (j *job) run() int {
@@ -213,6 +240,9 @@ func (j *job) run() int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	defer j.sim.ClearProcess(c.gpu, j.pid)
+	if j.fence != nil {
+		defer j.fence.Detach()
+	}
 
 	if !c.child {
 		capInfo := "none"
@@ -227,9 +257,11 @@ func (j *job) run() int {
 			j.pid, c.gpu, c.ctxBytes, c.peak, c.procs, capInfo, mps)
 	}
 	start := time.Now()
+	// The context is the driver's own memory: no fenced call takes it.
 	if code := j.allocate(c.ctxBytes, true); code != ExitOK {
 		return code
 	}
+	j.ctx, j.ctxSet = c.ctxBytes, true
 	if code := j.spawnChildren(); code != ExitOK {
 		j.stopChildren(syscall.SIGTERM)
 		return code
@@ -301,11 +333,34 @@ func (j *job) allocate(want size.Bytes, busy bool) int {
 			return ExitFail
 		}
 	}
+	if code := j.charge(want); code != ExitOK {
+		return code
+	}
 	if err := j.sim.SetProcess(j.c.gpu, j.pid, want, busy); err != nil {
 		fmt.Fprintf(j.stderr, "simjob: reporting usage: %v\n", err)
 		return ExitFail
 	}
 	j.used = want
+	return ExitOK
+}
+
+// charge moves the fenced part of the job's use (all but the context) to want's.
+func (j *job) charge(want size.Bytes) int {
+	if j.fence == nil || !j.ctxSet {
+		return ExitOK
+	}
+	have, next := j.used-min(j.used, j.ctx), want-min(want, j.ctx)
+	switch {
+	case next > have:
+		if r := j.fence.Charge(next - have); r == fence.Refused {
+			capBytes, used, _ := j.fence.View()
+			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; the task holds %s of its %s cap (gpufrac fence)\n",
+				next-have, used, capBytes)
+			return ExitFail
+		}
+	case next < have:
+		j.fence.Uncharge(have - next)
+	}
 	return ExitOK
 }
 

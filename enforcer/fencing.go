@@ -1,0 +1,265 @@
+package enforcer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/ledger"
+)
+
+// FenceConfig turns the allocation fence on (docs/enforcement.md): every task process loads
+// libgpufrac-fence.so, which refuses an allocation that would take its task past its cap.
+type FenceConfig struct {
+	// Dir holds the per-GPU tables and a copy of the library; empty = no fence.
+	Dir string
+	// Library is the built libgpufrac-fence.so, copied into Dir.
+	Library string
+	// Shared lets tasks that run as other users than the enforcer reach Dir (Nomad's exec
+	// driver runs tasks as nobody); gpufrac run keeps it private to its user.
+	Shared bool
+}
+
+// How a command asks for the fence.
+const (
+	// FenceAuto fences when it can: simulated GPUs always, real ones when the library is found.
+	FenceAuto = "auto"
+	FenceOn   = "on"
+	FenceOff  = "off"
+)
+
+// ResolveFence turns a command's fence setting (FenceAuto, FenceOn, FenceOff; "" = auto) and
+// library path ("" = beside the executable) into a FenceConfig with its tables in dir, and a
+// line for the user that says what was decided and why.
+func ResolveFence(mode, library, dir string, simulated bool) (FenceConfig, string, error) {
+	off := func(why string) (FenceConfig, string, error) {
+		return FenceConfig{}, "fence: off (" + why + "): the watchdog alone holds the caps", nil
+	}
+	switch mode {
+	case "", FenceAuto, FenceOn:
+	case FenceOff:
+		return off("asked for")
+	default:
+		return FenceConfig{}, "", fmt.Errorf("fence %q: want %s, %s or %s", mode, FenceAuto, FenceOn, FenceOff)
+	}
+	if !fence.Available {
+		if mode == FenceOn {
+			return FenceConfig{}, "", errors.New("fence: this gpufrac was built without cgo, which the fence needs")
+		}
+		return off("this gpufrac was built without cgo")
+	}
+	if simulated {
+		// Simulated jobs make no driver calls: they charge the tables themselves.
+		return FenceConfig{Dir: dir}, "fence: on (simulated jobs charge the fence tables in " + dir + ")", nil
+	}
+	lib, err := fence.FindLibrary(library)
+	if err != nil {
+		if mode == FenceOn || library != "" {
+			return FenceConfig{}, "", err
+		}
+		return off(err.Error())
+	}
+	return FenceConfig{Dir: dir, Library: lib}, "fence: on (" + lib + ")", nil
+}
+
+// fences is the enforcer's side of the fence: one table per GPU, kept in step with the ledger.
+type fences struct {
+	cfg FenceConfig
+	lib string // the library's path inside Dir: what LD_PRELOAD names
+	log hclog.Logger
+
+	mu     sync.Mutex
+	tables map[string]*fence.Table
+	synced map[string]string // GPU -> what its table was last set to
+	failed map[string]string // GPU -> the last error said, so it is said once
+	// refused is what the fence had refused per token at the last look, to tell a new refusal.
+	refused map[string]uint64
+}
+
+func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
+	if cfg.Dir == "" {
+		return nil, nil
+	}
+	if !fence.Available {
+		return nil, errors.New("enforcer: the allocation fence needs a gpufrac built with cgo")
+	}
+	if err := fence.EnsureDir(cfg.Dir, cfg.Shared); err != nil {
+		return nil, fmt.Errorf("enforcer: %w", err)
+	}
+	// Without a library (simulated GPUs, whose jobs charge the tables themselves) tasks get
+	// the tables' directory alone.
+	lib := ""
+	if cfg.Library != "" {
+		var err error
+		if lib, err = fence.InstallLibrary(cfg.Library, cfg.Dir); err != nil {
+			return nil, fmt.Errorf("enforcer: %w", err)
+		}
+	}
+	return &fences{cfg: cfg, lib: lib, log: log.Named("fence"), tables: map[string]*fence.Table{},
+		synced: map[string]string{}, failed: map[string]string{}, refused: map[string]uint64{}}, nil
+}
+
+// table opens a GPU's table. A table that cannot be read is moved aside (its processes keep the
+// copy they mapped) and a fresh one made, so one bad file never leaves a GPU unfenced for good.
+func (f *fences) table(st ledger.GPUState) (*fence.Table, error) {
+	if t := f.tables[st.UUID]; t != nil {
+		return t, nil
+	}
+	t, err := fence.Create(f.cfg.Dir, st.UUID, st.TotalBytes, st.BudgetBytes)
+	if errors.Is(err, fence.ErrCorrupt) {
+		aside := fmt.Sprintf("%s.corrupt-%s", fence.Path(f.cfg.Dir, st.UUID), time.Now().UTC().Format("20060102T150405"))
+		if rerr := os.Rename(fence.Path(f.cfg.Dir, st.UUID), aside); rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		f.log.Warn("fence table unreadable: moved aside, a new one made", "gpu", st.UUID, "error", err, "moved_to", aside)
+		t, err = fence.Create(f.cfg.Dir, st.UUID, st.TotalBytes, st.BudgetBytes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	f.tables[st.UUID] = t
+	return t, nil
+}
+
+// sync makes a GPU's table hold exactly its reservations' caps.
+func (f *fences) sync(st ledger.GPUState) error {
+	tasks := make([]fence.Task, 0, len(st.Reservations))
+	var sig strings.Builder
+	fmt.Fprintf(&sig, "%d", st.BudgetBytes)
+	for _, r := range st.Reservations {
+		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.CapBytes})
+		fmt.Fprintf(&sig, ",%s=%d", r.Token, r.CapBytes)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.synced[st.UUID] == sig.String() {
+		return nil
+	}
+	t, err := f.table(st)
+	if err == nil {
+		err = t.SetTasks(tasks, st.BudgetBytes)
+	}
+	if err != nil {
+		delete(f.synced, st.UUID)
+		return fmt.Errorf("enforcer: fence table of GPU %s: %w", st.UUID, err)
+	}
+	f.synced[st.UUID] = sig.String()
+	return nil
+}
+
+// look reaps the slots of dead processes and returns the GPU's table as the fence sees it.
+func (f *fences) look(uuid string) (fence.Snapshot, bool) {
+	f.mu.Lock()
+	t := f.tables[uuid]
+	f.mu.Unlock()
+	if t == nil {
+		return fence.Snapshot{}, false
+	}
+	if n := t.Reap(); n > 0 {
+		f.log.Debug("gave back the fence slots of dead processes", "gpu", uuid, "slots", n)
+	}
+	s, err := t.Snapshot()
+	return s, err == nil
+}
+
+// newRefusals is how many allocations the fence refused for token since the last call.
+func (f *fences) newRefusals(token string, u fence.TaskUse) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := u.Refused - min(f.refused[token], u.Refused)
+	f.refused[token] = u.Refused
+	return n
+}
+
+func (f *fences) forget(tokens []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for tok := range f.refused {
+		if !slices.Contains(tokens, tok) {
+			delete(f.refused, tok)
+		}
+	}
+}
+
+func (f *fences) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for uuid, t := range f.tables {
+		_ = t.Close()
+		delete(f.tables, uuid)
+	}
+	clear(f.synced)
+}
+
+// SyncFence writes a GPU's reservations into its fence table. Callers that just reserved call it
+// before the task starts, so the task's first allocation finds its cap; the watchdog calls it on
+// every pass for the rest (ends, expiries, lowered caps). A no-op without a fence.
+func (e *Enforcer) SyncFence(st ledger.GPUState) error {
+	if e.fence == nil {
+		return nil
+	}
+	return e.fence.sync(st)
+}
+
+// FenceEnabled says whether tasks get the allocation fence.
+func (e *Enforcer) FenceEnabled() bool { return e.fence != nil }
+
+// fenceNote is what the fence saw of a task, for a violation's detail.
+func fenceNote(u fence.TaskUse, seen bool) string {
+	if !seen || u.Procs == 0 && u.Peak == 0 {
+		return "the allocation fence saw no allocation of this task (LD_PRELOAD unset, a static binary, or the fence off)"
+	}
+	return fmt.Sprintf("the allocation fence saw %s at most of its %s cap and refused %d allocations", u.Peak, u.Cap, u.Refused)
+}
+
+// watchFence keeps one GPU's table in step and notes tasks the fence stopped at their cap: such
+// a task failed inside its own process, so a violation is recorded when it leaves the GPU, with
+// no signal sent (oom-in-process), exactly as under MPS.
+func (e *Enforcer) watchFence(st ledger.GPUState, now time.Time) (fence.Snapshot, bool) {
+	if e.fence == nil {
+		return fence.Snapshot{}, false
+	}
+	if err := e.fence.sync(st); err != nil {
+		e.sayOnce(st.UUID, "fence", err)
+	}
+	snap, ok := e.fence.look(st.UUID)
+	if !ok {
+		return snap, false
+	}
+	tokens := make([]string, 0, len(st.Reservations))
+	for _, r := range st.Reservations {
+		tokens = append(tokens, r.Token)
+		u, seen := snap.Task(r.Token)
+		if !seen || e.fence.newRefusals(r.Token, u) == 0 || e.tracks[r.Token] != nil {
+			continue
+		}
+		n := e.near[r.Token]
+		if n == nil {
+			n = &nearCap{gpu: st.UUID, task: r.Task, capBytes: r.CapBytes, since: now, mode: st.Mode}
+			e.near[r.Token] = n
+		}
+		n.fenced = true
+		n.peak = max(n.peak, u.Peak)
+		n.refused = u.Refused
+		e.emit(Event{Kind: EventViolation, Stage: "fenced", GPU: st.UUID, Token: r.Token, Task: r.Task, Bytes: u.Used,
+			Message: fmt.Sprintf("the allocation fence refused an allocation past the cap (%s of %s in use); the task fails inside itself, no signal sent", u.Used, r.CapBytes)})
+	}
+	e.fence.forget(tokens)
+	return snap, true
+}
+
+// sayOnce logs an error once until it changes.
+func (e *Enforcer) sayOnce(uuid, what string, err error) {
+	key := uuid + "/" + what
+	if msg := err.Error(); e.lastErr[key] != msg {
+		e.lastErr[key] = msg
+		e.log.Error("enforcer step failed", "gpu", uuid, "step", what, "error", err)
+	}
+}
