@@ -310,7 +310,7 @@ type run struct {
 	prog  *progress
 	// fenceNote says whether the allocation fence is on and why.
 	fenceNote string
-	start time.Time
+	start     time.Time
 
 	mu       sync.Mutex
 	active   map[*active]bool

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"

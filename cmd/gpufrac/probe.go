@@ -125,7 +125,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	defer func() { _ = led.Release(res.Token, "probe over") }()
 	envGPU := st
 	envGPU.Mode = policy.ModeIsolated // alone on the GPU: no MPS client settings needed
-	now, err := led.State(st.UUID) // with the probe's reservation, for the fence's table
+	now, err := led.State(st.UUID)    // with the probe's reservation, for the fence's table
 	if err != nil {
 		return err
 	}
