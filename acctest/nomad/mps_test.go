@@ -1,13 +1,17 @@
 package nomad_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -57,11 +61,37 @@ func TestMPSModeReservation(t *testing.T) {
 	if want := uuid + "=" + strconv.Itoa(int(5*size.GiB/size.MiB)) + "M"; env[enforcer.EnvMPSMemLimit] != want {
 		t.Errorf("%s = %q, want %q", enforcer.EnvMPSMemLimit, env[enforcer.EnvMPSMemLimit], want)
 	}
-	if len(res.GetMounts()) != 1 || res.GetMounts()[0].GetHostPath() != pipe || res.GetMounts()[0].GetTaskPath() != pipe {
-		t.Errorf("mounts %v, want the pipe directory %s at the same path", res.GetMounts(), pipe)
+	// The MPS pipe directory and the fence's directory, each at the host's path.
+	if err := samePathMounts(res.GetMounts(), pipe, env[fence.EnvDir]); err != nil {
+		t.Error(err)
+	}
+	// Reserve wrote the task's cap into the fence before answering: a process of the task
+	// attaches and sees it.
+	fc, err := fence.Attach(env[fence.EnvDir], uuid, env[enforcer.EnvReservation])
+	if err != nil {
+		t.Fatalf("a task process cannot attach to the fence: %v", err)
+	}
+	defer fc.Detach()
+	if capBytes, _, ok := fc.View(); !ok || capBytes != 5*size.GiB {
+		t.Errorf("the fence holds the task to %s (ok %v), want its 5GiB cap", capBytes, ok)
 	}
 	// The control daemon was started for that GPU before Reserve returned.
 	if _, err := os.Stat(filepath.Join(pipe, "daemon.pid")); err != nil {
 		t.Errorf("no MPS control daemon for %s: %v", uuid, err)
 	}
+}
+
+// samePathMounts checks that mounts are exactly paths, each mounted at the host's own path.
+func samePathMounts(mounts []*devicepb.Mount, paths ...string) error {
+	var got []string
+	for _, m := range mounts {
+		if m.GetHostPath() != m.GetTaskPath() {
+			return fmt.Errorf("mount %v: the task must see the host's path", m)
+		}
+		got = append(got, m.GetHostPath())
+	}
+	if !slices.Equal(got, paths) || slices.Contains(paths, "") {
+		return fmt.Errorf("mounts %q, want %q", got, paths)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
@@ -121,8 +122,12 @@ func TestFourGPUNode(t *testing.T) {
 					t.Errorf("GPU %d: MPS control daemon running %v", i, running)
 				}
 			}
-			if mode == "mps" && (len(res.GetMounts()) != 1 || res.GetMounts()[0].GetHostPath() != pipe) {
-				t.Errorf("mounts %v, want GPU 1's pipe directory %s", res.GetMounts(), pipe)
+			mounts := []string{env[fence.EnvDir]}
+			if mode == "mps" {
+				mounts = []string{pipe, env[fence.EnvDir]}
+			}
+			if err := samePathMounts(res.GetMounts(), mounts...); err != nil {
+				t.Error(err)
 			}
 		})
 	}

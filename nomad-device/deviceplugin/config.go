@@ -55,7 +55,11 @@ const (
 	KeyMPSControl        = "mps_control"
 	KeyDeviceNodes       = "device_nodes"
 	KeyReservationGrace  = "reservation_grace"
+	KeyFence             = "fence"
+	KeyFenceLibrary      = "fence_library"
+	KeyFenceDir          = "fence_dir"
 )
+
 
 // DefaultReservationGrace is how long a reservation survives with no live process carrying its
 // token. Nomad has no release call, so this is what frees the units of a task that died; it is
@@ -93,6 +97,9 @@ var options = []option{
 	{Name: KeyMPSControl, Type: "string", Default: `""`},
 	{Name: KeyDeviceNodes, Type: "bool", Default: "true"},
 	{Name: KeyReservationGrace, Type: "string", Default: `"` + DefaultReservationGrace.String() + `"`},
+	{Name: KeyFence, Type: "bool", Default: "true"},
+	{Name: KeyFenceLibrary, Type: "string", Default: `""`},
+	{Name: KeyFenceDir, Type: "string", Default: `""`},
 }
 
 // Config is the decoded and validated plugin configuration.
@@ -122,6 +129,12 @@ type Config struct {
 	DeviceNodes bool
 	// ReservationGrace ends a reservation that no live process has carried for this long.
 	ReservationGrace time.Duration
+	// Fence puts every task process under the allocation fence (LD_PRELOAD of FenceLibrary,
+	// empty = beside the plugin binary), its tables and a copy of the library in FenceDir
+	// (default <StateDir>/fence), which every task mounts at the same path.
+	Fence        bool
+	FenceLibrary string
+	FenceDir     string
 }
 
 // NomadPolicy is the `policy { ... }` block: where the policy's Nomad Variable lives.
@@ -267,6 +280,9 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		MPSControl:    s(KeyMPSControl),
 		DeviceNodes:   b(KeyDeviceNodes),
 		GPUModes:      map[string]policy.Mode{},
+		Fence:         b(KeyFence),
+		FenceLibrary:  s(KeyFenceLibrary),
+		FenceDir:      s(KeyFenceDir),
 	}
 	switch c.GPUBackend {
 	case gpu.KindNVML:
@@ -305,6 +321,14 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	}
 	if c.MPSControl != "" && !filepath.IsAbs(c.MPSControl) {
 		bad(KeyMPSControl, strconv.Quote(c.MPSControl), "must be an absolute path (empty: look it up on PATH)")
+	}
+	if c.FenceLibrary != "" && !filepath.IsAbs(c.FenceLibrary) {
+		bad(KeyFenceLibrary, strconv.Quote(c.FenceLibrary), "must be an absolute path (empty: beside the plugin binary)")
+	}
+	if c.FenceDir == "" {
+		c.FenceDir = filepath.Join(c.StateDir, "fence")
+	} else if !filepath.IsAbs(c.FenceDir) {
+		bad(KeyFenceDir, strconv.Quote(c.FenceDir), "must be an absolute path (tasks see it at the same path)")
 	}
 	period := s(KeyFingerprintPeriod)
 	if d, err := time.ParseDuration(period); err != nil {

@@ -39,7 +39,7 @@ func TestDefaults(t *testing.T) {
 		Enabled: true, GPUBackend: "nvml", SimulatedDir: "/var/lib/gpufrac/simgpu", Unit: size.GiB,
 		StateDir: DefaultStateDir, PolicyName: "default", FingerprintPeriod: time.Minute,
 		GPUModes: map[string]policy.Mode{}, MPSRoot: "/run/gpufrac/mps", DeviceNodes: true,
-		ReservationGrace: DefaultReservationGrace,
+		ReservationGrace: DefaultReservationGrace, Fence: true, FenceDir: "/var/lib/gpufrac/fence",
 	}
 	for name, b := range map[string][]byte{"no bytes": nil, "empty config block": nil, "agent without config": nil} {
 		if name == "empty config block" {
@@ -124,6 +124,8 @@ func TestParseConfigRejects(t *testing.T) {
 		{`config { unit = "1 parsec" }`, []string{"unit", `"1 parsec"`}},
 		{`config { unit = "1MiB" }`, []string{"unit", `"1MiB"`, "64MiB"}},
 		{`config { fingerprint_period = "soon" }`, []string{"fingerprint_period", `"soon"`}},
+		{`config { fence_library = "lib/libgpufrac-fence.so" }`, []string{"fence_library", `"lib/libgpufrac-fence.so"`, "absolute"}},
+		{`config { fence_dir = "fence" }`, []string{"fence_dir", `"fence"`, "absolute"}},
 		{`config { fingerprint_period = "1ms" }`, []string{"fingerprint_period", `"1ms"`}},
 		{`config { reservation_grace = "forever" }`, []string{"reservation_grace", `"forever"`}},
 		{`config { reservation_grace = "1s" }`, []string{"reservation_grace", `"1s"`, "10s"}},

@@ -45,12 +45,24 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 		if err := enf.PrepareGPU(ctx, res.GPU); err != nil {
 			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: preparing GPU %s (%s mode) for the task: %w", res.GPU, st.Mode, err))
 		}
+		if err := rt.fenceProblem(); err != nil {
+			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: the allocation fence is configured but cannot run: %w", err))
+		}
+		// The task's first allocation must find its cap in the fence's table.
+		if err := enf.SyncFence(st); err != nil {
+			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: writing the task's cap into the fence: %w", err))
+		}
 		opts = enf.EnvOptions(res.GPU)
 	}
 	opts.DockerRuntime = cfg.DockerRuntime
 	out := &devicepb.ContainerReservation{Envs: enforcer.TaskEnv(res, st, opts)}
 	if st.Mode == policy.ModeMPS && opts.MPSPipeDir != "" {
 		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.MPSPipeDir, HostPath: opts.MPSPipeDir})
+	}
+	if opts.FenceDir != "" {
+		// One mount gives a container the tables and the library (copied into the directory),
+		// at the path its environment names; raw_exec tasks see the host's path anyway.
+		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.FenceDir, HostPath: opts.FenceDir})
 	}
 	if cfg.DeviceNodes && b != nil {
 		rt.mu.Lock()
@@ -65,6 +77,12 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 	rt.log.Info("reserved", "gpu", res.GPU, "units", len(ids), "cap", res.CapBytes.String(), "mode", st.Mode,
 		"token", res.Token[:min(8, len(res.Token))]+"…")
 	return out, nil
+}
+
+func (rt *runtime) fenceProblem() error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.fenceErr
 }
 
 // undo releases a reservation whose task cannot be started, so its units return to the pool.

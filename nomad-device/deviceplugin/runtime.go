@@ -24,6 +24,7 @@ import (
 type taskEnforcer interface {
 	PrepareGPU(ctx context.Context, uuid string) error
 	EnvOptions(uuid string) enforcer.EnvOptions
+	SyncFence(st ledger.GPUState) error
 	TaskUsage(token string) (size.Bytes, bool)
 }
 
@@ -44,6 +45,7 @@ type runtime struct {
 	ledgerErr  error
 	enf        taskEnforcer
 	enforcer   *enforcer.Enforcer    // the same as enf; kept for Shutdown
+	fenceErr   error                 // why the configured allocation fence cannot run
 	devices    map[string]gpu.Device // by UUID, from the last listing
 	// policyReady is false while a policy source is configured but has not yet delivered a valid
 	// policy in this process; policyErr is the source's latest complaint.

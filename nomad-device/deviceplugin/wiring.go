@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/nomadvars"
 )
@@ -108,8 +109,17 @@ func (rt *runtime) waitPolicy(ctx context.Context, d time.Duration) {
 // MPS daemons for the plugin's life. It needs the backend and the ledger.
 func (rt *runtime) startEnforcer() {
 	b, l, _ := rt.parts()
+	fc, err := rt.fenceConfig(b)
+	if err != nil {
+		// Reserve refuses while this holds: a task it admitted would have no allocation fence.
+		rt.log.Error("allocation fence unavailable: Reserve refuses until it is fixed or fence = false", "error", err)
+		rt.mu.Lock()
+		rt.fenceErr = err
+		rt.mu.Unlock()
+	}
 	enf, err := enforcer.New(enforcer.Config{Backend: b, Ledger: l, Logger: rt.log,
-		MPS: enforcer.MPSOptions{ControlBinary: rt.cfg.MPSControl, Root: rt.cfg.MPSRoot}})
+		MPS:   enforcer.MPSOptions{ControlBinary: rt.cfg.MPSControl, Root: rt.cfg.MPSRoot},
+		Fence: fc})
 	if err != nil {
 		rt.log.Error("enforcer unavailable: caps are not watched", "error", err)
 		return
@@ -122,4 +132,16 @@ func (rt *runtime) startEnforcer() {
 		defer rt.wg.Done()
 		_ = enf.Run(rt.ctx)
 	}()
+}
+
+// fenceConfig is the allocation fence the plugin's config asks for. Tasks run as other users
+// (Nomad's exec driver: nobody), so the directory is shared.
+func (rt *runtime) fenceConfig(b gpu.Backend) (enforcer.FenceConfig, error) {
+	if !rt.cfg.Fence {
+		return enforcer.FenceConfig{}, nil
+	}
+	_, simulated := b.(*gpu.Simulated)
+	fc, _, err := enforcer.ResolveFence(enforcer.FenceOn, rt.cfg.FenceLibrary, rt.cfg.FenceDir, simulated)
+	fc.Shared = true
+	return fc, err
 }
