@@ -60,7 +60,6 @@ const (
 	KeyFenceDir          = "fence_dir"
 )
 
-
 // DefaultReservationGrace is how long a reservation survives with no live process carrying its
 // token. Nomad has no release call, so this is what frees the units of a task that died; it is
 // long because a docker task's first process only starts after its image is pulled.
