@@ -152,6 +152,9 @@ func (e *Enforcer) publish(uuid string, s Sample, byToken map[string][]ProcUsage
 func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps []ProcUsage, now time.Time) {
 	used := sum(ps)
 	limit := r.CapBytes + e.cfg.Allowance*size.Bytes(len(ps))
+	if n := e.near[r.Token]; n != nil && n.fenced {
+		n.peak = max(n.peak, used) // NVML's view, context included
+	}
 	tr := e.tracks[r.Token]
 	if tr == nil {
 		if mode == policy.ModeMPS && float64(used) >= nearFraction*float64(r.CapBytes) {

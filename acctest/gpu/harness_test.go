@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -68,7 +69,22 @@ type harness struct {
 
 func newHarness(tb testing.TB, mode policy.Mode, interval time.Duration) *harness {
 	tb.Helper()
+	return newHarnessFence(tb, mode, interval, false)
+}
+
+// newHarnessFence is newHarness with the allocation fence on when fenced: its library is
+// $GPUFRAC_FENCE_LIBRARY, or beside the test binary.
+func newHarnessFence(tb testing.TB, mode policy.Mode, interval time.Duration, fenced bool) *harness {
+	tb.Helper()
 	needGPU(tb)
+	var fc enforcer.FenceConfig
+	if fenced {
+		lib, err := fence.FindLibrary(os.Getenv("GPUFRAC_FENCE_LIBRARY"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		fc = enforcer.FenceConfig{Dir: filepath.Join(tb.TempDir(), "fence"), Library: lib}
+	}
 	logf, err := os.OpenFile(filepath.Join(outDir(), "enforcer.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		tb.Fatal(err)
@@ -98,7 +114,7 @@ func newHarness(tb testing.TB, mode policy.Mode, interval time.Duration) *harnes
 		tb.Fatal(err)
 	}
 	enf, err := enforcer.New(enforcer.Config{Backend: be, Ledger: led, Logger: log,
-		MPS: enforcer.MPSOptions{Root: mpsRoot, Timeout: 10 * time.Second}})
+		MPS: enforcer.MPSOptions{Root: mpsRoot, Timeout: 10 * time.Second}, Fence: fc})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -154,16 +170,26 @@ type job struct {
 // run starts workload.py with args, holding reservation r (none when r.Token is empty).
 func (h *harness) run(r ledger.Reservation, name string, args ...string) *job {
 	h.tb.Helper()
+	return h.runScript(r, name, "workload.py", nil, args...)
+}
+
+// runScript starts a testdata script with extra environment variables.
+func (h *harness) runScript(r ledger.Reservation, name, script string, extra []string, args ...string) *job {
+	h.tb.Helper()
 	j := &job{name: name, result: filepath.Join(h.tb.TempDir(), name+".json"), done: make(chan struct{})}
-	cmd := exec.Command("python3", append([]string{"-u", filepath.Join("testdata", "workload.py")}, append(args, "--out", j.result)...)...)
+	cmd := exec.Command("python3", append([]string{"-u", filepath.Join("testdata", script)}, append(args, "--out", j.result)...)...)
 	if wd := os.Getenv("GPUFRAC_GPU_TESTDIR"); wd != "" {
-		cmd.Args[2] = filepath.Join(wd, "workload.py")
+		cmd.Args[2] = filepath.Join(wd, script)
 	}
 	cmd.Env = append(os.Environ(), "NOMAD_JOB_NAME="+name, "NOMAD_TASK_NAME=main", "GPUFRAC_TEMPLATE="+name,
 		"CUDA_VISIBLE_DEVICES="+h.uuid)
+	cmd.Env = append(cmd.Env, extra...)
 	if r.Token != "" {
 		st, err := h.led.State(h.uuid)
 		if err != nil {
+			h.tb.Fatal(err)
+		}
+		if err := h.enf.SyncFence(st); err != nil {
 			h.tb.Fatal(err)
 		}
 		for k, v := range enforcer.TaskEnv(r, st, h.enf.EnvOptions(h.uuid)) {

@@ -1,0 +1,195 @@
+package gpuacc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// fenceResult is the JSON line testdata/fence.py writes.
+type fenceResult struct {
+	Mode        string  `json:"mode"`
+	Outcome     string  `json:"outcome"`
+	AllocatedMB int     `json:"allocated_mb"`
+	Error       string  `json:"error"`
+	InfoFree    int64   `json:"info_free"`
+	InfoTotal   int64   `json:"info_total"`
+	Alive       bool    `json:"alive"`
+	Child       string  `json:"child"`
+	MS          float64 `json:"ms"`
+	CUDAPairUS  float64 `json:"cuda_pair_us"`
+	TorchPairUS float64 `json:"torch_pair_us"`
+	ChildExit   int     `json:"child_exit"`
+}
+
+func (j *job) fenceResult(tb testing.TB) fenceResult {
+	tb.Helper()
+	var r fenceResult
+	b, err := os.ReadFile(j.result)
+	if err == nil {
+		err = json.Unmarshal(b, &r)
+	}
+	if err != nil {
+		tb.Fatalf("%s: no result (%v): %s", j.name, err, tail(j.out.String()))
+	}
+	return r
+}
+
+// Every allocation path PyTorch and a raw CUDA program use stops at the task's cap inside the
+// process, which lives on; cudaMemGetInfo shows the task its cap.
+func TestFenceAllocators(t *testing.T) {
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"caching", nil, nil},
+		{"cudaMallocAsync", []string{"PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync"}, nil},
+		{"expandable", []string{"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}, nil},
+		{"ctypes-cudaMalloc", nil, []string{"--raw"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarnessFence(t, policy.ModeIsolated, 10*time.Millisecond, true)
+			h.start()
+			const capBytes = 4 * size.GiB
+			r := h.reserve(capBytes, "fill")
+			j := h.runScript(r, "fill", "fence.py", c.env, append([]string{"fill", "--chunk-mb", "256", "--target-mb", "12288"}, c.args...)...)
+			code, sig := j.wait(t, 120*time.Second)
+			res := j.fenceResult(t)
+			record(t, map[string]any{"allocated_mb": res.AllocatedMB, "cap_mb": capBytes / size.MiB, "error": res.Error,
+				"info_total": res.InfoTotal, "info_free": res.InfoFree, "alive": res.Alive, "exit": code})
+			if code != 0 || sig != 0 || !res.Alive {
+				t.Fatalf("the process should live on after the refusal: exit %d %v alive %v: %s", code, sig, res.Alive, tail(j.out.String()))
+			}
+			if res.AllocatedMB > int(capBytes/size.MiB) || res.AllocatedMB < int(capBytes/size.MiB)-512 || res.Error == "" {
+				t.Errorf("stopped at %d MiB (%q), want the 4096 MiB cap", res.AllocatedMB, res.Error)
+			}
+			if res.InfoTotal != int64(capBytes) || res.InfoFree > int64(capBytes) {
+				t.Errorf("mem_get_info = (%d free, %d total), want the task's cap as total", res.InfoFree, res.InfoTotal)
+			}
+			if v := h.violation(r.Token, 10*time.Second); v.Action != enforcer.ActionOOMInProcess || !strings.Contains(v.Detail, "fence") {
+				t.Errorf("violation %+v: want oom-in-process by the fence", v)
+			}
+		})
+	}
+}
+
+// Two CUDA processes of one task share its cap.
+func TestFenceTwoProcessesOfOneTask(t *testing.T) {
+	h := newHarnessFence(t, policy.ModeIsolated, 10*time.Millisecond, true)
+	h.start()
+	r := h.reserve(4*size.GiB, "pair")
+	j := h.runScript(r, "pair", "fence.py", nil, "pair", "--mb", "2560")
+	code, _ := j.wait(t, 120*time.Second)
+	res := j.fenceResult(t)
+	record(t, map[string]any{"child": res.Child, "exit": code})
+	if code != 0 || res.Child != "oom" {
+		t.Fatalf("parent 2.5 GiB, child 2.5 GiB under a 4 GiB cap: child %q, exit %d: %s", res.Child, code, tail(j.out.String()))
+	}
+}
+
+// A child that leaves the fence (LD_PRELOAD or its reservation removed) is the watchdog's.
+func TestFenceEscapeIsTheWatchdogs(t *testing.T) {
+	for _, drop := range []string{"preload", "token"} {
+		t.Run(drop, func(t *testing.T) {
+			h := newHarnessFence(t, policy.ModeIsolated, 10*time.Millisecond, true)
+			h.start()
+			r := h.reserve(4*size.GiB, "escape")
+			j := h.runScript(r, "escape", "fence.py", nil, "escape", "--drop", drop, "--mb", "6144", "--seconds", "30")
+			v := h.violation(r.Token, 60*time.Second)
+			code, _ := j.wait(t, 60*time.Second)
+			record(t, map[string]any{"action": v.Action, "peak_mb": v.PeakBytes / size.MiB, "detail": v.Detail, "exit": code})
+			if v.Action != enforcer.ActionSIGKILL || !strings.Contains(v.Detail, "allocation fence saw no allocation") {
+				t.Errorf("violation %+v: want a SIGKILL by the watchdog, naming the fence's blind spot", v)
+			}
+		})
+	}
+}
+
+// The scene of gpu-facts.md: five honest jobs growing to their caps and a runaway, caps summing
+// to nearly the budget. With the fence no neighbour is harmed and the runaway fails inside itself.
+func TestFenceFullGPU(t *testing.T) {
+	for _, mode := range []policy.Mode{policy.ModeIsolated, policy.ModeMPS} {
+		t.Run(string(mode), func(t *testing.T) {
+			h := newHarnessFence(t, mode, 10*time.Millisecond, true)
+			if mode == policy.ModeMPS {
+				if err := h.enf.PrepareGPU(context.Background(), h.uuid); err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = h.enf.Shutdown(context.Background()) }()
+			}
+			h.start()
+			var honest []*job
+			for i := range 5 {
+				name := fmt.Sprintf("honest%d", i)
+				honest = append(honest, h.runScript(h.reserve(24*size.GiB, name), name, "fence.py", nil,
+					"grow", "--to-mb", "21504", "--step-mb", "512", "--interval", "0.2", "--seconds", "6"))
+			}
+			rr := h.reserve(8*size.GiB, "runaway")
+			run := h.runScript(rr, "runaway", "fence.py", nil, "runaway", "--after", "4", "--chunk-mb", "2048")
+			harmed := 0
+			for _, j := range honest {
+				if code, sig := j.wait(t, 180*time.Second); code != 0 {
+					harmed++
+					t.Errorf("%s harmed: exit %d %v: %s", j.name, code, sig, tail(j.out.String()))
+				}
+			}
+			code, sig := run.wait(t, 60*time.Second)
+			res := run.fenceResult(t)
+			v := h.violation(rr.Token, 10*time.Second)
+			over := v.PeakBytes - min(v.PeakBytes, rr.CapBytes)
+			record(t, map[string]any{"mode": mode, "harmed": harmed, "runaway_exit": code, "runaway_mb": res.AllocatedMB,
+				"runaway_ms": res.MS, "peak_mb": v.PeakBytes / size.MiB, "overshoot_mb": over / size.MiB, "action": v.Action})
+			if code != 1 || sig != 0 || res.Outcome != "oom" {
+				t.Errorf("the runaway should fail inside itself: exit %d %v %+v", code, sig, res)
+			}
+			if over > enforcer.DefaultAllowance {
+				t.Errorf("the runaway reached %s past its %s cap: more than the context allowance", over, rr.CapBytes)
+			}
+		})
+	}
+}
+
+// BenchmarkFenceAllocFree is the fence's cost on the allocation path: cudaMalloc/cudaFree pairs
+// through ctypes and torch.empty/del with the caching allocator off, with and without the fence,
+// alternated three times; the metrics are the ratios of the medians (fenced / plain).
+func BenchmarkFenceAllocFree(b *testing.B) {
+	h := newHarnessFence(b, policy.ModeIsolated, 100*time.Millisecond, true)
+	h.start()
+	r := h.reserve(8*size.GiB, "cost")
+	env := []string{"PYTORCH_NO_CUDA_MEMORY_CACHING=1"}
+	var plainCUDA, fencedCUDA, plainTorch, fencedTorch []float64
+	for i := 0; i < 3; i++ {
+		for _, fenced := range []bool{false, true} {
+			res := r
+			if !fenced {
+				res.Token = ""
+			}
+			j := h.runScript(res, fmt.Sprintf("cost%d%v", i, fenced), "fence.py", env, "cost", "--n", "20000", "--kb", "64")
+			if code, _ := j.wait(b, 300*time.Second); code != 0 {
+				b.Fatalf("cost run failed: %s", tail(j.out.String()))
+			}
+			c := j.fenceResult(b)
+			if fenced {
+				fencedCUDA, fencedTorch = append(fencedCUDA, c.CUDAPairUS), append(fencedTorch, c.TorchPairUS)
+			} else {
+				plainCUDA, plainTorch = append(plainCUDA, c.CUDAPairUS), append(plainTorch, c.TorchPairUS)
+			}
+		}
+	}
+	med := func(x []float64) float64 { sort.Float64s(x); return x[len(x)/2] }
+	record(b, map[string]any{"plain_cuda_us": plainCUDA, "fenced_cuda_us": fencedCUDA, "plain_torch_us": plainTorch,
+		"fenced_torch_us": fencedTorch, "cuda_ratio": med(fencedCUDA) / med(plainCUDA), "torch_ratio": med(fencedTorch) / med(plainTorch)})
+	b.ReportMetric(med(fencedCUDA)/med(plainCUDA), "cuda-ratio")
+	b.ReportMetric(med(fencedTorch)/med(plainTorch), "torch-ratio")
+}

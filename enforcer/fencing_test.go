@@ -1,0 +1,85 @@
+package enforcer
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// With the fence a leaker fails inside its own process at its cap: no signal, and the violation
+// says the fence refused it. Its neighbour is untouched.
+func TestFencedLeakerFailsInsideItself(t *testing.T) {
+	for _, mode := range []policy.Mode{policy.ModeIsolated, policy.ModeMPS} {
+		t.Run(string(mode), func(t *testing.T) {
+			dir := t.TempDir()
+			// The fence counts allocations, not the context (500MiB here): the watchdog's allowance
+			// must cover it, as DefaultAllowance covers a real CUDA context.
+			r := newRig(t, mode, func(c *Config) { c.Fence, c.Allowance = FenceConfig{Dir: dir}, 640*size.MiB })
+			r.start()
+			nb, _ := r.neighbour("7")
+			res := r.reserve(2*size.GiB, "leaker")
+			st, err := r.led.State(r.uuid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.enf.SyncFence(st); err != nil {
+				t.Fatal(err)
+			}
+			// No MPS pinned limit here: the fence alone must hold it.
+			leak := r.runEnv(res, "leaker", []string{EnvMPSMemLimit + "="}, "--peak", "1GiB", "--ramp", "50ms", "--leak-to", "20GiB", "--leak-rate", "8GiB")
+			if code := leak.wait(t); code == 0 || leak.killedBy() != 0 {
+				t.Fatalf("leaker: exit %d, signal %v; want a failure of its own; output:\n%s", code, leak.killedBy(), leak.out.String())
+			}
+			if !strings.Contains(leak.out.String(), "gpufrac fence") {
+				t.Fatalf("the leaker's own error should name the fence:\n%s", leak.out.String())
+			}
+			v := r.violation(res.Token)
+			if v.Action != ActionOOMInProcess || !strings.Contains(v.Detail, "allocation fence refused") || v.Mode != mode {
+				t.Fatalf("violation %+v", v)
+			}
+			if v.PeakBytes > 2*size.GiB+r.cfg.Allowance {
+				t.Fatalf("peak %s: past the cap and the context allowance", v.PeakBytes)
+			}
+			if s := r.sent(leak.cmd.Process.Pid); len(s) != 0 {
+				t.Fatalf("the watchdog signalled a fenced leaker: %v", s)
+			}
+			nb.checkResult(t, 7)
+			if s := r.sent(nb.cmd.Process.Pid); len(s) != 0 {
+				t.Fatalf("neighbour was sent %v", s)
+			}
+		})
+	}
+}
+
+// The table follows the ledger: a released reservation leaves it on the next pass.
+func TestFenceTableFollowsTheLedger(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir} })
+	a := r.reserve(2*size.GiB, "a")
+	b := r.reserve(3*size.GiB, "b")
+	st, _ := r.led.State(r.uuid)
+	if err := r.enf.SyncFence(st); err != nil {
+		t.Fatal(err)
+	}
+	if o := r.enf.EnvOptions(r.uuid); o.FenceDir != dir || o.FenceLibrary != "" {
+		t.Fatalf("env options %+v: want the fence directory and no library (simulated GPUs)", o)
+	}
+	if err := r.led.Release(a.Token, "done"); err != nil {
+		t.Fatal(err)
+	}
+	r.enf.Tick(t.Context())
+	c, err := fence.Attach(dir, r.uuid, b.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Detach()
+	if capBytes, _, ok := c.View(); !ok || capBytes != 3*size.GiB {
+		t.Fatalf("b's cap in the fence: %s %v", capBytes, ok)
+	}
+	if _, err := fence.Attach(dir, r.uuid, a.Token); err == nil {
+		t.Fatal("a released reservation still has a task in the fence")
+	}
+}
