@@ -162,14 +162,14 @@ func TestFenceFullGPU(t *testing.T) {
 
 // BenchmarkFenceAllocFree is the fence's cost on the allocation path: cudaMalloc/cudaFree pairs
 // through ctypes and torch.empty/del with the caching allocator off, with and without the fence,
-// alternated three times; the metrics are the ratios of the medians (fenced / plain).
+// alternated five times; the metrics are the ratios of the medians (fenced / plain).
 func BenchmarkFenceAllocFree(b *testing.B) {
 	h := newHarnessFence(b, policy.ModeIsolated, 100*time.Millisecond, true)
 	h.start()
 	r := h.reserve(8*size.GiB, "cost")
 	env := []string{"PYTORCH_NO_CUDA_MEMORY_CACHING=1"}
 	var plainCUDA, fencedCUDA, plainTorch, fencedTorch []float64
-	for i := 0; i < 3; i++ {
+	for i := range 5 {
 		for _, fenced := range []bool{false, true} {
 			res := r
 			if !fenced {

@@ -59,6 +59,7 @@ def fill(a):
                 rc = rt.cudaMalloc(ctypes.byref(p), ctypes.c_size_t(a.chunk_mb * MiB))
                 if rc != 0:
                     err = "cudaMalloc returned %d" % rc
+                    rt.cudaGetLastError()  # a failed call leaves its error for the next one to see
                     break
                 held.append(p)
             else:
