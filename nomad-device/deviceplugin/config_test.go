@@ -135,6 +135,10 @@ func TestParseConfigRejects(t *testing.T) {
 			gpu_backend = "simulated"
 			simulated_gpus = ["H100=lots"]
 		}`, []string{"simulated_gpus", "H100=lots"}},
+		{`config {
+			gpu_backend = "simulated"
+			simulated_gpus = ["H100=16383PiB"]
+		}`, []string{"simulated_gpus", "H100=16383PiB", "above 2TiB"}},
 		{`config { gpu_modes = { "0" = "shared" } }`, []string{"gpu_modes.0", `"shared"`}},
 		{`config {
 			policy_file = "/etc/gpufrac/policy.json"
