@@ -130,6 +130,7 @@ func (rt *runtime) startEnforcer() {
 	rt.mu.Lock()
 	rt.enf, rt.enforcer = enf, enf
 	rt.mu.Unlock()
+	rt.startPublisher(enf, l)
 	rt.wg.Add(1)
 	go func() {
 		defer rt.wg.Done()
