@@ -18,7 +18,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpufrac/gpufrac/policy"
-	"github.com/gpufrac/gpufrac/violations"
+	"github.com/gpufrac/gpufrac/policy/violations"
 )
 
 // Config wires a Controller. Client is required.

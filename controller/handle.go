@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
-	"github.com/gpufrac/gpufrac/violations"
+	"github.com/gpufrac/gpufrac/policy/violations"
 )
 
 // Handle acts on one violation variable. It is idempotent: a violation marked handled, or whose

@@ -7,7 +7,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy/nomadvars"
-	"github.com/gpufrac/gpufrac/violations"
+	"github.com/gpufrac/gpufrac/policy/violations"
 )
 
 // republishWindow is how far back the ledger's violations are published again at start: a
