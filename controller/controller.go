@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/violations"
@@ -37,6 +38,8 @@ type Config struct {
 	Retry, Wait time.Duration
 	// Name identifies this controller in the handled_by item (default "gpufrac-controller").
 	Name string
+	// Registerer, when set, gets the controller's Prometheus metrics.
+	Registerer prometheus.Registerer
 }
 
 // Event kinds.
@@ -80,6 +83,9 @@ type Controller struct {
 	mu      sync.Mutex
 	done    map[string]bool // violation paths handled or reported in this process
 	pending map[string]pending
+
+	events  *prometheus.CounterVec
+	contain prometheus.Histogram
 }
 
 // pending is a re-registration waiting for its replacement allocation to run.
@@ -109,7 +115,22 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Name == "" {
 		cfg.Name = "gpufrac-controller"
 	}
-	return &Controller{cfg: cfg, log: cfg.Logger.Named("controller"), done: map[string]bool{}, pending: map[string]pending{}}, nil
+	c := &Controller{cfg: cfg, log: cfg.Logger.Named("controller"), done: map[string]bool{}, pending: map[string]pending{},
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpufrac_controller_events_total",
+			Help: "Controller events by kind (reregistered, exhausted, skipped, replaced, error...)."}, []string{"kind"}),
+		contain: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpufrac_controller_violation_containment_seconds",
+			Help:    "Time from a task passing its cap to its containment, for each violation the controller acted on.",
+			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}}),
+	}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(c.events); err != nil {
+			return nil, fmt.Errorf("controller metrics: %w", err)
+		}
+		if err := cfg.Registerer.Register(c.contain); err != nil {
+			return nil, fmt.Errorf("controller metrics: %w", err)
+		}
+	}
+	return c, nil
 }
 
 func (c *Controller) emit(ev Event) {
@@ -125,6 +146,7 @@ func (c *Controller) emit(ev Event) {
 	default:
 		c.log.Info("controller event", args...)
 	}
+	c.events.WithLabelValues(ev.Kind).Inc()
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(ev)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/ledger"
@@ -160,9 +161,16 @@ func TestReregistersWithAWholeGPUOnce(t *testing.T) {
 	r := newRig(t)
 	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
 	path := r.violate(alloc1, gpuA, t0)
-	c := r.controller(nil)
+	reg := prometheus.NewRegistry()
+	c := r.controller(func(cfg *Config) { cfg.Registerer = reg })
 	if err := r.pass(c); err != nil {
 		t.Fatal(err)
+	}
+	if got := metric(t, reg, "gpufrac_controller_events_total", "reregistered"); got != 1 {
+		t.Errorf("reregistered events counted %v, want 1", got)
+	}
+	if got := metric(t, reg, "gpufrac_controller_violation_containment_seconds", ""); got != 1 {
+		t.Errorf("containment observations %v, want 1", got)
 	}
 	if got := r.count(0); got != 78 {
 		t.Fatalf("count after the violation %d, want the whole GPU's 78 units", got)
@@ -365,4 +373,29 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// metric is a counter's value (with label kind when given) or a histogram's sample count.
+func metric(t *testing.T, reg *prometheus.Registry, name, kind string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -41,6 +41,10 @@ func (c *Controller) Handle(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("violation %s: %w", path, err)
 	}
+	// Once per violation: a retried one (API down, 403) is observed when it is finally acted on.
+	if !rec.CrossedAt.IsZero() && rec.ContainedAt.After(rec.CrossedAt) {
+		c.contain.Observe(rec.ContainedAt.Sub(rec.CrossedAt).Seconds())
+	}
 	if c.cfg.DryRun {
 		c.markDone(path)
 		return nil

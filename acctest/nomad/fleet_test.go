@@ -2,6 +2,9 @@ package nomad_test
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -33,7 +36,9 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 		varserver.Rule{Path: "gpufrac/templates/*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}})
 
 	dir := t.TempDir()
-	c := start(t, agentConfig(dir, `"H100=80GiB"`, `violations {
+	port := freeTCPPort(t)
+	c := start(t, agentConfig(dir, `"H100=80GiB"`, `metrics_addr = ":`+port+`"
+  violations {
     address = "`+vs.URL()+`"
     token   = "plugin-token"
   }`))
@@ -132,6 +137,19 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 		}
 	}
 
+	// The plugin's metrics count the violation and its time to containment.
+	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`gpufrac_violations_total{action="sigkill",gpu="` + uuid + `"} 1`, "gpufrac_violation_containment_seconds_count 1"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("plugin metrics lack %q", want)
+		}
+	}
+
 	// Nomad replaces the allocation: the old one's units are free again and the new one asks
 	// for 78, which only a whole GPU has.
 	c.Unschedule(ids)
@@ -149,6 +167,17 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 }
 
 func strPtr(s string) *string { return &s }
+
+func freeTCPPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
 
 func apiClient(t *testing.T, addr, token string) *api.Client {
 	t.Helper()

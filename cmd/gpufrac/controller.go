@@ -6,9 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gpufrac/gpufrac/controller"
 	"github.com/gpufrac/gpufrac/policy/nomadvars"
@@ -24,6 +30,7 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 	dryRun := fs.Bool("dry-run", false, "only say what would be done: no job, template or violation is written")
 	asJSON := fs.Bool("json", false, "print each event as one JSON object per line on stdout")
 	retry := fs.Duration("retry", 5*time.Second, "pause after a Nomad API error")
+	metricsAddr := fs.String("metrics-addr", "", `serve Prometheus metrics at http://ADDR/metrics ("host:port", or ":port" for loopback only)`)
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
 	}
@@ -32,6 +39,28 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 	}
 	if *retry < 100*time.Millisecond || *retry > time.Hour {
 		return usagef("--retry %s: must be between 100ms and 1h", *retry)
+	}
+	var reg *prometheus.Registry
+	if *metricsAddr != "" {
+		host, port, err := net.SplitHostPort(*metricsAddr)
+		if err != nil || port == "" {
+			return usagef("--metrics-addr %q: want host:port or :port", *metricsAddr)
+		}
+		if host == "" {
+			host = "127.0.0.1"
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		g.logger.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
 	}
 	cfg := nomadvars.Config{Address: *addr, Token: os.Getenv("NOMAD_TOKEN"), TokenFile: *tokenFile, Namespace: *ns, Logger: g.logger}
 	conn, err := nomadvars.NewAPIClient(cfg)
@@ -53,7 +82,7 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 		_ = enc.Encode(ev)
 	}
 	c, err := controller.New(controller.Config{Client: conn.Client, Namespace: conn.Namespace, Templates: store, DryRun: *dryRun,
-		Logger: g.logger, OnEvent: onEvent, Retry: *retry})
+		Logger: g.logger, OnEvent: onEvent, Retry: *retry, Registerer: registerer(reg)})
 	if err != nil {
 		return err
 	}
@@ -62,4 +91,12 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 		return err
 	}
 	return nil
+}
+
+// registerer avoids handing the controller a typed nil inside the interface.
+func registerer(reg *prometheus.Registry) prometheus.Registerer {
+	if reg == nil {
+		return nil
+	}
+	return reg
 }

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -59,6 +60,7 @@ const (
 	KeyFenceLibrary      = "fence_library"
 	KeyFenceDir          = "fence_dir"
 	KeyViolations        = "violations"
+	KeyMetricsAddr       = "metrics_addr"
 )
 
 // DefaultReservationGrace is how long a reservation survives with no live process carrying its
@@ -100,6 +102,7 @@ var options = []option{
 	{Name: KeyFence, Type: "bool", Default: "true"},
 	{Name: KeyFenceLibrary, Type: "string", Default: `""`},
 	{Name: KeyFenceDir, Type: "string", Default: `""`},
+	{Name: KeyMetricsAddr, Type: "string", Default: `""`},
 	// Where violations are published for `gpufrac controller` (absent: not published).
 	{Name: KeyViolations, Nested: []option{
 		{Name: "address", Type: "string", Default: `""`},
@@ -146,6 +149,9 @@ type Config struct {
 	FenceDir     string
 	// Violations, when non-nil, is where violations are published as Nomad Variables.
 	Violations *NomadTarget
+	// MetricsAddr, when set, serves Prometheus metrics at http://<MetricsAddr>/metrics; a bare
+	// ":port" listens on loopback only.
+	MetricsAddr string
 }
 
 // NomadTarget is the `violations { ... }` block: the Nomad agent and namespace to write to.
@@ -399,6 +405,17 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 			bad(KeyPolicyFile, strconv.Quote(c.PolicyFile), "set policy_file or a policy block, not both")
 		}
 		c.Nomad = np
+	}
+	if a := s(KeyMetricsAddr); a != "" {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			bad(KeyMetricsAddr, strconv.Quote(a), `must be "host:port" or ":port" (loopback), e.g. ":9410"`)
+		} else {
+			if host == "" {
+				host = "127.0.0.1"
+			}
+			c.MetricsAddr = net.JoinHostPort(host, port)
+		}
 	}
 	if vb := schema.get(obj, KeyViolations); !vb.IsNull() {
 		n := schema.nested[KeyViolations]

@@ -135,6 +135,8 @@ func TestParseConfigRejects(t *testing.T) {
 			gpu_backend = "simulated"
 			simulated_gpus = ["H100=lots"]
 		}`, []string{"simulated_gpus", "H100=lots"}},
+		{`config { metrics_addr = "9410" }`, []string{"metrics_addr", `"9410"`, "host:port"}},
+		{`config { metrics_addr = ":http" }`, []string{"metrics_addr", `":http"`}},
 		{`config {
 			gpu_backend = "simulated"
 			simulated_gpus = ["H100=16383PiB"]

@@ -81,6 +81,7 @@ func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot 
 		log.Error("cannot create state_dir; GPUs stay unavailable until it can be created", "state_dir", cfg.StateDir, "error", err)
 	}
 	rt.open()
+	rt.startMetrics()
 	rt.wg.Add(1)
 	go rt.loop()
 	return rt
