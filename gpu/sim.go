@@ -22,6 +22,10 @@ import (
 // than the sum of Processes, as on real hardware, so code that confuses the two shows up in CI.
 const SimDriverReserve = 500 * size.MiB
 
+// MaxSimMemory bounds a simulated GPU's memory far above any real GPU's: every unit of a GPU is
+// an instance in the fingerprint, and an absurd size would have the plugin list millions of them.
+const MaxSimMemory = 2 * size.TiB
+
 // EnvSimDir names the simulated backend's state directory for child processes (simulated jobs,
 // the plugin launched by a test harness).
 const EnvSimDir = "GPUFRAC_SIM_DIR"
@@ -232,6 +236,9 @@ func parseSimEntry(e string) (string, size.Bytes, error) {
 	}
 	if b < size.GiB {
 		return "", 0, fmt.Errorf("memory %q is below 1GiB", mem)
+	}
+	if b > MaxSimMemory {
+		return "", 0, fmt.Errorf("memory %q is above %s", mem, MaxSimMemory)
 	}
 	return model, b, nil
 }

@@ -34,6 +34,9 @@ func TestParseSimSpec(t *testing.T) {
 		{in: "65xH100=80GiB", wantErr: `"65xH100=80GiB"`},
 		{in: "H100=80XB", wantErr: `"H100=80XB"`},
 		{in: "H100=512MiB", wantErr: "below 1GiB"},
+		{in: "H100=2TiB", want: []string{"H100=2TiB"}},
+		{in: "H100=16383PiB", wantErr: `"16383PiB" is above 2TiB`},
+		{in: "H100=3TiB", wantErr: `"3TiB" is above 2TiB`},
 		{in: "a/b=8GiB", wantErr: `"a/b=8GiB"`},
 		{in: "2xH100=80GiB,bogus", wantErr: `"bogus"`},
 	}

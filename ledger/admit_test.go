@@ -424,3 +424,40 @@ func TestSeenCommitsSparingly(t *testing.T) {
 		t.Errorf("a sighting that filled the task was not committed: generation %d, want %d", gen, gen0+3)
 	}
 }
+
+// TestMaxTasksMarksFreeUnitsUnhealthy: a GPU at max_tasks_per_gpu advertises no placeable unit,
+// with the reason, so the scheduler stops offering units that admission would refuse.
+func TestMaxTasksMarksFreeUnitsUnhealthy(t *testing.T) {
+	l, _ := newTest(t, Options{})
+	withPolicy(t, l, func(p *policy.Policy) { p.MaxTasksPerGPU = 2 })
+	first := mustReserve(t, l, Task{JobName: "a"}, ids(gpuA, 0)...)
+	mustReserve(t, l, Task{JobName: "b"}, ids(gpuA, 1)...)
+	healthyFree := func(uuid string) (n int, desc string) {
+		for _, in := range mustState(t, l, uuid).Instances {
+			if in.Token == "" && in.Healthy {
+				n++
+			}
+			if in.Token == "" && !in.Healthy {
+				desc = in.HealthDescription
+			}
+		}
+		return n, desc
+	}
+	if n, desc := healthyFree(gpuA); n != 0 || !strings.Contains(desc, "max_tasks_per_gpu = 2") {
+		t.Errorf("GPU at its task limit: %d healthy free units, description %q; want 0 and the limit named", n, desc)
+	}
+	for _, in := range mustState(t, l, gpuA).Instances {
+		if in.Token != "" && !in.Healthy {
+			t.Errorf("held unit %s turned unhealthy: %q", in.ID, in.HealthDescription)
+		}
+	}
+	if n, _ := healthyFree(gpuB); n != 6 {
+		t.Errorf("the other GPU has %d healthy free units, want all 6", n)
+	}
+	if err := l.Release(first.Token, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := healthyFree(gpuA); n != 9 {
+		t.Errorf("after one task ended: %d healthy free units, want 9", n)
+	}
+}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ const (
 	descVanished    = "GPU no longer detected"
 	descBeyondUnits = "budget shrank below this unit; held by a running task until it ends"
 	descNoBudget    = "no budget left for this unit: reservations made before the budget shrank still hold it"
+	descMaxTasks    = "GPU already runs %d tasks (max_tasks_per_gpu = %d): no new task is admitted until one ends"
 )
 
 // gpuRec is what the ledger stores per GPU: the backend's facts plus the ledger's own settings.
@@ -154,6 +156,9 @@ func (s *state) fillInstances(st *GPUState) {
 	if unit > 0 && st.BudgetBytes > st.ReservedBytes {
 		free = int(min((st.BudgetBytes-st.ReservedBytes)/unit, maxUnitNumber))
 	}
+	// A GPU at max_tasks_per_gpu admits nothing more, so its free units must not look placeable:
+	// Nomad would place there and the task would fail at Reserve.
+	full := st.MaxTasks > 0 && len(st.Reservations) >= st.MaxTasks
 	st.Instances = make([]Instance, 0, st.Units+len(held))
 	for k := 0; k < st.Units; k++ {
 		in := Instance{ID: InstanceID(uuid, k), Token: held[k], Healthy: true}
@@ -161,6 +166,8 @@ func (s *state) fillInstances(st *GPUState) {
 		case !st.Healthy:
 			in.Healthy, in.HealthDescription = false, st.HealthReason
 		case in.Token != "":
+		case full:
+			in.Healthy, in.HealthDescription = false, fmt.Sprintf(descMaxTasks, len(st.Reservations), st.MaxTasks)
 		case free > 0:
 			free--
 		default:

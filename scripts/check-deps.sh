@@ -4,7 +4,9 @@
 #   - ledger/ imports no Nomad or Terraform package;
 #   - nothing imports the github.com/hashicorp/nomad module (only .../nomad/api is allowed);
 #   - only nomad-device/ (and its acceptance tests) speak the plugin protocol;
-#   - only policy/ (and test servers, the provider and acceptance tests) use Nomad Variables.
+#   - only policy/ (and test servers, the provider and acceptance tests) use Nomad Variables;
+#     controller/ (gpufrac controller) is the one other Nomad API client: jobs, allocations and
+#     the event stream, which are not Variables.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mod=$(go list -m)
@@ -30,7 +32,7 @@ while IFS= read -r line; do
 		esac
 		case "$imp" in
 		github.com/hashicorp/nomad/api*)
-			case "$rel" in policy | policy/* | internal/varserver* | terraform-provider* | acctest* ) ;;
+			case "$rel" in policy | policy/* | controller | internal/varserver* | terraform-provider* | acctest* ) ;;
 			*) violation "$rel imports $imp (only policy/ knows Nomad Variables)";; esac;;
 		esac
 		case "$imp" in

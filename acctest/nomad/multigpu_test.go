@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
@@ -167,5 +168,39 @@ func TestTwoDeviceBlocksOnTwoGPUs(t *testing.T) {
 		if merged[k] != v {
 			t.Errorf("merged %s = %q, want %q", k, merged[k], v)
 		}
+	}
+}
+
+// TestSplitWithNomadDeviceNvidia: beside nomad-device-nvidia each GPU must belong to one plugin,
+// or Nomad could place a whole-GPU job on a GPU that is being shared. gpufrac ignores the GPUs
+// the nvidia plugin keeps (by index or UUID); they disappear from its fingerprint and no
+// instance ID of theirs is admitted.
+func TestSplitWithNomadDeviceNvidia(t *testing.T) {
+	dir := t.TempDir()
+	uuid2, uuid3 := gpu.SimUUID(2, "H100"), gpu.SimUUID(3, "H100")
+
+	c := start(t, agentConfig(dir, `"4xH100=80GiB"`, `ignored_gpu_ids = ["2", "`+uuid3+`"]`))
+	fp := c.Latest()
+	var kept []string
+	for _, g := range fp.GetDeviceGroup() {
+		kept = append(kept, g.GetDeviceName())
+		if u := g.GetAttributes()["uuid"].GetStringVal(); u == uuid2 || u == uuid3 {
+			t.Errorf("ignored GPU %s advertised as %s", u, g.GetDeviceName())
+		}
+	}
+	if strings.Join(kept, ",") != "h100-0,h100-1" {
+		t.Fatalf("gpufrac advertises %v, want only h100-0 and h100-1", kept)
+	}
+	// A whole-GPU request through gpufrac (count = the GPU's units) still fits one shared GPU.
+	_, ids, err := c.Schedule(78)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reserve(ids); err != nil {
+		t.Fatalf("whole GPU through gpufrac: %v", err)
+	}
+	// The nvidia plugin's GPUs cannot be reserved through gpufrac, even by a hand-made call.
+	if _, err := c.ReserveRaw([]string{uuid2 + "-0"}); err == nil || !strings.Contains(err.Error(), "no known GPU") {
+		t.Errorf("Reserve on an ignored GPU: %v, want an unknown-GPU refusal", err)
 	}
 }

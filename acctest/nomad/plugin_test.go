@@ -5,10 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
@@ -244,12 +248,22 @@ func testRestart(t *testing.T, restart func(*emulator.Client) error) {
 			}
 		}
 	}
-	// The restarted plugin knows both tasks: a third one on the same GPU breaks max_tasks = 2.
-	_, ids, err := c.Schedule(1)
-	if err != nil {
-		t.Fatal(err)
+	// The restarted plugin knows both tasks: the GPU is at max_tasks = 2, so the scheduler sees
+	// no free unit to place a third on, and one placed anyway (the call Nomad would not make)
+	// is refused.
+	var free string
+	for _, d := range fp.GetDeviceGroup()[0].GetDevices() {
+		if d.GetHealthy() && !slices.Contains(held[0], d.GetID()) && !slices.Contains(held[1], d.GetID()) {
+			t.Errorf("free unit %s advertised healthy on a GPU at max_tasks_per_gpu", d.GetID())
+		}
+		if free == "" && !slices.Contains(held[0], d.GetID()) && !slices.Contains(held[1], d.GetID()) {
+			free = d.GetID()
+			if !strings.Contains(d.GetHealthDescription(), "max_tasks_per_gpu = 2") {
+				t.Errorf("free unit %s: health description %q does not name max_tasks_per_gpu", d.GetID(), d.GetHealthDescription())
+			}
+		}
 	}
-	if _, err := c.Reserve(ids); err == nil || !strings.Contains(err.Error(), string(ledger.ReasonTooMany)) {
+	if _, err := c.ReserveRaw([]string{free}); err == nil || !strings.Contains(err.Error(), string(ledger.ReasonTooMany)) {
 		t.Errorf("third task after restart: %v, want a %s refusal", err, ledger.ReasonTooMany)
 	}
 	snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
@@ -303,6 +317,10 @@ func TestIDsFromTwoGPUsAreRefused(t *testing.T) {
 	_, err := c.ReserveRaw(mixed)
 	if err == nil || !strings.Contains(err.Error(), string(ledger.ReasonMixedGPUs)) {
 		t.Fatalf("Reserve(%v) = %v, want a %s refusal", mixed, err, ledger.ReasonMixedGPUs)
+	}
+	// Over gRPC the refusal says what kind it is: a request that can never succeed.
+	if code := status.Code(err); code != codes.InvalidArgument {
+		t.Errorf("gRPC code %s, want InvalidArgument", code)
 	}
 	// The refusal reserved nothing: both GPUs still take a whole-budget request.
 	for _, g := range fp.GetDeviceGroup() {

@@ -51,6 +51,7 @@ var commands = []command{
 	{"probe", "measure a job's peak GPU memory and store it as its template's footprint", cmdProbe, false},
 	{"status", "show the ledger: GPUs, reservations, violations, footprints", cmdStatus, false},
 	{"units", "turn a peak into a cap and memory units", cmdUnits, false},
+	{"controller", "re-register Nomad jobs whose task broke its cap, on a whole GPU", cmdController, false},
 	{"version", "print the version", cmdVersion, false},
 	{"simjob", "a simulated GPU job (for demos and tests)", nil, true},
 }
@@ -159,7 +160,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if cmd == nil {
-		fmt.Fprintf(stderr, "gpufrac: unknown command %q (commands: run, probe, status, units, version)\n", name)
+		fmt.Fprintf(stderr, "gpufrac: unknown command %q (commands: run, probe, status, units, controller, version)\n", name)
 		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -18,11 +18,14 @@ type Rule struct {
 	Namespace    string
 	Path         string
 	Capabilities []string
+	// Jobs are the namespace's job capabilities (CapReadJob, CapSubmitJob, CapDeny); Path
+	// plays no part in them.
+	Jobs []string
 }
 
 // Management returns rules that allow everything everywhere.
 func Management() []Rule {
-	return []Rule{{Namespace: "*", Path: "*", Capabilities: []string{CapList, CapRead, CapWrite, CapDestroy}}}
+	return []Rule{{Namespace: "*", Path: "*", Capabilities: []string{CapList, CapRead, CapWrite, CapDestroy}, Jobs: []string{CapSubmitJob}}}
 }
 
 type capSet struct{ list, read, write, destroy bool }

@@ -97,6 +97,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, closing chan stru
 		http.Error(w, "injected failure", failStatus)
 		return
 	}
+	if s.serveJobs(w, r, closing) {
+		return
+	}
 	switch {
 	case r.URL.Path == "/v1/vars":
 		if r.Method != http.MethodGet {

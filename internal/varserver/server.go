@@ -1,4 +1,5 @@
-// Package varserver is an in-process Nomad Variables HTTP server for tests. It implements the
+// Package varserver is an in-process Nomad Variables HTTP server for tests (plus the few job,
+// allocation and event-stream endpoints of jobs.go). It implements the
 // parts of /v1/var/<path> and /v1/vars that gpufrac uses (reads, upserts, check-and-set,
 // deletes, prefix lists across namespaces, blocking queries, ACL tokens and Nomad's limits),
 // written from the documented behaviour, so the real github.com/hashicorp/nomad/api client can
@@ -63,6 +64,7 @@ type Server struct {
 	down       bool
 	log        []Request
 	total      int
+	js         *jobsState
 
 	addr    string
 	srv     *http.Server

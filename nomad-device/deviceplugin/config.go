@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -58,6 +59,8 @@ const (
 	KeyFence             = "fence"
 	KeyFenceLibrary      = "fence_library"
 	KeyFenceDir          = "fence_dir"
+	KeyViolations        = "violations"
+	KeyMetricsAddr       = "metrics_addr"
 )
 
 // DefaultReservationGrace is how long a reservation survives with no live process carrying its
@@ -99,6 +102,16 @@ var options = []option{
 	{Name: KeyFence, Type: "bool", Default: "true"},
 	{Name: KeyFenceLibrary, Type: "string", Default: `""`},
 	{Name: KeyFenceDir, Type: "string", Default: `""`},
+	{Name: KeyMetricsAddr, Type: "string", Default: `""`},
+	// Where violations are published for `gpufrac controller` (absent: not published).
+	{Name: KeyViolations, Nested: []option{
+		{Name: "address", Type: "string", Default: `""`},
+		{Name: "token", Type: "string", Default: `""`},
+		{Name: "token_file", Type: "string", Default: `""`},
+		{Name: "namespace", Type: "string", Default: `""`},
+		{Name: "region", Type: "string", Default: `""`},
+		{Name: "ca_file", Type: "string", Default: `""`},
+	}},
 }
 
 // Config is the decoded and validated plugin configuration.
@@ -134,6 +147,16 @@ type Config struct {
 	Fence        bool
 	FenceLibrary string
 	FenceDir     string
+	// Violations, when non-nil, is where violations are published as Nomad Variables.
+	Violations *NomadTarget
+	// MetricsAddr, when set, serves Prometheus metrics at http://<MetricsAddr>/metrics; a bare
+	// ":port" listens on loopback only.
+	MetricsAddr string
+}
+
+// NomadTarget is the `violations { ... }` block: the Nomad agent and namespace to write to.
+type NomadTarget struct {
+	Address, Token, TokenFile, Namespace, Region, CAFile string
 }
 
 // NomadPolicy is the `policy { ... }` block: where the policy's Nomad Variable lives.
@@ -382,6 +405,26 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 			bad(KeyPolicyFile, strconv.Quote(c.PolicyFile), "set policy_file or a policy block, not both")
 		}
 		c.Nomad = np
+	}
+	if a := s(KeyMetricsAddr); a != "" {
+		host, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
+			bad(KeyMetricsAddr, strconv.Quote(a), `must be "host:port" or ":port" (loopback), e.g. ":9410"`)
+		} else {
+			if host == "" {
+				host = "127.0.0.1"
+			}
+			c.MetricsAddr = net.JoinHostPort(host, port)
+		}
+	}
+	if vb := schema.get(obj, KeyViolations); !vb.IsNull() {
+		n := schema.nested[KeyViolations]
+		vs := func(name string) string { return n.get(vb, name).AsString() }
+		c.Violations = &NomadTarget{Address: vs("address"), Token: vs("token"), TokenFile: vs("token_file"),
+			Namespace: vs("namespace"), Region: vs("region"), CAFile: vs("ca_file")}
+		if c.Violations.Token != "" && c.Violations.TokenFile != "" {
+			bad(KeyViolations+".token_file", strconv.Quote(c.Violations.TokenFile), "set token or token_file, not both")
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("gpufrac config: %w", err)

@@ -135,6 +135,12 @@ func TestParseConfigRejects(t *testing.T) {
 			gpu_backend = "simulated"
 			simulated_gpus = ["H100=lots"]
 		}`, []string{"simulated_gpus", "H100=lots"}},
+		{`config { metrics_addr = "9410" }`, []string{"metrics_addr", `"9410"`, "host:port"}},
+		{`config { metrics_addr = ":http" }`, []string{"metrics_addr", `":http"`}},
+		{`config {
+			gpu_backend = "simulated"
+			simulated_gpus = ["H100=16383PiB"]
+		}`, []string{"simulated_gpus", "H100=16383PiB", "above 2TiB"}},
 		{`config { gpu_modes = { "0" = "shared" } }`, []string{"gpu_modes.0", `"shared"`}},
 		{`config {
 			policy_file = "/etc/gpufrac/policy.json"

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	structspb "github.com/gpufrac/gpufrac/nomad-device/proto/structs"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -87,7 +89,7 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 		devs[k] = v
 	}
 	rt.mu.Unlock()
-	info := groupInfo{unavailable: rt.unavailable(), policy: policyName}
+	info := groupInfo{unavailable: rt.unavailable(), policy: policyName, gpuDown: rt.gpuDown()}
 	if b != nil {
 		info.backend, info.driver = b.Kind(), b.DriverVersion()
 	}
@@ -107,6 +109,8 @@ type groupInfo struct {
 	unavailable     string
 	backend, driver string
 	policy          string
+	// gpuDown marks the units of one mps-mode GPU not held by a task unhealthy, with its reason.
+	gpuDown map[string]string
 }
 
 // buildFingerprint is one group per GPU, one instance per unit, in the ledger's order.
@@ -141,19 +145,51 @@ func buildFingerprint(states []ledger.GPUState, info groupInfo) *devicepb.Finger
 		if g.PCIBusID != "" {
 			loc = &devicepb.DeviceLocality{PciBusId: g.PCIBusID}
 		}
+		down := info.unavailable
+		if why := info.gpuDown[g.UUID]; down == "" && why != "" && g.Mode == policy.ModeMPS {
+			down = why
+		}
 		devs := make([]*devicepb.DetectedDevice, len(g.Instances))
 		for j, in := range g.Instances {
 			d := &devicepb.DetectedDevice{ID: in.ID, Healthy: in.Healthy, HealthDescription: in.HealthDescription, HwLocality: loc}
-			if info.unavailable != "" && in.Token == "" {
-				d.Healthy, d.HealthDescription = false, info.unavailable
+			if down != "" && in.Token == "" {
+				d.Healthy, d.HealthDescription = false, down
 			}
 			devs[j] = d
+		}
+		if len(devs) == 0 {
+			// An instance list is the only place Nomad shows a health description, so a GPU
+			// with no unit at all carries one unhealthy stand-in that says why; admission
+			// refuses its ID like any ID beyond the units.
+			why := noUnitsReason(g)
+			attrs["status"] = str(why)
+			devs = append(devs, &devicepb.DetectedDevice{ID: ledger.InstanceID(g.UUID, 0), HealthDescription: why, HwLocality: loc})
 		}
 		msg.DeviceGroup = append(msg.DeviceGroup, &devicepb.DeviceGroup{
 			Vendor: Vendor, DeviceType: DeviceType, DeviceName: name, Devices: devs, Attributes: attrs,
 		})
 	}
 	return msg
+}
+
+// noUnitsReason says why a GPU's budget leaves no memory unit.
+func noUnitsReason(g *ledger.GPUState) string {
+	prefix := ""
+	if !g.Healthy && g.HealthReason != "" {
+		prefix = g.HealthReason + "; "
+	}
+	switch {
+	case g.UnitBytes == 0:
+		return prefix + "no units: no policy has set a unit size yet"
+	case g.HeadroomBytes >= g.TotalBytes:
+		return fmt.Sprintf("%sno units: the policy's headroom (%s) is not smaller than the GPU's memory (%s)",
+			prefix, g.HeadroomBytes, g.TotalBytes)
+	case g.HeadroomBytes+g.UnmanagedBytes >= g.TotalBytes:
+		return fmt.Sprintf("%sno units: the policy's headroom (%s) and memory held by processes without a reservation (%s) leave nothing of the GPU's %s",
+			prefix, g.HeadroomBytes, g.UnmanagedBytes, g.TotalBytes)
+	}
+	return fmt.Sprintf("%sno units: the budget left (%s = %s - %s headroom - %s unmanaged) is smaller than one unit (%s)",
+		prefix, g.BudgetBytes, g.TotalBytes, g.HeadroomBytes, g.UnmanagedBytes, g.UnitBytes)
 }
 
 func bareGroup(d gpu.Device, info groupInfo) *devicepb.DeviceGroup {

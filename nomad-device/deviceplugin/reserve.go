@@ -28,9 +28,13 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 		return &devicepb.ContainerReservation{}, nil
 	}
 	rt := s.runtime()
+	// Admitting while any part is missing would start a task that nothing caps.
+	if why := rt.unavailable(); why != "" {
+		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w: %s", strings.Join(ids, ","), ErrUnavailable, why)
+	}
 	b, l, enf := rt.parts()
-	if l == nil {
-		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %s", strings.Join(ids, ","), rt.unavailable())
+	if err := rt.checkHolders(l, enf, ids); err != nil {
+		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w", strings.Join(ids, ","), err)
 	}
 	res, err := l.ReserveIDs(ids, ledger.Task{})
 	if err != nil {
@@ -42,11 +46,15 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 	}
 	var opts enforcer.EnvOptions
 	if enf != nil {
-		if err := enf.PrepareGPU(ctx, res.GPU); err != nil {
-			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: preparing GPU %s (%s mode) for the task: %w", res.GPU, st.Mode, err))
+		err := enf.PrepareGPU(ctx, res.GPU)
+		if st.Mode == policy.ModeMPS {
+			rt.setMPS(res.GPU, err)
+		}
+		if err != nil {
+			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: preparing GPU %s (%s mode) for the task: %w: %w", res.GPU, st.Mode, ErrUnavailable, err))
 		}
 		if err := rt.fenceProblem(); err != nil {
-			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: the allocation fence is configured but cannot run: %w", err))
+			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: the allocation fence is configured but cannot run: %w: %w", ErrUnavailable, err))
 		}
 		// The task's first allocation must find its cap in the fence's table.
 		if err := enf.SyncFence(st); err != nil {

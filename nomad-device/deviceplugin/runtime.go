@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,6 +27,7 @@ type taskEnforcer interface {
 	EnvOptions(uuid string) enforcer.EnvOptions
 	SyncFence(st ledger.GPUState) error
 	TaskUsage(token string) (size.Bytes, bool)
+	Holders(token string) ([]int, error)
 }
 
 // runtime is everything that starts after SetConfig: GPUs, ledger, policy, enforcer. A part that
@@ -47,11 +49,19 @@ type runtime struct {
 	enforcer   *enforcer.Enforcer    // the same as enf; kept for Shutdown
 	fenceErr   error                 // why the configured allocation fence cannot run
 	devices    map[string]gpu.Device // by UUID, from the last listing
+	// enforcerErr is why the enforcer could not start (no task is admitted without it).
+	enforcerErr error
+
 	// policyReady is false while a policy source is configured but has not yet delivered a valid
 	// policy in this process; policyErr is the source's latest complaint.
 	policyReady bool
 	policyErr   error
 	policyDone  chan struct{} // closed once policyReady
+	// mpsDown holds, per GPU in mps mode, why its control daemon cannot be readied; mpsReady
+	// the GPUs whose daemon was readied once (the enforcer's health check takes over from there).
+	mpsDown   map[string]string
+	mpsReady  map[string]bool
+	preparing atomic.Bool
 
 	subMu sync.Mutex
 	subs  map[int]chan struct{}
@@ -61,7 +71,7 @@ type runtime struct {
 func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot string) *runtime {
 	ctx, cancel := context.WithCancel(parent)
 	rt := &runtime{cfg: cfg, log: log, devRoot: devRoot, ctx: ctx, cancel: cancel,
-		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}}
+		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{}}
 	rt.policyDone = make(chan struct{})
 	if policySourceName(cfg) == "" {
 		rt.policyReady = true
@@ -71,6 +81,7 @@ func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot 
 		log.Error("cannot create state_dir; GPUs stay unavailable until it can be created", "state_dir", cfg.StateDir, "error", err)
 	}
 	rt.open()
+	rt.startMetrics()
 	rt.wg.Add(1)
 	go rt.loop()
 	return rt
@@ -137,7 +148,7 @@ func (rt *runtime) loop() {
 			return
 		case <-t.C:
 			rt.mu.Lock()
-			missing := rt.backend == nil || rt.led == nil
+			missing := rt.backend == nil || rt.led == nil || rt.enf == nil
 			rt.mu.Unlock()
 			if missing {
 				rt.open()
@@ -225,7 +236,70 @@ func (rt *runtime) relist() {
 			rt.log.Error("setting the GPU's mode failed", "gpu", uuid, "mode", m, "error", err)
 		}
 	}
+	rt.prepareMPS()
 	rt.notify()
+}
+
+// prepareMPS readies the control daemon of every mps-mode GPU that has not had one yet, in the
+// background (a control command may take its whole timeout), so that a GPU whose daemon cannot
+// start shows its units unhealthy before Nomad places a task there.
+func (rt *runtime) prepareMPS() {
+	_, l, enf := rt.parts()
+	if l == nil || enf == nil || !rt.preparing.CompareAndSwap(false, true) {
+		return
+	}
+	var todo []string
+	rt.mu.Lock()
+	for _, st := range l.States() {
+		if st.Mode == policy.ModeMPS && !rt.mpsReady[st.UUID] {
+			todo = append(todo, st.UUID)
+		}
+	}
+	rt.mu.Unlock()
+	if len(todo) == 0 {
+		rt.preparing.Store(false)
+		return
+	}
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		defer rt.preparing.Store(false)
+		for _, uuid := range todo {
+			rt.setMPS(uuid, enf.PrepareGPU(rt.ctx, uuid))
+		}
+	}()
+}
+
+// setMPS records whether a GPU's MPS daemon could be readied, and re-fingerprints on a change.
+func (rt *runtime) setMPS(uuid string, err error) {
+	rt.mu.Lock()
+	before := rt.mpsDown[uuid]
+	if err != nil {
+		rt.mpsDown[uuid] = "MPS control daemon cannot start, so no task can be capped here: " + err.Error()
+	} else {
+		delete(rt.mpsDown, uuid)
+		rt.mpsReady[uuid] = true
+	}
+	changed := before != rt.mpsDown[uuid]
+	rt.mu.Unlock()
+	if changed {
+		if err != nil {
+			rt.log.Error("MPS control daemon cannot start: the GPU's free units are unhealthy; retrying every fingerprint_period",
+				"gpu", uuid, "error", err)
+		}
+		rt.notify()
+	}
+}
+
+// gpuDown is a copy of the per-GPU reasons units of a GPU cannot be placed now.
+func (rt *runtime) gpuDown() map[string]string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	out := make(map[string]string, len(rt.mpsDown))
+	for k, v := range rt.mpsDown {
+		out[k] = v
+	}
+	return out
 }
 
 func (rt *runtime) ignored(d gpu.Device) bool {
@@ -280,6 +354,12 @@ func (rt *runtime) unavailable() string {
 		msg := "waiting for the first valid policy from " + policySourceName(rt.cfg)
 		if rt.policyErr != nil {
 			msg += ": " + rt.policyErr.Error()
+		}
+		return msg
+	case rt.enf == nil:
+		msg := "the enforcer is not running, so no cap would be watched"
+		if rt.enforcerErr != nil {
+			msg += ": " + rt.enforcerErr.Error()
 		}
 		return msg
 	}

@@ -89,7 +89,7 @@ func (d deviceServer) Fingerprint(_ *devicepb.FingerprintRequest, stream grpc.Se
 func (d deviceServer) Reserve(ctx context.Context, req *devicepb.ReserveRequest) (*devicepb.ReserveResponse, error) {
 	res, err := d.s.Reserve(ctx, req.GetDeviceIds())
 	if err != nil {
-		return nil, err
+		return nil, grpcError(err)
 	}
 	return &devicepb.ReserveResponse{ContainerRes: res}, nil
 }

@@ -265,15 +265,33 @@ func TestStatsReportReservationUse(t *testing.T) {
 	if len(inst) != 78 {
 		t.Errorf("%d instance stats, want 78", len(inst))
 	}
-	for _, id := range held {
-		st := inst[id].GetStats().GetAttributes()[StatCap]
-		if st.GetIntNumeratorVal().GetValue() != 2048 {
-			t.Errorf("%s: cap stat %v, want 2048 MiB", id, st)
+	// One line per task: the reservation's first unit carries its cap, its other unit points
+	// there, and a free unit reads "free" rather than a figure that looks like its own use.
+	if st := inst[held[0]].GetStats().GetAttributes()[StatCap]; st.GetIntNumeratorVal().GetValue() != 2048 {
+		t.Errorf("%s: cap stat %v, want 2048 MiB", held[0], st)
+	}
+	if sum := inst[held[0]].GetSummary(); sum.GetIntDenominatorVal().GetValue() != 2048 {
+		t.Errorf("%s: summary %v, want the task's use against its 2048 MiB cap", held[0], sum)
+	}
+	if sum := inst[held[1]].GetSummary(); sum.GetStringVal().GetValue() != "held, see "+held[0] || sum.GetIntNumeratorVal() != nil {
+		t.Errorf("%s: summary %v, want it to point at %s", held[1], sum, held[0])
+	}
+	free := inst[ids(m.DeviceGroup[0], 3)[2]]
+	if free.GetSummary().GetStringVal().GetValue() != "free" {
+		t.Errorf("free unit summary %v, want \"free\"", free.GetSummary())
+	}
+	// Every unit carries its GPU's line, named as nomad-device-nvidia names it.
+	gpuMem := free.GetStats().GetAttributes()[StatGPU]
+	if gpuMem.GetIntDenominatorVal().GetValue() != 80*1024 || gpuMem.GetIntNumeratorVal().GetValue() != int64(gpu.SimDriverReserve/size.MiB) {
+		t.Errorf("GPU memory %v, want the GPU's %d/%d MiB", gpuMem, gpu.SimDriverReserve/size.MiB, 80*1024)
+	}
+	for _, k := range []string{StatUtil, StatTemp, StatPower} {
+		if _, ok := free.GetStats().GetAttributes()[k]; !ok {
+			t.Errorf("no %q in the GPU's line", k)
 		}
 	}
-	free := inst[ids(m.DeviceGroup[0], 3)[2]].GetSummary()
-	if free.GetIntDenominatorVal().GetValue() != 80*1024 || free.GetIntNumeratorVal().GetValue() != int64(gpu.SimDriverReserve/size.MiB) {
-		t.Errorf("free unit summary %v, want the GPU's %d/%d MiB", free, gpu.SimDriverReserve/size.MiB, 80*1024)
+	if u := free.GetStats().GetAttributes()[StatUtil]; u.GetUnit() != "%" || u.GetIntNumeratorVal() == nil {
+		t.Errorf("GPU utilization %v, want a percentage from the backend", u)
 	}
 }
 

@@ -1,28 +1,38 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	structspb "github.com/gpufrac/gpufrac/nomad-device/proto/structs"
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// Stat names shown by `nomad alloc status -stats` and `nomad node status -stats`.
+// Stat names shown by `nomad alloc status -stats` and `nomad node status -stats`. The GPU's
+// own readings use nomad-device-nvidia's names, so dashboards built for it read them too.
 const (
 	StatMemory = "Memory state"
 	StatCap    = "Reservation cap"
 	StatGPU    = "GPU memory state"
+	StatUtil   = "GPU utilization"
+	StatTemp   = "Temperature"
+	StatPower  = "Power usage"
 )
 
-// Stats streams every instance's usage every interval (0 means 1s) until ctx ends. An instance
-// held by a reservation reports the reservation's memory in use against its cap; a free one
-// reports its GPU's used/total.
+// Stats streams usage every interval (0 means 1s) until ctx ends. One line per task: the first
+// unit of a reservation carries the task's memory in use against its cap; its other units say
+// which unit that is, and free units say they are free, so that no figure reads as per-unit use.
+// Every unit also carries its GPU's readings (memory, utilisation, temperature, power).
 func (s *Server) Stats(ctx context.Context, interval time.Duration, send func(*devicepb.StatsResponse) error) error {
 	if interval <= 0 {
 		interval = time.Second
@@ -65,29 +75,47 @@ func (rt *runtime) stats(ctx context.Context) *devicepb.StatsResponse {
 			cancel()
 			gpuUsed, gpuKnown = u, err == nil
 		}
-		gpuStat := statPair(gpuUsed, g.TotalBytes, gpuKnown, "memory in use on the whole GPU")
-		resUse := map[string]*structspb.StatValue{}
+		gpuAttrs := map[string]*structspb.StatValue{
+			StatGPU:  statPair(gpuUsed, g.TotalBytes, gpuKnown, "memory in use on the whole GPU"),
+			StatUtil: rt.utilization(ctx, b, g.UUID),
+			// The GPU backend reads neither yet; N/A is what nomad-device-nvidia sends for a
+			// reading it does not have.
+			StatTemp:  na("C", "GPU temperature"),
+			StatPower: na("W", "GPU power draw"),
+		}
+		// first is the unit that carries a reservation's line: its lowest-numbered one.
+		first := map[string]string{}
+		line := map[string]*structspb.StatValue{}
 		for _, r := range g.Reservations {
+			ids := slices.Clone(r.InstanceIDs)
+			slices.SortFunc(ids, func(a, b string) int { return cmp.Compare(unitNumber(a), unitNumber(b)) })
+			if len(ids) > 0 {
+				first[r.Token] = ids[0]
+			}
 			var used size.Bytes
 			known := false
 			if enf != nil {
-				used, known = enf.TaskUsage(r.Token)
+				// The watchdog saw no process of the task on the GPU: it uses nothing there.
+				used, _ = enf.TaskUsage(r.Token)
+				known = true
 			}
-			resUse[r.Token] = statPair(used, r.CapBytes, known, "memory in use by the task holding this unit, against its cap")
+			line[r.Token] = statPair(used, r.CapBytes, known, fmt.Sprintf("memory in use by the task %s (%d units), against its cap", r.Task.String(), len(r.InstanceIDs)))
 		}
 		inst := make(map[string]*devicepb.DeviceStats, len(g.Instances))
 		for _, in := range g.Instances {
-			ds := &devicepb.DeviceStats{Timestamp: now, Stats: &structspb.StatObject{Attributes: map[string]*structspb.StatValue{
-				StatGPU: gpuStat,
-			}}}
-			if v, ok := resUse[in.Token]; ok {
-				ds.Summary = v
-				ds.Stats.Attributes[StatMemory] = v
-				ds.Stats.Attributes[StatCap] = &structspb.StatValue{IntNumeratorVal: wrapperspb.Int64(mib(capOf(g, in.Token))),
+			attrs := maps.Clone(gpuAttrs)
+			ds := &devicepb.DeviceStats{Timestamp: now, Stats: &structspb.StatObject{Attributes: attrs}}
+			switch {
+			case in.Token == "":
+				ds.Summary = &structspb.StatValue{StringVal: wrapperspb.String("free"), Desc: "no task holds this unit"}
+			case first[in.Token] == in.ID:
+				ds.Summary = line[in.Token]
+				attrs[StatMemory] = line[in.Token]
+				attrs[StatCap] = &structspb.StatValue{IntNumeratorVal: wrapperspb.Int64(mib(capOf(g, in.Token))),
 					Unit: "MiB", Desc: "the hard cap of the reservation holding this unit"}
-			} else {
-				ds.Summary = gpuStat
-				ds.Stats.Attributes[StatMemory] = gpuStat
+			default:
+				ds.Summary = &structspb.StatValue{StringVal: wrapperspb.String("held, see " + first[in.Token]),
+					Desc: "part of a reservation whose use is reported on its first unit"}
 			}
 			inst[in.ID] = ds
 		}
@@ -103,6 +131,30 @@ func capOf(g *ledger.GPUState, token string) size.Bytes {
 		if r.Token == token {
 			return r.CapBytes
 		}
+	}
+	return 0
+}
+
+func (rt *runtime) utilization(ctx context.Context, b gpu.Backend, uuid string) *structspb.StatValue {
+	if b == nil {
+		return na("%", "GPU utilization")
+	}
+	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	u, err := b.Utilization(c, uuid)
+	if err != nil {
+		return na("%", "GPU utilization")
+	}
+	return &structspb.StatValue{IntNumeratorVal: wrapperspb.Int64(int64(u)), Unit: "%", Desc: "GPU utilization"}
+}
+
+func na(unit, desc string) *structspb.StatValue {
+	return &structspb.StatValue{StringVal: wrapperspb.String("N/A"), Unit: unit, Desc: desc}
+}
+
+func unitNumber(id string) int {
+	if _, k, err := ledger.ParseInstanceID(id); err == nil {
+		return k
 	}
 	return 0
 }

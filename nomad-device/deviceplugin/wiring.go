@@ -121,12 +121,16 @@ func (rt *runtime) startEnforcer() {
 		MPS:   enforcer.MPSOptions{ControlBinary: rt.cfg.MPSControl, Root: rt.cfg.MPSRoot},
 		Fence: fc})
 	if err != nil {
-		rt.log.Error("enforcer unavailable: caps are not watched", "error", err)
+		rt.mu.Lock()
+		rt.enforcerErr = err
+		rt.mu.Unlock()
+		rt.log.Error("enforcer unavailable: caps are not watched, so no task is admitted; retrying every fingerprint_period", "error", err)
 		return
 	}
 	rt.mu.Lock()
 	rt.enf, rt.enforcer = enf, enf
 	rt.mu.Unlock()
+	rt.startPublisher(enf, l)
 	rt.wg.Add(1)
 	go func() {
 		defer rt.wg.Done()

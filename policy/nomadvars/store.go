@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -49,44 +48,9 @@ type Store struct {
 
 // New builds a client; it sends no request.
 func New(cfg Config) (*Store, error) {
-	ac := api.DefaultConfig()
-	if cfg.Address != "" {
-		ac.Address = cfg.Address
-	}
-	switch {
-	case cfg.Token != "":
-		ac.SecretID = cfg.Token
-	case cfg.TokenFile != "":
-		b, err := os.ReadFile(cfg.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("nomad token_file: %w", err) // the error names the file, not its content
-		}
-		ac.SecretID = strings.TrimSpace(string(b))
-		if ac.SecretID == "" {
-			return nil, fmt.Errorf("nomad token_file %s is empty", cfg.TokenFile)
-		}
-	}
-	if cfg.Namespace != "" {
-		ac.Namespace = cfg.Namespace
-	}
-	if ac.Namespace == "" {
-		ac.Namespace = api.DefaultNamespace
-	}
-	if ac.Namespace == api.AllNamespacesNamespace {
-		return nil, fmt.Errorf("nomad namespace %q: gpufrac needs one namespace, not all", ac.Namespace)
-	}
-	if cfg.Region != "" {
-		ac.Region = cfg.Region
-	}
-	if cfg.CACert != "" {
-		if ac.TLSConfig == nil {
-			ac.TLSConfig = &api.TLSConfig{}
-		}
-		ac.TLSConfig.CACert = cfg.CACert
-	}
-	c, err := api.NewClient(ac)
+	c, err := NewAPIClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("nomad client for %s: %w", ac.Address, err)
+		return nil, err
 	}
 	wait := cfg.WaitTime
 	if wait <= 0 || wait > 5*time.Minute {
@@ -96,7 +60,7 @@ func New(cfg Config) (*Store, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Store{vars: c.Variables(), namespace: ac.Namespace, address: ac.Address, wait: wait,
+	return &Store{vars: c.Variables(), namespace: c.Namespace, address: c.Address, wait: wait,
 		log: log.Named("nomad-store")}, nil
 }
 

@@ -1,0 +1,191 @@
+package nomad_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpufrac/gpufrac/controller"
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/varserver"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy/violations"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// TestEscalationLoopEndToEnd is the fleet's "breaks its cap, runs again on a whole GPU": the
+// emulated agent launches the plugin, a task reserves 3 units and leaks, the enforcer stops it,
+// the plugin publishes the violation (with a token allowed only gpufrac/violations/), the
+// controller re-registers the job with a whole GPU, and the next Reserve gets all its units.
+func TestEscalationLoopEndToEnd(t *testing.T) {
+	vs := varserver.New(varserver.Options{MaxWait: 2 * time.Second})
+	t.Cleanup(vs.Close)
+	vs.SetToken("plugin-token", varserver.Rule{Path: violations.PathPrefix + "*", Capabilities: []string{varserver.CapWrite}})
+	vs.SetToken("controller-token",
+		varserver.Rule{Path: violations.PathPrefix + "*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}, Jobs: []string{varserver.CapSubmitJob}},
+		varserver.Rule{Path: "gpufrac/templates/*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}})
+
+	dir := t.TempDir()
+	port := freeTCPPort(t)
+	c := start(t, agentConfig(dir, `"H100=80GiB"`, `metrics_addr = ":`+port+`"
+  violations {
+    address = "`+vs.URL()+`"
+    token   = "plugin-token"
+  }`))
+	_, ids, err := c.Schedule(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Reserve(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := res.GetEnvs()[enforcer.EnvReservation]
+
+	// Nomad's view: job "train" asks for 3 units, and its allocation holds the IDs above.
+	const allocID = "5e1c0a9b-4d2e-4f3a-9b8c-7d6e5f4a3b2c"
+	count := uint64(3)
+	job := vs.PutJob(&api.Job{ID: strPtr("train"), Name: strPtr("train"), Type: strPtr("batch"), TaskGroups: []*api.TaskGroup{{
+		Name: strPtr("g"), Tasks: []*api.Task{{Name: "main", Driver: "exec",
+			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpumem", Count: &count}}}}},
+	}}})
+	vs.PutAlloc(&api.Allocation{ID: allocID, Namespace: "default", JobID: "train", TaskGroup: "g", Job: job, ClientStatus: api.AllocClientStatusRunning,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"main": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids}}}}}})
+
+	// The task: a real process with the reservation's environment and Nomad's, leaking past
+	// its 3 GiB cap on the simulated GPU.
+	task := exec.Command("sleep", "120")
+	task.Env = []string{"NOMAD_ALLOC_ID=" + allocID, "NOMAD_JOB_NAME=train", "NOMAD_TASK_NAME=main"}
+	for k, v := range res.GetEnvs() {
+		task.Env = append(task.Env, k+"="+v)
+	}
+	if err := task.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { task.Wait(); close(exited) }()
+	t.Cleanup(func() { task.Process.Kill(); <-exited })
+	// The enforcer learns the task's Nomad identity at its next process scan (every second);
+	// a real task runs that long before it leaks.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
+		if err == nil && len(snap.Reservations) == 1 && snap.Reservations[0].Task.AllocID == allocID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reservation never learnt its allocation (%v)", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := res.GetEnvs()[enforcer.EnvGPUUUID]
+	if err := sim.SetUsage(uuid, task.Process.Pid, 5*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the enforcer did not stop the task that broke its cap")
+	}
+
+	ctl, err := controller.New(controller.Config{Client: apiClient(t, vs.URL(), "controller-token"), Retry: 100 * time.Millisecond, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	var whole uint64
+	deadline := time.Now().Add(30 * time.Second)
+	for whole == 0 {
+		if j, ok := vs.Job("default", "train"); ok && *j.Version > 0 {
+			whole = *j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the job was not re-registered within 30s; variables: %v", vs.List())
+		} else {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if whole != 78 {
+		t.Fatalf("re-registered with %d units, want the whole GPU's 78", whole)
+	}
+	for _, v := range vs.List() {
+		for k, val := range v.Items {
+			if strings.Contains(val, token) || strings.Contains(v.Path, token[:16]) {
+				t.Errorf("variable %s item %s carries the reservation token", v.Path, k)
+			}
+		}
+		if strings.HasPrefix(v.Path, violations.PathPrefix) && (v.Items[violations.KeyAlloc] != allocID || v.Items[violations.KeyTask] != "main" ||
+			v.Items[violations.KeyCapBytes] != strconv.FormatUint(uint64(3*size.GiB), 10)) {
+			t.Errorf("violation %s items %v", v.Path, v.Items)
+		}
+	}
+
+	// The plugin's metrics count the violation and its time to containment.
+	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`gpufrac_violations_total{action="sigkill",gpu="` + uuid + `"} 1`, "gpufrac_violation_containment_seconds_count 1"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("plugin metrics lack %q", want)
+		}
+	}
+
+	// Nomad replaces the allocation: the old one's units are free again and the new one asks
+	// for 78, which only a whole GPU has.
+	c.Unschedule(ids)
+	_, all, err := c.Schedule(int(whole))
+	if err != nil {
+		t.Fatalf("scheduling the re-registered job: %v", err)
+	}
+	res2, err := c.Reserve(all)
+	if err != nil {
+		t.Fatalf("Reserve of the whole GPU: %v", err)
+	}
+	if got := res2.GetEnvs()[enforcer.EnvCapBytes]; got != strconv.FormatUint(uint64(78*size.GiB), 10) {
+		t.Errorf("cap of the re-run %s, want 78GiB", got)
+	}
+}
+
+func strPtr(s string) *string { return &s }
+
+func freeTCPPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+func apiClient(t *testing.T, addr, token string) *api.Client {
+	t.Helper()
+	cfg := api.DefaultConfig()
+	cfg.Address, cfg.SecretID = addr, token
+	cl, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/controller"
+	"github.com/gpufrac/gpufrac/internal/varserver"
+	"github.com/gpufrac/gpufrac/policy/violations"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// syncBuffer is written by the controller's goroutines and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestControllerDryRunPrintsJSONEvents(t *testing.T) {
+	vs := varserver.New(varserver.Options{MaxWait: time.Second})
+	defer vs.Close()
+	// A violation whose allocation Nomad has already forgotten: the dry run says it would skip
+	// it, and writes nothing (the controller package tests the re-registration itself).
+	rec := violations.Record{AllocID: "a-1", Task: "main", GPU: "GPU-x", GPUUnits: 38, CapBytes: 4 * size.GiB, CrossedAt: time.Now()}
+	vs.Put("default", rec.Path(), rec.Items())
+
+	t.Setenv("NOMAD_TOKEN", "")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	g := &globals{stateDir: t.TempDir(), backend: "auto", defaultLevel: "warn"}
+	go func() {
+		done <- cmdController(ctx, g, []string{"--nomad-addr", vs.URL(), "--dry-run", "--json", "--retry", "100ms"}, &stdout, &stderr)
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(stdout.String(), "\n") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no event on stdout within 15s; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("controller: %v", err)
+	}
+	var ev controller.Event
+	line, _, _ := strings.Cut(stdout.String(), "\n")
+	if err := json.Unmarshal([]byte(line), &ev); err != nil {
+		t.Fatalf("stdout line %q is not a JSON event: %v", line, err)
+	}
+	if ev.Kind != controller.EventSkipped || ev.Alloc != "a-1" || !strings.Contains(ev.Message, "no longer exists") {
+		t.Errorf("event %+v, want skipped: allocation a-1 no longer exists", ev)
+	}
+	if v, _ := vs.Get("default", rec.Path()); v.Items[violations.KeyHandled] != "" {
+		t.Errorf("a dry run marked the violation %q", v.Items[violations.KeyHandled])
+	}
+	if strings.Contains(stdout.String(), "[INFO]") {
+		t.Error("logs went to stdout, where the JSON events go")
+	}
+}
+
+func TestControllerBadFlags(t *testing.T) {
+	c := newCLI(t)
+	for _, args := range [][]string{{"controller", "--retry", "1ms"}, {"controller", "--metrics-addr", "9411"}, {"controller", "extra"}} {
+		code, _, stderr := c.run(args...)
+		if code != exitUsage || !strings.Contains(stderr, args[len(args)-1]) {
+			t.Errorf("gpufrac %v: exit %d, stderr %q; want a usage error naming %q", args, code, stderr, args[len(args)-1])
+		}
+	}
+}

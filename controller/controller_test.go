@@ -1,0 +1,401 @@
+package controller
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpufrac/gpufrac/internal/varserver"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
+	"github.com/gpufrac/gpufrac/policy/violations"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+const (
+	gpuA = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+	gpuB = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
+)
+
+// rig is a fake Nomad (varserver) with one job whose task asks gpufrac for units, one
+// allocation of it, and a controller recording its events.
+type rig struct {
+	t   *testing.T
+	vs  *varserver.Server
+	api *api.Client
+	mu  sync.Mutex
+	evs []Event
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	vs := varserver.New(varserver.Options{MaxWait: 2 * time.Second})
+	t.Cleanup(vs.Close)
+	return &rig{t: t, vs: vs, api: client(t, vs.URL(), "")}
+}
+
+func client(t *testing.T, addr, token string) *api.Client {
+	t.Helper()
+	cfg := api.DefaultConfig()
+	cfg.Address, cfg.SecretID = addr, token
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (r *rig) controller(mut func(*Config)) *Controller {
+	r.t.Helper()
+	cfg := Config{Client: r.api, Retry: 50 * time.Millisecond, Wait: time.Second, OnEvent: func(e Event) {
+		r.mu.Lock()
+		r.evs = append(r.evs, e)
+		r.mu.Unlock()
+	}}
+	if mut != nil {
+		mut(&cfg)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return c
+}
+
+func (r *rig) events(kind string) []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, e := range r.evs {
+		if e.Kind == kind {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// device is one device request of the task: its name, count and the GPU it was placed on.
+type device struct {
+	name  string
+	count uint64
+	gpu   string
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// putJob registers job "train" (task "main" in group "g") and an allocation of its current
+// version, running, with each device's units on its GPU.
+func (r *rig) putJob(allocID string, devs ...device) *api.Job {
+	r.t.Helper()
+	var reqs []*api.RequestedDevice
+	var placed []*api.AllocatedDeviceResource
+	for _, d := range devs {
+		reqs = append(reqs, &api.RequestedDevice{Name: d.name, Count: ptr(d.count)})
+		ids := make([]string, d.count)
+		for k := range ids {
+			ids[k] = ledger.InstanceID(d.gpu, k)
+		}
+		placed = append(placed, &api.AllocatedDeviceResource{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids})
+	}
+	job := r.vs.PutJob(&api.Job{ID: ptr("train"), Name: ptr("train"), Type: ptr("batch"), TaskGroups: []*api.TaskGroup{{
+		Name: ptr("g"), Tasks: []*api.Task{{Name: "main", Driver: "exec", Resources: &api.Resources{Devices: reqs}}},
+	}}})
+	r.putAlloc(allocID, job, api.AllocClientStatusRunning, placed)
+	return job
+}
+
+func (r *rig) putAlloc(id string, job *api.Job, status string, placed []*api.AllocatedDeviceResource) {
+	r.vs.PutAlloc(&api.Allocation{ID: id, Namespace: "default", JobID: *job.ID, TaskGroup: "g", Job: job, ClientStatus: status,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"main": {Devices: placed}}}})
+}
+
+// violate publishes a violation of task "main" of allocID on gpu, as the plugin does.
+func (r *rig) violate(allocID, gpu string, at time.Time) string {
+	r.t.Helper()
+	rec := violations.Record{AllocID: allocID, Job: "train", Task: "main", Template: "lora", GPU: gpu, GPUUnits: 78,
+		UnitBytes: size.GiB, CapBytes: 3 * size.GiB, PeakBytes: 5 * size.GiB, Action: "sigkill", Mode: "isolated",
+		CrossedAt: at, ContainedAt: at.Add(time.Second)}
+	path, err := violations.Publish(r.api.Variables(), "default", rec)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return path
+}
+
+func (r *rig) pass(c *Controller) error {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := c.Pass(ctx, 0)
+	return err
+}
+
+func (r *rig) count(devIndex int) uint64 {
+	r.t.Helper()
+	j, ok := r.vs.Job("default", "train")
+	if !ok {
+		r.t.Fatal("job train is gone")
+	}
+	return *j.TaskGroups[0].Tasks[0].Resources.Devices[devIndex].Count
+}
+
+func (r *rig) handled(path string) string {
+	v, ok := r.vs.Get("default", path)
+	if !ok {
+		r.t.Fatalf("violation %s vanished", path)
+	}
+	return v.Items[violations.KeyHandled]
+}
+
+const alloc1 = "11111111-1111-4111-8111-111111111111"
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func TestReregistersWithAWholeGPUOnce(t *testing.T) {
+	r := newRig(t)
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	path := r.violate(alloc1, gpuA, t0)
+	reg := prometheus.NewRegistry()
+	c := r.controller(func(cfg *Config) { cfg.Registerer = reg })
+	if err := r.pass(c); err != nil {
+		t.Fatal(err)
+	}
+	if got := metric(t, reg, "gpufrac_controller_events_total", "reregistered"); got != 1 {
+		t.Errorf("reregistered events counted %v, want 1", got)
+	}
+	if got := metric(t, reg, "gpufrac_controller_violation_containment_seconds", ""); got != 1 {
+		t.Errorf("containment observations %v, want 1", got)
+	}
+	if got := r.count(0); got != 78 {
+		t.Fatalf("count after the violation %d, want the whole GPU's 78 units", got)
+	}
+	j, _ := r.vs.Job("default", "train")
+	if *j.Version != 1 || j.Meta[MetaEscalated+"g.main"] != alloc1 {
+		t.Errorf("job version %d meta %v; want version 1 recording the allocation", *j.Version, j.Meta)
+	}
+	if h := r.handled(path); !strings.HasPrefix(h, "reregistered") {
+		t.Errorf("violation marked %q, want reregistered", h)
+	}
+	evs := r.events(EventReregistered)
+	if len(evs) != 1 || evs[0].FromUnits != 3 || evs[0].ToUnits != 78 || evs[0].Group != "g" || evs[0].Device != "nvidia/gpumem" {
+		t.Errorf("reregistered events %+v", evs)
+	}
+
+	// A duplicate violation of the same allocation (it broke its cap again before Nomad
+	// replaced it), the same pass again, and a restarted controller: still one registration.
+	dup := r.violate(alloc1, gpuA, t0.Add(time.Minute))
+	for _, ctl := range []*Controller{c, r.controller(nil)} {
+		if err := r.pass(ctl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := r.vs.Registrations(); n != 1 {
+		t.Errorf("%d registrations, want 1", n)
+	}
+	if h := r.handled(dup); !strings.Contains(h, "already re-registered") {
+		t.Errorf("duplicate violation marked %q", h)
+	}
+
+	// The replacement breaks a whole GPU too: reported, never re-registered again.
+	j, _ = r.vs.Job("default", "train")
+	const alloc2 = "22222222-2222-4222-8222-222222222222"
+	ids := make([]string, 78)
+	for k := range ids {
+		ids[k] = ledger.InstanceID(gpuA, k)
+	}
+	r.putAlloc(alloc2, j, api.AllocClientStatusRunning, []*api.AllocatedDeviceResource{{DeviceIDs: ids}})
+	again := r.violate(alloc2, gpuA, t0.Add(time.Hour))
+	if err := r.pass(c); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.vs.Registrations(); n != 1 {
+		t.Errorf("%d registrations after the whole-GPU violation, want still 1", n)
+	}
+	if h := r.handled(again); !strings.HasPrefix(h, "exhausted") || len(r.events(EventExhausted)) != 1 {
+		t.Errorf("whole-GPU violation marked %q, events %+v", h, r.events(EventExhausted))
+	}
+}
+
+func TestRestartBetweenRegisterAndMark(t *testing.T) {
+	r := newRig(t)
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	path := r.violate(alloc1, gpuA, t0)
+	before, _ := r.vs.Get("default", path)
+	if err := r.pass(r.controller(nil)); err != nil {
+		t.Fatal(err)
+	}
+	// As if the controller died after registering but before marking the violation.
+	r.vs.Put("default", path, before.Items)
+	if err := r.pass(r.controller(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.vs.Registrations(); n != 1 {
+		t.Errorf("%d registrations, want 1: the job's meta records the allocation", n)
+	}
+}
+
+func TestLeavesAloneWhatItMustNotTouch(t *testing.T) {
+	tests := []struct {
+		name  string
+		setup func(r *rig)
+		want  string
+	}{
+		{"job deleted meanwhile", func(r *rig) { r.vs.DeleteJob("default", "train") }, "was deleted"},
+		{"no gpufrac device", func(r *rig) { r.putJob(alloc1, device{"nvidia/gpu", 1, gpuA}) }, "no gpufrac device"},
+		{"allocation gone", func(r *rig) {}, "no longer exists"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t)
+			if tt.name != "allocation gone" {
+				r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+			}
+			tt.setup(r)
+			path := r.violate(alloc1, gpuA, t0)
+			if err := r.pass(r.controller(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if n := r.vs.Registrations(); n != 0 {
+				t.Errorf("%d registrations, want none", n)
+			}
+			if h := r.handled(path); !strings.HasPrefix(h, "skipped") || !strings.Contains(h, tt.want) {
+				t.Errorf("violation marked %q, want skipped: ...%s", h, tt.want)
+			}
+		})
+	}
+}
+
+func TestTwoGPUFracDevicesRaisesTheOneThatBroke(t *testing.T) {
+	r := newRig(t)
+	r.putJob(alloc1, device{"nvidia/gpumem", 2, gpuA}, device{"nvidia/gpumem", 4, gpuB})
+	r.violate(alloc1, gpuB, t0)
+	if err := r.pass(r.controller(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := r.count(0), r.count(1); a != 2 || b != 78 {
+		t.Errorf("counts %d and %d, want the GPU A device unchanged (2) and the GPU B one whole (78)", a, b)
+	}
+}
+
+func TestDryRunWritesNothing(t *testing.T) {
+	r := newRig(t)
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	path := r.violate(alloc1, gpuA, t0)
+	idx := r.vs.Index()
+	if err := r.pass(r.controller(func(c *Config) { c.DryRun = true })); err != nil {
+		t.Fatal(err)
+	}
+	if r.vs.Registrations() != 0 || r.handled(path) != "" || r.vs.Index() != idx {
+		t.Errorf("dry run wrote: %d registrations, violation marked %q, index %d -> %d", r.vs.Registrations(), r.handled(path), idx, r.vs.Index())
+	}
+	if evs := r.events(EventWouldReregister); len(evs) != 1 || evs[0].ToUnits != 78 {
+		t.Errorf("would-reregister events %+v", evs)
+	}
+}
+
+func TestACLDenialAndAPIDownAreRetried(t *testing.T) {
+	r := newRig(t)
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	path := r.violate(alloc1, gpuA, t0)
+	// The controller's token may handle violations but not read or submit jobs.
+	r.vs.SetToken("ctl", varserver.Rule{Path: violations.PathPrefix + "*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}})
+	r.api = client(t, r.vs.URL(), "ctl")
+	c := r.controller(nil)
+	if err := r.pass(c); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Fatalf("pass with a token that cannot read the allocation: %v, want a 403", err)
+	}
+	if r.handled(path) != "" {
+		t.Fatal("a denied violation was marked handled: it would never be retried")
+	}
+	r.vs.SetDown(true)
+	if err := r.pass(c); err == nil {
+		t.Fatal("pass with the Nomad API down succeeded")
+	}
+	r.vs.SetDown(false)
+	r.vs.SetToken("ctl",
+		varserver.Rule{Path: violations.PathPrefix + "*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}},
+		varserver.Rule{Path: "gpufrac/templates/*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}, Jobs: []string{varserver.CapSubmitJob}})
+	if err := r.pass(c); err != nil {
+		t.Fatalf("pass once the token may submit jobs: %v", err)
+	}
+	if r.count(0) != 78 {
+		t.Errorf("count %d after the retry, want 78", r.count(0))
+	}
+}
+
+func TestRaisesTheTemplateAndReportsTheReplacement(t *testing.T) {
+	r := newRig(t)
+	store, err := nomadvars.New(nomadvars.Config{Address: r.vs.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := store.PutTemplateUnchecked(ctx, policy.Template{Name: "lora", Policy: "default", PeakBytes: 2 * size.GiB}); err != nil {
+		t.Fatal(err)
+	}
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	c := r.controller(func(c *Config) { c.Templates = store })
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	r.violate(alloc1, gpuA, t0)
+	waitFor(t, "the job is re-registered", func() bool { return r.count(0) == 78 })
+	tpl, _, err := store.GetTemplate(ctx, "lora")
+	if err != nil || tpl.PeakBytes != 5*size.GiB {
+		t.Errorf("template after the violation: %v, %v; want its peak raised to the violation's 5GiB", tpl.PeakBytes, err)
+	}
+	// Nomad places the new version; its allocation starts running.
+	j, _ := r.vs.Job("default", "train")
+	const alloc2 = "33333333-3333-4333-8333-333333333333"
+	r.putAlloc(alloc2, j, api.AllocClientStatusRunning, nil)
+	waitFor(t, "the replacement is reported", func() bool { return len(r.events(EventReplaced)) == 1 })
+	if ev := r.events(EventReplaced)[0]; ev.Alloc != alloc2 || ev.ToUnits != 78 {
+		t.Errorf("replaced event %+v", ev)
+	}
+	cancel()
+	if err := <-done; err != context.Canceled {
+		t.Errorf("Run returned %v, want context.Canceled", err)
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// metric is a counter's value (with label kind when given) or a histogram's sample count.
+func metric(t *testing.T, reg *prometheus.Registry, name, kind string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,252 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpufrac/gpufrac/policy/violations"
+)
+
+// Handle acts on one violation variable. It is idempotent: a violation marked handled, or whose
+// allocation the job's meta already records, causes no second registration. An error means
+// "try again later" (API down, permission denied, a concurrent job change); every final outcome
+// is written back to the variable (not in a dry run).
+func (c *Controller) Handle(ctx context.Context, path string) error {
+	vars := c.cfg.Client.Variables()
+	v, _, err := vars.Read(path, (&api.QueryOptions{Namespace: c.cfg.Namespace}).WithContext(ctx))
+	if err != nil {
+		if errors.Is(err, api.ErrVariablePathNotFound) {
+			c.markDone(path)
+			return nil
+		}
+		return fmt.Errorf("reading violation %s: %w", path, err)
+	}
+	rec, err := violations.Decode(v.Items)
+	if err != nil {
+		c.emit(Event{Kind: EventSkipped, Violation: path, Message: err.Error()})
+		return c.finish(ctx, v, "skipped: "+err.Error())
+	}
+	if rec.Handled != "" {
+		c.markDone(path)
+		return nil
+	}
+	ev := Event{Violation: path, Alloc: rec.AllocID, Task: rec.Task, Job: rec.Job}
+	outcome, err := c.act(ctx, rec, &ev)
+	if err != nil {
+		return fmt.Errorf("violation %s: %w", path, err)
+	}
+	// Once per violation: a retried one (API down, 403) is observed when it is finally acted on.
+	if !rec.CrossedAt.IsZero() && rec.ContainedAt.After(rec.CrossedAt) {
+		c.contain.Observe(rec.ContainedAt.Sub(rec.CrossedAt).Seconds())
+	}
+	if c.cfg.DryRun {
+		c.markDone(path)
+		return nil
+	}
+	return c.finish(ctx, v, outcome)
+}
+
+// act decides and does what one violation calls for, emits its event and returns the outcome
+// to record.
+func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) (string, error) {
+	skip := func(msg string) (string, error) {
+		ev.Kind, ev.Message = EventSkipped, msg
+		c.emit(*ev)
+		return "skipped: " + msg, nil
+	}
+	if rec.AllocID == "" {
+		return skip("the plugin could not tie the violation to an allocation")
+	}
+	alloc, _, err := c.cfg.Client.Allocations().Info(rec.AllocID, (&api.QueryOptions{}).WithContext(ctx))
+	if statusOf(err) == http.StatusNotFound {
+		return skip("allocation " + rec.AllocID + " no longer exists")
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading allocation %s: %w", rec.AllocID, err)
+	}
+	ev.Namespace, ev.Job, ev.Group = alloc.Namespace, alloc.JobID, alloc.TaskGroup
+	wq := (&api.WriteOptions{Namespace: alloc.Namespace}).WithContext(ctx)
+	job, _, err := c.cfg.Client.Jobs().Info(alloc.JobID, (&api.QueryOptions{Namespace: alloc.Namespace}).WithContext(ctx))
+	if statusOf(err) == http.StatusNotFound {
+		return skip("job " + alloc.JobID + " was deleted")
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading job %s: %w", alloc.JobID, err)
+	}
+	if job.Stop != nil && *job.Stop {
+		return skip("job " + alloc.JobID + " is stopped")
+	}
+	dev, devName, err := findDevice(job, alloc, rec)
+	if err != nil {
+		return skip(err.Error())
+	}
+	ev.Device = devName
+	metaKey := MetaEscalated + alloc.TaskGroup + "." + rec.Task
+	if job.Meta[metaKey] == rec.AllocID {
+		return skip("already re-registered for this allocation")
+	}
+	var had uint64
+	if alloc.Job != nil {
+		if d, _, err := findDevice(alloc.Job, alloc, rec); err == nil && d.Count != nil {
+			had = *d.Count
+		}
+	}
+	cur := uint64(1)
+	if dev.Count != nil {
+		cur = *dev.Count
+	}
+	if had == 0 {
+		had = cur
+	}
+	whole := uint64(rec.GPUUnits)
+	ev.FromUnits = had
+	if whole == 0 {
+		return skip("the violation does not say how many units the GPU has")
+	}
+	if had >= whole {
+		ev.Kind, ev.ToUnits = EventExhausted, whole
+		ev.Message = fmt.Sprintf("the task broke its cap with %d units, a whole GPU's budget: it is not re-registered again", had)
+		c.emit(*ev)
+		return "exhausted: " + ev.Message, nil
+	}
+	if cur > had {
+		return skip(fmt.Sprintf("the job already asks for %d units (the allocation had %d)", cur, had))
+	}
+	c.raiseTemplate(ctx, rec, *ev)
+	ev.ToUnits = whole
+	if c.cfg.DryRun {
+		ev.Kind = EventWouldReregister
+		ev.Message = fmt.Sprintf("would re-register job %s with %s count %d -> %d", alloc.JobID, devName, had, whole)
+		c.emit(*ev)
+		return "", nil
+	}
+	dev.Count = &whole
+	if job.Meta == nil {
+		job.Meta = map[string]string{}
+	}
+	job.Meta[metaKey] = rec.AllocID
+	// The modify-index check makes a concurrent change to the job (an operator's `nomad job
+	// run`) win: this violation is then tried again against the new version.
+	resp, _, err := c.cfg.Client.Jobs().EnforceRegister(job, *job.JobModifyIndex, wq)
+	if err != nil {
+		return "", fmt.Errorf("re-registering job %s: %w", alloc.JobID, err)
+	}
+	next := *job.Version + 1
+	ev.Kind, ev.Version = EventReregistered, next
+	ev.Message = fmt.Sprintf("job %s re-registered with %s count %d -> %d (a whole GPU); evaluation %s", alloc.JobID, devName, had, whole, resp.EvalID)
+	c.emit(*ev)
+	c.mu.Lock()
+	c.pending[alloc.Namespace+"/"+alloc.JobID] = pending{ns: alloc.Namespace, job: alloc.JobID, group: alloc.TaskGroup, version: next, ev: *ev}
+	c.mu.Unlock()
+	return fmt.Sprintf("reregistered: %s count %d -> %d, job version %d", devName, had, whole, next), nil
+}
+
+// findDevice is the task's gpufrac device request that holds the violating GPU's units. The
+// allocation lists its devices in the order of the task's requests, so the one with IDs on
+// that GPU names the request; a task with one gpufrac device needs no such match.
+func findDevice(job *api.Job, alloc *api.Allocation, rec violations.Record) (*api.RequestedDevice, string, error) {
+	var task *api.Task
+	for _, tg := range job.TaskGroups {
+		if tg.Name != nil && *tg.Name == alloc.TaskGroup {
+			for _, t := range tg.Tasks {
+				if t.Name == rec.Task {
+					task = t
+				}
+			}
+		}
+	}
+	if task == nil {
+		return nil, "", fmt.Errorf("job %s has no task %q in group %q", alloc.JobID, rec.Task, alloc.TaskGroup)
+	}
+	var devs []*api.RequestedDevice
+	if task.Resources != nil {
+		devs = task.Resources.Devices
+	}
+	var ours []int
+	for i, d := range devs {
+		if isGPUFrac(d.Name) {
+			ours = append(ours, i)
+		}
+	}
+	if len(ours) == 0 {
+		return nil, "", fmt.Errorf("task %s of job %s asks for no gpufrac device: left alone", rec.Task, alloc.JobID)
+	}
+	if ar := alloc.AllocatedResources; ar != nil && ar.Tasks[rec.Task] != nil {
+		for i, ad := range ar.Tasks[rec.Task].Devices {
+			if i >= len(devs) || !isGPUFrac(devs[i].Name) {
+				continue
+			}
+			for _, id := range ad.DeviceIDs {
+				if strings.HasPrefix(id, rec.GPU+"-") {
+					return devs[i], devs[i].Name, nil
+				}
+			}
+		}
+	}
+	if len(ours) == 1 {
+		return devs[ours[0]], devs[ours[0]].Name, nil
+	}
+	return nil, "", fmt.Errorf("task %s of job %s has %d gpufrac devices and none holds GPU %s: cannot tell which broke its cap",
+		rec.Task, alloc.JobID, len(ours), rec.GPU)
+}
+
+// raiseTemplate stores what the violation proved the template needs (at least its cap and
+// peak). A failure is reported; it does not hold back the re-registration.
+func (c *Controller) raiseTemplate(ctx context.Context, rec violations.Record, ev Event) {
+	if c.cfg.Templates == nil || rec.Template == "" {
+		return
+	}
+	t, meta, err := c.cfg.Templates.GetTemplate(ctx, rec.Template)
+	if err != nil {
+		ev.Kind, ev.Message = EventError, "template "+rec.Template+" not raised: "+err.Error()
+		c.emit(ev)
+		return
+	}
+	raised := max(rec.PeakBytes, rec.CapBytes)
+	if raised <= t.PeakBytes {
+		return
+	}
+	ev.Kind = EventTemplateRaised
+	ev.Message = fmt.Sprintf("template %s footprint %s -> %s (source: violation)", rec.Template, t.PeakBytes, raised)
+	if c.cfg.DryRun {
+		ev.Message = "would raise " + strings.TrimPrefix(ev.Message, "template ")
+		c.emit(ev)
+		return
+	}
+	was := t.PeakBytes
+	t.PeakBytes = raised
+	if _, err := c.cfg.Templates.PutTemplate(ctx, t, meta.ModifyIndex); err != nil {
+		ev.Kind, ev.Message = EventError, fmt.Sprintf("template %s not raised from %s: %v", rec.Template, was, err)
+	}
+	c.emit(ev)
+}
+
+// finish writes the outcome into the violation variable (check-and-set on the version read).
+func (c *Controller) finish(ctx context.Context, v *api.Variable, outcome string) error {
+	// The plugin's items stay as written; only the outcome is added.
+	items := make(map[string]string, len(v.Items)+3)
+	for k, val := range v.Items {
+		items[k] = val
+	}
+	items[violations.KeyHandled] = outcome
+	items[violations.KeyHandledBy] = c.cfg.Name
+	items[violations.KeyHandledAt] = time.Now().UTC().Format(time.RFC3339Nano)
+	nv := &api.Variable{Namespace: v.Namespace, Path: v.Path, Items: items, ModifyIndex: v.ModifyIndex}
+	if _, _, err := c.cfg.Client.Variables().CheckedUpdate(nv, (&api.WriteOptions{Namespace: c.cfg.Namespace}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("marking violation %s handled: %w", v.Path, err)
+	}
+	c.markDone(v.Path)
+	return nil
+}
+
+func (c *Controller) markDone(path string) {
+	c.mu.Lock()
+	c.done[path] = true
+	c.mu.Unlock()
+}

@@ -1,0 +1,99 @@
+package deviceplugin
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	return port
+}
+
+func TestMetricsServedOnLoopback(t *testing.T) {
+	port := freePort(t)
+	s, _ := newSim(t, "H100=80GiB", `metrics_addr = ":`+port+`"`)
+	if got := s.config().MetricsAddr; got != "127.0.0.1:"+port {
+		t.Fatalf("metrics_addr %q resolved to %q, want loopback", ":"+port, got)
+	}
+	m, _ := firstFingerprint(t, s)
+	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3)); err != nil {
+		t.Fatal(err)
+	}
+	var body string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no metrics on port %s: %v", port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, want := range []string{
+		`gpufrac_gpu_budget_bytes{gpu="` + m.DeviceGroup[0].Attributes[AttrUUID].GetStringVal() + `",index="0",model="H100"} 8.3751862272e+10`,
+		`gpufrac_gpu_reserved_bytes{`,
+		`gpufrac_gpu_healthy{`,
+		`gpufrac_task_cap_bytes{`,
+		`gpufrac_violation_containment_seconds_count 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+func TestMetricsFigures(t *testing.T) {
+	s, _ := newSim(t, "H100=80GiB", "")
+	m, _ := firstFingerprint(t, s)
+	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3)); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{rt: s.runtime()})
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			if g := mt.GetGauge(); g != nil {
+				got[f.GetName()] += g.GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"gpufrac_gpu_budget_bytes":   float64(78 * size.GiB),
+		"gpufrac_gpu_reserved_bytes": float64(3 * size.GiB),
+		"gpufrac_task_cap_bytes":     float64(3 * size.GiB),
+		"gpufrac_gpu_tasks":          1,
+		"gpufrac_gpu_healthy":        1,
+		"gpufrac_task_used_bytes":    0,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+}

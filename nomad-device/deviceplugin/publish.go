@@ -1,0 +1,103 @@
+package deviceplugin
+
+import (
+	"os"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
+	"github.com/gpufrac/gpufrac/policy/violations"
+)
+
+// republishWindow is how far back the ledger's violations are published again at start: a
+// violation the plugin could not publish before it restarted still reaches the controller, and
+// create-only writes make the ones already published no-ops.
+const republishWindow = 24 * time.Hour
+
+// startPublisher publishes every contained violation under gpufrac/violations/, retrying while
+// the Nomad API is unreachable. It never publishes the reservation token.
+func (rt *runtime) startPublisher(enf *enforcer.Enforcer, l *ledger.Ledger) {
+	vt := rt.cfg.Violations
+	if vt == nil {
+		return
+	}
+	log := rt.log.Named("violations")
+	conn, err := nomadvars.NewAPIClient(nomadvars.Config{Address: vt.Address, Token: vt.Token, TokenFile: vt.TokenFile,
+		Namespace: vt.Namespace, Region: vt.Region, CACert: vt.CAFile})
+	if err != nil {
+		log.Error("violations cannot be published: the controller will not see them", "error", err)
+		return
+	}
+	node, _ := os.Hostname()
+	events, unsubscribe := enf.Subscribe()
+	queue := make(chan violations.Record, 256)
+	for _, v := range l.Violations() {
+		if time.Since(v.CrossedAt) < republishWindow {
+			select {
+			case queue <- record(v, l, node):
+			default:
+			}
+		}
+	}
+	rt.wg.Add(2)
+	go func() {
+		defer rt.wg.Done()
+		defer unsubscribe()
+		for {
+			select {
+			case <-rt.ctx.Done():
+				return
+			case ev, ok := <-events:
+				if !ok {
+					return
+				}
+				if ev.Kind != enforcer.EventViolation || ev.Violation == nil {
+					continue
+				}
+				select {
+				case queue <- record(*ev.Violation, l, node):
+				default:
+					log.Error("violation not published: too many waiting", "task", ev.Violation.Task.String())
+				}
+			}
+		}
+	}()
+	go func() {
+		defer rt.wg.Done()
+		vars := conn.Variables()
+		for {
+			var r violations.Record
+			select {
+			case <-rt.ctx.Done():
+				return
+			case r = <-queue:
+			}
+			for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+				path, err := violations.Publish(vars, conn.Namespace, r)
+				if err == nil {
+					log.Info("violation published", "path", path, "alloc_id", r.AllocID, "task", r.Task, "namespace", conn.Namespace)
+					break
+				}
+				log.Warn("publishing a violation failed; retrying", "path", path, "error", err, "retry", backoff)
+				select {
+				case <-rt.ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+			}
+		}
+	}()
+}
+
+// record is what a violation publishes: no token, and the GPU's whole budget in units for the
+// controller's re-run on a whole GPU.
+func record(v ledger.Violation, l *ledger.Ledger, node string) violations.Record {
+	r := violations.Record{AllocID: v.Task.AllocID, Job: v.Task.JobName, Task: v.Task.TaskName, Template: v.Task.Template,
+		GPU: v.GPU, Node: node, CapBytes: v.CapBytes, PeakBytes: v.PeakBytes, Action: v.Action, Mode: string(v.Mode),
+		CrossedAt: v.CrossedAt, ContainedAt: v.ContainedAt}
+	if st, err := l.State(v.GPU); err == nil {
+		r.GPUUnits, r.UnitBytes = st.Units, st.UnitBytes
+	}
+	return r
+}

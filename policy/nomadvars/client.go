@@ -1,0 +1,60 @@
+package nomadvars
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Conn is a Nomad API client with the namespace and address it was built for.
+type Conn struct {
+	*api.Client
+	Namespace, Address string
+}
+
+// NewAPIClient is the Nomad API client every gpufrac part builds from the same settings (empty
+// fields fall back to NOMAD_ADDR, NOMAD_TOKEN... and the defaults); it sends no request.
+func NewAPIClient(cfg Config) (Conn, error) {
+	ac := api.DefaultConfig()
+	if cfg.Address != "" {
+		ac.Address = cfg.Address
+	}
+	switch {
+	case cfg.Token != "":
+		ac.SecretID = cfg.Token
+	case cfg.TokenFile != "":
+		b, err := os.ReadFile(cfg.TokenFile)
+		if err != nil {
+			return Conn{}, fmt.Errorf("nomad token_file: %w", err) // the error names the file, not its content
+		}
+		ac.SecretID = strings.TrimSpace(string(b))
+		if ac.SecretID == "" {
+			return Conn{}, fmt.Errorf("nomad token_file %s is empty", cfg.TokenFile)
+		}
+	}
+	if cfg.Namespace != "" {
+		ac.Namespace = cfg.Namespace
+	}
+	if ac.Namespace == "" {
+		ac.Namespace = api.DefaultNamespace
+	}
+	if ac.Namespace == api.AllNamespacesNamespace {
+		return Conn{}, fmt.Errorf("nomad namespace %q: gpufrac needs one namespace, not all", ac.Namespace)
+	}
+	if cfg.Region != "" {
+		ac.Region = cfg.Region
+	}
+	if cfg.CACert != "" {
+		if ac.TLSConfig == nil {
+			ac.TLSConfig = &api.TLSConfig{}
+		}
+		ac.TLSConfig.CACert = cfg.CACert
+	}
+	c, err := api.NewClient(ac)
+	if err != nil {
+		return Conn{}, fmt.Errorf("nomad client for %s: %w", ac.Address, err)
+	}
+	return Conn{Client: c, Namespace: ac.Namespace, Address: ac.Address}, nil
+}
