@@ -30,6 +30,9 @@ type Config struct {
 	Region string
 	// CACert is a PEM file that verifies the agent's TLS certificate.
 	CACert string
+	// ClientCert and ClientKey are PEM files of a client certificate for mutual TLS; both or
+	// neither.
+	ClientCert, ClientKey string
 	// WaitTime bounds one blocking query (Nomad caps it at 5m, the default).
 	WaitTime time.Duration
 	// Logger receives debug logs; nil discards them.
@@ -78,11 +81,16 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Region != "" {
 		ac.Region = cfg.Region
 	}
-	if cfg.CACert != "" {
+	if cfg.CACert != "" || cfg.ClientCert != "" || cfg.ClientKey != "" {
 		if ac.TLSConfig == nil {
 			ac.TLSConfig = &api.TLSConfig{}
 		}
-		ac.TLSConfig.CACert = cfg.CACert
+		if cfg.CACert != "" {
+			ac.TLSConfig.CACert = cfg.CACert
+		}
+		if cfg.ClientCert != "" || cfg.ClientKey != "" {
+			ac.TLSConfig.ClientCert, ac.TLSConfig.ClientKey = cfg.ClientCert, cfg.ClientKey
+		}
 	}
 	c, err := api.NewClient(ac)
 	if err != nil {
