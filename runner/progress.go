@@ -215,14 +215,7 @@ func WriteSummary(w io.Writer, res *Result) {
 			g = fmt.Sprint(last.GPUIndex)
 			peak = last.PeakBytes.String()
 			dur = fmt.Sprintf("%.1fs", last.Duration().Seconds())
-			switch {
-			case last.WholeGPU:
-				capS = "whole GPU"
-			case last.Capped:
-				capS = last.CapBytes.String()
-			default:
-				capS = "none"
-			}
+			capS = last.CapLabel()
 		}
 		hist := make([]string, 0, j.Attempts)
 		for _, a := range res.Attempts {
