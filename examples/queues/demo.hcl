@@ -8,8 +8,8 @@
 #
 # What to watch for:
 #   - the first job of each template is its probe: in isolated mode it runs beside the others
-#     under a protective cap (all the free budget); its measured peak becomes the template's
-#     footprint, and its cap is peak x 1.15 + 1.5 GB;
+#     under a protective cap (half the GPU's budget: 39GiB here); its measured peak becomes the
+#     template's footprint, and its cap is peak x 1.15 + 1.5 GB;
 #   - the other jobs are packed next to each other while their caps fit;
 #   - "leaker" looks small during its 1 s probe window, so its cap comes down to a small one
 #     and it runs on; then it keeps allocating far past that cap: the enforcer stops it alone,
