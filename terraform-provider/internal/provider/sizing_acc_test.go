@@ -114,3 +114,27 @@ func TestAccTemplate_policySizingSamePlan(t *testing.T) {
 		},
 	})
 }
+
+// Under OpenTofu each error of units() is reported against the argument at fault, not the
+// first one.
+func TestAccUnitsFunction_errorNamesTheArgument(t *testing.T) {
+	accServer(t)
+	call := func(args string) string {
+		return requiredProviders() + "output \"u\" {\n  value = provider::gpufrac::units(" + args + ")\n}\n"
+	}
+	tests := []struct{ args, param, text string }{
+		{`"20GiB", "1GiB", -5, "1.5GB"`, "cap_margin_percent", "cap_margin_percent = -5: must be between 0 and 1000"},
+		{`"20GiB", "1MiB", 15, "1.5GB"`, "unit", "unit = 1MiB: must be between 64MiB and 64GiB"},
+		{`"20GiB", "1GiB", 15, "lots"`, "cap_margin", `cap_margin: invalid size "lots"`},
+		{`"20 GiBs", "1GiB", 15, "1.5GB"`, "peak", `peak: invalid size "20 GiBs"`},
+	}
+	var steps []resource.TestStep
+	for _, tt := range tests {
+		steps = append(steps, resource.TestStep{
+			Config:      call(tt.args),
+			PlanOnly:    true,
+			ExpectError: words(`Invalid value for "` + tt.param + `" parameter: ` + tt.text),
+		})
+	}
+	resource.Test(t, resource.TestCase{ProtoV6ProviderFactories: accFactories, Steps: steps})
+}
