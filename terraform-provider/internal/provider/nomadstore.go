@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,12 +52,14 @@ func (s *nomadStores) in(ctx context.Context, namespace string) (*nomadvars.Stor
 	return st, ctx, cancel, nil
 }
 
-// timedOut names the request_timeout when it is what ended a request.
+// timedOut names the request_timeout when it is what ended a request (the HTTP client's error
+// already says so when it reports the context's cause).
 func timedOut(ctx context.Context, err error) error {
-	if err != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-		return fmt.Errorf("%w (%w)", context.Cause(ctx), err)
+	cause := context.Cause(ctx)
+	if err == nil || !errors.Is(cause, context.DeadlineExceeded) || strings.Contains(err.Error(), cause.Error()) {
+		return err
 	}
-	return err
+	return fmt.Errorf("%w (%w)", cause, err)
 }
 
 func (s *nomadStores) store(namespace string) (*nomadvars.Store, error) {
