@@ -327,6 +327,7 @@ func Run(ctx context.Context, q Queue, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer r.close()
+	defer r.prog.unpublish() // gpufrac status shows no progress of a run that ended
 	res, runErr := r.loop(ctx)
 	if err := writeOutputs(res, o.OutDir); err != nil {
 		return res, errors.Join(runErr, err)

@@ -31,6 +31,8 @@ type statusOutput struct {
 	GPUs       []statusGPU       `json:"gpus"`
 	Violations []statusViolation `json:"violations"`
 	Profiles   []statusProfile   `json:"profiles"`
+	// Run is the progress of a gpufrac run on this state directory, while one runs.
+	Run *runner.RunStatus `json:"run,omitempty"`
 }
 
 type statusGPU struct {
@@ -94,6 +96,11 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 	}
 	out := statusOutput{StateDir: dir, WrittenAt: snap.WrittenAt, Generation: snap.Generation, Policy: snap.Policy,
 		GPUs: []statusGPU{}, Violations: []statusViolation{}, Profiles: []statusProfile{}}
+	if rs, ok, err := runner.ReadRunStatus(dir); err != nil {
+		fmt.Fprintf(stderr, "gpufrac status: %v\n", err)
+	} else if ok {
+		out.Run = &rs
+	}
 	var b gpu.Backend
 	if !*noUsage {
 		b = g.attachBackend()
@@ -155,6 +162,9 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 		fmt.Fprintln(w, `  (policy "queue" is the policy block of the queue file that the last gpufrac run on this state directory read)`)
 	}
 	fmt.Fprintln(w, lockHolder(out.StateDir))
+	if out.Run != nil {
+		writeRun(w, *out.Run)
+	}
 	for _, g := range out.GPUs {
 		health := "healthy"
 		if !g.Healthy {
@@ -385,5 +395,28 @@ func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw 
 			return nil // interrupted: the way a watch ends
 		case <-t.C:
 		}
+	}
+}
+
+// writeRun shows a running queue's progress: jobs done, running and waiting, and what the
+// waiting ones wait for.
+func writeRun(w io.Writer, rs runner.RunStatus) {
+	if _, err := os.Stat("/proc/" + strconv.Itoa(rs.PID)); err != nil {
+		fmt.Fprintf(w, "  run of %s: pid %d left its progress %s ago and is gone (it ended without cleaning up)\n",
+			rs.Queue, rs.PID, ago(rs.UpdatedAt))
+		return
+	}
+	fmt.Fprintf(w, "\nrun of %s (pid %d, arm %s, started %s ago, progress %s old, results in %s):\n",
+		rs.Queue, rs.PID, rs.Arm, ago(rs.Start), ago(rs.UpdatedAt), rs.OutDir)
+	fmt.Fprintf(w, "  done %d of %d (%d not ok), running %d, waiting %d\n", rs.Done, rs.Jobs, rs.Failed, rs.Running, rs.Waiting)
+	for _, g := range rs.GPUs {
+		fmt.Fprintf(w, "  GPU%d: %d running, using %s, caps %s of %s\n", g.Index, g.Running, g.UsedBytes, g.ReservedBytes, g.BudgetBytes)
+	}
+	for _, wg := range rs.Waits {
+		names := strings.Join(wg.Jobs, ", ")
+		if wg.Count > len(wg.Jobs) {
+			names += fmt.Sprintf(" and %d more", wg.Count-len(wg.Jobs))
+		}
+		fmt.Fprintf(w, "  %d waiting for %s: %s\n", wg.Count, wg.Reason, names)
 	}
 }
