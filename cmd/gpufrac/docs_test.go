@@ -15,7 +15,7 @@ import (
 // The docs quote what gpufrac prints. These tests run the quoted commands on the simulated
 // backend and check every quoted line against the real output, so a quote cannot drift from
 // the program. Figures that are measured (durations, sample counts, rates, the memory a leak
-// reached) and paths match any value; sizes, caps, units and the words must be exact.
+// reached or held) and paths match any value; sizes, caps, units and the words must be exact.
 
 const repoRoot = "../.."
 
@@ -60,7 +60,7 @@ func quotes(t *testing.T, doc string) []quote {
 var (
 	pathRE     = regexp.MustCompile(`(\S*/\S+)`)
 	durationRE = regexp.MustCompile(`\b\d+\.\d+s\b`)
-	measuredRE = regexp.MustCompile(`\b\d+\.\d+GiB( used)|(at )\d+\.\d+GiB`)
+	measuredRE = regexp.MustCompile(`\b\d+\.\d+GiB( used)|(at )\d+\.\d+GiB|\(\d+(\.\d+)?[KMG]?i?B of`)
 	countsRE   = regexp.MustCompile(`\b\d+( samples| jobs per GPU-hour)`)
 	stampRE    = regexp.MustCompile(`^\[\s*\d+\.\d+s\]`)
 )
@@ -74,6 +74,8 @@ func pattern(line string) *regexp.Regexp {
 		switch {
 		case strings.HasSuffix(m, " used"):
 			return wild + "num" + "GiB used"
+		case strings.HasSuffix(m, " of"): // "(0B of 5GiB in use)": what the task held then
+			return "(" + wild + "size of"
 		default:
 			return "at " + wild + "num" + "GiB"
 		}
@@ -90,7 +92,7 @@ func pattern(line string) *regexp.Regexp {
 		return wild + "path"
 	})
 	w = regexp.QuoteMeta(w)
-	w = strings.NewReplacer(wild+"stamp", `\[\s*[0-9.]+s\]`, wild+"num", `[0-9.]+`, wild+"int", `[0-9]+`, wild+"path", `\S+?`).Replace(w)
+	w = strings.NewReplacer(wild+"stamp", `\[\s*[0-9.]+s\]`, wild+"num", `[0-9.]+`, wild+"int", `[0-9]+`, wild+"size", `[0-9.]+[KMG]?i?B`, wild+"path", `\S+?`).Replace(w)
 	w = regexp.MustCompile(`( |\\ )+`).ReplaceAllString(w, `\s+`)
 	return regexp.MustCompile(`^\s*` + w + `\s*$`)
 }
