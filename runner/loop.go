@@ -487,6 +487,7 @@ func (r *run) recapProbe(a *active) {
 	from := a.l.res.CapBytes
 	r.s.recapped(&a.l, res, peak)
 	a.a.CapBytes = res.CapBytes
+	a.a.CapChanges = append(a.a.CapChanges, CapChange{At: time.Now(), From: from, To: res.CapBytes})
 	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.window, from, res.CapBytes)
 	r.recordProfile(j.Template, peak, &Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
 	r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,

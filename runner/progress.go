@@ -22,6 +22,8 @@ type progress struct {
 	mu  sync.Mutex
 	// shown is true while a status line is on screen.
 	shown bool
+	// published is when the progress was last written for gpufrac status.
+	published time.Time
 }
 
 // IsTerminal reports whether w is a character device (a terminal).
@@ -142,9 +144,10 @@ func (p *progress) capFor(t string) string {
 	return fmt.Sprintf("%s (%d units of %s)", c, u, p.r.o.Policy.UnitBytes)
 }
 
-// status redraws the terminal's status line.
+// status redraws the terminal's status line and, about once a second, publishes the progress
+// in the state directory for gpufrac status.
 func (p *progress) status() {
-	if !p.tty {
+	if !p.tty && (p.r.o.StateDir == "" || time.Since(p.published) < time.Second) {
 		return
 	}
 	r := p.r
@@ -158,6 +161,13 @@ func (p *progress) status() {
 		a.mu.Unlock()
 	}
 	r.mu.Unlock()
+	if time.Since(p.published) >= time.Second {
+		p.published = time.Now()
+		p.publish(p.runStatus(perGPU, used))
+	}
+	if !p.tty {
+		return
+	}
 	done, waiting := 0, 0
 	for _, j := range r.s.jobs {
 		switch {
@@ -215,14 +225,7 @@ func WriteSummary(w io.Writer, res *Result) {
 			g = fmt.Sprint(last.GPUIndex)
 			peak = last.PeakBytes.String()
 			dur = fmt.Sprintf("%.1fs", last.Duration().Seconds())
-			switch {
-			case last.WholeGPU:
-				capS = "whole GPU"
-			case last.Capped:
-				capS = last.CapBytes.String()
-			default:
-				capS = "none"
-			}
+			capS = last.CapLabel()
 		}
 		hist := make([]string, 0, j.Attempts)
 		for _, a := range res.Attempts {

@@ -103,6 +103,43 @@ type Attempt struct {
 	Result    string            `json:"result,omitempty"`
 	// Samples is the attempt's memory over time (downsampled to about 10 a second).
 	Samples []MemSample `json:"samples,omitempty"`
+	// CapChanges are the changes of the cap while the attempt ran (an in-place probe's
+	// protective cap lowered when its window ends); CapBytes is the cap after the last one.
+	CapChanges []CapChange `json:"cap_changes,omitempty"`
+}
+
+// CapChange is a cap lowered (or raised) in place while an attempt ran.
+type CapChange struct {
+	At   time.Time  `json:"at"`
+	From size.Bytes `json:"from_bytes"`
+	To   size.Bytes `json:"to_bytes"`
+}
+
+// capAt is the attempt's cap at time t.
+func (a Attempt) capAt(t time.Time) size.Bytes {
+	c := a.CapBytes
+	for i := len(a.CapChanges) - 1; i >= 0; i-- {
+		if t.Before(a.CapChanges[i].At) {
+			c = a.CapChanges[i].From
+		}
+	}
+	return c
+}
+
+// CapLabel is the attempt's cap for people, with its history when it changed in place:
+// "39GiB -> 5GiB". The terminal summary and the report say it the same way.
+func (a Attempt) CapLabel() string {
+	switch {
+	case a.WholeGPU:
+		return "whole GPU"
+	case !a.Capped:
+		return "none"
+	}
+	s := ""
+	for _, c := range a.CapChanges {
+		s += c.From.String() + " -> "
+	}
+	return s + a.CapBytes.String()
 }
 
 // Duration is how long the attempt ran.
@@ -290,6 +327,7 @@ func Run(ctx context.Context, q Queue, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer r.close()
+	defer r.prog.unpublish() // gpufrac status shows no progress of a run that ended
 	res, runErr := r.loop(ctx)
 	if err := writeOutputs(res, o.OutDir); err != nil {
 		return res, errors.Join(runErr, err)

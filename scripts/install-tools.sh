@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything the build and the tests need, from Debian's packages and the Go module
-# proxy only, into the project's own bin/tools (and the OpenTofu cache). Safe to re-run: each
-# tool is installed only when missing or at another version.
+# proxy only, into the project's own bin/tools (and the OpenTofu cache); Debian's protoc and
+# chromium go where apt puts them. Safe to re-run: each tool is installed only when missing or
+# at another version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -22,6 +23,15 @@ if ! command -v protoc >/dev/null 2>&1; then
 	else
 		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq protobuf-compiler >&2
 	fi
+fi
+
+# Headless Chromium loads the run report in runner's tests (TestReportInChromium). Debian's
+# package, like protoc above; fonts-dejavu-core gives the screenshots legible text.
+if ! command -v chromium >/dev/null 2>&1 && [[ "${GPUFRAC_SKIP_CHROMIUM:-}" != 1 ]]; then
+	say "installing Debian's chromium (headless report tests)"
+	sudo=""
+	[[ $(id -u) -eq 0 ]] || sudo=sudo
+	$sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >&2
 fi
 
 # go_install PKG VERSION BINARY: installs unless bin/tools/BINARY.version already says VERSION.

@@ -191,8 +191,12 @@ func topUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "\nGlobal flags (also accepted after the command name):")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-	fmt.Fprintln(w, "\nRun 'gpufrac <command> -h' for a command's flags. Documentation: docs/cli.md")
+	fmt.Fprintln(w, "\nRun 'gpufrac <command> -h' for a command's flags. Documentation: "+docsURL)
 }
+
+// docsURL is where an installed gpufrac's users find the CLI reference: a path into the source
+// tree means nothing to someone who installed only the binary.
+const docsURL = "https://github.com/gpufrac/gpufrac/blob/main/docs/cli.md"
 
 // newFlagSet makes a command's flag set with the global flags registered too.
 func newFlagSet(name, usage string, g *globals, stderr io.Writer) *flag.FlagSet {

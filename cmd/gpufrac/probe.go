@@ -34,7 +34,7 @@ type probeOutput struct {
 	Policy     string     `json:"policy"`
 	Samples    int        `json:"samples"`
 	DurationS  float64    `json:"duration_s"`
-	WindowS    float64    `json:"window_s,omitempty"`
+	WindowS    float64    `json:"window_s"` // 0: the probe watched the whole run
 	Stopped    bool       `json:"stopped_at_window"`
 	ExitCode   int        `json:"exit_code"`
 	StoredIn   []string   `json:"stored_in"`
@@ -155,7 +155,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	var lastPlain time.Time
 	result, perr := probe.Run(ctx, probe.Config{
 		Backend: b, GPU: st.UUID, Command: command, Env: probe.Environ(env), Token: res.Token,
-		Window: *window, Interval: *interval, Stdout: stderr, Stderr: stderr, Logger: g.logger,
+		Window: *window, Interval: *interval, Stdout: line, Stderr: line, Logger: g.logger,
 		OnSample: func(s probe.Sample) {
 			if line.tty {
 				line.update("%s %5.1fs  now %-9s peak %s", *tmpl, s.At.Seconds(), s.Bytes, s.Peak)
@@ -272,41 +272,6 @@ func joinComma(s []string) string {
 		out += x
 	}
 	return out
-}
-
-// liveLine prints progress as one updating line on a terminal and as plain lines otherwise.
-type liveLine struct {
-	w     io.Writer
-	tty   bool
-	quiet bool
-	shown bool
-}
-
-func newLiveLine(w io.Writer, quiet bool) *liveLine {
-	return &liveLine{w: w, tty: runner.IsTerminal(w), quiet: quiet && !runner.IsTerminal(w)}
-}
-
-func (l *liveLine) printf(format string, args ...any) {
-	if l.quiet {
-		return
-	}
-	if l.shown {
-		fmt.Fprint(l.w, "\r\033[K")
-		l.shown = false
-	}
-	fmt.Fprintf(l.w, format+"\n", args...)
-}
-
-func (l *liveLine) update(format string, args ...any) {
-	fmt.Fprintf(l.w, "\r\033[K"+format, args...)
-	l.shown = true
-}
-
-func (l *liveLine) done() {
-	if l.shown {
-		fmt.Fprint(l.w, "\r\033[K")
-		l.shown = false
-	}
 }
 
 // probeFenceEnv is the fence of a probe: it holds the job to the GPU's budget, so a probe that

@@ -7,13 +7,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -27,6 +31,8 @@ type statusOutput struct {
 	GPUs       []statusGPU       `json:"gpus"`
 	Violations []statusViolation `json:"violations"`
 	Profiles   []statusProfile   `json:"profiles"`
+	// Run is the progress of a gpufrac run on this state directory, while one runs.
+	Run *runner.RunStatus `json:"run,omitempty"`
 }
 
 type statusGPU struct {
@@ -41,6 +47,9 @@ type statusReservation struct {
 	Units     int         `json:"units"`
 	Source    string      `json:"source"`
 	CreatedAt time.Time   `json:"created_at"`
+	// SeenAt is when a live process last carried it, as stored (it lags by up to a quarter of
+	// the grace period); zero when none has yet.
+	SeenAt time.Time `json:"seen_at"`
 	// UsageBytes is the memory its processes hold now; nil when it could not be measured.
 	UsageBytes *size.Bytes `json:"usage_bytes"`
 }
@@ -62,11 +71,23 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 	fs := newFlagSet("status", "status [--json]", g, stderr)
 	asJSON := fs.Bool("json", false, "print the ledger as JSON")
 	noUsage := fs.Bool("no-usage", false, "do not open the GPU backend to measure each reservation's usage")
+	watch := fs.Bool("watch", false, "redraw the status every --interval until interrupted, like watch(1)")
+	interval := fs.Duration("interval", 2*time.Second, "how often --watch redraws")
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	if *watch {
+		if *asJSON {
+			return usagef("--watch redraws the table for people; for JSON, call gpufrac status --json in a loop")
+		}
+		if *interval < 100*time.Millisecond {
+			return usagef("--interval %s: must be at least 100ms", *interval)
+		}
+		once := slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--watch" || a == "-watch" })
+		return watchStatus(ctx, *interval, stdout, func(w io.Writer) error { return cmdStatus(ctx, g, once, w, stderr) })
 	}
 	dir := expandHome(g.stateDir)
 	snap, err := ledger.ReadSnapshot(dir)
@@ -75,6 +96,11 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 	}
 	out := statusOutput{StateDir: dir, WrittenAt: snap.WrittenAt, Generation: snap.Generation, Policy: snap.Policy,
 		GPUs: []statusGPU{}, Violations: []statusViolation{}, Profiles: []statusProfile{}}
+	if rs, ok, err := runner.ReadRunStatus(dir); err != nil {
+		fmt.Fprintf(stderr, "gpufrac status: %v\n", err)
+	} else if ok {
+		out.Run = &rs
+	}
 	var b gpu.Backend
 	if !*noUsage {
 		b = g.attachBackend()
@@ -90,7 +116,7 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		usage := usageByToken(ctx, b, gs.UUID)
 		for _, r := range gs.Reservations {
 			sr := statusReservation{Token: short(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
-				Source: r.Source, CreatedAt: r.CreatedAt}
+				Source: r.Source, CreatedAt: r.CreatedAt, SeenAt: r.SeenAt}
 			if usage != nil {
 				u := usage[r.Token]
 				sr.UsageBytes = &u
@@ -132,6 +158,13 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 	p := snap.Policy
 	fmt.Fprintf(w, "ledger %s (written %s ago), policy %q: headroom %s, cap = peak x %.2f + %s, unit %s, at most %d tasks per GPU\n",
 		out.StateDir, ago(out.WrittenAt), p.Name, p.HeadroomBytes, 1+p.CapMarginPercent/100, p.CapMarginBytes.SI(), p.UnitBytes, p.MaxTasksPerGPU)
+	if p.Name == queuePolicyName {
+		fmt.Fprintln(w, `  (policy "queue" is the policy block of the queue file that the last gpufrac run on this state directory read)`)
+	}
+	fmt.Fprintln(w, lockHolder(out.StateDir))
+	if out.Run != nil {
+		writeRun(w, *out.Run)
+	}
 	for _, g := range out.GPUs {
 		health := "healthy"
 		if !g.Healthy {
@@ -146,14 +179,15 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 		}
 		var buf bytes.Buffer
 		tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TOKEN\tTASK\tTEMPLATE\tCAP\tUNITS\tUSAGE\tSOURCE\tAGE")
+		fmt.Fprintln(tw, "  TOKEN\tTASK\tTEMPLATE\tCAP\tUNITS\tUSAGE\tSOURCE\tAGE\tSEEN\tEXPIRES")
 		for _, r := range g.Reservations {
 			usage := "-"
 			if r.UsageBytes != nil {
 				usage = r.UsageBytes.String()
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Token, r.Task.String(), dash(r.Task.Template), r.CapBytes,
-				r.Units, usage, r.Source, ago(r.CreatedAt))
+			seen, expires := expiry(r.CreatedAt, r.SeenAt, time.Now())
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Token, taskLabel(r.Task), dash(r.Task.Template), r.CapBytes,
+				r.Units, usage, r.Source, ago(r.CreatedAt), seen, expires)
 		}
 		tw.Flush()
 		w.Write(buf.Bytes())
@@ -167,7 +201,7 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 		from := max(0, len(out.Violations)-10)
 		for _, v := range out.Violations[from:] {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.CrossedAt.Local().Format("01-02 15:04:05"), shortGPU(v.GPU),
-				v.Task.String(), v.Mode, v.CapBytes, v.PeakBytes, v.Action, seconds(v.ContainmentS))
+				taskLabel(v.Task), v.Mode, v.CapBytes, v.PeakBytes, v.Action, seconds(v.ContainmentS))
 		}
 		tw.Flush()
 	}
@@ -284,4 +318,105 @@ func ago(t time.Time) string {
 		d = 0
 	}
 	return d.String()
+}
+
+// queuePolicyName is the name gpufrac run gives the policy block of a queue file.
+const queuePolicyName = "queue"
+
+// taskLabel is a task's name for the tables: "job/task", or just the job when the two are
+// the same (a gpufrac run job), with the allocation when there is one.
+func taskLabel(t ledger.Task) string {
+	s := t.String()
+	if t.JobName != "" && t.TaskName == t.JobName {
+		s = strings.Replace(s, t.JobName+"/"+t.TaskName, t.JobName, 1)
+	}
+	return s
+}
+
+// expiry says when a reservation was last seen carried by a live process and when it ends if
+// none carries it again: the ledger's writer ends a reservation unseen for ledger.DefaultGrace
+// (counted from its creation when it was never seen).
+func expiry(created, seen, now time.Time) (string, string) {
+	last, seenS := seen, "never"
+	if seen.IsZero() {
+		last = created
+	} else {
+		seenS = ago(seen) + " ago"
+	}
+	left := last.Add(ledger.DefaultGrace).Sub(now).Round(time.Second)
+	if left <= 0 {
+		return seenS, "overdue: at the writer's next sweep"
+	}
+	return seenS, "in " + left.String() + " unless seen"
+}
+
+// lockHolder says which process holds the ledger's writer lock, from the PID its holder writes
+// into the lock file (a hint: the lock itself is an flock, dropped when the holder dies).
+func lockHolder(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, ledger.LockFile))
+	pid := strings.TrimSpace(string(data))
+	if err != nil || pid == "" {
+		return "  writer: none has locked this ledger"
+	}
+	cmd, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	if err != nil {
+		return "  writer: none now (the last was pid " + pid + ", which has exited)"
+	}
+	args := strings.Fields(strings.ReplaceAll(string(cmd), "\x00", " "))
+	if len(args) > 4 {
+		args = append(args[:4], "...")
+	}
+	if len(args) > 0 {
+		args[0] = filepath.Base(args[0])
+	}
+	return "  writer: pid " + pid + " (" + strings.Join(args, " ") + ") holds the ledger lock"
+}
+
+// watchStatus draws the status every interval until ctx ends, like watch(1): on a terminal
+// each frame replaces the last; otherwise frames follow one another under a time stamp.
+func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw func(io.Writer) error) error {
+	tty := runner.IsTerminal(w)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		var frame bytes.Buffer
+		if err := draw(&frame); err != nil {
+			return err
+		}
+		head := fmt.Sprintf("every %s: gpufrac status    %s\n\n", interval, time.Now().Format("2006-01-02 15:04:05"))
+		if tty {
+			head = "\033[H\033[2J" + head
+		}
+		if _, err := io.WriteString(w, head+frame.String()+"\n"); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil // interrupted: the way a watch ends
+		case <-t.C:
+		}
+	}
+}
+
+// writeRun shows a running queue's progress: jobs done, running and waiting, and what the
+// waiting ones wait for.
+func writeRun(w io.Writer, rs runner.RunStatus) {
+	if _, err := os.Stat("/proc/" + strconv.Itoa(rs.PID)); err != nil {
+		fmt.Fprintf(w, "  run of %s: pid %d left its progress %s ago and is gone (it ended without cleaning up)\n",
+			rs.Queue, rs.PID, ago(rs.UpdatedAt))
+		return
+	}
+	fmt.Fprintf(w, "\nrun of %s (pid %d, arm %s, started %s ago, progress %s old, results in %s):\n",
+		rs.Queue, rs.PID, rs.Arm, ago(rs.Start), ago(rs.UpdatedAt), rs.OutDir)
+	fmt.Fprintf(w, "  done %d of %d (%d not ok), running %d, waiting %d\n", rs.Done, rs.Jobs, rs.Failed, rs.Running, rs.Waiting)
+	for _, g := range rs.GPUs {
+		fmt.Fprintf(w, "  GPU%d: %d running, using %s, caps %s of %s\n", g.Index, g.Running, g.UsedBytes, g.ReservedBytes, g.BudgetBytes)
+	}
+	for _, wg := range rs.Waits {
+		names := strings.Join(wg.Jobs, ", ")
+		if wg.Count > len(wg.Jobs) {
+			names += fmt.Sprintf(" and %d more", wg.Count-len(wg.Jobs))
+		}
+		fmt.Fprintf(w, "  %d waiting for %s: %s\n", wg.Count, wg.Reason, names)
+	}
 }

@@ -8,13 +8,13 @@
 #
 # What to watch for:
 #   - the first job of each template is its probe: in isolated mode it runs beside the others
-#     under a protective cap (all the free budget); its measured peak becomes the template's
-#     footprint, and its cap is peak x 1.15 + 1.5 GB;
+#     under a protective cap (half the GPU's budget: 39GiB here); its measured peak becomes the
+#     template's footprint, and its cap is peak x 1.15 + 1.5 GB;
 #   - the other jobs are packed next to each other while their caps fit;
 #   - "leaker" looks small during its 1 s probe window, so its cap comes down to a small one
-#     and it runs on; then it keeps allocating far past that cap: the enforcer stops it alone,
-#     its neighbours carry on, and once the rest of the queue has started it is re-run with the
-#     whole GPU;
+#     and it runs on; then it keeps allocating past that cap: the allocation fence refuses the
+#     allocation (without the fence, the watchdog stops it), it fails alone, its neighbours
+#     carry on, and once the rest of the queue has started it is re-run with the whole GPU;
 #   - the summary table, the throughput against one-job-at-a-time, and report.html.
 
 # Probe every template on each demo run, so that the leaker is caught every time.

@@ -19,25 +19,29 @@ resource "gpufrac_policy" "training" {
 }
 
 # Job templates: measured peaks (gpufrac probe) turned into caps and unit counts.
+# policy_sizing makes each template's units follow a policy change in the same plan.
 resource "gpufrac_template" "llama_finetune" {
-  name        = "llama-7b-finetune"
-  policy      = gpufrac_policy.training.name
-  peak        = "20GiB"
-  description = "LoRA fine-tune of a 7B model, batch 8"
+  name          = "llama-7b-finetune"
+  policy        = gpufrac_policy.training.name
+  policy_sizing = gpufrac_policy.training.sizing
+  peak          = "20GiB"
+  description   = "LoRA fine-tune of a 7B model, batch 8"
 }
 
 resource "gpufrac_template" "resnet_train" {
-  name        = "resnet50-train"
-  policy      = gpufrac_policy.training.name
-  peak        = "7.5GiB"
-  description = "ResNet-50 training, batch 128, AMP"
+  name          = "resnet50-train"
+  policy        = gpufrac_policy.training.name
+  policy_sizing = gpufrac_policy.training.sizing
+  peak          = "7.5GiB"
+  description   = "ResNet-50 training, batch 128, AMP"
 }
 
 resource "gpufrac_template" "embedding_server" {
-  name         = "embedding-server"
-  policy       = gpufrac_policy.training.name
-  cap_override = "6GiB" # a known bound, no margin added
-  description  = "Sentence-embedding inference server"
+  name          = "embedding-server"
+  policy        = gpufrac_policy.training.name
+  policy_sizing = gpufrac_policy.training.sizing
+  cap_override  = "6GiB" # a known bound, no margin added
+  description   = "Sentence-embedding inference server"
 }
 
 # Read back after the policy and templates are written, so the unit counts always match what

@@ -46,11 +46,16 @@ func NewAPIClient(cfg Config) (Conn, error) {
 	if cfg.Region != "" {
 		ac.Region = cfg.Region
 	}
-	if cfg.CACert != "" {
+	if cfg.CACert != "" || cfg.ClientCert != "" || cfg.ClientKey != "" {
 		if ac.TLSConfig == nil {
 			ac.TLSConfig = &api.TLSConfig{}
 		}
-		ac.TLSConfig.CACert = cfg.CACert
+		if cfg.CACert != "" {
+			ac.TLSConfig.CACert = cfg.CACert
+		}
+		if cfg.ClientCert != "" || cfg.ClientKey != "" {
+			ac.TLSConfig.ClientCert, ac.TLSConfig.ClientKey = cfg.ClientCert, cfg.ClientKey
+		}
 	}
 	c, err := api.NewClient(ac)
 	if err != nil {

@@ -29,6 +29,9 @@ type Config struct {
 	Region string
 	// CACert is a PEM file that verifies the agent's TLS certificate.
 	CACert string
+	// ClientCert and ClientKey are PEM files of a client certificate for mutual TLS; both or
+	// neither.
+	ClientCert, ClientKey string
 	// WaitTime bounds one blocking query (Nomad caps it at 5m, the default).
 	WaitTime time.Duration
 	// Logger receives debug logs; nil discards them.

@@ -129,3 +129,13 @@ func TestUnreachable(t *testing.T) {
 		t.Fatalf("unreachable: %v", err)
 	}
 }
+
+// A client certificate is loaded when the client is built, so a wrong path fails there, naming
+// the file, rather than on the first request.
+func TestClientCertificate(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "client.pem")
+	_, err := nomadvars.New(nomadvars.Config{Address: "https://127.0.0.1:1", ClientCert: missing, ClientKey: missing})
+	if err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("missing client certificate: %v, want an error naming %s", err, missing)
+	}
+}

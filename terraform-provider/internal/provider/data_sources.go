@@ -66,6 +66,9 @@ func (d *policyDataSource) Schema(_ context.Context, _ datasource.SchemaRequest,
 			"mode":               str("`\"mps\"` or `\"isolated\"`."),
 			"watchdog_interval":  str("How often the watchdog samples GPU memory use."),
 			"unmanaged":          str("`\"report\"` or `\"stop\"`."),
+			"sizing": schema.ObjectAttribute{
+				Computed: true, AttributeTypes: sizingAttrTypes, MarkdownDescription: sizingDoc,
+			},
 		}),
 	}
 }
@@ -117,6 +120,10 @@ func (d *templateDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"cap_bytes":          i64("The memory cap a task of this template gets."),
 			"cap":                str("`cap_bytes` for people, rounded to two decimals."),
 			"units":              i64("Memory units a Nomad job of this template must request."),
+			"policy_sizing": schema.ObjectAttribute{
+				Computed: true, AttributeTypes: sizingAttrTypes,
+				MarkdownDescription: "The sizing of the policy read to compute `units` (see gpufrac_policy's `sizing`).",
+			},
 		}),
 	}
 }
@@ -144,6 +151,7 @@ func (d *templateDataSource) Read(ctx context.Context, req datasource.ReadReques
 		return
 	}
 	m.setCap(t, p)
+	m.PolicySizing = sizingOf(p, ns).object()
 	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
 }
 

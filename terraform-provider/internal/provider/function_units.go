@@ -2,10 +2,13 @@ package provider
 
 import (
 	"context"
+	"errors"
+	"slices"
 
 	"github.com/hashicorp/terraform-plugin-framework/function"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 var _ function.Function = unitsFunction{}
@@ -52,33 +55,60 @@ func (unitsFunction) Run(ctx context.Context, req function.RunRequest, resp *fun
 	resp.Error = resp.Result.Set(ctx, n)
 }
 
+// unitsArgs are the function's parameters in order. OpenTofu attributes an error that carries no
+// argument index to the first argument, so every error must carry the index of its own.
+var unitsArgs = []string{"peak", "unit", "cap_margin_percent", "cap_margin"}
+
+// argIndex is the position of a parameter in unitsArgs, or len(unitsArgs) for a field the policy
+// checks but the function does not take, so that such an error sorts last.
+func argIndex(field string) int {
+	if i := slices.Index(unitsArgs, field); i >= 0 {
+		return i
+	}
+	return len(unitsArgs)
+}
+
 // computeUnits parses the arguments, validates them with the policy rules and applies the
-// policy's formula; each error names the argument at fault.
+// policy's formula. Each error names the argument at fault and carries its index; they come in
+// argument order because a combined error keeps the first one's index.
 func computeUnits(peakS, unitS string, pct float64, marginS string) (int64, *function.FuncError) {
-	var errs []*function.FuncError
-	peak, err := parseSize(peakS)
-	if err != nil {
-		errs = append(errs, function.NewArgumentFuncError(0, "peak: "+err.Error()))
+	type argErr struct {
+		i    int
+		text string
 	}
-	unit, err := parseSize(unitS)
-	if err != nil {
-		errs = append(errs, function.NewArgumentFuncError(1, "unit: "+err.Error()))
+	var errs []argErr
+	sizeArg := func(field, s string) size.Bytes {
+		b, err := parseSize(s)
+		if err != nil {
+			errs = append(errs, argErr{argIndex(field), field + ": " + err.Error()})
+		}
+		return b
 	}
-	margin, err := parseSize(marginS)
-	if err != nil {
-		errs = append(errs, function.NewArgumentFuncError(3, "cap_margin: "+err.Error()))
-	}
-	if ferr := function.ConcatFuncErrors(errs...); ferr != nil {
-		return 0, ferr
-	}
+	peak, unit, margin := sizeArg("peak", peakS), sizeArg("unit", unitS), sizeArg("cap_margin", marginS)
 	p := policy.Default()
 	p.UnitBytes, p.CapMarginPercent, p.CapMarginBytes = unit, pct, margin
 	t := policy.Template{Name: "units", PeakBytes: peak}
-	if err := p.Validate(); err != nil {
-		return 0, function.NewFuncError(err.Error())
+	if len(errs) == 0 {
+		err := errors.Join(p.Validate(), t.Validate())
+		fes := policy.FieldErrors(err)
+		for _, fe := range fes {
+			errs = append(errs, argErr{argIndex(fe.Field), fe.Error()})
+		}
+		if err != nil && len(fes) == 0 {
+			errs = append(errs, argErr{len(unitsArgs), err.Error()})
+		}
 	}
-	if err := t.Validate(); err != nil {
-		return 0, function.NewArgumentFuncError(0, err.Error())
+	if len(errs) == 0 {
+		return int64(t.Units(p)), nil
 	}
-	return int64(t.Units(p)), nil
+	slices.SortStableFunc(errs, func(a, b argErr) int { return a.i - b.i })
+	ferrs := make([]*function.FuncError, len(errs))
+	for k, e := range errs {
+		if e.i < len(unitsArgs) {
+			ferrs[k] = function.NewArgumentFuncError(int64(e.i), e.text)
+		} else {
+			ferrs[k] = function.NewFuncError(e.text)
+		}
+	}
+	return 0, function.ConcatFuncErrors(ferrs...)
 }

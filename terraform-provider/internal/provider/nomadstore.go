@@ -2,7 +2,11 @@ package provider
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/nomadvars"
@@ -11,7 +15,8 @@ import (
 // nomadStores adapts nomadvars.Store, which serves one namespace, to objectStore, where each
 // object names its own namespace: one NomadStore per namespace, made on first use.
 type nomadStores struct {
-	cfg nomadvars.Config
+	cfg     nomadvars.Config
+	timeout time.Duration
 
 	mu     sync.Mutex
 	stores map[string]*nomadvars.Store
@@ -20,18 +25,44 @@ type nomadStores struct {
 func newNomadStore(c storeConfig) (objectStore, error) {
 	s := &nomadStores{
 		cfg: nomadvars.Config{Address: c.Address, Token: c.Token, TokenFile: c.TokenFile,
-			Namespace: c.Namespace, Region: c.Region, CACert: c.CACert},
-		stores: map[string]*nomadvars.Store{},
+			Namespace: c.Namespace, Region: c.Region, CACert: c.CACert, ClientCert: c.ClientCert, ClientKey: c.ClientKey},
+		timeout: c.Timeout,
+		stores:  map[string]*nomadvars.Store{},
 	}
 	// Build the default namespace's store now, so a bad token_file or CA file is reported
 	// while configuring the provider rather than on the first read.
-	if _, err := s.in(c.Namespace); err != nil {
+	if _, err := s.store(c.Namespace); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func (s *nomadStores) in(namespace string) (*nomadvars.Store, error) {
+// in returns the namespace's store and a context bounded by request_timeout; the caller must
+// call the cancel function.
+func (s *nomadStores) in(ctx context.Context, namespace string) (*nomadvars.Store, context.Context, context.CancelFunc, error) {
+	st, err := s.store(namespace)
+	if err != nil {
+		return nil, ctx, func() {}, err
+	}
+	if s.timeout <= 0 {
+		return st, ctx, func() {}, nil
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout, fmt.Errorf("%w: no answer from Nomad at %s within request_timeout %s",
+		context.DeadlineExceeded, s.cfg.Address, s.timeout))
+	return st, ctx, cancel, nil
+}
+
+// timedOut names the request_timeout when it is what ended a request (the HTTP client's error
+// already says so when it reports the context's cause).
+func timedOut(ctx context.Context, err error) error {
+	cause := context.Cause(ctx)
+	if err == nil || !errors.Is(cause, context.DeadlineExceeded) || strings.Contains(err.Error(), cause.Error()) {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", cause, err)
+}
+
+func (s *nomadStores) store(namespace string) (*nomadvars.Store, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if st, ok := s.stores[namespace]; ok {
@@ -48,53 +79,59 @@ func (s *nomadStores) in(namespace string) (*nomadvars.Store, error) {
 }
 
 func (s *nomadStores) GetPolicy(ctx context.Context, ns, name string) (policy.Policy, uint64, error) {
-	st, err := s.in(ns)
+	st, ctx, cancel, err := s.in(ctx, ns)
+	defer cancel()
 	if err != nil {
 		return policy.Policy{}, 0, err
 	}
 	p, m, err := st.GetPolicy(ctx, name)
-	return p, m.ModifyIndex, err
+	return p, m.ModifyIndex, timedOut(ctx, err)
 }
 
 func (s *nomadStores) PutPolicy(ctx context.Context, ns string, p policy.Policy, cas uint64) (uint64, error) {
-	st, err := s.in(ns)
+	st, ctx, cancel, err := s.in(ctx, ns)
+	defer cancel()
 	if err != nil {
 		return 0, err
 	}
 	m, err := st.PutPolicy(ctx, p, cas)
-	return m.ModifyIndex, err
+	return m.ModifyIndex, timedOut(ctx, err)
 }
 
 func (s *nomadStores) DeletePolicy(ctx context.Context, ns, name string) error {
-	st, err := s.in(ns)
+	st, ctx, cancel, err := s.in(ctx, ns)
+	defer cancel()
 	if err != nil {
 		return err
 	}
-	return st.DeletePolicy(ctx, name, 0)
+	return timedOut(ctx, st.DeletePolicy(ctx, name, 0))
 }
 
 func (s *nomadStores) GetTemplate(ctx context.Context, ns, name string) (policy.Template, uint64, error) {
-	st, err := s.in(ns)
+	st, ctx, cancel, err := s.in(ctx, ns)
+	defer cancel()
 	if err != nil {
 		return policy.Template{}, 0, err
 	}
 	t, m, err := st.GetTemplate(ctx, name)
-	return t, m.ModifyIndex, err
+	return t, m.ModifyIndex, timedOut(ctx, err)
 }
 
 func (s *nomadStores) PutTemplate(ctx context.Context, ns string, t policy.Template, cas uint64) (uint64, error) {
-	st, err := s.in(ns)
+	st, ctx, cancel, err := s.in(ctx, ns)
+	defer cancel()
 	if err != nil {
 		return 0, err
 	}
 	m, err := st.PutTemplate(ctx, t, cas)
-	return m.ModifyIndex, err
+	return m.ModifyIndex, timedOut(ctx, err)
 }
 
 func (s *nomadStores) DeleteTemplate(ctx context.Context, ns, name string) error {
-	st, err := s.in(ns)
+	st, ctx, cancel, err := s.in(ctx, ns)
+	defer cancel()
 	if err != nil {
 		return err
 	}
-	return st.DeleteTemplate(ctx, name, 0)
+	return timedOut(ctx, st.DeleteTemplate(ctx, name, 0))
 }

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/types"
@@ -30,6 +31,7 @@ type policyModel struct {
 	WatchdogInterval types.String  `tfsdk:"watchdog_interval"`
 	Unmanaged        types.String  `tfsdk:"unmanaged"`
 	ModifyIndex      types.Int64   `tfsdk:"modify_index"`
+	Sizing           types.Object  `tfsdk:"sizing"`
 }
 
 // policyDefaults are the schema defaults, taken from policy.Default() so the provider and the
@@ -106,6 +108,24 @@ func (m *policyModel) setFromPolicy(p policy.Policy, namespace string, modifyInd
 	m.WatchdogInterval = keepSpelling(m.WatchdogInterval, p.WatchdogInterval, parseDuration, p.WatchdogInterval.String())
 	m.Unmanaged = types.StringValue(string(p.Unmanaged))
 	m.ModifyIndex = types.Int64Value(int64(modifyIndex))
+	m.Sizing = sizingOf(p, namespace).object()
+}
+
+// plannedSizing is the sizing object of a planned policy: known as soon as the values it holds
+// are, which for a policy written in configuration is at plan time.
+func (m policyModel) plannedSizing() types.Object {
+	for _, v := range []attr.Value{m.Name, m.Namespace, m.Unit, m.CapMarginPercent, m.CapMargin} {
+		if v.IsNull() || v.IsUnknown() {
+			return types.ObjectUnknown(sizingAttrTypes)
+		}
+	}
+	if _, err := parseSize(m.Unit.ValueString()); err != nil {
+		return types.ObjectUnknown(sizingAttrTypes)
+	}
+	if _, err := parseSize(m.CapMargin.ValueString()); err != nil {
+		return types.ObjectUnknown(sizingAttrTypes)
+	}
+	return sizingOf(m.toPolicy(), m.Namespace.ValueString()).object()
 }
 
 // validationDiags turns a policy/template Validate (or encode) error into one attribute

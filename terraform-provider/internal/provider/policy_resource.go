@@ -101,6 +101,10 @@ func (r *policyResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 				Default:             stringdefault.StaticString(d.Unmanaged),
 			},
 			"modify_index": modifyIndexAttr(),
+			"sizing": schema.ObjectAttribute{
+				Computed: true, AttributeTypes: sizingAttrTypes,
+				MarkdownDescription: sizingDoc,
+			},
 		},
 	}
 }
@@ -161,6 +165,7 @@ func (r *policyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	m.HeadroomBytes = bytesOf(m.Headroom)
 	m.CapMarginBytes = bytesOf(m.CapMargin)
 	m.UnitBytes = bytesOf(m.Unit)
+	m.Sizing = m.plannedSizing()
 	if !req.State.Raw.IsNull() {
 		var prior policyModel
 		resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)

@@ -166,14 +166,20 @@ func TestUnitsFunction(t *testing.T) {
 		margin     string
 		want       int64
 		wantErr    string
+		wantArg    int64 // index of the argument the error is attributed to
 	}{
-		{"20GiB", "1GiB", 15, "1.5GB", 25, ""}, // 20GiB x 1.15 + 1.5GB = 24.39GiB
-		{"10GiB", "1GiB", 0, "0", 10, ""},      // exact fit
-		{"10GiB", "512MiB", 0, "1", 21, ""},    // one byte over rounds up
-		{"7GB", "2GiB", 20, "0", 4, ""},        // 8.4GB = 7.82GiB
-		{"12 GiBs", "1GiB", 15, "1.5GB", 0, `peak: invalid size "12 GiBs"`},
-		{"1GiB", "1MiB", 15, "1.5GB", 0, "unit = 1MiB: must be between 64MiB and 64GiB"},
-		{"1GiB", "1GiB", -5, "1.5GB", 0, "cap_margin_percent = -5"},
+		{"20GiB", "1GiB", 15, "1.5GB", 25, "", 0}, // 20GiB x 1.15 + 1.5GB = 24.39GiB
+		{"10GiB", "1GiB", 0, "0", 10, "", 0},      // exact fit
+		{"10GiB", "512MiB", 0, "1", 21, "", 0},    // one byte over rounds up
+		{"7GB", "2GiB", 20, "0", 4, "", 0},        // 8.4GB = 7.82GiB
+		{"12 GiBs", "1GiB", 15, "1.5GB", 0, `peak: invalid size "12 GiBs"`, 0},
+		{"1GiB", "1MiB", 15, "1.5GB", 0, "unit = 1MiB: must be between 64MiB and 64GiB", 1},
+		{"1GiB", "1GiB", -5, "1.5GB", 0, "cap_margin_percent = -5", 2},
+		{"1GiB", "1GiB", 15, "2TiB", 0, "cap_margin = 2TiB: must be at most 1TiB", 3},
+		{"1GiB", "1GiB", 15, "lots", 0, `cap_margin: invalid size "lots"`, 3},
+		{"65TiB", "1GiB", 15, "0", 0, "peak = 65TiB: must be at most 64TiB", 0},
+		// Two bad arguments: both are named, and the error points at the first.
+		{"1GiB", "1GiB", 2000, "2TiB", 0, "cap_margin = 2TiB", 2},
 	}
 	for _, tt := range tests {
 		resp, err := call(tstr(tt.peak), tstr(tt.unit), tnum(tt.pct), tstr(tt.margin))
@@ -183,6 +189,11 @@ func TestUnitsFunction(t *testing.T) {
 		if tt.wantErr != "" {
 			if resp.Error == nil || !strings.Contains(resp.Error.Text, tt.wantErr) {
 				t.Errorf("units(%s, %s, %g, %s) error = %v, want %q", tt.peak, tt.unit, tt.pct, tt.margin, resp.Error, tt.wantErr)
+				continue
+			}
+			if a := resp.Error.FunctionArgument; a == nil || *a != tt.wantArg {
+				t.Errorf("units(%s, %s, %g, %s) error %q is attributed to argument %v, want %d",
+					tt.peak, tt.unit, tt.pct, tt.margin, resp.Error.Text, a, tt.wantArg)
 			}
 			continue
 		}

@@ -5,7 +5,9 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
@@ -47,11 +49,21 @@ type providerModel struct {
 	Namespace types.String `tfsdk:"namespace"`
 	Region    types.String `tfsdk:"region"`
 	CAFile    types.String `tfsdk:"ca_file"`
+	CertFile  types.String `tfsdk:"cert_file"`
+	KeyFile   types.String `tfsdk:"key_file"`
+	Timeout   types.String `tfsdk:"request_timeout"`
 }
+
+// defaultRequestTimeout bounds each request to Nomad when request_timeout is not set: long
+// enough for a busy server across regions, short enough that a plan against an address that
+// never answers fails instead of hanging.
+const defaultRequestTimeout = 30 * time.Second
 
 // storeConfig is the provider configuration after environment fallbacks.
 type storeConfig struct {
-	Address, Token, TokenFile, Namespace, Region, CACert string
+	Address, Token, TokenFile, Namespace, Region, CACert, ClientCert, ClientKey string
+	// Timeout bounds each request to Nomad.
+	Timeout time.Duration
 }
 
 func (p *gpufracProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -91,6 +103,20 @@ func (p *gpufracProvider) Schema(_ context.Context, _ provider.SchemaRequest, re
 				Optional:            true,
 				MarkdownDescription: "PEM file of the CA that signed Nomad's TLS certificate. Falls back to `NOMAD_CACERT`.",
 			},
+			"cert_file": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "PEM file of the client certificate for mutual TLS (Nomad's `verify_https_client`). Falls back to `NOMAD_CLIENT_CERT`. Needs `key_file`.",
+			},
+			"key_file": schema.StringAttribute{
+				Optional:            true,
+				MarkdownDescription: "PEM file of the private key of `cert_file`. Falls back to `NOMAD_CLIENT_KEY`. Needs `cert_file`.",
+			},
+			"request_timeout": schema.StringAttribute{
+				Optional: true,
+				MarkdownDescription: "How long one request to Nomad may take before the plan or apply fails, a duration such as `\"10s\"`. " +
+					"Default `\"" + defaultRequestTimeout.String() + "\"`.",
+				Validators: []validator.String{timeoutValidator{}},
+			},
 		},
 	}
 }
@@ -104,11 +130,19 @@ func resolveConfig(m providerModel, getenv func(string) string) storeConfig {
 		return getenv(env)
 	}
 	c := storeConfig{
-		Address:   pick(m.Address, "NOMAD_ADDR"),
-		Namespace: pick(m.Namespace, "NOMAD_NAMESPACE"),
-		Region:    pick(m.Region, "NOMAD_REGION"),
-		CACert:    pick(m.CAFile, "NOMAD_CACERT"),
-		TokenFile: m.TokenFile.ValueString(),
+		Address:    pick(m.Address, "NOMAD_ADDR"),
+		Namespace:  pick(m.Namespace, "NOMAD_NAMESPACE"),
+		Region:     pick(m.Region, "NOMAD_REGION"),
+		CACert:     pick(m.CAFile, "NOMAD_CACERT"),
+		ClientCert: pick(m.CertFile, "NOMAD_CLIENT_CERT"),
+		ClientKey:  pick(m.KeyFile, "NOMAD_CLIENT_KEY"),
+		TokenFile:  m.TokenFile.ValueString(),
+		Timeout:    defaultRequestTimeout,
+	}
+	if known(m.Timeout) {
+		if d, err := parseDuration(m.Timeout.ValueString()); err == nil && d > 0 {
+			c.Timeout = d
+		}
 	}
 	// A token file in the configuration beats a token in the environment.
 	if c.TokenFile == "" {
@@ -123,6 +157,15 @@ func resolveConfig(m providerModel, getenv func(string) string) storeConfig {
 	return c
 }
 
+// check reports settings that only make sense together.
+func (c storeConfig) check() error {
+	if (c.ClientCert == "") != (c.ClientKey == "") {
+		return fmt.Errorf("cert_file = %q and key_file = %q (or NOMAD_CLIENT_CERT and NOMAD_CLIENT_KEY): mutual TLS needs "+
+			"both the certificate and its key; set both or neither", c.ClientCert, c.ClientKey)
+	}
+	return nil
+}
+
 func (p *gpufracProvider) Configure(ctx context.Context, req provider.ConfigureRequest, resp *provider.ConfigureResponse) {
 	var m providerModel
 	resp.Diagnostics.Append(req.Config.Get(ctx, &m)...)
@@ -132,7 +175,8 @@ func (p *gpufracProvider) Configure(ctx context.Context, req provider.ConfigureR
 	for _, a := range []struct {
 		v    types.String
 		name string
-	}{{m.Address, "address"}, {m.Token, "token"}, {m.TokenFile, "token_file"}, {m.Namespace, "namespace"}, {m.Region, "region"}, {m.CAFile, "ca_file"}} {
+	}{{m.Address, "address"}, {m.Token, "token"}, {m.TokenFile, "token_file"}, {m.Namespace, "namespace"}, {m.Region, "region"}, {m.CAFile, "ca_file"},
+		{m.CertFile, "cert_file"}, {m.KeyFile, "key_file"}, {m.Timeout, "request_timeout"}} {
 		if a.v.IsUnknown() {
 			resp.Diagnostics.AddAttributeError(path.Root(a.name), "Unknown provider configuration",
 				"The gpufrac provider's "+a.name+" depends on a value known only after apply. Set it from a "+
@@ -143,10 +187,15 @@ func (p *gpufracProvider) Configure(ctx context.Context, req provider.ConfigureR
 		return
 	}
 	cfg := resolveConfig(m, os.Getenv)
+	if err := cfg.check(); err != nil {
+		resp.Diagnostics.AddError("Incomplete client certificate", err.Error())
+		return
+	}
 	// The token is never logged; only whether one is set.
 	tflog.Debug(ctx, "configuring gpufrac provider", map[string]any{
 		"address": cfg.Address, "namespace": cfg.Namespace, "region": cfg.Region,
 		"token_set": cfg.Token != "", "token_file": cfg.TokenFile, "ca_file": cfg.CACert,
+		"cert_file": cfg.ClientCert, "key_file": cfg.ClientKey, "request_timeout": cfg.Timeout.String(),
 	})
 	st, err := p.newStore(cfg)
 	if err != nil {
@@ -169,4 +218,28 @@ func (p *gpufracProvider) DataSources(context.Context) []func() datasource.DataS
 
 func (p *gpufracProvider) Functions(context.Context) []func() function.Function {
 	return []func() function.Function{newUnitsFunction}
+}
+
+// timeoutValidator reports a request_timeout that is not a positive duration.
+type timeoutValidator struct{}
+
+var _ validator.String = timeoutValidator{}
+
+func (timeoutValidator) Description(context.Context) string {
+	return "value must be a positive duration such as \"10s\" or \"2m\""
+}
+
+func (v timeoutValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
+
+func (timeoutValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
+		return
+	}
+	d, err := parseDuration(req.ConfigValue.ValueString())
+	if err == nil && d <= 0 {
+		err = fmt.Errorf("request_timeout = %q: must be more than 0", req.ConfigValue.ValueString())
+	}
+	if err != nil {
+		resp.Diagnostics.AddAttributeError(req.Path, "Invalid request_timeout", err.Error())
+	}
 }

@@ -25,6 +25,7 @@ type templateModel struct {
 	Cap              types.String `tfsdk:"cap"`
 	Units            types.Int64  `tfsdk:"units"`
 	ModifyIndex      types.Int64  `tfsdk:"modify_index"`
+	PolicySizing     types.Object `tfsdk:"policy_sizing"`
 }
 
 // toTemplate converts known values to a policy.Template; unknown or unparsable values are left

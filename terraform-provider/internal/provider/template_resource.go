@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
@@ -24,7 +25,10 @@ var (
 	_ resource.ResourceWithModifyPlan     = &templateResource{}
 )
 
-var pathPolicy = path.Root("policy")
+var (
+	pathPolicy       = path.Root("policy")
+	pathPolicySizing = path.Root("policy_sizing")
+)
 
 type templateResource struct{ client *client }
 
@@ -50,10 +54,9 @@ func (r *templateResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"kind must request (`device \"nvidia/gpumem\" { count = units }`), computed from the named policy exactly as " +
 			"the device plugin computes the cap it enforces.\n\n" +
 			"The policy must exist when the template is created or changed: refer to it (`policy = gpufrac_policy.<label>.name`) " +
-			"so Terraform writes the policy first. `cap_bytes`, `cap` and `units` are computed at apply from the stored " +
-			"policy and refreshed on every plan; after a policy change they update on the next refresh. For a job's device " +
-			"count in the same apply as a policy change, read the `gpufrac_template` data source with `depends_on` on the policy, " +
-			"or call `provider::gpufrac::units()`.",
+			"so Terraform writes the policy first, and pass its sizing (`policy_sizing = gpufrac_policy.<label>.sizing`) so " +
+			"`cap_bytes`, `cap` and `units` are right in the plan that changes the policy. Without `policy_sizing` they are " +
+			"computed at apply from the stored policy and follow a policy change only on the next refresh.",
 		Attributes: map[string]schema.Attribute{
 			"id": schema.StringAttribute{
 				Computed: true, MarkdownDescription: "`<name>@<namespace>`; also the import ID.",
@@ -84,6 +87,13 @@ func (r *templateResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"cap":          schema.StringAttribute{Computed: true, MarkdownDescription: "`cap_bytes` for people, rounded to two decimals (e.g. `\"24.5GiB\"`)."},
 			"units":        schema.Int64Attribute{Computed: true, MarkdownDescription: "Memory units a Nomad job of this template must request: `ceil(cap_bytes / unit_bytes)` of the policy."},
 			"modify_index": modifyIndexAttr(),
+			"policy_sizing": schema.ObjectAttribute{
+				Optional: true, AttributeTypes: sizingAttrTypes,
+				MarkdownDescription: "Set it to `gpufrac_policy.<label>.sizing` of the policy named in `policy`. Then `cap_bytes`, " +
+					"`cap` and `units` are computed in the plan, so a policy change and the units a job takes from this template " +
+					"land in the same plan. Without it they follow a policy change only on the next refresh. Apply fails when " +
+					"the policy stored in Nomad no longer has this sizing.",
+			},
 		},
 	}
 }
@@ -122,21 +132,58 @@ func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	}
 	m.PeakBytes = bytesOf(m.Peak)
 	m.CapOverrideBytes = bytesOf(m.CapOverride)
-	// The cap and units depend only on these inputs and the stored policy, which the refresh
-	// before this plan has already read. When the inputs are unchanged, the refreshed values
-	// stand; otherwise they are computed at apply.
+	if m.PolicySizing.IsNull() {
+		// The cap and units depend only on these inputs and the stored policy, which the refresh
+		// before this plan has already read. When the inputs are unchanged, the refreshed values
+		// stand; otherwise they are computed at apply.
+		if !req.State.Raw.IsNull() {
+			var prior templateModel
+			resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+			if prior.PeakBytes.Equal(m.PeakBytes) && prior.CapOverrideBytes.Equal(m.CapOverrideBytes) &&
+				prior.Policy.Equal(m.Policy) && prior.Namespace.Equal(m.Namespace) {
+				m.CapBytes, m.Cap, m.Units = prior.CapBytes, prior.Cap, prior.Units
+			} else {
+				m.CapBytes, m.Cap, m.Units = types.Int64Unknown(), types.StringUnknown(), types.Int64Unknown()
+			}
+		}
+	} else {
+		r.planFromSizing(ctx, &m, &resp.Diagnostics)
+	}
 	if !req.State.Raw.IsNull() {
 		var prior templateModel
 		resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
-		if prior.PeakBytes.Equal(m.PeakBytes) && prior.CapOverrideBytes.Equal(m.CapOverrideBytes) &&
-			prior.Policy.Equal(m.Policy) && prior.Namespace.Equal(m.Namespace) {
-			m.CapBytes, m.Cap, m.Units = prior.CapBytes, prior.Cap, prior.Units
-		} else {
-			m.CapBytes, m.Cap, m.Units = types.Int64Unknown(), types.StringUnknown(), types.Int64Unknown()
-		}
 		settleModifyIndex(&m, &prior, func(x *templateModel) *types.Int64 { return &x.ModifyIndex })
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &m)...)
+}
+
+// planFromSizing computes the cap and units from the policy's sizing that the configuration
+// passes in, so they are known (and right) in the plan that changes the policy. They stay
+// unknown while the sizing, the peak or the override is.
+func (r *templateResource) planFromSizing(ctx context.Context, m *templateModel, diags *diag.Diagnostics) {
+	m.CapBytes, m.Cap, m.Units = types.Int64Unknown(), types.StringUnknown(), types.Int64Unknown()
+	s, ok, d := sizingFrom(ctx, m.PolicySizing)
+	diags.Append(d...)
+	if !ok || m.Peak.IsUnknown() || m.CapOverride.IsUnknown() || !known(m.Namespace) || !known(m.Policy) {
+		return
+	}
+	if s.Name != m.Policy.ValueString() {
+		diags.AddAttributeError(pathPolicySizing, "policy_sizing of another policy",
+			fmt.Sprintf("policy = %q, but policy_sizing is the sizing of policy %q: set policy_sizing = gpufrac_policy.<label>.sizing "+
+				"of the policy the template names.", m.Policy.ValueString(), s.Name))
+		return
+	}
+	if s.Namespace != m.Namespace.ValueString() {
+		diags.AddAttributeError(pathPolicySizing, "policy_sizing of another namespace",
+			fmt.Sprintf("The template is in namespace %q, but policy_sizing is the sizing of policy %q in namespace %q: "+
+				"a template uses the policy of its own namespace.", m.Namespace.ValueString(), s.Name, s.Namespace))
+		return
+	}
+	t := m.toTemplate()
+	if t.Validate() != nil {
+		return // ValidateConfig has reported it
+	}
+	m.setCap(t, s.apply(policy.Default()))
 }
 
 func (r *templateResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
@@ -178,6 +225,16 @@ func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint
 	p, ok := lookupPolicy(ctx, r.client, ns, t.Policy, diags)
 	if !ok {
 		return
+	}
+	if want, ok, d := sizingFrom(ctx, m.PolicySizing); ok {
+		if got := sizingOf(p, ns); got != want {
+			diags.AddAttributeError(pathPolicySizing, "Policy changed outside Terraform",
+				fmt.Sprintf("The plan sized template %q by %s, but Nomad now holds %s, so the planned units would be wrong. "+
+					"Run `terraform plan` again to refresh and review the change, then apply.", t.Name, want, got))
+			return
+		}
+	} else {
+		diags.Append(d...)
 	}
 	idx, err := r.client.store.PutTemplate(ctx, ns, t, cas)
 	if err != nil {

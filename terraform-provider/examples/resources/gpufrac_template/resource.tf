@@ -1,8 +1,9 @@
 resource "gpufrac_template" "llama_7b_finetune" {
-  name        = "llama-7b-finetune"
-  policy      = gpufrac_policy.training.name # written after the policy
-  peak        = "20GiB"                      # measured with `gpufrac probe`
-  description = "LoRA fine-tune of a 7B model, batch 8"
+  name          = "llama-7b-finetune"
+  policy        = gpufrac_policy.training.name   # written after the policy
+  policy_sizing = gpufrac_policy.training.sizing # units right in the plan that changes the policy
+  peak          = "20GiB"                        # measured with `gpufrac probe`
+  description   = "LoRA fine-tune of a 7B model, batch 8"
 }
 
 # A job whose footprint is known better than any measurement: the cap is given outright.

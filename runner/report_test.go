@@ -1,0 +1,129 @@
+package runner
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// bigResult is a queue of n jobs of six templates run six at a time on one GPU, each with a
+// dozen memory samples, and one failure in every thousand.
+func bigResult(n int) *Result {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := GPUResult{UUID: "GPU-0", Model: "H100", TotalBytes: 80 * size.GiB, BudgetBytes: 78 * size.GiB, Mode: "isolated"}
+	res := &Result{Arm: ArmPacked, Backend: "simulated", Policy: policy.Default(), Start: t0, GPUs: []GPUResult{g}, OutDir: "/out"}
+	for i := 0; i < n; i++ {
+		start := t0.Add(time.Duration(i/6) * 10 * time.Second)
+		a := Attempt{Job: fmt.Sprintf("job-%05d", i), Template: fmt.Sprintf("tmpl-%d", i%6), Number: 1, GPU: g.UUID,
+			CapBytes: 12 * size.GiB, Capped: true, Start: start, End: start.Add(9 * time.Second), Outcome: OutcomeOK,
+			PeakBytes: 10 * size.GiB, Log: fmt.Sprintf("logs/job-%05d.1.log", i)}
+		if i%1000 == 999 {
+			a.Outcome, a.ExitCode = OutcomeFailed, 1
+		}
+		for k := 0; k < 12; k++ {
+			a.Samples = append(a.Samples, MemSample{T: start.Sub(t0).Seconds() + float64(k)*0.75, Bytes: size.Bytes(k) * size.GiB})
+		}
+		res.Attempts = append(res.Attempts, a)
+		res.Jobs = append(res.Jobs, JobResult{Name: a.Job, Template: a.Template, Outcome: a.Outcome, Attempts: 1})
+	}
+	return res
+}
+
+// A 10,000-job queue makes a page a browser opens at once: lanes grouped by template, a
+// bounded table, every failure still listed.
+func TestReportOfABigQueueStaysSmall(t *testing.T) {
+	res := bigResult(10_000)
+	page, err := renderReport(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(page)
+	if len(page) > 1<<20 {
+		t.Errorf("report of 10,000 jobs is %d bytes, want at most 1 MiB", len(page))
+	}
+	if !strings.Contains(s, `data-grouped="true"`) {
+		t.Error("lanes of 10,000 attempts are not grouped")
+	}
+	// Six templates, six at a time: one row per attempt running at once in each template.
+	if rows := strings.Count(s, "attempts)</text>"); rows != 6 {
+		t.Errorf("%d template groups in the lanes, want 6", rows)
+	}
+	if rows := strings.Count(s, "<tr>") - 1; rows > reportTableRows {
+		t.Errorf("attempts table has %d rows, want at most %d", rows, reportTableRows)
+	}
+	for i := 999; i < 10_000; i += 1000 {
+		if name := fmt.Sprintf("<td>job-%05d</td>", i); !strings.Contains(s, name) {
+			t.Errorf("failed attempt %s is not in the table", name)
+		}
+	}
+	if !strings.Contains(s, "more attempts, all ok") {
+		t.Error("the table does not say that attempts were left out")
+	}
+	t.Logf("10,000 jobs: %d bytes", len(page))
+}
+
+func TestLaneRowsShareRowsWithoutOverlap(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(job string, from, to int) Attempt {
+		return Attempt{Job: job, Template: "t", Start: t0.Add(time.Duration(from) * time.Second), End: t0.Add(time.Duration(to) * time.Second)}
+	}
+	var atts []Attempt
+	for i := 0; i < laneAttempts; i++ { // pairs that overlap, one pair after another
+		atts = append(atts, at(fmt.Sprint("a", i), i/2*10, i/2*10+8))
+	}
+	atts = append(atts, at("late", 10_000, 10_001))
+	rows := laneRows(atts)
+	if len(rows) != 2 {
+		t.Fatalf("%d rows for attempts at most two at a time, want 2", len(rows))
+	}
+	for _, r := range rows {
+		for i := 1; i < len(r.atts); i++ {
+			if r.atts[i].Start.Before(r.atts[i-1].End) {
+				t.Errorf("row holds overlapping attempts %s and %s", r.atts[i-1].Job, r.atts[i].Job)
+			}
+		}
+	}
+	if small := laneRows(atts[:3]); len(small) != 3 || small[1].label != "a1 #0" {
+		t.Errorf("a small run: %d rows, second labelled %q; want one row per attempt", len(small), small[1].label)
+	}
+}
+
+func TestCapLabel(t *testing.T) {
+	now := time.Now()
+	tests := []struct {
+		a    Attempt
+		want string
+	}{
+		{Attempt{Capped: true, CapBytes: 9 * size.GiB}, "9GiB"},
+		{Attempt{Capped: true, WholeGPU: true, CapBytes: 78 * size.GiB}, "whole GPU"},
+		{Attempt{}, "none"},
+		{Attempt{Capped: true, CapBytes: 5 * size.GiB, CapChanges: []CapChange{{At: now, From: 39 * size.GiB, To: 5 * size.GiB}}}, "39GiB -> 5GiB"},
+	}
+	for _, tt := range tests {
+		if got := tt.a.CapLabel(); got != tt.want {
+			t.Errorf("CapLabel(%+v) = %q, want %q", tt.a, got, tt.want)
+		}
+	}
+	a := tests[3].a
+	if a.capAt(now.Add(-time.Second)) != 39*size.GiB || a.capAt(now) != 5*size.GiB {
+		t.Errorf("capAt: %s before the change, %s at it", a.capAt(now.Add(-time.Second)), a.capAt(now))
+	}
+}
+
+func TestFileLink(t *testing.T) {
+	tests := []struct{ dir, p, want string }{
+		{"/out/run", "logs/a.1.log", "logs/a.1.log"},
+		{"/out/run", "/out/run/results/a.json", "results/a.json"},
+		{"/out/run", "/elsewhere/a b.json", "file:///elsewhere/a%20b.json"},
+		{"", "/out/run/a.json", "file:///out/run/a.json"},
+	}
+	for _, tt := range tests {
+		if got := fileLink(tt.dir, tt.p); got != tt.want {
+			t.Errorf("fileLink(%q, %q) = %q, want %q", tt.dir, tt.p, got, tt.want)
+		}
+	}
+}
