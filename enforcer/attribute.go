@@ -95,6 +95,16 @@ func (c *procCache) get(pid int) (identity, error) {
 	return id, err
 }
 
+// sameArgv says whether a process still runs the program it was first read with. A process read
+// between its fork and its exec carries its parent's environment, without the task's token:
+// once it has exec'd (its command line changed) it must be read again, or a task started at the
+// moment of a token scan would stay unmanaged for good. Identities with a token stay cached:
+// the token cannot have been the parent's.
+func (c *procCache) sameArgv(pid int, argv []string) bool {
+	now, err := c.src.Cmdline(pid)
+	return err == nil && slices.Equal(now, argv)
+}
+
 func (c *procCache) read(pid int) (identity, error) {
 	st, err := c.src.Stat(pid)
 	if err != nil {
@@ -106,7 +116,7 @@ func (c *procCache) read(pid int) (identity, error) {
 	c.mu.Lock()
 	id, ok := c.m[pid]
 	c.mu.Unlock()
-	if ok && id.start == st.StartTicks {
+	if ok && id.start == st.StartTicks && (len(id.tokens()) > 0 || c.sameArgv(pid, id.argv)) {
 		return id, nil
 	}
 	id = identity{start: st.StartTicks, ppid: st.PPID}

@@ -3,6 +3,7 @@ package enforcer
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/policy"
@@ -81,5 +82,20 @@ func TestFenceTableFollowsTheLedger(t *testing.T) {
 	}
 	if _, err := fence.Attach(dir, r.uuid, a.Token); err == nil {
 		t.Fatal("a released reservation still has a task in the fence")
+	}
+}
+
+// A task that breaks its cap before any token scan is still recorded under its names, read off
+// its processes (the fleet's controller needs them to find the job).
+func TestViolationBeforeTheFirstScanIsAttributed(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.ScanInterval = time.Hour })
+	r.enf.lastScan = time.Now() // the scan is not due for an hour
+	r.start()
+	res := r.reserve(2*size.GiB, "early")
+	leak := r.run(res, "early", "--peak", "1GiB", "--ramp", "10ms", "--leak-to", "20GiB", "--leak-rate", "16GiB")
+	leak.wait(t)
+	v := r.violation(res.Token)
+	if v.Task.JobName != "early" || v.Task.TaskName != "main" || v.Task.Template != "tmpl-early" {
+		t.Fatalf("violation task %+v: want the names from the process environment", v.Task)
 	}
 }

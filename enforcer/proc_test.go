@@ -136,6 +136,27 @@ func TestProcCacheRecycledPID(t *testing.T) {
 	}
 }
 
+// A process first read between its fork and its exec has its parent's environment; once it has
+// exec'd it is read again, and its token is found.
+func TestProcCacheRereadsAfterExec(t *testing.T) {
+	procs := fakeProcs{30: {ppid: 1, start: 100, env: []string{"PARENT=1"}, argv: []string{"runner"}}}
+	c := newProcCache(procs)
+	if id, _ := c.get(30); id.token != "" {
+		t.Fatalf("token %q before the exec", id.token)
+	}
+	procs[30] = fakeProc{ppid: 1, start: 100, env: []string{EnvReservation + "=tok"}, argv: []string{"python3", "train.py"}}
+	c.newPass()
+	if id, _ := c.get(30); id.token != "tok" {
+		t.Fatalf("after the exec the token is %q, want tok", id.token)
+	}
+	// A process with a token is not read again, even if it rewrites its command line.
+	procs[30] = fakeProc{ppid: 1, start: 100, env: nil, argv: []string{"renamed"}}
+	c.newPass()
+	if id, _ := c.get(30); id.token != "tok" {
+		t.Fatalf("a cached token was lost: %q", id.token)
+	}
+}
+
 func TestTaskIdentityFromEnviron(t *testing.T) {
 	procs := fakeProcs{30: {ppid: 1, env: []string{
 		EnvReservation + "=t", envNomadAlloc + "=a1", envNomadJob + "=job", envNomadTask + "=task", EnvTemplate + "=tmpl",

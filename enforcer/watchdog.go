@@ -154,6 +154,9 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 	limit := r.CapBytes + e.cfg.Allowance*size.Bytes(len(ps))
 	if n := e.near[r.Token]; n != nil && n.fenced {
 		n.peak = max(n.peak, used) // NVML's view, context included
+		if n.task == (ledger.Task{}) {
+			n.task = e.taskOf(ps)
+		}
 	}
 	tr := e.tracks[r.Token]
 	if tr == nil {
@@ -171,7 +174,13 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 			return
 		}
 		delete(e.near, r.Token)
-		tr = &track{token: r.Token, gpu: uuid, task: r.Task, mode: mode, capBytes: r.CapBytes, crossedAt: now}
+		task := r.Task
+		if task == (ledger.Task{}) {
+			// Before the first token scan the ledger knows no names: read them off the processes,
+			// so a task that breaks its cap in its first second is still attributed.
+			task = e.taskOf(ps)
+		}
+		tr = &track{token: r.Token, gpu: uuid, task: task, mode: mode, capBytes: r.CapBytes, crossedAt: now}
 		e.tracks[r.Token] = tr
 		e.emit(Event{Kind: EventViolation, Stage: "crossed", GPU: uuid, Token: r.Token, Task: r.Task, PIDs: pids(ps), Bytes: used,
 			Message: fmt.Sprintf("task passed its cap: %s used, cap %s + allowance %s x %d processes", used, r.CapBytes, e.cfg.Allowance, len(ps))})
@@ -386,6 +395,22 @@ func (e *Enforcer) scanTokens() {
 	for _, r := range gone {
 		e.log.Info("reservation ended: no live process carried its token", "gpu", r.GPU, "token", shortToken(r.Token), "task", r.Task.String())
 	}
+}
+
+// taskOf is the task identity its processes' environments carry.
+func (e *Enforcer) taskOf(ps []ProcUsage) ledger.Task {
+	var t ledger.Task
+	for _, p := range ps {
+		id, err := e.procs.get(p.PID)
+		if err != nil {
+			continue
+		}
+		fill(&t.AllocID, id.task.AllocID)
+		fill(&t.JobName, id.task.JobName)
+		fill(&t.TaskName, id.task.TaskName)
+		fill(&t.Template, id.task.Template)
+	}
+	return t
 }
 
 func fill(dst *string, src string) {
