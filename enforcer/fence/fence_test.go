@@ -130,7 +130,7 @@ func TestMemGetInfoShowsTheTaskItsCap(t *testing.T) {
 	want(t, c.Do("info"), fmt.Sprintf("info %d %d", 768*size.MiB, size.GiB), "free is what is left of the cap")
 	// A GPU with less free memory than the cap leaves: free never exceeds the GPU's own.
 	small := k.Start(t, k.Env(dir, tokA, fmt.Sprintf("FAKE_CUDA_TOTAL=%d", 512*size.MiB)))
-	want(t, small.Do("info"), fmt.Sprintf("info %d %d", 512*size.MiB, size.GiB), "free bounded by the GPU")
+	want(t, small.Do("info"), fmt.Sprintf("info %d %d", 512*size.MiB, 512*size.MiB), "free and total bounded by the GPU")
 }
 
 // A process killed with its bytes held gives them back; the next allocation that would be

@@ -534,12 +534,13 @@ static CUresult mem_get_info(int s, size_t *freeb, size_t *total)
 	uint64_t cap, used;
 	if (r != CUDA_SUCCESS || !freeb || !total || !(d = device(-1)) || gf_view(&d->m, &cap, &used) != GF_OK)
 		return r;
-	/* Frameworks size themselves from this answer: show the task its cap, and never more
-	 * free memory than the GPU really has. */
+	/* Frameworks size themselves from this answer: show the task its cap, never a total
+	 * larger than the GPU (cuDNN plans from it) and never more free memory than it really has. */
 	uint64_t left = cap > used ? cap - used : 0;
 	if (left < *freeb)
 		*freeb = left;
-	*total = cap;
+	if (cap < *total)
+		*total = cap;
 	return r;
 }
 
