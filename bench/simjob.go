@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,19 +11,28 @@ import (
 	"os"
 	"time"
 
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // simShape is a simulated template: its peak as NVML sees it, the ramp from start-up to the
 // peak and the time at the peak, at scale 1 (close to the H200 calibration in docs/benchmarks.md).
 type simShape struct {
-	peak        string
-	ramp, hold  time.Duration
-	leakTo      string
-	leakPerSec  string
-	resultKind  string
-	resultCount int
+	peak       string
+	ramp, hold time.Duration
+	// leakFraction, when set, makes the job keep growing after its hold, to this share of its
+	// GPU's memory, at leakPerSec.
+	leakFraction float64
+	leakPerSec   string
+	resultKind   string
+	resultCount  int
 }
+
+// LeakerFraction is the share of its GPU's memory the leaker grows to when it has the GPU to
+// itself (the published benchmark's leaker completes at 76 GB of an 80 GB GPU): enough that
+// co-location without caps meets it. examples/workloads/leaker.py has the same default.
+const LeakerFraction = 0.93
 
 var simShapes = map[string]simShape{
 	LoRA06B:   {peak: "18.7GiB", ramp: 14 * time.Second, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
@@ -34,8 +44,8 @@ var simShapes = map[string]simShape{
 	ResNet50:  {peak: "4.3GiB", ramp: 9 * time.Second, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12},
 	// The leaker holds about 1 GiB for a small phase that outlasts every other template's ramp
 	// (so a probe window that sees their peaks still sees a small leaker), then grows 20 GiB a
-	// second, as the real one does, to 40 GiB (far past its cap; 100 GiB would only add time).
-	Leaker: {peak: "1GiB", ramp: 8 * time.Second, hold: 16 * time.Second, leakTo: "40GiB", leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
+	// second, as the real one does, to LeakerFraction of its GPU's memory.
+	Leaker: {peak: "1GiB", ramp: 8 * time.Second, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
 }
 
 // SimJobMain is a simulated benchmark job: it runs gpu/simjob (a real process that takes memory
@@ -67,10 +77,16 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	raw := *result + ".simjob"
 	sargs := []string{"--peak", shape.peak, "--ramp", scaled(shape.ramp, *scale), "--hold", scaled(shape.hold, *scale),
 		"--result", raw, "--seed", fmt.Sprint(seed)}
-	if shape.leakTo != "" {
+	if shape.leakFraction > 0 {
+		total, err := simGPUMemory(os.Getenv(gpu.EnvSimDir), os.Getenv("CUDA_VISIBLE_DEVICES"))
+		if err != nil {
+			fmt.Fprintf(stderr, "simjob: the leaker's size: %v\n", err)
+			return 2
+		}
+		leakTo := size.Bytes(float64(total)*shape.leakFraction) / size.MiB * size.MiB
 		// The rate is not scaled: the runner samples memory every 20 ms, and a leak that passed
 		// the cap between two samples would look like an ordinary crash rather than a violation.
-		sargs = append(sargs, "--leak-to", shape.leakTo, "--leak-rate", shape.leakPerSec)
+		sargs = append(sargs, "--leak-to", fmt.Sprint(uint64(leakTo)), "--leak-rate", shape.leakPerSec)
 	}
 	if rc := simjob.Main(sargs, stdout, stderr); rc != 0 {
 		return rc
@@ -80,6 +96,29 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// simGPUMemory is the memory of the simulated GPU uuid in the backend's state directory dir:
+// the job's own GPU, as leaker.py reads its device's.
+func simGPUMemory(dir, uuid string) (size.Bytes, error) {
+	if dir == "" || uuid == "" {
+		return 0, fmt.Errorf("$%s (%q) and $CUDA_VISIBLE_DEVICES (%q) must name the simulated GPU", gpu.EnvSimDir, dir, uuid)
+	}
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: dir})
+	if err != nil {
+		return 0, err
+	}
+	defer sim.Close()
+	devs, err := sim.Devices(context.Background())
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range devs {
+		if d.UUID == uuid {
+			return d.MemoryBytes, nil
+		}
+	}
+	return 0, fmt.Errorf("GPU %q is not a simulated GPU in %s", uuid, dir)
 }
 
 func scaled(d time.Duration, s float64) string {
