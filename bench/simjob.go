@@ -9,6 +9,8 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
@@ -16,11 +18,15 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// simShape is a simulated template: its peak as NVML sees it, the ramp from start-up to the
-// peak and the time at the peak, at scale 1 (close to the H200 calibration in docs/benchmarks.md).
+// simShape is a simulated template, at scale 1 (close to the H200 calibration in
+// docs/benchmarks.md): a start-up that holds no GPU memory (on the H200 most of a job's 9-17 s
+// start-up is importing and loading on the CPU), a rise from the CUDA context to its peak as NVML
+// sees it, and the time at the peak. A rise spread over the whole start-up would make every job
+// take its memory in small steps, so next to a leaker growing 400 MiB a sample only the leaker
+// would ever find the GPU full; real jobs take theirs in large allocations too.
 type simShape struct {
-	peak       string
-	ramp, hold time.Duration
+	peak                string
+	startup, ramp, hold time.Duration
 	// leakFraction, when set, makes the job keep growing after its hold, to this share of its
 	// GPU's memory, at leakPerSec.
 	leakFraction float64
@@ -34,18 +40,22 @@ type simShape struct {
 // co-location without caps meets it. examples/workloads/leaker.py has the same default.
 const LeakerFraction = 0.93
 
+// rise is the time a template takes from its CUDA context to its peak (checkpoint load and
+// first steps: 0.4-1.1 s of loading on the H200, then the first step's activations).
+const rise = 1500 * time.Millisecond
+
 var simShapes = map[string]simShape{
-	LoRA06B:   {peak: "18.7GiB", ramp: 14 * time.Second, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	LoRA17B:   {peak: "24.6GiB", ramp: 15 * time.Second, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	FullFT06B: {peak: "28.9GiB", ramp: 12 * time.Second, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	Eval17B:   {peak: "16.9GiB", ramp: 16 * time.Second, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
-	Embed06B:  {peak: "4.3GiB", ramp: 15 * time.Second, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
-	Gen17B:    {peak: "4.3GiB", ramp: 14 * time.Second, hold: 4 * time.Second, resultKind: KindExact, resultCount: 8},
-	ResNet50:  {peak: "4.3GiB", ramp: 9 * time.Second, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12},
-	// The leaker holds about 1 GiB for a small phase that outlasts every other template's ramp
+	LoRA06B:   {peak: "18.7GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
+	LoRA17B:   {peak: "24.6GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
+	FullFT06B: {peak: "28.9GiB", startup: 10500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
+	Eval17B:   {peak: "16.9GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
+	Embed06B:  {peak: "4.3GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
+	Gen17B:    {peak: "4.3GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 4 * time.Second, resultKind: KindExact, resultCount: 8},
+	ResNet50:  {peak: "4.3GiB", startup: 7500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12},
+	// The leaker holds about 1 GiB for a small phase that outlasts every other template's rise
 	// (so a probe window that sees their peaks still sees a small leaker), then grows 20 GiB a
 	// second, as the real one does, to LeakerFraction of its GPU's memory.
-	Leaker: {peak: "1GiB", ramp: 8 * time.Second, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
+	Leaker: {peak: "1GiB", startup: 6500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
 }
 
 // SimJobMain is a simulated benchmark job: it runs gpu/simjob (a real process that takes memory
@@ -88,6 +98,9 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 		// the cap between two samples would look like an ordinary crash rather than a violation.
 		sargs = append(sargs, "--leak-to", fmt.Sprint(uint64(leakTo)), "--leak-rate", shape.leakPerSec)
 	}
+	if rc := startUp(*template, time.Duration(float64(shape.startup)**scale), stdout); rc != 0 {
+		return rc
+	}
 	if rc := simjob.Main(sargs, stdout, stderr); rc != 0 {
 		return rc
 	}
@@ -96,6 +109,26 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startUp is the job's start-up on the CPU: d with no GPU memory, ended early by SIGINT or
+// SIGTERM with simjob's exit codes (a stopped job must not go on to allocate).
+func startUp(template string, d time.Duration, stdout io.Writer) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	fmt.Fprintf(stdout, "simjob: %s starting up for %s with no GPU memory\n", template, d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return 0
+	case s := <-sigs:
+		if s == syscall.SIGINT {
+			return simjob.ExitINT
+		}
+		return simjob.ExitTERM
+	}
 }
 
 // simGPUMemory is the memory of the simulated GPU uuid in the backend's state directory dir:

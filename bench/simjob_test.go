@@ -1,13 +1,19 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/size"
@@ -74,5 +80,72 @@ func TestLeakerScriptFraction(t *testing.T) {
 	}
 	if f, err := strconv.ParseFloat(string(m[1]), 64); err != nil || f != LeakerFraction {
 		t.Fatalf("leaker.py's default fraction %s, the simulated leaker's %g: they must agree", m[1], LeakerFraction)
+	}
+}
+
+// A simulated job holds no GPU memory during its start-up (on the H200 mostly CPU work), then
+// takes its memory; the first memory it reports comes no earlier than its scaled start-up.
+func TestSimJobStartUpHoldsNoMemory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sim")
+	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := sim.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const scale = 0.1
+	cmd := exec.Command(os.Args[0], "--template", LoRA06B, "--result", filepath.Join(t.TempDir(), "r.json"), "--scale", fmt.Sprint(scale))
+	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+devs[0].UUID)
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var first time.Duration
+	for first == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("the job ended (%v) before it reported any GPU memory", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+		if procs, err := sim.Processes(t.Context(), devs[0].UUID); err == nil && len(procs) > 0 {
+			first = time.Since(start)
+		}
+	}
+	if want := time.Duration(float64(simShapes[LoRA06B].startup) * scale); first < want {
+		t.Errorf("first GPU memory %v after start, want none before the start-up's %v", first, want)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("job: %v", err)
+	}
+
+	// Stopped during its start-up, it exits as a simulated job does, having taken nothing.
+	cmd = exec.Command(os.Args[0], "--template", Eval17B, "--result", filepath.Join(t.TempDir(), "r.json"))
+	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+devs[0].UUID)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The job says it is starting up once its signal handler is in place; its start-up at scale
+	// 1 is 14.5 s, so the SIGTERM lands inside it.
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.Contains(line, "starting up") {
+		t.Fatalf("first line %q (%v), want the start-up's", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Fatalf("stopped in its start-up: %v (stderr %q), want exit 143", err, stderr.String())
 	}
 }
