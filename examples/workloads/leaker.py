@@ -49,7 +49,8 @@ def main():
     torch = job.setup_torch()
     job.mark("imports")
     # The device's memory as CUDA reports it (the H200: 143771 MiB), not what is free now: the
-    # leaker does not care who else is on the GPU.
+    # leaker does not care who else is on the GPU. torch.cuda.mem_get_info would not do: under
+    # gpufrac's fence (and an MPS pinned limit) it reports the cap, and the leaker must outgrow it.
     device_bytes = torch.cuda.get_device_properties(0).total_memory
     total_bytes = int(fixed_gib * 2**30) if fixed_gib > 0 else int(device_bytes * fraction)
     total_gib = total_bytes / 2**30
