@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -33,7 +34,7 @@ func TestEndToEndSimulated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arms, err := ParseArms("exclusive,packed-mps,packed-isolated", "isolated")
+	arms, err := ParseArms("exclusive,packed-mps,packed-isolated,uncapped-retry", "isolated")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,12 +54,12 @@ func TestEndToEndSimulated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 3 {
-		t.Fatalf("%d arms ran, want 3", len(runs))
+	if len(runs) != 4 {
+		t.Fatalf("%d arms ran, want 4", len(runs))
 	}
 	for _, s := range sum.Scores {
-		t.Logf("%s: %d of %d in %v, ratio %.2f, failed others %d, leaker %s %s", s.Label, s.Completed, s.Jobs,
-			s.Makespan, s.Ratio, s.FailedOthers, s.LeakerCap, s.LeakerAction)
+		t.Logf("%s: %d of %d in %v, ratio %.2f, failed others %d, leaker %s %s, loss %+v", s.Label, s.Completed, s.Jobs,
+			s.Makespan, s.Ratio, s.FailedOthers, s.LeakerCap, s.LeakerAction, s.Loss)
 		if s.Error != "" {
 			t.Errorf("%s: %s", s.Label, s.Error)
 		}
@@ -74,13 +75,34 @@ func TestEndToEndSimulated(t *testing.T) {
 	}
 	// Every simulated result is deterministic, so a packed arm completes every job whose final
 	// attempt exits cleanly; the runner re-runs cap breakers alone, so that should be all 12.
-	for _, s := range sum.Scores[1:] {
+	leaker := ""
+	for _, e := range Draw(2) {
+		if e.Template == Leaker {
+			leaker = e.Name
+		}
+	}
+	for _, s := range sum.Scores[1:3] {
 		if s.Completed != QueueLen {
 			t.Errorf("%s: %d of %d completed", s.Label, s.Completed, QueueLen)
 		}
 		if s.LeakerCap == 0 || s.LeakerAction == "not contained" || s.LeakerAction == "never capped" {
 			t.Errorf("%s: the leaker was not contained under a cap: cap %v, %q", s.Label, s.LeakerCap, s.LeakerAction)
 		}
+		// The leaker re-ran after its broken cap. Another job may break a cap its short cold
+		// probe gave it on a loaded machine (that is lost work too), but none was lost.
+		l := s.Loss
+		if l == nil || !slices.Contains(l.ReRun, leaker) || len(l.Lost) != 0 || (l.Innocent > 0) != (s.FailedOthers > 0) {
+			t.Errorf("%s: loss %+v with %d failed attempts of other jobs; want the leaker %s re-run, none lost", s.Label, l, s.FailedOthers, leaker)
+		}
+	}
+	// The retry arm ran through the runner as itself: up to 6 jobs at once with no caps. At this
+	// scale the leaker grows after every other job has ended, so nobody fails.
+	retry := sum.Scores[3]
+	if retry.Arm != "uncapped-retry" || retry.LeakerCap != 0 || retry.Use.Probes != 0 || retry.Use.MeanRunning <= 1 {
+		t.Errorf("uncapped-retry: arm %q, leaker cap %v, probes %d, mean running %.2f", retry.Arm, retry.LeakerCap, retry.Use.Probes, retry.Use.MeanRunning)
+	}
+	if retry.Completed != QueueLen-len(retry.Loss.Lost) {
+		t.Errorf("uncapped-retry: %d completed, %d lost, of %d", retry.Completed, len(retry.Loss.Lost), QueueLen)
 	}
 	// Attempts were converted from the runner's records with their caps.
 	var capped size.Bytes

@@ -70,6 +70,23 @@ type JobScore struct {
 	// Completed: the final attempt exited cleanly and the result agrees with the exclusive run.
 	Completed bool   `json:"completed"`
 	Why       string `json:"why,omitempty"` // why not completed
+	// FailedTime is the time of its failed attempts (failed, cap-violating, collateral).
+	FailedTime time.Duration `json:"failed_attempts_ns,omitempty"`
+}
+
+// Loss is the work an arm lost to failed attempts. Caps exist to keep it at zero for every job
+// but the leaker: on real fine-tunes an innocent job's lost attempt is hours.
+type Loss struct {
+	// Innocent is the time of the failed attempts of jobs other than the leaker, whether or not
+	// the job completed later.
+	Innocent time.Duration `json:"innocent_work_lost_ns"`
+	// Lost names the jobs that ran but did not complete (final attempt failed, or a result off
+	// its exclusive run's), the leaker included; InnocentLost counts those that are not it.
+	Lost         []string `json:"jobs_lost"`
+	InnocentLost int      `json:"innocent_jobs_lost"`
+	// ReRun names the jobs started again after a failed attempt: a retry, a re-run after a
+	// broken cap, a collateral failure.
+	ReRun []string `json:"jobs_rerun"`
 }
 
 // Score is one arm's figures.
@@ -102,9 +119,11 @@ type Score struct {
 	LeakerAction    string        `json:"leaker_action,omitempty"`
 	BusyFraction    float64       `json:"busy_fraction"`
 	// Use is where the makespan went.
-	Use    runner.TimeUse `json:"time_use"`
-	Error  string         `json:"error,omitempty"`
-	PerJob []JobScore     `json:"per_job"`
+	Use runner.TimeUse `json:"time_use"`
+	// Loss is the work failed attempts cost; nil in summaries written before it existed.
+	Loss   *Loss      `json:"loss,omitempty"`
+	Error  string     `json:"error,omitempty"`
+	PerJob []JobScore `json:"per_job"`
 }
 
 // Verdict says whether a job's result agrees with its exclusive run (nil when it does).
@@ -161,7 +180,7 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 						s.LeakerAction = a.Outcome
 					}
 				}
-			} else if a.Outcome == OutcomeCapViolation || a.Outcome == OutcomeFailed || a.Outcome == OutcomeCollateral {
+			} else if failedAttempt(a) {
 				s.FailedOthers++
 				if a.Outcome == OutcomeCollateral {
 					s.Collateral++
@@ -185,6 +204,7 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 		}
 		s.PerJob = append(s.PerJob, js)
 	}
+	s.Loss = lossOf(run, s.PerJob)
 	if s.LeakerAction == "" && hasLeaker(run.Jobs) && len(run.Attempts) > 0 {
 		s.LeakerAction = "never capped"
 	}
@@ -232,4 +252,48 @@ func hasLeaker(jobs []Entry) bool {
 		}
 	}
 	return false
+}
+
+// failedAttempt: the attempt's work was lost (a probe window that ended or a canceled attempt
+// is not a failure).
+func failedAttempt(a Attempt) bool {
+	return a.Outcome == OutcomeCapViolation || a.Outcome == OutcomeFailed || a.Outcome == OutcomeCollateral
+}
+
+// lossOf is the work a run lost, given each job's verdict; it sets each job's FailedTime.
+func lossOf(run ArmRun, perJob []JobScore) *Loss {
+	byJob := map[string][]Attempt{}
+	for _, a := range run.Attempts {
+		byJob[a.Job] = append(byJob[a.Job], a)
+	}
+	l := &Loss{Lost: []string{}, ReRun: []string{}}
+	for i, js := range perJob {
+		as := byJob[js.Job]
+		sort.SliceStable(as, func(a, b int) bool { return as[a].Start.Before(as[b].Start) })
+		var failed time.Duration
+		rerun := false
+		for k, a := range as {
+			if !failedAttempt(a) {
+				continue
+			}
+			failed += a.End.Sub(a.Start)
+			rerun = rerun || k < len(as)-1
+		}
+		perJob[i].FailedTime = failed
+		if rerun {
+			l.ReRun = append(l.ReRun, js.Job)
+		}
+		innocent := js.Template != Leaker
+		if innocent {
+			l.Innocent += failed
+		}
+		// A job cut short by the arm's end (never ran, or stopped) was not lost to a failure.
+		if !js.Completed && len(as) > 0 && js.Final != OutcomeCanceled {
+			l.Lost = append(l.Lost, js.Job)
+			if innocent {
+				l.InnocentLost++
+			}
+		}
+	}
+	return l
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -123,6 +124,33 @@ func TestScorePacked(t *testing.T) {
 	if len(why) != 2 || why[Eval17B] == "" {
 		t.Fatalf("not completed: %v", why)
 	}
+	// Innocent work lost: the non-leaker's 3 s cap violation and the other's 10 s failure; the
+	// leaker's probe window and cap violation are not innocent. Lost: the job that failed last
+	// and the job whose result differs. Re-run: the leaker and the job that broke its cap.
+	var leaker, failsOnce, failsLast string
+	for _, e := range q {
+		switch {
+		case e.Template == Leaker:
+			leaker = e.Name
+		case failsOnce == "":
+			failsOnce = e.Name
+		case failsLast == "":
+			failsLast = e.Name
+		}
+	}
+	l := s.Loss
+	if l == nil || l.Innocent != 13*time.Second || l.InnocentLost != 2 {
+		t.Fatalf("loss %+v, want 13 s of innocent work and 2 innocent jobs lost", l)
+	}
+	if !sameSet(l.Lost, []string{failsLast, rejected.Name}) || !sameSet(l.ReRun, []string{leaker, failsOnce}) {
+		t.Fatalf("lost %v re-run %v; want lost %s %s, re-run %s %s", l.Lost, l.ReRun, failsLast, rejected.Name, leaker, failsOnce)
+	}
+	for _, j := range s.PerJob {
+		want := map[string]time.Duration{leaker: 10 * time.Second, failsOnce: 3 * time.Second, failsLast: 10 * time.Second}[j.Job]
+		if j.FailedTime != want {
+			t.Errorf("%s: failed attempts %v, want %v", j.Job, j.FailedTime, want)
+		}
+	}
 
 	ex := ScoreRun(exclusiveRun(q), accept)
 	ex2 := ex
@@ -204,5 +232,90 @@ func TestScoreCountsCollateral(t *testing.T) {
 	sum.Scores = []Score{s}
 	if out := RenderRun(sum); !strings.Contains(out, "| 1 (1 collateral) |") {
 		t.Fatalf("the table should show the collateral attempt:\n%s", out)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// An uncapped-retry run: its score counts every attempt's time, an innocent job's failed
+// attempts are lost work even when a retry completed it, a job whose retries all failed is lost,
+// and a job stopped by the arm's end is neither lost nor re-run.
+func TestScoreUncappedRetry(t *testing.T) {
+	q := Draw(3)
+	run := ArmRun{Label: "uncapped-retry", Arm: "uncapped-retry", Mode: "isolated", Seed: 3, Jobs: q}
+	roles := map[string]string{}
+	next := []string{"retried", "lost", "canceled"}
+	for _, e := range q {
+		switch {
+		case e.Template == Leaker:
+			roles[e.Name] = "leaker"
+		case len(next) > 0:
+			roles[e.Name], next = next[0], next[1:]
+		}
+	}
+	for i, e := range q {
+		start := float64(i)
+		add := func(d float64, outcome string) {
+			exit := 0
+			if outcome != OutcomeOK {
+				exit = 1
+			}
+			run.Attempts = append(run.Attempts, Attempt{Job: e.Name, Template: e.Template, Start: at(start), End: at(start + d), Outcome: outcome, ExitCode: exit})
+			start += d
+		}
+		switch roles[e.Name] {
+		case "leaker":
+			for range 4 {
+				add(5, OutcomeFailed)
+			}
+		case "retried":
+			add(2, OutcomeFailed)
+			add(3, OutcomeFailed)
+			add(10, OutcomeOK)
+		case "lost":
+			for range 4 {
+				add(1.5, OutcomeFailed)
+			}
+		case "canceled":
+			add(4, OutcomeCanceled)
+		default:
+			add(10, OutcomeOK)
+		}
+	}
+	s := ScoreRun(run, accept)
+	if s.Completed != len(q)-3 {
+		t.Fatalf("completed %d, want %d (the leaker, the lost job and the canceled one are not)", s.Completed, len(q)-3)
+	}
+	l := s.Loss
+	if l.Innocent != 11*time.Second || l.InnocentLost != 1 || len(l.Lost) != 2 || len(l.ReRun) != 3 {
+		t.Fatalf("loss %+v: want 11 s innocent (2+3 s retried, 4x1.5 s lost), lost the leaker and one job, re-run 3", l)
+	}
+	for _, n := range l.Lost {
+		if roles[n] != "leaker" && roles[n] != "lost" {
+			t.Errorf("%s (%s) counted lost", n, roles[n])
+		}
+	}
+	if s.FailedOthers != 6 {
+		t.Errorf("failed attempts by non-leakers %d, want 6", s.FailedOthers)
+	}
+	// From the first job's start (at 0 s) to the end of the last attempt, retries included.
+	var last time.Time
+	for _, a := range run.Attempts {
+		if a.End.After(last) {
+			last = a.End
+		}
+	}
+	if s.Makespan != last.Sub(t0) {
+		t.Errorf("makespan %v, want every attempt's time %v", s.Makespan, last.Sub(t0))
 	}
 }

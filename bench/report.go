@@ -54,9 +54,10 @@ func RenderRun(sum Summary) string {
 	fmt.Fprintf(&b, "- machine: %s; GPU: %s; driver %s; backend %s\n", orDash(sum.Machine), orDash(sum.GPU), orDash(sum.Driver), orDash(sum.Backend))
 	fmt.Fprintf(&b, "- queue: %s\n", queueLine(sum.Queue))
 	fmt.Fprintf(&b, "- tolerances (fixed in bench/compare.go): exact results identical; losses within %g relative on the mean of the last %d steps\n", LossRelTol, LossTailSteps)
-	b.WriteString("- failed attempts (not leaker): attempts of other jobs that broke their cap, failed, or failed as collateral of a GPU-wide event (a neighbour stopped under MPS; re-run, so the job may still complete); the collateral ones in brackets\n\n")
-	b.WriteString("| arm | mode | profiles | time | jobs completed | jobs / GPU-h | vs exclusive | failed attempts (not leaker) | leaker cap | leaker contained in | GPU busy |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("- failed attempts (not leaker): attempts of other jobs that broke their cap, failed, or failed as collateral of a GPU-wide event (a neighbour stopped under MPS; re-run, so the job may still complete); the collateral ones in brackets\n")
+	b.WriteString("- innocent work lost: the time of those failed attempts; jobs lost: jobs that ran but did not complete (the innocent ones, not the leaker, in brackets); re-run: jobs started again after a failed attempt (a retry, a re-run after a broken cap)\n\n")
+	b.WriteString("| arm | mode | profiles | time | jobs completed | jobs / GPU-h | vs exclusive | failed attempts (not leaker) | innocent work lost | jobs lost | jobs re-run | leaker cap | leaker contained in | GPU busy |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range sum.Scores {
 		lcap := "-"
 		if s.LeakerCap > 0 {
@@ -70,9 +71,10 @@ func RenderRun(sum Summary) string {
 		if s.Collateral > 0 {
 			failed += fmt.Sprintf(" (%d collateral)", s.Collateral)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d of %d | %.1f | %s | %s | %s | %s | %.0f%% |\n",
+		lostWork, lost, rerun := fmtLoss(s.Loss)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d of %d | %.1f | %s | %s | %s | %s | %s | %s | %s | %.0f%% |\n",
 			s.Label, orDash(s.Mode), orDash(s.Profiles), fmtDur(s.Makespan), s.Completed, s.Jobs,
-			s.JobsPerGPUHour, fmtRatio(s), failed, lcap, stopped, 100*s.BusyFraction)
+			s.JobsPerGPUHour, fmtRatio(s), failed, lostWork, lost, rerun, lcap, stopped, 100*s.BusyFraction)
 	}
 	b.WriteString("\nWhere the time went (from the attempts; a job alone with the GPU: every exclusive job, a probe alone, a re-run after a broken cap):\n\n")
 	b.WriteString(renderUse(sum.Scores))
@@ -87,6 +89,9 @@ func RenderRun(sum Summary) string {
 				notes = append(notes, fmt.Sprintf("%s: %s not completed: %s", s.Label, j.Job, j.Why))
 			}
 		}
+		if s.Loss != nil && len(s.Loss.ReRun) > 0 {
+			notes = append(notes, fmt.Sprintf("%s: re-run after a failed attempt: %s", s.Label, rerunLine(s)))
+		}
 	}
 	if len(notes) > 0 {
 		b.WriteString("\n")
@@ -95,6 +100,31 @@ func RenderRun(sum Summary) string {
 		}
 	}
 	return b.String()
+}
+
+// fmtLoss renders a score's innocent work lost, jobs lost and jobs re-run ("-" for a summary
+// written before they were recorded).
+func fmtLoss(l *Loss) (work, lost, rerun string) {
+	if l == nil {
+		return "-", "-", "-"
+	}
+	work = strconv.FormatFloat(l.Innocent.Seconds(), 'f', 1, 64) + " s"
+	lost = fmt.Sprintf("%d (%d)", len(l.Lost), l.InnocentLost)
+	return work, lost, strconv.Itoa(len(l.ReRun))
+}
+
+// rerunLine names the re-run jobs with their templates and attempts: "j3 (lora-0.6b, 4 attempts)".
+func rerunLine(s Score) string {
+	byName := map[string]JobScore{}
+	for _, j := range s.PerJob {
+		byName[j.Job] = j
+	}
+	parts := make([]string, len(s.Loss.ReRun))
+	for i, n := range s.Loss.ReRun {
+		j := byName[n]
+		parts[i] = fmt.Sprintf("%s (%s, %d attempts, %s failed)", n, j.Template, j.Attempts, fmtDur(j.FailedTime))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func orDash(s string) string {
@@ -152,15 +182,17 @@ func RenderCombined(sums []Summary) string {
 	for _, seed := range seeds {
 		fmt.Fprintf(&b, " seed %d |", seed)
 	}
-	b.WriteString(" mean | jobs completed |\n|---|")
+	b.WriteString(" mean | jobs completed | innocent work lost | jobs lost (innocent) | jobs re-run |\n|---|")
 	for range seeds {
 		b.WriteString("---|")
 	}
-	b.WriteString("---|---|\n")
+	b.WriteString("---|---|---|---|---|\n")
 	for _, row := range rows {
 		fmt.Fprintf(&b, "| %s |", row)
 		var done, jobs, nSeeds int
 		var total float64
+		var loss Loss
+		known := 0
 		for _, seed := range seeds {
 			runs := cells[row][seed]
 			if len(runs) == 0 {
@@ -181,6 +213,13 @@ func RenderCombined(sums []Summary) string {
 				parts[i] = fmt.Sprintf("%s%s (%d/%d)", fmtRatio(s), mark, s.Completed, s.Jobs)
 				done += s.Completed
 				jobs += s.Jobs
+				if s.Loss != nil {
+					known++
+					loss.Innocent += s.Loss.Innocent
+					loss.Lost = append(loss.Lost, s.Loss.Lost...)
+					loss.InnocentLost += s.Loss.InnocentLost
+					loss.ReRun = append(loss.ReRun, s.Loss.ReRun...)
+				}
 			}
 			if n > 0 {
 				total += sum / float64(n)
@@ -192,14 +231,30 @@ func RenderCombined(sums []Summary) string {
 		if nSeeds > 0 {
 			mean = fmt.Sprintf("%.3fx", total/float64(nSeeds))
 		}
-		fmt.Fprintf(&b, " %s | %d of %d |\n", mean, done, jobs)
+		work, lost, rerun := "-", "-", "-"
+		if known > 0 {
+			work, lost, rerun = fmtLoss(&loss)
+		}
+		if n := runsIn(cells[row]); known > 0 && known < n {
+			// Summaries written before Loss existed, with no runs.json to recompute it from.
+			work += fmt.Sprintf(" (%d of %d runs)", known, n)
+		}
+		fmt.Fprintf(&b, " %s | %d of %d | %s | %s | %s |\n", mean, done, jobs, work, lost, rerun)
 	}
 	b.WriteString("| exclusive runs apart |")
 	for _, seed := range seeds {
 		b.WriteString(" " + exclusiveSpread(cells["exclusive"][seed]) + " |")
 	}
-	b.WriteString(" | |\n")
+	b.WriteString(" | | | | |\n")
 	return b.String()
+}
+
+func runsIn(bySeed map[uint64][]Score) int {
+	n := 0
+	for _, runs := range bySeed {
+		n += len(runs)
+	}
+	return n
 }
 
 // sortedBySeed orders invocations by seed, then start time, leaving the caller's slice alone
@@ -279,11 +334,12 @@ func WriteRaw(dir string, sum Summary, runs []ArmRun) error {
 	if err := writeCSV(filepath.Join(dir, "attempts.csv"), att); err != nil {
 		return err
 	}
-	jobs := [][]string{{"arm", "job", "template", "attempts", "final_outcome", "final_exit", "completed", "why"}}
+	jobs := [][]string{{"arm", "job", "template", "attempts", "final_outcome", "final_exit", "completed", "why", "failed_attempts_seconds"}}
 	for _, s := range sum.Scores {
 		for _, j := range s.PerJob {
 			jobs = append(jobs, []string{s.Label, j.Job, j.Template, strconv.Itoa(j.Attempts), j.Final,
-				strconv.Itoa(j.FinalExit), strconv.FormatBool(j.Completed), j.Why})
+				strconv.Itoa(j.FinalExit), strconv.FormatBool(j.Completed), j.Why,
+				strconv.FormatFloat(j.FailedTime.Seconds(), 'f', 3, 64)})
 		}
 	}
 	return writeCSV(filepath.Join(dir, "jobs.csv"), jobs)

@@ -15,11 +15,14 @@ func sampleSummary(seed uint64, packedRatio float64) Summary {
 	return Summary{Seed: seed, Started: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC), Command: "gpufrac-bench run --seed 1",
 		Machine: "h200", GPU: "1 x NVIDIA H200", Driver: "580.159.04", Backend: "nvml", Queue: Draw(seed),
 		Scores: []Score{
-			{Label: "exclusive", Arm: "exclusive", Seed: seed, Jobs: 12, Completed: 12, Makespan: 200 * time.Second, JobsPerGPUHour: 216, Ratio: 1, BusyFraction: 0.31},
+			{Label: "exclusive", Arm: "exclusive", Seed: seed, Jobs: 12, Completed: 12, Makespan: 200 * time.Second, JobsPerGPUHour: 216, Ratio: 1, BusyFraction: 0.31,
+				Loss: &Loss{Lost: []string{}, ReRun: []string{}}},
 			{Label: "packed-mps", Arm: "packed", Mode: "mps", Profiles: "cold", Seed: seed, Jobs: 12, Completed: 11, Makespan: 90 * time.Second,
 				JobsPerGPUHour: 440, Ratio: packedRatio, FailedOthers: 1, LeakerCap: 3 * size.GiB, LeakerAction: "oom-in-process",
 				LeakerContained: 300 * time.Millisecond, BusyFraction: 0.77,
-				PerJob: []JobScore{{Job: "j07-eval-1.7b", Template: Eval17B, Why: "values are not identical"}}},
+				Loss: &Loss{Innocent: 12500 * time.Millisecond, Lost: []string{"j07-eval-1.7b"}, InnocentLost: 1, ReRun: []string{"j03-lora-0.6b"}},
+				PerJob: []JobScore{{Job: "j07-eval-1.7b", Template: Eval17B, Why: "values are not identical"},
+					{Job: "j03-lora-0.6b", Template: LoRA06B, Attempts: 2, Completed: true, FailedTime: 12500 * time.Millisecond}}},
 		}}
 }
 
@@ -29,9 +32,10 @@ func TestRenderRun(t *testing.T) {
 		"#### Seed 1, 2026-11-29 10:00 UTC",
 		"`gpufrac-bench run --seed 1`",
 		"driver 580.159.04",
-		"| exclusive | - | - | 200.0 s | 12 of 12 | 216.0 | 1.000x | 0 | - | - | 31% |",
-		"| packed-mps | mps | cold | 90.0 s | 11 of 12 | 440.0 | 2.037x | 1 | 3GiB | 0.3 s (oom-in-process) | 77% |",
+		"| exclusive | - | - | 200.0 s | 12 of 12 | 216.0 | 1.000x | 0 | 0.0 s | 0 (0) | 0 | - | - | 31% |",
+		"| packed-mps | mps | cold | 90.0 s | 11 of 12 | 440.0 | 2.037x | 1 | 12.5 s | 1 (1) | 1 | 3GiB | 0.3 s (oom-in-process) | 77% |",
 		"packed-mps: j07-eval-1.7b not completed: values are not identical",
+		"packed-mps: re-run after a failed attempt: j03-lora-0.6b (lora-0.6b, 2 attempts, 12.5 s failed)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("rendered table lacks %q:\n%s", want, out)
@@ -53,11 +57,11 @@ func TestRenderCombined(t *testing.T) {
 	two.Scores[1].JobsPerGPUHour = 324
 	out := RenderCombined([]Summary{two, sampleSummary(1, 9.9)})
 	want := []string{
-		"| arm | seed 1 | seed 2 | mean | jobs completed |",
-		"|---|---|---|---|---|",
-		"| exclusive | 1.000x (12/12) | 1.000x (12/12) | 1.000x | 24 of 24 |",
-		"| packed-mps | 2.037x (11/12) | 1.500x (11/12) | 1.769x | 22 of 24 |",
-		"| exclusive runs apart | - | - | | |",
+		"| arm | seed 1 | seed 2 | mean | jobs completed | innocent work lost | jobs lost (innocent) | jobs re-run |",
+		"|---|---|---|---|---|---|---|---|",
+		"| exclusive | 1.000x (12/12) | 1.000x (12/12) | 1.000x | 24 of 24 | 0.0 s | 0 (0) | 0 |",
+		"| packed-mps | 2.037x (11/12) | 1.500x (11/12) | 1.769x | 22 of 24 | 25.0 s | 2 (2) | 2 |",
+		"| exclusive runs apart | - | - | | | | | |",
 	}
 	wantLines(t, out, want)
 }
@@ -79,13 +83,14 @@ func TestRenderCombinedPoolsASeedsRuns(t *testing.T) {
 		t.Fatal("RenderCombined reordered the caller's slice (the caller pairs it with its directories)")
 	}
 	want := []string{
-		"| arm | seed 1 | seed 2 | mean | jobs completed |",
-		"|---|---|---|---|---|",
-		// Baseline of seed 1: (216 + 240) / 2 = 228 jobs per GPU-hour.
-		"| exclusive | 0.947x (12/12), 1.009x† (5/12), 1.053x (12/12) | 1.000x (12/12) | 1.000x | 41 of 48 |",
-		"| packed-mps | 1.930x (11/12) | 2.037x (11/12) | 1.983x | 22 of 24 |",
-		"| packed-isolated | - | 2.315x† (11/12) | - | 11 of 12 |",
-		"| exclusive runs apart | 11.1% | - | | |",
+		"| arm | seed 1 | seed 2 | mean | jobs completed | innocent work lost | jobs lost (innocent) | jobs re-run |",
+		"|---|---|---|---|---|---|---|---|",
+		// Baseline of seed 1: (216 + 240) / 2 = 228 jobs per GPU-hour. Two of its four exclusive
+		// runs have no Loss (written before it existed): the sum says so.
+		"| exclusive | 0.947x (12/12), 1.009x† (5/12), 1.053x (12/12) | 1.000x (12/12) | 1.000x | 41 of 48 | 0.0 s (2 of 4 runs) | 0 (0) | 0 |",
+		"| packed-mps | 1.930x (11/12) | 2.037x (11/12) | 1.983x | 22 of 24 | 25.0 s | 2 (2) | 2 |",
+		"| packed-isolated | - | 2.315x† (11/12) | - | 11 of 12 | - | - | - |",
+		"| exclusive runs apart | 11.1% | - | | | | | |",
 	}
 	wantLines(t, out, want)
 }

@@ -18,19 +18,21 @@ import (
 // ArmSpec is one arm to run: the runner's arm, enforcement mode and footprint profiles.
 type ArmSpec struct {
 	Label    string // unique in an invocation; the folder its results go to
-	Arm      string // exclusive, packed, static, uncapped
+	Arm      string // exclusive, packed, static, uncapped, uncapped-retry
 	Mode     string // mps, isolated ("" for exclusive)
 	Profiles string // cold, warm ("" for exclusive)
 }
 
 var (
-	armNames     = []string{"exclusive", "packed", "static", "uncapped"}
+	// armNames are the runner's arms; "uncapped-retry" holds a dash, so an entry's arm is the
+	// longest of these it starts with.
+	armNames     = []string{"exclusive", "packed", "static", "uncapped", "uncapped-retry"}
 	modeNames    = []string{"mps", "isolated"}
 	profileNames = []string{"cold", "warm"}
 )
 
 // ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES]:
-// "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-isolated". MODE
+// "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-retry". MODE
 // defaults to defMode and PROFILES to cold (they mean nothing for exclusive). An entry that
 // repeats gets "-2", "-3" appended to its label: "exclusive,packed-mps,exclusive" runs
 // exclusive twice, labelled exclusive and exclusive-2.
@@ -45,12 +47,20 @@ func ParseArms(list, defMode string) ([]ArmSpec, error) {
 		if e == "" {
 			continue
 		}
-		parts := strings.Split(e, "-")
-		spec := ArmSpec{Arm: parts[0], Mode: defMode, Profiles: "cold"}
-		if !contains(armNames, spec.Arm) {
-			return nil, fmt.Errorf("arm %q: %q is not one of %q", e, parts[0], armNames)
+		arm := ""
+		for _, a := range armNames {
+			if (e == a || strings.HasPrefix(e, a+"-")) && len(a) > len(arm) {
+				arm = a
+			}
 		}
-		rest := parts[1:]
+		if arm == "" {
+			return nil, fmt.Errorf("arm %q: %q is not one of %q", e, strings.Split(e, "-")[0], armNames)
+		}
+		spec := ArmSpec{Arm: arm, Mode: defMode, Profiles: "cold"}
+		var rest []string
+		if e != arm {
+			rest = strings.Split(strings.TrimPrefix(e, arm+"-"), "-")
+		}
 		if len(rest) > 0 && contains(modeNames, rest[0]) {
 			spec.Mode, rest = rest[0], rest[1:]
 		}

@@ -14,7 +14,7 @@ import (
 )
 
 func TestParseArms(t *testing.T) {
-	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps", "isolated")
+	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated", "isolated")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,16 +26,20 @@ func TestParseArms(t *testing.T) {
 		{Label: "packed-warm", Arm: "packed", Mode: "isolated", Profiles: "warm"},
 		{Label: "static", Arm: "static", Mode: "isolated", Profiles: "cold"},
 		{Label: "uncapped-mps", Arm: "uncapped", Mode: "mps", Profiles: "cold"},
+		{Label: "uncapped-retry", Arm: "uncapped-retry", Mode: "isolated", Profiles: "cold"},
+		{Label: "uncapped-retry-isolated", Arm: "uncapped-retry", Mode: "isolated", Profiles: "cold"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
 	for list, wantErr := range map[string]string{
-		"":                        "no arms",
-		"packed-mps,exclusive":    "first arm must be exclusive",
-		"exclusive,packd":         `"packd"`,
-		"exclusive,packed-fast":   `"fast"`,
-		"exclusive,packed-warm-x": `"x"`,
+		"":                           "no arms",
+		"packed-mps,exclusive":       "first arm must be exclusive",
+		"exclusive,packd":            `"packd"`,
+		"exclusive,packed-fast":      `"fast"`,
+		"exclusive,packed-warm-x":    `"x"`,
+		"exclusive,uncapped-retries": `"retries"`,
+		"exclusive,retry":            `"retry"`,
 	} {
 		if _, err := ParseArms(list, "mps"); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseArms(%q): error %v, want one containing %s", list, err, wantErr)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -8,34 +9,53 @@ import (
 	"hash/fnv"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/size"
 )
 
-// simShape is a simulated template: its peak as NVML sees it, the ramp from start-up to the
-// peak and the time at the peak, at scale 1 (close to the H200 calibration in docs/benchmarks.md).
+// simShape is a simulated template, at scale 1 (close to the H200 calibration in
+// docs/benchmarks.md): a start-up that holds no GPU memory (on the H200 most of a job's 9-17 s
+// start-up is importing and loading on the CPU), a rise from the CUDA context to its peak as NVML
+// sees it, and the time at the peak. A rise spread over the whole start-up would make every job
+// take its memory in small steps, so next to a leaker growing 400 MiB a sample only the leaker
+// would ever find the GPU full; real jobs take theirs in large allocations too.
 type simShape struct {
-	peak        string
-	ramp, hold  time.Duration
-	leakTo      string
-	leakPerSec  string
-	resultKind  string
-	resultCount int
+	peak                string
+	startup, ramp, hold time.Duration
+	// leakFraction, when set, makes the job keep growing after its hold, to this share of its
+	// GPU's memory, at leakPerSec.
+	leakFraction float64
+	leakPerSec   string
+	resultKind   string
+	resultCount  int
 }
 
+// LeakerFraction is the share of its GPU's memory the leaker grows to when it has the GPU to
+// itself (the published benchmark's leaker completes at 76 GB of an 80 GB GPU): enough that
+// co-location without caps meets it. examples/workloads/leaker.py has the same default.
+const LeakerFraction = 0.93
+
+// rise is the time a template takes from its CUDA context to its peak (checkpoint load and
+// first steps: 0.4-1.1 s of loading on the H200, then the first step's activations).
+const rise = 1500 * time.Millisecond
+
 var simShapes = map[string]simShape{
-	LoRA06B:   {peak: "18.7GiB", ramp: 14 * time.Second, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	LoRA17B:   {peak: "24.6GiB", ramp: 15 * time.Second, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	FullFT06B: {peak: "28.9GiB", ramp: 12 * time.Second, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	Eval17B:   {peak: "16.9GiB", ramp: 16 * time.Second, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
-	Embed06B:  {peak: "4.3GiB", ramp: 15 * time.Second, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
-	Gen17B:    {peak: "4.3GiB", ramp: 14 * time.Second, hold: 4 * time.Second, resultKind: KindExact, resultCount: 8},
-	ResNet50:  {peak: "4.3GiB", ramp: 9 * time.Second, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12},
-	// The leaker holds about 1 GiB for a small phase that outlasts every other template's ramp
+	LoRA06B:   {peak: "18.7GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
+	LoRA17B:   {peak: "24.6GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
+	FullFT06B: {peak: "28.9GiB", startup: 10500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
+	Eval17B:   {peak: "16.9GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
+	Embed06B:  {peak: "4.3GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
+	Gen17B:    {peak: "4.3GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 4 * time.Second, resultKind: KindExact, resultCount: 8},
+	ResNet50:  {peak: "4.3GiB", startup: 7500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12},
+	// The leaker holds about 1 GiB for a small phase that outlasts every other template's rise
 	// (so a probe window that sees their peaks still sees a small leaker), then grows 20 GiB a
-	// second, as the real one does, to 40 GiB (far past its cap; 100 GiB would only add time).
-	Leaker: {peak: "1GiB", ramp: 8 * time.Second, hold: 16 * time.Second, leakTo: "40GiB", leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
+	// second, as the real one does, to LeakerFraction of its GPU's memory.
+	Leaker: {peak: "1GiB", startup: 6500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
 }
 
 // SimJobMain is a simulated benchmark job: it runs gpu/simjob (a real process that takes memory
@@ -67,10 +87,19 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	raw := *result + ".simjob"
 	sargs := []string{"--peak", shape.peak, "--ramp", scaled(shape.ramp, *scale), "--hold", scaled(shape.hold, *scale),
 		"--result", raw, "--seed", fmt.Sprint(seed)}
-	if shape.leakTo != "" {
+	if shape.leakFraction > 0 {
+		total, err := simGPUMemory(os.Getenv(gpu.EnvSimDir), os.Getenv("CUDA_VISIBLE_DEVICES"))
+		if err != nil {
+			fmt.Fprintf(stderr, "simjob: the leaker's size: %v\n", err)
+			return 2
+		}
+		leakTo := size.Bytes(float64(total)*shape.leakFraction) / size.MiB * size.MiB
 		// The rate is not scaled: the runner samples memory every 20 ms, and a leak that passed
 		// the cap between two samples would look like an ordinary crash rather than a violation.
-		sargs = append(sargs, "--leak-to", shape.leakTo, "--leak-rate", shape.leakPerSec)
+		sargs = append(sargs, "--leak-to", fmt.Sprint(uint64(leakTo)), "--leak-rate", shape.leakPerSec)
+	}
+	if rc := startUp(*template, time.Duration(float64(shape.startup)**scale), stdout); rc != 0 {
+		return rc
 	}
 	if rc := simjob.Main(sargs, stdout, stderr); rc != 0 {
 		return rc
@@ -80,6 +109,49 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// startUp is the job's start-up on the CPU: d with no GPU memory, ended early by SIGINT or
+// SIGTERM with simjob's exit codes (a stopped job must not go on to allocate).
+func startUp(template string, d time.Duration, stdout io.Writer) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	fmt.Fprintf(stdout, "simjob: %s starting up for %s with no GPU memory\n", template, d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return 0
+	case s := <-sigs:
+		if s == syscall.SIGINT {
+			return simjob.ExitINT
+		}
+		return simjob.ExitTERM
+	}
+}
+
+// simGPUMemory is the memory of the simulated GPU uuid in the backend's state directory dir:
+// the job's own GPU, as leaker.py reads its device's.
+func simGPUMemory(dir, uuid string) (size.Bytes, error) {
+	if dir == "" || uuid == "" {
+		return 0, fmt.Errorf("$%s (%q) and $CUDA_VISIBLE_DEVICES (%q) must name the simulated GPU", gpu.EnvSimDir, dir, uuid)
+	}
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: dir})
+	if err != nil {
+		return 0, err
+	}
+	defer sim.Close()
+	devs, err := sim.Devices(context.Background())
+	if err != nil {
+		return 0, err
+	}
+	for _, d := range devs {
+		if d.UUID == uuid {
+			return d.MemoryBytes, nil
+		}
+	}
+	return 0, fmt.Errorf("GPU %q is not a simulated GPU in %s", uuid, dir)
 }
 
 func scaled(d time.Duration, s float64) string {

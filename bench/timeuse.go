@@ -22,10 +22,11 @@ func UseOf(run ArmRun) runner.TimeUse {
 }
 
 // LoadResults reads the summary.json of a results directory written by WriteRaw. A summary
-// written before TimeUse existed gets it from the directory's runs.json, when there is one.
+// written before TimeUse or Loss existed gets them from the directory's runs.json, when there
+// is one (the jobs' verdicts it needs are in the summary).
 func LoadResults(dir string) (Summary, error) {
 	sum, err := LoadSummary(filepath.Join(dir, "summary.json"))
-	if err != nil || !slices.ContainsFunc(sum.Scores, lacksUse) {
+	if err != nil || !slices.ContainsFunc(sum.Scores, lacksRecords) {
 		return sum, err
 	}
 	runs, err := readJSON[[]ArmRun](filepath.Join(dir, "runs.json"), "runs")
@@ -40,16 +41,28 @@ func LoadResults(dir string) (Summary, error) {
 		byLabel[r.Label] = r
 	}
 	for i, s := range sum.Scores {
-		if r, ok := byLabel[s.Label]; ok && lacksUse(s) {
+		r, ok := byLabel[s.Label]
+		if !ok {
+			continue
+		}
+		if lacksUse(s) {
 			sum.Scores[i].Use = UseOf(r)
+		}
+		if lacksLoss(s) {
+			sum.Scores[i].Loss = lossOf(r, sum.Scores[i].PerJob)
 		}
 	}
 	return sum, nil
 }
 
+func lacksRecords(s Score) bool { return lacksUse(s) || lacksLoss(s) }
+
 // lacksUse: an arm that ran but whose score has no TimeUse (every run with attempts has jobs
 // running some of the time).
 func lacksUse(s Score) bool { return s.Makespan > 0 && s.Use == (runner.TimeUse{}) }
+
+// lacksLoss: an arm that ran, scored before Loss existed.
+func lacksLoss(s Score) bool { return s.Makespan > 0 && s.Loss == nil }
 
 // renderUse is the "where the time went" table of one invocation.
 func renderUse(scores []Score) string {

@@ -34,6 +34,28 @@ func TestLoadResultsFillsOldSummaries(t *testing.T) {
 	if want := "| exclusive | 120.0 s | 1.00 | 120.0 s | 120.0 s | 0.0 s | 0 | 0 | 0% |"; !strings.Contains(out, want) {
 		t.Fatalf("rendered run lacks %q:\n%s", want, out)
 	}
+	if l := sum.Scores[0].Loss; l == nil || l.Innocent != 0 || len(l.Lost) != 0 || len(l.ReRun) != 0 {
+		t.Fatalf("exclusive loss %+v, want nothing lost", l)
+	}
+	if sum.Scores[1].Loss != nil {
+		t.Fatalf("a score with no run got a loss %+v", sum.Scores[1].Loss)
+	}
+
+	// A summary written before Loss existed gets it from runs.json and the jobs' verdicts.
+	packed := packedRun(q)
+	scored := ScoreRun(packed, accept)
+	want := scored.Loss
+	scored.Loss = nil
+	if err := WriteRaw(dir, Summary{Seed: 1, Scores: []Score{scored}}, []ArmRun{packed}); err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := back.Scores[0].Loss; got == nil || got.Innocent != want.Innocent || !sameSet(got.Lost, want.Lost) || !sameSet(got.ReRun, want.ReRun) {
+		t.Fatalf("recomputed loss %+v, want %+v", got, want)
+	}
 
 	stored := Summary{Seed: 1, Scores: []Score{{Label: "exclusive", Makespan: 120 * time.Second, Use: runner.TimeUse{MeanRunning: 2, Probes: 3}}}}
 	if err := WriteRaw(dir, stored, []ArmRun{run}); err != nil {

@@ -510,6 +510,10 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 		return // the job runs again under its new cap
 	case OutcomeCollateral:
 		return // a neighbour's stop faulted it: it runs again as it was
+	case OutcomeFailed:
+		if r.retry(j, at) {
+			return
+		}
 	case OutcomeCapViolation:
 		// The violation proves the job needs at least its cap: raise the footprint so the
 		// template's other jobs get more room, and re-run this one with a GPU to itself.

@@ -23,7 +23,7 @@ import (
 
 // Options configure one run of a queue.
 type Options struct {
-	// Arm is ArmPacked (default), ArmExclusive, ArmStatic or ArmUncapped.
+	// Arm is ArmPacked (default), ArmExclusive, ArmStatic, ArmUncapped or ArmUncappedRetry.
 	Arm string
 	// Mode is the enforcement mode of the packed and static arms; empty = the policy's mode.
 	Mode policy.Mode

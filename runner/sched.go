@@ -21,10 +21,13 @@ const (
 	ArmStatic = "static"
 	// ArmUncapped runs up to max_tasks_per_gpu jobs at once with no caps and no watchdog.
 	ArmUncapped = "uncapped"
+	// ArmUncappedRetry is ArmUncapped where a job whose attempt failed is started again, up to
+	// uncappedRetries times: what a team without caps but with a retry loop runs instead.
+	ArmUncappedRetry = "uncapped-retry"
 )
 
 // Arms lists every arm.
-var Arms = []string{ArmExclusive, ArmPacked, ArmStatic, ArmUncapped}
+var Arms = []string{ArmExclusive, ArmPacked, ArmStatic, ArmUncapped, ArmUncappedRetry}
 
 // Footprint profile choices.
 const (
@@ -46,9 +49,11 @@ type jobState struct {
 	whole bool
 	// collateral counts its failures that a GPU-wide event explained (each one re-runs it).
 	collateral int
-	running    bool
-	done       bool
-	final      string // outcome of the last attempt once done
+	// retries counts the times the uncapped-retry arm started it again after a failure.
+	retries int
+	running bool
+	done    bool
+	final   string // outcome of the last attempt once done
 }
 
 type needKind int
@@ -140,7 +145,7 @@ func (s *sched) need(j *jobState, maxBudget size.Bytes) (needKind, size.Bytes) {
 	switch s.arm {
 	case ArmExclusive:
 		return needWhole, 0
-	case ArmUncapped:
+	case ArmUncapped, ArmUncappedRetry:
 		return needSlot, 0
 	case ArmStatic:
 		if j.whole {
