@@ -55,7 +55,7 @@ func ResolveFence(mode, library, dir string, simulated bool) (FenceConfig, strin
 		}
 		return off("this gpufrac was built without cgo")
 	}
-	if simulated {
+	if simulated && library == "" {
 		// Simulated jobs make no driver calls: they charge the tables themselves.
 		return FenceConfig{Dir: dir}, "fence: on (simulated jobs charge the fence tables in " + dir + ")", nil
 	}
@@ -248,11 +248,23 @@ func (e *Enforcer) watchFence(st ledger.GPUState, now time.Time) (fence.Snapshot
 		n.fenced = true
 		n.peak = max(n.peak, u.Peak)
 		n.refused = u.Refused
-		e.emit(Event{Kind: EventViolation, Stage: "fenced", GPU: st.UUID, Token: r.Token, Task: r.Task, Bytes: u.Used,
-			Message: fmt.Sprintf("the allocation fence refused an allocation past the cap (%s of %s in use); the task fails inside itself, no signal sent", u.Used, r.CapBytes)})
+		e.emit(Event{Kind: EventViolation, Stage: "fenced", GPU: st.UUID, Token: r.Token, Task: r.Task, Bytes: u.Peak,
+			Message: fmt.Sprintf("the allocation fence refused an allocation past the cap (the task held %s of its %s at most); it fails inside itself, no signal sent", u.Peak, r.CapBytes)})
 	}
 	e.fence.forget(tokens)
 	return snap, true
+}
+
+// fencedDetail opens the detail of every violation the fence refused.
+const fencedDetail = "the allocation fence refused"
+
+// FencedBy names what held a task that failed inside itself at its cap (oom-in-process): the
+// allocation fence, or the MPS pinned limit.
+func FencedBy(v ledger.Violation) string {
+	if strings.HasPrefix(v.Detail, fencedDetail) {
+		return "allocation fence"
+	}
+	return "MPS limit"
 }
 
 // sayOnce logs an error once until it changes.

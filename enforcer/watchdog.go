@@ -275,7 +275,7 @@ func (e *Enforcer) settle(uuid string, byToken map[string][]ProcUsage, now time.
 			"an allocation past the cap inside the process, so this is most likely its out-of-memory exit "+
 			"(the watchdog cannot see exit statuses)", 100*float64(n.peak)/float64(n.capBytes))
 		if n.fenced {
-			detail = fmt.Sprintf("the allocation fence refused %d allocations past the cap (the task held %s of %s); the task "+
+			detail = fmt.Sprintf(fencedDetail+" %d allocations past the cap (the task held %s of %s); the task "+
 				"failed inside its own process, no signal sent", n.refused, n.peak, n.capBytes)
 		}
 		e.record(ledger.Violation{Token: tok, GPU: uuid, Task: n.task, Mode: n.mode, CapBytes: n.capBytes, PeakBytes: n.peak,

@@ -117,7 +117,7 @@ func (p *progress) finished(a *active, at Attempt) {
 		if v := at.Violation; v != nil {
 			msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, v.PeakBytes, v.Action)
 			if v.Action == enforcer.ActionOOMInProcess {
-				msg = fmt.Sprintf("hit its %s cap (MPS limit): out of memory inside the job at %s", v.CapBytes, v.PeakBytes)
+				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job at %s", v.CapBytes, enforcer.FencedBy(*v), v.PeakBytes)
 			}
 			if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 				msg += fmt.Sprintf(", contained in %.2fs", v.ContainedAt.Sub(v.CrossedAt).Seconds())

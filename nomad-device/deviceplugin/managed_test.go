@@ -110,6 +110,19 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 			t.Errorf("the isolated GPU refused a task: %v", err)
 		}
 	})
+	t.Run("fence configured but its library missing", func(t *testing.T) {
+		missing := filepath.Join(t.TempDir(), "libgpufrac-fence.so")
+		s, _ := newSim(t, "H100=80GiB", `fence_library = "`+missing+`"`)
+		m, ch := firstFingerprint(t, s)
+		says := func(m *devicepb.FingerprintResponse) bool {
+			return freeUnhealthy(m.DeviceGroup[0], "allocation fence is configured (fence = true) but cannot run")
+		}
+		if !says(m) {
+			m = waitFP(t, ch, "free units say the fence cannot run", says)
+		}
+		_, err := s.Reserve(context.Background(), []string{m.DeviceGroup[0].Devices[0].ID})
+		wantRefused(t, err, codes.Unavailable, missing)
+	})
 	t.Run("backend down", func(t *testing.T) {
 		s, dir := newSim(t, "A100=40GiB", "")
 		m, _ := firstFingerprint(t, s)

@@ -53,9 +53,6 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 		if err != nil {
 			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: preparing GPU %s (%s mode) for the task: %w: %w", res.GPU, st.Mode, ErrUnavailable, err))
 		}
-		if err := rt.fenceProblem(); err != nil {
-			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: the allocation fence is configured but cannot run: %w: %w", ErrUnavailable, err))
-		}
 		// The task's first allocation must find its cap in the fence's table.
 		if err := enf.SyncFence(st); err != nil {
 			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: writing the task's cap into the fence: %w", err))
@@ -85,12 +82,6 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 	rt.log.Info("reserved", "gpu", res.GPU, "units", len(ids), "cap", res.CapBytes.String(), "mode", st.Mode,
 		"token", res.Token[:min(8, len(res.Token))]+"…")
 	return out, nil
-}
-
-func (rt *runtime) fenceProblem() error {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	return rt.fenceErr
 }
 
 // undo releases a reservation whose task cannot be started, so its units return to the pool.

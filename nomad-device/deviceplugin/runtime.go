@@ -356,6 +356,8 @@ func (rt *runtime) unavailable() string {
 			msg += ": " + rt.policyErr.Error()
 		}
 		return msg
+	case rt.fenceErr != nil:
+		return "the allocation fence is configured (fence = true) but cannot run: " + rt.fenceErr.Error()
 	case rt.enf == nil:
 		msg := "the enforcer is not running, so no cap would be watched"
 		if rt.enforcerErr != nil {

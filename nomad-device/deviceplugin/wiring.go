@@ -116,6 +116,7 @@ func (rt *runtime) startEnforcer() {
 		rt.mu.Lock()
 		rt.fenceErr = err
 		rt.mu.Unlock()
+		rt.notify() // a fingerprint already sent must not keep promising units
 	}
 	enf, err := enforcer.New(enforcer.Config{Backend: b, Ledger: l, Logger: rt.log,
 		MPS:   enforcer.MPSOptions{ControlBinary: rt.cfg.MPSControl, Root: rt.cfg.MPSRoot},
