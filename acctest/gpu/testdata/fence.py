@@ -12,24 +12,11 @@ Modes (each prints one JSON line and writes it to --out; "<out>.ready" once CUDA
   cost      time --n cudaMalloc/cudaFree pairs of --kb through ctypes, and --n torch.empty/del
             pairs with the caching allocator off (PYTORCH_NO_CUDA_MEMORY_CACHING=1 set by caller).
 """
-import argparse, ctypes, ctypes.util, json, multiprocessing as mp, os, subprocess, sys, time
+import argparse, ctypes, ctypes.util, multiprocessing as mp, os, subprocess, sys, time
+
+from workload import ready, result  # the same ready file and result line as workload.py
 
 MiB = 2**20
-
-
-def ready(out):
-    if out:
-        with open(out + ".ready", "w") as f:
-            f.write(str(os.getpid()))
-
-
-def result(out, **kw):
-    kw.setdefault("pid", os.getpid())
-    line = json.dumps(kw, sort_keys=True)
-    print(line, flush=True)
-    if out:
-        with open(out, "w") as f:
-            f.write(line + "\n")
 
 
 def cudart():
