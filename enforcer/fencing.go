@@ -249,7 +249,7 @@ func (e *Enforcer) watchFence(st ledger.GPUState, now time.Time) (fence.Snapshot
 		n.peak = max(n.peak, u.Peak)
 		n.refused = u.Refused
 		e.emit(Event{Kind: EventViolation, Stage: "fenced", GPU: st.UUID, Token: r.Token, Task: r.Task, Bytes: u.Peak,
-			Message: fmt.Sprintf("the allocation fence refused an allocation past the cap (the task held %s of its %s at most); it fails inside itself, no signal sent", u.Peak, r.CapBytes)})
+			Message: fmt.Sprintf("the allocation fence refused an allocation past the cap (%s of %s held at most); it fails inside itself, no signal sent", u.Peak, r.CapBytes)})
 	}
 	e.fence.forget(tokens)
 	return snap, true
