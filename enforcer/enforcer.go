@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -99,9 +100,12 @@ type Enforcer struct {
 	tracks    map[string]*track
 	near      map[string]*nearCap
 	unmanaged map[procKey]*unmanagedProc
-	sick      map[string]string // GPUs this enforcer marked unhealthy, with the reason
 	lastScan  time.Time
 	lastErr   map[string]string
+
+	// sick is shared by the sampling and the MPS health check, which Run runs side by side.
+	sickMu sync.Mutex
+	sick   map[string]string // GPUs this enforcer marked unhealthy, with the reason
 }
 
 // New checks cfg and fills in defaults. It starts nothing: call Run.
@@ -152,9 +156,27 @@ func (e *Enforcer) now() time.Time { return e.cfg.Now() }
 // Run samples every GPU of the ledger at the policy's WatchdogInterval, stops violators, accounts
 // unmanaged use, scans all processes for tokens (ledger.Seen, then ExpireUnseen) and keeps the
 // MPS daemons healthy, until ctx ends. It returns ctx's error.
+//
+// The MPS health check runs beside the sampling, not in it: it runs the control client once per
+// daemon, which on a loaded machine takes up to a second, and a watchdog that stops sampling that
+// long misses an MPS task's last moments near its cap and a leaker's crossing.
 func (e *Enforcer) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			e.checkMPS(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(e.cfg.ScanInterval):
+			}
+		}
+	}()
+	defer wg.Wait()
 	for {
-		e.Tick(ctx)
+		e.sample(ctx)
 		iv := e.cfg.Ledger.Policy().WatchdogInterval
 		if iv <= 0 {
 			iv = policy.DefaultWatchdogInterval
@@ -170,14 +192,22 @@ func (e *Enforcer) Run(ctx context.Context) error {
 // Tick is one pass of Run: every GPU sampled once, and the slow work when it is due. Tests and
 // benchmarks call it directly; do not call it while Run runs.
 func (e *Enforcer) Tick(ctx context.Context) {
+	if e.sample(ctx) {
+		e.checkMPS(ctx)
+	}
+}
+
+// sample watches every GPU once and runs the token scan when it is due; it says whether it did.
+func (e *Enforcer) sample(ctx context.Context) bool {
 	for _, st := range e.cfg.Ledger.States() {
 		e.watch(ctx, st)
 	}
 	if now := e.now(); now.Sub(e.lastScan) >= e.cfg.ScanInterval {
 		e.lastScan = now
 		e.scanTokens()
-		e.checkMPS(ctx)
+		return true
 	}
+	return false
 }
 
 // PrepareGPU readies a GPU before a task starts on it: under mps mode its control daemon runs
@@ -302,9 +332,7 @@ func (e *Enforcer) checkMPS(ctx context.Context) {
 		}
 		err = e.mps.check(ctx, d)
 		if err == nil {
-			if e.sick[d.uuid] == reasonMPSDied {
-				e.setHealthy(d.uuid)
-			}
+			e.healIf(d.uuid, reasonMPSDied)
 			if err := e.mps.updateLimit(ctx, d, st.BudgetBytes); err != nil {
 				e.log.Warn("MPS pinned limit not updated", "gpu", d.uuid, "error", err)
 			}
@@ -312,7 +340,7 @@ func (e *Enforcer) checkMPS(ctx context.Context) {
 		}
 		procs, perr := e.cfg.Backend.Processes(ctx, d.uuid)
 		if n := e.clients(procs); perr != nil || n > 0 {
-			if e.sick[d.uuid] != reasonMPSDied {
+			if e.sickReason(d.uuid) != reasonMPSDied {
 				e.emit(Event{Kind: EventMPS, Stage: "died", GPU: d.uuid,
 					Message: fmt.Sprintf("MPS control daemon is gone while %d client process(es) run: %v", n, err)})
 				e.setUnhealthy(d.uuid, reasonMPSDied)
@@ -325,9 +353,7 @@ func (e *Enforcer) checkMPS(ctx context.Context) {
 			continue
 		}
 		e.emit(Event{Kind: EventMPS, Stage: "restarted", GPU: d.uuid, Message: "MPS control daemon restarted (no client was running): " + err.Error()})
-		if e.sick[d.uuid] == reasonMPSDied || e.sick[d.uuid] == reasonMPSDown {
-			e.setHealthy(d.uuid)
-		}
+		e.healIf(d.uuid, reasonMPSDied, reasonMPSDown)
 	}
 }
 
@@ -340,6 +366,8 @@ const (
 )
 
 func (e *Enforcer) setUnhealthy(uuid, reason string) {
+	e.sickMu.Lock()
+	defer e.sickMu.Unlock()
 	if err := e.cfg.Ledger.SetHealth(uuid, false, reason); err != nil {
 		e.log.Error("cannot mark GPU unhealthy", "gpu", uuid, "error", err)
 		return
@@ -348,13 +376,35 @@ func (e *Enforcer) setUnhealthy(uuid, reason string) {
 	e.emit(Event{Kind: EventGPUHealth, Stage: "unhealthy", GPU: uuid, Message: reason})
 }
 
-func (e *Enforcer) setHealthy(uuid string) {
+// healIf marks the GPU healthy again when this enforcer marked it unhealthy for one of reasons;
+// the check and the change are one step, so the sampling and the MPS check never undo each other.
+func (e *Enforcer) healIf(uuid string, reasons ...string) {
+	e.sickMu.Lock()
+	defer e.sickMu.Unlock()
+	if !slices.Contains(reasons, e.sick[uuid]) || e.sick[uuid] == "" {
+		return
+	}
 	if err := e.cfg.Ledger.SetHealth(uuid, true, ""); err != nil {
 		e.log.Error("cannot mark GPU healthy", "gpu", uuid, "error", err)
 		return
 	}
 	delete(e.sick, uuid)
 	e.emit(Event{Kind: EventGPUHealth, Stage: "healthy", GPU: uuid, Message: "GPU healthy again"})
+}
+
+func (e *Enforcer) sickReason(uuid string) string {
+	e.sickMu.Lock()
+	defer e.sickMu.Unlock()
+	return e.sick[uuid]
+}
+
+// adoptSick takes over a health mark an earlier enforcer set, so this one clears it when due.
+func (e *Enforcer) adoptSick(uuid, reason string) {
+	e.sickMu.Lock()
+	defer e.sickMu.Unlock()
+	if e.sick[uuid] == "" {
+		e.sick[uuid] = reason
+	}
 }
 
 func nonZero(pid int) []int {

@@ -94,8 +94,11 @@ func TestLeakerOnGPU2OthersUntouched(t *testing.T) {
 			if sig := leak.killedBy(); sig != tc.signaled {
 				t.Fatalf("leaker ended by signal %v, want %v; output:\n%s", sig, tc.signaled, leak.out.String())
 			}
-			v := r.violation(lres.Token)
-			if v.GPU != r.uuids[2] || v.Action != tc.action || v.Task.JobName != "leaker" {
+			if tc.mode == policy.ModeMPS {
+				// The pinned limit stopped it inside; whether a sample saw it near the limit
+				// depends on the machine's load (TestWatchdogSampleBySample has the rule).
+				checkOOMInProcess(t, r, lres.Token)
+			} else if v := r.violation(lres.Token); v.GPU != r.uuids[2] || v.Action != tc.action || v.Task.JobName != "leaker" {
 				t.Fatalf("violation %+v, want %s on GPU 2 (%s) for the leaker", v, tc.action, r.uuids[2])
 			}
 			for _, p := range good {
@@ -104,8 +107,10 @@ func TestLeakerOnGPU2OthersUntouched(t *testing.T) {
 					t.Errorf("the job on GPU %d was sent %v", p.gpu, s)
 				}
 			}
-			if n := len(r.led.Violations()); n != 1 {
-				t.Errorf("%d violations, want only the leaker's", n)
+			for _, v := range r.led.Violations() {
+				if v.Token != lres.Token {
+					t.Errorf("violation %+v of a job other than the leaker", v)
+				}
 			}
 			for g, u := range r.uuids {
 				if st, _ := r.led.State(u); !st.Healthy || st.UnmanagedBytes != 0 {
@@ -154,15 +159,17 @@ func TestTaskWithReservationsOnTwoGPUs(t *testing.T) {
 	if u, ok := r.enf.TaskUsage(resA.Token); !ok || u != size.GiB {
 		t.Errorf("TaskUsage(A) = %s, %v: want the 1GiB on GPU 1", u, ok)
 	}
-	// Three graces later both reservations live: the process carries both tokens.
-	time.Sleep(1200 * time.Millisecond)
-	held := map[string]bool{}
-	for _, res := range r.led.Reservations() {
-		held[res.Token] = true
-	}
-	if !held[resA.Token] || !held[resB.Token] {
-		t.Fatalf("reservations after 3 graces: A %v, B %v; want both kept by the live task", held[resA.Token], held[resB.Token])
-	}
+	// Three graces later both reservations live: the process carries both tokens. A scan seen
+	// after that long proves it, however slowly the machine runs the scans.
+	past := time.Now().Add(3 * 400 * time.Millisecond)
+	eventually(t, "a token scan three graces on", func() bool {
+		a, okA := r.led.Reservation(resA.Token)
+		b, okB := r.led.Reservation(resB.Token)
+		if !okA || !okB {
+			t.Fatalf("reservations: A held %v, B held %v; want both kept by the live task", okA, okB)
+		}
+		return a.SeenAt.After(past) && b.SeenAt.After(past)
+	})
 	if st, _ := r.led.State(g1); st.UnmanagedBytes != 0 {
 		t.Fatalf("GPU 1 counts %s of the task as unmanaged", st.UnmanagedBytes)
 	}

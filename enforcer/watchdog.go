@@ -70,8 +70,8 @@ type unmanagedProc struct {
 // watch samples one GPU and acts on what it sees.
 func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	uuid := st.UUID
-	if isMine(st.HealthReason) && e.sick[uuid] == "" {
-		e.sick[uuid] = st.HealthReason // marked by an earlier enforcer: clear it when due
+	if isMine(st.HealthReason) {
+		e.adoptSick(uuid, st.HealthReason) // marked by an earlier enforcer: clear it when due
 	}
 	procs, err := e.cfg.Backend.Processes(ctx, uuid)
 	if err != nil {
@@ -127,8 +127,8 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	e.settle(uuid, byToken, now)
 	e.stopUnmanaged(uuid, st.Mode, unmanaged, now)
 	e.accountUnmanaged(st, sample.UnmanagedBytes)
-	if clients == 0 && (e.sick[uuid] == reasonForced || e.sick[uuid] == reasonStopped) {
-		e.setHealthy(uuid) // every client of the faulted MPS server is gone
+	if clients == 0 {
+		e.healIf(uuid, reasonForced, reasonStopped) // every client of the faulted MPS server is gone
 	}
 }
 

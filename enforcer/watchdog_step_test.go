@@ -1,0 +1,146 @@
+package enforcer
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// fakeClock is the enforcer's clock in tests that drive Tick by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// helperProc is a process that holds a reservation's token and does nothing: the test sets the
+// GPU memory the simulated GPU shows for it, so nothing depends on how fast a real job runs.
+type helperProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (r *rig) helper(t *testing.T, token, name string) *helperProc {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envTestChild+"=stubborn", EnvReservation+"="+token, envNomadJob+"="+name)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	h := &helperProc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(h.done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-h.done })
+	return h
+}
+
+func (h *helperProc) use(t *testing.T, r *rig, b size.Bytes) {
+	t.Helper()
+	if err := r.sim.SetUsage(r.uuid, h.cmd.Process.Pid, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// exit ends the helper as a job that failed inside itself would, and waits until it is gone.
+func (h *helperProc) exit(t *testing.T) {
+	t.Helper()
+	_ = h.cmd.Process.Kill()
+	<-h.done
+}
+
+// The watchdog's decisions sample by sample, over a clock of the test's and GPU usage the test
+// sets: what the process-level tests cannot pin down on a loaded machine (how far past its cap a
+// leaker got, how long its containment took, whether an MPS task was seen near its limit) is
+// exact here.
+func TestWatchdogSampleBySample(t *testing.T) {
+	cap2 := 2 * size.GiB
+	for _, tc := range []struct {
+		name    string
+		mode    policy.Mode
+		usage   []size.Bytes // one per sample, while the task lives
+		stopped bool         // the watchdog ends the task at its last sample (else it exits itself)
+		signals []syscall.Signal
+		action  string // of the violation recorded; "" = none
+		peak    size.Bytes
+		cross   int // the sample at which the violation began
+	}{
+		{name: "isolated: killed at the first sample past cap and allowance", mode: policy.ModeIsolated,
+			usage: []size.Bytes{size.GiB, cap2 + 256*size.MiB, cap2 + 300*size.MiB}, stopped: true,
+			signals: []syscall.Signal{syscall.SIGKILL}, action: ActionSIGKILL, peak: cap2 + 300*size.MiB, cross: 2},
+		{name: "isolated: at cap and allowance is inside", mode: policy.ModeIsolated,
+			usage: []size.Bytes{size.GiB, cap2 + 256*size.MiB}},
+		{name: "mps: seen within 5% of its cap, then gone: out of memory in the process", mode: policy.ModeMPS,
+			usage: []size.Bytes{size.GiB, cap2 - 50*size.MiB}, action: ActionOOMInProcess, peak: cap2 - 50*size.MiB, cross: 1},
+		{name: "mps: gone far below its cap: an ordinary exit", mode: policy.ModeMPS,
+			usage: []size.Bytes{size.GiB, cap2 / 2}},
+		{name: "mps: near its cap, then back under it: not its limit", mode: policy.ModeMPS,
+			usage: []size.Bytes{cap2 - 10*size.MiB, size.GiB}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+			r := newRig(t, tc.mode, func(c *Config) { c.Now = clock.now })
+			res := r.reserve(cap2, "task")
+			h := r.helper(t, res.Token, "task")
+			for _, b := range tc.usage {
+				h.use(t, r, b)
+				r.enf.Tick(t.Context())
+				clock.advance(10 * time.Millisecond)
+			}
+			if tc.stopped {
+				select {
+				case <-h.done:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the watchdog did not stop the task")
+				}
+			} else {
+				h.exit(t)
+			}
+			r.enf.Tick(t.Context())
+			if got := r.sent(h.cmd.Process.Pid); !slices.Equal(got, tc.signals) {
+				t.Fatalf("signals %v, want %v", got, tc.signals)
+			}
+			vs := r.led.Violations()
+			if tc.action == "" {
+				if len(vs) != 0 {
+					t.Fatalf("violations %+v, want none", vs)
+				}
+				return
+			}
+			if len(vs) != 1 {
+				t.Fatalf("violations %+v, want one", vs)
+			}
+			v := vs[0]
+			// Crossed at the first sample past the line, contained at the first sample without it.
+			wantCrossed := clock.now().Add(-time.Duration(len(tc.usage)-tc.cross) * 10 * time.Millisecond)
+			if v.Action != tc.action || v.Token != res.Token || v.PeakBytes != tc.peak || v.CapBytes != cap2 ||
+				!v.CrossedAt.Equal(wantCrossed) || !v.ContainedAt.Equal(clock.now()) || v.Task.JobName != "task" {
+				t.Fatalf("violation %+v: want %s, peak %s, crossed at %s, contained at %s", v, tc.action, tc.peak, wantCrossed, clock.now())
+			}
+		})
+	}
+}
