@@ -45,12 +45,16 @@ var units = map[string]Bytes{
 
 // Parse reads a size such as "1.5GiB", "16 GB", "512MiB" or a plain byte count "1073741824".
 // IEC suffixes (KiB, MiB, GiB, ...) are powers of 1024, SI suffixes (kB, MB, GB, ...) powers of
-// 1000; suffixes are case-insensitive. Fractions are allowed when the result is a whole number
-// of bytes after rounding down. The error names the bad input.
+// 1000; suffixes are case-insensitive. Fractions of a unit round down to whole bytes; a fraction
+// of a byte ("1.5", "0.3B") is refused, as it most likely lacks its unit. The error names the
+// bad input.
 func Parse(s string) (Bytes, error) {
 	in := strings.TrimSpace(s)
 	if in == "" {
 		return 0, fmt.Errorf("%w %q: empty", ErrSyntax, s)
+	}
+	if strings.HasPrefix(in, "-") {
+		return 0, fmt.Errorf("%w %q: negative (a size is 0 or more)", ErrSyntax, s)
 	}
 	i := strings.IndexFunc(in, func(r rune) bool { return !(unicode.IsDigit(r) || r == '.') })
 	num, unit := in, ""
@@ -67,6 +71,9 @@ func Parse(s string) (Bytes, error) {
 	r, ok := new(big.Rat).SetString(num)
 	if !ok || strings.Count(num, ".") > 1 {
 		return 0, fmt.Errorf("%w %q: %q is not a number", ErrSyntax, s, num)
+	}
+	if mult == 1 && !r.IsInt() {
+		return 0, fmt.Errorf("%w %q: a fraction of a byte (give a unit, e.g. %sGiB, or a whole byte count)", ErrSyntax, s, num)
 	}
 	r.Mul(r, new(big.Rat).SetUint64(uint64(mult)))
 	q := new(big.Int).Quo(r.Num(), r.Denom())

@@ -36,7 +36,7 @@ func TestParse(t *testing.T) {
 		{"\t512\tMiB\n", 512 * MiB},
 		{"0.5KiB", 512},
 		{".5KiB", 512},
-		{"0.3B", 0},         // fractions of a byte round down
+		{"2.0", 2},
 		{"1.0009KiB", 1024}, // 1024.92 rounds down
 		{"0.1GB", 100 * MB},
 		{"1.", 1},
@@ -60,8 +60,11 @@ func TestParseErrors(t *testing.T) {
 		{"", "empty"},
 		{"   ", "empty"},
 		{"GiB", "no number"},
-		{"-1GiB", "no number"},
-		{"-5", "no number"},
+		{"-1GiB", "negative"},
+		{"-5", "negative"},
+		{" -0.5GB", "negative"},
+		{"1.5", "a fraction of a byte (give a unit, e.g. 1.5GiB"},
+		{"0.3B", "a fraction of a byte"},
 		{"1.2.3", `"1.2.3" is not a number`},
 		{"1..5GiB", "is not a number"},
 		{"5XB", `unknown unit "XB"`},
