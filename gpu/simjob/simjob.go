@@ -64,6 +64,10 @@ type config struct {
 	seed                  int64
 	procs                 int
 	child, mpsFault       bool
+	// mark is created once the job holds its context; the job waits for every file in after
+	// before it takes its own.
+	mark  string
+	after []string
 }
 
 func parse(args []string, stderr io.Writer) (*config, error) {
@@ -83,6 +87,11 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.procs, "procs", 1, "processes in the job: N-1 extra child processes hold memory too")
 	fs.DurationVar(&c.failAfter, "fail-after", 0, "crash (exit 1) after this long")
 	fs.BoolVar(&c.mpsFault, "mps-fault", false, "as an MPS client (pinned limit set), fail with cudaErrorIllegalAddress when another client of the GPU is stopped by a signal")
+	fs.StringVar(&c.mark, "mark", "", "create this file once the job holds its context")
+	fs.Func("after", "before taking its context, wait until these files exist (comma-separated; --mark of other jobs)", func(v string) error {
+		c.after = append(c.after, strings.Split(v, ",")...)
+		return nil
+	})
 	fs.BoolVar(&c.child, "child", false, "internal: this is an extra process of a --procs job")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -256,14 +265,26 @@ func (j *job) run() int {
 		fmt.Fprintf(j.stdout, "simjob: pid %d on simulated GPU %s: context %s, peak %s, procs %d, cap %s, MPS limit %s\n",
 			j.pid, c.gpu, c.ctxBytes, c.peak, c.procs, capInfo, mps)
 	}
+	if code, waited := j.waitAfter(sigs); !waited {
+		return code
+	}
 	start := time.Now()
 	// The context is the driver's own memory: no fenced call takes it.
 	if code := j.allocate(c.ctxBytes, true); code != ExitOK {
 		return code
 	}
 	j.ctx, j.ctxSet = c.ctxBytes, true
+	if c.mark != "" && !c.child {
+		if err := os.WriteFile(c.mark, nil, 0o644); err != nil {
+			fmt.Fprintf(j.stderr, "simjob: --mark: %v\n", err)
+			return ExitFail
+		}
+	}
 	if code := j.spawnChildren(); code != ExitOK {
 		j.stopChildren(syscall.SIGTERM)
+		return code
+	}
+	if code, ok := j.waitChildren(sigs); !ok {
 		return code
 	}
 	var crash <-chan time.Time
@@ -275,6 +296,11 @@ func (j *job) run() int {
 	ticker := time.NewTicker(tick)
 	defer ticker.Stop()
 	lastWrite := time.Now()
+	// The job's phases advance with the work it got to do, not with the wall clock: a process
+	// the machine starves for a while resumes where it was, as a real job's work does, rather
+	// than skip its hold (and a watchdog or a probe on a loaded machine would miss its peak).
+	var worked time.Duration
+	lastTick := time.Now()
 	for {
 		select {
 		case s := <-sigs:
@@ -298,7 +324,10 @@ func (j *job) run() int {
 				j.stopChildren(syscall.SIGKILL)
 				return ExitFail
 			}
-			want, done := c.target(time.Since(start))
+			now := time.Now()
+			worked += min(now.Sub(lastTick), 2*tick)
+			lastTick = now
+			want, done := c.target(worked)
 			if want != j.used || time.Since(lastWrite) >= heartbeat {
 				if code := j.allocate(want, !done); code != ExitOK {
 					j.stopChildren(syscall.SIGTERM)
@@ -311,6 +340,77 @@ func (j *job) run() int {
 			}
 		}
 	}
+}
+
+// waitChildren holds the main process until every child holds its context, so the processes of
+// one job ramp together (as the ranks of a distributed job meet before they train) however
+// slowly a loaded machine starts them. A child that ends first fails the job; a signal ends it.
+func (j *job) waitChildren(sigs <-chan os.Signal) (int, bool) {
+	if len(j.children) == 0 {
+		return ExitOK, true
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	ended := map[int]bool{} // children that finished cleanly: a short one can end between two looks
+	for {
+		procs, err := j.sim.Processes(context.Background(), j.c.gpu)
+		if err != nil {
+			fmt.Fprintf(j.stderr, "simjob: %v\n", err)
+			j.stopChildren(syscall.SIGTERM)
+			return ExitFail, false
+		}
+		on := 0
+		for _, cmd := range j.children {
+			pid := cmd.Process.Pid
+			if ended[pid] || slices.ContainsFunc(procs, func(p gpu.Process) bool { return p.PID == pid && p.UsedBytes > 0 }) {
+				on++
+			}
+		}
+		if on == len(j.children) {
+			return ExitOK, true
+		}
+		select {
+		case s := <-sigs:
+			return j.interrupted(s), false
+		case ce := <-j.childDone:
+			j.pending--
+			if ce.err != nil {
+				fmt.Fprintf(j.stderr, "simjob: pid %d: child process %d failed: %v\n", j.pid, ce.pid, ce.err)
+				j.stopChildren(syscall.SIGTERM)
+				return ExitFail, false
+			}
+			ended[ce.pid] = true
+		case <-ticker.C:
+		}
+	}
+}
+
+// waitAfter holds the job back until every --after file exists; a signal meanwhile ends it
+// (code, false). Tests use it where an outcome needs jobs on the GPU in an order that the speed
+// of a loaded machine would otherwise decide; a re-run finds the files there and starts at once.
+func (j *job) waitAfter(sigs <-chan os.Signal) (int, bool) {
+	if j.c.child {
+		return ExitOK, true
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
+	for _, f := range j.c.after {
+		for {
+			if _, err := os.Stat(f); err == nil {
+				break
+			}
+			select {
+			case s := <-sigs:
+				// Not yet a client of the GPU: its stop faults nobody.
+				if s == syscall.SIGINT {
+					return ExitINT, false
+				}
+				return ExitTERM, false
+			case <-ticker.C:
+			}
+		}
+	}
+	return ExitOK, true
 }
 
 // allocate moves the job's usage to want, failing like CUDA when growth passes a limit.

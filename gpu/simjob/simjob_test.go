@@ -338,3 +338,36 @@ func TestMPSFaultOnAStoppedNeighbour(t *testing.T) {
 		t.Fatalf("a client started after the stop exited %d: %s", code, late.stderr.String())
 	}
 }
+
+// A job the machine starves (here: stopped outright) resumes its hold where it was rather than
+// skip it, as a real job's work does; on a loaded machine a watchdog or a probe sees its peak.
+func TestStarvedJobKeepsItsHold(t *testing.T) {
+	s, uuid := newSim(t)
+	const hold = 1500 * time.Millisecond
+	began := time.Now()
+	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", hold.String())
+	eventually(t, "the job at its peak", func() bool {
+		p := procs(t, s, uuid)
+		return len(p) == 1 && p[0].UsedBytes == size.GiB
+	})
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	// The job cannot have worked longer than it has existed: that much of its hold is still due.
+	reached := time.Since(began)
+	due := hold - reached - 2*20*time.Millisecond
+	time.Sleep(hold) // the starvation: as long as the whole hold
+	if err := r.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	resumed := time.Now()
+	if code := r.wait(t); code != simjob.ExitOK {
+		t.Fatalf("exit %d; stderr: %s", code, r.stderr.String())
+	}
+	if due < 200*time.Millisecond {
+		t.Skipf("the job took %s to reach its peak: too slow a machine to tell a skipped hold", reached)
+	}
+	if held := time.Since(resumed); held < due {
+		t.Fatalf("the job ended %s after it resumed, with %s of its hold still due: it skipped work it never did", held, due)
+	}
+}
