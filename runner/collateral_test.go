@@ -2,6 +2,7 @@ package runner
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -83,16 +84,21 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 	hold := func(d string, extra ...string) []string {
 		return append([]string{"--peak", "2GiB", "--ramp", "50ms", "--hold", d, "--result", "$GPUFRAC_RESULT"}, extra...)
 	}
+	marks := t.TempDir()
+	steadyOn, victimOn := filepath.Join(marks, "steady"), filepath.Join(marks, "victim")
 	q := Queue{
 		Jobs: []Job{
 			// steady is an MPS client that survives the stop; it keeps the GPU marked (drained)
-			// until it ends, so the re-runs below must wait for it.
-			simJob(t, "steady", "steady", hold("2s")...),
+			// until it ends, so the re-runs below must wait for it. steady and victim hold for
+			// long enough that the pair, which starts only once both are on the GPU, is stopped
+			// while they run, however slowly a loaded machine starts it.
+			simJob(t, "steady", "steady", hold("4s", "--mark", steadyOn)...),
 			// victim faults (cudaErrorIllegalAddress) when another client is stopped.
-			simJob(t, "victim", "victim", hold("1500ms", "--mps-fault")...),
+			simJob(t, "victim", "victim", hold("3s", "--mps-fault", "--mark", victimOn)...),
 			// pair: two processes, each under its MPS limit, together over the cap: the watchdog
-			// stops it with SIGINT, a GPU-wide event under MPS.
-			simJob(t, "pair", "pair", "--procs", "2", "--peak", "3GiB", "--ramp", "300ms", "--hold", "300ms"),
+			// stops it with SIGINT, a GPU-wide event under MPS. It starts once steady and victim
+			// are on the GPU, however slowly they start.
+			simJob(t, "pair", "pair", "--procs", "2", "--peak", "3GiB", "--ramp", "300ms", "--hold", "300ms", "--after", steadyOn+","+victimOn),
 		},
 		Templates: map[string]TemplateSpec{
 			"steady": {Name: "steady", PeakBytes: 2 * size.GiB},
@@ -144,11 +150,11 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 			}
 		}
 	}
-	// The GPU stayed marked until steady, the last client, left (its memory goes 2.05 s after it
+	// The GPU stayed marked until steady, the last client, left (its memory goes 4.05 s after it
 	// starts; under -race the process itself exits a second later), and the re-run came after.
 	last := res.GPUEvents[len(res.GPUEvents)-1]
-	if st := attemptsOf(res, "steady")[0]; last.End.Before(st.Start.Add(2*time.Second)) || v[1].Start.Before(last.End) {
-		t.Errorf("GPU healthy %s after steady started, victim re-run %s after: the mark must hold until steady's memory is gone (2.05s), the re-run wait for it",
+	if st := attemptsOf(res, "steady")[0]; last.End.Before(st.Start.Add(4*time.Second)) || v[1].Start.Before(last.End) {
+		t.Errorf("GPU healthy %s after steady started, victim re-run %s after: the mark must hold until steady's memory is gone (4.05s), the re-run wait for it",
 			last.End.Sub(st.Start), v[1].Start.Sub(st.Start))
 	}
 }

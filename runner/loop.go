@@ -54,6 +54,9 @@ type active struct {
 	stopped       bool
 	violation     *ledger.Violation
 
+	// onGPU closes at the first sample with GPU memory: a probe's window starts there.
+	onGPU chan struct{}
+
 	mu    sync.Mutex
 	peak  size.Bytes
 	now   size.Bytes // the latest sample
@@ -64,6 +67,9 @@ type active struct {
 func (a *active) record(b size.Bytes, t float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if b > 0 && a.peak == 0 {
+		close(a.onGPU)
+	}
 	a.now = b
 	if b > a.peak {
 		a.peak = b
@@ -235,7 +241,7 @@ func (r *run) launch(l launch) {
 	if token == "" {
 		token = newToken()
 	}
-	a := &active{l: l, token: token, stop: make(chan struct{}), tail: &tailBuffer{max: 8192}}
+	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), tail: &tailBuffer{max: 8192}}
 	a.a = Attempt{Job: j.Name, Template: j.Template, Number: j.attempts, GPU: l.gpu, GPUIndex: r.gpus[l.gpu].Index,
 		Capped: l.capped, WholeGPU: l.whole, Probe: l.probe, Result: r.resultPath(j)}
 	if l.capped {
@@ -276,17 +282,24 @@ func (r *run) launch(l launch) {
 
 // wait follows one attempt to its end and reports it on r.done.
 func (r *run) wait(a *active) {
-	var window <-chan time.Time
+	// A probe's window opens at the job's first GPU memory, not at its launch: what a job does
+	// before it touches the GPU (imports, reading data; a slow start on a loaded machine) says
+	// nothing about its footprint, and a window spent there measured nothing.
+	var onGPU <-chan struct{}
 	if a.l.window > 0 {
-		t := time.NewTimer(a.l.window)
-		defer t.Stop()
-		window = t.C
+		onGPU = a.onGPU
 	}
+	var window <-chan time.Time
 wait:
 	for {
 		select {
 		case <-a.proc.Done():
 			break wait
+		case <-onGPU:
+			onGPU = nil
+			t := time.NewTimer(a.l.window)
+			defer t.Stop()
+			window = t.C
 		case <-window:
 			window = nil
 			if a.l.inPlace {
@@ -461,18 +474,13 @@ func (r *run) finish(a *active) {
 
 // recapProbe ends an in-place probe's window: the footprint it showed becomes its template's
 // profile, and its protective cap comes down to the cap that footprint earns, in the ledger,
-// where the watchdog reads it at its next sample. A window that saw no GPU memory leaves the
-// probe under its protective cap for its whole run.
+// where the watchdog reads it at its next sample. The window opened at the job's first GPU
+// memory, so it always saw some.
 func (r *run) recapProbe(a *active) {
 	a.mu.Lock()
 	peak, samples := a.peak, slices.Clone(a.snaps)
 	a.mu.Unlock()
 	j := a.l.job
-	if peak == 0 {
-		r.s.fullProbe[j.Template] = true
-		r.prog.line("%-8s %-20s GPU%d  no GPU memory in its first %s: probes its whole run", "probing", j.Name, a.a.GPUIndex, a.l.window)
-		return
-	}
 	capBytes := r.s.pol.Cap(peak)
 	res, err := r.led.Shrink(a.l.res.Token, min(capBytes, a.l.res.CapBytes))
 	if err != nil {
@@ -502,10 +510,6 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 	}
 	switch at.Outcome {
 	case OutcomeProbe:
-		if at.PeakBytes == 0 {
-			// Nothing showed up within the window: probe the whole run next time.
-			r.s.fullProbe[t] = true
-		}
 		r.learn(t, at, ledger.ProfileProbe)
 		return // the job runs again under its new cap
 	case OutcomeCollateral:
@@ -541,12 +545,17 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 }
 
 func (r *run) learn(t string, at *Attempt, source string) {
-	if at.PeakBytes == 0 {
-		r.log.Warn("probe attributed no GPU memory to the job; its template stays unmeasured", "job", at.Job, "template", t)
-		return
+	peak := at.PeakBytes
+	if peak == 0 {
+		// A job that never touches the GPU (or one whose memory is not attributed to it) would
+		// be probed again on every job of its template, one at a time; one unit lets its jobs
+		// pack, and the watchdog still stops one that turns out to use more.
+		peak = r.s.pol.UnitBytes
+		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint set to one unit (%s)", peak)
+		r.prog.line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
 	}
-	r.s.peaks[t] = at.PeakBytes
-	r.recordProfile(t, at.PeakBytes, at, source)
+	r.s.peaks[t] = peak
+	r.recordProfile(t, peak, at, source)
 }
 
 func (r *run) recordProfile(t string, peak size.Bytes, at *Attempt, source string) {

@@ -104,8 +104,6 @@ type sched struct {
 	total    int
 	log      hclog.Logger
 	warned   map[string]bool
-	// fullProbe marks templates whose probe window saw no memory: they are probed whole.
-	fullProbe map[string]bool
 	// probeInPlace lets probes run beside other jobs (packed arm, isolated mode): the watchdog
 	// stops a probe that outgrows its protective cap and harms no neighbour. Under MPS a stop
 	// is a GPU-wide event, so probes there run alone.
@@ -117,7 +115,7 @@ func newSched(arm string, pol policy.Policy, led *ledger.Ledger, gpus []string, 
 		arm: arm, pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log,
 		templates: map[string]TemplateSpec{}, peaks: map[string]size.Bytes{},
 		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
-		drainFor: map[string]*jobState{}, warned: map[string]bool{}, fullProbe: map[string]bool{},
+		drainFor: map[string]*jobState{}, warned: map[string]bool{},
 	}
 	switch arm {
 	case ArmExclusive:
@@ -357,9 +355,6 @@ func (s *sched) finished(l *launch) {
 }
 
 func (s *sched) probeWindow(t string) time.Duration {
-	if s.fullProbe[t] {
-		return 0
-	}
 	if spec, ok := s.templates[t]; ok && spec.ProbeWindow > 0 {
 		return spec.ProbeWindow
 	}
