@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/policy"
@@ -186,16 +187,26 @@ func ParseQueue(src []byte, filename string) (Queue, error) {
 			d.add(j.Template.Range(), "Invalid template name", fmt.Sprintf("template = %q: must be 1-64 letters, digits, '.', '-', '_' or '~'", job.Template))
 		}
 		job.Command = d.strList(j.Command, "command")
-		if len(job.Command) == 0 && !d.failedAt(j.Command.Range()) {
+		switch {
+		case len(job.Command) > 0 || d.failedAt(j.Command.Range()):
+		case isNull(j.Command):
+			d.add(j.DefRange, "Missing command", fmt.Sprintf("job %q has no command: add command = [\"program\", \"arg\", ...]", j.Name))
+		default:
 			d.add(j.Command.Range(), "Empty command", fmt.Sprintf("job %q: command = [] must name a program", j.Name))
 		}
 		if dir := d.str(j.Dir, "dir"); dir != "" {
 			job.Dir = absFrom(base, dir)
 		}
-		// A relative result path is resolved against the results directory at run time.
+		// A relative result path is resolved against the results directory at run time; one
+		// that climbs out of it would write anywhere ("../../etc/x"), so only an absolute path
+		// may name a file elsewhere, and says so plainly.
 		job.Result = filepath.Clean(d.str(j.Result, "result"))
 		if job.Result == "." {
 			job.Result = ""
+		}
+		if !filepath.IsAbs(job.Result) && (job.Result == ".." || strings.HasPrefix(job.Result, ".."+string(filepath.Separator))) {
+			d.add(j.Result.Range(), "Result outside the results directory", fmt.Sprintf(
+				"job %q: result = %q leaves the results directory; use a path inside it, or an absolute path to write elsewhere", j.Name, d.str(j.Result, "result")))
 		}
 		q.Jobs = append(q.Jobs, job)
 	}
@@ -265,6 +276,15 @@ func (d *decoder) failedAt(r hcl.Range) bool {
 }
 
 // value evaluates expr; ok is false when the attribute is absent or broken (reported).
+// isNull says whether an attribute is absent (gohcl gives a missing one a null expression).
+func isNull(expr hcl.Expression) bool {
+	if expr == nil {
+		return true
+	}
+	v, diags := expr.Value(nil)
+	return !diags.HasErrors() && v.IsNull()
+}
+
 func (d *decoder) value(expr hcl.Expression) (cty.Value, bool) {
 	if expr == nil {
 		return cty.NilVal, false

@@ -21,7 +21,7 @@ func TestParseQueueErrors(t *testing.T) {
 	}{
 		{"syntax", "job \"a\" {\n  command = [\n", []string{"q.hcl:"}},
 		{"no jobs", `arm = "packed"`, []string{"q.hcl:1", "no job blocks"}},
-		{"missing command", "job \"a\" {\n  template = \"t\"\n}\n", []string{"q.hcl:1", "command"}},
+		{"missing command", "job \"a\" {\n  template = \"t\"\n}\n", []string{"q.hcl:1", `job "a" has no command: add command = [`}},
 		{"empty command", "job \"a\" {\n  command = []\n}\n", []string{"q.hcl:2", "command = []"}},
 		{"command not strings", "job \"a\" {\n  command = [\"x\", [1]]\n}\n", []string{"q.hcl:2", "command[1]"}},
 		{"unknown attribute", "job \"a\" {\n  command = [\"x\"]\n  gpus = 2\n}\n", []string{"q.hcl:3", "gpus"}},
@@ -35,6 +35,9 @@ func TestParseQueueErrors(t *testing.T) {
 		{"env not a map", "job \"a\" {\n  command = [\"x\"]\n  env = [\"A=1\"]\n}\n", []string{"q.hcl:3", "env must be a map"}},
 		{"policy value", "policy {\n  max_tasks_per_gpu = 0\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 0"}},
 		{"policy mode", "policy {\n  mode = \"mig\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"mig"`}},
+		{"result climbs out", "job \"a\" {\n  command = [\"x\"]\n  result = \"../../etc/x\"\n}\n", []string{"q.hcl:3", `"../../etc/x" leaves the results directory`}},
+		{"result climbs out after a detour", "job \"a\" {\n  command = [\"x\"]\n  result = \"r/../../x\"\n}\n", []string{"q.hcl:3", `"r/../../x" leaves`}},
+		{"negative size", "template \"t\" {\n  peak = \"-1GiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"-1GiB"`, "negative"}},
 		{"policy headroom", "policy {\n  headroom = \"lots\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"lots"`}},
 	}
 	for _, tc := range tests {

@@ -318,6 +318,12 @@ func Run(ctx context.Context, q Queue, o Options) (*Result, error) {
 		if len(j.Command) == 0 {
 			return nil, fmt.Errorf("%w: job %q has no command", ErrOptions, j.Name)
 		}
+		if j.Dir != "" {
+			// Else the launch fails with a fork/exec error that blames the program.
+			if fi, err := os.Stat(j.Dir); err != nil || !fi.IsDir() {
+				return nil, fmt.Errorf("%w: job %q: working directory dir = %q does not exist or is not a directory", ErrOptions, j.Name, j.Dir)
+			}
+		}
 	}
 	if err := os.MkdirAll(filepath.Join(o.OutDir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("results directory %q: %w", o.OutDir, err)

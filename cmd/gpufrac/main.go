@@ -103,6 +103,12 @@ func (g *globals) setup(stderr io.Writer) error {
 	default:
 		return usagef("--gpu-backend %q: want auto, nvml or simulated", g.backend)
 	}
+	if g.simulatedGPUs != "" {
+		// Checked for every command, also those that may never open the simulated backend.
+		if _, err := gpu.ParseSimSpec(g.simulatedGPUs); err != nil {
+			return usagef("--simulated-gpus: %w", err)
+		}
+	}
 	g.logger = hclog.New(&hclog.LoggerOptions{Name: "gpufrac", Level: lvl, Output: stderr})
 	return nil
 }

@@ -93,7 +93,16 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"units", "--template", "nothere"}, 1, `"nothere"`},
 		{[]string{"frobnicate"}, 2, `"frobnicate"`},
 		{[]string{"--log-level", "loud", "units", "--peak", "1GiB"}, 2, `"loud"`},
-		{[]string{"run", "--arm", "fastest", "x.hcl"}, 1, "x.hcl"},
+		{[]string{"run", "--arm", "fastest", "x.hcl"}, 2, `--arm "fastest"`},
+		{[]string{"run", "--profiles", "hot", "x.hcl"}, 2, `--profiles "hot"`},
+		{[]string{"run", "--max-concurrent", "-3", "x.hcl"}, 2, "--max-concurrent -3"},
+		{[]string{"run", "--mode", "turbo", "x.hcl"}, 2, `--mode "turbo"`},
+		{[]string{"run", "--probe-window", "-1s", "x.hcl"}, 2, "--probe-window -1s"},
+		{[]string{"run", "--max-concurrent", "many", "x.hcl"}, 2, `"many"`},
+		{[]string{"run", "missing.hcl"}, 1, "missing.hcl"},
+		{[]string{"status", "--simulated-gpus", "H100=80XB"}, 2, `"80XB"`},
+		{[]string{"units", "--peak", "-1GiB"}, 2, "negative"},
+		{[]string{"units", "--peak", "1.5"}, 2, "a fraction of a byte"},
 		{[]string{"run"}, 2, "queue file"},
 		{[]string{"run", "--probe-cap", "lots", "x.hcl"}, 2, `--probe-cap "lots"`},
 		{[]string{"probe", "--", "true"}, 2, "--template"},
@@ -108,6 +117,21 @@ func TestBadInputNamesTheValue(t *testing.T) {
 				t.Fatalf("exit %d (want %d), stderr %q should name %s", code, tc.code, errs, tc.want)
 			}
 		})
+	}
+}
+
+// A fresh state directory holds an empty ledger: status says so and succeeds.
+func TestStatusOnAFreshStateDir(t *testing.T) {
+	c := newCLI(t)
+	c.state = filepath.Join(t.TempDir(), "never-used")
+	code, out, errs := c.run("status", "--no-usage")
+	if code != 0 || !strings.Contains(out, "empty (nothing recorded yet") || !strings.Contains(out, c.state) {
+		t.Fatalf("exit %d, stdout %q, stderr %q: want 0 and an empty ledger named by its directory", code, out, errs)
+	}
+	code, out, errs = c.run("status", "--no-usage", "--json")
+	var got statusOutput
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.StateDir != c.state || got.GPUs == nil || len(got.GPUs) != 0 {
+		t.Fatalf("--json: exit %d, stdout %q, stderr %q: want 0 and an empty ledger", code, out, errs)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,6 +44,9 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	if fs.NArg() != 1 {
 		return usagef("want exactly one queue file, got %d arguments %q", fs.NArg(), fs.Args())
 	}
+	if err := checkRunFlags(*arm, *mode, *profiles, *maxConc, *window); err != nil {
+		return err
+	}
 	var pcap size.Bytes
 	if *probeCap != "" {
 		c, err := size.Parse(*probeCap)
@@ -69,9 +73,6 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
 		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
 		Fence: *ff.mode, FenceLibrary: *ff.library,
-	}
-	if *mode != "" && *mode != string(policy.ModeMPS) && *mode != string(policy.ModeIsolated) {
-		return usagef("--mode %q: want mps or isolated", *mode)
 	}
 	o.ProbeCap = pcap
 	if sf.explicit() {
@@ -113,6 +114,23 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	if res.Completed < len(res.Jobs) {
 		return fmt.Errorf("%d of %d jobs did not complete (see %s)", len(res.Jobs)-res.Completed, len(res.Jobs),
 			filepath.Join(res.OutDir, runner.ReportFile))
+	}
+	return nil
+}
+
+// checkRunFlags refuses bad values of run's flags as usage errors (exit 2), before anything runs.
+func checkRunFlags(arm, mode, profiles string, maxConc int, window time.Duration) error {
+	switch {
+	case arm != "" && !slices.Contains(runner.Arms, arm):
+		return usagef("--arm %q: want one of %s", arm, strings.Join(runner.Arms, ", "))
+	case mode != "" && mode != string(policy.ModeMPS) && mode != string(policy.ModeIsolated):
+		return usagef("--mode %q: want mps or isolated", mode)
+	case profiles != "" && profiles != runner.ProfilesWarm && profiles != runner.ProfilesCold:
+		return usagef("--profiles %q: want %s or %s", profiles, runner.ProfilesWarm, runner.ProfilesCold)
+	case maxConc < 0:
+		return usagef("--max-concurrent %d: want 0 (the arm's rule) or more", maxConc)
+	case window < 0:
+		return usagef("--probe-window %s: must not be negative", window)
 	}
 	return nil
 }

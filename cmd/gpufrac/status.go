@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -91,6 +92,9 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 	}
 	dir := expandHome(g.stateDir)
 	snap, err := ledger.ReadSnapshot(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return emptyStatus(stdout, dir, *asJSON) // a fresh state directory: an empty ledger is an answer
+	}
 	if err != nil {
 		return err
 	}
@@ -152,6 +156,17 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 	}
 	writeStatus(stdout, out, snap)
 	return nil
+}
+
+// emptyStatus answers for a state directory where nothing has been recorded yet.
+func emptyStatus(w io.Writer, dir string, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(statusOutput{StateDir: dir, GPUs: []statusGPU{}, Violations: []statusViolation{}, Profiles: []statusProfile{}})
+	}
+	_, err := fmt.Fprintf(w, "ledger %s: empty (nothing recorded yet: no GPUs, reservations, violations or footprints)\n", dir)
+	return err
 }
 
 func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
