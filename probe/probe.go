@@ -31,8 +31,9 @@ type Config struct {
 	// Token is the reservation token in the job's environment, when it has one; it lets
 	// processes that left the job's tree still be attributed to it.
 	Token string
-	// Window, when not zero, stops the job after this long (SIGINT, then SIGKILL after
-	// StopGrace): the footprint of its first Window is the probe's answer.
+	// Window, when not zero, stops the job this long after its first GPU memory (SIGINT, then
+	// SIGKILL after StopGrace): the footprint of its first Window on the GPU is the probe's
+	// answer. Start-up before it touches the GPU does not use the window up.
 	Window    time.Duration
 	Interval  time.Duration
 	StopGrace time.Duration
@@ -109,11 +110,12 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
 	var window <-chan time.Time
-	if c.Window > 0 {
-		t := time.NewTimer(c.Window)
-		defer t.Stop()
-		window = t.C
-	}
+	var windowTimer *time.Timer
+	defer func() {
+		if windowTimer != nil {
+			windowTimer.Stop()
+		}
+	}()
 	sample := func() {
 		procs, err := c.Backend.Processes(ctx, c.GPU)
 		if err != nil {
@@ -125,6 +127,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 		b := Sum(procs, tree)
 		res.Samples++
+		if b > 0 && res.Peak == 0 && c.Window > 0 {
+			windowTimer = time.NewTimer(c.Window)
+			window = windowTimer.C
+		}
 		if b > res.Peak {
 			res.Peak = b
 		}
