@@ -388,6 +388,18 @@ func (e *Enforcer) scanTokens() {
 			e.log.Warn("cannot mark reservation seen", "token", shortToken(tok), "error", err)
 		}
 	}
+	// A gpufrac run killed outright is gone for good: its reservations need not wait the grace.
+	orphans, err := e.cfg.Ledger.ReleaseOrphans(func(h ledger.Holder) bool {
+		st, err := e.cfg.Procs.Stat(h.PID)
+		return err == nil && st.StartTicks == h.StartTicks
+	})
+	if err != nil {
+		e.log.Warn("cannot release the reservations of a holder that is gone", "error", err)
+	}
+	for _, r := range orphans {
+		e.log.Info("reservation ended: the gpufrac run that held it is gone", "gpu", r.GPU, "token", shortToken(r.Token),
+			"task", r.Task.String(), "holder", r.Holder.String())
+	}
 	gone, err := e.cfg.Ledger.ExpireUnseen()
 	if err != nil {
 		e.log.Warn("cannot expire unseen reservations", "error", err)

@@ -182,7 +182,7 @@ func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task) (Rese
 	if len(ids) < units {
 		return Reservation{}, denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: only %d free units", rounded, units, uuid, len(ids))
 	}
-	return l.add(prev, Reservation{GPU: uuid, InstanceIDs: ids, CapBytes: rounded, Task: task, Source: SourceRunner})
+	return l.add(prev, Reservation{GPU: uuid, InstanceIDs: ids, CapBytes: rounded, Task: task, Source: SourceRunner, Holder: l.opts.Holder})
 }
 
 // add stores an admitted reservation with a fresh token and commits it.
@@ -368,6 +368,41 @@ func (l *Ledger) ExpireUnseen() ([]Reservation, error) {
 	for _, r := range gone {
 		l.log.Info("reservation expired: no live process carried it", "token", tokenPrefix(r.Token), "gpu", r.GPU,
 			"task", r.Task.String(), "grace", l.opts.Grace)
+	}
+	return gone, nil
+}
+
+// ReleaseOrphans ends every reservation whose Holder alive says is gone (a gpufrac run killed
+// with SIGKILL, or that crashed), and returns them. Their jobs died with it (the runner starts
+// them with a parent-death signal), so nothing waits out the grace for them.
+func (l *Ledger) ReleaseOrphans(alive func(Holder) bool) ([]Reservation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	var gone []Reservation
+	for _, r := range l.st.allReservations() {
+		if r.Holder != nil && !alive(*r.Holder) {
+			gone = append(gone, r)
+		}
+	}
+	if len(gone) == 0 {
+		return nil, nil
+	}
+	prev, err := l.begin()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range gone {
+		l.end(r.Token)
+	}
+	if err := l.commit(prev, true); err != nil {
+		return nil, err
+	}
+	for _, r := range gone {
+		l.log.Info("reservation released: its holder is gone", "token", tokenPrefix(r.Token), "gpu", r.GPU,
+			"task", r.Task.String(), "holder", r.Holder.String())
 	}
 	return gone, nil
 }

@@ -46,6 +46,10 @@ type Options struct {
 	// NoPersist keeps the state in memory only: no directory, no lock, no file. It exists for
 	// tests and for benchmarks that measure admission apart from the disk.
 	NoPersist bool
+	// Holder marks every reservation this Ledger makes as held by that process (gpufrac run sets
+	// itself), so that once it is gone its reservations are released at once (ReleaseOrphans)
+	// instead of after the grace. nil for the plugin: Nomad's tasks hold its reservations.
+	Holder *Holder
 }
 
 // Ledger is one node's admission ledger. All methods are safe for concurrent use.

@@ -57,7 +57,19 @@ type Reservation struct {
 	CreatedAt time.Time `json:"created_at"`
 	// SeenAt is the last time a live process carried the token.
 	SeenAt time.Time `json:"seen_at"`
+	// Holder is the process that made the reservation and ends it (gpufrac run); nil for
+	// Nomad's, whose tasks hold them. A reservation whose holder is gone is an orphan.
+	Holder *Holder `json:"holder,omitempty"`
 }
+
+// Holder names one process for good: its PID and its start time in clock ticks since boot, so
+// a recycled PID is not taken for the process that died.
+type Holder struct {
+	PID        int    `json:"pid"`
+	StartTicks uint64 `json:"start_ticks"`
+}
+
+func (h Holder) String() string { return fmt.Sprintf("pid %d", h.PID) }
 
 // Instance is one memory unit of one GPU as the fingerprint advertises it.
 type Instance struct {

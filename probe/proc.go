@@ -28,7 +28,9 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 }
 
-// Start runs the command in a new process group.
+// Start runs the command in a new process group. On Linux the job is killed when the process
+// that started it dies (a parent-death signal), so a runner killed outright leaves no job
+// running on with no watchdog.
 func Start(s Spec) (*Proc, error) {
 	if len(s.Command) == 0 {
 		return nil, errors.New("empty command")
@@ -39,6 +41,7 @@ func Start(s Spec) (*Proc, error) {
 	cmd.Stdout = s.Stdout
 	cmd.Stderr = s.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	diesWithParent(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %q: %w", s.Command[0], err)
 	}

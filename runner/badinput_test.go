@@ -5,8 +5,11 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -51,5 +54,75 @@ func TestProbeThatSeesNoGPUMemory(t *testing.T) {
 	}
 	if probes != 1 {
 		t.Fatalf("%d probes, want 1: %+v", probes, res.Attempts)
+	}
+}
+
+// watchWriter signals once a line containing want has been written.
+type watchWriter struct {
+	mu   sync.Mutex
+	b    strings.Builder
+	want string
+	seen chan struct{}
+}
+
+func (w *watchWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	if w.seen != nil && strings.Contains(w.b.String(), w.want) {
+		close(w.seen)
+		w.seen = nil
+	}
+	return len(p), nil
+}
+
+// A run that can admit nothing because another live process holds the GPU's budget says what it
+// waits for and until when, instead of waiting in silence.
+func TestWaitingRunSaysForWhat(t *testing.T) {
+	sim := newSim(t, "H100=80GiB")
+	o := testOptions(t, sim, ArmPacked)
+	o.StateDir = t.TempDir()
+	devs, err := sim.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another gpufrac run, alive (this process), holds the whole budget.
+	other, err := ledger.Open(o.StateDir, ledger.Options{Holder: selfHolder()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.SyncGPUs([]ledger.GPUInfo{{UUID: devs[0].UUID, Model: devs[0].Model, TotalBytes: devs[0].MemoryBytes, Healthy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.ReserveBytes(devs[0].UUID, 78*size.GiB, ledger.Task{JobName: "big"}); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	w := &watchWriter{want: "nothing can be admitted", seen: make(chan struct{})}
+	seen := w.seen
+	o.Progress = w
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, Queue{Jobs: []Job{simJob(t, "a", "t", "--peak", "1GiB")}}, o)
+		done <- err
+	}()
+	select {
+	case <-seen:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run never said what it waits for")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v, want it canceled", err)
+	}
+	w.mu.Lock()
+	out := w.b.String()
+	w.mu.Unlock()
+	for _, want := range []string{"GPU0: 78GiB of its 78GiB budget held by 1 reservation(s)", "big/ of gpufrac run pid", "waiting for them to end until "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("progress lacks %q:\n%s", want, out)
+		}
 	}
 }

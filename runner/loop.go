@@ -112,6 +112,7 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 			}
 			if idleSince.IsZero() {
 				idleSince = time.Now()
+				r.prog.line("%-8s %s", "waiting", r.waitingFor(idleSince.Add(stuckAfter)))
 			} else if time.Since(idleSince) > stuckAfter {
 				r.giveUp()
 				break

@@ -373,12 +373,25 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 	r := &run{o: o, q: q, log: log, gpus: map[string]GPUResult{}, active: map[*active]bool{},
 		busy: map[string][]int{}, done: make(chan *active, 64), recap: make(chan *active, 64)}
 	lopts := ledger.Options{Logger: o.Logger, NoPersist: o.StateDir == ""}
+	if !lopts.NoPersist {
+		lopts.Holder = selfHolder()
+	}
 	led, err := ledger.Open(o.StateDir, lopts)
 	if err != nil {
 		return nil, fmt.Errorf("ledger in %q: %w", o.StateDir, err)
 	}
 	r.led = led
 	r.prog = newProgress(o.Progress, r)
+	// A run killed outright (SIGKILL, a crash) took its jobs with it (parent-death signal) but
+	// left its reservations: they go now, not after the grace.
+	gone, err := led.ReleaseOrphans(holderAlive)
+	if err != nil {
+		r.log.Warn("cannot release the reservations of a gpufrac run that is gone", "error", err)
+	}
+	for _, res := range gone {
+		r.prog.line("%-8s reservation of %s on %s (cap %s): its gpufrac run (%s) is gone", "released", res.Task.JobName, res.GPU,
+			res.CapBytes, res.Holder)
+	}
 	ok := false
 	defer func() {
 		if !ok {

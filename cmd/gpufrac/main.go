@@ -169,8 +169,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpufrac: unknown command %q (commands: run, probe, status, units, controller, version)\n", name)
 		return exitUsage
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// A lost terminal (SIGHUP: an ssh drop) stops a run as Ctrl-C does: its jobs are stopped,
+	// their reservations released and the results written.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// A closed stdout (`gpufrac run q.hcl | head`) must not kill the run and leave its jobs
+	// behind: with SIGPIPE notified, writes to it fail with EPIPE and the run goes on.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	err := cmd.run(ctx, g, rest[1:], stdout, stderr)
 	if err == nil {
 		return exitOK

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/runner"
+)
+
+// bgRun is `gpufrac run` as a child process, as a terminal starts it.
+type bgRun struct {
+	cmd    *exec.Cmd
+	stdout *bufio.Reader
+	pipe   *os.File // the read end of its stdout
+	done   chan struct{}
+}
+
+func (c *cli) startRun(t *testing.T, args ...string) *bgRun {
+	t.Helper()
+	all := append([]string{"--state-dir", c.state, "--sim-dir", c.simDir, "--gpu-backend", "simulated", "--simulated-gpus", c.simGPUs, "run"}, args...)
+	cmd := exec.Command(os.Args[0], all...)
+	cmd.Env = append(os.Environ(), envCLI+"=1")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	b := &bgRun{cmd: cmd, stdout: bufio.NewReader(r), pipe: r, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(b.done) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-b.done; r.Close() })
+	return b
+}
+
+// jobOnGPU waits until a process holds memory on the simulated GPU and returns its PID.
+func (c *cli) jobOnGPU(t *testing.T) int {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: c.simDir}) // set up by the run once it starts
+		if err != nil {
+			continue
+		}
+		devs, err := sim.Devices(context.Background())
+		if err != nil || len(devs) == 0 {
+			continue
+		}
+		if ps, err := sim.Processes(context.Background(), devs[0].UUID); err == nil && len(ps) > 0 {
+			return ps[0].PID
+		}
+	}
+	t.Fatal("no job reached the GPU")
+	return 0
+}
+
+func (b *bgRun) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-b.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("gpufrac run did not end")
+	}
+}
+
+func writeQueue(t *testing.T, src string) string {
+	t.Helper()
+	q := filepath.Join(t.TempDir(), "q.hcl")
+	if err := os.WriteFile(q, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+const longQueue = `
+job "long" {
+  template = "t"
+  command  = ["gpufrac", "simjob", "--peak", "2GiB", "--hold", "5m"]
+}
+template "t" {
+  peak = "2GiB"
+}
+`
+
+func reservations(t *testing.T, dir string) []ledger.Reservation {
+	t.Helper()
+	snap, err := ledger.ReadSnapshot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Reservations
+}
+
+// An ssh drop (SIGHUP) with stdout already gone (`| head` has exited) stops the run as Ctrl-C
+// does: the job is stopped, its reservation released, the results written.
+func TestRunSurvivesALostTerminal(t *testing.T) {
+	c := newCLI(t)
+	out := filepath.Join(t.TempDir(), "out")
+	b := c.startRun(t, "--out", out, writeQueue(t, longQueue))
+	job := c.jobOnGPU(t)
+	if len(reservations(t, c.state)) != 1 {
+		t.Fatalf("want the job's reservation in the ledger")
+	}
+	b.pipe.Close() // the reader of its output is gone: the next write meets EPIPE
+	if err := b.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t)
+	if ws := b.cmd.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() {
+		t.Fatalf("gpufrac run was killed by %v: it should stop its jobs and exit", ws.Signal())
+	}
+	if err := syscall.Kill(job, 0); err == nil {
+		t.Errorf("job pid %d runs on after its runner ended", job)
+	}
+	if rs := reservations(t, c.state); len(rs) != 0 {
+		t.Errorf("reservations left behind: %+v", rs)
+	}
+	data, err := os.ReadFile(filepath.Join(out, runner.ResultsFile))
+	if err != nil {
+		t.Fatalf("no results after SIGHUP: %v", err)
+	}
+	var res runner.Result
+	if err := json.Unmarshal(data, &res); err != nil || len(res.Jobs) != 1 || res.Jobs[0].Outcome != runner.OutcomeCanceled {
+		t.Fatalf("results %+v, %v: want the job canceled", res.Jobs, err)
+	}
+}
+
+// A runner killed outright (SIGKILL) takes its job with it (parent-death signal), and the next
+// run releases the reservation it left at once, saying why, instead of waiting out the grace.
+func TestNextRunReleasesAKilledRunsReservations(t *testing.T) {
+	c := newCLI(t)
+	b := c.startRun(t, "--out", filepath.Join(t.TempDir(), "out"), writeQueue(t, longQueue))
+	job := c.jobOnGPU(t)
+	if err := b.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t)
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(job, 0) == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("job pid %d outlived its runner's SIGKILL", job)
+		}
+	}
+	if rs := reservations(t, c.state); len(rs) != 1 || rs[0].Holder == nil || rs[0].Holder.PID != b.cmd.Process.Pid {
+		t.Fatalf("reservations %+v: want the killed run's, naming it as holder", rs)
+	}
+	start := time.Now()
+	q := writeQueue(t, `
+job "next" {
+  template = "t"
+  command  = ["gpufrac", "simjob", "--peak", "2GiB", "--hold", "100ms"]
+}
+template "t" {
+  peak = "70GiB"
+}
+`)
+	code, stdout, errs := c.run("run", "--out", filepath.Join(t.TempDir(), "out2"), q)
+	if code != 0 || !strings.Contains(stdout, "its gpufrac run (pid ") || !strings.Contains(stdout, "is gone") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant the next run to release the reservation and say why", code, stdout, errs)
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Errorf("the next run took %s: it waited for the orphaned reservation", d)
+	}
+}

@@ -1,0 +1,24 @@
+package runner
+
+import (
+	"os"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/ledger"
+)
+
+// selfHolder is this process as the holder of the reservations it makes; nil where the process
+// table cannot say (they then end by the ledger's grace alone).
+func selfHolder() *ledger.Holder {
+	st, err := enforcer.LinuxProcs("").Stat(os.Getpid())
+	if err != nil {
+		return nil
+	}
+	return &ledger.Holder{PID: os.Getpid(), StartTicks: st.StartTicks}
+}
+
+// holderAlive says whether h still runs: the same PID started at the same tick.
+func holderAlive(h ledger.Holder) bool {
+	st, err := enforcer.LinuxProcs("").Stat(h.PID)
+	return err == nil && st.StartTicks == h.StartTicks
+}
