@@ -71,6 +71,8 @@ type Ledger struct {
 
 	subs    map[int]chan struct{}
 	nextSub int
+	// repairs are what Open found damaged and repaired (Repairs).
+	repairs []string
 }
 
 // Open opens (or creates, mode 0700) the ledger in dir, takes the exclusive writer lock and
@@ -124,6 +126,12 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	switch {
 	case err == nil:
 		l.st = st
+		if st.damage != "" {
+			if err := l.repairViolations(st.damage); err != nil {
+				return fail(err)
+			}
+			st.damage = ""
+		}
 		l.log.Info("restored ledger", "dir", dir, "generation", st.gen, "gpus", len(st.gpus), "reservations", len(st.res))
 	case errors.Is(err, fs.ErrNotExist) && !errors.Is(err, ErrCorrupt):
 		if err := orphanViolations(dir); err != nil {

@@ -44,6 +44,8 @@ type state struct {
 	// viol is copy-on-write: it is replaced, never changed in place, so clone can share it.
 	viol []Violation
 	prof map[string]Profile
+	// damage is what readState could not read and left out (not persisted).
+	damage string
 }
 
 func newState() *state {

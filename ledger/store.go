@@ -46,6 +46,9 @@ type Snapshot struct {
 	Violations   []Violation
 	Profiles     []Profile
 	WrittenAt    time.Time
+	// Damage says what of the ledger could not be read (a damaged violations file) and was left
+	// out; empty when everything read whole.
+	Damage string
 }
 
 // fileState is the on-disk document. Everything is in one file so that one rename commits it.
@@ -158,21 +161,15 @@ func readState(dir string) (*state, time.Time, error) {
 		return nil, time.Time{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
 	}
 	// The violations file is written before the first state file, so it always exists beside one.
-	vpath := filepath.Join(dir, ViolationsFile)
-	vb, err := os.ReadFile(vpath)
+	// Violations are history: a damaged file costs what cannot be read of it, never the state.
+	viol, damage, err := readViolations(filepath.Join(dir, ViolationsFile), path)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("%w: read %s, which belongs to %s: %v", ErrCorrupt, vpath, path, err)
-	}
-	if err := checkHeader(vpath, vb); err != nil {
 		return nil, time.Time{}, err
 	}
-	var vd violationsDoc
-	if err := json.Unmarshal(vb, &vd); err != nil {
-		return nil, time.Time{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, vpath, err)
+	if len(viol) > 0 {
+		s.viol = viol
 	}
-	if len(vd.Violations) > 0 {
-		s.viol = vd.Violations
-	}
+	s.damage = damage
 	return s, f.WrittenAt, nil
 }
 
@@ -295,6 +292,7 @@ func ReadSnapshot(dir string) (Snapshot, error) {
 		Violations:    slices.Clone(s.viol),
 		Profiles:      s.profiles(),
 		WrittenAt:     written,
+		Damage:        s.damage,
 	}
 	for _, u := range s.gpuOrder() {
 		snap.GPUs = append(snap.GPUs, s.gpuState(u))

@@ -382,6 +382,9 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 	}
 	r.led = led
 	r.prog = newProgress(o.Progress, r)
+	for _, rep := range led.Repairs() {
+		r.prog.line("%-8s %s", "ledger", rep)
+	}
 	// A run killed outright (SIGKILL, a crash) took its jobs with it (parent-death signal) but
 	// left its reservations: they go now, not after the grace.
 	gone, err := led.ReleaseOrphans(holderAlive)

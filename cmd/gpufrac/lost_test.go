@@ -172,3 +172,28 @@ template "t" {
 		t.Errorf("the next run took %s: it waited for the orphaned reservation", d)
 	}
 }
+
+// A damaged policy.json in the state directory is refused by run as by probe and units, not
+// passed over for the defaults.
+func TestDamagedPolicyFileIsRefusedEverywhere(t *testing.T) {
+	c := newCLI(t)
+	pf := filepath.Join(c.state, PolicyFileName)
+	if err := os.WriteFile(pf, []byte(`{"schema_version":1,`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	q := writeQueue(t, `
+job "a" {
+  command = ["gpufrac", "simjob", "--peak", "1GiB"]
+}
+`)
+	for _, args := range [][]string{
+		{"run", "--out", filepath.Join(t.TempDir(), "out"), q},
+		{"units", "--peak", "1GiB"},
+		{"probe", "--template", "t", "--", "true"},
+	} {
+		code, _, errs := c.run(args...)
+		if code != 1 || !strings.Contains(errs, pf) {
+			t.Errorf("%v: exit %d, stderr %q: want 1 naming %s", args, code, errs, pf)
+		}
+	}
+}

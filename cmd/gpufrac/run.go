@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -150,7 +151,9 @@ func templatesFromStore(ctx context.Context, g *globals, sf *storeFlags, q *runn
 		seen[j.Template] = true
 		t, _, err := st.GetTemplate(ctx, j.Template)
 		if err != nil {
-			if errors.Is(err, policy.ErrNotFound) || !sf.explicit() {
+			// No store file, or no such template, is normal; a damaged file is refused here as
+			// by probe and units, not passed over for the defaults.
+			if errors.Is(err, policy.ErrNotFound) || (!sf.explicit() && errors.Is(err, os.ErrNotExist)) {
 				continue
 			}
 			return fmt.Errorf("template %q from the %s: %w", j.Template, where, err)

@@ -98,6 +98,9 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 	if err != nil {
 		return err
 	}
+	if snap.Damage != "" {
+		fmt.Fprintf(stderr, "gpufrac status: warning: %s\n", snap.Damage)
+	}
 	out := statusOutput{StateDir: dir, WrittenAt: snap.WrittenAt, Generation: snap.Generation, Policy: snap.Policy,
 		GPUs: []statusGPU{}, Violations: []statusViolation{}, Profiles: []statusProfile{}}
 	if rs, ok, err := runner.ReadRunStatus(dir); err != nil {
