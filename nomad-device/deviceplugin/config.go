@@ -270,6 +270,10 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		if err != nil {
 			return Config{}, fmt.Errorf("gpufrac config: cannot decode the plugin config (%d bytes of msgpack): %w", len(msgpackConfig), err)
 		}
+		if !v.IsWhollyKnown() {
+			// msgpack can carry cty's "unknown" marker, which no agent sends; reading it panics.
+			return Config{}, fmt.Errorf("gpufrac config: the plugin config (%d bytes of msgpack) holds unknown values", len(msgpackConfig))
+		}
 		obj = v
 	}
 	s := func(name string) string { return schema.get(obj, name).AsString() }

@@ -1,0 +1,42 @@
+package runner
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// FuzzParseQueue: the queue parser never panics, every error is a queue error that names the
+// file, and what it accepts is a queue the runner can start (jobs with names and commands).
+func FuzzParseQueue(f *testing.F) {
+	for _, src := range []string{
+		"job \"a\" {\n  command = [\"x\"]\n}\n",
+		"arm = \"packed\"\nprofiles = \"cold\"\njob \"a\" {\n  template = \"t\"\n  command = [\"gpufrac\", \"simjob\"]\n  result = \"r/a.json\"\n  dir = \"w\"\n  env = { A = \"1\" }\n}\n",
+		"template \"t\" {\n  peak = \"-1GiB\"\n  probe_window = \"5s\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n",
+		"policy {\n  headroom = \"2GiB\"\n  max_tasks_per_gpu = 4\n  mode = \"mps\"\n}\njob \"a\" {\n  command = \"x\"\n  result = \"../../etc/x\"\n}\n",
+		"gpus {\n  simulated = [\"2xH100=80GiB\"]\n}\njob \"a b\" {\n  command = []\n}\n",
+		"job \"a\" {\n  command = [\"x\", [1]]\n}\n",
+	} {
+		f.Add(src)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		q, err := ParseQueue([]byte(src), "fuzz.hcl")
+		if err != nil {
+			if !errors.Is(err, ErrQueue) || !strings.Contains(err.Error(), "fuzz.hcl") {
+				t.Fatalf("ParseQueue(%q): error %q is not a queue error naming the file", src, err)
+			}
+			return
+		}
+		if len(q.Jobs) == 0 {
+			t.Fatalf("ParseQueue(%q) accepted a queue with no jobs", src)
+		}
+		for _, j := range q.Jobs {
+			if !nameRE.MatchString(j.Name) || !nameRE.MatchString(j.Template) || len(j.Command) == 0 {
+				t.Fatalf("ParseQueue(%q) accepted job %+v", src, j)
+			}
+			if j.Result == ".." || strings.HasPrefix(j.Result, "../") {
+				t.Fatalf("ParseQueue(%q) accepted result %q outside the results directory", src, j.Result)
+			}
+		}
+	})
+}
