@@ -104,6 +104,9 @@ type sched struct {
 	total    int
 	log      hclog.Logger
 	warned   map[string]bool
+	// ledgerErr is the last reservation the ledger failed to record (not a denial), until one
+	// is recorded again.
+	ledgerErr error
 	// probeInPlace lets probes run beside other jobs (packed arm, isolated mode): the watchdog
 	// stops a probe that outgrows its protective cap and harms no neighbour. Under MPS a stop
 	// is a GPU-wide event, so probes there run alone.
@@ -328,10 +331,16 @@ func (s *sched) reserve(g string, c size.Bytes, j *jobState) (ledger.Reservation
 	if err != nil {
 		var de *ledger.DeniedError
 		if !errors.As(err, &de) {
-			s.log.Error("ledger refused a reservation", "job", j.Name, "gpu", g, "error", err)
+			// Not a denial: the ledger could not record it (a full disk). Nothing was admitted;
+			// the run says so while it waits, and logs each new cause once, not every round.
+			if s.ledgerErr == nil || s.ledgerErr.Error() != err.Error() {
+				s.log.Error("ledger could not record a reservation; nothing admitted", "job", j.Name, "gpu", g, "error", err)
+			}
+			s.ledgerErr = err
 		}
 		return ledger.Reservation{}, err
 	}
+	s.ledgerErr = nil
 	return res, nil
 }
 

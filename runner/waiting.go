@@ -33,6 +33,9 @@ func (r *run) waitingFor(until time.Time) string {
 			parts = append(parts, fmt.Sprintf("GPU%d: %s free of %s", st.Index, st.BudgetBytes-min(st.BudgetBytes, st.ReservedBytes), st.BudgetBytes))
 		}
 	}
+	if r.s.ledgerErr != nil {
+		parts = append([]string{fmt.Sprintf("the ledger cannot record a reservation (%v)", r.s.ledgerErr)}, parts...)
+	}
 	return fmt.Sprintf("nothing can be admitted: %s; waiting for them to end until %s (then the jobs left fail; see `gpufrac status`)",
 		strings.Join(parts, "; "), until.Format("15:04:05"))
 }
