@@ -304,7 +304,13 @@ func TestPolicyFileChangeRefingerprints(t *testing.T) {
 	if err := os.WriteFile(pf, []byte(`{"schema_version":"1","name":"default","unit_bytes":"12"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond) // more than the file store's 1s poll
+	// Wait until the plugin has read the invalid file (it says it ignores it), however slowly a
+	// loaded machine runs its poll; only then does an unchanged budget prove anything.
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(c.Process().Stderr(), "ignoring an invalid policy"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the plugin never said it ignored the invalid policy; stderr:\n%s", c.Process().Stderr())
+		}
+	}
 	if g := c.Latest().GetDeviceGroup()[0]; attr(g, "budget") != 70*1024 {
 		t.Errorf("an invalid policy changed the budget to %d", attr(g, "budget"))
 	}
