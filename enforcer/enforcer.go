@@ -363,6 +363,9 @@ const (
 	reasonMPSDown = "MPS control daemon cannot be started"
 	reasonForced  = "forced stop under MPS may have faulted other clients"
 	reasonStopped = "a task was stopped under MPS: other clients may fault; GPU drained until they exit"
+	// reasonUnreadable: NVML cannot list the GPU's processes (an NVML error, a GPU fallen off
+	// the bus), so the watchdog cannot enforce caps there.
+	reasonUnreadable = "GPU processes cannot be read: caps cannot be enforced, nothing is admitted until they can"
 )
 
 func (e *Enforcer) setUnhealthy(uuid, reason string) {

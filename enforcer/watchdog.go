@@ -79,9 +79,14 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 			e.lastErr[uuid] = msg
 			e.log.Warn("cannot list GPU processes", "gpu", uuid, "error", err)
 		}
+		// Unseen, tasks here are held to nothing: admit no more until the GPU can be read.
+		if ctx.Err() == nil && e.sickReason(uuid) == "" {
+			e.setUnhealthy(uuid, reasonUnreadable)
+		}
 		return
 	}
 	delete(e.lastErr, uuid)
+	e.healIf(uuid, reasonUnreadable)
 	e.procs.newPass()
 	now := e.now()
 	res := make(map[string]ledger.Reservation, len(st.Reservations))
@@ -432,7 +437,8 @@ func fill(dst *string, src string) {
 }
 
 func isMine(reason string) bool {
-	return reason == reasonMPSDied || reason == reasonMPSDown || reason == reasonForced || reason == reasonStopped
+	return reason == reasonMPSDied || reason == reasonMPSDown || reason == reasonForced || reason == reasonStopped ||
+		reason == reasonUnreadable
 }
 
 func sum(ps []ProcUsage) size.Bytes {

@@ -2,14 +2,17 @@ package enforcer
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -143,4 +146,48 @@ func TestWatchdogSampleBySample(t *testing.T) {
 			}
 		})
 	}
+}
+
+// When NVML cannot list a GPU's processes the watchdog cannot hold tasks there to their caps:
+// the GPU goes unhealthy (the ledger admits nothing on it) and says why, and it comes back as
+// soon as the GPU can be read again.
+func TestUnreadableGPUAdmitsNothingUntilItReads(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, nil)
+	ch, unsub := r.enf.Subscribe()
+	defer unsub()
+	r.enf.Tick(t.Context())
+	if err := r.sim.SetProcessesFault(r.uuid, "NVML_ERROR_UNKNOWN"); err != nil {
+		t.Fatal(err)
+	}
+	r.enf.Tick(t.Context())
+	st, err := r.led.State(r.uuid)
+	if err != nil || st.Healthy || st.HealthReason != reasonUnreadable {
+		t.Fatalf("GPU after an NVML error: healthy %v (%q), %v; want unhealthy: %s", st.Healthy, st.HealthReason, err, reasonUnreadable)
+	}
+	var de *ledger.DeniedError
+	if _, err := r.led.ReserveBytes(r.uuid, size.GiB, ledger.Task{JobName: "x"}); !errors.As(err, &de) || de.Reason != ledger.ReasonUnhealthy {
+		t.Fatalf("ReserveBytes on the unreadable GPU: %v, want a %s denial", err, ledger.ReasonUnhealthy)
+	}
+	if ev := <-ch; ev.Kind != EventGPUHealth || ev.Stage != "unhealthy" || ev.Message != reasonUnreadable {
+		t.Fatalf("event %+v, want the GPU reported unhealthy", ev)
+	}
+	if !strings.Contains(r.logs.String(), "NVML_ERROR_UNKNOWN") {
+		t.Errorf("the log does not carry NVML's error:\n%s", r.logs.String())
+	}
+	if err := r.sim.SetProcessesFault(r.uuid, ""); err != nil {
+		t.Fatal(err)
+	}
+	r.enf.Tick(t.Context())
+	if st, _ := r.led.State(r.uuid); !st.Healthy {
+		t.Fatalf("GPU still unhealthy (%s) once it reads again", st.HealthReason)
+	}
+	if _, err := r.led.ReserveBytes(r.uuid, size.GiB, ledger.Task{JobName: "x"}); err != nil {
+		t.Fatalf("ReserveBytes after recovery: %v", err)
+	}
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -318,6 +318,9 @@ func (s *Simulated) MemoryUsed(ctx context.Context, uuid string) (size.Bytes, er
 
 // Processes implements Backend. Entries of dead or zombie processes are dropped and removed.
 func (s *Simulated) Processes(ctx context.Context, uuid string) ([]Process, error) {
+	if fault, err := os.ReadFile(filepath.Join(s.dir, uuid, simFaultFile)); err == nil {
+		return nil, fmt.Errorf("simulated NVML error on GPU %s: %s", uuid, strings.TrimSpace(string(fault)))
+	}
 	procs, err := s.live(ctx, uuid)
 	if err != nil {
 		return nil, err
@@ -379,6 +382,25 @@ func (s *Simulated) ClearProcess(uuid string, pid int) error {
 		return err
 	}
 	return nil
+}
+
+// simFaultFile, in a GPU's directory, makes Processes fail as NVML does when a query errors.
+const simFaultFile = "nvml-fault"
+
+// SetProcessesFault makes Processes of GPU uuid fail with msg (NVML_ERROR_UNKNOWN, say) for every
+// process sharing Dir, until it is called with an empty msg: a fault to test the watchdog with.
+func (s *Simulated) SetProcessesFault(uuid, msg string) error {
+	if _, err := s.device(uuid); err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, uuid, simFaultFile)
+	if msg == "" {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	return writeFileAtomic(path, []byte(msg+"\n"))
 }
 
 // SetHealth marks GPU uuid healthy, or unhealthy with a reason, for every process sharing Dir.
