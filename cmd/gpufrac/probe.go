@@ -46,7 +46,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	var sf storeFlags
 	sf.register(fs)
 	tmpl := fs.String("template", "", "template the job belongs to (required)")
-	window := fs.Duration("window", 0, "stop the job after this long (SIGINT, then SIGKILL) instead of waiting for it to end")
+	window := fs.Duration("window", 0, "stop the job this long after it first holds GPU memory (SIGINT, then SIGKILL) instead of waiting for it to end")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	gpuSel := fs.String("gpu", "", "GPU index or UUID to probe on (default: the idle GPU with the most budget)")
 	noStore := fs.Bool("no-store", false, "measure and print only: record the footprint nowhere")
