@@ -230,7 +230,12 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 			}
 			v := l[0].Violation
 			switch {
-			case c.fence == FenceOn && (v == nil || v.Action != enforcer.ActionOOMInProcess):
+			case c.fence == FenceOn && mode == policy.ModeIsolated && (v == nil || v.Action != enforcer.ActionOOMInProcess):
+				t.Errorf("with the fence the leaker should fail inside itself at its cap, got %+v", v)
+			case c.fence == FenceOn && v != nil && v.Action != enforcer.ActionOOMInProcess:
+				// Under MPS the watchdog names the in-process exit only when a sample caught the
+				// leaker near its limit, which a loaded machine can skip (the runner still sees
+				// the job's out-of-memory exit); what it records must be that and nothing harsher.
 				t.Errorf("with the fence the leaker should fail inside itself at its cap, got %+v", v)
 			case c.fence == FenceOn && mode == policy.ModeIsolated && !strings.Contains(v.Detail, "allocation fence refused"):
 				// Under MPS the simulated pinned limit, which counts the context, bites first.
