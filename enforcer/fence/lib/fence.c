@@ -4,16 +4,13 @@
  * CUDA_ERROR_OUT_OF_MEMORY, so the violator fails inside its own process and no neighbour
  * ever meets a full GPU. docs/enforcement.md says what it fences and what it cannot see.
  *
- * How allocations are reached: the CUDA runtime does not call driver symbols by name. It asks
- * dlsym(libcuda, "cuGetProcAddress") once and then asks that for every entry point. So the
- * fence interposes dlsym, wraps what cuGetProcAddress hands out, and also exports the driver's
- * symbol names for programs linked against libcuda directly.
+ * This half does the accounting: each process's view of each GPU's table, what it allocated,
+ * and the wrappers of the allocation entry points. interpose.c finds those entry points.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,201 +19,11 @@
 #include <unistd.h>
 
 #include "../state.h"
-#include "cuda_min.h"
+#include "fence.h"
 
-#define GF_EXPORT __attribute__((visibility("default")))
 #define GF_MAX_DEV 64
 
-/* ---- messages: once per cause, on stderr, never through stdio buffers ---- */
-
-static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void say(const char *fmt, ...)
-{
-	char buf[512];
-	int n = snprintf(buf, sizeof buf, "gpufrac-fence[%d]: ", (int)getpid());
-	va_list ap;
-	va_start(ap, fmt);
-	n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
-	va_end(ap);
-	if (n > (int)sizeof buf - 2)
-		n = (int)sizeof buf - 2;
-	buf[n++] = '\n';
-	(void)!write(2, buf, (size_t)n);
-}
-
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
-
-/* ---- the real dlsym, and dlsym itself ---- */
-
-typedef void *(*dlsym_fn)(void *, const char *);
-__attribute__((visibility("hidden"), used)) dlsym_fn gf_real_dlsym;
-static pthread_once_t real_once = PTHREAD_ONCE_INIT;
-
-static void find_real_dlsym(void)
-{
-	dlsym_fn f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-	if (!f)
-		f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-	__atomic_store_n(&gf_real_dlsym, f, __ATOMIC_RELEASE);
-}
-
-static dlsym_fn real_dlsym(void)
-{
-	pthread_once(&real_once, find_real_dlsym);
-	return gf_real_dlsym;
-}
-
-__attribute__((visibility("hidden"), used)) void *gf_dlsym(void *handle, const char *name);
-
-#if defined(__x86_64__)
-/* dlsym(RTLD_NEXT, ...) answers relative to its caller's object, found from the return
- * address. A C wrapper would make every such lookup relative to the fence, so RTLD_NEXT goes
- * to the real dlsym by a tail jump that leaves the caller's return address in place. */
-__asm__(".text\n"
-	".globl dlsym\n"
-	".type dlsym, @function\n"
-	"dlsym:\n"
-	"	cmpq $-1, %rdi\n"
-	"	jne gf_dlsym\n"
-	"	movq gf_real_dlsym(%rip), %rax\n"
-	"	testq %rax, %rax\n"
-	"	je gf_dlsym\n"
-	"	jmp *%rax\n"
-	".size dlsym, .-dlsym\n");
-#else
-/* Elsewhere RTLD_NEXT lookups made by other objects resolve relative to the fence. */
-GF_EXPORT void *dlsym(void *handle, const char *name) { return gf_dlsym(handle, name); }
-#endif
-
-/* ---- the wrapped entry points ---- */
-
-enum api {
-	A_ALLOC,
-	A_PITCH,
-	A_MANAGED,
-	A_FREE,
-	A_INFO,
-	A_CREATE,
-	A_RELEASE,
-	A_ASYNC,
-	A_FREEASYNC,
-	A_POOL,
-	A_ARRAY,
-	A_ARRAY3D,
-	A_ARRAYDESTROY,
-	A_MIPMAP,
-	A_MIPMAPDESTROY,
-	A_GPA1,
-	A_GPA2,
-	A_N
-};
-
-/* Slots 0 and 1 hold what dlsym and cuGetProcAddress hand out (a plain and a per-thread-stream
- * variant have one signature and two addresses); 2 and 3 back the exported names. */
-#define SLOTS 4
-static void *real[A_N][SLOTS];
-static void *const wrappers[A_N][2]; /* defined below, beside the wrappers */
-
-struct name {
-	const char *sym; /* as dlsym and the exported symbols spell it */
-	const char *gpa; /* as cuGetProcAddress is asked for it */
-	int minver;      /* older ABIs of the same name take 32-bit sizes: left alone */
-	int api;
-	int slot; /* the exported name's slot */
-};
-
-static const struct name names[] = {
-	{"cuMemAlloc_v2", "cuMemAlloc", 3020, A_ALLOC, 2},
-	{"cuMemAllocPitch_v2", "cuMemAllocPitch", 3020, A_PITCH, 2},
-	{"cuMemAllocManaged", "cuMemAllocManaged", 0, A_MANAGED, 2},
-	{"cuMemFree_v2", "cuMemFree", 3020, A_FREE, 2},
-	{"cuMemGetInfo_v2", "cuMemGetInfo", 3020, A_INFO, 2},
-	{"cuMemCreate", "cuMemCreate", 0, A_CREATE, 2},
-	{"cuMemRelease", "cuMemRelease", 0, A_RELEASE, 2},
-	{"cuMemAllocAsync", "cuMemAllocAsync", 0, A_ASYNC, 2},
-	{"cuMemAllocAsync_ptsz", NULL, 0, A_ASYNC, 3},
-	{"cuMemFreeAsync", "cuMemFreeAsync", 0, A_FREEASYNC, 2},
-	{"cuMemFreeAsync_ptsz", NULL, 0, A_FREEASYNC, 3},
-	{"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync", 0, A_POOL, 2},
-	{"cuMemAllocFromPoolAsync_ptsz", NULL, 0, A_POOL, 3},
-	{"cuArrayCreate_v2", "cuArrayCreate", 3020, A_ARRAY, 2},
-	{"cuArray3DCreate_v2", "cuArray3DCreate", 3020, A_ARRAY3D, 2},
-	{"cuArrayDestroy", "cuArrayDestroy", 0, A_ARRAYDESTROY, 2},
-	{"cuMipmappedArrayCreate", "cuMipmappedArrayCreate", 0, A_MIPMAP, 2},
-	{"cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", 0, A_MIPMAPDESTROY, 2},
-	{"cuGetProcAddress", NULL, 0, A_GPA1, 2},
-	{"cuGetProcAddress_v2", NULL, 0, A_GPA2, 2},
-};
-#define NNAMES (sizeof names / sizeof names[0])
-
-static void *real_of(int api, int slot)
-{
-	void *p = __atomic_load_n(&real[api][slot], __ATOMIC_ACQUIRE);
-	if (p || slot < 2)
-		return p;
-	/* An exported name: the next definition after the fence's own is the driver's. */
-	for (size_t i = 0; i < NNAMES; i++)
-		if (names[i].api == api && names[i].slot == slot) {
-			dlsym_fn f = real_dlsym();
-			p = f ? f(RTLD_NEXT, names[i].sym) : NULL;
-			__atomic_store_n(&real[api][slot], p, __ATOMIC_RELEASE);
-			break;
-		}
-	return p;
-}
-
-static int from_driver(void *p)
-{
-	Dl_info info;
-	if (!dladdr(p, &info) || !info.dli_fname)
-		return 0;
-	const char *base = strrchr(info.dli_fname, '/');
-	base = base ? base + 1 : info.dli_fname;
-	return strncmp(base, "libcuda.so", 10) == 0;
-}
-
-/* wrap swaps a driver address for the fence's wrapper of the same signature. */
-static void *wrap(int api, void *p)
-{
-	if (!p || !from_driver(p))
-		return p;
-	for (int s = 0; s < 2; s++) {
-		void *want = NULL;
-		if (__atomic_compare_exchange_n(&real[api][s], &want, p, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
-		    want == p)
-			return wrappers[api][s];
-	}
-	static int warned;
-	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-		say("a third driver address for one entry point: left unfenced");
-	return p;
-}
-
-void *gf_dlsym(void *handle, const char *name)
-{
-	dlsym_fn f = real_dlsym();
-	if (!f)
-		return NULL;
-	void *p = f(handle, name);
-	if (!p || !name || name[0] != 'c' || name[1] != 'u')
-		return p;
-	for (size_t i = 0; i < NNAMES; i++)
-		if (strcmp(names[i].sym, name) == 0)
-			return wrap(names[i].api, p);
-	return p;
-}
-
-static void *wrap_proc(const char *sym, int ver, void *p)
-{
-	if (!sym || sym[0] != 'c' || sym[1] != 'u')
-		return p;
-	if (strcmp(sym, "cuGetProcAddress") == 0)
-		return wrap(ver >= 12000 ? A_GPA2 : A_GPA1, p);
-	for (size_t i = 0; i < NNAMES; i++)
-		if (names[i].gpa && strcmp(names[i].gpa, sym) == 0)
-			return ver >= names[i].minver ? wrap(names[i].api, p) : p;
-	return p;
-}
 
 /* ---- the process's view of each GPU ---- */
 
@@ -465,7 +272,6 @@ static void untrack(int kind, uint64_t key)
 
 /* ---- the wrappers ---- */
 
-#define REAL(api, slot, type) ((type)real_of(api, slot))
 
 /* guarded runs one allocation of n bytes on device d under the fence. */
 #define GUARDED(d, n, call, kind, key)                                                                  \
@@ -668,37 +474,6 @@ static CUresult mipmap_destroy(int s, CUmipmappedArray a)
 	return r;
 }
 
-typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
-static CUresult get_proc1(int s, const char *sym, void **pfn, int ver, cuuint64_t flags)
-{
-	gpa1_fn f = REAL(A_GPA1, s, gpa1_fn);
-	if (!f)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(sym, pfn, ver, flags);
-	if (r == CUDA_SUCCESS && pfn)
-		*pfn = wrap_proc(sym, ver, *pfn);
-	return r;
-}
-
-typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t, int *);
-static CUresult get_proc2(int s, const char *sym, void **pfn, int ver, cuuint64_t flags, int *status)
-{
-	gpa2_fn f = REAL(A_GPA2, s, gpa2_fn);
-	if (!f)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(sym, pfn, ver, flags, status);
-	if (r == CUDA_SUCCESS && pfn)
-		*pfn = wrap_proc(sym, ver, *pfn);
-	return r;
-}
-
-/* Two dynamic slots per entry point, and the exported names. */
-#define DYN(impl, params, ...)                                                 \
-	static CUresult impl##_0 params { return impl(0, __VA_ARGS__); }      \
-	static CUresult impl##_1 params { return impl(1, __VA_ARGS__); }
-#define EXPORT(sym, impl, slot, params, ...) \
-	GF_EXPORT CUresult sym params { return impl(slot, __VA_ARGS__); }
-
 DYN(mem_alloc, (CUdeviceptr * p, size_t n), p, n)
 DYN(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e), p, pi, w, h, e)
 DYN(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
@@ -714,8 +489,6 @@ DYN(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
 DYN(array_destroy, (CUarray a), a)
 DYN(mipmap_create, (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
 DYN(mipmap_destroy, (CUmipmappedArray a), a)
-DYN(get_proc1, (const char *sym, void **pfn, int v, cuuint64_t fl), sym, pfn, v, fl)
-DYN(get_proc2, (const char *sym, void **pfn, int v, cuuint64_t fl, int *st), sym, pfn, v, fl, st)
 
 EXPORT(cuMemAlloc_v2, mem_alloc, 2, (CUdeviceptr * p, size_t n), p, n)
 EXPORT(cuMemAllocPitch_v2, mem_alloc_pitch, 2, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e),
@@ -740,12 +513,9 @@ EXPORT(cuArrayDestroy, array_destroy, 2, (CUarray a), a)
 EXPORT(cuMipmappedArrayCreate, mipmap_create, 2,
        (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
 EXPORT(cuMipmappedArrayDestroy, mipmap_destroy, 2, (CUmipmappedArray a), a)
-EXPORT(cuGetProcAddress, get_proc1, 2, (const char *sym, void **pfn, int v, cuuint64_t fl), sym, pfn, v, fl)
-EXPORT(cuGetProcAddress_v2, get_proc2, 2, (const char *sym, void **pfn, int v, cuuint64_t fl, int *st), sym, pfn,
-       v, fl, st)
 
 /* Set before any constructor runs: dlsym may be asked before the fence is initialized. */
-static void *const wrappers[A_N][2] = {
+void *const gf_wrappers[A_N][2] = {
 	[A_ALLOC] = {(void *)mem_alloc_0, (void *)mem_alloc_1},
 	[A_PITCH] = {(void *)mem_alloc_pitch_0, (void *)mem_alloc_pitch_1},
 	[A_MANAGED] = {(void *)mem_alloc_managed_0, (void *)mem_alloc_managed_1},
@@ -761,7 +531,7 @@ static void *const wrappers[A_N][2] = {
 	[A_ARRAYDESTROY] = {(void *)array_destroy_0, (void *)array_destroy_1},
 	[A_MIPMAP] = {(void *)mipmap_create_0, (void *)mipmap_create_1},
 	[A_MIPMAPDESTROY] = {(void *)mipmap_destroy_0, (void *)mipmap_destroy_1},
-	[A_GPA1] = {(void *)get_proc1_0, (void *)get_proc1_1},
+	[A_GPA1] = {(void *)get_proc1_0, (void *)get_proc1_1}, /* interpose.c */
 	[A_GPA2] = {(void *)get_proc2_0, (void *)get_proc2_1},
 };
 
