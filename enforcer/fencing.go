@@ -208,9 +208,6 @@ func (e *Enforcer) SyncFence(st ledger.GPUState) error {
 	return e.fence.sync(st)
 }
 
-// FenceEnabled says whether tasks get the allocation fence.
-func (e *Enforcer) FenceEnabled() bool { return e.fence != nil }
-
 // fenceNote is what the fence saw of a task, for a violation's detail.
 func fenceNote(u fence.TaskUse, seen bool) string {
 	if !seen || u.Procs == 0 && u.Peak == 0 {
