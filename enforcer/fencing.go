@@ -78,7 +78,6 @@ type fences struct {
 	mu     sync.Mutex
 	tables map[string]*fence.Table
 	synced map[string]string // GPU -> what its table was last set to
-	failed map[string]string // GPU -> the last error said, so it is said once
 	// refused is what the fence had refused per token at the last look, to tell a new refusal.
 	refused map[string]uint64
 }
@@ -103,7 +102,7 @@ func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
 		}
 	}
 	return &fences{cfg: cfg, lib: lib, log: log.Named("fence"), tables: map[string]*fence.Table{},
-		synced: map[string]string{}, failed: map[string]string{}, refused: map[string]uint64{}}, nil
+		synced: map[string]string{}, refused: map[string]uint64{}}, nil
 }
 
 // table opens a GPU's table. A table that cannot be read is moved aside (its processes keep the

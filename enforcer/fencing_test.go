@@ -1,6 +1,8 @@
 package enforcer
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,4 +100,28 @@ func TestViolationBeforeTheFirstScanIsAttributed(t *testing.T) {
 	if v.Task.JobName != "early" || v.Task.TaskName != "main" || v.Task.Template != "tmpl-early" {
 		t.Fatalf("violation task %+v: want the names from the process environment", v.Task)
 	}
+}
+
+// A table the enforcer cannot read is moved aside and a fresh one made: one bad file must not
+// leave a GPU unfenced for good.
+func TestUnreadableFenceTableIsReplaced(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir} })
+	if err := os.WriteFile(fence.Path(dir, r.uuid), []byte("not a table"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := r.reserve(2*size.GiB, "a")
+	st, _ := r.led.State(r.uuid)
+	if err := r.enf.SyncFence(st); err != nil {
+		t.Fatalf("sync over an unreadable table: %v", err)
+	}
+	aside, _ := filepath.Glob(fence.Path(dir, r.uuid) + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("moved aside: %v, want the bad table kept beside the new one", aside)
+	}
+	c, err := fence.Attach(dir, r.uuid, res.Token)
+	if err != nil {
+		t.Fatalf("the new table: %v", err)
+	}
+	c.Detach()
 }
