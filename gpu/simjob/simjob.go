@@ -312,9 +312,7 @@ func (j *job) run() int {
 		case ce := <-j.childDone:
 			j.pending--
 			if ce.err != nil {
-				fmt.Fprintf(j.stderr, "simjob: pid %d: child process %d failed: %v\n", j.pid, ce.pid, ce.err)
-				j.stopChildren(syscall.SIGTERM)
-				return ExitFail
+				return j.childFailed(ce, sigs)
 			}
 			// A clean child exit before this process finishes is fine: they share a profile.
 		case <-ticker.C:
@@ -375,9 +373,7 @@ func (j *job) waitChildren(sigs <-chan os.Signal) (int, bool) {
 		case ce := <-j.childDone:
 			j.pending--
 			if ce.err != nil {
-				fmt.Fprintf(j.stderr, "simjob: pid %d: child process %d failed: %v\n", j.pid, ce.pid, ce.err)
-				j.stopChildren(syscall.SIGTERM)
-				return ExitFail, false
+				return j.childFailed(ce, sigs), false
 			}
 			ended[ce.pid] = true
 		case <-ticker.C:
@@ -510,6 +506,27 @@ func (j *job) stopChildren(s os.Signal) {
 }
 
 // interrupted ends the job after SIGINT or SIGTERM, stopping its extra processes too.
+// stopSettle bounds how long a job whose child was stopped waits for its own stop signal.
+const stopSettle = time.Second
+
+// childFailed ends the job after a child failed. A child that ended by a stop signal was stopped
+// with its task: whoever stops a task signals every process of it (the watchdog does), so this
+// process's own signal is on its way, and the job ends as stopped rather than as failed, whichever
+// of the two the scheduler ran first.
+func (j *job) childFailed(ce childExit, sigs <-chan os.Signal) int {
+	var ee *exec.ExitError
+	if errors.As(ce.err, &ee) && (ee.ExitCode() == ExitINT || ee.ExitCode() == ExitTERM) {
+		select {
+		case s := <-sigs:
+			return j.interrupted(s)
+		case <-time.After(stopSettle):
+		}
+	}
+	fmt.Fprintf(j.stderr, "simjob: pid %d: child process %d failed: %v\n", j.pid, ce.pid, ce.err)
+	j.stopChildren(syscall.SIGTERM)
+	return ExitFail
+}
+
 func (j *job) interrupted(s os.Signal) int {
 	if j.limited {
 		// A stopped MPS client may fault the server's other clients (see mpsfault.go).

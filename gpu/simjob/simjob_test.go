@@ -256,6 +256,29 @@ func TestProcs(t *testing.T) {
 	}
 }
 
+// A task stopped by a signal to every process ends as stopped, whichever process the signal
+// reached first: here the child, which exits first, so the parent learns of it before its own
+// signal arrives.
+func TestProcsStoppedChildFirst(t *testing.T) {
+	s, uuid := newSim(t)
+	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "1m", "--procs", "2")
+	eventually(t, "two processes", func() bool { return len(procs(t, s, uuid)) == 2 })
+	child := 0
+	for _, p := range procs(t, s, uuid) {
+		if p.PID != r.cmd.Process.Pid {
+			child = p.PID
+		}
+	}
+	if err := syscall.Kill(child, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the child to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 1 })
+	r.cmd.Process.Signal(syscall.SIGINT)
+	if code := r.wait(t); code != simjob.ExitINT {
+		t.Fatalf("exit %d, want %d (stopped); stderr: %s", code, simjob.ExitINT, r.stderr.String())
+	}
+}
+
 // TestProcsKilled: SIGKILL of the job's main process takes its extra processes with it, and the
 // backend frees all their memory.
 func TestProcsKilled(t *testing.T) {
