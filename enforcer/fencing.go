@@ -35,6 +35,15 @@ const (
 	FenceOff  = "off"
 )
 
+// CheckFenceMode is the one rule for a fence setting: FenceAuto, FenceOn, FenceOff, or "" (auto).
+func CheckFenceMode(mode string) error {
+	switch mode {
+	case "", FenceAuto, FenceOn, FenceOff:
+		return nil
+	}
+	return fmt.Errorf("fence %q: want %s, %s or %s", mode, FenceAuto, FenceOn, FenceOff)
+}
+
 // ResolveFence turns a command's fence setting (FenceAuto, FenceOn, FenceOff; "" = auto) and
 // library path ("" = beside the executable) into a FenceConfig with its tables in dir, and a
 // line for the user that says what was decided and why.
@@ -42,12 +51,11 @@ func ResolveFence(mode, library, dir string, simulated bool) (FenceConfig, strin
 	off := func(why string) (FenceConfig, string, error) {
 		return FenceConfig{}, "fence: off (" + why + "): the watchdog alone holds the caps", nil
 	}
-	switch mode {
-	case "", FenceAuto, FenceOn:
-	case FenceOff:
+	if err := CheckFenceMode(mode); err != nil {
+		return FenceConfig{}, "", err
+	}
+	if mode == FenceOff {
 		return off("asked for")
-	default:
-		return FenceConfig{}, "", fmt.Errorf("fence %q: want %s, %s or %s", mode, FenceAuto, FenceOn, FenceOff)
 	}
 	if !fence.Available {
 		if mode == FenceOn {

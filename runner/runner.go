@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -270,8 +271,8 @@ func (o *Options) fill(q Queue) error {
 	if o.MaxConcurrent < 0 {
 		return fmt.Errorf("%w: max concurrency %d is negative", ErrOptions, o.MaxConcurrent)
 	}
-	if !slices.Contains([]string{"", FenceAuto, FenceOn, FenceOff}, o.Fence) {
-		return fmt.Errorf("%w: fence %q: want %s, %s or %s", ErrOptions, o.Fence, FenceAuto, FenceOn, FenceOff)
+	if err := enforcer.CheckFenceMode(o.Fence); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()

@@ -19,11 +19,10 @@ func (f *fenceFlags) register(fs *flag.FlagSet) {
 
 // check refuses a bad --fence value as a usage error, before anything starts.
 func (f *fenceFlags) check() error {
-	switch *f.mode {
-	case enforcer.FenceAuto, enforcer.FenceOn, enforcer.FenceOff:
-		return nil
+	if err := enforcer.CheckFenceMode(*f.mode); err != nil {
+		return usagef("--%w", err)
 	}
-	return usagef("--fence %q: want auto, on or off", *f.mode)
+	return nil
 }
 
 // resolve decides the fence of a command whose tables live under stateDir.
