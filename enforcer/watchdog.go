@@ -187,7 +187,7 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 		}
 		tr = &track{token: r.Token, gpu: uuid, task: task, mode: mode, capBytes: r.CapBytes, crossedAt: now}
 		e.tracks[r.Token] = tr
-		e.emit(Event{Kind: EventViolation, Stage: "crossed", GPU: uuid, Token: r.Token, Task: r.Task, PIDs: pids(ps), Bytes: used,
+		e.emit(Event{Kind: EventViolation, Stage: "crossed", GPU: uuid, Token: r.Token, Task: task, PIDs: pids(ps), Bytes: used,
 			Message: fmt.Sprintf("task passed its cap: %s used, cap %s + allowance %s x %d processes", used, r.CapBytes, e.cfg.Allowance, len(ps))})
 	}
 	tr.peak = max(tr.peak, used)
@@ -263,7 +263,6 @@ func (e *Enforcer) settle(uuid string, byToken map[string][]ProcUsage, now time.
 			continue
 		}
 		delete(e.tracks, tok)
-		delete(e.near, tok)
 		detail := tr.detail
 		if tr.fence != "" {
 			detail += "; " + tr.fence

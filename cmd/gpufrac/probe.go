@@ -282,21 +282,23 @@ type probeFenceEnv struct {
 }
 
 func probeFence(g *globals, ff *fenceFlags, b gpu.Backend, led *ledger.Ledger, st ledger.GPUState, stderr io.Writer) (probeFenceEnv, error) {
+	none := probeFenceEnv{close: func() {}}
 	_, simulated := b.(*gpu.Simulated)
 	fc, note, err := ff.resolve(expandHome(g.stateDir), simulated)
 	if err != nil {
-		return probeFenceEnv{close: func() {}}, err
+		return none, err
 	}
 	fmt.Fprintln(stderr, note)
 	if fc.Dir == "" {
-		return probeFenceEnv{close: func() {}}, nil
+		return none, nil
 	}
 	e, err := enforcer.New(enforcer.Config{Backend: b, Ledger: led, Logger: g.logger, Fence: fc})
 	if err != nil {
-		return probeFenceEnv{close: func() {}}, err
+		return none, err
 	}
 	if err := e.SyncFence(st); err != nil {
-		return probeFenceEnv{close: func() {}}, err
+		_ = e.Shutdown(context.Background()) // gives its tables up
+		return none, err
 	}
 	return probeFenceEnv{EnvOptions: e.EnvOptions(st.UUID), close: func() { _ = e.Shutdown(context.Background()) }}, nil
 }
