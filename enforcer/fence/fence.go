@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gpufrac/gpufrac/size"
@@ -40,6 +41,7 @@ type Table struct {
 	mu   sync.Mutex
 	m    *C.struct_gf_map
 	path string
+	wait time.Duration
 }
 
 // Create opens the table of GPU uuid in dir, creating it when missing, and takes it over for
@@ -79,8 +81,18 @@ func (t *Table) Close() error {
 	return nil
 }
 
+// SetWait sets how long an allocation that would borrow memory that is not free may wait for
+// it (0: it fails at once), from the next SetTasks on.
+func (t *Table) SetWait(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.wait = max(d, 0)
+}
+
 // SetTasks makes tasks the table's whole set: new tokens get a slot, known ones their new cap
-// and limit, and tokens not listed leave (their processes then pass through unfenced).
+// and limit, and tokens not listed leave (their processes then pass through unfenced). A new
+// or raised guarantee that would cover memory borrowers hold, or that would be placed while an
+// allocation waits for memory, is left out: the error is a *NoRoomError naming its tokens.
 func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 	for _, k := range tasks {
 		if k.Token == "" || len(k.Token) >= C.GF_TOKEN_MAX {
@@ -106,11 +118,29 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 			C.free(unsafe.Pointer(view[i].token))
 		}
 	}()
-	placed := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget)))
-	if placed < n {
+	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
+	switch {
+	case rc == C.GF_SET_FULL:
 		return fmt.Errorf("%w: %s holds %d tasks, %d were asked for", ErrFull, t.path, MaxTasks, n)
+	case rc == C.GF_SET_NOROOM:
+		return t.noRoom(tasks)
 	}
 	return nil
+}
+
+// noRoom names the tasks the table left out or kept at a smaller guarantee. Called with t.mu.
+func (t *Table) noRoom(tasks []Task) error {
+	raw := (*C.struct_gf_table)(C.malloc(C.sizeof_struct_gf_table))
+	defer C.free(unsafe.Pointer(raw))
+	C.gf_snapshot(t.m, raw)
+	s := snapshotOf(raw)
+	e := &NoRoomError{Path: t.path, Borrowed: s.Borrowed(), Waiting: s.Waiting()}
+	for _, k := range tasks {
+		if u, ok := s.Task(k.Token); !ok || u.Cap < k.Cap {
+			e.Tokens = append(e.Tokens, k.Token)
+		}
+	}
+	return e
 }
 
 // Reap gives back the slots of processes that died and returns how many there were.
@@ -144,6 +174,7 @@ func snapshotOf(raw *C.struct_gf_table) Snapshot {
 		Recoveries: uint64(raw.h.recoveries),
 		Underflows: uint64(raw.h.underflows),
 		Reaped:     uint64(raw.h.reaped),
+		Wait:       time.Duration(raw.h.wait_ns),
 	}
 	tokens := map[int]string{}
 	for i := range C.GF_TASKS {
@@ -154,7 +185,8 @@ func snapshotOf(raw *C.struct_gf_table) Snapshot {
 		tok := C.GoString(&k.token[0])
 		tokens[i] = tok
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
-			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Procs: int(k.procs)})
+			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Procs: int(k.procs),
+			Waits: uint64(k.waits)})
 	}
 	for i := range C.GF_PROCS {
 		p := &raw.procs[i]
@@ -166,7 +198,14 @@ func snapshotOf(raw *C.struct_gf_table) Snapshot {
 			tok = tokens[int(p.task)]
 		}
 		s.Procs = append(s.Procs, ProcUse{Token: tok, PID: int(p.pid), Used: size.Bytes(p.used), Peak: size.Bytes(p.peak),
-			Allocs: uint64(p.allocs), Refused: uint64(p.refused)})
+			Allocs: uint64(p.allocs), Refused: uint64(p.refused), Waiting: p.waiting != 0})
+		if p.waiting != 0 && tok != "" {
+			for i := range s.Tasks {
+				if s.Tasks[i].Token == tok {
+					s.Tasks[i].Waiting = true
+				}
+			}
+		}
 	}
 	return s
 }

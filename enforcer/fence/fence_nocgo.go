@@ -4,6 +4,7 @@ package fence
 
 import (
 	"errors"
+	"time"
 
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -24,6 +25,9 @@ func (t *Table) Path() string { return "" }
 
 // Close does nothing.
 func (t *Table) Close() error { return nil }
+
+// SetWait does nothing.
+func (t *Table) SetWait(time.Duration) {}
 
 // SetTasks fails without cgo.
 func (t *Table) SetTasks([]Task, size.Bytes) error { return errNoCgo }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -363,66 +364,142 @@ static int mine(const struct gf_map *m)
 	return p->state == GF_LIVE && p->pgen == m->pgen && k->state == GF_LIVE && k->gen == m->task_gen;
 }
 
+static uint64_t held(const struct gf_task *k) { return k->used > k->cap ? k->used : k->cap; }
+
+/* committed is what every task's guarantee or use, whichever is more, covers. */
 static uint64_t committed(const struct gf_table *t)
 {
 	uint64_t sum = 0;
-	for (int i = 0; i < GF_TASKS; i++) {
-		const struct gf_task *k = &t->tasks[i];
-		if (k->state == GF_LIVE)
-			sum += k->used > k->cap ? k->used : k->cap;
-	}
+	for (int i = 0; i < GF_TASKS; i++)
+		if (t->tasks[i].state == GF_LIVE)
+			sum += held(&t->tasks[i]);
 	return sum;
 }
 
-/* fits is the rule: a task may always reach its guarantee; past it, up to its limit, it may
+enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2 };
+
+/* judge is the rule: a task may always reach its guarantee; past it, up to its limit, it may
  * borrow only memory that no task's guarantee covers and no other borrower holds. */
-static int fits(const struct gf_table *t, const struct gf_task *k, uint64_t want)
+static int judge(const struct gf_table *t, const struct gf_task *k, uint64_t want)
 {
 	if (want <= k->cap)
-		return 1;
+		return FIT;
 	if (want > k->limit || t->h.budget == 0)
-		return 0;
-	uint64_t mine_now = k->used > k->cap ? k->used : k->cap;
-	return committed(t) - mine_now + want <= t->h.budget;
+		return PAST_LIMIT;
+	return committed(t) - held(k) + want <= t->h.budget ? FIT : NO_ROOM;
 }
+
+/* task_waits says whether a live process of task slot i waits for borrowable memory. */
+static int task_waits(const struct gf_table *t, int i)
+{
+	for (int j = 0; j < GF_PROCS; j++) {
+		const struct gf_proc *p = &t->procs[j];
+		if (p->state == GF_LIVE && p->waiting && p->task == (uint32_t)i && p->task_gen == t->tasks[i].gen)
+			return 1;
+	}
+	return 0;
+}
+
+static int anyone_waits(const struct gf_table *t)
+{
+	for (int j = 0; j < GF_PROCS; j++)
+		if (t->procs[j].state == GF_LIVE && t->procs[j].waiting)
+			return 1;
+	return 0;
+}
+
+/* can_wait says whether waiting may let task slot me reach want: some other task that is not
+ * waiting itself holds memory (it ends, or frees, and nothing new is placed meanwhile), and what
+ * the waiting tasks hold leaves room for want. Borrowers waiting on each other, or a want that
+ * only an empty GPU could hold, fail at once instead: the task is re-run with more room. */
+static int can_wait(const struct gf_table *t, int me, uint64_t want)
+{
+	uint64_t stuck = 0;
+	int movers = 0;
+	for (int i = 0; i < GF_TASKS; i++) {
+		const struct gf_task *k = &t->tasks[i];
+		if (i == me || k->state != GF_LIVE || held(k) == 0)
+			continue;
+		if (task_waits(t, i))
+			stuck += held(k);
+		else
+			movers++;
+	}
+	return movers > 0 && stuck <= t->h.budget && want <= t->h.budget - stuck;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A waiting allocation looks again this often: neighbours' frees come in bursts at their ends,
+ * and a wait is bounded in seconds, so a millisecond's latency is nothing. */
+#define GF_WAIT_POLL_NS 2000000L
+/* ... and gives back the slots of dead processes (a syscall a slot) this much less often. */
+#define GF_WAIT_REAP_EVERY 50
 
 int gf_charge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	lock(m);
-	if (!mine(m)) {
-		unlock(m);
-		return GF_NOTASK;
-	}
-	struct gf_table *t = m->t;
-	struct gf_task *k = &t->tasks[m->task];
-	struct gf_proc *p = &t->procs[m->slot];
-	uint64_t want = k->used + n;
-	if (want < k->used || !fits(t, k, want)) {
-		k->refused++;
-		p->refused++;
-		unlock(m);
-		return GF_REFUSED;
-	}
-	k->used = want;
+	uint64_t deadline = 0;
+	for (unsigned polls = 0;; polls++) {
+		lock(m);
+		if (!mine(m)) {
+			if (m->t->procs[m->slot].pgen == m->pgen)
+				m->t->procs[m->slot].waiting = 0;
+			unlock(m);
+			return GF_NOTASK;
+		}
+		struct gf_table *t = m->t;
+		struct gf_task *k = &t->tasks[m->task];
+		struct gf_proc *p = &t->procs[m->slot];
+		uint64_t want = k->used + n;
+		int verdict = want < k->used ? PAST_LIMIT : judge(t, k, want);
+		if (verdict == FIT) {
+			p->waiting = 0;
+			k->used = want;
 #ifdef GF_TESTING
-	/* Lets a test kill a process at the worst moment: the task's sum is raised, the process's
-	 * own is not yet. */
-	if (getenv("GF_TEST_STALL_IN_LOCK")) {
-		(void)!write(2, "gf-test: stalled\n", 17);
-		for (;;)
-			pause();
-	}
+			/* Lets a test kill a process at the worst moment: the task's sum is raised, the
+			 * process's own is not yet. */
+			if (getenv("GF_TEST_STALL_IN_LOCK")) {
+				(void)!write(2, "gf-test: stalled\n", 17);
+				for (;;)
+					pause();
+			}
 #endif
-	p->used += n;
-	p->allocs++;
-	if (k->used > k->peak)
-		k->peak = k->used;
-	if (p->used > p->peak)
-		p->peak = p->used;
-	unlock(m);
-	return GF_OK;
+			p->used += n;
+			p->allocs++;
+			if (k->used > k->peak)
+				k->peak = k->used;
+			if (p->used > p->peak)
+				p->peak = p->used;
+			unlock(m);
+			return GF_OK;
+		}
+		uint64_t now = verdict == NO_ROOM && t->h.wait_ns > 0 ? now_ns() : 0;
+		if (now != 0 && deadline == 0)
+			deadline = now + t->h.wait_ns;
+		if (now == 0 || now >= deadline || !can_wait(t, m->task, want)) {
+			p->waiting = 0;
+			k->refused++;
+			p->refused++;
+			unlock(m);
+			return GF_REFUSED;
+		}
+		if (!p->waiting) {
+			p->waiting = 1;
+			k->waits++;
+		}
+		unlock(m);
+		if (polls % GF_WAIT_REAP_EVERY == GF_WAIT_REAP_EVERY - 1)
+			gf_reap(m, -1);
+		struct timespec d = {0, GF_WAIT_POLL_NS};
+		nanosleep(&d, NULL);
+	}
 }
 
 void gf_uncharge(struct gf_map *m, uint64_t n)
@@ -498,12 +575,25 @@ static const struct gf_task_spec *find_spec(const struct gf_task_spec *specs, in
 	return NULL;
 }
 
-int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget)
+/* room says whether task k may hold guarantee cap from now: a guarantee never covers memory that
+ * borrowers hold, and none is placed or raised while an allocation waits for memory to come free
+ * (it would take what the waiter waits for). */
+static int room(const struct gf_table *t, const struct gf_task *k, uint64_t cap, int waiting)
 {
-	int placed = 0;
+	uint64_t before = k ? held(k) : 0;
+	uint64_t after = k && k->used > cap ? k->used : cap;
+	if (t->h.budget == 0 || after <= before)
+		return 1;
+	return !waiting && committed(t) - before + after <= t->h.budget;
+}
+
+int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns)
+{
+	int placed = 0, full = 0, noroom = 0;
 	lock(m);
 	struct gf_table *t = m->t;
 	t->h.budget = budget;
+	t->h.wait_ns = wait_ns;
 	/* Tasks that ended leave first, so their slots serve the new ones. Processes still holding
 	 * a slot of an ended task no longer match its generation and pass through unfenced; the
 	 * watchdog owns them. */
@@ -515,26 +605,36 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 			k->gen = gen;
 		}
 	}
+	int waiting = anyone_waits(t);
 	for (int s = 0; s < n; s++) {
 		int i = find_task(t, specs[s].token);
+		struct gf_task *k = i >= 0 ? &t->tasks[i] : NULL;
+		if (!room(t, k, specs[s].cap, waiting)) {
+			noroom = 1;
+			continue;
+		}
 		if (i < 0) {
 			for (i = 0; i < GF_TASKS && t->tasks[i].state == GF_LIVE; i++)
 				;
-			if (i == GF_TASKS)
+			if (i == GF_TASKS) {
+				full = 1;
 				continue;
-			struct gf_task *k = &t->tasks[i];
+			}
+			k = &t->tasks[i];
 			uint32_t gen = k->gen + 1;
 			memset(k, 0, sizeof *k);
 			k->gen = gen;
 			snprintf(k->token, sizeof k->token, "%s", specs[s].token);
 			k->state = GF_LIVE;
 		}
-		t->tasks[i].cap = specs[s].cap;
-		t->tasks[i].limit = specs[s].limit > specs[s].cap ? specs[s].limit : specs[s].cap;
+		k->cap = specs[s].cap;
+		k->limit = specs[s].limit > specs[s].cap ? specs[s].limit : specs[s].cap;
 		placed++;
 	}
 	unlock(m);
-	return placed;
+	if (full)
+		return GF_SET_FULL;
+	return noroom ? GF_SET_NOROOM : placed;
 }
 
 void gf_snapshot(struct gf_map *m, struct gf_table *out)

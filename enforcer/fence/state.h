@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 1
+#define GF_VERSION 2
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -42,6 +42,10 @@ enum { GF_FREE = 0, GF_LIVE = 1 };
 /* Results of gf_charge. */
 enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2 };
 
+/* Results of gf_set_tasks besides a count of tasks placed. */
+#define GF_SET_FULL (-1)   /* no free task slot */
+#define GF_SET_NOROOM (-2) /* a new or raised guarantee would cover memory borrowers hold */
+
 struct gf_task {
 	uint32_t state; /* GF_FREE or GF_LIVE */
 	uint32_t gen;   /* bumped whenever the slot gets a new token */
@@ -51,6 +55,7 @@ struct gf_task {
 	uint64_t peak;
 	uint64_t refused; /* allocations refused */
 	uint64_t procs;   /* live process slots */
+	uint64_t waits;   /* allocations that waited for borrowable memory */
 	char token[GF_TOKEN_MAX];
 };
 
@@ -60,7 +65,7 @@ struct gf_proc {
 	uint32_t task_gen;
 	int32_t pid;   /* in the process's own PID namespace: for people, never for liveness */
 	uint32_t pgen; /* bumped when the slot is given back, so an owner can tell it lost it */
-	uint32_t pad;
+	uint32_t waiting; /* 1 while an allocation of this process waits for borrowable memory */
 	uint64_t used;
 	uint64_t peak;
 	uint64_t allocs;
@@ -82,6 +87,9 @@ struct gf_header {
 	uint64_t recoveries;
 	uint64_t underflows; /* frees of more than was charged: a bug somewhere, counted not hidden */
 	uint64_t reaped;     /* slots of dead processes given back */
+	/* How long an allocation that would borrow memory that is not free may wait for it; 0 = it
+	 * fails at once. While one waits, no new guarantee is placed (gf_set_tasks). */
+	uint64_t wait_ns;
 	char uuid[GF_UUID_MAX];
 };
 
@@ -117,6 +125,9 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen);
 void gf_detach(struct gf_map *m);
 
+/* gf_charge takes n bytes for the task, or refuses. Past its guarantee a task borrows memory that
+ * no guarantee covers; when that is not free it waits (up to the header's wait_ns) while waiting
+ * can help: some other task that is not waiting itself holds memory that will come free. */
 int gf_charge(struct gf_map *m, uint64_t n);
 void gf_uncharge(struct gf_map *m, uint64_t n);
 /* gf_view is what the task may still allocate (free) and its cap (total). */
@@ -124,8 +135,11 @@ int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used);
 /* gf_reap gives back the slots of dead processes (of one task slot, or all with -1). */
 int gf_reap(struct gf_map *m, int task);
 
-/* Enforcer side. */
-int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget);
+/* Enforcer side. gf_set_tasks makes specs the table's tasks and returns how many it placed, or
+ * GF_SET_FULL, or GF_SET_NOROOM when a new guarantee (or a raised one) would cover memory that
+ * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
+ * reservation back. */
+int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns);
 void gf_snapshot(struct gf_map *m, struct gf_table *out);
 
 #endif

@@ -9,8 +9,10 @@ package fence
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -32,6 +34,8 @@ var (
 	ErrFull     = errors.New("fence table has no free task slot")
 	ErrBadInput = errors.New("invalid fence input")
 	ErrClosed   = errors.New("fence table is closed")
+	// ErrNoRoom: borrowers hold what a new guarantee would cover (see NoRoomError).
+	ErrNoRoom = errors.New("fence table has no room for the guarantee")
 )
 
 // MaxTasks is how many tasks one GPU's table holds.
@@ -57,6 +61,18 @@ type TaskUse struct {
 	Used, Peak size.Bytes
 	Refused    uint64
 	Procs      int
+	// Waiting: an allocation of one of its processes waits for borrowable memory to come free;
+	// Waits counts the allocations that ever waited.
+	Waiting bool
+	Waits   uint64
+}
+
+// Borrowed is what the task holds past its guarantee.
+func (u TaskUse) Borrowed() size.Bytes {
+	if u.Used > u.Cap {
+		return u.Used - u.Cap
+	}
+	return 0
 }
 
 // ProcUse is one attached process.
@@ -67,6 +83,7 @@ type ProcUse struct {
 	Used, Peak size.Bytes
 	Allocs     uint64
 	Refused    uint64
+	Waiting    bool
 }
 
 // Snapshot is a consistent copy of one GPU's table.
@@ -78,7 +95,49 @@ type Snapshot struct {
 	// Recoveries counts locks taken over from a process that died holding one; Underflows
 	// frees of more than was charged; Reaped slots given back for dead processes.
 	Recoveries, Underflows, Reaped uint64
+	// Wait is how long an allocation may wait for borrowable memory.
+	Wait time.Duration
 }
+
+// Borrowed is what every task holds past its guarantee: memory admission must count as taken.
+func (s Snapshot) Borrowed() size.Bytes {
+	var b size.Bytes
+	for _, t := range s.Tasks {
+		b += t.Borrowed()
+	}
+	return b
+}
+
+// Waiting says whether an allocation waits for borrowable memory: no new guarantee is placed
+// on the GPU until it is served or gives up.
+func (s Snapshot) Waiting() bool {
+	for _, t := range s.Tasks {
+		if t.Waiting {
+			return true
+		}
+	}
+	return false
+}
+
+// NoRoomError is a SetTasks whose new or raised guarantees would cover memory that borrowers
+// hold, or that came while an allocation waits for memory: those tasks were left out.
+type NoRoomError struct {
+	Path     string
+	Tokens   []string
+	Borrowed size.Bytes
+	Waiting  bool
+}
+
+func (e *NoRoomError) Error() string {
+	why := fmt.Sprintf("tasks borrow %s past their guarantees", e.Borrowed)
+	if e.Waiting {
+		why = "an allocation waits for borrowed memory to come free"
+	}
+	return fmt.Sprintf("fence table %s has no room for %d new guarantee(s): %s", e.Path, len(e.Tokens), why)
+}
+
+// Is makes errors.Is(err, ErrNoRoom) true.
+func (e *NoRoomError) Is(target error) bool { return target == ErrNoRoom }
 
 // Task returns the use of one token's task.
 func (s Snapshot) Task(token string) (TaskUse, bool) {
