@@ -22,6 +22,9 @@ type RunnerArms struct {
 	ProbeWindow time.Duration
 	// ProbeCap is the protective cap of in-place probes (0: half the GPU's budget).
 	ProbeCap size.Bytes
+	// Borrow and BorrowWait are the runner's borrowing settings of the packed arms.
+	Borrow     string
+	BorrowWait time.Duration
 	// Templates are declared template specs (peaks, caps, probe windows), usually none.
 	Templates map[string]runner.TemplateSpec
 	MPS       runner.MPSOptions
@@ -42,6 +45,7 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 		Arm: spec.Arm, Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
 		StateDir: stateDir, Policy: r.Policy, OutDir: filepath.Join(outDir, "runner"),
 		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, ProbeCap: r.ProbeCap, Self: r.Self,
+		Borrow: r.Borrow, BorrowWait: r.BorrowWait,
 	}
 	if o.Profiles == "" {
 		// Exclusive: no footprints are needed, and none should leak in from elsewhere.

@@ -99,6 +99,9 @@ type Enforcer struct {
 	// Owned by the Run goroutine.
 	tracks    map[string]*track
 	near      map[string]*nearCap
+	// lent is what the fence let each borrowing task hold past its cap at the last pass: NVML is
+	// read before the table, so a task that freed in between is judged by the larger of the two.
+	lent map[string]lentBytes
 	unmanaged map[procKey]*unmanagedProc
 	lastScan  time.Time
 	lastErr   map[string]string
@@ -106,6 +109,11 @@ type Enforcer struct {
 	// sick is shared by the sampling and the MPS health check, which Run runs side by side.
 	sickMu sync.Mutex
 	sick   map[string]string // GPUs this enforcer marked unhealthy, with the reason
+}
+
+type lentBytes struct {
+	gpu   string
+	bytes size.Bytes
 }
 
 // New checks cfg and fills in defaults. It starts nothing: call Run.
@@ -146,7 +154,7 @@ func New(cfg Config) (*Enforcer, error) {
 	return &Enforcer{
 		cfg: cfg, log: log, procs: procs, mps: newMPSManager(cfg.MPS, procs, log), fence: f,
 		samples: map[string]Sample{}, usage: map[string]taskUsage{},
-		tracks: map[string]*track{}, near: map[string]*nearCap{}, unmanaged: map[procKey]*unmanagedProc{},
+		tracks: map[string]*track{}, near: map[string]*nearCap{}, lent: map[string]lentBytes{}, unmanaged: map[procKey]*unmanagedProc{},
 		sick: map[string]string{}, lastErr: map[string]string{},
 	}, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // FenceConfig turns the allocation fence on (docs/enforcement.md): every task process loads
@@ -25,6 +26,9 @@ type FenceConfig struct {
 	// Shared lets tasks that run as other users than the enforcer reach Dir (Nomad's exec
 	// driver runs tasks as nobody); gpufrac run keeps it private to its user.
 	Shared bool
+	// BorrowWait is how long an allocation of a task with a limit above its cap may wait for
+	// borrowable memory to come free; 0 = it fails at once.
+	BorrowWait time.Duration
 }
 
 // How a command asks for the fence.
@@ -131,6 +135,7 @@ func (f *fences) table(st ledger.GPUState) (*fence.Table, error) {
 	if err != nil {
 		return nil, err
 	}
+	t.SetWait(f.cfg.BorrowWait)
 	f.tables[st.UUID] = t
 	return t, nil
 }
@@ -141,8 +146,8 @@ func (f *fences) sync(st ledger.GPUState) error {
 	var sig strings.Builder
 	fmt.Fprintf(&sig, "%d", st.BudgetBytes)
 	for _, r := range st.Reservations {
-		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.CapBytes})
-		fmt.Fprintf(&sig, ",%s=%d", r.Token, r.CapBytes)
+		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit()})
+		fmt.Fprintf(&sig, ",%s=%d/%d", r.Token, r.CapBytes, r.Limit())
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -159,6 +164,18 @@ func (f *fences) sync(st ledger.GPUState) error {
 	}
 	f.synced[st.UUID] = sig.String()
 	return nil
+}
+
+// view is a GPU's table as it is now, without reaping: what admission reads.
+func (f *fences) view(uuid string) (fence.Snapshot, bool) {
+	f.mu.Lock()
+	t := f.tables[uuid]
+	f.mu.Unlock()
+	if t == nil {
+		return fence.Snapshot{}, false
+	}
+	s, err := t.Snapshot()
+	return s, err == nil
 }
 
 // look reaps the slots of dead processes and returns the GPU's table as the fence sees it.
@@ -213,6 +230,20 @@ func (e *Enforcer) SyncFence(st ledger.GPUState) error {
 		return nil
 	}
 	return e.fence.sync(st)
+}
+
+// FenceUse is what borrowing takes on one GPU now: the bytes tasks hold past their guarantees,
+// which admission counts as taken, and whether an allocation waits for memory to come free,
+// while which nothing new should be admitted there (the fence would refuse its guarantee).
+func (e *Enforcer) FenceUse(uuid string) (borrowed size.Bytes, waiting bool) {
+	if e.fence == nil {
+		return 0, false
+	}
+	s, ok := e.fence.view(uuid)
+	if !ok {
+		return 0, false
+	}
+	return s.Borrowed(), s.Waiting()
 }
 
 // fenceNote is what the fence saw of a task, for a violation's detail.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"slices"
 	"syscall"
 	"time"
@@ -73,6 +74,13 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	if isMine(st.HealthReason) {
 		e.adoptSick(uuid, st.HealthReason) // marked by an earlier enforcer: clear it when due
 	}
+	// The fence as it was just before NVML is read: with the table read after it, what a
+	// borrower held is known on both sides of the reading (it may grow, or free and exit, in
+	// between).
+	var pre fence.Snapshot
+	if e.fence != nil {
+		pre, _ = e.fence.view(uuid)
+	}
 	procs, err := e.cfg.Backend.Processes(ctx, uuid)
 	if err != nil {
 		if msg := err.Error(); e.lastErr[uuid] != msg {
@@ -117,6 +125,7 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 		sample.Processes = append(sample.Processes, pu)
 	}
 	e.publish(uuid, sample, byToken)
+	lent := map[string]size.Bytes{}
 	if snap, ok := e.watchFence(st, now); ok {
 		for tok, tr := range e.tracks {
 			if tr.gpu == uuid {
@@ -124,10 +133,24 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 				tr.fence = fenceNote(u, seen)
 			}
 		}
+		for tok, l := range e.lent {
+			if _, ok := res[tok]; !ok && l.gpu == uuid {
+				delete(e.lent, tok) // its reservation ended
+			}
+		}
+		for _, r := range st.Reservations {
+			if u, seen := snap.Task(r.Token); seen && r.LimitBytes > r.CapBytes {
+				before, _ := pre.Task(r.Token)
+				lent[r.Token] = max(u.Borrowed(), before.Borrowed(), e.lent[r.Token].bytes)
+				e.lent[r.Token] = lentBytes{gpu: uuid, bytes: u.Borrowed()}
+			} else {
+				delete(e.lent, r.Token)
+			}
+		}
 	}
 
 	for tok, ps := range byToken {
-		e.check(uuid, st.Mode, res[tok], ps, now)
+		e.check(uuid, st.Mode, res[tok], ps, lent[tok], now)
 	}
 	e.settle(uuid, byToken, now)
 	e.stopUnmanaged(uuid, st.Mode, unmanaged, now)
@@ -152,11 +175,12 @@ func (e *Enforcer) publish(uuid string, s Sample, byToken map[string][]ProcUsage
 	}
 }
 
-// check compares one task with its cap plus the per-process allowance and runs the mode's stop
-// protocol on a violator.
-func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps []ProcUsage, now time.Time) {
+// check compares one task with its cap plus the per-process allowance plus what the fence lent it
+// past its cap (a borrower's allocations, each one admitted by the fence against every other
+// task's guarantee), and runs the mode's stop protocol on a violator.
+func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps []ProcUsage, lent size.Bytes, now time.Time) {
 	used := sum(ps)
-	limit := r.CapBytes + e.cfg.Allowance*size.Bytes(len(ps))
+	limit := r.CapBytes + lent + e.cfg.Allowance*size.Bytes(len(ps))
 	if n := e.near[r.Token]; n != nil && n.fenced {
 		n.peak = max(n.peak, used) // NVML's view, context included
 		if n.task == (ledger.Task{}) {
@@ -188,7 +212,7 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 		tr = &track{token: r.Token, gpu: uuid, task: task, mode: mode, capBytes: r.CapBytes, crossedAt: now}
 		e.tracks[r.Token] = tr
 		e.emit(Event{Kind: EventViolation, Stage: "crossed", GPU: uuid, Token: r.Token, Task: task, PIDs: pids(ps), Bytes: used,
-			Message: fmt.Sprintf("task passed its cap: %s used, cap %s + allowance %s x %d processes", used, r.CapBytes, e.cfg.Allowance, len(ps))})
+			Message: fmt.Sprintf("task passed its cap: %s used, cap %s + borrowed %s + allowance %s x %d processes", used, r.CapBytes, lent, e.cfg.Allowance, len(ps))})
 	}
 	tr.peak = max(tr.peak, used)
 	// The token scan may learn the task's names after the crossing (a restarted enforcer can

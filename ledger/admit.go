@@ -146,9 +146,22 @@ func unitsFor(b, unit size.Bytes) (int, bool) {
 	return int(n), true
 }
 
+// ReserveOption adjusts a reservation ReserveBytes makes.
+type ReserveOption func(*Reservation)
+
+// WithLimit lets the task borrow up to limit (see Reservation.LimitBytes); a limit at or below
+// the cap borrows nothing.
+func WithLimit(limit size.Bytes) ReserveOption {
+	return func(r *Reservation) {
+		if limit > r.CapBytes {
+			r.LimitBytes = limit
+		}
+	}
+}
+
 // ReserveBytes admits a `gpufrac run` job (Source "runner"): capBytes rounds up to whole units
 // and the ledger picks the lowest free instance IDs itself.
-func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task) (Reservation, error) {
+func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task, opts ...ReserveOption) (Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev, err := l.begin()
@@ -182,7 +195,15 @@ func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task) (Rese
 	if len(ids) < units {
 		return Reservation{}, denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: only %d free units", rounded, units, uuid, len(ids))
 	}
-	return l.add(prev, Reservation{GPU: uuid, InstanceIDs: ids, CapBytes: rounded, Task: task, Source: SourceRunner, Holder: l.opts.Holder})
+	r := Reservation{GPU: uuid, InstanceIDs: ids, CapBytes: rounded, Task: task, Source: SourceRunner, Holder: l.opts.Holder}
+	for _, o := range opts {
+		o(&r)
+	}
+	if r.LimitBytes > gs.TotalBytes {
+		l.restore(prev)
+		return Reservation{}, fmt.Errorf("%w: a limit of %s is more than GPU %s has (%s)", ErrBadInput, r.LimitBytes, uuid, gs.TotalBytes)
+	}
+	return l.add(prev, r)
 }
 
 // add stores an admitted reservation with a fresh token and commits it.

@@ -51,7 +51,10 @@ type Reservation struct {
 	GPU         string     `json:"gpu"` // UUID
 	InstanceIDs []string   `json:"instance_ids"`
 	CapBytes    size.Bytes `json:"cap_bytes"`
-	Task        Task       `json:"task"`
+	// LimitBytes, above CapBytes, lets the task borrow memory that no other task's guarantee
+	// covers, up to it, where the allocation fence holds it (docs/enforcement.md); 0 = CapBytes.
+	LimitBytes size.Bytes `json:"limit_bytes,omitempty"`
+	Task       Task       `json:"task"`
 	// Source is "nomad" for Reserve calls and "runner" for gpufrac run.
 	Source    string    `json:"source"`
 	CreatedAt time.Time `json:"created_at"`
@@ -68,6 +71,9 @@ type Holder struct {
 	PID        int    `json:"pid"`
 	StartTicks uint64 `json:"start_ticks"`
 }
+
+// Limit is the most the task may hold: its limit, or its cap when it borrows nothing.
+func (r Reservation) Limit() size.Bytes { return max(r.CapBytes, r.LimitBytes) }
 
 func (h Holder) String() string { return fmt.Sprintf("pid %d", h.PID) }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // MPSOptions locate the MPS control daemons (mps mode on real GPUs).
@@ -26,7 +27,14 @@ type MPSOptions struct {
 type guard interface {
 	EnvOptions(uuid string) enforcer.EnvOptions
 	SyncFence(st ledger.GPUState) error
+	FenceUse(uuid string) (size.Bytes, bool)
 	Shutdown(ctx context.Context) error
+}
+
+// guardNotes are what a run's first lines say about the fence and borrowing.
+type guardNotes struct {
+	fence, borrow string
+	borrows       bool
 }
 
 // Fence settings of Options.Fence.
@@ -55,18 +63,20 @@ type enforcerGuard struct {
 	unsub  func()
 }
 
-func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string, onEvent func(enforcer.Event)) (guard, string, error) {
+func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string, onEvent func(enforcer.Event)) (guard, guardNotes, error) {
 	mps := enforcer.MPSOptions{ControlBinary: o.MPS.ControlBinary, Root: o.MPS.Root}
 	if mps.Root == "" && os.Geteuid() != 0 {
 		mps.Root = filepath.Join(os.TempDir(), "gpufrac-mps-"+strconv.Itoa(os.Getuid()))
 	}
 	fc, note, err := fenceConfig(o)
 	if err != nil {
-		return nil, "", err
+		return nil, guardNotes{}, err
 	}
+	notes := guardNotes{fence: note}
+	notes.borrows, fc.BorrowWait, notes.borrow = borrowing(&o, fc.Dir != "")
 	e, err := enforcer.New(enforcer.Config{Backend: o.Backend, Ledger: led, Logger: o.Logger, MPS: mps, Fence: fc})
 	if err != nil {
-		return nil, "", err
+		return nil, guardNotes{}, err
 	}
 	_, simulated := o.Backend.(*gpu.Simulated)
 	for _, g := range gpus {
@@ -76,7 +86,7 @@ func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string,
 			continue
 		}
 		if err := e.PrepareGPU(ctx, g); err != nil {
-			return nil, "", fmt.Errorf("preparing GPU %s for %s mode: %w", g, o.Policy.Mode, err)
+			return nil, guardNotes{}, fmt.Errorf("preparing GPU %s for %s mode: %w", g, o.Policy.Mode, err)
 		}
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -94,7 +104,7 @@ func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string,
 		defer close(g.done)
 		_ = e.Run(rctx)
 	}()
-	return g, note, nil
+	return g, notes, nil
 }
 
 // Shutdown stops the watchdog, then lets the enforcer stop idle MPS daemons.

@@ -459,6 +459,13 @@ func (r *run) finish(a *active) {
 		if err := r.led.Release(a.l.res.Token, at.Outcome); err != nil {
 			r.log.Debug("release", "job", j.Name, "error", err)
 		}
+		if r.s.lender != nil {
+			// A borrower waiting for memory gets the guarantee this job held now, not at the
+			// watchdog's next pass.
+			if st, err := r.led.State(a.l.gpu); err == nil {
+				_ = r.s.lender.SyncFence(st)
+			}
+		}
 	}
 	r.s.finished(&a.l)
 	r.settle(j, a, &at)
@@ -483,6 +490,15 @@ func (r *run) recapProbe(a *active) {
 	a.mu.Unlock()
 	j := a.l.job
 	capBytes := r.s.pol.Cap(peak)
+	if a.l.borrowing {
+		// It ran on what it borrowed and goes on so; its template's other jobs get the cap.
+		r.s.recapped(&a.l, a.l.res, peak)
+		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.window, a.l.res.CapBytes)
+		r.recordProfile(j.Template, peak, &Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
+		r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
+			a.a.GPUIndex, peak, a.l.window, capBytes)
+		return
+	}
 	res, err := r.led.Shrink(a.l.res.Token, min(capBytes, a.l.res.CapBytes))
 	if err != nil {
 		r.log.Warn("lowering a probe's cap; it keeps its protective cap", "job", j.Name, "error", err)
@@ -528,6 +544,12 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 		}
 		r.s.peaks[t] = max(r.s.peaks[t], raised)
 		r.recordProfile(t, raised, at, ledger.ProfileViolation)
+		if a.l.borrowing {
+			// A borrower fails only where the memory it needed was no one's to lend: it runs
+			// again with a guarantee of what it reached, and the GPU alone only if that is more
+			// than a GPU's budget (sched.need).
+			return
+		}
 		if !a.l.whole {
 			j.whole = true
 			return

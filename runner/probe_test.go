@@ -30,7 +30,7 @@ func probeQueue(t *testing.T) Queue {
 func TestProbeInPlace(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	o := testOptions(t, sim, ArmPacked)
+	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
 	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
 	res := runQueue(t, probeQueue(t), o)
 	if res.Completed != 3 {
@@ -94,7 +94,7 @@ func TestProbeInPlaceLeaker(t *testing.T) {
 		Templates: map[string]TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
 	}
 	q.Jobs[0].Result = "results/n1.json"
-	o := testOptions(t, sim, ArmPacked)
+	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
 	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
 	res := runQueue(t, q, o)
 	if res.Completed != 2 {
@@ -144,7 +144,7 @@ func TestRerunAloneWaitsForTheQueue(t *testing.T) {
 			"good": {Name: "good", PeakBytes: 2 * size.GiB},
 		},
 	}
-	o := testOptions(t, sim, ArmPacked)
+	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
 	o.Policy.MaxTasksPerGPU = 2
 	res := runQueue(t, q, o)
 	if res.Completed != 4 {
@@ -171,7 +171,7 @@ func TestProbesShareAGPU(t *testing.T) {
 		simJob(t, "a", "ta", "--peak", "3GiB", "--ramp", "50ms", "--hold", "800ms"),
 		simJob(t, "big", "tbig", "--peak", "50GiB", "--ramp", "200ms", "--hold", "300ms"),
 	}}
-	o := testOptions(t, sim, ArmPacked)
+	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
 	res := runQueue(t, q, o)
 	if res.Completed != 2 {
 		t.Fatalf("completed %d of 2: %+v", res.Completed, res.Attempts)
@@ -210,7 +210,7 @@ func TestProbeCap(t *testing.T) {
 			t.Parallel()
 			sim := newSim(t, "H100=80GiB")
 			q := Queue{Jobs: []Job{small("a"), small("b"), small("c")}, Templates: tc.templates}
-			o := testOptions(t, sim, ArmPacked)
+			o := withoutBorrowing(testOptions(t, sim, ArmPacked))
 			o.ProbeCap = tc.runCap
 			res := runQueue(t, q, o)
 			if res.Completed != 3 {
@@ -230,7 +230,7 @@ func TestProbeCap(t *testing.T) {
 			Jobs:      []Job{simJob(t, "big", "tbig", "--peak", "12GiB", "--ramp", "200ms", "--hold", "300ms")},
 			Templates: map[string]TemplateSpec{"tbig": {Name: "tbig", ProbeCapBytes: 5 * size.GiB}},
 		}
-		res := runQueue(t, q, testOptions(t, sim, ArmPacked))
+		res := runQueue(t, q, withoutBorrowing(testOptions(t, sim, ArmPacked)))
 		big := attemptsOf(res, "big")
 		if got := outcomes(big); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
 			t.Fatalf("big: attempts %v, want [cap-violation ok]", got)

@@ -74,6 +74,9 @@ func (p *progress) begin() {
 	if r.fenceNote != "" {
 		fmt.Fprintf(p.w, "gpufrac run: %s\n", r.fenceNote)
 	}
+	if r.borrowNote != "" {
+		fmt.Fprintf(p.w, "gpufrac run: %s\n", r.borrowNote)
+	}
 }
 
 func (p *progress) started(a *active) {

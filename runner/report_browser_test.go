@@ -126,7 +126,7 @@ func TestReportInChromium(t *testing.T) {
 	}
 	q.Jobs[0].Result = "results/n1.json"
 	q.Jobs[2].Result = "results/p1.json"
-	o := testOptions(t, sim, ArmPacked)
+	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
 	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
 	res := runQueue(t, q, o)
 	if res.Completed != 3 {

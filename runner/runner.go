@@ -68,6 +68,11 @@ type Options struct {
 	Fence string
 	// FenceLibrary is libgpufrac-fence.so; empty = beside the executable.
 	FenceLibrary string
+	// Borrow is BorrowAuto (default), BorrowOff, BorrowNow or BorrowWait: whether a packed job
+	// may use memory past its cap that no other job's guarantee covers (borrow.go).
+	Borrow string
+	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = DefaultBorrowWait.
+	BorrowWait time.Duration
 }
 
 // Outcomes of an attempt.
@@ -274,6 +279,12 @@ func (o *Options) fill(q Queue) error {
 	if err := enforcer.CheckFenceMode(o.Fence); err != nil {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
+	if err := CheckBorrow(o.Borrow); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
+	}
+	if o.BorrowWait < 0 {
+		return fmt.Errorf("%w: borrow wait %s is negative", ErrOptions, o.BorrowWait)
+	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
@@ -353,9 +364,11 @@ type run struct {
 	s     *sched
 	gpus  map[string]GPUResult
 	prog  *progress
-	// fenceNote says whether the allocation fence is on and why.
-	fenceNote string
-	start     time.Time
+	// fenceNote says whether the allocation fence is on and why; borrowNote the same of
+	// borrowing.
+	fenceNote, borrowNote string
+	borrows               bool
+	start                 time.Time
 
 	mu       sync.Mutex
 	active   map[*active]bool
@@ -447,11 +460,11 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 			BudgetBytes: st.BudgetBytes, Mode: string(mode)}
 	}
 	if o.enforced() {
-		g, note, err := newGuard(ctx, o, led, uuids, r.onEvent)
+		g, notes, err := newGuard(ctx, o, led, uuids, r.onEvent)
 		if err != nil {
 			return nil, err
 		}
-		r.guard, r.fenceNote = g, note
+		r.guard, r.fenceNote, r.borrowNote, r.borrows = g, notes.fence, notes.borrow, notes.borrows
 	}
 	jobs := make([]*jobState, len(q.Jobs))
 	for i, j := range q.Jobs {
@@ -461,6 +474,9 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 	r.s.window = o.ProbeWindow
 	r.s.probeCap = o.ProbeCap
 	r.s.probeInPlace = o.Arm == ArmPacked && mode == policy.ModeIsolated && r.guard != nil
+	if r.borrows && r.guard != nil {
+		r.s.lender = r.guard
+	}
 	for name, t := range q.Templates {
 		r.s.templates[name] = t
 		if t.PeakBytes > 0 {

@@ -52,6 +52,13 @@ func testOptions(t testing.TB, b gpu.Backend, arm string) Options {
 		StopGrace: 2 * time.Second}
 }
 
+// withoutBorrowing is a run where a cap is a job's guarantee and the most it may use: the rules
+// for probes and re-runs that hold when borrowing is off (and always under MPS).
+func withoutBorrowing(o Options) Options {
+	o.Borrow = BorrowOff
+	return o
+}
+
 func runQueue(t *testing.T, q Queue, o Options) *Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -114,7 +121,7 @@ func TestColdProbeThenWarmReuse(t *testing.T) {
 		simJob(t, "a2", "small", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
 		simJob(t, "a3", "small", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
 	}}
-	o := testOptions(t, sim, ArmPacked)
+	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
 	o.StateDir, o.Profiles = state, ProfilesCold
 	cold := runQueue(t, q, o)
 	if cold.Completed != 3 {
@@ -148,7 +155,7 @@ func TestColdProbeThenWarmReuse(t *testing.T) {
 		t.Fatalf("profiles after the cold run: %+v", snap.Profiles)
 	}
 
-	o2 := testOptions(t, sim, ArmPacked)
+	o2 := withoutBorrowing(testOptions(t, sim, ArmPacked))
 	o2.StateDir, o2.Profiles = state, ProfilesWarm
 	warm := runQueue(t, q, o2)
 	if warm.Completed != 3 {
@@ -213,7 +220,7 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 			}
 			q.Jobs[0].Result = "results/good1.json"
 			q.Jobs[2].Result = "results/good2.json"
-			o := testOptions(t, sim, ArmPacked)
+			o := withoutBorrowing(testOptions(t, sim, ArmPacked))
 			o.Mode = mode
 			o.Fence = c.fence
 			o.StateDir = t.TempDir()

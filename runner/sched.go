@@ -77,8 +77,10 @@ type launch struct {
 	window time.Duration
 	// inPlace marks a probe that runs beside other jobs under a protective cap (half the GPU's
 	// budget, or its template's probe_cap) and, when its window ends, goes on under the cap its
-	// footprint earned.
+	// footprint earned; or, when it borrows, on its small guarantee and what it borrows.
 	inPlace bool
+	// borrowing: the job may use memory no other job's guarantee covers, up to the GPU's budget.
+	borrowing bool
 }
 
 // sched decides which jobs start where. It touches the ledger but no processes, so its cost is
@@ -111,6 +113,10 @@ type sched struct {
 	// stops a probe that outgrows its protective cap and harms no neighbour. Under MPS a stop
 	// is a GPU-wide event, so probes there run alone.
 	probeInPlace bool
+	// lender, when set, lets packed jobs borrow past their caps (borrow.go); frozen are the GPUs
+	// where an allocation waits for borrowed memory, as of the last round.
+	lender lender
+	frozen map[string]bool
 }
 
 func newSched(arm string, pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
@@ -118,7 +124,7 @@ func newSched(arm string, pol policy.Policy, led *ledger.Ledger, gpus []string, 
 		arm: arm, pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log,
 		templates: map[string]TemplateSpec{}, peaks: map[string]size.Bytes{},
 		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
-		drainFor: map[string]*jobState{}, warned: map[string]bool{},
+		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{},
 	}
 	switch arm {
 	case ArmExclusive:
@@ -188,6 +194,7 @@ func (s *sched) next() []launch {
 	for _, g := range s.led.States() {
 		states[g.UUID] = g
 	}
+	s.lend(states)
 	for _, u := range s.gpus {
 		maxBudget = max(maxBudget, wholeBytes(states[u]))
 	}
@@ -206,6 +213,13 @@ func (s *sched) next() []launch {
 		case needProbe, needWhole:
 			if kind == needProbe {
 				s.prober[j.Template] = j
+				if s.lender != nil {
+					if l, ok := s.probeBorrowing(j, states); ok {
+						s.start(&l)
+						out = append(out, l)
+					}
+					continue
+				}
 				if s.probeInPlace {
 					if l, ok := s.probeBeside(j, states); ok {
 						s.start(&l)
@@ -247,17 +261,12 @@ func (s *sched) next() []launch {
 					// Uncapped jobs hold no ledger reservation: the arm has no caps to account.
 					res = ledger.Reservation{GPU: g, CapBytes: wholeBytes(st)}
 				} else {
-					if c+st.ReservedBytes > st.BudgetBytes {
+					var ok bool
+					if res, ok = s.admit(g, c, j, states, s.arm == ArmPacked); !ok {
 						continue
 					}
-					var err error
-					if res, err = s.reserve(g, c, j); err != nil {
-						continue
-					}
-					st.ReservedBytes += res.CapBytes
-					states[g] = st
 				}
-				l := launch{job: j, gpu: g, res: res, capped: kind == needCapped}
+				l := launch{job: j, gpu: g, res: res, capped: kind == needCapped, borrowing: res.LimitBytes > res.CapBytes}
 				s.start(&l)
 				out = append(out, l)
 				break
@@ -272,7 +281,7 @@ func (s *sched) candidates(states map[string]ledger.GPUState) []string {
 	var out []string
 	for _, g := range s.gpus {
 		st := states[g]
-		if s.drainFor[g] != nil || s.wholeOn[g] || s.running[g] >= s.perGPU || !st.Healthy {
+		if s.drainFor[g] != nil || s.wholeOn[g] || s.running[g] >= s.perGPU || !st.Healthy || s.frozen[g] {
 			continue
 		}
 		out = append(out, g)
@@ -309,7 +318,7 @@ func (s *sched) drainTarget(j *jobState, states map[string]ledger.GPUState) stri
 	}
 	best := ""
 	for _, g := range s.gpus {
-		if s.drainFor[g] != nil || s.wholeOn[g] || !states[g].Healthy {
+		if s.drainFor[g] != nil || s.wholeOn[g] || !states[g].Healthy || s.frozen[g] {
 			continue
 		}
 		if s.running[g] == 0 {
@@ -326,8 +335,28 @@ func (s *sched) drainTarget(j *jobState, states map[string]ledger.GPUState) stri
 	return best
 }
 
-func (s *sched) reserve(g string, c size.Bytes, j *jobState) (ledger.Reservation, error) {
-	res, err := s.led.ReserveBytes(g, c, ledger.Task{JobName: j.Name, TaskName: j.Name, Template: j.Template})
+// admit reserves c for j on GPU g when it fits beside what states[g] holds, letting it borrow
+// when borrow is set and a lender is, and counts it in states.
+func (s *sched) admit(g string, c size.Bytes, j *jobState, states map[string]ledger.GPUState, borrow bool) (ledger.Reservation, bool) {
+	st := states[g]
+	if c+st.ReservedBytes > st.BudgetBytes {
+		return ledger.Reservation{}, false
+	}
+	var opts []ledger.ReserveOption
+	if borrow {
+		opts = s.limitFor(st)
+	}
+	res, err := s.reserve(g, c, j, opts...)
+	if err != nil || !s.place(res) {
+		return ledger.Reservation{}, false
+	}
+	st.ReservedBytes += res.CapBytes
+	states[g] = st
+	return res, true
+}
+
+func (s *sched) reserve(g string, c size.Bytes, j *jobState, opts ...ledger.ReserveOption) (ledger.Reservation, error) {
+	res, err := s.led.ReserveBytes(g, c, ledger.Task{JobName: j.Name, TaskName: j.Name, Template: j.Template}, opts...)
 	if err != nil {
 		var de *ledger.DeniedError
 		if !errors.As(err, &de) {
@@ -394,6 +423,21 @@ func (s *sched) probeBeside(j *jobState, states map[string]ledger.GPUState) (lau
 	st.ReservedBytes += res.CapBytes
 	states[g] = st
 	return launch{job: j, gpu: g, res: res, capped: true, probe: true, inPlace: true, window: s.probeWindow(j.Template)}, true
+}
+
+// probeBorrowing starts a probe like any job with a known cap, on a small guarantee
+// (probeGuarantee) and a limit of the GPU's budget: it measures its footprint on memory nobody
+// was promised, so it holds back no job whose footprint is known.
+func (s *sched) probeBorrowing(j *jobState, states map[string]ledger.GPUState) (launch, bool) {
+	for _, g := range s.candidates(states) {
+		res, ok := s.admit(g, s.probeGuarantee(states[g]), j, states, true)
+		if !ok {
+			continue
+		}
+		return launch{job: j, gpu: g, res: res, capped: true, probe: true, inPlace: true, borrowing: true,
+			window: s.probeWindow(j.Template)}, true
+	}
+	return launch{}, false
 }
 
 // protectiveCap is what an in-place probe of template t reserves on a GPU in state st: the

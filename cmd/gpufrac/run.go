@@ -35,12 +35,20 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
 	var ff fenceFlags
 	ff.register(fs)
+	borrow := fs.String("borrow", runner.BorrowAuto, "past its cap a job may use memory no other job's guarantee covers: auto (wait where the fence holds caps in isolated mode), wait, now (fail at once when none is free) or off")
+	borrowWait := fs.Duration("borrow-wait", 0, "how long a borrower's allocation may wait for memory to come free (default 60s)")
 	g.defaultLevel = "error"
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
 	}
 	if err := ff.check(); err != nil {
 		return err
+	}
+	if err := runner.CheckBorrow(*borrow); err != nil {
+		return usagef("--%w", err)
+	}
+	if *borrowWait < 0 {
+		return usagef("--borrow-wait %s: want a duration of 0 or more", *borrowWait)
 	}
 	if fs.NArg() != 1 {
 		return usagef("want exactly one queue file, got %d arguments %q", fs.NArg(), fs.Args())
@@ -73,7 +81,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		Arm: *arm, Mode: policy.Mode(*mode), Profiles: *profiles, Backend: b,
 		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
 		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
-		Fence: *ff.mode, FenceLibrary: *ff.library,
+		Fence: *ff.mode, FenceLibrary: *ff.library, Borrow: *borrow, BorrowWait: *borrowWait,
 	}
 	o.ProbeCap = pcap
 	if sf.explicit() {

@@ -429,12 +429,19 @@ func (j *job) allocate(want size.Bytes, busy bool) int {
 			return ExitFail
 		}
 	}
-	if code := j.charge(want); code != ExitOK {
-		return code
+	// The fence is charged before memory is taken and given back after it is freed, as the
+	// preload library does around the driver's calls: NVML never sees more than the fence.
+	if want >= j.used {
+		if code := j.charge(want); code != ExitOK {
+			return code
+		}
 	}
 	if err := j.sim.SetProcess(j.c.gpu, j.pid, want, busy); err != nil {
 		fmt.Fprintf(j.stderr, "simjob: reporting usage: %v\n", err)
 		return ExitFail
+	}
+	if want < j.used {
+		j.charge(want)
 	}
 	j.used = want
 	return ExitOK

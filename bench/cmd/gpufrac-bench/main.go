@@ -110,6 +110,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	simScale := fs.Float64("sim-scale", 0.1, "duration scale of simulated jobs")
 	probeWindow := fs.Duration("probe-window", 0, "make cold probes windows of this length (0: whole-run probes)")
 	probeCap := fs.String("probe-cap", "", "protective cap of every template's in-place probe, e.g. 35GiB (default: half the GPU's budget)")
+	borrow := fs.String("borrow", runner.BorrowAuto, "borrowing of the packed arms: auto, wait, now or off (gpufrac run --borrow)")
+	borrowWait := fs.Duration("borrow-wait", 0, "how long a borrower's allocation may wait (0: the runner's default)")
 	armTimeout := fs.Duration("arm-timeout", 0, "stop an arm after this long (0: no limit)")
 	deadline := fs.Duration("deadline", 0, "start no arm later than this after the start (0: no limit)")
 	mpsRoot := fs.String("mps-root", "", "MPS pipe/log root (default: the runner's)")
@@ -129,6 +131,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		pcap = c
+	}
+	if err := runner.CheckBorrow(*borrow); err != nil || *borrowWait < 0 {
+		fmt.Fprintf(stderr, "gpufrac-bench: --borrow %q / --borrow-wait %s: %v\n", *borrow, *borrowWait, err)
+		return 2
 	}
 	specs, err := bench.ParseArms(*arms, *mode)
 	if err != nil {
@@ -194,7 +200,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	host, _ := os.Hostname()
 	cfg := bench.Config{
 		Seed: *seed, Arms: specs, Workloads: wl, OutDir: dir, ArmTimeout: *armTimeout,
-		Runner: bench.RunnerArms{Backend: b, ProbeWindow: *probeWindow, ProbeCap: pcap, Self: self,
+		Runner: bench.RunnerArms{Backend: b, ProbeWindow: *probeWindow, ProbeCap: pcap, Self: self, Borrow: *borrow, BorrowWait: *borrowWait,
 			Logger: log, Progress: stderr, MPS: runner.MPSOptions{Root: *mpsRoot}},
 		Command: "gpufrac-bench run " + strings.Join(args, " "),
 		Machine: host, GPU: fmt.Sprintf("%d x %s (%s)", len(devs), devs[0].Model, devs[0].MemoryBytes),

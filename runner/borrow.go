@@ -1,0 +1,142 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Borrowing settings of Options.Borrow (docs/run.md, "Caps that lend what nobody uses").
+const (
+	// BorrowAuto is BorrowWait wherever borrowing can be safe (the packed arm, isolated mode,
+	// the allocation fence on), else off.
+	BorrowAuto = "auto"
+	// BorrowOff: a cap is a job's guarantee and the most it may use.
+	BorrowOff = "off"
+	// BorrowNow: past its cap a job may borrow memory no other job's guarantee covers, up to
+	// the GPU's budget; an allocation that finds none free fails inside the job at once.
+	BorrowNow = "now"
+	// BorrowWait is BorrowNow where that allocation waits (up to BorrowWait) for memory to
+	// come free while nothing new is admitted on its GPU, instead of failing.
+	BorrowWait = "wait"
+)
+
+// DefaultBorrowWait bounds a borrower's wait: long enough for the jobs beside it to end (the
+// benchmark's run 15-30 s), short enough that a borrower that cannot be served is re-run soon.
+const DefaultBorrowWait = 60 * time.Second
+
+// CheckBorrow is the one rule for a borrowing setting ("" = auto).
+func CheckBorrow(b string) error {
+	switch b {
+	case "", BorrowAuto, BorrowOff, BorrowNow, BorrowWait:
+		return nil
+	}
+	return fmt.Errorf("borrow %q: want %s, %s, %s or %s", b, BorrowAuto, BorrowOff, BorrowNow, BorrowWait)
+}
+
+// borrowing decides a run's borrowing and says why, for the run's first lines. Borrowing needs
+// the fence: only it can refuse an allocation that would reach into a neighbour's guarantee
+// (the watchdog only sees use after it happened). Under MPS a client's pinned limit is fixed
+// when it starts, so a cap there stays the most a job may use.
+func borrowing(o *Options, fenced bool) (on bool, wait time.Duration, note string) {
+	asked := o.Borrow
+	if asked == "" {
+		asked = BorrowAuto
+	}
+	off := func(why string) (bool, time.Duration, string) {
+		return false, 0, "borrowing: off (" + why + "): a job that outgrows its cap is re-run with more room"
+	}
+	switch {
+	case asked == BorrowOff:
+		return off("asked for")
+	case o.Arm != ArmPacked:
+		return off("the " + o.Arm + " arm")
+	case o.modeOf() != policy.ModeIsolated:
+		return off("mps mode: a client's pinned limit is fixed at its start")
+	case !fenced:
+		return off("the allocation fence is off")
+	case asked == BorrowNow:
+		return true, 0, "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"
+	}
+	wait = o.BorrowWait
+	if wait <= 0 {
+		wait = DefaultBorrowWait
+	}
+	return true, wait, fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
+		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)
+}
+
+// lender is what the scheduler needs of the fence to let jobs borrow.
+type lender interface {
+	// FenceUse is what tasks on a GPU hold past their guarantees, and whether an allocation
+	// there waits for memory to come free.
+	FenceUse(uuid string) (size.Bytes, bool)
+	SyncFence(st ledger.GPUState) error
+}
+
+// lend counts what borrowers hold as reserved, since admission must not promise it again, and
+// freezes the GPUs where an allocation waits for memory: a new job would take what it waits for.
+func (s *sched) lend(states map[string]ledger.GPUState) {
+	clear(s.frozen)
+	if s.lender == nil {
+		return
+	}
+	for _, g := range s.gpus {
+		b, waiting := s.lender.FenceUse(g)
+		st := states[g]
+		st.ReservedBytes += b
+		states[g] = st
+		if waiting {
+			s.frozen[g] = true
+		}
+	}
+}
+
+// place writes a new reservation into its GPU's fence table before its job starts. The table
+// is the last word: a borrower may have taken the memory since lend looked, and then the
+// reservation is given back and the job waits for its turn.
+func (s *sched) place(res ledger.Reservation) bool {
+	if s.lender == nil {
+		return true
+	}
+	st, err := s.led.State(res.GPU)
+	if err == nil {
+		err = s.lender.SyncFence(st)
+	}
+	if err == nil || !errors.Is(err, fence.ErrNoRoom) {
+		return true // other fence faults are the watchdog's to cover, as without borrowing
+	}
+	if rerr := s.led.Release(res.Token, "no room in the fence"); rerr != nil {
+		s.log.Warn("giving back a reservation the fence had no room for", "gpu", res.GPU, "error", rerr)
+	}
+	if st, err := s.led.State(res.GPU); err == nil {
+		_ = s.lender.SyncFence(st)
+	}
+	s.log.Debug("borrowers hold what the job's guarantee would cover; it waits", "gpu", res.GPU, "job", res.Task.JobName, "why", err)
+	return false
+}
+
+// limitFor is the most a job may hold on a GPU in state st: the GPU's budget when it borrows.
+func (s *sched) limitFor(st ledger.GPUState) []ledger.ReserveOption {
+	if s.lender == nil {
+		return nil
+	}
+	return []ledger.ReserveOption{ledger.WithLimit(st.BudgetBytes)}
+}
+
+// probeGuarantee is what a probe that borrows is promised: what any job needs before its first
+// allocation (the policy's cap of nothing: the margin that covers a CUDA context), in whole
+// units. It measures its footprint on what it borrows, so it keeps no memory from jobs whose
+// caps are known.
+func (s *sched) probeGuarantee(st ledger.GPUState) size.Bytes {
+	c := s.pol.Cap(0)
+	if st.UnitBytes > 0 {
+		c = (c + st.UnitBytes - 1) / st.UnitBytes * st.UnitBytes
+	}
+	return max(c, st.UnitBytes)
+}

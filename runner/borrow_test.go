@@ -1,0 +1,123 @@
+package runner
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A few process-level runs of borrowing on the simulated GPU (the fence tables are real, and the
+// simulated jobs charge them): exact overlaps are the scheduler tests' (sched_borrow_test.go).
+
+// A job that grows far past its cap borrows what nobody was promised and completes in one
+// attempt, next to neighbours that use their whole guarantees and are never touched.
+func TestBorrowerGrowsPastItsCap(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{
+		Jobs: []Job{
+			simJob(t, "n1", "good", "--peak", "18GiB", "--ramp", "50ms", "--hold", "1200ms"),
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "30GiB", "--leak-rate", "40GiB"),
+			simJob(t, "n2", "good", "--peak", "18GiB", "--ramp", "50ms", "--hold", "1200ms"),
+		},
+		Templates: map[string]TemplateSpec{
+			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+			"good": {Name: "good", PeakBytes: 18 * size.GiB},
+		},
+	}
+	o := testOptions(t, sim, ArmPacked)
+	o.Borrow = BorrowWait
+	res := runQueue(t, q, o)
+	if res.Completed != 3 {
+		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
+	}
+	lk := attemptsOf(res, "lk")
+	if len(lk) != 1 || lk[0].Outcome != OutcomeOK || lk[0].WholeGPU || lk[0].PeakBytes < 28*size.GiB || lk[0].CapBytes >= 30*size.GiB {
+		t.Fatalf("leaker: want one attempt that borrowed to 30GiB past a small cap, got %+v", lk)
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if a := attemptsOf(res, n); len(a) != 1 || a[0].Outcome != OutcomeOK || a[0].Violation != nil {
+			t.Fatalf("%s was harmed: %+v", n, a)
+		}
+	}
+}
+
+// A borrower whose memory is taken by neighbours' guarantees waits for them to end (nothing
+// new starts meanwhile) and completes, instead of failing and running again alone.
+func TestBorrowerWaitsForItsNeighbours(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{
+		Jobs: []Job{
+			simJob(t, "n1", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
+			simJob(t, "n2", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms", "--leak-to", "60GiB", "--leak-rate", "40GiB"),
+			simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"),
+		},
+		Templates: map[string]TemplateSpec{
+			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+			"good": {Name: "good", PeakBytes: 20 * size.GiB},
+		},
+	}
+	o := testOptions(t, sim, ArmPacked)
+	o.Borrow, o.Policy.MaxTasksPerGPU = BorrowWait, 3
+	res := runQueue(t, q, o)
+	if res.Completed != 4 {
+		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
+	}
+	lk := attemptsOf(res, "lk")
+	if len(lk) != 1 || lk[0].Outcome != OutcomeOK || lk[0].PeakBytes < 58*size.GiB {
+		t.Fatalf("leaker: want one attempt that waited and reached 60GiB, got %+v", lk)
+	}
+	late := attemptsOf(res, "late")
+	n1, n2 := attemptsOf(res, "n1"), attemptsOf(res, "n2")
+	if len(late) != 1 || len(n1) != 1 || len(n2) != 1 || late[0].Outcome != OutcomeOK {
+		t.Fatalf("attempts %+v", res.Attempts)
+	}
+	// 60 GiB of an 80 GiB GPU fit only once n1 and n2 are gone, so the leaker ended after them.
+	if !lk[0].End.After(n1[0].End) || !lk[0].End.After(n2[0].End) {
+		t.Fatalf("leaker ended at %s, before its neighbours (%s, %s)", lk[0].End, n1[0].End, n2[0].End)
+	}
+}
+
+// Without waiting, a borrower that finds no free memory fails inside itself (never a
+// neighbour) and runs again with a guarantee of what it reached: beside others, not alone.
+func TestBorrowerThatCannotWaitReRunsWithMoreRoom(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := Queue{
+		Jobs: []Job{
+			simJob(t, "n1", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
+			simJob(t, "n2", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms", "--leak-to", "40GiB", "--leak-rate", "40GiB"),
+		},
+		Templates: map[string]TemplateSpec{
+			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+			"good": {Name: "good", PeakBytes: 20 * size.GiB},
+		},
+	}
+	o := testOptions(t, sim, ArmPacked)
+	o.Borrow = BorrowNow
+	res := runQueue(t, q, o)
+	if res.Completed != 3 {
+		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
+	}
+	lk := attemptsOf(res, "lk")
+	if got := outcomes(lk); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+		t.Fatalf("leaker attempts %v, want [cap-violation ok]: %+v", got, lk)
+	}
+	v := lk[0].Violation
+	if v == nil || v.Action != "oom-in-process" || !strings.HasPrefix(v.Detail, "the allocation fence refused") {
+		t.Fatalf("the leaker's first attempt should have failed inside itself at the fence: %+v", v)
+	}
+	if lk[1].WholeGPU || lk[1].CapBytes <= lk[0].CapBytes {
+		t.Fatalf("the re-run should get a larger guarantee beside others, not the GPU alone: %+v", lk[1])
+	}
+	for _, n := range []string{"n1", "n2"} {
+		if a := attemptsOf(res, n); len(a) != 1 || a[0].Outcome != OutcomeOK {
+			t.Fatalf("%s was harmed: %+v", n, a)
+		}
+	}
+}

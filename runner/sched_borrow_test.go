@@ -1,0 +1,128 @@
+package runner
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+	"github.com/hashicorp/go-hclog"
+)
+
+// fakeLender is the fence as the scheduler sees it: what borrowers hold, whether an allocation
+// waits, and whether the table has room for the next guarantee.
+type fakeLender struct {
+	borrowed size.Bytes
+	waiting  bool
+	noRoom   bool
+	synced   []ledger.GPUState
+}
+
+func (f *fakeLender) FenceUse(string) (size.Bytes, bool) { return f.borrowed, f.waiting }
+
+func (f *fakeLender) SyncFence(st ledger.GPUState) error {
+	f.synced = append(f.synced, st)
+	if f.noRoom {
+		return &fence.NoRoomError{Path: "test", Tokens: []string{"x"}, Borrowed: f.borrowed}
+	}
+	return nil
+}
+
+// borrowSched is a packed scheduler over one 80 GiB GPU (budget 78 GiB) where template "t" has a
+// 20 GiB cap (peak 16 GiB) and "p" is unknown.
+func borrowSched(t *testing.T, lend *fakeLender, jobs ...*jobState) (*sched, *ledger.Ledger, string) {
+	t.Helper()
+	led, uuid := memLedger(t, 80*size.GiB)
+	s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s.probeInPlace = true
+	if lend != nil {
+		s.lender = lend
+	}
+	s.peaks["t"] = size.MustParse("16GiB")
+	return s, led, uuid
+}
+
+func known(names ...string) []*jobState {
+	var out []*jobState
+	for _, n := range names {
+		out = append(out, &jobState{Job: Job{Name: n, Template: "t"}})
+	}
+	return out
+}
+
+// A probe that borrows holds a context's worth, not half the GPU: every job whose cap is known
+// starts beside it, and the probe may grow to the GPU's budget.
+func TestSchedBorrowingProbeHoldsNothingBack(t *testing.T) {
+	probeJob := &jobState{Job: Job{Name: "p", Template: "p"}}
+	for _, tc := range []struct {
+		name  string
+		lend  *fakeLender
+		want  string
+		probe size.Bytes // the probe's guarantee
+		limit size.Bytes
+	}{
+		{"protective cap without borrowing", nil, "[p a]", 39 * size.GiB, 0},
+		{"borrowing", &fakeLender{}, "[p a b c]", 2 * size.GiB, 78 * size.GiB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pj := *probeJob
+			s, _, _ := borrowSched(t, tc.lend, append([]*jobState{&pj}, known("a", "b", "c")...)...)
+			got := s.next()
+			if n := names(got); fmt.Sprint(n) != tc.want {
+				t.Fatalf("admitted %v, want %s", n, tc.want)
+			}
+			p := got[0]
+			if !p.probe || !p.inPlace || p.res.CapBytes != tc.probe || p.res.LimitBytes != tc.limit || p.borrowing != (tc.lend != nil) {
+				t.Fatalf("probe launch: cap %s limit %s borrowing %v, want cap %s limit %s", p.res.CapBytes, p.res.LimitBytes,
+					p.borrowing, tc.probe, tc.limit)
+			}
+			for _, l := range got[1:] {
+				if l.res.CapBytes != 20*size.GiB || l.borrowing != (tc.lend != nil) {
+					t.Fatalf("%s: cap %s borrowing %v", l.job.Name, l.res.CapBytes, l.borrowing)
+				}
+			}
+		})
+	}
+}
+
+// What borrowers hold counts as taken, an allocation waiting for memory freezes the GPU, and a
+// guarantee the fence has no room for is given back before its job starts.
+func TestSchedCountsBorrowedMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lend fakeLender
+		want string
+	}{
+		{"nothing borrowed", fakeLender{}, "[a b c]"},
+		{"40 GiB borrowed", fakeLender{borrowed: 40 * size.GiB}, "[a]"},
+		{"70 GiB borrowed", fakeLender{borrowed: 70 * size.GiB}, "[]"},
+		{"an allocation waits", fakeLender{waiting: true}, "[]"},
+		{"no room in the fence", fakeLender{noRoom: true}, "[]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lend := tc.lend
+			s, led, uuid := borrowSched(t, &lend, known("a", "b", "c")...)
+			got := s.next()
+			if n := fmt.Sprint(names(got)); n != tc.want {
+				t.Fatalf("admitted %s, want %s", n, tc.want)
+			}
+			st, err := led.State(uuid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Reservations) != len(got) {
+				t.Fatalf("ledger holds %d reservations for %d launches: a refused guarantee was kept", len(st.Reservations), len(got))
+			}
+			if tc.lend.noRoom && len(lend.synced) == 0 {
+				t.Fatal("the fence was never asked")
+			}
+			for _, l := range got {
+				if l.res.LimitBytes != st.BudgetBytes {
+					t.Fatalf("%s: limit %s, want the budget %s", l.job.Name, l.res.LimitBytes, st.BudgetBytes)
+				}
+			}
+		})
+	}
+}
