@@ -97,11 +97,11 @@ type Enforcer struct {
 	usage   map[string]taskUsage
 
 	// Owned by the Run goroutine.
-	tracks    map[string]*track
-	near      map[string]*nearCap
+	tracks map[string]*track
+	near   map[string]*nearCap
 	// lent is what the fence let each borrowing task hold past its cap at the last pass: NVML is
 	// read before the table, so a task that freed in between is judged by the larger of the two.
-	lent map[string]lentBytes
+	lent      map[string]lentBytes
 	unmanaged map[procKey]*unmanagedProc
 	lastScan  time.Time
 	lastErr   map[string]string
