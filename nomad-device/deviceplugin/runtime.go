@@ -62,6 +62,8 @@ type runtime struct {
 	mpsDown   map[string]string
 	mpsReady  map[string]bool
 	preparing atomic.Bool
+	// readFaults holds, per GPU and stat, why the backend cannot give that reading (logged once).
+	readFaults map[string]string
 
 	subMu sync.Mutex
 	subs  map[int]chan struct{}
