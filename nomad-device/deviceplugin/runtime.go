@@ -287,7 +287,9 @@ func (rt *runtime) setMPS(uuid string, err error) {
 	if changed {
 		if err != nil {
 			rt.log.Error("MPS control daemon cannot start: the GPU's free units are unhealthy; retrying every fingerprint_period",
-				"gpu", uuid, "error", err)
+				"gpu", uuid, "error", err, "retry", rt.cfg.FingerprintPeriod)
+		} else {
+			rt.log.Info("MPS control daemon ready: the GPU's units are placeable again", "gpu", uuid)
 		}
 		rt.notify()
 	}
