@@ -67,9 +67,11 @@ func TestMPSGPURecoversOnceItsDaemonCanStart(t *testing.T) {
 		reason     string // a fragment of the health description and the Reserve error
 	}{
 		{
-			name:   "control binary missing, then installed",
-			config: func(bin string) string { return `mps_control = "` + filepath.Join(bin, enforcer.DefaultMPSControl) + `"` },
-			fault:  func(*testing.T, string, string) error { return nil },
+			name: "control binary missing, then installed",
+			config: func(bin string) string {
+				return `mps_control = "` + filepath.Join(bin, enforcer.DefaultMPSControl) + `"`
+			},
+			fault: func(*testing.T, string, string) error { return nil },
 			fix: func(t *testing.T, bin, _ string) error {
 				return copyFile(t, fake, filepath.Join(bin, enforcer.DefaultMPSControl))
 			},
