@@ -148,7 +148,11 @@ func TestWhatTheCLIShowsFromTheStats(t *testing.T) {
 	// pointing at them, and the rest free.
 	fp := c.Latest()
 	node := emulator.NodeStatus(fp, st, false)
-	util := rows(node[:strings.Index(node, "\n\nDevice Group Attributes")], "  ")
+	split := strings.Index(node, "\n\nDevice Group Attributes")
+	if split < 0 {
+		t.Fatalf("node status -verbose without device group attributes:\n%s", node)
+	}
+	util := rows(node[:split], "  ")
 	if len(util) != len(g.GetDevices()) {
 		t.Errorf("node status lists %d units, want %d:\n%s", len(util), len(g.GetDevices()), node)
 	}
@@ -168,7 +172,7 @@ func TestWhatTheCLIShowsFromTheStats(t *testing.T) {
 	if want := map[string]int{"free": len(g.GetDevices()) - 6, "held": 4, "task": 2}; fmt.Sprint(counts) != fmt.Sprint(want) {
 		t.Errorf("node status rows %v, want %v:\n%s", counts, want, node)
 	}
-	attrs := rows(node[strings.Index(node, "Device Group Attributes"):], " = ")
+	attrs := rows(node[split:], " = ")
 	if attrs["Device Group"] != "nvidia/gpumem/"+g.GetDeviceName() || attrs["memory"] != fmt.Sprintf("%d MiB", total) || attrs["backend"] != "simulated" {
 		t.Errorf("device group attributes %v", attrs)
 	}
