@@ -62,6 +62,8 @@ type runtime struct {
 	mpsDown   map[string]string
 	mpsReady  map[string]bool
 	preparing atomic.Bool
+	// readFaults holds, per GPU and stat, why the backend cannot give that reading (logged once).
+	readFaults map[string]string
 
 	subMu sync.Mutex
 	subs  map[int]chan struct{}
@@ -285,7 +287,9 @@ func (rt *runtime) setMPS(uuid string, err error) {
 	if changed {
 		if err != nil {
 			rt.log.Error("MPS control daemon cannot start: the GPU's free units are unhealthy; retrying every fingerprint_period",
-				"gpu", uuid, "error", err)
+				"gpu", uuid, "error", err, "retry", rt.cfg.FingerprintPeriod)
+		} else {
+			rt.log.Info("MPS control daemon ready: the GPU's units are placeable again", "gpu", uuid)
 		}
 		rt.notify()
 	}

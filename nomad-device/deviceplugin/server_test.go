@@ -21,6 +21,12 @@ import (
 // newSim returns a configured server on simulated GPUs in a temp state_dir.
 func newSim(t *testing.T, gpus string, extra string) (*Server, string) {
 	t.Helper()
+	return newSimWith(t, Options{}, gpus, extra)
+}
+
+// newSimWith is newSim with server options (a logger); devRoot is always the temp dir's.
+func newSimWith(t *testing.T, opts Options, gpus string, extra string) (*Server, string) {
+	t.Helper()
 	dir := t.TempDir()
 	var quoted []string
 	for _, g := range strings.Split(gpus, ",") {
@@ -32,7 +38,8 @@ func newSim(t *testing.T, gpus string, extra string) (*Server, string) {
 		state_dir = "` + dir + `"
 		` + extra + `
 	}`
-	s := NewServer(Options{devRoot: filepath.Join(dir, "dev")})
+	opts.devRoot = filepath.Join(dir, "dev")
+	s := NewServer(opts)
 	t.Cleanup(s.Shutdown)
 	if err := s.SetConfig(encode(t, hcl), APIVersion); err != nil {
 		t.Fatal(err)
