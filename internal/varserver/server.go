@@ -8,6 +8,7 @@
 package varserver
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -65,6 +66,11 @@ type Server struct {
 	log        []Request
 	total      int
 	js         *jobsState
+	// holds counts the times a blocking query began to wait for a change (it counts again each
+	// time a change it does not see sends it back to waiting); heldChanged is closed and
+	// replaced when it grows, for WaitHolds.
+	holds       int
+	heldChanged chan struct{}
 
 	addr    string
 	srv     *http.Server
@@ -95,13 +101,14 @@ func Start(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("varserver: address %q: must be 127.0.0.1:<port>", opts.Addr)
 	}
 	s := &Server{
-		opts:       opts,
-		vars:       map[key]*Variable{},
-		index:      1,
-		tableIndex: 1,
-		changed:    make(chan struct{}),
-		tokens:     map[string][]Rule{},
-		acl:        opts.ACL,
+		opts:        opts,
+		vars:        map[key]*Variable{},
+		index:       1,
+		tableIndex:  1,
+		changed:     make(chan struct{}),
+		heldChanged: make(chan struct{}),
+		tokens:      map[string][]Rule{},
+		acl:         opts.ACL,
 	}
 	if err := s.listen(opts.Addr); err != nil {
 		return nil, err
@@ -207,6 +214,33 @@ func (s *Server) RequestLog() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.log...)
+}
+
+// Holds is how many times a blocking query has begun to wait for a change: once when it
+// starts waiting and once more each time a write it does not see sends it back to waiting.
+func (s *Server) Holds() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holds
+}
+
+// WaitHolds returns once Holds reaches n, or ctx's error. A query counted here had already
+// taken the change signal it waits on, so a write made after WaitHolds returns wakes it: tests
+// wait on this instead of sleeping and hoping the query got there first.
+func (s *Server) WaitHolds(ctx context.Context, n int) error {
+	for {
+		s.mu.Lock()
+		holds, ch := s.holds, s.heldChanged
+		s.mu.Unlock()
+		if holds >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("varserver: %d blocking queries began to wait, want %d: %w", holds, n, ctx.Err())
+		}
+	}
 }
 
 // Index is the current global index.
