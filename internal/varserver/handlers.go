@@ -197,6 +197,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, closing chan struc
 		if wait {
 			// Counted under the lock that read changed, so a write seen as counted wakes it.
 			s.holds++
+			s.heldAt = max(s.heldAt, minIndex)
 			close(s.heldChanged)
 			s.heldChanged = make(chan struct{})
 		}

@@ -67,9 +67,11 @@ type Server struct {
 	total      int
 	js         *jobsState
 	// holds counts the times a blocking query began to wait for a change (it counts again each
-	// time a change it does not see sends it back to waiting); heldChanged is closed and
-	// replaced when it grows, for WaitHolds.
+	// time a change it does not see sends it back to waiting) and heldAt is the highest index a
+	// query began to wait past; heldChanged is closed and replaced when they change, for
+	// WaitHolds and WaitHeldAt.
 	holds       int
+	heldAt      uint64
 	heldChanged chan struct{}
 
 	addr    string
@@ -228,17 +230,33 @@ func (s *Server) Holds() int {
 // taken the change signal it waits on, so a write made after WaitHolds returns wakes it: tests
 // wait on this instead of sleeping and hoping the query got there first.
 func (s *Server) WaitHolds(ctx context.Context, n int) error {
+	return s.waitHeld(ctx, func() bool { return s.holds >= n },
+		func() string { return fmt.Sprintf("%d blocking queries began to wait, want %d", s.holds, n) })
+}
+
+// WaitHeldAt returns once a blocking query waits for a change past index, or ctx's error. A
+// client that waits there has taken in everything up to index: a test that wrote at index and
+// sees this knows the client has handled that write, whatever it did with it.
+func (s *Server) WaitHeldAt(ctx context.Context, index uint64) error {
+	return s.waitHeld(ctx, func() bool { return s.heldAt >= index },
+		func() string { return fmt.Sprintf("no blocking query waits past index %d (the highest is %d)", index, s.heldAt) })
+}
+
+func (s *Server) waitHeld(ctx context.Context, done func() bool, why func() string) error {
 	for {
 		s.mu.Lock()
-		holds, ch := s.holds, s.heldChanged
+		ok, ch := done(), s.heldChanged
 		s.mu.Unlock()
-		if holds >= n {
+		if ok {
 			return nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("varserver: %d blocking queries began to wait, want %d: %w", holds, n, ctx.Err())
+			s.mu.Lock()
+			msg := why()
+			s.mu.Unlock()
+			return fmt.Errorf("varserver: %s: %w", msg, ctx.Err())
 		}
 	}
 }

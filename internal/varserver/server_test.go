@@ -227,9 +227,10 @@ func TestBlockingReadAbsentUsesTableIndex(t *testing.T) {
 	if qm.LastIndex != s.Index() {
 		t.Fatalf("absent read index = %d, want table index %d", qm.LastIndex, s.Index())
 	}
-	// The write comes only once the read waits, so the read's answer proves it was woken by it.
+	// The write comes only once the read waits past the table index, so the read's answer
+	// proves it was woken by it.
 	go func() {
-		if s.WaitHolds(t.Context(), 1) == nil {
+		if s.WaitHeldAt(t.Context(), qm.LastIndex) == nil {
 			s.Put("", "gpufrac/policy/default", map[string]string{"a": "1"})
 		}
 	}()
