@@ -239,7 +239,9 @@ func (s *Server) WaitHolds(ctx context.Context, n int) error {
 // sees this knows the client has handled that write, whatever it did with it.
 func (s *Server) WaitHeldAt(ctx context.Context, index uint64) error {
 	return s.waitHeld(ctx, func() bool { return s.heldAt >= index },
-		func() string { return fmt.Sprintf("no blocking query waits past index %d (the highest is %d)", index, s.heldAt) })
+		func() string {
+			return fmt.Sprintf("no blocking query waits past index %d (the highest is %d)", index, s.heldAt)
+		})
 }
 
 func (s *Server) waitHeld(ctx context.Context, done func() bool, why func() string) error {

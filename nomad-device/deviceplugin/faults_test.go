@@ -113,7 +113,7 @@ func TestGPUThatVanishesMidRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m = waitFP(t, ch, "both GPUs offer their free units again", func(m *devicepb.FingerprintResponse) bool {
+	waitFP(t, ch, "both GPUs offer their free units again", func(m *devicepb.FingerprintResponse) bool {
 		return emulator.HealthyCount(group(m, uuidOf(h100))) == 78 && emulator.HealthyCount(group(m, uuidOf(a100))) == 38
 	})
 	if _, ok := l.Reservation(token); !ok {
