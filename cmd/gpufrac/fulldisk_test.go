@@ -28,10 +28,10 @@ func fullDisk(t *testing.T, state, snap string) (script string, free func()) {
 		t.Skip("no sh to run the job that fills the disk")
 	}
 	tmps := []string{filepath.Join(state, ledger.StateFile+".tmp"), filepath.Join(state, ledger.ViolationsFile+".tmp")}
-	script = "cp " + filepath.Join(state, ledger.StateFile) + " " + snap
-	for _, p := range tmps {
-		script += " && ln -s /dev/full " + p
-	}
+	// The disk fills first and the ledger is copied after: a write between the two (the
+	// enforcer noting the job's token) would otherwise land after the copy and look like a
+	// write to a full disk.
+	script = "ln -s /dev/full " + tmps[0] + " && ln -s /dev/full " + tmps[1] + " && cp " + filepath.Join(state, ledger.StateFile) + " " + snap
 	return script, func() {
 		for _, p := range tmps {
 			if err := os.Remove(p); err != nil {
