@@ -1,13 +1,9 @@
-// Package policy owns what platform teams declare and the plugin reads: the headroom policy and
-// job templates, their validation, the cap formula, their encoding as Nomad Variable items, and
-// the stores that hold them (Nomad Variables, a local file).
 package policy
 
 import (
 	"errors"
 	"fmt"
 	"math"
-	"regexp"
 	"time"
 
 	"github.com/gpufrac/gpufrac/size"
@@ -101,14 +97,12 @@ var ErrInvalid = errors.New("invalid")
 // Is lets errors.Is(err, ErrInvalid) match any FieldError.
 func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
 
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_~-]{1,64}$`)
-
 // Validate returns every problem at once, joined, each naming its field and value.
 func (p Policy) Validate() error {
 	var errs []error
 	bad := func(field string, v any, reason string) { errs = append(errs, &FieldError{field, v, reason}) }
-	if !nameRE.MatchString(p.Name) {
-		bad("name", fmt.Sprintf("%q", p.Name), "must be 1-64 letters, digits, '-', '_' or '~'")
+	if !ValidName(p.Name) {
+		bad("name", fmt.Sprintf("%q", p.Name), "must be "+NameRule)
 	}
 	if p.CapMarginPercent < 0 || p.CapMarginPercent > 1000 || math.IsNaN(p.CapMarginPercent) {
 		bad("cap_margin_percent", p.CapMarginPercent, "must be between 0 and 1000")
@@ -173,11 +167,11 @@ type Template struct {
 // Validate returns every problem at once, each naming its field and value.
 func (t Template) Validate() error {
 	var errs []error
-	if !nameRE.MatchString(t.Name) {
-		errs = append(errs, &FieldError{"name", fmt.Sprintf("%q", t.Name), "must be 1-64 letters, digits, '-', '_' or '~'"})
+	if !ValidName(t.Name) {
+		errs = append(errs, &FieldError{"name", fmt.Sprintf("%q", t.Name), "must be " + NameRule})
 	}
-	if t.Policy != "" && !nameRE.MatchString(t.Policy) {
-		errs = append(errs, &FieldError{"policy", fmt.Sprintf("%q", t.Policy), "must be 1-64 letters, digits, '-', '_' or '~'"})
+	if t.Policy != "" && !ValidName(t.Policy) {
+		errs = append(errs, &FieldError{"policy", fmt.Sprintf("%q", t.Policy), "must be " + NameRule})
 	}
 	if t.PeakBytes == 0 && t.CapOverrideBytes == 0 {
 		errs = append(errs, &FieldError{"peak", t.PeakBytes, "must be set (measure it with `gpufrac probe`) unless cap_override is"})

@@ -101,14 +101,6 @@ var (
 	_ PolicySource = (*FileStore)(nil)
 )
 
-// CheckName rejects names that would make a bad path before any request is sent.
-func CheckName(kind, name string) error {
-	if !nameRE.MatchString(name) {
-		return &FieldError{Field: kind + " name", Value: fmt.Sprintf("%q", name), Reason: "must be 1-64 letters, digits, '-', '_' or '~'"}
-	}
-	return nil
-}
-
 // DecodePolicyAt decodes items stored at path and checks that the name item matches the path,
 // so a copied variable cannot masquerade as another policy.
 func DecodePolicyAt(path, name string, items map[string]string) (Policy, error) {

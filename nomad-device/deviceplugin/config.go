@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -372,8 +371,8 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	} else {
 		c.ReservationGrace = d
 	}
-	if !policyNameRE.MatchString(c.PolicyName) {
-		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be 1-64 letters, digits, '-', '_' or '~'")
+	if !policy.ValidName(c.PolicyName) {
+		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be "+policy.NameRule)
 	}
 	for _, modes := range schema.get(obj, KeyGPUModes).AsValueSlice() {
 		if modes.IsNull() {
@@ -402,7 +401,7 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		if np.Token != "" && np.TokenFile != "" {
 			bad(KeyPolicy+".token_file", strconv.Quote(np.TokenFile), "set token or token_file, not both")
 		}
-		if !policyNameRE.MatchString(np.Name) {
+		if !policy.ValidName(np.Name) {
 			bad(KeyPolicy+".name", strconv.Quote(np.Name), "must be a policy name such as \"default\" (the last segment of gpufrac/policy/<name>)")
 		}
 		if c.PolicyFile != "" {
@@ -436,6 +435,3 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	slices.Sort(c.IgnoredGPUIDs)
 	return c, nil
 }
-
-// policyNameRE is policy.Policy's name rule; checked here so a typo fails at agent start.
-var policyNameRE = regexp.MustCompile(`^[a-zA-Z0-9_~-]{1,64}$`)

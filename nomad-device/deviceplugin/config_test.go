@@ -156,6 +156,7 @@ func TestParseConfigRejects(t *testing.T) {
 			}
 		}`, []string{"policy.token_file", "not both"}},
 		{`config { policy_name = "" }`, []string{"policy_name", `""`}},
+		{`config { policy_name = "gpu.pool" }`, []string{"policy_name", `"gpu.pool"`, "must be " + policy.NameRule}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want[0], func(t *testing.T) {

@@ -102,7 +102,7 @@ type nameValidator struct{}
 var _ validator.String = nameValidator{}
 
 func (nameValidator) Description(context.Context) string {
-	return "value must be 1-64 letters, digits, '-', '_' or '~'"
+	return "value must be " + policy.NameRule
 }
 
 func (v nameValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
@@ -111,8 +111,8 @@ func (nameValidator) ValidateString(_ context.Context, req validator.StringReque
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
-	if s := req.ConfigValue.ValueString(); !nameRE.MatchString(s) {
+	if s := req.ConfigValue.ValueString(); !policy.ValidName(s) {
 		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+req.Path.String(),
-			fmt.Sprintf("%s = %q: must be 1-64 letters, digits, '-', '_' or '~' (it becomes the last segment of a Nomad Variable path, which allows no '.' or '@').", req.Path, s))
+			fmt.Sprintf("%s = %q: must be %s (it becomes the last segment of a Nomad Variable path, which allows no '.' or '@').", req.Path, s, policy.NameRule))
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/gpufrac/gpufrac/policy"
 )
 
 // DefaultNamespace is Nomad's namespace when none is configured anywhere.
@@ -25,8 +27,8 @@ func parseImportID(id, defaultNS string) (name, namespace string, err error) {
 	if name == "" || namespace == "" || strings.Contains(namespace, "@") {
 		return "", "", fmt.Errorf("import ID %q is not <name>@<namespace> or <name>: for example \"training@default\"", id)
 	}
-	if !nameRE.MatchString(name) {
-		return "", "", fmt.Errorf("import ID %q: name %q must be 1-64 letters, digits, '-', '_' or '~'", id, name)
+	if !policy.ValidName(name) {
+		return "", "", fmt.Errorf("import ID %q: name %q must be %s", id, name, policy.NameRule)
 	}
 	if !nsRE.MatchString(namespace) {
 		return "", "", fmt.Errorf("import ID %q: namespace %q must be 1-128 letters, digits or '-'", id, namespace)

@@ -1,9 +1,14 @@
 package provider
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/hashicorp/terraform-plugin-framework/path"
+	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/gpufrac/gpufrac/policy"
 )
@@ -38,25 +43,25 @@ func TestParseImportID(t *testing.T) {
 	}
 }
 
-// The provider checks names before they reach Nomad with its own copy of the name rule; it must
-// accept exactly what policy.Validate accepts.
+// The provider checks names before they reach Nomad (import IDs, the name attributes); both
+// checks must accept exactly what policy.Validate accepts.
 func TestNameRuleMatchesPolicyValidate(t *testing.T) {
 	names := []string{"default", "a", "train-7b_v2~x", "a.b", "a@b", "a/b", "", "a b", "é",
 		strings.Repeat("x", 64), strings.Repeat("x", 65)}
+	for i := 0; i < 128; i++ {
+		names = append(names, fmt.Sprintf("x%cy", rune(i)))
+	}
 	for _, n := range names {
 		p := policy.Default()
 		p.Name = n
 		want := p.Validate() == nil
-		if got := nameRE.MatchString(n); got != want {
-			t.Errorf("name %q: provider says valid=%v, policy.Validate says %v", n, got, want)
+		resp := &validator.StringResponse{}
+		nameValidator{}.ValidateString(context.Background(), validator.StringRequest{Path: path.Root("name"), ConfigValue: types.StringValue(n)}, resp)
+		if got := !resp.Diagnostics.HasError(); got != want {
+			t.Errorf("name %q: the name validator says valid=%v, policy.Validate says %v", n, got, want)
 		}
-	}
-	for i := 0; i < 128; i++ {
-		n := fmt.Sprintf("x%cy", rune(i))
-		p := policy.Default()
-		p.Name = n
-		if got, want := nameRE.MatchString(n), p.Validate() == nil; got != want {
-			t.Errorf("name %q: provider valid=%v, policy valid=%v", n, got, want)
+		if _, _, err := parseImportID(n+"@default", "dflt"); (err == nil) != want {
+			t.Errorf("import ID %q: parseImportID error %v, policy.Validate says valid=%v", n+"@default", err, want)
 		}
 	}
 }

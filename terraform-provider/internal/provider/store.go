@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
 	"github.com/gpufrac/gpufrac/policy"
 )
-
-// nameRE mirrors the name rule of policy.Validate; a unit test keeps the two in step. It exists
-// here so import IDs and templates' policy names are checked before anything reaches Nomad.
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_~-]{1,64}$`)
 
 // objectStore is what the provider needs from policy's Nomad Variables store: typed reads and
 // check-and-set writes. Every write returns the new modify index. cas 0 means "create only if
