@@ -186,7 +186,7 @@ func (c *procCache) attribute(pid int, gpuUUID string, res map[string]ledger.Res
 		}
 		note = "token of a reservation on GPU " + r.GPU
 	} else if id.token != "" {
-		note = "token " + shortToken(id.token) + " matches no reservation"
+		note = "token " + ledger.RedactToken(id.token) + " matches no reservation"
 	}
 	// A task of several device requests carries the last one's GPUFRAC_RESERVATION; its
 	// reservation on this GPU is in a per-GPU key.
@@ -273,12 +273,4 @@ func byAlloc(id identity, gpuUUID string, res map[string]ledger.Reservation) str
 		return named[0]
 	}
 	return ""
-}
-
-// shortToken is enough of a secret token to tell reservations apart in logs, never the token.
-func shortToken(tok string) string {
-	if len(tok) > 8 {
-		return tok[:8]
-	}
-	return tok
 }

@@ -32,7 +32,7 @@ type Event struct {
 	Kind  EventKind
 	Stage string
 	GPU   string
-	// Token is the reservation concerned, if any. It is secret: print shortToken(Token) only.
+	// Token is the reservation concerned, if any. It is secret: print ledger.RedactToken(Token) only.
 	Token string
 	Task  ledger.Task
 	PIDs  []int
@@ -84,7 +84,7 @@ func (e *Enforcer) emit(ev Event) {
 		args = append(args, "stage", ev.Stage)
 	}
 	if ev.Token != "" {
-		args = append(args, "token", shortToken(ev.Token), "task", ev.Task.String())
+		args = append(args, "token", ledger.RedactToken(ev.Token), "task", ev.Task.String())
 	}
 	if len(ev.PIDs) > 0 {
 		args = append(args, "pids", ev.PIDs)

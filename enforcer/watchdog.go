@@ -413,7 +413,7 @@ func (e *Enforcer) scanTokens() {
 	}
 	for tok, t := range tasks {
 		if err := e.cfg.Ledger.Seen(tok, t); err != nil && !errors.Is(err, ledger.ErrNoReservation) {
-			e.log.Warn("cannot mark reservation seen", "token", shortToken(tok), "error", err)
+			e.log.Warn("cannot mark reservation seen", "token", ledger.RedactToken(tok), "error", err)
 		}
 	}
 	// A gpufrac run killed outright is gone for good: its reservations need not wait the grace.
@@ -425,7 +425,7 @@ func (e *Enforcer) scanTokens() {
 		e.log.Warn("cannot release the reservations of a holder that is gone", "error", err)
 	}
 	for _, r := range orphans {
-		e.log.Info("reservation ended: the gpufrac run that held it is gone", "gpu", r.GPU, "token", shortToken(r.Token),
+		e.log.Info("reservation ended: the gpufrac run that held it is gone", "gpu", r.GPU, "token", ledger.RedactToken(r.Token),
 			"task", r.Task.String(), "holder", r.Holder.String())
 	}
 	gone, err := e.cfg.Ledger.ExpireUnseen()
@@ -433,7 +433,7 @@ func (e *Enforcer) scanTokens() {
 		e.log.Warn("cannot expire unseen reservations", "error", err)
 	}
 	for _, r := range gone {
-		e.log.Info("reservation ended: no live process carried its token", "gpu", r.GPU, "token", shortToken(r.Token), "task", r.Task.String())
+		e.log.Info("reservation ended: no live process carried its token", "gpu", r.GPU, "token", ledger.RedactToken(r.Token), "task", r.Task.String())
 	}
 }
 

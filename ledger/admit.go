@@ -57,7 +57,7 @@ func (l *Ledger) ReserveIDs(ids []string, task Task) (Reservation, error) {
 		r := l.st.res[tok]
 		l.end(tok)
 		ended++
-		l.log.Info("reservation ended: the scheduler reused its instance", "token", tokenPrefix(tok), "gpu", r.GPU,
+		l.log.Info("reservation ended: the scheduler reused its instance", "token", RedactToken(tok), "gpu", r.GPU,
 			"instance", id, "task", r.Task.String())
 	}
 
@@ -219,7 +219,7 @@ func (l *Ledger) add(prev *state, r Reservation) (Reservation, error) {
 	}
 	if _, dup := l.st.res[tok]; dup {
 		l.restore(prev)
-		return Reservation{}, fmt.Errorf("ledger: token generator repeated token %s", tokenPrefix(tok))
+		return Reservation{}, fmt.Errorf("ledger: token generator repeated token %s", RedactToken(tok))
 	}
 	r.Token = tok
 	r.CreatedAt = l.now()
@@ -230,7 +230,7 @@ func (l *Ledger) add(prev *state, r Reservation) (Reservation, error) {
 	if err := l.commit(prev, true); err != nil {
 		return Reservation{}, err
 	}
-	l.log.Info("reserved", "token", tokenPrefix(tok), "gpu", r.GPU, "cap", r.CapBytes.String(), "units", len(r.InstanceIDs),
+	l.log.Info("reserved", "token", RedactToken(tok), "gpu", r.GPU, "cap", r.CapBytes.String(), "units", len(r.InstanceIDs),
 		"source", r.Source, "task", r.Task.String())
 	return cloneRes(r), nil
 }
@@ -286,13 +286,13 @@ func (l *Ledger) Release(token, reason string) error {
 	}
 	r, ok := l.st.res[token]
 	if !ok {
-		return fmt.Errorf("%w: token %s", ErrNoReservation, tokenPrefix(token))
+		return fmt.Errorf("%w: token %s", ErrNoReservation, RedactToken(token))
 	}
 	l.end(token)
 	if err := l.commit(prev, true); err != nil {
 		return err
 	}
-	l.log.Info("released", "token", tokenPrefix(token), "gpu", r.GPU, "task", r.Task.String(), "reason", reason)
+	l.log.Info("released", "token", RedactToken(token), "gpu", r.GPU, "task", r.Task.String(), "reason", reason)
 	return nil
 }
 
@@ -327,7 +327,7 @@ func (l *Ledger) Seen(token string, task Task) error {
 	}
 	r, ok := l.st.res[token]
 	if !ok {
-		return fmt.Errorf("%w: token %s", ErrNoReservation, tokenPrefix(token))
+		return fmt.Errorf("%w: token %s", ErrNoReservation, RedactToken(token))
 	}
 	next := r
 	fill := func(dst *string, src string) {
@@ -387,7 +387,7 @@ func (l *Ledger) ExpireUnseen() ([]Reservation, error) {
 		return nil, err
 	}
 	for _, r := range gone {
-		l.log.Info("reservation expired: no live process carried it", "token", tokenPrefix(r.Token), "gpu", r.GPU,
+		l.log.Info("reservation expired: no live process carried it", "token", RedactToken(r.Token), "gpu", r.GPU,
 			"task", r.Task.String(), "grace", l.opts.Grace)
 	}
 	return gone, nil
@@ -422,7 +422,7 @@ func (l *Ledger) ReleaseOrphans(alive func(Holder) bool) ([]Reservation, error) 
 		return nil, err
 	}
 	for _, r := range gone {
-		l.log.Info("reservation released: its holder is gone", "token", tokenPrefix(r.Token), "gpu", r.GPU,
+		l.log.Info("reservation released: its holder is gone", "token", RedactToken(r.Token), "gpu", r.GPU,
 			"task", r.Task.String(), "holder", r.Holder.String())
 	}
 	return gone, nil
@@ -443,19 +443,19 @@ func (l *Ledger) Shrink(token string, capBytes size.Bytes) (Reservation, error) 
 	}
 	r, ok := l.st.res[token]
 	if !ok {
-		return Reservation{}, fmt.Errorf("%w: token %s", ErrNoReservation, tokenPrefix(token))
+		return Reservation{}, fmt.Errorf("%w: token %s", ErrNoReservation, RedactToken(token))
 	}
 	if r.Source != SourceRunner {
-		return Reservation{}, fmt.Errorf("%w: reservation %s comes from %s; only runner reservations shrink", ErrBadInput, tokenPrefix(token), r.Source)
+		return Reservation{}, fmt.Errorf("%w: reservation %s comes from %s; only runner reservations shrink", ErrBadInput, RedactToken(token), r.Source)
 	}
 	unit := l.st.capacity(r.GPU).UnitBytes
 	if capBytes == 0 || unit == 0 {
-		return Reservation{}, fmt.Errorf("%w: a cap of %s leaves reservation %s no memory unit", ErrBadInput, capBytes, tokenPrefix(token))
+		return Reservation{}, fmt.Errorf("%w: a cap of %s leaves reservation %s no memory unit", ErrBadInput, capBytes, RedactToken(token))
 	}
 	units, ok := unitsFor(capBytes, unit)
 	if !ok || units > len(r.InstanceIDs) {
 		return Reservation{}, fmt.Errorf("%w: a cap of %s is more than reservation %s holds (%s, %d units): a reservation does not grow in place",
-			ErrBadInput, capBytes, tokenPrefix(token), r.CapBytes, len(r.InstanceIDs))
+			ErrBadInput, capBytes, RedactToken(token), r.CapBytes, len(r.InstanceIDs))
 	}
 	if units == len(r.InstanceIDs) {
 		return cloneRes(r), nil
@@ -472,7 +472,7 @@ func (l *Ledger) Shrink(token string, capBytes size.Bytes) (Reservation, error) 
 	if err := l.commit(prev, true); err != nil {
 		return Reservation{}, err
 	}
-	l.log.Info("cap lowered in place", "token", tokenPrefix(token), "gpu", r.GPU, "from", r.CapBytes.String(), "to", next.CapBytes.String(),
+	l.log.Info("cap lowered in place", "token", RedactToken(token), "gpu", r.GPU, "from", r.CapBytes.String(), "to", next.CapBytes.String(),
 		"units", units, "task", r.Task.String())
 	return cloneRes(next), nil
 }

@@ -185,7 +185,7 @@ func TestReuseEndsHolder(t *testing.T) {
 	for _, in := range s.Instances {
 		want := map[string]string{InstanceID(gpuA, 2): nu.Token, InstanceID(gpuA, 4): nu.Token, InstanceID(gpuA, 3): other.Token}[in.ID]
 		if in.Token != want {
-			t.Errorf("instance %s token = %q, want %q", in.ID, tokenPrefix(in.Token), tokenPrefix(want))
+			t.Errorf("instance %s token = %q, want %q", in.ID, RedactToken(in.Token), RedactToken(want))
 		}
 	}
 

@@ -128,7 +128,7 @@ func checkInvariants(t testing.TB, s GPUState, budgetMayHaveShrunk bool) {
 			if !ok {
 				t.Errorf("%s: reserved instance %s is not advertised", s.UUID, id)
 			} else if in.Token != r.Token {
-				t.Errorf("%s: instance %s carries token %q, want %q", s.UUID, id, tokenPrefix(in.Token), tokenPrefix(r.Token))
+				t.Errorf("%s: instance %s carries token %q, want %q", s.UUID, id, RedactToken(in.Token), RedactToken(r.Token))
 			}
 		}
 	}

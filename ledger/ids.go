@@ -44,8 +44,11 @@ func ParseInstanceID(id string) (uuid string, k int, err error) {
 // units) so arithmetic on k never overflows.
 const maxUnitNumber = 1 << 24
 
-// tokenPrefix is the part of a secret token that may appear in logs and errors.
-func tokenPrefix(token string) string {
+// RedactToken is the part of a secret reservation token that may appear in logs, errors and
+// events: enough to tell reservations apart, too little to act as one. Every package that prints
+// a token prints this, so one reservation reads the same in the ledger's, the enforcer's and the
+// plugin's lines.
+func RedactToken(token string) string {
 	if len(token) > 8 {
 		return token[:8] + "…"
 	}

@@ -18,3 +18,17 @@ func FuzzParseInstanceID(f *testing.F) {
 		}
 	})
 }
+
+func TestRedactToken(t *testing.T) {
+	tests := []struct{ token, want string }{
+		{"0123456789abcdef0123456789abcdef", "01234567…"},
+		{"012345678", "01234567…"},
+		{"01234567", "01234567"}, // nothing would be hidden, so nothing is marked as cut
+		{"", ""},
+	}
+	for _, tc := range tests {
+		if got := RedactToken(tc.token); got != tc.want {
+			t.Errorf("RedactToken(%q) = %q, want %q", tc.token, got, tc.want)
+		}
+	}
+}

@@ -37,7 +37,7 @@ func (l *Ledger) RecordViolation(v Violation) error {
 	if err := l.commitViolations(prev); err != nil {
 		return err
 	}
-	l.log.Warn("violation recorded", "gpu", v.GPU, "token", tokenPrefix(v.Token), "task", v.Task.String(),
+	l.log.Warn("violation recorded", "gpu", v.GPU, "token", RedactToken(v.Token), "task", v.Task.String(),
 		"cap", v.CapBytes.String(), "peak", v.PeakBytes.String(), "action", v.Action)
 	return nil
 }

@@ -253,27 +253,27 @@ func (f *fileState) toState() (*state, error) {
 	}
 	for _, r := range f.Reservations {
 		if len(r.Token) < 16 {
-			return nil, fmt.Errorf("reservation with token %q is too short to be one the ledger made", tokenPrefix(r.Token))
+			return nil, fmt.Errorf("reservation with token %q is too short to be one the ledger made", RedactToken(r.Token))
 		}
 		if _, dup := s.res[r.Token]; dup {
-			return nil, fmt.Errorf("reservation %s is listed twice", tokenPrefix(r.Token))
+			return nil, fmt.Errorf("reservation %s is listed twice", RedactToken(r.Token))
 		}
 		if _, ok := s.gpus[r.GPU]; !ok {
-			return nil, fmt.Errorf("reservation %s is on GPU %q, which the file does not list", tokenPrefix(r.Token), r.GPU)
+			return nil, fmt.Errorf("reservation %s is on GPU %q, which the file does not list", RedactToken(r.Token), r.GPU)
 		}
 		if len(r.InstanceIDs) == 0 {
-			return nil, fmt.Errorf("reservation %s holds no instance IDs", tokenPrefix(r.Token))
+			return nil, fmt.Errorf("reservation %s holds no instance IDs", RedactToken(r.Token))
 		}
 		for _, id := range r.InstanceIDs {
 			u, _, err := ParseInstanceID(id)
 			if err != nil {
-				return nil, fmt.Errorf("reservation %s: %w", tokenPrefix(r.Token), err)
+				return nil, fmt.Errorf("reservation %s: %w", RedactToken(r.Token), err)
 			}
 			if u != r.GPU {
-				return nil, fmt.Errorf("reservation %s on GPU %s holds instance %s of another GPU", tokenPrefix(r.Token), r.GPU, id)
+				return nil, fmt.Errorf("reservation %s on GPU %s holds instance %s of another GPU", RedactToken(r.Token), r.GPU, id)
 			}
 			if other, dup := s.byID[id]; dup {
-				return nil, fmt.Errorf("instance %s is held by both %s and %s", id, tokenPrefix(other), tokenPrefix(r.Token))
+				return nil, fmt.Errorf("instance %s is held by both %s and %s", id, RedactToken(other), RedactToken(r.Token))
 			}
 			s.byID[id] = r.Token
 		}

@@ -83,7 +83,7 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 		out.Devices = deviceNodes(s.opts.devRoot, minor)
 	}
 	rt.log.Info("reserved", "gpu", res.GPU, "units", len(ids), "cap", res.CapBytes.String(), "mode", st.Mode,
-		"token", res.Token[:min(8, len(res.Token))]+"…")
+		"token", ledger.RedactToken(res.Token))
 	return out, nil
 }
 
