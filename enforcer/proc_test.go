@@ -102,7 +102,7 @@ func TestAttribute(t *testing.T) {
 		{13, gpuA, "tokA", viaParent, ""},
 		{14, gpuA, "", "", "token of a reservation on GPU GPU-b"},
 		{14, gpuB, "tokB", viaEnviron, ""},
-		{15, gpuA, "", "", "token gone-tok matches no reservation"},
+		{15, gpuA, "", "", "token gone-tok… matches no reservation"},
 		{16, gpuA, "", "", "environ unreadable: permission denied"},
 		{17, gpuA, "", "", ""},
 		{99, gpuA, "", "", "process vanished"},
