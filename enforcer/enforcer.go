@@ -26,9 +26,9 @@ const (
 	// PyTorch 2.11: a process holding a 3 GiB tensor shows 3682 MiB in NVML, 610 MiB more, with
 	// and without MPS (docs/benchmarks.md, "Enforcer on the H200"); rounded up to 640 MiB.
 	DefaultAllowance = 640 * size.MiB
-	// DefaultStopGrace is how long a task under MPS has to leave after SIGINT before it is
+	// DefaultMPSStopGrace is how long a task under MPS has to leave after SIGINT before it is
 	// stopped by force (a GPU-wide event, see docs/enforcement.md).
-	DefaultStopGrace = 2 * time.Second
+	DefaultMPSStopGrace = 2 * time.Second
 	// DefaultScanInterval is how often every live process is scanned for reservation tokens and
 	// the MPS daemons are checked.
 	DefaultScanInterval = time.Second
@@ -46,7 +46,7 @@ type Config struct {
 	MPS    MPSOptions
 	// Allowance per CUDA process of a task on top of its cap; 0 = DefaultAllowance.
 	Allowance size.Bytes
-	// StopGrace between SIGINT and a forced stop under MPS; 0 = DefaultStopGrace.
+	// StopGrace between SIGINT and a forced stop under MPS; 0 = DefaultMPSStopGrace.
 	StopGrace time.Duration
 	// ScanInterval of the token scan and MPS health check; 0 = DefaultScanInterval.
 	ScanInterval time.Duration
@@ -137,7 +137,7 @@ func New(cfg Config) (*Enforcer, error) {
 		cfg.Allowance = DefaultAllowance
 	}
 	if cfg.StopGrace <= 0 {
-		cfg.StopGrace = DefaultStopGrace
+		cfg.StopGrace = DefaultMPSStopGrace
 	}
 	if cfg.ScanInterval <= 0 {
 		cfg.ScanInterval = DefaultScanInterval
