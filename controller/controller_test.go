@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -345,7 +346,7 @@ func TestRaisesTheTemplateAndReportsTheReplacement(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	r.violate(alloc1, gpuA, t0)
-	waitFor(t, "the job is re-registered", func() bool { return r.count(0) == 78 })
+	testutil.Eventually(t, 15*time.Second, "the job to be re-registered", func() bool { return r.count(0) == 78 })
 	tpl, _, err := store.GetTemplate(ctx, "lora")
 	if err != nil || tpl.PeakBytes != 5*size.GiB {
 		t.Errorf("template after the violation: %v, %v; want its peak raised to the violation's 5GiB", tpl.PeakBytes, err)
@@ -354,24 +355,13 @@ func TestRaisesTheTemplateAndReportsTheReplacement(t *testing.T) {
 	j, _ := r.vs.Job("default", "train")
 	const alloc2 = "33333333-3333-4333-8333-333333333333"
 	r.putAlloc(alloc2, j, api.AllocClientStatusRunning, nil)
-	waitFor(t, "the replacement is reported", func() bool { return len(r.events(EventReplaced)) == 1 })
+	testutil.Eventually(t, 15*time.Second, "the replacement to be reported", func() bool { return len(r.events(EventReplaced)) == 1 })
 	if ev := r.events(EventReplaced)[0]; ev.Alloc != alloc2 || ev.ToUnits != 78 {
 		t.Errorf("replaced event %+v", ev)
 	}
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Errorf("Run returned %v, want context.Canceled", err)
-	}
-}
-
-func waitFor(t *testing.T, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -3,6 +3,7 @@ package enforcer
 import (
 	"testing"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -17,7 +18,7 @@ func BenchmarkTick(b *testing.B) {
 		jobs = append(jobs, r.run(r.reserve(4*size.GiB, name), name, "--peak", "1GiB", "--hold", "1m"))
 	}
 	jobs = append(jobs, r.run(ledger.Reservation{}, "u1", "--peak", "1GiB", "--hold", "1m"))
-	eventually(b, "three processes on the GPU", func() bool {
+	testutil.Eventually(b, waitLong, "three processes on the GPU", func() bool {
 		ps, err := r.sim.Processes(b.Context(), r.uuid)
 		return err == nil && len(ps) == 3
 	})

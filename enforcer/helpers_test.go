@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -48,7 +49,7 @@ type rig struct {
 	cancel context.CancelFunc
 	done   chan error
 
-	logs    lockedBuffer
+	logs    testutil.Buffer
 	mu      sync.Mutex
 	events  []Event
 	signals map[int][]syscall.Signal
@@ -71,14 +72,7 @@ func newRig(t testing.TB, mode policy.Mode, tweak func(*Config)) *rig {
 // newRigGPUs is newRig over several simulated GPUs (r.uuid is the first, r.uuids all of them).
 func newRigGPUs(t testing.TB, mode policy.Mode, gpus []string, tweak func(*Config)) *rig {
 	t.Helper()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: gpus, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := sim.Devices(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, devs := testutil.NewSim(t, gpus...)
 	r := &rig{t: t, sim: sim, uuid: devs[0].UUID, dir: t.TempDir(), signals: map[int][]syscall.Signal{}}
 	r.openLedger()
 	if err := r.led.SetPolicy(testPolicy(mode)); err != nil {
@@ -111,9 +105,7 @@ func newRigGPUs(t testing.TB, mode policy.Mode, gpus []string, tweak func(*Confi
 		r.stop()
 		r.led.Close()
 		if t.Failed() {
-			r.logs.mu.Lock()
-			t.Logf("enforcer log:\n%s", r.logs.b.String())
-			r.logs.mu.Unlock()
+			t.Logf("enforcer log:\n%s", r.logs.String())
 		}
 	})
 	return r
@@ -283,17 +275,8 @@ func (r *rig) event(what string, match func(Event) bool) Event {
 	return Event{}
 }
 
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
+// waitLong bounds the enforcer tests' waits: a loaded CI machine starts processes slowly.
+const waitLong = 10 * time.Second
 
 func fakeControl(t testing.TB) string {
 	p, err := filepath.Abs(filepath.Join("testdata", "fake-mps-control"))
@@ -319,15 +302,4 @@ func stopFakeDaemons(root string) {
 	for _, f := range files {
 		os.Remove(f)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
 }

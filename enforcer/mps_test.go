@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -156,7 +157,7 @@ func TestMPSDaemonDies(t *testing.T) {
 	client.Process.Kill()
 	client.Wait()
 	r.event("mps restarted", func(e Event) bool { return e.Kind == EventMPS && e.Stage == "restarted" })
-	eventually(t, "healthy GPU", func() bool { st, _ := r.led.State(r.uuid); return st.Healthy })
+	testutil.Eventually(t, waitLong, "healthy GPU", func() bool { st, _ := r.led.State(r.uuid); return st.Healthy })
 	if pid := r.daemonPID(); pid == 0 || pid == first {
 		t.Fatalf("daemon pid %d after restart (was %d)", pid, first)
 	}

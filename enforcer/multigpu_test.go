@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -72,7 +73,7 @@ func TestLeakerOnGPU2OthersUntouched(t *testing.T) {
 				"--leak-to", "20GiB", "--leak-rate", "1GiB")
 
 			all := append(good, placed{leak, lres, 2, 0})
-			eventually(t, "every process tied to its own GPU's reservation", func() bool {
+			testutil.Eventually(t, waitLong, "every process tied to its own GPU's reservation", func() bool {
 				for _, p := range all {
 					for g, u := range r.uuids {
 						tok, via, seen := r.tokenOn(u, p.j.cmd.Process.Pid)
@@ -151,7 +152,7 @@ func TestTaskWithReservationsOnTwoGPUs(t *testing.T) {
 	if err := r.sim.SetUsage(g1, pid, size.GiB); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the task's process tied to A on GPU 1 and to B on GPU 2", func() bool {
+	testutil.Eventually(t, waitLong, "the task's process tied to A on GPU 1 and to B on GPU 2", func() bool {
 		tokA, viaA, _ := r.tokenOn(g1, pid)
 		tokB, viaB, _ := r.tokenOn(g2, pid)
 		return tokA == resA.Token && viaA == viaEnviron && tokB == resB.Token && viaB == viaEnviron
@@ -162,7 +163,7 @@ func TestTaskWithReservationsOnTwoGPUs(t *testing.T) {
 	// Three graces later both reservations live: the process carries both tokens. A scan seen
 	// after that long proves it, however slowly the machine runs the scans.
 	past := time.Now().Add(3 * 400 * time.Millisecond)
-	eventually(t, "a token scan three graces on", func() bool {
+	testutil.Eventually(t, waitLong, "a token scan three graces on", func() bool {
 		a, okA := r.led.Reservation(resA.Token)
 		b, okB := r.led.Reservation(resB.Token)
 		if !okA || !okB {

@@ -185,9 +185,3 @@ func TestUnreadableGPUAdmitsNothingUntilItReads(t *testing.T) {
 		t.Fatalf("ReserveBytes after recovery: %v", err)
 	}
 }
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -44,7 +45,7 @@ func (j *job) checkResult(t *testing.T, seed int64) {
 func (r *rig) violation(token string) ledger.Violation {
 	r.t.Helper()
 	var v ledger.Violation
-	eventually(r.t, "a violation in the ledger", func() bool {
+	testutil.Eventually(r.t, waitLong, "a violation in the ledger", func() bool {
 		for _, x := range r.led.Violations() {
 			if x.Token == token {
 				v = x
@@ -163,7 +164,7 @@ func TestUnmanagedShrinksBudgetAndStop(t *testing.T) {
 	if ev.GPU != r.uuid {
 		t.Fatalf("event %+v", ev)
 	}
-	eventually(t, "fewer units", func() bool {
+	testutil.Eventually(t, waitLong, "fewer units", func() bool {
 		st, _ := r.led.State(r.uuid)
 		return st.UnmanagedBytes >= 3*size.GiB && st.Units <= before.Units-3
 	})
@@ -179,7 +180,7 @@ func TestUnmanagedShrinksBudgetAndStop(t *testing.T) {
 	if sig := j.killedBy(); sig != syscall.SIGKILL {
 		t.Fatalf("unmanaged job ended by %v, want SIGKILL", sig)
 	}
-	eventually(t, "units back", func() bool {
+	testutil.Eventually(t, waitLong, "units back", func() bool {
 		st, _ := r.led.State(r.uuid)
 		return st.UnmanagedBytes == 0 && st.Units == before.Units
 	})
@@ -207,7 +208,7 @@ func TestRestartMidViolation(t *testing.T) {
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() { cmd.Process.Kill(); <-done })
 	pid := cmd.Process.Pid
-	eventually(t, "the helper to report usage", func() bool { return r.sim.SetUsage(r.uuid, pid, 3*size.GiB) == nil })
+	testutil.Eventually(t, waitLong, "the helper to report usage", func() bool { return r.sim.SetUsage(r.uuid, pid, 3*size.GiB) == nil })
 	r.event("stopping", func(e Event) bool { return e.Stage == "stopping" && e.Token == res.Token })
 
 	// The plugin restarts: the old enforcer and ledger go, new ones open the same directory.
@@ -230,7 +231,7 @@ func TestRestartMidViolation(t *testing.T) {
 		t.Fatalf("violation %+v", v)
 	}
 	r.event("forced stop marks the GPU", func(e Event) bool { return e.Kind == EventGPUHealth && e.Stage == "unhealthy" })
-	eventually(t, "GPU healthy once its clients are gone", func() bool {
+	testutil.Eventually(t, waitLong, "GPU healthy once its clients are gone", func() bool {
 		st, _ := r.led.State(r.uuid)
 		return st.Healthy
 	})
@@ -261,7 +262,7 @@ func TestTaskUsageAndLastSample(t *testing.T) {
 	r.start()
 	res := r.reserve(4*size.GiB, "steady")
 	j := r.run(res, "steady", "--peak", "1GiB", "--hold", "800ms")
-	eventually(t, "usage of the task", func() bool {
+	testutil.Eventually(t, waitLong, "usage of the task", func() bool {
 		b, ok := r.enf.TaskUsage(res.Token)
 		return ok && b == size.GiB
 	})
@@ -273,7 +274,7 @@ func TestTaskUsageAndLastSample(t *testing.T) {
 	if code := j.wait(t); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	eventually(t, "usage gone", func() bool { _, ok := r.enf.TaskUsage(res.Token); return !ok })
+	testutil.Eventually(t, waitLong, "usage gone", func() bool { _, ok := r.enf.TaskUsage(res.Token); return !ok })
 	if _, ok := r.enf.TaskUsage("no-such-token"); ok {
 		t.Fatal("usage for an unknown token")
 	}

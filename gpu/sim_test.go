@@ -1,17 +1,18 @@
-package gpu
+package gpu_test
 
 import (
 	"context"
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -42,7 +43,7 @@ func TestParseSimSpec(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
-			got, err := ParseSimSpec(tc.in)
+			got, err := gpu.ParseSimSpec(tc.in)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("ParseSimSpec(%q) = %v, %v; want an error containing %s", tc.in, got, err, tc.wantErr)
@@ -60,12 +61,12 @@ func TestParseSimSpec(t *testing.T) {
 }
 
 func TestSimUUID(t *testing.T) {
-	a := SimUUID(0, "H100")
+	a := gpu.SimUUID(0, "H100")
 	// Pinned: ledger instance IDs and docs/gpu-backends.md depend on this value never changing.
 	if a != "GPU-51m00000-e910-b779-4a2f-8a5567ef8a7c" {
 		t.Fatalf("SimUUID(0, H100) = %s: it changed, which breaks existing ledgers", a)
 	}
-	for _, other := range []string{SimUUID(1, "H100"), SimUUID(0, "A100")} {
+	for _, other := range []string{gpu.SimUUID(1, "H100"), gpu.SimUUID(0, "A100")} {
 		if other == a {
 			t.Fatalf("distinct GPUs share UUID %s", a)
 		}
@@ -80,18 +81,9 @@ func TestSimUUID(t *testing.T) {
 	}
 }
 
-func newSim(t testing.TB, gpus ...string) *Simulated {
-	t.Helper()
-	s, err := NewSimulated(SimConfig{GPUs: gpus, Dir: filepath.Join(t.TempDir(), "sim")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 func TestSimulatedDevicesAndAttach(t *testing.T) {
 	ctx := context.Background()
-	s := newSim(t, "2xH100=80GiB", "A10=24GiB")
+	s, _ := testutil.NewSim(t, "2xH100=80GiB", "A10=24GiB")
 	devs, err := s.Devices(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -99,10 +91,10 @@ func TestSimulatedDevicesAndAttach(t *testing.T) {
 	if len(devs) != 3 || devs[2].Model != "A10" || devs[2].MemoryBytes != 24*size.GiB || devs[1].Index != 1 || !devs[0].Healthy {
 		t.Fatalf("Devices = %+v", devs)
 	}
-	if s.Kind() != KindSimulated || s.DriverVersion() != "simulated" {
+	if s.Kind() != gpu.KindSimulated || s.DriverVersion() != "simulated" {
 		t.Fatalf("Kind/DriverVersion = %q/%q", s.Kind(), s.DriverVersion())
 	}
-	attached, err := NewSimulated(SimConfig{Dir: s.Dir()})
+	attached, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,37 +103,37 @@ func TestSimulatedDevicesAndAttach(t *testing.T) {
 		t.Fatalf("attached Devices = %+v, want %+v", again, devs)
 	}
 	// A restart with the same spec keeps the UUIDs (ledger instance IDs depend on them).
-	restarted, err := NewSimulated(SimConfig{GPUs: []string{"H100=80GiB,H100=80GiB,A10=24GiB"}, Dir: s.Dir()})
+	restarted, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB,H100=80GiB,A10=24GiB"}, Dir: s.Dir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := restarted.Devices(ctx); r[2].UUID != devs[2].UUID {
 		t.Fatalf("UUID changed across restart: %s vs %s", r[2].UUID, devs[2].UUID)
 	}
-	_, err = NewSimulated(SimConfig{Dir: t.TempDir()})
-	if !errors.Is(err, ErrUnknownDevice) {
+	_, err = gpu.NewSimulated(gpu.SimConfig{Dir: t.TempDir()})
+	if !errors.Is(err, gpu.ErrUnknownDevice) {
 		t.Fatalf("attaching to an empty directory: %v, want ErrUnknownDevice", err)
 	}
-	if _, err := NewSimulated(SimConfig{GPUs: []string{"H100=lots"}, Dir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "H100=lots") {
+	if _, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=lots"}, Dir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "H100=lots") {
 		t.Fatalf("bad GPU entry: %v", err)
 	}
 }
 
 func TestSimulatedUsage(t *testing.T) {
 	ctx := context.Background()
-	s := newSim(t, "H100=80GiB")
-	uuid := s.devices[0].UUID
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	uuid := devs[0].UUID
 	pid := os.Getpid()
 	steps := []struct {
 		name     string
 		do       func() error
-		wantProc []Process
+		wantProc []gpu.Process
 		wantUtil int
 	}{
-		{"empty", func() error { return nil }, []Process{}, 0},
-		{"set", func() error { return s.SetUsage(uuid, pid, 2*size.GiB) }, []Process{{pid, 2 * size.GiB}}, 0},
-		{"busy", func() error { return s.SetProcess(uuid, pid, 3*size.GiB, true) }, []Process{{pid, 3 * size.GiB}}, 100},
-		{"cleared", func() error { return s.ClearProcess(uuid, pid) }, []Process{}, 0},
+		{"empty", func() error { return nil }, []gpu.Process{}, 0},
+		{"set", func() error { return s.SetUsage(uuid, pid, 2*size.GiB) }, []gpu.Process{{PID: pid, UsedBytes: 2 * size.GiB}}, 0},
+		{"busy", func() error { return s.SetProcess(uuid, pid, 3*size.GiB, true) }, []gpu.Process{{PID: pid, UsedBytes: 3 * size.GiB}}, 100},
+		{"cleared", func() error { return s.ClearProcess(uuid, pid) }, []gpu.Process{}, 0},
 	}
 	for _, st := range steps {
 		if err := st.do(); err != nil {
@@ -158,8 +150,8 @@ func TestSimulatedUsage(t *testing.T) {
 		for _, p := range st.wantProc {
 			sum += p.UsedBytes
 		}
-		if used, _ := s.MemoryUsed(ctx, uuid); used != sum+SimDriverReserve {
-			t.Fatalf("%s: MemoryUsed = %s, want %s", st.name, used, sum+SimDriverReserve)
+		if used, _ := s.MemoryUsed(ctx, uuid); used != sum+gpu.SimDriverReserve {
+			t.Fatalf("%s: MemoryUsed = %s, want %s", st.name, used, sum+gpu.SimDriverReserve)
 		}
 		if u, _ := s.Utilization(ctx, uuid); u != st.wantUtil {
 			t.Fatalf("%s: Utilization = %d, want %d", st.name, u, st.wantUtil)
@@ -169,7 +161,7 @@ func TestSimulatedUsage(t *testing.T) {
 
 func TestSimulatedUnknownGPU(t *testing.T) {
 	ctx := context.Background()
-	s := newSim(t, "H100=80GiB")
+	s, _ := testutil.NewSim(t, "H100=80GiB")
 	calls := map[string]func() error{
 		"MemoryUsed":     func() error { _, err := s.MemoryUsed(ctx, "GPU-nope"); return err },
 		"Processes":      func() error { _, err := s.Processes(ctx, "GPU-nope"); return err },
@@ -182,7 +174,7 @@ func TestSimulatedUnknownGPU(t *testing.T) {
 		"SetHealth":      func() error { return s.SetHealth("GPU-nope", false, "x") },
 	}
 	for name, call := range calls {
-		if err := call(); !errors.Is(err, ErrUnknownDevice) || !strings.Contains(err.Error(), "GPU-nope") {
+		if err := call(); !errors.Is(err, gpu.ErrUnknownDevice) || !strings.Contains(err.Error(), "GPU-nope") {
 			t.Errorf("%s: %v, want ErrUnknownDevice naming GPU-nope", name, err)
 		}
 	}
@@ -192,8 +184,8 @@ func TestSimulatedUnknownGPU(t *testing.T) {
 // recycled PID all stop counting, and their entries are removed.
 func TestSimulatedDeadProcesses(t *testing.T) {
 	ctx := context.Background()
-	s := newSim(t, "H100=80GiB")
-	uuid := s.devices[0].UUID
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	uuid := devs[0].UUID
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -210,8 +202,8 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Not reaped yet: the child is a zombie (or briefly still dying), and must drop out.
-	waitFor(t, func() bool { p, _ := s.Processes(ctx, uuid); return len(p) == 0 })
-	if _, err := os.Stat(s.procPath(uuid, child)); !errors.Is(err, os.ErrNotExist) {
+	testutil.Eventually(t, 5*time.Second, "the killed process to drop out", func() bool { p, _ := s.Processes(ctx, uuid); return len(p) == 0 })
+	if _, err := os.Stat(gpu.ProcPath(s, uuid, child)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("entry of the killed process was not removed: %v", err)
 	}
 	cmd.Wait()
@@ -220,7 +212,7 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 	}
 	// A recycled PID: the entry's start time is not the live process's start time.
 	self := os.Getpid()
-	if err := os.WriteFile(s.procPath(uuid, self), []byte("1073741824 0 1\n"), 0o644); err != nil {
+	if err := os.WriteFile(gpu.ProcPath(s, uuid, self), []byte("1073741824 0 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if procs, _ := s.Processes(ctx, uuid); len(procs) != 0 {
@@ -228,29 +220,18 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for range 500 {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("condition not met within 5s")
-}
-
 func TestSimulatedHealth(t *testing.T) {
 	ctx := context.Background()
-	s := newSim(t, "2xH100=80GiB")
-	other, err := NewSimulated(SimConfig{Dir: s.Dir()})
+	s, devs := testutil.NewSim(t, "2xH100=80GiB")
+	other, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	uuid := s.devices[1].UUID
+	uuid := devs[1].UUID
 	if err := s.SetHealth(uuid, false, "ECC errors"); err != nil {
 		t.Fatal(err)
 	}
-	devs, _ := other.Devices(ctx)
+	devs, _ = other.Devices(ctx)
 	if devs[0].Healthy != true || devs[1].Healthy || devs[1].HealthReason != "ECC errors" {
 		t.Fatalf("after SetHealth(false): %+v", devs)
 	}
@@ -264,8 +245,8 @@ func TestSimulatedHealth(t *testing.T) {
 
 func TestSimulatedConcurrent(t *testing.T) {
 	ctx := context.Background()
-	s := newSim(t, "H100=80GiB")
-	uuid := s.devices[0].UUID
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	uuid := devs[0].UUID
 	// A killed, unreaped child: every goroutine below races to drop and remove its entry.
 	dead := exec.Command("sleep", "60")
 	if err := dead.Start(); err != nil {
@@ -286,7 +267,7 @@ func TestSimulatedConcurrent(t *testing.T) {
 				case 0:
 					err = s.SetProcess(uuid, os.Getpid(), size.Bytes(i)*size.MiB, i%2 == 0)
 				case 1:
-					var procs []Process
+					var procs []gpu.Process
 					procs, err = s.Processes(ctx, uuid)
 					for _, p := range procs {
 						if p.PID != os.Getpid() && p.PID != dead.Process.Pid {
@@ -308,19 +289,19 @@ func TestSimulatedConcurrent(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	waitFor(t, func() bool {
+	testutil.Eventually(t, 5*time.Second, "the killed process to drop out", func() bool {
 		procs, err := s.Processes(ctx, uuid)
 		return err == nil && len(procs) <= 1
 	})
-	if _, err := os.Stat(s.procPath(uuid, dead.Process.Pid)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(gpu.ProcPath(s, uuid, dead.Process.Pid)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the killed process's entry survived: %v", err)
 	}
 }
 
 func BenchmarkSimProcesses(b *testing.B) {
 	ctx := context.Background()
-	s := newSim(b, "H100=80GiB")
-	uuid := s.devices[0].UUID
+	s, devs := testutil.NewSim(b, "H100=80GiB")
+	uuid := devs[0].UUID
 	for range 8 {
 		cmd := exec.Command("sleep", "600")
 		if err := cmd.Start(); err != nil {
@@ -343,8 +324,8 @@ func BenchmarkSimProcesses(b *testing.B) {
 // BenchmarkSimSetProcess is the cost of one usage report, which a simulated job makes ~50 times a
 // second.
 func BenchmarkSimSetProcess(b *testing.B) {
-	s := newSim(b, "H100=80GiB")
-	uuid := s.devices[0].UUID
+	s, devs := testutil.NewSim(b, "H100=80GiB")
+	uuid := devs[0].UUID
 	pid := os.Getpid()
 	for i := 0; b.Loop(); i++ {
 		if err := s.SetProcess(uuid, pid, size.Bytes(i)*size.MiB, true); err != nil {
@@ -355,7 +336,7 @@ func BenchmarkSimSetProcess(b *testing.B) {
 
 // Exec tasks get /dev/nvidia<minor>: simulated GPUs number their minors like a typical host.
 func TestSimMinorFollowsIndex(t *testing.T) {
-	s, err := NewSimulated(SimConfig{GPUs: []string{"A100=40GiB", "A100=40GiB"}, Dir: t.TempDir()})
+	s, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"A100=40GiB", "A100=40GiB"}, Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,37 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpufrac/gpufrac/controller"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/policy/violations"
 	"github.com/gpufrac/gpufrac/size"
 )
-
-// syncBuffer is written by the controller's goroutines and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestControllerDryRunPrintsJSONEvents(t *testing.T) {
 	vs := varserver.New(varserver.Options{MaxWait: time.Second})
@@ -44,7 +25,7 @@ func TestControllerDryRunPrintsJSONEvents(t *testing.T) {
 	t.Setenv("NOMAD_TOKEN", "")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testutil.Buffer // written by the controller's goroutines
 	done := make(chan error, 1)
 	g := &globals{stateDir: t.TempDir(), backend: "auto", defaultLevel: "warn"}
 	go func() {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/runner"
 )
@@ -146,11 +148,8 @@ func TestNextRunReleasesAKilledRunsReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.wait(t)
-	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(job, 0) == nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("job pid %d outlived its runner's SIGKILL", job)
-		}
-	}
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("job pid %d to end with its runner's SIGKILL", job),
+		func() bool { return syscall.Kill(job, 0) != nil })
 	if rs := reservations(t, c.state); len(rs) != 1 || rs[0].Holder == nil || rs[0].Holder.PID != b.cmd.Process.Pid {
 		t.Fatalf("reservations %+v: want the killed run's, naming it as holder", rs)
 	}

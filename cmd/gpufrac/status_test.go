@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 )
 
 // A task of two device requests carries the last one's GPUFRAC_RESERVATION and a per-GPU key for
@@ -18,12 +19,9 @@ func TestTokenOfPrefersTheGPUsOwnKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(5 * time.Second); tokenOf(cmd.Process.Pid, "GPU-c-3") == ""; {
-		if time.Now().After(deadline) { // the child has not exec'd sleep yet
-			t.Fatal("the child's environment never showed a token")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Until the child has exec'd sleep, its environment is the test binary's.
+	testutil.Eventually(t, 5*time.Second, "a token in the child's environment",
+		func() bool { return tokenOf(cmd.Process.Pid, "GPU-c-3") != "" })
 	for _, tc := range []struct{ gpu, want string }{
 		{"GPU-a-1", "tokA"},
 		{"GPU-b-2", "tokB"},

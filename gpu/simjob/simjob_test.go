@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -23,16 +24,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// newSim is the GPU every test here runs on: one simulated H100, and its UUID.
 func newSim(t *testing.T) (*gpu.Simulated, string) {
 	t.Helper()
-	s, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB"}, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := s.Devices(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, devs := testutil.NewSim(t, "H100=80GiB")
 	return s, devs[0].UUID
 }
 
@@ -76,18 +71,8 @@ func (r *run) wait(t *testing.T) int {
 	return r.cmd.ProcessState.ExitCode()
 }
 
-// eventually polls cond for up to 10s (a loaded CI machine starts processes slowly).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
+// waitLong bounds the waits here: a loaded CI machine starts processes slowly.
+const waitLong = 10 * time.Second
 
 // ticked waits until each run's process rewrites its entry on the GPU (its heartbeat, at most
 // a second apart): a tick of it after the call has passed its fault check, which every tick
@@ -108,7 +93,7 @@ func ticked(t *testing.T, s *gpu.Simulated, uuid string, runs ...*run) {
 	for i, r := range runs {
 		before[i] = inode(r)
 	}
-	eventually(t, "every client reports again", func() bool {
+	testutil.Eventually(t, waitLong, "every client reports again", func() bool {
 		for i, r := range runs {
 			if inode(r) == before[i] {
 				return false
@@ -135,7 +120,7 @@ func TestRampHoldResult(t *testing.T) {
 	pid := r.cmd.Process.Pid
 	// During the ramp the job is seen below its peak; at the hold, exactly at it and busy.
 	var seenBelow bool
-	eventually(t, "the job to reach its peak", func() bool {
+	testutil.Eventually(t, waitLong, "the job to reach its peak", func() bool {
 		for _, p := range procs(t, s, uuid) {
 			if p.PID == pid && p.UsedBytes < 4*size.GiB && p.UsedBytes >= 500*size.MiB {
 				seenBelow = true
@@ -195,7 +180,7 @@ func TestKill(t *testing.T) {
 		t.Run(tc.sig.String(), func(t *testing.T) {
 			r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "2GiB", "--hold", "1m")
 			pid := r.cmd.Process.Pid
-			eventually(t, "the job to appear", func() bool {
+			testutil.Eventually(t, waitLong, "the job to appear", func() bool {
 				p := procs(t, s, uuid)
 				return len(p) == 1 && p[0].PID == pid
 			})
@@ -203,7 +188,7 @@ func TestKill(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Not reaped yet: after SIGKILL only the backend's dead-process check frees the memory.
-			eventually(t, "the job to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 0 })
+			testutil.Eventually(t, waitLong, "the job to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 0 })
 			if code := r.wait(t); code != tc.wantCode {
 				t.Fatalf("exit %d, want %d; stderr: %s", code, tc.wantCode, r.stderr.String())
 			}
@@ -269,7 +254,7 @@ func TestLeakAndFail(t *testing.T) {
 func TestProcs(t *testing.T) {
 	s, uuid := newSim(t)
 	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "1m", "--procs", "2")
-	eventually(t, "two processes", func() bool {
+	testutil.Eventually(t, waitLong, "two processes", func() bool {
 		p := procs(t, s, uuid)
 		return len(p) == 2 && p[0].UsedBytes == size.GiB && p[1].UsedBytes == size.GiB
 	})
@@ -292,7 +277,7 @@ func TestProcs(t *testing.T) {
 func TestProcsStoppedChildFirst(t *testing.T) {
 	s, uuid := newSim(t)
 	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "1m", "--procs", "2")
-	eventually(t, "two processes", func() bool { return len(procs(t, s, uuid)) == 2 })
+	testutil.Eventually(t, waitLong, "two processes", func() bool { return len(procs(t, s, uuid)) == 2 })
 	child := 0
 	for _, p := range procs(t, s, uuid) {
 		if p.PID != r.cmd.Process.Pid {
@@ -302,7 +287,7 @@ func TestProcsStoppedChildFirst(t *testing.T) {
 	if err := syscall.Kill(child, syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the child to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 1 })
+	testutil.Eventually(t, waitLong, "the child to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 1 })
 	r.cmd.Process.Signal(syscall.SIGINT)
 	if code := r.wait(t); code != simjob.ExitINT {
 		t.Fatalf("exit %d, want %d (stopped); stderr: %s", code, simjob.ExitINT, r.stderr.String())
@@ -314,11 +299,11 @@ func TestProcsStoppedChildFirst(t *testing.T) {
 func TestProcsKilled(t *testing.T) {
 	s, uuid := newSim(t)
 	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "1m", "--procs", "3")
-	eventually(t, "three processes", func() bool { return len(procs(t, s, uuid)) == 3 })
+	testutil.Eventually(t, waitLong, "three processes", func() bool { return len(procs(t, s, uuid)) == 3 })
 	if err := r.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "all three to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 0 })
+	testutil.Eventually(t, waitLong, "all three to leave the GPU", func() bool { return len(procs(t, s, uuid)) == 0 })
 	r.wait(t)
 }
 
@@ -367,7 +352,7 @@ func TestMPSFaultOnAStoppedNeighbour(t *testing.T) {
 	survivor := start(t, mps, args()...)
 	noMPS := start(t, nil, args("--mps-fault")...) // the flag needs an MPS client
 	stopped := start(t, mps, args()...)
-	eventually(t, "four clients", func() bool { return len(procs(t, s, uuid)) == 4 })
+	testutil.Eventually(t, waitLong, "four clients", func() bool { return len(procs(t, s, uuid)) == 4 })
 	// With no note, a tick of each client has passed its fault check: nobody faults.
 	ticked(t, s, uuid, victim, survivor, noMPS, stopped)
 	if err := stopped.cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -396,7 +381,7 @@ func TestStarvedJobKeepsItsHold(t *testing.T) {
 	const hold = 1500 * time.Millisecond
 	began := time.Now()
 	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", hold.String())
-	eventually(t, "the job at its peak", func() bool {
+	testutil.Eventually(t, waitLong, "the job at its peak", func() bool {
 		p := procs(t, s, uuid)
 		return len(p) == 1 && p[0].UsedBytes == size.GiB
 	})

@@ -1,35 +1,17 @@
 package storetest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/hashicorp/go-hclog"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // WatchRig runs a policy.Watcher for a test and collects its logs.
 type WatchRig struct {
@@ -43,7 +25,7 @@ type WatchRig struct {
 // stops on cancel.
 func StartWatcher(t *testing.T, src policy.PolicySource, name string, onChange func(policy.Policy, policy.Meta)) *WatchRig {
 	t.Helper()
-	logs := &syncBuf{}
+	logs := &testutil.Buffer{}
 	w := policy.NewWatcher(policy.WatcherConfig{Source: src, Name: name, OnChange: onChange, MinBackoff: 10 * time.Millisecond, MaxBackoff: 80 * time.Millisecond,
 		Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug})})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,83 @@
+package testutil
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestNewSim(t *testing.T) {
+	s, devs := NewSim(t, "2xH100=80GiB", "A10=24GiB")
+	if len(devs) != 3 || devs[0].Index != 0 || devs[2].Index != 2 || devs[2].Model != "A10" || devs[1].MemoryBytes != 80*size.GiB {
+		t.Fatalf("devices = %+v, want two H100 then an A10, in index order", devs)
+	}
+	if s.Kind() != "simulated" {
+		t.Fatalf("Kind = %q", s.Kind())
+	}
+}
+
+// fatalRecorder stands in for a test so that Eventually's failure can be observed; Fatalf ends
+// the goroutine as testing's does.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	r.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func runEventually(within time.Duration, what string, cond func() bool) (failure string) {
+	r := &fatalRecorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Eventually(r, within, what, cond)
+	}()
+	<-done
+	return r.msg
+}
+
+func TestEventually(t *testing.T) {
+	var calls atomic.Int32
+	if msg := runEventually(5*time.Second, "the third call", func() bool { return calls.Add(1) >= 3 }); msg != "" {
+		t.Fatalf("Eventually failed on a condition that came true: %s", msg)
+	}
+	if calls.Load() != 3 {
+		t.Fatalf("cond called %d times, want 3 (it must stop polling once the condition holds)", calls.Load())
+	}
+	start := time.Now()
+	msg := runEventually(50*time.Millisecond, "a condition that never holds", func() bool { return false })
+	if !strings.Contains(msg, "a condition that never holds") || !strings.Contains(msg, "50ms") {
+		t.Fatalf("failure %q does not name the condition and the wait", msg)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("gave up after %s, before the 50ms it was given", waited)
+	}
+}
+
+func TestBufferConcurrentWrites(t *testing.T) {
+	var b Buffer
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 100 {
+				fmt.Fprint(&b, "x")
+				_ = b.String()
+			}
+		})
+	}
+	wg.Wait()
+	if got := b.String(); got != strings.Repeat("x", 400) {
+		t.Fatalf("Buffer holds %d bytes, want 400", len(got))
+	}
+}
