@@ -92,11 +92,14 @@ func (e *Enforcer) emit(ev Event) {
 	if ev.Bytes > 0 {
 		args = append(args, "bytes", ev.Bytes.String())
 	}
+	// The message is fixed, like the controller's "controller event", so every event can be found
+	// by one search; what happened is in kind, stage and detail.
+	args = append(args, "detail", ev.Message)
 	switch ev.Kind {
 	case EventViolation, EventGPUHealth:
-		e.log.Warn(ev.Message, args...)
+		e.log.Warn("enforcer event", args...)
 	default:
-		e.log.Info(ev.Message, args...)
+		e.log.Info("enforcer event", args...)
 	}
 	h := &e.hub
 	h.mu.Lock()

@@ -52,7 +52,7 @@ func Open(kind string, opts OpenOptions) (Backend, error) {
 		if !errors.Is(err, ErrNoNVML) {
 			return nil, err
 		}
-		logger.Named("gpu").Warn(fmt.Sprintf("no NVIDIA GPU found (%v): using the SIMULATED GPU backend", err))
+		logger.Named("gpu").Warn("no NVIDIA GPU found: using the SIMULATED GPU backend", "reason", err)
 		return sim()
 	default:
 		return nil, fmt.Errorf("unknown GPU backend %q: want %q, %q or %q", kind, KindNVML, KindSimulated, KindAuto)

@@ -86,12 +86,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.accept(p, m)
 		case answered && errors.Is(err, ErrNotFound):
 			if lastProblem != "absent" {
-				w.warnKeeping("policy is absent or was deleted", err)
+				w.warnAbsent(err)
 				lastProblem = "absent"
 			}
 		case answered && errors.Is(err, ErrInvalid):
 			// Every invalid write gets its own index, so this logs each bad version once.
-			w.warnKeeping("ignoring an invalid policy", err)
+			w.warnInvalid(err)
 			lastProblem = "invalid"
 		default:
 			level := hclog.Warn
@@ -121,13 +121,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-func (w *Watcher) warnKeeping(msg string, err error) {
-	_, m, have := w.Current()
-	if have {
-		w.log.Warn(msg+"; keeping the last good policy", "error", err, "last_good_index", m.ModifyIndex)
-	} else {
-		w.log.Warn(msg+"; no good policy yet", "error", err)
+// warnAbsent and warnInvalid say what the watcher falls back on; each of their messages is a
+// constant so that an operator (and the tests) can search for it.
+func (w *Watcher) warnAbsent(err error) {
+	if _, m, have := w.Current(); have {
+		w.log.Warn("policy is absent or was deleted; keeping the last good policy", "error", err, "last_good_index", m.ModifyIndex)
+		return
 	}
+	w.log.Warn("policy is absent or was deleted; no good policy yet", "error", err)
+}
+
+func (w *Watcher) warnInvalid(err error) {
+	if _, m, have := w.Current(); have {
+		w.log.Warn("ignoring an invalid policy; keeping the last good policy", "error", err, "last_good_index", m.ModifyIndex)
+		return
+	}
+	w.log.Warn("ignoring an invalid policy; no good policy yet", "error", err)
 }
 
 func (w *Watcher) accept(p Policy, m Meta) {
