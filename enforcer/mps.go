@@ -120,7 +120,7 @@ func (m *mpsManager) control(ctx context.Context, d *mpsDaemon, input string, ar
 	// inherited, and a pipe would hold Wait until the daemon exits.
 	outf, err := os.CreateTemp("", "gpufrac-mps-control-*")
 	if err != nil {
-		return "", fmt.Errorf("%w: temporary file for its output: %v", ErrMPSControl, err)
+		return "", fmt.Errorf("%w: temporary file for its output: %w", ErrMPSControl, err)
 	}
 	defer os.Remove(outf.Name())
 	defer outf.Close()
@@ -136,7 +136,7 @@ func (m *mpsManager) control(ctx context.Context, d *mpsDaemon, input string, ar
 		return text, fmt.Errorf("%w: %q on GPU %s: no answer within %s", ErrMPSControl, what, d.uuid, m.opts.Timeout)
 	}
 	if err != nil {
-		return text, fmt.Errorf("%w: %q on GPU %s: %v: %s", ErrMPSControl, what, d.uuid, err, text)
+		return text, fmt.Errorf("%w: %q on GPU %s: %w: %s", ErrMPSControl, what, d.uuid, err, text)
 	}
 	return text, nil
 }

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 
@@ -430,6 +431,15 @@ func TestBadFilesAreErrors(t *testing.T) {
 	}
 	if _, err := ReadSnapshot(t.TempDir()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("ReadSnapshot(empty dir) = %v, want fs.ErrNotExist", err)
+	}
+	// Both the sentinel and the decoder's error are wrapped, so a caller can find where it broke.
+	dir, b := good(t)
+	if err := os.WriteFile(filepath.Join(dir, StateFile), b[:len(b)/2], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var syntax *json.SyntaxError
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupt) || !errors.As(err, &syntax) {
+		t.Errorf("Open of a truncated state = %v, want ErrCorrupt wrapping the *json.SyntaxError", err)
 	}
 }
 

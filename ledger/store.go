@@ -154,11 +154,11 @@ func readState(dir string) (*state, time.Time, error) {
 	}
 	var f fileState
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, time.Time{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+		return nil, time.Time{}, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
 	}
 	s, err := f.toState()
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
+		return nil, time.Time{}, fmt.Errorf("%w: %s: %w", ErrCorrupt, path, err)
 	}
 	for i, d := range s.gpuDamage {
 		s.gpuDamage[i] = path + ": " + d
@@ -193,7 +193,7 @@ func orphanViolations(dir string) error {
 		return err
 	}
 	if err := json.Unmarshal(vb, &vd); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrCorrupt, vpath, err)
+		return fmt.Errorf("%w: %s: %w", ErrCorrupt, vpath, err)
 	}
 	if len(vd.Violations) > 0 {
 		return fmt.Errorf("%w: %s is missing but %s holds %d violations; restore the state file or move the directory aside",
@@ -208,7 +208,7 @@ func checkHeader(path string, b []byte) error {
 		SchemaVersion *int `json:"schema_version"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
-		return fmt.Errorf("%w: %s (%d bytes) is not a complete JSON document: %v; "+
+		return fmt.Errorf("%w: %s (%d bytes) is not a complete JSON document: %w; "+
 			"move the ledger directory aside to start empty, which forgets its reservations", ErrCorrupt, path, len(b), err)
 	}
 	switch {

@@ -86,7 +86,7 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil {
-		return nil, fmt.Errorf("%w: policy file %s: not a JSON object: %v", ErrInvalid, path, err)
+		return nil, fmt.Errorf("%w: policy file %s: not a JSON object: %w", ErrInvalid, path, err)
 	}
 	_, hasFormat := top["format"]
 	_, hasPolicies := top["policies"]
@@ -94,7 +94,7 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 	if !hasFormat && !hasPolicies && !hasTemplates {
 		var items map[string]string
 		if err := json.Unmarshal(data, &items); err != nil {
-			return nil, fmt.Errorf("%w: policy file %s: neither the store form (with \"policies\") nor one policy's items (all string values): %v", ErrInvalid, path, err)
+			return nil, fmt.Errorf("%w: policy file %s: neither the store form (with \"policies\") nor one policy's items (all string values): %w", ErrInvalid, path, err)
 		}
 		name := items[KeyName]
 		doc.single, doc.Index = true, 1
@@ -104,7 +104,7 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(doc); err != nil {
-		return nil, fmt.Errorf("%w: policy file %s: %v", ErrInvalid, path, err)
+		return nil, fmt.Errorf("%w: policy file %s: %w", ErrInvalid, path, err)
 	}
 	if doc.Format != FileFormat {
 		return nil, fmt.Errorf("%w: policy file %s: format %q, want %q", ErrInvalid, path, doc.Format, FileFormat)
@@ -145,7 +145,7 @@ func (s *FileStore) load() (*fileDoc, uint64, error) {
 		doc, _ := parseFile(s.path, nil, time.Time{})
 		return doc, 2, nil // an even token: content tokens are odd
 	case errors.Is(err, fs.ErrPermission):
-		return nil, 0, fmt.Errorf("policy file %s: %w: %v", s.path, ErrPermissionDenied, err)
+		return nil, 0, fmt.Errorf("policy file %s: %w: %w", s.path, ErrPermissionDenied, err)
 	case err != nil:
 		return nil, 0, fmt.Errorf("policy file %s: %w", s.path, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,7 +152,20 @@ func TestFileStoreUnreadable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err := NewFileStore(path, FileOptions{}).GetPolicy(context.Background(), "default")
-	if !errors.Is(err, ErrPermissionDenied) {
-		t.Fatalf("unreadable file: %v", err)
+	if !errors.Is(err, ErrPermissionDenied) || !errors.Is(err, fs.ErrPermission) {
+		t.Fatalf("unreadable file: %v, want ErrPermissionDenied wrapping the fs.ErrPermission", err)
+	}
+}
+
+// A file that does not parse is ErrInvalid, and the decoder's own error stays reachable.
+func TestFileStoreBadJSONKeepsTheCause(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.json")
+	if err := os.WriteFile(path, []byte(`{"policies": `), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := NewFileStore(path, FileOptions{}).GetPolicy(context.Background(), "default")
+	var syntax *json.SyntaxError
+	if !errors.Is(err, ErrInvalid) || !errors.As(err, &syntax) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("GetPolicy of a truncated file = %v, want ErrInvalid naming %s and wrapping the *json.SyntaxError", err, path)
 	}
 }
