@@ -193,7 +193,7 @@ func (c *Client) readFingerprints(ctx context.Context, p *Process, stream device
 		msg, err := stream.Recv()
 		if err != nil {
 			if ctx.Err() == nil {
-				c.fail(fmt.Errorf("fingerprint stream ended (%v): Nomad would disable the plugin", err))
+				c.fail(fmt.Errorf("fingerprint stream ended (%w): Nomad would disable the plugin", err))
 			}
 			if n == 0 {
 				close(first)

@@ -206,10 +206,8 @@ func EncodeConfig(schema *hclspecpb.Spec, hclText string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent config: %w", err)
 	}
-	root, ok := f.Node.(*hcl1ast.ObjectList)
-	if !ok {
-		return nil, fmt.Errorf("agent config: not an HCL body")
-	}
+	// Both of hcl1's parsers (HCL and JSON) make the root an object list.
+	root := f.Node.(*hcl1ast.ObjectList)
 	if n := len(root.Filter("config").Items); n > 1 {
 		return nil, fmt.Errorf("agent config: %d config blocks, want at most one", n)
 	}

@@ -152,9 +152,7 @@ func (p *Process) Kill() {
 	if p.conn != nil {
 		p.conn.Close()
 	}
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Kill()
-	}
+	_ = p.cmd.Process.Kill() // Launch hands out only started processes
 	<-p.exited
 }
 
