@@ -1,4 +1,4 @@
-// Command logcheck runs package logcheck as a vet tool: go vet -vettool=bin/tools/logcheck ./...
+// Command logcheck runs package logcheck as a vet tool: go vet -vettool=bin/logcheck ./... (make lint builds it there)
 package main
 
 import (
