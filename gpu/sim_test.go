@@ -168,8 +168,8 @@ func TestSimulatedUnknownGPU(t *testing.T) {
 		"Utilization":    func() error { _, err := s.Utilization(ctx, "GPU-nope"); return err },
 		"Temperature":    func() error { _, err := s.Temperature(ctx, "GPU-nope"); return err },
 		"Power":          func() error { _, err := s.Power(ctx, "GPU-nope"); return err },
-		"SetSensors":     func() error { return s.SetSensors("GPU-nope", &SimSensors{TemperatureC: 40}) },
-		"SetSensorFault": func() error { return s.SetSensorFault("GPU-nope", SensorPower, "x") },
+		"SetSensors":     func() error { return s.SetSensors("GPU-nope", &gpu.SimSensors{TemperatureC: 40}) },
+		"SetSensorFault": func() error { return s.SetSensorFault("GPU-nope", gpu.SensorPower, "x") },
 		"SetUsage":       func() error { return s.SetUsage("GPU-nope", os.Getpid(), size.GiB) },
 		"SetHealth":      func() error { return s.SetHealth("GPU-nope", false, "x") },
 	}

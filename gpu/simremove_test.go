@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -14,19 +16,19 @@ import (
 // it is listed and answers again, with the usage recorded before it went.
 func TestSimulatedRemovedGPU(t *testing.T) {
 	ctx := context.Background()
-	s := newSim(t, "2xH100=80GiB")
-	other, err := NewSimulated(SimConfig{Dir: s.Dir()})
+	s, devs := testutil.NewSim(t, "2xH100=80GiB")
+	other, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gone, kept := s.devices[0].UUID, s.devices[1].UUID
+	gone, kept := devs[0].UUID, devs[1].UUID
 	if err := s.SetUsage(gone, os.Getpid(), size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SetRemoved(gone, true, "XID 79: fell off the bus"); err != nil {
 		t.Fatal(err)
 	}
-	devs, err := other.Devices(ctx)
+	devs, err = other.Devices(ctx)
 	if err != nil || len(devs) != 1 || devs[0].UUID != kept {
 		t.Fatalf("Devices after the removal: %+v, %v; want only %s", devs, err, kept)
 	}
@@ -51,7 +53,7 @@ func TestSimulatedRemovedGPU(t *testing.T) {
 	if devs, err := other.Devices(ctx); err != nil || len(devs) != 2 || devs[0].UUID != gone || !devs[0].Healthy {
 		t.Fatalf("Devices once it is back: %+v, %v", devs, err)
 	}
-	if used, err := other.MemoryUsed(ctx, gone); err != nil || used != size.GiB+SimDriverReserve {
+	if used, err := other.MemoryUsed(ctx, gone); err != nil || used != size.GiB+gpu.SimDriverReserve {
 		t.Fatalf("MemoryUsed once it is back: %s, %v; want the 1GiB recorded plus the driver's", used, err)
 	}
 	if err := s.SetRemoved("GPU-nope", true, "x"); err == nil {

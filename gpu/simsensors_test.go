@@ -1,4 +1,4 @@
-package gpu
+package gpu_test
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -23,10 +25,10 @@ func TestSimPowerLimit(t *testing.T) {
 		{"NVIDIA L4", 72},
 		{"Tesla T4", 70},
 		{"h100", 700},
-		{"GeForce RTX 4090", simDefaultPowerLimit},
+		{"GeForce RTX 4090", gpu.SimDefaultPowerLimit},
 	}
 	for _, tc := range tests {
-		if got := SimPowerLimit(tc.model); got != tc.watts*1000 {
+		if got := gpu.SimPowerLimit(tc.model); got != tc.watts*1000 {
 			t.Errorf("SimPowerLimit(%q) = %d mW, want %d", tc.model, got, tc.watts*1000)
 		}
 	}
@@ -37,10 +39,10 @@ func TestSimPowerLimit(t *testing.T) {
 // and the way back.
 func TestSimulatedSensors(t *testing.T) {
 	ctx := context.Background()
-	s := newSim(t, "H100=80GiB", "T4=16GiB")
-	uuid, other := s.devices[0].UUID, s.devices[1].UUID
+	s, devs := testutil.NewSim(t, "H100=80GiB", "T4=16GiB")
+	uuid, other := devs[0].UUID, devs[1].UUID
 	// A second handle on the directory, as the plugin and a test in another process have.
-	peer, err := NewSimulated(SimConfig{Dir: s.Dir()})
+	peer, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,26 +51,26 @@ func TestSimulatedSensors(t *testing.T) {
 		name      string
 		do        func() error
 		wantTemp  int
-		wantPower Power
+		wantPower gpu.Power
 		tempErr   string // a fragment of Temperature's error; "" for none
 		powerErr  string
 	}{
-		{"idle", func() error { return nil }, SimIdleTemperature, Power{84000, 700000}, "", ""},
-		{"busy", func() error { return s.SetProcess(uuid, pid, size.GiB, true) }, SimBusyTemperature, Power{546000, 700000}, "", ""},
+		{"idle", func() error { return nil }, gpu.SimIdleTemperature, gpu.Power{UsageMilliwatts: 84000, LimitMilliwatts: 700000}, "", ""},
+		{"busy", func() error { return s.SetProcess(uuid, pid, size.GiB, true) }, gpu.SimBusyTemperature, gpu.Power{UsageMilliwatts: 546000, LimitMilliwatts: 700000}, "", ""},
 		{"pinned", func() error {
-			return s.SetSensors(uuid, &SimSensors{TemperatureC: 81, Power: Power{UsageMilliwatts: 612345, LimitMilliwatts: 650000}})
-		}, 81, Power{612345, 650000}, "", ""},
+			return s.SetSensors(uuid, &gpu.SimSensors{TemperatureC: 81, Power: gpu.Power{UsageMilliwatts: 612345, LimitMilliwatts: 650000}})
+		}, 81, gpu.Power{UsageMilliwatts: 612345, LimitMilliwatts: 650000}, "", ""},
 		{"temperature fault", func() error {
-			return s.SetSensorFault(uuid, SensorTemperature, "NVML_ERROR_UNKNOWN")
-		}, 0, Power{612345, 650000}, "temperature: NVML_ERROR_UNKNOWN", ""},
+			return s.SetSensorFault(uuid, gpu.SensorTemperature, "NVML_ERROR_UNKNOWN")
+		}, 0, gpu.Power{UsageMilliwatts: 612345, LimitMilliwatts: 650000}, "temperature: NVML_ERROR_UNKNOWN", ""},
 		{"power fault too", func() error {
-			return s.SetSensorFault(uuid, SensorPower, "GPU is lost")
-		}, 0, Power{}, "NVML_ERROR_UNKNOWN", "power: GPU is lost"},
+			return s.SetSensorFault(uuid, gpu.SensorPower, "GPU is lost")
+		}, 0, gpu.Power{}, "NVML_ERROR_UNKNOWN", "power: GPU is lost"},
 		{"faults cleared", func() error {
-			return errors.Join(s.SetSensorFault(uuid, SensorTemperature, ""), s.SetSensorFault(uuid, SensorPower, ""))
-		}, 81, Power{612345, 650000}, "", ""},
-		{"unpinned", func() error { return s.SetSensors(uuid, nil) }, SimBusyTemperature, Power{546000, 700000}, "", ""},
-		{"idle again", func() error { return s.ClearProcess(uuid, pid) }, SimIdleTemperature, Power{84000, 700000}, "", ""},
+			return errors.Join(s.SetSensorFault(uuid, gpu.SensorTemperature, ""), s.SetSensorFault(uuid, gpu.SensorPower, ""))
+		}, 81, gpu.Power{UsageMilliwatts: 612345, LimitMilliwatts: 650000}, "", ""},
+		{"unpinned", func() error { return s.SetSensors(uuid, nil) }, gpu.SimBusyTemperature, gpu.Power{UsageMilliwatts: 546000, LimitMilliwatts: 700000}, "", ""},
+		{"idle again", func() error { return s.ClearProcess(uuid, pid) }, gpu.SimIdleTemperature, gpu.Power{UsageMilliwatts: 84000, LimitMilliwatts: 700000}, "", ""},
 	}
 	for _, st := range steps {
 		if err := st.do(); err != nil {
@@ -83,26 +85,26 @@ func TestSimulatedSensors(t *testing.T) {
 			t.Errorf("%s: Power = %+v, %v; want %+v, error %q", st.name, p, err, st.wantPower, st.powerErr)
 		}
 		// Nothing done to one GPU shows on the other.
-		if temp, err := peer.Temperature(ctx, other); err != nil || temp != SimIdleTemperature {
+		if temp, err := peer.Temperature(ctx, other); err != nil || temp != gpu.SimIdleTemperature {
 			t.Errorf("%s: the other GPU's temperature %d, %v", st.name, temp, err)
 		}
-		if p, err := peer.Power(ctx, other); err != nil || p != (Power{8400, 70000}) {
+		if p, err := peer.Power(ctx, other); err != nil || p != (gpu.Power{UsageMilliwatts: 8400, LimitMilliwatts: 70000}) {
 			t.Errorf("%s: the other GPU's power %+v, %v", st.name, p, err)
 		}
 	}
 }
 
 func TestSimulatedSensorsRefuse(t *testing.T) {
-	s := newSim(t, "H100=80GiB")
-	uuid := s.devices[0].UUID
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	uuid := devs[0].UUID
 	tests := []struct {
 		name, want string
 		call       func() error
 	}{
 		{"unknown sensor", `no sensor "fan"`, func() error { return s.SetSensorFault(uuid, "fan", "x") }},
-		{"absurd temperature", "-300 C", func() error { return s.SetSensors(uuid, &SimSensors{TemperatureC: -300}) }},
+		{"absurd temperature", "-300 C", func() error { return s.SetSensors(uuid, &gpu.SimSensors{TemperatureC: -300}) }},
 		{"corrupt readings", "malformed readings", func() error {
-			if err := writeFileAtomic(s.Dir()+"/"+uuid+"/"+simSensorsFile, []byte("hot 1 2\n")); err != nil {
+			if err := gpu.WriteFileAtomic(s.Dir()+"/"+uuid+"/"+gpu.SimSensorsFile, []byte("hot 1 2\n")); err != nil {
 				return err
 			}
 			_, err := s.Temperature(context.Background(), uuid)

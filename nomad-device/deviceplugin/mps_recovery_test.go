@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -14,26 +13,9 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 )
-
-// syncBuffer is a log sink the plugin's goroutines and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // copyFile installs src at dst, executable, as an operator installing a binary would.
 func copyFile(t *testing.T, src, dst string) error {
@@ -127,7 +109,7 @@ func TestMPSGPURecoversOnceItsDaemonCanStart(t *testing.T) {
 			if err := tc.fault(t, bin, pipe); err != nil {
 				t.Fatal(err)
 			}
-			var logs syncBuffer
+			var logs testutil.Buffer // the plugin's goroutines write it while the test reads
 			s, _ := newSimWith(t, Options{Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})}, "H100=80GiB",
 				`gpu_modes = { "0" = "mps" }
 				fingerprint_period = "1s"
