@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -362,6 +363,53 @@ func TestRaisesTheTemplateAndReportsTheReplacement(t *testing.T) {
 	cancel()
 	if err := <-done; err != context.Canceled {
 		t.Errorf("Run returned %v, want context.Canceled", err)
+	}
+}
+
+// roundTrip lets a test stand between the controller and the Nomad API.
+type roundTrip func(*http.Request) (*http.Response, error)
+
+func (f roundTrip) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// Nomad may place and start the new version's allocation before the register call has returned
+// to the controller: the replacement is still reported. The register answer is held back until
+// the allocation's event has been delivered, which makes the order certain.
+func TestReplacementRunningBeforeTheRegisterCallReturns(t *testing.T) {
+	r := newRig(t)
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	const alloc2 = "33333333-3333-4333-8333-333333333333"
+	held := roundTrip(func(req *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil || req.Method != http.MethodPut || req.URL.Path != "/v1/jobs" {
+			return resp, err
+		}
+		j, _ := r.vs.Job("default", "train") // the version just registered
+		r.putAlloc(alloc2, j, api.AllocClientStatusRunning, nil)
+		// Answer once the replacement is reported; a controller that misses it gets its answer
+		// after the bound, and the wait below then fails.
+		for deadline := time.Now().Add(5 * time.Second); len(r.events(EventReplaced)) == 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		return resp, nil
+	})
+	cfg := api.DefaultConfig()
+	cfg.Address, cfg.HttpClient = r.vs.URL(), &http.Client{Transport: held}
+	cl, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.controller(func(c *Config) { c.Client = cl })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	r.violate(alloc1, gpuA, t0)
+	testutil.Eventually(t, 15*time.Second, "the replacement to be reported", func() bool { return len(r.events(EventReplaced)) == 1 })
+	if ev := r.events(EventReplaced)[0]; ev.Alloc != alloc2 || ev.ToUnits != 78 || ev.Version != 1 {
+		t.Errorf("replaced event %+v, want allocation %s of version 1 with 78 units", ev, alloc2)
+	}
+	if n := len(r.events(EventReregistered)); n != 1 {
+		t.Errorf("%d re-registered events, want 1", n)
 	}
 }
 

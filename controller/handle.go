@@ -131,19 +131,31 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 		job.Meta = map[string]string{}
 	}
 	job.Meta[metaKey] = rec.AllocID
+	next := *job.Version + 1
+	ev.Version = next
+	// The new version is expected before it is registered: Nomad may place and start its
+	// allocation before EnforceRegister returns here, and that event must find what it completes.
+	key := alloc.Namespace + "/" + alloc.JobID
+	c.mu.Lock()
+	prev, hadPrev := c.pending[key]
+	c.pending[key] = pending{ns: alloc.Namespace, job: alloc.JobID, group: alloc.TaskGroup, version: next, ev: *ev}
+	c.mu.Unlock()
 	// The modify-index check makes a concurrent change to the job (an operator's `nomad job
 	// run`) win: this violation is then tried again against the new version.
 	resp, _, err := c.cfg.Client.Jobs().EnforceRegister(job, *job.JobModifyIndex, wq)
 	if err != nil {
+		c.mu.Lock()
+		if hadPrev {
+			c.pending[key] = prev
+		} else {
+			delete(c.pending, key)
+		}
+		c.mu.Unlock()
 		return "", fmt.Errorf("re-registering job %s: %w", alloc.JobID, err)
 	}
-	next := *job.Version + 1
-	ev.Kind, ev.Version = EventReregistered, next
+	ev.Kind = EventReregistered
 	ev.Message = fmt.Sprintf("job %s re-registered with %s count %d -> %d (a whole GPU); evaluation %s", alloc.JobID, devName, had, whole, resp.EvalID)
 	c.emit(*ev)
-	c.mu.Lock()
-	c.pending[alloc.Namespace+"/"+alloc.JobID] = pending{ns: alloc.Namespace, job: alloc.JobID, group: alloc.TaskGroup, version: next, ev: *ev}
-	c.mu.Unlock()
 	return fmt.Sprintf("reregistered: %s count %d -> %d, job version %d", devName, had, whole, next), nil
 }
 
