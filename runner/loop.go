@@ -18,6 +18,7 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -40,7 +41,7 @@ var oomRE = regexp.MustCompile(`(?i)(out of memory|CUDA_ERROR_OUT_OF_MEMORY|OutO
 // active is an attempt in flight.
 type active struct {
 	l     launch
-	a     Attempt
+	a     record.Attempt
 	token string
 	proc  *probe.Proc
 	tree  *probe.Tree
@@ -61,7 +62,7 @@ type active struct {
 	peak  size.Bytes
 	now   size.Bytes // the latest sample
 	lastT float64
-	snaps []MemSample
+	snaps []record.MemSample
 }
 
 func (a *active) record(b size.Bytes, t float64) {
@@ -76,12 +77,12 @@ func (a *active) record(b size.Bytes, t float64) {
 	}
 	// Keep about 10 points a second for the report; the peak above keeps the full rate.
 	if len(a.snaps) == 0 || t-a.lastT >= 0.1 {
-		a.snaps = append(a.snaps, MemSample{T: t, Bytes: b})
+		a.snaps = append(a.snaps, record.MemSample{T: t, Bytes: b})
 		a.lastT = t
 	}
 }
 
-func (r *run) loop(ctx context.Context) (*Result, error) {
+func (r *run) loop(ctx context.Context) (*record.Result, error) {
 	r.start = time.Now()
 	bctx, cancel := context.WithCancel(context.Background())
 	r.stopBusy = cancel
@@ -159,11 +160,11 @@ func (r *run) giveUp() {
 		if j.done {
 			continue
 		}
-		j.done, j.final = true, OutcomeFailed
+		j.done, j.final = true, record.OutcomeFailed
 		detail := fmt.Sprintf("not admitted for %s with no job running (another process may hold the GPU budget: see `gpufrac status`)", stuckAfter)
 		now := time.Now()
-		r.attempts = append(r.attempts, Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
-			Start: now, End: now, ExitCode: -1, Outcome: OutcomeFailed, Detail: detail})
+		r.attempts = append(r.attempts, record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
+			Start: now, End: now, ExitCode: -1, Outcome: record.OutcomeFailed, Detail: detail})
 		r.prog.line("%-9s %-20s %s", "FAILED", j.Name, detail)
 	}
 }
@@ -243,7 +244,7 @@ func (r *run) launch(l launch) {
 		token = newToken()
 	}
 	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), tail: &tailBuffer{max: 8192}}
-	a.a = Attempt{Job: j.Name, Template: j.Template, Number: j.attempts, GPU: l.gpu, GPUIndex: r.gpus[l.gpu].Index,
+	a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts, GPU: l.gpu, GPUIndex: r.gpus[l.gpu].Index,
 		Capped: l.capped, WholeGPU: l.whole, Probe: l.probe, Result: r.resultPath(j)}
 	if l.capped {
 		a.a.CapBytes = l.res.CapBytes
@@ -428,12 +429,12 @@ func (r *run) finish(a *active) {
 	oom := oomRE.MatchString(a.tail.String())
 	switch {
 	case a.stopped:
-		at.Outcome = OutcomeCanceled
+		at.Outcome = record.OutcomeCanceled
 	case a.windowStopped:
-		at.Outcome = OutcomeProbe
+		at.Outcome = record.OutcomeProbe
 		at.Detail = fmt.Sprintf("probe window of %s over", a.l.window)
 	case a.violation != nil:
-		at.Outcome = OutcomeCapViolation
+		at.Outcome = record.OutcomeCapViolation
 		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, a.violation.PeakBytes, a.violation.CapBytes)
 	case a.exit != 0 && a.l.capped && oom && (r.o.modeOf() == policy.ModeMPS || at.PeakBytes*2 >= at.CapBytes):
 		// Under MPS the allocation that crosses the cap fails inside the job, which exits
@@ -441,12 +442,12 @@ func (r *run) finish(a *active) {
 		// large allocation can fail long before the sampled use comes near it. Caps fit the
 		// budget, so an OOM under MPS is the job's own limit. Without MPS an OOM far below the
 		// cap means the GPU itself was full: a harmed job, not a violator.
-		at.Outcome = OutcomeCapViolation
+		at.Outcome = record.OutcomeCapViolation
 		at.Detail = "out of memory inside the job near its cap"
 	case a.exit == 0:
-		at.Outcome = OutcomeOK
+		at.Outcome = record.OutcomeOK
 	default:
-		at.Outcome = OutcomeFailed
+		at.Outcome = record.OutcomeFailed
 		if at.Detail == "" {
 			at.Detail = lastLine(a.tail.String())
 		}
@@ -456,7 +457,7 @@ func (r *run) finish(a *active) {
 		}
 	}
 	if a.l.res.Token != "" {
-		if err := r.led.Release(a.l.res.Token, at.Outcome); err != nil {
+		if err := r.led.Release(a.l.res.Token, string(at.Outcome)); err != nil {
 			r.log.Debug("release", "job", j.Name, "error", err)
 		}
 		if r.s.lender != nil {
@@ -472,7 +473,7 @@ func (r *run) finish(a *active) {
 	r.mu.Lock()
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()
-	if at.Outcome == OutcomeCollateral {
+	if at.Outcome == record.OutcomeCollateral {
 		r.prog.line("%-8s %-20s GPU%d  exit %d after %.1fs: %s (log %s)", "COLLAT", at.Job, at.GPUIndex,
 			at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
 		return
@@ -494,7 +495,7 @@ func (r *run) recapProbe(a *active) {
 		// It ran on what it borrowed and goes on so; its template's other jobs get the cap.
 		r.s.recapped(&a.l, a.l.res, peak)
 		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.window, a.l.res.CapBytes)
-		r.recordProfile(j.Template, peak, &Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
+		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
 		r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
 			a.a.GPUIndex, peak, a.l.window, capBytes)
 		return
@@ -512,30 +513,30 @@ func (r *run) recapProbe(a *active) {
 	from := a.l.res.CapBytes
 	r.s.recapped(&a.l, res, peak)
 	a.a.CapBytes = res.CapBytes
-	a.a.CapChanges = append(a.a.CapChanges, CapChange{At: time.Now(), From: from, To: res.CapBytes})
+	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: time.Now(), From: from, To: res.CapBytes})
 	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.window, from, res.CapBytes)
-	r.recordProfile(j.Template, peak, &Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
+	r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
 	r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
 		peak, a.l.window, res.CapBytes)
 }
 
 // settle updates the job and its template's footprint after an attempt.
-func (r *run) settle(j *jobState, a *active, at *Attempt) {
+func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
 	t := j.Template
 	if a.l.probe && r.s.prober[t] == j {
 		delete(r.s.prober, t)
 	}
 	switch at.Outcome {
-	case OutcomeProbe:
+	case record.OutcomeProbe:
 		r.learn(t, at, ledger.ProfileProbe)
 		return // the job runs again under its new cap
-	case OutcomeCollateral:
+	case record.OutcomeCollateral:
 		return // a neighbour's stop faulted it: it runs again as it was
-	case OutcomeFailed:
+	case record.OutcomeFailed:
 		if r.retry(j, at) {
 			return
 		}
-	case OutcomeCapViolation:
+	case record.OutcomeCapViolation:
 		// The violation proves the job needs at least its cap: raise the footprint so the
 		// template's other jobs get more room, and re-run this one with a GPU to itself.
 		raised := max(at.PeakBytes, at.CapBytes)
@@ -554,7 +555,7 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 			j.whole = true
 			return
 		}
-	case OutcomeOK:
+	case record.OutcomeOK:
 		if a.l.probe {
 			r.learn(t, at, ledger.ProfileProbe)
 		} else if a.l.whole && j.whole {
@@ -567,7 +568,7 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 	j.final = at.Outcome
 }
 
-func (r *run) learn(t string, at *Attempt, source string) {
+func (r *run) learn(t string, at *record.Attempt, source string) {
 	peak := at.PeakBytes
 	if peak == 0 {
 		// A job that never touches the GPU (or one whose memory is not attributed to it) would
@@ -581,7 +582,7 @@ func (r *run) learn(t string, at *Attempt, source string) {
 	r.recordProfile(t, peak, at, source)
 }
 
-func (r *run) recordProfile(t string, peak size.Bytes, at *Attempt, source string) {
+func (r *run) recordProfile(t string, peak size.Bytes, at *record.Attempt, source string) {
 	if peak == 0 {
 		return
 	}
