@@ -2,7 +2,6 @@ package runner
 
 import (
 	"fmt"
-	"html"
 	"io"
 	"strings"
 	"sync"
@@ -170,22 +169,4 @@ func writeCollateral(w io.Writer, res *record.Result) {
 		}
 	}
 	fmt.Fprintf(w, "collateral failures (a neighbour's stop under MPS, re-run): %d (%s)\n", res.Collateral, strings.Join(jobs, ", "))
-}
-
-// gpuEventsHTML lists the run's GPU-wide events for the report.
-func gpuEventsHTML(res *record.Result) string {
-	if len(res.GPUEvents) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString(`<div class="note"><b>GPU-wide events</b> (the enforcer marked the GPU unhealthy: no admissions there; a job that failed meanwhile is recorded collateral and re-run):<ul>`)
-	for _, e := range res.GPUEvents {
-		end := "until the end"
-		if !e.End.IsZero() {
-			end = fmt.Sprintf("%.1fs", e.End.Sub(e.Start).Seconds())
-		}
-		fmt.Fprintf(&b, "<li>GPU%d at %.1fs for %s: %s</li>", e.GPUIndex, e.Start.Sub(res.Start).Seconds(), end, html.EscapeString(e.Reason))
-	}
-	b.WriteString("</ul></div>\n")
-	return b.String()
 }

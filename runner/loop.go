@@ -83,7 +83,7 @@ func (a *active) record(b size.Bytes, t float64) {
 }
 
 func (r *run) loop(ctx context.Context) (*record.Result, error) {
-	r.start = time.Now()
+	r.start = r.o.Now()
 	bctx, cancel := context.WithCancel(context.Background())
 	r.stopBusy = cancel
 	for _, g := range r.s.gpus {
@@ -112,9 +112,9 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 				break
 			}
 			if idleSince.IsZero() {
-				idleSince = time.Now()
+				idleSince = r.o.Now()
 				r.prog.line("%-8s %s", "waiting", r.waitingFor(idleSince.Add(stuckAfter)))
-			} else if time.Since(idleSince) > stuckAfter {
+			} else if r.o.Now().Sub(idleSince) > stuckAfter {
 				r.giveUp()
 				break
 			}
@@ -162,7 +162,7 @@ func (r *run) giveUp() {
 		}
 		j.done, j.final = true, record.OutcomeFailed
 		detail := fmt.Sprintf("not admitted for %s with no job running (another process may hold the GPU budget: see `gpufrac status`)", stuckAfter)
-		now := time.Now()
+		now := r.o.Now()
 		r.attempts = append(r.attempts, record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
 			Start: now, End: now, ExitCode: -1, Outcome: record.OutcomeFailed, Detail: detail})
 		r.prog.line("%-9s %-20s %s", "FAILED", j.Name, detail)
@@ -262,7 +262,7 @@ func (r *run) launch(l launch) {
 		_ = os.MkdirAll(filepath.Dir(p), 0o755)
 	}
 	env := r.env(l, token, j)
-	a.a.Start = time.Now()
+	a.a.Start = r.o.Now()
 	proc, err := probe.Start(probe.Spec{Command: r.command(j.Command, env), Env: probe.Environ(env),
 		Dir: j.Dir, Stdout: out, Stderr: io.MultiWriter(out, a.tail)})
 	if err == nil {
@@ -318,12 +318,13 @@ wait:
 			break wait
 		}
 	}
-	a.exitedAt = time.Now()
+	a.exitedAt = r.o.Now()
 	a.exit = a.proc.ExitCode()
 	a.proc.Reap()
 	if a.l.capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
 		// The watchdog records a violation once the task's memory is gone, which can be a
 		// sample or two after the root process exits.
+		// The wall clock, not r.o.Now: this waits on the watchdog, which samples in real time.
 		deadline := time.Now().Add(3*r.o.Policy.WatchdogInterval + 300*time.Millisecond)
 		for {
 			if v := r.violationOf(a.token, a.exit); v != nil {
@@ -417,7 +418,7 @@ func (r *run) finish(a *active) {
 	}
 	j := a.l.job
 	at := a.a
-	at.End = time.Now()
+	at.End = r.o.Now()
 	at.ExitCode = a.exit
 	a.mu.Lock()
 	at.PeakBytes, at.Samples = a.peak, a.snaps
@@ -460,13 +461,7 @@ func (r *run) finish(a *active) {
 		if err := r.led.Release(a.l.res.Token, string(at.Outcome)); err != nil {
 			r.log.Debug("release", "job", j.Name, "error", err)
 		}
-		if r.s.lender != nil {
-			// A borrower waiting for memory gets the guarantee this job held now, not at the
-			// watchdog's next pass.
-			if st, err := r.led.State(a.l.gpu); err == nil {
-				_ = r.s.lender.SyncFence(st)
-			}
-		}
+		r.s.fenceSync(a.l.gpu)
 	}
 	r.s.finished(&a.l)
 	r.settle(j, a, &at)
@@ -495,7 +490,7 @@ func (r *run) recapProbe(a *active) {
 		// It ran on what it borrowed and goes on so; its template's other jobs get the cap.
 		r.s.recapped(&a.l, a.l.res, peak)
 		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.window, a.l.res.CapBytes)
-		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
+		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
 		r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
 			a.a.GPUIndex, peak, a.l.window, capBytes)
 		return
@@ -513,9 +508,9 @@ func (r *run) recapProbe(a *active) {
 	from := a.l.res.CapBytes
 	r.s.recapped(&a.l, res, peak)
 	a.a.CapBytes = res.CapBytes
-	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: time.Now(), From: from, To: res.CapBytes})
+	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: r.o.Now(), From: from, To: res.CapBytes})
 	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.window, from, res.CapBytes)
-	r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
+	r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
 	r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
 		peak, a.l.window, res.CapBytes)
 }
@@ -523,8 +518,8 @@ func (r *run) recapProbe(a *active) {
 // settle updates the job and its template's footprint after an attempt.
 func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
 	t := j.Template
-	if a.l.probe && r.s.prober[t] == j {
-		delete(r.s.prober, t)
+	if a.l.probe {
+		r.s.probeEnded(t, j)
 	}
 	switch at.Outcome {
 	case record.OutcomeProbe:
@@ -543,7 +538,7 @@ func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
 		if a.violation != nil {
 			raised = max(raised, a.violation.PeakBytes)
 		}
-		r.s.peaks[t] = max(r.s.peaks[t], raised)
+		r.s.raised(t, raised)
 		r.recordProfile(t, raised, at, ledger.ProfileViolation)
 		if a.l.borrowing {
 			// A borrower fails only where the memory it needed was no one's to lend: it runs
@@ -560,7 +555,7 @@ func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
 			r.learn(t, at, ledger.ProfileProbe)
 		} else if a.l.whole && j.whole {
 			// The re-run alone measured the real footprint; the ledger never lowers a raised one.
-			r.s.peaks[t] = max(r.s.peaks[t], at.PeakBytes)
+			r.s.raised(t, at.PeakBytes)
 			r.recordProfile(t, at.PeakBytes, at, ledger.ProfileViolation)
 		}
 	}
@@ -578,7 +573,7 @@ func (r *run) learn(t string, at *record.Attempt, source string) {
 		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint set to one unit (%s)", peak)
 		r.prog.line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
 	}
-	r.s.peaks[t] = peak
+	r.s.learned(t, peak)
 	r.recordProfile(t, peak, at, source)
 }
 

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"slices"
-	"time"
 
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/report"
@@ -14,7 +13,7 @@ func (r *run) result() *record.Result {
 	res := &record.Result{
 		Arm: r.o.Arm, Mode: string(r.o.modeOf()), Profiles: r.o.Profiles,
 		Backend: r.o.Backend.Kind(), Driver: r.o.Backend.DriverVersion(),
-		Queue: r.q.Path, Policy: r.o.Policy, Start: r.start, End: time.Now(), OutDir: r.o.OutDir,
+		Queue: r.q.Path, Policy: r.o.Policy, Start: r.start, End: r.o.Now(), OutDir: r.o.OutDir,
 	}
 	res.Attempts = slices.Clone(r.attempts)
 	slices.SortStableFunc(res.Attempts, func(a, b record.Attempt) int { return a.Start.Compare(b.Start) })

@@ -43,7 +43,7 @@ func newProgress(w io.Writer, r *run) *progress {
 }
 
 func (p *progress) stamp() string {
-	return fmt.Sprintf("[%6.1fs]", time.Since(p.r.start).Seconds())
+	return fmt.Sprintf("[%6.1fs]", p.r.o.Now().Sub(p.r.start).Seconds())
 }
 
 // line prints one event line above the status line.

@@ -75,6 +75,12 @@ type Options struct {
 	Borrow string
 	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = DefaultBorrowWait.
 	BorrowWait time.Duration
+	// Now is the run's clock where time decides or is recorded: attempts' starts and ends, the
+	// give-up after stuckAfter with nothing running, a probe's cap change; nil = time.Now.
+	// Tests drive it to prove rules a wall clock could only prove by waiting. Timers and
+	// tickers (sampling, probe windows, the watchdog's wait) stay on the wall clock: they pace
+	// real processes.
+	Now func() time.Time
 }
 
 // ErrOptions is wrapped by option errors.
@@ -133,6 +139,9 @@ func (o *Options) fill(q queue.Queue) error {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -140,7 +149,7 @@ func (o *Options) fill(q queue.Queue) error {
 		o.SampleInterval = probe.DefaultInterval
 	}
 	if o.StopGrace <= 0 {
-		o.StopGrace = probe.DefaultStopGrace
+		o.StopGrace = probe.DefaultStopGraceJob
 	}
 	if o.Self == "" {
 		if exe, err := os.Executable(); err == nil {
@@ -315,24 +324,23 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	for i, j := range q.Jobs {
 		jobs[i] = &jobState{Job: j, idx: i}
 	}
-	r.s = newSched(o.Arm, o.Policy, led, uuids, jobs, o.MaxConcurrent, log)
-	r.s.window = o.ProbeWindow
-	r.s.probeCap = o.ProbeCap
-	r.s.probeInPlace = o.Arm == record.ArmPacked && mode == policy.ModeIsolated && r.guard != nil
+	sc := schedConfig{Arm: o.Arm, Policy: o.Policy, Ledger: led, GPUs: uuids, MaxTotal: o.MaxConcurrent, Logger: log,
+		Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
+		ProbeInPlace: o.Arm == record.ArmPacked && mode == policy.ModeIsolated && r.guard != nil}
 	if r.borrows && r.guard != nil {
-		r.s.lender = r.guard
+		sc.Lender = r.guard
 	}
 	for name, t := range q.Templates {
-		r.s.templates[name] = t
 		if t.PeakBytes > 0 {
-			r.s.peaks[name] = t.PeakBytes
+			sc.Peaks[name] = t.PeakBytes
 		}
 	}
 	if o.Profiles == record.ProfilesWarm {
 		for _, p := range led.Profiles() {
-			r.s.peaks[p.Template] = p.PeakBytes
+			sc.Peaks[p.Template] = p.PeakBytes
 		}
 	}
+	r.s = newSchedFrom(sc, jobs)
 	ok = true
 	return r, nil
 }

@@ -83,7 +83,7 @@ func (s *sched) waitReason(j *jobState, maxBudget size.Bytes) string {
 func (p *progress) runStatus(perGPU map[string]int, used map[string]size.Bytes) RunStatus {
 	r := p.r
 	st := RunStatus{PID: os.Getpid(), Queue: r.q.Path, Arm: r.o.Arm, OutDir: r.o.OutDir, Start: r.start,
-		UpdatedAt: time.Now().UTC(), Jobs: len(r.s.jobs), Waits: []WaitGroup{}, GPUs: []RunGPU{}}
+		UpdatedAt: r.o.Now().UTC(), Jobs: len(r.s.jobs), Waits: []WaitGroup{}, GPUs: []RunGPU{}}
 	var maxBudget size.Bytes
 	for _, g := range r.led.States() {
 		if _, ok := r.gpus[g.UUID]; !ok {

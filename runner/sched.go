@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
@@ -93,6 +94,38 @@ type sched struct {
 	// where an allocation waits for borrowed memory, as of the last round.
 	lender lender
 	frozen map[string]bool
+}
+
+// schedConfig is what a scheduler is built from; the run fills it once, and from then on the
+// scheduler changes only through its methods (next, finished, learned, recapped, ...).
+type schedConfig struct {
+	Arm    record.Arm
+	Policy policy.Policy
+	Ledger *ledger.Ledger
+	GPUs   []string
+	// MaxTotal bounds the jobs running at once on all GPUs; 0 = the arm's rule.
+	MaxTotal int
+	Logger   hclog.Logger
+	// Window and ProbeCap are the run's default probe window and protective cap.
+	Window   time.Duration
+	ProbeCap size.Bytes
+	// ProbeInPlace lets probes run beside other jobs (sched.probeInPlace).
+	ProbeInPlace bool
+	// Lender, when set, lets packed jobs borrow past their caps.
+	Lender lender
+	// Templates are the queue's template specs; Peaks the footprints known before the run
+	// (declared peaks, stored profiles).
+	Templates map[string]queue.TemplateSpec
+	Peaks     map[string]size.Bytes
+}
+
+// newSchedFrom builds the scheduler of a run.
+func newSchedFrom(c schedConfig, jobs []*jobState) *sched {
+	s := newSched(c.Arm, c.Policy, c.Ledger, c.GPUs, jobs, c.MaxTotal, c.Logger)
+	s.window, s.probeCap, s.probeInPlace, s.lender = c.Window, c.ProbeCap, c.ProbeInPlace, c.Lender
+	maps.Copy(s.templates, c.Templates)
+	maps.Copy(s.peaks, c.Peaks)
+	return s
 }
 
 func newSched(arm record.Arm, pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
@@ -454,12 +487,37 @@ func (s *sched) sharedPending(j *jobState, maxBudget size.Bytes) bool {
 	return false
 }
 
+// learned records a template's footprint, measured by a probe: its jobs are admitted under the
+// cap it earns from now on, and nobody probes it any more.
+func (s *sched) learned(t string, peak size.Bytes) { s.peaks[t] = peak }
+
+// raised records that a template needs at least peak (a broken cap, a re-run alone): the
+// footprint only ever goes up this way.
+func (s *sched) raised(t string, peak size.Bytes) { s.peaks[t] = max(s.peaks[t], peak) }
+
+// probeEnded frees template t for a new probe if j was probing it.
+func (s *sched) probeEnded(t string, j *jobState) {
+	if s.prober[t] == j {
+		delete(s.prober, t)
+	}
+}
+
+// fenceSync brings a GPU's fence table up to date at once when jobs may borrow: a borrower
+// waiting for memory gets the guarantee a job that ended held now, not at the watchdog's next
+// pass.
+func (s *sched) fenceSync(g string) {
+	if s.lender == nil {
+		return
+	}
+	if st, err := s.led.State(g); err == nil {
+		_ = s.lender.SyncFence(st)
+	}
+}
+
 // recapped records the footprint an in-place probe showed in its window: the template's other
 // jobs are admitted under the cap it earned, while the probe itself runs on under that cap.
 func (s *sched) recapped(l *launch, res ledger.Reservation, peak size.Bytes) {
-	s.peaks[l.job.Template] = peak
-	if s.prober[l.job.Template] == l.job {
-		delete(s.prober, l.job.Template)
-	}
+	s.learned(l.job.Template, peak)
+	s.probeEnded(l.job.Template, l.job)
 	l.res = res
 }
