@@ -85,14 +85,25 @@ func TestEndToEndSimulated(t *testing.T) {
 		if s.Completed != QueueLen {
 			t.Errorf("%s: %d of %d completed", s.Label, s.Completed, QueueLen)
 		}
-		if s.LeakerCap == 0 || s.LeakerAction == "not contained" || s.LeakerAction == "never capped" {
-			t.Errorf("%s: the leaker was not contained under a cap: cap %v, %q", s.Label, s.LeakerCap, s.LeakerAction)
-		}
-		// The leaker re-ran after its broken cap. Another job may break a cap its short cold
-		// probe gave it on a loaded machine (that is lost work too), but none was lost.
 		l := s.Loss
-		if l == nil || !slices.Contains(l.ReRun, leaker) || len(l.Lost) != 0 || (l.Innocent > 0) != (s.FailedOthers > 0) {
-			t.Errorf("%s: loss %+v with %d failed attempts of other jobs; want the leaker %s re-run, none lost", s.Label, l, s.FailedOthers, leaker)
+		if l == nil || len(l.Lost) != 0 || (l.Innocent > 0) != (s.FailedOthers > 0) {
+			t.Errorf("%s: loss %+v with %d failed attempts of other jobs; want none lost", s.Label, l, s.FailedOthers)
+			continue
+		}
+		if s.Label == "packed-isolated" {
+			// Isolated mode with the fence borrows: the leaker takes what no guarantee covers,
+			// waits for its neighbours when the GPU is full, and completes in one attempt.
+			if slices.Contains(l.ReRun, leaker) || s.LeakerCap == 0 {
+				t.Errorf("%s: the leaker should have borrowed and completed once under its %v guarantee: re-run %v, %q",
+					s.Label, s.LeakerCap, l.ReRun, s.LeakerAction)
+			}
+			continue
+		}
+		// Under MPS a cap is the most a job may use: the leaker is contained and re-run.
+		// Another job may break a cap its short cold probe gave it on a loaded machine (that
+		// is lost work too), but none was lost.
+		if s.LeakerCap == 0 || s.LeakerAction == "not contained" || s.LeakerAction == "never capped" || !slices.Contains(l.ReRun, leaker) {
+			t.Errorf("%s: the leaker was not contained under a cap and re-run: cap %v, %q, re-run %v", s.Label, s.LeakerCap, s.LeakerAction, l.ReRun)
 		}
 	}
 	// The retry arm ran through the runner as itself: up to 6 jobs at once with no caps. At this

@@ -229,7 +229,7 @@ func (e *Enforcer) PrepareGPU(ctx context.Context, uuid string) error {
 	if st.Mode != policy.ModeMPS {
 		return nil
 	}
-	d, adopted, err := e.mps.ensure(ctx, uuid, st.BudgetBytes)
+	pid, adopted, err := e.mps.ensure(ctx, uuid, st.BudgetBytes)
 	if err != nil {
 		e.emit(Event{Kind: EventMPS, Stage: "start-failed", GPU: uuid, Message: "MPS control daemon could not be readied: " + err.Error()})
 		return fmt.Errorf("enforcer: prepare GPU %s: %w", uuid, err)
@@ -238,8 +238,8 @@ func (e *Enforcer) PrepareGPU(ctx context.Context, uuid string) error {
 	if adopted {
 		stage = "adopted"
 	}
-	if adopted || d.pid != 0 {
-		e.emit(Event{Kind: EventMPS, Stage: stage, GPU: uuid, PIDs: nonZero(d.pid), Bytes: st.BudgetBytes,
+	if adopted || pid != 0 {
+		e.emit(Event{Kind: EventMPS, Stage: stage, GPU: uuid, PIDs: nonZero(pid), Bytes: st.BudgetBytes,
 			Message: "MPS control daemon " + stage + ", default pinned limit set to the GPU budget"})
 	}
 	return nil
@@ -324,12 +324,12 @@ func (e *Enforcer) checkMPS(ctx context.Context) {
 		if st.Mode != policy.ModeMPS {
 			continue
 		}
-		d, adopted, err := e.mps.adopt(ctx, st.UUID, st.BudgetBytes)
+		pid, adopted, err := e.mps.adopt(ctx, st.UUID, st.BudgetBytes)
 		if err != nil {
 			e.log.Warn("MPS pinned limit not set on an adopted daemon", "gpu", st.UUID, "error", err)
 		}
 		if adopted {
-			e.emit(Event{Kind: EventMPS, Stage: "adopted", GPU: st.UUID, PIDs: nonZero(d.pid),
+			e.emit(Event{Kind: EventMPS, Stage: "adopted", GPU: st.UUID, PIDs: nonZero(pid),
 				Message: "MPS control daemon left by an earlier enforcer adopted"})
 		}
 	}

@@ -160,44 +160,47 @@ func (m *mpsManager) servers(ctx context.Context, d *mpsDaemon) ([]int, error) {
 }
 
 // ensure makes the GPU's daemon answer, starting one unless one already answers on its pipe, and
-// sets the default pinned limit to budget. adopted says an existing daemon was taken over.
-func (m *mpsManager) ensure(ctx context.Context, uuid string, budget size.Bytes) (d *mpsDaemon, adopted bool, err error) {
-	d = m.daemon(uuid)
+// sets the default pinned limit to budget. adopted says an existing daemon was taken over; pid
+// is the daemon's as read under its lock (a caller reading d.pid afterwards would race with a
+// concurrent ensure, as the plugin's Reserve and its background preparation do).
+func (m *mpsManager) ensure(ctx context.Context, uuid string, budget size.Bytes) (pid int, adopted bool, err error) {
+	d := m.daemon(uuid)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, err := m.servers(ctx, d); err == nil {
 		adopted = !d.running
 	} else {
 		if err := m.start(ctx, d); err != nil {
-			return d, false, err
+			return d.pid, false, err
 		}
 	}
 	d.running = true
 	d.pid = m.findPID(d)
 	if err := m.setLimit(ctx, d, budget); err != nil {
-		return d, adopted, err
+		return d.pid, adopted, err
 	}
-	return d, adopted, nil
+	return d.pid, adopted, nil
 }
 
 // adopt takes over a daemon that answers on the GPU's pipe though this enforcer did not start it
-// (it outlived an earlier plugin). false when none answers; nothing is started.
-func (m *mpsManager) adopt(ctx context.Context, uuid string, budget size.Bytes) (*mpsDaemon, bool, error) {
+// (it outlived an earlier plugin). false when none answers; nothing is started. pid is read
+// under the daemon's lock, as in ensure.
+func (m *mpsManager) adopt(ctx context.Context, uuid string, budget size.Bytes) (pid int, adopted bool, err error) {
 	d := m.daemon(uuid)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.running {
-		return d, false, nil
+		return d.pid, false, nil
 	}
 	if _, err := os.Stat(d.pipe); err != nil {
-		return d, false, nil // no pipe directory: no daemon of ours ever ran here
+		return d.pid, false, nil // no pipe directory: no daemon of ours ever ran here
 	}
 	if _, err := m.servers(ctx, d); err != nil {
-		return d, false, nil
+		return d.pid, false, nil
 	}
 	d.running = true
 	d.pid = m.findPID(d)
-	return d, true, m.setLimit(ctx, d, budget)
+	return d.pid, true, m.setLimit(ctx, d, budget)
 }
 
 func (m *mpsManager) start(ctx context.Context, d *mpsDaemon) error {

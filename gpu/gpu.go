@@ -34,6 +34,13 @@ type Process struct {
 	UsedBytes size.Bytes
 }
 
+// Power is a GPU's power reading, in milliwatts as NVML gives it.
+type Power struct {
+	UsageMilliwatts uint32
+	// LimitMilliwatts is the enforced power limit; 0 when the driver did not say.
+	LimitMilliwatts uint32
+}
+
 // Backend lists GPUs and what runs on them. Implementations are safe for concurrent use.
 type Backend interface {
 	// Kind is KindNVML or KindSimulated; callers print it so a simulated run is never mistaken
@@ -49,6 +56,11 @@ type Backend interface {
 	Processes(ctx context.Context, uuid string) ([]Process, error)
 	// Utilization is the percent of time a kernel ran over the last sample period.
 	Utilization(ctx context.Context, uuid string) (int, error)
+	// Temperature is the GPU die's temperature in degrees Celsius.
+	Temperature(ctx context.Context, uuid string) (int, error)
+	// Power is the GPU's power draw and the limit the driver holds it to. An error means the
+	// draw could not be read; a limit that could not be read is 0.
+	Power(ctx context.Context, uuid string) (Power, error)
 	// Close releases the backend.
 	Close() error
 }

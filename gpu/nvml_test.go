@@ -55,10 +55,23 @@ func TestNewNVML(t *testing.T) {
 		if err != nil || util < 0 || util > 100 {
 			t.Fatalf("Utilization(%s) = %d, %v", d.UUID, util, err)
 		}
-		t.Logf("  used %s, %d processes, utilization %d%%", used, len(procs), util)
+		temp, err := b.Temperature(ctx, d.UUID)
+		if err != nil || temp < 0 || temp > 120 {
+			t.Fatalf("Temperature(%s) = %d C, %v", d.UUID, temp, err)
+		}
+		// Every data-centre GPU reports its draw; a board idles above 1 W and draws no more
+		// than a little past its limit.
+		p, err := b.Power(ctx, d.UUID)
+		if err != nil || p.UsageMilliwatts < 1000 || (p.LimitMilliwatts != 0 && p.UsageMilliwatts > p.LimitMilliwatts*3/2) {
+			t.Fatalf("Power(%s) = %+v, %v", d.UUID, p, err)
+		}
+		t.Logf("  used %s, %d processes, utilization %d%%, %d C, %d / %d mW", used, len(procs), util, temp, p.UsageMilliwatts, p.LimitMilliwatts)
 	}
 	if _, err := b.MemoryUsed(ctx, "GPU-00000000-0000-0000-0000-000000000000"); !errors.Is(err, ErrUnknownDevice) {
 		t.Fatalf("MemoryUsed of an unknown UUID: %v, want ErrUnknownDevice", err)
+	}
+	if _, err := b.Power(ctx, "GPU-00000000-0000-0000-0000-000000000000"); !errors.Is(err, ErrUnknownDevice) {
+		t.Fatalf("Power of an unknown UUID: %v, want ErrUnknownDevice", err)
 	}
 }
 

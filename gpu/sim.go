@@ -286,7 +286,7 @@ func (s *Simulated) Devices(ctx context.Context) ([]Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := slices.Clone(s.devices)
+	out := slices.DeleteFunc(slices.Clone(s.devices), func(d Device) bool { return s.lost(d.UUID) != nil })
 	for i := range out {
 		reason, err := os.ReadFile(filepath.Join(s.dir, out[i].UUID, "health"))
 		if err == nil {

@@ -171,11 +171,15 @@ func TestSimulatedUnknownGPU(t *testing.T) {
 	ctx := context.Background()
 	s := newSim(t, "H100=80GiB")
 	calls := map[string]func() error{
-		"MemoryUsed":  func() error { _, err := s.MemoryUsed(ctx, "GPU-nope"); return err },
-		"Processes":   func() error { _, err := s.Processes(ctx, "GPU-nope"); return err },
-		"Utilization": func() error { _, err := s.Utilization(ctx, "GPU-nope"); return err },
-		"SetUsage":    func() error { return s.SetUsage("GPU-nope", os.Getpid(), size.GiB) },
-		"SetHealth":   func() error { return s.SetHealth("GPU-nope", false, "x") },
+		"MemoryUsed":     func() error { _, err := s.MemoryUsed(ctx, "GPU-nope"); return err },
+		"Processes":      func() error { _, err := s.Processes(ctx, "GPU-nope"); return err },
+		"Utilization":    func() error { _, err := s.Utilization(ctx, "GPU-nope"); return err },
+		"Temperature":    func() error { _, err := s.Temperature(ctx, "GPU-nope"); return err },
+		"Power":          func() error { _, err := s.Power(ctx, "GPU-nope"); return err },
+		"SetSensors":     func() error { return s.SetSensors("GPU-nope", &SimSensors{TemperatureC: 40}) },
+		"SetSensorFault": func() error { return s.SetSensorFault("GPU-nope", SensorPower, "x") },
+		"SetUsage":       func() error { return s.SetUsage("GPU-nope", os.Getpid(), size.GiB) },
+		"SetHealth":      func() error { return s.SetHealth("GPU-nope", false, "x") },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, ErrUnknownDevice) || !strings.Contains(err.Error(), "GPU-nope") {

@@ -33,6 +33,9 @@ func (s *Simulated) live(ctx context.Context, uuid string) ([]simProc, error) {
 	if _, err := s.device(uuid); err != nil {
 		return nil, err
 	}
+	if err := s.lost(uuid); err != nil {
+		return nil, err
+	}
 	dir := filepath.Join(s.dir, uuid, "procs")
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {

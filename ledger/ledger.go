@@ -126,6 +126,12 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	switch {
 	case err == nil:
 		l.st = st
+		if len(st.gpuDamage) > 0 {
+			if err := l.repairState(st.gpuDamage); err != nil {
+				return fail(err)
+			}
+			st.gpuDamage = nil
+		}
 		if st.damage != "" {
 			if err := l.repairViolations(st.damage); err != nil {
 				return fail(err)
@@ -309,6 +315,10 @@ func (l *Ledger) SyncGPUs(gpus []GPUInfo) error {
 		}
 		if seen[g.UUID] {
 			return fmt.Errorf("%w: GPU %s is listed twice", ErrBadInput, g.UUID)
+		}
+		if g.TotalBytes > MaxGPUBytes {
+			return fmt.Errorf("%w: GPU %s (index %d, model %q) reports %s of memory (%d bytes), more than any GPU has (at most %s)",
+				ErrBadInput, g.UUID, g.Index, g.Model, g.TotalBytes, uint64(g.TotalBytes), MaxGPUBytes)
 		}
 		seen[g.UUID] = true
 	}

@@ -9,7 +9,8 @@ import (
 	"path/filepath"
 )
 
-// DamagedSuffix names where Open moves a damaged violations file: beside it, for a person to read.
+// DamagedSuffix names where Open keeps a damaged file (violations or state): beside it, for a
+// person to read.
 const DamagedSuffix = ".damaged"
 
 // readViolations reads the violations file. A damaged one does not lose the ledger: the
@@ -82,6 +83,29 @@ func (l *Ledger) repairViolations(damage string) error {
 	}
 	l.repairs = append(l.repairs, damage+"; the damaged file is kept as "+vpath+DamagedSuffix)
 	l.log.Warn("damaged violations file repaired", "detail", damage)
+	return nil
+}
+
+// repairState keeps the damaged state file beside the ledger (a hard link, so the file stays in
+// place until the repaired state has replaced it by rename) and commits the repaired state, so
+// the next Open finds a sound file. A failed commit leaves the damaged file where it was, and
+// the next Open repairs it again: nothing is lost on the way.
+func (l *Ledger) repairState(damage []string) error {
+	spath := filepath.Join(l.dir, StateFile)
+	kept := spath + DamagedSuffix
+	if err := os.Remove(kept); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("ledger: replace the older %s: %w", kept, err)
+	}
+	if err := os.Link(spath, kept); err != nil {
+		return fmt.Errorf("ledger: keep the damaged %s as %s: %w", spath, kept, err)
+	}
+	if err := l.commit(nil, false); err != nil {
+		return err
+	}
+	for _, d := range damage {
+		l.repairs = append(l.repairs, d+"; the damaged file is kept as "+kept)
+		l.log.Warn("damaged ledger state repaired", "detail", d, "kept", kept)
+	}
 	return nil
 }
 

@@ -44,8 +44,21 @@ type state struct {
 	// viol is copy-on-write: it is replaced, never changed in place, so clone can share it.
 	viol []Violation
 	prof map[string]Profile
-	// damage is what readState could not read and left out (not persisted).
+	// damage is what readState could not read of the violations file and left out (not
+	// persisted).
 	damage string
+	// gpuDamage is what readState found unsound in the state file's GPUs and repaired in
+	// memory, one sentence each naming the file, the GPU and the value (not persisted).
+	gpuDamage []string
+}
+
+// damageReport is every damage readState found, for Snapshot.Damage.
+func (s *state) damageReport() []string {
+	out := slices.Clone(s.gpuDamage)
+	if s.damage != "" {
+		out = append(out, s.damage)
+	}
+	return out
 }
 
 func newState() *state {

@@ -46,8 +46,8 @@ type Snapshot struct {
 	Violations   []Violation
 	Profiles     []Profile
 	WrittenAt    time.Time
-	// Damage says what of the ledger could not be read (a damaged violations file) and was left
-	// out; empty when everything read whole.
+	// Damage says what of the ledger could not be read (a damaged violations file, a GPU size
+	// no GPU has) and was left out; empty when everything read whole.
 	Damage string
 }
 
@@ -160,6 +160,9 @@ func readState(dir string) (*state, time.Time, error) {
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, path, err)
 	}
+	for i, d := range s.gpuDamage {
+		s.gpuDamage[i] = path + ": " + d
+	}
 	// The violations file is written before the first state file, so it always exists beside one.
 	// Violations are history: a damaged file costs what cannot be read of it, never the state.
 	viol, damage, err := readViolations(filepath.Join(dir, ViolationsFile), path)
@@ -226,12 +229,25 @@ func (f *fileState) toState() (*state, error) {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
 	s.policy = f.Policy
+	var oversized []gpuRec
 	for _, g := range f.GPUs {
 		if g.Info.UUID == "" {
 			return nil, errors.New("a GPU has an empty uuid")
 		}
 		if _, dup := s.gpus[g.Info.UUID]; dup {
 			return nil, fmt.Errorf("GPU %s is listed twice", g.Info.UUID)
+		}
+		if g.Info.TotalBytes > MaxGPUBytes {
+			// Every unit is an instance to build and advertise, so an absurd size would make
+			// each States call (each fingerprint pass) cost time and memory in proportion to
+			// it. The size is a fact the backend restates at the next SyncGPUs, so forgetting
+			// it loses nothing that cannot come back; the GPU's reservations are still sound.
+			oversized = append(oversized, g)
+			claimed := g.Info.TotalBytes
+			g.Info.TotalBytes = 0
+			g.Info.Healthy = false
+			g.Info.HealthReason = fmt.Sprintf("the ledger file claimed %s for this GPU, more than any GPU has (at most %s): "+
+				"no unit is offered until the GPU backend reports its size", claimed, MaxGPUBytes)
 		}
 		s.gpus[g.Info.UUID] = g
 	}
@@ -269,6 +285,11 @@ func (f *fileState) toState() (*state, error) {
 		}
 		s.prof[p.Template] = p
 	}
+	for _, g := range oversized {
+		s.gpuDamage = append(s.gpuDamage, fmt.Sprintf("GPU %s claims total_bytes %d (%s), more than any GPU has (at most %s): "+
+			"its size is forgotten and it offers no unit until the GPU backend reports it again; its %d reservation(s) are kept",
+			g.Info.UUID, uint64(g.Info.TotalBytes), g.Info.TotalBytes, MaxGPUBytes, len(s.reservationsOn(g.Info.UUID))))
+	}
 	return s, nil
 }
 
@@ -292,7 +313,7 @@ func ReadSnapshot(dir string) (Snapshot, error) {
 		Violations:    slices.Clone(s.viol),
 		Profiles:      s.profiles(),
 		WrittenAt:     written,
-		Damage:        s.damage,
+		Damage:        strings.Join(s.damageReport(), "; "),
 	}
 	for _, u := range s.gpuOrder() {
 		snap.GPUs = append(snap.GPUs, s.gpuState(u))

@@ -9,6 +9,12 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
+// MaxGPUBytes bounds the memory one GPU may have: many times the largest GPU made (288GB in
+// 2025), and low enough that its units (at most 65536 at the smallest 64MiB unit) keep a
+// States call, which builds one instance per unit, cheap. SyncGPUs refuses a larger GPU and a
+// ledger file claiming one loads with that GPU's size forgotten (see Open).
+const MaxGPUBytes = 4 * size.TiB
+
 // GPUInfo is what the ledger needs to know about one physical GPU.
 type GPUInfo struct {
 	UUID         string     `json:"uuid"`

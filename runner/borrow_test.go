@@ -13,22 +13,31 @@ import (
 // A few process-level runs of borrowing on the simulated GPU (the fence tables are real, and the
 // simulated jobs charge them): exact overlaps are the scheduler tests' (sched_borrow_test.go).
 
+// besideLeaker is two neighbours of template "good" (peak, hold) and a leaker of template "leak"
+// declared at 1 GiB that grows to leakTo, in that order, with the extra jobs after them.
+func besideLeaker(t *testing.T, peak, hold, leakTo string, extra ...queue.Job) queue.Queue {
+	t.Helper()
+	q := queue.Queue{
+		Jobs: []queue.Job{
+			simJob(t, "n1", "good", "--peak", peak, "--ramp", "50ms", "--hold", hold),
+			simJob(t, "n2", "good", "--peak", peak, "--ramp", "50ms", "--hold", hold),
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", leakTo, "--leak-rate", "40GiB"),
+		},
+		Templates: map[string]queue.TemplateSpec{
+			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+			"good": {Name: "good", PeakBytes: size.MustParse(peak)},
+		},
+	}
+	q.Jobs = append(q.Jobs, extra...)
+	return q
+}
+
 // A job that grows far past its cap borrows what nobody was promised and completes in one
 // attempt, next to neighbours that use their whole guarantees and are never touched.
 func TestBorrowerGrowsPastItsCap(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := queue.Queue{
-		Jobs: []queue.Job{
-			simJob(t, "n1", "good", "--peak", "18GiB", "--ramp", "50ms", "--hold", "1200ms"),
-			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "30GiB", "--leak-rate", "40GiB"),
-			simJob(t, "n2", "good", "--peak", "18GiB", "--ramp", "50ms", "--hold", "1200ms"),
-		},
-		Templates: map[string]queue.TemplateSpec{
-			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
-			"good": {Name: "good", PeakBytes: 18 * size.GiB},
-		},
-	}
+	q := besideLeaker(t, "18GiB", "1200ms", "30GiB")
 	o := testOptions(t, sim, record.ArmPacked)
 	o.Borrow = BorrowWait
 	res := runQueue(t, q, o)
@@ -51,18 +60,7 @@ func TestBorrowerGrowsPastItsCap(t *testing.T) {
 func TestBorrowerWaitsForItsNeighbours(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := queue.Queue{
-		Jobs: []queue.Job{
-			simJob(t, "n1", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
-			simJob(t, "n2", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
-			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms", "--leak-to", "60GiB", "--leak-rate", "40GiB"),
-			simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"),
-		},
-		Templates: map[string]queue.TemplateSpec{
-			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
-			"good": {Name: "good", PeakBytes: 20 * size.GiB},
-		},
-	}
+	q := besideLeaker(t, "20GiB", "1500ms", "60GiB", simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"))
 	o := testOptions(t, sim, record.ArmPacked)
 	o.Borrow, o.Policy.MaxTasksPerGPU = BorrowWait, 3
 	res := runQueue(t, q, o)
@@ -89,17 +87,7 @@ func TestBorrowerWaitsForItsNeighbours(t *testing.T) {
 func TestBorrowerThatCannotWaitReRunsWithMoreRoom(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := queue.Queue{
-		Jobs: []queue.Job{
-			simJob(t, "n1", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
-			simJob(t, "n2", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
-			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms", "--leak-to", "40GiB", "--leak-rate", "40GiB"),
-		},
-		Templates: map[string]queue.TemplateSpec{
-			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
-			"good": {Name: "good", PeakBytes: 20 * size.GiB},
-		},
-	}
+	q := besideLeaker(t, "20GiB", "1500ms", "40GiB")
 	o := testOptions(t, sim, record.ArmPacked)
 	o.Borrow = BorrowNow
 	res := runQueue(t, q, o)

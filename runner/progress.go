@@ -91,6 +91,9 @@ func (p *progress) started(a *active) {
 			span = "its first " + l.window.String()
 		}
 		what = fmt.Sprintf("PROBE in place (protective cap %s) for %s to measure %q", l.res.CapBytes, span, l.job.Template)
+		if l.borrowing {
+			what = fmt.Sprintf("PROBE in place (a %s guarantee, borrowing the rest) for %s to measure %q", l.res.CapBytes, span, l.job.Template)
+		}
 	case l.probe && l.window > 0:
 		what = fmt.Sprintf("PROBE alone for %s to measure %q", l.window, l.job.Template)
 	case l.probe:

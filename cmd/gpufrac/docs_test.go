@@ -123,34 +123,47 @@ func TestCLIDocQuotesAreTrue(t *testing.T) {
 }
 
 // docs/run.md quotes the demo's live progress and docs/cli.md the start and end of its run:
-// one run of the demo prints all those lines.
+// one run of the demo prints all those lines. A block of docs/run.md whose introducing line
+// names `--borrow off` quotes a run of the demo with that flag.
 func TestDemoQuotesAreTrue(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(repoRoot, "docs/run.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lines []string
+	runs := map[string][]string{} // extra flags -> quoted lines
+	flags, prev := "", ""
 	for _, l := range strings.Split(string(data), "\n") {
-		if stampRE.MatchString(l) {
-			lines = append(lines, l)
+		switch {
+		case strings.HasPrefix(l, "```"):
+			flags = ""
+			if strings.Contains(prev, "`--borrow off`") {
+				flags = "--borrow off"
+			}
+		case stampRE.MatchString(l):
+			runs[flags] = append(runs[flags], l)
+		case strings.TrimSpace(l) != "":
+			prev = l
 		}
 	}
-	if len(lines) < 3 {
-		t.Fatalf("docs/run.md quotes %d progress lines; the test expects the demo's", len(lines))
+	if len(runs[""]) < 3 || len(runs["--borrow off"]) < 3 {
+		t.Fatalf("docs/run.md quotes %d progress lines of the demo and %d of the demo with --borrow off; the test expects both", len(runs[""]), len(runs["--borrow off"]))
 	}
 	demo := 0
 	for _, q := range quotes(t, "docs/cli.md") {
 		if q.args[0] == "run" && slices.Contains(q.args, "examples/queues/demo.hcl") {
-			lines = append(lines, q.lines...)
+			runs[""] = append(runs[""], q.lines...)
 			demo++
 		}
 	}
 	if demo == 0 {
 		t.Fatal("docs/cli.md quotes no run of the demo; the test expects one")
 	}
-	c := newCLI(t)
-	_, stdout, stderr := c.run("run", "--out", filepath.Join(t.TempDir(), "out"), filepath.Join(repoRoot, "examples/queues/demo.hcl"))
-	checkQuote(t, "docs/run.md and docs/cli.md", lines, stdout+"\n"+stderr)
+	for flags, lines := range runs {
+		c := newCLI(t)
+		args := append([]string{"run", "--out", filepath.Join(t.TempDir(), "out")}, strings.Fields(flags)...)
+		_, stdout, stderr := c.run(append(args, filepath.Join(repoRoot, "examples/queues/demo.hcl"))...)
+		checkQuote(t, "docs/run.md and docs/cli.md (demo "+flags+")", lines, stdout+"\n"+stderr)
+	}
 }
 
 // The keys docs/cli.md lists for `gpufrac probe --json` are the keys it prints, all of them

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -86,6 +87,35 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// ticked waits until each run's process rewrites its entry on the GPU (its heartbeat, at most
+// a second apart): a tick of it after the call has passed its fault check, which every tick
+// makes before it reports, so it did not fault in that tick. An entry is replaced by rename, so
+// a new write is a new inode; the new file is created while the old one still exists, so it
+// cannot reuse its number.
+func ticked(t *testing.T, s *gpu.Simulated, uuid string, runs ...*run) {
+	t.Helper()
+	inode := func(r *run) uint64 {
+		path := filepath.Join(s.Dir(), uuid, "procs", strconv.Itoa(r.cmd.Process.Pid))
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatalf("pid %d has no entry on the GPU (%v); stderr: %s", r.cmd.Process.Pid, err, r.stderr.String())
+		}
+		return st.Sys().(*syscall.Stat_t).Ino
+	}
+	before := make([]uint64, len(runs))
+	for i, r := range runs {
+		before[i] = inode(r)
+	}
+	eventually(t, "every client reports again", func() bool {
+		for i, r := range runs {
+			if inode(r) == before[i] {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func procs(t *testing.T, s *gpu.Simulated, uuid string) []gpu.Process {
@@ -338,10 +368,8 @@ func TestMPSFaultOnAStoppedNeighbour(t *testing.T) {
 	noMPS := start(t, nil, args("--mps-fault")...) // the flag needs an MPS client
 	stopped := start(t, mps, args()...)
 	eventually(t, "four clients", func() bool { return len(procs(t, s, uuid)) == 4 })
-	time.Sleep(100 * time.Millisecond) // a few ticks with no note: nobody faults
-	if victim.cmd.ProcessState != nil {
-		t.Fatalf("the victim ended before any stop: %s", victim.stderr.String())
-	}
+	// With no note, a tick of each client has passed its fault check: nobody faults.
+	ticked(t, s, uuid, victim, survivor, noMPS, stopped)
 	if err := stopped.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -351,10 +379,9 @@ func TestMPSFaultOnAStoppedNeighbour(t *testing.T) {
 	if code := victim.wait(t); code != simjob.ExitFail || !strings.Contains(victim.stderr.String(), simjob.IllegalAddress) {
 		t.Fatalf("victim exit %d, stderr %q: want exit 1 with %q", code, victim.stderr.String(), simjob.IllegalAddress)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if survivor.cmd.ProcessState != nil || noMPS.cmd.ProcessState != nil {
-		t.Fatalf("only the --mps-fault MPS client may fault: survivor %v, non-MPS %v", survivor.cmd.ProcessState, noMPS.cmd.ProcessState)
-	}
+	// The note is there (the victim read it): a tick of each other client after it passed its
+	// fault check, so only the --mps-fault MPS client faults.
+	ticked(t, s, uuid, survivor, noMPS)
 	// A client started after the stop is not hit by it.
 	late := start(t, mps, "--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--hold", "200ms", "--mps-fault")
 	if code := late.wait(t); code != simjob.ExitOK {

@@ -192,13 +192,21 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, closing chan struc
 		s.mu.Lock()
 		down, changed := s.down, s.changed
 		idx, answer := query()
+		left := time.Until(deadline)
+		wait := !down && minIndex != 0 && idx <= minIndex && left > 0
+		if wait {
+			// Counted under the lock that read changed, so a write seen as counted wakes it.
+			s.holds++
+			s.heldAt = max(s.heldAt, minIndex)
+			close(s.heldChanged)
+			s.heldChanged = make(chan struct{})
+		}
 		s.mu.Unlock()
 		if down {
 			drop(w)
 			return
 		}
-		left := time.Until(deadline)
-		if minIndex == 0 || idx > minIndex || left <= 0 {
+		if !wait {
 			answer()
 			return
 		}

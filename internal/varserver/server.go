@@ -8,6 +8,7 @@
 package varserver
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -65,6 +66,13 @@ type Server struct {
 	log        []Request
 	total      int
 	js         *jobsState
+	// holds counts the times a blocking query began to wait for a change (it counts again each
+	// time a change it does not see sends it back to waiting) and heldAt is the highest index a
+	// query began to wait past; heldChanged is closed and replaced when they change, for
+	// WaitHolds and WaitHeldAt.
+	holds       int
+	heldAt      uint64
+	heldChanged chan struct{}
 
 	addr    string
 	srv     *http.Server
@@ -95,13 +103,14 @@ func Start(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("varserver: address %q: must be 127.0.0.1:<port>", opts.Addr)
 	}
 	s := &Server{
-		opts:       opts,
-		vars:       map[key]*Variable{},
-		index:      1,
-		tableIndex: 1,
-		changed:    make(chan struct{}),
-		tokens:     map[string][]Rule{},
-		acl:        opts.ACL,
+		opts:        opts,
+		vars:        map[key]*Variable{},
+		index:       1,
+		tableIndex:  1,
+		changed:     make(chan struct{}),
+		heldChanged: make(chan struct{}),
+		tokens:      map[string][]Rule{},
+		acl:         opts.ACL,
 	}
 	if err := s.listen(opts.Addr); err != nil {
 		return nil, err
@@ -207,6 +216,51 @@ func (s *Server) RequestLog() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.log...)
+}
+
+// Holds is how many times a blocking query has begun to wait for a change: once when it
+// starts waiting and once more each time a write it does not see sends it back to waiting.
+func (s *Server) Holds() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holds
+}
+
+// WaitHolds returns once Holds reaches n, or ctx's error. A query counted here had already
+// taken the change signal it waits on, so a write made after WaitHolds returns wakes it: tests
+// wait on this instead of sleeping and hoping the query got there first.
+func (s *Server) WaitHolds(ctx context.Context, n int) error {
+	return s.waitHeld(ctx, func() bool { return s.holds >= n },
+		func() string { return fmt.Sprintf("%d blocking queries began to wait, want %d", s.holds, n) })
+}
+
+// WaitHeldAt returns once a blocking query waits for a change past index, or ctx's error. A
+// client that waits there has taken in everything up to index: a test that wrote at index and
+// sees this knows the client has handled that write, whatever it did with it.
+func (s *Server) WaitHeldAt(ctx context.Context, index uint64) error {
+	return s.waitHeld(ctx, func() bool { return s.heldAt >= index },
+		func() string {
+			return fmt.Sprintf("no blocking query waits past index %d (the highest is %d)", index, s.heldAt)
+		})
+}
+
+func (s *Server) waitHeld(ctx context.Context, done func() bool, why func() string) error {
+	for {
+		s.mu.Lock()
+		ok, ch := done(), s.heldChanged
+		s.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.mu.Lock()
+			msg := why()
+			s.mu.Unlock()
+			return fmt.Errorf("varserver: %s: %w", msg, ctx.Err())
+		}
+	}
 }
 
 // Index is the current global index.

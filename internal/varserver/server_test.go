@@ -1,6 +1,7 @@
 package varserver
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -21,6 +22,16 @@ func client(t *testing.T, s *Server, token string) *api.Variables {
 		t.Fatal(err)
 	}
 	return c.Variables()
+}
+
+// waitHolds waits until blocking queries have begun to wait n times in all (Server.Holds).
+func waitHolds(t *testing.T, s *Server, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitHolds(ctx, n); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newServer(t *testing.T, opts Options) *Server {
@@ -184,12 +195,15 @@ func TestBlockingRead(t *testing.T) {
 		}
 		done <- got
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitHolds(t, s, 1)
 	s.Put("", "gpufrac/templates/other", map[string]string{"b": "1"})
+	// The write woke the query; it looked, saw its own index unchanged and waits again. Only
+	// after that second wait began can "it did not answer" be told from "it has not looked yet".
+	waitHolds(t, s, 2)
 	select {
 	case got := <-done:
 		t.Fatalf("woke on an unrelated write: %+v", got)
-	case <-time.After(150 * time.Millisecond):
+	default:
 	}
 	s.Put("", "gpufrac/policy/default", map[string]string{"a": "2"})
 	select {
@@ -213,9 +227,12 @@ func TestBlockingReadAbsentUsesTableIndex(t *testing.T) {
 	if qm.LastIndex != s.Index() {
 		t.Fatalf("absent read index = %d, want table index %d", qm.LastIndex, s.Index())
 	}
+	// The write comes only once the read waits past the table index, so the read's answer
+	// proves it was woken by it.
 	go func() {
-		time.Sleep(50 * time.Millisecond)
-		s.Put("", "gpufrac/policy/default", map[string]string{"a": "1"})
+		if s.WaitHeldAt(t.Context(), qm.LastIndex) == nil {
+			s.Put("", "gpufrac/policy/default", map[string]string{"a": "1"})
+		}
 	}()
 	v, qm2, err := vars.Peek("gpufrac/policy/default", &api.QueryOptions{WaitIndex: qm.LastIndex, WaitTime: 5 * time.Second})
 	if err != nil || v == nil || qm2.LastIndex != v.ModifyIndex {
@@ -286,8 +303,9 @@ func TestBlockingList(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() {
-		time.Sleep(50 * time.Millisecond)
-		s.Put("", "gpufrac/templates/a", map[string]string{"x": "1"})
+		if s.WaitHolds(t.Context(), 1) == nil {
+			s.Put("", "gpufrac/templates/a", map[string]string{"x": "1"})
+		}
 	}()
 	ms, qm2, err := vars.PrefixList("gpufrac/templates/", &api.QueryOptions{WaitIndex: qm.LastIndex, WaitTime: 5 * time.Second})
 	if err != nil || len(ms) != 1 || qm2.LastIndex <= qm.LastIndex {
@@ -402,7 +420,7 @@ func TestDownAndRestart(t *testing.T) {
 		_, _, err := vars.Read("gpufrac/a", &api.QueryOptions{WaitIndex: v.ModifyIndex, WaitTime: 10 * time.Second})
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	waitHolds(t, s, 1) // the restart must end a read that is waiting, not one still on its way
 	if err := s.Restart(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,11 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +90,10 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 	for k, v := range rt.devices {
 		devs[k] = v
 	}
+	var vanished []gpu.Device
+	for _, d := range rt.vanished {
+		vanished = append(vanished, d)
+	}
 	rt.mu.Unlock()
 	info := groupInfo{unavailable: rt.unavailable(), policy: policyName, gpuDown: rt.gpuDown()}
 	if b != nil {
@@ -101,7 +107,45 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 			msg.DeviceGroup = append(msg.DeviceGroup, bareGroup(d, info))
 		}
 	}
+	addVanished(msg, states, vanished)
 	return msg
+}
+
+// addVanished lists each vanished GPU the ledger no longer has (it forgets one without
+// reservations; one with reservations is in states, unhealthy) as a group whose one unhealthy
+// stand-in says why, so that the operator sees where its units went.
+func addVanished(msg *devicepb.FingerprintResponse, states []ledger.GPUState, vanished []gpu.Device) {
+	slices.SortFunc(vanished, func(a, b gpu.Device) int { return cmp.Or(a.Index-b.Index, strings.Compare(a.UUID, b.UUID)) })
+	names := map[string]bool{}
+	for _, g := range msg.DeviceGroup {
+		names[g.DeviceName] = true
+	}
+	for _, d := range vanished {
+		if slices.ContainsFunc(states, func(st ledger.GPUState) bool { return st.UUID == d.UUID }) {
+			continue
+		}
+		name := groupName(d.Model, d.Index)
+		if names[name] {
+			name += "-" + shortUUID(d.UUID)
+		}
+		names[name] = true
+		var loc *devicepb.DeviceLocality
+		if d.PCIBusID != "" {
+			loc = &devicepb.DeviceLocality{PciBusId: d.PCIBusID}
+		}
+		attrs := map[string]*structspb.Attribute{
+			AttrModel:  str(d.Model),
+			AttrUUID:   str(d.UUID),
+			AttrIndex:  intAttr(int64(d.Index), ""),
+			AttrMemory: intAttr(mib(d.MemoryBytes), "MiB"),
+			AttrUnits:  intAttr(0, ""),
+			"status":   str(descVanished),
+		}
+		msg.DeviceGroup = append(msg.DeviceGroup, &devicepb.DeviceGroup{
+			Vendor: Vendor, DeviceType: DeviceType, DeviceName: name, Attributes: attrs,
+			Devices: []*devicepb.DetectedDevice{{ID: ledger.InstanceID(d.UUID, 0), HealthDescription: descVanished, HwLocality: loc}},
+		})
+	}
 }
 
 type groupInfo struct {

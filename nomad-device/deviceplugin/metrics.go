@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gpufrac/gpufrac/gpu"
 )
 
 // Metric descriptions. Everything is read from the ledger and the enforcer at scrape time, so a
@@ -23,6 +25,9 @@ var (
 	descUsed      = prometheus.NewDesc("gpufrac_gpu_used_bytes", "Memory in use on the whole GPU, every process and the driver.", gpuLabels, nil)
 	descUnmanaged = prometheus.NewDesc("gpufrac_gpu_unmanaged_bytes", "Memory held by processes without a reservation.", gpuLabels, nil)
 	descHealthy   = prometheus.NewDesc("gpufrac_gpu_healthy", "1 when the GPU admits tasks, 0 when it does not (see its health description).", gpuLabels, nil)
+	descTemp      = prometheus.NewDesc("gpufrac_gpu_temperature_celsius", "Temperature of the GPU die; absent while the backend cannot read it.", gpuLabels, nil)
+	descPower     = prometheus.NewDesc("gpufrac_gpu_power_watts", "Power drawn by the GPU and its memory; absent while the backend cannot read it.", gpuLabels, nil)
+	descPowerCap  = prometheus.NewDesc("gpufrac_gpu_power_limit_watts", "The GPU's enforced power limit; absent where the driver does not give it.", gpuLabels, nil)
 	descTasks     = prometheus.NewDesc("gpufrac_gpu_tasks", "Reservations held on the GPU.", gpuLabels, nil)
 	descTaskUsed  = prometheus.NewDesc("gpufrac_task_used_bytes", "GPU memory the task's processes hold.", taskLabels, nil)
 	descTaskCap   = prometheus.NewDesc("gpufrac_task_cap_bytes", "The task's hard cap.", taskLabels, nil)
@@ -36,7 +41,7 @@ type collector struct{ rt *runtime }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBudget, descReserved, descUsed, descUnmanaged, descHealthy, descTasks,
-		descTaskUsed, descTaskCap, descViolation, descContain} {
+		descTemp, descPower, descPowerCap, descTaskUsed, descTaskCap, descViolation, descContain} {
 		ch <- d
 	}
 }
@@ -63,11 +68,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descHealthy, healthy, lv)
 		if b != nil {
-			ctx, cancel := context.WithTimeout(c.rt.ctx, 5*time.Second)
-			if u, err := b.MemoryUsed(ctx, g.UUID); err == nil {
-				gauge(descUsed, float64(u), lv)
-			}
-			cancel()
+			c.readings(b, g.UUID, lv, gauge)
 		}
 		for _, r := range g.Reservations {
 			tl := []string{g.UUID, r.Task.AllocID, r.Task.JobName, r.Task.TaskName}
@@ -100,6 +101,24 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descViolation, prometheus.CounterValue, float64(v), k[0], k[1])
 	}
 	ch <- prometheus.MustNewConstHistogram(descContain, n, sum, buckets)
+}
+
+// readings are the GPU's own figures; one the backend cannot give is left out, not reported as 0.
+func (c collector) readings(b gpu.Backend, uuid string, lv []string, gauge func(*prometheus.Desc, float64, []string)) {
+	ctx, cancel := context.WithTimeout(c.rt.ctx, readingTimeout)
+	defer cancel()
+	if u, err := b.MemoryUsed(ctx, uuid); err == nil {
+		gauge(descUsed, float64(u), lv)
+	}
+	if t, err := b.Temperature(ctx, uuid); err == nil {
+		gauge(descTemp, float64(t), lv)
+	}
+	if p, err := b.Power(ctx, uuid); err == nil {
+		gauge(descPower, float64(p.UsageMilliwatts)/1000, lv)
+		if p.LimitMilliwatts > 0 {
+			gauge(descPowerCap, float64(p.LimitMilliwatts)/1000, lv)
+		}
+	}
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

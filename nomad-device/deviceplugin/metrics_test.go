@@ -5,12 +5,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -54,6 +57,8 @@ func TestMetricsServedOnLoopback(t *testing.T) {
 		`gpufrac_gpu_budget_bytes{gpu="` + m.DeviceGroup[0].Attributes[AttrUUID].GetStringVal() + `",index="0",model="H100"} 8.3751862272e+10`,
 		`gpufrac_gpu_reserved_bytes{`,
 		`gpufrac_gpu_healthy{`,
+		`gpufrac_gpu_temperature_celsius{gpu="` + m.DeviceGroup[0].Attributes[AttrUUID].GetStringVal() + `",index="0",model="H100"} ` + strconv.Itoa(gpu.SimIdleTemperature),
+		`gpufrac_gpu_power_watts{`,
 		`gpufrac_task_cap_bytes{`,
 		`gpufrac_violation_containment_seconds_count 0`,
 	} {
@@ -64,36 +69,77 @@ func TestMetricsServedOnLoopback(t *testing.T) {
 }
 
 func TestMetricsFigures(t *testing.T) {
-	s, _ := newSim(t, "H100=80GiB", "")
+	s, dir := newSim(t, "H100=80GiB", "")
 	m, _ := firstFingerprint(t, s)
 	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3)); err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{rt: s.runtime()})
-	fams, err := reg.Gather()
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]float64{}
-	for _, f := range fams {
-		for _, mt := range f.GetMetric() {
-			if g := mt.GetGauge(); g != nil {
-				got[f.GetName()] += g.GetValue()
+	uuid := m.DeviceGroup[0].Attributes[AttrUUID].GetStringVal()
+	if err := sim.SetSensors(uuid, &gpu.SimSensors{TemperatureC: 71, Power: gpu.Power{UsageMilliwatts: 301500, LimitMilliwatts: 650000}}); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{rt: s.runtime()})
+	gather := func() map[string]float64 {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			for _, mt := range f.GetMetric() {
+				if g := mt.GetGauge(); g != nil {
+					got[f.GetName()] += g.GetValue()
+				}
 			}
 		}
+		return got
 	}
-	want := map[string]float64{
-		"gpufrac_gpu_budget_bytes":   float64(78 * size.GiB),
-		"gpufrac_gpu_reserved_bytes": float64(3 * size.GiB),
-		"gpufrac_task_cap_bytes":     float64(3 * size.GiB),
-		"gpufrac_gpu_tasks":          1,
-		"gpufrac_gpu_healthy":        1,
-		"gpufrac_task_used_bytes":    0,
+	steps := []struct {
+		name   string
+		do     func() error
+		want   map[string]float64
+		absent []string
+	}{
+		{"pinned readings", func() error { return nil }, map[string]float64{
+			"gpufrac_gpu_budget_bytes":        float64(78 * size.GiB),
+			"gpufrac_gpu_reserved_bytes":      float64(3 * size.GiB),
+			"gpufrac_gpu_used_bytes":          float64(gpu.SimDriverReserve),
+			"gpufrac_task_cap_bytes":          float64(3 * size.GiB),
+			"gpufrac_gpu_tasks":               1,
+			"gpufrac_gpu_healthy":             1,
+			"gpufrac_task_used_bytes":         0,
+			"gpufrac_gpu_temperature_celsius": 71,
+			"gpufrac_gpu_power_watts":         301.5,
+			"gpufrac_gpu_power_limit_watts":   650,
+		}, nil},
+		// A reading the backend cannot give is left out rather than reported as 0.
+		{"power fails", func() error { return sim.SetSensorFault(uuid, gpu.SensorPower, "Not Supported") }, map[string]float64{
+			"gpufrac_gpu_temperature_celsius": 71,
+			"gpufrac_gpu_used_bytes":          float64(gpu.SimDriverReserve),
+		}, []string{"gpufrac_gpu_power_watts", "gpufrac_gpu_power_limit_watts"}},
+		{"temperature fails too", func() error { return sim.SetSensorFault(uuid, gpu.SensorTemperature, "GPU is lost") }, map[string]float64{
+			"gpufrac_gpu_used_bytes": float64(gpu.SimDriverReserve),
+		}, []string{"gpufrac_gpu_temperature_celsius", "gpufrac_gpu_power_watts"}},
 	}
-	for k, v := range want {
-		if g, ok := got[k]; !ok || g != v {
-			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		got := gather()
+		for k, v := range st.want {
+			if g, ok := got[k]; !ok || g != v {
+				t.Errorf("%s: %s = %v (present %v), want %v", st.name, k, g, ok, v)
+			}
+		}
+		for _, k := range st.absent {
+			if v, ok := got[k]; ok {
+				t.Errorf("%s: %s = %v, want it left out", st.name, k, v)
+			}
 		}
 	}
 }

@@ -49,6 +49,11 @@ type runtime struct {
 	enforcer   *enforcer.Enforcer    // the same as enf; kept for Shutdown
 	fenceErr   error                 // why the configured allocation fence cannot run
 	devices    map[string]gpu.Device // by UUID, from the last listing
+	// vanished holds the GPUs an earlier listing had and the last one lacks (fallen off the
+	// bus, say), by UUID, until a listing has them again: the ledger forgets such a GPU when
+	// it holds no reservation, and the plugin must still say why its units went and refuse
+	// a Reserve that Nomad placed there from an older fingerprint.
+	vanished map[string]gpu.Device
 	// enforcerErr is why the enforcer could not start (no task is admitted without it).
 	enforcerErr error
 
@@ -62,6 +67,8 @@ type runtime struct {
 	mpsDown   map[string]string
 	mpsReady  map[string]bool
 	preparing atomic.Bool
+	// readFaults holds, per GPU and stat, why the backend cannot give that reading (logged once).
+	readFaults map[string]string
 
 	subMu sync.Mutex
 	subs  map[int]chan struct{}
@@ -71,7 +78,7 @@ type runtime struct {
 func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot string) *runtime {
 	ctx, cancel := context.WithCancel(parent)
 	rt := &runtime{cfg: cfg, log: log, devRoot: devRoot, ctx: ctx, cancel: cancel,
-		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{}}
+		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}, vanished: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{}}
 	rt.policyDone = make(chan struct{})
 	if policySourceName(cfg) == "" {
 		rt.policyReady = true
@@ -208,6 +215,19 @@ func (rt *runtime) relist() {
 		rt.log.Warn("no GPU to advertise", "found", len(devs), "ignored_gpu_ids", rt.cfg.IgnoredGPUIDs)
 	}
 	rt.mu.Lock()
+	for u, d := range rt.devices {
+		if _, ok := byUUID[u]; !ok {
+			rt.vanished[u] = d
+			rt.log.Warn("GPU no longer detected by the GPU backend: its units are unhealthy and nothing is admitted on it until it is back",
+				"gpu", u, "index", d.Index, "model", d.Model)
+		}
+	}
+	for u := range byUUID {
+		if _, ok := rt.vanished[u]; ok {
+			delete(rt.vanished, u)
+			rt.log.Info("GPU detected again", "gpu", u)
+		}
+	}
 	rt.devices = byUUID
 	rt.mu.Unlock()
 	if l == nil {
@@ -285,10 +305,31 @@ func (rt *runtime) setMPS(uuid string, err error) {
 	if changed {
 		if err != nil {
 			rt.log.Error("MPS control daemon cannot start: the GPU's free units are unhealthy; retrying every fingerprint_period",
-				"gpu", uuid, "error", err)
+				"gpu", uuid, "error", err, "retry", rt.cfg.FingerprintPeriod)
+		} else {
+			rt.log.Info("MPS control daemon ready: the GPU's units are placeable again", "gpu", uuid)
 		}
 		rt.notify()
 	}
+}
+
+// descVanished is what the fingerprint and Reserve say about a GPU in rt.vanished.
+const descVanished = "GPU no longer detected by the GPU backend: nothing is admitted on it until it is back"
+
+// vanishedIn says why ids name a GPU that the backend no longer lists, or "".
+func (rt *runtime) vanishedIn(ids []string) string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, id := range ids {
+		u, _, err := ledger.ParseInstanceID(id)
+		if err != nil {
+			continue // admission names the malformed ID
+		}
+		if d, ok := rt.vanished[u]; ok {
+			return fmt.Sprintf("GPU %s (index %d, %s): %s", u, d.Index, d.Model, descVanished)
+		}
+	}
+	return ""
 }
 
 // gpuDown is a copy of the per-GPU reasons units of a GPU cannot be placed now.

@@ -21,6 +21,12 @@ import (
 // newSim returns a configured server on simulated GPUs in a temp state_dir.
 func newSim(t *testing.T, gpus string, extra string) (*Server, string) {
 	t.Helper()
+	return newSimWith(t, Options{}, gpus, extra)
+}
+
+// newSimWith is newSim with server options (a logger); devRoot is always the temp dir's.
+func newSimWith(t *testing.T, opts Options, gpus string, extra string) (*Server, string) {
+	t.Helper()
 	dir := t.TempDir()
 	var quoted []string
 	for _, g := range strings.Split(gpus, ",") {
@@ -32,7 +38,8 @@ func newSim(t *testing.T, gpus string, extra string) (*Server, string) {
 		state_dir = "` + dir + `"
 		` + extra + `
 	}`
-	s := NewServer(Options{devRoot: filepath.Join(dir, "dev")})
+	opts.devRoot = filepath.Join(dir, "dev")
+	s := NewServer(opts)
 	t.Cleanup(s.Shutdown)
 	if err := s.SetConfig(encode(t, hcl), APIVersion); err != nil {
 		t.Fatal(err)
@@ -228,11 +235,24 @@ func TestFingerprintFollowsReservations(t *testing.T) {
 	if _, err := s.Reserve(context.Background(), ids(g, 3)); err != nil {
 		t.Fatal(err)
 	}
-	// Held units stay listed and healthy (Nomad's accounter, not health, keeps them busy).
+	// Held units stay listed and healthy (Nomad's accounter, not health, keeps them busy), so
+	// the reservation sends nothing. Rather than wait some time for a message that should not
+	// come, make a change Nomad does see: the next message must be that one, not one for the
+	// reservation before it.
+	_, l, _ := s.runtime().parts()
+	if err := l.SetHealth(g.Attributes[AttrUUID].GetStringVal(), false, "drained by the test"); err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case m2 := <-ch:
-		t.Fatalf("fingerprint changed after a reservation that changes nothing Nomad sees: %v", m2)
-	case <-time.After(300 * time.Millisecond):
+		if d := m2.DeviceGroup[0].Devices; len(d) != 3 || d[0].Healthy || !strings.Contains(d[0].HealthDescription, "drained by the test") {
+			t.Fatalf("the first fingerprint after the reservation is %v; want only the drain, the reservation changes nothing Nomad sees", m2)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no fingerprint within 10s of draining the GPU")
+	}
+	if err := l.SetHealth(g.Attributes[AttrUUID].GetStringVal(), true, ""); err != nil {
+		t.Fatal(err)
 	}
 	_, err := s.Reserve(context.Background(), ids(g, 1))
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	structspb "github.com/gpufrac/gpufrac/nomad-device/proto/structs"
@@ -32,7 +31,8 @@ const (
 // Stats streams usage every interval (0 means 1s) until ctx ends. One line per task: the first
 // unit of a reservation carries the task's memory in use against its cap; its other units say
 // which unit that is, and free units say they are free, so that no figure reads as per-unit use.
-// Every unit also carries its GPU's readings (memory, utilisation, temperature, power).
+// Every unit also carries its GPU's readings (memory, utilisation, temperature, power), each
+// N/A with its reason when the backend cannot read it.
 func (s *Server) Stats(ctx context.Context, interval time.Duration, send func(*devicepb.StatsResponse) error) error {
 	if interval <= 0 {
 		interval = time.Second
@@ -67,22 +67,7 @@ func (rt *runtime) stats(ctx context.Context) *devicepb.StatsResponse {
 	msg := &devicepb.StatsResponse{Groups: make([]*devicepb.DeviceGroupStats, 0, len(states))}
 	for i := range states {
 		g := &states[i]
-		var gpuUsed size.Bytes
-		gpuKnown := false
-		if b != nil {
-			c, cancel := context.WithTimeout(ctx, 5*time.Second)
-			u, err := b.MemoryUsed(c, g.UUID)
-			cancel()
-			gpuUsed, gpuKnown = u, err == nil
-		}
-		gpuAttrs := map[string]*structspb.StatValue{
-			StatGPU:  statPair(gpuUsed, g.TotalBytes, gpuKnown, "memory in use on the whole GPU"),
-			StatUtil: rt.utilization(ctx, b, g.UUID),
-			// The GPU backend reads neither yet; N/A is what nomad-device-nvidia sends for a
-			// reading it does not have.
-			StatTemp:  na("C", "GPU temperature"),
-			StatPower: na("W", "GPU power draw"),
-		}
+		gpuAttrs := rt.gpuLine(ctx, b, g)
 		// first is the unit that carries a reservation's line: its lowest-numbered one.
 		first := map[string]string{}
 		line := map[string]*structspb.StatValue{}
@@ -135,23 +120,6 @@ func capOf(g *ledger.GPUState, token string) size.Bytes {
 	return 0
 }
 
-func (rt *runtime) utilization(ctx context.Context, b gpu.Backend, uuid string) *structspb.StatValue {
-	if b == nil {
-		return na("%", "GPU utilization")
-	}
-	c, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	u, err := b.Utilization(c, uuid)
-	if err != nil {
-		return na("%", "GPU utilization")
-	}
-	return &structspb.StatValue{IntNumeratorVal: wrapperspb.Int64(int64(u)), Unit: "%", Desc: "GPU utilization"}
-}
-
-func na(unit, desc string) *structspb.StatValue {
-	return &structspb.StatValue{StringVal: wrapperspb.String("N/A"), Unit: unit, Desc: desc}
-}
-
 func unitNumber(id string) int {
 	if _, k, err := ledger.ParseInstanceID(id); err == nil {
 		return k
@@ -159,7 +127,7 @@ func unitNumber(id string) int {
 	return 0
 }
 
-// statPair is "used / total MiB", or N/A when the reading failed, as Nomad's own plugin reports.
+// statPair is "used / total MiB", or N/A when the figure is not known, as Nomad's own plugin reports.
 func statPair(used, total size.Bytes, known bool, desc string) *structspb.StatValue {
 	if !known {
 		return &structspb.StatValue{StringVal: wrapperspb.String("N/A"), Unit: "MiB", Desc: desc}
