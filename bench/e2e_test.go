@@ -115,11 +115,11 @@ func TestEndToEndSimulated(t *testing.T) {
 	if retry.Completed != QueueLen-len(retry.Loss.Lost) {
 		t.Errorf("uncapped-retry: %d completed, %d lost, of %d", retry.Completed, len(retry.Loss.Lost), QueueLen)
 	}
-	// Attempts were converted from the runner's records with their caps.
+	// Attempts keep the runner's records with their caps.
 	var capped size.Bytes
 	for _, a := range runs[1].Attempts {
-		if a.Cap > 0 && !a.WholeGPU {
-			capped = a.Cap
+		if capOf(a) > 0 && !a.WholeGPU {
+			capped = capOf(a)
 		}
 	}
 	if capped == 0 {

@@ -5,54 +5,21 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// Attempt outcomes, as the runner records them.
-const (
-	OutcomeOK           = "ok"
-	OutcomeCapViolation = "cap-violation"
-	OutcomeFailed       = "failed"
-	OutcomeProbe        = "probe"
-	OutcomeCanceled     = "canceled"
-	// OutcomeCollateral: the attempt failed during a GPU-wide event (a neighbour stopped under
-	// MPS) and the job was re-run.
-	OutcomeCollateral = "collateral"
-)
-
-// Attempt is one process run of one job: the bench's own copy of the runner's record, so the
-// metric can be computed (and tested) from records alone.
-type Attempt struct {
-	Job      string     `json:"job"`
-	Template string     `json:"template"`
-	GPU      string     `json:"gpu"`
-	Cap      size.Bytes `json:"cap_bytes"`
-	Start    time.Time  `json:"start"`
-	End      time.Time  `json:"end"`
-	ExitCode int        `json:"exit_code"`
-	Outcome  string     `json:"outcome"`
-	Peak     size.Bytes `json:"peak_bytes"`
-	WholeGPU bool       `json:"whole_gpu"`
-	Probe    bool       `json:"probe"`
-	// Action, CrossedAt and ContainedAt come from the enforcer's violation record, when the
-	// attempt has one: what it did, when usage first passed the cap, when the task held no more
-	// GPU memory.
-	Action      string    `json:"action,omitempty"`
-	CrossedAt   time.Time `json:"crossed_at,omitempty"`
-	ContainedAt time.Time `json:"contained_at,omitempty"`
-	Detail      string    `json:"detail,omitempty"`
-}
-
 // ArmRun is what one arm's run of one queue produced.
 type ArmRun struct {
-	Label    string    `json:"label"` // unique in an invocation: "exclusive-1", "packed-mps"
-	Arm      string    `json:"arm"`
-	Mode     string    `json:"mode"`
-	Profiles string    `json:"profiles"`
-	Seed     uint64    `json:"seed"`
-	Jobs     []Entry   `json:"jobs"`
-	Attempts []Attempt `json:"attempts"`
+	Label    string          `json:"label"` // unique in an invocation: "exclusive-1", "packed-mps"
+	Arm      record.Arm      `json:"arm"`
+	Mode     string          `json:"mode"`
+	Profiles record.Profiles `json:"profiles"`
+	Seed     uint64          `json:"seed"`
+	Jobs     []Entry         `json:"jobs"`
+	// Attempts are the runner's records of the arm's attempts, without their memory samples
+	// (the runner's own results.json keeps those).
+	Attempts []record.Attempt `json:"attempts"`
 	// BusyFraction is the share of the run's samples in which NVML saw a kernel running.
 	BusyFraction float64 `json:"busy_fraction"`
 	// Error is set when the arm did not run to the end (runner error, deadline): its score
@@ -62,11 +29,11 @@ type ArmRun struct {
 
 // JobScore is one job's verdict in one arm.
 type JobScore struct {
-	Job       string `json:"job"`
-	Template  string `json:"template"`
-	Attempts  int    `json:"attempts"`
-	FinalExit int    `json:"final_exit"`
-	Final     string `json:"final_outcome"`
+	Job       string         `json:"job"`
+	Template  string         `json:"template"`
+	Attempts  int            `json:"attempts"`
+	FinalExit int            `json:"final_exit"`
+	Final     record.Outcome `json:"final_outcome"`
 	// Completed: the final attempt exited cleanly and the result agrees with the exclusive run.
 	Completed bool   `json:"completed"`
 	Why       string `json:"why,omitempty"` // why not completed
@@ -91,14 +58,14 @@ type Loss struct {
 
 // Score is one arm's figures.
 type Score struct {
-	Label     string        `json:"label"`
-	Arm       string        `json:"arm"`
-	Mode      string        `json:"mode"`
-	Profiles  string        `json:"profiles"`
-	Seed      uint64        `json:"seed"`
-	Jobs      int           `json:"jobs"`
-	Completed int           `json:"completed"`
-	Makespan  time.Duration `json:"makespan_ns"`
+	Label     string          `json:"label"`
+	Arm       record.Arm      `json:"arm"`
+	Mode      string          `json:"mode"`
+	Profiles  record.Profiles `json:"profiles"`
+	Seed      uint64          `json:"seed"`
+	Jobs      int             `json:"jobs"`
+	Completed int             `json:"completed"`
+	Makespan  time.Duration   `json:"makespan_ns"`
 	// JobsPerGPUHour: completed jobs divided by the makespan in hours (one GPU).
 	JobsPerGPUHour float64 `json:"jobs_per_gpu_hour"`
 	// Ratio to the exclusive baseline of the same seed; 0 when there is none.
@@ -119,7 +86,7 @@ type Score struct {
 	LeakerAction    string        `json:"leaker_action,omitempty"`
 	BusyFraction    float64       `json:"busy_fraction"`
 	// Use is where the makespan went.
-	Use runner.TimeUse `json:"time_use"`
+	Use record.TimeUse `json:"time_use"`
 	// Loss is the work failed attempts cost; nil in summaries written before it existed.
 	Loss   *Loss      `json:"loss,omitempty"`
 	Error  string     `json:"error,omitempty"`
@@ -131,8 +98,17 @@ type Verdict func(job Entry) error
 
 // clean is an attempt that ended as a normal job does: exit 0 and recorded as ok (a probe
 // that ran to its end is recorded ok; a probe window that was cut short is not a finished job).
-func clean(a Attempt) bool {
-	return a.ExitCode == 0 && a.Outcome == OutcomeOK
+// capOf is the cap an attempt ran under: 0 when it was not enforced (uncapped arms, a whole
+// GPU in the exclusive arm), whatever reservation it held.
+func capOf(a record.Attempt) size.Bytes {
+	if !a.Capped {
+		return 0
+	}
+	return a.CapBytes
+}
+
+func clean(a record.Attempt) bool {
+	return a.ExitCode == 0 && a.Outcome == record.OutcomeOK
 }
 
 // ScoreRun computes an arm's figures exactly as BENCHMARK.md defines them: a job completed when
@@ -141,48 +117,41 @@ func clean(a Attempt) bool {
 func ScoreRun(run ArmRun, verdict Verdict) Score {
 	s := Score{Label: run.Label, Arm: run.Arm, Mode: run.Mode, Profiles: run.Profiles, Seed: run.Seed,
 		Jobs: len(run.Jobs), BusyFraction: run.BusyFraction, Error: run.Error, Use: UseOf(run)}
-	byJob := map[string][]Attempt{}
-	var first, last time.Time
+	byJob := map[string][]record.Attempt{}
 	for _, a := range run.Attempts {
 		byJob[a.Job] = append(byJob[a.Job], a)
-		if first.IsZero() || a.Start.Before(first) {
-			first = a.Start
-		}
-		if a.End.After(last) {
-			last = a.End
-		}
 	}
-	if !first.IsZero() && last.After(first) {
-		s.Makespan = last.Sub(first)
-	}
+	s.Makespan = record.Makespan(run.Attempts)
 	for _, j := range run.Jobs {
 		as := byJob[j.Name]
 		sort.SliceStable(as, func(a, b int) bool { return as[a].Start.Before(as[b].Start) })
 		js := JobScore{Job: j.Name, Template: j.Template, Attempts: len(as)}
 		for _, a := range as {
 			if j.Template == Leaker {
-				if s.LeakerCap == 0 && a.Cap > 0 && !a.WholeGPU {
-					s.LeakerCap = a.Cap
+				if s.LeakerCap == 0 && capOf(a) > 0 && !a.WholeGPU {
+					s.LeakerCap = capOf(a)
 				}
-				if s.LeakerAction == "" && a.Cap > 0 && !a.WholeGPU && a.Outcome != OutcomeProbe {
+				if s.LeakerAction == "" && capOf(a) > 0 && !a.WholeGPU && a.Outcome != record.OutcomeProbe {
 					switch {
-					case a.Outcome == OutcomeCapViolation:
-						s.LeakerAction = a.Action
-						if s.LeakerAction == "" {
-							s.LeakerAction = "cap-violation"
+					case a.Outcome == record.OutcomeCapViolation:
+						s.LeakerAction = "cap-violation"
+						if v := a.Violation; v != nil {
+							if v.Action != "" {
+								s.LeakerAction = v.Action
+							}
+							if !v.CrossedAt.IsZero() && v.ContainedAt.After(v.CrossedAt) {
+								s.LeakerContained = v.ContainedAt.Sub(v.CrossedAt)
+							}
 						}
-						if !a.CrossedAt.IsZero() && a.ContainedAt.After(a.CrossedAt) {
-							s.LeakerContained = a.ContainedAt.Sub(a.CrossedAt)
-						}
-					case a.Outcome == OutcomeOK:
+					case a.Outcome == record.OutcomeOK:
 						s.LeakerAction = "not contained"
 					default:
-						s.LeakerAction = a.Outcome
+						s.LeakerAction = string(a.Outcome)
 					}
 				}
 			} else if failedAttempt(a) {
 				s.FailedOthers++
-				if a.Outcome == OutcomeCollateral {
+				if a.Outcome == record.OutcomeCollateral {
 					s.Collateral++
 				}
 			}
@@ -223,7 +192,7 @@ func SetRatios(scores []Score) {
 	for _, s := range scores {
 		// An exclusive run cut short scored a subset of the queue, whose rate is not the
 		// queue's: it would bias the baseline, so only runs that reached every job count.
-		if s.Arm == "exclusive" && s.JobsPerGPUHour > 0 && !s.unfinished() {
+		if s.Arm == record.ArmExclusive && s.JobsPerGPUHour > 0 && !s.unfinished() {
 			sum[s.Seed] += s.JobsPerGPUHour
 			n[s.Seed]++
 		}
@@ -256,13 +225,11 @@ func hasLeaker(jobs []Entry) bool {
 
 // failedAttempt: the attempt's work was lost (a probe window that ended or a canceled attempt
 // is not a failure).
-func failedAttempt(a Attempt) bool {
-	return a.Outcome == OutcomeCapViolation || a.Outcome == OutcomeFailed || a.Outcome == OutcomeCollateral
-}
+func failedAttempt(a record.Attempt) bool { return a.Outcome.Failed() }
 
 // lossOf is the work a run lost, given each job's verdict; it sets each job's FailedTime.
 func lossOf(run ArmRun, perJob []JobScore) *Loss {
-	byJob := map[string][]Attempt{}
+	byJob := map[string][]record.Attempt{}
 	for _, a := range run.Attempts {
 		byJob[a.Job] = append(byJob[a.Job], a)
 	}
@@ -288,7 +255,7 @@ func lossOf(run ArmRun, perJob []JobScore) *Loss {
 			l.Innocent += failed
 		}
 		// A job cut short by the arm's end (never ran, or stopped) was not lost to a failure.
-		if !js.Completed && len(as) > 0 && js.Final != OutcomeCanceled {
+		if !js.Completed && len(as) > 0 && js.Final != record.OutcomeCanceled {
 			l.Lost = append(l.Lost, js.Job)
 			if innocent {
 				l.InnocentLost++

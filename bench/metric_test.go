@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -19,8 +21,8 @@ func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Seco
 func exclusiveRun(q []Entry) ArmRun {
 	run := ArmRun{Label: "exclusive", Arm: "exclusive", Seed: 1, Jobs: q, BusyFraction: 0.4}
 	for i, e := range q {
-		run.Attempts = append(run.Attempts, Attempt{Job: e.Name, Template: e.Template, Start: at(float64(10 * i)),
-			End: at(float64(10*i + 10)), Outcome: OutcomeOK, WholeGPU: true})
+		run.Attempts = append(run.Attempts, record.Attempt{Job: e.Name, Template: e.Template, Start: at(float64(10 * i)),
+			End: at(float64(10*i + 10)), Outcome: record.OutcomeOK, WholeGPU: true})
 	}
 	return run
 }
@@ -64,20 +66,20 @@ func packedRun(q []Entry) ArmRun {
 		switch e.Name {
 		case leaker:
 			run.Attempts = append(run.Attempts,
-				Attempt{Job: e.Name, Template: e.Template, Start: at(2), End: at(6), Outcome: OutcomeProbe, ExitCode: 130, Probe: true, WholeGPU: true},
-				Attempt{Job: e.Name, Template: e.Template, Cap: 3 * size.GiB, Start: at(10), End: at(20), Outcome: OutcomeCapViolation,
-					ExitCode: 1, Action: "oom-in-process", CrossedAt: at(19.5), ContainedAt: at(19.75)},
-				Attempt{Job: e.Name, Template: e.Template, Start: at(50), End: at(65), Outcome: OutcomeOK, WholeGPU: true})
+				record.Attempt{Job: e.Name, Template: e.Template, Start: at(2), End: at(6), Outcome: record.OutcomeProbe, ExitCode: 130, Probe: true, WholeGPU: true},
+				record.Attempt{Job: e.Name, Template: e.Template, Capped: true, CapBytes: 3 * size.GiB, Start: at(10), End: at(20), Outcome: record.OutcomeCapViolation,
+					ExitCode: 1, Violation: &ledger.Violation{Action: "oom-in-process", CrossedAt: at(19.5), ContainedAt: at(19.75)}},
+				record.Attempt{Job: e.Name, Template: e.Template, Start: at(50), End: at(65), Outcome: record.OutcomeOK, WholeGPU: true})
 		case failsOnce:
 			run.Attempts = append(run.Attempts,
-				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 3), Outcome: OutcomeCapViolation, ExitCode: 137},
-				Attempt{Job: e.Name, Template: e.Template, Start: at(30), End: at(40), Outcome: OutcomeOK, WholeGPU: true})
+				record.Attempt{Job: e.Name, Template: e.Template, Capped: true, CapBytes: 20 * size.GiB, Start: at(start), End: at(start + 3), Outcome: record.OutcomeCapViolation, ExitCode: 137},
+				record.Attempt{Job: e.Name, Template: e.Template, Start: at(30), End: at(40), Outcome: record.OutcomeOK, WholeGPU: true})
 		case failsLast:
 			run.Attempts = append(run.Attempts,
-				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: OutcomeFailed, ExitCode: 1})
+				record.Attempt{Job: e.Name, Template: e.Template, Capped: true, CapBytes: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: record.OutcomeFailed, ExitCode: 1})
 		default:
 			run.Attempts = append(run.Attempts,
-				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: OutcomeOK})
+				record.Attempt{Job: e.Name, Template: e.Template, Capped: true, CapBytes: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: record.OutcomeOK})
 		}
 	}
 	return run
@@ -212,11 +214,11 @@ func TestScoreCountsCollateral(t *testing.T) {
 		start := 5 + float64(i)
 		if i == 0 && e.Template != Leaker {
 			run.Attempts = append(run.Attempts,
-				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 2), Outcome: OutcomeCollateral, ExitCode: 1},
-				Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(30), End: at(40), Outcome: OutcomeOK})
+				record.Attempt{Job: e.Name, Template: e.Template, Capped: true, CapBytes: 20 * size.GiB, Start: at(start), End: at(start + 2), Outcome: record.OutcomeCollateral, ExitCode: 1},
+				record.Attempt{Job: e.Name, Template: e.Template, Capped: true, CapBytes: 20 * size.GiB, Start: at(30), End: at(40), Outcome: record.OutcomeOK})
 			continue
 		}
-		run.Attempts = append(run.Attempts, Attempt{Job: e.Name, Template: e.Template, Cap: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: OutcomeOK})
+		run.Attempts = append(run.Attempts, record.Attempt{Job: e.Name, Template: e.Template, Capped: true, CapBytes: 20 * size.GiB, Start: at(start), End: at(start + 10), Outcome: record.OutcomeOK})
 	}
 	if q[0].Template == Leaker {
 		t.Fatal("seed 1 draws the leaker first: pick another job")
@@ -265,31 +267,31 @@ func TestScoreUncappedRetry(t *testing.T) {
 	}
 	for i, e := range q {
 		start := float64(i)
-		add := func(d float64, outcome string) {
+		add := func(d float64, outcome record.Outcome) {
 			exit := 0
-			if outcome != OutcomeOK {
+			if outcome != record.OutcomeOK {
 				exit = 1
 			}
-			run.Attempts = append(run.Attempts, Attempt{Job: e.Name, Template: e.Template, Start: at(start), End: at(start + d), Outcome: outcome, ExitCode: exit})
+			run.Attempts = append(run.Attempts, record.Attempt{Job: e.Name, Template: e.Template, Start: at(start), End: at(start + d), Outcome: outcome, ExitCode: exit})
 			start += d
 		}
 		switch roles[e.Name] {
 		case "leaker":
 			for range 4 {
-				add(5, OutcomeFailed)
+				add(5, record.OutcomeFailed)
 			}
 		case "retried":
-			add(2, OutcomeFailed)
-			add(3, OutcomeFailed)
-			add(10, OutcomeOK)
+			add(2, record.OutcomeFailed)
+			add(3, record.OutcomeFailed)
+			add(10, record.OutcomeOK)
 		case "lost":
 			for range 4 {
-				add(1.5, OutcomeFailed)
+				add(1.5, record.OutcomeFailed)
 			}
 		case "canceled":
-			add(4, OutcomeCanceled)
+			add(4, record.OutcomeCanceled)
 		default:
-			add(10, OutcomeOK)
+			add(10, record.OutcomeOK)
 		}
 	}
 	s := ScoreRun(run, accept)

@@ -73,7 +73,7 @@ func RenderRun(sum Summary) string {
 		}
 		lostWork, lost, rerun := fmtLoss(s.Loss)
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d of %d | %.1f | %s | %s | %s | %s | %s | %s | %s | %.0f%% |\n",
-			s.Label, orDash(s.Mode), orDash(s.Profiles), fmtDur(s.Makespan), s.Completed, s.Jobs,
+			s.Label, orDash(s.Mode), orDash(string(s.Profiles)), fmtDur(s.Makespan), s.Completed, s.Jobs,
 			s.JobsPerGPUHour, fmtRatio(s), failed, lostWork, lost, rerun, lcap, stopped, 100*s.BusyFraction)
 	}
 	b.WriteString("\nWhere the time went (from the attempts; a job alone with the GPU: every exclusive job, a probe alone, a re-run after a broken cap):\n\n")
@@ -325,10 +325,10 @@ func WriteRaw(dir string, sum Summary, runs []ArmRun) error {
 	att := [][]string{{"arm", "job", "template", "gpu", "cap_bytes", "start", "end", "seconds", "exit_code", "outcome", "peak_bytes", "whole_gpu"}}
 	for _, r := range runs {
 		for _, a := range r.Attempts {
-			att = append(att, []string{r.Label, a.Job, a.Template, a.GPU, strconv.FormatUint(uint64(a.Cap), 10),
+			att = append(att, []string{r.Label, a.Job, a.Template, a.GPU, strconv.FormatUint(uint64(capOf(a)), 10),
 				a.Start.UTC().Format(time.RFC3339Nano), a.End.UTC().Format(time.RFC3339Nano),
-				strconv.FormatFloat(a.End.Sub(a.Start).Seconds(), 'f', 3, 64), strconv.Itoa(a.ExitCode), a.Outcome,
-				strconv.FormatUint(uint64(a.Peak), 10), strconv.FormatBool(a.WholeGPU)})
+				strconv.FormatFloat(a.End.Sub(a.Start).Seconds(), 'f', 3, 64), strconv.Itoa(a.ExitCode), string(a.Outcome),
+				strconv.FormatUint(uint64(a.PeakBytes), 10), strconv.FormatBool(a.WholeGPU)})
 		}
 	}
 	if err := writeCSV(filepath.Join(dir, "attempts.csv"), att); err != nil {
@@ -337,7 +337,7 @@ func WriteRaw(dir string, sum Summary, runs []ArmRun) error {
 	jobs := [][]string{{"arm", "job", "template", "attempts", "final_outcome", "final_exit", "completed", "why", "failed_attempts_seconds"}}
 	for _, s := range sum.Scores {
 		for _, j := range s.PerJob {
-			jobs = append(jobs, []string{s.Label, j.Job, j.Template, strconv.Itoa(j.Attempts), j.Final,
+			jobs = append(jobs, []string{s.Label, j.Job, j.Template, strconv.Itoa(j.Attempts), string(j.Final),
 				strconv.Itoa(j.FinalExit), strconv.FormatBool(j.Completed), j.Why,
 				strconv.FormatFloat(j.FailedTime.Seconds(), 'f', 3, 64)})
 		}

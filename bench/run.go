@@ -8,27 +8,25 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/hashicorp/go-hclog"
 )
 
 // ArmSpec is one arm to run: the runner's arm, enforcement mode and footprint profiles.
 type ArmSpec struct {
 	Label    string // unique in an invocation; the folder its results go to
-	Arm      string // exclusive, packed, static, uncapped, uncapped-retry
-	Mode     string // mps, isolated ("" for exclusive)
-	Profiles string // cold, warm ("" for exclusive)
+	Arm      record.Arm
+	Mode     string          // mps, isolated ("" for exclusive)
+	Profiles record.Profiles // "" for exclusive
 }
 
 var (
-	// armNames are the runner's arms; "uncapped-retry" holds a dash, so an entry's arm is the
-	// longest of these it starts with.
-	armNames     = []string{"exclusive", "packed", "static", "uncapped", "uncapped-retry"}
-	modeNames    = []string{"mps", "isolated"}
-	profileNames = []string{"cold", "warm"}
+	modeNames = []string{"mps", "isolated"}
 )
 
 // ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES]:
@@ -37,7 +35,7 @@ var (
 // repeats gets "-2", "-3" appended to its label: "exclusive,packed-mps,exclusive" runs
 // exclusive twice, labelled exclusive and exclusive-2.
 func ParseArms(list, defMode string) ([]ArmSpec, error) {
-	if !contains(modeNames, defMode) {
+	if !slices.Contains(modeNames, defMode) {
 		return nil, fmt.Errorf("mode %q: must be one of %q", defMode, modeNames)
 	}
 	var out []ArmSpec
@@ -47,30 +45,31 @@ func ParseArms(list, defMode string) ([]ArmSpec, error) {
 		if e == "" {
 			continue
 		}
+		// "uncapped-retry" holds a dash, so an entry's arm is the longest arm it starts with.
 		arm := ""
-		for _, a := range armNames {
-			if (e == a || strings.HasPrefix(e, a+"-")) && len(a) > len(arm) {
-				arm = a
+		for _, a := range record.Arms {
+			if (e == string(a) || strings.HasPrefix(e, string(a)+"-")) && len(a) > len(arm) {
+				arm = string(a)
 			}
 		}
 		if arm == "" {
-			return nil, fmt.Errorf("arm %q: %q is not one of %q", e, strings.Split(e, "-")[0], armNames)
+			return nil, fmt.Errorf("arm %q: %q is not one of %q", e, strings.Split(e, "-")[0], record.Arms)
 		}
-		spec := ArmSpec{Arm: arm, Mode: defMode, Profiles: "cold"}
+		spec := ArmSpec{Arm: record.Arm(arm), Mode: defMode, Profiles: record.ProfilesCold}
 		var rest []string
 		if e != arm {
 			rest = strings.Split(strings.TrimPrefix(e, arm+"-"), "-")
 		}
-		if len(rest) > 0 && contains(modeNames, rest[0]) {
+		if len(rest) > 0 && slices.Contains(modeNames, rest[0]) {
 			spec.Mode, rest = rest[0], rest[1:]
 		}
-		if len(rest) > 0 && contains(profileNames, rest[0]) {
-			spec.Profiles, rest = rest[0], rest[1:]
+		if len(rest) > 0 && slices.Contains(record.ProfileChoices, record.Profiles(rest[0])) {
+			spec.Profiles, rest = record.Profiles(rest[0]), rest[1:]
 		}
 		if len(rest) > 0 {
-			return nil, fmt.Errorf("arm %q: %q is neither a mode %q nor profiles %q", e, strings.Join(rest, "-"), modeNames, profileNames)
+			return nil, fmt.Errorf("arm %q: %q is neither a mode %q nor profiles %q", e, strings.Join(rest, "-"), modeNames, record.ProfileChoices)
 		}
-		if spec.Arm == "exclusive" {
+		if spec.Arm == record.ArmExclusive {
 			spec.Mode, spec.Profiles = "", ""
 		}
 		seen[e]++
@@ -83,19 +82,10 @@ func ParseArms(list, defMode string) ([]ArmSpec, error) {
 	if len(out) == 0 {
 		return nil, errors.New("no arms given")
 	}
-	if out[0].Arm != "exclusive" {
+	if out[0].Arm != record.ArmExclusive {
 		return nil, fmt.Errorf("arm list %q: the first arm must be exclusive: its results are the references every other arm is checked against", list)
 	}
 	return out, nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // JobSpec is one job ready for the runner.
@@ -142,7 +132,7 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 	if c.Runner == nil || c.Workloads == nil {
 		return Summary{}, nil, errors.New("bench: Runner and Workloads must be set")
 	}
-	if len(c.Arms) == 0 || c.Arms[0].Arm != "exclusive" {
+	if len(c.Arms) == 0 || c.Arms[0].Arm != record.ArmExclusive {
 		return Summary{}, nil, errors.New("bench: the first arm must be exclusive (it gives the reference results)")
 	}
 	queue := Draw(c.Seed)
@@ -169,7 +159,7 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 		if err := os.MkdirAll(resDir, 0o755); err != nil {
 			return sum, runs, fmt.Errorf("arm %s: %w", spec.Label, err)
 		}
-		if spec.Profiles == "warm" {
+		if spec.Profiles == record.ProfilesWarm {
 			if from, ok := lastCold[spec.Mode]; ok {
 				if err := copyDir(from, stateDir); err != nil {
 					sum.Notes = append(sum.Notes, fmt.Sprintf("%s: could not reuse the profiles of %s: %v", spec.Label, from, err))
@@ -202,7 +192,7 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 			run.Error = err.Error()
 			log.Error("arm failed", "arm", spec.Label, "error", err)
 		}
-		if spec.Arm == "packed" && spec.Profiles == "cold" {
+		if spec.Arm == record.ArmPacked && spec.Profiles == record.ProfilesCold {
 			lastCold[spec.Mode] = stateDir
 		}
 		runs = append(runs, run)
@@ -264,7 +254,7 @@ func exclusiveAgreement(scores []Score) []string {
 	var notes []string
 	var firstJPH float64
 	for _, s := range scores {
-		if s.Arm != "exclusive" {
+		if s.Arm != record.ArmExclusive {
 			continue
 		}
 		if firstJPH == 0 {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpufrac/gpufrac/record"
 )
 
 func TestParseArms(t *testing.T) {
@@ -86,7 +88,7 @@ func (f *fakeArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, sta
 		if err := os.WriteFile(j.Result, body, 0o644); err != nil {
 			return run, err
 		}
-		run.Attempts = append(run.Attempts, Attempt{Job: j.Name, Template: j.Template, Start: start, End: start.Add(time.Second), Outcome: OutcomeOK})
+		run.Attempts = append(run.Attempts, record.Attempt{Job: j.Name, Template: j.Template, Start: start, End: start.Add(time.Second), Outcome: record.OutcomeOK})
 	}
 	return run, nil
 }

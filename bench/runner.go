@@ -8,6 +8,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
@@ -26,7 +28,7 @@ type RunnerArms struct {
 	Borrow     string
 	BorrowWait time.Duration
 	// Templates are declared template specs (peaks, caps, probe windows), usually none.
-	Templates map[string]runner.TemplateSpec
+	Templates map[string]queue.TemplateSpec
 	MPS       runner.MPSOptions
 	// Self replaces a job command's first word "gpufrac".
 	Self     string
@@ -37,9 +39,9 @@ type RunnerArms struct {
 // RunArm implements ArmRunner. The runner's own outputs (results.json, attempts.csv, report.html,
 // one log per attempt) go to outDir/runner.
 func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, stateDir, outDir string) (ArmRun, error) {
-	q := runner.Queue{Templates: r.Templates}
+	q := queue.Queue{Templates: r.Templates}
 	for _, j := range jobs {
-		q.Jobs = append(q.Jobs, runner.Job{Name: j.Name, Template: j.Template, Command: j.Command, Env: j.Env, Result: j.Result})
+		q.Jobs = append(q.Jobs, queue.Job{Name: j.Name, Template: j.Template, Command: j.Command, Env: j.Env, Result: j.Result})
 	}
 	o := runner.Options{
 		Arm: spec.Arm, Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
@@ -49,30 +51,23 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 	}
 	if o.Profiles == "" {
 		// Exclusive: no footprints are needed, and none should leak in from elsewhere.
-		o.Profiles = runner.ProfilesCold
+		o.Profiles = record.ProfilesCold
 	}
 	res, err := runner.Run(ctx, q, o)
 	return FromRunner(res), err
 }
 
-// FromRunner copies the runner's records into the bench's own (nil gives an empty run).
-func FromRunner(res *runner.Result) ArmRun {
+// FromRunner keeps the runner's records of a run for the benchmark (nil gives an empty run),
+// without the attempts' memory samples, which the runner's own results.json keeps.
+func FromRunner(res *record.Result) ArmRun {
 	var run ArmRun
 	if res == nil {
 		return run
 	}
 	run.BusyFraction = res.BusyFraction
 	for _, a := range res.Attempts {
-		b := Attempt{Job: a.Job, Template: a.Template, GPU: a.GPU, Start: a.Start, End: a.End,
-			ExitCode: a.ExitCode, Outcome: a.Outcome, Peak: a.PeakBytes, WholeGPU: a.WholeGPU,
-			Probe: a.Probe, Detail: a.Detail}
-		if a.Capped {
-			b.Cap = a.CapBytes
-		}
-		if v := a.Violation; v != nil {
-			b.Action, b.CrossedAt, b.ContainedAt = v.Action, v.CrossedAt, v.ContainedAt
-		}
-		run.Attempts = append(run.Attempts, b)
+		a.Samples = nil
+		run.Attempts = append(run.Attempts, a)
 	}
 	return run
 }

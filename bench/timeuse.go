@@ -8,18 +8,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/record"
 )
 
-// UseOf is where an arm's makespan went, computed by the runner's own rule from the arm's
-// attempts.
-func UseOf(run ArmRun) runner.TimeUse {
-	as := make([]runner.Attempt, len(run.Attempts))
-	for i, a := range run.Attempts {
-		as[i] = runner.Attempt{Job: a.Job, Start: a.Start, End: a.End, WholeGPU: a.WholeGPU, Probe: a.Probe, Outcome: a.Outcome}
-	}
-	return runner.UseOf(as)
-}
+// UseOf is where an arm's makespan went, by the records' rule (record.UseOf).
+func UseOf(run ArmRun) record.TimeUse { return record.UseOf(run.Attempts) }
 
 // LoadResults reads the summary.json of a results directory written by WriteRaw. A summary
 // written before TimeUse or Loss existed gets them from the directory's runs.json, when there
@@ -59,7 +52,7 @@ func lacksRecords(s Score) bool { return lacksUse(s) || lacksLoss(s) }
 
 // lacksUse: an arm that ran but whose score has no TimeUse (every run with attempts has jobs
 // running some of the time).
-func lacksUse(s Score) bool { return s.Makespan > 0 && s.Use == (runner.TimeUse{}) }
+func lacksUse(s Score) bool { return s.Makespan > 0 && s.Use == (record.TimeUse{}) }
 
 // lacksLoss: an arm that ran, scored before Loss existed.
 func lacksLoss(s Score) bool { return s.Makespan > 0 && s.Loss == nil }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/record"
 )
 
 // Summaries written before TimeUse existed get it from runs.json, matched by label; a summary
@@ -27,7 +27,7 @@ func TestLoadResultsFillsOldSummaries(t *testing.T) {
 	if got := sum.Scores[0].Use; got.MeanRunning != 1 || got.Whole != 120*time.Second || got.Idle != 0 {
 		t.Fatalf("exclusive use %+v, want 1 job running, 120 s alone, none idle", got)
 	}
-	if got := sum.Scores[1].Use; got != (runner.TimeUse{}) {
+	if got := sum.Scores[1].Use; got != (record.TimeUse{}) {
 		t.Fatalf("a score with no run got %+v", got)
 	}
 	out := RenderRun(sum)
@@ -57,7 +57,7 @@ func TestLoadResultsFillsOldSummaries(t *testing.T) {
 		t.Fatalf("recomputed loss %+v, want %+v", got, want)
 	}
 
-	stored := Summary{Seed: 1, Scores: []Score{{Label: "exclusive", Makespan: 120 * time.Second, Use: runner.TimeUse{MeanRunning: 2, Probes: 3}}}}
+	stored := Summary{Seed: 1, Scores: []Score{{Label: "exclusive", Makespan: 120 * time.Second, Use: record.TimeUse{MeanRunning: 2, Probes: 3}}}}
 	if err := WriteRaw(dir, stored, []ArmRun{run}); err != nil {
 		t.Fatal(err)
 	}
@@ -66,14 +66,14 @@ func TestLoadResultsFillsOldSummaries(t *testing.T) {
 	}
 
 	runs := filepath.Join(dir, "runs.json")
-	sum.Scores[0].Use = runner.TimeUse{}
+	sum.Scores[0].Use = record.TimeUse{}
 	if err := WriteRaw(dir, sum, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(runs); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := LoadResults(dir); err != nil || got.Scores[0].Use != (runner.TimeUse{}) {
+	if got, err := LoadResults(dir); err != nil || got.Scores[0].Use != (record.TimeUse{}) {
 		t.Fatalf("without runs.json: %+v, %v; want the summary as stored", got.Scores, err)
 	}
 	if err := os.WriteFile(runs, []byte("{"), 0o644); err != nil {

@@ -16,8 +16,10 @@ import (
 // (an optimizer step) lasts longer than 20 ms.
 const DefaultInterval = 20 * time.Millisecond
 
-// DefaultStopGrace is how long a stopped job has between SIGINT and SIGKILL.
-const DefaultStopGrace = 10 * time.Second
+// DefaultStopGraceJob is how long a job that probe or the runner stops has between SIGINT and
+// SIGKILL: long enough for a training job to save a checkpoint. (The enforcer's own grace for
+// a task over its cap is shorter, and named apart, so the two are not confused.)
+const DefaultStopGraceJob = 10 * time.Second
 
 // Config is one probe run.
 type Config struct {
@@ -94,7 +96,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		c.Interval = DefaultInterval
 	}
 	if c.StopGrace <= 0 {
-		c.StopGrace = DefaultStopGrace
+		c.StopGrace = DefaultStopGraceJob
 	}
 	logger := c.Logger
 	if logger == nil {

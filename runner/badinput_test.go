@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -20,7 +22,7 @@ func TestRunRefusesAMissingDir(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-such-dir")
 	j := simJob(t, "a", "t", "--peak", "1GiB")
 	j.Dir = missing
-	_, err := Run(context.Background(), Queue{Jobs: []Job{j}}, testOptions(t, sim, ArmPacked))
+	_, err := Run(context.Background(), queue.Queue{Jobs: []queue.Job{j}}, testOptions(t, sim, record.ArmPacked))
 	if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), `job "a"`) {
 		t.Fatalf("Run: %v; want an options error naming job a and %s", err, missing)
 	}
@@ -30,12 +32,12 @@ func TestRunRefusesAMissingDir(t *testing.T) {
 // detail, so its other jobs are admitted under a cap instead of each being probed again.
 func TestProbeThatSeesNoGPUMemory(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
-	var jobs []Job
+	var jobs []queue.Job
 	for _, n := range []string{"a", "b", "c", "d"} {
-		jobs = append(jobs, Job{Name: n, Template: "cpu-only", Command: []string{"true"}})
+		jobs = append(jobs, queue.Job{Name: n, Template: "cpu-only", Command: []string{"true"}})
 	}
-	o := testOptions(t, sim, ArmPacked)
-	res := runQueue(t, Queue{Jobs: jobs}, o)
+	o := testOptions(t, sim, record.ArmPacked)
+	res := runQueue(t, queue.Queue{Jobs: jobs}, o)
 	if res.Completed != 4 {
 		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
 	}
@@ -80,7 +82,7 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 // waits for and until when, instead of waiting in silence.
 func TestWaitingRunSaysForWhat(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	o.StateDir = t.TempDir()
 	devs, err := sim.Devices(context.Background())
 	if err != nil {
@@ -105,7 +107,7 @@ func TestWaitingRunSaysForWhat(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(ctx, Queue{Jobs: []Job{simJob(t, "a", "t", "--peak", "1GiB")}}, o)
+		_, err := Run(ctx, queue.Queue{Jobs: []queue.Job{simJob(t, "a", "t", "--peak", "1GiB")}}, o)
 		done <- err
 	}()
 	select {

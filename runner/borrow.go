@@ -8,6 +8,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -54,8 +55,8 @@ func borrowing(o *Options, fenced bool) (on bool, wait time.Duration, note strin
 	switch {
 	case asked == BorrowOff:
 		return off("asked for")
-	case o.Arm != ArmPacked:
-		return off("the " + o.Arm + " arm")
+	case o.Arm != record.ArmPacked:
+		return off("the " + string(o.Arm) + " arm")
 	case o.modeOf() != policy.ModeIsolated:
 		return off("mps mode: a client's pinned limit is fixed at its start")
 	case !fenced:

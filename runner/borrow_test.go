@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -13,15 +15,15 @@ import (
 
 // besideLeaker is two neighbours of template "good" (peak, hold) and a leaker of template "leak"
 // declared at 1 GiB that grows to leakTo, in that order, with the extra jobs after them.
-func besideLeaker(t *testing.T, peak, hold, leakTo string, extra ...Job) Queue {
+func besideLeaker(t *testing.T, peak, hold, leakTo string, extra ...queue.Job) queue.Queue {
 	t.Helper()
-	q := Queue{
-		Jobs: []Job{
+	q := queue.Queue{
+		Jobs: []queue.Job{
 			simJob(t, "n1", "good", "--peak", peak, "--ramp", "50ms", "--hold", hold),
 			simJob(t, "n2", "good", "--peak", peak, "--ramp", "50ms", "--hold", hold),
 			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", leakTo, "--leak-rate", "40GiB"),
 		},
-		Templates: map[string]TemplateSpec{
+		Templates: map[string]queue.TemplateSpec{
 			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
 			"good": {Name: "good", PeakBytes: size.MustParse(peak)},
 		},
@@ -36,18 +38,18 @@ func TestBorrowerGrowsPastItsCap(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
 	q := besideLeaker(t, "18GiB", "1200ms", "30GiB")
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	o.Borrow = BorrowWait
 	res := runQueue(t, q, o)
 	if res.Completed != 3 {
 		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
 	}
 	lk := attemptsOf(res, "lk")
-	if len(lk) != 1 || lk[0].Outcome != OutcomeOK || lk[0].WholeGPU || lk[0].PeakBytes < 28*size.GiB || lk[0].CapBytes >= 30*size.GiB {
+	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].WholeGPU || lk[0].PeakBytes < 28*size.GiB || lk[0].CapBytes >= 30*size.GiB {
 		t.Fatalf("leaker: want one attempt that borrowed to 30GiB past a small cap, got %+v", lk)
 	}
 	for _, n := range []string{"n1", "n2"} {
-		if a := attemptsOf(res, n); len(a) != 1 || a[0].Outcome != OutcomeOK || a[0].Violation != nil {
+		if a := attemptsOf(res, n); len(a) != 1 || a[0].Outcome != record.OutcomeOK || a[0].Violation != nil {
 			t.Fatalf("%s was harmed: %+v", n, a)
 		}
 	}
@@ -59,19 +61,19 @@ func TestBorrowerWaitsForItsNeighbours(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
 	q := besideLeaker(t, "20GiB", "1500ms", "60GiB", simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"))
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	o.Borrow, o.Policy.MaxTasksPerGPU = BorrowWait, 3
 	res := runQueue(t, q, o)
 	if res.Completed != 4 {
 		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
 	}
 	lk := attemptsOf(res, "lk")
-	if len(lk) != 1 || lk[0].Outcome != OutcomeOK || lk[0].PeakBytes < 58*size.GiB {
+	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].PeakBytes < 58*size.GiB {
 		t.Fatalf("leaker: want one attempt that waited and reached 60GiB, got %+v", lk)
 	}
 	late := attemptsOf(res, "late")
 	n1, n2 := attemptsOf(res, "n1"), attemptsOf(res, "n2")
-	if len(late) != 1 || len(n1) != 1 || len(n2) != 1 || late[0].Outcome != OutcomeOK {
+	if len(late) != 1 || len(n1) != 1 || len(n2) != 1 || late[0].Outcome != record.OutcomeOK {
 		t.Fatalf("attempts %+v", res.Attempts)
 	}
 	// 60 GiB of an 80 GiB GPU fit only once n1 and n2 are gone, so the leaker ended after them.
@@ -86,14 +88,14 @@ func TestBorrowerThatCannotWaitReRunsWithMoreRoom(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
 	q := besideLeaker(t, "20GiB", "1500ms", "40GiB")
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	o.Borrow = BorrowNow
 	res := runQueue(t, q, o)
 	if res.Completed != 3 {
 		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
 	}
 	lk := attemptsOf(res, "lk")
-	if got := outcomes(lk); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+	if got := outcomes(lk); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
 		t.Fatalf("leaker attempts %v, want [cap-violation ok]: %+v", got, lk)
 	}
 	v := lk[0].Violation
@@ -104,7 +106,7 @@ func TestBorrowerThatCannotWaitReRunsWithMoreRoom(t *testing.T) {
 		t.Fatalf("the re-run should get a larger guarantee beside others, not the GPU alone: %+v", lk[1])
 	}
 	for _, n := range []string{"n1", "n2"} {
-		if a := attemptsOf(res, n); len(a) != 1 || a[0].Outcome != OutcomeOK {
+		if a := attemptsOf(res, n); len(a) != 1 || a[0].Outcome != record.OutcomeOK {
 			t.Fatalf("%s was harmed: %+v", n, a)
 		}
 	}

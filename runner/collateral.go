@@ -2,7 +2,6 @@ package runner
 
 import (
 	"fmt"
-	"html"
 	"io"
 	"strings"
 	"sync"
@@ -10,12 +9,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/record"
 )
-
-// OutcomeCollateral is a failure that a GPU-wide event explains: the job failed on a GPU the
-// enforcer had marked unhealthy while it ran (under MPS, stopping one client can fault the
-// others). The job runs again; its neighbour's stop, not the job, was at fault.
-const OutcomeCollateral = "collateral"
 
 // maxCollateral bounds how often one job is re-run after collateral failures.
 const maxCollateral = 3
@@ -25,31 +20,18 @@ const maxCollateral = 3
 // up to a sampling period late.
 const collateralLead = 250 * time.Millisecond
 
-// GPUEvent is a GPU-wide event of the run: from the enforcer marking a GPU unhealthy (stopping a
-// client under MPS, the MPS daemon dying) until it marked it healthy again (End zero: still
-// unhealthy when the run ended).
-type GPUEvent struct {
-	GPU      string    `json:"gpu"`
-	GPUIndex int       `json:"gpu_index"`
-	Reason   string    `json:"reason"`
-	Start    time.Time `json:"start"`
-	End      time.Time `json:"end,omitzero"`
-	// Neighbour marks a task over its cap in isolated mode (one the fence did not hold: it
-	// unset LD_PRELOAD, or linked statically): only an out-of-memory failure of another job of
-	// its GPU meanwhile is its collateral.
-	Neighbour bool   `json:"neighbour,omitempty"`
-	token     string // the violator's reservation, whose own failure is not collateral
-}
-
-func (e GPUEvent) String() string {
-	return fmt.Sprintf("GPU-wide event on GPU%d at %s: %s", e.GPUIndex, e.Start.UTC().Format("15:04:05.000"), e.Reason)
-}
-
 // gpuEvents records the enforcer's GPU-wide events; the enforcer's event goroutine writes, the
 // run's loop and the attempts' goroutines read.
 type gpuEvents struct {
 	mu   sync.Mutex
-	list []GPUEvent
+	list []wideEvent
+}
+
+// wideEvent is a GPU-wide event and, for a neighbour over its cap, the violator's reservation,
+// whose own failure is not collateral.
+type wideEvent struct {
+	record.GPUEvent
+	token string
 }
 
 // note records a gpu-health event.
@@ -62,7 +44,7 @@ func (g *gpuEvents) note(ev enforcer.Event, index int) {
 	defer g.mu.Unlock()
 	switch ev.Stage {
 	case "unhealthy":
-		g.list = append(g.list, GPUEvent{GPU: ev.GPU, GPUIndex: index, Reason: ev.Message, Start: t})
+		g.list = append(g.list, wideEvent{GPUEvent: record.GPUEvent{GPU: ev.GPU, GPUIndex: index, Reason: ev.Message, Start: t}})
 	case "healthy":
 		for i := range g.list {
 			if g.list[i].GPU == ev.GPU && g.list[i].End.IsZero() {
@@ -82,8 +64,8 @@ func (g *gpuEvents) overCap(ev enforcer.Event, index int, job string) {
 	defer g.mu.Unlock()
 	switch ev.Stage {
 	case "crossed":
-		g.list = append(g.list, GPUEvent{GPU: ev.GPU, GPUIndex: index, Start: t, Neighbour: true, token: ev.Token,
-			Reason: fmt.Sprintf("job %s over its cap (%s in use) until the watchdog's kill", job, ev.Bytes)})
+		g.list = append(g.list, wideEvent{token: ev.Token, GPUEvent: record.GPUEvent{GPU: ev.GPU, GPUIndex: index, Start: t, Neighbour: true,
+			Reason: fmt.Sprintf("job %s over its cap (%s in use) until the watchdog's kill", job, ev.Bytes)}})
 	case "contained":
 		for i := range g.list {
 			if g.list[i].token == ev.Token && g.list[i].End.IsZero() {
@@ -98,7 +80,7 @@ func (g *gpuEvents) overCap(ev enforcer.Event, index int, job string) {
 // came before the failure (or within collateralLead after it), and the failure came while the GPU
 // was marked or within after of the mark's clearing. A neighbour's window explains only an
 // out-of-memory failure (oom) of another task (not token's).
-func (g *gpuEvents) covering(gpu, token string, oom bool, start, end time.Time, after time.Duration) (GPUEvent, bool) {
+func (g *gpuEvents) covering(gpu, token string, oom bool, start, end time.Time, after time.Duration) (record.GPUEvent, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i := len(g.list) - 1; i >= 0; i-- {
@@ -112,15 +94,19 @@ func (g *gpuEvents) covering(gpu, token string, oom bool, start, end time.Time, 
 		if !e.End.IsZero() && (start.After(e.End) || end.After(e.End.Add(after))) {
 			continue
 		}
-		return e, true
+		return e.GPUEvent, true
 	}
-	return GPUEvent{}, false
+	return record.GPUEvent{}, false
 }
 
-func (g *gpuEvents) all() []GPUEvent {
+func (g *gpuEvents) all() []record.GPUEvent {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return append([]GPUEvent(nil), g.list...)
+	out := make([]record.GPUEvent, len(g.list))
+	for i, e := range g.list {
+		out[i] = e.GPUEvent
+	}
+	return out
 }
 
 // collateralAfter is how long after a GPU is marked healthy again a failure still counts: the
@@ -133,7 +119,7 @@ func (r *run) collateralAfter() time.Duration {
 // collateral records a failed attempt, whose process ended at exited, as collateral damage of a
 // GPU-wide event when one explains it (its outcome and detail). A job that has been re-run
 // maxCollateral times already stays failed, its detail naming the last event.
-func (r *run) collateral(j *jobState, at *Attempt, token string, oom bool, exited time.Time) {
+func (r *run) collateral(j *jobState, at *record.Attempt, token string, oom bool, exited time.Time) {
 	if exited.IsZero() {
 		exited = at.End
 	}
@@ -147,7 +133,7 @@ func (r *run) collateral(j *jobState, at *Attempt, token string, oom bool, exite
 	}
 	j.collateral++
 	why := at.Detail
-	at.Outcome = OutcomeCollateral
+	at.Outcome = record.OutcomeCollateral
 	at.Detail = fmt.Sprintf("failed during a %s; re-run", e)
 	if why != "" {
 		at.Detail += " (its last words: " + why + ")"
@@ -157,7 +143,7 @@ func (r *run) collateral(j *jobState, at *Attempt, token string, oom bool, exite
 // neighbours says what a cap violation meant for the other jobs of its GPU: under MPS a stop by
 // signal is a GPU-wide event (their failures count as collateral and re-run); otherwise the
 // violator failed alone.
-func neighbours(at Attempt) string {
+func neighbours(at record.Attempt) string {
 	if v := at.Violation; v != nil && v.Mode == policy.ModeMPS && v.Action != enforcer.ActionOOMInProcess {
 		return "stopped under MPS: a GPU-wide event, a neighbour that fails now is re-run"
 	}
@@ -165,7 +151,7 @@ func neighbours(at Attempt) string {
 }
 
 // writeCollateral adds the GPU-wide events and the collateral failures to the run's summary.
-func writeCollateral(w io.Writer, res *Result) {
+func writeCollateral(w io.Writer, res *record.Result) {
 	for _, e := range res.GPUEvents {
 		end := "still marked at the end"
 		if !e.End.IsZero() {
@@ -178,27 +164,9 @@ func writeCollateral(w io.Writer, res *Result) {
 	}
 	var jobs []string
 	for _, a := range res.Attempts {
-		if a.Outcome == OutcomeCollateral {
+		if a.Outcome == record.OutcomeCollateral {
 			jobs = append(jobs, a.Job)
 		}
 	}
 	fmt.Fprintf(w, "collateral failures (a neighbour's stop under MPS, re-run): %d (%s)\n", res.Collateral, strings.Join(jobs, ", "))
-}
-
-// gpuEventsHTML lists the run's GPU-wide events for the report.
-func gpuEventsHTML(res *Result) string {
-	if len(res.GPUEvents) == 0 {
-		return ""
-	}
-	var b strings.Builder
-	b.WriteString(`<div class="note"><b>GPU-wide events</b> (the enforcer marked the GPU unhealthy: no admissions there; a job that failed meanwhile is recorded collateral and re-run):<ul>`)
-	for _, e := range res.GPUEvents {
-		end := "until the end"
-		if !e.End.IsZero() {
-			end = fmt.Sprintf("%.1fs", e.End.Sub(e.Start).Seconds())
-		}
-		fmt.Fprintf(&b, "<li>GPU%d at %.1fs for %s: %s</li>", e.GPUIndex, e.Start.Sub(res.Start).Seconds(), end, html.EscapeString(e.Reason))
-	}
-	b.WriteString("</ul></div>\n")
-	return b.String()
 }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -35,11 +37,11 @@ func TestSchedAdmitsNothingOnAnUnhealthyGPU(t *testing.T) {
 		t.Fatalf("ReserveBytes on an unhealthy GPU: %v, want a %s denial", err, ledger.ReasonUnhealthy)
 	}
 	jobs := []*jobState{
-		{Job: Job{Name: "a", Template: "t"}},
-		{Job: Job{Name: "b", Template: "t"}},
-		{Job: Job{Name: "probe", Template: "new"}},
+		{Job: queue.Job{Name: "a", Template: "t"}},
+		{Job: queue.Job{Name: "b", Template: "t"}},
+		{Job: queue.Job{Name: "probe", Template: "new"}},
 	}
-	s := newSched(ArmPacked, policy.Default(), led, []string{g0, g1}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(record.ArmPacked, policy.Default(), led, []string{g0, g1}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["t"] = 10 * size.GiB
 	got := s.next()
 	for _, l := range got {
@@ -67,8 +69,8 @@ func TestSchedAdmitsNothingOnAnUnhealthyGPU(t *testing.T) {
 	if err := led2.SetHealth(uuid, false, "forced stop under MPS may have faulted other clients"); err != nil {
 		t.Fatal(err)
 	}
-	jobs2 := []*jobState{{Job: Job{Name: "c", Template: "t"}}, {Job: Job{Name: "p", Template: "new"}}}
-	s2 := newSched(ArmPacked, policy.Default(), led2, []string{uuid}, jobs2, 0, hclog.NewNullLogger())
+	jobs2 := []*jobState{{Job: queue.Job{Name: "c", Template: "t"}}, {Job: queue.Job{Name: "p", Template: "new"}}}
+	s2 := newSched(record.ArmPacked, policy.Default(), led2, []string{uuid}, jobs2, 0, hclog.NewNullLogger())
 	s2.peaks["t"] = 10 * size.GiB
 	for range 3 {
 		if got := s2.next(); len(got) != 0 {

@@ -11,6 +11,8 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -86,8 +88,8 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 	}
 	marks := t.TempDir()
 	steadyOn, victimOn := filepath.Join(marks, "steady"), filepath.Join(marks, "victim")
-	q := Queue{
-		Jobs: []Job{
+	q := queue.Queue{
+		Jobs: []queue.Job{
 			// steady is an MPS client that survives the stop; it keeps the GPU marked (drained)
 			// until it ends, so the re-runs below must wait for it. steady and victim hold for
 			// long enough that the pair, which starts only once both are on the GPU, is stopped
@@ -100,7 +102,7 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 			// are on the GPU, however slowly they start.
 			simJob(t, "pair", "pair", "--procs", "2", "--peak", "3GiB", "--ramp", "300ms", "--hold", "300ms", "--after", steadyOn+","+victimOn),
 		},
-		Templates: map[string]TemplateSpec{
+		Templates: map[string]queue.TemplateSpec{
 			"steady": {Name: "steady", PeakBytes: 2 * size.GiB},
 			"victim": {Name: "victim", PeakBytes: 2 * size.GiB},
 			"pair":   {Name: "pair", PeakBytes: 2 * size.GiB},
@@ -108,7 +110,7 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 	}
 	q.Jobs[0].Result = "results/steady.json"
 	q.Jobs[1].Result = "results/victim.json"
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	o.Mode = policy.ModeMPS
 	// Without the fence the pair's sum is only seen by the watchdog, whose stop is GPU-wide.
 	o.Fence = FenceOff
@@ -116,11 +118,11 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 	if res.Completed != 3 {
 		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
 	}
-	if got := outcomes(attemptsOf(res, "pair")); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+	if got := outcomes(attemptsOf(res, "pair")); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
 		t.Fatalf("pair attempts %v, want [cap-violation ok]", got)
 	}
 	v := attemptsOf(res, "victim")
-	if got := outcomes(v); !slices.Equal(got, []string{OutcomeCollateral, OutcomeOK}) {
+	if got := outcomes(v); !slices.Equal(got, []record.Outcome{record.OutcomeCollateral, record.OutcomeOK}) {
 		t.Fatalf("victim attempts %v, want [collateral ok]; %+v", got, v)
 	}
 	if v[0].ExitCode != simjob.ExitFail || !strings.Contains(v[0].Detail, "GPU-wide event") ||
@@ -130,7 +132,7 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 	if _, err := os.Stat(v[1].Result); err != nil {
 		t.Errorf("the victim's re-run wrote no result: %v", err)
 	}
-	if s := attemptsOf(res, "steady"); len(s) != 1 || s[0].Outcome != OutcomeOK {
+	if s := attemptsOf(res, "steady"); len(s) != 1 || s[0].Outcome != record.OutcomeOK {
 		t.Errorf("steady (no --mps-fault) should live through the stop: %+v", s)
 	}
 	if res.Collateral != 1 {
@@ -162,20 +164,20 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 func TestOwnFailureIsNotCollateral(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := Queue{
-		Jobs: []Job{
+	q := queue.Queue{
+		Jobs: []queue.Job{
 			simJob(t, "crash", "crash", "--peak", "2GiB", "--ramp", "50ms", "--hold", "5s", "--fail-after", "300ms", "--mps-fault"),
 			simJob(t, "ok", "ok", "--peak", "2GiB", "--ramp", "50ms", "--hold", "500ms"),
 		},
-		Templates: map[string]TemplateSpec{
+		Templates: map[string]queue.TemplateSpec{
 			"crash": {Name: "crash", PeakBytes: 2 * size.GiB},
 			"ok":    {Name: "ok", PeakBytes: 2 * size.GiB},
 		},
 	}
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	o.Mode = policy.ModeMPS
 	res := runQueue(t, q, o)
-	if got := outcomes(attemptsOf(res, "crash")); !slices.Equal(got, []string{OutcomeFailed}) {
+	if got := outcomes(attemptsOf(res, "crash")); !slices.Equal(got, []record.Outcome{record.OutcomeFailed}) {
 		t.Fatalf("crash attempts %v, want [failed] and no re-run", got)
 	}
 	if res.Collateral != 0 || len(res.GPUEvents) != 0 || res.Completed != 1 {

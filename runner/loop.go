@@ -18,6 +18,7 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -40,7 +41,7 @@ var oomRE = regexp.MustCompile(`(?i)(out of memory|CUDA_ERROR_OUT_OF_MEMORY|OutO
 // active is an attempt in flight.
 type active struct {
 	l     launch
-	a     Attempt
+	a     record.Attempt
 	token string
 	proc  *probe.Proc
 	tree  *probe.Tree
@@ -61,7 +62,7 @@ type active struct {
 	peak  size.Bytes
 	now   size.Bytes // the latest sample
 	lastT float64
-	snaps []MemSample
+	snaps []record.MemSample
 }
 
 func (a *active) record(b size.Bytes, t float64) {
@@ -76,13 +77,13 @@ func (a *active) record(b size.Bytes, t float64) {
 	}
 	// Keep about 10 points a second for the report; the peak above keeps the full rate.
 	if len(a.snaps) == 0 || t-a.lastT >= 0.1 {
-		a.snaps = append(a.snaps, MemSample{T: t, Bytes: b})
+		a.snaps = append(a.snaps, record.MemSample{T: t, Bytes: b})
 		a.lastT = t
 	}
 }
 
-func (r *run) loop(ctx context.Context) (*Result, error) {
-	r.start = time.Now()
+func (r *run) loop(ctx context.Context) (*record.Result, error) {
+	r.start = r.o.Now()
 	bctx, cancel := context.WithCancel(context.Background())
 	r.stopBusy = cancel
 	for _, g := range r.s.gpus {
@@ -111,9 +112,9 @@ func (r *run) loop(ctx context.Context) (*Result, error) {
 				break
 			}
 			if idleSince.IsZero() {
-				idleSince = time.Now()
+				idleSince = r.o.Now()
 				r.prog.line("%-8s %s", "waiting", r.waitingFor(idleSince.Add(stuckAfter)))
-			} else if time.Since(idleSince) > stuckAfter {
+			} else if r.o.Now().Sub(idleSince) > stuckAfter {
 				r.giveUp()
 				break
 			}
@@ -159,11 +160,11 @@ func (r *run) giveUp() {
 		if j.done {
 			continue
 		}
-		j.done, j.final = true, OutcomeFailed
+		j.done, j.final = true, record.OutcomeFailed
 		detail := fmt.Sprintf("not admitted for %s with no job running (another process may hold the GPU budget: see `gpufrac status`)", stuckAfter)
-		now := time.Now()
-		r.attempts = append(r.attempts, Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
-			Start: now, End: now, ExitCode: -1, Outcome: OutcomeFailed, Detail: detail})
+		now := r.o.Now()
+		r.attempts = append(r.attempts, record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
+			Start: now, End: now, ExitCode: -1, Outcome: record.OutcomeFailed, Detail: detail})
 		r.prog.line("%-9s %-20s %s", "FAILED", j.Name, detail)
 	}
 }
@@ -243,7 +244,7 @@ func (r *run) launch(l launch) {
 		token = newToken()
 	}
 	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), tail: &tailBuffer{max: 8192}}
-	a.a = Attempt{Job: j.Name, Template: j.Template, Number: j.attempts, GPU: l.gpu, GPUIndex: r.gpus[l.gpu].Index,
+	a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts, GPU: l.gpu, GPUIndex: r.gpus[l.gpu].Index,
 		Capped: l.capped, WholeGPU: l.whole, Probe: l.probe, Result: r.resultPath(j)}
 	if l.capped {
 		a.a.CapBytes = l.res.CapBytes
@@ -261,7 +262,7 @@ func (r *run) launch(l launch) {
 		_ = os.MkdirAll(filepath.Dir(p), 0o755)
 	}
 	env := r.env(l, token, j)
-	a.a.Start = time.Now()
+	a.a.Start = r.o.Now()
 	proc, err := probe.Start(probe.Spec{Command: r.command(j.Command, env), Env: probe.Environ(env),
 		Dir: j.Dir, Stdout: out, Stderr: io.MultiWriter(out, a.tail)})
 	if err == nil {
@@ -317,12 +318,13 @@ wait:
 			break wait
 		}
 	}
-	a.exitedAt = time.Now()
+	a.exitedAt = r.o.Now()
 	a.exit = a.proc.ExitCode()
 	a.proc.Reap()
 	if a.l.capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
 		// The watchdog records a violation once the task's memory is gone, which can be a
 		// sample or two after the root process exits.
+		// The wall clock, not r.o.Now: this waits on the watchdog, which samples in real time.
 		deadline := time.Now().Add(3*r.o.Policy.WatchdogInterval + 300*time.Millisecond)
 		for {
 			if v := r.violationOf(a.token, a.exit); v != nil {
@@ -416,7 +418,7 @@ func (r *run) finish(a *active) {
 	}
 	j := a.l.job
 	at := a.a
-	at.End = time.Now()
+	at.End = r.o.Now()
 	at.ExitCode = a.exit
 	a.mu.Lock()
 	at.PeakBytes, at.Samples = a.peak, a.snaps
@@ -428,12 +430,12 @@ func (r *run) finish(a *active) {
 	oom := oomRE.MatchString(a.tail.String())
 	switch {
 	case a.stopped:
-		at.Outcome = OutcomeCanceled
+		at.Outcome = record.OutcomeCanceled
 	case a.windowStopped:
-		at.Outcome = OutcomeProbe
+		at.Outcome = record.OutcomeProbe
 		at.Detail = fmt.Sprintf("probe window of %s over", a.l.window)
 	case a.violation != nil:
-		at.Outcome = OutcomeCapViolation
+		at.Outcome = record.OutcomeCapViolation
 		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, a.violation.PeakBytes, a.violation.CapBytes)
 	case a.exit != 0 && a.l.capped && oom && (r.o.modeOf() == policy.ModeMPS || at.PeakBytes*2 >= at.CapBytes):
 		// Under MPS the allocation that crosses the cap fails inside the job, which exits
@@ -441,12 +443,12 @@ func (r *run) finish(a *active) {
 		// large allocation can fail long before the sampled use comes near it. Caps fit the
 		// budget, so an OOM under MPS is the job's own limit. Without MPS an OOM far below the
 		// cap means the GPU itself was full: a harmed job, not a violator.
-		at.Outcome = OutcomeCapViolation
+		at.Outcome = record.OutcomeCapViolation
 		at.Detail = "out of memory inside the job near its cap"
 	case a.exit == 0:
-		at.Outcome = OutcomeOK
+		at.Outcome = record.OutcomeOK
 	default:
-		at.Outcome = OutcomeFailed
+		at.Outcome = record.OutcomeFailed
 		if at.Detail == "" {
 			at.Detail = lastLine(a.tail.String())
 		}
@@ -456,23 +458,17 @@ func (r *run) finish(a *active) {
 		}
 	}
 	if a.l.res.Token != "" {
-		if err := r.led.Release(a.l.res.Token, at.Outcome); err != nil {
+		if err := r.led.Release(a.l.res.Token, string(at.Outcome)); err != nil {
 			r.log.Debug("release", "job", j.Name, "error", err)
 		}
-		if r.s.lender != nil {
-			// A borrower waiting for memory gets the guarantee this job held now, not at the
-			// watchdog's next pass.
-			if st, err := r.led.State(a.l.gpu); err == nil {
-				_ = r.s.lender.SyncFence(st)
-			}
-		}
+		r.s.fenceSync(a.l.gpu)
 	}
 	r.s.finished(&a.l)
 	r.settle(j, a, &at)
 	r.mu.Lock()
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()
-	if at.Outcome == OutcomeCollateral {
+	if at.Outcome == record.OutcomeCollateral {
 		r.prog.line("%-8s %-20s GPU%d  exit %d after %.1fs: %s (log %s)", "COLLAT", at.Job, at.GPUIndex,
 			at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
 		return
@@ -494,7 +490,7 @@ func (r *run) recapProbe(a *active) {
 		// It ran on what it borrowed and goes on so; its template's other jobs get the cap.
 		r.s.recapped(&a.l, a.l.res, peak)
 		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.window, a.l.res.CapBytes)
-		r.recordProfile(j.Template, peak, &Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
+		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
 		r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
 			a.a.GPUIndex, peak, a.l.window, capBytes)
 		return
@@ -512,37 +508,37 @@ func (r *run) recapProbe(a *active) {
 	from := a.l.res.CapBytes
 	r.s.recapped(&a.l, res, peak)
 	a.a.CapBytes = res.CapBytes
-	a.a.CapChanges = append(a.a.CapChanges, CapChange{At: time.Now(), From: from, To: res.CapBytes})
+	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: r.o.Now(), From: from, To: res.CapBytes})
 	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.window, from, res.CapBytes)
-	r.recordProfile(j.Template, peak, &Attempt{Start: a.a.Start, End: time.Now(), Samples: samples}, ledger.ProfileProbe)
+	r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
 	r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
 		peak, a.l.window, res.CapBytes)
 }
 
 // settle updates the job and its template's footprint after an attempt.
-func (r *run) settle(j *jobState, a *active, at *Attempt) {
+func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
 	t := j.Template
-	if a.l.probe && r.s.prober[t] == j {
-		delete(r.s.prober, t)
+	if a.l.probe {
+		r.s.probeEnded(t, j)
 	}
 	switch at.Outcome {
-	case OutcomeProbe:
+	case record.OutcomeProbe:
 		r.learn(t, at, ledger.ProfileProbe)
 		return // the job runs again under its new cap
-	case OutcomeCollateral:
+	case record.OutcomeCollateral:
 		return // a neighbour's stop faulted it: it runs again as it was
-	case OutcomeFailed:
+	case record.OutcomeFailed:
 		if r.retry(j, at) {
 			return
 		}
-	case OutcomeCapViolation:
+	case record.OutcomeCapViolation:
 		// The violation proves the job needs at least its cap: raise the footprint so the
 		// template's other jobs get more room, and re-run this one with a GPU to itself.
 		raised := max(at.PeakBytes, at.CapBytes)
 		if a.violation != nil {
 			raised = max(raised, a.violation.PeakBytes)
 		}
-		r.s.peaks[t] = max(r.s.peaks[t], raised)
+		r.s.raised(t, raised)
 		r.recordProfile(t, raised, at, ledger.ProfileViolation)
 		if a.l.borrowing {
 			// A borrower fails only where the memory it needed was no one's to lend: it runs
@@ -554,12 +550,12 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 			j.whole = true
 			return
 		}
-	case OutcomeOK:
+	case record.OutcomeOK:
 		if a.l.probe {
 			r.learn(t, at, ledger.ProfileProbe)
 		} else if a.l.whole && j.whole {
 			// The re-run alone measured the real footprint; the ledger never lowers a raised one.
-			r.s.peaks[t] = max(r.s.peaks[t], at.PeakBytes)
+			r.s.raised(t, at.PeakBytes)
 			r.recordProfile(t, at.PeakBytes, at, ledger.ProfileViolation)
 		}
 	}
@@ -567,7 +563,7 @@ func (r *run) settle(j *jobState, a *active, at *Attempt) {
 	j.final = at.Outcome
 }
 
-func (r *run) learn(t string, at *Attempt, source string) {
+func (r *run) learn(t string, at *record.Attempt, source string) {
 	peak := at.PeakBytes
 	if peak == 0 {
 		// A job that never touches the GPU (or one whose memory is not attributed to it) would
@@ -577,11 +573,11 @@ func (r *run) learn(t string, at *Attempt, source string) {
 		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint set to one unit (%s)", peak)
 		r.prog.line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
 	}
-	r.s.peaks[t] = peak
+	r.s.learned(t, peak)
 	r.recordProfile(t, peak, at, source)
 }
 
-func (r *run) recordProfile(t string, peak size.Bytes, at *Attempt, source string) {
+func (r *run) recordProfile(t string, peak size.Bytes, at *record.Attempt, source string) {
 	if peak == 0 {
 		return
 	}

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/report"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -20,12 +23,12 @@ func TestPackingAcrossTwoGPUs(t *testing.T) {
 	t.Parallel()
 	// Budget 40GiB - 2GiB headroom = 38GiB per GPU; a 2GiB peak gets a 4GiB cap: 9 fit on one.
 	sim := newSim(t, "A100=40GiB", "A100=40GiB")
-	var jobs []Job
+	var jobs []queue.Job
 	for i := range 8 {
 		jobs = append(jobs, simJob(t, fmt.Sprintf("j%d", i), "t", "--peak", "2GiB", "--ramp", "50ms", "--hold", "700ms"))
 	}
-	q := Queue{Jobs: jobs, Templates: map[string]TemplateSpec{"t": {Name: "t", PeakBytes: 2 * size.GiB}}}
-	o := testOptions(t, sim, ArmPacked)
+	q := queue.Queue{Jobs: jobs, Templates: map[string]queue.TemplateSpec{"t": {Name: "t", PeakBytes: 2 * size.GiB}}}
+	o := testOptions(t, sim, record.ArmPacked)
 	var progress bytes.Buffer
 	o.Progress = &progress
 	res := runQueue(t, q, o)
@@ -33,7 +36,7 @@ func TestPackingAcrossTwoGPUs(t *testing.T) {
 		t.Fatalf("completed %d of 8 on %d GPUs", res.Completed, len(res.GPUs))
 	}
 
-	onGPU := map[string][]Attempt{}
+	onGPU := map[string][]record.Attempt{}
 	for _, a := range res.Attempts {
 		onGPU[a.GPU] = append(onGPU[a.GPU], a)
 	}
@@ -70,11 +73,11 @@ func TestPackingAcrossTwoGPUs(t *testing.T) {
 		t.Errorf("run rate %.3f is not the mean of the GPUs' %.3f", res.JobsPerGPUHour, mean)
 	}
 
-	data, err := os.ReadFile(filepath.Join(o.OutDir, ResultsFile))
+	data, err := os.ReadFile(filepath.Join(o.OutDir, record.ResultsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back Result
+	var back record.Result
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +90,7 @@ func TestPackingAcrossTwoGPUs(t *testing.T) {
 		t.Error(`results.json has no per-GPU "completed"`)
 	}
 
-	html, err := os.ReadFile(filepath.Join(o.OutDir, ReportFile))
+	html, err := os.ReadFile(filepath.Join(o.OutDir, report.File))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,18 +9,20 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
 // probeQueue: a known 20GiB job (cap 25GiB) and two jobs of a template nobody has measured.
-func probeQueue(t *testing.T) Queue {
-	return Queue{
-		Jobs: []Job{
+func probeQueue(t *testing.T) queue.Queue {
+	return queue.Queue{
+		Jobs: []queue.Job{
 			simJob(t, "n1", "known", "--peak", "20GiB", "--ramp", "50ms", "--hold", "1500ms"),
 			simJob(t, "p1", "new", "--peak", "2GiB", "--ramp", "50ms", "--hold", "1200ms"),
 			simJob(t, "p2", "new", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
 		},
-		Templates: map[string]TemplateSpec{"known": {Name: "known", PeakBytes: 20 * size.GiB}},
+		Templates: map[string]queue.TemplateSpec{"known": {Name: "known", PeakBytes: 20 * size.GiB}},
 	}
 }
 
@@ -30,7 +32,7 @@ func probeQueue(t *testing.T) Queue {
 func TestProbeInPlace(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
+	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
 	res := runQueue(t, probeQueue(t), o)
 	if res.Completed != 3 {
@@ -41,7 +43,7 @@ func TestProbeInPlace(t *testing.T) {
 		t.Fatalf("want one attempt each, got n1 %v p1 %v p2 %v", outcomes(n1), outcomes(p1), outcomes(p2))
 	}
 	earned := size.Bytes(o.Policy.Units(o.Policy.Cap(2*size.GiB))) * o.Policy.UnitBytes
-	if a := p1[0]; !a.Probe || a.WholeGPU || a.Outcome != OutcomeOK || a.CapBytes != earned || !strings.Contains(a.Detail, "probed in place") {
+	if a := p1[0]; !a.Probe || a.WholeGPU || a.Outcome != record.OutcomeOK || a.CapBytes != earned || !strings.Contains(a.Detail, "probed in place") {
 		t.Fatalf("p1: want an in-place probe that finished under the %s cap it earned, got %+v", earned, a)
 	}
 	if !p1[0].Start.Before(n1[0].End) {
@@ -66,14 +68,14 @@ func TestProbeInPlace(t *testing.T) {
 func TestProbeAloneUnderMPS(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	o.Mode, o.StateDir, o.ProbeWindow = policy.ModeMPS, t.TempDir(), 300*time.Millisecond
 	res := runQueue(t, probeQueue(t), o)
 	if res.Completed != 3 {
 		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
 	}
 	n1, p1 := attemptsOf(res, "n1"), attemptsOf(res, "p1")
-	if len(p1) != 2 || !p1[0].Probe || !p1[0].WholeGPU || p1[0].Outcome != OutcomeProbe {
+	if len(p1) != 2 || !p1[0].Probe || !p1[0].WholeGPU || p1[0].Outcome != record.OutcomeProbe {
 		t.Fatalf("p1: want a probe window alone then a capped run, got %+v", p1)
 	}
 	if p1[0].Start.Before(n1[0].End) {
@@ -86,25 +88,25 @@ func TestProbeAloneUnderMPS(t *testing.T) {
 func TestProbeInPlaceLeaker(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := Queue{
-		Jobs: []Job{
+	q := queue.Queue{
+		Jobs: []queue.Job{
 			simJob(t, "n1", "known", "--peak", "4GiB", "--ramp", "50ms", "--hold", "1500ms", "--result", "$GPUFRAC_RESULT"),
 			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "12GiB", "--leak-rate", "8GiB"),
 		},
-		Templates: map[string]TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
+		Templates: map[string]queue.TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
 	}
 	q.Jobs[0].Result = "results/n1.json"
-	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
+	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
 	res := runQueue(t, q, o)
 	if res.Completed != 2 {
 		t.Fatalf("completed %d of 2: %+v", res.Completed, res.Attempts)
 	}
 	n1, lk := attemptsOf(res, "n1"), attemptsOf(res, "lk")
-	if len(n1) != 1 || n1[0].Outcome != OutcomeOK {
+	if len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
 		t.Fatalf("n1 was harmed: %+v", n1)
 	}
-	if got := outcomes(lk); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+	if got := outcomes(lk); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
 		t.Fatalf("leaker attempts %v, want [cap-violation ok]", got)
 	}
 	earned := size.Bytes(o.Policy.Units(o.Policy.Cap(1*size.GiB))) * o.Policy.UnitBytes
@@ -132,26 +134,26 @@ func TestProbeInPlaceLeaker(t *testing.T) {
 func TestRerunAloneWaitsForTheQueue(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := Queue{
-		Jobs: []Job{
+	q := queue.Queue{
+		Jobs: []queue.Job{
 			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms", "--leak-to", "12GiB", "--leak-rate", "8GiB"),
 			simJob(t, "g1", "good", "--peak", "2GiB", "--ramp", "50ms", "--hold", "600ms"),
 			simJob(t, "g2", "good", "--peak", "2GiB", "--ramp", "50ms", "--hold", "600ms"),
 			simJob(t, "g3", "good", "--peak", "2GiB", "--ramp", "50ms", "--hold", "600ms"),
 		},
-		Templates: map[string]TemplateSpec{
+		Templates: map[string]queue.TemplateSpec{
 			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
 			"good": {Name: "good", PeakBytes: 2 * size.GiB},
 		},
 	}
-	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
+	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 	o.Policy.MaxTasksPerGPU = 2
 	res := runQueue(t, q, o)
 	if res.Completed != 4 {
 		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
 	}
 	lk := attemptsOf(res, "lk")
-	if got := outcomes(lk); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) || !lk[1].WholeGPU {
+	if got := outcomes(lk); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) || !lk[1].WholeGPU {
 		t.Fatalf("leaker attempts %+v, want a violation then a re-run alone", lk)
 	}
 	for _, g := range []string{"g1", "g2", "g3"} {
@@ -167,20 +169,20 @@ func TestRerunAloneWaitsForTheQueue(t *testing.T) {
 func TestProbesShareAGPU(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := Queue{Jobs: []Job{
+	q := queue.Queue{Jobs: []queue.Job{
 		simJob(t, "a", "ta", "--peak", "3GiB", "--ramp", "50ms", "--hold", "800ms"),
 		simJob(t, "big", "tbig", "--peak", "50GiB", "--ramp", "200ms", "--hold", "300ms"),
 	}}
-	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
+	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 	res := runQueue(t, q, o)
 	if res.Completed != 2 {
 		t.Fatalf("completed %d of 2: %+v", res.Completed, res.Attempts)
 	}
 	a, big := attemptsOf(res, "a"), attemptsOf(res, "big")
-	if len(a) != 1 || !a[0].Probe || a[0].CapBytes != 39*size.GiB || a[0].Outcome != OutcomeOK {
+	if len(a) != 1 || !a[0].Probe || a[0].CapBytes != 39*size.GiB || a[0].Outcome != record.OutcomeOK {
 		t.Fatalf("a: want one probe under a 39GiB protective cap, got %+v", a)
 	}
-	if got := outcomes(big); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+	if got := outcomes(big); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
 		t.Fatalf("big: attempts %v, want [cap-violation ok]", got)
 	}
 	if !big[0].Probe || big[0].CapBytes != 39*size.GiB || !big[0].Start.Before(a[0].End) || !big[1].WholeGPU {
@@ -193,24 +195,24 @@ func TestProbesShareAGPU(t *testing.T) {
 // TestSchedProbeCapDecidesProbesAtOnce's (overlaps of real processes blur on a loaded machine).
 func TestProbeCap(t *testing.T) {
 	t.Parallel()
-	small := func(name string) Job {
+	small := func(name string) queue.Job {
 		return simJob(t, name, "t"+name, "--peak", "3GiB", "--ramp", "50ms", "--hold", "900ms")
 	}
 	for _, tc := range []struct {
 		name      string
-		templates map[string]TemplateSpec
+		templates map[string]queue.TemplateSpec
 		runCap    size.Bytes // Options.ProbeCap (--probe-cap)
 		wantCap   size.Bytes // of a's probe; budget 78GiB
 	}{
 		{"default: half the budget", nil, 0, 39 * size.GiB},
-		{"probe_cap over the budget", map[string]TemplateSpec{"ta": {Name: "ta", ProbeCapBytes: 500 * size.GiB}}, 0, 78 * size.GiB},
-		{"a template's probe_cap wins over the run's", map[string]TemplateSpec{"ta": {Name: "ta", ProbeCapBytes: 30 * size.GiB}}, 20 * size.GiB, 30 * size.GiB},
+		{"probe_cap over the budget", map[string]queue.TemplateSpec{"ta": {Name: "ta", ProbeCapBytes: 500 * size.GiB}}, 0, 78 * size.GiB},
+		{"a template's probe_cap wins over the run's", map[string]queue.TemplateSpec{"ta": {Name: "ta", ProbeCapBytes: 30 * size.GiB}}, 20 * size.GiB, 30 * size.GiB},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sim := newSim(t, "H100=80GiB")
-			q := Queue{Jobs: []Job{small("a"), small("b"), small("c")}, Templates: tc.templates}
-			o := withoutBorrowing(testOptions(t, sim, ArmPacked))
+			q := queue.Queue{Jobs: []queue.Job{small("a"), small("b"), small("c")}, Templates: tc.templates}
+			o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 			o.ProbeCap = tc.runCap
 			res := runQueue(t, q, o)
 			if res.Completed != 3 {
@@ -226,13 +228,13 @@ func TestProbeCap(t *testing.T) {
 	t.Run("outgrown", func(t *testing.T) {
 		t.Parallel()
 		sim := newSim(t, "H100=80GiB")
-		q := Queue{
-			Jobs:      []Job{simJob(t, "big", "tbig", "--peak", "12GiB", "--ramp", "200ms", "--hold", "300ms")},
-			Templates: map[string]TemplateSpec{"tbig": {Name: "tbig", ProbeCapBytes: 5 * size.GiB}},
+		q := queue.Queue{
+			Jobs:      []queue.Job{simJob(t, "big", "tbig", "--peak", "12GiB", "--ramp", "200ms", "--hold", "300ms")},
+			Templates: map[string]queue.TemplateSpec{"tbig": {Name: "tbig", ProbeCapBytes: 5 * size.GiB}},
 		}
-		res := runQueue(t, q, withoutBorrowing(testOptions(t, sim, ArmPacked)))
+		res := runQueue(t, q, withoutBorrowing(testOptions(t, sim, record.ArmPacked)))
 		big := attemptsOf(res, "big")
-		if got := outcomes(big); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+		if got := outcomes(big); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
 			t.Fatalf("big: attempts %v, want [cap-violation ok]", got)
 		}
 		if !big[0].Probe || big[0].CapBytes != 5*size.GiB || !big[1].WholeGPU {

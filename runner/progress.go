@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/report"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -41,7 +43,7 @@ func newProgress(w io.Writer, r *run) *progress {
 }
 
 func (p *progress) stamp() string {
-	return fmt.Sprintf("[%6.1fs]", time.Since(p.r.start).Seconds())
+	return fmt.Sprintf("[%6.1fs]", p.r.o.Now().Sub(p.r.start).Seconds())
 }
 
 // line prints one event line above the status line.
@@ -106,18 +108,18 @@ func (p *progress) started(a *active) {
 	p.line("%-8s %-20s GPU%d  %s", "start", l.job.Name, p.r.gpus[l.gpu].Index, what)
 }
 
-func (p *progress) finished(a *active, at Attempt) {
+func (p *progress) finished(a *active, at record.Attempt) {
 	tag := at.Outcome
 	msg := fmt.Sprintf("peak %s in %.1fs", at.PeakBytes, at.Duration().Seconds())
 	switch at.Outcome {
-	case OutcomeProbe:
+	case record.OutcomeProbe:
 		tag = "probed"
 		msg = fmt.Sprintf("peak %s in its first %s -> cap %s", at.PeakBytes, a.l.window, p.capFor(at.Template))
-	case OutcomeOK:
+	case record.OutcomeOK:
 		if at.Probe {
 			msg += fmt.Sprintf(" -> %q measured: cap %s", at.Template, p.capFor(at.Template))
 		}
-	case OutcomeCapViolation:
+	case record.OutcomeCapViolation:
 		tag = "CAP"
 		msg = fmt.Sprintf("broke its %s cap (peak %s)", at.CapBytes, at.PeakBytes)
 		if v := at.Violation; v != nil {
@@ -134,7 +136,7 @@ func (p *progress) finished(a *active, at Attempt) {
 		if !at.WholeGPU {
 			msg += "; " + neighbours(at) + "; it will re-run alone"
 		}
-	case OutcomeFailed:
+	case record.OutcomeFailed:
 		tag = "FAILED"
 		msg = fmt.Sprintf("exit %d after %.1fs: %s (log %s)", at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
 	}
@@ -208,19 +210,19 @@ func (p *progress) end() {
 }
 
 // summary prints the table of jobs and the totals.
-func (p *progress) summary(res *Result) {
+func (p *progress) summary(res *record.Result) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	WriteSummary(p.w, res)
 }
 
 // WriteSummary prints a result as a table of jobs and a few lines of totals.
-func WriteSummary(w io.Writer, res *Result) {
+func WriteSummary(w io.Writer, res *record.Result) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tTEMPLATE\tATTEMPTS\tOUTCOME\tGPU\tCAP\tPEAK\tTIME")
 	for _, j := range res.Jobs {
-		var last *Attempt
+		var last *record.Attempt
 		for i := range res.Attempts {
 			if res.Attempts[i].Job == j.Name {
 				last = &res.Attempts[i]
@@ -236,7 +238,7 @@ func WriteSummary(w io.Writer, res *Result) {
 		hist := make([]string, 0, j.Attempts)
 		for _, a := range res.Attempts {
 			if a.Job == j.Name {
-				hist = append(hist, a.Outcome)
+				hist = append(hist, string(a.Outcome))
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Template, strings.Join(hist, ","), j.Outcome, g, capS, peak, dur)
@@ -251,19 +253,19 @@ func WriteSummary(w io.Writer, res *Result) {
 				g.Index, g.Model, g.Completed, g.JobsPerGPUHour, g.Busy*100)
 		}
 	}
-	if res.ExclusiveEstimate > 0 && ms > 0 && res.Arm != ArmExclusive {
+	if res.ExclusiveEstimate > 0 && ms > 0 && res.Arm != record.ArmExclusive {
 		fmt.Fprintf(w, "one job at a time would take about %.1fs (from this run's alone runs): %.2fx the throughput\n",
 			res.ExclusiveEstimate.Seconds(), res.ExclusiveEstimate.Seconds()/ms.Seconds())
 	}
 	for _, a := range res.Attempts {
-		if a.Outcome != OutcomeCapViolation {
+		if a.Outcome != record.OutcomeCapViolation {
 			continue
 		}
 		how := a.Detail
 		if v := a.Violation; v != nil && !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 			how = fmt.Sprintf("%s, contained %.2fs after crossing", v.Action, v.ContainedAt.Sub(v.CrossedAt).Seconds())
 		}
-		final := ""
+		var final record.Outcome
 		for _, j := range res.Jobs {
 			if j.Name == a.Job {
 				final = j.Outcome
@@ -282,8 +284,8 @@ func WriteSummary(w io.Writer, res *Result) {
 		fmt.Fprintf(w, "GPU busy %.0f%% of the run (%s backend)\n", res.BusyFraction*100, res.Backend)
 	}
 	if res.OutDir != "" {
-		fmt.Fprintf(w, "results: %s, %s, logs in %s\n", filepath.Join(res.OutDir, ResultsFile),
-			filepath.Join(res.OutDir, AttemptsFile), filepath.Join(res.OutDir, "logs"))
-		fmt.Fprintf(w, "report:  %s\n", filepath.Join(res.OutDir, ReportFile))
+		fmt.Fprintf(w, "results: %s, %s, logs in %s\n", filepath.Join(res.OutDir, record.ResultsFile),
+			filepath.Join(res.OutDir, record.AttemptsFile), filepath.Join(res.OutDir, "logs"))
+		fmt.Fprintf(w, "report:  %s\n", filepath.Join(res.OutDir, report.File))
 	}
 }

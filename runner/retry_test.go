@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 )
 
 // A job that fails is started again only in the uncapped-retry arm, at most uncappedRetries
@@ -12,18 +15,18 @@ import (
 func TestUncappedRetry(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		arm       string
+		arm       record.Arm
 		job       string // "once": fails its first attempt only; "always": fails every attempt
-		want      []string
+		want      []record.Outcome
 		completed int
 	}{
-		{ArmUncapped, "once", []string{OutcomeFailed}, 0},
-		{ArmUncapped, "always", []string{OutcomeFailed}, 0},
-		{ArmUncappedRetry, "once", []string{OutcomeFailed, OutcomeOK}, 1},
-		{ArmUncappedRetry, "always", []string{OutcomeFailed, OutcomeFailed, OutcomeFailed, OutcomeFailed}, 0},
+		{record.ArmUncapped, "once", []record.Outcome{record.OutcomeFailed}, 0},
+		{record.ArmUncapped, "always", []record.Outcome{record.OutcomeFailed}, 0},
+		{record.ArmUncappedRetry, "once", []record.Outcome{record.OutcomeFailed, record.OutcomeOK}, 1},
+		{record.ArmUncappedRetry, "always", []record.Outcome{record.OutcomeFailed, record.OutcomeFailed, record.OutcomeFailed, record.OutcomeFailed}, 0},
 	}
 	for _, tc := range tests {
-		t.Run(tc.arm+"/"+tc.job, func(t *testing.T) {
+		t.Run(string(tc.arm)+"/"+tc.job, func(t *testing.T) {
 			t.Parallel()
 			sim := newSim(t, "H100=80GiB")
 			script := "exit 1"
@@ -32,7 +35,7 @@ func TestUncappedRetry(t *testing.T) {
 				script = `test -e "$1" || { touch "$1"; exit 1; }`
 			}
 			mark := filepath.Join(t.TempDir(), "failed-once")
-			q := Queue{Jobs: []Job{{Name: "j", Template: "t", Command: []string{"sh", "-c", script, "sh", mark}}}}
+			q := queue.Queue{Jobs: []queue.Job{{Name: "j", Template: "t", Command: []string{"sh", "-c", script, "sh", mark}}}}
 			res := runQueue(t, q, testOptions(t, sim, tc.arm))
 			if got := outcomes(res.Attempts); !slices.Equal(got, tc.want) {
 				t.Fatalf("attempts %v, want %v", got, tc.want)
@@ -45,7 +48,7 @@ func TestUncappedRetry(t *testing.T) {
 					t.Errorf("attempt %d numbered %d", i+1, a.Number)
 				}
 				retried := strings.Contains(a.Detail, "started again")
-				if want := tc.arm == ArmUncappedRetry && a.Outcome == OutcomeFailed && i < uncappedRetries; retried != want {
+				if want := tc.arm == record.ArmUncappedRetry && a.Outcome == record.OutcomeFailed && i < uncappedRetries; retried != want {
 					t.Errorf("attempt %d (%s): detail %q, want it to say it was started again: %v", i+1, a.Outcome, a.Detail, want)
 				}
 			}
@@ -57,11 +60,11 @@ func TestUncappedRetry(t *testing.T) {
 func TestUncappedRetryConcurrency(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	var jobs []Job
+	var jobs []queue.Job
 	for i := range 8 {
 		jobs = append(jobs, simJob(t, "j"+string(rune('a'+i)), "t", "--peak", "1GiB", "--ramp", "20ms", "--hold", "400ms"))
 	}
-	res := runQueue(t, Queue{Jobs: jobs}, testOptions(t, sim, ArmUncappedRetry))
+	res := runQueue(t, queue.Queue{Jobs: jobs}, testOptions(t, sim, record.ArmUncappedRetry))
 	if res.Completed != 8 {
 		t.Fatalf("completed %d of 8", res.Completed)
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -25,11 +27,11 @@ import (
 // Options configure one run of a queue.
 type Options struct {
 	// Arm is ArmPacked (default), ArmExclusive, ArmStatic, ArmUncapped or ArmUncappedRetry.
-	Arm string
+	Arm record.Arm
 	// Mode is the enforcement mode of the packed and static arms; empty = the policy's mode.
 	Mode policy.Mode
 	// Profiles is ProfilesWarm (default) or ProfilesCold.
-	Profiles string
+	Profiles record.Profiles
 	// Backend is the GPU backend; required.
 	Backend gpu.Backend
 	// StateDir holds the ledger (profiles survive between runs there). Empty keeps the ledger
@@ -73,186 +75,35 @@ type Options struct {
 	Borrow string
 	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = DefaultBorrowWait.
 	BorrowWait time.Duration
-}
-
-// Outcomes of an attempt.
-const (
-	OutcomeOK           = "ok"
-	OutcomeCapViolation = "cap-violation"
-	OutcomeFailed       = "failed"
-	// OutcomeProbe is a probe window that ended: the job runs again under its cap.
-	OutcomeProbe    = "probe"
-	OutcomeCanceled = "canceled"
-)
-
-// Attempt is one run of one job.
-type Attempt struct {
-	Job      string     `json:"job"`
-	Template string     `json:"template"`
-	Number   int        `json:"attempt"` // 1 for a job's first attempt
-	GPU      string     `json:"gpu"`
-	GPUIndex int        `json:"gpu_index"`
-	CapBytes size.Bytes `json:"cap_bytes"` // 0 when uncapped
-	Capped   bool       `json:"capped"`
-	WholeGPU bool       `json:"whole_gpu"`
-	Probe    bool       `json:"probe"`
-	Start    time.Time  `json:"start"`
-	End      time.Time  `json:"end"`
-	ExitCode int        `json:"exit_code"`
-	Outcome  string     `json:"outcome"`
-	// PeakBytes is the highest memory of the job's whole process tree, sampled at 50 Hz.
-	PeakBytes size.Bytes `json:"peak_bytes"`
-	Detail    string     `json:"detail,omitempty"`
-	// Violation is set when the enforcer caught the attempt above its cap.
-	Violation *ledger.Violation `json:"violation,omitempty"`
-	Log       string            `json:"log,omitempty"`
-	Result    string            `json:"result,omitempty"`
-	// Samples is the attempt's memory over time (downsampled to about 10 a second).
-	Samples []MemSample `json:"samples,omitempty"`
-	// CapChanges are the changes of the cap while the attempt ran (an in-place probe's
-	// protective cap lowered when its window ends); CapBytes is the cap after the last one.
-	CapChanges []CapChange `json:"cap_changes,omitempty"`
-}
-
-// CapChange is a cap lowered (or raised) in place while an attempt ran.
-type CapChange struct {
-	At   time.Time  `json:"at"`
-	From size.Bytes `json:"from_bytes"`
-	To   size.Bytes `json:"to_bytes"`
-}
-
-// capAt is the attempt's cap at time t.
-func (a Attempt) capAt(t time.Time) size.Bytes {
-	c := a.CapBytes
-	for i := len(a.CapChanges) - 1; i >= 0; i-- {
-		if t.Before(a.CapChanges[i].At) {
-			c = a.CapChanges[i].From
-		}
-	}
-	return c
-}
-
-// CapLabel is the attempt's cap for people, with its history when it changed in place:
-// "39GiB -> 5GiB". The terminal summary and the report say it the same way.
-func (a Attempt) CapLabel() string {
-	switch {
-	case a.WholeGPU:
-		return "whole GPU"
-	case !a.Capped:
-		return "none"
-	}
-	s := ""
-	for _, c := range a.CapChanges {
-		s += c.From.String() + " -> "
-	}
-	return s + a.CapBytes.String()
-}
-
-// Duration is how long the attempt ran.
-func (a Attempt) Duration() time.Duration { return a.End.Sub(a.Start) }
-
-// MemSample is an attempt's memory at one moment, in seconds since the run started.
-type MemSample struct {
-	T     float64    `json:"t"`
-	Bytes size.Bytes `json:"bytes"`
-}
-
-// JobResult is a job's final state.
-type JobResult struct {
-	Name     string `json:"name"`
-	Template string `json:"template"`
-	Outcome  string `json:"outcome"` // of the final attempt
-	Attempts int    `json:"attempts"`
-	ExitCode int    `json:"exit_code"`
-	Result   string `json:"result,omitempty"`
-}
-
-// GPUResult describes a GPU the run used.
-type GPUResult struct {
-	UUID        string     `json:"uuid"`
-	Index       int        `json:"index"`
-	Model       string     `json:"model"`
-	TotalBytes  size.Bytes `json:"total_bytes"`
-	BudgetBytes size.Bytes `json:"budget_bytes"`
-	Mode        string     `json:"mode"`
-	Busy        float64    `json:"busy_fraction"`
-	// Completed counts the jobs whose final attempt exited 0 on this GPU.
-	Completed int `json:"completed"`
-	// JobsPerGPUHour = Completed / makespan; the run's figure is the mean over its GPUs.
-	JobsPerGPUHour float64 `json:"jobs_per_gpu_hour"`
-}
-
-// Result is everything a run did.
-type Result struct {
-	Arm      string        `json:"arm"`
-	Mode     string        `json:"mode"`
-	Profiles string        `json:"profiles"`
-	Backend  string        `json:"backend"`
-	Driver   string        `json:"driver"`
-	Queue    string        `json:"queue,omitempty"`
-	Policy   policy.Policy `json:"policy"`
-	Start    time.Time     `json:"start"`
-	End      time.Time     `json:"end"`
-	GPUs     []GPUResult   `json:"gpus"`
-	Jobs     []JobResult   `json:"jobs"`
-	Attempts []Attempt     `json:"attempts"`
-	// BusyFraction is the mean GPU utilization during the run, 0 to 1.
-	BusyFraction float64 `json:"busy_fraction"`
-	// Use is where the makespan went: jobs running on average, time a job held a GPU alone.
-	Use TimeUse `json:"time_use"`
-	// Completed counts jobs whose final attempt exited 0.
-	Completed int `json:"completed"`
-	// JobsPerGPUHour = Completed / (makespan x GPUs used).
-	JobsPerGPUHour float64 `json:"jobs_per_gpu_hour"`
-	// ExclusiveEstimate is the makespan one-job-at-a-time would take, from this run's alone
-	// attempts per template; zero when some template never ran alone here.
-	ExclusiveEstimate time.Duration `json:"exclusive_estimate,omitempty"`
-	Violations        int           `json:"violations"`
-	// Collateral counts attempts that failed during a GPU-wide event and were re-run.
-	Collateral int `json:"collateral"`
-	// GPUEvents are the enforcer's GPU-wide events during the run (GPU marked unhealthy).
-	GPUEvents []GPUEvent `json:"gpu_events,omitempty"`
-	OutDir    string     `json:"out_dir"`
-}
-
-// Makespan is the time from the first job's start to the last job's exit.
-func (r *Result) Makespan() time.Duration {
-	var first, last time.Time
-	for _, a := range r.Attempts {
-		if first.IsZero() || a.Start.Before(first) {
-			first = a.Start
-		}
-		if a.End.After(last) {
-			last = a.End
-		}
-	}
-	if first.IsZero() {
-		return 0
-	}
-	return last.Sub(first)
+	// Now is the run's clock where time decides or is recorded: attempts' starts and ends, the
+	// give-up after stuckAfter with nothing running, a probe's cap change; nil = time.Now.
+	// Tests drive it to prove rules a wall clock could only prove by waiting. Timers and
+	// tickers (sampling, probe windows, the watchdog's wait) stay on the wall clock: they pace
+	// real processes.
+	Now func() time.Time
 }
 
 // ErrOptions is wrapped by option errors.
 var ErrOptions = errors.New("invalid run options")
 
-func (o *Options) fill(q Queue) error {
+func (o *Options) fill(q queue.Queue) error {
 	if o.Arm == "" {
 		o.Arm = q.Arm
 	}
 	if o.Arm == "" {
-		o.Arm = ArmPacked
+		o.Arm = record.ArmPacked
 	}
-	if !slices.Contains(Arms, o.Arm) {
-		return fmt.Errorf("%w: arm %q: want one of %q", ErrOptions, o.Arm, Arms)
+	if err := o.Arm.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if o.Profiles == "" {
 		o.Profiles = q.Profiles
 	}
 	if o.Profiles == "" {
-		o.Profiles = ProfilesWarm
+		o.Profiles = record.ProfilesWarm
 	}
-	if o.Profiles != ProfilesCold && o.Profiles != ProfilesWarm {
-		return fmt.Errorf("%w: profiles %q: want %q or %q", ErrOptions, o.Profiles, ProfilesCold, ProfilesWarm)
+	if err := o.Profiles.Check(); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if o.Policy.Name == "" {
 		if q.Policy != nil {
@@ -288,6 +139,9 @@ func (o *Options) fill(q Queue) error {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -295,7 +149,7 @@ func (o *Options) fill(q Queue) error {
 		o.SampleInterval = probe.DefaultInterval
 	}
 	if o.StopGrace <= 0 {
-		o.StopGrace = probe.DefaultStopGrace
+		o.StopGrace = probe.DefaultStopGraceJob
 	}
 	if o.Self == "" {
 		if exe, err := os.Executable(); err == nil {
@@ -308,18 +162,18 @@ func (o *Options) fill(q Queue) error {
 // modeOf is the mode the run's GPUs are put in: arms without caps need no MPS daemon.
 func (o *Options) modeOf() policy.Mode {
 	switch o.Arm {
-	case ArmPacked, ArmStatic:
+	case record.ArmPacked, record.ArmStatic:
 		return o.Policy.Mode
 	}
 	return policy.ModeIsolated
 }
 
 // enforced says whether the arm runs the watchdog.
-func (o *Options) enforced() bool { return o.Arm == ArmPacked || o.Arm == ArmStatic }
+func (o *Options) enforced() bool { return o.Arm.Enforced() }
 
 // Run executes the queue and returns what happened. Results are written to o.OutDir even when
 // the run is interrupted (ctx ends): jobs are then stopped and recorded as canceled.
-func Run(ctx context.Context, q Queue, o Options) (*Result, error) {
+func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) {
 	if err := o.fill(q); err != nil {
 		return nil, err
 	}
@@ -357,12 +211,12 @@ func Run(ctx context.Context, q Queue, o Options) (*Result, error) {
 // run is one execution of a queue.
 type run struct {
 	o     Options
-	q     Queue
+	q     queue.Queue
 	log   hclog.Logger
 	led   *ledger.Ledger
 	guard guard
 	s     *sched
-	gpus  map[string]GPUResult
+	gpus  map[string]record.GPUResult
 	prog  *progress
 	// fenceNote says whether the allocation fence is on and why; borrowNote the same of
 	// borrowing.
@@ -372,7 +226,7 @@ type run struct {
 
 	mu       sync.Mutex
 	active   map[*active]bool
-	attempts []Attempt
+	attempts []record.Attempt
 	busy     map[string][]int
 	wide     gpuEvents // GPU-wide events, for collateral failures
 
@@ -382,9 +236,9 @@ type run struct {
 	wg       sync.WaitGroup
 }
 
-func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
+func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	log := o.Logger.Named("runner")
-	r := &run{o: o, q: q, log: log, gpus: map[string]GPUResult{}, active: map[*active]bool{},
+	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{},
 		busy: map[string][]int{}, done: make(chan *active, 64), recap: make(chan *active, 64)}
 	lopts := ledger.Options{Logger: o.Logger, NoPersist: o.StateDir == ""}
 	if !lopts.NoPersist {
@@ -456,7 +310,7 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 			r.log.Warn("GPU already holds reservations from another process; they count against its budget",
 				"gpu", u, "reservations", len(st.Reservations))
 		}
-		r.gpus[u] = GPUResult{UUID: u, Index: st.Index, Model: st.Model, TotalBytes: st.TotalBytes,
+		r.gpus[u] = record.GPUResult{UUID: u, Index: st.Index, Model: st.Model, TotalBytes: st.TotalBytes,
 			BudgetBytes: st.BudgetBytes, Mode: string(mode)}
 	}
 	if o.enforced() {
@@ -470,24 +324,23 @@ func newRun(ctx context.Context, q Queue, o Options) (*run, error) {
 	for i, j := range q.Jobs {
 		jobs[i] = &jobState{Job: j, idx: i}
 	}
-	r.s = newSched(o.Arm, o.Policy, led, uuids, jobs, o.MaxConcurrent, log)
-	r.s.window = o.ProbeWindow
-	r.s.probeCap = o.ProbeCap
-	r.s.probeInPlace = o.Arm == ArmPacked && mode == policy.ModeIsolated && r.guard != nil
+	sc := schedConfig{Arm: o.Arm, Policy: o.Policy, Ledger: led, GPUs: uuids, MaxTotal: o.MaxConcurrent, Logger: log,
+		Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
+		ProbeInPlace: o.Arm == record.ArmPacked && mode == policy.ModeIsolated && r.guard != nil}
 	if r.borrows && r.guard != nil {
-		r.s.lender = r.guard
+		sc.Lender = r.guard
 	}
 	for name, t := range q.Templates {
-		r.s.templates[name] = t
 		if t.PeakBytes > 0 {
-			r.s.peaks[name] = t.PeakBytes
+			sc.Peaks[name] = t.PeakBytes
 		}
 	}
-	if o.Profiles == ProfilesWarm {
+	if o.Profiles == record.ProfilesWarm {
 		for _, p := range led.Profiles() {
-			r.s.peaks[p.Template] = p.PeakBytes
+			sc.Peaks[p.Template] = p.PeakBytes
 		}
 	}
+	r.s = newSchedFrom(sc, jobs)
 	ok = true
 	return r, nil
 }

@@ -18,6 +18,9 @@ import (
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/report"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -27,12 +30,12 @@ func TestMain(m *testing.M) {
 }
 
 // simJob is a job that re-executes this test binary as a simulated GPU job.
-func simJob(t testing.TB, name, template string, args ...string) Job {
+func simJob(t testing.TB, name, template string, args ...string) queue.Job {
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Job{Name: name, Template: template, Command: append([]string{exe}, args...),
+	return queue.Job{Name: name, Template: template, Command: append([]string{exe}, args...),
 		Env: map[string]string{simjob.EnvChild: "1"}}
 }
 
@@ -45,7 +48,7 @@ func newSim(t testing.TB, gpus ...string) *gpu.Simulated {
 	return s
 }
 
-func testOptions(t testing.TB, b gpu.Backend, arm string) Options {
+func testOptions(t testing.TB, b gpu.Backend, arm record.Arm) Options {
 	p := policy.Default()
 	p.WatchdogInterval = 20 * time.Millisecond
 	return Options{Arm: arm, Backend: b, OutDir: t.TempDir(), Policy: p, SampleInterval: 10 * time.Millisecond,
@@ -59,7 +62,7 @@ func withoutBorrowing(o Options) Options {
 	return o
 }
 
-func runQueue(t *testing.T, q Queue, o Options) *Result {
+func runQueue(t *testing.T, q queue.Queue, o Options) *record.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -71,7 +74,7 @@ func runQueue(t *testing.T, q Queue, o Options) *Result {
 }
 
 // maxOverlap is the largest number of attempts that ran at the same moment.
-func maxOverlap(atts []Attempt) int {
+func maxOverlap(atts []record.Attempt) int {
 	type ev struct {
 		t     time.Time
 		delta int
@@ -94,8 +97,8 @@ func maxOverlap(atts []Attempt) int {
 	return best
 }
 
-func attemptsOf(res *Result, job string) []Attempt {
-	var out []Attempt
+func attemptsOf(res *record.Result, job string) []record.Attempt {
+	var out []record.Attempt
 	for _, a := range res.Attempts {
 		if a.Job == job {
 			out = append(out, a)
@@ -104,8 +107,8 @@ func attemptsOf(res *Result, job string) []Attempt {
 	return out
 }
 
-func outcomes(atts []Attempt) []string {
-	var out []string
+func outcomes(atts []record.Attempt) []record.Outcome {
+	var out []record.Outcome
 	for _, a := range atts {
 		out = append(out, a.Outcome)
 	}
@@ -116,13 +119,13 @@ func TestColdProbeThenWarmReuse(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
 	state := t.TempDir()
-	q := Queue{Jobs: []Job{
+	q := queue.Queue{Jobs: []queue.Job{
 		simJob(t, "a1", "small", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
 		simJob(t, "a2", "small", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
 		simJob(t, "a3", "small", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms"),
 	}}
-	o := withoutBorrowing(testOptions(t, sim, ArmPacked))
-	o.StateDir, o.Profiles = state, ProfilesCold
+	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
+	o.StateDir, o.Profiles = state, record.ProfilesCold
 	cold := runQueue(t, q, o)
 	if cold.Completed != 3 {
 		t.Fatalf("cold run completed %d of 3: %+v", cold.Completed, cold.Jobs)
@@ -130,7 +133,7 @@ func TestColdProbeThenWarmReuse(t *testing.T) {
 	// Isolated mode probes in place, under a protective cap of half the 78GiB budget. The
 	// template's other jobs still wait for the probe.
 	first := attemptsOf(cold, "a1")
-	if len(first) != 1 || !first[0].Probe || first[0].WholeGPU || first[0].CapBytes != 39*size.GiB || first[0].Outcome != OutcomeOK {
+	if len(first) != 1 || !first[0].Probe || first[0].WholeGPU || first[0].CapBytes != 39*size.GiB || first[0].Outcome != record.OutcomeOK {
 		t.Fatalf("a1 should be one completed probe under a 39GiB protective cap, got %+v", first)
 	}
 	// The probe sees the whole 2GiB (simjob's peak includes its context).
@@ -155,8 +158,8 @@ func TestColdProbeThenWarmReuse(t *testing.T) {
 		t.Fatalf("profiles after the cold run: %+v", snap.Profiles)
 	}
 
-	o2 := withoutBorrowing(testOptions(t, sim, ArmPacked))
-	o2.StateDir, o2.Profiles = state, ProfilesWarm
+	o2 := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
+	o2.StateDir, o2.Profiles = state, record.ProfilesWarm
 	warm := runQueue(t, q, o2)
 	if warm.Completed != 3 {
 		t.Fatalf("warm run completed %d of 3", warm.Completed)
@@ -176,12 +179,12 @@ func TestPackingAdmitsWhileCapsFit(t *testing.T) {
 	// Budget 20GiB - 2GiB headroom = 18GiB; cap of a 2GiB peak = 2GiB x 1.15 + 1.5GB -> 4 units:
 	// four jobs fit (16GiB), the fifth and sixth wait.
 	sim := newSim(t, "A100=20GiB")
-	var jobs []Job
+	var jobs []queue.Job
 	for _, n := range []string{"j1", "j2", "j3", "j4", "j5", "j6"} {
 		jobs = append(jobs, simJob(t, n, "t", "--peak", "2GiB", "--ramp", "50ms", "--hold", "500ms"))
 	}
-	q := Queue{Jobs: jobs, Templates: map[string]TemplateSpec{"t": {Name: "t", PeakBytes: 2 * size.GiB}}}
-	o := testOptions(t, sim, ArmPacked)
+	q := queue.Queue{Jobs: jobs, Templates: map[string]queue.TemplateSpec{"t": {Name: "t", PeakBytes: 2 * size.GiB}}}
+	o := testOptions(t, sim, record.ArmPacked)
 	res := runQueue(t, q, o)
 	if res.Completed != 6 {
 		t.Fatalf("completed %d of 6", res.Completed)
@@ -207,20 +210,20 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 		t.Run(string(mode)+"/fence-"+c.fence, func(t *testing.T) {
 			t.Parallel()
 			sim := newSim(t, "H100=80GiB")
-			q := Queue{
-				Jobs: []Job{
+			q := queue.Queue{
+				Jobs: []queue.Job{
 					simJob(t, "good1", "good", "--peak", "4GiB", "--ramp", "50ms", "--hold", "900ms", "--result", "$GPUFRAC_RESULT"),
 					simJob(t, "leaker", "leak", "--peak", "2GiB", "--ramp", "50ms", "--hold", "100ms", "--leak-to", "12GiB", "--leak-rate", "8GiB"),
 					simJob(t, "good2", "good", "--peak", "4GiB", "--ramp", "50ms", "--hold", "900ms", "--result", "$GPUFRAC_RESULT"),
 				},
-				Templates: map[string]TemplateSpec{
+				Templates: map[string]queue.TemplateSpec{
 					"good": {Name: "good", PeakBytes: 4 * size.GiB},
 					"leak": {Name: "leak", PeakBytes: 2 * size.GiB},
 				},
 			}
 			q.Jobs[0].Result = "results/good1.json"
 			q.Jobs[2].Result = "results/good2.json"
-			o := withoutBorrowing(testOptions(t, sim, ArmPacked))
+			o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 			o.Mode = mode
 			o.Fence = c.fence
 			o.StateDir = t.TempDir()
@@ -229,7 +232,7 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 				t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
 			}
 			l := attemptsOf(res, "leaker")
-			if got := outcomes(l); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+			if got := outcomes(l); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
 				t.Fatalf("leaker attempts %v, want [cap-violation ok]", got)
 			}
 			if l[0].WholeGPU || !l[1].WholeGPU {
@@ -255,7 +258,7 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 			}
 			for _, name := range []string{"good1", "good2"} {
 				a := attemptsOf(res, name)
-				if len(a) != 1 || a[0].Outcome != OutcomeOK || a[0].ExitCode != 0 {
+				if len(a) != 1 || a[0].Outcome != record.OutcomeOK || a[0].ExitCode != 0 {
 					t.Errorf("%s was affected by the leaker: %+v", name, a)
 				}
 				if _, err := os.Stat(a[0].Result); err != nil {
@@ -285,24 +288,24 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 func TestArmConcurrency(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		arm      string
+		arm      record.Arm
 		jobs     int
 		want     int
 		wantCapF func(budget size.Bytes) size.Bytes // expected cap of every attempt
 	}{
-		{ArmExclusive, 3, 1, func(size.Bytes) size.Bytes { return 0 }},
-		{ArmStatic, 4, 2, func(b size.Bytes) size.Bytes { return b / 2 }},
-		{ArmUncapped, 8, 6, func(size.Bytes) size.Bytes { return 0 }},
+		{record.ArmExclusive, 3, 1, func(size.Bytes) size.Bytes { return 0 }},
+		{record.ArmStatic, 4, 2, func(b size.Bytes) size.Bytes { return b / 2 }},
+		{record.ArmUncapped, 8, 6, func(size.Bytes) size.Bytes { return 0 }},
 	}
 	for _, tc := range tests {
-		t.Run(tc.arm, func(t *testing.T) {
+		t.Run(string(tc.arm), func(t *testing.T) {
 			t.Parallel()
 			sim := newSim(t, "H100=80GiB")
-			var jobs []Job
+			var jobs []queue.Job
 			for i := range tc.jobs {
 				jobs = append(jobs, simJob(t, "j"+string(rune('a'+i)), "t", "--peak", "1GiB", "--ramp", "20ms", "--hold", "400ms"))
 			}
-			res := runQueue(t, Queue{Jobs: jobs}, testOptions(t, sim, tc.arm))
+			res := runQueue(t, queue.Queue{Jobs: jobs}, testOptions(t, sim, tc.arm))
 			if res.Completed != tc.jobs {
 				t.Fatalf("completed %d of %d", res.Completed, tc.jobs)
 			}
@@ -325,30 +328,30 @@ func TestArmConcurrency(t *testing.T) {
 func TestOutputsAreWrittenAndParse(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := Queue{Jobs: []Job{
+	q := queue.Queue{Jobs: []queue.Job{
 		simJob(t, "x", "t", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms"),
 		simJob(t, "y", "t", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms"),
 		simJob(t, "bad", "u", "--peak", "1GiB", "--hold", "1s", "--fail-after", "100ms"),
 	}}
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	var progress bytes.Buffer
 	o.Progress = &progress
 	res := runQueue(t, q, o)
 	if res.Completed != 2 {
 		t.Fatalf("completed %d, want 2 (bad fails)", res.Completed)
 	}
-	data, err := os.ReadFile(filepath.Join(o.OutDir, ResultsFile))
+	data, err := os.ReadFile(filepath.Join(o.OutDir, record.ResultsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back Result
+	var back record.Result
 	if err := json.Unmarshal(data, &back); err != nil {
 		t.Fatalf("results.json does not parse: %v", err)
 	}
-	if back.Arm != ArmPacked || len(back.Attempts) != len(res.Attempts) || back.Backend != gpu.KindSimulated {
+	if back.Arm != record.ArmPacked || len(back.Attempts) != len(res.Attempts) || back.Backend != gpu.KindSimulated {
 		t.Errorf("results.json: arm %q, %d attempts, backend %q", back.Arm, len(back.Attempts), back.Backend)
 	}
-	f, err := os.Open(filepath.Join(o.OutDir, AttemptsFile))
+	f, err := os.Open(filepath.Join(o.OutDir, record.AttemptsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,19 +360,19 @@ func TestOutputsAreWrittenAndParse(t *testing.T) {
 	if err != nil {
 		t.Fatalf("attempts.csv does not parse: %v", err)
 	}
-	if len(rows) != len(res.Attempts)+1 || !slices.Equal(rows[0], CSVHeader) {
+	if len(rows) != len(res.Attempts)+1 || !slices.Equal(rows[0], record.CSVHeader) {
 		t.Fatalf("attempts.csv: %d rows (want %d) header %v", len(rows), len(res.Attempts)+1, rows[0])
 	}
-	var badOutcome string
+	var badOutcome record.Outcome
 	for _, r := range rows[1:] {
 		if r[0] == "bad" {
-			badOutcome = r[13]
+			badOutcome = record.Outcome(r[13])
 		}
 	}
-	if badOutcome != OutcomeFailed {
+	if badOutcome != record.OutcomeFailed {
 		t.Errorf("bad job's outcome in the CSV is %q, want failed", badOutcome)
 	}
-	html, err := os.ReadFile(filepath.Join(o.OutDir, ReportFile))
+	html, err := os.ReadFile(filepath.Join(o.OutDir, report.File))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +392,7 @@ func TestOutputsAreWrittenAndParse(t *testing.T) {
 func TestRunRejectsBadOptions(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := Queue{Jobs: []Job{{Name: "a", Template: "a", Command: []string{"true"}}}}
+	q := queue.Queue{Jobs: []queue.Job{{Name: "a", Template: "a", Command: []string{"true"}}}}
 	tests := []struct {
 		name string
 		mod  func(*Options)
@@ -404,7 +407,7 @@ func TestRunRejectsBadOptions(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := testOptions(t, sim, ArmPacked)
+			o := testOptions(t, sim, record.ArmPacked)
 			tc.mod(&o)
 			_, err := Run(context.Background(), q, o)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -417,12 +420,12 @@ func TestRunRejectsBadOptions(t *testing.T) {
 func TestInterruptStopsJobsAndStillWritesResults(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := Queue{Jobs: []Job{
+	q := queue.Queue{Jobs: []queue.Job{
 		simJob(t, "long1", "t", "--peak", "1GiB", "--hold", "30s"),
 		simJob(t, "long2", "t", "--peak", "1GiB", "--hold", "30s"),
 		{Name: "missing", Template: "m", Command: []string{"/no/such/program"}},
 	}}
-	o := testOptions(t, sim, ArmUncapped)
+	o := testOptions(t, sim, record.ArmUncapped)
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -433,14 +436,14 @@ func TestInterruptStopsJobsAndStillWritesResults(t *testing.T) {
 	if time.Since(start) > 10*time.Second {
 		t.Fatalf("stopping took %s: SIGINT should end simulated jobs at once", time.Since(start))
 	}
-	got := map[string]string{}
+	got := map[string]record.Outcome{}
 	for _, a := range res.Attempts {
 		got[a.Job] = a.Outcome
 	}
-	if got["long1"] != OutcomeCanceled || got["long2"] != OutcomeCanceled || got["missing"] != OutcomeFailed {
+	if got["long1"] != record.OutcomeCanceled || got["long2"] != record.OutcomeCanceled || got["missing"] != record.OutcomeFailed {
 		t.Fatalf("outcomes %v", got)
 	}
-	if _, err := os.Stat(filepath.Join(o.OutDir, ResultsFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(o.OutDir, record.ResultsFile)); err != nil {
 		t.Fatal(err)
 	}
 	procs, _ := sim.Processes(context.Background(), res.GPUs[0].UUID)
@@ -458,17 +461,17 @@ func TestWrapperOfAStoppedViolatorIsEnded(t *testing.T) {
 	}
 	// A launcher that outlives its GPU process when that process is killed.
 	script := exe + " --peak 2GiB --ramp 50ms --hold 100ms --leak-to 12GiB --leak-rate 8GiB || sleep 30"
-	q := Queue{
-		Jobs:      []Job{{Name: "wrapped", Template: "w", Command: []string{"sh", "-c", script}, Env: map[string]string{simjob.EnvChild: "1"}}},
-		Templates: map[string]TemplateSpec{"w": {Name: "w", PeakBytes: 2 * size.GiB}},
+	q := queue.Queue{
+		Jobs:      []queue.Job{{Name: "wrapped", Template: "w", Command: []string{"sh", "-c", script}, Env: map[string]string{simjob.EnvChild: "1"}}},
+		Templates: map[string]queue.TemplateSpec{"w": {Name: "w", PeakBytes: 2 * size.GiB}},
 	}
 	start := time.Now()
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	// The fence would fail the leak inside the GPU process and the launcher's "|| sleep" would
 	// swallow it: this test is about what the watchdog's stop does to a wrapper.
 	o.Fence = FenceOff
 	res := runQueue(t, q, o)
-	if got := outcomes(res.Attempts); !slices.Equal(got, []string{OutcomeCapViolation, OutcomeOK}) {
+	if got := outcomes(res.Attempts); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
 		t.Fatalf("attempts %v, want [cap-violation ok]", got)
 	}
 	if d := res.Attempts[0].Duration(); d > 10*time.Second {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -23,7 +24,7 @@ const RunStatusFile = "run.json"
 type RunStatus struct {
 	PID       int         `json:"pid"`
 	Queue     string      `json:"queue"`
-	Arm       string      `json:"arm"`
+	Arm       record.Arm  `json:"arm"`
 	OutDir    string      `json:"out_dir"`
 	Start     time.Time   `json:"start"`
 	UpdatedAt time.Time   `json:"updated_at"`
@@ -82,7 +83,7 @@ func (s *sched) waitReason(j *jobState, maxBudget size.Bytes) string {
 func (p *progress) runStatus(perGPU map[string]int, used map[string]size.Bytes) RunStatus {
 	r := p.r
 	st := RunStatus{PID: os.Getpid(), Queue: r.q.Path, Arm: r.o.Arm, OutDir: r.o.OutDir, Start: r.start,
-		UpdatedAt: time.Now().UTC(), Jobs: len(r.s.jobs), Waits: []WaitGroup{}, GPUs: []RunGPU{}}
+		UpdatedAt: r.o.Now().UTC(), Jobs: len(r.s.jobs), Waits: []WaitGroup{}, GPUs: []RunGPU{}}
 	var maxBudget size.Bytes
 	for _, g := range r.led.States() {
 		if _, ok := r.gpus[g.UUID]; !ok {
@@ -96,7 +97,7 @@ func (p *progress) runStatus(perGPU map[string]int, used map[string]size.Bytes) 
 		switch {
 		case j.done:
 			st.Done++
-			if j.final != OutcomeOK {
+			if j.final != record.OutcomeOK {
 				st.Failed++
 			}
 		case j.running:

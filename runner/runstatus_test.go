@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 )
 
 // A run publishes its progress in its state directory while it runs, with what its waiting jobs
@@ -12,11 +15,11 @@ import (
 func TestRunPublishesItsProgress(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
-	q := Queue{Jobs: []Job{
+	q := queue.Queue{Jobs: []queue.Job{
 		simJob(t, "first", "t", "--peak", "1GiB", "--ramp", "50ms", "--hold", "1500ms"),
 		simJob(t, "second", "t", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms"),
 	}}
-	o := testOptions(t, sim, ArmPacked)
+	o := testOptions(t, sim, record.ArmPacked)
 	o.StateDir = t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -40,7 +40,7 @@ func (r *run) sampleGPU(ctx context.Context, g string) {
 			}
 			continue
 		}
-		t := time.Since(r.start).Seconds()
+		t := r.o.Now().Sub(r.start).Seconds()
 		for _, a := range here {
 			a.record(probe.Sum(procs, a.tree), t)
 		}

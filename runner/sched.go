@@ -2,39 +2,16 @@ package runner
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
-)
-
-// Arms: the admission rules of the benchmark (docs/run.md).
-const (
-	// ArmExclusive runs one job at a time per GPU with the whole GPU and no cap.
-	ArmExclusive = "exclusive"
-	// ArmPacked admits jobs while their measured caps fit, enforced in the policy's mode.
-	ArmPacked = "packed"
-	// ArmStatic splits each GPU into 2 equal slots: every job's cap is half the budget.
-	ArmStatic = "static"
-	// ArmUncapped runs up to max_tasks_per_gpu jobs at once with no caps and no watchdog.
-	ArmUncapped = "uncapped"
-	// ArmUncappedRetry is ArmUncapped where a job whose attempt failed is started again, up to
-	// uncappedRetries times: what a team without caps but with a retry loop runs instead.
-	ArmUncappedRetry = "uncapped-retry"
-)
-
-// Arms lists every arm.
-var Arms = []string{ArmExclusive, ArmPacked, ArmStatic, ArmUncapped, ArmUncappedRetry}
-
-// Footprint profile choices.
-const (
-	// ProfilesCold ignores stored profiles: the first job of each template is its probe.
-	ProfilesCold = "cold"
-	// ProfilesWarm reuses each template's stored profile and probes only templates without one.
-	ProfilesWarm = "warm"
 )
 
 // staticSlots is how many equal memory slots the static arm splits a GPU into.
@@ -42,7 +19,7 @@ const staticSlots = 2
 
 // jobState is one job's progress through the run.
 type jobState struct {
-	Job
+	queue.Job
 	idx      int
 	attempts int
 	// whole is set after a cap violation: the job's next attempt has a GPU to itself.
@@ -53,7 +30,7 @@ type jobState struct {
 	retries int
 	running bool
 	done    bool
-	final   string // outcome of the last attempt once done
+	final   record.Outcome // outcome of the last attempt once done
 }
 
 type needKind int
@@ -86,14 +63,14 @@ type launch struct {
 // sched decides which jobs start where. It touches the ledger but no processes, so its cost is
 // measured apart (BenchmarkAdmitQueue). It is used from one goroutine.
 type sched struct {
-	arm       string
+	arm       record.Arm
 	pol       policy.Policy
 	led       *ledger.Ledger
 	gpus      []string
 	perGPU    int
 	maxTotal  int
 	jobs      []*jobState
-	templates map[string]TemplateSpec
+	templates map[string]queue.TemplateSpec
 	// peaks are the footprints known now: stored profiles (warm), declared peaks, this run's
 	// probes and violations.
 	peaks    map[string]size.Bytes
@@ -119,17 +96,49 @@ type sched struct {
 	frozen map[string]bool
 }
 
-func newSched(arm string, pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
+// schedConfig is what a scheduler is built from; the run fills it once, and from then on the
+// scheduler changes only through its methods (next, finished, learned, recapped, ...).
+type schedConfig struct {
+	Arm    record.Arm
+	Policy policy.Policy
+	Ledger *ledger.Ledger
+	GPUs   []string
+	// MaxTotal bounds the jobs running at once on all GPUs; 0 = the arm's rule.
+	MaxTotal int
+	Logger   hclog.Logger
+	// Window and ProbeCap are the run's default probe window and protective cap.
+	Window   time.Duration
+	ProbeCap size.Bytes
+	// ProbeInPlace lets probes run beside other jobs (sched.probeInPlace).
+	ProbeInPlace bool
+	// Lender, when set, lets packed jobs borrow past their caps.
+	Lender lender
+	// Templates are the queue's template specs; Peaks the footprints known before the run
+	// (declared peaks, stored profiles).
+	Templates map[string]queue.TemplateSpec
+	Peaks     map[string]size.Bytes
+}
+
+// newSchedFrom builds the scheduler of a run.
+func newSchedFrom(c schedConfig, jobs []*jobState) *sched {
+	s := newSched(c.Arm, c.Policy, c.Ledger, c.GPUs, jobs, c.MaxTotal, c.Logger)
+	s.window, s.probeCap, s.probeInPlace, s.lender = c.Window, c.ProbeCap, c.ProbeInPlace, c.Lender
+	maps.Copy(s.templates, c.Templates)
+	maps.Copy(s.peaks, c.Peaks)
+	return s
+}
+
+func newSched(arm record.Arm, pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
 	s := &sched{
 		arm: arm, pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log,
-		templates: map[string]TemplateSpec{}, peaks: map[string]size.Bytes{},
+		templates: map[string]queue.TemplateSpec{}, peaks: map[string]size.Bytes{},
 		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
 		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{},
 	}
 	switch arm {
-	case ArmExclusive:
+	case record.ArmExclusive:
 		s.perGPU = 1
-	case ArmStatic:
+	case record.ArmStatic:
 		s.perGPU = min(staticSlots, pol.MaxTasksPerGPU)
 	default:
 		s.perGPU = pol.MaxTasksPerGPU
@@ -150,11 +159,11 @@ func (s *sched) capOf(t string) (size.Bytes, bool) {
 
 func (s *sched) need(j *jobState, maxBudget size.Bytes) (needKind, size.Bytes) {
 	switch s.arm {
-	case ArmExclusive:
+	case record.ArmExclusive:
 		return needWhole, 0
-	case ArmUncapped, ArmUncappedRetry:
+	case record.ArmUncapped, record.ArmUncappedRetry:
 		return needSlot, 0
-	case ArmStatic:
+	case record.ArmStatic:
 		if j.whole {
 			return needWhole, 0
 		}
@@ -242,7 +251,7 @@ func (s *sched) next() []launch {
 				continue
 			}
 			delete(s.drainFor, g)
-			l := launch{job: j, gpu: g, res: res, whole: true, capped: s.arm != ArmExclusive}
+			l := launch{job: j, gpu: g, res: res, whole: true, capped: s.arm != record.ArmExclusive}
 			if kind == needProbe {
 				l.probe = true
 				l.window = s.probeWindow(j.Template)
@@ -253,7 +262,7 @@ func (s *sched) next() []launch {
 			for _, g := range s.candidates(states) {
 				st := states[g]
 				c := capBytes
-				if s.arm == ArmStatic {
+				if s.arm == record.ArmStatic {
 					c = size.Bytes(st.Units/staticSlots) * st.UnitBytes
 				}
 				var res ledger.Reservation
@@ -262,7 +271,7 @@ func (s *sched) next() []launch {
 					res = ledger.Reservation{GPU: g, CapBytes: wholeBytes(st)}
 				} else {
 					var ok bool
-					if res, ok = s.admit(g, c, j, states, s.arm == ArmPacked); !ok {
+					if res, ok = s.admit(g, c, j, states, s.arm == record.ArmPacked); !ok {
 						continue
 					}
 				}
@@ -478,12 +487,37 @@ func (s *sched) sharedPending(j *jobState, maxBudget size.Bytes) bool {
 	return false
 }
 
+// learned records a template's footprint, measured by a probe: its jobs are admitted under the
+// cap it earns from now on, and nobody probes it any more.
+func (s *sched) learned(t string, peak size.Bytes) { s.peaks[t] = peak }
+
+// raised records that a template needs at least peak (a broken cap, a re-run alone): the
+// footprint only ever goes up this way.
+func (s *sched) raised(t string, peak size.Bytes) { s.peaks[t] = max(s.peaks[t], peak) }
+
+// probeEnded frees template t for a new probe if j was probing it.
+func (s *sched) probeEnded(t string, j *jobState) {
+	if s.prober[t] == j {
+		delete(s.prober, t)
+	}
+}
+
+// fenceSync brings a GPU's fence table up to date at once when jobs may borrow: a borrower
+// waiting for memory gets the guarantee a job that ended held now, not at the watchdog's next
+// pass.
+func (s *sched) fenceSync(g string) {
+	if s.lender == nil {
+		return
+	}
+	if st, err := s.led.State(g); err == nil {
+		_ = s.lender.SyncFence(st)
+	}
+}
+
 // recapped records the footprint an in-place probe showed in its window: the template's other
 // jobs are admitted under the cap it earned, while the probe itself runs on under that cap.
 func (s *sched) recapped(l *launch, res ledger.Reservation, peak size.Bytes) {
-	s.peaks[l.job.Template] = peak
-	if s.prober[l.job.Template] == l.job {
-		delete(s.prober, l.job.Template)
-	}
+	s.learned(l.job.Template, peak)
+	s.probeEnded(l.job.Template, l.job)
 	l.res = res
 }

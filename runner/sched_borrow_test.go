@@ -7,6 +7,8 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -35,7 +37,7 @@ func (f *fakeLender) SyncFence(st ledger.GPUState) error {
 func borrowSched(t *testing.T, lend *fakeLender, jobs ...*jobState) (*sched, *ledger.Ledger, string) {
 	t.Helper()
 	led, uuid := memLedger(t, 80*size.GiB)
-	s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.probeInPlace = true
 	if lend != nil {
 		s.lender = lend
@@ -47,7 +49,7 @@ func borrowSched(t *testing.T, lend *fakeLender, jobs ...*jobState) (*sched, *le
 func known(names ...string) []*jobState {
 	var out []*jobState
 	for _, n := range names {
-		out = append(out, &jobState{Job: Job{Name: n, Template: "t"}})
+		out = append(out, &jobState{Job: queue.Job{Name: n, Template: "t"}})
 	}
 	return out
 }
@@ -55,7 +57,7 @@ func known(names ...string) []*jobState {
 // A probe that borrows holds a context's worth, not half the GPU: every job whose cap is known
 // starts beside it, and the probe may grow to the GPU's budget.
 func TestSchedBorrowingProbeHoldsNothingBack(t *testing.T) {
-	probeJob := &jobState{Job: Job{Name: "p", Template: "p"}}
+	probeJob := &jobState{Job: queue.Job{Name: "p", Template: "p"}}
 	for _, tc := range []struct {
 		name  string
 		lend  *fakeLender

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -12,16 +14,16 @@ import (
 // the scheduler's decision alone: tested here over no processes, where a loaded machine cannot
 // blur which probes overlapped (TestProbeCap runs the same queues as real processes).
 func TestSchedProbeCapDecidesProbesAtOnce(t *testing.T) {
-	capped := func(caps map[string]size.Bytes) map[string]TemplateSpec {
-		specs := map[string]TemplateSpec{}
+	capped := func(caps map[string]size.Bytes) map[string]queue.TemplateSpec {
+		specs := map[string]queue.TemplateSpec{}
 		for tm, c := range caps {
-			specs[tm] = TemplateSpec{Name: tm, ProbeCapBytes: c}
+			specs[tm] = queue.TemplateSpec{Name: tm, ProbeCapBytes: c}
 		}
 		return specs
 	}
 	for _, tc := range []struct {
 		name      string
-		templates map[string]TemplateSpec
+		templates map[string]queue.TemplateSpec
 		runCap    size.Bytes   // Options.ProbeCap (--probe-cap)
 		wantCaps  []size.Bytes // of the probes started at once; budget 78GiB
 	}{
@@ -37,8 +39,8 @@ func TestSchedProbeCapDecidesProbesAtOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			led, uuid := memLedger(t, 80*size.GiB)
-			jobs := []*jobState{{Job: Job{Name: "a", Template: "ta"}}, {Job: Job{Name: "b", Template: "tb"}}, {Job: Job{Name: "c", Template: "tc"}}}
-			s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+			jobs := []*jobState{{Job: queue.Job{Name: "a", Template: "ta"}}, {Job: queue.Job{Name: "b", Template: "tb"}}, {Job: queue.Job{Name: "c", Template: "tc"}}}
+			s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 			s.probeInPlace, s.probeCap = true, tc.runCap
 			for n, spec := range tc.templates {
 				s.templates[n] = spec

@@ -6,6 +6,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -39,12 +41,12 @@ func names(ls []launch) []string {
 func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
 	led, uuid := memLedger(t, 80*size.GiB) // budget 78GiB
 	jobs := []*jobState{
-		{Job: Job{Name: "a", Template: "t"}},
-		{Job: Job{Name: "b", Template: "t"}},
-		{Job: Job{Name: "big", Template: "big"}},
-		{Job: Job{Name: "c", Template: "t"}},
+		{Job: queue.Job{Name: "a", Template: "t"}},
+		{Job: queue.Job{Name: "b", Template: "t"}},
+		{Job: queue.Job{Name: "big", Template: "big"}},
+		{Job: queue.Job{Name: "c", Template: "t"}},
 	}
-	s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["t"] = 10 * size.GiB // cap 13GiB
 	first := s.next()
 	// "big" has no footprint: it must be probed alone, so it drains the GPU; "c" is not
@@ -82,11 +84,11 @@ func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
 func TestSchedBackfillsSmallerJobs(t *testing.T) {
 	led, uuid := memLedger(t, 40*size.GiB) // budget 38GiB
 	jobs := []*jobState{
-		{Job: Job{Name: "m1", Template: "m"}},
-		{Job: Job{Name: "m2", Template: "m"}},
-		{Job: Job{Name: "s1", Template: "s"}},
+		{Job: queue.Job{Name: "m1", Template: "m"}},
+		{Job: queue.Job{Name: "m2", Template: "m"}},
+		{Job: queue.Job{Name: "s1", Template: "s"}},
 	}
-	s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["m"] = 20 * size.GiB // cap 24.4GiB -> 25 units: one fits, the second does not
 	s.peaks["s"] = 2 * size.GiB  // cap 4GiB
 	got := names(s.next())
@@ -99,9 +101,9 @@ func TestSchedRespectsMaxConcurrent(t *testing.T) {
 	led, uuid := memLedger(t, 140*size.GiB)
 	var jobs []*jobState
 	for i := range 5 {
-		jobs = append(jobs, &jobState{Job: Job{Name: fmt.Sprint("j", i), Template: "t"}})
+		jobs = append(jobs, &jobState{Job: queue.Job{Name: fmt.Sprint("j", i), Template: "t"}})
 	}
-	s := newSched(ArmUncapped, policy.Default(), led, []string{uuid}, jobs, 2, hclog.NewNullLogger())
+	s := newSched(record.ArmUncapped, policy.Default(), led, []string{uuid}, jobs, 2, hclog.NewNullLogger())
 	if got := s.next(); len(got) != 2 {
 		t.Fatalf("admitted %d with MaxConcurrent 2", len(got))
 	}
@@ -114,9 +116,9 @@ func BenchmarkAdmitQueue(b *testing.B) {
 	peaks := []size.Bytes{14 * size.GiB, 20 * size.GiB, 18 * size.GiB, 8 * size.GiB, 6 * size.GiB, 24 * size.GiB, 5 * size.GiB, 2 * size.GiB}
 	var jobs []*jobState
 	for i := range 12 {
-		jobs = append(jobs, &jobState{Job: Job{Name: fmt.Sprint("job", i), Template: fmt.Sprint("t", i%8)}})
+		jobs = append(jobs, &jobState{Job: queue.Job{Name: fmt.Sprint("job", i), Template: fmt.Sprint("t", i%8)}})
 	}
-	s := newSched(ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	for i, p := range peaks {
 		s.peaks[fmt.Sprint("t", i)] = p
 	}

@@ -16,7 +16,7 @@ targets=(
 	"./policy FuzzDecodeTemplate 50000x"
 	"./ledger FuzzParseInstanceID 50000x"
 	"./ledger FuzzLoad 1000x"
-	"./runner FuzzParseQueue 20000x"
+	"./queue FuzzParseQueue 20000x"
 	"./nomad-device/deviceplugin FuzzParseConfig 20000x"
 )
 for t in "${targets[@]}"; do

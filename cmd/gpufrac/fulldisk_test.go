@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/ledger"
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/record"
 )
 
 // fullDisk is the shell commands that fill the disk under the ledger in state, from inside a
@@ -144,15 +144,15 @@ template "t" {
 	if code := b.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("exit %d once the disk had room:\n%s", code, log.String())
 	}
-	var res runner.Result
-	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(out, runner.ResultsFile))), &res); err != nil {
+	var res record.Result
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(out, record.ResultsFile))), &res); err != nil {
 		t.Fatal(err)
 	}
 	if len(res.Jobs) != 2 {
 		t.Fatalf("results for %d jobs, want fill and after", len(res.Jobs))
 	}
 	for _, j := range res.Jobs {
-		if j.Outcome != runner.OutcomeOK {
+		if j.Outcome != record.OutcomeOK {
 			t.Errorf("job %s: %s, want ok", j.Name, j.Outcome)
 		}
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/record"
 )
 
 // bgRun is `gpufrac run` as a child process, as a terminal starts it.
@@ -128,12 +128,12 @@ func TestRunSurvivesALostTerminal(t *testing.T) {
 	if rs := reservations(t, c.state); len(rs) != 0 {
 		t.Errorf("reservations left behind: %+v", rs)
 	}
-	data, err := os.ReadFile(filepath.Join(out, runner.ResultsFile))
+	data, err := os.ReadFile(filepath.Join(out, record.ResultsFile))
 	if err != nil {
 		t.Fatalf("no results after SIGHUP: %v", err)
 	}
-	var res runner.Result
-	if err := json.Unmarshal(data, &res); err != nil || len(res.Jobs) != 1 || res.Jobs[0].Outcome != runner.OutcomeCanceled {
+	var res record.Result
+	if err := json.Unmarshal(data, &res); err != nil || len(res.Jobs) != 1 || res.Jobs[0].Outcome != record.OutcomeCanceled {
 		t.Fatalf("results %+v, %v: want the job canceled", res.Jobs, err)
 	}
 }

@@ -11,7 +11,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/report"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -244,7 +245,7 @@ job "b" {
 	if _, err := os.Stat(filepath.Join(outDir, "results", "a.json")); err != nil {
 		t.Errorf("job a's result: %v", err)
 	}
-	for _, f := range []string{runner.ResultsFile, runner.AttemptsFile, runner.ReportFile} {
+	for _, f := range []string{record.ResultsFile, record.AttemptsFile, report.File} {
 		if _, err := os.Stat(filepath.Join(outDir, f)); err != nil {
 			t.Error(err)
 		}

@@ -8,13 +8,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/report"
 	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -64,7 +66,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		}
 		pcap = c
 	}
-	q, err := runner.LoadQueue(fs.Arg(0))
+	q, err := queue.Load(fs.Arg(0))
 	if err != nil {
 		return err
 	}
@@ -78,7 +80,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		progress = stderr
 	}
 	o := runner.Options{
-		Arm: *arm, Mode: policy.Mode(*mode), Profiles: *profiles, Backend: b,
+		Arm: record.Arm(*arm), Mode: policy.Mode(*mode), Profiles: record.Profiles(*profiles), Backend: b,
 		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
 		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
 		Fence: *ff.mode, FenceLibrary: *ff.library, Borrow: *borrow, BorrowWait: *borrowWait,
@@ -105,9 +107,9 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 			a = q.Arm
 		}
 		if a == "" {
-			a = runner.ArmPacked
+			a = record.ArmPacked
 		}
-		o.OutDir = filepath.Join("gpufrac-results", time.Now().Format("20060102-150405")+"-"+a)
+		o.OutDir = filepath.Join("gpufrac-results", time.Now().Format("20060102-150405")+"-"+string(a))
 	}
 	res, err := runner.Run(ctx, q, o)
 	if res != nil && *asJSON {
@@ -122,7 +124,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	}
 	if res.Completed < len(res.Jobs) {
 		return fmt.Errorf("%d of %d jobs did not complete (see %s)", len(res.Jobs)-res.Completed, len(res.Jobs),
-			filepath.Join(res.OutDir, runner.ReportFile))
+			filepath.Join(res.OutDir, report.File))
 	}
 	return nil
 }
@@ -130,12 +132,16 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 // checkRunFlags refuses bad values of run's flags as usage errors (exit 2), before anything runs.
 func checkRunFlags(arm, mode, profiles string, maxConc int, window time.Duration) error {
 	switch {
-	case arm != "" && !slices.Contains(runner.Arms, arm):
-		return usagef("--arm %q: want one of %s", arm, strings.Join(runner.Arms, ", "))
+	case arm != "" && record.Arm(arm).Check() != nil:
+		names := make([]string, len(record.Arms))
+		for i, a := range record.Arms {
+			names[i] = string(a)
+		}
+		return usagef("--arm %q: want one of %s", arm, strings.Join(names, ", "))
 	case mode != "" && mode != string(policy.ModeMPS) && mode != string(policy.ModeIsolated):
 		return usagef("--mode %q: want mps or isolated", mode)
-	case profiles != "" && profiles != runner.ProfilesWarm && profiles != runner.ProfilesCold:
-		return usagef("--profiles %q: want %s or %s", profiles, runner.ProfilesWarm, runner.ProfilesCold)
+	case profiles != "" && record.Profiles(profiles).Check() != nil:
+		return usagef("--profiles %q: want %s or %s", profiles, record.ProfilesWarm, record.ProfilesCold)
 	case maxConc < 0:
 		return usagef("--max-concurrent %d: want 0 (the arm's rule) or more", maxConc)
 	case window < 0:
@@ -146,7 +152,7 @@ func checkRunFlags(arm, mode, profiles string, maxConc int, window time.Duration
 
 // templatesFromStore fills the queue's templates with footprints declared in the policy store
 // (gpufrac_template in Terraform, or an earlier `gpufrac probe`), when the queue does not.
-func templatesFromStore(ctx context.Context, g *globals, sf *storeFlags, q *runner.Queue) error {
+func templatesFromStore(ctx context.Context, g *globals, sf *storeFlags, q *queue.Queue) error {
 	st, where, err := sf.open(g)
 	if err != nil {
 		return err
@@ -175,7 +181,7 @@ func templatesFromStore(ctx context.Context, g *globals, sf *storeFlags, q *runn
 			spec.CapBytes = t.CapOverrideBytes
 		}
 		if q.Templates == nil {
-			q.Templates = map[string]runner.TemplateSpec{}
+			q.Templates = map[string]queue.TemplateSpec{}
 		}
 		q.Templates[j.Template] = spec
 	}

@@ -1,4 +1,4 @@
-package runner
+package queue
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -42,12 +43,12 @@ func TestParseQueueErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseQueue([]byte(tc.src), "q.hcl")
+			_, err := Parse([]byte(tc.src), "q.hcl")
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if !errors.Is(err, ErrQueue) {
-				t.Errorf("error %v does not wrap ErrQueue", err)
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error %v does not wrap ErrInvalid", err)
 			}
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
@@ -96,11 +97,11 @@ job "plain" {
 	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	q, err := LoadQueue(path)
+	q, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q.Arm != ArmStatic || q.Profiles != ProfilesCold || q.Mode != policy.ModeMPS {
+	if q.Arm != record.ArmStatic || q.Profiles != record.ProfilesCold || q.Mode != policy.ModeMPS {
 		t.Errorf("arm %q profiles %q mode %q", q.Arm, q.Profiles, q.Mode)
 	}
 	if len(q.SimulatedGPUs) != 1 || q.SimulatedGPUs[0] != "2xH100=80GiB" {
@@ -134,7 +135,7 @@ job "plain" {
 }
 
 func TestDemoQueueParses(t *testing.T) {
-	q, err := LoadQueue(filepath.Join("..", "examples", "queues", "demo.hcl"))
+	q, err := Load(filepath.Join("..", "examples", "queues", "demo.hcl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package runner
+package queue
 
 import (
 	"errors"
@@ -20,22 +20,22 @@ func FuzzParseQueue(f *testing.F) {
 		f.Add(src)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		q, err := ParseQueue([]byte(src), "fuzz.hcl")
+		q, err := Parse([]byte(src), "fuzz.hcl")
 		if err != nil {
-			if !errors.Is(err, ErrQueue) || !strings.Contains(err.Error(), "fuzz.hcl") {
-				t.Fatalf("ParseQueue(%q): error %q is not a queue error naming the file", src, err)
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "fuzz.hcl") {
+				t.Fatalf("Parse(%q): error %q is not a queue error naming the file", src, err)
 			}
 			return
 		}
 		if len(q.Jobs) == 0 {
-			t.Fatalf("ParseQueue(%q) accepted a queue with no jobs", src)
+			t.Fatalf("Parse(%q) accepted a queue with no jobs", src)
 		}
 		for _, j := range q.Jobs {
 			if !nameRE.MatchString(j.Name) || !nameRE.MatchString(j.Template) || len(j.Command) == 0 {
-				t.Fatalf("ParseQueue(%q) accepted job %+v", src, j)
+				t.Fatalf("Parse(%q) accepted job %+v", src, j)
 			}
 			if j.Result == ".." || strings.HasPrefix(j.Result, "../") {
-				t.Fatalf("ParseQueue(%q) accepted result %q outside the results directory", src, j.Result)
+				t.Fatalf("Parse(%q) accepted result %q outside the results directory", src, j.Result)
 			}
 		}
 	})

@@ -1,9 +1,4 @@
-// Package runner is the local queue executor behind `gpufrac run`: it reads a queue of jobs,
-// measures or reuses each template's footprint, admits jobs through the ledger while their caps
-// fit, runs them under the enforcer, re-runs a job that breaks its cap alone on a whole GPU, and
-// writes what happened as JSON, CSV and an HTML report. It is also the benchmark harness: each
-// benchmark arm is a set of admission rules (see Arm).
-package runner
+package queue
 
 import (
 	"errors"
@@ -11,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -28,13 +25,13 @@ type Job struct {
 	Name     string
 	Template string
 	// Command is the program and its arguments. A first word of "gpufrac" means the running
-	// gpufrac binary (Options.Self), so queue files can use `gpufrac simjob` wherever they run.
+	// gpufrac binary (runner.Options.Self), so queue files can use `gpufrac simjob` wherever they run.
 	Command []string
 	Env     map[string]string
-	// Dir is the working directory (absolute after LoadQueue); empty means the runner's.
+	// Dir is the working directory (absolute after Load); empty means the runner's.
 	Dir string
 	// Result is the file the job writes its result to; a relative path is inside the results
-	// directory (Options.OutDir). The job receives the absolute path as $GPUFRAC_RESULT, and
+	// directory (runner.Options.OutDir). The job receives the absolute path as $GPUFRAC_RESULT, and
 	// "$GPUFRAC_RESULT" in its command is replaced by it.
 	Result string
 }
@@ -63,8 +60,8 @@ type Queue struct {
 	Policy    *policy.Policy
 	Templates map[string]TemplateSpec
 	// Arm, Profiles and Mode are the queue file's defaults; command-line flags win.
-	Arm      string
-	Profiles string
+	Arm      record.Arm
+	Profiles record.Profiles
 	Mode     policy.Mode
 	// SimulatedGPUs is used when the simulated backend runs and nothing else configures it.
 	SimulatedGPUs []string
@@ -118,17 +115,17 @@ type fileJob struct {
 
 var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_.~-]{1,64}$`)
 
-// LoadQueue reads and validates a queue file. Errors name the file, line and bad value.
-func LoadQueue(path string) (Queue, error) {
+// Load reads and validates a queue file. Errors name the file, line and bad value.
+func Load(path string) (Queue, error) {
 	src, err := os.ReadFile(path)
 	if err != nil {
 		return Queue{}, fmt.Errorf("queue file: %w", err)
 	}
-	return ParseQueue(src, path)
+	return Parse(src, path)
 }
 
-// ParseQueue parses queue source; filename is used in errors and to resolve relative paths.
-func ParseQueue(src []byte, filename string) (Queue, error) {
+// Parse parses queue source; filename is used in errors and to resolve relative paths.
+func Parse(src []byte, filename string) (Queue, error) {
 	p := hclparse.NewParser()
 	f, diags := p.ParseHCL(src, filename)
 	if diags.HasErrors() {
@@ -146,8 +143,8 @@ func ParseQueue(src []byte, filename string) (Queue, error) {
 	}
 	d := &decoder{}
 	q := Queue{Path: filename, Templates: map[string]TemplateSpec{}}
-	q.Arm = d.oneOf(fq.Arm, "arm", Arms)
-	q.Profiles = d.oneOf(fq.Profiles, "profiles", []string{ProfilesCold, ProfilesWarm})
+	q.Arm = oneOf(d, fq.Arm, "arm", record.Arms)
+	q.Profiles = oneOf(d, fq.Profiles, "profiles", record.ProfileChoices)
 	if fq.GPUs != nil {
 		q.SimulatedGPUs = d.strList(fq.GPUs.Simulated, "simulated")
 	}
@@ -226,13 +223,13 @@ func absFrom(base, p string) string {
 	return filepath.Join(base, p)
 }
 
-// ErrQueue is wrapped by every queue file error.
-var ErrQueue = errors.New("invalid queue file")
+// ErrInvalid is wrapped by every queue file error.
+var ErrInvalid = errors.New("invalid queue file")
 
-// QueueError carries every problem found in a queue file, each with its position.
-type QueueError struct{ Diags hcl.Diagnostics }
+// Error carries every problem found in a queue file, each with its position.
+type Error struct{ Diags hcl.Diagnostics }
 
-func (e *QueueError) Error() string {
+func (e *Error) Error() string {
 	s := ""
 	for i, d := range e.Diags {
 		if d.Severity != hcl.DiagError {
@@ -253,10 +250,10 @@ func (e *QueueError) Error() string {
 	return s
 }
 
-// Is makes errors.Is(err, ErrQueue) true.
-func (e *QueueError) Is(target error) bool { return target == ErrQueue }
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
 
-func diagError(d hcl.Diagnostics) error { return &QueueError{Diags: d} }
+func diagError(d hcl.Diagnostics) error { return &Error{Diags: d} }
 
 // decoder turns attribute expressions into values, collecting diagnostics that point at them.
 type decoder struct{ diags hcl.Diagnostics }
@@ -312,17 +309,16 @@ func (d *decoder) str(expr hcl.Expression, name string) string {
 	return v.AsString()
 }
 
-func (d *decoder) oneOf(expr hcl.Expression, name string, allowed []string) string {
-	s := d.str(expr, name)
+// oneOf is a string attribute that must be one of allowed (a method cannot be generic).
+func oneOf[T ~string](d *decoder, expr hcl.Expression, name string, allowed []T) T {
+	s := T(d.str(expr, name))
 	if s == "" {
 		return ""
 	}
-	for _, a := range allowed {
-		if s == a {
-			return s
-		}
+	if slices.Contains(allowed, s) {
+		return s
 	}
-	d.add(expr.Range(), "Invalid value", fmt.Sprintf("%s = %q: must be one of %q", name, s, allowed))
+	d.add(expr.Range(), "Invalid value", fmt.Sprintf("%s = %q: must be one of %q", name, string(s), allowed))
 	return ""
 }
 

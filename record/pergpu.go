@@ -1,4 +1,4 @@
-package runner
+package record
 
 // perGPUTotals fills each GPU's Completed (jobs whose final attempt exited 0 on that GPU) and
 // JobsPerGPUHour (those jobs over the run's makespan). The run's JobsPerGPUHour is their mean:

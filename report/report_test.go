@@ -1,4 +1,4 @@
-package runner
+package report
 
 import (
 	"fmt"
@@ -7,28 +7,29 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
 // bigResult is a queue of n jobs of six templates run six at a time on one GPU, each with a
 // dozen memory samples, and one failure in every thousand.
-func bigResult(n int) *Result {
+func bigResult(n int) *record.Result {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	g := GPUResult{UUID: "GPU-0", Model: "H100", TotalBytes: 80 * size.GiB, BudgetBytes: 78 * size.GiB, Mode: "isolated"}
-	res := &Result{Arm: ArmPacked, Backend: "simulated", Policy: policy.Default(), Start: t0, GPUs: []GPUResult{g}, OutDir: "/out"}
+	g := record.GPUResult{UUID: "GPU-0", Model: "H100", TotalBytes: 80 * size.GiB, BudgetBytes: 78 * size.GiB, Mode: "isolated"}
+	res := &record.Result{Arm: record.ArmPacked, Backend: "simulated", Policy: policy.Default(), Start: t0, GPUs: []record.GPUResult{g}, OutDir: "/out"}
 	for i := 0; i < n; i++ {
 		start := t0.Add(time.Duration(i/6) * 10 * time.Second)
-		a := Attempt{Job: fmt.Sprintf("job-%05d", i), Template: fmt.Sprintf("tmpl-%d", i%6), Number: 1, GPU: g.UUID,
-			CapBytes: 12 * size.GiB, Capped: true, Start: start, End: start.Add(9 * time.Second), Outcome: OutcomeOK,
+		a := record.Attempt{Job: fmt.Sprintf("job-%05d", i), Template: fmt.Sprintf("tmpl-%d", i%6), Number: 1, GPU: g.UUID,
+			CapBytes: 12 * size.GiB, Capped: true, Start: start, End: start.Add(9 * time.Second), Outcome: record.OutcomeOK,
 			PeakBytes: 10 * size.GiB, Log: fmt.Sprintf("logs/job-%05d.1.log", i)}
 		if i%1000 == 999 {
-			a.Outcome, a.ExitCode = OutcomeFailed, 1
+			a.Outcome, a.ExitCode = record.OutcomeFailed, 1
 		}
 		for k := 0; k < 12; k++ {
-			a.Samples = append(a.Samples, MemSample{T: start.Sub(t0).Seconds() + float64(k)*0.75, Bytes: size.Bytes(k) * size.GiB})
+			a.Samples = append(a.Samples, record.MemSample{T: start.Sub(t0).Seconds() + float64(k)*0.75, Bytes: size.Bytes(k) * size.GiB})
 		}
 		res.Attempts = append(res.Attempts, a)
-		res.Jobs = append(res.Jobs, JobResult{Name: a.Job, Template: a.Template, Outcome: a.Outcome, Attempts: 1})
+		res.Jobs = append(res.Jobs, record.JobResult{Name: a.Job, Template: a.Template, Outcome: a.Outcome, Attempts: 1})
 	}
 	return res
 }
@@ -37,7 +38,7 @@ func bigResult(n int) *Result {
 // bounded table, every failure still listed.
 func TestReportOfABigQueueStaysSmall(t *testing.T) {
 	res := bigResult(10_000)
-	page, err := renderReport(res)
+	page, err := Render(res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,10 +69,10 @@ func TestReportOfABigQueueStaysSmall(t *testing.T) {
 
 func TestLaneRowsShareRowsWithoutOverlap(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(job string, from, to int) Attempt {
-		return Attempt{Job: job, Template: "t", Start: t0.Add(time.Duration(from) * time.Second), End: t0.Add(time.Duration(to) * time.Second)}
+	at := func(job string, from, to int) record.Attempt {
+		return record.Attempt{Job: job, Template: "t", Start: t0.Add(time.Duration(from) * time.Second), End: t0.Add(time.Duration(to) * time.Second)}
 	}
-	var atts []Attempt
+	var atts []record.Attempt
 	for i := 0; i < laneAttempts; i++ { // pairs that overlap, one pair after another
 		atts = append(atts, at(fmt.Sprint("a", i), i/2*10, i/2*10+8))
 	}
@@ -89,28 +90,6 @@ func TestLaneRowsShareRowsWithoutOverlap(t *testing.T) {
 	}
 	if small := laneRows(atts[:3]); len(small) != 3 || small[1].label != "a1 #0" {
 		t.Errorf("a small run: %d rows, second labelled %q; want one row per attempt", len(small), small[1].label)
-	}
-}
-
-func TestCapLabel(t *testing.T) {
-	now := time.Now()
-	tests := []struct {
-		a    Attempt
-		want string
-	}{
-		{Attempt{Capped: true, CapBytes: 9 * size.GiB}, "9GiB"},
-		{Attempt{Capped: true, WholeGPU: true, CapBytes: 78 * size.GiB}, "whole GPU"},
-		{Attempt{}, "none"},
-		{Attempt{Capped: true, CapBytes: 5 * size.GiB, CapChanges: []CapChange{{At: now, From: 39 * size.GiB, To: 5 * size.GiB}}}, "39GiB -> 5GiB"},
-	}
-	for _, tt := range tests {
-		if got := tt.a.CapLabel(); got != tt.want {
-			t.Errorf("CapLabel(%+v) = %q, want %q", tt.a, got, tt.want)
-		}
-	}
-	a := tests[3].a
-	if a.capAt(now.Add(-time.Second)) != 39*size.GiB || a.capAt(now) != 5*size.GiB {
-		t.Errorf("capAt: %s before the change, %s at it", a.capAt(now.Add(-time.Second)), a.capAt(now))
 	}
 }
 

@@ -1,4 +1,4 @@
-package runner
+package report
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -28,12 +29,12 @@ const (
 func xOf(t, end float64) float64 { return plotLeft + math.Max(0, math.Min(1, t/end))*plotWidth }
 
 // memAt is an attempt's measured memory at run time t (step interpolation of its samples).
-func memAt(a Attempt, t float64) size.Bytes {
+func memAt(a record.Attempt, t float64) size.Bytes {
 	s := a.Samples
 	if len(s) == 0 {
 		return 0
 	}
-	i, _ := slices.BinarySearchFunc(s, t, func(m MemSample, t float64) int {
+	i, _ := slices.BinarySearchFunc(s, t, func(m record.MemSample, t float64) int {
 		switch {
 		case m.T < t:
 			return -1
@@ -54,8 +55,8 @@ func memAt(a Attempt, t float64) size.Bytes {
 // reservedAt is what an attempt holds of the budget at time t: its cap then, or the budget
 // for a job alone or uncapped; never less than what it uses (a job above its cap until the
 // enforcer stops it).
-func reservedAt(a Attempt, t time.Time, used size.Bytes, budget size.Bytes) size.Bytes {
-	r := a.capAt(t)
+func reservedAt(a record.Attempt, t time.Time, used size.Bytes, budget size.Bytes) size.Bytes {
+	r := a.CapAt(t)
 	if a.WholeGPU || !a.Capped {
 		r = budget
 	}
@@ -65,7 +66,7 @@ func reservedAt(a Attempt, t time.Time, used size.Bytes, budget size.Bytes) size
 // memoryChart stacks, per attempt on one GPU, its used memory (solid) and the rest of its
 // reservation (pale) over time, on a GiB axis, with the budget and the total as lines and a
 // marker where a cap changed in place.
-func memoryChart(atts []Attempt, g GPUResult, t0 time.Time, end float64, runStart time.Time, cols map[string]string) string {
+func memoryChart(atts []record.Attempt, g record.GPUResult, t0 time.Time, end float64, runStart time.Time, cols map[string]string) string {
 	var b strings.Builder
 	h := chartH + axisH
 	fmt.Fprintf(&b, `<svg width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" xmlns="http://www.w3.org/2000/svg" font-size="11" data-chart="memory">`, svgWidth, h, svgWidth, h)
@@ -120,8 +121,8 @@ func memoryChart(atts []Attempt, g GPUResult, t0 time.Time, end float64, runStar
 		}
 		col := cols[a.Template]
 		stroke := "none"
-		if a.Outcome == OutcomeCapViolation {
-			stroke = outcomeColour[OutcomeCapViolation]
+		if a.Outcome == record.OutcomeCapViolation {
+			stroke = outcomeColour[record.OutcomeCapViolation]
 		}
 		tip := fmt.Sprintf("%s #%d (%s): cap %s, peak %s, %s", a.Job, a.Number, a.Template, a.CapLabel(), a.PeakBytes, outcomeName(a))
 		// Pale band: from the used top up to the reservation's top.
@@ -152,7 +153,7 @@ func memoryChart(atts []Attempt, g GPUResult, t0 time.Time, end float64, runStar
 // templateBands is the memory chart of a big run: per template, the sum of its attempts' used
 // memory (solid) and reservations (pale), stacked, so the page stays small and the chart
 // readable however many jobs ran.
-func templateBands(b *strings.Builder, atts []Attempt, g GPUResult, t0 time.Time, end, off float64, cols map[string]string, yOf func(float64) float64) {
+func templateBands(b *strings.Builder, atts []record.Attempt, g record.GPUResult, t0 time.Time, end, off float64, cols map[string]string, yOf func(float64) float64) {
 	step := end / chartSteps
 	var order []string
 	used, reserved := map[string][]float64{}, map[string][]float64{}
@@ -210,12 +211,12 @@ func reversed(s []string) []string {
 // laneRow is one row of the lanes: a label and the attempts drawn in it.
 type laneRow struct {
 	label string
-	atts  []Attempt
+	atts  []record.Attempt
 }
 
 // laneRows is one row per attempt for a small run; past laneAttempts, one group of rows per
 // template, where an attempt takes the first row free at its start.
-func laneRows(atts []Attempt) []laneRow {
+func laneRows(atts []record.Attempt) []laneRow {
 	if len(atts) <= laneAttempts {
 		rows := make([]laneRow, len(atts))
 		for i, a := range atts {
@@ -225,12 +226,12 @@ func laneRows(atts []Attempt) []laneRow {
 			} else if a.WholeGPU {
 				label += " (alone)"
 			}
-			rows[i] = laneRow{label, []Attempt{a}}
+			rows[i] = laneRow{label, []record.Attempt{a}}
 		}
 		return rows
 	}
 	var order []string
-	byTemplate := map[string][]Attempt{}
+	byTemplate := map[string][]record.Attempt{}
 	for _, a := range atts {
 		if _, ok := byTemplate[a.Template]; !ok {
 			order = append(order, a.Template)
@@ -240,7 +241,7 @@ func laneRows(atts []Attempt) []laneRow {
 	var rows []laneRow
 	for _, t := range order {
 		ts := byTemplate[t]
-		slices.SortStableFunc(ts, func(x, y Attempt) int { return x.Start.Compare(y.Start) })
+		slices.SortStableFunc(ts, func(x, y record.Attempt) int { return x.Start.Compare(y.Start) })
 		var group []laneRow
 		var free []time.Time // when each row of the group frees up
 		for _, a := range ts {
@@ -259,11 +260,10 @@ func laneRows(atts []Attempt) []laneRow {
 	return rows
 }
 
-// lanes draws the attempts as bars coloured by outcome. A run small enough for one lane per
+// lanes draws the attempts as bars coloured by outcome (the page puts the outcome legend above). A run small enough for one lane per
 // attempt also shows, inside each bar, its memory (solid) against its cap (dashed).
-func lanes(atts []Attempt, t0 time.Time, end float64, runStart time.Time) string {
+func lanes(atts []record.Attempt, t0 time.Time, end float64, runStart time.Time) string {
 	var b strings.Builder
-	b.WriteString(outcomeLegend())
 	rows := laneRows(atts)
 	detailed := len(atts) <= laneAttempts
 	// Samples are timed from the run's start; the chart's 0 is the first attempt's start.
@@ -301,7 +301,7 @@ func lanes(atts []Attempt, t0 time.Time, end float64, runStart time.Time) string
 
 // mergedBars draws a grouped row's attempts, merging neighbours of one colour less than a
 // pixel apart into one bar: at 10,000 attempts most bars are narrower than a pixel anyway.
-func mergedBars(b *strings.Builder, atts []Attempt, y float64, t0 time.Time, end float64) {
+func mergedBars(b *strings.Builder, atts []record.Attempt, y float64, t0 time.Time, end float64) {
 	for i := 0; i < len(atts); {
 		first, col := atts[i], laneColour(atts[i])
 		x0, x1 := xOf(first.Start.Sub(t0).Seconds(), end), xOf(first.End.Sub(t0).Seconds(), end)
@@ -324,7 +324,7 @@ func mergedBars(b *strings.Builder, atts []Attempt, y float64, t0 time.Time, end
 
 // laneDetail draws an attempt's memory inside its bar on the attempt's own scale, its cap as a
 // dashed step (lower after a change in place) and a marker at each change.
-func laneDetail(b *strings.Builder, a Attempt, y, x0, x1, off, end float64, t0 time.Time, col string) {
+func laneDetail(b *strings.Builder, a record.Attempt, y, x0, x1, off, end float64, t0 time.Time, col string) {
 	scale := float64(a.PeakBytes)
 	if a.Capped && !a.WholeGPU {
 		scale = float64(max(a.CapBytes, a.PeakBytes))

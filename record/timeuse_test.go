@@ -1,4 +1,4 @@
-package runner
+package record
 
 import (
 	"math"
@@ -10,7 +10,7 @@ func TestUseOf(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
 	sec := func(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
-	att := func(job string, from, to float64, outcome string, whole, probe bool) Attempt {
+	att := func(job string, from, to float64, outcome Outcome, whole, probe bool) Attempt {
 		return Attempt{Job: job, Start: at(from), End: at(to), Outcome: outcome, WholeGPU: whole, Probe: probe}
 	}
 	for _, tc := range []struct {

@@ -1,0 +1,6 @@
+// Package bench is the packing benchmark: it draws seeded queues of real AI jobs, runs them
+// through the runner in each arm (exclusive, packed, static, uncapped, cold and warm profiles),
+// checks every job's result against the same job's exclusive run with tolerances fixed in code,
+// scores completed jobs per GPU-hour and writes the tables and raw records that
+// docs/benchmarks.md publishes. See ../shared/design/BENCHMARK.md for what is measured.
+package bench
