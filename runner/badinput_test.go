@@ -89,7 +89,7 @@ func TestWaitingRunSaysForWhat(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another gpufrac run, alive (this process), holds the whole budget.
-	other, err := ledger.Open(o.StateDir, ledger.Options{Holder: selfHolder()})
+	other, err := ledger.Open(o.StateDir, ledger.Options{Holder: SelfHolder()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func TestRunGivesUpWhenStuck(t *testing.T) {
 	o := testOptions(t, sim, record.ArmExclusive)
 	o.StateDir = t.TempDir()
 	// A reservation of the whole budget by this (live) process, left in the run's ledger.
-	led, err := ledger.Open(o.StateDir, ledger.Options{Holder: selfHolder()})
+	led, err := ledger.Open(o.StateDir, ledger.Options{Holder: SelfHolder()})
 	if err != nil {
 		t.Fatal(err)
 	}

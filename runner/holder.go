@@ -7,9 +7,9 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 )
 
-// selfHolder is this process as the holder of the reservations it makes; nil where the process
+// SelfHolder is this process as the holder of the reservations it makes; nil where the process
 // table cannot say (they then end by the ledger's grace alone).
-func selfHolder() *ledger.Holder {
+func SelfHolder() *ledger.Holder {
 	st, err := enforcer.LinuxProcs("").Stat(os.Getpid())
 	if err != nil {
 		return nil
@@ -17,8 +17,8 @@ func selfHolder() *ledger.Holder {
 	return &ledger.Holder{PID: os.Getpid(), StartTicks: st.StartTicks}
 }
 
-// holderAlive says whether h still runs: the same PID started at the same tick.
-func holderAlive(h ledger.Holder) bool {
+// HolderAlive says whether h still runs: the same PID started at the same tick.
+func HolderAlive(h ledger.Holder) bool {
 	st, err := enforcer.LinuxProcs("").Stat(h.PID)
 	return err == nil && st.StartTicks == h.StartTicks
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -99,6 +100,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 	idleSince := time.Time{}
 	var runErr error
 	for {
+		r.retryReleases()
 		if !stopping {
 			for _, l := range r.s.next() {
 				r.launch(l)
@@ -458,9 +460,7 @@ func (r *run) finish(a *active) {
 		}
 	}
 	if a.l.res.Token != "" {
-		if err := r.led.Release(a.l.res.Token, string(at.Outcome)); err != nil {
-			r.log.Debug("release", "job", j.Name, "error", err)
-		}
+		r.release(a.l.res.Token, string(at.Outcome), j.Name)
 		r.s.fenceSync(a.l.gpu)
 	}
 	r.s.finished(&a.l)
@@ -586,4 +586,30 @@ func (r *run) recordProfile(t string, peak size.Bytes, at *record.Attempt, sourc
 	if err := r.led.RecordProfile(p); err != nil {
 		r.log.Warn("recording the template's footprint", "template", t, "error", err)
 	}
+}
+
+// release ends a finished attempt's reservation. One the ledger cannot record (a full disk)
+// stays pending and is retried every round and when the run ends: a reservation must not
+// outlive the job it was for while its run lives on.
+func (r *run) release(token, reason, job string) {
+	err := r.led.Release(token, reason)
+	if err == nil || errors.Is(err, ledger.ErrNoReservation) {
+		return
+	}
+	r.log.Warn("reservation not released; retrying", "job", job, "error", err)
+	r.unreleased = append(r.unreleased, pendingRelease{token: token, reason: reason, job: job})
+}
+
+// retryReleases gives back the reservations release could not, and keeps the ones it still
+// cannot.
+func (r *run) retryReleases() {
+	kept := r.unreleased[:0]
+	for _, p := range r.unreleased {
+		if err := r.led.Release(p.token, p.reason); err != nil && !errors.Is(err, ledger.ErrNoReservation) {
+			kept = append(kept, p)
+			continue
+		}
+		r.log.Info("reservation released after an earlier failure", "job", p.job)
+	}
+	r.unreleased = kept
 }

@@ -230,10 +230,12 @@ type run struct {
 	busy     map[string][]int
 	wide     gpuEvents // GPU-wide events, for collateral failures
 
-	done     chan *active
-	recap    chan *active // in-place probes whose window ended
-	stopBusy context.CancelFunc
-	wg       sync.WaitGroup
+	done  chan *active
+	recap chan *active // in-place probes whose window ended
+	// unreleased are reservations of finished attempts the ledger could not end yet.
+	unreleased []pendingRelease
+	stopBusy   context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
@@ -242,7 +244,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		busy: map[string][]int{}, done: make(chan *active, 64), recap: make(chan *active, 64)}
 	lopts := ledger.Options{Logger: o.Logger, NoPersist: o.StateDir == ""}
 	if !lopts.NoPersist {
-		lopts.Holder = selfHolder()
+		lopts.Holder = SelfHolder()
 	}
 	led, err := ledger.Open(o.StateDir, lopts)
 	if err != nil {
@@ -255,7 +257,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	}
 	// A run killed outright (SIGKILL, a crash) took its jobs with it (parent-death signal) but
 	// left its reservations: they go now, not after the grace.
-	gone, err := led.ReleaseOrphans(holderAlive)
+	gone, err := led.ReleaseOrphans(HolderAlive)
 	if err != nil {
 		r.log.Warn("cannot release the reservations of a gpufrac run that is gone", "error", err)
 	}
@@ -358,6 +360,12 @@ func (r *run) close() {
 		cancel()
 	}
 	if r.led != nil {
+		r.retryReleases()
+		for _, p := range r.unreleased {
+			r.log.Error("reservation left in the ledger: it goes when this run is known to be gone", "job", p.job)
+		}
+	}
+	if r.led != nil {
 		if err := r.led.Close(); err != nil {
 			r.log.Warn("ledger close", "error", err)
 		}
@@ -369,3 +377,5 @@ func newToken() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+type pendingRelease struct{ token, reason, job string }

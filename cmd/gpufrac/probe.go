@@ -92,11 +92,20 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		}
 	}
 	stateDir := expandHome(g.stateDir)
-	led, err := ledger.Open(stateDir, ledger.Options{Logger: g.logger})
+	// The probe holds its reservation as this process, so one it cannot end (a full disk, a
+	// crash) is released by the next command that finds this process gone.
+	led, err := ledger.Open(stateDir, ledger.Options{Logger: g.logger, Holder: runner.SelfHolder()})
 	if err != nil {
 		return fmt.Errorf("ledger in %s: %w", stateDir, err)
 	}
 	defer led.Close()
+	if gone, err := led.ReleaseOrphans(runner.HolderAlive); err != nil {
+		fmt.Fprintf(stderr, "gpufrac probe: cannot release the reservations of processes that are gone: %v\n", err)
+	} else {
+		for _, r := range gone {
+			fmt.Fprintf(stderr, "gpufrac probe: released the reservation of %s on %s: its holder (%s) is gone\n", r.Task.JobName, r.GPU, r.Holder)
+		}
+	}
 	if err := led.SetPolicy(pol); err != nil {
 		return err
 	}
@@ -122,7 +131,11 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	if err != nil {
 		return fmt.Errorf("GPU%d cannot be probed on now (a probe needs the GPU alone): %w", st.Index, err)
 	}
-	defer func() { _ = led.Release(res.Token, "probe over") }()
+	defer func() {
+		if err := led.Release(res.Token, "probe over"); err != nil {
+			fmt.Fprintf(stderr, "gpufrac probe: the probe's reservation on GPU%d stays in the ledger until a later command finds this probe gone: %v\n", st.Index, err)
+		}
+	}()
 	envGPU := st
 	envGPU.Mode = policy.ModeIsolated // alone on the GPU: no MPS client settings needed
 	now, err := led.State(st.UUID)    // with the probe's reservation, for the fence's table
