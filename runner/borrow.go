@@ -112,11 +112,10 @@ func (s *sched) place(res ledger.Reservation) bool {
 	if err == nil || !errors.Is(err, fence.ErrNoRoom) {
 		return true // other fence faults are the watchdog's to cover, as without borrowing
 	}
+	// The table left the task out and holds the others: giving the reservation back makes
+	// the ledger match it again.
 	if rerr := s.led.Release(res.Token, "no room in the fence"); rerr != nil {
 		s.log.Warn("giving back a reservation the fence had no room for", "gpu", res.GPU, "error", rerr)
-	}
-	if st, err := s.led.State(res.GPU); err == nil {
-		_ = s.lender.SyncFence(st)
 	}
 	s.log.Debug("borrowers hold what the job's guarantee would cover; it waits", "gpu", res.GPU, "job", res.Task.JobName, "why", err)
 	return false
@@ -131,13 +130,9 @@ func (s *sched) limitFor(st ledger.GPUState) []ledger.ReserveOption {
 }
 
 // probeGuarantee is what a probe that borrows is promised: what any job needs before its first
-// allocation (the policy's cap of nothing: the margin that covers a CUDA context), in whole
-// units. It measures its footprint on what it borrows, so it keeps no memory from jobs whose
-// caps are known.
+// allocation (the policy's cap of nothing: the margin that covers a CUDA context), at least one
+// unit; the ledger rounds it up to whole units like every cap. It measures its footprint on
+// what it borrows, so it keeps no memory from jobs whose caps are known.
 func (s *sched) probeGuarantee(st ledger.GPUState) size.Bytes {
-	c := s.pol.Cap(0)
-	if st.UnitBytes > 0 {
-		c = (c + st.UnitBytes - 1) / st.UnitBytes * st.UnitBytes
-	}
-	return max(c, st.UnitBytes)
+	return max(s.pol.Cap(0), st.UnitBytes)
 }

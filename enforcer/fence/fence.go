@@ -130,10 +130,7 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 
 // noRoom names the tasks the table left out or kept at a smaller guarantee. Called with t.mu.
 func (t *Table) noRoom(tasks []Task) error {
-	raw := (*C.struct_gf_table)(C.malloc(C.sizeof_struct_gf_table))
-	defer C.free(unsafe.Pointer(raw))
-	C.gf_snapshot(t.m, raw)
-	s := snapshotOf(raw)
+	s := t.snapshot()
 	e := &NoRoomError{Path: t.path, Borrowed: s.Borrowed(), Waiting: s.Waiting()}
 	for _, k := range tasks {
 		if u, ok := s.Task(k.Token); !ok || u.Cap < k.Cap {
@@ -160,10 +157,15 @@ func (t *Table) Snapshot() (Snapshot, error) {
 	if t.m == nil {
 		return Snapshot{}, ErrClosed
 	}
+	return t.snapshot(), nil
+}
+
+// snapshot copies the open table. Called with t.mu.
+func (t *Table) snapshot() Snapshot {
 	raw := (*C.struct_gf_table)(C.malloc(C.sizeof_struct_gf_table))
 	defer C.free(unsafe.Pointer(raw))
 	C.gf_snapshot(t.m, raw)
-	return snapshotOf(raw), nil
+	return snapshotOf(raw)
 }
 
 func snapshotOf(raw *C.struct_gf_table) Snapshot {

@@ -132,8 +132,12 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		pcap = c
 	}
-	if err := runner.CheckBorrow(*borrow); err != nil || *borrowWait < 0 {
-		fmt.Fprintf(stderr, "gpufrac-bench: --borrow %q / --borrow-wait %s: %v\n", *borrow, *borrowWait, err)
+	if err := runner.CheckBorrow(*borrow); err != nil {
+		fmt.Fprintf(stderr, "gpufrac-bench: --%v\n", err)
+		return 2
+	}
+	if *borrowWait < 0 {
+		fmt.Fprintf(stderr, "gpufrac-bench: --borrow-wait %s: want a duration of 0 or more\n", *borrowWait)
 		return 2
 	}
 	specs, err := bench.ParseArms(*arms, *mode)
