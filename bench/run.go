@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/runner"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -23,15 +24,21 @@ type ArmSpec struct {
 	Arm      record.Arm
 	Mode     string          // mps, isolated ("" for exclusive)
 	Profiles record.Profiles // "" for exclusive
+	// Borrow is the packed arm's borrowing (runner.BorrowWait, BorrowLend, ...) when the entry
+	// names one; "" = the invocation's --borrow. It lets one call compare borrowing rules beside
+	// the same exclusive run.
+	Borrow string
 }
 
 var (
-	modeNames = []string{"mps", "isolated"}
+	modeNames   = []string{"mps", "isolated"}
+	borrowNames = []string{runner.BorrowOff, runner.BorrowNow, runner.BorrowWait, runner.BorrowLend}
 )
 
-// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES]:
-// "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-retry". MODE
-// defaults to defMode and PROFILES to cold (they mean nothing for exclusive). An entry that
+// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW]:
+// "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-retry",
+// "packed-isolated-warm-lend". MODE defaults to defMode, PROFILES to cold (they mean nothing
+// for exclusive) and BORROW (packed only) to the invocation's. An entry that
 // repeats gets "-2", "-3" appended to its label: "exclusive,packed-mps,exclusive" runs
 // exclusive twice, labelled exclusive and exclusive-2.
 func ParseArms(list, defMode string) ([]ArmSpec, error) {
@@ -66,8 +73,12 @@ func ParseArms(list, defMode string) ([]ArmSpec, error) {
 		if len(rest) > 0 && slices.Contains(record.ProfileChoices, record.Profiles(rest[0])) {
 			spec.Profiles, rest = record.Profiles(rest[0]), rest[1:]
 		}
+		if len(rest) > 0 && spec.Arm == record.ArmPacked && slices.Contains(borrowNames, rest[0]) {
+			spec.Borrow, rest = rest[0], rest[1:]
+		}
 		if len(rest) > 0 {
-			return nil, fmt.Errorf("arm %q: %q is neither a mode %q nor profiles %q", e, strings.Join(rest, "-"), modeNames, record.ProfileChoices)
+			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q nor a packed arm's borrowing %q",
+				e, strings.Join(rest, "-"), modeNames, record.ProfileChoices, borrowNames)
 		}
 		if spec.Arm == record.ArmExclusive {
 			spec.Mode, spec.Profiles = "", ""

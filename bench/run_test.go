@@ -16,7 +16,7 @@ import (
 )
 
 func TestParseArms(t *testing.T) {
-	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated", "isolated")
+	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait", "isolated")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +30,8 @@ func TestParseArms(t *testing.T) {
 		{Label: "uncapped-mps", Arm: "uncapped", Mode: "mps", Profiles: "cold"},
 		{Label: "uncapped-retry", Arm: "uncapped-retry", Mode: "isolated", Profiles: "cold"},
 		{Label: "uncapped-retry-isolated", Arm: "uncapped-retry", Mode: "isolated", Profiles: "cold"},
+		{Label: "packed-isolated-warm-lend", Arm: "packed", Mode: "isolated", Profiles: "warm", Borrow: "lend"},
+		{Label: "packed-wait", Arm: "packed", Mode: "isolated", Profiles: "cold", Borrow: "wait"},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
@@ -42,6 +44,8 @@ func TestParseArms(t *testing.T) {
 		"exclusive,packed-warm-x":    `"x"`,
 		"exclusive,uncapped-retries": `"retries"`,
 		"exclusive,retry":            `"retry"`,
+		"exclusive,uncapped-lend":    `"lend"`,
+		"exclusive,packed-warm-lent": `"lent"`,
 	} {
 		if _, err := ParseArms(list, "mps"); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseArms(%q): error %v, want one containing %s", list, err, wantErr)

@@ -49,6 +49,9 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, ProbeCap: r.ProbeCap, Self: r.Self,
 		Borrow: r.Borrow, BorrowWait: r.BorrowWait,
 	}
+	if spec.Borrow != "" {
+		o.Borrow = spec.Borrow
+	}
 	if o.Profiles == "" {
 		// Exclusive: no footprints are needed, and none should leak in from elsewhere.
 		o.Profiles = record.ProfilesCold

@@ -101,7 +101,11 @@ type Enforcer struct {
 	near   map[string]*nearCap
 	// lent is what the fence let each borrowing task hold past its cap at the last pass: NVML is
 	// read before the table, so a task that freed in between is judged by the larger of the two.
-	lent      map[string]lentBytes
+	lent map[string]lentBytes
+	// owedSince is when an owner began to wait for borrowers to give back its guarantee, per
+	// GPU; evicting is the borrower this pass stops for it.
+	owedSince map[string]time.Time
+	evicting  string
 	unmanaged map[procKey]*unmanagedProc
 	lastScan  time.Time
 	lastErr   map[string]string
@@ -154,7 +158,7 @@ func New(cfg Config) (*Enforcer, error) {
 	return &Enforcer{
 		cfg: cfg, log: log, procs: procs, mps: newMPSManager(cfg.MPS, procs, log), fence: f,
 		samples: map[string]Sample{}, usage: map[string]taskUsage{},
-		tracks: map[string]*track{}, near: map[string]*nearCap{}, lent: map[string]lentBytes{}, unmanaged: map[procKey]*unmanagedProc{},
+		tracks: map[string]*track{}, near: map[string]*nearCap{}, lent: map[string]lentBytes{}, owedSince: map[string]time.Time{}, unmanaged: map[procKey]*unmanagedProc{},
 		sick: map[string]string{}, lastErr: map[string]string{},
 	}, nil
 }

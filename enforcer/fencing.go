@@ -29,6 +29,12 @@ type FenceConfig struct {
 	// BorrowWait is how long an allocation of a task with a limit above its cap may wait for
 	// borrowable memory to come free; 0 = it fails at once.
 	BorrowWait time.Duration
+	// LendKeep, when set, lends borrowers the guarantee of a task that has not allocated yet
+	// (its first seconds are CPU start-up) but for this much, which covers the CUDA contexts it
+	// makes before its first allocation. When it allocates, borrowers give back what they
+	// took of it: the fence refuses them more and the watchdog stops one that holds on
+	// (reclaim). 0 = a guarantee is never lent.
+	LendKeep size.Bytes
 }
 
 // How a command asks for the fence.
@@ -146,7 +152,7 @@ func (f *fences) sync(st ledger.GPUState) error {
 	var sig strings.Builder
 	fmt.Fprintf(&sig, "%d", st.BudgetBytes)
 	for _, r := range st.Reservations {
-		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit()})
+		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit(), Keep: f.cfg.LendKeep})
 		fmt.Fprintf(&sig, ",%s=%d/%d", r.Token, r.CapBytes, r.Limit())
 	}
 	f.mu.Lock()

@@ -147,6 +147,9 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 				delete(e.lent, r.Token)
 			}
 		}
+		if tok := e.reclaim(uuid, snap, now); tok != "" {
+			lent[tok] = 0 // judged by its guarantee alone: over it, it is stopped below
+		}
 	}
 
 	for tok, ps := range byToken {
@@ -227,6 +230,10 @@ func (e *Enforcer) check(uuid string, mode policy.Mode, r ledger.Reservation, ps
 		e.signal(tr, ps, syscall.SIGKILL)
 		tr.action = ActionSIGKILL
 		tr.detail = "SIGKILL at once (isolated mode: separate CUDA contexts, a kill harms no neighbour)"
+		if e.evicting == r.Token {
+			tr.detail = "SIGKILL at once: it held borrowed memory that a neighbour's guarantee needed back " +
+				"(isolated mode: separate CUDA contexts, a kill harms no neighbour)"
+		}
 	case tr.sigintAt.IsZero():
 		// SIGINT is the gentlest stop there is, yet on the H200 a neighbour of a busy MPS task
 		// stopped this way failed with an illegal address (docs/benchmarks.md): no stop of a
@@ -479,4 +486,42 @@ func pids(ps []ProcUsage) []int {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// reclaimGrace is how long an owner may wait for its guarantee before the watchdog stops a
+// borrower that holds on to it: long enough for a borrower whose next allocation the fence
+// refused to fail and exit by itself, short against the owner's bounded wait.
+const reclaimGrace = time.Second
+
+// reclaim picks the borrower to stop on a GPU where an owner has waited reclaimGrace for the
+// guarantee borrowers took while it was not yet allocating: the one that borrowed most, one a
+// pass, until the owner is served. A borrower's loss is its own (it outgrew its guarantee);
+// the owner's wait ends without harm.
+func (e *Enforcer) reclaim(uuid string, snap fence.Snapshot, now time.Time) string {
+	e.evicting = ""
+	if !snap.Owed() {
+		delete(e.owedSince, uuid)
+		return ""
+	}
+	since, ok := e.owedSince[uuid]
+	if !ok {
+		e.owedSince[uuid] = now
+		return ""
+	}
+	if now.Sub(since) < reclaimGrace {
+		return ""
+	}
+	var most fence.TaskUse
+	for _, u := range snap.Tasks {
+		if u.Borrowed() > most.Borrowed() {
+			most = u
+		}
+	}
+	if most.Borrowed() == 0 {
+		return ""
+	}
+	e.evicting = most.Token
+	e.log.Info("stopping a borrower: an owner waits for its guarantee", "gpu", uuid,
+		"borrower", ledger.RedactToken(most.Token), "borrowed", most.Borrowed().String(), "owed_for", now.Sub(since).String())
+	return most.Token
 }

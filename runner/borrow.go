@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -25,7 +26,18 @@ const (
 	// BorrowWait is BorrowNow where that allocation waits (up to BorrowWait) for memory to
 	// come free while nothing new is admitted on its GPU, instead of failing.
 	BorrowWait = "wait"
+	// BorrowLend is BorrowWait where a borrower may also use the guarantee of a job that has
+	// not allocated yet (its CPU start-up), but for its contexts' share (lendKeep). When that
+	// job allocates and its bytes are not free, it waits while the borrowers give them back:
+	// the fence refuses them more, and the watchdog stops the one that borrowed most if it
+	// holds on. The borrower, never the owner, pays for a loan that comes due.
+	BorrowLend = "lend"
 )
+
+// lendKeep is what an unarmed guarantee keeps from borrowers: the CUDA contexts a job makes
+// before its first allocation, which the fence does not see (the watchdog's per-process
+// allowance is the same measure).
+const lendKeep = enforcer.DefaultAllowance
 
 // DefaultBorrowWait bounds a borrower's wait: long enough for the jobs beside it to end (the
 // benchmark's run 15-30 s), short enough that a borrower that cannot be served is re-run soon.
@@ -34,23 +46,31 @@ const DefaultBorrowWait = 60 * time.Second
 // CheckBorrow is the one rule for a borrowing setting ("" = auto).
 func CheckBorrow(b string) error {
 	switch b {
-	case "", BorrowAuto, BorrowOff, BorrowNow, BorrowWait:
+	case "", BorrowAuto, BorrowOff, BorrowNow, BorrowWait, BorrowLend:
 		return nil
 	}
-	return fmt.Errorf("borrow %q: want %s, %s, %s or %s", b, BorrowAuto, BorrowOff, BorrowNow, BorrowWait)
+	return fmt.Errorf("borrow %q: want %s, %s, %s, %s or %s", b, BorrowAuto, BorrowOff, BorrowNow, BorrowWait, BorrowLend)
+}
+
+// borrowPlan is a run's borrowing as borrowing decided it.
+type borrowPlan struct {
+	on   bool
+	wait time.Duration // how long a borrower's allocation may wait; 0 = it fails at once
+	keep size.Bytes    // what an unarmed guarantee keeps from borrowers; 0 = none is lent
+	note string        // the run's first lines say it
 }
 
 // borrowing decides a run's borrowing and says why, for the run's first lines. Borrowing needs
 // the fence: only it can refuse an allocation that would reach into a neighbour's guarantee
 // (the watchdog only sees use after it happened). Under MPS a client's pinned limit is fixed
 // when it starts, so a cap there stays the most a job may use.
-func borrowing(o *Options, fenced bool) (on bool, wait time.Duration, note string) {
+func borrowing(o *Options, fenced bool) borrowPlan {
 	asked := o.Borrow
 	if asked == "" {
 		asked = BorrowAuto
 	}
-	off := func(why string) (bool, time.Duration, string) {
-		return false, 0, "borrowing: off (" + why + "): a job that outgrows its cap is re-run with more room"
+	off := func(why string) borrowPlan {
+		return borrowPlan{note: "borrowing: off (" + why + "): a job that outgrows its cap is re-run with more room"}
 	}
 	switch {
 	case asked == BorrowOff:
@@ -62,14 +82,21 @@ func borrowing(o *Options, fenced bool) (on bool, wait time.Duration, note strin
 	case !fenced:
 		return off("the allocation fence is off")
 	case asked == BorrowNow:
-		return true, 0, "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"
+		return borrowPlan{on: true, note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
 	}
-	wait = o.BorrowWait
-	if wait <= 0 {
-		wait = DefaultBorrowWait
+	p := borrowPlan{on: true, wait: o.BorrowWait}
+	if p.wait <= 0 {
+		p.wait = DefaultBorrowWait
 	}
-	return true, wait, fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
-		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)
+	p.note = fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
+		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", p.wait)
+	if asked == BorrowLend {
+		p.keep = lendKeep
+		p.note = fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
+			"and a starting job's guarantee but for %s until it allocates, when borrowers give it back; "+
+			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", p.keep, p.wait)
+	}
+	return p
 }
 
 // lender is what the scheduler needs of the fence to let jobs borrow.

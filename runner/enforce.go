@@ -73,7 +73,8 @@ func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string,
 		return nil, guardNotes{}, err
 	}
 	notes := guardNotes{fence: note}
-	notes.borrows, fc.BorrowWait, notes.borrow = borrowing(&o, fc.Dir != "")
+	plan := borrowing(&o, fc.Dir != "")
+	notes.borrows, notes.borrow, fc.BorrowWait, fc.LendKeep = plan.on, plan.note, plan.wait, plan.keep
 	e, err := enforcer.New(enforcer.Config{Backend: o.Backend, Ledger: led, Logger: o.Logger, MPS: mps, Fence: fc})
 	if err != nil {
 		return nil, guardNotes{}, err

@@ -112,6 +112,7 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 		view[i].token = C.CString(k.Token)
 		view[i].cap = C.uint64_t(k.Cap)
 		view[i].limit = C.uint64_t(k.Limit)
+		view[i].keep = C.uint64_t(k.Keep)
 	}
 	defer func() {
 		for i := range n {
@@ -188,7 +189,7 @@ func snapshotOf(raw *C.struct_gf_table) Snapshot {
 		tokens[i] = tok
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
 			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Procs: int(k.procs),
-			Waits: uint64(k.waits)})
+			Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0})
 	}
 	for i := range C.GF_PROCS {
 		p := &raw.procs[i]
@@ -200,11 +201,13 @@ func snapshotOf(raw *C.struct_gf_table) Snapshot {
 			tok = tokens[int(p.task)]
 		}
 		s.Procs = append(s.Procs, ProcUse{Token: tok, PID: int(p.pid), Used: size.Bytes(p.used), Peak: size.Bytes(p.peak),
-			Allocs: uint64(p.allocs), Refused: uint64(p.refused), Waiting: p.waiting != 0})
-		if p.waiting != 0 && tok != "" {
+			Allocs: uint64(p.allocs), Refused: uint64(p.refused), Waiting: p.waiting != C.GF_WAIT_NONE,
+			Owed: p.waiting == C.GF_WAIT_OWED})
+		if p.waiting != C.GF_WAIT_NONE && tok != "" {
 			for i := range s.Tasks {
 				if s.Tasks[i].Token == tok {
 					s.Tasks[i].Waiting = true
+					s.Tasks[i].Owed = s.Tasks[i].Owed || p.waiting == C.GF_WAIT_OWED
 				}
 			}
 		}
@@ -255,6 +258,9 @@ func (c *Client) Charge(n size.Bytes) Result {
 	r := Result(C.gf_charge(c.m, C.uint64_t(n)))
 	if r == Refused && C.gf_reap(c.m, c.m.task) > 0 {
 		r = Result(C.gf_charge(c.m, C.uint64_t(n)))
+	}
+	if r == C.GF_OK_OWED {
+		r = Charged // the simulated GPU frees a stopped process's memory at once
 	}
 	return r
 }

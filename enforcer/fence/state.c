@@ -296,6 +296,7 @@ static int try_claim(struct gf_map *m, int i, const char *token)
 	p->task_gen = t->tasks[k].gen;
 	p->pid = (int32_t)getpid();
 	t->tasks[k].procs++;
+	t->tasks[k].armed = 1; /* a process attaches at its first allocation: the task is on the GPU */
 	m->slot = i;
 	m->task = k;
 	m->task_gen = p->task_gen;
@@ -376,17 +377,68 @@ static uint64_t committed(const struct gf_table *t)
 	return sum;
 }
 
-enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2 };
+/* lent is what task k keeps from borrowers: all it holds once armed; before that, only keep of
+ * its guarantee (its contexts' memory, which the fence does not see). */
+static uint64_t lent_held(const struct gf_task *k)
+{
+	if (k->armed)
+		return held(k);
+	return k->keep < k->cap ? k->keep : k->cap;
+}
+
+/* in_use is what task k takes of the GPU now: its allocations and contexts, at most its hold. */
+static uint64_t in_use(const struct gf_task *k)
+{
+	uint64_t ctx = k->used + k->keep < k->used ? UINT64_MAX : k->used + k->keep;
+	return ctx < held(k) ? ctx : held(k);
+}
+
+/* borrows says whether any task but k holds more than its guarantee. */
+static int borrows(const struct gf_table *t, const struct gf_task *k)
+{
+	for (int i = 0; i < GF_TASKS; i++) {
+		const struct gf_task *o = &t->tasks[i];
+		if (o != k && o->state == GF_LIVE && o->used > o->cap)
+			return 1;
+	}
+	return 0;
+}
+
+static int anyone_owed(const struct gf_table *t)
+{
+	for (int j = 0; j < GF_PROCS; j++)
+		if (t->procs[j].state == GF_LIVE && t->procs[j].waiting == GF_WAIT_OWED)
+			return 1;
+	return 0;
+}
+
+enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2, OWED = 3, RECLAIM = 4 };
 
 /* judge is the rule: a task may always reach its guarantee; past it, up to its limit, it may
- * borrow only memory that no task's guarantee covers and no other borrower holds. */
+ * borrow only memory that no armed task's guarantee covers and no other borrower holds.
+ * Within its guarantee it gets its bytes at once unless borrowers took them while it was
+ * unarmed (OWED: it waits for them); past it nothing is lent while any owner waits (RECLAIM). */
 static int judge(const struct gf_table *t, const struct gf_task *k, uint64_t want)
 {
-	if (want <= k->cap)
-		return FIT;
+	if (want <= k->cap) {
+		if (t->h.budget == 0 || !borrows(t, k))
+			return FIT;
+		uint64_t sum = 0;
+		for (int i = 0; i < GF_TASKS; i++)
+			if (&t->tasks[i] != k && t->tasks[i].state == GF_LIVE)
+				sum += in_use(&t->tasks[i]);
+		uint64_t mine = want + k->keep < want || want + k->keep > k->cap ? k->cap : want + k->keep;
+		return sum <= t->h.budget && mine <= t->h.budget - sum ? FIT : OWED;
+	}
 	if (want > k->limit || t->h.budget == 0)
 		return PAST_LIMIT;
-	return committed(t) - held(k) + want <= t->h.budget ? FIT : NO_ROOM;
+	if (anyone_owed(t))
+		return RECLAIM;
+	uint64_t others = 0;
+	for (int i = 0; i < GF_TASKS; i++)
+		if (&t->tasks[i] != k && t->tasks[i].state == GF_LIVE)
+			others += lent_held(&t->tasks[i]);
+	return others <= t->h.budget && want <= t->h.budget - others ? FIT : NO_ROOM;
 }
 
 /* task_waits says whether a live process of task slot i waits for borrowable memory. */
@@ -446,6 +498,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
 	uint64_t deadline = 0;
+	int owed = 0;
 	for (unsigned polls = 0;; polls++) {
 		lock(m);
 		if (!mine(m)) {
@@ -478,21 +531,28 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			if (p->used > p->peak)
 				p->peak = p->used;
 			unlock(m);
-			return GF_OK;
+			return owed ? GF_OK_OWED : GF_OK;
 		}
-		uint64_t now = verdict == NO_ROOM && t->h.wait_ns > 0 ? now_ns() : 0;
+		owed |= verdict == OWED;
+		uint64_t now = 0;
+		if (verdict == OWED || (verdict == NO_ROOM && t->h.wait_ns > 0))
+			now = now_ns();
 		if (now != 0 && deadline == 0)
-			deadline = now + t->h.wait_ns;
-		if (now == 0 || now >= deadline || !can_wait(t, m->task, want)) {
-			p->waiting = 0;
+			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
+		if (now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(t, m->task, want))) {
+			p->waiting = GF_WAIT_NONE;
 			k->refused++;
 			p->refused++;
 			unlock(m);
 			return GF_REFUSED;
 		}
-		if (!p->waiting) {
-			p->waiting = 1;
-			k->waits++;
+		uint32_t why = verdict == OWED ? GF_WAIT_OWED : GF_WAIT_BORROW;
+		if (p->waiting != why) {
+			p->waiting = why;
+			if (why == GF_WAIT_OWED)
+				k->owed++;
+			else
+				k->waits++;
 		}
 		unlock(m);
 		if (polls % GF_WAIT_REAP_EVERY == GF_WAIT_REAP_EVERY - 1)
@@ -629,6 +689,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 		}
 		k->cap = specs[s].cap;
 		k->limit = specs[s].limit > specs[s].cap ? specs[s].limit : specs[s].cap;
+		k->keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
 		placed++;
 	}
 	unlock(m);

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 2
+#define GF_VERSION 3
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -35,12 +35,21 @@
 
 enum { GF_FREE = 0, GF_LIVE = 1 };
 
+enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
+
+/* How long an allocation within its task's guarantee may wait for borrowers to give the memory
+ * back: the enforcer stops a borrower that does not within a watchdog pass or two, so this only
+ * bounds a wait nobody serves (no enforcer running). */
+#define GF_OWED_WAIT_NS (120ull * 1000000000ull)
+
 /* Failures of gf_create and gf_attach besides -1 (a system call failed). */
 #define GF_ERR_CORRUPT (-2)
 #define GF_ERR_BUSY (-3)
 
-/* Results of gf_charge. */
-enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2 };
+/* Results of gf_charge. GF_OK_OWED is GF_OK after a wait for borrowers to give the bytes back:
+ * the driver may still be releasing a stopped borrower's memory, so a caller retries its real
+ * allocation a moment (fence.c). */
+enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3 };
 
 /* Results of gf_set_tasks besides a count of tasks placed. */
 #define GF_SET_FULL (-1)   /* no free task slot */
@@ -56,6 +65,13 @@ struct gf_task {
 	uint64_t refused; /* allocations refused */
 	uint64_t procs;   /* live process slots */
 	uint64_t waits;   /* allocations that waited for borrowable memory */
+	/* Until a process of the task attaches (its first allocation), borrowers may use its
+	 * guarantee but for keep bytes (what its CUDA contexts take before the fence sees them);
+	 * armed is set from then on. An owner that then finds its guarantee taken waits, and the
+	 * borrowers give it back (gf_charge). keep >= cap means nothing of it is lent. */
+	uint64_t keep;
+	uint64_t armed;
+	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
 	char token[GF_TOKEN_MAX];
 };
 
@@ -65,7 +81,9 @@ struct gf_proc {
 	uint32_t task_gen;
 	int32_t pid;   /* in the process's own PID namespace: for people, never for liveness */
 	uint32_t pgen; /* bumped when the slot is given back, so an owner can tell it lost it */
-	uint32_t waiting; /* 1 while an allocation of this process waits for borrowable memory */
+	/* GF_WAIT_BORROW while an allocation of this process waits for borrowable memory,
+	 * GF_WAIT_OWED while one within its guarantee waits for borrowers to give that back */
+	uint32_t waiting;
 	uint64_t used;
 	uint64_t peak;
 	uint64_t allocs;
@@ -115,6 +133,7 @@ struct gf_task_spec {
 	const char *token;
 	uint64_t cap;
 	uint64_t limit;
+	uint64_t keep; /* see gf_task.keep; 0 = the whole guarantee is kept */
 };
 
 /* gf_create opens (creating it if needed, mode 0666) the file of a GPU for the enforcer and takes
@@ -126,8 +145,11 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 void gf_detach(struct gf_map *m);
 
 /* gf_charge takes n bytes for the task, or refuses. Past its guarantee a task borrows memory that
- * no guarantee covers; when that is not free it waits (up to the header's wait_ns) while waiting
- * can help: some other task that is not waiting itself holds memory that will come free. */
+ * no armed guarantee covers; when that is not free it waits (up to the header's wait_ns) while
+ * waiting can help: some other task that is not waiting itself holds memory that will come free.
+ * Within its guarantee a task always gets its bytes, but where borrowers took them while it was
+ * unarmed it waits (GF_WAIT_OWED) until they give them back: meanwhile every borrowing
+ * allocation on the GPU is refused, and the enforcer stops borrowers that hold on. */
 int gf_charge(struct gf_map *m, uint64_t n);
 void gf_uncharge(struct gf_map *m, uint64_t n);
 /* gf_view is what the task may still allocate (free) and its cap (total). */

@@ -52,6 +52,11 @@ type Task struct {
 	// Limit is the most it may reach by borrowing memory no other task's guarantee covers;
 	// below Cap means Cap (no borrowing).
 	Limit size.Bytes
+	// Keep is what of its guarantee borrowers may not use before the task's first allocation
+	// (what its CUDA contexts take unseen by the fence); 0 or Cap and above = all of it, so
+	// nothing is lent. Once it allocates, its whole guarantee is its own, and borrowers give
+	// back at once what they took of it.
+	Keep size.Bytes
 }
 
 // TaskUse is one task as the fence saw it.
@@ -61,10 +66,17 @@ type TaskUse struct {
 	Used, Peak size.Bytes
 	Refused    uint64
 	Procs      int
-	// Waiting: an allocation of one of its processes waits for borrowable memory to come free;
-	// Waits counts the allocations that ever waited.
-	Waiting bool
-	Waits   uint64
+	// Waiting: an allocation of one of its processes waits for borrowable memory to come free,
+	// or (Owed too) for borrowers to give back its guarantee; Waits and OwedWaits count the
+	// allocations that ever waited so.
+	Waiting   bool
+	Owed      bool
+	Waits     uint64
+	OwedWaits uint64
+	// Keep is what borrowers may not use of its guarantee while it is not Armed (it has not
+	// allocated yet).
+	Keep  size.Bytes
+	Armed bool
 }
 
 // Borrowed is what the task holds past its guarantee.
@@ -83,7 +95,9 @@ type ProcUse struct {
 	Used, Peak size.Bytes
 	Allocs     uint64
 	Refused    uint64
-	Waiting    bool
+	// Waiting for memory to borrow, or Owed: waiting for borrowers to give back its guarantee.
+	Waiting bool
+	Owed    bool
 }
 
 // Snapshot is a consistent copy of one GPU's table.
@@ -113,6 +127,16 @@ func (s Snapshot) Borrowed() size.Bytes {
 func (s Snapshot) Waiting() bool {
 	for _, t := range s.Tasks {
 		if t.Waiting {
+			return true
+		}
+	}
+	return false
+}
+
+// Owed says whether an owner waits for borrowers to give back its guarantee: they must, at once.
+func (s Snapshot) Owed() bool {
+	for _, t := range s.Tasks {
+		if t.Owed {
 			return true
 		}
 	}

@@ -180,7 +180,8 @@ type job struct {
 	childDone      chan childExit
 	// fence is this process's slot in the allocation fence's table, when the task has one:
 	// a simulated job charges its growth there as the preload library does for a CUDA job.
-	fence *fence.Client
+	fence      *fence.Client
+	fenceTried bool // attachFence ran: it attaches once, at the first allocation
 }
 
 type childExit struct {
@@ -219,13 +220,18 @@ func newJob(c *config, stdout, stderr io.Writer) (*job, int) {
 	if err != nil {
 		return fail("%v", err)
 	}
-	j.attachFence()
 	return j, ExitOK
 }
 
-// attachFence mirrors the preload library: a task with a fence directory and a reservation
-// on this GPU charges its table; one that cannot attach says why once and runs unfenced.
+// attachFence mirrors the preload library: at its first allocation (not at its start, so a
+// task in its CPU start-up has not claimed its guarantee yet) a task with a fence directory
+// and a reservation on this GPU attaches to its table; one that cannot attach says why once
+// and runs unfenced.
 func (j *job) attachFence() {
+	if j.fenceTried {
+		return
+	}
+	j.fenceTried = true
 	dir := os.Getenv(fence.EnvDir)
 	if dir == "" {
 		return
@@ -249,9 +255,11 @@ func (j *job) run() int {
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	defer j.sim.ClearProcess(c.gpu, j.pid)
-	if j.fence != nil {
-		defer j.fence.Detach()
-	}
+	defer func() {
+		if j.fence != nil {
+			j.fence.Detach()
+		}
+	}()
 
 	if !c.child {
 		capInfo := "none"
@@ -409,30 +417,17 @@ func (j *job) waitAfter(sigs <-chan os.Signal) (int, bool) {
 	return ExitOK, true
 }
 
-// allocate moves the job's usage to want, failing like CUDA when growth passes a limit.
+// allocate moves the job's usage to want, failing like CUDA when growth passes a limit. The
+// fence is asked first, as the preload library asks it before the driver's call (it may wait
+// there for memory), then the GPU: memory that is not there fails the allocation, and the
+// fence gets its charge back.
 func (j *job) allocate(want size.Bytes, busy bool) int {
 	if want > j.used {
-		if j.limited && want > j.limit {
-			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; process %d would hold %s (MPS pinned limit %s)\n",
-				want-j.used, j.pid, want, j.limit)
-			return ExitFail
-		}
-		inUse, err := j.sim.MemoryUsed(context.Background(), j.c.gpu)
-		if err != nil {
-			fmt.Fprintf(j.stderr, "simjob: %v\n", err)
-			return ExitFail
-		}
-		// inUse already counts this process's current report.
-		if free := j.total - min(j.total, inUse); want-j.used > free {
-			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s (GPU has a total capacity of %s of which %s is free)\n",
-				want-j.used, j.total, free)
-			return ExitFail
-		}
-	}
-	// The fence is charged before memory is taken and given back after it is freed, as the
-	// preload library does around the driver's calls: NVML never sees more than the fence.
-	if want >= j.used {
 		if code := j.charge(want); code != ExitOK {
+			return code
+		}
+		if code := j.takeFromGPU(want); code != ExitOK {
+			j.refund(want)
 			return code
 		}
 	}
@@ -447,12 +442,48 @@ func (j *job) allocate(want size.Bytes, busy bool) int {
 	return ExitOK
 }
 
+// refund gives the fence back the charge for growing to want, which the GPU then refused.
+func (j *job) refund(want size.Bytes) {
+	if j.fence != nil && j.ctxSet {
+		if have, next := j.used-min(j.used, j.ctx), want-min(want, j.ctx); next > have {
+			j.fence.Uncharge(next - have)
+		}
+	}
+}
+
+// takeFromGPU is the driver's side of growing to want: the MPS pinned limit, then the GPU's
+// free memory (inUse counts this process's current report already).
+func (j *job) takeFromGPU(want size.Bytes) int {
+	if j.limited && want > j.limit {
+		fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; process %d would hold %s (MPS pinned limit %s)\n",
+			want-j.used, j.pid, want, j.limit)
+		return ExitFail
+	}
+	inUse, err := j.sim.MemoryUsed(context.Background(), j.c.gpu)
+	if err != nil {
+		fmt.Fprintf(j.stderr, "simjob: %v\n", err)
+		return ExitFail
+	}
+	if free := j.total - min(j.total, inUse); want-j.used > free {
+		fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s (GPU has a total capacity of %s of which %s is free)\n",
+			want-j.used, j.total, free)
+		return ExitFail
+	}
+	return ExitOK
+}
+
 // charge moves the fenced part of the job's use (all but the context) to want's.
 func (j *job) charge(want size.Bytes) int {
-	if j.fence == nil || !j.ctxSet {
+	if !j.ctxSet {
 		return ExitOK
 	}
 	have, next := j.used-min(j.used, j.ctx), want-min(want, j.ctx)
+	if next > have {
+		j.attachFence()
+	}
+	if j.fence == nil {
+		return ExitOK
+	}
 	switch {
 	case next > have:
 		if r := j.fence.Charge(next - have); r == fence.Refused {

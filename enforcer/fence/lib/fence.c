@@ -273,6 +273,18 @@ static void untrack(int kind, uint64_t key)
 /* ---- the wrappers ---- */
 
 
+/* A fenced allocation granted after borrowers gave its bytes back (GF_OK_OWED) may find the
+ * driver still releasing a stopped borrower's memory: it is tried again this often, this many
+ * times (2 s), before its out-of-memory error stands. */
+#define SETTLE_NS 5000000L
+#define SETTLE_TRIES 400
+
+static void settle(void)
+{
+	struct timespec d = {0, SETTLE_NS};
+	nanosleep(&d, NULL);
+}
+
 /* guarded runs one allocation of n bytes on device d under the fence. */
 #define GUARDED(d, n, call, kind, key)                                                                  \
 	do {                                                                                            \
@@ -280,7 +292,11 @@ static void untrack(int kind, uint64_t key)
 		if (c_ == GF_REFUSED)                                                                   \
 			return CUDA_ERROR_OUT_OF_MEMORY;                                                \
 		CUresult r_ = (call);                                                                   \
-		if (c_ == GF_OK) {                                                                      \
+		for (int t_ = 0; c_ == GF_OK_OWED && r_ == CUDA_ERROR_OUT_OF_MEMORY && t_ < SETTLE_TRIES; t_++) { \
+			settle();                                                                       \
+			r_ = (call);                                                                    \
+		}                                                                                       \
+		if (c_ == GF_OK || c_ == GF_OK_OWED) {                                                  \
 			if (r_ == CUDA_SUCCESS)                                                         \
 				track((d), (kind), (uint64_t)(key), (n));                               \
 			else                                                                            \

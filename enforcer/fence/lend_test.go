@@ -1,0 +1,133 @@
+package fence_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// lendingTable is a 4 GiB budget where A may borrow up to all of it and B holds a 2 GiB
+// guarantee of which it keeps keep from borrowers until it allocates. A is attached (armed); B
+// is not, so its guarantee is lent but for keep. A borrowing allocation may wait for wait.
+func lendingTable(t *testing.T, keep size.Bytes, wait time.Duration) (string, *fence.Table, *fence.Client) {
+	t.Helper()
+	dir, tb := table(t, 4*size.GiB)
+	tb.SetWait(wait)
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: 2 * size.GiB, Keep: keep}}
+	if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	return dir, tb, attach(t, dir, tokA)
+}
+
+// A guarantee whose owner has not allocated yet is lent to borrowers, but for what it keeps.
+func TestUnarmedGuaranteeIsLent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keep size.Bytes
+		// most is what A may hold: the budget less what B keeps from borrowers.
+		most, wantKeep size.Bytes
+	}{
+		{"keep 256MiB", 256 * size.MiB, 4*size.GiB - 256*size.MiB, 256 * size.MiB},
+		{"keep 0 keeps it all", 0, 2 * size.GiB, 2 * size.GiB},
+		{"keep above the cap keeps it all", 3 * size.GiB, 2 * size.GiB, 2 * size.GiB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// No wait: a want past what is lent fails at once instead of waiting for B to end.
+			_, tb, a := lendingTable(t, tc.keep, 0)
+			if r := a.Charge(tc.most); r != fence.Charged {
+				t.Fatalf("A taking %s: %v, want Charged", tc.most, r)
+			}
+			if r := a.Charge(1); r != fence.Refused {
+				t.Fatalf("A taking a byte past %s: %v, want Refused", tc.most, r)
+			}
+			if u := snap(t, tb, tokB); u.Armed || u.Keep != tc.wantKeep {
+				t.Fatalf("B before it allocates: %+v, want unarmed keeping %s", u, tc.wantKeep)
+			}
+		})
+	}
+}
+
+// Once a task allocates, its whole guarantee is its own: nothing more of it is lent.
+func TestArmedGuaranteeIsNotLent(t *testing.T) {
+	dir, tb, a := lendingTable(t, 256*size.MiB, 0)
+	b := attach(t, dir, tokB)
+	if r := b.Charge(size.MiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	if u := snap(t, tb, tokB); !u.Armed {
+		t.Fatalf("B after its first allocation: %+v, want armed", u)
+	}
+	if r := a.Charge(2 * size.GiB); r != fence.Charged {
+		t.Fatalf("A within what no guarantee covers: %v", r)
+	}
+	if r := a.Charge(1); r != fence.Refused {
+		t.Fatalf("A reaching into B's armed guarantee: %v, want Refused", r)
+	}
+}
+
+// An owner that finds borrowers on its guarantee waits for them to give it back; meanwhile
+// no borrower is lent anything more (its allocation fails inside it at once), and the owner
+// is served the moment the memory comes back. An owner whose bytes are free never waits.
+func TestOwnerGetsItsGuaranteeBack(t *testing.T) {
+	dir, tb, a := lendingTable(t, 256*size.MiB, time.Minute)
+	if r := a.Charge(3 * size.GiB); r != fence.Charged { // 1 GiB of B's guarantee lent
+		t.Fatal(r)
+	}
+	b := attach(t, dir, tokB)
+	// B's first 512 MiB, with its contexts' 256 MiB, fit beside A's 3 GiB: no wait.
+	if r := b.Charge(512 * size.MiB); r != fence.Charged {
+		t.Fatalf("B within what is free: %v", r)
+	}
+	if u := snap(t, tb, tokB); u.OwedWaits != 0 {
+		t.Fatalf("B waited for free memory: %+v", u)
+	}
+	got := make(chan fence.Result, 1)
+	go func() { got <- b.Charge(size.GiB) }() // its guarantee's last GiB is A's now
+	s := waitFor(t, tb, "B owed", fence.Snapshot.Owed)
+	if u, _ := s.Task(tokB); !u.Owed || u.OwedWaits != 1 || u.Refused != 0 {
+		t.Fatalf("B while it waits: %+v", u)
+	}
+	if u, _ := s.Task(tokA); u.Borrowed() != 2*size.GiB {
+		t.Fatalf("A while B waits: %+v", u)
+	}
+	// A borrower gets nothing more while an owner waits, not even memory that is free.
+	if r := a.Charge(size.MiB); r != fence.Refused {
+		t.Fatalf("A borrowing while B is owed: %v, want Refused at once", r)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("B's charge returned %v before A gave anything back", r)
+	default:
+	}
+	a.Uncharge(2 * size.GiB) // A fails and frees (or the enforcer stops it)
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("B once A gave back: %v, want Charged", r)
+	}
+	if u := snap(t, tb, tokB); u.Used != 1536*size.MiB || u.Waiting || u.Owed {
+		t.Fatalf("B served: %+v", u)
+	}
+	// With no owner waiting, A may borrow again what nobody's guarantee covers.
+	if r := a.Charge(512 * size.MiB); r != fence.Charged {
+		t.Fatalf("A borrowing after B was served: %v", r)
+	}
+}
+
+// An owed owner is served when the borrower's process leaves holding the memory (how a
+// borrower the enforcer stopped gives it back).
+func TestOwnerServedWhenTheBorrowerLeaves(t *testing.T) {
+	dir, tb, a := lendingTable(t, 256*size.MiB, time.Minute)
+	if r := a.Charge(3*size.GiB + 512*size.MiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	b := attach(t, dir, tokB)
+	got := make(chan fence.Result, 1)
+	go func() { got <- b.Charge(size.GiB) }()
+	waitFor(t, tb, "B owed", fence.Snapshot.Owed)
+	a.Detach() // the borrower's process leaves: its bytes go back to nobody
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("B after the borrower left: %v", r)
+	}
+}

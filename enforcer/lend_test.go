@@ -1,0 +1,80 @@
+package enforcer
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A borrower that took the guarantee of a job still in its start-up, and holds it without
+// allocating more, is stopped once that job needs its memory: the owner waits in its own
+// allocation meanwhile and finishes with its own result; the borrower's loss is recorded as
+// its violation.
+func TestBorrowerThatHoldsALoanIsStopped(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) {
+		// The allowance covers the simulated context (500 MiB), which the fence does not count.
+		c.Fence, c.Allowance = FenceConfig{Dir: dir, BorrowWait: time.Minute, LendKeep: 256 * size.MiB}, 640*size.MiB
+	})
+	r.start()
+	st, err := r.led.State(r.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	borrower, err := r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(st.BudgetBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := r.reserve(40*size.GiB, "owner")
+	if st, err = r.led.State(r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.enf.SyncFence(st); err != nil {
+		t.Fatal(err)
+	}
+	// The owner has not allocated: the borrower may take all but 256 MiB of its guarantee.
+	b := r.run(borrower, "borrower", "--peak", "60GiB", "--ramp", "200ms", "--hold", "2m")
+	testutil.Eventually(t, waitLong, "the borrower holding 60 GiB", func() bool {
+		u, ok := r.enf.fence.view(r.uuid)
+		if !ok {
+			return false
+		}
+		tu, _ := u.Task(borrower.Token)
+		return tu.Used >= 59*size.GiB
+	})
+	// Now the owner starts: 30 GiB of its 40 do not fit beside the borrower's 60.
+	o := r.run(owner, "owner", "--peak", "30GiB", "--ramp", "200ms", "--hold", "100ms", "--seed", "5")
+	o.checkResult(t, 5)
+	if code := b.wait(t); code == 0 || b.killedBy() != syscall.SIGKILL {
+		t.Fatalf("borrower: exit %d, signal %v; want stopped by SIGKILL; output:\n%s", code, b.killedBy(), b.out.String())
+	}
+	v := r.violation(borrower.Token)
+	if v.Action != ActionSIGKILL || !strings.Contains(v.Detail, "guarantee needed back") {
+		t.Fatalf("the borrower's violation: %+v", v)
+	}
+	if s := r.sent(o.cmd.Process.Pid); len(s) != 0 {
+		t.Fatalf("the owner was sent %v", s)
+	}
+	if u, _ := r.enf.fence.view(r.uuid); u.Owed() {
+		t.Fatalf("an owner still waits after the borrower left: %+v", u.Tasks)
+	}
+	if tu, ok := snapTask(r, owner.Token); !ok || tu.OwedWaits == 0 {
+		t.Fatalf("the owner's task in the fence: %+v: want one allocation that waited for its guarantee", tu)
+	}
+}
+
+// snapTask is one task of the rig's GPU as the fence sees it now.
+func snapTask(r *rig, token string) (u fence.TaskUse, ok bool) {
+	s, found := r.enf.fence.view(r.uuid)
+	if !found {
+		return u, false
+	}
+	return s.Task(token)
+}
