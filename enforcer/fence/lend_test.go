@@ -1,10 +1,12 @@
 package fence_test
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -130,4 +132,24 @@ func TestOwnerServedWhenTheBorrowerLeaves(t *testing.T) {
 	if r := <-got; r != fence.Charged {
 		t.Fatalf("B after the borrower left: %v", r)
 	}
+}
+
+// An allocation granted after borrowers gave its bytes back tries the driver again while the
+// driver still releases them (a stopped borrower's memory comes back a moment after its slot);
+// any other allocation's out-of-memory error stands at once.
+func TestOwedAllocationWaitsForTheDriver(t *testing.T) {
+	k := fencetest.Build(t)
+	_, tb, a := lendingTable(t, 256*size.MiB, time.Minute)
+	dir := filepath.Dir(tb.Path())
+	if r := a.Charge(3*size.GiB + 512*size.MiB); r != fence.Charged { // 1.5 GiB of B's guarantee lent
+		t.Fatal(r)
+	}
+	b := k.Start(t, k.Env(dir, tokB, "FAKE_CUDA_OOM_FIRST=3"))
+	b.Send("alloc 1G")
+	waitFor(t, tb, "B owed", fence.Snapshot.Owed)
+	a.Uncharge(2 * size.GiB)
+	want(t, b.Reply(), "ok", "B's allocation once A gave back, the driver failing it 3 times first")
+
+	c := k.Start(t, k.Env(dir, tokB, "FAKE_CUDA_OOM_FIRST=1"))
+	want(t, c.Do("alloc 1M"), "err 2", "an allocation that did not wait, the driver failing it once")
 }

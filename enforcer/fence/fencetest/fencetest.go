@@ -199,6 +199,17 @@ func (p *Proc) Do(cmd string) string {
 	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
 		p.t.Fatalf("client: send %q: %v (stderr: %s)", cmd, err, p.Stderr())
 	}
+	return p.reply(cmd)
+}
+
+// Reply is the answer to the command Send sent last.
+func (p *Proc) Reply() string {
+	p.t.Helper()
+	return p.reply("the last command sent")
+}
+
+func (p *Proc) reply(cmd string) string {
+	p.t.Helper()
 	select {
 	case l, ok := <-p.lines:
 		if !ok {

@@ -3,7 +3,8 @@
  * GPU. It is reached the way the real driver is: dlsym(handle, "cuGetProcAddress") first, then
  * cuGetProcAddress for every entry point, with per-thread-stream variants at their own
  * addresses. Memory is a per-process counter against FAKE_CUDA_TOTAL; devices are named by
- * FAKE_CUDA_UUIDS (comma-separated, 32 hex digits each).
+ * FAKE_CUDA_UUIDS (comma-separated, 32 hex digits each). FAKE_CUDA_OOM_FIRST=N fails the first N
+ * allocations with out of memory, as a driver still releasing a dead process's memory would.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -37,6 +38,16 @@ static CUresult take(unsigned long long *out, uint64_t n)
 			pause();
 	}
 	pthread_mutex_lock(&mu);
+	static long oom_left = -1;
+	if (oom_left < 0) {
+		const char *o = getenv("FAKE_CUDA_OOM_FIRST");
+		oom_left = o ? strtol(o, NULL, 10) : 0;
+	}
+	if (oom_left > 0) {
+		oom_left--;
+		pthread_mutex_unlock(&mu);
+		return 2;
+	}
 	if (!sizes)
 		sizes = calloc(MAXALLOC, sizeof *sizes);
 	if (used + n > total() || seq + 1 >= MAXALLOC) {
