@@ -37,6 +37,58 @@ type FenceConfig struct {
 	LendKeep size.Bytes
 }
 
+// Borrowing rules: how far past its guarantee (its cap) a task may allocate, where the fence
+// holds caps in isolated mode (docs/enforcement.md). The runner and the plugin share them.
+const (
+	// BorrowOff: a cap is a task's guarantee and the most it may use.
+	BorrowOff = "off"
+	// BorrowNow: past its cap a task may borrow memory no other task's guarantee covers, up to
+	// the GPU's budget; an allocation that finds none free fails inside the task at once.
+	BorrowNow = "now"
+	// BorrowWait is BorrowNow where that allocation waits (up to FenceConfig.BorrowWait) for
+	// memory to come free while no new guarantee is placed on its GPU.
+	BorrowWait = "wait"
+	// BorrowLend is BorrowWait where a borrower may also use the guarantee of a task that has
+	// not allocated yet (its CPU start-up) but for DefaultLendKeep; when that task allocates,
+	// borrowers give back what it needs (FenceConfig.LendKeep says how).
+	BorrowLend = "lend"
+)
+
+// DefaultBorrowWait bounds a borrower's wait: long enough for the tasks beside it to end (the
+// benchmark's run 15-30 s), short enough that a borrower that cannot be served fails soon.
+const DefaultBorrowWait = 60 * time.Second
+
+// DefaultLendKeep is what a task's guarantee keeps from borrowers before its first allocation:
+// the CUDA contexts it makes first, which the fence does not see (the watchdog's per-process
+// allowance is the same measure).
+const DefaultLendKeep = DefaultAllowance
+
+// CheckBorrowRule is the one check of a borrowing rule's name.
+func CheckBorrowRule(rule string) error {
+	switch rule {
+	case BorrowOff, BorrowNow, BorrowWait, BorrowLend:
+		return nil
+	}
+	return fmt.Errorf("borrow %q: want %s, %s, %s or %s", rule, BorrowOff, BorrowNow, BorrowWait, BorrowLend)
+}
+
+// Borrow sets the fence's side of rule: how long a borrower's allocation waits (wait, 0 =
+// DefaultBorrowWait, for BorrowWait and BorrowLend) and what of a starting task's guarantee is
+// lent (BorrowLend). Which tasks may borrow is their reservations' limits.
+func (c *FenceConfig) Borrow(rule string, wait time.Duration) {
+	c.BorrowWait, c.LendKeep = 0, 0
+	if rule != BorrowWait && rule != BorrowLend {
+		return
+	}
+	c.BorrowWait = wait
+	if c.BorrowWait <= 0 {
+		c.BorrowWait = DefaultBorrowWait
+	}
+	if rule == BorrowLend {
+		c.LendKeep = DefaultLendKeep
+	}
+}
+
 // How a command asks for the fence.
 const (
 	// FenceAuto fences when it can: simulated GPUs always, real ones when the library is found.
@@ -237,6 +289,9 @@ func (e *Enforcer) SyncFence(st ledger.GPUState) error {
 	}
 	return e.fence.sync(st)
 }
+
+// Fenced says whether this enforcer runs the allocation fence.
+func (e *Enforcer) Fenced() bool { return e.fence != nil }
 
 // FenceUse is what borrowing takes on one GPU now: the bytes tasks hold past their guarantees,
 // which admission counts as taken, and whether an allocation waits for memory to come free,

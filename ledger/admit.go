@@ -23,7 +23,7 @@ func denied(r Reason, format string, args ...any) error {
 // ReserveIDs admits a Nomad task onto the instance IDs the scheduler assigned it (Source
 // "nomad", cap = len(ids) x unit). Nomad has no release call, so a reservation that holds one of
 // these IDs ends first: the scheduler only reuses an ID once the task holding it is gone.
-func (l *Ledger) ReserveIDs(ids []string, task Task) (Reservation, error) {
+func (l *Ledger) ReserveIDs(ids []string, task Task, opts ...ReserveOption) (Reservation, error) {
 	if len(ids) == 0 {
 		return Reservation{}, denied(ReasonNoIDs, "the request names no instance IDs")
 	}
@@ -70,6 +70,9 @@ func (l *Ledger) ReserveIDs(ids []string, task Task) (Reservation, error) {
 		}
 		l.log.Info("reservation denied", "ids", ids, "task", task.String(), "error", admitErr)
 		return Reservation{}, admitErr
+	}
+	for _, o := range opts {
+		o(&r)
 	}
 	return l.add(prev, r)
 }
@@ -146,7 +149,7 @@ func unitsFor(b, unit size.Bytes) (int, bool) {
 	return int(n), true
 }
 
-// ReserveOption adjusts a reservation ReserveBytes makes.
+// ReserveOption adjusts a reservation ReserveBytes or ReserveIDs makes.
 type ReserveOption func(*Reservation)
 
 // WithLimit lets the task borrow up to limit (see Reservation.LimitBytes); a limit at or below

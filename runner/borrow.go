@@ -3,7 +3,6 @@ package runner
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -13,52 +12,45 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// Borrowing settings of Options.Borrow (docs/run.md, "Caps that lend what nobody uses").
+// Borrowing settings of Options.Borrow (docs/run.md, "Caps that lend what nobody uses"): the
+// enforcer's rules, and auto.
 const (
 	// BorrowAuto is BorrowWait wherever borrowing can be safe (the packed arm, isolated mode,
 	// the allocation fence on), else off.
 	BorrowAuto = "auto"
-	// BorrowOff: a cap is a job's guarantee and the most it may use.
-	BorrowOff = "off"
-	// BorrowNow: past its cap a job may borrow memory no other job's guarantee covers, up to
-	// the GPU's budget; an allocation that finds none free fails inside the job at once.
-	BorrowNow = "now"
-	// BorrowWait is BorrowNow where that allocation waits (up to BorrowWait) for memory to
-	// come free while nothing new is admitted on its GPU, instead of failing.
-	BorrowWait = "wait"
-	// BorrowLend is BorrowWait where a borrower may also use the guarantee of a job that has
-	// not allocated yet (its CPU start-up), but for its contexts' share (lendKeep). When that
-	// job allocates and its bytes are not free, it waits while the borrowers give them back:
-	// the fence refuses them more, and the watchdog stops the one that borrowed most if it
-	// holds on. The borrower, never the owner, pays for a loan that comes due.
-	BorrowLend = "lend"
+	BorrowOff  = enforcer.BorrowOff
+	BorrowNow  = enforcer.BorrowNow
+	BorrowWait = enforcer.BorrowWait
+	// BorrowLend lends borrowers the guarantees of jobs still in their start-up; when such a
+	// job allocates and its bytes are not free, the borrowers give them back (the fence
+	// refuses them more, the watchdog stops the one that borrowed most if it holds on): the
+	// borrower, never the owner, pays for a loan that comes due. Not the default: in
+	// simulation the leaker's loans came due and its re-run cost more than waiting
+	// (docs/benchmarks.md).
+	BorrowLend = enforcer.BorrowLend
 )
 
-// lendKeep is what an unarmed guarantee keeps from borrowers: the CUDA contexts a job makes
-// before its first allocation, which the fence does not see (the watchdog's per-process
-// allowance is the same measure).
-const lendKeep = enforcer.DefaultAllowance
-
-// DefaultBorrowWait bounds a borrower's wait: long enough for the jobs beside it to end (the
-// benchmark's run 15-30 s), short enough that a borrower that cannot be served is re-run soon.
-const DefaultBorrowWait = 60 * time.Second
+// DefaultBorrowWait bounds a borrower's wait.
+const DefaultBorrowWait = enforcer.DefaultBorrowWait
 
 // CheckBorrow is the one rule for a borrowing setting ("" = auto).
 func CheckBorrow(b string) error {
-	switch b {
-	case "", BorrowAuto, BorrowOff, BorrowNow, BorrowWait, BorrowLend:
+	if b == "" || b == BorrowAuto {
 		return nil
 	}
-	return fmt.Errorf("borrow %q: want %s, %s, %s, %s or %s", b, BorrowAuto, BorrowOff, BorrowNow, BorrowWait, BorrowLend)
+	if err := enforcer.CheckBorrowRule(b); err != nil {
+		return fmt.Errorf("%w, or %s", err, BorrowAuto)
+	}
+	return nil
 }
 
 // borrowPlan is a run's borrowing as borrowing decided it.
 type borrowPlan struct {
-	on   bool
-	wait time.Duration // how long a borrower's allocation may wait; 0 = it fails at once
-	keep size.Bytes    // what an unarmed guarantee keeps from borrowers; 0 = none is lent
-	note string        // the run's first lines say it
+	rule string // an enforcer borrowing rule; BorrowOff when jobs do not borrow
+	note string // the run's first lines say it
 }
+
+func (p borrowPlan) on() bool { return p.rule != BorrowOff }
 
 // borrowing decides a run's borrowing and says why, for the run's first lines. Borrowing needs
 // the fence: only it can refuse an allocation that would reach into a neighbour's guarantee
@@ -66,11 +58,11 @@ type borrowPlan struct {
 // when it starts, so a cap there stays the most a job may use.
 func borrowing(o *Options, fenced bool) borrowPlan {
 	asked := o.Borrow
-	if asked == "" {
-		asked = BorrowAuto
+	if asked == "" || asked == BorrowAuto {
+		asked = BorrowWait
 	}
 	off := func(why string) borrowPlan {
-		return borrowPlan{note: "borrowing: off (" + why + "): a job that outgrows its cap is re-run with more room"}
+		return borrowPlan{rule: BorrowOff, note: "borrowing: off (" + why + "): a job that outgrows its cap is re-run with more room"}
 	}
 	switch {
 	case asked == BorrowOff:
@@ -82,21 +74,19 @@ func borrowing(o *Options, fenced bool) borrowPlan {
 	case !fenced:
 		return off("the allocation fence is off")
 	case asked == BorrowNow:
-		return borrowPlan{on: true, note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
+		return borrowPlan{rule: asked, note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
 	}
-	p := borrowPlan{on: true, wait: o.BorrowWait}
-	if p.wait <= 0 {
-		p.wait = DefaultBorrowWait
+	wait := o.BorrowWait
+	if wait <= 0 {
+		wait = DefaultBorrowWait
 	}
-	p.note = fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
-		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", p.wait)
 	if asked == BorrowLend {
-		p.keep = lendKeep
-		p.note = fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
+		return borrowPlan{rule: asked, note: fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
 			"and a starting job's guarantee but for %s until it allocates, when borrowers give it back; "+
-			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", p.keep, p.wait)
+			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", enforcer.DefaultLendKeep, wait)}
 	}
-	return p
+	return borrowPlan{rule: asked, note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
+		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)}
 }
 
 // lender is what the scheduler needs of the fence to let jobs borrow.

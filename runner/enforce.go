@@ -74,7 +74,8 @@ func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string,
 	}
 	notes := guardNotes{fence: note}
 	plan := borrowing(&o, fc.Dir != "")
-	notes.borrows, notes.borrow, fc.BorrowWait, fc.LendKeep = plan.on, plan.note, plan.wait, plan.keep
+	notes.borrows, notes.borrow = plan.on(), plan.note
+	fc.Borrow(plan.rule, o.BorrowWait)
 	e, err := enforcer.New(enforcer.Config{Backend: o.Backend, Ledger: led, Logger: o.Logger, MPS: mps, Fence: fc})
 	if err != nil {
 		return nil, guardNotes{}, err

@@ -17,6 +17,7 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/msgpack"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	hclspecpb "github.com/gpufrac/gpufrac/nomad-device/proto/hclspec"
 	"github.com/gpufrac/gpufrac/policy"
@@ -60,6 +61,8 @@ const (
 	KeyFenceDir          = "fence_dir"
 	KeyViolations        = "violations"
 	KeyMetricsAddr       = "metrics_addr"
+	KeyBorrow            = "borrow"
+	KeyBorrowWait        = "borrow_wait"
 )
 
 // DefaultReservationGrace is how long a reservation survives with no live process carrying its
@@ -102,6 +105,8 @@ var options = []option{
 	{Name: KeyFenceLibrary, Type: "string", Default: `""`},
 	{Name: KeyFenceDir, Type: "string", Default: `""`},
 	{Name: KeyMetricsAddr, Type: "string", Default: `""`},
+	{Name: KeyBorrow, Type: "string", Default: `"` + enforcer.BorrowOff + `"`},
+	{Name: KeyBorrowWait, Type: "string", Default: `"` + enforcer.DefaultBorrowWait.String() + `"`},
 	// Where violations are published for `gpufrac controller` (absent: not published).
 	{Name: KeyViolations, Nested: []option{
 		{Name: "address", Type: "string", Default: `""`},
@@ -151,6 +156,11 @@ type Config struct {
 	// MetricsAddr, when set, serves Prometheus metrics at http://<MetricsAddr>/metrics; a bare
 	// ":port" listens on loopback only.
 	MetricsAddr string
+	// Borrow is the borrowing rule of tasks on isolated GPUs (enforcer.BorrowOff, BorrowNow,
+	// BorrowWait, BorrowLend): with it on, a task's units are its guarantee and the GPU's
+	// budget its limit. It needs the fence. BorrowWait bounds a borrower's wait.
+	Borrow     string
+	BorrowWait time.Duration
 }
 
 // NomadTarget is the `violations { ... }` block: the Nomad agent and namespace to write to.
@@ -373,6 +383,20 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	}
 	if !policy.ValidName(c.PolicyName) {
 		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be "+policy.NameRule)
+	}
+	c.Borrow = s(KeyBorrow)
+	if err := enforcer.CheckBorrowRule(c.Borrow); err != nil {
+		bad(KeyBorrow, strconv.Quote(c.Borrow), fmt.Sprintf("must be %q, %q, %q or %q", enforcer.BorrowOff, enforcer.BorrowNow, enforcer.BorrowWait, enforcer.BorrowLend))
+	} else if c.Borrow != enforcer.BorrowOff && !c.Fence {
+		bad(KeyBorrow, strconv.Quote(c.Borrow), "needs fence = true: only the allocation fence can keep a borrower out of its neighbours' guarantees")
+	}
+	bw := s(KeyBorrowWait)
+	if d, err := time.ParseDuration(bw); err != nil {
+		bad(KeyBorrowWait, strconv.Quote(bw), "not a duration such as \"60s\"")
+	} else if d < 0 || d > 10*time.Minute {
+		bad(KeyBorrowWait, strconv.Quote(bw), "must be between 0s and 10m")
+	} else {
+		c.BorrowWait = d
 	}
 	for _, modes := range schema.get(obj, KeyGPUModes).AsValueSlice() {
 		if modes.IsNull() {

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"errors"
+	"github.com/gpufrac/gpufrac/enforcer"
 	"reflect"
 	"strings"
 	"testing"
@@ -40,6 +41,7 @@ func TestDefaults(t *testing.T) {
 		StateDir: DefaultStateDir, PolicyName: "default", FingerprintPeriod: time.Minute,
 		GPUModes: map[string]policy.Mode{}, MPSRoot: "/run/gpufrac/mps", DeviceNodes: true,
 		ReservationGrace: DefaultReservationGrace, Fence: true, FenceDir: "/var/lib/gpufrac/fence",
+		Borrow: enforcer.BorrowOff, BorrowWait: enforcer.DefaultBorrowWait,
 	}
 	for name, b := range map[string][]byte{"no bytes": nil, "empty config block": nil, "agent without config": nil} {
 		if name == "empty config block" {
@@ -156,6 +158,13 @@ func TestParseConfigRejects(t *testing.T) {
 			}
 		}`, []string{"policy.token_file", "not both"}},
 		{`config { policy_name = "" }`, []string{"policy_name", `""`}},
+		{`config { borrow = "maybe" }`, []string{"borrow", `"maybe"`, `"lend"`}},
+		{`config {
+			borrow = "wait"
+			fence = false
+		}`, []string{"borrow", `"wait"`, "fence = true"}},
+		{`config { borrow_wait = "-1s" }`, []string{"borrow_wait", `"-1s"`, "between 0s and 10m"}},
+		{`config { borrow_wait = "a while" }`, []string{"borrow_wait", `"a while"`}},
 		{`config { policy_name = "gpu.pool" }`, []string{"policy_name", `"gpu.pool"`, "must be " + policy.NameRule}},
 	}
 	for _, tt := range tests {

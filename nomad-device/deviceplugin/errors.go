@@ -17,6 +17,8 @@ var (
 	ErrUnavailable = errors.New("GPU not fully managed")
 	// ErrInUse: an instance ID of the request is held by a reservation whose task still runs.
 	ErrInUse = errors.New("instance held by a running task")
+	// ErrBorrowed: tasks borrowing past their guarantees hold the memory the units stand for.
+	ErrBorrowed = errors.New("memory held by borrowing tasks")
 )
 
 // grpcCode says what happened in the code Nomad's client logs and shows in the task event:
@@ -28,7 +30,7 @@ func grpcCode(err error) codes.Code {
 		return codes.OK
 	case errors.Is(err, ErrDisabled), errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
-	case errors.Is(err, ErrInUse):
+	case errors.Is(err, ErrInUse), errors.Is(err, ErrBorrowed):
 		return codes.ResourceExhausted
 	case errors.As(err, &d):
 		switch d.Reason {

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 )
@@ -254,6 +257,13 @@ func TestSecondReserveOfALiveTasksUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { task.Process.Kill(); task.Wait() }()
+	// The task carries its token once its exec is done: until then /proc shows the test's own
+	// environment (a loaded machine stretches that moment).
+	environ := fmt.Sprintf("/proc/%d/environ", task.Process.Pid)
+	testutil.Eventually(t, 10*time.Second, "the task's environment in "+environ, func() bool {
+		b, err := os.ReadFile(environ)
+		return err == nil && strings.Contains(string(b), res.Envs[enforcer.EnvReservation])
+	})
 
 	_, err = s.Reserve(context.Background(), held[1:])
 	wantRefused(t, err, codes.ResourceExhausted, "still runs")

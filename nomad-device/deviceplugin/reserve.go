@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
@@ -39,7 +40,7 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 	if err := rt.checkHolders(l, enf, ids); err != nil {
 		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w", strings.Join(ids, ","), err)
 	}
-	res, err := l.ReserveIDs(ids, ledger.Task{})
+	res, err := l.ReserveIDs(ids, ledger.Task{}, rt.borrowLimit(l, cfg, enf, ids)...)
 	if err != nil {
 		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w", strings.Join(ids, ","), err)
 	}
@@ -58,6 +59,12 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 		}
 		// The task's first allocation must find its cap in the fence's table.
 		if err := enf.SyncFence(st); err != nil {
+			if errors.Is(err, fence.ErrNoRoom) {
+				// Borrowers hold the memory these units stand for (the fingerprint marks such
+				// units unhealthy, but Nomad may have placed on an older one): refuse, and the
+				// units come back when the borrowers give it back.
+				err = fmt.Errorf("%w: %w", ErrBorrowed, err)
+			}
 			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: writing the task's cap into the fence: %w", err))
 		}
 		opts = enf.EnvOptions(res.GPU)
@@ -85,6 +92,24 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 	rt.log.Info("reserved", "gpu", res.GPU, "units", len(ids), "cap", res.CapBytes.String(), "mode", st.Mode,
 		"token", ledger.RedactToken(res.Token))
 	return out, nil
+}
+
+// borrowLimit lets a task on an isolated GPU borrow up to the GPU's budget when the plugin's
+// borrow rule is on and the fence holds caps (only it can keep a borrower out of its
+// neighbours' guarantees). Under MPS a client's pinned limit is fixed when it starts.
+func (rt *runtime) borrowLimit(l *ledger.Ledger, cfg Config, enf taskEnforcer, ids []string) []ledger.ReserveOption {
+	if cfg.Borrow == enforcer.BorrowOff || enf == nil || !enf.Fenced() {
+		return nil
+	}
+	uuid, _, err := ledger.ParseInstanceID(ids[0])
+	if err != nil {
+		return nil // the ledger refuses the IDs and says why
+	}
+	st, err := l.State(uuid)
+	if err != nil || st.Mode != policy.ModeIsolated {
+		return nil
+	}
+	return []ledger.ReserveOption{ledger.WithLimit(st.BudgetBytes)}
 }
 
 // undo releases a reservation whose task cannot be started, so its units return to the pool.

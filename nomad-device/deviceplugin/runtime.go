@@ -28,6 +28,9 @@ type taskEnforcer interface {
 	SyncFence(st ledger.GPUState) error
 	TaskUsage(token string) (size.Bytes, bool)
 	Holders(token string) ([]int, error)
+	// Fenced and FenceUse tell what borrowing takes of a GPU (enforcer.Enforcer's).
+	Fenced() bool
+	FenceUse(uuid string) (size.Bytes, bool)
 }
 
 // runtime is everything that starts after SetConfig: GPUs, ledger, policy, enforcer. A part that

@@ -137,6 +137,10 @@ func (rt *runtime) startEnforcer() {
 		defer rt.wg.Done()
 		_ = enf.Run(rt.ctx)
 	}()
+	if rt.cfg.Borrow != enforcer.BorrowOff {
+		rt.wg.Add(1)
+		go rt.watchBorrowing(enf, l)
+	}
 }
 
 // fenceConfig is the allocation fence the plugin's config asks for. Tasks run as other users
@@ -148,5 +152,6 @@ func (rt *runtime) fenceConfig(b gpu.Backend) (enforcer.FenceConfig, error) {
 	_, simulated := b.(*gpu.Simulated)
 	fc, _, err := enforcer.ResolveFence(enforcer.FenceOn, rt.cfg.FenceLibrary, rt.cfg.FenceDir, simulated)
 	fc.Shared = true
+	fc.Borrow(rt.cfg.Borrow, rt.cfg.BorrowWait)
 	return fc, err
 }
