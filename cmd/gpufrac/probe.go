@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
@@ -220,7 +221,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	fmt.Fprintf(stdout, "cap under policy %q: %s = %s x %.2f + %s -> %d units of %s\n", pol.Name, capBytes, result.Peak,
 		1+pol.CapMarginPercent/100, pol.CapMarginBytes.SI(), outp.Units, pol.UnitBytes)
 	if len(outp.StoredIn) > 0 {
-		fmt.Fprintf(stdout, "footprint stored in: %s\n", joinComma(outp.StoredIn))
+		fmt.Fprintf(stdout, "footprint stored in: %s\n", strings.Join(outp.StoredIn, ", "))
 	} else {
 		fmt.Fprintln(stdout, "footprint not stored (--no-store)")
 	}
@@ -274,17 +275,6 @@ func pickProbeGPU(ctx context.Context, b gpu.Backend, led *ledger.Ledger, sel st
 	}
 	sort.SliceStable(ok, func(i, j int) bool { return ok[i].BudgetBytes > ok[j].BudgetBytes })
 	return ok[0], nil
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
 }
 
 // probeFenceEnv is the fence of a probe: it holds the job to the GPU's budget, so a probe that

@@ -218,17 +218,10 @@ func (s *Server) RequestLog() []Request {
 	return append([]Request(nil), s.log...)
 }
 
-// Holds is how many times a blocking query has begun to wait for a change: once when it
-// starts waiting and once more each time a write it does not see sends it back to waiting.
-func (s *Server) Holds() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.holds
-}
-
-// WaitHolds returns once Holds reaches n, or ctx's error. A query counted here had already
-// taken the change signal it waits on, so a write made after WaitHolds returns wakes it: tests
-// wait on this instead of sleeping and hoping the query got there first.
+// WaitHolds returns once blocking queries have begun to wait for a change n times (see holds),
+// or ctx's error. A query counted here had already taken the change signal it waits on, so a
+// write made after WaitHolds returns wakes it: tests wait on this instead of sleeping and
+// hoping the query got there first.
 func (s *Server) WaitHolds(ctx context.Context, n int) error {
 	return s.waitHeld(ctx, func() bool { return s.holds >= n },
 		func() string { return fmt.Sprintf("%d blocking queries began to wait, want %d", s.holds, n) })

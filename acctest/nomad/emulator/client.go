@@ -54,7 +54,6 @@ type Client struct {
 	changed  chan struct{}
 	fatal    error
 	used     map[string]bool
-	fps      chan *devicepb.FingerprintResponse
 }
 
 // Start launches the plugin as an agent does at start-up and returns once the long-running
@@ -66,7 +65,7 @@ func Start(binary, hclConfig string) (*Client, error) {
 // StartWith is Start with options.
 func StartWith(binary, hclConfig string, opts Options) (*Client, error) {
 	c := &Client{binary: binary, hcl: hclConfig, opts: opts, used: map[string]bool{},
-		changed: make(chan struct{}, 1), fps: make(chan *devicepb.FingerprintResponse, 256)}
+		changed: make(chan struct{}, 1)}
 	if err := c.boot(); err != nil {
 		c.Close()
 		return nil, err
@@ -207,10 +206,6 @@ func (c *Client) readFingerprints(ctx context.Context, p *Process, stream device
 		c.latestFP = msg
 		c.fpGen++
 		c.mu.Unlock()
-		select {
-		case c.fps <- msg:
-		default:
-		}
 		c.signal()
 		n++
 		if n == 1 {
@@ -266,10 +261,6 @@ func (c *Client) Err() error {
 	defer c.mu.Unlock()
 	return c.fatal
 }
-
-// Fingerprints delivers fingerprint messages as they arrive (dropped when nobody reads; see
-// Latest).
-func (c *Client) Fingerprints() <-chan *devicepb.FingerprintResponse { return c.fps }
 
 // Latest is the newest fingerprint: what the agent advertises now.
 func (c *Client) Latest() *devicepb.FingerprintResponse {
