@@ -281,8 +281,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	var infos []ledger.GPUInfo
 	var uuids []string
 	for _, d := range devs {
-		infos = append(infos, ledger.GPUInfo{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes,
-			PCIBusID: d.PCIBusID, Healthy: d.Healthy, HealthReason: d.HealthReason})
+		infos = append(infos, enforcer.LedgerGPU(d))
 		if !d.Healthy || (len(o.GPUs) > 0 && !slices.Contains(o.GPUs, d.UUID)) {
 			continue
 		}

@@ -115,8 +115,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	}
 	var infos []ledger.GPUInfo
 	for _, d := range devs {
-		infos = append(infos, ledger.GPUInfo{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes,
-			PCIBusID: d.PCIBusID, Healthy: d.Healthy, HealthReason: d.HealthReason})
+		infos = append(infos, enforcer.LedgerGPU(d))
 	}
 	if err := led.SyncGPUs(infos); err != nil {
 		return err
