@@ -406,8 +406,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, path string) {
 	if hasCAS {
 		if conflict, bad := s.casConflictLocked(ns, path, cas, caps.read); bad {
 			s.mu.Unlock()
-			w.Header().Set("X-Nomad-Index", strconv.FormatUint(conflict.ModifyIndex, 10))
-			writeJSON(w, http.StatusConflict, conflict)
+			writeConflict(w, conflict)
 			return
 		}
 	}
@@ -444,8 +443,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 	if hasCAS {
 		if conflict, bad := s.casConflictLocked(ns, path, cas, caps.read); bad {
 			s.mu.Unlock()
-			w.Header().Set("X-Nomad-Index", strconv.FormatUint(conflict.ModifyIndex, 10))
-			writeJSON(w, http.StatusConflict, conflict)
+			writeConflict(w, conflict)
 			return
 		}
 	}
@@ -454,6 +452,13 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 	s.mu.Unlock()
 	w.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeConflict refuses a write whose check-and-set index is not the variable's, as Nomad does:
+// 409 with the variable as it is (conflict, cut to what the caller may read) and its index.
+func writeConflict(w http.ResponseWriter, conflict Variable) {
+	w.Header().Set("X-Nomad-Index", strconv.FormatUint(conflict.ModifyIndex, 10))
+	writeJSON(w, http.StatusConflict, conflict)
 }
 
 func casParam(w http.ResponseWriter, r *http.Request) (uint64, bool, bool) {
