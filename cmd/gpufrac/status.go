@@ -123,7 +123,7 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		sg := statusGPU{GPUState: gs, Reservations: []statusReservation{}}
 		usage := usageByToken(ctx, b, gs.UUID)
 		for _, r := range gs.Reservations {
-			sr := statusReservation{Token: short(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
+			sr := statusReservation{Token: tokenPrefix(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
 				Source: r.Source, CreatedAt: r.CreatedAt, SeenAt: r.SeenAt}
 			if usage != nil {
 				u := usage[r.Token]
@@ -136,7 +136,7 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		out.GPUs = append(out.GPUs, sg)
 	}
 	for _, v := range snap.Violations {
-		sv := statusViolation{Violation: v, Token: short(v.Token)}
+		sv := statusViolation{Violation: v, Token: tokenPrefix(v.Token)}
 		sv.Violation.Token = ""
 		if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 			sv.ContainmentS = v.ContainedAt.Sub(v.CrossedAt).Seconds()
@@ -293,7 +293,9 @@ func tokenOf(pid int, uuid string) string {
 	return tok
 }
 
-func short(tok string) string {
+// tokenPrefix is the start of a reservation token that status prints: ledger.RedactToken's cut
+// without its ellipsis, because the JSON field is token_prefix, characters a token starts with.
+func tokenPrefix(tok string) string {
 	if len(tok) > 8 {
 		return tok[:8]
 	}
