@@ -62,6 +62,21 @@ func modelsEqual(a, b any) bool {
 	return true
 }
 
+// planIdentity fills a planned object's namespace, the provider's (c's) when the configuration
+// sets none, and its id, name@namespace, once both are known.
+func planIdentity(ctx context.Context, c *client, config tfsdk.Config, name types.String, ns, id *types.String, diags *diag.Diagnostics) {
+	if ns.IsUnknown() && !config.Raw.IsNull() {
+		var cfgNS types.String
+		diags.Append(config.GetAttribute(ctx, path.Root("namespace"), &cfgNS)...)
+		if cfgNS.IsNull() {
+			*ns = types.StringValue(c.defaultNamespace())
+		}
+	}
+	if known(name) && known(*ns) {
+		*id = types.StringValue(objectID(name.ValueString(), ns.ValueString()))
+	}
+}
+
 // storePlan is the whole of a resource's Create and Update once Update has its prior state: it
 // reads the plan into m (a pointer to the model), lets write store it (write fills m from what
 // was stored, or reports why not) and records m as the new state.

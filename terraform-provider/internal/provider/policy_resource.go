@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/float64default"
@@ -152,16 +151,7 @@ func (r *policyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if m.Namespace.IsUnknown() && !req.Config.Raw.IsNull() {
-		var cfgNS types.String
-		resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("namespace"), &cfgNS)...)
-		if cfgNS.IsNull() {
-			m.Namespace = types.StringValue(r.client.defaultNamespace())
-		}
-	}
-	if known(m.Name) && known(m.Namespace) {
-		m.ID = types.StringValue(objectID(m.Name.ValueString(), m.Namespace.ValueString()))
-	}
+	planIdentity(ctx, r.client, req.Config, m.Name, &m.Namespace, &m.ID, &resp.Diagnostics)
 	m.HeadroomBytes = bytesOf(m.Headroom)
 	m.CapMarginBytes = bytesOf(m.CapMargin)
 	m.UnitBytes = bytesOf(m.Unit)

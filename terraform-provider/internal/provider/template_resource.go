@@ -120,16 +120,7 @@ func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if m.Namespace.IsUnknown() {
-		var cfgNS types.String
-		resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("namespace"), &cfgNS)...)
-		if cfgNS.IsNull() {
-			m.Namespace = types.StringValue(r.client.defaultNamespace())
-		}
-	}
-	if known(m.Name) && known(m.Namespace) {
-		m.ID = types.StringValue(objectID(m.Name.ValueString(), m.Namespace.ValueString()))
-	}
+	planIdentity(ctx, r.client, req.Config, m.Name, &m.Namespace, &m.ID, &resp.Diagnostics)
 	m.PeakBytes = bytesOf(m.Peak)
 	m.CapOverrideBytes = bytesOf(m.CapOverride)
 	if m.PolicySizing.IsNull() {
