@@ -1,6 +1,3 @@
-// Package enforcer keeps tasks inside their caps: it builds the environment a task runs with,
-// owns the MPS control daemon's life cycle, and runs the watchdog that catches and stops a task
-// that outgrows its cap without harming its neighbours.
 package enforcer
 
 import (

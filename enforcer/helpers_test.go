@@ -89,7 +89,7 @@ func newRigGPUs(t testing.TB, mode policy.Mode, gpus []string, tweak func(*Confi
 	r.cfg = Config{
 		Backend: sim, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &r.logs}),
 		Allowance: 256 * size.MiB, StopGrace: 300 * time.Millisecond, ScanInterval: 50 * time.Millisecond,
-		MPS: MPSOptions{ControlBinary: fakeControl(t), Root: shortTemp(t), Timeout: 2 * time.Second},
+		MPS: MPSOptions{ControlBinary: testutil.FakeMPSControl(t), Root: testutil.MPSRoot(t), Timeout: 2 * time.Second},
 	}
 	r.cfg.Signal = func(pid int, sig syscall.Signal) error {
 		r.mu.Lock()
@@ -277,29 +277,3 @@ func (r *rig) event(what string, match func(Event) bool) Event {
 
 // waitLong bounds the enforcer tests' waits: a loaded CI machine starts processes slowly.
 const waitLong = 10 * time.Second
-
-func fakeControl(t testing.TB) string {
-	p, err := filepath.Abs(filepath.Join("testdata", "fake-mps-control"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-// shortTemp is a temporary directory with a short path (MPS pipes are Unix sockets).
-func shortTemp(t testing.TB) string {
-	d, err := os.MkdirTemp("", "gfmps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopFakeDaemons(d); os.RemoveAll(d) })
-	return d
-}
-
-// stopFakeDaemons ends every fake daemon under root: it exits once its pid file is gone.
-func stopFakeDaemons(root string) {
-	files, _ := filepath.Glob(filepath.Join(root, "*", "pipe", "daemon.pid"))
-	for _, f := range files {
-		os.Remove(f)
-	}
-}

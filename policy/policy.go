@@ -142,6 +142,13 @@ func (p Policy) Cap(peak size.Bytes) size.Bytes {
 	return size.Bytes(scaled) + p.CapMarginBytes
 }
 
+// CapFormula writes Cap's formula for people, with peak standing for the peak: "peak x 1.15 +
+// 1.5GB", or with a measured one, "12GiB x 1.15 + 1.5GB". Every output that explains a cap
+// says it in these words, so they cannot drift from Cap.
+func (p Policy) CapFormula(peak string) string {
+	return fmt.Sprintf("%s x %.2f + %s", peak, 1+p.CapMarginPercent/100, p.CapMarginBytes.SI())
+}
+
 // Units is the number of memory units (Nomad device instances) that hold cap bytes.
 func (p Policy) Units(capBytes size.Bytes) int {
 	if p.UnitBytes == 0 {

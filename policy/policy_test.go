@@ -44,6 +44,16 @@ func TestCapAndUnits(t *testing.T) {
 	}
 }
 
+func TestCapFormula(t *testing.T) {
+	if got, want := Default().CapFormula("peak"), "peak x 1.15 + 1.5GB"; got != want {
+		t.Errorf("CapFormula of the default policy = %q, want %q", got, want)
+	}
+	p := Policy{CapMarginPercent: 20, CapMarginBytes: 2 * size.GB}
+	if got, want := p.CapFormula((10 * size.GiB).String()), "10GiB x 1.20 + 2GB"; got != want {
+		t.Errorf("CapFormula = %q, want %q", got, want)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	if err := Default().Validate(); err != nil {
 		t.Fatalf("Default() invalid: %v", err)

@@ -1,4 +1,14 @@
-// Package probe measures a job's GPU memory footprint: it runs the job alone on a GPU (the whole
-// run or a window), samples the memory of the job's whole process tree at a high rate, and turns
-// the peak into a cap. The process-tree attribution it uses is shared with the runner.
+// Package probe is the one home of measuring a job's GPU memory footprint, for `gpufrac probe`
+// and the runner alike:
+//
+//   - starting a job in its own process group (Start, Proc, Environ) and deciding which GPU
+//     processes are its whole process tree's (Tree, Sum): the runner samples its attempts
+//     with these;
+//   - measuring one job alone on a GPU, the whole run or a window from its first GPU memory,
+//     at a high rate (Run: what `gpufrac probe` does);
+//   - turning the peak into what it earns under a policy (Earned: the cap of the policy's
+//     formula and its memory units) and into the template's stored footprint (StoreTemplate).
+//
+// The ledger's profile record of a footprint is the ledger's (ledger.Profile); the runner's
+// probe attempt, a template's first job run to learn its footprint, is the runner's.
 package probe

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -119,13 +120,7 @@ func Environ(extra map[string]string) []string {
 	base := os.Environ()
 	out := make([]string, 0, len(base)+len(extra))
 	for _, kv := range base {
-		k := kv
-		for i := 0; i < len(kv); i++ {
-			if kv[i] == '=' {
-				k = kv[:i]
-				break
-			}
-		}
+		k, _, _ := strings.Cut(kv, "=")
 		if _, ok := extra[k]; !ok {
 			out = append(out, kv)
 		}

@@ -1,8 +1,8 @@
 package probe
 
 import (
-	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,8 +13,9 @@ import (
 // environment carries the job's reservation token (which survives reparenting to init).
 // Decisions are cached per PID and start time, so a hot sampling loop reads /proc rarely.
 type Tree struct {
+	// root is the job's first process; it leads the job's process group, so its PID is also
+	// the group's ID.
 	root  int
-	pgid  int
 	token string
 
 	mu    sync.Mutex
@@ -29,11 +30,8 @@ type treeEntry struct {
 // NewTree tracks the processes of the job whose first process is root. token may be empty.
 // The job is expected to run in its own process group led by root.
 func NewTree(root int, token string) *Tree {
-	return &Tree{root: root, pgid: root, token: token, cache: map[int]treeEntry{}}
+	return &Tree{root: root, token: token, cache: map[int]treeEntry{}}
 }
-
-// Root is the job's first process.
-func (t *Tree) Root() int { return t.root }
 
 // Owns reports whether pid is one of the job's processes.
 func (t *Tree) Owns(pid int) bool {
@@ -63,7 +61,7 @@ func (t *Tree) Owns(pid int) bool {
 }
 
 func (t *Tree) decide(pid int, st stat) bool {
-	if st.pgrp == t.pgid {
+	if st.pgrp == t.root {
 		return true
 	}
 	// Walk the parent chain; a bounded walk keeps a corrupt or cyclic view from looping.
@@ -120,10 +118,5 @@ func environHas(pid int, kv string) bool {
 	if err != nil {
 		return false
 	}
-	for _, e := range bytes.Split(data, []byte{0}) {
-		if string(e) == kv {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(strings.Split(string(data), "\x00"), kv)
 }

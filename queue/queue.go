@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -113,8 +112,6 @@ type fileJob struct {
 	DefRange hcl.Range      `hcl:",def_range"`
 }
 
-var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_.~-]{1,64}$`)
-
 // Load reads and validates a queue file. Errors name the file, line and bad value.
 func Load(path string) (Queue, error) {
 	src, err := os.ReadFile(path)
@@ -154,8 +151,8 @@ func Parse(src []byte, filename string) (Queue, error) {
 		q.Mode = pol.Mode
 	}
 	for _, t := range fq.Templates {
-		if !nameRE.MatchString(t.Name) {
-			d.add(t.DefRange, "Invalid template name", fmt.Sprintf("template %q: must be 1-64 letters, digits, '.', '-', '_' or '~'", t.Name))
+		if !policy.ValidName(t.Name) {
+			d.add(t.DefRange, "Invalid template name", fmt.Sprintf("template %q: must be %s", t.Name, policy.NameRule))
 		}
 		if _, dup := q.Templates[t.Name]; dup {
 			d.add(t.DefRange, "Duplicate template", fmt.Sprintf("template %q is declared twice", t.Name))
@@ -170,8 +167,9 @@ func Parse(src []byte, filename string) (Queue, error) {
 	}
 	seen := map[string]bool{}
 	for _, j := range fq.Jobs {
-		if !nameRE.MatchString(j.Name) {
-			d.add(j.DefRange, "Invalid job name", fmt.Sprintf("job %q: must be 1-64 letters, digits, '.', '-', '_' or '~'", j.Name))
+		// A job's name is its template's when it names none, so both follow the template rule.
+		if !policy.ValidName(j.Name) {
+			d.add(j.DefRange, "Invalid job name", fmt.Sprintf("job %q: must be %s", j.Name, policy.NameRule))
 		}
 		if seen[j.Name] {
 			d.add(j.DefRange, "Duplicate job", fmt.Sprintf("job %q is declared twice; job names must be unique", j.Name))
@@ -180,8 +178,8 @@ func Parse(src []byte, filename string) (Queue, error) {
 		job := Job{Name: j.Name, Template: d.str(j.Template, "template"), Env: d.strMap(j.Env, "env")}
 		if job.Template == "" {
 			job.Template = j.Name
-		} else if !nameRE.MatchString(job.Template) {
-			d.add(j.Template.Range(), "Invalid template name", fmt.Sprintf("template = %q: must be 1-64 letters, digits, '.', '-', '_' or '~'", job.Template))
+		} else if !policy.ValidName(job.Template) {
+			d.add(j.Template.Range(), "Invalid template name", fmt.Sprintf("template = %q: must be %s", job.Template, policy.NameRule))
 		}
 		job.Command = d.strList(j.Command, "command")
 		switch {

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gpufrac/gpufrac/policy"
 )
 
 // FuzzParseQueue: the queue parser never panics, every error is a queue error that names the
-// file, and what it accepts is a queue the runner can start (jobs with names and commands).
+// file, and what it accepts is a queue the runner can start (jobs with names and commands), whose
+// names the policy store accepts too.
 func FuzzParseQueue(f *testing.F) {
 	for _, src := range []string{
 		"job \"a\" {\n  command = [\"x\"]\n}\n",
@@ -31,7 +34,7 @@ func FuzzParseQueue(f *testing.F) {
 			t.Fatalf("Parse(%q) accepted a queue with no jobs", src)
 		}
 		for _, j := range q.Jobs {
-			if !nameRE.MatchString(j.Name) || !nameRE.MatchString(j.Template) || len(j.Command) == 0 {
+			if !policy.ValidName(j.Name) || !policy.ValidName(j.Template) || len(j.Command) == 0 {
 				t.Fatalf("Parse(%q) accepted job %+v", src, j)
 			}
 			if j.Result == ".." || strings.HasPrefix(j.Result, "../") {

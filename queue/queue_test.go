@@ -28,6 +28,10 @@ func TestParseQueueErrors(t *testing.T) {
 		{"unknown attribute", "job \"a\" {\n  command = [\"x\"]\n  gpus = 2\n}\n", []string{"q.hcl:3", "gpus"}},
 		{"duplicate job", "job \"a\" {\n  command = [\"x\"]\n}\njob \"a\" {\n  command = [\"y\"]\n}\n", []string{"q.hcl:4", `job "a" is declared twice`}},
 		{"bad job name", "job \"a b\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"a b"`}},
+		// The policy store refuses a '.' (policy.CheckName), so a queue may not name one.
+		{"dot in a template block", "template \"lora-0.6b\" {\n  peak = \"1GiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `template "lora-0.6b": must be 1-64 letters, digits, '-', '_' or '~'`}},
+		{"dot in a job's template", "job \"a\" {\n  template = \"lora-0.6b\"\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `template = "lora-0.6b": must be`}},
+		{"dot in a job name", "job \"lora-0.6b-1\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `job "lora-0.6b-1": must be`}},
 		{"bad arm", "arm = \"fastest\"\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"fastest"`}},
 		{"bad profiles", "profiles = \"hot\"\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"hot"`}},
 		{"bad size", "template \"t\" {\n  peak = \"12XB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"12XB"`}},

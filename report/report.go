@@ -114,9 +114,9 @@ func Render(res *record.Result) ([]byte, error) {
 	d := pageData{
 		Title:     fmt.Sprintf("gpufrac run: %s arm", res.Arm),
 		Simulated: res.Backend != "nvml",
-		Setup: fmt.Sprintf("mode %s, %s profiles, %s backend (driver %s), cap = peak x %.2f + %s, headroom %s, at most %d jobs per GPU; queue %s; %s",
-			res.Mode, res.Profiles, res.Backend, res.Driver, 1+res.Policy.CapMarginPercent/100,
-			res.Policy.CapMarginBytes.SI(), res.Policy.HeadroomBytes, res.Policy.MaxTasksPerGPU, res.Queue, res.Start.UTC().Format(time.RFC1123)),
+		Setup: fmt.Sprintf("mode %s, %s profiles, %s backend (driver %s), cap = %s, headroom %s, at most %d jobs per GPU; queue %s; %s",
+			res.Mode, res.Profiles, res.Backend, res.Driver, res.Policy.CapFormula("peak"),
+			res.Policy.HeadroomBytes, res.Policy.MaxTasksPerGPU, res.Queue, res.Start.UTC().Format(time.RFC1123)),
 		KPIs: kpis(res),
 	}
 	for _, e := range res.GPUEvents {

@@ -24,10 +24,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Options configure one run of a queue.
+// Options configure one run of a queue. A day-to-day run sets Backend and OutDir, and perhaps
+// a store's Policy; the rest has defaults. Arm, last, is the benchmark's.
 type Options struct {
-	// Arm is ArmPacked (default), ArmExclusive, ArmStatic, ArmUncapped or ArmUncappedRetry.
-	Arm record.Arm
 	// Mode is the enforcement mode of the packed and static arms; empty = the policy's mode.
 	Mode policy.Mode
 	// Profiles is ProfilesWarm (default) or ProfilesCold.
@@ -81,6 +80,12 @@ type Options struct {
 	// tickers (sampling, probe windows, the watchdog's wait) stay on the wall clock: they pace
 	// real processes.
 	Now func() time.Time
+
+	// Arm is the set of admission rules: empty (or the queue's arm) is ArmPacked, the rules
+	// gpufrac exists for. The other arms (ArmExclusive, ArmStatic, ArmUncapped,
+	// ArmUncappedRetry) are the benchmark's baselines, which packing is measured against
+	// (bench/); `gpufrac run --arm` offers them so a baseline can be run by hand.
+	Arm record.Arm
 }
 
 // ErrOptions is wrapped by option errors.
@@ -281,8 +286,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	var infos []ledger.GPUInfo
 	var uuids []string
 	for _, d := range devs {
-		infos = append(infos, ledger.GPUInfo{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes,
-			PCIBusID: d.PCIBusID, Healthy: d.Healthy, HealthReason: d.HealthReason})
+		infos = append(infos, enforcer.LedgerGPU(d))
 		if !d.Healthy || (len(o.GPUs) > 0 && !slices.Contains(o.GPUs, d.UUID)) {
 			continue
 		}

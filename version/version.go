@@ -1,4 +1,3 @@
-// Package version holds the build's version, stamped by the GNUmakefile with -ldflags.
 package version
 
 // Version is overridden at build time: -X github.com/gpufrac/gpufrac/version.Version=v1.2.3.

@@ -11,28 +11,13 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
 
 func TestMPSModeReservation(t *testing.T) {
-	control, err := filepath.Abs("../../enforcer/testdata/fake-mps-control")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// MPS pipes are unix sockets, so the root needs a short path.
-	root, err := os.MkdirTemp("", "gfmps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// The fake daemon exits once its pid file is gone.
-		pids, _ := filepath.Glob(filepath.Join(root, "*", "pipe", "daemon.pid"))
-		for _, f := range pids {
-			os.Remove(f)
-		}
-		os.RemoveAll(root)
-	})
+	control, root := testutil.FakeMPSControl(t), testutil.MPSRoot(t)
 	c := start(t, agentConfig(t.TempDir(), `"H100=80GiB", "A100=40GiB"`, `gpu_modes   = { "1" = "mps" }
   mps_root    = "`+root+`"
   mps_control = "`+control+`"`))

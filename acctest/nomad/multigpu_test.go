@@ -11,6 +11,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
@@ -29,23 +30,10 @@ func unitIDs(g *devicepb.DeviceGroup, n int) []string {
 // and a fraction reserved on GPU 1 is told GPU 1 (and, with GPU 1 in mps mode, GPU 1's MPS
 // daemon and a pinned limit naming GPU 1).
 func TestFourGPUNode(t *testing.T) {
-	control, err := filepath.Abs("../../enforcer/testdata/fake-mps-control")
-	if err != nil {
-		t.Fatal(err)
-	}
+	control := testutil.FakeMPSControl(t)
 	for _, mode := range []string{"isolated", "mps"} {
 		t.Run(mode, func(t *testing.T) {
-			root, err := os.MkdirTemp("", "gfmps") // MPS pipes are unix sockets: a short path
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				pids, _ := filepath.Glob(filepath.Join(root, "*", "pipe", "daemon.pid"))
-				for _, f := range pids {
-					os.Remove(f) // the fake daemon exits once its pid file is gone
-				}
-				os.RemoveAll(root)
-			})
+			root := testutil.MPSRoot(t)
 			c := start(t, agentConfig(t.TempDir(), `"H100=80GiB", "H100=80GiB", "H100=80GiB", "H100=80GiB"`,
 				`gpu_modes   = { "1" = "`+mode+`" }
   mps_root    = "`+root+`"

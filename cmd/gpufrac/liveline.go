@@ -35,17 +35,23 @@ func (l *liveLine) clear() {
 	}
 }
 
+// settle takes the live line off the screen and ends a line the job left unfinished, so what
+// comes next starts a line of its own; the caller holds mu.
+func (l *liveLine) settle() {
+	l.clear()
+	if l.partial {
+		fmt.Fprintln(l.w)
+		l.partial = false
+	}
+}
+
 func (l *liveLine) printf(format string, args ...any) {
 	if l.quiet {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.clear()
-	if l.partial {
-		fmt.Fprintln(l.w)
-		l.partial = false
-	}
+	l.settle()
 	fmt.Fprintf(l.w, format+"\n", args...)
 }
 
@@ -79,9 +85,5 @@ func (l *liveLine) Write(p []byte) (int, error) {
 func (l *liveLine) done() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.clear()
-	if l.partial {
-		fmt.Fprintln(l.w)
-		l.partial = false
-	}
+	l.settle()
 }

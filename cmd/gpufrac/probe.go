@@ -3,11 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
@@ -115,8 +115,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	}
 	var infos []ledger.GPUInfo
 	for _, d := range devs {
-		infos = append(infos, ledger.GPUInfo{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes,
-			PCIBusID: d.PCIBusID, Healthy: d.Healthy, HealthReason: d.HealthReason})
+		infos = append(infos, enforcer.LedgerGPU(d))
 	}
 	if err := led.SyncGPUs(infos); err != nil {
 		return err
@@ -186,10 +185,10 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		return fmt.Errorf("the job exited with code %d after %.1fs (peak so far %s): a failed run is no footprint; nothing was stored",
 			result.ExitCode, result.Duration.Seconds(), result.Peak)
 	}
-	capBytes := pol.Cap(result.Peak)
+	fp := probe.Earned(pol, result.Peak)
 	outp := probeOutput{
-		Template: *tmpl, Backend: b.Kind(), GPU: st.UUID, GPUIndex: st.Index, PeakBytes: result.Peak, Peak: result.Peak.String(),
-		CapBytes: capBytes, Cap: capBytes.String(), Units: pol.Units(capBytes), UnitBytes: pol.UnitBytes, Policy: pol.Name,
+		Template: *tmpl, Backend: b.Kind(), GPU: st.UUID, GPUIndex: st.Index, PeakBytes: fp.Peak, Peak: fp.Peak.String(),
+		CapBytes: fp.Cap, Cap: fp.Cap.String(), Units: fp.Units, UnitBytes: pol.UnitBytes, Policy: pol.Name,
 		Samples: result.Samples, DurationS: result.Duration.Seconds(), WindowS: window.Seconds(), Stopped: result.Stopped,
 		ExitCode: result.ExitCode, MeasuredAt: time.Now().UTC(), StoredIn: []string{},
 	}
@@ -200,9 +199,12 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 			return fmt.Errorf("recording the profile in the ledger: %w", err)
 		}
 		outp.StoredIn = append(outp.StoredIn, "ledger "+stateDir)
-		where, err := storeTemplate(ctx, g, &sf, *tmpl, pol.Name, result.Peak)
+		store, where, err := sf.open(g)
 		if err != nil {
 			return err
+		}
+		if err := probe.StoreTemplate(ctx, store, *tmpl, pol.Name, result.Peak); err != nil {
+			return fmt.Errorf("%s: %w", where, err)
 		}
 		outp.StoredIn = append(outp.StoredIn, where)
 	}
@@ -217,35 +219,14 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	}
 	fmt.Fprintf(stdout, "template %s: peak %s over %.1fs (%d samples, %s, exit %d)\n", *tmpl, result.Peak,
 		result.Duration.Seconds(), result.Samples, how, result.ExitCode)
-	fmt.Fprintf(stdout, "cap under policy %q: %s = %s x %.2f + %s -> %d units of %s\n", pol.Name, capBytes, result.Peak,
-		1+pol.CapMarginPercent/100, pol.CapMarginBytes.SI(), outp.Units, pol.UnitBytes)
+	fmt.Fprintf(stdout, "cap under policy %q: %s = %s -> %d units of %s\n", pol.Name, fp.Cap, pol.CapFormula(fp.Peak.String()),
+		fp.Units, pol.UnitBytes)
 	if len(outp.StoredIn) > 0 {
-		fmt.Fprintf(stdout, "footprint stored in: %s\n", joinComma(outp.StoredIn))
+		fmt.Fprintf(stdout, "footprint stored in: %s\n", strings.Join(outp.StoredIn, ", "))
 	} else {
 		fmt.Fprintln(stdout, "footprint not stored (--no-store)")
 	}
 	return nil
-}
-
-// storeTemplate writes the template's measured peak into the policy store, keeping what else
-// it says (description, cap override, policy).
-func storeTemplate(ctx context.Context, g *globals, sf *storeFlags, name, polName string, peak size.Bytes) (string, error) {
-	st, where, err := sf.open(g)
-	if err != nil {
-		return "", err
-	}
-	t, _, err := st.GetTemplate(ctx, name)
-	switch {
-	case errors.Is(err, policy.ErrNotFound):
-		t = policy.Template{Name: name, Policy: polName, Description: "measured by gpufrac probe"}
-	case err != nil:
-		return "", fmt.Errorf("reading template %q from the %s: %w", name, where, err)
-	}
-	t.PeakBytes = peak
-	if _, err := st.PutTemplateUnchecked(ctx, t); err != nil {
-		return "", fmt.Errorf("storing template %q in the %s: %w", name, where, err)
-	}
-	return where, nil
 }
 
 // pickProbeGPU returns the GPU named by sel, or the healthy GPU with no reservations and the
@@ -274,17 +255,6 @@ func pickProbeGPU(ctx context.Context, b gpu.Backend, led *ledger.Ledger, sel st
 	}
 	sort.SliceStable(ok, func(i, j int) bool { return ok[i].BudgetBytes > ok[j].BudgetBytes })
 	return ok[0], nil
-}
-
-func joinComma(s []string) string {
-	out := ""
-	for i, x := range s {
-		if i > 0 {
-			out += ", "
-		}
-		out += x
-	}
-	return out
 }
 
 // probeFenceEnv is the fence of a probe: it holds the job to the GPU's budget, so a probe that

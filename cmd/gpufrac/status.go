@@ -18,6 +18,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -122,7 +123,7 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		sg := statusGPU{GPUState: gs, Reservations: []statusReservation{}}
 		usage := usageByToken(ctx, b, gs.UUID)
 		for _, r := range gs.Reservations {
-			sr := statusReservation{Token: short(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
+			sr := statusReservation{Token: tokenPrefix(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
 				Source: r.Source, CreatedAt: r.CreatedAt, SeenAt: r.SeenAt}
 			if usage != nil {
 				u := usage[r.Token]
@@ -135,7 +136,7 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		out.GPUs = append(out.GPUs, sg)
 	}
 	for _, v := range snap.Violations {
-		sv := statusViolation{Violation: v, Token: short(v.Token)}
+		sv := statusViolation{Violation: v, Token: tokenPrefix(v.Token)}
 		sv.Violation.Token = ""
 		if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 			sv.ContainmentS = v.ContainedAt.Sub(v.CrossedAt).Seconds()
@@ -143,8 +144,8 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		out.Violations = append(out.Violations, sv)
 	}
 	for _, p := range snap.Profiles {
-		c := snap.Policy.Cap(p.PeakBytes)
-		out.Profiles = append(out.Profiles, statusProfile{Profile: p, CapBytes: c, Units: snap.Policy.Units(c)})
+		fp := probe.Earned(snap.Policy, p.PeakBytes)
+		out.Profiles = append(out.Profiles, statusProfile{Profile: p, CapBytes: fp.Cap, Units: fp.Units})
 	}
 	if *asJSON {
 		if banner != "" {
@@ -174,8 +175,8 @@ func emptyStatus(w io.Writer, dir string, asJSON bool) error {
 
 func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 	p := snap.Policy
-	fmt.Fprintf(w, "ledger %s (written %s ago), policy %q: headroom %s, cap = peak x %.2f + %s, unit %s, at most %d tasks per GPU\n",
-		out.StateDir, ago(out.WrittenAt), p.Name, p.HeadroomBytes, 1+p.CapMarginPercent/100, p.CapMarginBytes.SI(), p.UnitBytes, p.MaxTasksPerGPU)
+	fmt.Fprintf(w, "ledger %s (written %s ago), policy %q: headroom %s, cap = %s, unit %s, at most %d tasks per GPU\n",
+		out.StateDir, ago(out.WrittenAt), p.Name, p.HeadroomBytes, p.CapFormula("peak"), p.UnitBytes, p.MaxTasksPerGPU)
 	if p.Name == queuePolicyName {
 		fmt.Fprintln(w, `  (policy "queue" is the policy block of the queue file that the last gpufrac run on this state directory read)`)
 	}
@@ -292,7 +293,9 @@ func tokenOf(pid int, uuid string) string {
 	return tok
 }
 
-func short(tok string) string {
+// tokenPrefix is the start of a reservation token that status prints: ledger.RedactToken's cut
+// without its ellipsis, because the JSON field is token_prefix, characters a token starts with.
+func tokenPrefix(tok string) string {
 	if len(tok) > 8 {
 		return tok[:8]
 	}

@@ -80,8 +80,7 @@ func cmdUnits(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	if out.Override {
 		fmt.Fprintf(stdout, "cap %s (the template's cap override; peak %s)\n", out.CapBytes, out.PeakBytes)
 	} else {
-		fmt.Fprintf(stdout, "peak %s -> cap %s = %s x %.2f + %s (policy %q)\n", out.PeakBytes, out.CapBytes, out.PeakBytes,
-			1+pol.CapMarginPercent/100, pol.CapMarginBytes.SI(), pol.Name)
+		fmt.Fprintf(stdout, "peak %s -> cap %s = %s (policy %q)\n", out.PeakBytes, out.CapBytes, pol.CapFormula(out.PeakBytes.String()), pol.Name)
 	}
 	fmt.Fprintf(stdout, "units: %d of %s (request device \"nvidia/gpumem\" { count = %d })\n", out.Units, pol.UnitBytes, out.Units)
 	return nil

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -79,5 +80,26 @@ func TestBufferConcurrentWrites(t *testing.T) {
 	wg.Wait()
 	if got := b.String(); got != strings.Repeat("x", 400) {
 		t.Fatalf("Buffer holds %d bytes, want 400", len(got))
+	}
+}
+
+func TestFakeMPSControl(t *testing.T) {
+	fi, err := os.Stat(FakeMPSControl(t))
+	if err != nil || fi.Mode()&0o111 == 0 {
+		t.Fatalf("the fake MPS control is not an executable file: %v, %v", fi, err)
+	}
+}
+
+func TestMPSRootIsShortAndGoes(t *testing.T) {
+	var root string
+	t.Run("test", func(t *testing.T) {
+		root = MPSRoot(t)
+		// A Unix socket path has about 100 bytes; a pipe directory adds a GPU UUID and more.
+		if len(root) > 40 {
+			t.Errorf("MPSRoot %q is %d bytes: too long for the sockets under it", root, len(root))
+		}
+	})
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Fatalf("MPSRoot %s outlived its test: %v", root, err)
 	}
 }

@@ -377,15 +377,10 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, path string) {
 	if !ok {
 		return
 	}
-	rules, all, ok := s.rules(w, r)
+	caps, ok := s.changeCaps(w, r, ns, path, "writes")
 	if !ok {
 		return
 	}
-	if ns == "*" {
-		http.Error(w, "wildcard namespace not allowed for writes", http.StatusBadRequest)
-		return
-	}
-	caps := can(rules, all, ns, path)
 	if !caps.write {
 		denied(w)
 		return
@@ -406,8 +401,7 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, path string) {
 	if hasCAS {
 		if conflict, bad := s.casConflictLocked(ns, path, cas, caps.read); bad {
 			s.mu.Unlock()
-			w.Header().Set("X-Nomad-Index", strconv.FormatUint(conflict.ModifyIndex, 10))
-			writeJSON(w, http.StatusConflict, conflict)
+			writeConflict(w, conflict)
 			return
 		}
 	}
@@ -426,16 +420,11 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 	if !ok {
 		return
 	}
-	rules, all, ok := s.rules(w, r)
+	ns := namespaceParam(r) // a delete has no body, so only the query names the namespace
+	caps, ok := s.changeCaps(w, r, ns, path, "deletes")
 	if !ok {
 		return
 	}
-	ns := namespaceParam(r) // a delete has no body, so only the query names the namespace
-	if ns == "*" {
-		http.Error(w, "wildcard namespace not allowed for deletes", http.StatusBadRequest)
-		return
-	}
-	caps := can(rules, all, ns, path)
 	if !caps.destroy {
 		denied(w)
 		return
@@ -444,8 +433,7 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 	if hasCAS {
 		if conflict, bad := s.casConflictLocked(ns, path, cas, caps.read); bad {
 			s.mu.Unlock()
-			w.Header().Set("X-Nomad-Index", strconv.FormatUint(conflict.ModifyIndex, 10))
-			writeJSON(w, http.StatusConflict, conflict)
+			writeConflict(w, conflict)
 			return
 		}
 	}
@@ -454,6 +442,28 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 	s.mu.Unlock()
 	w.Header().Set("X-Nomad-Index", strconv.FormatUint(idx, 10))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// changeCaps is what the request's token may do with the variable ns/path, for a change (what:
+// "writes" or "deletes"), which must name one namespace; when it is false, the request has been
+// answered (a bad token, a wildcard namespace).
+func (s *Server) changeCaps(w http.ResponseWriter, r *http.Request, ns, path, what string) (capSet, bool) {
+	rules, all, ok := s.rules(w, r)
+	if !ok {
+		return capSet{}, false
+	}
+	if ns == "*" {
+		http.Error(w, "wildcard namespace not allowed for "+what, http.StatusBadRequest)
+		return capSet{}, false
+	}
+	return can(rules, all, ns, path), true
+}
+
+// writeConflict refuses a write whose check-and-set index is not the variable's, as Nomad does:
+// 409 with the variable as it is (conflict, cut to what the caller may read) and its index.
+func writeConflict(w http.ResponseWriter, conflict Variable) {
+	w.Header().Set("X-Nomad-Index", strconv.FormatUint(conflict.ModifyIndex, 10))
+	writeJSON(w, http.StatusConflict, conflict)
 }
 
 func casParam(w http.ResponseWriter, r *http.Request) (uint64, bool, bool) {

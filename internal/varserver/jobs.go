@@ -213,14 +213,24 @@ func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request, closing chan 
 	return true
 }
 
-func (s *Server) readJob(w http.ResponseWriter, r *http.Request, id string) {
+// readableJobs is the namespace of a request that reads jobs, when its token may; else it has
+// answered the request (no token, denied).
+func (s *Server) readableJobs(w http.ResponseWriter, r *http.Request) (string, bool) {
 	rules, all, ok := s.rules(w, r)
 	if !ok {
-		return
+		return "", false
 	}
 	ns := namespaceParam(r)
 	if read, _ := jobCaps(rules, all, ns); !read {
 		denied(w)
+		return "", false
+	}
+	return ns, true
+}
+
+func (s *Server) readJob(w http.ResponseWriter, r *http.Request, id string) {
+	ns, ok := s.readableJobs(w, r)
+	if !ok {
 		return
 	}
 	s.mu.Lock()
@@ -239,13 +249,8 @@ func (s *Server) readJob(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (s *Server) jobAllocs(w http.ResponseWriter, r *http.Request, id string) {
-	rules, all, ok := s.rules(w, r)
+	ns, ok := s.readableJobs(w, r)
 	if !ok {
-		return
-	}
-	ns := namespaceParam(r)
-	if read, _ := jobCaps(rules, all, ns); !read {
-		denied(w)
 		return
 	}
 	s.mu.Lock()

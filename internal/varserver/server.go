@@ -1,10 +1,3 @@
-// Package varserver is an in-process Nomad Variables HTTP server for tests (plus the few job,
-// allocation and event-stream endpoints of jobs.go). It implements the
-// parts of /v1/var/<path> and /v1/vars that gpufrac uses (reads, upserts, check-and-set,
-// deletes, prefix lists across namespaces, blocking queries, ACL tokens and Nomad's limits),
-// written from the documented behaviour, so the real github.com/hashicorp/nomad/api client can
-// talk to it. It is not a Nomad server: there is no raft, no encryption, no locks and no
-// filter expressions (those answer 400). It listens on 127.0.0.1 only.
 package varserver
 
 import (
@@ -218,17 +211,10 @@ func (s *Server) RequestLog() []Request {
 	return append([]Request(nil), s.log...)
 }
 
-// Holds is how many times a blocking query has begun to wait for a change: once when it
-// starts waiting and once more each time a write it does not see sends it back to waiting.
-func (s *Server) Holds() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.holds
-}
-
-// WaitHolds returns once Holds reaches n, or ctx's error. A query counted here had already
-// taken the change signal it waits on, so a write made after WaitHolds returns wakes it: tests
-// wait on this instead of sleeping and hoping the query got there first.
+// WaitHolds returns once blocking queries have begun to wait for a change n times (see holds),
+// or ctx's error. A query counted here had already taken the change signal it waits on, so a
+// write made after WaitHolds returns wakes it: tests wait on this instead of sleeping and
+// hoping the query got there first.
 func (s *Server) WaitHolds(ctx context.Context, n int) error {
 	return s.waitHeld(ctx, func() bool { return s.holds >= n },
 		func() string { return fmt.Sprintf("%d blocking queries began to wait, want %d", s.holds, n) })

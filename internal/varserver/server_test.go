@@ -24,7 +24,7 @@ func client(t *testing.T, s *Server, token string) *api.Variables {
 	return c.Variables()
 }
 
-// waitHolds waits until blocking queries have begun to wait n times in all (Server.Holds).
+// waitHolds waits until blocking queries have begun to wait n times in all (Server.WaitHolds).
 func waitHolds(t *testing.T, s *Server, n int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

@@ -21,6 +21,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	hclspecpb "github.com/gpufrac/gpufrac/nomad-device/proto/hclspec"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -73,6 +74,17 @@ const DefaultReservationGrace = 10 * time.Minute
 // DefaultStateDir holds the ledger (and the simulated GPUs' state unless simulated_dir is set).
 const DefaultStateDir = "/var/lib/gpufrac"
 
+// nomadTargetOptions reach a Nomad agent and namespace; the policy and violations blocks both
+// take them, read into a NomadTarget.
+var nomadTargetOptions = []option{
+	{Name: "address", Type: "string", Default: `""`},
+	{Name: "token", Type: "string", Default: `""`},
+	{Name: "token_file", Type: "string", Default: `""`},
+	{Name: "namespace", Type: "string", Default: `""`},
+	{Name: "region", Type: "string", Default: `""`},
+	{Name: "ca_file", Type: "string", Default: `""`},
+}
+
 var options = []option{
 	{Name: KeyEnabled, Type: "bool", Default: "true"},
 	{Name: KeyGPUBackend, Type: "string", Default: `"nvml"`},
@@ -82,15 +94,8 @@ var options = []option{
 	{Name: KeyStateDir, Type: "string", Default: `"` + DefaultStateDir + `"`},
 	{Name: KeyPolicyFile, Type: "string", Default: `""`},
 	{Name: KeyPolicyName, Type: "string", Default: `"` + policy.DefaultName + `"`},
-	{Name: KeyPolicy, Nested: []option{
-		{Name: "address", Type: "string", Default: `""`},
-		{Name: "token", Type: "string", Default: `""`},
-		{Name: "token_file", Type: "string", Default: `""`},
-		{Name: "namespace", Type: "string", Default: `""`},
-		{Name: "region", Type: "string", Default: `""`},
-		{Name: "ca_file", Type: "string", Default: `""`},
-		{Name: "name", Type: "string", Default: `"` + policy.DefaultName + `"`},
-	}},
+	{Name: KeyPolicy, Nested: append(slices.Clone(nomadTargetOptions),
+		option{Name: "name", Type: "string", Default: `"` + policy.DefaultName + `"`})},
 	{Name: KeyIgnoredGPUIDs, Type: "list(string)", Default: "[]"},
 	{Name: KeyFingerprintPeriod, Type: "string", Default: `"1m"`},
 	{Name: KeyDockerRuntime, Type: "bool", Default: "false"},
@@ -108,14 +113,7 @@ var options = []option{
 	{Name: KeyBorrow, Type: "string", Default: `"` + enforcer.BorrowOff + `"`},
 	{Name: KeyBorrowWait, Type: "string", Default: `"` + enforcer.DefaultBorrowWait.String() + `"`},
 	// Where violations are published for `gpufrac controller` (absent: not published).
-	{Name: KeyViolations, Nested: []option{
-		{Name: "address", Type: "string", Default: `""`},
-		{Name: "token", Type: "string", Default: `""`},
-		{Name: "token_file", Type: "string", Default: `""`},
-		{Name: "namespace", Type: "string", Default: `""`},
-		{Name: "region", Type: "string", Default: `""`},
-		{Name: "ca_file", Type: "string", Default: `""`},
-	}},
+	{Name: KeyViolations, Nested: nomadTargetOptions},
 }
 
 // Config is the decoded and validated plugin configuration.
@@ -163,14 +161,23 @@ type Config struct {
 	BorrowWait time.Duration
 }
 
-// NomadTarget is the `violations { ... }` block: the Nomad agent and namespace to write to.
+// NomadTarget is a Nomad agent and namespace to reach: the `violations { ... }` block, where
+// violations are written, and the connection of the `policy { ... }` block. Empty fields fall
+// back to NOMAD_ADDR, NOMAD_TOKEN... inherited from the agent.
 type NomadTarget struct {
 	Address, Token, TokenFile, Namespace, Region, CAFile string
 }
 
+// connection is how the Nomad Variables client reaches t.
+func (t NomadTarget) connection() nomadvars.Config {
+	return nomadvars.Config{Address: t.Address, Token: t.Token, TokenFile: t.TokenFile, Namespace: t.Namespace,
+		Region: t.Region, CACert: t.CAFile}
+}
+
 // NomadPolicy is the `policy { ... }` block: where the policy's Nomad Variable lives.
 type NomadPolicy struct {
-	Address, Token, TokenFile, Namespace, Region, CAFile, Name string
+	NomadTarget
+	Name string
 }
 
 // LedgerDir is where the ledger keeps its state file and lock.
@@ -260,6 +267,17 @@ func compile(opts []option) (*compiled, error) {
 func ConfigType() cty.Type { return schema.typ }
 
 // get returns attribute name of obj, or its default when absent or null.
+// nomadTarget reads block, a block of nomadTargetOptions, reporting a bad value to bad.
+func (c *compiled) nomadTarget(block string, obj cty.Value, bad func(key string, val any, reason string)) NomadTarget {
+	s := func(name string) string { return c.get(obj, name).AsString() }
+	t := NomadTarget{Address: s("address"), Token: s("token"), TokenFile: s("token_file"), Namespace: s("namespace"),
+		Region: s("region"), CAFile: s("ca_file")}
+	if t.Token != "" && t.TokenFile != "" {
+		bad(block+".token_file", strconv.Quote(t.TokenFile), "set token or token_file, not both")
+	}
+	return t
+}
+
 func (c *compiled) get(obj cty.Value, name string) cty.Value {
 	if !obj.IsNull() && obj.Type().IsObjectType() && obj.Type().HasAttribute(name) {
 		if v := obj.GetAttr(name); !v.IsNull() {
@@ -419,12 +437,7 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	}
 	if pb := schema.get(obj, KeyPolicy); !pb.IsNull() {
 		n := schema.nested[KeyPolicy]
-		ps := func(name string) string { return n.get(pb, name).AsString() }
-		np := &NomadPolicy{Address: ps("address"), Token: ps("token"), TokenFile: ps("token_file"),
-			Namespace: ps("namespace"), Region: ps("region"), CAFile: ps("ca_file"), Name: ps("name")}
-		if np.Token != "" && np.TokenFile != "" {
-			bad(KeyPolicy+".token_file", strconv.Quote(np.TokenFile), "set token or token_file, not both")
-		}
+		np := &NomadPolicy{NomadTarget: n.nomadTarget(KeyPolicy, pb, bad), Name: n.get(pb, "name").AsString()}
 		if !policy.ValidName(np.Name) {
 			bad(KeyPolicy+".name", strconv.Quote(np.Name), "must be a policy name such as \"default\" (the last segment of gpufrac/policy/<name>)")
 		}
@@ -445,13 +458,8 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		}
 	}
 	if vb := schema.get(obj, KeyViolations); !vb.IsNull() {
-		n := schema.nested[KeyViolations]
-		vs := func(name string) string { return n.get(vb, name).AsString() }
-		c.Violations = &NomadTarget{Address: vs("address"), Token: vs("token"), TokenFile: vs("token_file"),
-			Namespace: vs("namespace"), Region: vs("region"), CAFile: vs("ca_file")}
-		if c.Violations.Token != "" && c.Violations.TokenFile != "" {
-			bad(KeyViolations+".token_file", strconv.Quote(c.Violations.TokenFile), "set token or token_file, not both")
-		}
+		vt := schema.nested[KeyViolations].nomadTarget(KeyViolations, vb, bad)
+		c.Violations = &vt
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("gpufrac config: %w", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -131,23 +132,7 @@ func TestGPUThatVanishesMidRun(t *testing.T) {
 // task there would get no pinned limit), the other GPU is untouched, and once the client has
 // exited the daemon is restarted and the GPU takes tasks again.
 func TestMPSDaemonDiesMidRun(t *testing.T) {
-	control, err := filepath.Abs(filepath.Join("..", "..", "enforcer", "testdata", "fake-mps-control"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// MPS pipes are unix sockets, so the root needs a short path.
-	root, err := os.MkdirTemp("", "gfmps")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// The fake daemon exits once its pid file is gone.
-		pids, _ := filepath.Glob(filepath.Join(root, "*", "pipe", "daemon.pid"))
-		for _, f := range pids {
-			os.Remove(f)
-		}
-		os.RemoveAll(root)
-	})
+	control, root := testutil.FakeMPSControl(t), testutil.MPSRoot(t)
 	s, dir := newSim(t, "H100=80GiB,A100=40GiB", `gpu_modes = { "0" = "mps" }
 		mps_root = "`+root+`"
 		mps_control = "`+control+`"`)

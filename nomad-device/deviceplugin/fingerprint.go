@@ -108,7 +108,7 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 		// No ledger state at all yet: show the GPUs with no units, so the operator sees them
 		// and the reason in their attributes rather than nothing.
 		for _, d := range devs {
-			msg.DeviceGroup = append(msg.DeviceGroup, bareGroup(d, info))
+			msg.DeviceGroup = append(msg.DeviceGroup, bareGroup(d, info.unavailable))
 		}
 	}
 	addVanished(msg, states, vanished)
@@ -137,18 +137,10 @@ func addVanished(msg *devicepb.FingerprintResponse, states []ledger.GPUState, va
 		if d.PCIBusID != "" {
 			loc = &devicepb.DeviceLocality{PciBusId: d.PCIBusID}
 		}
-		attrs := map[string]*structspb.Attribute{
-			AttrModel:  str(d.Model),
-			AttrUUID:   str(d.UUID),
-			AttrIndex:  intAttr(int64(d.Index), ""),
-			AttrMemory: intAttr(mib(d.MemoryBytes), "MiB"),
-			AttrUnits:  intAttr(0, ""),
-			"status":   str(descVanished),
-		}
-		msg.DeviceGroup = append(msg.DeviceGroup, &devicepb.DeviceGroup{
-			Vendor: Vendor, DeviceType: DeviceType, DeviceName: name, Attributes: attrs,
-			Devices: []*devicepb.DetectedDevice{{ID: ledger.InstanceID(d.UUID, 0), HealthDescription: descVanished, HwLocality: loc}},
-		})
+		g := bareGroup(d, descVanished)
+		g.DeviceName = name
+		g.Devices = []*devicepb.DetectedDevice{{ID: ledger.InstanceID(d.UUID, 0), HealthDescription: descVanished, HwLocality: loc}}
+		msg.DeviceGroup = append(msg.DeviceGroup, g)
 	}
 }
 
@@ -245,14 +237,15 @@ func noUnitsReason(g *ledger.GPUState) string {
 		prefix, g.BudgetBytes, g.TotalBytes, g.HeadroomBytes, g.UnmanagedBytes, g.UnitBytes)
 }
 
-func bareGroup(d gpu.Device, info groupInfo) *devicepb.DeviceGroup {
+// bareGroup is d's group with no units, its status attribute saying why.
+func bareGroup(d gpu.Device, status string) *devicepb.DeviceGroup {
 	attrs := map[string]*structspb.Attribute{
 		AttrModel:  str(d.Model),
 		AttrUUID:   str(d.UUID),
 		AttrIndex:  intAttr(int64(d.Index), ""),
 		AttrMemory: intAttr(mib(d.MemoryBytes), "MiB"),
 		AttrUnits:  intAttr(0, ""),
-		"status":   str(info.unavailable),
+		"status":   str(status),
 	}
 	return &devicepb.DeviceGroup{Vendor: Vendor, DeviceType: DeviceType, DeviceName: groupName(d.Model, d.Index), Attributes: attrs}
 }

@@ -87,11 +87,7 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 		wantRefused(t, err, codes.Unavailable, "stopped by the test")
 	})
 	t.Run("MPS daemon cannot start", func(t *testing.T) {
-		root, err := os.MkdirTemp("", "gfmps")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(root) })
+		root := testutil.MPSRoot(t)
 		missing := filepath.Join(t.TempDir(), "nvidia-cuda-mps-control")
 		s, _ := newSim(t, "H100=80GiB,A100=40GiB", `gpu_modes = { "0" = "mps" }
 			mps_root = "`+root+`"
@@ -104,7 +100,7 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 		if freeUnhealthy(m.DeviceGroup[1], "MPS") {
 			t.Error("the isolated GPU's units went unhealthy too")
 		}
-		_, err = s.Reserve(context.Background(), []string{m.DeviceGroup[0].Devices[0].ID})
+		_, err := s.Reserve(context.Background(), []string{m.DeviceGroup[0].Devices[0].ID})
 		wantRefused(t, err, codes.Unavailable, "(mps mode) for the task: GPU not fully managed: enforcer: prepare GPU")
 		if !strings.Contains(err.Error(), missing) {
 			t.Errorf("error %q does not name the control binary that failed", err)

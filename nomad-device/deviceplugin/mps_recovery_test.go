@@ -36,10 +36,7 @@ func copyFile(t *testing.T, src, dst string) error {
 // with no restart, the next fingerprint has the units healthy again, Reserve admits a task onto
 // the daemon, and the plugin logged both the fault and the recovery.
 func TestMPSGPURecoversOnceItsDaemonCanStart(t *testing.T) {
-	fake, err := filepath.Abs("../../enforcer/testdata/fake-mps-control")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fake := testutil.FakeMPSControl(t)
 	uuid := gpu.SimUUID(0, "H100")
 	tests := []struct {
 		name string
@@ -92,16 +89,8 @@ func TestMPSGPURecoversOnceItsDaemonCanStart(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			// MPS pipes are unix sockets, so the root needs a short path.
-			root, err := os.MkdirTemp("", "gfmps")
-			if err != nil {
-				t.Fatal(err)
-			}
+			root := testutil.MPSRoot(t)
 			pipe := filepath.Join(root, uuid, "pipe")
-			t.Cleanup(func() {
-				os.Remove(filepath.Join(pipe, "daemon.pid")) // the fake daemon exits once it is gone
-				os.RemoveAll(root)
-			})
 			bin := filepath.Join(t.TempDir(), "bin")
 			if err := os.MkdirAll(bin, 0o755); err != nil {
 				t.Fatal(err)
@@ -126,7 +115,7 @@ func TestMPSGPURecoversOnceItsDaemonCanStart(t *testing.T) {
 				m = waitFP(t, ch, "the mps GPU's units say its daemon cannot start", down)
 			}
 			unit := m.DeviceGroup[0].Devices[0].ID
-			_, err = s.Reserve(context.Background(), []string{unit})
+			_, err := s.Reserve(context.Background(), []string{unit})
 			wantRefused(t, err, codes.Unavailable, tc.reason)
 
 			if err := tc.fix(t, bin, pipe); err != nil {

@@ -23,8 +23,7 @@ func (rt *runtime) startPublisher(enf *enforcer.Enforcer, l *ledger.Ledger) {
 		return
 	}
 	log := rt.log.Named("violations")
-	conn, err := nomadvars.NewAPIClient(nomadvars.Config{Address: vt.Address, Token: vt.Token, TokenFile: vt.TokenFile,
-		Namespace: vt.Namespace, Region: vt.Region, CACert: vt.CAFile})
+	conn, err := nomadvars.NewAPIClient(vt.connection())
 	if err != nil {
 		log.Error("violations cannot be published: the controller will not see them", "error", err)
 		return

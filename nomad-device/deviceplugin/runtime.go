@@ -211,8 +211,7 @@ func (rt *runtime) relist() {
 			continue
 		}
 		byUUID[d.UUID] = d
-		infos = append(infos, ledger.GPUInfo{UUID: d.UUID, Index: d.Index, Model: d.Model, TotalBytes: d.MemoryBytes,
-			PCIBusID: d.PCIBusID, Healthy: d.Healthy, HealthReason: d.HealthReason})
+		infos = append(infos, enforcer.LedgerGPU(d))
 	}
 	if len(infos) == 0 {
 		rt.log.Warn("no GPU to advertise", "found", len(devs), "ignored_gpu_ids", rt.cfg.IgnoredGPUIDs)

@@ -33,9 +33,9 @@ func (rt *runtime) startPolicy() {
 	} else {
 		np := rt.cfg.Nomad
 		name = np.Name
-		// Empty fields fall back to NOMAD_ADDR, NOMAD_TOKEN... inherited from the agent.
-		store, err := nomadvars.New(nomadvars.Config{Address: np.Address, Token: np.Token, TokenFile: np.TokenFile,
-			Namespace: np.Namespace, Region: np.Region, CACert: np.CAFile, Logger: rt.log})
+		nc := np.connection()
+		nc.Logger = rt.log
+		store, err := nomadvars.New(nc)
 		if err != nil {
 			rt.setPolicyErr(err)
 			rt.log.Error("policy source unusable: GPU units stay unavailable", "source", policySourceName(rt.cfg), "error", err)

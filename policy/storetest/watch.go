@@ -57,16 +57,6 @@ func (r *WatchRig) Next(t *testing.T) policy.Policy {
 	}
 }
 
-// None checks that no update comes within d.
-func (r *WatchRig) None(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case p := <-r.W.Updates():
-		t.Fatalf("unexpected update %+v", p)
-	case <-time.After(d):
-	}
-}
-
 // WaitLog waits until the watcher has logged substr.
 func (r *WatchRig) WaitLog(t *testing.T, substr string) {
 	t.Helper()

@@ -1,9 +1,3 @@
-// Package emulator is a Nomad client agent's side of the device plugin protocol, written from
-// the protocol reference: it launches a plugin binary exactly as an agent does (three launches
-// at start, the go-plugin handshake, gRPC over a unix socket), encodes HCL config through the
-// plugin's own schema (HCL1 agent file, JSON, HCL2 JSON body, hcldec, msgpack, as an agent does), keeps the Fingerprint and Stats streams open, and reserves instances as
-// the scheduler and the device hook would. Tests of the plugin and of the Terraform provider use
-// it in place of a real Nomad agent.
 package emulator
 
 import (
@@ -54,7 +48,6 @@ type Client struct {
 	changed  chan struct{}
 	fatal    error
 	used     map[string]bool
-	fps      chan *devicepb.FingerprintResponse
 }
 
 // Start launches the plugin as an agent does at start-up and returns once the long-running
@@ -66,7 +59,7 @@ func Start(binary, hclConfig string) (*Client, error) {
 // StartWith is Start with options.
 func StartWith(binary, hclConfig string, opts Options) (*Client, error) {
 	c := &Client{binary: binary, hcl: hclConfig, opts: opts, used: map[string]bool{},
-		changed: make(chan struct{}, 1), fps: make(chan *devicepb.FingerprintResponse, 256)}
+		changed: make(chan struct{}, 1)}
 	if err := c.boot(); err != nil {
 		c.Close()
 		return nil, err
@@ -207,10 +200,6 @@ func (c *Client) readFingerprints(ctx context.Context, p *Process, stream device
 		c.latestFP = msg
 		c.fpGen++
 		c.mu.Unlock()
-		select {
-		case c.fps <- msg:
-		default:
-		}
 		c.signal()
 		n++
 		if n == 1 {
@@ -266,10 +255,6 @@ func (c *Client) Err() error {
 	defer c.mu.Unlock()
 	return c.fatal
 }
-
-// Fingerprints delivers fingerprint messages as they arrive (dropped when nobody reads; see
-// Latest).
-func (c *Client) Fingerprints() <-chan *devicepb.FingerprintResponse { return c.fps }
 
 // Latest is the newest fingerprint: what the agent advertises now.
 func (c *Client) Latest() *devicepb.FingerprintResponse {

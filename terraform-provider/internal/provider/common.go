@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 
 	"github.com/gpufrac/gpufrac/policy"
 )
@@ -59,6 +60,68 @@ func modelsEqual(a, b any) bool {
 		}
 	}
 	return true
+}
+
+// planIdentity fills a planned object's namespace, the provider's (c's) when the configuration
+// sets none, and its id, name@namespace, once both are known.
+func planIdentity(ctx context.Context, c *client, config tfsdk.Config, name types.String, ns, id *types.String, diags *diag.Diagnostics) {
+	if ns.IsUnknown() && !config.Raw.IsNull() {
+		var cfgNS types.String
+		diags.Append(config.GetAttribute(ctx, path.Root("namespace"), &cfgNS)...)
+		if cfgNS.IsNull() {
+			*ns = types.StringValue(c.defaultNamespace())
+		}
+	}
+	if known(name) && known(*ns) {
+		*id = types.StringValue(objectID(name.ValueString(), ns.ValueString()))
+	}
+}
+
+// storePlan is the whole of a resource's Create and Update once Update has its prior state: it
+// reads the plan into m (a pointer to the model), lets write store it (write fills m from what
+// was stored, or reports why not) and records m as the new state.
+func storePlan(ctx context.Context, plan tfsdk.Plan, state *tfsdk.State, diags *diag.Diagnostics, m any, write func()) {
+	diags.Append(plan.Get(ctx, m)...)
+	if diags.HasError() {
+		return
+	}
+	write()
+	if diags.HasError() {
+		return
+	}
+	diags.Append(state.Set(ctx, m)...)
+}
+
+// readStored is how a resource's Read fetches the object its state names with get. ok is false
+// when Read has nothing more to do: the object is gone (it leaves the state, so the next plan
+// creates it again) or the store failed (reported). Only "not found" removes it: permission
+// denied must never make an object disappear from state.
+func readStored[T any](ctx context.Context, state *tfsdk.State, diags *diag.Diagnostics, k kind, ns, name string,
+	get func(ctx context.Context, ns, name string) (T, uint64, error)) (T, uint64, bool) {
+	obj, idx, err := get(ctx, ns, name)
+	if isNotFound(err) {
+		state.RemoveResource(ctx)
+		return obj, 0, false
+	}
+	if err != nil {
+		storeError(diags, "read", k, ns, name, err)
+		return obj, 0, false
+	}
+	return obj, idx, true
+}
+
+// deleteStored is a resource's Delete: del removes the object the state names. One already
+// gone is what Delete wants, so only other errors are reported.
+func deleteStored(ctx context.Context, state tfsdk.State, diags *diag.Diagnostics, k kind, del func(ctx context.Context, ns, name string) error) {
+	var ns, name types.String
+	diags.Append(state.GetAttribute(ctx, path.Root("namespace"), &ns)...)
+	diags.Append(state.GetAttribute(ctx, path.Root("name"), &name)...)
+	if diags.HasError() {
+		return
+	}
+	if err := del(ctx, ns.ValueString(), name.ValueString()); err != nil && !isNotFound(err) {
+		storeError(diags, "delete", k, ns.ValueString(), name.ValueString(), err)
+	}
 }
 
 // importByID sets name, namespace and id from "name@namespace" (or "name"); Read fills the rest.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
-	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/float64default"
@@ -152,16 +151,7 @@ func (r *policyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if m.Namespace.IsUnknown() && !req.Config.Raw.IsNull() {
-		var cfgNS types.String
-		resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("namespace"), &cfgNS)...)
-		if cfgNS.IsNull() {
-			m.Namespace = types.StringValue(r.client.defaultNamespace())
-		}
-	}
-	if known(m.Name) && known(m.Namespace) {
-		m.ID = types.StringValue(objectID(m.Name.ValueString(), m.Namespace.ValueString()))
-	}
+	planIdentity(ctx, r.client, req.Config, m.Name, &m.Namespace, &m.ID, &resp.Diagnostics)
 	m.HeadroomBytes = bytesOf(m.Headroom)
 	m.CapMarginBytes = bytesOf(m.CapMargin)
 	m.UnitBytes = bytesOf(m.Unit)
@@ -176,29 +166,15 @@ func (r *policyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 
 func (r *policyResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m policyModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	r.write(ctx, &m, 0, "create", &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() { r.write(ctx, &m, 0, "create", &resp.Diagnostics) })
 }
 
 func (r *policyResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var m, prior policyModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() {
+		r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", &resp.Diagnostics)
+	})
 }
 
 // write stores the planned policy with check-and-set and fills the model from what was stored.
@@ -223,14 +199,9 @@ func (r *policyResource) Read(ctx context.Context, req resource.ReadRequest, res
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	ns, name := m.Namespace.ValueString(), m.Name.ValueString()
-	p, idx, err := r.client.store.GetPolicy(ctx, ns, name)
-	if isNotFound(err) {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		storeError(&resp.Diagnostics, "read", policyKind, ns, name, err)
+	ns := m.Namespace.ValueString()
+	p, idx, ok := readStored(ctx, &resp.State, &resp.Diagnostics, policyKind, ns, m.Name.ValueString(), r.client.store.GetPolicy)
+	if !ok {
 		return
 	}
 	m.setFromPolicy(p, ns, idx)
@@ -238,16 +209,7 @@ func (r *policyResource) Read(ctx context.Context, req resource.ReadRequest, res
 }
 
 func (r *policyResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	var m policyModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ns, name := m.Namespace.ValueString(), m.Name.ValueString()
-	err := r.client.store.DeletePolicy(ctx, ns, name)
-	if err != nil && !isNotFound(err) {
-		storeError(&resp.Diagnostics, "delete", policyKind, ns, name, err)
-	}
+	deleteStored(ctx, req.State, &resp.Diagnostics, policyKind, r.client.store.DeletePolicy)
 }
 
 func (r *policyResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {

@@ -120,16 +120,7 @@ func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	if m.Namespace.IsUnknown() {
-		var cfgNS types.String
-		resp.Diagnostics.Append(req.Config.GetAttribute(ctx, path.Root("namespace"), &cfgNS)...)
-		if cfgNS.IsNull() {
-			m.Namespace = types.StringValue(r.client.defaultNamespace())
-		}
-	}
-	if known(m.Name) && known(m.Namespace) {
-		m.ID = types.StringValue(objectID(m.Name.ValueString(), m.Namespace.ValueString()))
-	}
+	planIdentity(ctx, r.client, req.Config, m.Name, &m.Namespace, &m.ID, &resp.Diagnostics)
 	m.PeakBytes = bytesOf(m.Peak)
 	m.CapOverrideBytes = bytesOf(m.CapOverride)
 	if m.PolicySizing.IsNull() {
@@ -188,29 +179,15 @@ func (r *templateResource) planFromSizing(ctx context.Context, m *templateModel,
 
 func (r *templateResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m templateModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	r.write(ctx, &m, 0, "create", &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() { r.write(ctx, &m, 0, "create", &resp.Diagnostics) })
 }
 
 func (r *templateResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var m, prior templateModel
-	resp.Diagnostics.Append(req.Plan.Get(ctx, &m)...)
 	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", &resp.Diagnostics)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, &m)...)
+	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() {
+		r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", &resp.Diagnostics)
+	})
 }
 
 // write reads the named policy (so a template never points at a policy that is not there),
@@ -255,13 +232,8 @@ func (r *templateResource) Read(ctx context.Context, req resource.ReadRequest, r
 		return
 	}
 	ns, name := m.Namespace.ValueString(), m.Name.ValueString()
-	t, idx, err := r.client.store.GetTemplate(ctx, ns, name)
-	if isNotFound(err) {
-		resp.State.RemoveResource(ctx)
-		return
-	}
-	if err != nil {
-		storeError(&resp.Diagnostics, "read", templateKind, ns, name, err)
+	t, idx, ok := readStored(ctx, &resp.State, &resp.Diagnostics, templateKind, ns, name, r.client.store.GetTemplate)
+	if !ok {
 		return
 	}
 	m.setFromTemplate(t, ns, idx)
@@ -284,16 +256,7 @@ func (r *templateResource) Read(ctx context.Context, req resource.ReadRequest, r
 }
 
 func (r *templateResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
-	var m templateModel
-	resp.Diagnostics.Append(req.State.Get(ctx, &m)...)
-	if resp.Diagnostics.HasError() {
-		return
-	}
-	ns, name := m.Namespace.ValueString(), m.Name.ValueString()
-	err := r.client.store.DeleteTemplate(ctx, ns, name)
-	if err != nil && !isNotFound(err) {
-		storeError(&resp.Diagnostics, "delete", templateKind, ns, name, err)
-	}
+	deleteStored(ctx, req.State, &resp.Diagnostics, templateKind, r.client.store.DeleteTemplate)
 }
 
 func (r *templateResource) ImportState(ctx context.Context, req resource.ImportStateRequest, resp *resource.ImportStateResponse) {

@@ -1,3 +1,7 @@
+// Package enforcer keeps tasks inside their caps: it builds the environment a task runs with,
+// owns the MPS control daemon's life cycle, and runs the watchdog that catches and stops a task
+// that outgrows its cap without harming its neighbours.
+//
 // # Using the enforcer
 //
 // The plugin and `gpufrac run` build one Enforcer per node:

@@ -1,0 +1,55 @@
+package probe
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestEarned(t *testing.T) {
+	p := policy.Default()
+	fp := Earned(p, 10*size.GiB)
+	if fp.Peak != 10*size.GiB || fp.Cap != p.Cap(10*size.GiB) || fp.Units != p.Units(fp.Cap) {
+		t.Fatalf("Earned = %+v, want the policy's cap %s and its %d units", fp, p.Cap(10*size.GiB), p.Units(p.Cap(10*size.GiB)))
+	}
+}
+
+func TestStoreTemplate(t *testing.T) {
+	ctx := t.Context()
+	st := policy.NewFileStore(filepath.Join(t.TempDir(), "policy.json"), policy.FileOptions{})
+
+	if err := StoreTemplate(ctx, st, "fresh", "pool", 3*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := st.GetTemplate(ctx, "fresh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PeakBytes != 3*size.GiB || got.Policy != "pool" || got.Description != "measured by gpufrac probe" {
+		t.Errorf("a new template: %+v", got)
+	}
+
+	// What a person wrote stays; only the peak is the new measurement's.
+	kept := policy.Template{Name: "kept", Policy: "other", Description: "by hand", PeakBytes: size.GiB, CapOverrideBytes: 9 * size.GiB}
+	if _, err := st.PutTemplateUnchecked(ctx, kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := StoreTemplate(ctx, st, "kept", "pool", 5*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err = st.GetTemplate(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept.PeakBytes = 5 * size.GiB
+	if got != kept {
+		t.Errorf("an existing template became %+v, want %+v", got, kept)
+	}
+
+	if err := StoreTemplate(ctx, st, "gpu.pool", "pool", size.GiB); !errors.Is(err, policy.ErrInvalid) {
+		t.Errorf("a name the store refuses: error %v, want one wrapping policy.ErrInvalid", err)
+	}
+}
