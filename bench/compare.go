@@ -74,7 +74,7 @@ func Compare(ref, got Result) error {
 			return fmt.Errorf("exclusive run's values: %w", err)
 		}
 		if err := json.Unmarshal(got.Values, &b); err != nil {
-			return fmt.Errorf("%w: values do not parse: %v", ErrMismatch, err)
+			return fmt.Errorf("%w: values do not parse: %w", ErrMismatch, err)
 		}
 		if !reflect.DeepEqual(a, b) {
 			return fmt.Errorf("%w: %s values are not identical", ErrMismatch, ref.Template)
@@ -87,7 +87,7 @@ func Compare(ref, got Result) error {
 		}
 		b, nb, err := tailMean(got.Values)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrMismatch, err)
+			return fmt.Errorf("%w: %w", ErrMismatch, err)
 		}
 		if na != nb {
 			return fmt.Errorf("%w: %d losses, exclusive run %d", ErrMismatch, nb, na)
@@ -134,11 +134,11 @@ func tailMean(raw json.RawMessage) (float64, int, error) {
 func CompareFiles(refPath, gotPath string) error {
 	ref, err := LoadResult(refPath)
 	if err != nil {
-		return fmt.Errorf("%w: no exclusive reference: %v", ErrMismatch, err)
+		return fmt.Errorf("%w: no exclusive reference: %w", ErrMismatch, err)
 	}
 	got, err := LoadResult(gotPath)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrMismatch, err)
+		return fmt.Errorf("%w: %w", ErrMismatch, err)
 	}
 	return Compare(ref, got)
 }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"fmt"
 	"sort"
 	"time"
@@ -215,12 +216,7 @@ func (s Score) cutShort() bool {
 }
 
 func hasLeaker(jobs []Entry) bool {
-	for _, j := range jobs {
-		if j.Template == Leaker {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(jobs, func(j Entry) bool { return j.Template == Leaker })
 }
 
 // failedAttempt: the attempt's work was lost (a probe window that ended or a canceled attempt

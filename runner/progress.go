@@ -70,8 +70,8 @@ func (p *progress) begin() {
 	if kind != "nvml" {
 		fmt.Fprintf(p.w, "gpufrac run: %s GPU backend: no real GPU is used\n", strings.ToUpper(kind))
 	}
-	fmt.Fprintf(p.w, "gpufrac run: %d jobs, arm %s, mode %s, %s profiles, cap = peak x %.2f + %s\n",
-		len(r.s.jobs), r.o.Arm, r.o.modeOf(), r.o.Profiles, 1+r.o.Policy.CapMarginPercent/100, r.o.Policy.CapMarginBytes.SI())
+	fmt.Fprintf(p.w, "gpufrac run: %d jobs, arm %s, mode %s, %s profiles, cap = %s\n",
+		len(r.s.jobs), r.o.Arm, r.o.modeOf(), r.o.Profiles, r.o.Policy.CapFormula("peak"))
 	fmt.Fprintf(p.w, "gpufrac run: %s\n", strings.Join(gpus, "; "))
 	if r.fenceNote != "" {
 		fmt.Fprintf(p.w, "gpufrac run: %s\n", r.fenceNote)

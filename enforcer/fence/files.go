@@ -7,21 +7,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
 // ErrNoLibrary is returned when the preload library is not where it was looked for.
 var ErrNoLibrary = errors.New("fence library not found")
-
-// DefaultDir is where tables live: /run/gpufrac/fence for root (tmpfs: the tables describe
-// running processes and must not outlive a reboot), else a directory of the user's own.
-func DefaultDir() string {
-	if os.Geteuid() == 0 {
-		return "/run/gpufrac/fence"
-	}
-	return filepath.Join(os.TempDir(), "gpufrac-fence-"+strconv.Itoa(os.Getuid()))
-}
 
 // EnsureDir creates dir. shared makes it traversable by every user (0755), for tasks that
 // run as other users than the enforcer (Nomad's exec driver runs them as nobody); the tables

@@ -109,7 +109,7 @@ func build() {
 	}
 	for _, args := range steps {
 		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("%s %s: %v\n%s", cc, strings.Join(args, " "), err, out)
+			buildErr = fmt.Errorf("%s %s: %w\n%s", cc, strings.Join(args, " "), err, out)
 			return
 		}
 	}
