@@ -24,7 +24,7 @@ type progress struct {
 	mu  sync.Mutex
 	// shown is true while a status line is on screen.
 	shown bool
-	// published is when the progress was last written for gpufrac status.
+	// published is when the progress was last written for gpufrac status, on the run's clock.
 	published time.Time
 }
 
@@ -155,7 +155,9 @@ func (p *progress) capFor(t string) string {
 // status redraws the terminal's status line and, about once a second, publishes the progress
 // in the state directory for gpufrac status.
 func (p *progress) status() {
-	if !p.tty && (p.r.o.StateDir == "" || time.Since(p.published) < time.Second) {
+	now := p.r.o.Now()
+	due := now.Sub(p.published) >= time.Second
+	if !p.tty && (p.r.o.StateDir == "" || !due) {
 		return
 	}
 	r := p.r
@@ -169,8 +171,8 @@ func (p *progress) status() {
 		a.mu.Unlock()
 	}
 	r.mu.Unlock()
-	if time.Since(p.published) >= time.Second {
-		p.published = time.Now()
+	if due {
+		p.published = now
 		p.publish(p.runStatus(perGPU, used))
 	}
 	if !p.tty {
