@@ -212,7 +212,7 @@ func TestRunThroughAGPUFault(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.mode == policy.ModeMPS {
-				testutil.Eventually(t, faultWait, "the run's enforcer to adopt the MPS daemon", shows("daemon left by an earlier enforcer adopted"))
+				testutil.Eventually(t, faultWait, "the run's enforcer to adopt the MPS daemon", shows("mps      GPU0  MPS control daemon left by an earlier enforcer adopted"))
 			}
 
 			tc.inject(t, r)

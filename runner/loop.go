@@ -411,6 +411,10 @@ func (r *run) onEvent(ev enforcer.Event) {
 		r.wide.note(ev, g.Index)
 		r.prog.line("%-8s GPU%d  %s: %s", ev.Kind, g.Index, ev.Stage, ev.Message)
 	case enforcer.EventMPS:
+		if g, ok := r.gpus[ev.GPU]; ok {
+			r.prog.line("%-8s GPU%d  %s", ev.Kind, g.Index, ev.Message)
+			return
+		}
 		r.prog.line("%-8s %s", ev.Kind, ev.Message)
 	}
 }
