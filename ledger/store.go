@@ -117,9 +117,11 @@ func (s *state) profiles() []Profile {
 // rename within one directory is atomic and the temp file is complete on disk before it.
 func writeFile(dir string, dirf *os.File, name string, data []byte) error {
 	tmp := filepath.Join(dir, name+tempSuffix)
+	// The os package's errors already name the operation and the file (write <tmp>: no space
+	// left on device); wrapping them once more would say the path twice.
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("ledger: write %s: %w", tmp, err)
+		return fmt.Errorf("ledger: %w", err)
 	}
 	_, werr := f.Write(data)
 	if werr == nil {
@@ -129,7 +131,7 @@ func writeFile(dir string, dirf *os.File, name string, data []byte) error {
 		werr = cerr
 	}
 	if werr != nil {
-		return fmt.Errorf("ledger: write %s: %w", tmp, werr)
+		return fmt.Errorf("ledger: %w", werr)
 	}
 	dst := filepath.Join(dir, name)
 	if err := os.Rename(tmp, dst); err != nil {

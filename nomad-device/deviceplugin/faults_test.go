@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -226,4 +228,54 @@ func withoutHeld(g *devicepb.DeviceGroup, held []string) *devicepb.DeviceGroup {
 		}
 	}
 	return out
+}
+
+// A disk that fills under the ledger during a Reserve: the refusal says so (ENOSPC, the file,
+// ResourceExhausted, the code gRPC gives a file system out of space), the ledger file on disk
+// is the one from before, nothing is admitted that was not recorded, and once there is room the
+// same units are reserved.
+func TestReserveOnAFullDisk(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full to stand in for a full disk")
+	}
+	s, dir := newSim(t, "H100=80GiB", "")
+	m, _ := firstFingerprint(t, s)
+	g := m.DeviceGroup[0]
+	kept, next := ids(g, 2), ids(g, 4)[2:]
+	if _, err := s.Reserve(context.Background(), kept); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "ledger", ledger.StateFile)
+	before, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The ledger writes a temp file and renames it over the state file; as a link to /dev/full
+	// every write of it fails with ENOSPC, as on a full file system.
+	tmp := state + ".tmp"
+	if err := os.Symlink("/dev/full", tmp); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Reserve(context.Background(), next)
+	wantRefused(t, err, codes.ResourceExhausted, "no space left on device")
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), tmp) {
+		t.Errorf("Reserve on a full disk: %v; want ENOSPC naming %s", err, tmp)
+	}
+	if after, err := os.ReadFile(state); err != nil || string(after) != string(before) {
+		t.Errorf("the ledger file changed under a failed Reserve (%v)", err)
+	}
+	_, l, _ := s.runtime().parts()
+	if rs := l.Reservations(); len(rs) != 1 || !slices.Equal(rs[0].InstanceIDs, kept) {
+		t.Fatalf("reservations %+v: want only the one recorded before the disk filled", rs)
+	}
+
+	if err := os.Remove(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(context.Background(), next); err != nil {
+		t.Fatalf("Reserve of the same units once there is room: %v", err)
+	}
+	if n := len(l.Reservations()); n != 2 {
+		t.Errorf("%d reservations once there is room, want 2", n)
+	}
 }
