@@ -152,6 +152,10 @@ func readState(dir string) (*state, time.Time, error) {
 		return nil, time.Time{}, fmt.Errorf("ledger: read %s: %w", path, err)
 	}
 	if err := checkHeader(path, b); err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			// The state file is what admits and caps tasks: nothing of it can be guessed.
+			err = fmt.Errorf("%w; move the ledger directory aside to start empty, which forgets its reservations", err)
+		}
 		return nil, time.Time{}, err
 	}
 	var f fileState
@@ -205,13 +209,14 @@ func orphanViolations(dir string) error {
 }
 
 // checkHeader refuses a document that is not complete JSON or has a schema this code cannot read.
+// What to do about it is the caller's to say: a damaged state file means moving the ledger
+// aside, a damaged violations file costs only its violations.
 func checkHeader(path string, b []byte) error {
 	var head struct {
 		SchemaVersion *int `json:"schema_version"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
-		return fmt.Errorf("%w: %s (%d bytes) is not a complete JSON document: %w; "+
-			"move the ledger directory aside to start empty, which forgets its reservations", ErrCorrupt, path, len(b), err)
+		return fmt.Errorf("%w: %s (%d bytes) is not a complete JSON document: %w", ErrCorrupt, path, len(b), err)
 	}
 	switch {
 	case head.SchemaVersion == nil || *head.SchemaVersion < 1:
