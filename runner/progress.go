@@ -42,8 +42,14 @@ func newProgress(w io.Writer, r *run) *progress {
 	return &progress{w: w, tty: IsTerminal(w), r: r}
 }
 
+// stamp is the time since the run started; a line printed while the run opens its ledger, before
+// it starts, is at 0.
 func (p *progress) stamp() string {
-	return fmt.Sprintf("[%6.1fs]", p.r.o.Now().Sub(p.r.start).Seconds())
+	var d time.Duration
+	if !p.r.start.IsZero() {
+		d = p.r.o.Now().Sub(p.r.start)
+	}
+	return fmt.Sprintf("[%6.1fs]", d.Seconds())
 }
 
 // line prints one event line above the status line.
