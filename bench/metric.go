@@ -1,8 +1,8 @@
 package bench
 
 import (
-	"slices"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 

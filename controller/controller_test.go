@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"sync"
@@ -249,6 +250,11 @@ func TestLeavesAloneWhatItMustNotTouch(t *testing.T) {
 		want  string
 	}{
 		{"job deleted meanwhile", func(r *rig) { r.vs.DeleteJob("default", "train") }, "was deleted"},
+		{"job stopped meanwhile", func(r *rig) {
+			j, _ := r.vs.Job("default", "train")
+			j.Stop = ptr(true)
+			r.vs.PutJob(j)
+		}, "is stopped"},
 		{"no gpufrac device", func(r *rig) { r.putJob(alloc1, device{"nvidia/gpu", 1, gpuA}) }, "no gpufrac device"},
 		{"allocation gone", func(r *rig) {}, "no longer exists"},
 	}
@@ -435,4 +441,61 @@ func metric(t *testing.T, reg *prometheus.Registry, name, kind string) float64 {
 		}
 	}
 	return 0
+}
+
+// The re-registration changes the broken task's gpufrac count and records the allocation in the
+// job's meta, and nothing else: the job's own restart, reschedule and update settings, its other
+// tasks, resources and constraints reach Nomad as they were, so Nomad replaces the allocation the
+// way the job asks.
+func TestReregisteringKeepsTheJobsOwnSettings(t *testing.T) {
+	r := newRig(t)
+	ids := make([]string, 3)
+	for k := range ids {
+		ids[k] = ledger.InstanceID(gpuA, k)
+	}
+	job := r.vs.PutJob(&api.Job{ID: ptr("train"), Name: ptr("train"), Type: ptr("batch"), Priority: ptr(70),
+		Datacenters: []string{"dc1", "dc2"}, Meta: map[string]string{"team": "vision"},
+		Constraints: []*api.Constraint{{LTarget: "${attr.kernel.name}", RTarget: "linux", Operand: "="}},
+		Update:      &api.UpdateStrategy{MaxParallel: ptr(2), HealthCheck: ptr("task_states"), AutoRevert: ptr(true)},
+		TaskGroups: []*api.TaskGroup{{
+			Name: ptr("g"), Count: ptr(1),
+			RestartPolicy:    &api.RestartPolicy{Attempts: ptr(1), Interval: ptr(10 * time.Minute), Delay: ptr(15 * time.Second), Mode: ptr("fail")},
+			ReschedulePolicy: &api.ReschedulePolicy{Attempts: ptr(2), Interval: ptr(time.Hour), Unlimited: ptr(false), DelayFunction: ptr("constant")},
+			Tasks: []*api.Task{
+				{Name: "main", Driver: "exec", Config: map[string]any{"command": "python3", "args": []any{"train.py"}},
+					Env: map[string]string{"EPOCHS": "3"}, Meta: map[string]string{"gpufrac_template": "lora"},
+					Resources: &api.Resources{CPU: ptr(4000), MemoryMB: ptr(16384), Devices: []*api.RequestedDevice{
+						{Name: "nvidia/gpumem", Count: ptr(uint64(3)), Constraints: []*api.Constraint{{LTarget: "${device.model}", RTarget: "H100", Operand: "="}}}}}},
+				{Name: "sidecar", Driver: "exec", Config: map[string]any{"command": "logger"}, Resources: &api.Resources{CPU: ptr(100)}},
+			},
+		}}})
+	r.putAlloc(alloc1, job, api.AllocClientStatusRunning, []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids}})
+	r.violate(alloc1, gpuA, t0)
+	if err := r.pass(r.controller(nil)); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := r.vs.Job("default", "train")
+	if *after.Version != 1 || r.count(0) != 78 {
+		t.Fatalf("version %d, count %d: want the job re-registered with 78 units", *after.Version, r.count(0))
+	}
+	// What the controller may change, put back; what the server sets on every registration,
+	// left out. The rest must be the job as it was.
+	want := *job
+	got := *after
+	got.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = ptr(uint64(3))
+	delete(got.Meta, MetaEscalated+"g.main")
+	for _, j := range []*api.Job{&want, &got} {
+		j.Version, j.ModifyIndex, j.JobModifyIndex, j.CreateIndex, j.Status = nil, nil, nil, nil, nil
+	}
+	wb, err := json.MarshalIndent(want, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gb, err := json.MarshalIndent(got, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(wb) != string(gb) {
+		t.Errorf("the re-registered job differs from the job beyond the count and the meta:\nbefore:\n%s\nafter:\n%s", wb, gb)
+	}
 }

@@ -397,7 +397,8 @@ func TestBadFilesAreErrors(t *testing.T) {
 		wantErr error
 		want    string
 	}{
-		{"empty", func([]byte) []byte { return nil }, ErrCorrupt, "not a complete JSON document"},
+		// A state file that is not JSON says what to do: nothing of it can be guessed.
+		{"empty", func([]byte) []byte { return nil }, ErrCorrupt, "is not a complete JSON document: unexpected end of JSON input; move the ledger directory aside"},
 		{"truncated", func(b []byte) []byte { return b[:len(b)/2] }, ErrCorrupt, "not a complete JSON document"},
 		{"newer schema", func(b []byte) []byte {
 			return []byte(strings.Replace(string(b), `"schema_version":1`, `"schema_version":2`, 1))

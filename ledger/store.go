@@ -117,9 +117,11 @@ func (s *state) profiles() []Profile {
 // rename within one directory is atomic and the temp file is complete on disk before it.
 func writeFile(dir string, dirf *os.File, name string, data []byte) error {
 	tmp := filepath.Join(dir, name+tempSuffix)
+	// The os package's errors already name the operation and the file (write <tmp>: no space
+	// left on device); wrapping them once more would say the path twice.
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("ledger: write %s: %w", tmp, err)
+		return fmt.Errorf("ledger: %w", err)
 	}
 	_, werr := f.Write(data)
 	if werr == nil {
@@ -129,7 +131,7 @@ func writeFile(dir string, dirf *os.File, name string, data []byte) error {
 		werr = cerr
 	}
 	if werr != nil {
-		return fmt.Errorf("ledger: write %s: %w", tmp, werr)
+		return fmt.Errorf("ledger: %w", werr)
 	}
 	dst := filepath.Join(dir, name)
 	if err := os.Rename(tmp, dst); err != nil {
@@ -150,6 +152,10 @@ func readState(dir string) (*state, time.Time, error) {
 		return nil, time.Time{}, fmt.Errorf("ledger: read %s: %w", path, err)
 	}
 	if err := checkHeader(path, b); err != nil {
+		if errors.Is(err, ErrCorrupt) {
+			// The state file is what admits and caps tasks: nothing of it can be guessed.
+			err = fmt.Errorf("%w; move the ledger directory aside to start empty, which forgets its reservations", err)
+		}
 		return nil, time.Time{}, err
 	}
 	var f fileState
@@ -203,13 +209,14 @@ func orphanViolations(dir string) error {
 }
 
 // checkHeader refuses a document that is not complete JSON or has a schema this code cannot read.
+// What to do about it is the caller's to say: a damaged state file means moving the ledger
+// aside, a damaged violations file costs only its violations.
 func checkHeader(path string, b []byte) error {
 	var head struct {
 		SchemaVersion *int `json:"schema_version"`
 	}
 	if err := json.Unmarshal(b, &head); err != nil {
-		return fmt.Errorf("%w: %s (%d bytes) is not a complete JSON document: %w; "+
-			"move the ledger directory aside to start empty, which forgets its reservations", ErrCorrupt, path, len(b), err)
+		return fmt.Errorf("%w: %s (%d bytes) is not a complete JSON document: %w", ErrCorrupt, path, len(b), err)
 	}
 	switch {
 	case head.SchemaVersion == nil || *head.SchemaVersion < 1:

@@ -2,11 +2,13 @@ package runner
 
 import (
 	"context"
+	"io"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -104,5 +106,88 @@ func TestRunGivesUpWhenStuck(t *testing.T) {
 	}
 	if res.Jobs[0].Outcome != record.OutcomeFailed || res.Completed != 0 {
 		t.Errorf("job %+v, completed %d; want it failed", res.Jobs[0], res.Completed)
+	}
+}
+
+// fixedClock stands still until the test moves it.
+type fixedClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fixedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fixedClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// clockRun is a run with nothing queued, its ledger in memory and its clock clk: enough for the
+// progress and the enforcer's events, without processes.
+func clockRun(t *testing.T, clk *fixedClock, stateDir string, gpus map[string]record.GPUResult) *run {
+	t.Helper()
+	led, err := ledger.Open("", ledger.Options{NoPersist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { led.Close() })
+	r := &run{o: Options{Now: clk.Now, StateDir: stateDir}, led: led, s: &sched{}, gpus: gpus, active: map[*active]bool{}}
+	r.prog = newProgress(io.Discard, r)
+	r.start = clk.Now()
+	return r
+}
+
+// The progress gpufrac status reads is written about once a second of the run's clock: a
+// second that passes on it publishes, however little wall time went by, and a half second
+// does not.
+func TestProgressIsPublishedOnTheRunsClock(t *testing.T) {
+	clk := &fixedClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	dir := t.TempDir()
+	r := clockRun(t, clk, dir, map[string]record.GPUResult{})
+	t0 := clk.Now()
+	for _, step := range []struct {
+		advance time.Duration
+		want    time.Time // UpdatedAt of the published progress
+	}{
+		{0, t0},                      // the first call publishes
+		{500 * time.Millisecond, t0}, // half a second on: not yet
+		{500 * time.Millisecond, t0.Add(time.Second)}, // a second since the last: published
+		{999 * time.Millisecond, t0.Add(time.Second)},
+		{time.Millisecond, t0.Add(2 * time.Second)},
+	} {
+		clk.advance(step.advance)
+		r.prog.status()
+		st, ok, err := ReadRunStatus(dir)
+		if err != nil || !ok {
+			t.Fatalf("at %s: progress %v, %v", clk.Now().Sub(t0), ok, err)
+		}
+		if !st.UpdatedAt.Equal(step.want) {
+			t.Errorf("at %s on the run's clock: progress of %s, want %s", clk.Now().Sub(t0), st.UpdatedAt.Sub(t0), step.want.Sub(t0))
+		}
+	}
+}
+
+// An enforcer event that comes without a time is placed on the run's clock as it arrives, so
+// that a collateral failure is judged by the times its attempts are recorded in.
+func TestEventWithoutATimeTakesTheRunsClock(t *testing.T) {
+	clk := &fixedClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	const uuid = "GPU-clock"
+	r := clockRun(t, clk, "", map[string]record.GPUResult{uuid: {UUID: uuid, Index: 0}})
+	marked := clk.Now()
+	r.onEvent(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "unhealthy", GPU: uuid, Message: "a task was stopped under MPS"})
+	clk.advance(3 * time.Second)
+	r.onEvent(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "healthy", GPU: uuid, Message: "GPU healthy again"})
+	evs := r.wide.all()
+	if len(evs) != 1 || !evs[0].Start.Equal(marked) || !evs[0].End.Equal(marked.Add(3*time.Second)) {
+		t.Fatalf("GPU events %+v; want one from %s to 3s later, on the run's clock", evs, marked)
+	}
+	// An attempt that failed inside that window, on the same clock, is collateral.
+	if _, ok := r.wide.covering(uuid, "", false, marked.Add(-time.Second), marked.Add(time.Second), time.Second); !ok {
+		t.Error("a failure inside the window is not covered by it")
 	}
 }

@@ -34,12 +34,9 @@ type wideEvent struct {
 	token string
 }
 
-// note records a gpu-health event.
+// note records a gpu-health event at its time (the run stamps one that came without, onEvent).
 func (g *gpuEvents) note(ev enforcer.Event, index int) {
 	t := ev.Time
-	if t.IsZero() {
-		t = time.Now()
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch ev.Stage {
@@ -54,12 +51,10 @@ func (g *gpuEvents) note(ev enforcer.Event, index int) {
 	}
 }
 
-// overCap opens (stage "crossed") or closes ("contained") a neighbour-over-its-cap window.
+// overCap opens (stage "crossed") or closes ("contained") a neighbour-over-its-cap window at the
+// event's time.
 func (g *gpuEvents) overCap(ev enforcer.Event, index int, job string) {
 	t := ev.Time
-	if t.IsZero() {
-		t = time.Now()
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch ev.Stage {

@@ -359,8 +359,13 @@ func (r *run) violationOf(token string, exit int) *ledger.Violation {
 	return nil
 }
 
-// onEvent turns the enforcer's events about this run's jobs into progress lines.
+// onEvent turns the enforcer's events about this run's jobs into progress lines. An event
+// without a time is stamped with the run's clock as it arrives: a collateral failure is decided
+// by comparing the event's window with the attempts' times, which the run's clock gives.
 func (r *run) onEvent(ev enforcer.Event) {
+	if ev.Time.IsZero() {
+		ev.Time = r.o.Now()
+	}
 	switch ev.Kind {
 	case enforcer.EventViolation:
 		if g, ok := r.gpus[ev.GPU]; ok && r.o.modeOf() != policy.ModeMPS && (ev.Stage == "crossed" || ev.Stage == "contained") {
@@ -406,6 +411,10 @@ func (r *run) onEvent(ev enforcer.Event) {
 		r.wide.note(ev, g.Index)
 		r.prog.line("%-8s GPU%d  %s: %s", ev.Kind, g.Index, ev.Stage, ev.Message)
 	case enforcer.EventMPS:
+		if g, ok := r.gpus[ev.GPU]; ok {
+			r.prog.line("%-8s GPU%d  %s", ev.Kind, g.Index, ev.Message)
+			return
+		}
 		r.prog.line("%-8s %s", ev.Kind, ev.Message)
 	}
 }

@@ -24,7 +24,7 @@ type progress struct {
 	mu  sync.Mutex
 	// shown is true while a status line is on screen.
 	shown bool
-	// published is when the progress was last written for gpufrac status.
+	// published is when the progress was last written for gpufrac status, on the run's clock.
 	published time.Time
 }
 
@@ -42,8 +42,14 @@ func newProgress(w io.Writer, r *run) *progress {
 	return &progress{w: w, tty: IsTerminal(w), r: r}
 }
 
+// stamp is the time since the run started; a line printed while the run opens its ledger, before
+// it starts, is at 0.
 func (p *progress) stamp() string {
-	return fmt.Sprintf("[%6.1fs]", p.r.o.Now().Sub(p.r.start).Seconds())
+	var d time.Duration
+	if !p.r.start.IsZero() {
+		d = p.r.o.Now().Sub(p.r.start)
+	}
+	return fmt.Sprintf("[%6.1fs]", d.Seconds())
 }
 
 // line prints one event line above the status line.
@@ -155,7 +161,9 @@ func (p *progress) capFor(t string) string {
 // status redraws the terminal's status line and, about once a second, publishes the progress
 // in the state directory for gpufrac status.
 func (p *progress) status() {
-	if !p.tty && (p.r.o.StateDir == "" || time.Since(p.published) < time.Second) {
+	now := p.r.o.Now()
+	due := now.Sub(p.published) >= time.Second
+	if !p.tty && (p.r.o.StateDir == "" || !due) {
 		return
 	}
 	r := p.r
@@ -169,8 +177,8 @@ func (p *progress) status() {
 		a.mu.Unlock()
 	}
 	r.mu.Unlock()
-	if time.Since(p.published) >= time.Second {
-		p.published = time.Now()
+	if due {
+		p.published = now
 		p.publish(p.runStatus(perGPU, used))
 	}
 	if !p.tty {

@@ -75,7 +75,8 @@ type Options struct {
 	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = DefaultBorrowWait.
 	BorrowWait time.Duration
 	// Now is the run's clock where time decides or is recorded: attempts' starts and ends, the
-	// give-up after stuckAfter with nothing running, a probe's cap change; nil = time.Now.
+	// give-up after stuckAfter with nothing running, a probe's cap change, the progress published
+	// for gpufrac status (once a second), an enforcer event that carries no time; nil = time.Now.
 	// Tests drive it to prove rules a wall clock could only prove by waiting. Timers and
 	// tickers (sampling, probe windows, the watchdog's wait) stay on the wall clock: they pace
 	// real processes.

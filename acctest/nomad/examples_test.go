@@ -3,6 +3,8 @@ package nomad_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/hcl/v2"
@@ -78,6 +80,25 @@ func TestExampleJobsParse(t *testing.T) {
 		walk(f.Body.(*hclsyntax.Body))
 		if !found {
 			t.Errorf(`%s: no device "nvidia/gpumem" { count = N } block`, path)
+		}
+	}
+}
+
+// Every HCL block of the operator's guide parses, so an operator who copies one (a client
+// stanza, an ACL policy, a job spec, the controller's job) does not start with a syntax error.
+func TestGuideHCLBlocksParse(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/plugin.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := strings.Split(string(doc), "```hcl\n")[1:]
+	if len(blocks) < 5 {
+		t.Fatalf("docs/plugin.md has %d HCL blocks; the guide has at least the stanza, two ACL policies, a job spec and the controller's job", len(blocks))
+	}
+	for i, b := range blocks {
+		src, _, _ := strings.Cut(b, "```")
+		if _, diags := hclsyntax.ParseConfig([]byte(src), "docs/plugin.md block "+strconv.Itoa(i+1), hcl.InitialPos); diags.HasErrors() {
+			t.Errorf("HCL block %d of docs/plugin.md does not parse: %s\n%s", i+1, diags.Error(), src)
 		}
 	}
 }

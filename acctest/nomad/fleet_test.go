@@ -25,15 +25,15 @@ import (
 
 // TestEscalationLoopEndToEnd is the fleet's "breaks its cap, runs again on a whole GPU": the
 // emulated agent launches the plugin, a task reserves 3 units and leaks, the enforcer stops it,
-// the plugin publishes the violation (with a token allowed only gpufrac/violations/), the
+// the plugin publishes the violation (with the guide's ACL policy for the plugin), the
 // controller re-registers the job with a whole GPU, and the next Reserve gets all its units.
 func TestEscalationLoopEndToEnd(t *testing.T) {
 	vs := varserver.New(varserver.Options{MaxWait: 2 * time.Second})
 	t.Cleanup(vs.Close)
-	vs.SetToken("plugin-token", varserver.Rule{Path: violations.PathPrefix + "*", Capabilities: []string{varserver.CapWrite}})
-	vs.SetToken("controller-token",
-		varserver.Rule{Path: violations.PathPrefix + "*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}, Jobs: []string{varserver.CapSubmitJob}},
-		varserver.Rule{Path: "gpufrac/templates/*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}})
+	// The tokens carry the ACL policies docs/plugin.md tells operators to create: if the guide's
+	// policies fall short, the loop stops here.
+	vs.SetToken("plugin-token", docACL(t, "gpufrac-plugin")...)
+	vs.SetToken("controller-token", docACL(t, "gpufrac-controller")...)
 
 	dir := t.TempDir()
 	port := freeTCPPort(t)

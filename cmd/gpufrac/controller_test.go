@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +32,10 @@ func TestControllerDryRunPrintsJSONEvents(t *testing.T) {
 	var stdout, stderr testutil.Buffer // written by the controller's goroutines
 	done := make(chan error, 1)
 	g := &globals{stateDir: t.TempDir(), backend: "auto", defaultLevel: "warn"}
+	port := freePort(t)
 	go func() {
-		done <- cmdController(ctx, g, []string{"--nomad-addr", vs.URL(), "--dry-run", "--json", "--retry", "100ms"}, &stdout, &stderr)
+		done <- cmdController(ctx, g, []string{"--nomad-addr", vs.URL(), "--dry-run", "--json", "--retry", "100ms",
+			"--metrics-addr", ":" + port}, &stdout, &stderr)
 	}()
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(stdout.String(), "\n") {
@@ -37,6 +43,16 @@ func TestControllerDryRunPrintsJSONEvents(t *testing.T) {
 			t.Fatalf("no event on stdout within 15s; stderr:\n%s", stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// ":port" serves on loopback, and the metrics count the event.
+	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
+	if err != nil {
+		t.Fatalf("metrics on loopback port %s: %v", port, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := regexp.MustCompile(`(?m)^gpufrac_controller_events_total\{kind="skipped"\} [1-9]`); !want.Match(body) {
+		t.Errorf("controller metrics do not count the skipped event (%s):\n%s", want, body)
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -66,4 +82,15 @@ func TestControllerBadFlags(t *testing.T) {
 			t.Errorf("gpufrac %v: exit %d, stderr %q; want a usage error naming %q", args, code, stderr, args[len(args)-1])
 		}
 	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
 }

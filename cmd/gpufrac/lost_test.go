@@ -138,17 +138,31 @@ func TestRunSurvivesALostTerminal(t *testing.T) {
 	}
 }
 
-// A runner killed outright (SIGKILL) takes its job with it (parent-death signal), and the next
-// run releases the reservation it left at once, saying why, instead of waiting out the grace.
+// A runner killed outright (SIGKILL), or one that crashes (SIGQUIT makes the Go runtime exit at
+// once without running deferred cleanup, as an unrecovered panic does), takes its job with it
+// (parent-death signal), and the next run releases the reservation it left at once, saying why,
+// instead of waiting out the grace.
 func TestNextRunReleasesAKilledRunsReservations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"SIGKILL", syscall.SIGKILL}, {"crash (SIGQUIT)", syscall.SIGQUIT}} {
+		t.Run(tc.name, func(t *testing.T) { nextRunReleases(t, tc.sig) })
+	}
+}
+
+func nextRunReleases(t *testing.T, sig syscall.Signal) {
 	c := newCLI(t)
 	b := c.startRun(t, "--out", filepath.Join(t.TempDir(), "out"), writeQueue(t, longQueue))
 	job := c.jobOnGPU(t)
-	if err := b.cmd.Process.Kill(); err != nil {
+	if err := b.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t)
-	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("job pid %d to end with its runner's SIGKILL", job),
+	if ws, ok := b.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Exited() && ws.ExitStatus() == 0 {
+		t.Fatalf("gpufrac run exited 0 after %v: want it ended without its cleanup", sig)
+	}
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("job pid %d to end with its runner (%v)", job, sig),
 		func() bool { return syscall.Kill(job, 0) != nil })
 	if rs := reservations(t, c.state); len(rs) != 1 || rs[0].Holder == nil || rs[0].Holder.PID != b.cmd.Process.Pid {
 		t.Fatalf("reservations %+v: want the killed run's, naming it as holder", rs)

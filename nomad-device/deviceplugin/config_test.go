@@ -125,6 +125,9 @@ func TestParseConfigRejects(t *testing.T) {
 		{`config { gpu_backend = "cuda" }`, []string{"gpu_backend", `"cuda"`}},
 		{`config { unit = "1 parsec" }`, []string{"unit", `"1 parsec"`}},
 		{`config { unit = "1MiB" }`, []string{"unit", `"1MiB"`, "64MiB"}},
+		// The one size parser: a negative size and a fraction of a byte say what is wrong.
+		{`config { unit = "-1GiB" }`, []string{"unit", `"-1GiB"`, "negative"}},
+		{`config { unit = "1.5" }`, []string{"unit", `"1.5"`, "a fraction of a byte"}},
 		{`config { fingerprint_period = "soon" }`, []string{"fingerprint_period", `"soon"`}},
 		{`config { fence_library = "lib/libgpufrac-fence.so" }`, []string{"fence_library", `"lib/libgpufrac-fence.so"`, "absolute"}},
 		{`config { fence_dir = "fence" }`, []string{"fence_dir", `"fence"`, "absolute"}},

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,7 +23,8 @@ var (
 )
 
 // grpcCode says what happened in the code Nomad's client logs and shows in the task event:
-// a request that can never succeed, a GPU that is full, or a GPU that cannot be managed now.
+// a request that can never succeed, a GPU (or the ledger's disk) that is full, or a GPU that
+// cannot be managed now.
 func grpcCode(err error) codes.Code {
 	var d *ledger.DeniedError
 	switch {
@@ -31,6 +33,10 @@ func grpcCode(err error) codes.Code {
 	case errors.Is(err, ErrDisabled), errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
 	case errors.Is(err, ErrInUse), errors.Is(err, ErrBorrowed):
+		return codes.ResourceExhausted
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		// The ledger could not record the reservation: the node's disk (or quota) is full. gRPC
+		// names this code for a file system out of space; nothing was admitted.
 		return codes.ResourceExhausted
 	case errors.As(err, &d):
 		switch d.Reason {

@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -86,6 +88,7 @@ func TestGPUThatVanishesMidRun(t *testing.T) {
 	if err := emulator.ValidateFingerprint(m); err != nil {
 		t.Fatalf("Nomad would reject the fingerprint: %v", err)
 	}
+	wantDocumentedHealth(t, append(unhealthyDescs(group(m, uuidOf(h100))), unhealthyDescs(group(m, uuidOf(a100)))...)...)
 	listed := map[string]bool{}
 	for _, d := range group(m, uuidOf(h100)).GetDevices() {
 		listed[d.GetID()] = true
@@ -175,6 +178,7 @@ func TestMPSDaemonDiesMidRun(t *testing.T) {
 	if n := emulator.HealthyCount(group(m, uuidOf(other))); n != 38 {
 		t.Errorf("the other GPU has %d healthy units, want all 38", n)
 	}
+	wantDocumentedHealth(t, unhealthyDescs(group(m, uuidOf(mps)))...)
 	_, err = s.Reserve(context.Background(), ids(mps, 3)[2:])
 	wantRefused(t, err, codes.Unavailable, "MPS control daemon died")
 	if _, err := s.Reserve(context.Background(), ids(other, 1)); err != nil {
@@ -211,4 +215,99 @@ func withoutHeld(g *devicepb.DeviceGroup, held []string) *devicepb.DeviceGroup {
 		}
 	}
 	return out
+}
+
+// A disk that fills under the ledger during a Reserve: the refusal says so (ENOSPC, the file,
+// ResourceExhausted, the code gRPC gives a file system out of space), the ledger file on disk
+// is the one from before, nothing is admitted that was not recorded, and once there is room the
+// same units are reserved.
+func TestReserveOnAFullDisk(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full to stand in for a full disk")
+	}
+	s, dir := newSim(t, "H100=80GiB", "")
+	m, _ := firstFingerprint(t, s)
+	g := m.DeviceGroup[0]
+	kept, next := ids(g, 2), ids(g, 4)[2:]
+	if _, err := s.Reserve(context.Background(), kept); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "ledger", ledger.StateFile)
+	before, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The ledger writes a temp file and renames it over the state file; as a link to /dev/full
+	// every write of it fails with ENOSPC, as on a full file system.
+	tmp := state + ".tmp"
+	if err := os.Symlink("/dev/full", tmp); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Reserve(context.Background(), next)
+	wantRefused(t, err, codes.ResourceExhausted, "no space left on device")
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), tmp) {
+		t.Errorf("Reserve on a full disk: %v; want ENOSPC naming %s", err, tmp)
+	}
+	if after, err := os.ReadFile(state); err != nil || string(after) != string(before) {
+		t.Errorf("the ledger file changed under a failed Reserve (%v)", err)
+	}
+	_, l, _ := s.runtime().parts()
+	if rs := l.Reservations(); len(rs) != 1 || !slices.Equal(rs[0].InstanceIDs, kept) {
+		t.Fatalf("reservations %+v: want only the one recorded before the disk filled", rs)
+	}
+
+	if err := os.Remove(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Reserve(context.Background(), next); err != nil {
+		t.Fatalf("Reserve of the same units once there is room: %v", err)
+	}
+	if n := len(l.Reservations()); n != 2 {
+		t.Errorf("%d reservations once there is room, want 2", n)
+	}
+}
+
+// NVML errors while listing a GPU's processes (the watchdog cannot see its tasks) make every
+// unit of that GPU unhealthy with the reason and Reserve refuse it (Unavailable), the other GPU
+// untouched; the task that held units keeps them, and at the first good reading the GPU is
+// placeable again.
+func TestNVMLErrorMidRun(t *testing.T) {
+	s, dir := newSim(t, "H100=80GiB,A100=40GiB", `fingerprint_period = "1s"`)
+	m, ch := firstFingerprint(t, s)
+	h100, a100 := m.DeviceGroup[0], m.DeviceGroup[1]
+	held, free := ids(h100, 2), ids(h100, 3)[2:]
+	if _, err := s.Reserve(context.Background(), held); err != nil {
+		t.Fatal(err)
+	}
+	sim := simOf(t, dir)
+	if err := sim.SetProcessesFault(uuidOf(h100), "NVML_ERROR_UNKNOWN"); err != nil {
+		t.Fatal(err)
+	}
+	const reason = "GPU processes cannot be read"
+	m = waitFP(t, ch, "the H100's units say its processes cannot be read", func(m *devicepb.FingerprintResponse) bool {
+		return allUnhealthy(group(m, uuidOf(h100)), reason)
+	})
+	wantDocumentedHealth(t, unhealthyDescs(group(m, uuidOf(h100)))...)
+	if n := emulator.HealthyCount(group(m, uuidOf(a100))); n != 38 {
+		t.Errorf("the A100 has %d healthy units, want all 38", n)
+	}
+	_, err := s.Reserve(context.Background(), free)
+	wantRefused(t, err, codes.Unavailable, reason)
+	_, l, _ := s.runtime().parts()
+	if n := len(l.Reservations()); n != 1 {
+		t.Fatalf("%d reservations, want only the one made before the fault", n)
+	}
+
+	if err := sim.SetProcessesFault(uuidOf(h100), ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFP(t, ch, "the H100 offers its free units again", func(m *devicepb.FingerprintResponse) bool {
+		return emulator.HealthyCount(group(m, uuidOf(h100))) == 78
+	})
+	if _, err := s.Reserve(context.Background(), free); err != nil {
+		t.Fatalf("Reserve once NVML answers again: %v", err)
+	}
+	if n := len(l.Reservations()); n != 2 {
+		t.Errorf("%d reservations, want the one from before and the new one", n)
+	}
 }

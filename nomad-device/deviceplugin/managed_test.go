@@ -69,6 +69,7 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 		if !freeUnhealthy(g, "waiting for the first valid policy") {
 			t.Fatalf("units while no policy has loaded: %v", g.Devices[:1])
 		}
+		wantDocumentedHealth(t, unhealthyDescs(g)...)
 		_, err := s.Reserve(context.Background(), []string{g.Devices[0].ID})
 		wantRefused(t, err, codes.Unavailable, "waiting for the first valid policy")
 	})
@@ -80,9 +81,10 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 		rt.enf, rt.enforcerErr = nil, errors.New("stopped by the test")
 		rt.mu.Unlock()
 		rt.notify()
-		waitFP(t, ch, "free units say the enforcer is not running", func(m *devicepb.FingerprintResponse) bool {
+		down := waitFP(t, ch, "free units say the enforcer is not running", func(m *devicepb.FingerprintResponse) bool {
 			return freeUnhealthy(m.DeviceGroup[0], "enforcer is not running")
 		})
+		wantDocumentedHealth(t, unhealthyDescs(down.DeviceGroup[0])...)
 		_, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 1))
 		wantRefused(t, err, codes.Unavailable, "stopped by the test")
 	})
@@ -100,6 +102,7 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 		if freeUnhealthy(m.DeviceGroup[1], "MPS") {
 			t.Error("the isolated GPU's units went unhealthy too")
 		}
+		wantDocumentedHealth(t, unhealthyDescs(m.DeviceGroup[0])...)
 		_, err := s.Reserve(context.Background(), []string{m.DeviceGroup[0].Devices[0].ID})
 		wantRefused(t, err, codes.Unavailable, "(mps mode) for the task: GPU not fully managed: enforcer: prepare GPU")
 		if !strings.Contains(err.Error(), missing) {
@@ -119,6 +122,7 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 		if !says(m) {
 			m = waitFP(t, ch, "free units say the fence cannot run", says)
 		}
+		wantDocumentedHealth(t, unhealthyDescs(m.DeviceGroup[0])...)
 		_, err := s.Reserve(context.Background(), []string{m.DeviceGroup[0].Devices[0].ID})
 		wantRefused(t, err, codes.Unavailable, missing)
 	})
@@ -140,7 +144,10 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 		}`), APIVersion); err != nil {
 			t.Fatal(err)
 		}
-		firstFingerprint(t, s2)
+		m2, _ := firstFingerprint(t, s2)
+		for _, g := range m2.DeviceGroup {
+			wantDocumentedHealth(t, unhealthyDescs(g)...)
+		}
 		_, err := s2.Reserve(context.Background(), free)
 		wantRefused(t, err, codes.Unavailable, "GPU backend")
 	})
@@ -205,6 +212,7 @@ func TestMaxTasksPerGPUShowsInTheFingerprint(t *testing.T) {
 			t.Errorf("held unit %s unhealthy: %q", d.ID, d.HealthDescription)
 		}
 	}
+	wantDocumentedHealth(t, unhealthyDescs(m.DeviceGroup[0])...)
 	if n := len(ids(m.DeviceGroup[1], 100)); n != 38 {
 		t.Errorf("the other GPU has %d healthy units, want 38", n)
 	}
@@ -225,6 +233,7 @@ func TestGPUWithNoUnitsSaysWhy(t *testing.T) {
 			if len(g.Devices) != 1 || g.Devices[0].Healthy || !strings.Contains(g.Devices[0].HealthDescription, tt.want) {
 				t.Fatalf("devices %v; want one unhealthy stand-in saying %q", g.Devices, tt.want)
 			}
+			wantDocumentedHealth(t, unhealthyDescs(g)...)
 			if got := g.Attributes[AttrUnits].GetIntVal(); got != 0 {
 				t.Errorf("units attribute %d, want 0", got)
 			}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -68,6 +70,34 @@ func TestMetricsServedOnLoopback(t *testing.T) {
 	}
 }
 
+// gatherer reads the plugin's metrics as a scrape would: each gauge and counter summed over its
+// labels under its name, and a histogram as name_count and name_sum.
+func gatherer(t *testing.T, s *Server) func() map[string]float64 {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{rt: s.runtime()})
+	return func() map[string]float64 {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			for _, mt := range f.GetMetric() {
+				switch {
+				case mt.GetGauge() != nil:
+					got[f.GetName()] += mt.GetGauge().GetValue()
+				case mt.GetCounter() != nil:
+					got[f.GetName()] += mt.GetCounter().GetValue()
+				case mt.GetHistogram() != nil:
+					got[f.GetName()+"_count"] += float64(mt.GetHistogram().GetSampleCount())
+					got[f.GetName()+"_sum"] += mt.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+		return got
+	}
+}
+
 func TestMetricsFigures(t *testing.T) {
 	s, dir := newSim(t, "H100=80GiB", "")
 	m, _ := firstFingerprint(t, s)
@@ -82,23 +112,7 @@ func TestMetricsFigures(t *testing.T) {
 	if err := sim.SetSensors(uuid, &gpu.SimSensors{TemperatureC: 71, Power: gpu.Power{UsageMilliwatts: 301500, LimitMilliwatts: 650000}}); err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{rt: s.runtime()})
-	gather := func() map[string]float64 {
-		fams, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]float64{}
-		for _, f := range fams {
-			for _, mt := range f.GetMetric() {
-				if g := mt.GetGauge(); g != nil {
-					got[f.GetName()] += g.GetValue()
-				}
-			}
-		}
-		return got
-	}
+	gather := gatherer(t, s)
 	steps := []struct {
 		name   string
 		do     func() error
@@ -141,5 +155,73 @@ func TestMetricsFigures(t *testing.T) {
 				t.Errorf("%s: %s = %v, want it left out", st.name, k, v)
 			}
 		}
+	}
+}
+
+// The metrics follow what the watchdog sees: a task's memory under its cap and a stranger's
+// unmanaged memory as they are used, then the task's violation once it breaks its cap and is
+// stopped, with its time to containment.
+func TestMetricsFollowTasksAndViolations(t *testing.T) {
+	s, dir := newSim(t, "H100=80GiB", "")
+	m, _ := firstFingerprint(t, s)
+	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	uuid := uuidOf(m.DeviceGroup[0])
+	sim := simOf(t, dir)
+	start := func(env []string) (*exec.Cmd, <-chan struct{}) {
+		cmd := exec.Command("sleep", "60")
+		cmd.Env = env
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+		return cmd, exited
+	}
+	var env []string
+	for k, v := range res.GetEnvs() {
+		env = append(env, k+"="+v)
+	}
+	task, taskExited := start(env)
+	stranger, _ := start(nil)
+	if err := sim.SetUsage(uuid, task.Process.Pid, size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.SetUsage(uuid, stranger.Process.Pid, 2*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	gather := gatherer(t, s)
+	var got map[string]float64
+	testutil.Eventually(t, 20*time.Second, "the task's 1GiB and the stranger's 2GiB in the metrics", func() bool {
+		got = gather()
+		return got["gpufrac_task_used_bytes"] == float64(size.GiB) && got["gpufrac_gpu_unmanaged_bytes"] == float64(2*size.GiB)
+	})
+	if got["gpufrac_violations_total"] != 0 || got["gpufrac_violation_containment_seconds_count"] != 0 {
+		t.Fatalf("violations %v before any: %v", got["gpufrac_violations_total"], got)
+	}
+
+	// Past its 3GiB cap: the watchdog stops it and records the violation.
+	if err := sim.SetUsage(uuid, task.Process.Pid, 5*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-taskExited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the task over its cap was not stopped within 20s")
+	}
+	testutil.Eventually(t, 20*time.Second, "the violation and its containment time in the metrics", func() bool {
+		got = gather()
+		return got["gpufrac_violations_total"] == 1 && got["gpufrac_violation_containment_seconds_count"] == 1
+	})
+	_, l, _ := s.runtime().parts()
+	vs := l.Violations()
+	if len(vs) != 1 {
+		t.Fatalf("violations %+v, want the task's", vs)
+	}
+	if want := vs[0].ContainedAt.Sub(vs[0].CrossedAt).Seconds(); want <= 0 || got["gpufrac_violation_containment_seconds_sum"] != want {
+		t.Errorf("containment sum %v, want the violation's %vs from crossing to contained", got["gpufrac_violation_containment_seconds_sum"], want)
 	}
 }

@@ -55,6 +55,12 @@ func TestParseSizeErrorsSayHowToFix(t *testing.T) {
 	if !strings.Contains(err.Error(), `e.g. "4GiB"`) {
 		t.Errorf("error gives no example of a good size: %v", err)
 	}
+	// The one size parser the CLI, queue files and the plugin use says what is wrong.
+	for in, want := range map[string]string{"-1GiB": "negative", "1.5": "a fraction of a byte"} {
+		if _, err := parseSize(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("parseSize(%q) = %v, want an error saying %q", in, err, want)
+		}
+	}
 }
 
 func TestKeepSpelling(t *testing.T) {

@@ -1,0 +1,118 @@
+package deviceplugin
+
+import (
+	"context"
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/internal/varserver"
+	"github.com/gpufrac/gpufrac/policy/violations"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// published lists the violation variables on vs.
+func published(vs *varserver.Server) []varserver.Variable {
+	var out []varserver.Variable
+	for _, v := range vs.List() {
+		if strings.HasPrefix(v.Path, violations.PathPrefix) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// A violation reaches Nomad however long its API is down (the plugin retries), carries no
+// reservation token, and is published once: a restarted plugin publishes the ledger's recent
+// violations again (one it could not publish before it stopped still reaches the controller),
+// and the create-only write leaves the one already there, with the controller's mark, as it was.
+func TestViolationsArePublishedOnceThroughOutagesAndRestarts(t *testing.T) {
+	vs := varserver.New(varserver.Options{})
+	t.Cleanup(vs.Close)
+	vs.SetToken("plugin", varserver.Rule{Path: violations.PathPrefix + "*", Capabilities: []string{varserver.CapWrite}})
+	vs.SetDown(true)
+	cfg := `violations {
+		address = "` + vs.URL() + `"
+		token   = "plugin"
+	}`
+	s, dir := newSim(t, "H100=80GiB", cfg)
+	m, _ := firstFingerprint(t, s)
+	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := res.GetEnvs()["GPUFRAC_RESERVATION"]
+	task := exec.Command("sleep", "60")
+	for k, v := range res.GetEnvs() {
+		task.Env = append(task.Env, k+"="+v)
+	}
+	if err := task.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = task.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = task.Process.Kill(); <-exited })
+	// Past its 3GiB cap while Nomad's API is down: stopped and recorded, not yet published.
+	if err := simOf(t, dir).SetUsage(uuidOf(m.DeviceGroup[0]), task.Process.Pid, 5*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the task over its cap was not stopped within 20s")
+	}
+	// The publisher tries while the API is down (the fake drops the connection) and retries.
+	putViolation := func(from int) func() bool {
+		return func() bool {
+			for _, rq := range vs.RequestLog()[from:] {
+				if rq.Method == http.MethodPut && strings.HasPrefix(rq.Path, "/v1/var/"+violations.PathPrefix) {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	testutil.Eventually(t, 20*time.Second, "a publish attempt while the API is down", putViolation(0))
+	if n := len(published(vs)); n != 0 {
+		t.Fatalf("%d violations published while the API was down", n)
+	}
+
+	vs.SetDown(false)
+	testutil.Eventually(t, 30*time.Second, "the violation published once the API is back", func() bool { return len(published(vs)) == 1 })
+	v := published(vs)[0]
+	for k, val := range v.Items {
+		if strings.Contains(val, token) {
+			t.Errorf("item %s carries the reservation token", k)
+		}
+	}
+	// The controller handles it.
+	items := map[string]string{}
+	for k, val := range v.Items {
+		items[k] = val
+	}
+	items[violations.KeyHandled] = "reregistered: by the test"
+	handled := vs.Put("", v.Path, items)
+
+	// A restarted plugin publishes the ledger's recent violations again.
+	s.Shutdown()
+	before := len(vs.RequestLog())
+	s2 := NewServer(Options{})
+	t.Cleanup(s2.Shutdown)
+	if err := s2.SetConfig(encode(t, `config {
+		gpu_backend = "simulated"
+		simulated_gpus = ["H100=80GiB"]
+		state_dir = "`+dir+`"
+		`+cfg+`
+	}`), APIVersion); err != nil {
+		t.Fatal(err)
+	}
+	firstFingerprint(t, s2)
+	testutil.Eventually(t, 30*time.Second, "the restarted plugin to publish the violation again", putViolation(before))
+	after := published(vs)
+	if len(after) != 1 || after[0].Path != v.Path || after[0].ModifyIndex != handled.ModifyIndex || after[0].Items[violations.KeyHandled] != items[violations.KeyHandled] {
+		t.Fatalf("after the republish: %+v; want the one variable as the controller left it", after)
+	}
+}

@@ -1,0 +1,270 @@
+package runner
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// faultWait bounds each step of the fault tests: the enforcer checks MPS daemons once a second,
+// and a loaded machine starts processes slowly.
+const faultWait = 30 * time.Second
+
+// mpsDaemon starts the fake MPS control daemon of GPU uuid under root before the run, as one an
+// earlier enforcer left behind: the run's enforcer adopts it and watches it. It returns the
+// daemon's pipe directory and a function that reads the daemon's PID.
+func mpsDaemon(t *testing.T, control, root, uuid string) (pipe string, pid func() int) {
+	t.Helper()
+	pipe, logDir := filepath.Join(root, uuid, "pipe"), filepath.Join(root, uuid, "log")
+	for _, d := range []string{pipe, logDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(control, "-d")
+	cmd.Env = append(os.Environ(), enforcer.EnvMPSPipeDir+"="+pipe, enforcer.EnvMPSLogDir+"="+logDir, "CUDA_VISIBLE_DEVICES="+uuid)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("starting the fake MPS daemon: %v: %s", err, out)
+	}
+	pid = func() int {
+		b, err := os.ReadFile(filepath.Join(pipe, "daemon.pid"))
+		if err != nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	testutil.Eventually(t, faultWait, "the fake MPS daemon to write its pid", func() bool { return pid() != 0 })
+	return pipe, pid
+}
+
+// waitFor polls cond until it holds or within has passed; it says whether it held.
+func waitFor(within time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
+// A GPU fault in the middle of a run (NVML cannot list the GPU's processes; the GPU falls off
+// the bus; its MPS control daemon dies while a task runs under it and cannot be restarted at
+// first): the run reports it, admits nothing on that GPU while it lasts (the job queued behind
+// the running one waits, and says why), and once the fault ends the GPU takes that job and the
+// run completes. The running job is not harmed.
+func TestRunThroughAGPUFault(t *testing.T) {
+	control, err := filepath.Abs(filepath.Join("..", "enforcer", "testdata", "fake-mps-control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type rig struct {
+		sim        *gpu.Simulated
+		uuid, pipe string
+		daemon     func() int
+	}
+	tests := []struct {
+		name string
+		mode policy.Mode
+		// inject starts the fault while job a runs; unhealthy is the reason the GPU then shows.
+		inject    func(t *testing.T, r *rig)
+		unhealthy string
+		// held is the reason the waiting job is given once a has ended; clear ends the fault.
+		held  string
+		clear func(t *testing.T, r *rig)
+	}{
+		{
+			name: "NVML error", mode: policy.ModeIsolated,
+			inject: func(t *testing.T, r *rig) {
+				if err := r.sim.SetProcessesFault(r.uuid, "NVML_ERROR_UNKNOWN"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			unhealthy: "GPU processes cannot be read", held: "GPU processes cannot be read",
+			clear: func(t *testing.T, r *rig) {
+				if err := r.sim.SetProcessesFault(r.uuid, ""); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			name: "GPU vanished", mode: policy.ModeIsolated,
+			inject: func(t *testing.T, r *rig) {
+				if err := r.sim.SetRemoved(r.uuid, true, "XID 79: GPU has fallen off the bus"); err != nil {
+					t.Fatal(err)
+				}
+			},
+			unhealthy: "GPU processes cannot be read", held: "GPU processes cannot be read",
+			clear: func(t *testing.T, r *rig) {
+				if err := r.sim.SetRemoved(r.uuid, false, ""); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			// The daemon dies under a client: the GPU is drained until the client leaves. A
+			// restart that is refused keeps it drained; once a start succeeds it is healthy.
+			name: "MPS daemon died", mode: policy.ModeMPS,
+			inject: func(t *testing.T, r *rig) {
+				if err := os.WriteFile(filepath.Join(r.pipe, "fail-start"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Kill(r.daemon(), syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			},
+			// The waiting line names the reason of the moment: died, or cannot be started.
+			unhealthy: "MPS control daemon died", held: "MPS control daemon",
+			clear: func(t *testing.T, r *rig) {
+				if err := os.Remove(filepath.Join(r.pipe, "fail-start")); err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sim, devs := testutil.NewSim(t, "H100=80GiB")
+			r := &rig{sim: sim, uuid: devs[0].UUID}
+			o := testOptions(t, sim, record.ArmPacked)
+			o.Mode = tc.mode
+			o.MaxConcurrent = 1 // b waits for a's slot, then for the GPU
+			var progress testutil.Buffer
+			o.Progress = &progress
+			if tc.mode == policy.ModeMPS {
+				// MPS pipes are unix sockets: a short root.
+				root, err := os.MkdirTemp("", "gfmps")
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					// The fake daemon exits once its pid file is gone.
+					pids, _ := filepath.Glob(filepath.Join(root, "*", "pipe", "daemon.pid"))
+					for _, f := range pids {
+						os.Remove(f)
+					}
+					os.RemoveAll(root)
+				})
+				o.MPS = MPSOptions{ControlBinary: control, Root: root}
+				r.pipe, r.daemon = mpsDaemon(t, control, root, r.uuid)
+			}
+
+			marks := t.TempDir()
+			pidFile, release := filepath.Join(marks, "a.pid"), filepath.Join(marks, "release")
+			// a runs until the test releases it; the test puts its memory on the GPU.
+			a := queue.Job{Name: "a", Template: "a", Command: []string{"sh", "-c",
+				`echo $$ > "$1.tmp" && mv "$1.tmp" "$1"; while [ ! -f "$2" ]; do sleep 0.02; done`, "sh", pidFile, release}}
+			q := queue.Queue{
+				Jobs: []queue.Job{a, simJob(t, "b", "b", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms")},
+				Templates: map[string]queue.TemplateSpec{
+					"a": {Name: "a", PeakBytes: 2 * size.GiB},
+					"b": {Name: "b", PeakBytes: 2 * size.GiB},
+				},
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*faultWait)
+			type ended struct {
+				res *record.Result
+				err error
+			}
+			var e ended
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				e.res, e.err = Run(ctx, q, o)
+			}()
+			t.Cleanup(func() {
+				cancel()
+				select {
+				case <-done:
+				case <-time.After(faultWait):
+					t.Error("the run did not end once canceled")
+				}
+			})
+			shows := func(what string) func() bool {
+				return func() bool { return strings.Contains(progress.String(), what) }
+			}
+
+			var pid int
+			testutil.Eventually(t, faultWait, "job a to start", func() bool {
+				b, err := os.ReadFile(pidFile)
+				if err != nil {
+					return false
+				}
+				pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+				return err == nil
+			})
+			if err := sim.SetUsage(r.uuid, pid, size.GiB); err != nil {
+				t.Fatal(err)
+			}
+			if tc.mode == policy.ModeMPS {
+				testutil.Eventually(t, faultWait, "the run's enforcer to adopt the MPS daemon", shows("mps      GPU0  MPS control daemon left by an earlier enforcer adopted"))
+			}
+
+			tc.inject(t, r)
+			if !waitFor(faultWait, shows("GPU0  unhealthy: "+tc.unhealthy)) {
+				t.Fatalf("the run did not report the GPU unhealthy (%s); progress:\n%s", tc.unhealthy, progress.String())
+			}
+			if err := os.WriteFile(release, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			// a has ended and b could run but for the fault: the run says what it waits for.
+			if !waitFor(faultWait, shows("GPU0 is unhealthy ("+tc.held)) {
+				t.Fatalf("the run did not say b waits for the faulted GPU (%s); progress:\n%s", tc.held, progress.String())
+			}
+			cleared := time.Now()
+			tc.clear(t, r)
+
+			select {
+			case <-done:
+			case <-time.After(2 * faultWait):
+				t.Fatalf("the run did not end once the fault was cleared; progress:\n%s", progress.String())
+			}
+			if os.Getenv("GPUFRAC_SHOW_LOGS") != "" {
+				t.Log(progress.String())
+			}
+			if e.err != nil {
+				t.Fatalf("Run: %v", e.err)
+			}
+			res := e.res
+			if res.Completed != 2 {
+				t.Fatalf("completed %d of 2: %+v\nprogress:\n%s", res.Completed, res.Attempts, progress.String())
+			}
+			for _, job := range []string{"a", "b"} {
+				if got := outcomes(attemptsOf(res, job)); !slices.Equal(got, []record.Outcome{record.OutcomeOK}) {
+					t.Errorf("%s attempts %v, want one, ok", job, got)
+				}
+			}
+			if b := attemptsOf(res, "b")[0]; !b.Start.After(cleared) {
+				t.Errorf("b started %s before the fault was cleared: admitted on a GPU whose caps could not be enforced", cleared.Sub(b.Start))
+			}
+			if !shows("GPU0  healthy: ")() {
+				t.Errorf("the run did not report the GPU healthy again; progress:\n%s", progress.String())
+			}
+			reported := false
+			for _, ev := range res.GPUEvents {
+				if ev.End.IsZero() {
+					t.Errorf("GPU event %+v never ended", ev)
+				}
+				reported = reported || strings.Contains(ev.Reason, tc.unhealthy)
+			}
+			if !reported {
+				t.Errorf("GPU events %+v: none says %q", res.GPUEvents, tc.unhealthy)
+			}
+		})
+	}
+}
