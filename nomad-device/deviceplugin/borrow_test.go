@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,7 @@ func TestBorrowingTasks(t *testing.T) {
 			t.Fatalf("no fingerprint withholding the 6 borrowed units; last: %v", g.GetDevices()[70:])
 		}
 	}
+	wantDocumentedHealth(t, unhealthyDescs(g)...)
 	// Nomad placed on units it saw free before the loan: 69 more guarantees would cover borrowed memory.
 	var stale []string
 	for _, d := range m.DeviceGroup[0].GetDevices()[4:73] {
@@ -121,5 +123,51 @@ func TestBorrowingOffByDefault(t *testing.T) {
 	}
 	if r := reservation(t, s, res); r.LimitBytes != 0 || r.Limit() != 4*size.GiB {
 		t.Fatalf("reservation limit %s (%s): want none past the 4GiB cap", r.LimitBytes, r.Limit())
+	}
+}
+
+// withhold takes as many free units as borrowing holds, from the highest ID down, skipping units
+// tasks hold and units already unhealthy; every free unit while an allocation waits. Each
+// description it gives is in docs/plugin.md.
+func TestWithhold(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    borrowUse
+		want string // per unit: h healthy, w withheld, r reserved (healthy), x unhealthy before
+	}{
+		{"2.5GiB borrowed", borrowUse{bytes: 2*size.GiB + 512*size.MiB}, "rhhhwxww"},
+		{"nothing borrowed", borrowUse{}, "rhhhhxhh"},
+		{"more than is free", borrowUse{bytes: 40 * size.GiB}, "rwwwwxww"},
+		{"an allocation waits", borrowUse{bytes: size.MiB, waiting: true}, "rwwwwxww"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := make([]ledger.Instance, 8)
+			devs := make([]*devicepb.DetectedDevice, 8)
+			for i := range devs {
+				devs[i] = &devicepb.DetectedDevice{ID: strconv.Itoa(i), Healthy: i != 5}
+				if i == 5 {
+					devs[i].HealthDescription = "before"
+				}
+			}
+			in[0].Token = "held"
+			withhold(devs, in, size.GiB, tc.b)
+			var got strings.Builder
+			for i, d := range devs {
+				switch {
+				case in[i].Token != "":
+					got.WriteByte('r')
+				case d.HealthDescription == "before":
+					got.WriteByte('x')
+				case d.Healthy:
+					got.WriteByte('h')
+				default:
+					got.WriteByte('w')
+					wantDocumentedHealth(t, d.HealthDescription)
+				}
+			}
+			if got.String() != tc.want {
+				t.Fatalf("units %s, want %s", got.String(), tc.want)
+			}
+		})
 	}
 }

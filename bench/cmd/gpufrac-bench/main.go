@@ -110,7 +110,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	simScale := fs.Float64("sim-scale", 0.1, "duration scale of simulated jobs")
 	probeWindow := fs.Duration("probe-window", 0, "make cold probes windows of this length (0: whole-run probes)")
 	probeCap := fs.String("probe-cap", "", "protective cap of every template's in-place probe, e.g. 35GiB (default: half the GPU's budget)")
-	borrow := fs.String("borrow", runner.BorrowAuto, "borrowing of the packed arms: auto, wait, now or off (gpufrac run --borrow)")
+	borrow := fs.String("borrow", runner.BorrowAuto, "borrowing of the packed arms: auto, wait, now, lend or off (gpufrac run --borrow); an arm may name its own (packed-isolated-warm-lend)")
 	borrowWait := fs.Duration("borrow-wait", 0, "how long a borrower's allocation may wait (0: the runner's default)")
 	armTimeout := fs.Duration("arm-timeout", 0, "stop an arm after this long (0: no limit)")
 	deadline := fs.Duration("deadline", 0, "start no arm later than this after the start (0: no limit)")
