@@ -58,13 +58,26 @@ func withhold(devs []*devicepb.DetectedDevice, instances []ledger.Instance, unit
 	}
 }
 
-// watchBorrowing re-fingerprints when what borrowers hold changes by a unit or more, or an
-// allocation starts or stops waiting.
+// borrowSig is what a fingerprint shows of borrowing: per GPU, the units withheld and whether
+// an allocation waits.
+func borrowSig(b map[string]borrowUse, states []ledger.GPUState) map[string]string {
+	out := map[string]string{}
+	for _, st := range states {
+		if u, ok := b[st.UUID]; ok && st.UnitBytes > 0 {
+			out[st.UUID] = fmt.Sprintf("%d/%v", (u.bytes+st.UnitBytes-1)/st.UnitBytes, u.waiting)
+		}
+	}
+	return out
+}
+
+// watchBorrowing re-fingerprints while what borrowers hold differs, by a unit or more, from
+// what the last fingerprint showed, or an allocation started or stopped waiting since.
+// Comparing with the fingerprint, not with its own last look, catches a loan that came and
+// went between two looks while a fingerprint was built.
 func (rt *runtime) watchBorrowing(enf taskEnforcer, l *ledger.Ledger) {
 	defer rt.wg.Done()
 	t := time.NewTicker(borrowCheck)
 	defer t.Stop()
-	last := map[string]string{}
 	for {
 		select {
 		case <-rt.ctx.Done():
@@ -72,16 +85,11 @@ func (rt *runtime) watchBorrowing(enf taskEnforcer, l *ledger.Ledger) {
 		case <-t.C:
 		}
 		states := l.States()
-		now := map[string]string{}
-		for uuid, b := range borrowedNow(enf, states) {
-			for _, st := range states {
-				if st.UUID == uuid && st.UnitBytes > 0 {
-					now[uuid] = fmt.Sprintf("%d/%v", (b.bytes+st.UnitBytes-1)/st.UnitBytes, b.waiting)
-				}
-			}
-		}
-		if !maps.Equal(last, now) {
-			last = now
+		now := borrowSig(borrowedNow(enf, states), states)
+		rt.mu.Lock()
+		shown := rt.fpBorrow
+		rt.mu.Unlock()
+		if !maps.Equal(shown, now) {
 			rt.notify()
 		}
 	}

@@ -99,6 +99,9 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 	info := groupInfo{unavailable: rt.unavailable(), policy: policyName, gpuDown: rt.gpuDown()}
 	if rt.cfg.Borrow != enforcer.BorrowOff {
 		info.borrowed = borrowedNow(enf, states)
+		rt.mu.Lock()
+		rt.fpBorrow = borrowSig(info.borrowed, states)
+		rt.mu.Unlock()
 	}
 	if b != nil {
 		info.backend, info.driver = b.Kind(), b.DriverVersion()

@@ -49,9 +49,11 @@ type runtime struct {
 	led        *ledger.Ledger
 	ledgerErr  error
 	enf        taskEnforcer
-	enforcer   *enforcer.Enforcer    // the same as enf; kept for Shutdown
-	fenceErr   error                 // why the configured allocation fence cannot run
-	devices    map[string]gpu.Device // by UUID, from the last listing
+	enforcer   *enforcer.Enforcer // the same as enf; kept for Shutdown
+	// fpBorrow is the borrowing the last fingerprint showed (borrowSig), for watchBorrowing.
+	fpBorrow map[string]string
+	fenceErr error                 // why the configured allocation fence cannot run
+	devices  map[string]gpu.Device // by UUID, from the last listing
 	// vanished holds the GPUs an earlier listing had and the last one lacks (fallen off the
 	// bus, say), by UUID, until a listing has them again: the ledger forgets such a GPU when
 	// it holds no reservation, and the plugin must still say why its units went and refuse
