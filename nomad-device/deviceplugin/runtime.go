@@ -131,8 +131,11 @@ func (rt *runtime) open() {
 	rt.mu.Unlock()
 
 	if openedLedger {
+		// Subscribed here, not in the goroutine: a change made before a slow goroutine
+		// subscribed would never reach the fingerprint stream.
+		ch, cancel := rt.led.Subscribe()
 		rt.wg.Add(1)
-		go rt.forwardLedger()
+		go rt.forwardLedger(ch, cancel)
 		if policySourceName(rt.cfg) == "" {
 			p := policy.Default()
 			p.UnitBytes = rt.cfg.Unit
@@ -171,9 +174,8 @@ func (rt *runtime) loop() {
 	}
 }
 
-func (rt *runtime) forwardLedger() {
+func (rt *runtime) forwardLedger(ch <-chan struct{}, cancel func()) {
 	defer rt.wg.Done()
-	ch, cancel := rt.led.Subscribe()
 	defer cancel()
 	for {
 		select {
