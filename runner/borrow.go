@@ -38,8 +38,8 @@ func CheckBorrow(b string) error {
 	if b == "" || b == BorrowAuto {
 		return nil
 	}
-	if err := enforcer.CheckBorrowRule(b); err != nil {
-		return fmt.Errorf("%w, or %s", err, BorrowAuto)
+	if enforcer.CheckBorrowRule(b) != nil {
+		return fmt.Errorf("borrow %q: want %s, %s, %s, %s or %s", b, BorrowAuto, BorrowWait, BorrowNow, BorrowLend, BorrowOff)
 	}
 	return nil
 }
