@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -46,6 +48,11 @@ func TestBorrowerGrowsPastItsCap(t *testing.T) {
 	}
 	lk := attemptsOf(res, "lk")
 	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].WholeGPU || lk[0].PeakBytes < 28*size.GiB || lk[0].CapBytes >= 30*size.GiB {
+		for _, a := range lk {
+			if b, err := os.ReadFile(filepath.Join(o.OutDir, a.Log)); err == nil {
+				t.Logf("%s:\n%s", a.Log, b)
+			}
+		}
 		t.Fatalf("leaker: want one attempt that borrowed to 30GiB past a small cap, got %+v", lk)
 	}
 	for _, n := range []string{"n1", "n2"} {

@@ -254,12 +254,15 @@ func (j *job) run() int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	defer j.sim.ClearProcess(c.gpu, j.pid)
+	// Deferred calls run last first: the GPU's memory goes before the fence's slot, as a CUDA
+	// process's memory goes at its exit before its slot is reaped. The other way round, a
+	// watchdog pass between the two would see a borrower's memory with nothing lent for it.
 	defer func() {
 		if j.fence != nil {
 			j.fence.Detach()
 		}
 	}()
+	defer j.sim.ClearProcess(c.gpu, j.pid)
 
 	if !c.child {
 		capInfo := "none"
