@@ -71,6 +71,7 @@ type unmanagedProc struct {
 // watch samples one GPU and acts on what it sees.
 func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	uuid := st.UUID
+	e.evicting = "" // reclaim names this pass's borrower to stop, if any
 	if isMine(st.HealthReason) {
 		e.adoptSick(uuid, st.HealthReason) // marked by an earlier enforcer: clear it when due
 	}
