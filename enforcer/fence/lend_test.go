@@ -153,3 +153,32 @@ func TestOwedAllocationWaitsForTheDriver(t *testing.T) {
 	c := k.Start(t, k.Env(dir, tokB, "FAKE_CUDA_OOM_FIRST=1"))
 	want(t, c.Do("alloc 1M"), "err 2", "an allocation that did not wait, the driver failing it once")
 }
+
+// Without lending too: where the budget shrank under a borrower (memory of processes without a
+// reservation appeared), an owner whose guarantee no longer fits beside the borrower waits for
+// the borrower to give back, rather than failing in the driver.
+func TestOwnerWaitsWhenTheBudgetShrankUnderABorrower(t *testing.T) {
+	dir, tb := table(t, 4*size.GiB)
+	tb.SetWait(time.Minute)
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: 2 * size.GiB}}
+	if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	a, b := attach(t, dir, tokA), attach(t, dir, tokB)
+	if r := a.Charge(2 * size.GiB); r != fence.Charged { // 1 GiB borrowed
+		t.Fatal(r)
+	}
+	if err := tb.SetTasks(tasks, 3*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan fence.Result, 1)
+	go func() { got <- b.Charge(1536 * size.MiB) }()
+	waitFor(t, tb, "B owed", fence.Snapshot.Owed)
+	if r := a.Charge(size.MiB); r != fence.Refused {
+		t.Fatalf("A borrowing while B waits: %v", r)
+	}
+	a.Uncharge(size.GiB)
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("B once A gave back: %v", r)
+	}
+}
