@@ -147,19 +147,7 @@ func TestRunThroughAGPUFault(t *testing.T) {
 			var progress testutil.Buffer
 			o.Progress = &progress
 			if tc.mode == policy.ModeMPS {
-				// MPS pipes are unix sockets: a short root.
-				root, err := os.MkdirTemp("", "gfmps")
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					// The fake daemon exits once its pid file is gone.
-					pids, _ := filepath.Glob(filepath.Join(root, "*", "pipe", "daemon.pid"))
-					for _, f := range pids {
-						os.Remove(f)
-					}
-					os.RemoveAll(root)
-				})
+				root := testutil.MPSRoot(t)
 				o.MPS = MPSOptions{ControlBinary: control, Root: root}
 				r.pipe, r.daemon = mpsDaemon(t, control, root, r.uuid)
 			}

@@ -3,7 +3,6 @@ package nomad_test
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/controller"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy/violations"
@@ -36,7 +36,7 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 	vs.SetToken("controller-token", docACL(t, "gpufrac-controller")...)
 
 	dir := t.TempDir()
-	port := freeTCPPort(t)
+	port := testutil.FreePort(t)
 	c := start(t, agentConfig(dir, `"H100=80GiB"`, `metrics_addr = ":`+port+`"
   violations {
     address = "`+vs.URL()+`"
@@ -167,17 +167,6 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 }
 
 func strPtr(s string) *string { return &s }
-
-func freeTCPPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
-}
 
 func apiClient(t *testing.T, addr, token string) *api.Client {
 	t.Helper()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -32,7 +31,7 @@ func TestControllerDryRunPrintsJSONEvents(t *testing.T) {
 	var stdout, stderr testutil.Buffer // written by the controller's goroutines
 	done := make(chan error, 1)
 	g := &globals{stateDir: t.TempDir(), backend: "auto", defaultLevel: "warn"}
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	go func() {
 		done <- cmdController(ctx, g, []string{"--nomad-addr", vs.URL(), "--dry-run", "--json", "--retry", "100ms",
 			"--metrics-addr", ":" + port}, &stdout, &stderr)
@@ -82,15 +81,4 @@ func TestControllerBadFlags(t *testing.T) {
 			t.Errorf("gpufrac %v: exit %d, stderr %q; want a usage error naming %q", args, code, stderr, args[len(args)-1])
 		}
 	}
-}
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return port
 }

@@ -3,7 +3,6 @@ package deviceplugin
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -19,19 +18,8 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
-	return port
-}
-
 func TestMetricsServedOnLoopback(t *testing.T) {
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	s, _ := newSim(t, "H100=80GiB", `metrics_addr = ":`+port+`"`)
 	if got := s.config().MetricsAddr; got != "127.0.0.1:"+port {
 		t.Fatalf("metrics_addr %q resolved to %q, want loopback", ":"+port, got)
