@@ -7,33 +7,15 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
-
-// fakeClock is the enforcer's clock in tests that drive Tick by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 // helperProc is a process that holds a reservation's token and does nothing: the test sets the
 // GPU memory the simulated GPU shows for it, so nothing depends on how fast a real job runs.
@@ -105,14 +87,14 @@ func TestWatchdogSampleBySample(t *testing.T) {
 			usage: []size.Bytes{cap2 - 10*size.MiB, size.GiB}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			clock := &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-			r := newRig(t, tc.mode, func(c *Config) { c.Now = clock.now })
+			clock := testutil.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+			r := newRig(t, tc.mode, func(c *Config) { c.Now = clock.Now })
 			res := r.reserve(cap2, "task")
 			h := r.helper(t, res.Token, "task")
 			for _, b := range tc.usage {
 				h.use(t, r, b)
 				r.enf.Tick(t.Context())
-				clock.advance(10 * time.Millisecond)
+				clock.Advance(10 * time.Millisecond)
 			}
 			if tc.stopped {
 				select {
@@ -139,10 +121,10 @@ func TestWatchdogSampleBySample(t *testing.T) {
 			}
 			v := vs[0]
 			// Crossed at the first sample past the line, contained at the first sample without it.
-			wantCrossed := clock.now().Add(-time.Duration(len(tc.usage)-tc.cross) * 10 * time.Millisecond)
+			wantCrossed := clock.Now().Add(-time.Duration(len(tc.usage)-tc.cross) * 10 * time.Millisecond)
 			if v.Action != tc.action || v.Token != res.Token || v.PeakBytes != tc.peak || v.CapBytes != cap2 ||
-				!v.CrossedAt.Equal(wantCrossed) || !v.ContainedAt.Equal(clock.now()) || v.Task.JobName != "task" {
-				t.Fatalf("violation %+v: want %s, peak %s, crossed at %s, contained at %s", v, tc.action, tc.peak, wantCrossed, clock.now())
+				!v.CrossedAt.Equal(wantCrossed) || !v.ContainedAt.Equal(clock.Now()) || v.Task.JobName != "task" {
+				t.Fatalf("violation %+v: want %s, peak %s, crossed at %s, contained at %s", v, tc.action, tc.peak, wantCrossed, clock.Now())
 			}
 		})
 	}

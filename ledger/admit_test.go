@@ -283,7 +283,7 @@ func TestReleaseAndSeen(t *testing.T) {
 	if err := l.Release("0123456789abcdef0123456789abcdef", "x"); !errors.Is(err, ErrNoReservation) {
 		t.Errorf("Release(unknown) = %v, want ErrNoReservation", err)
 	}
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	if err := l.Seen(r.Token, Task{JobName: "other", TaskName: "t", AllocID: "alloc"}); err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestSeenCommitsSparingly(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 15 { // 15s of samples, within Grace/4: memory only
-		c.Add(time.Second)
+		c.Advance(time.Second)
 		if err := l.Seen(r.Token, Task{}); err != nil {
 			t.Fatal(err)
 		}
@@ -410,7 +410,7 @@ func TestSeenCommitsSparingly(t *testing.T) {
 	if got, _ := l.Reservation(r.Token); !got.SeenAt.Equal(c.Now()) {
 		t.Errorf("in-memory SeenAt = %v, want the latest sighting %v", got.SeenAt, c.Now())
 	}
-	c.Add(time.Second) // 16s since the stored sighting: more than Grace/4
+	c.Advance(time.Second) // 16s since the stored sighting: more than Grace/4
 	if err := l.Seen(r.Token, Task{}); err != nil {
 		t.Fatal(err)
 	}

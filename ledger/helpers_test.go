@@ -3,10 +3,10 @@ package ledger
 import (
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -20,24 +20,9 @@ func info(uuid string, index int, total size.Bytes) GPUInfo {
 	return GPUInfo{UUID: uuid, Index: index, Model: "NVIDIA H200", TotalBytes: total, Healthy: true}
 }
 
-// clock is a fake time source that tests move by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
+// newClock is the tests' stopped clock, at a fixed date.
+func newClock() *testutil.Clock {
+	return testutil.NewClock(time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
 }
 
 // newTest opens a persisted ledger in a fresh directory with two GPUs: A with 12GiB (10 units of

@@ -108,9 +108,9 @@ func TestGraceExpiry(t *testing.T) {
 	c := newClock()
 	l, dir := newTest(t, Options{Now: c.Now, Grace: time.Minute})
 	seen := mustReserve(t, l, Task{JobName: "seen"}, ids(gpuA, 0)...)
-	c.Add(30 * time.Second)
+	c.Advance(30 * time.Second)
 	unseen := mustReserve(t, l, Task{JobName: "unseen"}, ids(gpuA, 1)...)
-	c.Add(20 * time.Second)
+	c.Advance(20 * time.Second)
 	if err := l.Seen(seen.Token, Task{}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestGraceExpiry(t *testing.T) {
 		{time.Second, []string{"seen"}},
 	}
 	for i, s := range steps {
-		c.Add(s.advance)
+		c.Advance(s.advance)
 		gone, err := l.ExpireUnseen()
 		if err != nil {
 			t.Fatal(err)
@@ -145,7 +145,7 @@ func TestGraceExpiry(t *testing.T) {
 	// because the watchdog has not had a chance to see it yet.
 	r := mustReserve(t, l, Task{JobName: "restart"}, ids(gpuA, 2)...)
 	l.Close()
-	c.Add(10 * time.Minute)
+	c.Advance(10 * time.Minute)
 	l2, err := Open(dir, Options{Now: c.Now, Grace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestGraceExpiry(t *testing.T) {
 	if gone, _ := l2.ExpireUnseen(); len(gone) != 0 {
 		t.Errorf("reservation expired right after a restart: %v", gone)
 	}
-	c.Add(time.Minute)
+	c.Advance(time.Minute)
 	if gone, _ := l2.ExpireUnseen(); len(gone) != 1 || gone[0].Token != r.Token {
 		t.Errorf("reservation unseen for Grace after restart did not expire: %v", gone)
 	}
@@ -318,12 +318,12 @@ func TestRestartRestoresEverything(t *testing.T) {
 	l, dir := newTest(t, Options{Now: c.Now})
 	withPolicy(t, l, func(p *policy.Policy) { p.Name = "tight"; p.HeadroomBytes = 1 * size.GiB })
 	mustReserve(t, l, Task{JobName: "a", TaskName: "t", AllocID: "alloc-a", Template: "llama"}, ids(gpuA, 0, 4)...)
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	r, err := l.ReserveBytes(gpuB, 3*size.GiB, Task{JobName: "b"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Add(time.Second)
+	c.Advance(time.Second)
 	if err := l.Seen(r.Token, Task{TaskName: "learned"}); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -109,27 +110,9 @@ func TestRunGivesUpWhenStuck(t *testing.T) {
 	}
 }
 
-// fixedClock stands still until the test moves it.
-type fixedClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fixedClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fixedClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
-
 // clockRun is a run with nothing queued, its ledger in memory and its clock clk: enough for the
 // progress and the enforcer's events, without processes.
-func clockRun(t *testing.T, clk *fixedClock, stateDir string, gpus map[string]record.GPUResult) *run {
+func clockRun(t *testing.T, clk *testutil.Clock, stateDir string, gpus map[string]record.GPUResult) *run {
 	t.Helper()
 	led, err := ledger.Open("", ledger.Options{NoPersist: true})
 	if err != nil {
@@ -146,7 +129,7 @@ func clockRun(t *testing.T, clk *fixedClock, stateDir string, gpus map[string]re
 // second that passes on it publishes, however little wall time went by, and a half second
 // does not.
 func TestProgressIsPublishedOnTheRunsClock(t *testing.T) {
-	clk := &fixedClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := testutil.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	dir := t.TempDir()
 	r := clockRun(t, clk, dir, map[string]record.GPUResult{})
 	t0 := clk.Now()
@@ -160,7 +143,7 @@ func TestProgressIsPublishedOnTheRunsClock(t *testing.T) {
 		{999 * time.Millisecond, t0.Add(time.Second)},
 		{time.Millisecond, t0.Add(2 * time.Second)},
 	} {
-		clk.advance(step.advance)
+		clk.Advance(step.advance)
 		r.prog.status()
 		st, ok, err := ReadRunStatus(dir)
 		if err != nil || !ok {
@@ -175,12 +158,12 @@ func TestProgressIsPublishedOnTheRunsClock(t *testing.T) {
 // An enforcer event that comes without a time is placed on the run's clock as it arrives, so
 // that a collateral failure is judged by the times its attempts are recorded in.
 func TestEventWithoutATimeTakesTheRunsClock(t *testing.T) {
-	clk := &fixedClock{t: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clk := testutil.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC))
 	const uuid = "GPU-clock"
 	r := clockRun(t, clk, "", map[string]record.GPUResult{uuid: {UUID: uuid, Index: 0}})
 	marked := clk.Now()
 	r.onEvent(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "unhealthy", GPU: uuid, Message: "a task was stopped under MPS"})
-	clk.advance(3 * time.Second)
+	clk.Advance(3 * time.Second)
 	r.onEvent(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "healthy", GPU: uuid, Message: "GPU healthy again"})
 	evs := r.wide.all()
 	if len(evs) != 1 || !evs[0].Start.Equal(marked) || !evs[0].End.Equal(marked.Add(3*time.Second)) {
