@@ -74,6 +74,8 @@ type runtime struct {
 	preparing atomic.Bool
 	// readFaults holds, per GPU and stat, why the backend cannot give that reading (logged once).
 	readFaults map[string]string
+	// viol counts violations for the metrics, from the ledger's list (violations.go).
+	viol *violationMetrics
 
 	subMu sync.Mutex
 	subs  map[int]chan struct{}
@@ -83,7 +85,8 @@ type runtime struct {
 func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot string) *runtime {
 	ctx, cancel := context.WithCancel(parent)
 	rt := &runtime{cfg: cfg, log: log, devRoot: devRoot, ctx: ctx, cancel: cancel,
-		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}, vanished: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{}}
+		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}, vanished: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{},
+		viol: newViolationMetrics()}
 	rt.policyDone = make(chan struct{})
 	if policySourceName(cfg) == "" {
 		rt.policyReady = true
@@ -131,6 +134,7 @@ func (rt *runtime) open() {
 	rt.mu.Unlock()
 
 	if openedLedger {
+		rt.viol.baseline(rt.led.Violations())
 		// Subscribed here, not in the goroutine: a change made before a slow goroutine
 		// subscribed would never reach the fingerprint stream.
 		ch, cancel := rt.led.Subscribe()
