@@ -71,7 +71,9 @@ type runtime struct {
 	// the GPUs whose daemon was readied once (the enforcer's health check takes over from there).
 	mpsDown   map[string]string
 	mpsReady  map[string]bool
-	preparing atomic.Bool
+	// preparing is set while prepareMPS's pass runs; prepAgain asks for one more pass, and
+	// prepRetry for one that also retries the GPUs that failed.
+	preparing, prepAgain, prepRetry atomic.Bool
 	// readFaults holds, per GPU and stat, why the backend cannot give that reading (logged once).
 	readFaults map[string]string
 	// viol counts violations for the metrics, from the ledger's list (violations.go).
@@ -190,6 +192,8 @@ func (rt *runtime) forwardLedger(ch <-chan struct{}, cancel func()) {
 				return
 			}
 			rt.notify()
+			// A GPU may have entered mps mode (policy, gpu_modes): say now whether it can serve.
+			rt.prepareMPS(false)
 		}
 	}
 }
@@ -266,38 +270,59 @@ func (rt *runtime) relist() {
 			rt.log.Error("setting the GPU's mode failed", "gpu", uuid, "mode", m, "error", err)
 		}
 	}
-	rt.prepareMPS()
+	rt.prepareMPS(true)
 	rt.notify()
 }
 
 // prepareMPS readies the control daemon of every mps-mode GPU that has not had one yet, in the
 // background (a control command may take its whole timeout), so that a GPU whose daemon cannot
-// start shows its units unhealthy before Nomad places a task there.
-func (rt *runtime) prepareMPS() {
-	_, l, enf := rt.parts()
-	if l == nil || enf == nil || !rt.preparing.CompareAndSwap(false, true) {
-		return
+// start shows its units unhealthy before Nomad places a task there. retry also takes the GPUs
+// whose daemon failed before (every fingerprint_period); without it only GPUs never tried are
+// taken, which is what a ledger change asks for: a GPU that just entered mps mode, by a new
+// policy or gpu_modes, must show at once whether it can serve, not a fingerprint_period later.
+// A call while a pass runs is not lost: the pass runs again, so a GPU whose mode changed
+// during it is not left out.
+func (rt *runtime) prepareMPS(retry bool) {
+	if retry {
+		rt.prepRetry.Store(true)
 	}
-	var todo []string
-	rt.mu.Lock()
-	for _, st := range l.States() {
-		if st.Mode == policy.ModeMPS && !rt.mpsReady[st.UUID] {
-			todo = append(todo, st.UUID)
-		}
-	}
-	rt.mu.Unlock()
-	if len(todo) == 0 {
-		rt.preparing.Store(false)
+	rt.prepAgain.Store(true)
+	if !rt.preparing.CompareAndSwap(false, true) {
 		return
 	}
 	rt.wg.Add(1)
 	go func() {
 		defer rt.wg.Done()
-		defer rt.preparing.Store(false)
-		for _, uuid := range todo {
-			rt.setMPS(uuid, enf.PrepareGPU(rt.ctx, uuid))
+		for {
+			rt.prepAgain.Store(false)
+			rt.prepareOnce(rt.prepRetry.Swap(false))
+			rt.preparing.Store(false)
+			// A call that came during the pass and found it running left prepAgain set.
+			if !rt.prepAgain.Load() || rt.ctx.Err() != nil || !rt.preparing.CompareAndSwap(false, true) {
+				return
+			}
 		}
 	}()
+}
+
+func (rt *runtime) prepareOnce(retry bool) {
+	_, l, enf := rt.parts()
+	if l == nil || enf == nil {
+		return
+	}
+	var todo []string
+	states := l.States()
+	rt.mu.Lock()
+	for _, st := range states {
+		_, failed := rt.mpsDown[st.UUID]
+		if st.Mode == policy.ModeMPS && !rt.mpsReady[st.UUID] && (retry || !failed) {
+			todo = append(todo, st.UUID)
+		}
+	}
+	rt.mu.Unlock()
+	for _, uuid := range todo {
+		rt.setMPS(uuid, enf.PrepareGPU(rt.ctx, uuid))
+	}
 }
 
 // setMPS records whether a GPU's MPS daemon could be readied, and re-fingerprints on a change.
