@@ -69,8 +69,8 @@ type runtime struct {
 	policyDone  chan struct{} // closed once policyReady
 	// mpsDown holds, per GPU in mps mode, why its control daemon cannot be readied; mpsReady
 	// the GPUs whose daemon was readied once (the enforcer's health check takes over from there).
-	mpsDown   map[string]string
-	mpsReady  map[string]bool
+	mpsDown  map[string]string
+	mpsReady map[string]bool
 	// preparing is set while prepareMPS's pass runs; prepAgain asks for one more pass, and
 	// prepRetry for one that also retries the GPUs that failed.
 	preparing, prepAgain, prepRetry atomic.Bool
