@@ -426,6 +426,8 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 			}
 			m := policy.Mode(v.AsString())
 			switch {
+			case gpuRef(k) != "":
+				bad(KeyGPUModes+"."+k, strconv.Quote(string(m)), "key "+strconv.Quote(k)+": "+gpuRef(k))
 			case m != policy.ModeMPS && m != policy.ModeIsolated:
 				bad(KeyGPUModes+"."+k, strconv.Quote(string(m)), `must be "mps" or "isolated"`)
 			case c.GPUModes[k] != "" && c.GPUModes[k] != m:
@@ -445,6 +447,11 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 			bad(KeyPolicyFile, strconv.Quote(c.PolicyFile), "set policy_file or a policy block, not both")
 		}
 		c.Nomad = np
+	}
+	for _, id := range c.IgnoredGPUIDs {
+		if why := gpuRef(id); why != "" {
+			bad(KeyIgnoredGPUIDs, strconv.Quote(id), why)
+		}
 	}
 	if a := s(KeyMetricsAddr); a != "" {
 		// ":port" listens on every interface, as every Prometheus exporter does: Prometheus

@@ -61,6 +61,11 @@ type runtime struct {
 	vanished map[string]gpu.Device
 	// enforcerErr is why the enforcer could not start (no task is admitted without it).
 	enforcerErr error
+	// cfgErr is set when the first GPU listing shows that ignored_gpu_ids or gpu_modes name a
+	// GPU the node does not have: Fingerprint fails with it, as Nomad expects of a plugin
+	// whose configuration cannot work, and Reserve refuses. idsChecked is set after that look.
+	cfgErr     error
+	idsChecked bool
 
 	// policyReady is false while a policy source is configured but has not yet delivered a valid
 	// policy in this process; policyErr is the source's latest complaint.
@@ -215,6 +220,22 @@ func (rt *runtime) relist() {
 		rt.log.Error("listing GPUs failed; keeping the last inventory", "error", err)
 		rt.notify()
 		return
+	}
+	if rt.configErr() != nil {
+		return // refused: nothing is advertised, so nothing is synced into the ledger either
+	}
+	if !rt.idsChecked {
+		// Once, at the first listing: a GPU that falls off the bus later must not turn a
+		// running plugin's config into an error.
+		rt.idsChecked = true
+		if err := checkGPUIDs(rt.cfg, devs); err != nil {
+			rt.log.Error("configuration refused: it names GPUs this node does not have; nothing is advertised", "error", err)
+			rt.mu.Lock()
+			rt.cfgErr = err
+			rt.mu.Unlock()
+			rt.notify()
+			return
+		}
 	}
 	byUUID := make(map[string]gpu.Device, len(devs))
 	infos := make([]ledger.GPUInfo, 0, len(devs))
@@ -409,6 +430,13 @@ func (rt *runtime) notify() {
 	}
 }
 
+// configErr is the configuration's refusal found at the first GPU listing, or nil.
+func (rt *runtime) configErr() error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.cfgErr
+}
+
 // parts returns the current backend, ledger and enforcer (any may be nil) under the lock.
 func (rt *runtime) parts() (gpu.Backend, *ledger.Ledger, taskEnforcer) {
 	rt.mu.Lock()
@@ -421,6 +449,8 @@ func (rt *runtime) unavailable() string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	switch {
+	case rt.cfgErr != nil:
+		return rt.cfgErr.Error()
 	case rt.backend == nil:
 		// The ledger may still list GPUs from before a restart; none can be used unseen.
 		return fmt.Sprintf("GPU backend %q unavailable: %v", rt.cfg.GPUBackend, rt.backendErr)

@@ -2,6 +2,10 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
@@ -90,6 +94,13 @@ type recordingSource struct {
 func (r *recordingSource) WaitPolicy(ctx context.Context, name string, after uint64) (policy.Policy, policy.Meta, uint64, error) {
 	p, m, idx, err := r.src.WaitPolicy(ctx, name, after)
 	if err != nil && ctx.Err() == nil {
+		if f := r.rt.cfg.PolicyFile; f != "" && errors.Is(err, policy.ErrNotFound) {
+			// The file store reads a missing file as an empty one, which names the policy as
+			// missing; the operator's problem is the file.
+			if _, serr := os.Stat(f); errors.Is(serr, fs.ErrNotExist) {
+				err = fmt.Errorf("policy_file %s: file not found", f)
+			}
+		}
 		r.rt.setPolicyErr(err)
 	}
 	return p, m, idx, err
