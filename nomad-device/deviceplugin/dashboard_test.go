@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	dto "github.com/prometheus/client_model/go"
 )
 
 const dashboardFile = "../../examples/grafana/gpufrac-node.json"
@@ -133,7 +131,7 @@ func TestGrafanaDashboardUsesExportedMetrics(t *testing.T) {
 	exported := map[string]bool{}
 	for _, f := range fams {
 		exported[f.GetName()] = true
-		if f.GetType() == dto.MetricType_HISTOGRAM {
+		if len(f.GetMetric()) > 0 && f.GetMetric()[0].GetHistogram() != nil {
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 				exported[f.GetName()+suffix] = true
 			}

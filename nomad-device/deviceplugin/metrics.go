@@ -79,9 +79,8 @@ func (c collector) collectGPUs(ch chan<- prometheus.Metric, b gpu.Backend, l *le
 	// Free units are counted on what the fingerprint would advertise now, so the metric and
 	// Nomad's view agree (withheld for borrowers, unhealthy while a part is missing).
 	borrowed := borrowedNow(enf, states)
-	adv := buildFingerprint(states, groupInfo{unavailable: c.rt.unavailable(), gpuDown: c.rt.gpuDown(), borrowed: borrowed})
-	down := c.rt.unavailable()
-	perGPU := c.rt.gpuDown()
+	down, perGPU := c.rt.unavailable(), c.rt.gpuDown()
+	adv := buildFingerprint(states, groupInfo{unavailable: down, gpuDown: perGPU, borrowed: borrowed})
 	for i := range states {
 		g := &states[i]
 		lv := []string{g.UUID, g.Model, strconv.Itoa(g.Index)}

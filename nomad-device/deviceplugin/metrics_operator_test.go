@@ -25,16 +25,12 @@ func TestScrapeDuringTwoUnstartedTasks(t *testing.T) {
 	port := testutil.FreePort(t)
 	s, _ := newSim(t, "H100=80GiB", `metrics_addr = "127.0.0.1:`+port+`"`)
 	m, _ := firstFingerprint(t, s)
-	var firsts []string
-	for _, n := range []int{2, 3} {
-		got := ids(m.DeviceGroup[0], 5)[5-n:] // units 3-4, then 2-4 would overlap: take from the end
-		if n == 3 {
-			got = ids(m.DeviceGroup[0], 8)[5:]
-		}
-		if _, err := s.Reserve(context.Background(), got); err != nil {
+	free := ids(m.DeviceGroup[0], 5)
+	firsts := []string{free[0], free[2]}
+	for _, held := range [][]string{free[:2], free[2:]} {
+		if _, err := s.Reserve(context.Background(), held); err != nil {
 			t.Fatal(err)
 		}
-		firsts = append(firsts, got[0])
 	}
 	body := scrape(t, "http://127.0.0.1:"+port+"/metrics")
 	series := regexp.MustCompile(`(?m)^gpufrac_task_cap_bytes\{(.*)\} (\S+)$`).FindAllStringSubmatch(body, -1)
