@@ -2,6 +2,7 @@ package deviceplugin
 
 import (
 	"context"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -231,4 +232,37 @@ func TestFreeAndBorrowedMetrics(t *testing.T) {
 				series(t, s, "gpufrac_gpu_borrowed_bytes")[key] == float64(sub(st.borrow, 4*size.GiB))
 		})
 	}
+}
+
+// A task that may borrow reports, beside its use, what it holds past its cap.
+func TestTaskBorrowedMetric(t *testing.T) {
+	s, dir := newSim(t, "H100=80GiB", `borrow = "now"`)
+	m, _ := firstFingerprint(t, s)
+	g := m.DeviceGroup[0]
+	res, err := s.Reserve(context.Background(), ids(g, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "60")
+	for k, v := range res.GetEnvs() {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
+	if err := simOf(t, dir).SetUsage(uuidOf(g), cmd.Process.Pid, 6*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	first := ids(g, 1)[0]
+	testutil.Eventually(t, 20*time.Second, "the task's 6GiB used and 2GiB borrowed past its 4GiB cap", func() bool {
+		for k, v := range series(t, s, "gpufrac_task_borrowed_bytes") {
+			if strings.Contains(k, first) && v == float64(2*size.GiB) {
+				return series(t, s, "gpufrac_task_used_bytes")[k] == float64(6*size.GiB)
+			}
+		}
+		return false
+	})
 }
