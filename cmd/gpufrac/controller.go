@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -23,14 +24,14 @@ import (
 // cmdController runs the fleet escalation loop until interrupted (docs/plugin.md).
 func cmdController(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error {
 	g.defaultLevel = "info"
-	fs := newFlagSet("controller", "controller [flags]", g, stderr)
+	fs := controllerFlags(g, stderr)
 	addr := fs.String("nomad-addr", os.Getenv("NOMAD_ADDR"), "Nomad address (default $NOMAD_ADDR)")
 	tokenFile := fs.String("nomad-token-file", "", "file holding the controller's Nomad ACL token (default $NOMAD_TOKEN)")
 	ns := fs.String("nomad-namespace", os.Getenv("NOMAD_NAMESPACE"), "namespace of the violation and template variables (default $NOMAD_NAMESPACE or default)")
 	dryRun := fs.Bool("dry-run", false, "only say what would be done: no job, template or violation is written")
 	asJSON := fs.Bool("json", false, "print each event as one JSON object per line on stdout")
 	retry := fs.Duration("retry", 5*time.Second, "pause after a Nomad API error")
-	metricsAddr := fs.String("metrics-addr", "", `serve Prometheus metrics at http://ADDR/metrics ("host:port", or ":port" for loopback only)`)
+	metricsAddr := fs.String("metrics-addr", "", `serve Prometheus metrics at http://ADDR/metrics ("host:port", or ":port" on every interface)`)
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
 	}
@@ -42,14 +43,13 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 	}
 	var reg *prometheus.Registry
 	if *metricsAddr != "" {
-		host, port, err := net.SplitHostPort(*metricsAddr)
+		// ":port" listens on every interface, as Prometheus exporters do: Prometheus scrapes
+		// from another host.
+		_, port, err := net.SplitHostPort(*metricsAddr)
 		if err != nil || port == "" {
 			return usagef("--metrics-addr %q: want host:port or :port", *metricsAddr)
 		}
-		if host == "" {
-			host = "127.0.0.1"
-		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(host, port))
+		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
@@ -91,6 +91,20 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 		return err
 	}
 	return nil
+}
+
+// controllerFlags is the controller's flag set: only the flags it reads. The global flags of
+// the other commands (state directory, GPU backend, simulated GPUs) mean nothing to a loop that
+// talks to Nomad only, so they are not offered; the log level is, with its own default.
+func controllerFlags(g *globals, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("gpufrac controller", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: error, warn, info, debug or trace (default "+g.defaultLevel+")")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: gpufrac controller [flags]\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
 }
 
 // registerer avoids handing the controller a typed nil inside the interface.

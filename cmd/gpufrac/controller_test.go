@@ -1,14 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/gpufrac/gpufrac/controller"
 	"github.com/gpufrac/gpufrac/internal/testutil"
@@ -43,15 +47,27 @@ func TestControllerDryRunPrintsJSONEvents(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// ":port" serves on loopback, and the metrics count the event.
+	// ":port" serves on every interface, loopback included, and the metrics count the event.
 	resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
 	if err != nil {
-		t.Fatalf("metrics on loopback port %s: %v", port, err)
+		t.Fatalf("metrics on port %s: %v", port, err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if want := regexp.MustCompile(`(?m)^gpufrac_controller_events_total\{kind="skipped"\} [1-9]`); !want.Match(body) {
 		t.Errorf("controller metrics do not count the skipped event (%s):\n%s", want, body)
+	}
+	// Prometheus' own lint rules find nothing in what the controller serves.
+	problems, err := promlint.New(bytes.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatalf("promlint cannot read the controller's metrics: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	// Its log level defaults to info, as its help says.
+	if !strings.Contains(stderr.String(), "controller following violations") {
+		t.Errorf("no INFO line on stderr at the default log level:\n%s", stderr.String())
 	}
 	cancel()
 	if err := <-done; err != nil {
@@ -79,6 +95,34 @@ func TestControllerBadFlags(t *testing.T) {
 		code, _, stderr := c.run(args...)
 		if code != exitUsage || !strings.Contains(stderr, args[len(args)-1]) {
 			t.Errorf("gpufrac %v: exit %d, stderr %q; want a usage error naming %q", args, code, stderr, args[len(args)-1])
+		}
+	}
+}
+
+// `gpufrac controller --help` lists the flags the controller reads and no other, with the
+// defaults it uses; a flag of the other commands is refused by name.
+func TestControllerHelpListsOnlyWhatItReads(t *testing.T) {
+	c := newCLI(t)
+	code, stdout, stderr := c.run("controller", "--help")
+	if code != 0 {
+		t.Fatalf("gpufrac controller --help: exit %d\n%s", code, stderr)
+	}
+	help := stdout + stderr
+	var listed []string
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help, -1) {
+		listed = append(listed, m[1])
+	}
+	want := []string{"dry-run", "json", "log-level", "metrics-addr", "nomad-addr", "nomad-namespace", "nomad-token-file", "retry"}
+	if !slices.Equal(listed, want) {
+		t.Errorf("help lists %q, want exactly what the controller reads, %q:\n%s", listed, want, help)
+	}
+	if !regexp.MustCompile(`log level: [^\n]*\(default info\)`).MatchString(help) || strings.Contains(help, "default warn") {
+		t.Errorf("help does not give the controller's log level default, info:\n%s", help)
+	}
+	for _, flag := range []string{"--state-dir", "--gpu-backend", "--sim-dir", "--simulated-gpus"} {
+		code, _, stderr := c.run("controller", flag, "x")
+		if code != exitUsage || !strings.Contains(stderr, strings.TrimPrefix(flag, "--")) {
+			t.Errorf("gpufrac controller %s x: exit %d, stderr %q; want a usage error naming it", flag, code, stderr)
 		}
 	}
 }

@@ -152,7 +152,7 @@ type Config struct {
 	// Violations, when non-nil, is where violations are published as Nomad Variables.
 	Violations *NomadTarget
 	// MetricsAddr, when set, serves Prometheus metrics at http://<MetricsAddr>/metrics; a bare
-	// ":port" listens on loopback only.
+	// ":port" listens on every interface (the Prometheus convention).
 	MetricsAddr string
 	// Borrow is the borrowing rule of tasks on isolated GPUs (enforcer.BorrowOff, BorrowNow,
 	// BorrowWait, BorrowLend): with it on, a task's units are its guarantee and the GPU's
@@ -426,6 +426,8 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 			}
 			m := policy.Mode(v.AsString())
 			switch {
+			case gpuRef(k) != "":
+				bad(KeyGPUModes+"."+k, strconv.Quote(string(m)), "key "+strconv.Quote(k)+": "+gpuRef(k))
 			case m != policy.ModeMPS && m != policy.ModeIsolated:
 				bad(KeyGPUModes+"."+k, strconv.Quote(string(m)), `must be "mps" or "isolated"`)
 			case c.GPUModes[k] != "" && c.GPUModes[k] != m:
@@ -446,15 +448,19 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		}
 		c.Nomad = np
 	}
+	for _, id := range c.IgnoredGPUIDs {
+		if why := gpuRef(id); why != "" {
+			bad(KeyIgnoredGPUIDs, strconv.Quote(id), why)
+		}
+	}
 	if a := s(KeyMetricsAddr); a != "" {
-		host, port, err := net.SplitHostPort(a)
+		// ":port" listens on every interface, as every Prometheus exporter does: Prometheus
+		// scrapes from another host. "127.0.0.1:port" keeps the metrics on the node.
+		_, port, err := net.SplitHostPort(a)
 		if n, perr := strconv.Atoi(port); err != nil || perr != nil || n < 1 || n > 65535 {
-			bad(KeyMetricsAddr, strconv.Quote(a), `must be "host:port" or ":port" (loopback), e.g. ":9410"`)
+			bad(KeyMetricsAddr, strconv.Quote(a), `must be "host:port", or ":port" for every interface, e.g. ":9410"`)
 		} else {
-			if host == "" {
-				host = "127.0.0.1"
-			}
-			c.MetricsAddr = net.JoinHostPort(host, port)
+			c.MetricsAddr = a
 		}
 	}
 	if vb := schema.get(obj, KeyViolations); !vb.IsNull() {

@@ -78,9 +78,9 @@ func TestParseConfig(t *testing.T) {
 			fingerprint_period = "30s"
 		}`, func(c Config) bool { return c.Unit == 512*size.MiB && c.FingerprintPeriod == 30*time.Second }},
 		{"modes by uuid and index", `config {
-			gpu_modes = { "0" = "mps", "GPU-abc" = "isolated" }
+			gpu_modes = { "0" = "mps", "GPU-0bc34d7e-1f2a-4b5c-8d9e-0123456789ab" = "isolated" }
 		}`, func(c Config) bool {
-			return c.GPUModes["0"] == policy.ModeMPS && c.GPUModes["GPU-abc"] == policy.ModeIsolated
+			return c.GPUModes["0"] == policy.ModeMPS && c.GPUModes["GPU-0bc34d7e-1f2a-4b5c-8d9e-0123456789ab"] == policy.ModeIsolated
 		}},
 		{"nomad policy block", `config {
 			policy {
@@ -99,9 +99,9 @@ func TestParseConfig(t *testing.T) {
 			enabled = false
 			docker_runtime = true
 			device_nodes = false
-			ignored_gpu_ids = ["GPU-b", "GPU-a"]
+			ignored_gpu_ids = ["GPU-bbbbbbbb-1f2a-4b5c-8d9e-0123456789ab", "1"]
 		}`, func(c Config) bool {
-			return !c.Enabled && c.DockerRuntime && !c.DeviceNodes && reflect.DeepEqual(c.IgnoredGPUIDs, []string{"GPU-a", "GPU-b"})
+			return !c.Enabled && c.DockerRuntime && !c.DeviceNodes && reflect.DeepEqual(c.IgnoredGPUIDs, []string{"1", "GPU-bbbbbbbb-1f2a-4b5c-8d9e-0123456789ab"})
 		}},
 	}
 	for _, tt := range tests {
@@ -205,7 +205,10 @@ func TestParseConfigRejectsTypeMismatch(t *testing.T) {
 func TestSetConfigIdempotent(t *testing.T) {
 	s := NewServer(Options{})
 	defer s.Shutdown()
-	b := encode(t, `config { gpu_backend = "simulated" }`)
+	b := encode(t, `config {
+		gpu_backend = "simulated"
+		state_dir = "`+t.TempDir()+`"
+	}`)
 	for i := 0; i < 3; i++ {
 		if err := s.SetConfig(b, "v0.1.0"); err != nil {
 			t.Fatalf("call %d: %v", i, err)

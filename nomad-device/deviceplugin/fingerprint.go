@@ -43,7 +43,9 @@ var ErrDisabled = errors.New("the gpufrac device plugin is disabled (enabled = f
 
 // Fingerprint sends a full device list now and again whenever it may have changed, until ctx
 // ends. It never returns an error for a problem it can describe: Nomad disables a plugin for good
-// when its fingerprint stream ends or fails.
+// when its fingerprint stream ends or fails. The one exception is a configuration that cannot
+// work on this node (ignored_gpu_ids or gpu_modes naming a GPU it does not have), which only
+// the GPU listing reveals: that is what disabling is for.
 func (s *Server) Fingerprint(ctx context.Context, send func(*devicepb.FingerprintResponse) error) error {
 	if !s.config().Enabled {
 		return ErrDisabled
@@ -54,6 +56,11 @@ func (s *Server) Fingerprint(ctx context.Context, send func(*devicepb.Fingerprin
 	rt.waitPolicy(ctx, waitFirst)
 	var last *devicepb.FingerprintResponse
 	for {
+		if err := rt.configErr(); err != nil {
+			// A configuration naming GPUs the node lacks: Nomad logs this error and stops
+			// using the plugin, as it does for a config SetConfig refuses.
+			return err
+		}
 		msg := rt.fingerprint()
 		// Ledger notifications also fire for changes Nomad does not see (a reservation's
 		// last-seen time); identical messages would only cost node updates.

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -18,30 +19,25 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-func TestMetricsServedOnLoopback(t *testing.T) {
+// metrics_addr = ":port" listens on every interface, as Prometheus exporters do, so a
+// Prometheus on another host can scrape it.
+func TestMetricsServedOnEveryInterface(t *testing.T) {
 	port := testutil.FreePort(t)
 	s, _ := newSim(t, "H100=80GiB", `metrics_addr = ":`+port+`"`)
-	if got := s.config().MetricsAddr; got != "127.0.0.1:"+port {
-		t.Fatalf("metrics_addr %q resolved to %q, want loopback", ":"+port, got)
+	if got := s.config().MetricsAddr; got != ":"+port {
+		t.Fatalf("metrics_addr %q resolved to %q, want every interface", ":"+port, got)
 	}
 	m, _ := firstFingerprint(t, s)
 	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3)); err != nil {
 		t.Fatal(err)
 	}
+	hosts := []string{"127.0.0.1"}
+	if ip := nonLoopbackIP(); ip != "" {
+		hosts = append(hosts, ip)
+	}
 	var body string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		resp, err := http.Get("http://127.0.0.1:" + port + "/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no metrics on port %s: %v", port, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	for _, h := range hosts {
+		body = scrape(t, "http://"+net.JoinHostPort(h, port)+"/metrics")
 	}
 	for _, want := range []string{
 		`gpufrac_gpu_budget_bytes{gpu="` + m.DeviceGroup[0].Attributes[AttrUUID].GetStringVal() + `",index="0",model="H100"} 8.3751862272e+10`,
@@ -55,6 +51,42 @@ func TestMetricsServedOnLoopback(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
+	}
+}
+
+// nonLoopbackIP is an address of this host other than loopback, or "" when it has none.
+func nonLoopbackIP() string {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil {
+			return n.IP.String()
+		}
+	}
+	return ""
+}
+
+// scrape GETs url until the server answers (it starts in the background), and fails the test
+// unless the answer is 200.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s: %s\n%s", url, resp.Status, b)
+			}
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -61,6 +61,11 @@ type runtime struct {
 	vanished map[string]gpu.Device
 	// enforcerErr is why the enforcer could not start (no task is admitted without it).
 	enforcerErr error
+	// cfgErr is set when the first GPU listing shows that ignored_gpu_ids or gpu_modes name a
+	// GPU the node does not have: Fingerprint fails with it, as Nomad expects of a plugin
+	// whose configuration cannot work, and Reserve refuses. idsChecked is set after that look.
+	cfgErr     error
+	idsChecked bool
 
 	// policyReady is false while a policy source is configured but has not yet delivered a valid
 	// policy in this process; policyErr is the source's latest complaint.
@@ -69,11 +74,15 @@ type runtime struct {
 	policyDone  chan struct{} // closed once policyReady
 	// mpsDown holds, per GPU in mps mode, why its control daemon cannot be readied; mpsReady
 	// the GPUs whose daemon was readied once (the enforcer's health check takes over from there).
-	mpsDown   map[string]string
-	mpsReady  map[string]bool
-	preparing atomic.Bool
+	mpsDown  map[string]string
+	mpsReady map[string]bool
+	// preparing is set while prepareMPS's pass runs; prepAgain asks for one more pass, and
+	// prepRetry for one that also retries the GPUs that failed.
+	preparing, prepAgain, prepRetry atomic.Bool
 	// readFaults holds, per GPU and stat, why the backend cannot give that reading (logged once).
 	readFaults map[string]string
+	// viol counts violations for the metrics, from the ledger's list (violations.go).
+	viol *violationMetrics
 
 	subMu sync.Mutex
 	subs  map[int]chan struct{}
@@ -83,7 +92,8 @@ type runtime struct {
 func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot string) *runtime {
 	ctx, cancel := context.WithCancel(parent)
 	rt := &runtime{cfg: cfg, log: log, devRoot: devRoot, ctx: ctx, cancel: cancel,
-		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}, vanished: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{}}
+		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}, vanished: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{},
+		viol: newViolationMetrics()}
 	rt.policyDone = make(chan struct{})
 	if policySourceName(cfg) == "" {
 		rt.policyReady = true
@@ -131,6 +141,7 @@ func (rt *runtime) open() {
 	rt.mu.Unlock()
 
 	if openedLedger {
+		rt.viol.baseline(rt.led.Violations())
 		// Subscribed here, not in the goroutine: a change made before a slow goroutine
 		// subscribed would never reach the fingerprint stream.
 		ch, cancel := rt.led.Subscribe()
@@ -186,6 +197,8 @@ func (rt *runtime) forwardLedger(ch <-chan struct{}, cancel func()) {
 				return
 			}
 			rt.notify()
+			// A GPU may have entered mps mode (policy, gpu_modes): say now whether it can serve.
+			rt.prepareMPS(false)
 		}
 	}
 }
@@ -207,6 +220,22 @@ func (rt *runtime) relist() {
 		rt.log.Error("listing GPUs failed; keeping the last inventory", "error", err)
 		rt.notify()
 		return
+	}
+	if rt.configErr() != nil {
+		return // refused: nothing is advertised, so nothing is synced into the ledger either
+	}
+	if !rt.idsChecked {
+		// Once, at the first listing: a GPU that falls off the bus later must not turn a
+		// running plugin's config into an error.
+		rt.idsChecked = true
+		if err := checkGPUIDs(rt.cfg, devs); err != nil {
+			rt.log.Error("configuration refused: it names GPUs this node does not have; nothing is advertised", "error", err)
+			rt.mu.Lock()
+			rt.cfgErr = err
+			rt.mu.Unlock()
+			rt.notify()
+			return
+		}
 	}
 	byUUID := make(map[string]gpu.Device, len(devs))
 	infos := make([]ledger.GPUInfo, 0, len(devs))
@@ -262,38 +291,59 @@ func (rt *runtime) relist() {
 			rt.log.Error("setting the GPU's mode failed", "gpu", uuid, "mode", m, "error", err)
 		}
 	}
-	rt.prepareMPS()
+	rt.prepareMPS(true)
 	rt.notify()
 }
 
 // prepareMPS readies the control daemon of every mps-mode GPU that has not had one yet, in the
 // background (a control command may take its whole timeout), so that a GPU whose daemon cannot
-// start shows its units unhealthy before Nomad places a task there.
-func (rt *runtime) prepareMPS() {
-	_, l, enf := rt.parts()
-	if l == nil || enf == nil || !rt.preparing.CompareAndSwap(false, true) {
-		return
+// start shows its units unhealthy before Nomad places a task there. retry also takes the GPUs
+// whose daemon failed before (every fingerprint_period); without it only GPUs never tried are
+// taken, which is what a ledger change asks for: a GPU that just entered mps mode, by a new
+// policy or gpu_modes, must show at once whether it can serve, not a fingerprint_period later.
+// A call while a pass runs is not lost: the pass runs again, so a GPU whose mode changed
+// during it is not left out.
+func (rt *runtime) prepareMPS(retry bool) {
+	if retry {
+		rt.prepRetry.Store(true)
 	}
-	var todo []string
-	rt.mu.Lock()
-	for _, st := range l.States() {
-		if st.Mode == policy.ModeMPS && !rt.mpsReady[st.UUID] {
-			todo = append(todo, st.UUID)
-		}
-	}
-	rt.mu.Unlock()
-	if len(todo) == 0 {
-		rt.preparing.Store(false)
+	rt.prepAgain.Store(true)
+	if !rt.preparing.CompareAndSwap(false, true) {
 		return
 	}
 	rt.wg.Add(1)
 	go func() {
 		defer rt.wg.Done()
-		defer rt.preparing.Store(false)
-		for _, uuid := range todo {
-			rt.setMPS(uuid, enf.PrepareGPU(rt.ctx, uuid))
+		for {
+			rt.prepAgain.Store(false)
+			rt.prepareOnce(rt.prepRetry.Swap(false))
+			rt.preparing.Store(false)
+			// A call that came during the pass and found it running left prepAgain set.
+			if !rt.prepAgain.Load() || rt.ctx.Err() != nil || !rt.preparing.CompareAndSwap(false, true) {
+				return
+			}
 		}
 	}()
+}
+
+func (rt *runtime) prepareOnce(retry bool) {
+	_, l, enf := rt.parts()
+	if l == nil || enf == nil {
+		return
+	}
+	var todo []string
+	states := l.States()
+	rt.mu.Lock()
+	for _, st := range states {
+		_, failed := rt.mpsDown[st.UUID]
+		if st.Mode == policy.ModeMPS && !rt.mpsReady[st.UUID] && (retry || !failed) {
+			todo = append(todo, st.UUID)
+		}
+	}
+	rt.mu.Unlock()
+	for _, uuid := range todo {
+		rt.setMPS(uuid, enf.PrepareGPU(rt.ctx, uuid))
+	}
 }
 
 // setMPS records whether a GPU's MPS daemon could be readied, and re-fingerprints on a change.
@@ -380,6 +430,13 @@ func (rt *runtime) notify() {
 	}
 }
 
+// configErr is the configuration's refusal found at the first GPU listing, or nil.
+func (rt *runtime) configErr() error {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.cfgErr
+}
+
 // parts returns the current backend, ledger and enforcer (any may be nil) under the lock.
 func (rt *runtime) parts() (gpu.Backend, *ledger.Ledger, taskEnforcer) {
 	rt.mu.Lock()
@@ -392,6 +449,8 @@ func (rt *runtime) unavailable() string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	switch {
+	case rt.cfgErr != nil:
+		return rt.cfgErr.Error()
 	case rt.backend == nil:
 		// The ledger may still list GPUs from before a restart; none can be used unseen.
 		return fmt.Sprintf("GPU backend %q unavailable: %v", rt.cfg.GPUBackend, rt.backendErr)

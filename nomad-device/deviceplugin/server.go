@@ -74,6 +74,9 @@ func (s *Server) SetConfig(msgpackConfig []byte, apiVersion string) error {
 		return fmt.Errorf("gpufrac: Nomad negotiated device plugin API %q; this plugin speaks %s only", apiVersion, APIVersion)
 	}
 	cfg, err := ParseConfig(msgpackConfig)
+	if err == nil && cfg.Enabled {
+		err = checkPaths(cfg)
+	}
 	if err != nil {
 		s.log.Error("configuration refused", "error", err)
 		return err

@@ -2,10 +2,15 @@ package deviceplugin
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/nomadvars"
 )
@@ -89,6 +94,13 @@ type recordingSource struct {
 func (r *recordingSource) WaitPolicy(ctx context.Context, name string, after uint64) (policy.Policy, policy.Meta, uint64, error) {
 	p, m, idx, err := r.src.WaitPolicy(ctx, name, after)
 	if err != nil && ctx.Err() == nil {
+		if f := r.rt.cfg.PolicyFile; f != "" && errors.Is(err, policy.ErrNotFound) {
+			// The file store reads a missing file as an empty one, which names the policy as
+			// missing; the operator's problem is the file.
+			if _, serr := os.Stat(f); errors.Is(serr, fs.ErrNotExist) {
+				err = fmt.Errorf("policy_file %s: file not found", f)
+			}
+		}
 		r.rt.setPolicyErr(err)
 	}
 	return p, m, idx, err
@@ -126,12 +138,14 @@ func (rt *runtime) startEnforcer() {
 		rt.enforcerErr = err
 		rt.mu.Unlock()
 		rt.log.Error("enforcer unavailable: caps are not watched, so no task is admitted; retrying every fingerprint_period", "error", err)
+		rt.notify() // every free unit is unhealthy now; a fingerprint already sent promised them
 		return
 	}
 	rt.mu.Lock()
 	rt.enf, rt.enforcer = enf, enf
 	rt.mu.Unlock()
 	rt.startPublisher(enf, l)
+	rt.countViolations(enf, l)
 	rt.wg.Add(1)
 	go func() {
 		defer rt.wg.Done()
@@ -154,4 +168,28 @@ func (rt *runtime) fenceConfig(b gpu.Backend) (enforcer.FenceConfig, error) {
 	fc.Shared = true
 	fc.Borrow(rt.cfg.Borrow, rt.cfg.BorrowWait)
 	return fc, err
+}
+
+// countViolations brings the violation metrics up to date after each violation the enforcer
+// contains, so that a burst longer than the ledger keeps between two scrapes is still counted.
+func (rt *runtime) countViolations(enf *enforcer.Enforcer, l *ledger.Ledger) {
+	events, unsubscribe := enf.Subscribe()
+	rt.wg.Add(1)
+	go func() {
+		defer rt.wg.Done()
+		defer unsubscribe()
+		for {
+			select {
+			case <-rt.ctx.Done():
+				return
+			case ev, ok := <-events:
+				if !ok {
+					return
+				}
+				if ev.Kind == enforcer.EventViolation && ev.Violation != nil {
+					rt.viol.sync(l.Violations())
+				}
+			}
+		}
+	}()
 }

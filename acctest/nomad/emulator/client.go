@@ -43,6 +43,7 @@ type Client struct {
 	cancel   context.CancelFunc
 	latestFP *devicepb.FingerprintResponse
 	fpGen    int
+	history  []Received
 	latestSt *devicepb.StatsResponse
 	stGen    int
 	changed  chan struct{}
@@ -199,6 +200,7 @@ func (c *Client) readFingerprints(ctx context.Context, p *Process, stream device
 		c.mu.Lock()
 		c.latestFP = msg
 		c.fpGen++
+		c.history = append(c.history, Received{At: time.Now(), Msg: msg})
 		c.mu.Unlock()
 		c.signal()
 		n++
@@ -261,6 +263,20 @@ func (c *Client) Latest() *devicepb.FingerprintResponse {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.latestFP
+}
+
+// Received is one fingerprint message and when the agent received it.
+type Received struct {
+	At  time.Time
+	Msg *devicepb.FingerprintResponse
+}
+
+// Fingerprints are every fingerprint message received so far, oldest first: when the plugin
+// pushed a change, not only what it advertises now.
+func (c *Client) Fingerprints() []Received {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.history)
 }
 
 // Stats is the newest non-empty stats message, or nil.

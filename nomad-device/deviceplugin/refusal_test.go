@@ -1,0 +1,159 @@
+package deviceplugin
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// An ignored GPU or a gpu_modes key that is neither an index nor a whole UUID is a typo, and
+// SetConfig refuses it with the entry.
+func TestGPURefTyposRefusedAtSetConfig(t *testing.T) {
+	short := gpu.SimUUID(1, "H100")
+	short = short[:len(short)-1] // one character short
+	for _, tt := range []struct {
+		name, hcl string
+		want      []string
+	}{
+		{"uuid one char short", `ignored_gpu_ids = ["` + short + `"]`, []string{"ignored_gpu_ids", short, "GPU-xxxxxxxx"}},
+		{"negative index", `ignored_gpu_ids = ["-1"]`, []string{"ignored_gpu_ids", `"-1"`, "index"}},
+		{"mode key", `gpu_modes = { "gpu0" = "mps" }`, []string{"gpu_modes.gpu0", `"gpu0"`, "index"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewServer(Options{})
+			defer s.Shutdown()
+			err := s.SetConfig(encode(t, `config {
+				gpu_backend = "simulated"
+				state_dir = "`+t.TempDir()+`"
+				`+tt.hcl+`
+			}`), APIVersion)
+			if !errors.Is(err, policy.ErrInvalid) {
+				t.Fatalf("SetConfig: %v, want a refusal of the entry", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+// Entries well formed but naming no GPU of the node are refused by the fingerprint, the first
+// thing that lists the GPUs: the error names each bad entry and lists the GPUs that exist, and
+// Reserve refuses too. Nothing is advertised meanwhile.
+func TestUnknownGPURefsRefusedByFingerprint(t *testing.T) {
+	other := gpu.SimUUID(5, "H100") // well formed, on no GPU of this node
+	s, _ := newSim(t, "H100=80GiB,H100=80GiB", `ignored_gpu_ids = ["7", "`+other+`", "1"]
+		gpu_modes = { "9" = "mps", "0" = "isolated" }`)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var sent int
+	err := s.Fingerprint(ctx, func(*devicepb.FingerprintResponse) error { sent++; return nil })
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("Fingerprint: %v (context %v), want the configuration refused", err, ctx.Err())
+	}
+	if sent != 0 {
+		t.Errorf("%d fingerprints sent before the refusal", sent)
+	}
+	for _, w := range []string{
+		`ignored_gpu_ids = "7"`, `ignored_gpu_ids = "` + other + `"`, `gpu_modes.9 = "mps"`,
+		"0 = " + gpu.SimUUID(0, "H100"), "1 = " + gpu.SimUUID(1, "H100"),
+	} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not say %s", err, w)
+		}
+	}
+	for _, ok := range []string{`ignored_gpu_ids = "1"`, "gpu_modes.0"} {
+		if strings.Contains(err.Error(), ok) {
+			t.Errorf("error %q refuses the valid entry %s", err, ok)
+		}
+	}
+	if _, err := s.Reserve(context.Background(), []string{gpu.SimUUID(0, "H100") + "-0"}); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), `"7"`) {
+		t.Errorf("Reserve after the refusal: %v, want unavailable, naming the bad entry", err)
+	}
+}
+
+// A state_dir the plugin cannot create or write and a policy_file that does not exist stop the
+// agent at SetConfig, named with the reason; SetConfig creates nothing.
+func TestUnusablePathsRefusedAtSetConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	readOnly := filepath.Join(dir, "ro")
+	if err := os.Mkdir(readOnly, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "policy.json")
+	tests := []struct {
+		name, hcl string
+		want      []string
+		nonRoot   bool // root may write anywhere permissions allow nobody
+	}{
+		{"state_dir under a regular file", `state_dir = "` + file + `/state"`, []string{"state_dir", file + `/state"`, file + " is not a directory"}, false},
+		{"state_dir is a regular file", `state_dir = "` + file + `"`, []string{"state_dir", "not a directory"}, false},
+		{"state_dir in a read-only directory", `state_dir = "` + readOnly + `/state"`, []string{"state_dir", readOnly, "not writable", "permission denied"}, true},
+		{"missing policy_file", `state_dir = "` + dir + `/state"
+			policy_file = "` + missing + `"`, []string{"policy_file", missing, "file not found"}, false},
+		{"policy_file is a directory", `state_dir = "` + dir + `/state"
+			policy_file = "` + dir + `"`, []string{"policy_file", "is a directory"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.nonRoot && os.Geteuid() == 0 {
+				t.Skip("root writes in a 0555 directory; the case needs an unprivileged user")
+			}
+			s := NewServer(Options{})
+			defer s.Shutdown()
+			err := s.SetConfig(encode(t, `config {
+				gpu_backend = "simulated"
+				`+tt.hcl+`
+			}`), APIVersion)
+			if !errors.Is(err, policy.ErrInvalid) {
+				t.Fatalf("SetConfig: %v, want a refusal", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
+		t.Errorf("SetConfig left %d entries in %s, want the test's 2 (a file and a directory)", len(entries), dir)
+	}
+}
+
+// A policy_file removed while the plugin runs is named as a missing file, not a missing policy.
+func TestRemovedPolicyFileNamed(t *testing.T) {
+	dir := t.TempDir()
+	pf := filepath.Join(dir, "policy.json")
+	if err := os.WriteFile(pf, []byte(`{}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newSim(t, "H100=80GiB", `policy_file = "`+pf+`"`)
+	if err := os.Remove(pf); err != nil {
+		t.Fatal(err)
+	}
+	m, stream := firstFingerprint(t, s)
+	deadline := time.After(20 * time.Second)
+	want := "policy_file " + pf + ": file not found"
+	for !strings.Contains(m.DeviceGroup[0].Devices[0].HealthDescription, want) {
+		select {
+		case m = <-stream:
+		case <-deadline:
+			t.Fatalf("health %q, want it to say %q", m.DeviceGroup[0].Devices[0].HealthDescription, want)
+		}
+	}
+	wantDocumentedHealth(t, m.DeviceGroup[0].Devices[0].HealthDescription)
+}
