@@ -125,6 +125,12 @@ type Config struct {
 	// ArmTimeout bounds each arm; Deadline, when set, skips arms that would start after it.
 	ArmTimeout time.Duration
 	Deadline   time.Time
+	// Workload is the jobs' size profile ("" is ProfileStartup); Workloads must size them so.
+	Workload WorkloadProfile
+	// Queue, when set, replaces the seed's queue (calibration runs each template once);
+	// QueueLen, when set, keeps only the seed's first QueueLen jobs (a short A/A run).
+	Queue    []Entry
+	QueueLen int
 	// Profiles are measured footprints a warm arm starts from when no cold arm of its mode ran
 	// before it in this invocation (profiles measured by an earlier probe of each template).
 	Profiles []ledger.Profile
@@ -147,8 +153,16 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 		return Summary{}, nil, errors.New("bench: the first arm must be exclusive (it gives the reference results)")
 	}
 	queue := Draw(c.Seed)
+	switch {
+	case len(c.Queue) > 0:
+		queue = c.Queue
+	case c.QueueLen < 0 || c.QueueLen > len(queue):
+		return Summary{}, nil, fmt.Errorf("bench: queue length %d: want 1 to %d (0: the whole queue)", c.QueueLen, len(queue))
+	case c.QueueLen > 0:
+		queue = queue[:c.QueueLen]
+	}
 	sum := Summary{Seed: c.Seed, Started: time.Now().UTC(), Command: c.Command, Machine: c.Machine,
-		GPU: c.GPU, Driver: c.Driver, Backend: c.Backend, Queue: queue}
+		GPU: c.GPU, Driver: c.Driver, Backend: c.Backend, Queue: queue, Workload: c.Workload.orStartup()}
 	var runs []ArmRun
 	refDir := filepath.Join(c.OutDir, c.Arms[0].Label, "results")
 	lastCold := map[string]string{} // mode -> state dir of the last cold packed arm
@@ -199,12 +213,20 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 		run, err := c.Runner.RunArm(actx, spec, jobs, stateDir, armDir)
 		cancel()
 		run.Label, run.Arm, run.Mode, run.Profiles, run.Seed, run.Jobs = spec.Label, spec.Arm, spec.Mode, spec.Profiles, c.Seed, queue
+		run.Workload = c.Workload.orStartup()
 		if err != nil {
 			run.Error = err.Error()
 			log.Error("arm failed", "arm", spec.Label, "error", err)
 		}
 		if spec.Arm == record.ArmPacked && spec.Profiles == record.ProfilesCold {
 			lastCold[spec.Mode] = stateDir
+		}
+		for i, n := range run.GPMNotes {
+			if i == 3 {
+				sum.Notes = append(sum.Notes, fmt.Sprintf("%s: %d more GPM notes in runs.json", spec.Label, len(run.GPMNotes)-i))
+				break
+			}
+			sum.Notes = append(sum.Notes, spec.Label+": "+n)
 		}
 		runs = append(runs, run)
 		sum.Scores = scoreAll(runs, refDir, c.OutDir)
