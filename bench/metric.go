@@ -104,7 +104,7 @@ type Score struct {
 	Workload WorkloadProfile `json:"workload,omitempty"`
 	// SM is the arm's use of the SMs over its makespan and its distance to the SM bound; nil
 	// when no GPM was read.
-	SM *SMScore `json:"sm,omitempty"`
+	SM     *SMScore   `json:"sm,omitempty"`
 	Error  string     `json:"error,omitempty"`
 	PerJob []JobScore `json:"per_job"`
 }

@@ -20,16 +20,16 @@ type Summary struct {
 	Seed    uint64    `json:"seed"`
 	Started time.Time `json:"started"`
 	// Command is the exact command line that produced the figures.
-	Command string   `json:"command"`
-	Machine string   `json:"machine"`
-	GPU     string   `json:"gpu"`
-	Driver  string   `json:"driver"`
-	Backend string   `json:"backend"`
-	Queue   []Entry  `json:"queue"`
+	Command string  `json:"command"`
+	Machine string  `json:"machine"`
+	GPU     string  `json:"gpu"`
+	Driver  string  `json:"driver"`
+	Backend string  `json:"backend"`
+	Queue   []Entry `json:"queue"`
 	// Workload is the jobs' size profile ("" in summaries written before profiles: startup).
 	Workload WorkloadProfile `json:"workload,omitempty"`
-	Scores  []Score  `json:"scores"`
-	Notes   []string `json:"notes,omitempty"`
+	Scores   []Score         `json:"scores"`
+	Notes    []string        `json:"notes,omitempty"`
 	// Skipped lists the arms that did not start (deadline passed, run interrupted).
 	Skipped []string `json:"skipped,omitempty"`
 }
