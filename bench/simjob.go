@@ -92,10 +92,16 @@ func shapesOf(p WorkloadProfile) map[string]simShape {
 }
 
 // alone is how long a simulated job of this shape takes alone on a GPU of gpuMem at scale 1, and
-// the SM-active seconds the simulated GPM sees: the load over simjob's whole run (ramp, hold and
-// any leak; start-up computes nothing).
+// the SM-active seconds the simulated GPM sees.
 func (sh simShape) alone(gpuMem size.Bytes) (wall, smActive time.Duration, err error) {
-	active := sh.ramp + sh.hold
+	return sh.aloneAt(gpuMem, 1)
+}
+
+// aloneAt is alone at a duration scale: the load holds over simjob's whole run (ramp, hold and
+// any leak, whose rate SimJobMain does not scale); start-up computes nothing.
+func (sh simShape) aloneAt(gpuMem size.Bytes, scale float64) (wall, smActive time.Duration, err error) {
+	startup := time.Duration(float64(sh.startup) * scale)
+	active := time.Duration(float64(sh.ramp+sh.hold) * scale)
 	if sh.leakFraction > 0 {
 		peak, err := size.Parse(sh.peak)
 		if err != nil {
@@ -110,7 +116,7 @@ func (sh simShape) alone(gpuMem size.Bytes) (wall, smActive time.Duration, err e
 			active += time.Duration(float64(to-peak) / float64(rate) * float64(time.Second))
 		}
 	}
-	return sh.startup + active, time.Duration(float64(active) * sh.load.SMUtil / 100), nil
+	return startup + active, time.Duration(float64(active) * sh.load.SMUtil / 100), nil
 }
 
 // SimJobMain is a simulated benchmark job: it runs gpu/simjob (a real process that takes memory
