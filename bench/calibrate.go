@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,25 @@ func CalibrationQueue() []Entry {
 		out[i] = Entry{Name: fmt.Sprintf("c%02d-%s", i+1, t), Template: t}
 	}
 	return out
+}
+
+// CalibrationQueueOf is CalibrationQueue restricted to a comma-separated list of templates
+// ("" for all); an unknown name is an error that names it.
+func CalibrationQueueOf(list string) ([]Entry, error) {
+	all := CalibrationQueue()
+	if strings.TrimSpace(list) == "" {
+		return all, nil
+	}
+	var out []Entry
+	for _, raw := range strings.Split(list, ",") {
+		t := strings.TrimSpace(raw)
+		i := slices.IndexFunc(all, func(e Entry) bool { return e.Template == t })
+		if i < 0 {
+			return nil, fmt.Errorf("template %q: not one of %s", t, strings.Join(Templates, ", "))
+		}
+		out = append(out, all[i])
+	}
+	return out, nil
 }
 
 // Suggestion is what calibration proposes for one job's work knob.
@@ -143,7 +163,7 @@ func RenderCalibration(sum Summary, run ArmRun, resultsDir string, override map[
 			case werr != nil && knob != "":
 				prop = "no work phase recorded: " + werr.Error()
 			case sg.To > 0:
-				prop = fmt.Sprintf("%s=%d (now %d): %.0f s, %s active", sg.Knob, sg.To, sg.From, sg.Wall.Seconds(), fmtPct(sg.SM))
+				prop = fmt.Sprintf("%s=%d (now %d): %.1f s, %s active", sg.Knob, sg.To, sg.From, sg.Wall.Seconds(), fmtPct(sg.SM))
 				if sg.Note != "" {
 					prop += "; " + sg.Note
 				}

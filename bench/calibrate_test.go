@@ -97,3 +97,16 @@ func TestCalibrationQueue(t *testing.T) {
 		}
 	}
 }
+
+func TestCalibrationQueueOf(t *testing.T) {
+	q, err := CalibrationQueueOf("resnet50, lora-0.6b")
+	if err != nil || len(q) != 2 || q[0].Template != ResNet50 || q[1].Template != LoRA06B {
+		t.Fatalf("queue %+v, %v", q, err)
+	}
+	if q, err := CalibrationQueueOf(""); err != nil || len(q) != len(Templates) {
+		t.Fatalf("all: %+v, %v", q, err)
+	}
+	if _, err := CalibrationQueueOf("resnet50,bert"); err == nil || !strings.Contains(err.Error(), `"bert"`) {
+		t.Fatalf("unknown template: %v", err)
+	}
+}

@@ -109,6 +109,8 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	arms := fs.String("arms", defArms, "arms in order: ARM[-MODE][-cold|-warm], the first exclusive")
 	profile := fs.String("profile", string(defProfile), "workload profile: startup (default-size jobs, start-up heavy) or busy (jobs sized to keep the SMs 55-65% active alone)")
 	queueLen := fs.Int("queue-len", 0, "run only the seed's first N jobs (a short A/A run; 0: all)")
+	only := fs.String("templates", "", "calibrate: only these templates (comma-separated), e.g. to try a size with --job-env")
+	ref := fs.String("ref", "", "check results against this earlier run's exclusive arm (its arm directory) instead of a first exclusive arm: the arms may then start with any arm")
 	gpmInterval := fs.Duration("gpm-interval", bench.DefaultGPMInterval, "how often the GPUs' performance monitors (SM util, occupancy) are read; 0: not read")
 	mode := fs.String("mode", string(policy.ModeIsolated), "mode of arms that name none (mps or isolated)")
 	workloads := fs.String("workloads", "python", "python: the PyTorch jobs; sim: simulated jobs (no GPU needed)")
@@ -153,7 +155,11 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 		fmt.Fprintf(stderr, "gpufrac-bench: --borrow-wait %s: want a duration of 0 or more\n", *borrowWait)
 		return 2
 	}
-	specs, err := bench.ParseArms(*arms, *mode)
+	parse := bench.ParseArms
+	if *ref != "" {
+		parse = bench.ParseArmsWithRef
+	}
+	specs, err := parse(*arms, *mode)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpufrac-bench: --arms: %v\n", err)
 		return 2
@@ -167,7 +173,14 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 		fmt.Fprintf(stderr, "gpufrac-bench: --queue-len %d (want 0 to %d) or --gpm-interval %s (want 0 or more) is out of range\n", *queueLen, bench.QueueLen, *gpmInterval)
 		return 2
 	}
-	if calibrate && (len(specs) != 1 || *queueLen != 0) {
+	var refDir string
+	if *ref != "" {
+		if refDir, err = bench.CheckRef(*ref, *seed, wprof); err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: --ref: %v\n", err)
+			return 2
+		}
+	}
+	if calibrate && (len(specs) != 1 || specs[0].Arm != "exclusive" || *queueLen != 0 || *ref != "") {
 		fmt.Fprintf(stderr, "gpufrac-bench calibrate: --arms %q, --queue-len %d: calibration runs one exclusive arm of every template\n", *arms, *queueLen)
 		return 2
 	}
@@ -239,7 +252,7 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 		gpmEvery = -1 // the runner's "not read"
 	}
 	cfg := bench.Config{
-		Seed: *seed, Arms: specs, Workloads: wl, OutDir: dir, ArmTimeout: *armTimeout, Workload: wprof, QueueLen: *queueLen,
+		Seed: *seed, Arms: specs, Workloads: wl, OutDir: dir, ArmTimeout: *armTimeout, Workload: wprof, QueueLen: *queueLen, RefDir: refDir,
 		Runner: bench.RunnerArms{Backend: b, ProbeWindow: *probeWindow, ProbeCap: pcap, Self: self, Borrow: *borrow, BorrowWait: *borrowWait,
 			GPMInterval: gpmEvery, Logger: log, Progress: stderr, MPS: runner.MPSOptions{Root: *mpsRoot}},
 		Command: "gpufrac-bench " + name + " " + strings.Join(args, " "),
@@ -250,7 +263,10 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 		cfg.Deadline = start.Add(*deadline)
 	}
 	if calibrate {
-		cfg.Queue = bench.CalibrationQueue()
+		if cfg.Queue, err = bench.CalibrationQueueOf(*only); err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: --templates: %v\n", err)
+			return 2
+		}
 	}
 	if *profiles != "" {
 		if cfg.Profiles, err = bench.LoadProfilesFor(*profiles, wprof); err != nil {
