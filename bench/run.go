@@ -45,7 +45,9 @@ func ParseArms(list, defMode string) ([]ArmSpec, error) { return parseArms(list,
 
 // ParseArmsWithRef is ParseArms for an invocation whose reference results come from an earlier
 // exclusive run (Config.RefDir): its first arm need not be exclusive.
-func ParseArmsWithRef(list, defMode string) ([]ArmSpec, error) { return parseArms(list, defMode, false) }
+func ParseArmsWithRef(list, defMode string) ([]ArmSpec, error) {
+	return parseArms(list, defMode, false)
+}
 
 func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 	if !slices.Contains(modeNames, defMode) {
