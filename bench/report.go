@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpufrac/gpufrac/record"
 )
 
 // Summary is one invocation: one seed, its arms in the order they ran.
@@ -263,8 +265,57 @@ func RenderCombined(sums []Summary) string {
 		}
 		b.WriteString(" | | | | |\n")
 	}
+	b.WriteString(renderVerdicts(rows, seeds, cells, AANoise(scores)))
 	b.WriteString(renderSMCombined(rows, seeds, cells))
 	return b.String()
+}
+
+// renderVerdicts compares, seed by seed, each arm's mean ratio with the uncapped-retry arm's of
+// the same profile, and calls them equal when they differ by less than that seed's A/A noise.
+func renderVerdicts(rows []string, seeds []uint64, cells map[string]map[uint64][]Score, noise map[noiseKey]float64) string {
+	meanRatio := func(runs []Score) float64 {
+		var sum float64
+		n := 0
+		for _, s := range runs {
+			if !s.unfinished() && s.Ratio > 0 {
+				sum += s.Ratio
+				n++
+			}
+		}
+		if n == 0 {
+			return 0
+		}
+		return sum / float64(n)
+	}
+	var lines []string
+	for _, retry := range rows {
+		for _, seed := range seeds {
+			rr := cells[retry][seed]
+			if len(rr) == 0 || rr[0].Arm != record.ArmUncappedRetry {
+				continue
+			}
+			k := keyOf(rr[0])
+			for _, row := range rows {
+				runs := cells[row][seed]
+				if row == retry || len(runs) == 0 || runs[0].Arm == record.ArmExclusive || keyOf(runs[0]) != k {
+					continue
+				}
+				a, b := meanRatio(runs), meanRatio(rr)
+				if a == 0 || b == 0 {
+					continue
+				}
+				nz := -1.0
+				if v, ok := noise[noiseKey{k.seed, k.profile}]; ok {
+					nz = v
+				}
+				lines = append(lines, fmt.Sprintf("seed %d: %s vs %s: %.3fx, %s (A/A noise %s)", seed, row, retry, a/b, Judge(a, b, nz), fmtNoise(nz)))
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "\n- " + strings.Join(lines, "\n- ") + "\n"
 }
 
 // renderSMCombined is each arm's share of its SM bound per seed ("" when no run has GPM figures).
@@ -336,8 +387,15 @@ var repeatSuffix = regexp.MustCompile(`-[0-9]+$`)
 // profile's runs their own rows ("exclusive (busy)"), scored against their own baseline.
 func armRow(s Score) string {
 	row := repeatSuffix.ReplaceAllString(s.Label, "")
+	var tags []string
 	if p := s.Workload.orStartup(); p != ProfileStartup {
-		row += " (" + string(p) + ")"
+		tags = append(tags, string(p))
+	}
+	if s.Jobs > 0 && s.Jobs != QueueLen {
+		tags = append(tags, fmt.Sprintf("%d jobs", s.Jobs))
+	}
+	if len(tags) > 0 {
+		row += " (" + strings.Join(tags, ", ") + ")"
 	}
 	return row
 }

@@ -27,13 +27,24 @@ type SMScore struct {
 	OfBound float64 `json:"of_sm_bound,omitempty"`
 }
 
-// baselineKey groups runs that share an exclusive baseline: one seed, one workload profile.
+// baselineKey groups runs that share an exclusive baseline: one seed, one workload profile, one
+// queue length (a short A/A run of the seed's first jobs is not the whole queue's baseline).
 type baselineKey struct {
+	seed    uint64
+	profile WorkloadProfile
+	jobs    int
+}
+
+func keyOf(s Score) baselineKey { return baselineKey{s.Seed, s.Workload.orStartup(), s.Jobs} }
+
+// noiseKey groups runs that share an A/A noise: one seed, one profile, whatever the queue length
+// of the runs that measured it.
+type noiseKey struct {
 	seed    uint64
 	profile WorkloadProfile
 }
 
-func keyOf(s Score) baselineKey { return baselineKey{s.Seed, s.Workload.orStartup()} }
+func noiseKeyOf(s Score) noiseKey { return noiseKey{s.Seed, s.Workload.orStartup()} }
 
 // SetBounds fills each score's SM bound and share of it from the complete exclusive runs of its
 // seed and profile that have SM figures: f is their SM-active seconds over their wall time
@@ -66,11 +77,12 @@ func SetBounds(scores []Score) {
 	}
 }
 
-// AANoise is, for each seed and profile with at least two complete exclusive runs, how far apart
-// they are: the fastest's jobs per GPU-hour over the slowest's, minus one. Two runs of the same
-// queue on the same machine differ by this much with nothing changed (A/A), so a difference
-// smaller than it is no difference.
-func AANoise(scores []Score) map[baselineKey]float64 {
+// AANoise is, for each seed and profile with at least two complete exclusive runs of the same
+// queue, how far apart they are: the fastest's jobs per GPU-hour over the slowest's, minus one
+// (the largest such spread when several queue lengths ran). Two runs of the same queue on the
+// same machine differ by this much with nothing changed (A/A), so a difference smaller than it
+// is no difference.
+func AANoise(scores []Score) map[noiseKey]float64 {
 	lo, hi := map[baselineKey]float64{}, map[baselineKey]float64{}
 	n := map[baselineKey]int{}
 	for _, s := range scores {
@@ -84,10 +96,11 @@ func AANoise(scores []Score) map[baselineKey]float64 {
 		hi[k] = max(hi[k], s.JobsPerGPUHour)
 		n[k]++
 	}
-	out := map[baselineKey]float64{}
+	out := map[noiseKey]float64{}
 	for k, c := range n {
 		if c >= 2 {
-			out[k] = hi[k]/lo[k] - 1
+			nk := noiseKey{k.seed, k.profile}
+			out[nk] = max(out[nk], hi[k]/lo[k]-1)
 		}
 	}
 	return out
@@ -99,6 +112,7 @@ const (
 	VerdictFaster  = "faster"
 	VerdictSlower  = "slower"
 	VerdictUnknown = "no A/A"
+	VerdictNone    = "-" // a rate is missing: nothing to compare
 )
 
 // Judge compares rate a with rate b (jobs per GPU-hour, or ratios of them) given the A/A noise:
@@ -108,7 +122,7 @@ const (
 func Judge(a, b, noise float64) string {
 	switch {
 	case a <= 0 || b <= 0 || math.IsNaN(a) || math.IsNaN(b):
-		return VerdictUnknown
+		return VerdictNone
 	case a == b:
 		return VerdictEqual
 	case noise < 0:
@@ -124,8 +138,8 @@ func Judge(a, b, noise float64) string {
 }
 
 // noiseOf is the A/A noise of a score's seed and profile, -1 when unmeasured.
-func noiseOf(noise map[baselineKey]float64, s Score) float64 {
-	if v, ok := noise[keyOf(s)]; ok {
+func noiseOf(noise map[noiseKey]float64, s Score) float64 {
+	if v, ok := noise[noiseKeyOf(s)]; ok {
 		return v
 	}
 	return -1
@@ -164,9 +178,9 @@ func renderSM(scores []Score) string {
 			s.SM.ActiveSeconds, fmtPct(s.SM.Coverage), fmtRatio(s), bound, of, Judge(s.Ratio, 1, noiseOf(noise, s)))
 	}
 	var lines []string
-	seen := map[baselineKey]bool{}
+	seen := map[noiseKey]bool{}
 	for _, s := range scores {
-		if k := keyOf(s); !seen[k] {
+		if k := noiseKeyOf(s); !seen[k] {
 			seen[k] = true
 			lines = append(lines, fmt.Sprintf("A/A noise (how far apart the exclusive runs are) of seed %d, %s profile: %s", k.seed, k.profile, fmtNoise(noiseOf(noise, s))))
 		}

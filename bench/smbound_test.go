@@ -135,13 +135,13 @@ func TestAANoiseAndJudge(t *testing.T) {
 	cut.Error = "deadline"
 	scores = append(scores, cut)
 	noise := AANoise(scores)
-	if got := noise[baselineKey{1, ProfileStartup}]; !near(got, 0.05) {
+	if got := noise[noiseKey{1, ProfileStartup}]; !near(got, 0.05) {
 		t.Errorf("seed 1 startup: noise %.4f, want 0.05 (210 s vs 200 s)", got)
 	}
-	if _, ok := noise[baselineKey{1, ProfileBusy}]; ok {
+	if _, ok := noise[noiseKey{1, ProfileBusy}]; ok {
 		t.Errorf("seed 1 busy has one exclusive run and no A/A, got %v", noise)
 	}
-	if got, ok := noise[baselineKey{2, ProfileBusy}]; !ok || got != 0 {
+	if got, ok := noise[noiseKey{2, ProfileBusy}]; !ok || got != 0 {
 		t.Errorf("seed 2 busy: noise %v, %v; want 0 (the cut-short run left out)", got, ok)
 	}
 	tests := []struct {
@@ -156,8 +156,8 @@ func TestAANoiseAndJudge(t *testing.T) {
 		{1.0, 1.0, 0, VerdictEqual},
 		{1.01, 1.0, 0, VerdictFaster},
 		{1.01, 1.0, -1, VerdictUnknown},
-		{0, 1.0, 0.05, VerdictUnknown},
-		{math.NaN(), 1.0, 0.05, VerdictUnknown},
+		{0, 1.0, 0.05, VerdictNone},
+		{math.NaN(), 1.0, 0.05, VerdictNone},
 	}
 	for _, tc := range tests {
 		if got := Judge(tc.a, tc.b, tc.noise); got != tc.want {
@@ -189,5 +189,31 @@ func TestRenderSMVerdicts(t *testing.T) {
 	// f = (240 + 243.6) / 820 = 0.590, bound 1/f = 1.70x, of the bound 1.366 * 0.590 = 80.6%.
 	if !strings.Contains(out, "| packed-isolated-warm | 85.0% | 0.0% | 255.0 | 100.0% | 1.366x | 1.70x | 80.6% | faster |") {
 		t.Errorf("packed row:\n%s", out)
+	}
+}
+
+// A short A/A run (the seed's first 6 jobs, twice) gives the seed's noise but is no baseline of
+// the whole queue; the combined report keeps it on rows of its own.
+func TestShortAARun(t *testing.T) {
+	short := func(label string, makespan float64) Score {
+		s := smScore(label, record.ArmExclusive, 3, ProfileBusy, makespan, 0.6)
+		s.Jobs, s.Completed = 6, 6
+		s.JobsPerGPUHour = 6 / s.Makespan.Hours()
+		return s
+	}
+	scores := []Score{
+		short("exclusive", 100), short("exclusive-2", 110),
+		smScore("exclusive", record.ArmExclusive, 3, ProfileBusy, 400, 0.6),
+		smScore("packed", record.ArmPacked, 3, ProfileBusy, 300, 0.8),
+	}
+	SetRatios(scores)
+	if !near(scores[3].Ratio, 400.0/300) {
+		t.Errorf("packed ratio %.4f, want 400/300: the short runs must not enter the whole queue's baseline", scores[3].Ratio)
+	}
+	if n := AANoise(scores)[noiseKey{3, ProfileBusy}]; !near(n, 0.1) {
+		t.Errorf("noise %.4f, want 0.10 from the short A/A", n)
+	}
+	if got := armRow(scores[0]); got != "exclusive (busy, 6 jobs)" {
+		t.Errorf("row %q", got)
 	}
 }
