@@ -135,9 +135,10 @@ func TestEndToEndSimulated(t *testing.T) {
 }
 
 // The busy profile on the simulated backend, each template alone with GPM read through the gpu
-// backend: every job's measured SM-active fraction is the one its shape predicts (the simulated
-// monitor is deterministic; what differs is process start-up and the sampling period), the arm
-// gets SM figures and, being the baseline, a bound of 1/f.
+// backend: every job's measured SM-active seconds are the ones its shape predicts (the simulated
+// monitor is deterministic; what differs is the sampling period), the arm gets SM figures and,
+// being the baseline, a bound of 1/f. The fraction of each job's wall time is only logged: a job
+// process's own start (slow under -race on a loaded machine) lengthens the wall, not the work.
 func TestBusyProfileGPMSimulated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs 7 simulated job processes")
@@ -182,12 +183,15 @@ func TestBusyProfileGPMSimulated(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := active.Seconds() / wall.Seconds()
-		if j.SM == nil || math.Abs(j.SM.Fraction-want) > 0.12 {
-			t.Errorf("%s: SM use %+v over %v, want a fraction near %.2f", j.Job, j.SM, j.Wall, want)
+		// Two GPM periods of slack at either end of the job's busy phase, and 15% for simjob's own
+		// pace on a loaded machine.
+		slack := 0.15*active.Seconds() + 2*0.02
+		if j.SM == nil || math.Abs(j.SM.ActiveSeconds-active.Seconds()) > slack {
+			t.Errorf("%s: SM use %+v over %v, want %.2f SM-active seconds", j.Job, j.SM, j.Wall, active.Seconds())
 			continue
 		}
-		t.Logf("%s: %.1f%% SM active over %v (shape: %.1f%%)", j.Job, 100*j.SM.Fraction, j.Wall, 100*want)
+		t.Logf("%s: %.2f SM-active s (shape: %.2f), %.1f%% of %v (shape: %.1f%% of %v)", j.Job, j.SM.ActiveSeconds, active.Seconds(),
+			100*j.SM.Fraction, j.Wall, 100*active.Seconds()/wall.Seconds(), wall)
 	}
 	if md, err := os.ReadFile(filepath.Join(dir, "out", "summary.md")); err != nil || !regexp.MustCompile(`\| exclusive \| [0-9.]+% \|`).Match(md) {
 		t.Errorf("summary.md lacks the exclusive arm's SM row: %v\n%s", err, md)

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -166,6 +165,3 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
-
-// errNoSamples is why an arm has no SM figures though GPM was read.
-var errNoSamples = errors.New("no GPM samples cover the arm")

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 )
 
 // WorkloadProfile is the size of the queue's jobs: the same templates, the same seeded order,
@@ -79,14 +78,4 @@ func ProfileEnv(p WorkloadProfile, template string) map[string]string {
 		return nil
 	}
 	return maps.Clone(BusySizes[template])
-}
-
-// envLine prints a job environment as sorted KEY=VALUE words.
-func envLine(env map[string]string) string {
-	keys := slices.Sorted(maps.Keys(env))
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + env[k]
-	}
-	return strings.Join(parts, " ")
 }
