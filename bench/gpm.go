@@ -14,6 +14,10 @@ import (
 // gpu-facts.md used, long enough for NVML's figures to be stable.
 const DefaultGPMInterval = 500 * time.Millisecond
 
+// minGPMPeriod is the shortest period the last read of an arm closes: NVML's GPM metrics need
+// samples some 100 ms apart, and an arm can end just after a read.
+const minGPMPeriod = 100 * time.Millisecond
+
 // GPMSample is one GPM period of one GPU during an arm.
 type GPMSample struct {
 	GPU         string    `json:"gpu"`
@@ -86,12 +90,16 @@ func startGPM(ctx context.Context, b gpu.Backend, interval time.Duration) (*gpmR
 		}()
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		last := time.Now()
 		for {
 			select {
 			case <-t.C:
 				read()
+				last = time.Now()
 			case <-r.stop:
-				read() // the last period, up to the arm's end
+				// The last period, up to the arm's end, made long enough to be read.
+				time.Sleep(min(interval, minGPMPeriod) - time.Since(last))
+				read()
 				return
 			}
 		}

@@ -19,17 +19,17 @@ export BENCH_PROBE_WINDOW=${BENCH_PROBE_WINDOW:-19s}
 here=$(dirname "$0")
 case $part in
   exclusive)
-    BENCH_SUFFIX=${BENCH_SUFFIX:-exclusive} exec bash "$here/bench-device.sh" "busy-seed$seed-exclusive" "$seed" exclusive ;;
+    BENCH_SUFFIX=${BENCH_SUFFIX:-exclusive} exec bash "$here/bench-device.sh" "bench-busy-seed$seed-exclusive" "$seed" exclusive ;;
   arms)
     if [ -z "${BENCH_REF:-}" ]; then
       echo "bench-busy.sh arms: set BENCH_REF to the exclusive arm of an earlier call for seed $seed" >&2
       exit 2
     fi
-    BENCH_SUFFIX=${BENCH_SUFFIX:-arms} exec bash "$here/bench-device.sh" "busy-seed$seed-arms" "$seed" \
+    BENCH_SUFFIX=${BENCH_SUFFIX:-arms} exec bash "$here/bench-device.sh" "bench-busy-seed$seed-arms" "$seed" \
       "${BENCH_ARMS:-packed-isolated-warm,uncapped-retry}" ;;
   aa)
     export BENCH_EXTRA="${BENCH_EXTRA:-} --queue-len ${BENCH_QUEUE_LEN:-6}"
-    BENCH_SUFFIX=${BENCH_SUFFIX:-aa} exec bash "$here/bench-device.sh" "busy-seed$seed-aa" "$seed" exclusive,exclusive ;;
+    BENCH_SUFFIX=${BENCH_SUFFIX:-aa} exec bash "$here/bench-device.sh" "bench-busy-seed$seed-aa" "$seed" exclusive,exclusive ;;
   *)
     echo "bench-busy.sh: part $part: want exclusive, arms or aa" >&2
     exit 2 ;;

@@ -13,4 +13,4 @@ if [ -n "${1:-}" ]; then
   export BENCH_EXTRA="${BENCH_EXTRA:-} --templates $1"
 fi
 BENCH_COMMAND=calibrate BENCH_WORKLOAD=${BENCH_WORKLOAD:-busy} BENCH_SUFFIX=${BENCH_SUFFIX:-} \
-  exec bash "$(dirname "$0")/bench-device.sh" "calibrate-${BENCH_WORKLOAD:-busy}" 0 exclusive
+  exec bash "$(dirname "$0")/bench-device.sh" "bench-calibrate-${BENCH_WORKLOAD:-busy}" 0 exclusive
