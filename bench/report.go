@@ -304,10 +304,7 @@ func renderVerdicts(rows []string, seeds []uint64, cells map[string]map[uint64][
 				if a == 0 || b == 0 {
 					continue
 				}
-				nz := -1.0
-				if v, ok := noise[noiseKey{k.seed, k.profile}]; ok {
-					nz = v
-				}
+				nz := noiseOf(noise, rr[0])
 				lines = append(lines, fmt.Sprintf("seed %d: %s vs %s: %.3fx, %s (A/A noise %s)", seed, row, retry, a/b, Judge(a, b, nz), fmtNoise(nz)))
 			}
 		}

@@ -101,6 +101,10 @@ func AANoise(scores []Score) map[noiseKey]float64 {
 		if c >= 2 {
 			nk := noiseKey{k.seed, k.profile}
 			out[nk] = max(out[nk], hi[k]/lo[k]-1)
+			// Seed 0 holds the profile's largest noise over its seeds: a seed whose A/A did not
+			// run in any call is judged with the noise the profile showed elsewhere.
+			pk := noiseKey{0, k.profile}
+			out[pk] = max(out[pk], hi[k]/lo[k]-1)
 		}
 	}
 	return out
@@ -137,9 +141,13 @@ func Judge(a, b, noise float64) string {
 	return VerdictSlower
 }
 
-// noiseOf is the A/A noise of a score's seed and profile, -1 when unmeasured.
+// noiseOf is the A/A noise of a score's seed and profile, else its profile's largest over the
+// other seeds; -1 when the profile's was never measured.
 func noiseOf(noise map[noiseKey]float64, s Score) float64 {
 	if v, ok := noise[noiseKeyOf(s)]; ok {
+		return v
+	}
+	if v, ok := noise[noiseKey{0, s.Workload.orStartup()}]; ok {
 		return v
 	}
 	return -1
@@ -182,7 +190,11 @@ func renderSM(scores []Score) string {
 	for _, s := range scores {
 		if k := noiseKeyOf(s); !seen[k] {
 			seen[k] = true
-			lines = append(lines, fmt.Sprintf("A/A noise (how far apart the exclusive runs are) of seed %d, %s profile: %s", k.seed, k.profile, fmtNoise(noiseOf(noise, s))))
+			from := ""
+			if _, own := noise[k]; !own && noiseOf(noise, s) >= 0 {
+				from = " (the profile's, from another seed's A/A)"
+			}
+			lines = append(lines, fmt.Sprintf("A/A noise (how far apart the exclusive runs are) of seed %d, %s profile: %s%s", k.seed, k.profile, fmtNoise(noiseOf(noise, s)), from))
 		}
 	}
 	for _, s := range scores {

@@ -141,6 +141,13 @@ func TestAANoiseAndJudge(t *testing.T) {
 	if _, ok := noise[noiseKey{1, ProfileBusy}]; ok {
 		t.Errorf("seed 1 busy has one exclusive run and no A/A, got %v", noise)
 	}
+	// Seed 1's busy runs are judged with the busy profile's noise from seed 2.
+	if got := noiseOf(noise, scores[2]); got != 0 {
+		t.Errorf("seed 1 busy: noise %v, want seed 2's 0", got)
+	}
+	if got := noiseOf(AANoise(scores[2:3]), scores[2]); got != -1 {
+		t.Errorf("no A/A anywhere: noise %v, want -1", got)
+	}
 	if got, ok := noise[noiseKey{2, ProfileBusy}]; !ok || got != 0 {
 		t.Errorf("seed 2 busy: noise %v, %v; want 0 (the cut-short run left out)", got, ok)
 	}
