@@ -239,3 +239,88 @@ func renderJobSM(scores []Score) string {
 	}
 	return b.String()
 }
+
+// renderVerdicts compares, seed by seed, each arm's mean ratio with the uncapped-retry arm's of
+// the same profile, and calls them equal when they differ by less than that seed's A/A noise.
+func renderVerdicts(rows []string, seeds []uint64, cells map[string]map[uint64][]Score, noise map[noiseKey]float64) string {
+	meanRatio := func(runs []Score) float64 {
+		var sum float64
+		n := 0
+		for _, s := range runs {
+			if !s.unfinished() && s.Ratio > 0 {
+				sum += s.Ratio
+				n++
+			}
+		}
+		if n == 0 {
+			return 0
+		}
+		return sum / float64(n)
+	}
+	var lines []string
+	for _, retry := range rows {
+		for _, seed := range seeds {
+			rr := cells[retry][seed]
+			if len(rr) == 0 || rr[0].Arm != record.ArmUncappedRetry {
+				continue
+			}
+			k := keyOf(rr[0])
+			for _, row := range rows {
+				runs := cells[row][seed]
+				if row == retry || len(runs) == 0 || runs[0].Arm == record.ArmExclusive || keyOf(runs[0]) != k {
+					continue
+				}
+				a, b := meanRatio(runs), meanRatio(rr)
+				if a == 0 || b == 0 {
+					continue
+				}
+				nz := noiseOf(noise, rr[0])
+				lines = append(lines, fmt.Sprintf("seed %d: %s vs %s: %.3fx, %s (A/A noise %s)", seed, row, retry, a/b, Judge(a, b, nz), fmtNoise(nz)))
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "\n- " + strings.Join(lines, "\n- ") + "\n"
+}
+
+// renderSMCombined is each arm's share of its SM bound per seed ("" when no run has GPM figures).
+func renderSMCombined(rows []string, seeds []uint64, cells map[string]map[uint64][]Score) string {
+	var b strings.Builder
+	for _, row := range rows {
+		line := fmt.Sprintf("| %s |", row)
+		seen := false
+		for _, seed := range seeds {
+			var parts []string
+			for _, s := range cells[row][seed] {
+				if s.SM == nil {
+					continue
+				}
+				seen = true
+				p := fmtPct(s.SM.Fraction) + " active"
+				if s.SM.OfBound > 0 {
+					p += fmt.Sprintf(", %s of %.2fx", fmtPct(s.SM.OfBound), s.SM.Bound)
+				}
+				parts = append(parts, p)
+			}
+			if len(parts) == 0 {
+				parts = []string{"-"}
+			}
+			line += " " + strings.Join(parts, "; ") + " |"
+		}
+		if seen {
+			b.WriteString(line + "\n")
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	head := "\nThe SMs (GPM): each run's SM-active fraction, and its share of the SM bound (the exclusive runs' 1 / SM-active fraction):\n\n| arm |"
+	sep := "|---|"
+	for _, seed := range seeds {
+		head += fmt.Sprintf(" seed %d |", seed)
+		sep += "---|"
+	}
+	return head + "\n" + sep + "\n" + b.String()
+}
