@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"testing"
 	"time"
@@ -129,5 +131,69 @@ func TestEndToEndSimulated(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "out", f)); err != nil {
 			t.Errorf("raw output %s: %v", f, err)
 		}
+	}
+}
+
+// The busy profile on the simulated backend, each template alone with GPM read through the gpu
+// backend: every job's measured SM-active seconds are the ones its shape predicts (the simulated
+// monitor is deterministic; what differs is the sampling period), the arm gets SM figures and,
+// being the baseline, a bound of 1/f. The fraction of each job's wall time is only logged: a job
+// process's own start (slow under -race on a loaded machine) lengthens the wall, not the work.
+func TestBusyProfileGPMSimulated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 7 simulated job processes")
+	}
+	dir := t.TempDir()
+	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: filepath.Join(dir, "sim")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arms, err := ParseArms("exclusive", "isolated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const simScale = 0.04
+	var queue []Entry
+	for _, e := range CalibrationQueue() {
+		// The leaker's leak is not scaled (see SimJobMain): it would take 6 s here.
+		if e.Template != Leaker {
+			queue = append(queue, e)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sum, runs, err := Run(ctx, Config{
+		Seed: 1, Arms: arms, OutDir: filepath.Join(dir, "out"), ArmTimeout: time.Minute, Workload: ProfileBusy, Queue: queue,
+		Workloads: SimWorkloads{Program: []string{os.Args[0]}, Scale: simScale, Profile: ProfileBusy, Env: map[string]string{envSimJob: "1"}},
+		Runner:    RunnerArms{Backend: sim, GPMInterval: 20 * time.Millisecond},
+		Backend:   sim.Kind(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs[0].GPM) == 0 {
+		t.Fatalf("no GPM samples; notes %v", runs[0].GPMNotes)
+	}
+	ex := sum.Scores[0]
+	if ex.Completed != len(queue) || ex.SM == nil || ex.SM.Coverage < 0.9 || !near(ex.SM.Bound, 1/ex.SM.Fraction) {
+		t.Fatalf("exclusive arm: %d of %d completed, SM %+v", ex.Completed, len(queue), ex.SM)
+	}
+	for _, j := range ex.PerJob {
+		wall, active, err := busySimShapes[j.Template].aloneAt(140*size.GiB, simScale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two GPM periods of slack at either end of the job's busy phase, and 15% for simjob's own
+		// pace on a loaded machine.
+		slack := 0.15*active.Seconds() + 2*0.02
+		if j.SM == nil || math.Abs(j.SM.ActiveSeconds-active.Seconds()) > slack {
+			t.Errorf("%s: SM use %+v over %v, want %.2f SM-active seconds", j.Job, j.SM, j.Wall, active.Seconds())
+			continue
+		}
+		t.Logf("%s: %.2f SM-active s (shape: %.2f), %.1f%% of %v (shape: %.1f%% of %v)", j.Job, j.SM.ActiveSeconds, active.Seconds(),
+			100*j.SM.Fraction, j.Wall, 100*active.Seconds()/wall.Seconds(), wall)
+	}
+	if md, err := os.ReadFile(filepath.Join(dir, "out", "summary.md")); err != nil || !regexp.MustCompile(`\| exclusive \| [0-9.]+% \|`).Match(md) {
+		t.Errorf("summary.md lacks the exclusive arm's SM row: %v\n%s", err, md)
 	}
 }

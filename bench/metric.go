@@ -23,6 +23,12 @@ type ArmRun struct {
 	Attempts []record.Attempt `json:"attempts"`
 	// BusyFraction is the share of the run's samples in which NVML saw a kernel running.
 	BusyFraction float64 `json:"busy_fraction"`
+	// Workload is the size of the queue's jobs ("" in runs recorded before profiles: startup).
+	Workload WorkloadProfile `json:"workload,omitempty"`
+	// GPM are the GPUs' performance monitor periods read while the arm ran; GPMNotes say why
+	// some or all are missing (a GPU without GPM, a failed read).
+	GPM      []GPMSample `json:"gpm,omitempty"`
+	GPMNotes []string    `json:"gpm_notes,omitempty"`
 	// Error is set when the arm did not run to the end (runner error, deadline): its score
 	// still counts what finished, and the report shows the error.
 	Error string `json:"error,omitempty"`
@@ -40,6 +46,10 @@ type JobScore struct {
 	Why       string `json:"why,omitempty"` // why not completed
 	// FailedTime is the time of its failed attempts (failed, cap-violating, collateral).
 	FailedTime time.Duration `json:"failed_attempts_ns,omitempty"`
+	// Wall is the final attempt's time, and SM its use of the SMs, in exclusive arms only
+	// (where a job has the GPU to itself, so the GPU's figures are the job's).
+	Wall time.Duration `json:"wall_ns,omitempty"`
+	SM   *SMUse        `json:"sm,omitempty"`
 }
 
 // Loss is the work an arm lost to failed attempts. Caps exist to keep it at zero for every job
@@ -89,7 +99,12 @@ type Score struct {
 	// Use is where the makespan went.
 	Use record.TimeUse `json:"time_use"`
 	// Loss is the work failed attempts cost; nil in summaries written before it existed.
-	Loss   *Loss      `json:"loss,omitempty"`
+	Loss *Loss `json:"loss,omitempty"`
+	// Workload is the queue's workload profile ("" before profiles existed: startup).
+	Workload WorkloadProfile `json:"workload,omitempty"`
+	// SM is the arm's use of the SMs over its makespan and its distance to the SM bound; nil
+	// when no GPM was read.
+	SM     *SMScore   `json:"sm,omitempty"`
 	Error  string     `json:"error,omitempty"`
 	PerJob []JobScore `json:"per_job"`
 }
@@ -117,7 +132,7 @@ func clean(a record.Attempt) bool {
 // attempt's start (any job, probes included) to the last attempt's exit (re-runs included).
 func ScoreRun(run ArmRun, verdict Verdict) Score {
 	s := Score{Label: run.Label, Arm: run.Arm, Mode: run.Mode, Profiles: run.Profiles, Seed: run.Seed,
-		Jobs: len(run.Jobs), BusyFraction: run.BusyFraction, Error: run.Error, Use: UseOf(run)}
+		Jobs: len(run.Jobs), BusyFraction: run.BusyFraction, Error: run.Error, Use: UseOf(run), Workload: run.Workload}
 	byJob := map[string][]record.Attempt{}
 	for _, a := range run.Attempts {
 		byJob[a.Job] = append(byJob[a.Job], a)
@@ -163,6 +178,12 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 		default:
 			fin := as[len(as)-1]
 			js.FinalExit, js.Final = fin.ExitCode, fin.Outcome
+			if run.Arm == record.ArmExclusive && len(run.GPM) > 0 {
+				js.Wall = fin.End.Sub(fin.Start)
+				if u := SMUseOf(run.GPM, fin.Start, fin.End); u.Coverage > 0 {
+					js.SM = &u
+				}
+			}
 			if !clean(fin) {
 				js.Why = fmt.Sprintf("final attempt: %s, exit %d", fin.Outcome, fin.ExitCode)
 			} else if err := verdict(j); err != nil {
@@ -181,28 +202,49 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 	if s.Makespan > 0 {
 		s.JobsPerGPUHour = float64(s.Completed) / s.Makespan.Hours()
 	}
+	if from, to, ok := span(run.Attempts); ok && len(run.GPM) > 0 {
+		if u := SMUseOf(run.GPM, from, to); u.Coverage > 0 {
+			s.SM = &SMScore{SMUse: u}
+		}
+	}
 	return s
 }
 
-// SetRatios fills each score's Ratio against the exclusive baseline of its seed: the mean
-// jobs-per-GPU-hour of that seed's exclusive runs (two per seed in bench-seed; averaging them
-// halves the noise the second run measures). Scores with no exclusive run of their seed keep 0.
+// span is the time from the first attempt's start to the last one's end.
+func span(as []record.Attempt) (from, to time.Time, ok bool) {
+	for _, a := range as {
+		if !ok || a.Start.Before(from) {
+			from = a.Start
+		}
+		if !ok || a.End.After(to) {
+			to = a.End
+		}
+		ok = true
+	}
+	return from, to, ok && to.After(from)
+}
+
+// SetRatios fills each score's Ratio against the exclusive baseline of its seed and workload
+// profile: the mean jobs-per-GPU-hour of those exclusive runs (two per seed in bench-seed;
+// averaging them halves the noise the second run measures), then the SM bound (SetBounds).
+// Scores with no exclusive run of their seed and profile keep 0.
 func SetRatios(scores []Score) {
-	sum := map[uint64]float64{}
-	n := map[uint64]int{}
+	sum := map[baselineKey]float64{}
+	n := map[baselineKey]int{}
 	for _, s := range scores {
 		// An exclusive run cut short scored a subset of the queue, whose rate is not the
 		// queue's: it would bias the baseline, so only runs that reached every job count.
 		if s.Arm == record.ArmExclusive && s.JobsPerGPUHour > 0 && !s.unfinished() {
-			sum[s.Seed] += s.JobsPerGPUHour
-			n[s.Seed]++
+			sum[keyOf(s)] += s.JobsPerGPUHour
+			n[keyOf(s)]++
 		}
 	}
 	for i := range scores {
-		if n[scores[i].Seed] > 0 {
-			scores[i].Ratio = scores[i].JobsPerGPUHour / (sum[scores[i].Seed] / float64(n[scores[i].Seed]))
+		if k := keyOf(scores[i]); n[k] > 0 {
+			scores[i].Ratio = scores[i].JobsPerGPUHour / (sum[k] / float64(n[k]))
 		}
 	}
+	SetBounds(scores)
 }
 
 // cutShort is true when some job of the run never started.

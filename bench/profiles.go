@@ -12,7 +12,8 @@ import (
 )
 
 // LoadProfiles reads stored footprints for warm arms: a JSON object mapping a template to its
-// measured peak ("18.7GiB" or a byte count), plus optional "_source" and "_measured_at" notes.
+// measured peak ("18.7GiB" or a byte count), plus optional "_source", "_measured_at" and
+// "_workload" (the workload profile the peaks are of; absent: startup) notes.
 // Templates it omits are probed by the runner as usual. Errors name the bad entry.
 func LoadProfiles(path string) ([]ledger.Profile, error) {
 	raw, err := os.ReadFile(path)
@@ -35,7 +36,7 @@ func LoadProfiles(path string) ([]ledger.Profile, error) {
 	}
 	var out []ledger.Profile
 	for name, v := range doc {
-		if name == "_source" || name == "_measured_at" {
+		if name == "_source" || name == "_measured_at" || name == profilesWorkloadKey {
 			continue
 		}
 		if !known[name] {
@@ -49,4 +50,32 @@ func LoadProfiles(path string) ([]ledger.Profile, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Template < out[j].Template })
 	return out, nil
+}
+
+const profilesWorkloadKey = "_workload"
+
+// LoadProfilesFor is LoadProfiles for a run of workload profile want: footprints measured on the
+// other profile's jobs would give busy jobs the small jobs' caps (and the reverse), so they are
+// refused with an error that names both.
+func LoadProfilesFor(path string, want WorkloadProfile) ([]ledger.Profile, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("profiles: %w", err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("profiles %s: want a JSON object of template -> size: %w", path, err)
+	}
+	got := ProfileStartup
+	if v, ok := doc[profilesWorkloadKey]; ok {
+		s, _ := v.(string)
+		if got, err = ParseWorkloadProfile(s); err != nil || s == "" {
+			return nil, fmt.Errorf("profiles %s: %s %v: want one of %q", path, profilesWorkloadKey, v, WorkloadProfiles)
+		}
+	}
+	if got != want.orStartup() {
+		return nil, fmt.Errorf("profiles %s hold the footprints of the %s profile's jobs, not the %s profile's: give the %s profile's (gpufrac-bench calibrate writes them) or none",
+			path, got, want.orStartup(), want.orStartup())
+	}
+	return LoadProfiles(path)
 }

@@ -66,3 +66,36 @@ func TestCommittedProfilesLoad(t *testing.T) {
 		t.Errorf("%d profiles, want one per template but the leaker (%d)", len(got), len(Templates)-1)
 	}
 }
+
+func TestLoadProfilesFor(t *testing.T) {
+	tests := []struct {
+		name, doc string
+		want      WorkloadProfile
+		wantErr   string
+	}{
+		{"no note is startup", `{"resnet50": "4GiB"}`, ProfileStartup, ""},
+		{"no note, busy run", `{"resnet50": "4GiB"}`, ProfileBusy, "startup profile's jobs, not the busy"},
+		{"busy footprints, busy run", `{"_workload": "busy", "resnet50": "21GiB"}`, ProfileBusy, ""},
+		{"busy footprints, startup run", `{"_workload": "busy", "resnet50": "21GiB"}`, ProfileStartup, "busy profile's jobs, not the startup"},
+		{"unknown note", `{"_workload": "heavy"}`, ProfileStartup, "heavy"},
+		{"empty note", `{"_workload": ""}`, ProfileStartup, "_workload"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "p.json")
+			if err := os.WriteFile(path, []byte(tc.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			got, err := LoadProfilesFor(path, tc.want)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || len(got) != 1 || got[0].Template != ResNet50 {
+				t.Fatalf("got %+v, %v", got, err)
+			}
+		})
+	}
+}

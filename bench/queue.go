@@ -96,7 +96,10 @@ type PythonWorkloads struct {
 	Python string // interpreter, e.g. "python3"
 	Dir    string // the examples/workloads directory
 	Cache  string // checkpoint directory written by prepare.py (GPUFRAC_CACHE)
-	// Env is added to every job's environment (size overrides for smoke runs, for example).
+	// Profile sizes the jobs (ProfileEnv); "" is ProfileStartup, the scripts' defaults.
+	Profile WorkloadProfile
+	// Env is added to every job's environment after the profile's sizes, so it wins over them
+	// (size overrides for smoke runs, for example).
 	Env map[string]string
 }
 
@@ -114,6 +117,9 @@ func (w PythonWorkloads) Command(template, result string) ([]string, map[string]
 	if w.Cache != "" {
 		env["GPUFRAC_CACHE"] = w.Cache
 	}
+	for k, v := range ProfileEnv(w.Profile, template) {
+		env[k] = v
+	}
 	for k, v := range w.Env {
 		env[k] = v
 	}
@@ -126,7 +132,9 @@ type SimWorkloads struct {
 	Program []string
 	// Scale multiplies every simulated duration (1 = the real workloads' calibrated length).
 	Scale float64
-	Env   map[string]string
+	// Profile picks the simulated shapes of that workload profile ("" is ProfileStartup).
+	Profile WorkloadProfile
+	Env     map[string]string
 }
 
 // Command implements Workloads.
@@ -142,7 +150,7 @@ func (w SimWorkloads) Command(template, result string) ([]string, map[string]str
 		scale = 1
 	}
 	cmd := append(append([]string{}, w.Program...), "--template", template, "--result", result,
-		"--scale", fmt.Sprintf("%g", scale))
+		"--scale", fmt.Sprintf("%g", scale), "--profile", string(w.Profile.orStartup()))
 	env := map[string]string{}
 	for k, v := range w.Env {
 		env[k] = v

@@ -102,7 +102,7 @@ func TestWorkloadCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"bench", "simjob", "--template", "leaker", "--result", "/r/l.json", "--scale", "0.5"}; !slices.Equal(cmd, want) {
+	if want := []string{"bench", "simjob", "--template", "leaker", "--result", "/r/l.json", "--scale", "0.5", "--profile", "startup"}; !slices.Equal(cmd, want) {
 		t.Fatalf("sim command %v, want %v", cmd, want)
 	}
 	if _, _, err := (SimWorkloads{}).Command(Leaker, "/r"); err == nil {

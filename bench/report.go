@@ -20,14 +20,16 @@ type Summary struct {
 	Seed    uint64    `json:"seed"`
 	Started time.Time `json:"started"`
 	// Command is the exact command line that produced the figures.
-	Command string   `json:"command"`
-	Machine string   `json:"machine"`
-	GPU     string   `json:"gpu"`
-	Driver  string   `json:"driver"`
-	Backend string   `json:"backend"`
-	Queue   []Entry  `json:"queue"`
-	Scores  []Score  `json:"scores"`
-	Notes   []string `json:"notes,omitempty"`
+	Command string  `json:"command"`
+	Machine string  `json:"machine"`
+	GPU     string  `json:"gpu"`
+	Driver  string  `json:"driver"`
+	Backend string  `json:"backend"`
+	Queue   []Entry `json:"queue"`
+	// Workload is the jobs' size profile ("" in summaries written before profiles: startup).
+	Workload WorkloadProfile `json:"workload,omitempty"`
+	Scores   []Score         `json:"scores"`
+	Notes    []string        `json:"notes,omitempty"`
 	// Skipped lists the arms that did not start (deadline passed, run interrupted).
 	Skipped []string `json:"skipped,omitempty"`
 }
@@ -52,7 +54,7 @@ func RenderRun(sum Summary) string {
 	fmt.Fprintf(&b, "#### Seed %d, %s\n\n", sum.Seed, sum.Started.UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(&b, "- command: `%s`\n", sum.Command)
 	fmt.Fprintf(&b, "- machine: %s; GPU: %s; driver %s; backend %s\n", orDash(sum.Machine), orDash(sum.GPU), orDash(sum.Driver), orDash(sum.Backend))
-	fmt.Fprintf(&b, "- queue: %s\n", queueLine(sum.Queue))
+	fmt.Fprintf(&b, "- workload profile: %s; queue: %s\n", sum.Workload.orStartup(), queueLine(sum.Queue))
 	fmt.Fprintf(&b, "- tolerances (fixed in bench/compare.go): exact results identical; losses within %g relative on the mean of the last %d steps\n", LossRelTol, LossTailSteps)
 	b.WriteString("- failed attempts (not leaker): attempts of other jobs that broke their cap, failed, or failed as collateral of a GPU-wide event (a neighbour stopped under MPS; re-run, so the job may still complete); the collateral ones in brackets\n")
 	b.WriteString("- innocent work lost: the time of those failed attempts; jobs lost: jobs that ran but did not complete (the innocent ones, not the leaker, in brackets); re-run: jobs started again after a failed attempt (a retry, a re-run after a broken cap)\n\n")
@@ -78,6 +80,12 @@ func RenderRun(sum Summary) string {
 	}
 	b.WriteString("\nWhere the time went (from the attempts; a job alone with the GPU: every exclusive job, a probe alone, a re-run after a broken cap):\n\n")
 	b.WriteString(renderUse(sum.Scores))
+	b.WriteString("\nThe SMs (NVML GPM, sampled through the gpu backend; SM bound: the most any arm can gain over the exclusive run, 1 / its SM-active fraction; of the bound: the arm's ratio over it):\n\n")
+	b.WriteString(renderSM(sum.Scores))
+	if js := renderJobSM(sum.Scores); js != "" {
+		b.WriteString("\nEach job alone (exclusive arms; the GPU's figures are the job's):\n\n")
+		b.WriteString(js)
+	}
 	var notes []string
 	notes = append(notes, sum.Notes...)
 	for _, s := range sum.Scores {
@@ -156,6 +164,9 @@ func RenderCombined(sums []Summary) string {
 	for _, sum := range sortedBySeed(sums) {
 		for _, s := range sum.Scores {
 			s.Seed = sum.Seed
+			if s.Workload == "" {
+				s.Workload = sum.Workload
+			}
 			scores = append(scores, s)
 		}
 	}
@@ -174,8 +185,9 @@ func RenderCombined(sums []Summary) string {
 		}
 		cells[row][s.Seed] = append(cells[row][s.Seed], s)
 	}
-	// The baseline's own row first, whatever order the arms ran in.
-	sort.SliceStable(rows, func(i, j int) bool { return rows[i] == "exclusive" && rows[j] != "exclusive" })
+	// The baselines' own rows first, whatever order the arms ran in.
+	isBase := func(r string) bool { return r == "exclusive" || strings.HasPrefix(r, "exclusive (") }
+	sort.SliceStable(rows, func(i, j int) bool { return isBase(rows[i]) && !isBase(rows[j]) })
 
 	var b strings.Builder
 	b.WriteString("| arm |")
@@ -241,11 +253,18 @@ func RenderCombined(sums []Summary) string {
 		}
 		fmt.Fprintf(&b, " %s | %d of %d | %s | %s | %s |\n", mean, done, jobs, work, lost, rerun)
 	}
-	b.WriteString("| exclusive runs apart |")
-	for _, seed := range seeds {
-		b.WriteString(" " + exclusiveSpread(cells["exclusive"][seed]) + " |")
+	for _, row := range rows {
+		if !isBase(row) {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s runs apart |", row)
+		for _, seed := range seeds {
+			b.WriteString(" " + exclusiveSpread(cells[row][seed]) + " |")
+		}
+		b.WriteString(" | | | | |\n")
 	}
-	b.WriteString(" | | | | |\n")
+	b.WriteString(renderVerdicts(rows, seeds, cells, AANoise(scores)))
+	b.WriteString(renderSMCombined(rows, seeds, cells))
 	return b.String()
 }
 
@@ -274,9 +293,21 @@ func sortedBySeed(sums []Summary) []Summary {
 var repeatSuffix = regexp.MustCompile(`-[0-9]+$`)
 
 // armRow is the row an arm's run belongs to: its label without the repeat suffix, so the
-// second exclusive run of an invocation ("exclusive-2") shares the exclusive row.
+// second exclusive run of an invocation ("exclusive-2") shares the exclusive row, and the busy
+// profile's runs their own rows ("exclusive (busy)"), scored against their own baseline.
 func armRow(s Score) string {
-	return repeatSuffix.ReplaceAllString(s.Label, "")
+	row := repeatSuffix.ReplaceAllString(s.Label, "")
+	var tags []string
+	if p := s.Workload.orStartup(); p != ProfileStartup {
+		tags = append(tags, string(p))
+	}
+	if s.Jobs > 0 && s.Jobs != QueueLen {
+		tags = append(tags, fmt.Sprintf("%d jobs", s.Jobs))
+	}
+	if len(tags) > 0 {
+		row += " (" + strings.Join(tags, ", ") + ")"
+	}
+	return row
 }
 
 // unfinished is true for a run that stopped before its queue was done: its rate is not the

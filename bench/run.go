@@ -41,7 +41,15 @@ var (
 // for exclusive) and BORROW (packed only) to the invocation's. An entry that
 // repeats gets "-2", "-3" appended to its label: "exclusive,packed-mps,exclusive" runs
 // exclusive twice, labelled exclusive and exclusive-2.
-func ParseArms(list, defMode string) ([]ArmSpec, error) {
+func ParseArms(list, defMode string) ([]ArmSpec, error) { return parseArms(list, defMode, true) }
+
+// ParseArmsWithRef is ParseArms for an invocation whose reference results come from an earlier
+// exclusive run (Config.RefDir): its first arm need not be exclusive.
+func ParseArmsWithRef(list, defMode string) ([]ArmSpec, error) {
+	return parseArms(list, defMode, false)
+}
+
+func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 	if !slices.Contains(modeNames, defMode) {
 		return nil, fmt.Errorf("mode %q: must be one of %q", defMode, modeNames)
 	}
@@ -93,7 +101,7 @@ func ParseArms(list, defMode string) ([]ArmSpec, error) {
 	if len(out) == 0 {
 		return nil, errors.New("no arms given")
 	}
-	if out[0].Arm != record.ArmExclusive {
+	if exclusiveFirst && out[0].Arm != record.ArmExclusive {
 		return nil, fmt.Errorf("arm list %q: the first arm must be exclusive: its results are the references every other arm is checked against", list)
 	}
 	return out, nil
@@ -125,6 +133,16 @@ type Config struct {
 	// ArmTimeout bounds each arm; Deadline, when set, skips arms that would start after it.
 	ArmTimeout time.Duration
 	Deadline   time.Time
+	// Workload is the jobs' size profile ("" is ProfileStartup); Workloads must size them so.
+	Workload WorkloadProfile
+	// RefDir, when set, holds the reference results (an earlier invocation's exclusive arm of
+	// the same seed and profile, see CheckRef): a busy seed's exclusive arm fills a device call
+	// of its own, so its packed arms run in the next call against it.
+	RefDir string
+	// Queue, when set, replaces the seed's queue (calibration runs each template once);
+	// QueueLen, when set, keeps only the seed's first QueueLen jobs (a short A/A run).
+	Queue    []Entry
+	QueueLen int
 	// Profiles are measured footprints a warm arm starts from when no cold arm of its mode ran
 	// before it in this invocation (profiles measured by an earlier probe of each template).
 	Profiles []ledger.Profile
@@ -143,14 +161,26 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 	if c.Runner == nil || c.Workloads == nil {
 		return Summary{}, nil, errors.New("bench: Runner and Workloads must be set")
 	}
-	if len(c.Arms) == 0 || c.Arms[0].Arm != record.ArmExclusive {
-		return Summary{}, nil, errors.New("bench: the first arm must be exclusive (it gives the reference results)")
+	if len(c.Arms) == 0 || (c.RefDir == "" && c.Arms[0].Arm != record.ArmExclusive) {
+		return Summary{}, nil, errors.New("bench: the first arm must be exclusive (it gives the reference results), or RefDir name an earlier exclusive run's")
 	}
 	queue := Draw(c.Seed)
+	switch {
+	case len(c.Queue) > 0:
+		queue = c.Queue
+	case c.QueueLen < 0 || c.QueueLen > len(queue):
+		return Summary{}, nil, fmt.Errorf("bench: queue length %d: want 1 to %d (0: the whole queue)", c.QueueLen, len(queue))
+	case c.QueueLen > 0:
+		queue = queue[:c.QueueLen]
+	}
 	sum := Summary{Seed: c.Seed, Started: time.Now().UTC(), Command: c.Command, Machine: c.Machine,
-		GPU: c.GPU, Driver: c.Driver, Backend: c.Backend, Queue: queue}
+		GPU: c.GPU, Driver: c.Driver, Backend: c.Backend, Queue: queue, Workload: c.Workload.orStartup()}
 	var runs []ArmRun
 	refDir := filepath.Join(c.OutDir, c.Arms[0].Label, "results")
+	if c.RefDir != "" {
+		refDir = c.RefDir
+		sum.Notes = append(sum.Notes, "results checked against the exclusive run in "+c.RefDir)
+	}
 	lastCold := map[string]string{} // mode -> state dir of the last cold packed arm
 	for _, spec := range c.Arms {
 		if err := ctx.Err(); err != nil {
@@ -199,12 +229,20 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 		run, err := c.Runner.RunArm(actx, spec, jobs, stateDir, armDir)
 		cancel()
 		run.Label, run.Arm, run.Mode, run.Profiles, run.Seed, run.Jobs = spec.Label, spec.Arm, spec.Mode, spec.Profiles, c.Seed, queue
+		run.Workload = c.Workload.orStartup()
 		if err != nil {
 			run.Error = err.Error()
 			log.Error("arm failed", "arm", spec.Label, "error", err)
 		}
 		if spec.Arm == record.ArmPacked && spec.Profiles == record.ProfilesCold {
 			lastCold[spec.Mode] = stateDir
+		}
+		for i, n := range run.GPMNotes {
+			if i == 3 {
+				sum.Notes = append(sum.Notes, fmt.Sprintf("%s: %d more GPM notes in runs.json", spec.Label, len(run.GPMNotes)-i))
+				break
+			}
+			sum.Notes = append(sum.Notes, spec.Label+": "+n)
 		}
 		runs = append(runs, run)
 		sum.Scores = scoreAll(runs, refDir, c.OutDir)
@@ -320,4 +358,32 @@ func copyDir(from, to string) error {
 		}
 		return out.Close()
 	})
+}
+
+// CheckRef finds the result files of an earlier exclusive run for a run of seed in profile p:
+// dir is its arm directory (holding results/) or the results directory itself, inside the
+// invocation's directory (holding summary.json). It refuses another seed's or profile's run,
+// whose results would differ from every job's.
+func CheckRef(dir string, seed uint64, p WorkloadProfile) (string, error) {
+	armDir := dir
+	if filepath.Base(dir) == "results" {
+		armDir = filepath.Dir(dir)
+	}
+	res := filepath.Join(armDir, "results")
+	if st, err := os.Stat(res); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("reference %s: no results directory: %v", dir, err)
+	}
+	sum, err := LoadSummary(filepath.Join(filepath.Dir(armDir), "summary.json"))
+	if err != nil {
+		return "", fmt.Errorf("reference %s: %w", dir, err)
+	}
+	label := filepath.Base(armDir)
+	i := slices.IndexFunc(sum.Scores, func(s Score) bool { return s.Label == label })
+	switch {
+	case sum.Seed != seed || sum.Workload.orStartup() != p.orStartup():
+		return "", fmt.Errorf("reference %s is seed %d, %s profile; this run is seed %d, %s profile", dir, sum.Seed, sum.Workload.orStartup(), seed, p.orStartup())
+	case i < 0 || sum.Scores[i].Arm != record.ArmExclusive:
+		return "", fmt.Errorf("reference %s: %q is not an exclusive arm of that run", dir, label)
+	}
+	return res, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -162,4 +163,102 @@ func TestRunDeadlineSkipsArms(t *testing.T) {
 	if _, _, err := Run(context.Background(), Config{Arms: arms}); err == nil {
 		t.Fatal("a config without runner and workloads should fail")
 	}
+}
+
+// A reference from an earlier call must be an exclusive arm of the same seed and profile.
+func TestCheckRef(t *testing.T) {
+	dir := t.TempDir()
+	sum := Summary{Seed: 2, Workload: ProfileBusy, Scores: []Score{
+		{Label: "exclusive", Arm: record.ArmExclusive}, {Label: "packed-isolated", Arm: record.ArmPacked}}}
+	if err := WriteRaw(dir, sum, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"exclusive", "packed-isolated"} {
+		if err := os.MkdirAll(filepath.Join(dir, l, "results"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := filepath.Join(dir, "exclusive", "results")
+	for _, tc := range []struct {
+		dir     string
+		seed    uint64
+		p       WorkloadProfile
+		wantErr string
+	}{
+		{filepath.Join(dir, "exclusive"), 2, ProfileBusy, ""},
+		{want, 2, ProfileBusy, ""},
+		{filepath.Join(dir, "exclusive"), 3, ProfileBusy, "seed 2, busy profile; this run is seed 3"},
+		{filepath.Join(dir, "exclusive"), 2, ProfileStartup, "this run is seed 2, startup profile"},
+		{filepath.Join(dir, "packed-isolated"), 2, ProfileBusy, "not an exclusive arm"},
+		{filepath.Join(dir, "nope"), 2, ProfileBusy, "no results directory"},
+	} {
+		got, err := CheckRef(tc.dir, tc.seed, tc.p)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("CheckRef(%s, %d, %s): %v, want an error containing %q", tc.dir, tc.seed, tc.p, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != want {
+			t.Errorf("CheckRef(%s) = %q, %v; want %q", tc.dir, got, err, want)
+		}
+	}
+	if specs, err := ParseArmsWithRef("packed-isolated-warm,uncapped-retry", "isolated"); err != nil || len(specs) != 2 {
+		t.Errorf("arms after a reference: %+v, %v", specs, err)
+	}
+}
+
+// A busy seed in two calls: the exclusive arm in one invocation, the packed arm in the next
+// against it (--ref); the combined report scores the packed arm against that exclusive run and
+// gives it the SM bound, as if they had run in one call.
+func TestRunAgainstAnEarlierExclusiveRun(t *testing.T) {
+	fake := &fakeArms{states: map[string]string{}}
+	first, second := t.TempDir(), t.TempDir()
+	ex, _ := ParseArms("exclusive", "isolated")
+	sum1, runs1, err := Run(context.Background(), Config{Seed: 4, Arms: ex, Runner: withGPM{fake, 60}, OutDir: first,
+		Workloads: PythonWorkloads{Dir: "/w", Profile: ProfileBusy}, Workload: ProfileBusy})
+	if err != nil || len(runs1) != 1 {
+		t.Fatal(err)
+	}
+	ref, err := CheckRef(filepath.Join(first, "exclusive"), 4, ProfileBusy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed, _ := ParseArmsWithRef("packed-mps", "isolated")
+	sum2, _, err := Run(context.Background(), Config{Seed: 4, Arms: packed, Runner: withGPM{fake, 90}, OutDir: second, RefDir: ref,
+		Workloads: PythonWorkloads{Dir: "/w", Profile: ProfileBusy}, Workload: ProfileBusy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evals := 0
+	for _, e := range Draw(4) {
+		if e.Template == Eval17B {
+			evals++
+		}
+	}
+	if s := sum2.Scores[0]; s.Completed != 12-evals || s.Ratio != 0 {
+		t.Fatalf("packed alone: completed %d (want %d: its eval results differ from the reference's), ratio %v (no baseline in its call)", s.Completed, 12-evals, s.Ratio)
+	}
+	out := RenderCombined([]Summary{sum1, sum2})
+	// Exclusive: 12 jobs in 12 s at 60% SM; packed: 12-evals jobs in 2 s.
+	ratio := float64(12-evals) / 2
+	want := fmt.Sprintf("| packed-mps (busy) | %.3fx (%d/12) |", ratio, 12-evals)
+	bound := fmt.Sprintf("%s of 1.67x", fmtPct(ratio*0.6))
+	if !strings.Contains(out, want) || !strings.Contains(out, bound) {
+		t.Fatalf("combined report lacks %q or %q:\n%s", want, bound, out)
+	}
+}
+
+// withGPM adds GPM samples at a fixed SM util over each arm's attempts.
+type withGPM struct {
+	ArmRunner
+	util float64
+}
+
+func (w withGPM) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, stateDir, outDir string) (ArmRun, error) {
+	run, err := w.ArmRunner.RunArm(ctx, spec, jobs, stateDir, outDir)
+	if from, to, ok := span(run.Attempts); ok {
+		run.GPM = []GPMSample{{GPU: "g", Start: from, End: to, SMUtil: w.util, SMOccupancy: 10}}
+	}
+	return run, err
 }

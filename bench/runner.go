@@ -30,6 +30,9 @@ type RunnerArms struct {
 	// Templates are declared template specs (peaks, caps, probe windows), usually none.
 	Templates map[string]queue.TemplateSpec
 	MPS       runner.MPSOptions
+	// GPMInterval is how often the GPUs' performance monitors are read during an arm (0:
+	// DefaultGPMInterval; negative: not read).
+	GPMInterval time.Duration
 	// Self replaces a job command's first word "gpufrac".
 	Self     string
 	Logger   hclog.Logger
@@ -56,8 +59,24 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 		// Exclusive: no footprints are needed, and none should leak in from elsewhere.
 		o.Profiles = record.ProfilesCold
 	}
+	var rec *gpmRecorder
+	var notes []string
+	if r.GPMInterval >= 0 {
+		iv := r.GPMInterval
+		if iv == 0 {
+			iv = DefaultGPMInterval
+		}
+		rec, notes = startGPM(ctx, r.Backend, iv)
+	}
 	res, err := runner.Run(ctx, q, o)
-	return FromRunner(res), err
+	run := FromRunner(res)
+	if rec != nil {
+		var more []string
+		run.GPM, more = rec.finish()
+		notes = append(notes, more...)
+	}
+	run.GPMNotes = notes
+	return run, err
 }
 
 // FromRunner keeps the runner's records of a run for the benchmark (nil gives an empty run),

@@ -33,6 +33,9 @@ type simShape struct {
 	leakPerSec   string
 	resultKind   string
 	resultCount  int
+	// load is how hard the job works the SMs while simjob runs (its memory taken), for the
+	// simulated GPM; start-up uses none.
+	load gpu.SimLoad
 }
 
 // LeakerFraction is the share of its GPU's memory the leaker grows to when it has the GPU to
@@ -44,18 +47,76 @@ const LeakerFraction = 0.93
 // first steps: 0.4-1.1 s of loading on the H200, then the first step's activations).
 const rise = 1500 * time.Millisecond
 
+// startupLoad: the one H200 GPM figure of a default-size job (lora-0.6b alone: SMs active 4.4%
+// of its 17.6 s, all of it in the 4.5 s after loading) gives about 17% while it computes.
+var (
+	startupLoad       = gpu.SimLoad{SMUtil: 17, SMOccupancy: 10}
+	startupLeakerLoad = gpu.SimLoad{SMUtil: 2, SMOccupancy: 1}
+)
+
 var simShapes = map[string]simShape{
-	LoRA06B:   {peak: "18.7GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	LoRA17B:   {peak: "24.6GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	FullFT06B: {peak: "28.9GiB", startup: 10500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12},
-	Eval17B:   {peak: "16.9GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
-	Embed06B:  {peak: "4.3GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8},
-	Gen17B:    {peak: "4.3GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 4 * time.Second, resultKind: KindExact, resultCount: 8},
-	ResNet50:  {peak: "4.3GiB", startup: 7500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12},
+	LoRA06B:   {peak: "18.7GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	LoRA17B:   {peak: "24.6GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	FullFT06B: {peak: "28.9GiB", startup: 10500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	Eval17B:   {peak: "16.9GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	Embed06B:  {peak: "4.3GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	Gen17B:    {peak: "4.3GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 4 * time.Second, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	ResNet50:  {peak: "4.3GiB", startup: 7500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12, load: startupLoad},
 	// The leaker holds about 1 GiB for a small phase that outlasts every other template's rise
 	// (so a probe window that sees their peaks still sees a small leaker), then grows 20 GiB a
 	// second, as the real one does, to LeakerFraction of its GPU's memory.
-	Leaker: {peak: "1GiB", startup: 6500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2},
+	Leaker: {peak: "1GiB", startup: 6500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2, load: startupLeakerLoad},
+}
+
+// busySimShapes are the busy profile's jobs: the same start-ups, a work phase long and heavy
+// enough that each job alone keeps the SMs active about 60% of its run, in at most 40 s on a
+// 140 GiB GPU (TestBusyProfileSizes checks both). The peaks are estimates for the larger batches
+// of BusySizes, to be replaced by the calibration's measured ones.
+var busySimShapes = map[string]simShape{
+	LoRA06B:   {peak: "40GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 21 * time.Second, resultKind: KindLosses, resultCount: 48, load: gpu.SimLoad{SMUtil: 93, SMOccupancy: 45}},
+	LoRA17B:   {peak: "52GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 22 * time.Second, resultKind: KindLosses, resultCount: 32, load: gpu.SimLoad{SMUtil: 94, SMOccupancy: 45}},
+	FullFT06B: {peak: "58GiB", startup: 10500 * time.Millisecond, ramp: rise, hold: 19 * time.Second, resultKind: KindLosses, resultCount: 36, load: gpu.SimLoad{SMUtil: 91, SMOccupancy: 40}},
+	Eval17B:   {peak: "31GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 23 * time.Second, resultKind: KindExact, resultCount: 96, load: gpu.SimLoad{SMUtil: 95, SMOccupancy: 50}},
+	Embed06B:  {peak: "14GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 22 * time.Second, resultKind: KindExact, resultCount: 64, load: gpu.SimLoad{SMUtil: 94, SMOccupancy: 50}},
+	Gen17B:    {peak: "22GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 20 * time.Second, resultKind: KindExact, resultCount: 32, load: gpu.SimLoad{SMUtil: 95, SMOccupancy: 35}},
+	ResNet50:  {peak: "21GiB", startup: 7500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, resultKind: KindLosses, resultCount: 200, load: gpu.SimLoad{SMUtil: 86, SMOccupancy: 40}},
+	Leaker:    {peak: "3GiB", startup: 6500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2, load: gpu.SimLoad{SMUtil: 76, SMOccupancy: 30}},
+}
+
+// shapesOf is the simulated shapes of a workload profile.
+func shapesOf(p WorkloadProfile) map[string]simShape {
+	if p.orStartup() == ProfileBusy {
+		return busySimShapes
+	}
+	return simShapes
+}
+
+// alone is how long a simulated job of this shape takes alone on a GPU of gpuMem at scale 1, and
+// the SM-active seconds the simulated GPM sees.
+func (sh simShape) alone(gpuMem size.Bytes) (wall, smActive time.Duration, err error) {
+	return sh.aloneAt(gpuMem, 1)
+}
+
+// aloneAt is alone at a duration scale: the load holds over simjob's whole run (ramp, hold and
+// any leak, whose rate SimJobMain does not scale); start-up computes nothing.
+func (sh simShape) aloneAt(gpuMem size.Bytes, scale float64) (wall, smActive time.Duration, err error) {
+	startup := time.Duration(float64(sh.startup) * scale)
+	active := time.Duration(float64(sh.ramp+sh.hold) * scale)
+	if sh.leakFraction > 0 {
+		peak, err := size.Parse(sh.peak)
+		if err != nil {
+			return 0, 0, err
+		}
+		rate, err := size.Parse(sh.leakPerSec)
+		if err != nil {
+			return 0, 0, err
+		}
+		to := size.Bytes(float64(gpuMem)*sh.leakFraction) / size.MiB * size.MiB
+		if to > peak {
+			active += time.Duration(float64(to-peak) / float64(rate) * float64(time.Second))
+		}
+	}
+	return startup + active, time.Duration(float64(active) * sh.load.SMUtil / 100), nil
 }
 
 // SimJobMain is a simulated benchmark job: it runs gpu/simjob (a real process that takes memory
@@ -69,10 +130,16 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	template := fs.String("template", "", "one of the benchmark templates")
 	result := fs.String("result", os.Getenv("GPUFRAC_RESULT"), "where to write the result (default $GPUFRAC_RESULT)")
 	scale := fs.Float64("scale", 1, "multiply every duration by this")
+	profile := fs.String("profile", string(ProfileStartup), "workload profile: startup or busy")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	shape, ok := simShapes[*template]
+	prof, err := ParseWorkloadProfile(*profile)
+	if err != nil {
+		fmt.Fprintf(stderr, "simjob: --profile: %v\n", err)
+		return 2
+	}
+	shape, ok := shapesOf(prof)[*template]
 	if !ok {
 		fmt.Fprintf(stderr, "simjob: --template %q is not a benchmark template\n", *template)
 		return 2
@@ -98,13 +165,18 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 		// the cap between two samples would look like an ordinary crash rather than a violation.
 		sargs = append(sargs, "--leak-to", fmt.Sprint(uint64(leakTo)), "--leak-rate", shape.leakPerSec)
 	}
+	if err := declareLoad(shape.load); err != nil {
+		fmt.Fprintf(stderr, "simjob: declaring the job's SM load: %v\n", err)
+		return 2
+	}
 	if rc := startUp(*template, time.Duration(float64(shape.startup)**scale), stdout); rc != 0 {
 		return rc
 	}
+	workStart := time.Now()
 	if rc := simjob.Main(sargs, stdout, stderr); rc != 0 {
 		return rc
 	}
-	if err := convertSimResult(raw, *result, *template, shape); err != nil {
+	if err := convertSimResult(raw, *result, *template, shape, time.Since(workStart)); err != nil {
 		fmt.Fprintf(stderr, "simjob: %v\n", err)
 		return 1
 	}
@@ -158,7 +230,25 @@ func scaled(d time.Duration, s float64) string {
 	return time.Duration(float64(d) * s).String()
 }
 
-func convertSimResult(raw, path, template string, shape simShape) error {
+// declareLoad tells the simulated GPU how hard this job works its SMs, for its GPM figures. A job
+// outside a simulated GPU's reach (no $GPUFRAC_SIM_DIR or GPU) declares nothing: simjob then
+// refuses to run, with its own message.
+func declareLoad(l gpu.SimLoad) error {
+	dir, uuid := os.Getenv(gpu.EnvSimDir), os.Getenv("CUDA_VISIBLE_DEVICES")
+	if dir == "" || uuid == "" {
+		return nil
+	}
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: dir})
+	if err != nil {
+		return err
+	}
+	defer sim.Close()
+	return sim.SetProcessLoad(uuid, os.Getpid(), l)
+}
+
+// convertSimResult writes the workloads' result format; meta carries the work phase's seconds,
+// as the PyTorch jobs' timings do, for calibration.
+func convertSimResult(raw, path, template string, shape simShape, work time.Duration) error {
 	data, err := os.ReadFile(raw)
 	if err != nil {
 		return fmt.Errorf("simulated result: %w", err)
@@ -174,7 +264,8 @@ func convertSimResult(raw, path, template string, shape simShape) error {
 	for i := range vals {
 		vals[i] = r.Values[i%len(r.Values)] + float64(i)
 	}
-	out, err := json.Marshal(map[string]any{"template": template, "kind": shape.resultKind, "values": vals})
+	meta := map[string]any{"timings_s": map[string]float64{"work": work.Seconds()}}
+	out, err := json.Marshal(map[string]any{"template": template, "kind": shape.resultKind, "values": vals, "meta": meta})
 	if err != nil {
 		return err
 	}

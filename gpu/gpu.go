@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -59,9 +60,38 @@ type Backend interface {
 	// Power is the GPU's power draw and the limit the driver holds it to. An error means the
 	// draw could not be read; a limit that could not be read is 0.
 	Power(ctx context.Context, uuid string) (Power, error)
+	// OpenGPM starts reading the GPU's performance monitor (GPM: Hopper and newer). The error
+	// wraps ErrNoGPM when the GPU or driver has none.
+	OpenGPM(ctx context.Context, uuid string) (GPMSampler, error)
 	// Close releases the backend.
 	Close() error
 }
+
+// GPM is what a GPU's performance monitor measured over one period. NVML's utilization says
+// whether any kernel ran during a period; GPM says how much of the SMs did: a small job that
+// keeps a kernel running all the time shows 100% utilization and a few percent SM activity.
+type GPM struct {
+	// Start and End bound the period; a sampler's periods follow each other without gaps.
+	Start, End time.Time
+	// SMUtil is the percent of the period the SMs were active (GPM_METRIC_SM_UTIL), averaged
+	// over the SMs: 0 to 100.
+	SMUtil float64
+	// SMOccupancy is the percent of the SMs' warp slots occupied (GPM_METRIC_SM_OCCUPANCY), 0 to 100.
+	SMOccupancy float64
+}
+
+// GPMSampler reads successive GPM periods of one GPU. Read and Close are safe for concurrent use.
+type GPMSampler interface {
+	// Read returns the metrics of the period since the previous Read (or since OpenGPM). NVML
+	// needs periods of at least about 100 ms to give stable figures.
+	Read(ctx context.Context) (GPM, error)
+	// Close releases the sampler; Read fails after it.
+	Close() error
+}
+
+// ErrNoGPM means a GPU has no performance monitor gpufrac can read (before Hopper, or a driver
+// without GPM): SM activity is then unknown, never 0.
+var ErrNoGPM = errors.New("GPU performance monitoring (GPM) is not available")
 
 // ErrNoNVML means the NVIDIA management library could not be loaded or initialised: no driver,
 // no GPU, or no permission. It is never turned into "zero GPUs" silently.

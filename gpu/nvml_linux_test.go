@@ -4,6 +4,7 @@ package gpu
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -46,5 +47,35 @@ func TestCString(t *testing.T) {
 	}
 	if got := cString(b); got != "00000000:51:00.0" {
 		t.Fatalf("cString = %q", got)
+	}
+}
+
+func TestGPMValues(t *testing.T) {
+	ok := uint32(nvml.SUCCESS)
+	tests := []struct {
+		name    string
+		in      []nvml.GpmMetric
+		want    []float64
+		wantErr string
+	}{
+		{"two percentages", []nvml.GpmMetric{{MetricId: 2, NvmlReturn: ok, Value: 58.7}, {MetricId: 3, NvmlReturn: ok, Value: 12.5}}, []float64{58.7, 12.5}, ""},
+		{"rounding past 100 is clamped", []nvml.GpmMetric{{MetricId: 2, NvmlReturn: ok, Value: 100.2}}, []float64{100}, ""},
+		{"a metric's own error", []nvml.GpmMetric{{MetricId: 2, NvmlReturn: ok, Value: 1}, {MetricId: 3, NvmlReturn: uint32(nvml.ERROR_NOT_SUPPORTED)}}, nil, "metric 3"},
+		{"not a percentage", []nvml.GpmMetric{{MetricId: 2, NvmlReturn: ok, Value: 250}}, nil, "250"},
+		{"negative", []nvml.GpmMetric{{MetricId: 2, NvmlReturn: ok, Value: -3}}, nil, "-3"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := gpmValues(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("gpmValues = %v, %v; want an error naming %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("gpmValues = %v, %v; want %v", got, err, tc.want)
+			}
+		})
 	}
 }

@@ -72,14 +72,14 @@ func (s *Simulated) SetSensors(uuid string, r *SimSensors) error {
 	return writeFileAtomic(path, []byte(line))
 }
 
-// SetSensorFault makes one sensor's query (SensorTemperature or SensorPower) of GPU uuid fail
+// SetSensorFault makes one sensor's query (SensorTemperature, SensorPower or SensorGPM) of GPU uuid fail
 // with msg, as NVML does when a query errors, until it is called with an empty msg.
 func (s *Simulated) SetSensorFault(uuid, sensor, msg string) error {
 	if _, err := s.device(uuid); err != nil {
 		return err
 	}
-	if sensor != SensorTemperature && sensor != SensorPower {
-		return fmt.Errorf("simulated GPU %s: no sensor %q (want %q or %q)", uuid, sensor, SensorTemperature, SensorPower)
+	if sensor != SensorTemperature && sensor != SensorPower && sensor != SensorGPM {
+		return fmt.Errorf("simulated GPU %s: no sensor %q (want %q, %q or %q)", uuid, sensor, SensorTemperature, SensorPower, SensorGPM)
 	}
 	path := filepath.Join(s.dir, uuid, sensor+"-fault")
 	if msg == "" {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Here, after a device call of bench-seed.sh or bench-arms.sh: unpack the results archive(s) the
 # call brought back into docs/bench-results/ and insert the tables into the "Packing benchmark"
-# section of docs/benchmarks.md (run from the repository root).
+# section of docs/benchmarks.md (run from the repository root). A calibration run
+# (bench-calibrate.sh) is unpacked and its calibration.md printed, not inserted: it is no seed's
+# result.
 # usage: bench-collect.sh [--title TEXT] DIR_OR_TGZ...   (the call's files_at folder, or a .tgz)
 set -euo pipefail
 title=()
@@ -30,9 +32,13 @@ for t in "${tgzs[@]}"; do
   for f in env.txt vmstat.txt cpu-canary.txt; do
     if [ -f "$from/$f" ]; then cp "$from/$f" "$dest/$top/$f"; fi
   done
-  dirs+=("$dest/$top")
   echo "unpacked $t -> $dest/$top"
+  case $top in
+    *-calibration*) cat "$dest/$top/calibration.md" 2>/dev/null ;;
+    *) dirs+=("$dest/$top") ;;
+  esac
 done
+[ ${#dirs[@]} -gt 0 ] || exit 0
 bin=${GPUFRAC_BENCH:-bin/gpufrac-bench}
 if [ ! -x "$bin" ]; then go build -o "$bin" ./bench/cmd/gpufrac-bench; fi
 "$bin" report "${title[@]}" --into docs/benchmarks.md "${dirs[@]}"

@@ -14,6 +14,13 @@
 #        BENCH_SUFFIX        appended to the results directory name (<date>-seed<N>-SUFFIX)
 #        BENCH_PROFILES      stored footprints for warm arms (default bench/profiles-h200.json)
 #        BENCH_EXTRA         more gpufrac-bench run flags, e.g. "--job-env GPUFRAC_STEPS=4"
+#        BENCH_WORKLOAD      workload profile: startup (default) or busy (jobs sized to keep the
+#                            SMs 55-65% active alone; their footprints: BENCH_PROFILES, default
+#                            bench/profiles-h200-busy.json when it exists, else none)
+#        BENCH_REF           an earlier call's exclusive arm directory (docs/bench-results/<run>/
+#                            exclusive): check results against it, so ARMS need not start with
+#                            exclusive (a busy seed's exclusive arm fills a call of its own)
+#        BENCH_COMMAND       run (default) or calibrate (every template alone; ARMS is ignored)
 #        BENCH_WORKLOADS     python (default) or sim; BENCH_BACKEND nvml (default) or simulated:
 #                            sim + simulated rehearse this script on any machine, no GPU needed
 # Files in $OUT (at most 8 come back from the device): NAME.log, NAME.tgz (the whole results
@@ -32,6 +39,18 @@ mode=${BENCH_MODE:-isolated}
 window=${BENCH_PROBE_WINDOW:-0}
 workloads=${BENCH_WORKLOADS:-python}
 backend=${BENCH_BACKEND:-nvml}
+workload=${BENCH_WORKLOAD:-startup}
+command=${BENCH_COMMAND:-run}
+case $command in run|calibrate) ;; *) echo "BENCH_COMMAND=$command: want run or calibrate" >&2; exit 2 ;; esac
+# Footprints measured on one profile's jobs would give the other's the wrong caps: the busy
+# profile uses its own file, or none (the bench refuses a file of the other profile).
+profiles=${BENCH_PROFILES-}
+if [ -z "${BENCH_PROFILES+x}" ]; then
+  case $workload in
+    busy) [ -f bench/profiles-h200-busy.json ] && profiles=bench/profiles-h200-busy.json ;;
+    *) profiles=bench/profiles-h200.json ;;
+  esac
+fi
 # One directory per invocation: two calls on one machine (a seed's main call and its re-run) must
 # not find each other's results when this script collects what it ran.
 work=/tmp/gpufrac-bench-$name-$start
@@ -53,9 +72,15 @@ finish() {
       say "stopped a leftover MPS daemon at $d"
   done
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv >>"$OUT/env.txt" 2>&1
-  res=$(ls -d "$work"/*-seed"$seed"* 2>/dev/null | head -1)
+  # $work is this call's own directory: the one directory in it is the results directory.
+  res=$(ls -d "$work"/*/ 2>/dev/null | head -1)
+  res=${res%/}
   if [ -n "$res" ]; then
-    cp "$res/summary.md" "$res/summary.json" "$OUT/" 2>/dev/null
+    if [ "$command" = calibrate ]; then
+      cp "$res/calibration.md" "$res"/profiles-*.json "$OUT/" 2>/dev/null
+    else
+      cp "$res/summary.md" "$res/summary.json" "$OUT/" 2>/dev/null
+    fi
     # The whole tree minus working state (ledger files, simulated GPUs); excludes go first.
     timeout 60 tar czf "$OUT/$name.tgz" --exclude='*/sim' --exclude='*/state' \
       -C "$(dirname "$res")" "$(basename "$res")" 2>&1 | tail -3
@@ -87,7 +112,7 @@ while True:
 ' >"$OUT/cpu-canary.txt" 2>&1 &
 recorders+=($!)
 
-say "seed $seed, arms $arms, mode $mode, probe window $window, budget ${budget}s"
+say "$command: seed $seed, $workload profile, arms $arms, mode $mode, probe window $window, budget ${budget}s"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "host: $(hostname) kernel: $(uname -r)"
@@ -128,10 +153,17 @@ if [ "$deadline_s" -le 0 ]; then
   exit 5
 fi
 say "benchmark: ${run_s}s at most, no arm starts after ${deadline_s}s"
+flags=(--workloads "$workloads" --workloads-dir examples/workloads --cache "$cache" --backend "$backend"
+  --profile "$workload" --probe-window "$window" --deadline "${deadline_s}s" --out "$work" --suffix "${BENCH_SUFFIX:-}")
+if [ "$command" = calibrate ]; then
+  flags+=(--mode "$mode")
+else
+  flags+=(--seed "$seed" --arms "$arms" --mode "$mode")
+  [ -n "$profiles" ] && flags+=(--profiles "$profiles")
+  [ -n "${BENCH_REF:-}" ] && flags+=(--ref "$BENCH_REF")
+fi
 # shellcheck disable=SC2086  # BENCH_EXTRA is a list of flags
-timeout --signal=INT --kill-after=25 "$run_s" "$bin" run --seed "$seed" --arms "$arms" --mode "$mode" \
-  --workloads "$workloads" --workloads-dir examples/workloads --cache "$cache" --backend "$backend" \
-  --probe-window "$window" --profiles "${BENCH_PROFILES:-bench/profiles-h200.json}" --deadline "${deadline_s}s" --out "$work" --suffix "${BENCH_SUFFIX:-}" ${BENCH_EXTRA:-}
+timeout --signal=INT --kill-after=25 "$run_s" "$bin" "$command" "${flags[@]}" ${BENCH_EXTRA:-}
 rc=$?
 case $rc in
   0) say "benchmark finished" ;;

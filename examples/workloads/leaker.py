@@ -19,7 +19,9 @@ without caps it may itself run out of memory, uncaught, and exit non-zero.
 usage: python3 leaker.py RESULT.json [--seed N]
 knobs: GPUFRAC_LEAKER_SMALL_S (20), GPUFRAC_LEAKER_STEP_MS (100): the small phase (at least
        MIN_STEPS steps; the result digests the first MIN_STEPS losses, so it does not depend on
-       how many steps fit);
+       how many steps fit); GPUFRAC_LEAKER_BATCH (256) and GPUFRAC_LEAKER_WIDTH (4096): the
+       small phase's batch and MLP width (the busy profile makes them large and the step 0 ms,
+       so the leaker computes like its neighbours until it leaks);
        GPUFRAC_LEAK_CHUNK_MIB (512), GPUFRAC_LEAK_INTERVAL_MS (25),
        GPUFRAC_LEAK_FRACTION (0.93 of the device's total memory), GPUFRAC_LEAK_TOTAL_GIB (unset;
        when set, a fixed total that wins over the fraction: 100 was the old leaker).
@@ -36,6 +38,8 @@ def main():
     job = common.Job("leaker", "exact", __doc__)
     small_s = common.env_float("GPUFRAC_LEAKER_SMALL_S", 20.0)
     step_s = common.env_int("GPUFRAC_LEAKER_STEP_MS", 100) / 1000
+    batch = common.env_int("GPUFRAC_LEAKER_BATCH", 256)
+    width = common.env_int("GPUFRAC_LEAKER_WIDTH", 4096)
     # 512 MiB every 25 ms (20 GiB/s): the growth is steady, so samples taken every 20 ms see it
     # climb to the cap instead of one jump far past it.
     chunk_mib = common.env_int("GPUFRAC_LEAK_CHUNK_MIB", 512)
@@ -46,6 +50,10 @@ def main():
         raise SystemExit(f"GPUFRAC_LEAK_FRACTION={fraction}: want a share of the GPU above 0, at most 1")
     if fixed_gib < 0:
         raise SystemExit(f"GPUFRAC_LEAK_TOTAL_GIB={fixed_gib}: must not be negative")
+    if batch < 1 or width < 1 or step_s < 0:
+        raise SystemExit(f"GPUFRAC_LEAKER_BATCH={batch}, GPUFRAC_LEAKER_WIDTH={width}, "
+                         f"GPUFRAC_LEAKER_STEP_MS={step_s * 1000:g}: want a positive batch and "
+                         "width and a step of 0 ms or more")
     torch = job.setup_torch()
     job.mark("imports")
     # The device's memory as CUDA reports it (the H200: 143771 MiB), not what is free now: the
@@ -55,11 +63,11 @@ def main():
     total_bytes = int(fixed_gib * 2**30) if fixed_gib > 0 else int(device_bytes * fraction)
     total_gib = total_bytes / 2**30
 
-    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(),
-                                torch.nn.Linear(4096, 1024)).cuda()
+    model = torch.nn.Sequential(torch.nn.Linear(1024, width), torch.nn.GELU(),
+                                torch.nn.Linear(width, 1024)).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randn(256, 1024, device="cuda")
-    y = torch.randn(256, 1024, device="cuda")
+    x = torch.randn(batch, 1024, device="cuda")
+    y = torch.randn(batch, 1024, device="cuda")
     job.mark("load")
 
     losses = []
@@ -91,7 +99,8 @@ def main():
     job.mark("leak")
     digest = common.digest_rows(torch.stack(losses[:MIN_STEPS]).view(1, -1))[0]
     job.finish([digest, round(len(held) * chunk / 2**30, 3)],
-               {"small_steps": len(losses), "chunk_mib": chunk_mib, "total_gib": round(total_gib, 3),
+               {"small_steps": len(losses), "batch": batch, "width": width,
+                "chunk_mib": chunk_mib, "total_gib": round(total_gib, 3),
                 "device_gib": round(device_bytes / 2**30, 3), "fraction": round(total_bytes / device_bytes, 4)})
 
 

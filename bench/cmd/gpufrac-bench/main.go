@@ -3,6 +3,7 @@
 // were skipped (deadline); results are written in every case.
 //
 //	gpufrac-bench run    --seed N [--arms LIST] [--workloads python|sim] [--out DIR] ...
+//	gpufrac-bench calibrate [--profile busy] ...       each template alone: SM figures, proposed sizes
 //	gpufrac-bench queue  --seed N                      print the seed's queue
 //	gpufrac-bench report [--into FILE] DIR...          combined arm x seed table
 //	gpufrac-bench compare REF_ARM_DIR ARM_DIR          results of two runs within the tolerances
@@ -37,6 +38,8 @@ func main() {
 const usage = `usage: gpufrac-bench COMMAND [flags]
 commands:
   run     run one seed's arms and write docs/bench-results/<date>-seed<N>/
+  calibrate run each template alone (exclusive) and print its SM activity (GPM), wall time, peak
+          and the work size that reaches the busy profile's target; writes profiles-<profile>.json
   queue   print the queue of a seed
   report  render the combined table of several runs (optionally into docs/benchmarks.md)
   compare check one arm's results against another's (e.g. a seed's two exclusive runs from two calls)
@@ -50,7 +53,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "run":
-		return cmdRun(args[1:], stdout, stderr)
+		return cmdRun(args[1:], stdout, stderr, false)
+	case "calibrate":
+		return cmdRun(args[1:], stdout, stderr, true)
 	case "queue":
 		return cmdQueue(args[1:], stdout, stderr)
 	case "report":
@@ -92,11 +97,21 @@ func cmdQueue(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func cmdRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+// cmdRun runs one seed's arms, or, calibrating, one exclusive arm of every template once.
+func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
+	name, defArms, defProfile := "run", "exclusive,packed-mps,packed-isolated,exclusive", bench.ProfileStartup
+	if calibrate {
+		name, defArms, defProfile = "calibrate", "exclusive", bench.ProfileBusy
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	seed := fs.Uint64("seed", 1, "queue seed (1, 2, 3 are the published ones)")
-	arms := fs.String("arms", "exclusive,packed-mps,packed-isolated,exclusive", "arms in order: ARM[-MODE][-cold|-warm], the first exclusive")
+	arms := fs.String("arms", defArms, "arms in order: ARM[-MODE][-cold|-warm], the first exclusive")
+	profile := fs.String("profile", string(defProfile), "workload profile: startup (default-size jobs, start-up heavy) or busy (jobs sized to keep the SMs 55-65% active alone)")
+	queueLen := fs.Int("queue-len", 0, "run only the seed's first N jobs (a short A/A run; 0: all)")
+	only := fs.String("templates", "", "calibrate: only these templates (comma-separated), e.g. to try a size with --job-env")
+	ref := fs.String("ref", "", "check results against this earlier run's exclusive arm (its arm directory) instead of a first exclusive arm: the arms may then start with any arm")
+	gpmInterval := fs.Duration("gpm-interval", bench.DefaultGPMInterval, "how often the GPUs' performance monitors (SM util, occupancy) are read; 0: not read")
 	mode := fs.String("mode", string(policy.ModeIsolated), "mode of arms that name none (mps or isolated)")
 	workloads := fs.String("workloads", "python", "python: the PyTorch jobs; sim: simulated jobs (no GPU needed)")
 	python := fs.String("python", "python3", "Python interpreter of the workloads")
@@ -140,13 +155,43 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpufrac-bench: --borrow-wait %s: want a duration of 0 or more\n", *borrowWait)
 		return 2
 	}
-	specs, err := bench.ParseArms(*arms, *mode)
+	parse := bench.ParseArms
+	if *ref != "" {
+		parse = bench.ParseArmsWithRef
+	}
+	specs, err := parse(*arms, *mode)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpufrac-bench: --arms: %v\n", err)
 		return 2
 	}
+	wprof, err := bench.ParseWorkloadProfile(*profile)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpufrac-bench: --%v\n", err)
+		return 2
+	}
+	if *queueLen < 0 || *queueLen > bench.QueueLen || *gpmInterval < 0 {
+		fmt.Fprintf(stderr, "gpufrac-bench: --queue-len %d (want 0 to %d) or --gpm-interval %s (want 0 or more) is out of range\n", *queueLen, bench.QueueLen, *gpmInterval)
+		return 2
+	}
+	var refDir string
+	if *ref != "" {
+		if refDir, err = bench.CheckRef(*ref, *seed, wprof); err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: --ref: %v\n", err)
+			return 2
+		}
+	}
+	if calibrate && (len(specs) != 1 || specs[0].Arm != "exclusive" || *queueLen != 0 || *ref != "") {
+		fmt.Fprintf(stderr, "gpufrac-bench calibrate: --arms %q, --queue-len %d: calibration runs one exclusive arm of every template\n", *arms, *queueLen)
+		return 2
+	}
 	start := time.Now().UTC()
 	base := fmt.Sprintf("%s-seed%d", start.Format("2006-01-02"), *seed)
+	if calibrate {
+		base = start.Format("2006-01-02") + "-calibration"
+	}
+	if wprof != bench.ProfileStartup {
+		base += "-" + string(wprof)
+	}
 	if *suffix != "" {
 		base += "-" + *suffix
 	}
@@ -171,7 +216,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gpufrac-bench: --workloads-dir %q does not hold the workloads: %v\n", *wdir, err)
 			return 2
 		}
-		wl = bench.PythonWorkloads{Python: *python, Dir: d, Cache: *cache, Env: jobEnv}
+		wl = bench.PythonWorkloads{Python: *python, Dir: d, Cache: *cache, Profile: wprof, Env: jobEnv}
 	case "sim":
 		exe, err := os.Executable()
 		if err != nil {
@@ -179,7 +224,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		self = exe
-		wl = bench.SimWorkloads{Program: []string{exe, "simjob"}, Scale: *simScale, Env: jobEnv}
+		wl = bench.SimWorkloads{Program: []string{exe, "simjob"}, Scale: *simScale, Profile: wprof, Env: jobEnv}
 	default:
 		fmt.Fprintf(stderr, "gpufrac-bench: --workloads %q: want python or sim\n", *workloads)
 		return 2
@@ -202,25 +247,43 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	host, _ := os.Hostname()
+	gpmEvery := *gpmInterval
+	if gpmEvery == 0 {
+		gpmEvery = -1 // the runner's "not read"
+	}
 	cfg := bench.Config{
-		Seed: *seed, Arms: specs, Workloads: wl, OutDir: dir, ArmTimeout: *armTimeout,
+		Seed: *seed, Arms: specs, Workloads: wl, OutDir: dir, ArmTimeout: *armTimeout, Workload: wprof, QueueLen: *queueLen, RefDir: refDir,
 		Runner: bench.RunnerArms{Backend: b, ProbeWindow: *probeWindow, ProbeCap: pcap, Self: self, Borrow: *borrow, BorrowWait: *borrowWait,
-			Logger: log, Progress: stderr, MPS: runner.MPSOptions{Root: *mpsRoot}},
-		Command: "gpufrac-bench run " + strings.Join(args, " "),
+			GPMInterval: gpmEvery, Logger: log, Progress: stderr, MPS: runner.MPSOptions{Root: *mpsRoot}},
+		Command: "gpufrac-bench " + name + " " + strings.Join(args, " "),
 		Machine: host, GPU: fmt.Sprintf("%d x %s (%s)", len(devs), devs[0].Model, devs[0].MemoryBytes),
 		Driver: b.DriverVersion(), Backend: b.Kind(), Logger: log,
 	}
 	if *deadline > 0 {
 		cfg.Deadline = start.Add(*deadline)
 	}
+	if calibrate {
+		if cfg.Queue, err = bench.CalibrationQueueOf(*only); err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: --templates: %v\n", err)
+			return 2
+		}
+	}
 	if *profiles != "" {
-		if cfg.Profiles, err = bench.LoadProfiles(*profiles); err != nil {
+		if cfg.Profiles, err = bench.LoadProfilesFor(*profiles, wprof); err != nil {
 			fmt.Fprintf(stderr, "gpufrac-bench: --profiles: %v\n", err)
 			return 2
 		}
 	}
-	sum, _, err := bench.Run(ctx, cfg)
+	sum, runs, err := bench.Run(ctx, cfg)
 	fmt.Fprint(stdout, bench.RenderRun(sum))
+	if calibrate && len(runs) > 0 {
+		cal := bench.RenderCalibration(sum, runs[0], filepath.Join(dir, specs[0].Label, "results"), jobEnv)
+		fmt.Fprint(stdout, "\n"+cal)
+		if werr := writeCalibration(dir, cal, runs[0], wprof, cfg.Command); werr != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: %v\n", werr)
+			return 1
+		}
+	}
 	fmt.Fprintf(stdout, "\nraw results: %s\n", dir)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpufrac-bench: %v\n", err)
@@ -236,6 +299,19 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return 3
 	}
 	return 0
+}
+
+// writeCalibration keeps the calibration table and the footprints the run measured beside the
+// raw results: calibration.md and profiles-<profile>.json (for --profiles of warm arms).
+func writeCalibration(dir, table string, run bench.ArmRun, p bench.WorkloadProfile, command string) error {
+	if err := os.WriteFile(filepath.Join(dir, "calibration.md"), []byte(table), 0o644); err != nil {
+		return fmt.Errorf("calibration.md: %w", err)
+	}
+	data, err := bench.CalibrationProfiles(run, p, "NVML peaks of each template alone: "+command)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "profiles-"+string(p)+".json"), data, 0o644)
 }
 
 func cmdReport(args []string, stdout, stderr io.Writer) int {

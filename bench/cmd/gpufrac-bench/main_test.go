@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"report"}, 2, "name at least one results directory"},
 		{[]string{"report", "/nonexistent"}, 1, "summary"},
 		{[]string{"simjob", "--template", "gpt", "--result", "/tmp/x"}, 2, `"gpt"`},
+		{[]string{"simjob", "--template", "leaker", "--profile", "huge", "--result", "/tmp/x"}, 2, `"huge"`},
+		{[]string{"run", "--profile", "heavy", "--out", "OUTDIR"}, 2, `"heavy"`},
+		{[]string{"calibrate", "--arms", "exclusive,packed", "--out", "OUTDIR"}, 2, "one exclusive arm"},
 	}
 	for _, c := range cases {
 		for i, a := range c.args {
@@ -154,5 +158,40 @@ func TestCompare(t *testing.T) {
 	}
 	if rc, _, errs := call("compare", ref); rc != 2 || !strings.Contains(errs, "usage") {
 		t.Fatalf("one argument: rc %d %q", rc, errs)
+	}
+}
+
+// `calibrate` on the simulated backend: every template alone in the busy profile, a table with
+// each job's SM activity, and the footprints it measured, readable for the busy profile only.
+func TestCalibrateSimulated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 8 simulated jobs")
+	}
+	out := t.TempDir()
+	rc, stdout, errs := call("calibrate", "--workloads", "sim", "--backend", "simulated", "--sim-scale", "0.02",
+		"--gpm-interval", "20ms", "--out", out, "--log-level", "warn")
+	if rc != 0 {
+		t.Fatalf("rc %d\n%s\n%s", rc, stdout, errs)
+	}
+	for _, tpl := range bench.Templates {
+		if !regexp.MustCompile(`\| c0\d-` + regexp.QuoteMeta(tpl) + ` \| ` + regexp.QuoteMeta(tpl) + ` \| 0 \| [0-9.]+ s \| [0-9.]+ s \| [0-9.]+% \|`).MatchString(stdout) {
+			t.Errorf("no calibration row with SM figures for %s:\n%s", tpl, stdout)
+		}
+	}
+	dir := filepath.Join(out, time.Now().UTC().Format("2006-01-02")+"-calibration-busy")
+	for _, f := range []string{"calibration.md", "summary.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	profs, err := bench.LoadProfilesFor(filepath.Join(dir, "profiles-busy.json"), bench.ProfileBusy)
+	if err != nil || len(profs) != len(bench.Templates)-1 {
+		t.Fatalf("footprints %+v, %v: want every template but the leaker", profs, err)
+	}
+	if rc, _, errs := call("run", "--profile", "busy", "--profiles", filepath.Join(dir, "profiles-busy.json"), "--queue-len", "13", "--out", out); rc != 2 || !strings.Contains(errs, "--queue-len 13") {
+		t.Errorf("queue length past the queue: rc %d %q", rc, errs)
+	}
+	if rc, _, errs := call("run", "--profile", "startup", "--profiles", filepath.Join(dir, "profiles-busy.json"), "--workloads", "sim", "--backend", "simulated", "--out", out); rc != 2 || !strings.Contains(errs, "busy profile's jobs") {
+		t.Errorf("busy footprints for a startup run: rc %d %q", rc, errs)
 	}
 }

@@ -1,0 +1,271 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// SensorGPM names the simulated performance monitor for SetSensorFault.
+const SensorGPM = "gpm"
+
+// The load of a busy simulated process that declared none: the SMs fully active, half the warp
+// slots occupied. Utilization says 100 for such a process too.
+const (
+	SimBusySMUtil      = 100.0
+	SimBusySMOccupancy = 50.0
+)
+
+// simGPMModels are the models whose simulated GPUs have a performance monitor, as on real
+// hardware (GPM came with Hopper), matched on the model name.
+var simGPMModels = []string{"H100", "H200", "H800", "H20", "B100", "B200", "B300"}
+
+// SimHasGPM is whether a simulated GPU of this model has a performance monitor.
+func SimHasGPM(model string) bool {
+	m := strings.ToUpper(model)
+	for _, g := range simGPMModels {
+		if strings.Contains(m, g) {
+			return true
+		}
+	}
+	return false
+}
+
+// SimLoad is how hard a simulated process works the SMs while it is busy, in percent.
+type SimLoad struct {
+	SMUtil      float64
+	SMOccupancy float64
+}
+
+func (l SimLoad) check() error {
+	if !(l.SMUtil >= 0 && l.SMUtil <= 100) || !(l.SMOccupancy >= 0 && l.SMOccupancy <= 100) {
+		return fmt.Errorf("SM load %g%% util, %g%% occupancy: want percentages from 0 to 100", l.SMUtil, l.SMOccupancy)
+	}
+	return nil
+}
+
+// simLoadDir, in a GPU's directory, holds one "<sm util> <occupancy> <start>" file a process.
+const simLoadDir = "load"
+
+// simGPMFile pins the GPU's GPM readings: "<sm util> <occupancy>".
+const simGPMFile = "gpm"
+
+// SetProcessLoad declares how hard pid works the SMs of GPU uuid while it reports itself busy
+// (SetProcess). It counts only while pid is the same live process; a job declares it once, before
+// it starts computing.
+func (s *Simulated) SetProcessLoad(uuid string, pid int, l SimLoad) error {
+	if _, err := s.device(uuid); err != nil {
+		return err
+	}
+	if err := l.check(); err != nil {
+		return fmt.Errorf("simulated GPU %s: process %d: %w", uuid, pid, err)
+	}
+	st, err := readProcStat(pid)
+	if err != nil {
+		return fmt.Errorf("simulated GPU %s: process %d: %w", uuid, pid, err)
+	}
+	if !st.alive {
+		return fmt.Errorf("simulated GPU %s: process %d is not running", uuid, pid)
+	}
+	dir := filepath.Join(s.dir, uuid, simLoadDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("simulated GPU %s: %w", uuid, err)
+	}
+	line := fmt.Sprintf("%g %g %d\n", l.SMUtil, l.SMOccupancy, st.start)
+	return writeFileAtomic(filepath.Join(dir, strconv.Itoa(pid)), []byte(line))
+}
+
+// SetGPM pins GPU uuid's GPM readings for every process sharing Dir; nil returns them to the
+// figures computed from the busy processes.
+func (s *Simulated) SetGPM(uuid string, l *SimLoad) error {
+	if _, err := s.device(uuid); err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, uuid, simGPMFile)
+	if l == nil {
+		return removeIfPresent(path)
+	}
+	if err := l.check(); err != nil {
+		return fmt.Errorf("simulated GPU %s: %w", uuid, err)
+	}
+	return writeFileAtomic(path, []byte(fmt.Sprintf("%g %g\n", l.SMUtil, l.SMOccupancy)))
+}
+
+// OpenGPM implements Backend. The simulated monitor reports, for the period since the last Read,
+// the load at the moment of the Read: pinned (SetGPM), else the sum of the declared loads of the
+// busy live processes (SimBusySMUtil and SimBusySMOccupancy for one that declared none), at most
+// 100. It is deterministic: the same processes give the same figures. Read every few hundred
+// milliseconds, as real GPM is, a job's phases of seconds come out right to within one period.
+func (s *Simulated) OpenGPM(ctx context.Context, uuid string) (GPMSampler, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d, err := s.device(uuid)
+	if err != nil {
+		return nil, err
+	}
+	if !SimHasGPM(d.Model) {
+		return nil, fmt.Errorf("simulated GPU %s (%s): %w: GPM came with Hopper", uuid, d.Model, ErrNoGPM)
+	}
+	if err := s.gpmFault(uuid); err != nil {
+		return nil, err
+	}
+	return &simGPM{s: s, uuid: uuid, at: time.Now()}, nil
+}
+
+type simGPM struct {
+	s    *Simulated
+	uuid string
+
+	mu     sync.Mutex
+	at     time.Time
+	closed bool
+}
+
+func (g *simGPM) Read(ctx context.Context) (GPM, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return GPM{}, fmt.Errorf("simulated GPU %s: GPM sampler is closed", g.uuid)
+	}
+	l, err := g.s.gpmLoad(ctx, g.uuid)
+	now := time.Now()
+	out := GPM{Start: g.at, End: now, SMUtil: l.SMUtil, SMOccupancy: l.SMOccupancy}
+	g.at = now // as with NVML, a failed period still ends where the next begins
+	if err != nil {
+		return GPM{}, err
+	}
+	return out, nil
+}
+
+func (g *simGPM) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	return nil
+}
+
+func (s *Simulated) gpmFault(uuid string) error {
+	if fault, err := os.ReadFile(filepath.Join(s.dir, uuid, SensorGPM+"-fault")); err == nil {
+		return fmt.Errorf("simulated NVML error on GPU %s: %s: %s", uuid, SensorGPM, strings.TrimSpace(string(fault)))
+	}
+	return nil
+}
+
+// gpmLoad is the GPU's load now: pinned, else summed over the busy live processes.
+func (s *Simulated) gpmLoad(ctx context.Context, uuid string) (SimLoad, error) {
+	if err := ctx.Err(); err != nil {
+		return SimLoad{}, err
+	}
+	if err := s.gpmFault(uuid); err != nil {
+		return SimLoad{}, err
+	}
+	dir := filepath.Join(s.dir, uuid)
+	data, err := os.ReadFile(filepath.Join(dir, simGPMFile))
+	switch {
+	case err == nil:
+		l, perr := parseLoad(string(data))
+		if perr != nil {
+			return SimLoad{}, fmt.Errorf("simulated GPU %s: %s: %w", uuid, simGPMFile, perr)
+		}
+		return l, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return SimLoad{}, fmt.Errorf("simulated GPU %s: %w", uuid, err)
+	}
+	procs, err := s.live(ctx, uuid)
+	if err != nil {
+		return SimLoad{}, err
+	}
+	var sum SimLoad
+	alive := map[int]bool{}
+	for _, p := range procs {
+		alive[p.pid] = true
+		if !p.busy {
+			continue
+		}
+		l := s.processLoad(uuid, p.pid)
+		sum.SMUtil += l.SMUtil
+		sum.SMOccupancy += l.SMOccupancy
+	}
+	s.dropDeadLoads(uuid, alive)
+	// Processes sharing the SMs take turns (time-slicing) or split them (MPS): either way the
+	// SMs cannot be more than fully active.
+	sum.SMUtil, sum.SMOccupancy = min(sum.SMUtil, 100), min(sum.SMOccupancy, 100)
+	return sum, nil
+}
+
+// processLoad is pid's declared load, or the default of a busy process. A declaration left by
+// an earlier process with the same PID (its start time differs) is removed.
+func (s *Simulated) processLoad(uuid string, pid int) SimLoad {
+	def := SimLoad{SMUtil: SimBusySMUtil, SMOccupancy: SimBusySMOccupancy}
+	path := filepath.Join(s.dir, uuid, simLoadDir, strconv.Itoa(pid))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return def
+	}
+	l, start, err := parseLoadEntry(string(data))
+	if err != nil {
+		s.logger.Warn("ignoring an unreadable simulated load entry", "path", path, "error", err)
+		return def
+	}
+	if st, err := readProcStat(pid); err != nil || !st.alive || (start != 0 && st.start != 0 && start != st.start) {
+		_ = os.Remove(path)
+		return def
+	}
+	return l
+}
+
+// dropDeadLoads removes the declarations of processes that are gone, as live does their entries.
+func (s *Simulated) dropDeadLoads(uuid string, listed map[int]bool) {
+	dir := filepath.Join(s.dir, uuid, simLoadDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 0 || listed[pid] {
+			continue
+		}
+		if st, err := readProcStat(pid); err == nil && !st.alive {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+func parseLoadEntry(s string) (SimLoad, uint64, error) {
+	f := strings.Fields(s)
+	if len(f) != 3 {
+		return SimLoad{}, 0, fmt.Errorf("want 3 fields, got %q", s)
+	}
+	l, err := parseLoad(f[0] + " " + f[1])
+	if err != nil {
+		return SimLoad{}, 0, err
+	}
+	start, err := strconv.ParseUint(f[2], 10, 64)
+	if err != nil {
+		return SimLoad{}, 0, fmt.Errorf("malformed start time in %q: %w", s, err)
+	}
+	return l, start, nil
+}
+
+// parseLoad reads "<sm util> <occupancy>".
+func parseLoad(s string) (SimLoad, error) {
+	f := strings.Fields(s)
+	if len(f) != 2 {
+		return SimLoad{}, fmt.Errorf("want 2 fields, got %q", s)
+	}
+	u, err1 := strconv.ParseFloat(f[0], 64)
+	o, err2 := strconv.ParseFloat(f[1], 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return SimLoad{}, fmt.Errorf("malformed load %q: %w", s, err)
+	}
+	l := SimLoad{SMUtil: u, SMOccupancy: o}
+	return l, l.check()
+}

@@ -1,0 +1,198 @@
+package gpu_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+func TestSimHasGPM(t *testing.T) {
+	tests := []struct {
+		model string
+		want  bool
+	}{
+		{"NVIDIA H200", true}, {"NVIDIA H100 80GB HBM3", true}, {"NVIDIA GH200 480GB", true},
+		{"NVIDIA B200", true}, {"h100", true},
+		{"NVIDIA A100-SXM4-40GB", false}, {"NVIDIA L40S", false}, {"Tesla T4", false}, {"NVIDIA A10G", false},
+	}
+	for _, tc := range tests {
+		if got := gpu.SimHasGPM(tc.model); got != tc.want {
+			t.Errorf("SimHasGPM(%q) = %v, want %v", tc.model, got, tc.want)
+		}
+	}
+}
+
+// sleeper starts a child process that lives for the test, so the simulated GPU has a second live
+// process besides the test itself.
+func sleeper(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// TestSimulatedGPM walks one GPU's monitor through the loads of its processes: idle, one busy
+// process with and without a declared load, two whose loads add up past the SMs, one no longer
+// busy, a pinned reading seen through another handle, and back. Every figure is exact: the
+// simulated monitor is deterministic, which is what lets the benchmark's arithmetic be tested.
+func TestSimulatedGPM(t *testing.T) {
+	ctx := context.Background()
+	s, devs := testutil.NewSim(t, "H200=140GiB")
+	uuid := devs[0].UUID
+	peer, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := peer.OpenGPM(ctx, uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	self, other := os.Getpid(), sleeper(t)
+	steps := []struct {
+		name      string
+		do        func() error
+		util, occ float64
+	}{
+		{"idle", func() error { return nil }, 0, 0},
+		{"holding memory, not computing", func() error { return s.SetProcess(uuid, self, size.GiB, false) }, 0, 0},
+		{"busy without a declared load", func() error { return s.SetProcess(uuid, self, size.GiB, true) }, gpu.SimBusySMUtil, gpu.SimBusySMOccupancy},
+		{"busy with a declared load", func() error {
+			return s.SetProcessLoad(uuid, self, gpu.SimLoad{SMUtil: 62.5, SMOccupancy: 30})
+		}, 62.5, 30},
+		{"a second busy process", func() error {
+			return errors.Join(s.SetProcessLoad(uuid, other, gpu.SimLoad{SMUtil: 25, SMOccupancy: 20}),
+				s.SetProcess(uuid, other, 2*size.GiB, true))
+		}, 87.5, 50},
+		{"loads past the SMs are capped", func() error {
+			return s.SetProcessLoad(uuid, other, gpu.SimLoad{SMUtil: 70, SMOccupancy: 80})
+		}, 100, 100},
+		{"one stops computing", func() error { return s.SetProcess(uuid, self, size.GiB, false) }, 70, 80},
+		{"pinned", func() error { return s.SetGPM(uuid, &gpu.SimLoad{SMUtil: 58.7, SMOccupancy: 41}) }, 58.7, 41},
+		{"unpinned", func() error { return s.SetGPM(uuid, nil) }, 70, 80},
+		{"the process leaves", func() error { return s.ClearProcess(uuid, other) }, 0, 0},
+	}
+	var last time.Time
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		r, err := g.Read(ctx)
+		if err != nil {
+			t.Fatalf("%s: Read: %v", st.name, err)
+		}
+		if r.SMUtil != st.util || r.SMOccupancy != st.occ {
+			t.Errorf("%s: SM util %g%%, occupancy %g%%; want %g%%, %g%%", st.name, r.SMUtil, r.SMOccupancy, st.util, st.occ)
+		}
+		if r.End.Before(r.Start) || (!last.IsZero() && !r.Start.Equal(last)) {
+			t.Errorf("%s: period %s-%s does not follow the previous one, which ended %s", st.name, r.Start, r.End, last)
+		}
+		last = r.End
+	}
+}
+
+// TestSimulatedGPMDeadProcess: the load of a killed process stops counting and its declaration
+// is removed, so a later process with the same PID inherits nothing.
+func TestSimulatedGPMDeadProcess(t *testing.T) {
+	ctx := context.Background()
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	uuid := devs[0].UUID
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	pid := cmd.Process.Pid
+	if err := errors.Join(s.SetProcessLoad(uuid, pid, gpu.SimLoad{SMUtil: 40, SMOccupancy: 10}),
+		s.SetProcess(uuid, pid, size.GiB, true)); err != nil {
+		t.Fatal(err)
+	}
+	g, err := s.OpenGPM(ctx, uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if r, err := g.Read(ctx); err != nil || r.SMUtil != 40 {
+		t.Fatalf("before the kill: %+v, %v", r, err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 5*time.Second, "the killed process's load to stop counting", func() bool {
+		r, err := g.Read(ctx)
+		return err == nil && r.SMUtil == 0
+	})
+	if _, err := os.Stat(gpu.LoadPath(s, uuid, pid)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the killed process's load declaration was not removed: %v", err)
+	}
+}
+
+func TestSimulatedGPMErrors(t *testing.T) {
+	ctx := context.Background()
+	s, devs := testutil.NewSim(t, "H100=80GiB", "A100=40GiB")
+	h100, a100 := devs[0].UUID, devs[1].UUID
+	if _, err := s.OpenGPM(ctx, a100); !errors.Is(err, gpu.ErrNoGPM) {
+		t.Errorf("OpenGPM on an A100: %v, want ErrNoGPM", err)
+	}
+	if _, err := s.OpenGPM(ctx, "GPU-nope"); !errors.Is(err, gpu.ErrUnknownDevice) {
+		t.Errorf("OpenGPM on an unknown GPU: %v, want ErrUnknownDevice", err)
+	}
+	g, err := s.OpenGPM(ctx, h100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetSensorFault(h100, gpu.SensorGPM, "NVML_ERROR_UNKNOWN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Read(ctx); err == nil || !strings.Contains(err.Error(), "NVML_ERROR_UNKNOWN") {
+		t.Errorf("Read with a GPM fault: %v", err)
+	}
+	if _, err := s.OpenGPM(ctx, h100); err == nil {
+		t.Errorf("OpenGPM with a GPM fault succeeded")
+	}
+	if err := s.SetSensorFault(h100, gpu.SensorGPM, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Read(ctx); err != nil {
+		t.Errorf("Read after the fault cleared: %v", err)
+	}
+	bad := []struct {
+		name, want string
+		do         func() error
+	}{
+		{"load above 100", "101", func() error {
+			return s.SetProcessLoad(h100, os.Getpid(), gpu.SimLoad{SMUtil: 101})
+		}},
+		{"negative occupancy", "-1", func() error { return s.SetGPM(h100, &gpu.SimLoad{SMOccupancy: -1}) }},
+		{"unknown GPU", "GPU-nope", func() error { return s.SetGPM("GPU-nope", nil) }},
+		{"corrupt pinned file", "malformed load", func() error {
+			if err := gpu.WriteFileAtomic(gpu.GPMPath(s, h100), []byte("x y\n")); err != nil {
+				return err
+			}
+			_, err := g.Read(ctx)
+			return err
+		}},
+	}
+	for _, tc := range bad {
+		if err := tc.do(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one naming %q", tc.name, err, tc.want)
+		}
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Read(ctx); err == nil {
+		t.Errorf("Read after Close succeeded")
+	}
+}
