@@ -175,11 +175,11 @@ func TestKilledHoldingTheLock(t *testing.T) {
 	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
 	b := k.Start(t, k.Env(dir, tokA))
 	want(t, b.Do("alloc 100M"), "ok", "b")
-	env := k.Env(dir, tokA, "GF_TEST_STALL_IN_LOCK=1")
+	env := k.Env(dir, tokA, "GF_TEST_STALL=charge")
 	env[0] = "LD_PRELOAD=" + k.TestLibrary
 	a := k.Start(t, env)
 	a.Send("alloc 800M")
-	a.WaitStderr("gf-test: stalled")
+	a.WaitStderr("gf-test: stalled at charge")
 	a.Kill()
 	want(t, b.Do("alloc 900M"), "ok", "b after a died holding the lock")
 	s, _ := tb.Snapshot()

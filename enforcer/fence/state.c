@@ -21,10 +21,26 @@
 #define gf_relax() ((void)0)
 #endif
 
-static off_t live_byte(uint32_t owner)
+/* The byte whose lock marks the enforcer that manages the file. */
+#define CONTROL_BYTE (GF_LIVE_BASE - 1)
+
+#ifdef GF_TESTING
+/* test_point stops the process at a named point inside a critical section, so a test can kill
+ * it there (GF_TEST_STALL=<point>). Test builds only. */
+static void test_point(const char *at)
 {
-	return owner == GF_OWNER_CONTROL ? GF_LIVE_BASE - 1 : GF_LIVE_BASE + (off_t)owner - 1;
+	const char *s = getenv("GF_TEST_STALL");
+	if (!s || strcmp(s, at) != 0)
+		return;
+	char msg[64];
+	int n = snprintf(msg, sizeof msg, "gf-test: stalled at %s\n", at);
+	(void)!write(2, msg, (size_t)n);
+	for (;;)
+		pause();
 }
+#else
+#define test_point(at) ((void)0)
+#endif
 
 /* byte_lock takes (F_WRLCK) or drops (F_UNLCK) one liveness byte without waiting. */
 static int byte_lock(int fd, off_t at, short type)
@@ -38,20 +54,49 @@ static int byte_lock(int fd, off_t at, short type)
 	return fcntl(fd, F_OFD_SETLK, &fl);
 }
 
-/* alive says whether someone other than this open file holds the byte of owner. */
-static int alive(const struct gf_map *m, uint32_t owner)
+/* take_owner gives the map an owner index (its byte locked for the map's life) and a nonce no
+ * other map of this file drew before, before it ever takes the table's lock. */
+static int take_owner(struct gf_map *m)
 {
+	unsigned start = (unsigned)getpid() * 2654435761u;
+	for (unsigned n = 0; n < GF_OWNERS; n++) {
+		unsigned i = (start + n) % GF_OWNERS;
+		if (byte_lock(m->fd, GF_OWNER_BASE + (off_t)i, F_WRLCK) != 0)
+			continue;
+		uint32_t nonce;
+		do
+			nonce = __atomic_add_fetch(&m->t->h.nonces, 1, __ATOMIC_SEQ_CST);
+		while (nonce == 0);
+		__atomic_store_n(&m->t->owners[i], nonce, __ATOMIC_SEQ_CST);
+		m->owner = (int)i;
+		m->me = (uint64_t)nonce << 32 | (i + 1);
+		return 0;
+	}
+	return -1;
+}
+
+/* holder_dead says whether the lock word w names a map that is gone: nobody holds its owner
+ * index (for this map's own index the kernel answers unlocked, and w is a predecessor's), or
+ * the index's holder now drew another nonce. A holder that only took its index and has not
+ * written its nonce yet reads as the dead one's successor a moment later. */
+static int holder_dead(const struct gf_map *m, uint64_t w)
+{
+	if (w == m->me)
+		return 0;
+	uint32_t nonce = (uint32_t)(w >> 32), idx = (uint32_t)w - 1;
+	if (idx >= GF_OWNERS)
+		return 1; /* no map can hold such a word */
 	struct flock fl;
-	if (owner == m->me)
-		return 1;
 	memset(&fl, 0, sizeof fl);
 	fl.l_type = F_WRLCK;
 	fl.l_whence = SEEK_SET;
-	fl.l_start = live_byte(owner);
+	fl.l_start = GF_OWNER_BASE + (off_t)idx;
 	fl.l_len = 1;
 	if (fcntl(m->fd, F_OFD_GETLK, &fl) != 0)
-		return 1; /* cannot tell: assume alive and keep waiting */
-	return fl.l_type != F_UNLCK;
+		return 0; /* cannot tell: assume alive and keep waiting */
+	if (fl.l_type == F_UNLCK)
+		return 1;
+	return __atomic_load_n(&m->t->owners[idx], __ATOMIC_SEQ_CST) != nonce;
 }
 
 /* recount rebuilds every task's sums from its processes' after a holder died mid-update. */
@@ -60,6 +105,7 @@ static void recount(struct gf_table *t)
 	for (int i = 0; i < GF_TASKS; i++) {
 		t->tasks[i].used = 0;
 		t->tasks[i].procs = 0;
+		t->tasks[i].nwait = 0;
 	}
 	for (int i = 0; i < GF_PROCS; i++) {
 		struct gf_proc *p = &t->procs[i];
@@ -70,6 +116,8 @@ static void recount(struct gf_table *t)
 			continue;
 		k->used += p->used;
 		k->procs++;
+		if (p->waiting)
+			k->nwait++;
 	}
 	t->h.epoch++;
 	t->h.recoveries++;
@@ -77,9 +125,9 @@ static void recount(struct gf_table *t)
 
 static void lock(struct gf_map *m)
 {
-	uint32_t *w = &m->t->h.lock;
+	uint64_t *w = &m->t->h.lock;
 	for (unsigned long spins = 0;; spins++) {
-		uint32_t holder = 0;
+		uint64_t holder = 0;
 		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
 			return;
 		if (spins < 128) {
@@ -88,7 +136,7 @@ static void lock(struct gf_map *m)
 		}
 		/* Critical sections are a few stores long: a lock held this long has a holder that was
 		 * descheduled or died. Ask the kernel which, now and then. */
-		if (spins % 256 == 0 && !alive(m, holder) &&
+		if (spins % 64 == 0 && holder_dead(m, holder) &&
 		    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
 			recount(m->t);
 			return;
@@ -100,6 +148,22 @@ static void lock(struct gf_map *m)
 static void unlock(struct gf_map *m)
 {
 	__atomic_store_n(&m->t->h.lock, 0, __ATOMIC_RELEASE);
+}
+
+/* set_waiting changes what a process waits for and keeps its task's count of waiting
+ * processes. Called under the lock. */
+static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
+{
+	if ((p->waiting != GF_WAIT_NONE) != (why != GF_WAIT_NONE) && p->task < GF_TASKS) {
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			if (why != GF_WAIT_NONE)
+				k->nwait++;
+			else if (k->nwait > 0)
+				k->nwait--;
+		}
+	}
+	p->waiting = why;
 }
 
 /* give_back frees a process slot and returns its bytes to its task. Called under the lock. */
@@ -119,6 +183,8 @@ static void give_back(struct gf_table *t, int i)
 			}
 			if (k->procs > 0)
 				k->procs--;
+			if (p->waiting && k->nwait > 0)
+				k->nwait--;
 		}
 	}
 	uint32_t pgen = p->pgen + 1;
@@ -169,6 +235,11 @@ static int map_file(int fd, const char *path, struct gf_map *m, char *err, size_
 		return fail(err, errlen, "map", path, errno);
 	m->t = p;
 	int rc = check_header(m->t, st.st_size, path, err, errlen);
+	if (rc == 0 && take_owner(m) != 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s has no free owner index (%d maps)", path, GF_OWNERS);
+		rc = -1;
+	}
 	if (rc != 0) {
 		munmap(p, sizeof(struct gf_table));
 		m->t = NULL;
@@ -182,6 +253,7 @@ static void reset(struct gf_map *m)
 	m->fd = -1;
 	m->slot = -1;
 	m->task = -1;
+	m->owner = -1;
 }
 
 /* create_new writes a fresh table under a temporary name and links it into place, so no reader
@@ -238,8 +310,7 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	if (fd < 0)
 		return fail(err, errlen, "open", path, errno);
 	m->fd = fd;
-	m->me = GF_OWNER_CONTROL;
-	if (byte_lock(fd, live_byte(GF_OWNER_CONTROL), F_WRLCK) != 0) {
+	if (byte_lock(fd, CONTROL_BYTE, F_WRLCK) != 0) {
 		int e = errno;
 		close(fd);
 		reset(m);
@@ -258,6 +329,7 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	}
 	lock(m);
 	m->t->h.total = total;
+	test_point("create");
 	m->t->h.budget = budget;
 	snprintf(m->t->h.uuid, sizeof m->t->h.uuid, "%s", uuid);
 	unlock(m);
@@ -277,9 +349,9 @@ static int try_claim(struct gf_map *m, int i, const char *token)
 {
 	if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 		return 0;
-	m->me = (uint32_t)i + 1;
 	lock(m);
 	struct gf_table *t = m->t;
+	test_point("claim");
 	int k = find_task(t, token);
 	if (k < 0) {
 		unlock(m);
@@ -291,10 +363,13 @@ static int try_claim(struct gf_map *m, int i, const char *token)
 		t->h.reaped++;
 	}
 	struct gf_proc *p = &t->procs[i];
-	p->state = GF_LIVE;
+	/* The slot goes live last: a holder that dies before leaves a free slot, one that dies
+	 * after leaves a whole one that the recount and the reaper understand. */
 	p->task = (uint32_t)k;
 	p->task_gen = t->tasks[k].gen;
 	p->pid = (int32_t)getpid();
+	__atomic_store_n(&p->state, GF_LIVE, __ATOMIC_RELEASE);
+	test_point("claim-live");
 	t->tasks[k].procs++;
 	t->tasks[k].armed = 1; /* a process attaches at its first allocation: the task is on the GPU */
 	m->slot = i;
@@ -348,6 +423,7 @@ void gf_detach(struct gf_map *m)
 		lock(m);
 		if (m->t->procs[m->slot].pgen == m->pgen)
 			give_back(m->t, m->slot);
+		test_point("detach");
 		unlock(m);
 		byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
 	}
@@ -441,17 +517,6 @@ static int judge(const struct gf_table *t, const struct gf_task *k, uint64_t wan
 	return others <= t->h.budget && want <= t->h.budget - others ? FIT : NO_ROOM;
 }
 
-/* task_waits says whether a live process of task slot i waits for borrowable memory. */
-static int task_waits(const struct gf_table *t, int i)
-{
-	for (int j = 0; j < GF_PROCS; j++) {
-		const struct gf_proc *p = &t->procs[j];
-		if (p->state == GF_LIVE && p->waiting && p->task == (uint32_t)i && p->task_gen == t->tasks[i].gen)
-			return 1;
-	}
-	return 0;
-}
-
 static int anyone_waits(const struct gf_table *t)
 {
 	for (int j = 0; j < GF_PROCS; j++)
@@ -472,7 +537,7 @@ static int can_wait(const struct gf_table *t, int me, uint64_t want)
 		const struct gf_task *k = &t->tasks[i];
 		if (i == me || k->state != GF_LIVE || held(k) == 0)
 			continue;
-		if (task_waits(t, i))
+		if (k->nwait > 0)
 			stuck += held(k);
 		else
 			movers++;
@@ -503,27 +568,21 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		lock(m);
 		if (!mine(m)) {
 			if (m->t->procs[m->slot].pgen == m->pgen)
-				m->t->procs[m->slot].waiting = 0;
+				set_waiting(m->t, &m->t->procs[m->slot], GF_WAIT_NONE);
 			unlock(m);
 			return GF_NOTASK;
 		}
 		struct gf_table *t = m->t;
 		struct gf_task *k = &t->tasks[m->task];
 		struct gf_proc *p = &t->procs[m->slot];
+		test_point("charge-enter");
 		uint64_t want = k->used + n;
 		int verdict = want < k->used ? PAST_LIMIT : judge(t, k, want);
 		if (verdict == FIT) {
-			p->waiting = 0;
+			set_waiting(t, p, GF_WAIT_NONE);
 			k->used = want;
-#ifdef GF_TESTING
-			/* Lets a test kill a process at the worst moment: the task's sum is raised, the
-			 * process's own is not yet. */
-			if (getenv("GF_TEST_STALL_IN_LOCK")) {
-				(void)!write(2, "gf-test: stalled\n", 17);
-				for (;;)
-					pause();
-			}
-#endif
+			/* the worst moment to die: the task's sum is raised, the process's own is not */
+			test_point("charge");
 			p->used += n;
 			p->allocs++;
 			if (k->used > k->peak)
@@ -540,7 +599,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		if (now != 0 && deadline == 0)
 			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
 		if (now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(t, m->task, want))) {
-			p->waiting = GF_WAIT_NONE;
+			set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
 			p->refused++;
 			unlock(m);
@@ -548,7 +607,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		}
 		uint32_t why = verdict == OWED ? GF_WAIT_OWED : GF_WAIT_BORROW;
 		if (p->waiting != why) {
-			p->waiting = why;
+			set_waiting(t, p, why);
 			if (why == GF_WAIT_OWED)
 				k->owed++;
 			else
@@ -575,6 +634,7 @@ void gf_uncharge(struct gf_map *m, uint64_t n)
 			n = p->used;
 		}
 		p->used -= n;
+		test_point("uncharge");
 		struct gf_task *k = &t->tasks[m->task];
 		if (k->state == GF_LIVE && k->gen == m->task_gen) {
 			if (n > k->used) {
@@ -592,6 +652,7 @@ int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
 	lock(m);
+	test_point("view");
 	int ok = mine(m);
 	if (ok) {
 		*cap = m->t->tasks[m->task].cap;
@@ -620,6 +681,7 @@ int gf_reap(struct gf_map *m, int task)
 			give_back(m->t, i);
 			m->t->h.reaped++;
 			n++;
+			test_point("reap");
 		}
 		unlock(m);
 		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
@@ -665,6 +727,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 			k->gen = gen;
 		}
 	}
+	test_point("set-tasks");
 	int waiting = anyone_waits(t);
 	for (int s = 0; s < n; s++) {
 		int i = find_task(t, specs[s].token);
@@ -701,6 +764,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 void gf_snapshot(struct gf_map *m, struct gf_table *out)
 {
 	lock(m);
+	test_point("snapshot");
 	memcpy(out, m->t, sizeof *out);
 	unlock(m);
 }

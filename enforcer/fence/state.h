@@ -4,8 +4,14 @@
  * LD_PRELOAD library and, through cgo, the Go enforcer), so the layout has one definition.
  *
  * Why it is built this way:
- * - Every counter changes under one lock word per file. The critical sections hold a few
- *   loads and stores and no system call, so a compare-and-swap lock costs tens of nanoseconds.
+ * - Every counter changes under one lock word per file. The critical sections hold loads and
+ *   stores over at most the 512 process slots and no system call, so a compare-and-swap lock
+ *   costs tens of nanoseconds.
+ * - The lock word names its holder uniquely over time: an owner index (an OFD-locked byte the
+ *   map holds for its whole life, taken before it ever locks) and a nonce drawn once per map
+ *   from a counter in the header. A holder is dead when nobody holds its index's byte, or when
+ *   whoever holds it now drew another nonce; a process that dies anywhere inside a critical
+ *   section, whatever slot it had or was giving back, leaves a lock the next locker takes over.
  * - Liveness comes from the kernel, not from PIDs: a process that owns a slot holds an
  *   open-file-description (OFD) write lock on one byte of the file, which the kernel drops when
  *   the process dies, however it dies, and which means the same thing in every PID namespace
@@ -21,7 +27,7 @@
 #include <stdint.h>
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 3
+#define GF_VERSION 4
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -31,7 +37,11 @@
  * GF_LIVE_BASE - 1 for the enforcer that manages the file. They lie past the end of the file,
  * which locks allow. */
 #define GF_LIVE_BASE (1LL << 30)
-#define GF_OWNER_CONTROL 0xffffffffu
+/* Owner indexes: each map of the file (a process's, the enforcer's) holds the OFD lock of one
+ * byte GF_OWNER_BASE + index for its whole life; the lock word names that index. More than the
+ * process slots: an enforcer, and attaches in flight, map the file without a slot. */
+#define GF_OWNERS 1024
+#define GF_OWNER_BASE (GF_LIVE_BASE + 65536)
 
 enum { GF_FREE = 0, GF_LIVE = 1 };
 
@@ -72,6 +82,7 @@ struct gf_task {
 	uint64_t keep;
 	uint64_t armed;
 	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
+	uint64_t nwait; /* its live processes with a waiting allocation: can_wait reads it, not 512 slots */
 	char token[GF_TOKEN_MAX];
 };
 
@@ -98,8 +109,9 @@ struct gf_header {
 	uint32_t proc_size;
 	uint32_t ntasks;
 	uint32_t nprocs;
-	uint32_t lock;  /* 0 = free, else the holder: proc slot + 1, or GF_OWNER_CONTROL */
+	uint64_t lock;  /* 0 = free, else the holder: its nonce << 32 | its owner index + 1 */
 	uint32_t epoch; /* bumped by every recovery from a holder that died */
+	uint32_t nonces; /* the last nonce drawn: every map draws the next one */
 	uint64_t total;  /* the GPU's memory */
 	uint64_t budget; /* what guarantees and borrowing may fill together; 0 = no borrowing */
 	uint64_t recoveries;
@@ -115,13 +127,15 @@ struct gf_table {
 	struct gf_header h;
 	struct gf_task tasks[GF_TASKS];
 	struct gf_proc procs[GF_PROCS];
+	uint32_t owners[GF_OWNERS]; /* the nonce of each owner index's holder */
 };
 
 /* One process's (or the enforcer's) view of one file. */
 struct gf_map {
 	int fd;
 	struct gf_table *t;
-	uint32_t me;   /* lock owner id: slot + 1, or GF_OWNER_CONTROL */
+	uint64_t me;   /* what the lock word holds while this map holds the lock */
+	int owner;     /* the owner index whose byte it holds */
 	int slot;      /* the proc slot this process owns, or -1 */
 	int task;      /* the task slot it charges, or -1 */
 	uint32_t task_gen;

@@ -1,0 +1,112 @@
+/*
+ * A process that drives a fence table through state.c's own API, for the lock's tests: built
+ * with -DGF_TESTING, it stops inside a critical section when GF_TEST_STALL names one, so a test
+ * can SIGKILL it there. It reads one command a line on stdin and answers one line on stdout:
+ *   create PATH UUID TOTAL  -> ok | err RC MSG     (as the enforcer: takes the control byte)
+ *   set TOKEN CAP           -> placed N            (the enforcer's whole set: this one task)
+ *   snapshot                -> snap used=U procs=P recoveries=R
+ *   attach PATH TOKEN       -> ok SLOT | err RC MSG
+ *   charge N                -> ok | refused | notask
+ *   uncharge N | detach     -> ok
+ *   reap                    -> reaped N
+ *   view                    -> view CAP USED | notask
+ *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
+ * Sizes are bytes with an optional M or G (binary) suffix.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../state.h"
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	uint64_t n = strtoull(s, &end, 10);
+	switch (*end) {
+	case 'M': return n << 20;
+	case 'G': return n << 30;
+	default: return n;
+	}
+}
+
+static const char *charge_word(int r)
+{
+	switch (r) {
+	case GF_OK:
+	case GF_OK_OWED: return "ok";
+	case GF_REFUSED: return "refused";
+	default: return "notask";
+	}
+}
+
+int main(void)
+{
+	static struct gf_map m, ctl;
+	static struct gf_table snap;
+	char line[4400], err[512];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	m.fd = ctl.fd = -1;
+	while (fgets(line, sizeof line, stdin)) {
+		char cmd[32] = "", a[4096] = "", b[128] = "", c[64] = "";
+		if (sscanf(line, "%31s %4095s %127s %63s", cmd, a, b, c) < 1)
+			continue;
+		if (!strcmp(cmd, "create")) {
+			int rc = gf_create(a, b, parse_size(c), 0, &ctl, err, sizeof err);
+			if (rc)
+				printf("err %d %s\n", rc, err);
+			else
+				printf("ok\n");
+		} else if (!strcmp(cmd, "set")) {
+			struct gf_task_spec spec = {a, parse_size(b), 0, 0};
+			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0));
+		} else if (!strcmp(cmd, "snapshot")) {
+			gf_snapshot(&ctl, &snap);
+			uint64_t used = 0, procs = 0;
+			for (int i = 0; i < GF_TASKS; i++) {
+				used += snap.tasks[i].used;
+				procs += snap.tasks[i].procs;
+			}
+			printf("snap used=%llu procs=%llu recoveries=%llu\n", (unsigned long long)used,
+			       (unsigned long long)procs, (unsigned long long)snap.h.recoveries);
+		} else if (!strcmp(cmd, "attach")) {
+			int rc = gf_attach(a, b, &m, err, sizeof err);
+			if (rc)
+				printf("err %d %s\n", rc, err);
+			else
+				printf("ok %d\n", m.slot);
+		} else if (!strcmp(cmd, "charge")) {
+			printf("%s\n", charge_word(gf_charge(&m, parse_size(a))));
+		} else if (!strcmp(cmd, "uncharge")) {
+			gf_uncharge(&m, parse_size(a));
+			printf("ok\n");
+		} else if (!strcmp(cmd, "detach")) {
+			gf_detach(&m);
+			printf("ok\n");
+		} else if (!strcmp(cmd, "reap")) {
+			printf("reaped %d\n", gf_reap(&m, -1));
+		} else if (!strcmp(cmd, "view")) {
+			uint64_t cap = 0, used = 0;
+			if (gf_view(&m, &cap, &used) == GF_OK)
+				printf("view %llu %llu\n", (unsigned long long)cap, (unsigned long long)used);
+			else
+				printf("notask\n");
+		} else if (!strcmp(cmd, "loop")) {
+			printf("looping\n");
+			for (;;) {
+				if (gf_attach(a, b, &m, err, sizeof err) != 0) {
+					printf("err %s\n", err);
+					return 1;
+				}
+				gf_charge(&m, 1 << 20);
+				gf_uncharge(&m, 1 << 20);
+				gf_detach(&m);
+			}
+		} else {
+			printf("err unknown command %s\n", cmd);
+		}
+	}
+	return 0;
+}
