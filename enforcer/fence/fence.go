@@ -42,6 +42,20 @@ type Table struct {
 	m    *C.struct_gf_map
 	path string
 	wait time.Duration
+	// names turns the table's token hashes back into the tokens SetTasks was given: the
+	// table holds hashes only, since every task maps it.
+	names map[[hashLen]byte]string
+}
+
+const hashLen = C.GF_HASH_LEN
+
+// tokenHash is what the table holds for token (state.c hashes with the same C).
+func tokenHash(token string) [hashLen]byte {
+	var h [hashLen]byte
+	c := C.CString(token)
+	defer C.free(unsafe.Pointer(c))
+	C.gf_sha256(unsafe.Pointer(c), C.size_t(len(token)), (*C.uint8_t)(unsafe.Pointer(&h[0])))
+	return h
 }
 
 // Create opens the table of GPU uuid in dir, creating it when missing, and takes it over for
@@ -62,7 +76,7 @@ func Create(dir, uuid string, total, budget size.Bytes) (*Table, error) {
 		C.free(unsafe.Pointer(m))
 		return nil, cError(rc, buf)
 	}
-	return &Table{m: m, path: path}, nil
+	return &Table{m: m, path: path, names: map[[hashLen]byte]string{}}, nil
 }
 
 // Path is the table's file.
@@ -119,6 +133,10 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 			C.free(unsafe.Pointer(view[i].token))
 		}
 	}()
+	clear(t.names)
+	for _, k := range tasks {
+		t.names[tokenHash(k.Token)] = k.Token
+	}
 	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
 	switch {
 	case rc == C.GF_SET_FULL:
@@ -166,10 +184,12 @@ func (t *Table) snapshot() Snapshot {
 	raw := (*C.struct_gf_table)(C.malloc(C.sizeof_struct_gf_table))
 	defer C.free(unsafe.Pointer(raw))
 	C.gf_snapshot(t.m, raw)
-	return snapshotOf(raw)
+	return snapshotOf(raw, t.names)
 }
 
-func snapshotOf(raw *C.struct_gf_table) Snapshot {
+// snapshotOf copies raw; a task whose hash names does not know (one a previous enforcer placed,
+// until SetTasks replaces it) has no Token.
+func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot {
 	s := Snapshot{
 		UUID:       C.GoString(&raw.h.uuid[0]),
 		Total:      size.Bytes(raw.h.total),
@@ -185,7 +205,9 @@ func snapshotOf(raw *C.struct_gf_table) Snapshot {
 		if k.state != C.GF_LIVE {
 			continue
 		}
-		tok := C.GoString(&k.token[0])
+		var h [hashLen]byte
+		copy(h[:], unsafe.Slice((*byte)(unsafe.Pointer(&k.token_hash[0])), hashLen))
+		tok := names[h]
 		tokens[i] = tok
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
 			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Procs: int(k.procs),

@@ -336,23 +336,23 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	return 0;
 }
 
-static int find_task(const struct gf_table *t, const char *token)
+static int find_task(const struct gf_table *t, const uint8_t *hash)
 {
 	for (int i = 0; i < GF_TASKS; i++)
-		if (t->tasks[i].state == GF_LIVE && strncmp(t->tasks[i].token, token, GF_TOKEN_MAX) == 0)
+		if (t->tasks[i].state == GF_LIVE && memcmp(t->tasks[i].token_hash, hash, GF_HASH_LEN) == 0)
 			return i;
 	return -1;
 }
 
 /* try_claim takes slot i if its byte is free (a free slot, or one whose owner died). */
-static int try_claim(struct gf_map *m, int i, const char *token)
+static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 {
 	if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 		return 0;
 	lock(m);
 	struct gf_table *t = m->t;
 	test_point("claim");
-	int k = find_task(t, token);
+	int k = find_task(t, hash);
 	if (k < 0) {
 		unlock(m);
 		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
@@ -387,32 +387,37 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 	if (fd < 0)
 		return fail(err, errlen, "open", path, errno);
 	m->fd = fd;
-	if (map_file(fd, path, m, err, errlen) != 0)
+	int rc = map_file(fd, path, m, err, errlen);
+	if (rc != 0)
 		goto out;
+	uint8_t hash[GF_HASH_LEN];
+	gf_sha256(token, strlen(token), hash);
 	/* Free slots first; then slots whose byte is free, which belong to dead processes. */
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < GF_PROCS; i++) {
 			uint32_t st = __atomic_load_n(&m->t->procs[i].state, __ATOMIC_RELAXED);
 			if ((pass == 0) != (st == GF_FREE))
 				continue;
-			int r = try_claim(m, i, token);
+			int r = try_claim(m, i, hash);
 			if (r > 0)
 				return 0;
 			if (r < 0) {
 				if (err && errlen)
 					snprintf(err, errlen, "fence state %s has no task for this reservation", path);
+				rc = GF_ERR_NOTASK;
 				goto out;
 			}
 		}
 	}
 	if (err && errlen)
 		snprintf(err, errlen, "fence state %s has no free process slot (%d in use)", path, GF_PROCS);
+	rc = -1;
 out:
 	if (m->t)
 		munmap(m->t, sizeof *m->t);
 	close(fd);
 	reset(m);
-	return -1;
+	return rc;
 }
 
 void gf_detach(struct gf_map *m)
@@ -689,12 +694,12 @@ int gf_reap(struct gf_map *m, int task)
 	return n;
 }
 
-static const struct gf_task_spec *find_spec(const struct gf_task_spec *specs, int n, const char *token)
+static int find_spec(const uint8_t (*hashes)[GF_HASH_LEN], int n, const uint8_t *hash)
 {
 	for (int i = 0; i < n; i++)
-		if (strncmp(specs[i].token, token, GF_TOKEN_MAX) == 0)
-			return &specs[i];
-	return NULL;
+		if (memcmp(hashes[i], hash, GF_HASH_LEN) == 0)
+			return i;
+	return -1;
 }
 
 /* room says whether task k may hold guarantee cap from now: a guarantee never covers memory that
@@ -712,6 +717,12 @@ static int room(const struct gf_table *t, const struct gf_task *k, uint64_t cap,
 int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns)
 {
 	int placed = 0, full = 0, noroom = 0;
+	if (n > GF_TASKS)
+		return GF_SET_FULL;
+	/* Hashed before the lock: the critical section stays a few loads and stores. */
+	uint8_t hashes[GF_TASKS][GF_HASH_LEN];
+	for (int s = 0; s < n; s++)
+		gf_sha256(specs[s].token, strlen(specs[s].token), hashes[s]);
 	lock(m);
 	struct gf_table *t = m->t;
 	t->h.budget = budget;
@@ -721,7 +732,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 	 * watchdog owns them. */
 	for (int i = 0; i < GF_TASKS; i++) {
 		struct gf_task *k = &t->tasks[i];
-		if (k->state == GF_LIVE && !find_spec(specs, n, k->token)) {
+		if (k->state == GF_LIVE && find_spec(hashes, n, k->token_hash) < 0) {
 			uint32_t gen = k->gen + 1;
 			memset(k, 0, sizeof *k);
 			k->gen = gen;
@@ -730,7 +741,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 	test_point("set-tasks");
 	int waiting = anyone_waits(t);
 	for (int s = 0; s < n; s++) {
-		int i = find_task(t, specs[s].token);
+		int i = find_task(t, hashes[s]);
 		struct gf_task *k = i >= 0 ? &t->tasks[i] : NULL;
 		if (!room(t, k, specs[s].cap, waiting)) {
 			noroom = 1;
@@ -747,7 +758,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 			uint32_t gen = k->gen + 1;
 			memset(k, 0, sizeof *k);
 			k->gen = gen;
-			snprintf(k->token, sizeof k->token, "%s", specs[s].token);
+			memcpy(k->token_hash, hashes[s], GF_HASH_LEN);
 			k->state = GF_LIVE;
 		}
 		k->cap = specs[s].cap;

@@ -26,6 +26,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sha256.h"
+
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
 #define GF_VERSION 4
 #define GF_TASKS 64
@@ -55,6 +57,7 @@ enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
 /* Failures of gf_create and gf_attach besides -1 (a system call failed). */
 #define GF_ERR_CORRUPT (-2)
 #define GF_ERR_BUSY (-3)
+#define GF_ERR_NOTASK (-4) /* gf_attach: the table has no task for the token */
 
 /* Results of gf_charge. GF_OK_OWED is GF_OK after a wait for borrowers to give the bytes back:
  * the driver may still be releasing a stopped borrower's memory, so a caller retries its real
@@ -62,7 +65,7 @@ enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
 enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3 };
 
 /* Results of gf_set_tasks besides a count of tasks placed. */
-#define GF_SET_FULL (-1)   /* no free task slot */
+#define GF_SET_FULL (-1)   /* no free task slot, or more specs than slots */
 #define GF_SET_NOROOM (-2) /* a new or raised guarantee would cover memory borrowers hold */
 
 struct gf_task {
@@ -83,7 +86,9 @@ struct gf_task {
 	uint64_t armed;
 	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
 	uint64_t nwait; /* its live processes with a waiting allocation: can_wait reads it, not 512 slots */
-	char token[GF_TOKEN_MAX];
+	/* SHA-256 of the reservation's token: every task maps the table, and a token read here
+	 * would let one task attach as another (take its cap, charge it its use). */
+	uint8_t token_hash[GF_HASH_LEN];
 };
 
 struct gf_proc {
