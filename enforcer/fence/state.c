@@ -256,6 +256,18 @@ static void reset(struct gf_map *m)
 	m->owner = -1;
 }
 
+static void init_table(struct gf_table *t, const char *uuid)
+{
+	t->h.magic = GF_MAGIC;
+	t->h.version = GF_VERSION;
+	t->h.header_size = sizeof t->h;
+	t->h.task_size = sizeof t->tasks[0];
+	t->h.proc_size = sizeof t->procs[0];
+	t->h.ntasks = GF_TASKS;
+	t->h.nprocs = GF_PROCS;
+	snprintf(t->h.uuid, sizeof t->h.uuid, "%s", uuid);
+}
+
 /* create_new writes a fresh table under a temporary name and links it into place, so no reader
  * ever maps a half-written header; a racing creator's table wins and this one is dropped. */
 static int create_new(const char *path, const char *uuid, char *err, size_t errlen)
@@ -279,14 +291,7 @@ static int create_new(const char *path, const char *uuid, char *err, size_t errl
 		unlink(tmp);
 		return fail(err, errlen, "create", tmp, e);
 	}
-	t->h.magic = GF_MAGIC;
-	t->h.version = GF_VERSION;
-	t->h.header_size = sizeof t->h;
-	t->h.task_size = sizeof t->tasks[0];
-	t->h.proc_size = sizeof t->procs[0];
-	t->h.ntasks = GF_TASKS;
-	t->h.nprocs = GF_PROCS;
-	snprintf(t->h.uuid, sizeof t->h.uuid, "%s", uuid);
+	init_table(t, uuid);
 	munmap(t, sizeof *t);
 	rc = fsync(fd);
 	close(fd);
@@ -778,4 +783,42 @@ void gf_snapshot(struct gf_map *m, struct gf_table *out)
 	test_point("snapshot");
 	memcpy(out, m->t, sizeof *out);
 	unlock(m);
+}
+
+int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen)
+{
+	reset(m);
+	int fd = memfd_create("gpufrac-unplaced", MFD_CLOEXEC);
+	if (fd < 0)
+		return fail(err, errlen, "create", "a private table", errno);
+	if (ftruncate(fd, sizeof(struct gf_table)) != 0) {
+		int e = errno;
+		close(fd);
+		return fail(err, errlen, "size", "a private table", e);
+	}
+	m->fd = fd;
+	int rc = -1;
+	struct gf_table *t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (t == MAP_FAILED) {
+		fail(err, errlen, "map", "a private table", errno);
+		goto out;
+	}
+	uint8_t hash[GF_HASH_LEN];
+	gf_sha256("", 0, hash);
+	init_table(t, uuid);
+	struct gf_task *k = &t->tasks[0];
+	k->gen = 1;
+	k->cap = k->limit = k->keep = cap;
+	memcpy(k->token_hash, hash, GF_HASH_LEN);
+	k->state = GF_LIVE;
+	munmap(t, sizeof *t);
+	rc = map_file(fd, "a private table", m, err, errlen);
+	if (rc == 0 && try_claim(m, 0, hash) > 0)
+		return 0;
+out:
+	if (m->t)
+		munmap(m->t, sizeof *m->t);
+	close(fd);
+	reset(m);
+	return rc ? rc : -1;
 }

@@ -162,6 +162,9 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 /* gf_attach maps an existing file for a task process and claims a process slot for token. */
 int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen);
 void gf_detach(struct gf_map *m);
+/* gf_private makes a table of this process alone, with one task of cap bytes, and attaches to
+ * it: a process the fence cannot place in any task is fenced by it to a small allowance. */
+int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen);
 
 /* gf_charge takes n bytes for the task, or refuses. Past its guarantee a task borrows memory that
  * no armed guarantee covers; when that is not free it waits (up to the header's wait_ns) while

@@ -103,7 +103,7 @@ func build() {
 		return
 	}
 	warn := []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"}
-	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "lib", "interpose.c"), filepath.Join(src, "state.c"), filepath.Join(src, "sha256.c"), "-ldl", "-lpthread"}
+	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "lib", "interpose.c"), filepath.Join(src, "lib", "identity.c"), filepath.Join(src, "state.c"), filepath.Join(src, "sha256.c"), "-ldl", "-lpthread"}
 	steps := [][]string{
 		append(append(append([]string{}, warn...), "-o", k.Library), lib...),
 		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),
