@@ -1,0 +1,53 @@
+package deviceplugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+)
+
+// A task gets the fence's tables, which its processes write, and the library, which every
+// task's processes run, in two mounts: the library's read-only, so no tenant can rewrite what
+// the others load, and not inside the tables' directory.
+func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), fence.LibraryName)
+	if err := os.WriteFile(lib, []byte("stands for the library"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newSim(t, "H100=80GiB", `fence_library = "`+lib+`"`)
+	m, _ := firstFingerprint(t, s)
+	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, preload := res.Envs[fence.EnvDir], res.Envs[fence.EnvPreload]
+	if tables == "" || preload == "" {
+		t.Fatalf("the task is not fenced: %v", res.Envs)
+	}
+	var sawTables, sawLib bool
+	for _, mt := range res.Mounts {
+		switch {
+		case mt.TaskPath == tables:
+			sawTables = !mt.ReadOnly
+		case mt.TaskPath == filepath.Dir(preload):
+			sawLib = mt.ReadOnly && mt.HostPath == mt.TaskPath
+		}
+		if strings.HasPrefix(preload, mt.TaskPath+"/") && !mt.ReadOnly {
+			t.Fatalf("the library %s reaches the task through a writable mount %+v", preload, mt)
+		}
+	}
+	if !sawTables || !sawLib {
+		t.Fatalf("want the tables' directory %s writable and the library's %s read-only, got %v", tables, filepath.Dir(preload), res.Mounts)
+	}
+	st, err := os.Stat(preload)
+	if err != nil || st.Mode().Perm()&0o222 != 0 {
+		t.Fatalf("the installed library must be read-only to everyone: %v %v", st.Mode(), err)
+	}
+	if _, err := os.Stat(filepath.Join(tables, fence.LibraryName)); !os.IsNotExist(err) {
+		t.Fatalf("no library may lie in the tables' directory: %v", err)
+	}
+}
