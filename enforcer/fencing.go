@@ -258,6 +258,11 @@ func (f *fences) look(uuid string) (fence.Snapshot, bool) {
 	if n := t.Reap(); n > 0 {
 		f.log.Debug("gave back the fence slots of dead processes", "gpu", uuid, "slots", n)
 	}
+	// Every task maps the table writable: what only the enforcer writes is checked on every
+	// pass and written again (docs/enforcement.md, "Threat model").
+	if diffs, err := t.Verify(); len(diffs) > 0 || err != nil {
+		f.log.Warn("fence table rewritten outside the enforcer: restored", "gpu", uuid, "differences", diffs, "error", err)
+	}
 	s, err := t.Snapshot()
 	return s, err == nil
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -45,6 +46,11 @@ type Table struct {
 	// names turns the table's token hashes back into the tokens SetTasks was given: the
 	// table holds hashes only, since every task maps it.
 	names map[[hashLen]byte]string
+	// set and budget are what SetTasks was last asked for, and expect what it placed: what
+	// Verify holds the table to.
+	set    []Task
+	budget size.Bytes
+	expect *Snapshot
 }
 
 const hashLen = C.GF_HASH_LEN
@@ -118,6 +124,11 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 	if t.m == nil {
 		return ErrClosed
 	}
+	return t.setTasks(tasks, budget)
+}
+
+// setTasks is SetTasks with t.mu held.
+func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 	n := len(tasks)
 	specs := (*C.struct_gf_task_spec)(C.calloc(C.size_t(max(n, 1)), C.sizeof_struct_gf_task_spec))
 	defer C.free(unsafe.Pointer(specs))
@@ -137,7 +148,10 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 	for _, k := range tasks {
 		t.names[tokenHash(k.Token)] = k.Token
 	}
+	t.set, t.budget = slices.Clone(tasks), budget
 	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
+	placed := t.snapshot()
+	t.expect = &placed
 	switch {
 	case rc == C.GF_SET_FULL:
 		return fmt.Errorf("%w: %s holds %d tasks, %d were asked for", ErrFull, t.path, MaxTasks, n)
@@ -157,6 +171,29 @@ func (t *Table) noRoom(tasks []Task) error {
 		}
 	}
 	return e
+}
+
+// Verify compares the table with what SetTasks last wrote into it, which only the enforcer
+// writes: every task maps the table writable, so a tenant can change a neighbour's guarantee,
+// its own limit, the budget. What differs is written again and named in the answer (nil: the
+// table is as set). Tasks that SetTasks left out for lack of room are not a difference.
+func (t *Table) Verify() ([]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		return nil, ErrClosed
+	}
+	if t.expect == nil {
+		return nil, nil
+	}
+	diffs := t.snapshot().differs(*t.expect)
+	if len(diffs) == 0 {
+		return nil, nil
+	}
+	if err := t.setTasks(t.set, t.budget); err != nil && !errors.Is(err, ErrNoRoom) {
+		return diffs, err
+	}
+	return diffs, nil
 }
 
 // Reap gives back the slots of processes that died and returns how many there were.

@@ -163,6 +163,35 @@ func (e *NoRoomError) Error() string {
 // Is makes errors.Is(err, ErrNoRoom) true.
 func (e *NoRoomError) Is(target error) bool { return target == ErrNoRoom }
 
+// differs names what of s the enforcer did not write as it is: set is the table right after its
+// last SetTasks, and only SetTasks changes guarantees, limits, keeps, tasks and the header.
+func (s Snapshot) differs(set Snapshot) []string {
+	var d []string
+	if s.Total != set.Total || s.Budget != set.Budget || s.Wait != set.Wait {
+		d = append(d, fmt.Sprintf("header total %s budget %s wait %s, set %s %s %s", s.Total, s.Budget, s.Wait,
+			set.Total, set.Budget, set.Wait))
+	}
+	for _, u := range s.Tasks {
+		w, ok := set.Task(u.Token)
+		switch {
+		case u.Token == "" || !ok:
+			d = append(d, "a task the enforcer did not set")
+		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep:
+			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s, set %s %s %s", short(u.Token),
+				u.Cap, u.Limit, u.Keep, w.Cap, w.Limit, w.Keep))
+		}
+	}
+	for _, w := range set.Tasks {
+		if _, ok := s.Task(w.Token); !ok {
+			d = append(d, fmt.Sprintf("task %s is gone", short(w.Token)))
+		}
+	}
+	return d
+}
+
+// short is enough of a token to tell tasks apart in a message, not enough to use it.
+func short(token string) string { return token[:min(4, len(token))] + "…" }
+
 // Task returns the use of one token's task.
 func (s Snapshot) Task(token string) (TaskUse, bool) {
 	for _, t := range s.Tasks {

@@ -11,6 +11,8 @@
  *   reap                    -> reaped N
  *   view                    -> view CAP USED | notask
  *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
+ *   tamper PATH FIELD N     -> ok: writes the table as a hostile tenant would, around the API:
+ *                              FIELD cap, limit, keep or state of task slot 0, or budget
  * Sizes are bytes with an optional M or G (binary) suffix.
  */
 #define _GNU_SOURCE
@@ -18,6 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "../state.h"
 
@@ -93,6 +98,28 @@ int main(void)
 				printf("view %llu %llu\n", (unsigned long long)cap, (unsigned long long)used);
 			else
 				printf("notask\n");
+		} else if (!strcmp(cmd, "tamper")) {
+			int fd = open(a, O_RDWR);
+			struct gf_table *t = fd < 0 ? MAP_FAILED
+					   : mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			if (t == MAP_FAILED) {
+				printf("err cannot map %s\n", a);
+				continue;
+			}
+			uint64_t v = parse_size(c);
+			if (!strcmp(b, "cap"))
+				t->tasks[0].cap = v;
+			else if (!strcmp(b, "limit"))
+				t->tasks[0].limit = v;
+			else if (!strcmp(b, "keep"))
+				t->tasks[0].keep = v;
+			else if (!strcmp(b, "state"))
+				t->tasks[0].state = (uint32_t)v;
+			else if (!strcmp(b, "budget"))
+				t->h.budget = v;
+			munmap(t, sizeof *t);
+			close(fd);
+			printf("ok\n");
 		} else if (!strcmp(cmd, "loop")) {
 			printf("looping\n");
 			for (;;) {

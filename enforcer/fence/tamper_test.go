@@ -1,0 +1,43 @@
+package fence_test
+
+import (
+	"testing"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A tenant that writes the table around the fence's API (every task maps it writable) to raise
+// its own limit, cut a neighbour's guarantee, drop a task or move the budget is found out by
+// the enforcer's next Verify, which writes back what it set.
+func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
+	k := fencetest.Build(t)
+	for _, field := range []string{"cap", "limit", "keep", "state", "budget"} {
+		t.Run(field, func(t *testing.T) {
+			dir, tb := table(t, 4*size.GiB)
+			tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB, Keep: 512 * size.MiB}, {Token: tokB, Cap: size.GiB}}
+			if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
+				t.Fatal(err)
+			}
+			if diffs, err := tb.Verify(); diffs != nil || err != nil {
+				t.Fatalf("an untouched table: %v %v", diffs, err)
+			}
+			tenant := k.StartTool(t)
+			want(t, tenant.Do("tamper "+fence.Path(dir, fencetest.FakeUUID)+" "+field+" 3G"), "ok", "tamper")
+			diffs, err := tb.Verify()
+			if len(diffs) == 0 || err != nil {
+				t.Fatalf("a rewritten %s went unseen: %v %v", field, diffs, err)
+			}
+			t.Logf("seen: %v", diffs)
+			s, _ := tb.Snapshot()
+			u, ok := s.Task(tokA)
+			if !ok || u.Cap != size.GiB || u.Limit != 2*size.GiB || u.Keep != 512*size.MiB || s.Budget != 4*size.GiB {
+				t.Fatalf("not restored: %+v, budget %s", s.Tasks, s.Budget)
+			}
+			if diffs, err := tb.Verify(); diffs != nil || err != nil {
+				t.Fatalf("after the restore: %v %v", diffs, err)
+			}
+		})
+	}
+}
