@@ -33,6 +33,8 @@ func cError(rc C.int, buf *C.char) error {
 		return fmt.Errorf("%w: %s", ErrCorrupt, msg)
 	case C.GF_ERR_BUSY:
 		return fmt.Errorf("%w: %s", ErrBusy, msg)
+	case C.GF_ERR_LOCKED:
+		return fmt.Errorf("%w: %s", ErrLocked, msg)
 	}
 	return errors.New("fence: " + msg)
 }
@@ -150,11 +152,15 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 	}
 	t.set, t.budget = slices.Clone(tasks), budget
 	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
-	placed := t.snapshot()
-	t.expect = &placed
+	t.expect = nil
+	if placed, err := t.snapshot(); err == nil {
+		t.expect = &placed
+	}
 	switch {
 	case rc == C.GF_SET_FULL:
 		return fmt.Errorf("%w: %s holds %d tasks, %d were asked for", ErrFull, t.path, MaxTasks, n)
+	case rc == C.GF_SET_LOCKED:
+		return fmt.Errorf("%w: %s", ErrLocked, t.path)
 	case rc == C.GF_SET_NOROOM:
 		return t.noRoom(tasks)
 	}
@@ -163,7 +169,10 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 
 // noRoom names the tasks the table left out or kept at a smaller guarantee. Called with t.mu.
 func (t *Table) noRoom(tasks []Task) error {
-	s := t.snapshot()
+	s, err := t.snapshot()
+	if err != nil {
+		return errors.Join(ErrNoRoom, err)
+	}
 	e := &NoRoomError{Path: t.path, Borrowed: s.Borrowed(), Waiting: s.Waiting()}
 	for _, k := range tasks {
 		if u, ok := s.Task(k.Token); !ok || u.Cap < k.Cap {
@@ -186,7 +195,11 @@ func (t *Table) Verify() ([]string, error) {
 	if t.expect == nil {
 		return nil, nil
 	}
-	diffs := t.snapshot().differs(*t.expect)
+	s, err := t.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	diffs := s.differs(*t.expect)
 	if len(diffs) == 0 {
 		return nil, nil
 	}
@@ -213,15 +226,17 @@ func (t *Table) Snapshot() (Snapshot, error) {
 	if t.m == nil {
 		return Snapshot{}, ErrClosed
 	}
-	return t.snapshot(), nil
+	return t.snapshot()
 }
 
 // snapshot copies the open table. Called with t.mu.
-func (t *Table) snapshot() Snapshot {
+func (t *Table) snapshot() (Snapshot, error) {
 	raw := (*C.struct_gf_table)(C.malloc(C.sizeof_struct_gf_table))
 	defer C.free(unsafe.Pointer(raw))
-	C.gf_snapshot(t.m, raw)
-	return snapshotOf(raw, t.names)
+	if C.gf_snapshot(t.m, raw) != 0 {
+		return Snapshot{}, fmt.Errorf("%w: %s", ErrLocked, t.path)
+	}
+	return snapshotOf(raw, t.names), nil
 }
 
 // snapshotOf copies raw; a task whose hash names does not know (one a previous enforcer placed,
@@ -318,8 +333,11 @@ func (c *Client) Charge(n size.Bytes) Result {
 	if r == Refused && C.gf_reap(c.m, c.m.task) > 0 {
 		r = Result(C.gf_charge(c.m, C.uint64_t(n)))
 	}
-	if r == C.GF_OK_OWED {
+	switch r {
+	case C.GF_OK_OWED:
 		r = Charged // the simulated GPU frees a stopped process's memory at once
+	case C.GF_BUSY:
+		r = NoTask // the table's lock is kept by a stopped or hostile process: unfenced
 	}
 	return r
 }

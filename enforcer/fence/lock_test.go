@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -210,4 +211,47 @@ func TestStormOfKilledProcesses(t *testing.T) {
 		t.Fatalf("after the storm: task %+v, underflows %d", u, s.Underflows)
 	}
 	t.Logf("%d kills: %d lock recoveries, %d slots reaped", kills, s.Recoveries, s.Reaped)
+}
+
+// A holder that lives but keeps the lock (stopped by SIGSTOP or a debugger inside a critical
+// section, or a hostile tenant) hangs nobody: after GF_LOCK_WAIT_NS an attach fails, a charge
+// passes unfenced (the watchdog holds the cap), a free is kept for later, and the enforcer gets
+// ErrLocked; once the holder is gone the table serves again and the sums are right.
+func TestLiveHolderThatKeepsTheLock(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+	attachCmd := "attach " + fence.Path(dir, fencetest.FakeUUID) + " " + tokA
+	early := k.StartTool(t)
+	want(t, early.Do(attachCmd), "ok", "attach before")
+	want(t, early.Do("charge 100M"), "ok", "charge before")
+	holder := k.StartTool(t, "GF_TEST_STALL=charge")
+	want(t, holder.Do(attachCmd), "ok", "the holder attaches")
+	holder.Send("charge 10M")
+	holder.WaitStderr("gf-test: stalled at charge")
+
+	late := k.StartTool(t)
+	want(t, late.DoWithin(attachCmd, bound), "err -5", "attach while the lock is kept")
+	want(t, early.DoWithin("charge 100M", bound), "busy", "charge while the lock is kept")
+	want(t, early.DoWithin("uncharge 100M", bound), "ok", "free while the lock is kept")
+	var err error
+	within(t, bound, "the enforcer's snapshot", func() { _, err = tb.Snapshot() })
+	if !errors.Is(err, fence.ErrLocked) {
+		t.Fatalf("snapshot while the lock is kept: %v, want ErrLocked", err)
+	}
+	within(t, bound, "SetTasks", func() { err = tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}}, 0) })
+	if !errors.Is(err, fence.ErrLocked) {
+		t.Fatalf("SetTasks while the lock is kept: %v, want ErrLocked", err)
+	}
+	c := k.Start(t, k.Env(dir, tokA))
+	want(t, c.DoWithin("alloc 2G", bound), "ok", "a library client passes unfenced")
+	c.WaitStderr("locked by a live process")
+
+	holder.Kill()
+	want(t, late.DoWithin(attachCmd, bound), "ok", "attach once the holder is gone")
+	want(t, early.DoWithin("charge 10M", bound), "ok", "charge once the holder is gone")
+	within(t, bound, "the enforcer's reap", func() { tb.Reap() })
+	s := snapshotWithin(t, tb)
+	if u, _ := s.Task(tokA); u.Used != 10*size.MiB || u.Procs != 2 || s.Underflows != 0 {
+		t.Fatalf("the free made while the lock was kept must count: task %+v, underflows %d", u, s.Underflows)
+	}
 }

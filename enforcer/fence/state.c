@@ -123,23 +123,43 @@ static void recount(struct gf_table *t)
 	t->h.recoveries++;
 }
 
-static void lock(struct gf_map *m)
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* lock takes the table's lock: 0, or -1 when one live holder kept it GF_LOCK_WAIT_NS (stopped
+ * by SIGSTOP or a debugger, or a hostile tenant that took it to keep it): the caller then goes
+ * on without the table, as where there is no fence, instead of hanging. */
+static int lock(struct gf_map *m)
 {
 	uint64_t *w = &m->t->h.lock;
+	uint64_t deadline = 0, last = 0;
 	for (unsigned long spins = 0;; spins++) {
 		uint64_t holder = 0;
 		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-			return;
+			return 0;
 		if (spins < 128) {
 			gf_relax();
 			continue;
 		}
 		/* Critical sections are a few stores long: a lock held this long has a holder that was
-		 * descheduled or died. Ask the kernel which, now and then. */
-		if (spins % 64 == 0 && holder_dead(m, holder) &&
-		    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-			recount(m->t);
-			return;
+		 * descheduled, stopped or died. Ask the kernel which, now and then. */
+		if (spins % 64 == 0) {
+			if (holder_dead(m, holder) &&
+			    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+				recount(m->t);
+				return 0;
+			}
+			uint64_t now = now_ns();
+			if (holder != last) {
+				last = holder; /* the lock changes hands: nobody keeps it */
+				deadline = now + GF_LOCK_WAIT_NS;
+			} else if (now >= deadline) {
+				return -1;
+			}
 		}
 		sched_yield();
 	}
@@ -164,6 +184,19 @@ static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 		}
 	}
 	p->waiting = why;
+}
+
+static void give_back_bytes(struct gf_map *m, uint64_t n);
+
+/* settle_pending gives back what this process freed while it could not take the lock. Called
+ * under the lock. */
+static void settle_pending(struct gf_map *m)
+{
+	if (m->pending > 0 && m->slot >= 0) {
+		uint64_t n = m->pending;
+		m->pending = 0;
+		give_back_bytes(m, n);
+	}
 }
 
 /* give_back frees a process slot and returns its bytes to its task. Called under the lock. */
@@ -332,7 +365,14 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 		reset(m);
 		return rc;
 	}
-	lock(m);
+	if (lock(m) != 0) {
+		munmap(m->t, sizeof *m->t);
+		close(fd);
+		reset(m);
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s is locked by a live process that does not let go", path);
+		return GF_ERR_LOCKED;
+	}
 	m->t->h.total = total;
 	test_point("create");
 	m->t->h.budget = budget;
@@ -354,7 +394,10 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 {
 	if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 		return 0;
-	lock(m);
+	if (lock(m) != 0) {
+		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		return -2;
+	}
 	struct gf_table *t = m->t;
 	test_point("claim");
 	int k = find_task(t, hash);
@@ -406,6 +449,13 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 			int r = try_claim(m, i, hash);
 			if (r > 0)
 				return 0;
+			if (r == -2) {
+				if (err && errlen)
+					snprintf(err, errlen, "fence state %s is locked by a live process that does not let go",
+						 path);
+				rc = GF_ERR_LOCKED;
+				goto out;
+			}
 			if (r < 0) {
 				if (err && errlen)
 					snprintf(err, errlen, "fence state %s has no task for this reservation", path);
@@ -429,8 +479,8 @@ void gf_detach(struct gf_map *m)
 {
 	if (!m->t)
 		return;
-	if (m->slot >= 0) {
-		lock(m);
+	/* Without the lock the slot is left to the reapers: its byte is free once the file is closed. */
+	if (m->slot >= 0 && lock(m) == 0) {
 		if (m->t->procs[m->slot].pgen == m->pgen)
 			give_back(m->t, m->slot);
 		test_point("detach");
@@ -555,13 +605,6 @@ static int can_wait(const struct gf_table *t, int me, uint64_t want)
 	return movers > 0 && stuck <= t->h.budget && want <= t->h.budget - stuck;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* A waiting allocation looks again this often: neighbours' frees come in bursts at their ends,
  * and a wait is bounded in seconds, so a millisecond's latency is nothing. */
 #define GF_WAIT_POLL_NS 2000000L
@@ -575,7 +618,9 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	uint64_t deadline = 0;
 	int owed = 0;
 	for (unsigned polls = 0;; polls++) {
-		lock(m);
+		if (lock(m) != 0)
+			return GF_BUSY;
+		settle_pending(m);
 		if (!mine(m)) {
 			if (m->t->procs[m->slot].pgen == m->pgen)
 				set_waiting(m->t, &m->t->procs[m->slot], GF_WAIT_NONE);
@@ -635,7 +680,18 @@ void gf_uncharge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0 || n == 0)
 		return;
-	lock(m);
+	if (lock(m) != 0) {
+		m->pending += n; /* given back at the next lock this process gets */
+		return;
+	}
+	settle_pending(m);
+	give_back_bytes(m, n);
+	unlock(m);
+}
+
+/* give_back_bytes returns n bytes of this process to its task. Called under the lock. */
+static void give_back_bytes(struct gf_map *m, uint64_t n)
+{
 	struct gf_table *t = m->t;
 	struct gf_proc *p = &t->procs[m->slot];
 	if (p->state == GF_LIVE && p->pgen == m->pgen) {
@@ -654,14 +710,14 @@ void gf_uncharge(struct gf_map *m, uint64_t n)
 			k->used -= n;
 		}
 	}
-	unlock(m);
 }
 
 int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	lock(m);
+	if (lock(m) != 0)
+		return GF_BUSY;
 	test_point("view");
 	int ok = mine(m);
 	if (ok) {
@@ -686,7 +742,10 @@ int gf_reap(struct gf_map *m, int task)
 		/* Holding the byte proves its owner is gone and keeps claimants off until it is free. */
 		if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 			continue;
-		lock(m);
+		if (lock(m) != 0) {
+			byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+			break;
+		}
 		if (p->state == GF_LIVE) {
 			give_back(m->t, i);
 			m->t->h.reaped++;
@@ -728,7 +787,8 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 	uint8_t hashes[GF_TASKS][GF_HASH_LEN];
 	for (int s = 0; s < n; s++)
 		gf_sha256(specs[s].token, strlen(specs[s].token), hashes[s]);
-	lock(m);
+	if (lock(m) != 0)
+		return GF_SET_LOCKED;
 	struct gf_table *t = m->t;
 	t->h.budget = budget;
 	t->h.wait_ns = wait_ns;
@@ -777,12 +837,14 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 	return noroom ? GF_SET_NOROOM : placed;
 }
 
-void gf_snapshot(struct gf_map *m, struct gf_table *out)
+int gf_snapshot(struct gf_map *m, struct gf_table *out)
 {
-	lock(m);
+	if (lock(m) != 0)
+		return -1;
 	test_point("snapshot");
 	memcpy(out, m->t, sizeof *out);
 	unlock(m);
+	return 0;
 }
 
 int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen)

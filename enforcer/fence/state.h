@@ -58,15 +58,24 @@ enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
 #define GF_ERR_CORRUPT (-2)
 #define GF_ERR_BUSY (-3)
 #define GF_ERR_NOTASK (-4) /* gf_attach: the table has no task for the token */
+#define GF_ERR_LOCKED (-5) /* a live process kept the table's lock GF_LOCK_WAIT_NS */
+
+/* How long a lock kept by one live holder is waited for. Critical sections last nanoseconds, so
+ * only a stopped holder (SIGSTOP, a debugger) or a hostile one keeps it this long; the waiter
+ * then goes on without the table (an allocation passes unfenced, the watchdog holds the cap)
+ * rather than hang every process on the GPU. */
+#define GF_LOCK_WAIT_NS (1000000000ull)
 
 /* Results of gf_charge. GF_OK_OWED is GF_OK after a wait for borrowers to give the bytes back:
  * the driver may still be releasing a stopped borrower's memory, so a caller retries its real
- * allocation a moment (fence.c). */
-enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3 };
+ * allocation a moment (fence.c). GF_BUSY: the lock could not be had (GF_LOCK_WAIT_NS), nothing
+ * was counted, and the allocation goes on unfenced. */
+enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3, GF_BUSY = 4 };
 
 /* Results of gf_set_tasks besides a count of tasks placed. */
 #define GF_SET_FULL (-1)   /* no free task slot, or more specs than slots */
 #define GF_SET_NOROOM (-2) /* a new or raised guarantee would cover memory borrowers hold */
+#define GF_SET_LOCKED (-3) /* a live process kept the table's lock (GF_LOCK_WAIT_NS) */
 
 struct gf_task {
 	uint32_t state; /* GF_FREE or GF_LIVE */
@@ -145,6 +154,7 @@ struct gf_map {
 	int task;      /* the task slot it charges, or -1 */
 	uint32_t task_gen;
 	uint32_t pgen;
+	uint64_t pending; /* bytes freed while the lock could not be had, given back at the next */
 };
 
 /* A task as the enforcer declares it. */
@@ -184,6 +194,7 @@ int gf_reap(struct gf_map *m, int task);
  * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
  * reservation back. */
 int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns);
-void gf_snapshot(struct gf_map *m, struct gf_table *out);
+/* gf_snapshot copies the table under its lock: 0, or -1 when the lock could not be had. */
+int gf_snapshot(struct gf_map *m, struct gf_table *out);
 
 #endif

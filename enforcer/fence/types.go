@@ -34,6 +34,9 @@ var (
 	ErrFull     = errors.New("fence table has no free task slot")
 	ErrBadInput = errors.New("invalid fence input")
 	ErrClosed   = errors.New("fence table is closed")
+	// ErrLocked: a live process kept the table's lock past GF_LOCK_WAIT_NS (a stopped or
+	// hostile one); the table could not be read or written this time.
+	ErrLocked = errors.New("fence table is locked by a process that does not let go")
 	// ErrNoRoom: borrowers hold what a new guarantee would cover (see NoRoomError).
 	ErrNoRoom = errors.New("fence table has no room for the guarantee")
 )

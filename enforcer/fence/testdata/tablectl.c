@@ -6,7 +6,7 @@
  *   set TOKEN CAP           -> placed N            (the enforcer's whole set: this one task)
  *   snapshot                -> snap used=U procs=P recoveries=R
  *   attach PATH TOKEN       -> ok SLOT | err RC MSG
- *   charge N                -> ok | refused | notask
+ *   charge N                -> ok | refused | notask | busy
  *   uncharge N | detach     -> ok
  *   reap                    -> reaped N
  *   view                    -> view CAP USED | notask
@@ -43,6 +43,7 @@ static const char *charge_word(int r)
 	case GF_OK:
 	case GF_OK_OWED: return "ok";
 	case GF_REFUSED: return "refused";
+	case GF_BUSY: return "busy";
 	default: return "notask";
 	}
 }
@@ -68,7 +69,10 @@ int main(void)
 			struct gf_task_spec spec = {a, parse_size(b), 0, 0};
 			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0));
 		} else if (!strcmp(cmd, "snapshot")) {
-			gf_snapshot(&ctl, &snap);
+			if (gf_snapshot(&ctl, &snap) != 0) {
+				printf("err locked\n");
+				continue;
+			}
 			uint64_t used = 0, procs = 0;
 			for (int i = 0; i < GF_TASKS; i++) {
 				used += snap.tasks[i].used;
