@@ -11,8 +11,9 @@
  *   reap                    -> reaped N
  *   view                    -> view CAP USED | notask
  *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
- *   tamper PATH FIELD N     -> ok: writes the table as a hostile tenant would, around the API:
- *                              FIELD cap, limit, keep or state of task slot 0, or budget
+ *   tamper PATH FIELD N [TOKEN] -> ok: writes the table as a hostile tenant would, around the
+ *                              API: FIELD cap, limit, keep, state or used of TOKEN's task (else
+ *                              task slot 0), or budget
  * Sizes are bytes with an optional M or G (binary) suffix.
  */
 #define _GNU_SOURCE
@@ -56,8 +57,8 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	m.fd = ctl.fd = -1;
 	while (fgets(line, sizeof line, stdin)) {
-		char cmd[32] = "", a[4096] = "", b[128] = "", c[64] = "";
-		if (sscanf(line, "%31s %4095s %127s %63s", cmd, a, b, c) < 1)
+		char cmd[32] = "", a[4096] = "", b[128] = "", c[64] = "", d[128] = "";
+		if (sscanf(line, "%31s %4095s %127s %63s %127s", cmd, a, b, c, d) < 1)
 			continue;
 		if (!strcmp(cmd, "create")) {
 			int rc = gf_create(a, b, parse_size(c), 0, &ctl, err, sizeof err);
@@ -111,14 +112,22 @@ int main(void)
 				continue;
 			}
 			uint64_t v = parse_size(c);
+			struct gf_task *k = &t->tasks[0];
+			uint8_t h[GF_HASH_LEN];
+			gf_sha256(d, strlen(d), h);
+			for (int i = 0; d[0] && i < GF_TASKS; i++)
+				if (memcmp(t->tasks[i].token_hash, h, GF_HASH_LEN) == 0)
+					k = &t->tasks[i];
 			if (!strcmp(b, "cap"))
-				t->tasks[0].cap = v;
+				k->cap = v;
 			else if (!strcmp(b, "limit"))
-				t->tasks[0].limit = v;
+				k->limit = v;
 			else if (!strcmp(b, "keep"))
-				t->tasks[0].keep = v;
+				k->keep = v;
 			else if (!strcmp(b, "state"))
-				t->tasks[0].state = (uint32_t)v;
+				k->state = (uint32_t)v;
+			else if (!strcmp(b, "used"))
+				k->used = v;
 			else if (!strcmp(b, "budget"))
 				t->h.budget = v;
 			munmap(t, sizeof *t);
