@@ -82,12 +82,14 @@ type TaskUse struct {
 	Armed bool
 }
 
-// Borrowed is what the task holds past its guarantee.
+// Borrowed is what the task holds past its guarantee, at most what its limit lets it borrow:
+// every task maps the table writable, and a use written past the limit is a lie the fence
+// never granted.
 func (u TaskUse) Borrowed() size.Bytes {
-	if u.Used > u.Cap {
-		return u.Used - u.Cap
+	if u.Used <= u.Cap || u.Limit <= u.Cap {
+		return 0
 	}
-	return 0
+	return min(u.Used, u.Limit) - u.Cap
 }
 
 // ProcUse is one attached process.
