@@ -147,7 +147,7 @@ static int lock(struct gf_map *m)
 		}
 		/* Critical sections are a few stores long: a lock held this long has a holder that was
 		 * descheduled, stopped or died. Ask the kernel which, now and then. */
-		if (spins % 64 == 0) {
+		if (spins % 256 == 0) {
 			if (holder_dead(m, holder) &&
 			    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
 				recount(m->t);
