@@ -1,6 +1,7 @@
 /* The fence's shared state (state.h says why it is built this way). */
 #define _GNU_SOURCE
 #include "state.h"
+#include "lock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,162 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#define gf_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define gf_relax() __asm__ __volatile__("yield")
-#else
-#define gf_relax() ((void)0)
-#endif
-
 /* The byte whose lock marks the enforcer that manages the file. */
 #define CONTROL_BYTE (GF_LIVE_BASE - 1)
-
-#ifdef GF_TESTING
-/* test_point stops the process at a named point inside a critical section, so a test can kill
- * it there (GF_TEST_STALL=<point>). Test builds only. */
-static void test_point(const char *at)
-{
-	const char *s = getenv("GF_TEST_STALL");
-	if (!s || strcmp(s, at) != 0)
-		return;
-	char msg[64];
-	int n = snprintf(msg, sizeof msg, "gf-test: stalled at %s\n", at);
-	(void)!write(2, msg, (size_t)n);
-	for (;;)
-		pause();
-}
-#else
-#define test_point(at) ((void)0)
-#endif
-
-/* byte_lock takes (F_WRLCK) or drops (F_UNLCK) one liveness byte without waiting. */
-static int byte_lock(int fd, off_t at, short type)
-{
-	struct flock fl;
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = type;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = at;
-	fl.l_len = 1;
-	return fcntl(fd, F_OFD_SETLK, &fl);
-}
-
-/* take_owner gives the map an owner index (its byte locked for the map's life) and a nonce no
- * other map of this file drew before, before it ever takes the table's lock. */
-static int take_owner(struct gf_map *m)
-{
-	unsigned start = (unsigned)getpid() * 2654435761u;
-	for (unsigned n = 0; n < GF_OWNERS; n++) {
-		unsigned i = (start + n) % GF_OWNERS;
-		if (byte_lock(m->fd, GF_OWNER_BASE + (off_t)i, F_WRLCK) != 0)
-			continue;
-		uint32_t nonce;
-		do
-			nonce = __atomic_add_fetch(&m->t->h.nonces, 1, __ATOMIC_SEQ_CST);
-		while (nonce == 0);
-		__atomic_store_n(&m->t->owners[i], nonce, __ATOMIC_SEQ_CST);
-		m->owner = (int)i;
-		m->me = (uint64_t)nonce << 32 | (i + 1);
-		return 0;
-	}
-	return -1;
-}
-
-/* holder_dead says whether the lock word w names a map that is gone: nobody holds its owner
- * index (for this map's own index the kernel answers unlocked, and w is a predecessor's), or
- * the index's holder now drew another nonce. A holder that only took its index and has not
- * written its nonce yet reads as the dead one's successor a moment later. */
-static int holder_dead(const struct gf_map *m, uint64_t w)
-{
-	if (w == m->me)
-		return 0;
-	uint32_t nonce = (uint32_t)(w >> 32), idx = (uint32_t)w - 1;
-	if (idx >= GF_OWNERS)
-		return 1; /* no map can hold such a word */
-	struct flock fl;
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = F_WRLCK;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = GF_OWNER_BASE + (off_t)idx;
-	fl.l_len = 1;
-	if (fcntl(m->fd, F_OFD_GETLK, &fl) != 0)
-		return 0; /* cannot tell: assume alive and keep waiting */
-	if (fl.l_type == F_UNLCK)
-		return 1;
-	return __atomic_load_n(&m->t->owners[idx], __ATOMIC_SEQ_CST) != nonce;
-}
-
-/* recount rebuilds every task's sums from its processes' after a holder died mid-update. */
-static void recount(struct gf_table *t)
-{
-	for (int i = 0; i < GF_TASKS; i++) {
-		t->tasks[i].used = 0;
-		t->tasks[i].procs = 0;
-		t->tasks[i].nwait = 0;
-	}
-	for (int i = 0; i < GF_PROCS; i++) {
-		struct gf_proc *p = &t->procs[i];
-		if (p->state != GF_LIVE || p->task >= GF_TASKS)
-			continue;
-		struct gf_task *k = &t->tasks[p->task];
-		if (k->state != GF_LIVE || k->gen != p->task_gen)
-			continue;
-		k->used += p->used;
-		k->procs++;
-		if (p->waiting)
-			k->nwait++;
-	}
-	t->h.epoch++;
-	t->h.recoveries++;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* lock takes the table's lock: 0, or -1 when one live holder kept it GF_LOCK_WAIT_NS (stopped
- * by SIGSTOP or a debugger, or a hostile tenant that took it to keep it): the caller then goes
- * on without the table, as where there is no fence, instead of hanging. */
-static int lock(struct gf_map *m)
-{
-	uint64_t *w = &m->t->h.lock;
-	uint64_t deadline = 0, last = 0;
-	for (unsigned long spins = 0;; spins++) {
-		uint64_t holder = 0;
-		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-			return 0;
-		if (spins < 128) {
-			gf_relax();
-			continue;
-		}
-		/* Critical sections are a few stores long: a lock held this long has a holder that was
-		 * descheduled, stopped or died. Ask the kernel which, now and then. */
-		if (spins % 256 == 0) {
-			if (holder_dead(m, holder) &&
-			    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-				recount(m->t);
-				return 0;
-			}
-			uint64_t now = now_ns();
-			if (holder != last) {
-				last = holder; /* the lock changes hands: nobody keeps it */
-				deadline = now + GF_LOCK_WAIT_NS;
-			} else if (now >= deadline) {
-				return -1;
-			}
-		}
-		sched_yield();
-	}
-}
-
-static void unlock(struct gf_map *m)
-{
-	__atomic_store_n(&m->t->h.lock, 0, __ATOMIC_RELEASE);
-}
 
 /* set_waiting changes what a process waits for and keeps its task's count of waiting
  * processes. Called under the lock. */
@@ -268,7 +115,7 @@ static int map_file(int fd, const char *path, struct gf_map *m, char *err, size_
 		return fail(err, errlen, "map", path, errno);
 	m->t = p;
 	int rc = check_header(m->t, st.st_size, path, err, errlen);
-	if (rc == 0 && take_owner(m) != 0) {
+	if (rc == 0 && gf_take_owner(m) != 0) {
 		if (err && errlen)
 			snprintf(err, errlen, "fence state %s has no free owner index (%d maps)", path, GF_OWNERS);
 		rc = -1;
@@ -348,7 +195,7 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	if (fd < 0)
 		return fail(err, errlen, "open", path, errno);
 	m->fd = fd;
-	if (byte_lock(fd, CONTROL_BYTE, F_WRLCK) != 0) {
+	if (gf_byte_lock(fd, CONTROL_BYTE, F_WRLCK) != 0) {
 		int e = errno;
 		close(fd);
 		reset(m);
@@ -365,7 +212,7 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 		reset(m);
 		return rc;
 	}
-	if (lock(m) != 0) {
+	if (gf_lock(m) != 0) {
 		munmap(m->t, sizeof *m->t);
 		close(fd);
 		reset(m);
@@ -374,10 +221,10 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 		return GF_ERR_LOCKED;
 	}
 	m->t->h.total = total;
-	test_point("create");
+	gf_test_point("create");
 	m->t->h.budget = budget;
 	snprintf(m->t->h.uuid, sizeof m->t->h.uuid, "%s", uuid);
-	unlock(m);
+	gf_unlock(m);
 	return 0;
 }
 
@@ -392,18 +239,18 @@ static int find_task(const struct gf_table *t, const uint8_t *hash)
 /* try_claim takes slot i if its byte is free (a free slot, or one whose owner died). */
 static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 {
-	if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+	if (gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 		return 0;
-	if (lock(m) != 0) {
-		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+	if (gf_lock(m) != 0) {
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 		return -2;
 	}
 	struct gf_table *t = m->t;
-	test_point("claim");
+	gf_test_point("claim");
 	int k = find_task(t, hash);
 	if (k < 0) {
-		unlock(m);
-		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 		return -1;
 	}
 	if (t->procs[i].state == GF_LIVE) {
@@ -417,14 +264,14 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	p->task_gen = t->tasks[k].gen;
 	p->pid = (int32_t)getpid();
 	__atomic_store_n(&p->state, GF_LIVE, __ATOMIC_RELEASE);
-	test_point("claim-live");
+	gf_test_point("claim-live");
 	t->tasks[k].procs++;
 	t->tasks[k].armed = 1; /* a process attaches at its first allocation: the task is on the GPU */
 	m->slot = i;
 	m->task = k;
 	m->task_gen = p->task_gen;
 	m->pgen = p->pgen;
-	unlock(m);
+	gf_unlock(m);
 	return 1;
 }
 
@@ -480,12 +327,12 @@ void gf_detach(struct gf_map *m)
 	if (!m->t)
 		return;
 	/* Without the lock the slot is left to the reapers: its byte is free once the file is closed. */
-	if (m->slot >= 0 && lock(m) == 0) {
+	if (m->slot >= 0 && gf_lock(m) == 0) {
 		if (m->t->procs[m->slot].pgen == m->pgen)
 			give_back(m->t, m->slot);
-		test_point("detach");
-		unlock(m);
-		byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
+		gf_test_point("detach");
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
 	}
 	munmap(m->t, sizeof *m->t);
 	close(m->fd);
@@ -618,46 +465,46 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	uint64_t deadline = 0;
 	int owed = 0;
 	for (unsigned polls = 0;; polls++) {
-		if (lock(m) != 0)
+		if (gf_lock(m) != 0)
 			return GF_BUSY;
 		settle_pending(m);
 		if (!mine(m)) {
 			if (m->t->procs[m->slot].pgen == m->pgen)
 				set_waiting(m->t, &m->t->procs[m->slot], GF_WAIT_NONE);
-			unlock(m);
+			gf_unlock(m);
 			return GF_NOTASK;
 		}
 		struct gf_table *t = m->t;
 		struct gf_task *k = &t->tasks[m->task];
 		struct gf_proc *p = &t->procs[m->slot];
-		test_point("charge-enter");
+		gf_test_point("charge-enter");
 		uint64_t want = k->used + n;
 		int verdict = want < k->used ? PAST_LIMIT : judge(t, k, want);
 		if (verdict == FIT) {
 			set_waiting(t, p, GF_WAIT_NONE);
 			k->used = want;
 			/* the worst moment to die: the task's sum is raised, the process's own is not */
-			test_point("charge");
+			gf_test_point("charge");
 			p->used += n;
 			p->allocs++;
 			if (k->used > k->peak)
 				k->peak = k->used;
 			if (p->used > p->peak)
 				p->peak = p->used;
-			unlock(m);
+			gf_unlock(m);
 			return owed ? GF_OK_OWED : GF_OK;
 		}
 		owed |= verdict == OWED;
 		uint64_t now = 0;
 		if (verdict == OWED || (verdict == NO_ROOM && t->h.wait_ns > 0))
-			now = now_ns();
+			now = gf_now_ns();
 		if (now != 0 && deadline == 0)
 			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
 		if (now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(t, m->task, want))) {
 			set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
 			p->refused++;
-			unlock(m);
+			gf_unlock(m);
 			return GF_REFUSED;
 		}
 		uint32_t why = verdict == OWED ? GF_WAIT_OWED : GF_WAIT_BORROW;
@@ -668,7 +515,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			else
 				k->waits++;
 		}
-		unlock(m);
+		gf_unlock(m);
 		if (polls % GF_WAIT_REAP_EVERY == GF_WAIT_REAP_EVERY - 1)
 			gf_reap(m, -1);
 		struct timespec d = {0, GF_WAIT_POLL_NS};
@@ -680,13 +527,13 @@ void gf_uncharge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0 || n == 0)
 		return;
-	if (lock(m) != 0) {
+	if (gf_lock(m) != 0) {
 		m->pending += n; /* given back at the next lock this process gets */
 		return;
 	}
 	settle_pending(m);
 	give_back_bytes(m, n);
-	unlock(m);
+	gf_unlock(m);
 }
 
 /* give_back_bytes returns n bytes of this process to its task. Called under the lock. */
@@ -700,7 +547,7 @@ static void give_back_bytes(struct gf_map *m, uint64_t n)
 			n = p->used;
 		}
 		p->used -= n;
-		test_point("uncharge");
+		gf_test_point("uncharge");
 		struct gf_task *k = &t->tasks[m->task];
 		if (k->state == GF_LIVE && k->gen == m->task_gen) {
 			if (n > k->used) {
@@ -716,15 +563,15 @@ int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	if (lock(m) != 0)
+	if (gf_lock(m) != 0)
 		return GF_BUSY;
-	test_point("view");
+	gf_test_point("view");
 	int ok = mine(m);
 	if (ok) {
 		*cap = m->t->tasks[m->task].cap;
 		*used = m->t->tasks[m->task].used;
 	}
-	unlock(m);
+	gf_unlock(m);
 	return ok ? GF_OK : GF_NOTASK;
 }
 
@@ -740,20 +587,20 @@ int gf_reap(struct gf_map *m, int task)
 		if (task >= 0 && __atomic_load_n(&p->task, __ATOMIC_RELAXED) != (uint32_t)task)
 			continue;
 		/* Holding the byte proves its owner is gone and keeps claimants off until it is free. */
-		if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+		if (gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 			continue;
-		if (lock(m) != 0) {
-			byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		if (gf_lock(m) != 0) {
+			gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 			break;
 		}
 		if (p->state == GF_LIVE) {
 			give_back(m->t, i);
 			m->t->h.reaped++;
 			n++;
-			test_point("reap");
+			gf_test_point("reap");
 		}
-		unlock(m);
-		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 	}
 	return n;
 }
@@ -787,7 +634,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 	uint8_t hashes[GF_TASKS][GF_HASH_LEN];
 	for (int s = 0; s < n; s++)
 		gf_sha256(specs[s].token, strlen(specs[s].token), hashes[s]);
-	if (lock(m) != 0)
+	if (gf_lock(m) != 0)
 		return GF_SET_LOCKED;
 	struct gf_table *t = m->t;
 	t->h.budget = budget;
@@ -803,7 +650,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 			k->gen = gen;
 		}
 	}
-	test_point("set-tasks");
+	gf_test_point("set-tasks");
 	int waiting = anyone_waits(t);
 	for (int s = 0; s < n; s++) {
 		int i = find_task(t, hashes[s]);
@@ -831,7 +678,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 		k->keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
 		placed++;
 	}
-	unlock(m);
+	gf_unlock(m);
 	if (full)
 		return GF_SET_FULL;
 	return noroom ? GF_SET_NOROOM : placed;
@@ -839,11 +686,11 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 
 int gf_snapshot(struct gf_map *m, struct gf_table *out)
 {
-	if (lock(m) != 0)
+	if (gf_lock(m) != 0)
 		return -1;
-	test_point("snapshot");
+	gf_test_point("snapshot");
 	memcpy(out, m->t, sizeof *out);
-	unlock(m);
+	gf_unlock(m);
 	return 0;
 }
 
