@@ -185,7 +185,9 @@ func (t *Table) noRoom(tasks []Task) error {
 // Verify compares the table with what SetTasks last wrote into it, which only the enforcer
 // writes: every task maps the table writable, so a tenant can change a neighbour's guarantee,
 // its own limit, the budget. What differs is written again and named in the answer (nil: the
-// table is as set). Tasks that SetTasks left out for lack of room are not a difference.
+// table is as set). Tasks that SetTasks left out for lack of room are not a difference. A
+// task's sum that is not its processes' (a tenant raised a neighbour's to deny it memory) is
+// rebuilt from them.
 func (t *Table) Verify() ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -200,6 +202,12 @@ func (t *Table) Verify() ([]string, error) {
 		return nil, err
 	}
 	diffs := s.differs(*t.expect)
+	if sums := s.unsummed(); len(sums) > 0 {
+		diffs = append(diffs, sums...)
+		if C.gf_rebuild(t.m) != 0 {
+			return diffs, fmt.Errorf("%w: %s", ErrLocked, t.path)
+		}
+	}
 	if len(diffs) == 0 {
 		return nil, nil
 	}

@@ -89,8 +89,7 @@ static int holder_dead(const struct gf_map *m, uint64_t w)
 	return __atomic_load_n(&m->t->owners[idx], __ATOMIC_SEQ_CST) != nonce;
 }
 
-/* recount rebuilds every task's sums from its processes' after a holder died mid-update. */
-static void recount(struct gf_table *t)
+void gf_recount(struct gf_table *t)
 {
 	for (int i = 0; i < GF_TASKS; i++) {
 		t->tasks[i].used = 0;
@@ -140,7 +139,7 @@ int gf_lock(struct gf_map *m)
 		if (spins % 256 == 0) {
 			if (holder_dead(m, holder) &&
 			    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-				recount(m->t);
+				gf_recount(m->t);
 				return 0;
 			}
 			uint64_t now = gf_now_ns();

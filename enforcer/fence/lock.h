@@ -15,6 +15,9 @@ int gf_take_owner(struct gf_map *m);
  * holder that died is taken over and the task sums rebuilt. */
 int gf_lock(struct gf_map *m);
 void gf_unlock(struct gf_map *m);
+/* gf_recount rebuilds every task's sums from its processes' (a holder died mid-update, or a
+ * tenant wrote a task's sum). Called under the lock. */
+void gf_recount(struct gf_table *t);
 uint64_t gf_now_ns(void);
 
 #ifdef GF_TESTING

@@ -684,6 +684,15 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 	return noroom ? GF_SET_NOROOM : placed;
 }
 
+int gf_rebuild(struct gf_map *m)
+{
+	if (gf_lock(m) != 0)
+		return -1;
+	gf_recount(m->t);
+	gf_unlock(m);
+	return 0;
+}
+
 int gf_snapshot(struct gf_map *m, struct gf_table *out)
 {
 	if (gf_lock(m) != 0)

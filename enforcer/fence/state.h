@@ -194,6 +194,9 @@ int gf_reap(struct gf_map *m, int task);
  * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
  * reservation back. */
 int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns);
+/* gf_rebuild rebuilds every task's sums from its processes' under the lock: 0, or -1 when the
+ * lock could not be had. */
+int gf_rebuild(struct gf_map *m);
 /* gf_snapshot copies the table under its lock: 0, or -1 when the lock could not be had. */
 int gf_snapshot(struct gf_map *m, struct gf_table *out);
 

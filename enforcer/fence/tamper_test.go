@@ -41,3 +41,31 @@ func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 		})
 	}
 }
+
+// A tenant that raises a neighbour's use in the table (so the fence refuses the neighbour what
+// its guarantee covers) is found out by Verify, which rebuilds the sum from the neighbour's
+// processes: the neighbour gets its memory again.
+func TestVerifyRebuildsARaisedUse(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	b := attach(t, dir, tokB)
+	if r := b.Charge(100 * size.MiB); r != fence.Charged {
+		t.Fatalf("charge: %v", r)
+	}
+	tenant := k.StartTool(t)
+	want(t, tenant.Do("tamper "+fence.Path(dir, fencetest.FakeUUID)+" used 1G "+tokB), "ok", "tamper")
+	if r := b.Charge(500 * size.MiB); r != fence.Refused {
+		t.Fatalf("with its use raised to its cap the neighbour is refused: %v", r)
+	}
+	diffs, err := tb.Verify()
+	if len(diffs) == 0 || err != nil {
+		t.Fatalf("a raised use went unseen: %v %v", diffs, err)
+	}
+	t.Logf("seen: %v", diffs)
+	if r := b.Charge(500 * size.MiB); r != fence.Charged {
+		t.Fatalf("after Verify the neighbour gets its memory: %v", r)
+	}
+	if u := snap(t, tb, tokB); u.Used != 600*size.MiB {
+		t.Fatalf("the neighbour's use: %+v", u)
+	}
+}

@@ -194,6 +194,24 @@ func (s Snapshot) differs(set Snapshot) []string {
 	return d
 }
 
+// unsummed names the tasks whose use is not what their processes hold: every change of a use
+// moves both under the lock, so only a write around the fence's API parts them.
+func (s Snapshot) unsummed() []string {
+	held := map[string]size.Bytes{}
+	for _, p := range s.Procs {
+		if p.Token != "" {
+			held[p.Token] += p.Used
+		}
+	}
+	var d []string
+	for _, u := range s.Tasks {
+		if u.Token != "" && u.Used != held[u.Token] {
+			d = append(d, fmt.Sprintf("task %s: use %s, its processes hold %s", short(u.Token), u.Used, held[u.Token]))
+		}
+	}
+	return d
+}
+
 // short is enough of a token to tell tasks apart in a message, not enough to use it.
 func short(token string) string { return token[:min(4, len(token))] + "…" }
 
