@@ -164,6 +164,10 @@ func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
 	if err := fence.EnsureDir(cfg.Dir, cfg.Shared); err != nil {
 		return nil, fmt.Errorf("enforcer: %w", err)
 	}
+	// Tasks read the control copies (0644) whatever user they run as.
+	if err := fence.EnsureDir(fence.ControlDir(cfg.Dir), true); err != nil {
+		return nil, fmt.Errorf("enforcer: %w", err)
+	}
 	// Without a library (simulated GPUs, whose jobs charge the tables themselves) tasks get
 	// the tables' directory alone. The library goes into a directory of its own, which tasks
 	// get read-only; a copy that earlier versions put beside the tables, where tasks could

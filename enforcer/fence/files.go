@@ -19,6 +19,12 @@ var ErrNoLibrary = errors.New("fence library not found")
 // tables, which its processes write, through another mount.
 func LibraryDir(dir string) string { return filepath.Clean(dir) + "-lib" }
 
+// ControlDir holds the control copies of the tables in dir: what only the enforcer writes
+// (guarantees, limits, token hashes, the budget), which every process puts back into the table
+// before the fence's rules read it. Tasks get it through a read-only mount; state.c names it the
+// same way.
+func ControlDir(dir string) string { return filepath.Clean(dir) + "-caps" }
+
 // EnsureDir creates dir. shared makes it traversable by every user (0755), for tasks that
 // run as other users than the enforcer (Nomad's exec driver runs them as nobody); the tables
 // in it are 0666 either way, so a private dir (0700) is what keeps other users out.

@@ -1,6 +1,7 @@
 /* The fence's shared state (state.h says why it is built this way). */
 #define _GNU_SOURCE
 #include "state.h"
+#include "control.h"
 #include "lock.h"
 
 #include <errno.h>
@@ -207,12 +208,17 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 		return fail(err, errlen, "lock", path, e);
 	}
 	int rc = map_file(fd, path, m, err, errlen);
+	if (rc == 0 && gf_control_open(m, path, 1, err, errlen) != 0) {
+		munmap(m->t, sizeof *m->t);
+		rc = -1;
+	}
 	if (rc != 0) {
 		close(fd);
 		reset(m);
 		return rc;
 	}
 	if (gf_lock(m) != 0) {
+		gf_control_close(m);
 		munmap(m->t, sizeof *m->t);
 		close(fd);
 		reset(m);
@@ -224,6 +230,7 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	gf_test_point("create");
 	m->t->h.budget = budget;
 	snprintf(m->t->h.uuid, sizeof m->t->h.uuid, "%s", uuid);
+	gf_control_write(m);
 	gf_unlock(m);
 	return 0;
 }
@@ -247,6 +254,7 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	}
 	struct gf_table *t = m->t;
 	gf_test_point("claim");
+	gf_control_restore(m);
 	int k = find_task(t, hash);
 	if (k < 0) {
 		gf_unlock(m);
@@ -285,6 +293,7 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 	int rc = map_file(fd, path, m, err, errlen);
 	if (rc != 0)
 		goto out;
+	gf_control_open(m, path, 0, NULL, 0);
 	uint8_t hash[GF_HASH_LEN];
 	gf_sha256(token, strlen(token), hash);
 	/* Free slots first; then slots whose byte is free, which belong to dead processes. */
@@ -315,6 +324,7 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 		snprintf(err, errlen, "fence state %s has no free process slot (%d in use)", path, GF_PROCS);
 	rc = -1;
 out:
+	gf_control_close(m);
 	if (m->t)
 		munmap(m->t, sizeof *m->t);
 	close(fd);
@@ -334,6 +344,7 @@ void gf_detach(struct gf_map *m)
 		gf_unlock(m);
 		gf_byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
 	}
+	gf_control_close(m);
 	munmap(m->t, sizeof *m->t);
 	close(m->fd);
 	reset(m);
@@ -467,6 +478,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0)
 			return GF_BUSY;
+		gf_control_restore(m);
 		settle_pending(m);
 		if (!mine(m)) {
 			if (m->t->procs[m->slot].pgen == m->pgen)
@@ -566,6 +578,7 @@ int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
 	if (gf_lock(m) != 0)
 		return GF_BUSY;
 	gf_test_point("view");
+	gf_control_restore(m);
 	int ok = mine(m);
 	if (ok) {
 		*cap = m->t->tasks[m->task].cap;
@@ -636,6 +649,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 		gf_sha256(specs[s].token, strlen(specs[s].token), hashes[s]);
 	if (gf_lock(m) != 0)
 		return GF_SET_LOCKED;
+	gf_control_restore(m);
 	struct gf_table *t = m->t;
 	t->h.budget = budget;
 	t->h.wait_ns = wait_ns;
@@ -678,6 +692,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 		k->keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
 		placed++;
 	}
+	gf_control_write(m);
 	gf_unlock(m);
 	if (full)
 		return GF_SET_FULL;

@@ -144,10 +144,13 @@ struct gf_table {
 	uint32_t owners[GF_OWNERS]; /* the nonce of each owner index's holder */
 };
 
+struct gf_control;
+
 /* One process's (or the enforcer's) view of one file. */
 struct gf_map {
 	int fd;
 	struct gf_table *t;
+	struct gf_control *c; /* the control copy (control.c), or NULL */
 	uint64_t me;   /* what the lock word holds while this map holds the lock */
 	int owner;     /* the owner index whose byte it holds */
 	int slot;      /* the proc slot this process owns, or -1 */

@@ -1,6 +1,8 @@
 package fence_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -67,5 +69,29 @@ func TestVerifyRebuildsARaisedUse(t *testing.T) {
 	}
 	if u := snap(t, tb, tokB); u.Used != 600*size.MiB {
 		t.Fatalf("the neighbour's use: %+v", u)
+	}
+}
+
+// What only the enforcer writes is also in a control copy that tasks get read-only, and every
+// process puts it back into the table before the rules read it: a guarantee cut or a limit
+// raised in the table never decides an allocation, even before the enforcer's next Verify.
+func TestControlCopyDecidesNotTheTable(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	path := fence.Path(dir, fencetest.FakeUUID)
+	a, b := attach(t, dir, tokA), attach(t, dir, tokB)
+	tenant := k.StartTool(t)
+	want(t, tenant.Do("tamper "+path+" cap 0 "+tokB), "ok", "cut the neighbour's guarantee")
+	if r := b.Charge(100 * size.MiB); r != fence.Charged {
+		t.Fatalf("the neighbour within its guarantee after the table said 0: %v", r)
+	}
+	want(t, tenant.Do("tamper "+path+" limit 64G "+tokA), "ok", "raise its own limit")
+	want(t, tenant.Do("tamper "+path+" cap 64G "+tokA), "ok", "raise its own guarantee")
+	if r := a.Charge(2 * size.GiB); r != fence.Refused {
+		t.Fatalf("past its guarantee after the table said 64G: %v", r)
+	}
+	st, err := os.Stat(filepath.Join(fence.ControlDir(dir), filepath.Base(path)))
+	if err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("the control copy: %v %v, want 0644 in %s", st, err, fence.ControlDir(dir))
 	}
 }

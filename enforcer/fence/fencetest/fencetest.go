@@ -103,13 +103,13 @@ func build() {
 		return
 	}
 	warn := []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"}
-	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "lib", "interpose.c"), filepath.Join(src, "lib", "identity.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "sha256.c"), "-ldl", "-lpthread"}
+	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "lib", "interpose.c"), filepath.Join(src, "lib", "identity.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "control.c"), filepath.Join(src, "sha256.c"), "-ldl", "-lpthread"}
 	steps := [][]string{
 		append(append(append([]string{}, warn...), "-o", k.Library), lib...),
 		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),
 		append(append([]string{}, warn...), "-fPIC", "-shared", "-o", filepath.Join(k.DriverDir, "libcuda.so.1"), filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"),
 		append(append([]string{}, warn...), "-o", k.Client, filepath.Join(src, "testdata", "client.c"), "-ldl", "-lpthread"),
-		append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.Tool, filepath.Join(src, "testdata", "tablectl.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "sha256.c")),
+		append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.Tool, filepath.Join(src, "testdata", "tablectl.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "control.c"), filepath.Join(src, "sha256.c")),
 	}
 	for _, args := range steps {
 		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
