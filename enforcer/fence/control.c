@@ -134,7 +134,18 @@ void gf_control_write(struct gf_map *m)
 			(dst) = (src); \
 	} while (0)
 
-void gf_control_restore(struct gf_map *m)
+static void restore_task(struct gf_task *k, const struct gf_control_task *ck, int hashes)
+{
+	PUT(k->state, ck->state);
+	PUT(k->gen, ck->gen);
+	PUT(k->cap, ck->cap);
+	PUT(k->limit, ck->limit);
+	PUT(k->keep, ck->keep);
+	if (hashes && memcmp(k->token_hash, ck->token_hash, GF_HASH_LEN) != 0)
+		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
+}
+
+void gf_control_restore(struct gf_map *m, int task)
 {
 	const struct gf_control *c = m->c;
 	if (!c)
@@ -143,15 +154,10 @@ void gf_control_restore(struct gf_map *m)
 	PUT(t->h.total, c->total);
 	PUT(t->h.budget, c->budget);
 	PUT(t->h.wait_ns, c->wait_ns);
-	for (int i = 0; i < GF_TASKS; i++) {
-		struct gf_task *k = &t->tasks[i];
-		const struct gf_control_task *ck = &c->tasks[i];
-		PUT(k->state, ck->state);
-		PUT(k->gen, ck->gen);
-		PUT(k->cap, ck->cap);
-		PUT(k->limit, ck->limit);
-		PUT(k->keep, ck->keep);
-		if (memcmp(k->token_hash, ck->token_hash, GF_HASH_LEN) != 0)
-			memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
+	if (task >= 0 && task < GF_TASKS) {
+		restore_task(&t->tasks[task], &c->tasks[task], 0);
+		return;
 	}
+	for (int i = 0; i < GF_TASKS; i++)
+		restore_task(&t->tasks[i], &c->tasks[i], 1);
 }

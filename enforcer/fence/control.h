@@ -13,7 +13,8 @@ void gf_control_close(struct gf_map *m);
  * the lock. */
 void gf_control_write(struct gf_map *m);
 /* gf_control_restore writes back into the table what a tenant changed of what only the
- * enforcer writes; under the lock, before the table's rules read it. */
-void gf_control_restore(struct gf_map *m);
+ * enforcer writes; under the lock, before the table's rules read it: the header and one task
+ * slot (its hash aside), or with task -1 every slot with its hash. */
+void gf_control_restore(struct gf_map *m, int task);
 
 #endif

@@ -254,7 +254,7 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	}
 	struct gf_table *t = m->t;
 	gf_test_point("claim");
-	gf_control_restore(m);
+	gf_control_restore(m, -1);
 	int k = find_task(t, hash);
 	if (k < 0) {
 		gf_unlock(m);
@@ -478,7 +478,10 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0)
 			return GF_BUSY;
-		gf_control_restore(m);
+		/* Its own task decides within the guarantee; every task's once borrowing is on. */
+		gf_control_restore(m, m->task);
+		if (m->t->h.budget != 0)
+			gf_control_restore(m, -1);
 		settle_pending(m);
 		if (!mine(m)) {
 			if (m->t->procs[m->slot].pgen == m->pgen)
@@ -578,7 +581,7 @@ int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
 	if (gf_lock(m) != 0)
 		return GF_BUSY;
 	gf_test_point("view");
-	gf_control_restore(m);
+	gf_control_restore(m, m->task);
 	int ok = mine(m);
 	if (ok) {
 		*cap = m->t->tasks[m->task].cap;
@@ -649,7 +652,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 		gf_sha256(specs[s].token, strlen(specs[s].token), hashes[s]);
 	if (gf_lock(m) != 0)
 		return GF_SET_LOCKED;
-	gf_control_restore(m);
+	gf_control_restore(m, -1);
 	struct gf_table *t = m->t;
 	t->h.budget = budget;
 	t->h.wait_ns = wait_ns;
