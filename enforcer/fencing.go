@@ -3,7 +3,9 @@ package enforcer
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,9 +21,9 @@ import (
 // FenceConfig turns the allocation fence on (docs/enforcement.md): every task process loads
 // libgpufrac-fence.so, which refuses an allocation that would take its task past its cap.
 type FenceConfig struct {
-	// Dir holds the per-GPU tables and a copy of the library; empty = no fence.
+	// Dir holds the per-GPU tables; empty = no fence.
 	Dir string
-	// Library is the built libgpufrac-fence.so, copied into Dir.
+	// Library is the built libgpufrac-fence.so, copied into fence.LibraryDir(Dir).
 	Library string
 	// Shared lets tasks that run as other users than the enforcer reach Dir (Nomad's exec
 	// driver runs tasks as nobody); gpufrac run keeps it private to its user.
@@ -162,13 +164,26 @@ func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
 	if err := fence.EnsureDir(cfg.Dir, cfg.Shared); err != nil {
 		return nil, fmt.Errorf("enforcer: %w", err)
 	}
+	// Tasks read the control copies (0644) whatever user they run as.
+	if err := fence.EnsureDir(fence.ControlDir(cfg.Dir), true); err != nil {
+		return nil, fmt.Errorf("enforcer: %w", err)
+	}
 	// Without a library (simulated GPUs, whose jobs charge the tables themselves) tasks get
-	// the tables' directory alone.
+	// the tables' directory alone. The library goes into a directory of its own, which tasks
+	// get read-only; a copy that earlier versions put beside the tables, where tasks could
+	// rewrite it, is removed (running tasks keep what they mapped).
 	lib := ""
 	if cfg.Library != "" {
-		var err error
-		if lib, err = fence.InstallLibrary(cfg.Library, cfg.Dir); err != nil {
+		libDir := fence.LibraryDir(cfg.Dir)
+		if err := fence.EnsureDir(libDir, true); err != nil {
 			return nil, fmt.Errorf("enforcer: %w", err)
+		}
+		var err error
+		if lib, err = fence.InstallLibrary(cfg.Library, libDir); err != nil {
+			return nil, fmt.Errorf("enforcer: %w", err)
+		}
+		if err := os.Remove(filepath.Join(cfg.Dir, fence.LibraryName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("enforcer: remove the library from the tables' directory: %w", err)
 		}
 	}
 	return &fences{cfg: cfg, lib: lib, log: log.Named("fence"), tables: map[string]*fence.Table{},
@@ -246,6 +261,11 @@ func (f *fences) look(uuid string) (fence.Snapshot, bool) {
 	}
 	if n := t.Reap(); n > 0 {
 		f.log.Debug("gave back the fence slots of dead processes", "gpu", uuid, "slots", n)
+	}
+	// Every task maps the table writable: what only the enforcer writes is checked on every
+	// pass and written again (docs/enforcement.md, "Threat model").
+	if diffs, err := t.Verify(); len(diffs) > 0 || err != nil {
+		f.log.Warn("fence table rewritten outside the enforcer: restored", "gpu", uuid, "differences", diffs, "error", err)
 	}
 	s, err := t.Snapshot()
 	return s, err == nil

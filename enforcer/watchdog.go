@@ -142,7 +142,9 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 		for _, r := range st.Reservations {
 			if u, seen := snap.Task(r.Token); seen && r.LimitBytes > r.CapBytes {
 				before, _ := pre.Task(r.Token)
-				lent[r.Token] = max(u.Borrowed(), before.Borrowed(), e.lent[r.Token].bytes)
+				// The table is the tasks' to write: what it says a task borrowed is believed up
+				// to the limit its reservation holds, never past it.
+				lent[r.Token] = min(max(u.Borrowed(), before.Borrowed(), e.lent[r.Token].bytes), r.LimitBytes-r.CapBytes)
 				e.lent[r.Token] = lentBytes{gpu: uuid, bytes: u.Borrowed()}
 			} else {
 				delete(e.lent, r.Token)

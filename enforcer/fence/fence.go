@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -32,6 +33,8 @@ func cError(rc C.int, buf *C.char) error {
 		return fmt.Errorf("%w: %s", ErrCorrupt, msg)
 	case C.GF_ERR_BUSY:
 		return fmt.Errorf("%w: %s", ErrBusy, msg)
+	case C.GF_ERR_LOCKED:
+		return fmt.Errorf("%w: %s", ErrLocked, msg)
 	}
 	return errors.New("fence: " + msg)
 }
@@ -42,6 +45,25 @@ type Table struct {
 	m    *C.struct_gf_map
 	path string
 	wait time.Duration
+	// names turns the table's token hashes back into the tokens SetTasks was given: the
+	// table holds hashes only, since every task maps it.
+	names map[[hashLen]byte]string
+	// set and budget are what SetTasks was last asked for, and expect what it placed: what
+	// Verify holds the table to.
+	set    []Task
+	budget size.Bytes
+	expect *Snapshot
+}
+
+const hashLen = C.GF_HASH_LEN
+
+// tokenHash is what the table holds for token (state.c hashes with the same C).
+func tokenHash(token string) [hashLen]byte {
+	var h [hashLen]byte
+	c := C.CString(token)
+	defer C.free(unsafe.Pointer(c))
+	C.gf_sha256(unsafe.Pointer(c), C.size_t(len(token)), (*C.uint8_t)(unsafe.Pointer(&h[0])))
+	return h
 }
 
 // Create opens the table of GPU uuid in dir, creating it when missing, and takes it over for
@@ -62,7 +84,7 @@ func Create(dir, uuid string, total, budget size.Bytes) (*Table, error) {
 		C.free(unsafe.Pointer(m))
 		return nil, cError(rc, buf)
 	}
-	return &Table{m: m, path: path}, nil
+	return &Table{m: m, path: path, names: map[[hashLen]byte]string{}}, nil
 }
 
 // Path is the table's file.
@@ -104,6 +126,11 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 	if t.m == nil {
 		return ErrClosed
 	}
+	return t.setTasks(tasks, budget)
+}
+
+// setTasks is SetTasks with t.mu held.
+func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 	n := len(tasks)
 	specs := (*C.struct_gf_task_spec)(C.calloc(C.size_t(max(n, 1)), C.sizeof_struct_gf_task_spec))
 	defer C.free(unsafe.Pointer(specs))
@@ -119,10 +146,21 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 			C.free(unsafe.Pointer(view[i].token))
 		}
 	}()
+	clear(t.names)
+	for _, k := range tasks {
+		t.names[tokenHash(k.Token)] = k.Token
+	}
+	t.set, t.budget = slices.Clone(tasks), budget
 	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
+	t.expect = nil
+	if placed, err := t.snapshot(); err == nil {
+		t.expect = &placed
+	}
 	switch {
 	case rc == C.GF_SET_FULL:
 		return fmt.Errorf("%w: %s holds %d tasks, %d were asked for", ErrFull, t.path, MaxTasks, n)
+	case rc == C.GF_SET_LOCKED:
+		return fmt.Errorf("%w: %s", ErrLocked, t.path)
 	case rc == C.GF_SET_NOROOM:
 		return t.noRoom(tasks)
 	}
@@ -131,7 +169,10 @@ func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 
 // noRoom names the tasks the table left out or kept at a smaller guarantee. Called with t.mu.
 func (t *Table) noRoom(tasks []Task) error {
-	s := t.snapshot()
+	s, err := t.snapshot()
+	if err != nil {
+		return errors.Join(ErrNoRoom, err)
+	}
 	e := &NoRoomError{Path: t.path, Borrowed: s.Borrowed(), Waiting: s.Waiting()}
 	for _, k := range tasks {
 		if u, ok := s.Task(k.Token); !ok || u.Cap < k.Cap {
@@ -139,6 +180,41 @@ func (t *Table) noRoom(tasks []Task) error {
 		}
 	}
 	return e
+}
+
+// Verify compares the table with what SetTasks last wrote into it, which only the enforcer
+// writes: every task maps the table writable, so a tenant can change a neighbour's guarantee,
+// its own limit, the budget. What differs is written again and named in the answer (nil: the
+// table is as set). Tasks that SetTasks left out for lack of room are not a difference. A
+// task's sum that is not its processes' (a tenant raised a neighbour's to deny it memory) is
+// rebuilt from them.
+func (t *Table) Verify() ([]string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		return nil, ErrClosed
+	}
+	if t.expect == nil {
+		return nil, nil
+	}
+	s, err := t.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	diffs := s.differs(*t.expect)
+	if sums := s.unsummed(); len(sums) > 0 {
+		diffs = append(diffs, sums...)
+		if C.gf_rebuild(t.m) != 0 {
+			return diffs, fmt.Errorf("%w: %s", ErrLocked, t.path)
+		}
+	}
+	if len(diffs) == 0 {
+		return nil, nil
+	}
+	if err := t.setTasks(t.set, t.budget); err != nil && !errors.Is(err, ErrNoRoom) {
+		return diffs, err
+	}
+	return diffs, nil
 }
 
 // Reap gives back the slots of processes that died and returns how many there were.
@@ -158,18 +234,22 @@ func (t *Table) Snapshot() (Snapshot, error) {
 	if t.m == nil {
 		return Snapshot{}, ErrClosed
 	}
-	return t.snapshot(), nil
+	return t.snapshot()
 }
 
 // snapshot copies the open table. Called with t.mu.
-func (t *Table) snapshot() Snapshot {
+func (t *Table) snapshot() (Snapshot, error) {
 	raw := (*C.struct_gf_table)(C.malloc(C.sizeof_struct_gf_table))
 	defer C.free(unsafe.Pointer(raw))
-	C.gf_snapshot(t.m, raw)
-	return snapshotOf(raw)
+	if C.gf_snapshot(t.m, raw) != 0 {
+		return Snapshot{}, fmt.Errorf("%w: %s", ErrLocked, t.path)
+	}
+	return snapshotOf(raw, t.names), nil
 }
 
-func snapshotOf(raw *C.struct_gf_table) Snapshot {
+// snapshotOf copies raw; a task whose hash names does not know (one a previous enforcer placed,
+// until SetTasks replaces it) has no Token.
+func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot {
 	s := Snapshot{
 		UUID:       C.GoString(&raw.h.uuid[0]),
 		Total:      size.Bytes(raw.h.total),
@@ -185,7 +265,9 @@ func snapshotOf(raw *C.struct_gf_table) Snapshot {
 		if k.state != C.GF_LIVE {
 			continue
 		}
-		tok := C.GoString(&k.token[0])
+		var h [hashLen]byte
+		copy(h[:], unsafe.Slice((*byte)(unsafe.Pointer(&k.token_hash[0])), hashLen))
+		tok := names[h]
 		tokens[i] = tok
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
 			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Procs: int(k.procs),
@@ -259,8 +341,11 @@ func (c *Client) Charge(n size.Bytes) Result {
 	if r == Refused && C.gf_reap(c.m, c.m.task) > 0 {
 		r = Result(C.gf_charge(c.m, C.uint64_t(n)))
 	}
-	if r == C.GF_OK_OWED {
+	switch r {
+	case C.GF_OK_OWED:
 		r = Charged // the simulated GPU frees a stopped process's memory at once
+	case C.GF_BUSY:
+		r = NoTask // the table's lock is kept by a stopped or hostile process: unfenced
 	}
 	return r
 }

@@ -13,6 +13,18 @@ import (
 // ErrNoLibrary is returned when the preload library is not where it was looked for.
 var ErrNoLibrary = errors.New("fence library not found")
 
+// LibraryDir is where the library for the tasks that use the fence directory dir is installed:
+// a directory of its own beside dir, so that a task can be given the library read-only (a
+// tenant that could rewrite it would run its code in every other tenant's processes) and the
+// tables, which its processes write, through another mount.
+func LibraryDir(dir string) string { return filepath.Clean(dir) + "-lib" }
+
+// ControlDir holds the control copies of the tables in dir: what only the enforcer writes
+// (guarantees, limits, token hashes, the budget), which every process puts back into the table
+// before the fence's rules read it. Tasks get it through a read-only mount; state.c names it the
+// same way.
+func ControlDir(dir string) string { return filepath.Clean(dir) + "-caps" }
+
 // EnsureDir creates dir. shared makes it traversable by every user (0755), for tasks that
 // run as other users than the enforcer (Nomad's exec driver runs them as nobody); the tables
 // in it are 0666 either way, so a private dir (0700) is what keeps other users out.
@@ -48,9 +60,9 @@ func FindLibrary(explicit string) (string, error) {
 	return "", fmt.Errorf("%w: looked at %s (build it with make build, or set its path)", ErrNoLibrary, strings.Join(look, ", "))
 }
 
-// InstallLibrary copies the library into dir and returns its path there, so one mount of dir
-// gives a container both the tables and the library. The copy is renamed into place: a
-// library that running tasks have mapped is never rewritten under them.
+// InstallLibrary copies the library into dir (LibraryDir of the fence directory) and returns
+// its path there, read-only to everyone. The copy is renamed into place: a library that running
+// tasks have mapped is never rewritten under them.
 func InstallLibrary(src, dir string) (string, error) {
 	want, err := os.ReadFile(src)
 	if err != nil {
@@ -69,7 +81,7 @@ func InstallLibrary(src, dir string) (string, error) {
 		tmp.Close()
 		return "", fmt.Errorf("fence: install library: %w", err)
 	}
-	if err := tmp.Chmod(0o755); err != nil {
+	if err := tmp.Chmod(0o555); err != nil {
 		tmp.Close()
 		return "", fmt.Errorf("fence: install library: %w", err)
 	}

@@ -1,6 +1,8 @@
 /* The fence's shared state (state.h says why it is built this way). */
 #define _GNU_SOURCE
 #include "state.h"
+#include "control.h"
+#include "lock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,93 +15,36 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#define gf_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define gf_relax() __asm__ __volatile__("yield")
-#else
-#define gf_relax() ((void)0)
-#endif
+/* The byte whose lock marks the enforcer that manages the file. */
+#define CONTROL_BYTE (GF_LIVE_BASE - 1)
 
-static off_t live_byte(uint32_t owner)
+/* set_waiting changes what a process waits for and keeps its task's count of waiting
+ * processes. Called under the lock. */
+static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 {
-	return owner == GF_OWNER_CONTROL ? GF_LIVE_BASE - 1 : GF_LIVE_BASE + (off_t)owner - 1;
-}
-
-/* byte_lock takes (F_WRLCK) or drops (F_UNLCK) one liveness byte without waiting. */
-static int byte_lock(int fd, off_t at, short type)
-{
-	struct flock fl;
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = type;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = at;
-	fl.l_len = 1;
-	return fcntl(fd, F_OFD_SETLK, &fl);
-}
-
-/* alive says whether someone other than this open file holds the byte of owner. */
-static int alive(const struct gf_map *m, uint32_t owner)
-{
-	struct flock fl;
-	if (owner == m->me)
-		return 1;
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = F_WRLCK;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = live_byte(owner);
-	fl.l_len = 1;
-	if (fcntl(m->fd, F_OFD_GETLK, &fl) != 0)
-		return 1; /* cannot tell: assume alive and keep waiting */
-	return fl.l_type != F_UNLCK;
-}
-
-/* recount rebuilds every task's sums from its processes' after a holder died mid-update. */
-static void recount(struct gf_table *t)
-{
-	for (int i = 0; i < GF_TASKS; i++) {
-		t->tasks[i].used = 0;
-		t->tasks[i].procs = 0;
-	}
-	for (int i = 0; i < GF_PROCS; i++) {
-		struct gf_proc *p = &t->procs[i];
-		if (p->state != GF_LIVE || p->task >= GF_TASKS)
-			continue;
+	if ((p->waiting != GF_WAIT_NONE) != (why != GF_WAIT_NONE) && p->task < GF_TASKS) {
 		struct gf_task *k = &t->tasks[p->task];
-		if (k->state != GF_LIVE || k->gen != p->task_gen)
-			continue;
-		k->used += p->used;
-		k->procs++;
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			if (why != GF_WAIT_NONE)
+				k->nwait++;
+			else if (k->nwait > 0)
+				k->nwait--;
+		}
 	}
-	t->h.epoch++;
-	t->h.recoveries++;
+	p->waiting = why;
 }
 
-static void lock(struct gf_map *m)
-{
-	uint32_t *w = &m->t->h.lock;
-	for (unsigned long spins = 0;; spins++) {
-		uint32_t holder = 0;
-		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-			return;
-		if (spins < 128) {
-			gf_relax();
-			continue;
-		}
-		/* Critical sections are a few stores long: a lock held this long has a holder that was
-		 * descheduled or died. Ask the kernel which, now and then. */
-		if (spins % 256 == 0 && !alive(m, holder) &&
-		    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-			recount(m->t);
-			return;
-		}
-		sched_yield();
-	}
-}
+static void give_back_bytes(struct gf_map *m, uint64_t n);
 
-static void unlock(struct gf_map *m)
+/* settle_pending gives back what this process freed while it could not take the lock. Called
+ * under the lock. */
+static void settle_pending(struct gf_map *m)
 {
-	__atomic_store_n(&m->t->h.lock, 0, __ATOMIC_RELEASE);
+	if (m->pending > 0 && m->slot >= 0) {
+		uint64_t n = m->pending;
+		m->pending = 0;
+		give_back_bytes(m, n);
+	}
 }
 
 /* give_back frees a process slot and returns its bytes to its task. Called under the lock. */
@@ -119,6 +64,8 @@ static void give_back(struct gf_table *t, int i)
 			}
 			if (k->procs > 0)
 				k->procs--;
+			if (p->waiting && k->nwait > 0)
+				k->nwait--;
 		}
 	}
 	uint32_t pgen = p->pgen + 1;
@@ -169,6 +116,11 @@ static int map_file(int fd, const char *path, struct gf_map *m, char *err, size_
 		return fail(err, errlen, "map", path, errno);
 	m->t = p;
 	int rc = check_header(m->t, st.st_size, path, err, errlen);
+	if (rc == 0 && gf_take_owner(m) != 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s has no free owner index (%d maps)", path, GF_OWNERS);
+		rc = -1;
+	}
 	if (rc != 0) {
 		munmap(p, sizeof(struct gf_table));
 		m->t = NULL;
@@ -182,6 +134,19 @@ static void reset(struct gf_map *m)
 	m->fd = -1;
 	m->slot = -1;
 	m->task = -1;
+	m->owner = -1;
+}
+
+static void init_table(struct gf_table *t, const char *uuid)
+{
+	t->h.magic = GF_MAGIC;
+	t->h.version = GF_VERSION;
+	t->h.header_size = sizeof t->h;
+	t->h.task_size = sizeof t->tasks[0];
+	t->h.proc_size = sizeof t->procs[0];
+	t->h.ntasks = GF_TASKS;
+	t->h.nprocs = GF_PROCS;
+	snprintf(t->h.uuid, sizeof t->h.uuid, "%s", uuid);
 }
 
 /* create_new writes a fresh table under a temporary name and links it into place, so no reader
@@ -207,14 +172,7 @@ static int create_new(const char *path, const char *uuid, char *err, size_t errl
 		unlink(tmp);
 		return fail(err, errlen, "create", tmp, e);
 	}
-	t->h.magic = GF_MAGIC;
-	t->h.version = GF_VERSION;
-	t->h.header_size = sizeof t->h;
-	t->h.task_size = sizeof t->tasks[0];
-	t->h.proc_size = sizeof t->procs[0];
-	t->h.ntasks = GF_TASKS;
-	t->h.nprocs = GF_PROCS;
-	snprintf(t->h.uuid, sizeof t->h.uuid, "%s", uuid);
+	init_table(t, uuid);
 	munmap(t, sizeof *t);
 	rc = fsync(fd);
 	close(fd);
@@ -238,8 +196,7 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	if (fd < 0)
 		return fail(err, errlen, "open", path, errno);
 	m->fd = fd;
-	m->me = GF_OWNER_CONTROL;
-	if (byte_lock(fd, live_byte(GF_OWNER_CONTROL), F_WRLCK) != 0) {
+	if (gf_byte_lock(fd, CONTROL_BYTE, F_WRLCK) != 0) {
 		int e = errno;
 		close(fd);
 		reset(m);
@@ -251,39 +208,57 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 		return fail(err, errlen, "lock", path, e);
 	}
 	int rc = map_file(fd, path, m, err, errlen);
+	if (rc == 0 && gf_control_open(m, path, 1, err, errlen) != 0) {
+		munmap(m->t, sizeof *m->t);
+		rc = -1;
+	}
 	if (rc != 0) {
 		close(fd);
 		reset(m);
 		return rc;
 	}
-	lock(m);
+	if (gf_lock(m) != 0) {
+		gf_control_close(m);
+		munmap(m->t, sizeof *m->t);
+		close(fd);
+		reset(m);
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s is locked by a live process that does not let go", path);
+		return GF_ERR_LOCKED;
+	}
 	m->t->h.total = total;
+	gf_test_point("create");
 	m->t->h.budget = budget;
 	snprintf(m->t->h.uuid, sizeof m->t->h.uuid, "%s", uuid);
-	unlock(m);
+	gf_control_write(m);
+	gf_unlock(m);
 	return 0;
 }
 
-static int find_task(const struct gf_table *t, const char *token)
+static int find_task(const struct gf_table *t, const uint8_t *hash)
 {
 	for (int i = 0; i < GF_TASKS; i++)
-		if (t->tasks[i].state == GF_LIVE && strncmp(t->tasks[i].token, token, GF_TOKEN_MAX) == 0)
+		if (t->tasks[i].state == GF_LIVE && memcmp(t->tasks[i].token_hash, hash, GF_HASH_LEN) == 0)
 			return i;
 	return -1;
 }
 
 /* try_claim takes slot i if its byte is free (a free slot, or one whose owner died). */
-static int try_claim(struct gf_map *m, int i, const char *token)
+static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 {
-	if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+	if (gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 		return 0;
-	m->me = (uint32_t)i + 1;
-	lock(m);
+	if (gf_lock(m) != 0) {
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		return -2;
+	}
 	struct gf_table *t = m->t;
-	int k = find_task(t, token);
+	gf_test_point("claim");
+	gf_control_restore(m, -1);
+	int k = find_task(t, hash);
 	if (k < 0) {
-		unlock(m);
-		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 		return -1;
 	}
 	if (t->procs[i].state == GF_LIVE) {
@@ -291,17 +266,20 @@ static int try_claim(struct gf_map *m, int i, const char *token)
 		t->h.reaped++;
 	}
 	struct gf_proc *p = &t->procs[i];
-	p->state = GF_LIVE;
+	/* The slot goes live last: a holder that dies before leaves a free slot, one that dies
+	 * after leaves a whole one that the recount and the reaper understand. */
 	p->task = (uint32_t)k;
 	p->task_gen = t->tasks[k].gen;
 	p->pid = (int32_t)getpid();
+	__atomic_store_n(&p->state, GF_LIVE, __ATOMIC_RELEASE);
+	gf_test_point("claim-live");
 	t->tasks[k].procs++;
 	t->tasks[k].armed = 1; /* a process attaches at its first allocation: the task is on the GPU */
 	m->slot = i;
 	m->task = k;
 	m->task_gen = p->task_gen;
 	m->pgen = p->pgen;
-	unlock(m);
+	gf_unlock(m);
 	return 1;
 }
 
@@ -312,45 +290,61 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 	if (fd < 0)
 		return fail(err, errlen, "open", path, errno);
 	m->fd = fd;
-	if (map_file(fd, path, m, err, errlen) != 0)
+	int rc = map_file(fd, path, m, err, errlen);
+	if (rc != 0)
 		goto out;
+	gf_control_open(m, path, 0, NULL, 0);
+	uint8_t hash[GF_HASH_LEN];
+	gf_sha256(token, strlen(token), hash);
 	/* Free slots first; then slots whose byte is free, which belong to dead processes. */
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < GF_PROCS; i++) {
 			uint32_t st = __atomic_load_n(&m->t->procs[i].state, __ATOMIC_RELAXED);
 			if ((pass == 0) != (st == GF_FREE))
 				continue;
-			int r = try_claim(m, i, token);
+			int r = try_claim(m, i, hash);
 			if (r > 0)
 				return 0;
+			if (r == -2) {
+				if (err && errlen)
+					snprintf(err, errlen, "fence state %s is locked by a live process that does not let go",
+						 path);
+				rc = GF_ERR_LOCKED;
+				goto out;
+			}
 			if (r < 0) {
 				if (err && errlen)
 					snprintf(err, errlen, "fence state %s has no task for this reservation", path);
+				rc = GF_ERR_NOTASK;
 				goto out;
 			}
 		}
 	}
 	if (err && errlen)
 		snprintf(err, errlen, "fence state %s has no free process slot (%d in use)", path, GF_PROCS);
+	rc = -1;
 out:
+	gf_control_close(m);
 	if (m->t)
 		munmap(m->t, sizeof *m->t);
 	close(fd);
 	reset(m);
-	return -1;
+	return rc;
 }
 
 void gf_detach(struct gf_map *m)
 {
 	if (!m->t)
 		return;
-	if (m->slot >= 0) {
-		lock(m);
+	/* Without the lock the slot is left to the reapers: its byte is free once the file is closed. */
+	if (m->slot >= 0 && gf_lock(m) == 0) {
 		if (m->t->procs[m->slot].pgen == m->pgen)
 			give_back(m->t, m->slot);
-		unlock(m);
-		byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
+		gf_test_point("detach");
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
 	}
+	gf_control_close(m);
 	munmap(m->t, sizeof *m->t);
 	close(m->fd);
 	reset(m);
@@ -441,17 +435,6 @@ static int judge(const struct gf_table *t, const struct gf_task *k, uint64_t wan
 	return others <= t->h.budget && want <= t->h.budget - others ? FIT : NO_ROOM;
 }
 
-/* task_waits says whether a live process of task slot i waits for borrowable memory. */
-static int task_waits(const struct gf_table *t, int i)
-{
-	for (int j = 0; j < GF_PROCS; j++) {
-		const struct gf_proc *p = &t->procs[j];
-		if (p->state == GF_LIVE && p->waiting && p->task == (uint32_t)i && p->task_gen == t->tasks[i].gen)
-			return 1;
-	}
-	return 0;
-}
-
 static int anyone_waits(const struct gf_table *t)
 {
 	for (int j = 0; j < GF_PROCS; j++)
@@ -472,19 +455,12 @@ static int can_wait(const struct gf_table *t, int me, uint64_t want)
 		const struct gf_task *k = &t->tasks[i];
 		if (i == me || k->state != GF_LIVE || held(k) == 0)
 			continue;
-		if (task_waits(t, i))
+		if (k->nwait > 0)
 			stuck += held(k);
 		else
 			movers++;
 	}
 	return movers > 0 && stuck <= t->h.budget && want <= t->h.budget - stuck;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* A waiting allocation looks again this often: neighbours' frees come in bursts at their ends,
@@ -500,61 +476,61 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	uint64_t deadline = 0;
 	int owed = 0;
 	for (unsigned polls = 0;; polls++) {
-		lock(m);
+		if (gf_lock(m) != 0)
+			return GF_BUSY;
+		/* Its own task decides within the guarantee; every task's once borrowing is on. */
+		gf_control_restore(m, m->task);
+		if (m->t->h.budget != 0)
+			gf_control_restore(m, -1);
+		settle_pending(m);
 		if (!mine(m)) {
 			if (m->t->procs[m->slot].pgen == m->pgen)
-				m->t->procs[m->slot].waiting = 0;
-			unlock(m);
+				set_waiting(m->t, &m->t->procs[m->slot], GF_WAIT_NONE);
+			gf_unlock(m);
 			return GF_NOTASK;
 		}
 		struct gf_table *t = m->t;
 		struct gf_task *k = &t->tasks[m->task];
 		struct gf_proc *p = &t->procs[m->slot];
+		gf_test_point("charge-enter");
 		uint64_t want = k->used + n;
 		int verdict = want < k->used ? PAST_LIMIT : judge(t, k, want);
 		if (verdict == FIT) {
-			p->waiting = 0;
+			set_waiting(t, p, GF_WAIT_NONE);
 			k->used = want;
-#ifdef GF_TESTING
-			/* Lets a test kill a process at the worst moment: the task's sum is raised, the
-			 * process's own is not yet. */
-			if (getenv("GF_TEST_STALL_IN_LOCK")) {
-				(void)!write(2, "gf-test: stalled\n", 17);
-				for (;;)
-					pause();
-			}
-#endif
+			/* the worst moment to die: the task's sum is raised, the process's own is not */
+			gf_test_point("charge");
 			p->used += n;
 			p->allocs++;
 			if (k->used > k->peak)
 				k->peak = k->used;
 			if (p->used > p->peak)
 				p->peak = p->used;
-			unlock(m);
+			gf_unlock(m);
 			return owed ? GF_OK_OWED : GF_OK;
 		}
 		owed |= verdict == OWED;
 		uint64_t now = 0;
 		if (verdict == OWED || (verdict == NO_ROOM && t->h.wait_ns > 0))
-			now = now_ns();
+			now = gf_now_ns();
 		if (now != 0 && deadline == 0)
 			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
 		if (now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(t, m->task, want))) {
-			p->waiting = GF_WAIT_NONE;
+			set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
 			p->refused++;
-			unlock(m);
+			gf_unlock(m);
 			return GF_REFUSED;
 		}
 		uint32_t why = verdict == OWED ? GF_WAIT_OWED : GF_WAIT_BORROW;
 		if (p->waiting != why) {
-			p->waiting = why;
+			set_waiting(t, p, why);
 			if (why == GF_WAIT_OWED)
 				k->owed++;
 			else
 				k->waits++;
 		}
-		unlock(m);
+		gf_unlock(m);
 		if (polls % GF_WAIT_REAP_EVERY == GF_WAIT_REAP_EVERY - 1)
 			gf_reap(m, -1);
 		struct timespec d = {0, GF_WAIT_POLL_NS};
@@ -566,7 +542,18 @@ void gf_uncharge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0 || n == 0)
 		return;
-	lock(m);
+	if (gf_lock(m) != 0) {
+		m->pending += n; /* given back at the next lock this process gets */
+		return;
+	}
+	settle_pending(m);
+	give_back_bytes(m, n);
+	gf_unlock(m);
+}
+
+/* give_back_bytes returns n bytes of this process to its task. Called under the lock. */
+static void give_back_bytes(struct gf_map *m, uint64_t n)
+{
 	struct gf_table *t = m->t;
 	struct gf_proc *p = &t->procs[m->slot];
 	if (p->state == GF_LIVE && p->pgen == m->pgen) {
@@ -575,6 +562,7 @@ void gf_uncharge(struct gf_map *m, uint64_t n)
 			n = p->used;
 		}
 		p->used -= n;
+		gf_test_point("uncharge");
 		struct gf_task *k = &t->tasks[m->task];
 		if (k->state == GF_LIVE && k->gen == m->task_gen) {
 			if (n > k->used) {
@@ -584,20 +572,22 @@ void gf_uncharge(struct gf_map *m, uint64_t n)
 			k->used -= n;
 		}
 	}
-	unlock(m);
 }
 
 int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	lock(m);
+	if (gf_lock(m) != 0)
+		return GF_BUSY;
+	gf_test_point("view");
+	gf_control_restore(m, m->task);
 	int ok = mine(m);
 	if (ok) {
 		*cap = m->t->tasks[m->task].cap;
 		*used = m->t->tasks[m->task].used;
 	}
-	unlock(m);
+	gf_unlock(m);
 	return ok ? GF_OK : GF_NOTASK;
 }
 
@@ -613,26 +603,30 @@ int gf_reap(struct gf_map *m, int task)
 		if (task >= 0 && __atomic_load_n(&p->task, __ATOMIC_RELAXED) != (uint32_t)task)
 			continue;
 		/* Holding the byte proves its owner is gone and keeps claimants off until it is free. */
-		if (byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+		if (gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 			continue;
-		lock(m);
+		if (gf_lock(m) != 0) {
+			gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+			break;
+		}
 		if (p->state == GF_LIVE) {
 			give_back(m->t, i);
 			m->t->h.reaped++;
 			n++;
+			gf_test_point("reap");
 		}
-		unlock(m);
-		byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 	}
 	return n;
 }
 
-static const struct gf_task_spec *find_spec(const struct gf_task_spec *specs, int n, const char *token)
+static int find_spec(const uint8_t (*hashes)[GF_HASH_LEN], int n, const uint8_t *hash)
 {
 	for (int i = 0; i < n; i++)
-		if (strncmp(specs[i].token, token, GF_TOKEN_MAX) == 0)
-			return &specs[i];
-	return NULL;
+		if (memcmp(hashes[i], hash, GF_HASH_LEN) == 0)
+			return i;
+	return -1;
 }
 
 /* room says whether task k may hold guarantee cap from now: a guarantee never covers memory that
@@ -650,7 +644,15 @@ static int room(const struct gf_table *t, const struct gf_task *k, uint64_t cap,
 int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns)
 {
 	int placed = 0, full = 0, noroom = 0;
-	lock(m);
+	if (n > GF_TASKS)
+		return GF_SET_FULL;
+	/* Hashed before the lock: the critical section stays a few loads and stores. */
+	uint8_t hashes[GF_TASKS][GF_HASH_LEN];
+	for (int s = 0; s < n; s++)
+		gf_sha256(specs[s].token, strlen(specs[s].token), hashes[s]);
+	if (gf_lock(m) != 0)
+		return GF_SET_LOCKED;
+	gf_control_restore(m, -1);
 	struct gf_table *t = m->t;
 	t->h.budget = budget;
 	t->h.wait_ns = wait_ns;
@@ -659,15 +661,16 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 	 * watchdog owns them. */
 	for (int i = 0; i < GF_TASKS; i++) {
 		struct gf_task *k = &t->tasks[i];
-		if (k->state == GF_LIVE && !find_spec(specs, n, k->token)) {
+		if (k->state == GF_LIVE && find_spec(hashes, n, k->token_hash) < 0) {
 			uint32_t gen = k->gen + 1;
 			memset(k, 0, sizeof *k);
 			k->gen = gen;
 		}
 	}
+	gf_test_point("set-tasks");
 	int waiting = anyone_waits(t);
 	for (int s = 0; s < n; s++) {
-		int i = find_task(t, specs[s].token);
+		int i = find_task(t, hashes[s]);
 		struct gf_task *k = i >= 0 ? &t->tasks[i] : NULL;
 		if (!room(t, k, specs[s].cap, waiting)) {
 			noroom = 1;
@@ -684,7 +687,7 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 			uint32_t gen = k->gen + 1;
 			memset(k, 0, sizeof *k);
 			k->gen = gen;
-			snprintf(k->token, sizeof k->token, "%s", specs[s].token);
+			memcpy(k->token_hash, hashes[s], GF_HASH_LEN);
 			k->state = GF_LIVE;
 		}
 		k->cap = specs[s].cap;
@@ -692,15 +695,66 @@ int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint
 		k->keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
 		placed++;
 	}
-	unlock(m);
+	gf_control_write(m);
+	gf_unlock(m);
 	if (full)
 		return GF_SET_FULL;
 	return noroom ? GF_SET_NOROOM : placed;
 }
 
-void gf_snapshot(struct gf_map *m, struct gf_table *out)
+int gf_rebuild(struct gf_map *m)
 {
-	lock(m);
+	if (gf_lock(m) != 0)
+		return -1;
+	gf_recount(m->t);
+	gf_unlock(m);
+	return 0;
+}
+
+int gf_snapshot(struct gf_map *m, struct gf_table *out)
+{
+	if (gf_lock(m) != 0)
+		return -1;
+	gf_test_point("snapshot");
 	memcpy(out, m->t, sizeof *out);
-	unlock(m);
+	gf_unlock(m);
+	return 0;
+}
+
+int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen)
+{
+	reset(m);
+	int fd = memfd_create("gpufrac-unplaced", MFD_CLOEXEC);
+	if (fd < 0)
+		return fail(err, errlen, "create", "a private table", errno);
+	if (ftruncate(fd, sizeof(struct gf_table)) != 0) {
+		int e = errno;
+		close(fd);
+		return fail(err, errlen, "size", "a private table", e);
+	}
+	m->fd = fd;
+	int rc = -1;
+	struct gf_table *t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (t == MAP_FAILED) {
+		fail(err, errlen, "map", "a private table", errno);
+		goto out;
+	}
+	uint8_t hash[GF_HASH_LEN];
+	gf_sha256("", 0, hash);
+	init_table(t, uuid);
+	struct gf_task *k = &t->tasks[0];
+	k->gen = 1;
+	k->cap = k->limit = k->keep = cap;
+	memcpy(k->token_hash, hash, GF_HASH_LEN);
+	k->state = GF_LIVE;
+	munmap(t, sizeof *t);
+	rc = map_file(fd, "a private table", m, err, errlen);
+	if (rc == 0 && try_claim(m, 0, hash) > 0)
+		return 0;
+out:
+	if (m->t)
+		munmap(m->t, sizeof *m->t);
+	close(fd);
+	reset(m);
+	return rc ? rc : -1;
 }

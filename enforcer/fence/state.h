@@ -4,8 +4,14 @@
  * LD_PRELOAD library and, through cgo, the Go enforcer), so the layout has one definition.
  *
  * Why it is built this way:
- * - Every counter changes under one lock word per file. The critical sections hold a few
- *   loads and stores and no system call, so a compare-and-swap lock costs tens of nanoseconds.
+ * - Every counter changes under one lock word per file. The critical sections hold loads and
+ *   stores over at most the 512 process slots and no system call, so a compare-and-swap lock
+ *   costs tens of nanoseconds.
+ * - The lock word names its holder uniquely over time: an owner index (an OFD-locked byte the
+ *   map holds for its whole life, taken before it ever locks) and a nonce drawn once per map
+ *   from a counter in the header. A holder is dead when nobody holds its index's byte, or when
+ *   whoever holds it now drew another nonce; a process that dies anywhere inside a critical
+ *   section, whatever slot it had or was giving back, leaves a lock the next locker takes over.
  * - Liveness comes from the kernel, not from PIDs: a process that owns a slot holds an
  *   open-file-description (OFD) write lock on one byte of the file, which the kernel drops when
  *   the process dies, however it dies, and which means the same thing in every PID namespace
@@ -20,8 +26,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sha256.h"
+
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 3
+#define GF_VERSION 4
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -31,7 +39,11 @@
  * GF_LIVE_BASE - 1 for the enforcer that manages the file. They lie past the end of the file,
  * which locks allow. */
 #define GF_LIVE_BASE (1LL << 30)
-#define GF_OWNER_CONTROL 0xffffffffu
+/* Owner indexes: each map of the file (a process's, the enforcer's) holds the OFD lock of one
+ * byte GF_OWNER_BASE + index for its whole life; the lock word names that index. More than the
+ * process slots: an enforcer, and attaches in flight, map the file without a slot. */
+#define GF_OWNERS 1024
+#define GF_OWNER_BASE (GF_LIVE_BASE + 65536)
 
 enum { GF_FREE = 0, GF_LIVE = 1 };
 
@@ -45,15 +57,25 @@ enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
 /* Failures of gf_create and gf_attach besides -1 (a system call failed). */
 #define GF_ERR_CORRUPT (-2)
 #define GF_ERR_BUSY (-3)
+#define GF_ERR_NOTASK (-4) /* gf_attach: the table has no task for the token */
+#define GF_ERR_LOCKED (-5) /* a live process kept the table's lock GF_LOCK_WAIT_NS */
+
+/* How long a lock kept by one live holder is waited for. Critical sections last nanoseconds, so
+ * only a stopped holder (SIGSTOP, a debugger) or a hostile one keeps it this long; the waiter
+ * then goes on without the table (an allocation passes unfenced, the watchdog holds the cap)
+ * rather than hang every process on the GPU. */
+#define GF_LOCK_WAIT_NS (1000000000ull)
 
 /* Results of gf_charge. GF_OK_OWED is GF_OK after a wait for borrowers to give the bytes back:
  * the driver may still be releasing a stopped borrower's memory, so a caller retries its real
- * allocation a moment (fence.c). */
-enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3 };
+ * allocation a moment (fence.c). GF_BUSY: the lock could not be had (GF_LOCK_WAIT_NS), nothing
+ * was counted, and the allocation goes on unfenced. */
+enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3, GF_BUSY = 4 };
 
 /* Results of gf_set_tasks besides a count of tasks placed. */
-#define GF_SET_FULL (-1)   /* no free task slot */
+#define GF_SET_FULL (-1)   /* no free task slot, or more specs than slots */
 #define GF_SET_NOROOM (-2) /* a new or raised guarantee would cover memory borrowers hold */
+#define GF_SET_LOCKED (-3) /* a live process kept the table's lock (GF_LOCK_WAIT_NS) */
 
 struct gf_task {
 	uint32_t state; /* GF_FREE or GF_LIVE */
@@ -72,7 +94,10 @@ struct gf_task {
 	uint64_t keep;
 	uint64_t armed;
 	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
-	char token[GF_TOKEN_MAX];
+	uint64_t nwait; /* its live processes with a waiting allocation: can_wait reads it, not 512 slots */
+	/* SHA-256 of the reservation's token: every task maps the table, and a token read here
+	 * would let one task attach as another (take its cap, charge it its use). */
+	uint8_t token_hash[GF_HASH_LEN];
 };
 
 struct gf_proc {
@@ -98,8 +123,9 @@ struct gf_header {
 	uint32_t proc_size;
 	uint32_t ntasks;
 	uint32_t nprocs;
-	uint32_t lock;  /* 0 = free, else the holder: proc slot + 1, or GF_OWNER_CONTROL */
+	uint64_t lock;  /* 0 = free, else the holder: its nonce << 32 | its owner index + 1 */
 	uint32_t epoch; /* bumped by every recovery from a holder that died */
+	uint32_t nonces; /* the last nonce drawn: every map draws the next one */
 	uint64_t total;  /* the GPU's memory */
 	uint64_t budget; /* what guarantees and borrowing may fill together; 0 = no borrowing */
 	uint64_t recoveries;
@@ -115,17 +141,23 @@ struct gf_table {
 	struct gf_header h;
 	struct gf_task tasks[GF_TASKS];
 	struct gf_proc procs[GF_PROCS];
+	uint32_t owners[GF_OWNERS]; /* the nonce of each owner index's holder */
 };
+
+struct gf_control;
 
 /* One process's (or the enforcer's) view of one file. */
 struct gf_map {
 	int fd;
 	struct gf_table *t;
-	uint32_t me;   /* lock owner id: slot + 1, or GF_OWNER_CONTROL */
+	struct gf_control *c; /* the control copy (control.c), or NULL */
+	uint64_t me;   /* what the lock word holds while this map holds the lock */
+	int owner;     /* the owner index whose byte it holds */
 	int slot;      /* the proc slot this process owns, or -1 */
 	int task;      /* the task slot it charges, or -1 */
 	uint32_t task_gen;
 	uint32_t pgen;
+	uint64_t pending; /* bytes freed while the lock could not be had, given back at the next */
 };
 
 /* A task as the enforcer declares it. */
@@ -143,6 +175,9 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 /* gf_attach maps an existing file for a task process and claims a process slot for token. */
 int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen);
 void gf_detach(struct gf_map *m);
+/* gf_private makes a table of this process alone, with one task of cap bytes, and attaches to
+ * it: a process the fence cannot place in any task is fenced by it to a small allowance. */
+int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen);
 
 /* gf_charge takes n bytes for the task, or refuses. Past its guarantee a task borrows memory that
  * no armed guarantee covers; when that is not free it waits (up to the header's wait_ns) while
@@ -162,6 +197,10 @@ int gf_reap(struct gf_map *m, int task);
  * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
  * reservation back. */
 int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns);
-void gf_snapshot(struct gf_map *m, struct gf_table *out);
+/* gf_rebuild rebuilds every task's sums from its processes' under the lock: 0, or -1 when the
+ * lock could not be had. */
+int gf_rebuild(struct gf_map *m);
+/* gf_snapshot copies the table under its lock: 0, or -1 when the lock could not be had. */
+int gf_snapshot(struct gf_map *m, struct gf_table *out);
 
 #endif

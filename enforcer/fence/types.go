@@ -34,6 +34,9 @@ var (
 	ErrFull     = errors.New("fence table has no free task slot")
 	ErrBadInput = errors.New("invalid fence input")
 	ErrClosed   = errors.New("fence table is closed")
+	// ErrLocked: a live process kept the table's lock past GF_LOCK_WAIT_NS (a stopped or
+	// hostile one); the table could not be read or written this time.
+	ErrLocked = errors.New("fence table is locked by a process that does not let go")
 	// ErrNoRoom: borrowers hold what a new guarantee would cover (see NoRoomError).
 	ErrNoRoom = errors.New("fence table has no room for the guarantee")
 )
@@ -79,12 +82,14 @@ type TaskUse struct {
 	Armed bool
 }
 
-// Borrowed is what the task holds past its guarantee.
+// Borrowed is what the task holds past its guarantee, at most what its limit lets it borrow:
+// every task maps the table writable, and a use written past the limit is a lie the fence
+// never granted.
 func (u TaskUse) Borrowed() size.Bytes {
-	if u.Used > u.Cap {
-		return u.Used - u.Cap
+	if u.Used <= u.Cap || u.Limit <= u.Cap {
+		return 0
 	}
-	return 0
+	return min(u.Used, u.Limit) - u.Cap
 }
 
 // ProcUse is one attached process.
@@ -162,6 +167,53 @@ func (e *NoRoomError) Error() string {
 
 // Is makes errors.Is(err, ErrNoRoom) true.
 func (e *NoRoomError) Is(target error) bool { return target == ErrNoRoom }
+
+// differs names what of s the enforcer did not write as it is: set is the table right after its
+// last SetTasks, and only SetTasks changes guarantees, limits, keeps, tasks and the header.
+func (s Snapshot) differs(set Snapshot) []string {
+	var d []string
+	if s.Total != set.Total || s.Budget != set.Budget || s.Wait != set.Wait {
+		d = append(d, fmt.Sprintf("header total %s budget %s wait %s, set %s %s %s", s.Total, s.Budget, s.Wait,
+			set.Total, set.Budget, set.Wait))
+	}
+	for _, u := range s.Tasks {
+		w, ok := set.Task(u.Token)
+		switch {
+		case u.Token == "" || !ok:
+			d = append(d, "a task the enforcer did not set")
+		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep:
+			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s, set %s %s %s", short(u.Token),
+				u.Cap, u.Limit, u.Keep, w.Cap, w.Limit, w.Keep))
+		}
+	}
+	for _, w := range set.Tasks {
+		if _, ok := s.Task(w.Token); !ok {
+			d = append(d, fmt.Sprintf("task %s is gone", short(w.Token)))
+		}
+	}
+	return d
+}
+
+// unsummed names the tasks whose use is not what their processes hold: every change of a use
+// moves both under the lock, so only a write around the fence's API parts them.
+func (s Snapshot) unsummed() []string {
+	held := map[string]size.Bytes{}
+	for _, p := range s.Procs {
+		if p.Token != "" {
+			held[p.Token] += p.Used
+		}
+	}
+	var d []string
+	for _, u := range s.Tasks {
+		if u.Token != "" && u.Used != held[u.Token] {
+			d = append(d, fmt.Sprintf("task %s: use %s, its processes hold %s", short(u.Token), u.Used, held[u.Token]))
+		}
+	}
+	return d
+}
+
+// short is enough of a token to tell tasks apart in a message, not enough to use it.
+func short(token string) string { return token[:min(4, len(token))] + "…" }
 
 // Task returns the use of one token's task.
 func (s Snapshot) Task(token string) (TaskUse, bool) {

@@ -32,6 +32,8 @@ type Kit struct {
 	DriverDir string
 	// Client is the CUDA program (testdata/client.c).
 	Client string
+	// Tool drives a table through state.c's API with the test hooks (testdata/tablectl.c).
+	Tool string
 }
 
 // Sources is the directory of the fence package's C sources.
@@ -95,17 +97,19 @@ func build() {
 		TestLibrary: filepath.Join(dir, "libgpufrac-fence-testing.so"),
 		DriverDir:   filepath.Join(dir, "driver"),
 		Client:      filepath.Join(dir, "client"),
+		Tool:        filepath.Join(dir, "tablectl"),
 	}
 	if buildErr = os.Mkdir(k.DriverDir, 0o755); buildErr != nil {
 		return
 	}
 	warn := []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"}
-	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "lib", "interpose.c"), filepath.Join(src, "state.c"), "-ldl", "-lpthread"}
+	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "lib", "interpose.c"), filepath.Join(src, "lib", "identity.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "control.c"), filepath.Join(src, "sha256.c"), "-ldl", "-lpthread"}
 	steps := [][]string{
 		append(append(append([]string{}, warn...), "-o", k.Library), lib...),
 		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),
 		append(append([]string{}, warn...), "-fPIC", "-shared", "-o", filepath.Join(k.DriverDir, "libcuda.so.1"), filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"),
 		append(append([]string{}, warn...), "-o", k.Client, filepath.Join(src, "testdata", "client.c"), "-ldl", "-lpthread"),
+		append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.Tool, filepath.Join(src, "testdata", "tablectl.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "control.c"), filepath.Join(src, "sha256.c")),
 	}
 	for _, args := range steps {
 		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
@@ -148,7 +152,19 @@ type Proc struct {
 // names instead of going through cuGetProcAddress.
 func (k Kit) Start(t testing.TB, env []string, args ...string) *Proc {
 	t.Helper()
-	cmd := exec.Command(k.Client, args...)
+	return start(t, k.Client, env, args)
+}
+
+// StartTool runs the table tool (see Kit.Tool) with env; GF_TEST_STALL=<point> in it stops the
+// tool inside that critical section.
+func (k Kit) StartTool(t testing.TB, env ...string) *Proc {
+	t.Helper()
+	return start(t, k.Tool, env, nil)
+}
+
+func start(t testing.TB, bin string, env, args []string) *Proc {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -199,16 +215,26 @@ func (p *Proc) Do(cmd string) string {
 	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
 		p.t.Fatalf("client: send %q: %v (stderr: %s)", cmd, err, p.Stderr())
 	}
-	return p.reply(cmd)
+	return p.reply(cmd, replyWait)
+}
+
+// DoWithin is Do with a tighter bound: what must answer soon, such as an attach to a table
+// whose last lock holder died, fails the test in d instead of hanging it.
+func (p *Proc) DoWithin(cmd string, d time.Duration) string {
+	p.t.Helper()
+	if _, err := fmt.Fprintln(p.in, cmd); err != nil {
+		p.t.Fatalf("client: send %q: %v (stderr: %s)", cmd, err, p.Stderr())
+	}
+	return p.reply(cmd, d)
 }
 
 // Reply is the answer to the command Send sent last.
 func (p *Proc) Reply() string {
 	p.t.Helper()
-	return p.reply("the last command sent")
+	return p.reply("the last command sent", replyWait)
 }
 
-func (p *Proc) reply(cmd string) string {
+func (p *Proc) reply(cmd string, wait time.Duration) string {
 	p.t.Helper()
 	select {
 	case l, ok := <-p.lines:
@@ -216,8 +242,8 @@ func (p *Proc) reply(cmd string) string {
 			p.t.Fatalf("client exited before answering %q (stderr: %s)", cmd, p.Stderr())
 		}
 		return l
-	case <-time.After(replyWait):
-		p.t.Fatalf("client did not answer %q (stderr: %s)", cmd, p.Stderr())
+	case <-time.After(wait):
+		p.t.Fatalf("client did not answer %q within %s (stderr: %s)", cmd, wait, p.Stderr())
 	}
 	return ""
 }

@@ -59,25 +59,6 @@ static void uuid_string(const CUuuid *u, char *out, size_t n)
 		 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
 }
 
-/* token_for finds the task's reservation on one GPU: the per-GPU key first (a task may hold
- * reservations on several GPUs), then the single key when it names this GPU. */
-static const char *token_for(const char *uuid)
-{
-	char key[128];
-	int n = snprintf(key, sizeof key, "GPUFRAC_RESERVATION_%s", uuid);
-	for (int i = 20; i < n; i++)
-		if (key[i] == '-')
-			key[i] = '_';
-	const char *t = getenv(key);
-	if (t && *t)
-		return t;
-	const char *g = getenv("GPUFRAC_GPU_UUID");
-	t = getenv("GPUFRAC_RESERVATION");
-	if (g && t && *t && strcasecmp(g, uuid) == 0)
-		return t;
-	return NULL;
-}
-
 static int attach_state(struct dev *d, CUdevice ordinal);
 
 /* attach settles d's state once: other threads read it without the lock, so it goes from
@@ -98,25 +79,7 @@ static int attach_state(struct dev *d, CUdevice ordinal)
 		return DEV_OPEN;
 	}
 	uuid_string(&u, d->uuid, sizeof d->uuid);
-	const char *dir = getenv("GPUFRAC_FENCE_DIR");
-	const char *token = token_for(d->uuid);
-	if (!dir || !*dir) {
-		say("GPUFRAC_FENCE_DIR is not set; this process runs under the watchdog alone");
-		return DEV_OPEN;
-	}
-	if (!token) {
-		say("no reservation for %s in this process's environment; not fenced there", d->uuid);
-		return DEV_OPEN;
-	}
-	char path[4096], err[512];
-	snprintf(path, sizeof path, "%s/%s.fence", dir, d->uuid);
-	if (gf_attach(path, token, &d->m, err, sizeof err) != 0) {
-		say("%s; this process runs under the watchdog alone", err);
-		return DEV_OPEN;
-	}
-	if (getenv("GPUFRAC_FENCE_DEBUG"))
-		say("fenced on %s (slot %d)", d->uuid, d->m.slot);
-	return DEV_FENCED;
+	return gf_place(d->uuid, &d->m) == 0 ? DEV_FENCED : DEV_OPEN; /* identity.c */
 }
 
 /* device returns the fenced view of the GPU of the calling thread's context, or NULL. */

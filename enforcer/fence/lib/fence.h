@@ -53,6 +53,15 @@ CUresult get_proc1_1(const char *sym, void **pfn, int v, cuuint64_t fl);
 CUresult get_proc2_0(const char *sym, void **pfn, int v, cuuint64_t fl, int *st);
 CUresult get_proc2_1(const char *sym, void **pfn, int v, cuuint64_t fl, int *st);
 
+/* What a process that no reservation places may allocate on a GPU (identity.c). */
+#define GF_UNPLACED_ALLOWANCE (64ull << 20)
+
+struct gf_map;
+/* gf_place attaches m to the task that this process, or its nearest ancestor that says, holds
+ * a reservation of on GPU uuid; without one anywhere, to a private table of the allowance. It
+ * says on stderr why not, once; -1: the GPU stays unfenced (no fence, or a table it cannot use). */
+int gf_place(const char *uuid, struct gf_map *m);
+
 #define REAL(api, slot, type) ((type)real_of(api, slot))
 
 /* Two dynamic slots per entry point, and the exported names. */

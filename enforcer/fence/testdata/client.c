@@ -8,6 +8,9 @@
  *   free ID -> ok | err CODE          info -> info FREE TOTAL        dev N -> ok
  *   threads T K SIZE -> threads ok=X refused=Y (T threads, K allocations each, then all freed)
  *   fork SIZE -> child ok|err CODE (a forked child allocates SIZE and exits)
+ *   spawn child|grandchild|setsid SIZE -> child ok|err CODE (a new program started without
+ *     the reservation in its environment allocates SIZE and exits: a child, a child's child, or
+ *     a child in a new session)
  *   exit -> leaves without freeing
  * SIZE takes K, M and G (binary) suffixes.
  */
@@ -159,8 +162,55 @@ static void threads(int t, int k, uint64_t size)
 	printf("threads ok=%d refused=%d\n", ok, refused);
 }
 
+extern char **environ;
+
+/* run starts this program again as argv with the environment minus its reservations and
+ * returns its exit code, or -1. */
+static int run(char *const argv[], int new_session)
+{
+	static char *env[4096];
+	int n = 0;
+	for (char **e = environ; *e && n < 4095; e++)
+		if (strncmp(*e, "GPUFRAC_RESERVATION", 19) != 0)
+			env[n++] = *e;
+	env[n] = NULL;
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (new_session && setsid() < 0)
+			_exit(4);
+		execve("/proc/self/exe", argv, env);
+		_exit(5);
+	}
+	int st = 0;
+	if (pid < 0 || waitpid(pid, &st, 0) < 0)
+		return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void spawn(const char *mode, const char *size)
+{
+	char *alloc_once[] = {"client", "alloc-once", (char *)size, NULL};
+	char *relay[] = {"client", "relay", (char *)size, NULL};
+	int code = run(strcmp(mode, "grandchild") == 0 ? relay : alloc_once, strcmp(mode, "setsid") == 0);
+	if (code == 0)
+		printf("child ok\n");
+	else
+		printf("child err %d\n", code - 10);
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 2 && strcmp(argv[1], "relay") == 0) {
+		char *alloc_once[] = {"client", "alloc-once", argv[2], NULL};
+		return run(alloc_once, 0);
+	}
+	if (argc > 2 && strcmp(argv[1], "alloc-once") == 0) {
+		load(0, 0);
+		CUdeviceptr p = 0;
+		CUresult r = mem_alloc(&p, parse_size(argv[2]));
+		return r == 0 ? 0 : 10 + r;
+	}
 	int direct = argc > 1 && strcmp(argv[1], "direct") == 0;
 	uint64_t flags = getenv("CLIENT_PTDS") ? 2 : 0;
 	load(direct, flags);
@@ -233,6 +283,8 @@ int main(int argc, char **argv)
 				printf("child ok\n");
 			else
 				printf("child err %d\n", code - 10);
+		} else if (!strcmp(cmd, "spawn")) {
+			spawn(a, b);
 		} else if (!strcmp(cmd, "exit")) {
 			exit(0);
 		} else {

@@ -1,0 +1,160 @@
+/* The table's lock and its recovery from a holder that died (state.h says why it is built
+ * this way). */
+#define _GNU_SOURCE
+#include "lock.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define gf_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define gf_relax() __asm__ __volatile__("yield")
+#else
+#define gf_relax() ((void)0)
+#endif
+
+#ifdef GF_TESTING
+void gf_test_point(const char *at)
+{
+	const char *s = getenv("GF_TEST_STALL");
+	if (!s || strcmp(s, at) != 0)
+		return;
+	char msg[64];
+	int n = snprintf(msg, sizeof msg, "gf-test: stalled at %s\n", at);
+	(void)!write(2, msg, (size_t)n);
+	for (;;)
+		pause();
+}
+#endif
+
+int gf_byte_lock(int fd, off_t at, short type)
+{
+	struct flock fl;
+	memset(&fl, 0, sizeof fl);
+	fl.l_type = type;
+	fl.l_whence = SEEK_SET;
+	fl.l_start = at;
+	fl.l_len = 1;
+	return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* gf_take_owner gives the map an owner index (its byte locked for the map's life) and a nonce no
+ * other map of this file drew before, before it ever takes the table's lock. */
+int gf_take_owner(struct gf_map *m)
+{
+	unsigned start = (unsigned)getpid() * 2654435761u;
+	for (unsigned n = 0; n < GF_OWNERS; n++) {
+		unsigned i = (start + n) % GF_OWNERS;
+		if (gf_byte_lock(m->fd, GF_OWNER_BASE + (off_t)i, F_WRLCK) != 0)
+			continue;
+		uint32_t nonce;
+		do
+			nonce = __atomic_add_fetch(&m->t->h.nonces, 1, __ATOMIC_SEQ_CST);
+		while (nonce == 0);
+		__atomic_store_n(&m->t->owners[i], nonce, __ATOMIC_SEQ_CST);
+		m->owner = (int)i;
+		m->me = (uint64_t)nonce << 32 | (i + 1);
+		return 0;
+	}
+	return -1;
+}
+
+/* holder_dead says whether the lock word w names a map that is gone: nobody holds its owner
+ * index (for this map's own index the kernel answers unlocked, and w is a predecessor's), or
+ * the index's holder now drew another nonce. A holder that only took its index and has not
+ * written its nonce yet reads as the dead one's successor a moment later. */
+static int holder_dead(const struct gf_map *m, uint64_t w)
+{
+	if (w == m->me)
+		return 0;
+	uint32_t nonce = (uint32_t)(w >> 32), idx = (uint32_t)w - 1;
+	if (idx >= GF_OWNERS)
+		return 1; /* no map can hold such a word */
+	struct flock fl;
+	memset(&fl, 0, sizeof fl);
+	fl.l_type = F_WRLCK;
+	fl.l_whence = SEEK_SET;
+	fl.l_start = GF_OWNER_BASE + (off_t)idx;
+	fl.l_len = 1;
+	if (fcntl(m->fd, F_OFD_GETLK, &fl) != 0)
+		return 0; /* cannot tell: assume alive and keep waiting */
+	if (fl.l_type == F_UNLCK)
+		return 1;
+	return __atomic_load_n(&m->t->owners[idx], __ATOMIC_SEQ_CST) != nonce;
+}
+
+void gf_recount(struct gf_table *t)
+{
+	for (int i = 0; i < GF_TASKS; i++) {
+		t->tasks[i].used = 0;
+		t->tasks[i].procs = 0;
+		t->tasks[i].nwait = 0;
+	}
+	for (int i = 0; i < GF_PROCS; i++) {
+		struct gf_proc *p = &t->procs[i];
+		if (p->state != GF_LIVE || p->task >= GF_TASKS)
+			continue;
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state != GF_LIVE || k->gen != p->task_gen)
+			continue;
+		k->used += p->used;
+		k->procs++;
+		if (p->waiting)
+			k->nwait++;
+	}
+	t->h.epoch++;
+	t->h.recoveries++;
+}
+
+uint64_t gf_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* gf_lock takes the table's lock: 0, or -1 when one live holder kept it GF_LOCK_WAIT_NS (stopped
+ * by SIGSTOP or a debugger, or a hostile tenant that took it to keep it): the caller then goes
+ * on without the table, as where there is no fence, instead of hanging. */
+int gf_lock(struct gf_map *m)
+{
+	uint64_t *w = &m->t->h.lock;
+	uint64_t deadline = 0, last = 0;
+	for (unsigned long spins = 0;; spins++) {
+		uint64_t holder = 0;
+		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+			return 0;
+		if (spins < 128) {
+			gf_relax();
+			continue;
+		}
+		/* Critical sections are a few stores long: a lock held this long has a holder that was
+		 * descheduled, stopped or died. Ask the kernel which, now and then. */
+		if (spins % 256 == 0) {
+			if (holder_dead(m, holder) &&
+			    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+				gf_recount(m->t);
+				return 0;
+			}
+			uint64_t now = gf_now_ns();
+			if (holder != last) {
+				last = holder; /* the lock changes hands: nobody keeps it */
+				deadline = now + GF_LOCK_WAIT_NS;
+			} else if (now >= deadline) {
+				return -1;
+			}
+		}
+		sched_yield();
+	}
+}
+
+void gf_unlock(struct gf_map *m)
+{
+	__atomic_store_n(&m->t->h.lock, 0, __ATOMIC_RELEASE);
+}

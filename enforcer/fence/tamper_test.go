@@ -1,0 +1,97 @@
+package fence_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A tenant that writes the table around the fence's API (every task maps it writable) to raise
+// its own limit, cut a neighbour's guarantee, drop a task or move the budget is found out by
+// the enforcer's next Verify, which writes back what it set.
+func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
+	k := fencetest.Build(t)
+	for _, field := range []string{"cap", "limit", "keep", "state", "budget"} {
+		t.Run(field, func(t *testing.T) {
+			dir, tb := table(t, 4*size.GiB)
+			tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB, Keep: 512 * size.MiB}, {Token: tokB, Cap: size.GiB}}
+			if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
+				t.Fatal(err)
+			}
+			if diffs, err := tb.Verify(); diffs != nil || err != nil {
+				t.Fatalf("an untouched table: %v %v", diffs, err)
+			}
+			tenant := k.StartTool(t)
+			want(t, tenant.Do("tamper "+fence.Path(dir, fencetest.FakeUUID)+" "+field+" 3G"), "ok", "tamper")
+			diffs, err := tb.Verify()
+			if len(diffs) == 0 || err != nil {
+				t.Fatalf("a rewritten %s went unseen: %v %v", field, diffs, err)
+			}
+			t.Logf("seen: %v", diffs)
+			s, _ := tb.Snapshot()
+			u, ok := s.Task(tokA)
+			if !ok || u.Cap != size.GiB || u.Limit != 2*size.GiB || u.Keep != 512*size.MiB || s.Budget != 4*size.GiB {
+				t.Fatalf("not restored: %+v, budget %s", s.Tasks, s.Budget)
+			}
+			if diffs, err := tb.Verify(); diffs != nil || err != nil {
+				t.Fatalf("after the restore: %v %v", diffs, err)
+			}
+		})
+	}
+}
+
+// A tenant that raises a neighbour's use in the table (so the fence refuses the neighbour what
+// its guarantee covers) is found out by Verify, which rebuilds the sum from the neighbour's
+// processes: the neighbour gets its memory again.
+func TestVerifyRebuildsARaisedUse(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	b := attach(t, dir, tokB)
+	if r := b.Charge(100 * size.MiB); r != fence.Charged {
+		t.Fatalf("charge: %v", r)
+	}
+	tenant := k.StartTool(t)
+	want(t, tenant.Do("tamper "+fence.Path(dir, fencetest.FakeUUID)+" used 1G "+tokB), "ok", "tamper")
+	if r := b.Charge(500 * size.MiB); r != fence.Refused {
+		t.Fatalf("with its use raised to its cap the neighbour is refused: %v", r)
+	}
+	diffs, err := tb.Verify()
+	if len(diffs) == 0 || err != nil {
+		t.Fatalf("a raised use went unseen: %v %v", diffs, err)
+	}
+	t.Logf("seen: %v", diffs)
+	if r := b.Charge(500 * size.MiB); r != fence.Charged {
+		t.Fatalf("after Verify the neighbour gets its memory: %v", r)
+	}
+	if u := snap(t, tb, tokB); u.Used != 600*size.MiB {
+		t.Fatalf("the neighbour's use: %+v", u)
+	}
+}
+
+// What only the enforcer writes is also in a control copy that tasks get read-only, and every
+// process puts it back into the table before the rules read it: a guarantee cut or a limit
+// raised in the table never decides an allocation, even before the enforcer's next Verify.
+func TestControlCopyDecidesNotTheTable(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	path := fence.Path(dir, fencetest.FakeUUID)
+	a, b := attach(t, dir, tokA), attach(t, dir, tokB)
+	tenant := k.StartTool(t)
+	want(t, tenant.Do("tamper "+path+" cap 0 "+tokB), "ok", "cut the neighbour's guarantee")
+	if r := b.Charge(100 * size.MiB); r != fence.Charged {
+		t.Fatalf("the neighbour within its guarantee after the table said 0: %v", r)
+	}
+	want(t, tenant.Do("tamper "+path+" limit 64G "+tokA), "ok", "raise its own limit")
+	want(t, tenant.Do("tamper "+path+" cap 64G "+tokA), "ok", "raise its own guarantee")
+	if r := a.Charge(2 * size.GiB); r != fence.Refused {
+		t.Fatalf("past its guarantee after the table said 64G: %v", r)
+	}
+	st, err := os.Stat(filepath.Join(fence.ControlDir(dir), filepath.Base(path)))
+	if err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("the control copy: %v %v, want 0644 in %s", st, err, fence.ControlDir(dir))
+	}
+}

@@ -1,0 +1,152 @@
+/*
+ * A process that drives a fence table through state.c's own API, for the lock's tests: built
+ * with -DGF_TESTING, it stops inside a critical section when GF_TEST_STALL names one, so a test
+ * can SIGKILL it there. It reads one command a line on stdin and answers one line on stdout:
+ *   create PATH UUID TOTAL  -> ok | err RC MSG     (as the enforcer: takes the control byte)
+ *   set TOKEN CAP           -> placed N            (the enforcer's whole set: this one task)
+ *   snapshot                -> snap used=U procs=P recoveries=R
+ *   attach PATH TOKEN       -> ok SLOT | err RC MSG
+ *   charge N                -> ok | refused | notask | busy
+ *   uncharge N | detach     -> ok
+ *   reap                    -> reaped N
+ *   view                    -> view CAP USED | notask
+ *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
+ *   tamper PATH FIELD N [TOKEN] -> ok: writes the table as a hostile tenant would, around the
+ *                              API: FIELD cap, limit, keep, state or used of TOKEN's task (else
+ *                              task slot 0), or budget
+ * Sizes are bytes with an optional M or G (binary) suffix.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "../state.h"
+
+static uint64_t parse_size(const char *s)
+{
+	char *end;
+	uint64_t n = strtoull(s, &end, 10);
+	switch (*end) {
+	case 'M': return n << 20;
+	case 'G': return n << 30;
+	default: return n;
+	}
+}
+
+static const char *charge_word(int r)
+{
+	switch (r) {
+	case GF_OK:
+	case GF_OK_OWED: return "ok";
+	case GF_REFUSED: return "refused";
+	case GF_BUSY: return "busy";
+	default: return "notask";
+	}
+}
+
+int main(void)
+{
+	static struct gf_map m, ctl;
+	static struct gf_table snap;
+	char line[4400], err[512];
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	m.fd = ctl.fd = -1;
+	while (fgets(line, sizeof line, stdin)) {
+		char cmd[32] = "", a[4096] = "", b[128] = "", c[64] = "", d[128] = "";
+		if (sscanf(line, "%31s %4095s %127s %63s %127s", cmd, a, b, c, d) < 1)
+			continue;
+		if (!strcmp(cmd, "create")) {
+			int rc = gf_create(a, b, parse_size(c), 0, &ctl, err, sizeof err);
+			if (rc)
+				printf("err %d %s\n", rc, err);
+			else
+				printf("ok\n");
+		} else if (!strcmp(cmd, "set")) {
+			struct gf_task_spec spec = {a, parse_size(b), 0, 0};
+			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0));
+		} else if (!strcmp(cmd, "snapshot")) {
+			if (gf_snapshot(&ctl, &snap) != 0) {
+				printf("err locked\n");
+				continue;
+			}
+			uint64_t used = 0, procs = 0;
+			for (int i = 0; i < GF_TASKS; i++) {
+				used += snap.tasks[i].used;
+				procs += snap.tasks[i].procs;
+			}
+			printf("snap used=%llu procs=%llu recoveries=%llu\n", (unsigned long long)used,
+			       (unsigned long long)procs, (unsigned long long)snap.h.recoveries);
+		} else if (!strcmp(cmd, "attach")) {
+			int rc = gf_attach(a, b, &m, err, sizeof err);
+			if (rc)
+				printf("err %d %s\n", rc, err);
+			else
+				printf("ok %d\n", m.slot);
+		} else if (!strcmp(cmd, "charge")) {
+			printf("%s\n", charge_word(gf_charge(&m, parse_size(a))));
+		} else if (!strcmp(cmd, "uncharge")) {
+			gf_uncharge(&m, parse_size(a));
+			printf("ok\n");
+		} else if (!strcmp(cmd, "detach")) {
+			gf_detach(&m);
+			printf("ok\n");
+		} else if (!strcmp(cmd, "reap")) {
+			printf("reaped %d\n", gf_reap(&m, -1));
+		} else if (!strcmp(cmd, "view")) {
+			uint64_t cap = 0, used = 0;
+			if (gf_view(&m, &cap, &used) == GF_OK)
+				printf("view %llu %llu\n", (unsigned long long)cap, (unsigned long long)used);
+			else
+				printf("notask\n");
+		} else if (!strcmp(cmd, "tamper")) {
+			int fd = open(a, O_RDWR);
+			struct gf_table *t = fd < 0 ? MAP_FAILED
+					   : mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			if (t == MAP_FAILED) {
+				printf("err cannot map %s\n", a);
+				continue;
+			}
+			uint64_t v = parse_size(c);
+			struct gf_task *k = &t->tasks[0];
+			uint8_t h[GF_HASH_LEN];
+			gf_sha256(d, strlen(d), h);
+			for (int i = 0; d[0] && i < GF_TASKS; i++)
+				if (memcmp(t->tasks[i].token_hash, h, GF_HASH_LEN) == 0)
+					k = &t->tasks[i];
+			if (!strcmp(b, "cap"))
+				k->cap = v;
+			else if (!strcmp(b, "limit"))
+				k->limit = v;
+			else if (!strcmp(b, "keep"))
+				k->keep = v;
+			else if (!strcmp(b, "state"))
+				k->state = (uint32_t)v;
+			else if (!strcmp(b, "used"))
+				k->used = v;
+			else if (!strcmp(b, "budget"))
+				t->h.budget = v;
+			munmap(t, sizeof *t);
+			close(fd);
+			printf("ok\n");
+		} else if (!strcmp(cmd, "loop")) {
+			printf("looping\n");
+			for (;;) {
+				if (gf_attach(a, b, &m, err, sizeof err) != 0) {
+					printf("err %s\n", err);
+					return 1;
+				}
+				gf_charge(&m, 1 << 20);
+				gf_uncharge(&m, 1 << 20);
+				gf_detach(&m);
+			}
+		} else {
+			printf("err unknown command %s\n", cmd);
+		}
+	}
+	return 0;
+}
