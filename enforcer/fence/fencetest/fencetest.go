@@ -100,7 +100,13 @@ func build() {
 		return
 	}
 	warn := []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"}
-	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "lib", "interpose.c"), filepath.Join(src, "state.c"), "-ldl", "-lpthread"}
+	// Every C file of lib/ is the library's, as the GNUmakefile's FENCE_SRC says.
+	libSrc, err := filepath.Glob(filepath.Join(src, "lib", "*.c"))
+	if err != nil || len(libSrc) == 0 {
+		buildErr = fmt.Errorf("no C sources in %s: %v", filepath.Join(src, "lib"), err)
+		return
+	}
+	lib := append(append([]string{"-fPIC", "-shared", "-fvisibility=hidden"}, libSrc...), filepath.Join(src, "state.c"), "-ldl", "-lpthread")
 	steps := [][]string{
 		append(append(append([]string{}, warn...), "-o", k.Library), lib...),
 		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),

@@ -122,6 +122,10 @@ static int attach_state(struct dev *d, CUdevice ordinal)
 /* device returns the fenced view of the GPU of the calling thread's context, or NULL. */
 static struct dev *device(int ordinal)
 {
+	if (gf_passive()) {
+		gf_note_driver();
+		return NULL;
+	}
 	if (ordinal < 0) {
 		static ctx_get_device_fn get;
 		if (!get)
@@ -578,7 +582,7 @@ static void after_fork_child(void)
 __attribute__((constructor)) static void fence_init(void)
 {
 	real_dlsym();
-	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+	gf_at_fork(before_fork, after_fork_parent, after_fork_child);
 }
 
 /* A clean exit gives its bytes back at once instead of waiting for a reaper. */

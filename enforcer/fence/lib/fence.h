@@ -33,9 +33,6 @@ enum api {
 
 /* Slots 0 and 1 hold what dlsym and cuGetProcAddress hand out (a plain and a per-thread-stream
  * variant have one signature and two addresses); 2 and 3 back the exported names. */
-
-/* Slots 0 and 1 hold what dlsym and cuGetProcAddress hand out (a plain and a per-thread-stream
- * variant have one signature and two addresses); 2 and 3 back the exported names. */
 #define SLOTS 4
 
 /* The wrappers of each entry point's two dynamic slots (fence.c). */
@@ -46,6 +43,14 @@ dlsym_fn real_dlsym(void);
 void *real_of(int api, int slot);
 void *wrap_proc(const char *sym, int ver, void *p);
 void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* libc.c: the C library's dlsym (glibc's by version, another's from its symbol table); whether
+ * the fence is passive (not glibc: nothing wrapped); a note said once when a passive process
+ * reaches for the driver; fork handlers where the C library offers them. */
+dlsym_fn gf_find_dlsym(void);
+int gf_passive(void);
+void gf_note_driver(void);
+void gf_at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
 
 /* interpose.c's wrappers of cuGetProcAddress (v1 and v2 signatures), for gf_wrappers. */
 CUresult get_proc1_0(const char *sym, void **pfn, int v, cuuint64_t fl);

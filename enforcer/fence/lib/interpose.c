@@ -35,13 +35,7 @@ void say(const char *fmt, ...)
 __attribute__((visibility("hidden"), used)) dlsym_fn gf_real_dlsym;
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
 
-static void find_real_dlsym(void)
-{
-	dlsym_fn f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-	if (!f)
-		f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-	__atomic_store_n(&gf_real_dlsym, f, __ATOMIC_RELEASE);
-}
+static void find_real_dlsym(void) { __atomic_store_n(&gf_real_dlsym, gf_find_dlsym(), __ATOMIC_RELEASE); }
 
 dlsym_fn real_dlsym(void)
 {
@@ -156,6 +150,10 @@ void *gf_dlsym(void *handle, const char *name)
 	void *p = f(handle, name);
 	if (!p || !name || name[0] != 'c' || name[1] != 'u')
 		return p;
+	if (gf_passive()) {
+		gf_note_driver();
+		return p;
+	}
 	for (size_t i = 0; i < NNAMES; i++)
 		if (strcmp(names[i].sym, name) == 0)
 			return wrap(names[i].api, p);
@@ -164,7 +162,7 @@ void *gf_dlsym(void *handle, const char *name)
 
 void *wrap_proc(const char *sym, int ver, void *p)
 {
-	if (!sym || sym[0] != 'c' || sym[1] != 'u')
+	if (!sym || sym[0] != 'c' || sym[1] != 'u' || gf_passive())
 		return p;
 	if (strcmp(sym, "cuGetProcAddress") == 0)
 		return wrap(ver >= 12000 ? A_GPA2 : A_GPA1, p);
