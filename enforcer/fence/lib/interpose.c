@@ -94,6 +94,10 @@ static const struct name names[] = {
 	{"cuArrayDestroy", "cuArrayDestroy", 0, A_ARRAYDESTROY, 2},
 	{"cuMipmappedArrayCreate", "cuMipmappedArrayCreate", 0, A_MIPMAP, 2},
 	{"cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", 0, A_MIPMAPDESTROY, 2},
+	{"cuDeviceTotalMem_v2", "cuDeviceTotalMem", 3020, A_TOTAL, 2},
+	{"cuDeviceTotalMem", NULL, 0, A_TOTAL1, 2}, /* the 3.0 ABI: see wrap_proc */
+	{"cuMemPoolTrimTo", "cuMemPoolTrimTo", 0, A_TRIM, 2},
+	{"cuMemPoolDestroy", "cuMemPoolDestroy", 0, A_POOLDESTROY, 2},
 	{"cuGetProcAddress", NULL, 0, A_GPA1, 2},
 	{"cuGetProcAddress_v2", NULL, 0, A_GPA2, 2},
 };
@@ -166,6 +170,8 @@ void *wrap_proc(const char *sym, int ver, void *p)
 		return p;
 	if (strcmp(sym, "cuGetProcAddress") == 0)
 		return wrap(ver >= 12000 ? A_GPA2 : A_GPA1, p);
+	if (strcmp(sym, "cuDeviceTotalMem") == 0 && ver < 3020)
+		return wrap(A_TOTAL1, p); /* 32-bit sizes: a wrapper of its own */
 	for (size_t i = 0; i < NNAMES; i++)
 		if (names[i].gpa && strcmp(names[i].gpa, sym) == 0)
 			return ver >= names[i].minver ? wrap(names[i].api, p) : p;
