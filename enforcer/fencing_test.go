@@ -142,3 +142,33 @@ func TestUnreadableFenceTableIsReplaced(t *testing.T) {
 	}
 	c.Detach()
 }
+
+// On simulated GPUs the fence is on with or without its library; where the library is found
+// (beside the executable, as `make build` leaves it) tasks get LD_PRELOAD as on a real node.
+func TestSimulatedTasksGetThePreloadWhenTheLibraryIsThere(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beside := filepath.Join(filepath.Dir(exe), fence.LibraryName)
+	if _, err := os.Stat(beside); err == nil {
+		t.Fatalf("%s exists before the test: cannot tell the two cases apart", beside)
+	}
+	dir := t.TempDir()
+	cfg, line, err := ResolveFence(FenceAuto, "", dir, true)
+	if err != nil || cfg.Dir != dir || cfg.Library != "" {
+		t.Fatalf("without the library: %+v %q %v; want the tables alone", cfg, line, err)
+	}
+	lib, err := os.ReadFile(fencetest.Build(t).Library)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(beside, lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(beside) })
+	cfg, line, err = ResolveFence(FenceAuto, "", dir, true)
+	if err != nil || cfg.Dir != dir || cfg.Library != beside {
+		t.Fatalf("with the library beside the executable: %+v %q %v; want it preloaded", cfg, line, err)
+	}
+}

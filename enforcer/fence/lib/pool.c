@@ -74,7 +74,8 @@ static int pool_index(struct dev *d, CUmemoryPool h)
 				    GF_POOLS);
 			i = -1;
 		} else {
-			pools[npools++] = (struct pool){.h = h, .d = d};
+			pools[i] = (struct pool){.h = h, .d = d};
+			__atomic_store_n(&npools, i + 1, __ATOMIC_RELEASE); /* readers without pmu see it whole */
 		}
 	}
 	pthread_mutex_unlock(&pmu);
