@@ -54,6 +54,7 @@ type clientResult struct {
 	TotalMemory  int64          `json:"total_memory"`
 	BytesLimit   int64          `json:"bytes_limit"`
 	PairUS       float64        `json:"pair_us"`
+	AsyncPairUS  float64        `json:"async_pair_us"`
 	ChildExit    int            `json:"child_exit"`
 	Child        map[string]any `json:"child"`
 	XLAFraction  string         `json:"xla_fraction"`
@@ -239,13 +240,14 @@ func mustRead(path string) []byte {
 	return b
 }
 
-// allocCost times cudaMalloc/cudaFree pairs without the fence (no LD_PRELOAD) and with it,
-// alternated three times in one run; the figure is the ratio of the medians.
+// allocCost times cudaMalloc/cudaFree and cudaMallocAsync/cudaFreeAsync pairs without the fence
+// (no LD_PRELOAD) and with it, alternated three times in one run; the figures are the ratios of
+// the medians.
 func allocCost(t *testing.T) {
 	h := newHarnessFence(t, policy.ModeIsolated, 100*time.Millisecond, true)
 	h.start()
 	r := h.reserve(matrixCap, "cost")
-	var plain, fenced []float64
+	var plain, fenced, plainAsync, fencedAsync []float64
 	for i := range 3 {
 		for _, on := range []bool{false, true} {
 			res := r
@@ -261,15 +263,16 @@ func allocCost(t *testing.T) {
 				t.Fatalf("cost result: %v %+v", err, c)
 			}
 			if on {
-				fenced = append(fenced, c.PairUS)
+				fenced, fencedAsync = append(fenced, c.PairUS), append(fencedAsync, c.AsyncPairUS)
 			} else {
-				plain = append(plain, c.PairUS)
+				plain, plainAsync = append(plain, c.PairUS), append(plainAsync, c.AsyncPairUS)
 			}
 		}
 	}
 	med := func(x []float64) float64 { sort.Float64s(x); return x[len(x)/2] }
 	record(t, map[string]any{"row": "alloc-cost", "plain_pair_us": plain, "fenced_pair_us": fenced,
-		"ratio": med(fenced) / med(plain)})
+		"ratio": med(fenced) / med(plain), "plain_async_pair_us": plainAsync, "fenced_async_pair_us": fencedAsync,
+		"async_ratio": med(fencedAsync) / med(plainAsync)})
 }
 
 // The matrix's parts that need no GPU: every row's client mode is one client.py knows (its

@@ -13,7 +13,8 @@ chunks and reports what it was granted and how it ended, as one JSON line (also 
   neighbour holds --hold-mb of a known pattern and, every 0.25 s, allocates and frees --probe-mb
             inside its guarantee and checks the pattern; writes one line to --events per failure,
             until --stop-file appears
-  cost      --n cudaMalloc/cudaFree pairs of 64 KiB through ctypes: microseconds a pair
+  cost      --n cudaMalloc/cudaFree pairs and --n cudaMallocAsync/cudaFreeAsync pairs of 64 KiB
+            through ctypes: microseconds a pair
 --dry-run checks the arguments and prints the plan without importing a framework (no GPU needed).
 Outcomes: "finished" (got --target-mb), "oom-inside" (the client's own out-of-memory error, and it
 went on running: it allocated again after freeing), "failed" (anything else).
@@ -199,7 +200,15 @@ def cost_mode(a):
     for _ in range(a.n):
         rt.cudaMalloc(ctypes.byref(p), n)
         rt.cudaFree(p)
-    emit(a, pair_us=round(1e6 * (time.perf_counter() - t0) / a.n, 3), outcome="finished")
+    pair = time.perf_counter() - t0
+    # Stream-ordered pairs on the default stream: the fence asks the pool what it reserves at each.
+    t0 = time.perf_counter()
+    for _ in range(a.n):
+        rt.cudaMallocAsync(ctypes.byref(p), n, None)
+        rt.cudaFreeAsync(p, None)
+    rt.cudaDeviceSynchronize()
+    emit(a, pair_us=round(1e6 * pair / a.n, 3), async_pair_us=round(1e6 * (time.perf_counter() - t0) / a.n, 3),
+         outcome="finished")
 
 
 def main():
