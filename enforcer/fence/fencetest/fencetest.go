@@ -106,7 +106,8 @@ func build() {
 		buildErr = fmt.Errorf("no C sources in %s: %v", filepath.Join(src, "lib"), err)
 		return
 	}
-	lib := append(append([]string{"-fPIC", "-shared", "-fvisibility=hidden"}, libSrc...), filepath.Join(src, "state.c"), "-ldl", "-lpthread")
+	lib := append(append([]string{"-fPIC", "-shared", "-fvisibility=hidden", "-include", filepath.Join(src, "lib", "compat.h")}, libSrc...), filepath.Join(src, "state.c"))
+	lib = append(append(lib, runtimeLibs(cc)...), "-ldl", "-lpthread")
 	steps := [][]string{
 		append(append(append([]string{}, warn...), "-o", k.Library), lib...),
 		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),
@@ -120,6 +121,19 @@ func build() {
 		}
 	}
 	shared = k
+}
+
+// runtimeLibs names libdl and libpthread by their runtime files where the compiler finds them,
+// as the GNUmakefile's FENCE_LIBS does: glibc before 2.34 keeps dlopen and pthread_once there.
+func runtimeLibs(cc string) []string {
+	var out []string
+	for _, l := range []string{"libdl.so.2", "libpthread.so.0"} {
+		p, err := exec.Command(cc, "-print-file-name="+l).Output()
+		if err == nil && strings.Contains(string(p), "/") {
+			out = append(out, "-Wl,--no-as-needed", "-l:"+l)
+		}
+	}
+	return out
 }
 
 // Env is the environment of a fenced client process of token's task on the fake GPU.
