@@ -162,7 +162,6 @@ int charge(struct dev *d, uint64_t n)
 
 /* ---- what each process allocated, to give it back on free ---- */
 
-
 struct rec {
 	uint64_t key;
 	uint64_t size;
@@ -218,12 +217,14 @@ void track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool)
 {
 	uint64_t stale = 0;
 	struct dev *stale_dev = NULL;
+	int stale_pool = -1;
 	pthread_mutex_lock(&mu);
 	struct rec *r = find(key, kind);
 	if (r) {
 		/* The driver reused an address whose free the fence never saw: that memory is gone. */
 		stale = r->size;
 		stale_dev = &devs[r->dev];
+		stale_pool = r->pool;
 	} else if ((nrecs + dead_recs + 1) * 10 >= cap_recs * 7 && grow() != 0) {
 		pthread_mutex_unlock(&mu);
 		gf_uncharge(&d->m, size); /* cannot remember it: do not hold it against the task */
@@ -243,7 +244,9 @@ void track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool)
 	r->pool = (int16_t)pool;
 	r->dev = (int16_t)(d - devs);
 	pthread_mutex_unlock(&mu);
-	if (stale_dev)
+	if (stale_dev && stale_pool >= 0)
+		pool_freed(stale_dev, stale_pool, stale);
+	else if (stale_dev)
 		gf_uncharge(&stale_dev->m, stale);
 }
 

@@ -154,13 +154,13 @@ void *gf_dlsym(void *handle, const char *name)
 	void *p = f(handle, name);
 	if (!p || !name || name[0] != 'c' || name[1] != 'u')
 		return p;
-	if (gf_passive()) {
-		gf_note_driver();
-		return p;
-	}
 	for (size_t i = 0; i < NNAMES; i++)
-		if (strcmp(names[i].sym, name) == 0)
-			return wrap(names[i].api, p);
+		if (strcmp(names[i].sym, name) == 0) {
+			if (!gf_passive())
+				return wrap(names[i].api, p);
+			gf_note_driver();
+			return p;
+		}
 	return p;
 }
 
