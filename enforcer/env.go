@@ -57,12 +57,21 @@ func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]s
 
 		ReservationKey(g.UUID): r.Token,
 	}
-	// Under MPS (and without it) cudaMemGetInfo reports the whole GPU as total, so frameworks that
-	// size themselves as a fraction of total overshoot unless told the fraction explicitly.
-	if g.TotalBytes > 0 {
-		frac := strconv.FormatFloat(fraction(r.CapBytes, g.TotalBytes), 'f', 4, 64)
-		env[EnvMemoryFraction] = frac
-		env[EnvXLAFraction] = frac
+	// The fractions are of the total the task reads. Under the fence (LD_PRELOAD) cuMemGetInfo
+	// and cuDeviceTotalMem already answer the cap, so the task's share of that total is all of
+	// it; without the fence (MPS's pinned limit clamps free memory, not total) the total is the
+	// whole GPU and the share is cap / GPU. A fraction of the cap applied to a total that is
+	// already the cap would shrink the task twice.
+	preloaded := o.FenceDir != "" && o.FenceLibrary != ""
+	if g.TotalBytes > 0 || preloaded {
+		share := 1.0
+		if !preloaded {
+			share = fraction(r.CapBytes, g.TotalBytes)
+		}
+		env[EnvMemoryFraction] = formatFraction(share)
+		// JAX preallocates this fraction of the total: its own default share (the rest is for
+		// the CUDA context, cuDNN and XLA's workspace), of the cap instead of the GPU.
+		env[EnvXLAFraction] = formatFraction(jaxShare * share)
 	}
 	if o.DockerRuntime {
 		env[EnvNVIDIADevices] = g.UUID
@@ -95,11 +104,19 @@ func MPSLimit(uuid string, capBytes size.Bytes) string {
 	return uuid + "=" + strconv.FormatUint(uint64(capBytes/size.MiB), 10) + "M"
 }
 
+// jaxShare is what JAX preallocates of the memory it sees when not told otherwise.
+const jaxShare = 0.75
+
 // fraction rounds down to 4 decimals so a framework sized from it stays under the cap.
 func fraction(capBytes, total size.Bytes) float64 {
 	f := float64(capBytes) / float64(total)
 	if f > 1 {
 		f = 1
 	}
-	return float64(int64(f*10000)) / 10000
+	return roundDown(f)
 }
+
+// roundDown keeps 4 decimals; the epsilon keeps a float product like 0.6*10000 = 5999.99... at 6000.
+func roundDown(f float64) float64 { return float64(int64(f*10000+1e-6)) / 10000 }
+
+func formatFraction(f float64) string { return strconv.FormatFloat(roundDown(f), 'f', 4, 64) }

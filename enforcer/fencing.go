@@ -127,11 +127,13 @@ func ResolveFence(mode, library, dir string, simulated bool) (FenceConfig, strin
 		}
 		return off("this gpufrac was built without cgo")
 	}
-	if simulated && library == "" {
-		// Simulated jobs make no driver calls: they charge the tables themselves.
+	lib, err := fence.FindLibrary(library)
+	if err != nil && simulated && library == "" {
+		// Simulated jobs make no driver calls: they charge the tables themselves. Where the
+		// library is there they get LD_PRELOAD too, as on a real node, so the demo and the
+		// tests run every task process under it.
 		return FenceConfig{Dir: dir}, "fence: on (simulated jobs charge the fence tables in " + dir + ")", nil
 	}
-	lib, err := fence.FindLibrary(library)
 	if err != nil {
 		if mode == FenceOn || library != "" {
 			return FenceConfig{}, "", err

@@ -8,19 +8,33 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
 
 // With the fence a leaker fails inside its own process at its cap: no signal, and the violation
 // says the fence refused it. Its neighbour is untouched.
+// With the library there (as on a real node, and in the demo when it is built) the simulated
+// jobs also run under LD_PRELOAD: the preload must be harmless to them.
 func TestFencedLeakerFailsInsideItself(t *testing.T) {
-	for _, mode := range []policy.Mode{policy.ModeIsolated, policy.ModeMPS} {
-		t.Run(string(mode), func(t *testing.T) {
+	lib := fencetest.Build(t).Library
+	for _, tc := range []struct {
+		mode    policy.Mode
+		library string
+	}{{policy.ModeIsolated, ""}, {policy.ModeMPS, ""}, {policy.ModeIsolated, lib}} {
+		name := string(tc.mode)
+		if tc.library != "" {
+			name += "/preloaded"
+		}
+		t.Run(name, func(t *testing.T) {
+			mode := tc.mode
 			dir := t.TempDir()
 			// The fence counts allocations, not the context (500MiB here): the watchdog's allowance
 			// must cover it, as DefaultAllowance covers a real CUDA context.
-			r := newRig(t, mode, func(c *Config) { c.Fence, c.Allowance = FenceConfig{Dir: dir}, 640*size.MiB })
+			r := newRig(t, mode, func(c *Config) {
+				c.Fence, c.Allowance = FenceConfig{Dir: dir, Library: tc.library}, 640*size.MiB
+			})
 			r.start()
 			nb, _ := r.neighbour("7")
 			res := r.reserve(2*size.GiB, "leaker")
@@ -30,6 +44,9 @@ func TestFencedLeakerFailsInsideItself(t *testing.T) {
 			}
 			if err := r.enf.SyncFence(st); err != nil {
 				t.Fatal(err)
+			}
+			if o := r.enf.EnvOptions(r.uuid); (o.FenceLibrary != "") != (tc.library != "") {
+				t.Fatalf("env options %+v: the task's LD_PRELOAD should follow the library (%q)", o, tc.library)
 			}
 			// No MPS pinned limit here: the fence alone must hold it.
 			leak := r.runEnv(res, "leaker", []string{EnvMPSMemLimit + "="}, "--peak", "1GiB", "--ramp", "50ms", "--leak-to", "20GiB", "--leak-rate", "8GiB")
@@ -124,4 +141,34 @@ func TestUnreadableFenceTableIsReplaced(t *testing.T) {
 		t.Fatalf("the new table: %v", err)
 	}
 	c.Detach()
+}
+
+// On simulated GPUs the fence is on with or without its library; where the library is found
+// (beside the executable, as `make build` leaves it) tasks get LD_PRELOAD as on a real node.
+func TestSimulatedTasksGetThePreloadWhenTheLibraryIsThere(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beside := filepath.Join(filepath.Dir(exe), fence.LibraryName)
+	if _, err := os.Stat(beside); err == nil {
+		t.Fatalf("%s exists before the test: cannot tell the two cases apart", beside)
+	}
+	dir := t.TempDir()
+	cfg, line, err := ResolveFence(FenceAuto, "", dir, true)
+	if err != nil || cfg.Dir != dir || cfg.Library != "" {
+		t.Fatalf("without the library: %+v %q %v; want the tables alone", cfg, line, err)
+	}
+	lib, err := os.ReadFile(fencetest.Build(t).Library)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(beside, lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(beside) })
+	cfg, line, err = ResolveFence(FenceAuto, "", dir, true)
+	if err != nil || cfg.Dir != dir || cfg.Library != beside {
+		t.Fatalf("with the library beside the executable: %+v %q %v; want it preloaded", cfg, line, err)
+	}
 }

@@ -25,6 +25,17 @@ if ! command -v protoc >/dev/null 2>&1; then
 	fi
 fi
 
+# musl-gcc builds the musl programs the fence's tests run under the preload (TestMuslProcess...):
+# the fence must never stop a non-glibc process from starting. Debian's musl-tools, like protoc.
+if ! command -v musl-gcc >/dev/null 2>&1; then
+	say "installing musl-gcc from Debian's musl-tools"
+	if [[ $(id -u) -eq 0 ]]; then
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq musl-tools >&2
+	else
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq musl-tools >&2
+	fi
+fi
+
 # Headless Chromium loads the run report in runner's tests (TestReportInChromium). Debian's
 # package, like protoc above; fonts-dejavu-core gives the screenshots legible text.
 if ! command -v chromium >/dev/null 2>&1 && [[ "${GPUFRAC_SKIP_CHROMIUM:-}" != 1 ]]; then

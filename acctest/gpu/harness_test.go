@@ -76,6 +76,12 @@ func newHarness(tb testing.TB, mode policy.Mode, interval time.Duration) *harnes
 // $GPUFRAC_FENCE_LIBRARY, or beside the test binary.
 func newHarnessFence(tb testing.TB, mode policy.Mode, interval time.Duration, fenced bool) *harness {
 	tb.Helper()
+	return newHarnessFenceWith(tb, mode, interval, fenced, nil)
+}
+
+// newHarnessFenceWith is newHarnessFence with the fence's configuration adjusted (borrowing).
+func newHarnessFenceWith(tb testing.TB, mode policy.Mode, interval time.Duration, fenced bool, adjust func(*enforcer.FenceConfig)) *harness {
+	tb.Helper()
 	needGPU(tb)
 	var fc enforcer.FenceConfig
 	if fenced {
@@ -84,6 +90,9 @@ func newHarnessFence(tb testing.TB, mode policy.Mode, interval time.Duration, fe
 			tb.Fatal(err)
 		}
 		fc = enforcer.FenceConfig{Dir: filepath.Join(tb.TempDir(), "fence"), Library: lib}
+		if adjust != nil {
+			adjust(&fc)
+		}
 	}
 	logf, err := os.OpenFile(filepath.Join(outDir(), "enforcer.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -176,11 +185,19 @@ func (h *harness) run(r ledger.Reservation, name string, args ...string) *job {
 // runScript starts a testdata script with extra environment variables.
 func (h *harness) runScript(r ledger.Reservation, name, script string, extra []string, args ...string) *job {
 	h.tb.Helper()
+	return h.runVia(r, name, nil, script, extra, args...)
+}
+
+// runVia is runScript with the Python interpreter started by a launcher (argv before it).
+func (h *harness) runVia(r ledger.Reservation, name string, launcher []string, script string, extra []string, args ...string) *job {
+	h.tb.Helper()
 	j := &job{name: name, result: filepath.Join(h.tb.TempDir(), name+".json"), done: make(chan struct{})}
-	cmd := exec.Command("python3", append([]string{"-u", filepath.Join("testdata", script)}, append(args, "--out", j.result)...)...)
+	path := filepath.Join("testdata", script)
 	if wd := os.Getenv("GPUFRAC_GPU_TESTDIR"); wd != "" {
-		cmd.Args[2] = filepath.Join(wd, script)
+		path = filepath.Join(wd, script)
 	}
+	argv := append(append(append([]string{}, launcher...), "python3", "-u", path), append(args, "--out", j.result)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "NOMAD_JOB_NAME="+name, "NOMAD_TASK_NAME=main", "GPUFRAC_TEMPLATE="+name,
 		"CUDA_VISIBLE_DEVICES="+h.uuid)
 	cmd.Env = append(cmd.Env, extra...)

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -724,7 +725,8 @@ int gf_snapshot(struct gf_map *m, struct gf_table *out)
 int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen)
 {
 	reset(m);
-	int fd = memfd_create("gpufrac-unplaced", MFD_CLOEXEC);
+	/* By its system call: the glibc wrapper is 2.27's, newer than the preload may need. */
+	int fd = (int)syscall(SYS_memfd_create, "gpufrac-unplaced", MFD_CLOEXEC);
 	if (fd < 0)
 		return fail(err, errlen, "create", "a private table", errno);
 	if (ftruncate(fd, sizeof(struct gf_table)) != 0) {

@@ -30,8 +30,9 @@ job "finetune-small" {
       # The plugin's Reserve sets, among others:
       #   CUDA_VISIBLE_DEVICES      the GPU's UUID
       #   GPUFRAC_CAP_BYTES         the hard cap (12 GiB here); the watchdog stops the task above it
-      #   GPUFRAC_MEMORY_FRACTION   the cap as a fraction of the GPU, for frameworks that size
-      #   XLA_PYTHON_CLIENT_MEM_FRACTION   themselves from total memory (JAX reads this one)
+      #   GPUFRAC_MEMORY_FRACTION   the task's share of the total its CUDA calls report (1.0 under
+      #                             the fence, which reports the cap; cap / GPU without it)
+      #   XLA_PYTHON_CLIENT_MEM_FRACTION   0.75 of that share (JAX reads this one)
       #   GPUFRAC_RESERVATION       the secret token that ties the task's processes to the cap
     }
   }

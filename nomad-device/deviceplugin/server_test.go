@@ -136,7 +136,7 @@ func TestReserveReturnsTheTaskEnvironment(t *testing.T) {
 		enforcer.EnvNVIDIADevices:  uuid,
 		enforcer.EnvCapBytes:       strconv.FormatUint(uint64(4*size.GiB), 10),
 		enforcer.EnvMemoryFraction: "0.1000",
-		enforcer.EnvXLAFraction:    "0.1000",
+		enforcer.EnvXLAFraction:    "0.0750",
 		enforcer.EnvMode:           "isolated",
 	}
 	for k, v := range want {

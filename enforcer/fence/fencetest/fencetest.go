@@ -5,6 +5,7 @@ package fencetest
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -103,7 +104,16 @@ func build() {
 		return
 	}
 	warn := []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror"}
-	lib := []string{"-fPIC", "-shared", "-fvisibility=hidden", filepath.Join(src, "lib", "fence.c"), filepath.Join(src, "lib", "interpose.c"), filepath.Join(src, "lib", "identity.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "control.c"), filepath.Join(src, "sha256.c"), "-ldl", "-lpthread"}
+	// Every C file of lib/ and of the package's directory is the library's, as the
+	// GNUmakefile's FENCE_SRC says.
+	libSrc, err := filepath.Glob(filepath.Join(src, "lib", "*.c"))
+	tableSrc, err2 := filepath.Glob(filepath.Join(src, "*.c"))
+	if err != nil || err2 != nil || len(libSrc) == 0 || len(tableSrc) == 0 {
+		buildErr = fmt.Errorf("no C sources in %s: %v", src, errors.Join(err, err2))
+		return
+	}
+	lib := append(append([]string{"-fPIC", "-shared", "-fvisibility=hidden", "-include", filepath.Join(src, "lib", "compat.h")}, libSrc...), tableSrc...)
+	lib = append(append(lib, runtimeLibs(cc)...), "-ldl", "-lpthread")
 	steps := [][]string{
 		append(append(append([]string{}, warn...), "-o", k.Library), lib...),
 		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),
@@ -118,6 +128,19 @@ func build() {
 		}
 	}
 	shared = k
+}
+
+// runtimeLibs names libdl and libpthread by their runtime files where the compiler finds them,
+// as the GNUmakefile's FENCE_LIBS does: glibc before 2.34 keeps dlopen and pthread_once there.
+func runtimeLibs(cc string) []string {
+	var out []string
+	for _, l := range []string{"libdl.so.2", "libpthread.so.0"} {
+		p, err := exec.Command(cc, "-print-file-name="+l).Output()
+		if err == nil && strings.Contains(string(p), "/") {
+			out = append(out, "-Wl,--no-as-needed", "-l:"+l)
+		}
+	}
+	return out
 }
 
 // Env is the environment of a fenced client process of token's task on the fake GPU.

@@ -21,20 +21,9 @@
 #include "../state.h"
 #include "fence.h"
 
-#define GF_MAX_DEV 64
-
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 /* ---- the process's view of each GPU ---- */
-
-enum { DEV_UNKNOWN = 0, DEV_FENCED, DEV_OPEN };
-
-struct dev {
-	int state;
-	int warned_refusal;
-	struct gf_map m;
-	char uuid[GF_UUID_MAX];
-};
 
 static struct dev devs[GF_MAX_DEV];
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* devices' attach and the record table */
@@ -42,7 +31,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* devices' attach and th
 typedef CUresult (*ctx_get_device_fn)(CUdevice *);
 typedef CUresult (*device_get_uuid_fn)(CUuuid *, CUdevice);
 
-static void *driver_sym(const char *name)
+void *driver_sym(const char *name)
 {
 	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
 	dlsym_fn f = real_dlsym();
@@ -60,6 +49,8 @@ static void uuid_string(const CUuuid *u, char *out, size_t n)
 }
 
 static int attach_state(struct dev *d, CUdevice ordinal);
+
+int dev_ordinal(struct dev *d) { return (int)(d - devs); }
 
 /* attach settles d's state once: other threads read it without the lock, so it goes from
  * unknown straight to its final value. */
@@ -83,8 +74,12 @@ static int attach_state(struct dev *d, CUdevice ordinal)
 }
 
 /* device returns the fenced view of the GPU of the calling thread's context, or NULL. */
-static struct dev *device(int ordinal)
+struct dev *device(int ordinal)
 {
+	if (gf_passive()) {
+		gf_note_driver();
+		return NULL;
+	}
 	if (ordinal < 0) {
 		static ctx_get_device_fn get;
 		if (!get)
@@ -109,7 +104,7 @@ static struct dev *device(int ordinal)
 }
 
 /* charge asks the table for n bytes; dead processes of the task are reaped before a refusal. */
-static int charge(struct dev *d, uint64_t n)
+int charge(struct dev *d, uint64_t n)
 {
 	int r = gf_charge(&d->m, n);
 	if (r == GF_REFUSED && gf_reap(&d->m, d->m.task) > 0)
@@ -130,12 +125,11 @@ static int charge(struct dev *d, uint64_t n)
 
 /* ---- what each process allocated, to give it back on free ---- */
 
-enum { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
-
 struct rec {
 	uint64_t key;
 	uint64_t size;
 	int16_t dev;
+	int16_t pool; /* a stream-ordered pool's index (pool.c), or -1 */
 	uint8_t kind; /* 0 = empty, 0xff = deleted */
 };
 
@@ -182,16 +176,18 @@ static struct rec *find(uint64_t key, int kind)
 	}
 }
 
-static void track(struct dev *d, int kind, uint64_t key, uint64_t size)
+void track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool)
 {
 	uint64_t stale = 0;
 	struct dev *stale_dev = NULL;
+	int stale_pool = -1;
 	pthread_mutex_lock(&mu);
 	struct rec *r = find(key, kind);
 	if (r) {
 		/* The driver reused an address whose free the fence never saw: that memory is gone. */
 		stale = r->size;
 		stale_dev = &devs[r->dev];
+		stale_pool = r->pool;
 	} else if ((nrecs + dead_recs + 1) * 10 >= cap_recs * 7 && grow() != 0) {
 		pthread_mutex_unlock(&mu);
 		gf_uncharge(&d->m, size); /* cannot remember it: do not hold it against the task */
@@ -208,13 +204,16 @@ static void track(struct dev *d, int kind, uint64_t key, uint64_t size)
 	r->key = key;
 	r->kind = (uint8_t)kind;
 	r->size = size;
+	r->pool = (int16_t)pool;
 	r->dev = (int16_t)(d - devs);
 	pthread_mutex_unlock(&mu);
-	if (stale_dev)
+	if (stale_dev && stale_pool >= 0)
+		pool_freed(stale_dev, stale_pool, stale);
+	else if (stale_dev)
 		gf_uncharge(&stale_dev->m, stale);
 }
 
-static void untrack(int kind, uint64_t key)
+void untrack(int kind, uint64_t key)
 {
 	pthread_mutex_lock(&mu);
 	struct rec *r = find(key, kind);
@@ -224,25 +223,26 @@ static void untrack(int kind, uint64_t key)
 	}
 	struct dev *d = &devs[r->dev];
 	uint64_t size = r->size;
+	int pool = r->pool;
 	r->kind = 0xff;
 	nrecs--;
 	dead_recs++;
 	int fenced = d->state == DEV_FENCED;
 	pthread_mutex_unlock(&mu);
-	if (fenced)
+	if (fenced && pool >= 0)
+		pool_freed(d, pool, size); /* the pool may keep the memory: pool.c charges what it holds */
+	else if (fenced)
 		gf_uncharge(&d->m, size);
 }
 
 /* ---- the wrappers ---- */
 
-
 /* A fenced allocation granted after borrowers gave its bytes back (GF_OK_OWED) may find the
  * driver still releasing a stopped borrower's memory: it is tried again this often, this many
  * times (2 s), before its out-of-memory error stands. */
 #define SETTLE_NS 5000000L
-#define SETTLE_TRIES 400
 
-static void settle(void)
+void settle(void)
 {
 	struct timespec d = {0, SETTLE_NS};
 	nanosleep(&d, NULL);
@@ -261,7 +261,7 @@ static void settle(void)
 		}                                                                                       \
 		if (c_ == GF_OK || c_ == GF_OK_OWED) {                                                  \
 			if (r_ == CUDA_SUCCESS)                                                         \
-				track((d), (kind), (uint64_t)(key), (n));                               \
+				track((d), (kind), (uint64_t)(key), (n), -1);                             \
 			else                                                                            \
 				gf_uncharge(&(d)->m, (n));                                              \
 		}                                                                                       \
@@ -308,27 +308,6 @@ static CUresult mem_free(int s, CUdeviceptr p)
 	return r;
 }
 
-typedef CUresult (*info_fn)(size_t *, size_t *);
-static CUresult mem_get_info(int s, size_t *freeb, size_t *total)
-{
-	info_fn f = REAL(A_INFO, s, info_fn);
-	if (!f)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(freeb, total);
-	struct dev *d;
-	uint64_t cap, used;
-	if (r != CUDA_SUCCESS || !freeb || !total || !(d = device(-1)) || gf_view(&d->m, &cap, &used) != GF_OK)
-		return r;
-	/* Frameworks size themselves from this answer: show the task its cap, never a total
-	 * larger than the GPU (cuDNN plans from it) and never more free memory than it really has. */
-	uint64_t left = cap > used ? cap - used : 0;
-	if (left < *freeb)
-		*freeb = left;
-	if (cap < *total)
-		*total = cap;
-	return r;
-}
-
 typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
 static CUresult mem_create(int s, CUmemGenericAllocationHandle *h, size_t n, const void *prop, unsigned long long fl)
 {
@@ -352,36 +331,6 @@ static CUresult mem_release(int s, CUmemGenericAllocationHandle h)
 	if (r == CUDA_SUCCESS)
 		untrack(K_HANDLE, h);
 	return r;
-}
-
-typedef CUresult (*async_fn)(CUdeviceptr *, size_t, CUstream);
-static CUresult mem_alloc_async(int s, CUdeviceptr *p, size_t n, CUstream st)
-{
-	async_fn f = REAL(A_ASYNC, s, async_fn);
-	if (!f)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	GUARDED(device(-1), n, f(p, n, st), K_PTR, *p);
-}
-
-typedef CUresult (*free_async_fn)(CUdeviceptr, CUstream);
-static CUresult mem_free_async(int s, CUdeviceptr p, CUstream st)
-{
-	free_async_fn f = REAL(A_FREEASYNC, s, free_async_fn);
-	if (!f)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(p, st);
-	if (r == CUDA_SUCCESS)
-		untrack(K_PTR, p);
-	return r;
-}
-
-typedef CUresult (*pool_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-static CUresult mem_alloc_pool(int s, CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream st)
-{
-	pool_fn f = REAL(A_POOL, s, pool_fn);
-	if (!f)
-		return CUDA_ERROR_NOT_INITIALIZED;
-	GUARDED(device(-1), n, f(p, n, pool, st), K_PTR, *p);
 }
 
 static uint64_t element_bytes(int format)
@@ -457,12 +406,8 @@ DYN(mem_alloc, (CUdeviceptr * p, size_t n), p, n)
 DYN(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e), p, pi, w, h, e)
 DYN(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
 DYN(mem_free, (CUdeviceptr p), p)
-DYN(mem_get_info, (size_t * f, size_t *t), f, t)
 DYN(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
 DYN(mem_release, (CUmemGenericAllocationHandle h), h)
-DYN(mem_alloc_async, (CUdeviceptr * p, size_t n, CUstream st), p, n, st)
-DYN(mem_free_async, (CUdeviceptr p, CUstream st), p, st)
-DYN(mem_alloc_pool, (CUdeviceptr * p, size_t n, CUmemoryPool pl, CUstream st), p, n, pl, st)
 DYN(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
 DYN(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
 DYN(array_destroy, (CUarray a), a)
@@ -474,18 +419,9 @@ EXPORT(cuMemAllocPitch_v2, mem_alloc_pitch, 2, (CUdeviceptr * p, size_t *pi, siz
        p, pi, w, h, e)
 EXPORT(cuMemAllocManaged, mem_alloc_managed, 2, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
 EXPORT(cuMemFree_v2, mem_free, 2, (CUdeviceptr p), p)
-EXPORT(cuMemGetInfo_v2, mem_get_info, 2, (size_t * f, size_t *t), f, t)
 EXPORT(cuMemCreate, mem_create, 2,
        (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
 EXPORT(cuMemRelease, mem_release, 2, (CUmemGenericAllocationHandle h), h)
-EXPORT(cuMemAllocAsync, mem_alloc_async, 2, (CUdeviceptr * p, size_t n, CUstream st), p, n, st)
-EXPORT(cuMemAllocAsync_ptsz, mem_alloc_async, 3, (CUdeviceptr * p, size_t n, CUstream st), p, n, st)
-EXPORT(cuMemFreeAsync, mem_free_async, 2, (CUdeviceptr p, CUstream st), p, st)
-EXPORT(cuMemFreeAsync_ptsz, mem_free_async, 3, (CUdeviceptr p, CUstream st), p, st)
-EXPORT(cuMemAllocFromPoolAsync, mem_alloc_pool, 2, (CUdeviceptr * p, size_t n, CUmemoryPool pl, CUstream st), p, n,
-       pl, st)
-EXPORT(cuMemAllocFromPoolAsync_ptsz, mem_alloc_pool, 3, (CUdeviceptr * p, size_t n, CUmemoryPool pl, CUstream st),
-       p, n, pl, st)
 EXPORT(cuArrayCreate_v2, array_create, 2, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
 EXPORT(cuArray3DCreate_v2, array3d_create, 2, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
 EXPORT(cuArrayDestroy, array_destroy, 2, (CUarray a), a)
@@ -499,10 +435,10 @@ void *const gf_wrappers[A_N][2] = {
 	[A_PITCH] = {(void *)mem_alloc_pitch_0, (void *)mem_alloc_pitch_1},
 	[A_MANAGED] = {(void *)mem_alloc_managed_0, (void *)mem_alloc_managed_1},
 	[A_FREE] = {(void *)mem_free_0, (void *)mem_free_1},
-	[A_INFO] = {(void *)mem_get_info_0, (void *)mem_get_info_1},
+	[A_INFO] = {(void *)mem_get_info_0, (void *)mem_get_info_1}, /* view.c */
 	[A_CREATE] = {(void *)mem_create_0, (void *)mem_create_1},
 	[A_RELEASE] = {(void *)mem_release_0, (void *)mem_release_1},
-	[A_ASYNC] = {(void *)mem_alloc_async_0, (void *)mem_alloc_async_1},
+	[A_ASYNC] = {(void *)mem_alloc_async_0, (void *)mem_alloc_async_1}, /* pool.c */
 	[A_FREEASYNC] = {(void *)mem_free_async_0, (void *)mem_free_async_1},
 	[A_POOL] = {(void *)mem_alloc_pool_0, (void *)mem_alloc_pool_1},
 	[A_ARRAY] = {(void *)array_create_0, (void *)array_create_1},
@@ -510,6 +446,10 @@ void *const gf_wrappers[A_N][2] = {
 	[A_ARRAYDESTROY] = {(void *)array_destroy_0, (void *)array_destroy_1},
 	[A_MIPMAP] = {(void *)mipmap_create_0, (void *)mipmap_create_1},
 	[A_MIPMAPDESTROY] = {(void *)mipmap_destroy_0, (void *)mipmap_destroy_1},
+	[A_TOTAL] = {(void *)total_mem_0, (void *)total_mem_1}, /* view.c */
+	[A_TOTAL1] = {(void *)total_mem1_0, (void *)total_mem1_1},
+	[A_TRIM] = {(void *)pool_trim_0, (void *)pool_trim_1}, /* pool.c */
+	[A_POOLDESTROY] = {(void *)pool_destroy_0, (void *)pool_destroy_1},
 	[A_GPA1] = {(void *)get_proc1_0, (void *)get_proc1_1}, /* interpose.c */
 	[A_GPA2] = {(void *)get_proc2_0, (void *)get_proc2_1},
 };
@@ -535,13 +475,14 @@ static void after_fork_child(void)
 	free(recs);
 	recs = NULL;
 	nrecs = cap_recs = dead_recs = 0;
+	pools_forget();
 	pthread_mutex_unlock(&mu);
 }
 
 __attribute__((constructor)) static void fence_init(void)
 {
 	real_dlsym();
-	pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+	gf_at_fork(before_fork, after_fork_parent, after_fork_child);
 }
 
 /* A clean exit gives its bytes back at once instead of waiting for a reaper. */

@@ -35,13 +35,7 @@ void say(const char *fmt, ...)
 __attribute__((visibility("hidden"), used)) dlsym_fn gf_real_dlsym;
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
 
-static void find_real_dlsym(void)
-{
-	dlsym_fn f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-	if (!f)
-		f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
-	__atomic_store_n(&gf_real_dlsym, f, __ATOMIC_RELEASE);
-}
+static void find_real_dlsym(void) { __atomic_store_n(&gf_real_dlsym, gf_find_dlsym(), __ATOMIC_RELEASE); }
 
 dlsym_fn real_dlsym(void)
 {
@@ -100,6 +94,10 @@ static const struct name names[] = {
 	{"cuArrayDestroy", "cuArrayDestroy", 0, A_ARRAYDESTROY, 2},
 	{"cuMipmappedArrayCreate", "cuMipmappedArrayCreate", 0, A_MIPMAP, 2},
 	{"cuMipmappedArrayDestroy", "cuMipmappedArrayDestroy", 0, A_MIPMAPDESTROY, 2},
+	{"cuDeviceTotalMem_v2", "cuDeviceTotalMem", 3020, A_TOTAL, 2},
+	{"cuDeviceTotalMem", NULL, 0, A_TOTAL1, 2}, /* the 3.0 ABI: see wrap_proc */
+	{"cuMemPoolTrimTo", "cuMemPoolTrimTo", 0, A_TRIM, 2},
+	{"cuMemPoolDestroy", "cuMemPoolDestroy", 0, A_POOLDESTROY, 2},
 	{"cuGetProcAddress", NULL, 0, A_GPA1, 2},
 	{"cuGetProcAddress_v2", NULL, 0, A_GPA2, 2},
 };
@@ -157,17 +155,23 @@ void *gf_dlsym(void *handle, const char *name)
 	if (!p || !name || name[0] != 'c' || name[1] != 'u')
 		return p;
 	for (size_t i = 0; i < NNAMES; i++)
-		if (strcmp(names[i].sym, name) == 0)
-			return wrap(names[i].api, p);
+		if (strcmp(names[i].sym, name) == 0) {
+			if (!gf_passive())
+				return wrap(names[i].api, p);
+			gf_note_driver();
+			return p;
+		}
 	return p;
 }
 
 void *wrap_proc(const char *sym, int ver, void *p)
 {
-	if (!sym || sym[0] != 'c' || sym[1] != 'u')
+	if (!sym || sym[0] != 'c' || sym[1] != 'u' || gf_passive())
 		return p;
 	if (strcmp(sym, "cuGetProcAddress") == 0)
 		return wrap(ver >= 12000 ? A_GPA2 : A_GPA1, p);
+	if (strcmp(sym, "cuDeviceTotalMem") == 0 && ver < 3020)
+		return wrap(A_TOTAL1, p); /* 32-bit sizes: a wrapper of its own */
 	for (size_t i = 0; i < NNAMES; i++)
 		if (names[i].gpa && strcmp(names[i].gpa, sym) == 0)
 			return ver >= names[i].minver ? wrap(names[i].api, p) : p;

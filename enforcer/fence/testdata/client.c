@@ -8,6 +8,9 @@
  *   free ID -> ok | err CODE          info -> info FREE TOTAL        dev N -> ok
  *   threads T K SIZE -> threads ok=X refused=Y (T threads, K allocations each, then all freed)
  *   fork SIZE -> child ok|err CODE (a forked child allocates SIZE and exits)
+ *   total -> total BYTES (cuDeviceTotalMem_v2)   total1 -> total BYTES (the 32-bit cuDeviceTotalMem)
+ *   poolkeep BYTES -> ok (the default pool's release threshold)   trim KEEP -> ok (cuMemPoolTrimTo)
+ *   used -> used BYTES (what the fake device holds: what NVML would report)
  *   spawn child|grandchild|setsid SIZE -> child ok|err CODE (a new program started without
  *     the reservation in its environment allocates SIZE and exits: a child, a child's child, or
  *     a child in a new session)
@@ -42,7 +45,14 @@ static CUresult (*mem_pool)(CUdeviceptr *, size_t, void *, void *);
 static CUresult (*array_create)(void **, const void *);
 static CUresult (*array3d_create)(void **, const void *);
 static CUresult (*array_destroy)(void *);
+static CUresult (*total_mem)(size_t *, int);
+static CUresult (*total_mem1)(unsigned int *, int);
+static CUresult (*default_pool)(void **, int);
+static CUresult (*pool_set)(void *, int, void *);
+static CUresult (*pool_trim)(void *, size_t);
 static void (*set_device)(int);
+static unsigned long long (*fake_used)(void);
+static int curdev;
 
 enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY };
 struct obj { int kind; uint64_t v; };
@@ -74,6 +84,7 @@ static void load(int direct, uint64_t flags)
 {
 	void *h = need(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), "libcuda.so.1");
 	set_device = need(dlsym(h, "fakeSetDevice"), "fakeSetDevice");
+	fake_used = need(dlsym(h, "fakeUsed"), "fakeUsed");
 #define BYNAME(var, sym) var = need(dlsym(RTLD_DEFAULT, sym), sym)
 	if (direct) {
 		BYNAME(mem_alloc, "cuMemAlloc_v2");
@@ -89,6 +100,11 @@ static void load(int direct, uint64_t flags)
 		BYNAME(array_create, "cuArrayCreate_v2");
 		BYNAME(array3d_create, "cuArray3DCreate_v2");
 		BYNAME(array_destroy, "cuArrayDestroy");
+		BYNAME(total_mem, "cuDeviceTotalMem_v2");
+		BYNAME(total_mem1, "cuDeviceTotalMem");
+		BYNAME(default_pool, "cuDeviceGetDefaultMemPool");
+		BYNAME(pool_set, "cuMemPoolSetAttribute");
+		BYNAME(pool_trim, "cuMemPoolTrimTo");
 		return;
 	}
 	gpa1_fn gpa1 = need(dlsym(h, "cuGetProcAddress"), "cuGetProcAddress");
@@ -112,6 +128,15 @@ static void load(int direct, uint64_t flags)
 	PROC(array_create, "cuArrayCreate");
 	PROC(array3d_create, "cuArray3DCreate");
 	PROC(array_destroy, "cuArrayDestroy");
+	PROC(total_mem, "cuDeviceTotalMem");
+	PROC(default_pool, "cuDeviceGetDefaultMemPool");
+	PROC(pool_set, "cuMemPoolSetAttribute");
+	PROC(pool_trim, "cuMemPoolTrimTo");
+	/* The 3.0 ABI of cuDeviceTotalMem, as a runtime built for it asks. */
+	if (gpa("cuDeviceTotalMem", (void **)&total_mem1, 3000, flags, NULL) != 0 || !total_mem1) {
+		fprintf(stderr, "client: no cuDeviceTotalMem v1\n");
+		exit(3);
+	}
 }
 
 static void answer(CUresult r, int kind, uint64_t v)
@@ -230,7 +255,10 @@ int main(int argc, char **argv)
 			CUresult r = mem_async(&p, parse_size(a), NULL);
 			answer(r, K_ASYNC, p);
 		} else if (!strcmp(cmd, "pool")) {
-			CUresult r = mem_pool(&p, parse_size(a), NULL, NULL);
+			void *pl = NULL;
+			CUresult r = default_pool(&pl, curdev);
+			if (r == 0)
+				r = mem_pool(&p, parse_size(a), pl, NULL);
 			answer(r, K_ASYNC, p);
 		} else if (!strcmp(cmd, "create")) {
 			int prop[8] = {1, 0, 1, 0}; /* pinned, no handle type, on device 0 */
@@ -264,8 +292,29 @@ int main(int argc, char **argv)
 				printf("err %d\n", r);
 			else
 				printf("info %zu %zu\n", f, t);
+		} else if (!strcmp(cmd, "total") || !strcmp(cmd, "total1")) {
+			size_t n = 0;
+			unsigned int n1 = 0;
+			CUresult r = cmd[5] ? total_mem1(&n1, curdev) : total_mem(&n, curdev);
+			if (r)
+				printf("err %d\n", r);
+			else
+				printf("total %zu\n", cmd[5] ? (size_t)n1 : n);
+		} else if (!strcmp(cmd, "poolkeep") || !strcmp(cmd, "trim")) {
+			void *pl = NULL;
+			uint64_t v = parse_size(a);
+			CUresult r = default_pool(&pl, curdev);
+			if (r == 0)
+				r = cmd[0] == 'p' ? pool_set(pl, 4, &v) : pool_trim(pl, v);
+			if (r)
+				printf("err %d\n", r);
+			else
+				printf("ok\n");
+		} else if (!strcmp(cmd, "used")) {
+			printf("used %llu\n", fake_used());
 		} else if (!strcmp(cmd, "dev")) {
-			set_device(atoi(a));
+			curdev = atoi(a);
+			set_device(curdev);
 			printf("ok\n");
 		} else if (!strcmp(cmd, "threads")) {
 			threads(atoi(a), atoi(b), parse_size(c));

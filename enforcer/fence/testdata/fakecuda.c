@@ -5,6 +5,12 @@
  * addresses. Memory is a per-process counter against FAKE_CUDA_TOTAL; devices are named by
  * FAKE_CUDA_UUIDS (comma-separated, 32 hex digits each). FAKE_CUDA_OOM_FIRST=N fails the first N
  * allocations with out of memory, as a driver still releasing a dead process's memory would.
+ *
+ * Stream-ordered allocations come from a pool that, like the driver's, holds more physical
+ * memory than its live allocations: it reserves in FAKE_CUDA_POOL_GRAIN units (default 2 MiB)
+ * and keeps freed memory up to its release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+ * default 0: released at once, as the driver does at the next synchronization). What the
+ * device holds (fakeUsed, what NVML would report) counts the pool's reservation.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -124,18 +130,175 @@ CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
 	*f = total() - used;
 	return 0;
 }
+CUresult cuDeviceTotalMem_v2(size_t *b, int dev)
+{
+	(void)dev;
+	*b = total();
+	return 0;
+}
+/* The 3.0 ABI: 32 bits, saturated. */
+CUresult cuDeviceTotalMem(unsigned int *b, int dev)
+{
+	(void)dev;
+	*b = total() > 0xffffffffULL ? 0xffffffffu : (unsigned int)total();
+	return 0;
+}
 CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long fl)
 {
 	(void)prop, (void)fl;
 	return take(h, n);
 }
 CUresult cuMemRelease(unsigned long long h) { return give(h); }
-CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return take(p, n); }
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return take(p, n); }
-CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; return give(p); }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; return give(p); }
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, void *s) { (void)pool, (void)s; return take(p, n); }
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pool, void *s) { (void)pool, (void)s; return take(p, n); }
+/* ---- stream-ordered pools ---- */
+
+struct pool {
+	uint64_t reserved, used, threshold;
+};
+#define NPOOLS 8
+static struct pool pools[NPOOLS]; /* 0..3: each device's default pool; the rest created */
+static int npools = 4;
+static uint64_t pool_of[MAXALLOC]; /* pool index + 1 of a pool allocation */
+static uint64_t pool_size[MAXALLOC];
+
+static uint64_t grain(void)
+{
+	const char *g = getenv("FAKE_CUDA_POOL_GRAIN");
+	return g ? strtoull(g, NULL, 10) : (2ULL << 20);
+}
+
+static struct pool *pool_at(void *h)
+{
+	uintptr_t i = h ? (uintptr_t)h - 1 : (uintptr_t)current;
+	return i < (uintptr_t)npools ? &pools[i] : NULL;
+}
+
+static void release(struct pool *pl, uint64_t keep)
+{
+	uint64_t floor = pl->used + keep;
+	if (pl->reserved > floor) {
+		used -= pl->reserved - floor;
+		pl->reserved = floor;
+	}
+}
+
+static CUresult pool_take(CUdeviceptr *out, uint64_t n, void *h)
+{
+	struct pool *pl = pool_at(h);
+	if (!pl)
+		return 1;
+	uint64_t g = grain(), want = (n + g - 1) / g * g;
+	pthread_mutex_lock(&mu);
+	if (!sizes)
+		sizes = calloc(MAXALLOC, sizeof *sizes);
+	uint64_t spare = pl->reserved - pl->used, grow = want > spare ? want - spare : 0;
+	if (used + grow > total() || seq + 1 >= MAXALLOC) {
+		pthread_mutex_unlock(&mu);
+		return 2;
+	}
+	uint64_t id = ++seq;
+	pl->reserved += grow;
+	pl->used += want;
+	used += grow;
+	pool_of[id] = (uint64_t)(pl - pools) + 1;
+	pool_size[id] = want;
+	pthread_mutex_unlock(&mu);
+	*out = id << 20;
+	return 0;
+}
+
+static CUresult pool_give(CUdeviceptr v)
+{
+	uint64_t id = v >> 20;
+	pthread_mutex_lock(&mu);
+	if (id == 0 || id >= MAXALLOC || !pool_of[id]) {
+		pthread_mutex_unlock(&mu);
+		return 1;
+	}
+	struct pool *pl = &pools[pool_of[id] - 1];
+	pl->used -= pool_size[id];
+	pool_of[id] = 0;
+	release(pl, pl->threshold);
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return pool_take(p, n, NULL); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return pool_take(p, n, NULL); }
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; return pool_give(p); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; return pool_give(p); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pool, void *s) { (void)s; return pool_take(p, n, pool); }
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pool, void *s) { (void)s; return pool_take(p, n, pool); }
+
+CUresult cuDeviceGetDefaultMemPool(void **pool, int dev)
+{
+	if (dev < 0 || dev >= 4)
+		return 101;
+	*pool = (void *)(uintptr_t)(dev + 1);
+	return 0;
+}
+CUresult cuDeviceGetMemPool(void **pool, int dev) { return cuDeviceGetDefaultMemPool(pool, dev); }
+CUresult cuMemPoolCreate(void **pool, const void *props)
+{
+	(void)props;
+	pthread_mutex_lock(&mu);
+	if (npools >= NPOOLS) {
+		pthread_mutex_unlock(&mu);
+		return 2;
+	}
+	*pool = (void *)(uintptr_t)(++npools);
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+CUresult cuMemPoolDestroy(void *h)
+{
+	struct pool *pl = pool_at(h);
+	if (!pl || !h || (uintptr_t)h <= 4)
+		return 1;
+	pthread_mutex_lock(&mu);
+	used -= pl->reserved;
+	memset(pl, 0, sizeof *pl);
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+/* CUmemPool_attribute: 4 the release threshold, 5 and 6 the reservation now and at its
+ * highest (6 is not kept: answered as now), 7 and 8 what live allocations use. */
+CUresult cuMemPoolGetAttribute(void *h, int attr, void *value)
+{
+	struct pool *pl = pool_at(h);
+	if (!pl)
+		return 1;
+	uint64_t *v = value;
+	pthread_mutex_lock(&mu);
+	switch (attr) {
+	case 4: *v = pl->threshold; break;
+	case 5: case 6: *v = pl->reserved; break;
+	case 7: case 8: *v = pl->used; break;
+	default: pthread_mutex_unlock(&mu); return 1;
+	}
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+CUresult cuMemPoolSetAttribute(void *h, int attr, void *value)
+{
+	struct pool *pl = pool_at(h);
+	if (!pl || attr != 4)
+		return 1;
+	pthread_mutex_lock(&mu);
+	pl->threshold = *(uint64_t *)value;
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+CUresult cuMemPoolTrimTo(void *h, size_t keep)
+{
+	struct pool *pl = pool_at(h);
+	if (!pl)
+		return 1;
+	pthread_mutex_lock(&mu);
+	release(pl, keep > pl->used ? keep - pl->used : 0);
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
 
 typedef struct { size_t w, h; int fmt; unsigned int ch; } desc2;
 typedef struct { size_t w, h, d; int fmt; unsigned int ch, fl; } desc3;
@@ -169,7 +332,9 @@ static const struct entry table[] = {
 	E(cuInit), E(cuCtxGetDevice), EV2(cuDeviceGetUuid), EV2(cuMemAlloc), EV2(cuMemAllocPitch),
 	E(cuMemAllocManaged), EV2(cuMemFree), EV2(cuMemGetInfo), E(cuMemCreate), E(cuMemRelease),
 	EP(cuMemAllocAsync), EP(cuMemFreeAsync), EP(cuMemAllocFromPoolAsync), EV2(cuArrayCreate),
-	EV2(cuArray3DCreate), E(cuArrayDestroy),
+	EV2(cuArray3DCreate), E(cuArrayDestroy), E(cuDeviceGetDefaultMemPool), E(cuDeviceGetMemPool),
+	E(cuMemPoolCreate), E(cuMemPoolDestroy), E(cuMemPoolGetAttribute), E(cuMemPoolSetAttribute),
+	E(cuMemPoolTrimTo), EV2(cuDeviceTotalMem),
 };
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status)
@@ -178,6 +343,10 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
 		*status = 0;
 	if (strcmp(sym, "cuGetProcAddress") == 0) {
 		*pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+		return 0;
+	}
+	if (strcmp(sym, "cuDeviceTotalMem") == 0 && ver < 3020) {
+		*pfn = (void *)cuDeviceTotalMem;
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
