@@ -98,7 +98,9 @@ func TestFenceTwoProcessesOfOneTask(t *testing.T) {
 	}
 }
 
-// A child that leaves the fence (LD_PRELOAD or its reservation removed) is the watchdog's.
+// A child that drops its reservation from its environment is still its task's: the fence places
+// it by its ancestry and refuses it at the cap, inside itself. A child that drops the preload
+// leaves the fence, and is the watchdog's.
 func TestFenceEscapeIsTheWatchdogs(t *testing.T) {
 	for _, drop := range []string{"preload", "token"} {
 		t.Run(drop, func(t *testing.T) {
@@ -109,8 +111,15 @@ func TestFenceEscapeIsTheWatchdogs(t *testing.T) {
 			v := h.violation(r.Token, 60*time.Second)
 			code, _ := j.wait(t, 60*time.Second)
 			record(t, map[string]any{"action": v.Action, "peak_mb": v.PeakBytes / size.MiB, "detail": v.Detail, "exit": code})
-			if v.Action != enforcer.ActionSIGKILL || !strings.Contains(v.Detail, "allocation fence saw no allocation") {
-				t.Errorf("violation %+v: want a SIGKILL by the watchdog, naming the fence's blind spot", v)
+			switch drop {
+			case "preload":
+				if v.Action != enforcer.ActionSIGKILL || !strings.Contains(v.Detail, "allocation fence saw no allocation") {
+					t.Errorf("violation %+v: want a SIGKILL by the watchdog, naming the fence's blind spot", v)
+				}
+			case "token":
+				if v.Action != enforcer.ActionOOMInProcess || !strings.Contains(v.Detail, "fence") || code == 0 {
+					t.Errorf("violation %+v, exit %d: want the child refused by the fence inside itself", v, code)
+				}
 			}
 		})
 	}
