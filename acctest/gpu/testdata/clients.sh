@@ -26,7 +26,11 @@ build() {
 	command -v musl-gcc >/dev/null || { echo "clients.sh: musl-gcc not found (Debian's musl-tools)" >&2; exit 1; }
 	mkdir -p "$bin/musl"
 	musl-gcc -std=gnu11 -O2 -Wall -Wextra -Werror -o "$bin/musl/musl-helper" acctest/gpu/testdata/clients/musl_helper.c
-	cp "$(musl-gcc -print-file-name=libc.so)" "$bin/musl/ld-musl-x86_64.so.1"
+	# musl's loader is its libc; musl-gcc -print-file-name answers with glibc's linker script.
+	local ldso
+	ldso=$(readlink -f /lib/ld-musl-x86_64.so.1 2>/dev/null || true)
+	[[ -n $ldso ]] && head -c 4 "$ldso" | grep -q ELF || { echo "clients.sh: musl's loader /lib/ld-musl-x86_64.so.1 not found" >&2; exit 1; }
+	install -m 0755 "$ldso" "$bin/musl/ld-musl-x86_64.so.1"
 	echo "clients.sh: built $bin/libgpufrac-fence.so, $bin/gpuacc.test and $bin/musl/; carry $bin"
 }
 
