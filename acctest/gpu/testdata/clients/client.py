@@ -170,7 +170,12 @@ def child_mode(a, drop):
 def neighbour_mode(a):
     import torch
     held = torch.full((a.hold_mb * MiB,), 7, dtype=torch.uint8, device="cuda")
-    want = int(held.sum().item())
+    # A uint8 sum is promoted to int64 (a temporary eight times the tensor): sum it as int64
+    # words instead, which wraps the same way every time.
+    def checksum():
+        return int(held.view(torch.int64).sum().item())
+
+    want = checksum()
     emit(a, outcome="ready", granted_mb=a.hold_mb)
 
     def event(what):
@@ -183,7 +188,7 @@ def neighbour_mode(a):
             t.fill_(3)
             del t
             torch.cuda.empty_cache()
-            if int(held.sum().item()) != want:
+            if checksum() != want:
                 event("pattern changed")
         except Exception as e:
             event((type(e).__name__ + ": " + str(e))[:200])
