@@ -438,6 +438,12 @@ func (r *run) finish(a *active) {
 		a.violation = r.violationOf(a.token, a.exit)
 	}
 	at.Violation = a.violation
+	if v := a.violation; v != nil && v.PeakBytes > at.PeakBytes {
+		// One figure per fact: the watchdog's sample (or the fence's refused total) was higher
+		// than the runner's own; the detail, the CSV and the report all say this one.
+		at.PeakBytes = v.PeakBytes
+	}
+	borrowedAt(&at, a.l.res, a.l.borrowing)
 	oom := oomRE.MatchString(a.tail.String())
 	switch {
 	case a.stopped:
@@ -447,7 +453,7 @@ func (r *run) finish(a *active) {
 		at.Detail = fmt.Sprintf("probe window of %s over", a.l.window)
 	case a.violation != nil:
 		at.Outcome = record.OutcomeCapViolation
-		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, a.violation.PeakBytes, a.violation.CapBytes)
+		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, at.PeakBytes, a.violation.CapBytes)
 	case a.exit != 0 && a.l.capped && oom && (r.o.modeOf() == policy.ModeMPS || at.PeakBytes*2 >= at.CapBytes):
 		// Under MPS the allocation that crosses the cap fails inside the job, which exits
 		// with CUDA's own message; the watchdog may never see usage above the cap, and one
@@ -477,7 +483,7 @@ func (r *run) finish(a *active) {
 	r.mu.Lock()
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()
-	if at.Outcome == record.OutcomeCollateral {
+	if at.Outcome == record.OutcomeCollateral && at.Next == "" {
 		r.prog.line("%-8s %-20s GPU%d  exit %d after %.1fs: %s (log %s)", "COLLAT", at.Job, at.GPUIndex,
 			at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
 		return
@@ -524,7 +530,9 @@ func (r *run) recapProbe(a *active) {
 		peak, a.l.window, res.CapBytes)
 }
 
-// settle updates the job and its template's footprint after an attempt.
+// settle updates the job and its template's footprint after an attempt. A failure that is
+// the job's memory (a broken cap, a watchdog kill, a fenced out-of-memory, a borrower whose
+// wait ran out) climbs the ladder (ladder.go); nothing runs a job past its bound.
 func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
 	t := j.Template
 	if a.l.probe {
@@ -532,33 +540,33 @@ func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
 	}
 	switch at.Outcome {
 	case record.OutcomeProbe:
+		j.probeStops++
 		r.learn(t, at, ledger.ProfileProbe)
 		return // the job runs again under its new cap
 	case record.OutcomeCollateral:
-		return // a neighbour's stop faulted it: it runs again as it was
+		if !r.stopAt(j, at) {
+			return // a neighbour's stop faulted it: it runs again as it was
+		}
+		j.done, j.final = true, record.OutcomeExhausted
+		return
 	case record.OutcomeFailed:
 		if r.retry(j, at) {
 			return
 		}
 	case record.OutcomeCapViolation:
-		// The violation proves the job needs at least its cap: raise the footprint so the
-		// template's other jobs get more room, and re-run this one with a GPU to itself.
+		// The violation proves the template needs at least what the job reached: its other
+		// jobs get more room from now on.
 		raised := max(at.PeakBytes, at.CapBytes)
 		if a.violation != nil {
 			raised = max(raised, a.violation.PeakBytes)
 		}
 		r.s.raised(t, raised)
 		r.recordProfile(t, raised, at, ledger.ProfileViolation)
-		if a.l.borrowing {
-			// A borrower fails only where the memory it needed was no one's to lend: it runs
-			// again with a guarantee of what it reached, and the GPU alone only if that is more
-			// than a GPU's budget (sched.need).
+		if step := r.climb(j, a, at); step.Kind != policy.StepExhausted {
 			return
 		}
-		if !a.l.whole {
-			j.whole = true
-			return
-		}
+		j.done, j.final = true, record.OutcomeExhausted
+		return
 	case record.OutcomeOK:
 		if a.l.probe {
 			r.learn(t, at, ledger.ProfileProbe)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/report"
 	"github.com/gpufrac/gpufrac/size"
@@ -105,11 +106,16 @@ func (p *progress) started(a *active) {
 	case l.probe:
 		what = fmt.Sprintf("PROBE alone: its whole run measures %q", l.job.Template)
 	case l.whole && l.job.whole:
-		what = "RE-RUN alone with the whole GPU"
+		what = "RE-RUN " + policy.Rung(policy.StepAlone, l.job.attempts, l.job.limit(), 0)
+	case l.job.room > 0 && l.job.next.Kind == policy.StepRaise:
+		what = "RE-RUN " + policy.Rung(policy.StepRaise, l.job.attempts, l.job.limit(), l.res.CapBytes)
 	case l.whole:
 		what = "whole GPU"
 	case !l.capped:
 		what = "no cap"
+	}
+	if l.borrowing && !l.probe {
+		what += fmt.Sprintf(", may borrow up to %s", l.res.Limit())
 	}
 	p.line("%-8s %-20s GPU%d  %s", "start", l.job.Name, p.r.gpus[l.gpu].Index, what)
 }
@@ -140,8 +146,12 @@ func (p *progress) finished(a *active, at record.Attempt) {
 			msg += ": " + at.Detail
 		}
 		if !at.WholeGPU {
-			msg += "; " + neighbours(at) + "; it will re-run alone"
+			msg += "; " + neighbours(at)
 		}
+		msg += "; next: " + at.Next
+	case record.OutcomeCollateral:
+		tag = "COLLAT"
+		msg = fmt.Sprintf("exit %d after %.1fs: %s (log %s); next: %s", at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log, at.Next)
 	case record.OutcomeFailed:
 		tag = "FAILED"
 		msg = fmt.Sprintf("exit %d after %.1fs: %s (log %s)", at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
@@ -228,7 +238,7 @@ func (p *progress) summary(res *record.Result) {
 func WriteSummary(w io.Writer, res *record.Result) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tTEMPLATE\tATTEMPTS\tOUTCOME\tGPU\tCAP\tPEAK\tTIME")
+	fmt.Fprintln(tw, "JOB\tTEMPLATE\tATTEMPTS\tOUTCOME\tGPU\tGUARANTEE\tBORROWED\tLIMIT\tPEAK\tTIME")
 	for _, j := range res.Jobs {
 		var last *record.Attempt
 		for i := range res.Attempts {
@@ -236,20 +246,21 @@ func WriteSummary(w io.Writer, res *record.Result) {
 				last = &res.Attempts[i]
 			}
 		}
-		capS, peak, dur, g := "-", "-", "-", "-"
+		capS, borrowed, limit, peak, dur, g := "-", "-", "-", "-", "-", "-"
 		if last != nil {
 			g = fmt.Sprint(last.GPUIndex)
 			peak = last.PeakBytes.String()
 			dur = fmt.Sprintf("%.1fs", last.Duration().Seconds())
-			capS = last.CapLabel()
-		}
-		hist := make([]string, 0, j.Attempts)
-		for _, a := range res.Attempts {
-			if a.Job == j.Name {
-				hist = append(hist, string(a.Outcome))
+			capS, limit = last.CapLabel(), last.LimitLabel()
+			if last.LimitBytes > last.CapBytes {
+				borrowed = last.BorrowedBytes.String()
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Template, strings.Join(hist, ","), j.Outcome, g, capS, peak, dur)
+		tries := fmt.Sprint(j.Attempts)
+		if j.MaxAttempts > 0 {
+			tries = fmt.Sprintf("%d of %d", j.Attempts, j.MaxAttempts)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Template, tries, j.Outcome, g, capS, borrowed, limit, peak, dur)
 	}
 	tw.Flush()
 	ms := res.Makespan()
@@ -273,18 +284,25 @@ func WriteSummary(w io.Writer, res *record.Result) {
 		if v := a.Violation; v != nil && !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 			how = fmt.Sprintf("%s, contained %.2fs after crossing", v.Action, v.ContainedAt.Sub(v.CrossedAt).Seconds())
 		}
-		var final record.Outcome
-		for _, j := range res.Jobs {
-			if j.Name == a.Job {
-				final = j.Outcome
+		fmt.Fprintf(w, "cap violation contained: %s attempt %d (guarantee %s, %s); then %s\n", a.Job, a.Number, a.RoomLabel(), how, a.Next)
+	}
+	for _, j := range res.Jobs {
+		if j.Attempts > 1 || j.Outcome == record.OutcomeExhausted {
+			line := fmt.Sprintf("ladder of %s: %s: %s", j.Name, j.Ladder, j.Outcome)
+			if j.Reason != "" {
+				line += " (" + j.Reason + ")"
 			}
+			fmt.Fprintln(w, line)
 		}
-		fmt.Fprintf(w, "cap violation contained: %s (cap %s, %s); re-run alone: %s\n", a.Job, size.Bytes(a.CapBytes), how, final)
 	}
 	writeCollateral(w, res)
 	if u := res.Use; u.MeanRunning > 0 {
-		fmt.Fprintf(w, "where the time went: %.1f jobs running on average; a job alone with the GPU for %.1fs (probes %d, re-runs alone %d); at most 2 jobs running for %.1fs\n",
-			u.MeanRunning, u.Whole.Seconds(), u.Probes, u.ReRuns, u.Few.Seconds())
+		alone := "no job held a GPU alone"
+		if u.Whole > 0 {
+			alone = fmt.Sprintf("some job held a GPU alone for %.1fs (re-runs alone: %d)", u.Whole.Seconds(), u.ReRuns)
+		}
+		fmt.Fprintf(w, "where the time went: %.1f jobs running on average; %s; %d probe(s) measured a template; at most 2 jobs running for %.1fs\n",
+			u.MeanRunning, alone, u.Probes, u.Few.Seconds())
 	}
 	if len(res.GPUs) > 1 {
 		fmt.Fprintf(w, "GPU busy %.0f%% of the run, mean of %d GPUs (%s backend)\n", res.BusyFraction*100, len(res.GPUs), res.Backend)

@@ -66,10 +66,13 @@ func (s *sched) waitReason(j *jobState, maxBudget size.Bytes) string {
 		if c == 0 {
 			return "half a GPU's budget to fit beside the jobs running"
 		}
-		return fmt.Sprintf("room for its %s cap beside the jobs running", c)
+		if j.room > 0 {
+			return fmt.Sprintf("room for %s beside the jobs running", j.next.Head())
+		}
+		return fmt.Sprintf("room for its %s guarantee beside the jobs running", c)
 	case needWhole:
 		if j.whole {
-			return "a GPU to itself (a re-run after a broken cap: once the rest of the queue is admitted)"
+			return "a GPU to itself (" + j.next.Head() + ", after a broken cap: once the rest of the queue is admitted)"
 		}
 		return "a GPU to itself"
 	case needProbe:
