@@ -135,9 +135,11 @@ func (p *progress) finished(a *active, at record.Attempt) {
 		tag = "CAP"
 		msg = fmt.Sprintf("broke its %s cap (peak %s)", at.CapBytes, at.PeakBytes)
 		if v := at.Violation; v != nil {
-			msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, v.PeakBytes, v.Action)
+			// The attempt's peak (the highest of the runner's and the watchdog's samples) is the
+			// one figure the detail, attempts.csv and the report give too.
+			msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, at.PeakBytes, v.Action)
 			if v.Action == enforcer.ActionOOMInProcess {
-				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job at %s", v.CapBytes, enforcer.FencedBy(*v), v.PeakBytes)
+				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job, peak %s", v.CapBytes, enforcer.FencedBy(*v), at.PeakBytes)
 			}
 			if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 				msg += fmt.Sprintf(", contained in %.2fs", v.ContainedAt.Sub(v.CrossedAt).Seconds())

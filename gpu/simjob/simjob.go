@@ -64,9 +64,9 @@ type config struct {
 	// outsideFence and poolSlack are memory NVML counts for the job that the fence never
 	// charged (unfenced.go).
 	outsideFence, poolSlack size.Bytes
-	seed                  int64
-	procs                 int
-	child, mpsFault       bool
+	seed                    int64
+	procs                   int
+	child, mpsFault         bool
 	// mark is created once the job holds its context; the job waits for every file in after
 	// before it takes its own.
 	mark  string
