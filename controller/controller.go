@@ -34,14 +34,17 @@ type Config struct {
 	Name string
 	// Registerer, when set, gets the controller's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// Policy's cap formula sizes the larger guarantee after a violation (ladder.go); zero:
+	// policy.Default(), the plugins' default.
+	Policy policy.Policy
 }
 
 // Event kinds.
 const (
-	EventReregistered    = "reregistered"     // the job now asks for a whole GPU
+	EventReregistered    = "reregistered"     // the job now asks for more units (the ladder's next step)
 	EventWouldReregister = "would-reregister" // dry run
 	EventTemplateRaised  = "template-raised"
-	EventExhausted       = "exhausted" // it broke a whole GPU too: reported, not re-registered
+	EventExhausted       = "exhausted" // the ladder gives it no more room: reported, not re-registered
 	EventSkipped         = "skipped"   // nothing to do (job gone, no gpufrac device, already done)
 	EventReplaced        = "replaced"  // the re-registered job's new allocation runs
 	EventError           = "error"
