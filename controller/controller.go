@@ -47,6 +47,7 @@ const (
 	EventExhausted       = "exhausted" // the ladder gives it no more room: reported, not re-registered
 	EventSkipped         = "skipped"   // nothing to do (job gone, no gpufrac device, already done)
 	EventReplaced        = "replaced"  // the re-registered job's new allocation runs
+	EventStopped         = "stopped"   // the allocation that broke its cap, stopped once its job asks for more
 	EventError           = "error"
 )
 

@@ -197,6 +197,10 @@ func TestClimbsTheLadderOnceAnAllocation(t *testing.T) {
 	if len(evs) != 1 || evs[0].FromUnits != 3 || evs[0].ToUnits != want || evs[0].Group != "g" || evs[0].Device != "nvidia/gpumem" {
 		t.Errorf("reregistered events %+v", evs)
 	}
+	// Nomad would restart the task in place under the 3 units it broke: its allocation is stopped.
+	if a, _ := r.vs.Alloc(alloc1); a.DesiredStatus != api.AllocDesiredStatusStop || r.vs.Stops() != 1 || len(r.events(EventStopped)) != 1 {
+		t.Errorf("allocation desired status %q after %d stops, events %+v: want it stopped once", a.DesiredStatus, r.vs.Stops(), r.events(EventStopped))
+	}
 
 	// A duplicate violation of the same allocation (it broke its cap again before Nomad
 	// replaced it), the same pass again, and a restarted controller: still one registration.
@@ -385,6 +389,11 @@ func TestACLDenialAndAPIDownAreRetried(t *testing.T) {
 	}
 	if r.count(0) != firstStep {
 		t.Errorf("count %d after the retry, want %d", r.count(0), firstStep)
+	}
+	// That token may not stop allocations: the re-registration stands, the stop is reported.
+	if a, _ := r.vs.Alloc(alloc1); a.DesiredStatus == api.AllocDesiredStatusStop || len(r.events(EventError)) != 1 ||
+		!strings.Contains(r.events(EventError)[0].Message, "not stopped") || !strings.HasPrefix(r.handled(path), "reregistered") {
+		t.Errorf("alloc desired %q, errors %+v, violation %q: want the allocation left, one error, reregistered", a.DesiredStatus, r.events(EventError), r.handled(path))
 	}
 }
 

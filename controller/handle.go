@@ -164,6 +164,7 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 	ev.Kind = EventReregistered
 	ev.Message = fmt.Sprintf("job %s re-registered with %s count %d -> %d for %s; evaluation %s", alloc.JobID, devName, had, to, step, resp.EvalID)
 	c.emit(*ev)
+	c.stopInPlace(ctx, alloc, *ev, wq)
 	return fmt.Sprintf("reregistered: %s count %d -> %d (%s), job version %d", devName, had, to, step.Head(), next), nil
 }
 

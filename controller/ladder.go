@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/hashicorp/nomad/api"
@@ -70,4 +72,28 @@ func findTask(job *api.Job, group, name string) *api.Task {
 		}
 	}
 	return nil
+}
+
+// stopInPlace stops the allocation whose task broke its cap, once its job asks for more room:
+// Nomad calls Reserve once per task, not on a restart in place (docs/plugin.md), so a task its
+// restart policy starts again would run under the same units and break them again until the new
+// version replaced it. Stopped, it is replaced at once by an allocation of the new version. A
+// failure is reported and changes nothing else: the job's own update replaces it later.
+func (c *Controller) stopInPlace(ctx context.Context, alloc *api.Allocation, ev Event, wq *api.WriteOptions) {
+	switch alloc.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return
+	}
+	if alloc.DesiredStatus == api.AllocDesiredStatusStop {
+		return
+	}
+	q := (&api.QueryOptions{Namespace: wq.Namespace}).WithContext(ctx)
+	if _, err := c.cfg.Client.Allocations().Stop(alloc, q); err != nil {
+		ev.Kind, ev.Message = EventError, fmt.Sprintf("allocation %s not stopped (Nomad may restart its task in place under the old units until it is replaced): %v", alloc.ID, err)
+		c.emit(ev)
+		return
+	}
+	ev.Kind = EventStopped
+	ev.Message = fmt.Sprintf("allocation %s stopped so its task is not restarted in place under the units it broke; the new version replaces it", alloc.ID)
+	c.emit(ev)
 }
