@@ -24,6 +24,10 @@ type Attempt struct {
 	// BorrowedBytes is what it held past its guarantee at its peak (PeakBytes - CapBytes when it
 	// could borrow).
 	BorrowedBytes size.Bytes `json:"borrowed_at_peak_bytes,omitempty"`
+	// BorrowWait is how long its allocations waited for memory to borrow (sampled: a multiple
+	// of the sampling period), from BorrowWaitAt, in seconds since the run started.
+	BorrowWait   time.Duration `json:"borrow_wait_ns,omitempty"`
+	BorrowWaitAt float64       `json:"borrow_wait_at,omitempty"`
 	Capped        bool       `json:"capped"`
 	WholeGPU      bool       `json:"whole_gpu"`
 	Probe         bool       `json:"probe"`

@@ -64,6 +64,21 @@ type active struct {
 	now   size.Bytes // the latest sample
 	lastT float64
 	snaps []record.MemSample
+	// wait is how long an allocation of the job waited for memory to borrow, in samples that
+	// found it waiting; waitAt the first such sample, in seconds since the run started.
+	wait   time.Duration
+	waitAt float64
+}
+
+// waited notes a sample, at t, that found one of the attempt's allocations waiting for memory
+// to borrow.
+func (a *active) waited(d time.Duration, t float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.wait == 0 {
+		a.waitAt = t
+	}
+	a.wait += d
 }
 
 func (a *active) record(b size.Bytes, t float64) {
@@ -433,6 +448,7 @@ func (r *run) finish(a *active) {
 	at.ExitCode = a.exit
 	a.mu.Lock()
 	at.PeakBytes, at.Samples = a.peak, a.snaps
+	at.BorrowWait, at.BorrowWaitAt = a.wait, a.waitAt
 	a.mu.Unlock()
 	if a.violation == nil && a.l.capped && r.guard != nil {
 		a.violation = r.violationOf(a.token, a.exit)

@@ -288,6 +288,12 @@ func WriteSummary(w io.Writer, res *record.Result) {
 		}
 		fmt.Fprintf(w, "cap violation contained: %s attempt %d (guarantee %s, %s); then %s\n", a.Job, a.Number, a.RoomLabel(), how, a.Next)
 	}
+	for _, a := range res.Attempts {
+		if a.BorrowWait > 0 {
+			fmt.Fprintf(w, "borrower waited: %s attempt %d waited %.1fs for memory to borrow (from %.1fs), nothing new started on GPU%d meanwhile\n",
+				a.Job, a.Number, a.BorrowWait.Seconds(), a.BorrowWaitAt, a.GPUIndex)
+		}
+	}
 	for _, j := range res.Jobs {
 		if j.Attempts > 1 || j.Outcome == record.OutcomeExhausted {
 			line := fmt.Sprintf("ladder of %s: %s: %s", j.Name, j.Ladder, j.Outcome)
