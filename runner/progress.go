@@ -210,7 +210,7 @@ func (p *progress) status() {
 		if _, ok := r.gpus[st.UUID]; !ok {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("GPU%d: %d running, using %s, caps %s of %s", st.Index, perGPU[st.UUID],
+		parts = append(parts, fmt.Sprintf("GPU%d: %d running, using %s, guarantees %s of %s", st.Index, perGPU[st.UUID],
 			used[st.UUID], st.ReservedBytes, st.BudgetBytes))
 	}
 	line := fmt.Sprintf("%s done %d/%d, waiting %d | %s", p.stamp(), done, len(r.s.jobs), waiting, strings.Join(parts, " | "))
