@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
@@ -13,9 +14,18 @@ const maxAttemptsLimit = 20
 
 // ladder reads the keys of the ladder (policy.Policy.Next): max_attempts at the top, in a
 // template or in a job (the job's wins, then its template's, then the queue's), and cap_fixed
-// in a template or a job (its cap is a ceiling, never raised after a failure).
+// in a template or a job (its cap is a ceiling, never raised after a failure); and borrow_wait
+// at the top, how long a borrower's allocation waits before it fails inside the job and the job
+// climbs the ladder (gpufrac run --borrow-wait wins).
 func (d *decoder) ladder(fq *fileQueue, q *Queue) {
 	q.MaxAttempts = d.attempts(fq.Attempts)
+	if !isNull(fq.Wait) {
+		if w := d.duration(fq.Wait, "borrow_wait"); w > 10*time.Minute {
+			d.add(fq.Wait.Range(), "Invalid borrow_wait", fmt.Sprintf("borrow_wait = %s: want at most 10m", w))
+		} else {
+			q.BorrowWait = w
+		}
+	}
 	for _, t := range fq.Templates {
 		spec, ok := q.Templates[t.Name]
 		if !ok {

@@ -72,8 +72,10 @@ type Queue struct {
 	SimulatedGPUs []string
 	// Path is the file the queue came from.
 	Path string
-	// MaxAttempts bounds every job's attempts (ladder.go); 0 when not set.
+	// MaxAttempts bounds every job's attempts (ladder.go); 0 when not set. BorrowWait is the
+	// queue's default for how long a borrower's allocation waits (ladder.go); 0 when not set.
 	MaxAttempts int
+	BorrowWait  time.Duration
 }
 
 type fileQueue struct {
@@ -84,6 +86,7 @@ type fileQueue struct {
 	Templates []fileTemplate `hcl:"template,block"`
 	Jobs      []fileJob      `hcl:"job,block"`
 	Attempts  hcl.Expression `hcl:"max_attempts,optional"`
+	Wait      hcl.Expression `hcl:"borrow_wait,optional"`
 }
 
 type filePolicy struct {

@@ -105,6 +105,9 @@ func (o *Options) fill(q queue.Queue) error {
 	if o.Profiles == "" {
 		o.Profiles = q.Profiles
 	}
+	if o.BorrowWait == 0 {
+		o.BorrowWait = q.BorrowWait
+	}
 	if o.Profiles == "" {
 		o.Profiles = record.ProfilesWarm
 	}
