@@ -90,7 +90,10 @@ func (p *progress) begin() {
 
 func (p *progress) started(a *active) {
 	l := a.l
-	what := "cap " + l.res.CapBytes.String()
+	what := "guarantee " + l.res.CapBytes.String()
+	if !l.borrowing {
+		what = "cap " + l.res.CapBytes.String()
+	}
 	switch {
 	case l.probe && l.inPlace:
 		span := "its whole run"
@@ -138,7 +141,15 @@ func (p *progress) finished(a *active, at record.Attempt) {
 			// The attempt's peak (the highest of the runner's and the watchdog's samples) is the
 			// one figure the detail, attempts.csv and the report give too.
 			msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, at.PeakBytes, v.Action)
-			if v.Action == enforcer.ActionOOMInProcess {
+			switch {
+			case v.Action == enforcer.ActionOOMInProcess && at.LimitBytes > at.CapBytes:
+				// A borrower is refused where more would reach into a neighbour's guarantee,
+				// not at its own.
+				msg = fmt.Sprintf("out of memory inside the job at peak %s: past its %s guarantee only other jobs' guarantees were left", at.PeakBytes, v.CapBytes)
+				if at.BorrowWait > 0 {
+					msg += fmt.Sprintf(" (it waited %.1fs in all for memory to come free)", at.BorrowWait.Seconds())
+				}
+			case v.Action == enforcer.ActionOOMInProcess:
 				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job, peak %s", v.CapBytes, enforcer.FencedBy(*v), at.PeakBytes)
 			}
 			if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
