@@ -523,7 +523,7 @@ func (r *run) recapProbe(a *active) {
 		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.window, a.l.res.CapBytes)
 		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
 		r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
-			a.a.GPUIndex, peak, a.l.window, capBytes)
+			a.a.GPUIndex, peak, a.l.window, unitsLabel(r.s.pol, capBytes))
 		return
 	}
 	res, err := r.led.Shrink(a.l.res.Token, min(capBytes, a.l.res.CapBytes))
@@ -600,10 +600,13 @@ func (r *run) learn(t string, at *record.Attempt, source string) {
 	peak := at.PeakBytes
 	if peak == 0 {
 		// A job that never touches the GPU (or one whose memory is not attributed to it) would
-		// be probed again on every job of its template, one at a time; one unit lets its jobs
-		// pack, and the watchdog still stops one that turns out to use more.
-		peak = r.s.pol.UnitBytes
-		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint set to one unit (%s)", peak)
+		// be probed again on every job of its template, one at a time; a footprint of nothing
+		// lets its jobs pack under the margin alone (never more than a job that used some
+		// memory gets), and the watchdog still stops one that turns out to use more.
+		c := r.s.pol.Cap(0)
+		u := r.s.pol.Units(c)
+		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint 0B, cap = the margin alone, %s (%s rounded up to %d units of %s)",
+			size.Bytes(u)*r.s.pol.UnitBytes, c, u, r.s.pol.UnitBytes)
 		r.prog.line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
 	}
 	r.s.learned(t, peak)

@@ -177,8 +177,19 @@ func (p *progress) capFor(t string) string {
 	if !ok {
 		return "?"
 	}
-	u := p.r.o.Policy.Units(c)
-	return fmt.Sprintf("%s (%d units of %s)", c, u, p.r.o.Policy.UnitBytes)
+	return unitsLabel(p.r.o.Policy, c)
+}
+
+// unitsLabel says a cap as the ledger grants it, in whole units, and the formula's figure it
+// was rounded up from: "3GiB (2.55GiB rounded up to 3 units of 1GiB)". A small footprint's cap
+// is mostly the margin and the rounding, and this says so where the cap shows.
+func unitsLabel(pol policy.Policy, c size.Bytes) string {
+	u := pol.Units(c)
+	granted := size.Bytes(u) * pol.UnitBytes
+	if granted == c {
+		return fmt.Sprintf("%s (%d units of %s)", c, u, pol.UnitBytes)
+	}
+	return fmt.Sprintf("%s (%s rounded up to %d units of %s)", granted, c, u, pol.UnitBytes)
 }
 
 // status redraws the terminal's status line and, about once a second, publishes the progress

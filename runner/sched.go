@@ -162,7 +162,8 @@ func (s *sched) capOf(t string) (size.Bytes, bool) {
 	if spec, ok := s.templates[t]; ok && spec.CapBytes > 0 {
 		return spec.CapBytes, true
 	}
-	if p, ok := s.peaks[t]; ok && p > 0 {
+	if p, ok := s.peaks[t]; ok {
+		// A footprint of 0 is known too: a probe that saw no GPU memory (loop.go, learn).
 		return s.pol.Cap(p), true
 	}
 	return 0, false
