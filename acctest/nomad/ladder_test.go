@@ -2,6 +2,7 @@ package nomad_test
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -11,7 +12,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/controller"
 	"github.com/gpufrac/gpufrac/enforcer"
-	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/ledger"
@@ -58,10 +59,6 @@ func TestRestartInPlaceAfterABrokenCap(t *testing.T) {
 	vs.PutAlloc(&api.Allocation{ID: allocID, Namespace: "default", JobID: "train", TaskGroup: "g", Job: job, ClientStatus: api.AllocClientStatusRunning,
 		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"main": {
 			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids}}}}}})
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
 	uuid := res.GetEnvs()[enforcer.EnvGPUUUID]
 
 	ctl, err := controller.New(controller.Config{Client: apiClient(t, vs.URL(), "controller-token"), Retry: 100 * time.Millisecond, Wait: time.Second})
@@ -78,16 +75,22 @@ func TestRestartInPlaceAfterABrokenCap(t *testing.T) {
 		return ok && a.DesiredStatus == api.AllocDesiredStatusStop
 	}
 	// Nomad's client: the task, started again with the environment Reserve returned once,
-	// restartDelay after each exit, until its allocation is stopped. Every run leaks past its
-	// 3 GiB the same way.
+	// restartDelay after each exit, until its allocation is stopped. Every run holds 4 GiB
+	// outside the fence (as a child that dropped its token does) past its 3 GiB, the same way.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	identified := filepath.Join(dir, "identified")
 	runs := 0
 	var firstExit time.Time
 	for !stopped() {
 		if runs == 4 {
 			t.Fatalf("the task was restarted in place %d times and its allocation is still running", runs-1)
 		}
-		task := exec.Command("sleep", "120")
-		task.Env = []string{"NOMAD_ALLOC_ID=" + allocID, "NOMAD_JOB_NAME=train", "NOMAD_TASK_NAME=main"}
+		task := exec.Command(exe, "--dir", filepath.Join(dir, "simgpu"), "--gpu", uuid, "--peak", "1GiB", "--hold", "60s",
+			"--outside-fence", "4GiB", "--after", identified)
+		task.Env = []string{"NOMAD_ALLOC_ID=" + allocID, "NOMAD_JOB_NAME=train", "NOMAD_TASK_NAME=main", simjob.EnvChild + "=1"}
 		for k, v := range res.GetEnvs() {
 			task.Env = append(task.Env, k+"="+v)
 		}
@@ -99,14 +102,15 @@ func TestRestartInPlaceAfterABrokenCap(t *testing.T) {
 		go func() { task.Wait(); close(exited) }()
 		t.Cleanup(func() { task.Process.Kill(); <-exited })
 		if runs == 1 {
-			// The enforcer ties the reservation to its allocation at its next process scan.
+			// The enforcer ties the reservation to its allocation at its next process scan; the
+			// task takes its memory once it has.
 			testutil.Eventually(t, 20*time.Second, "the reservation to learn its allocation", func() bool {
 				snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
 				return err == nil && len(snap.Reservations) == 1 && snap.Reservations[0].Task.AllocID == allocID
 			})
-		}
-		if err := sim.SetUsage(uuid, task.Process.Pid, 5*size.GiB); err != nil {
-			t.Fatal(err)
+			if err := os.WriteFile(identified, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 		select {
 		case <-exited:
@@ -126,9 +130,11 @@ func TestRestartInPlaceAfterABrokenCap(t *testing.T) {
 		t.Errorf("the task was restarted in place %d times, want at most once", runs-1)
 	}
 	j, _ := vs.Job("default", "train")
-	want := uint64(policy.Default().Units(policy.Default().Cap(5 * size.GiB)))
-	if got := *j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count; *j.Version != 1 || got != want {
-		t.Errorf("job version %d asks for %d units, want version 1 with %d (the cap formula over what it reached)", *j.Version, got, want)
+	// It reached its 1 GiB and the 4 GiB outside the fence.
+	got := *j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count
+	low, high := uint64(policy.Default().Units(policy.Default().Cap(4*size.GiB))), uint64(policy.Default().Units(policy.Default().Cap(5*size.GiB)))
+	if *j.Version != 1 || got < low || got > high || got <= 3 {
+		t.Errorf("job version %d asks for %d units, want version 1 with %d to %d (the cap formula over what it reached)", *j.Version, got, low, high)
 	}
 	if j.Meta[controller.MetaAttempt+"g.main"] != "2" {
 		t.Errorf("job meta %v: want attempt 2 recorded", j.Meta)
