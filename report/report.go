@@ -209,6 +209,15 @@ func kpis(res *record.Result) []kpi {
 		k = append(k, kpi{fmt.Sprintf("%.2fx", res.ExclusiveEstimate.Seconds()/ms.Seconds()), fmt.Sprintf("vs one at a time (~%.0fs est.)", res.ExclusiveEstimate.Seconds())})
 	}
 	k = append(k, kpi{fmt.Sprintf("%d", len(res.Attempts)), "attempts"}, kpi{fmt.Sprintf("%d", res.Violations), "cap violations"})
+	exhausted := 0
+	for _, j := range res.Jobs {
+		if j.Outcome == record.OutcomeExhausted {
+			exhausted++
+		}
+	}
+	if exhausted > 0 {
+		k = append(k, kpi{fmt.Sprintf("%d", exhausted), "jobs stopped by the ladder (exhausted)"})
+	}
 	if res.Collateral > 0 || len(res.GPUEvents) > 0 {
 		k = append(k, kpi{fmt.Sprintf("%d", res.Collateral), "collateral failures (re-run)"})
 	}

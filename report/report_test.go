@@ -139,7 +139,7 @@ func TestReportShowsBorrowingAndLadders(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := string(page)
-	for _, want := range []string{`data-borrowed="big"`, "borrowed past its 3GiB guarantee: 17GiB at its peak", `id="borrowing"`,
+	for _, want := range []string{`data-borrowed="big"`, "jobs stopped by the ladder (exhausted)", "borrowed past its 3GiB guarantee: 17GiB at its peak", `id="borrowing"`,
 		"1.5s from 2.0s", `<td>3GiB -&gt; whole GPU</td>`, "<td>2 of 2</td>", "<td>it failed alone</td>", "attempt 2 of 2 alone with the GPU"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("report lacks %q", want)

@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
 
 // Every kind of failed attempt climbs one ladder (policy.Policy.Next), with borrowing on and
-// off: at most the bound's attempts, each with strictly more room than the last or the GPU
+// off, in isolated and mps mode: at most the bound's attempts, each with strictly more room than the last or the GPU
 // alone, an end that is ok or exhausted with a reason, a neighbour never touched, and the words
 // printed before each re-run are the ones its start repeats.
 func TestEveryFailureClimbsTheLadder(t *testing.T) {
@@ -36,9 +37,12 @@ func TestEveryFailureClimbsTheLadder(t *testing.T) {
 		why      string // in the exhausted job's reason
 		minTries int
 		nHold    string // how long the neighbour holds its memory (default 1200ms)
+		mode     policy.Mode
 	}{
 		{name: "fenced out-of-memory, borrowing off", borrow: BorrowOff, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
 			bound: 3, want: record.OutcomeOK, action: enforcer.ActionOOMInProcess, minTries: 3},
+		{name: "out of memory at the pinned limit under MPS", mode: policy.ModeMPS, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
+			bound: 3, want: record.OutcomeOK, minTries: 3},
 		{name: "watchdog kill, no fence", borrow: BorrowOff, fence: FenceOff, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
 			bound: 3, want: record.OutcomeOK, action: enforcer.ActionSIGKILL, minTries: 3},
 		{name: "watchdog kill of a borrower holding memory outside the fence", borrow: BorrowWait, lk: []string{"--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--outside-fence", "3GiB"},
@@ -82,7 +86,7 @@ func TestEveryFailureClimbsTheLadder(t *testing.T) {
 				tc.job(&q.Jobs[1])
 			}
 			o := testOptions(t, sim, record.ArmPacked)
-			o.Borrow, o.Fence, o.BorrowWait = tc.borrow, tc.fence, tc.wait
+			o.Borrow, o.Fence, o.BorrowWait, o.Mode = tc.borrow, tc.fence, tc.wait, tc.mode
 			var out bytes.Buffer
 			o.Progress = &out
 			res := runQueue(t, q, o)
