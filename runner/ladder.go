@@ -10,6 +10,56 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
+// settle updates the job and its template's footprint after an attempt. A failure that is
+// the job's memory (a broken cap, a watchdog kill, a fenced out-of-memory, a borrower whose
+// wait ran out) climbs the ladder (ladder.go); nothing runs a job past its bound.
+func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
+	t := j.Template
+	if a.l.probe {
+		r.s.probeEnded(t, j)
+	}
+	switch at.Outcome {
+	case record.OutcomeProbe:
+		j.probeStops++
+		r.learn(t, at, ledger.ProfileProbe)
+		return // the job runs again under its new cap
+	case record.OutcomeCollateral:
+		if !r.stopAt(j, at) {
+			return // a neighbour's stop faulted it: it runs again as it was
+		}
+		j.done, j.final = true, record.OutcomeExhausted
+		return
+	case record.OutcomeFailed:
+		if r.retry(j, at) {
+			return
+		}
+	case record.OutcomeCapViolation:
+		// The violation proves the template needs at least what the job reached: its other
+		// jobs get more room from now on.
+		raised := max(at.PeakBytes, at.CapBytes)
+		if a.violation != nil {
+			raised = max(raised, a.violation.PeakBytes)
+		}
+		r.s.raised(t, raised)
+		r.recordProfile(t, raised, at, ledger.ProfileViolation)
+		if step := r.climb(j, a, at); step.Kind != policy.StepExhausted {
+			return
+		}
+		j.done, j.final = true, record.OutcomeExhausted
+		return
+	case record.OutcomeOK:
+		if a.l.probe {
+			r.learn(t, at, ledger.ProfileProbe)
+		} else if a.l.whole && j.whole {
+			// The re-run alone measured the real footprint; the ledger never lowers a raised one.
+			r.s.raised(t, at.PeakBytes)
+			r.recordProfile(t, at.PeakBytes, at, ledger.ProfileViolation)
+		}
+	}
+	j.done = true
+	j.final = at.Outcome
+}
+
 // bound sets the job's ladder from its queue: its own max_attempts and cap_fixed, else its
 // template's, else the queue's bound, else policy.DefaultMaxAttempts.
 func (j *jobState) bound(q queue.Queue) {
