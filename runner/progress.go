@@ -151,6 +151,10 @@ func (p *progress) finished(a *active, at record.Attempt) {
 				}
 			case v.Action == enforcer.ActionOOMInProcess:
 				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job, peak %s", v.CapBytes, enforcer.FencedBy(*v), at.PeakBytes)
+			case at.LimitBytes > at.CapBytes:
+				// A borrower the watchdog stopped held more than its guarantee and its loans:
+				// memory the fence never charged (a process without its token, a pool's slack).
+				msg = fmt.Sprintf("held %s, past its %s guarantee and what the fence lent it (memory the fence never saw): %s", at.PeakBytes, v.CapBytes, v.Action)
 			}
 			if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 				msg += fmt.Sprintf(", contained in %.2fs", v.ContainedAt.Sub(v.CrossedAt).Seconds())
