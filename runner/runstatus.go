@@ -211,3 +211,21 @@ func ReadRunStatus(dir string) (RunStatus, bool, error) {
 	}
 	return st, true, nil
 }
+
+// String says a GPU of a running queue for people, as `gpufrac status` shows it: what its jobs
+// use, the guarantees held of the budget, and what of the use is borrowed past them.
+func (g RunGPU) String() string {
+	return fmt.Sprintf("GPU%d: %d running, using %s, guarantees %s of %s, borrowed %s", g.Index, g.Running, g.UsedBytes,
+		g.ReservedBytes, g.BudgetBytes, g.BorrowedBytes)
+}
+
+// String says a running attempt for people: "leaker-1 on GPU0, attempt 2 of 3: guarantee 46GiB,
+// limit 78GiB, using 49.9GiB (3.9GiB borrowed)".
+func (a RunAttempt) String() string {
+	s := fmt.Sprintf("%s on GPU%d, attempt %d of %d: guarantee %s, limit %s, using %s", a.Job, a.GPUIndex, a.Attempt, a.MaxAttempts,
+		a.Room, a.LimitBytes, a.UsedBytes)
+	if a.BorrowedBytes > 0 {
+		s += fmt.Sprintf(" (%s borrowed)", a.BorrowedBytes)
+	}
+	return s
+}
