@@ -34,8 +34,8 @@ type Config struct {
 	Name string
 	// Registerer, when set, gets the controller's Prometheus metrics.
 	Registerer prometheus.Registerer
-	// Policy's cap formula sizes the larger guarantee after a violation (ladder.go); zero:
-	// policy.Default(), the plugins' default.
+	// Policy's cap formula sizes the larger guarantee after a violation when the violating
+	// template's own policy cannot be read from Templates (ladder.go); zero: policy.Default().
 	Policy policy.Policy
 }
 

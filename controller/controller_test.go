@@ -560,3 +560,31 @@ func TestReregisteringKeepsTheJobsOwnSettings(t *testing.T) {
 		t.Errorf("the re-registered job differs from the job beyond the count and the meta:\nbefore:\n%s\nafter:\n%s", wb, gb)
 	}
 }
+
+// The next guarantee is sized by the cap formula of the policy the task's template names, as the
+// plugins size its units.
+func TestTheTemplatesPolicySizesTheNextGuarantee(t *testing.T) {
+	r := newRig(t)
+	store, err := nomadvars.New(nomadvars.Config{Address: r.vs.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	wide := policy.Default()
+	wide.Name, wide.CapMarginPercent = "wide", 60
+	if _, err := store.PutPolicyUnchecked(ctx, wide); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.PutTemplateUnchecked(ctx, policy.Template{Name: "lora", Policy: "wide", PeakBytes: 2 * size.GiB}); err != nil {
+		t.Fatal(err)
+	}
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	r.violate(alloc1, gpuA, t0)
+	if err := r.pass(r.controller(func(c *Config) { c.Templates = store })); err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(wide.Units(wide.Cap(5 * size.GiB)))
+	if got := r.count(0); got != want || want == firstStep {
+		t.Errorf("count %d, want %d (policy wide's formula over 5GiB; the default's gives %d)", got, want, firstStep)
+	}
+}

@@ -114,7 +114,7 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 	if cur > had {
 		return skip(fmt.Sprintf("the job already asks for %d units (the allocation had %d)", cur, had))
 	}
-	step := c.step(job, alloc.TaskGroup, rec, had)
+	step := c.step(ctx, job, alloc.TaskGroup, rec, had)
 	if step.Kind == policy.StepExhausted {
 		ev.Kind, ev.ToUnits = EventExhausted, had
 		ev.Message = fmt.Sprintf("the task broke its cap with %d units; %s: it is not re-registered again", had, step.String())

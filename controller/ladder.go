@@ -25,7 +25,7 @@ const (
 
 // step is the ladder's decision (policy.Policy.Next, the rule gpufrac run applies too) for a
 // violation of a task that held had units.
-func (c *Controller) step(job *api.Job, group string, rec violations.Record, had uint64) policy.Step {
+func (c *Controller) step(ctx context.Context, job *api.Job, group string, rec violations.Record, had uint64) policy.Step {
 	task := findTask(job, group, rec.Task)
 	meta := func(k string) string {
 		if task != nil {
@@ -51,14 +51,30 @@ func (c *Controller) step(job *api.Job, group string, rec violations.Record, had
 	unit := rec.UnitBytes
 	f := policy.Failure{Attempt: attempt, MaxAttempts: maxA, CapBytes: size.Bytes(had) * unit, Whole: had >= uint64(rec.GPUUnits),
 		ReachedBytes: max(rec.PeakBytes, rec.CapBytes), Fixed: fixed, WholeBytes: size.Bytes(rec.GPUUnits) * unit, UnitBytes: unit}
-	return c.policy().Next(f)
+	return c.policyOf(ctx, rec.Template).Next(f)
 }
 
-func (c *Controller) policy() policy.Policy {
-	if c.cfg.Policy.UnitBytes != 0 {
-		return c.cfg.Policy
+// policyOf is the policy whose cap formula sizes a task's next guarantee: its template's (as
+// the plugins size it), else Config.Policy, else the default. A store that cannot say is no
+// reason to hold the task back: the fallback's formula still gives strictly more room.
+func (c *Controller) policyOf(ctx context.Context, template string) policy.Policy {
+	fallback := c.cfg.Policy
+	if fallback.UnitBytes == 0 {
+		fallback = policy.Default()
 	}
-	return policy.Default()
+	if c.cfg.Templates == nil || template == "" {
+		return fallback
+	}
+	t, _, err := c.cfg.Templates.GetTemplate(ctx, template)
+	if err != nil || t.Policy == "" {
+		return fallback
+	}
+	p, _, err := c.cfg.Templates.GetPolicy(ctx, t.Policy)
+	if err != nil {
+		c.log.Debug("template's policy unreadable; the default cap formula sizes the next guarantee", "template", template, "policy", t.Policy, "error", err)
+		return fallback
+	}
+	return p
 }
 
 func findTask(job *api.Job, group, name string) *api.Task {
