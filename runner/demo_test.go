@@ -116,6 +116,35 @@ func TestDemoDoesWhatItsCommentsSay(t *testing.T) {
 	if quoted < 5 {
 		t.Errorf("demo.hcl quotes %d lines of the run, want the three things it shows", quoted)
 	}
+	// The README's demo paragraph quotes the run too, in `code` spans, spacing collapsed.
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, para, ok := strings.Cut(string(readme), "it shows the three things gpufrac does")
+	para, _, _ = strings.Cut(para, "\n\n")
+	if !ok {
+		t.Fatal("README.md no longer describes the demo's three things")
+	}
+	flat := strings.Join(strings.Fields(out.String()), " ")
+	spans := 0
+	for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(para, -1) {
+		q := strings.Join(strings.Fields(m[1]), " ")
+		if !strings.ContainsAny(q, "0123456789") {
+			continue // a name, not a quote of the output
+		}
+		spans++
+		parts := strings.Split(q, "...")
+		for i := range parts {
+			parts[i] = regexp.QuoteMeta(parts[i])
+		}
+		if !regexp.MustCompile(strings.Join(parts, `\S+`)).MatchString(flat) {
+			t.Errorf("README.md quotes %q, which the demo did not print", q)
+		}
+	}
+	if spans < 3 {
+		t.Errorf("README.md's demo paragraph quotes %d figures of the run, want its three things", spans)
+	}
 	if row := regexp.MustCompile(`(?m)^grower-1\s+grower\s+1 of 3\s+ok\s+0\s+6GiB\s+18GiB\s+78GiB\s+24GiB\s`); !row.MatchString(out.String()) {
 		t.Errorf("the summary has no row %s", row)
 	}
