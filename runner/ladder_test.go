@@ -107,7 +107,7 @@ func TestEveryFailureClimbsTheLadder(t *testing.T) {
 			if n := attemptsOf(res, "n1"); len(n) != 1 || n[0].Outcome != record.OutcomeOK || n[0].Violation != nil {
 				t.Errorf("the neighbour was touched: %+v", n)
 			}
-			checkAnnounced(t, out.String(), "lk")
+			checkAnnounced(t, out.String(), "lk", len(lk)-1)
 			if t.Failed() || testing.Verbose() {
 				t.Logf("progress:\n%s", out.String())
 			}
@@ -118,28 +118,41 @@ func TestEveryFailureClimbsTheLadder(t *testing.T) {
 var nextRE = regexp.MustCompile(`next: (attempt \d+ of \d+ (with a \S+ guarantee|alone with the GPU))`)
 
 // checkAnnounced checks that each step a job's failed attempt announced is how its next attempt
-// started, in the same words.
-func checkAnnounced(t *testing.T, out, job string) {
+// started, in the same words, and that every re-run of the job was announced so.
+func checkAnnounced(t *testing.T, out, job string, reruns int) {
 	t.Helper()
-	lines := strings.Split(out, "\n")
-	for i, l := range lines {
-		f := strings.Fields(l)
-		if len(f) < 3 || f[2] != job {
+	var lines [][]string // tag, job, rest
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.SplitN(strings.TrimSpace(stampRE.ReplaceAllString(l, "")), " ", 2)
+		if len(f) < 2 {
 			continue
 		}
-		m := nextRE.FindStringSubmatch(l)
+		rest := strings.TrimSpace(f[1])
+		name, text, _ := strings.Cut(rest, " ")
+		lines = append(lines, []string{f[0], name, strings.TrimSpace(text)})
+	}
+	announced := 0
+	for i, l := range lines {
+		if l[1] != job {
+			continue
+		}
+		m := nextRE.FindStringSubmatch(l[2])
 		if m == nil {
 			continue
 		}
+		announced++
 		found := false
 		for _, later := range lines[i+1:] {
-			if lf := strings.Fields(later); len(lf) > 2 && lf[1] == "start" && lf[2] == job {
-				found = strings.Contains(later, "RE-RUN "+m[1])
+			if later[0] == "start" && later[1] == job {
+				found = strings.Contains(later[2], "RE-RUN "+m[1])
 				break
 			}
 		}
 		if !found {
-			t.Errorf("%q announced %q; the next start of %s does not say it", l, m[1], job)
+			t.Errorf("%s %s announced %q; the next start of %s does not say it", l[0], job, m[1], job)
 		}
+	}
+	if announced != reruns {
+		t.Errorf("%d re-runs of %s announced in the progress, want %d", announced, job, reruns)
 	}
 }
