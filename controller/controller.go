@@ -34,16 +34,20 @@ type Config struct {
 	Name string
 	// Registerer, when set, gets the controller's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// Policy's cap formula sizes the larger guarantee after a violation when the violating
+	// template's own policy cannot be read from Templates (ladder.go); zero: policy.Default().
+	Policy policy.Policy
 }
 
 // Event kinds.
 const (
-	EventReregistered    = "reregistered"     // the job now asks for a whole GPU
+	EventReregistered    = "reregistered"     // the job now asks for more units (the ladder's next step)
 	EventWouldReregister = "would-reregister" // dry run
 	EventTemplateRaised  = "template-raised"
-	EventExhausted       = "exhausted" // it broke a whole GPU too: reported, not re-registered
+	EventExhausted       = "exhausted" // the ladder gives it no more room: reported, not re-registered
 	EventSkipped         = "skipped"   // nothing to do (job gone, no gpufrac device, already done)
 	EventReplaced        = "replaced"  // the re-registered job's new allocation runs
+	EventStopped         = "stopped"   // the allocation that broke its cap, stopped once its job asks for more
 	EventError           = "error"
 )
 

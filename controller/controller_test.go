@@ -158,9 +158,15 @@ func (r *rig) handled(path string) string {
 
 const alloc1 = "11111111-1111-4111-8111-111111111111"
 
+// firstStep is the units the ladder gives a task that reached 5GiB with 3 units (violate's
+// figures): the cap formula over 5GiB, in whole units.
+var firstStep = uint64(policy.Default().Units(policy.Default().Cap(5 * size.GiB)))
+
 var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-func TestReregistersWithAWholeGPUOnce(t *testing.T) {
+// The controller climbs the ladder (policy.Policy.Next) one allocation at a time: the cap
+// formula over what the task reached, then a whole GPU for its last attempt, then exhausted.
+func TestClimbsTheLadderOnceAnAllocation(t *testing.T) {
 	r := newRig(t)
 	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
 	path := r.violate(alloc1, gpuA, t0)
@@ -175,19 +181,25 @@ func TestReregistersWithAWholeGPUOnce(t *testing.T) {
 	if got := metric(t, reg, "gpufrac_controller_violation_containment_seconds", ""); got != 1 {
 		t.Errorf("containment observations %v, want 1", got)
 	}
-	if got := r.count(0); got != 78 {
-		t.Fatalf("count after the violation %d, want the whole GPU's 78 units", got)
+	// It reached 5GiB under a 3GiB cap: the cap formula over 5GiB, in whole units.
+	want := firstStep
+	if got := r.count(0); got != want {
+		t.Fatalf("count after the violation %d, want %d units (the cap formula over its 5GiB)", got, want)
 	}
 	j, _ := r.vs.Job("default", "train")
-	if *j.Version != 1 || j.Meta[MetaEscalated+"g.main"] != alloc1 {
-		t.Errorf("job version %d meta %v; want version 1 recording the allocation", *j.Version, j.Meta)
+	if *j.Version != 1 || j.Meta[MetaEscalated+"g.main"] != alloc1 || j.Meta[MetaAttempt+"g.main"] != "2" {
+		t.Errorf("job version %d meta %v; want version 1 recording the allocation and attempt 2", *j.Version, j.Meta)
 	}
-	if h := r.handled(path); !strings.HasPrefix(h, "reregistered") {
-		t.Errorf("violation marked %q, want reregistered", h)
+	if h := r.handled(path); !strings.HasPrefix(h, "reregistered") || !strings.Contains(h, "attempt 2 of 3") {
+		t.Errorf("violation marked %q, want reregistered for attempt 2 of 3", h)
 	}
 	evs := r.events(EventReregistered)
-	if len(evs) != 1 || evs[0].FromUnits != 3 || evs[0].ToUnits != 78 || evs[0].Group != "g" || evs[0].Device != "nvidia/gpumem" {
+	if len(evs) != 1 || evs[0].FromUnits != 3 || evs[0].ToUnits != want || evs[0].Group != "g" || evs[0].Device != "nvidia/gpumem" {
 		t.Errorf("reregistered events %+v", evs)
+	}
+	// Nomad would restart the task in place under the 3 units it broke: its allocation is stopped.
+	if a, _ := r.vs.Alloc(alloc1); a.DesiredStatus != api.AllocDesiredStatusStop || r.vs.Stops() != 1 || len(r.events(EventStopped)) != 1 {
+		t.Errorf("allocation desired status %q after %d stops, events %+v: want it stopped once", a.DesiredStatus, r.vs.Stops(), r.events(EventStopped))
 	}
 
 	// A duplicate violation of the same allocation (it broke its cap again before Nomad
@@ -205,24 +217,67 @@ func TestReregistersWithAWholeGPUOnce(t *testing.T) {
 		t.Errorf("duplicate violation marked %q", h)
 	}
 
-	// The replacement breaks a whole GPU too: reported, never re-registered again.
-	j, _ = r.vs.Job("default", "train")
+	// The replacement breaks its larger guarantee: its last attempt gets the whole GPU.
 	const alloc2 = "22222222-2222-4222-8222-222222222222"
-	ids := make([]string, 78)
-	for k := range ids {
-		ids[k] = ledger.InstanceID(gpuA, k)
-	}
-	r.putAlloc(alloc2, j, api.AllocClientStatusRunning, []*api.AllocatedDeviceResource{{DeviceIDs: ids}})
-	again := r.violate(alloc2, gpuA, t0.Add(time.Hour))
+	r.replace(alloc2, gpuA)
+	r.violate(alloc2, gpuA, t0.Add(time.Hour))
 	if err := r.pass(c); err != nil {
 		t.Fatal(err)
 	}
-	if n := r.vs.Registrations(); n != 1 {
-		t.Errorf("%d registrations after the whole-GPU violation, want still 1", n)
+	if got := r.count(0); got != 78 || r.vs.Registrations() != 2 {
+		t.Fatalf("count %d after %d registrations, want the whole GPU's 78 after 2", got, r.vs.Registrations())
+	}
+
+	// That breaks a whole GPU too: reported, never re-registered again.
+	const alloc3 = "33333333-3333-4333-8333-333333333333"
+	r.replace(alloc3, gpuA)
+	again := r.violate(alloc3, gpuA, t0.Add(2*time.Hour))
+	if err := r.pass(c); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.vs.Registrations(); n != 2 {
+		t.Errorf("%d registrations after the whole-GPU violation, want still 2", n)
 	}
 	if h := r.handled(again); !strings.HasPrefix(h, "exhausted") || len(r.events(EventExhausted)) != 1 {
 		t.Errorf("whole-GPU violation marked %q, events %+v", h, r.events(EventExhausted))
 	}
+}
+
+// The bound and the ceiling are the job's, as in a queue file: a task whose meta says
+// gpufrac_max_attempts = 1 or gpufrac_cap_fixed = true is not re-registered.
+func TestMetaBoundsTheLadder(t *testing.T) {
+	for _, tc := range []struct{ key, val, why string }{
+		{MetaMaxAttempts, "1", "1 of 1 attempts used"},
+		{MetaCapFixed, "true", "cap_fixed"},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			r := newRig(t)
+			j := r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+			j.TaskGroups[0].Tasks[0].Meta = map[string]string{tc.key: tc.val}
+			j = r.vs.PutJob(j)
+			r.putAlloc(alloc1, j, api.AllocClientStatusRunning, []*api.AllocatedDeviceResource{{DeviceIDs: []string{
+				ledger.InstanceID(gpuA, 0), ledger.InstanceID(gpuA, 1), ledger.InstanceID(gpuA, 2)}}})
+			path := r.violate(alloc1, gpuA, t0)
+			if err := r.pass(r.controller(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if h := r.handled(path); r.vs.Registrations() != 0 || !strings.HasPrefix(h, "exhausted") || !strings.Contains(h, tc.why) {
+				t.Errorf("violation marked %q after %d registrations, want none and exhausted: ...%s", h, r.vs.Registrations(), tc.why)
+			}
+		})
+	}
+}
+
+// replace puts a running allocation of the job's current version, holding the units its task
+// asks for on gpu, as Nomad does after a re-registration.
+func (r *rig) replace(allocID, gpu string) {
+	r.t.Helper()
+	j, _ := r.vs.Job("default", "train")
+	ids := make([]string, *j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count)
+	for k := range ids {
+		ids[k] = ledger.InstanceID(gpu, k)
+	}
+	r.putAlloc(allocID, j, api.AllocClientStatusRunning, []*api.AllocatedDeviceResource{{DeviceIDs: ids}})
 }
 
 func TestRestartBetweenRegisterAndMark(t *testing.T) {
@@ -286,8 +341,8 @@ func TestTwoGPUFracDevicesRaisesTheOneThatBroke(t *testing.T) {
 	if err := r.pass(r.controller(nil)); err != nil {
 		t.Fatal(err)
 	}
-	if a, b := r.count(0), r.count(1); a != 2 || b != 78 {
-		t.Errorf("counts %d and %d, want the GPU A device unchanged (2) and the GPU B one whole (78)", a, b)
+	if a, b := r.count(0), r.count(1); a != 2 || b != firstStep {
+		t.Errorf("counts %d and %d, want the GPU A device unchanged (2) and the GPU B one raised (%d)", a, b, firstStep)
 	}
 }
 
@@ -302,7 +357,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if r.vs.Registrations() != 0 || r.handled(path) != "" || r.vs.Index() != idx {
 		t.Errorf("dry run wrote: %d registrations, violation marked %q, index %d -> %d", r.vs.Registrations(), r.handled(path), idx, r.vs.Index())
 	}
-	if evs := r.events(EventWouldReregister); len(evs) != 1 || evs[0].ToUnits != 78 {
+	if evs := r.events(EventWouldReregister); len(evs) != 1 || evs[0].ToUnits != firstStep {
 		t.Errorf("would-reregister events %+v", evs)
 	}
 }
@@ -332,8 +387,13 @@ func TestACLDenialAndAPIDownAreRetried(t *testing.T) {
 	if err := r.pass(c); err != nil {
 		t.Fatalf("pass once the token may submit jobs: %v", err)
 	}
-	if r.count(0) != 78 {
-		t.Errorf("count %d after the retry, want 78", r.count(0))
+	if r.count(0) != firstStep {
+		t.Errorf("count %d after the retry, want %d", r.count(0), firstStep)
+	}
+	// That token may not stop allocations: the re-registration stands, the stop is reported.
+	if a, _ := r.vs.Alloc(alloc1); a.DesiredStatus == api.AllocDesiredStatusStop || len(r.events(EventError)) != 1 ||
+		!strings.Contains(r.events(EventError)[0].Message, "not stopped") || !strings.HasPrefix(r.handled(path), "reregistered") {
+		t.Errorf("alloc desired %q, errors %+v, violation %q: want the allocation left, one error, reregistered", a.DesiredStatus, r.events(EventError), r.handled(path))
 	}
 }
 
@@ -353,7 +413,7 @@ func TestRaisesTheTemplateAndReportsTheReplacement(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	r.violate(alloc1, gpuA, t0)
-	testutil.Eventually(t, 15*time.Second, "the job to be re-registered", func() bool { return r.count(0) == 78 })
+	testutil.Eventually(t, 15*time.Second, "the job to be re-registered", func() bool { return r.count(0) == firstStep })
 	tpl, _, err := store.GetTemplate(ctx, "lora")
 	if err != nil || tpl.PeakBytes != 5*size.GiB {
 		t.Errorf("template after the violation: %v, %v; want its peak raised to the violation's 5GiB", tpl.PeakBytes, err)
@@ -363,7 +423,7 @@ func TestRaisesTheTemplateAndReportsTheReplacement(t *testing.T) {
 	const alloc2 = "33333333-3333-4333-8333-333333333333"
 	r.putAlloc(alloc2, j, api.AllocClientStatusRunning, nil)
 	testutil.Eventually(t, 15*time.Second, "the replacement to be reported", func() bool { return len(r.events(EventReplaced)) == 1 })
-	if ev := r.events(EventReplaced)[0]; ev.Alloc != alloc2 || ev.ToUnits != 78 {
+	if ev := r.events(EventReplaced)[0]; ev.Alloc != alloc2 || ev.ToUnits != firstStep {
 		t.Errorf("replaced event %+v", ev)
 	}
 	cancel()
@@ -411,8 +471,8 @@ func TestReplacementRunningBeforeTheRegisterCallReturns(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	r.violate(alloc1, gpuA, t0)
 	testutil.Eventually(t, 15*time.Second, "the replacement to be reported", func() bool { return len(r.events(EventReplaced)) == 1 })
-	if ev := r.events(EventReplaced)[0]; ev.Alloc != alloc2 || ev.ToUnits != 78 || ev.Version != 1 {
-		t.Errorf("replaced event %+v, want allocation %s of version 1 with 78 units", ev, alloc2)
+	if ev := r.events(EventReplaced)[0]; ev.Alloc != alloc2 || ev.ToUnits != firstStep || ev.Version != 1 {
+		t.Errorf("replaced event %+v, want allocation %s of version 1 with %d units", ev, alloc2, firstStep)
 	}
 	// The re-registration is reported once its call returns, which may be after the replacement.
 	testutil.Eventually(t, 15*time.Second, "the re-registration to be reported", func() bool { return len(r.events(EventReregistered)) == 1 })
@@ -475,8 +535,8 @@ func TestReregisteringKeepsTheJobsOwnSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	after, _ := r.vs.Job("default", "train")
-	if *after.Version != 1 || r.count(0) != 78 {
-		t.Fatalf("version %d, count %d: want the job re-registered with 78 units", *after.Version, r.count(0))
+	if *after.Version != 1 || r.count(0) != firstStep {
+		t.Fatalf("version %d, count %d: want the job re-registered with %d units", *after.Version, r.count(0), firstStep)
 	}
 	// What the controller may change, put back; what the server sets on every registration,
 	// left out. The rest must be the job as it was.
@@ -484,6 +544,7 @@ func TestReregisteringKeepsTheJobsOwnSettings(t *testing.T) {
 	got := *after
 	got.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = ptr(uint64(3))
 	delete(got.Meta, MetaEscalated+"g.main")
+	delete(got.Meta, MetaAttempt+"g.main")
 	for _, j := range []*api.Job{&want, &got} {
 		j.Version, j.ModifyIndex, j.JobModifyIndex, j.CreateIndex, j.Status = nil, nil, nil, nil, nil
 	}
@@ -497,5 +558,33 @@ func TestReregisteringKeepsTheJobsOwnSettings(t *testing.T) {
 	}
 	if string(wb) != string(gb) {
 		t.Errorf("the re-registered job differs from the job beyond the count and the meta:\nbefore:\n%s\nafter:\n%s", wb, gb)
+	}
+}
+
+// The next guarantee is sized by the cap formula of the policy the task's template names, as the
+// plugins size its units.
+func TestTheTemplatesPolicySizesTheNextGuarantee(t *testing.T) {
+	r := newRig(t)
+	store, err := nomadvars.New(nomadvars.Config{Address: r.vs.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	wide := policy.Default()
+	wide.Name, wide.CapMarginPercent = "wide", 60
+	if _, err := store.PutPolicyUnchecked(ctx, wide); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.PutTemplateUnchecked(ctx, policy.Template{Name: "lora", Policy: "wide", PeakBytes: 2 * size.GiB}); err != nil {
+		t.Fatal(err)
+	}
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	r.violate(alloc1, gpuA, t0)
+	if err := r.pass(r.controller(func(c *Config) { c.Templates = store })); err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(wide.Units(wide.Cap(5 * size.GiB)))
+	if got := r.count(0); got != want || want == firstStep {
+		t.Errorf("count %d, want %d (policy wide's formula over 5GiB; the default's gives %d)", got, want, firstStep)
 	}
 }

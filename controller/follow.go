@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -53,6 +54,6 @@ func (c *Controller) allocUpdated(a *api.Allocation) {
 	}
 	ev := p.ev
 	ev.Kind, ev.Alloc = EventReplaced, a.ID
-	ev.Message = "allocation " + a.ID + " of job version runs with the whole GPU"
+	ev.Message = fmt.Sprintf("allocation %s of job version %d runs with %d units", a.ID, *a.Job.Version, ev.ToUnits)
 	c.emit(ev)
 }

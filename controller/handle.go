@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/violations"
 )
 
@@ -109,28 +111,34 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 	if whole == 0 {
 		return skip("the violation does not say how many units the GPU has")
 	}
-	if had >= whole {
-		ev.Kind, ev.ToUnits = EventExhausted, whole
-		ev.Message = fmt.Sprintf("the task broke its cap with %d units, a whole GPU's budget: it is not re-registered again", had)
-		c.emit(*ev)
-		return "exhausted: " + ev.Message, nil
-	}
 	if cur > had {
 		return skip(fmt.Sprintf("the job already asks for %d units (the allocation had %d)", cur, had))
 	}
+	step := c.step(ctx, job, alloc.TaskGroup, rec, had)
+	if step.Kind == policy.StepExhausted {
+		ev.Kind, ev.ToUnits = EventExhausted, had
+		ev.Message = fmt.Sprintf("the task broke its cap with %d units; %s: it is not re-registered again", had, step.String())
+		c.emit(*ev)
+		return "exhausted: " + step.Why, nil
+	}
+	to := whole
+	if step.Kind == policy.StepRaise {
+		to = uint64(step.CapBytes / rec.UnitBytes)
+	}
 	c.raiseTemplate(ctx, rec, *ev)
-	ev.ToUnits = whole
+	ev.ToUnits = to
 	if c.cfg.DryRun {
 		ev.Kind = EventWouldReregister
-		ev.Message = fmt.Sprintf("would re-register job %s with %s count %d -> %d", alloc.JobID, devName, had, whole)
+		ev.Message = fmt.Sprintf("would re-register job %s with %s count %d -> %d: %s", alloc.JobID, devName, had, to, step)
 		c.emit(*ev)
 		return "", nil
 	}
-	dev.Count = &whole
+	dev.Count = &to
 	if job.Meta == nil {
 		job.Meta = map[string]string{}
 	}
 	job.Meta[metaKey] = rec.AllocID
+	job.Meta[MetaAttempt+alloc.TaskGroup+"."+rec.Task] = strconv.Itoa(step.Attempt)
 	next := *job.Version + 1
 	ev.Version = next
 	// The new version is expected before it is registered: Nomad may place and start its
@@ -154,9 +162,10 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 		return "", fmt.Errorf("re-registering job %s: %w", alloc.JobID, err)
 	}
 	ev.Kind = EventReregistered
-	ev.Message = fmt.Sprintf("job %s re-registered with %s count %d -> %d (a whole GPU); evaluation %s", alloc.JobID, devName, had, whole, resp.EvalID)
+	ev.Message = fmt.Sprintf("job %s re-registered with %s count %d -> %d for %s; evaluation %s", alloc.JobID, devName, had, to, step, resp.EvalID)
 	c.emit(*ev)
-	return fmt.Sprintf("reregistered: %s count %d -> %d, job version %d", devName, had, whole, next), nil
+	c.stopInPlace(ctx, alloc, *ev, wq)
+	return fmt.Sprintf("reregistered: %s count %d -> %d (%s), job version %d", devName, had, to, step.Head(), next), nil
 }
 
 // findDevice is the task's gpufrac device request that holds the violating GPU's units. The

@@ -33,6 +33,9 @@ type Job struct {
 	// directory (runner.Options.OutDir). The job receives the absolute path as $GPUFRAC_RESULT, and
 	// "$GPUFRAC_RESULT" in its command is replaced by it.
 	Result string
+	// MaxAttempts and CapFixed: the job's ladder (ladder.go); 0 and false when not set.
+	MaxAttempts int
+	CapFixed    bool
 }
 
 // TemplateSpec is what a queue file may say about a template.
@@ -50,6 +53,9 @@ type TemplateSpec struct {
 	PeakBytes size.Bytes
 	// CapBytes overrides the computed cap.
 	CapBytes size.Bytes
+	// MaxAttempts and CapFixed: its jobs' ladder (ladder.go).
+	MaxAttempts int
+	CapFixed    bool
 }
 
 // Queue is a parsed queue file.
@@ -66,6 +72,10 @@ type Queue struct {
 	SimulatedGPUs []string
 	// Path is the file the queue came from.
 	Path string
+	// MaxAttempts bounds every job's attempts (ladder.go); 0 when not set. BorrowWait is the
+	// queue's default for how long a borrower's allocation waits (ladder.go); 0 when not set.
+	MaxAttempts int
+	BorrowWait  time.Duration
 }
 
 type fileQueue struct {
@@ -75,6 +85,8 @@ type fileQueue struct {
 	GPUs      *fileGPUs      `hcl:"gpus,block"`
 	Templates []fileTemplate `hcl:"template,block"`
 	Jobs      []fileJob      `hcl:"job,block"`
+	Attempts  hcl.Expression `hcl:"max_attempts,optional"`
+	Wait      hcl.Expression `hcl:"borrow_wait,optional"`
 }
 
 type filePolicy struct {
@@ -99,6 +111,8 @@ type fileTemplate struct {
 	ProbeCap    hcl.Expression `hcl:"probe_cap,optional"`
 	Peak        hcl.Expression `hcl:"peak,optional"`
 	Cap         hcl.Expression `hcl:"cap,optional"`
+	CapFixed    hcl.Expression `hcl:"cap_fixed,optional"`
+	Attempts    hcl.Expression `hcl:"max_attempts,optional"`
 	DefRange    hcl.Range      `hcl:",def_range"`
 }
 
@@ -109,6 +123,8 @@ type fileJob struct {
 	Env      hcl.Expression `hcl:"env,optional"`
 	Dir      hcl.Expression `hcl:"dir,optional"`
 	Result   hcl.Expression `hcl:"result,optional"`
+	CapFixed hcl.Expression `hcl:"cap_fixed,optional"`
+	Attempts hcl.Expression `hcl:"max_attempts,optional"`
 	DefRange hcl.Range      `hcl:",def_range"`
 }
 
@@ -208,6 +224,7 @@ func Parse(src []byte, filename string) (Queue, error) {
 	if len(fq.Jobs) == 0 {
 		d.add(hcl.Range{Filename: filename, Start: hcl.InitialPos, End: hcl.InitialPos}, "No jobs", "the queue has no job blocks; add at least one job \"name\" { command = [...] }")
 	}
+	d.ladder(&fq, &q)
 	if d.diags.HasErrors() {
 		return Queue{}, diagError(d.diags)
 	}

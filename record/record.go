@@ -11,19 +11,30 @@ import (
 
 // Attempt is one run of one job.
 type Attempt struct {
-	Job      string     `json:"job"`
-	Template string     `json:"template"`
-	Number   int        `json:"attempt"` // 1 for a job's first attempt
-	GPU      string     `json:"gpu"`
-	GPUIndex int        `json:"gpu_index"`
-	CapBytes size.Bytes `json:"cap_bytes"` // 0 when uncapped
-	Capped   bool       `json:"capped"`
-	WholeGPU bool       `json:"whole_gpu"`
-	Probe    bool       `json:"probe"`
-	Start    time.Time  `json:"start"`
-	End      time.Time  `json:"end"`
-	ExitCode int        `json:"exit_code"`
-	Outcome  Outcome    `json:"outcome"`
+	Job      string `json:"job"`
+	Template string `json:"template"`
+	Number   int    `json:"attempt"` // 1 for a job's first attempt
+	GPU      string `json:"gpu"`
+	GPUIndex int    `json:"gpu_index"`
+	// CapBytes is the attempt's guarantee: memory no other job may take from it (0 when uncapped).
+	CapBytes size.Bytes `json:"cap_bytes"`
+	// LimitBytes is the most it could hold when it could borrow past its guarantee (memory no
+	// other job's guarantee covered); 0 when it could not.
+	LimitBytes size.Bytes `json:"limit_bytes,omitempty"`
+	// BorrowedBytes is what it held past its guarantee at its peak (PeakBytes - CapBytes when it
+	// could borrow).
+	BorrowedBytes size.Bytes `json:"borrowed_at_peak_bytes,omitempty"`
+	// BorrowWait is how long its allocations waited for memory to borrow (sampled: a multiple
+	// of the sampling period), from BorrowWaitAt, in seconds since the run started.
+	BorrowWait   time.Duration `json:"borrow_wait_ns,omitempty"`
+	BorrowWaitAt float64       `json:"borrow_wait_at,omitempty"`
+	Capped       bool          `json:"capped"`
+	WholeGPU     bool          `json:"whole_gpu"`
+	Probe        bool          `json:"probe"`
+	Start        time.Time     `json:"start"`
+	End          time.Time     `json:"end"`
+	ExitCode     int           `json:"exit_code"`
+	Outcome      Outcome       `json:"outcome"`
 	// PeakBytes is the highest memory of the job's whole process tree, sampled at 50 Hz.
 	PeakBytes size.Bytes `json:"peak_bytes"`
 	Detail    string     `json:"detail,omitempty"`
@@ -36,6 +47,12 @@ type Attempt struct {
 	// CapChanges are the changes of the cap while the attempt ran (an in-place probe's
 	// protective cap lowered when its window ends); CapBytes is the cap after the last one.
 	CapChanges []CapChange `json:"cap_changes,omitempty"`
+	// Next is what the run did after this attempt failed, in the words printed before it
+	// (policy.Step.String); NextKind is policy.StepRaise, StepAlone or StepExhausted, and
+	// NextCapBytes the guarantee the next attempt was promised (StepRaise).
+	Next         string     `json:"next,omitempty"`
+	NextKind     string     `json:"next_kind,omitempty"`
+	NextCapBytes size.Bytes `json:"next_cap_bytes,omitempty"`
 }
 
 // CapChange is a cap lowered (or raised) in place while an attempt ran.
@@ -72,6 +89,39 @@ func (a Attempt) CapLabel() string {
 	return s + a.CapBytes.String()
 }
 
+// RoomLabel is the room the attempt had, as the job's ladder shows it: "8GiB", "8GiB+borrow",
+// "whole GPU".
+func (a Attempt) RoomLabel() string {
+	if a.LimitBytes > a.CapBytes && !a.WholeGPU && a.Capped {
+		return a.CapBytes.String() + "+borrow"
+	}
+	return a.CapLabel()
+}
+
+// LimitLabel is the most the attempt could hold, for people: its limit when it could borrow,
+// else its cap.
+func (a Attempt) LimitLabel() string {
+	if a.LimitBytes > a.CapBytes && a.Capped && !a.WholeGPU {
+		return a.LimitBytes.String()
+	}
+	return a.CapLabel()
+}
+
+// Ladder is a job's rooms attempt by attempt, for people: "8GiB+borrow -> 13GiB -> whole GPU".
+func Ladder(attempts []Attempt, job string) string {
+	s := ""
+	for _, a := range attempts {
+		if a.Job != job {
+			continue
+		}
+		if s != "" {
+			s += " -> "
+		}
+		s += a.RoomLabel()
+	}
+	return s
+}
+
 // Duration is how long the attempt ran.
 func (a Attempt) Duration() time.Duration { return a.End.Sub(a.Start) }
 
@@ -83,12 +133,19 @@ type MemSample struct {
 
 // JobResult is a job's final state.
 type JobResult struct {
-	Name     string  `json:"name"`
-	Template string  `json:"template"`
-	Outcome  Outcome `json:"outcome"` // of the final attempt
-	Attempts int     `json:"attempts"`
-	ExitCode int     `json:"exit_code"`
-	Result   string  `json:"result,omitempty"`
+	Name     string `json:"name"`
+	Template string `json:"template"`
+	// Outcome is the final attempt's, or OutcomeExhausted when the ladder stopped the job.
+	Outcome Outcome `json:"outcome"`
+	// Reason says why an exhausted job was stopped.
+	Reason   string `json:"reason,omitempty"`
+	Attempts int    `json:"attempts"`
+	// MaxAttempts is the job's bound on attempts (policy.DefaultMaxAttempts unless set).
+	MaxAttempts int `json:"max_attempts,omitempty"`
+	// Ladder is the room of each attempt (Ladder).
+	Ladder   string `json:"ladder,omitempty"`
+	ExitCode int    `json:"exit_code"`
+	Result   string `json:"result,omitempty"`
 }
 
 // GPUResult describes a GPU the run used.

@@ -20,10 +20,13 @@ const (
 	// the enforcer had marked unhealthy while it ran (under MPS, stopping one client can fault
 	// the others). The job runs again; its neighbour's stop, not the job, was at fault.
 	OutcomeCollateral Outcome = "collateral"
+	// OutcomeExhausted is a job's end, never an attempt's: its attempts failed and the ladder
+	// (policy.Policy.Next) gives it no more room, for the reason JobResult.Reason gives.
+	OutcomeExhausted Outcome = "exhausted"
 )
 
 // Outcomes lists every outcome.
-var Outcomes = []Outcome{OutcomeOK, OutcomeCapViolation, OutcomeFailed, OutcomeProbe, OutcomeCanceled, OutcomeCollateral}
+var Outcomes = []Outcome{OutcomeOK, OutcomeCapViolation, OutcomeFailed, OutcomeProbe, OutcomeCanceled, OutcomeCollateral, OutcomeExhausted}
 
 // Check says whether o is one of Outcomes.
 func (o Outcome) Check() error { return check("outcome", o, Outcomes) }

@@ -28,6 +28,7 @@ var outcomeColour = map[record.Outcome]string{
 	record.OutcomeProbe:        "#6a1b9a",
 	record.OutcomeCanceled:     "#757575",
 	record.OutcomeCollateral:   "#f9a825",
+	record.OutcomeExhausted:    "#b71c1c",
 }
 
 // templatePalette colours templates in the memory chart: blues, teals and browns, none of
@@ -80,9 +81,18 @@ type (
 		Events    []string
 		GPUs      []gpuSection
 		Outcomes  []legendItem
+		// Probes: a probe ran under a protective cap; Borrowing: some attempt could borrow
+		// past its guarantee. Each note describes a rule the run used, no other.
 		Probes    bool
+		Borrowing bool
+		Ladders   []ladderRow
 		Rows      []attemptRow
 		Hidden    int
+	}
+	ladderRow struct {
+		Job, Template, Attempts, Ladder, Reason string
+		Outcome                                 string
+		Colour                                  template.CSS
 	}
 	kpi        struct{ Value, Label string }
 	legendItem struct {
@@ -97,12 +107,13 @@ type (
 		Lanes     template.HTML
 	}
 	attemptRow struct {
-		Job, Template               string
-		Number, GPUIndex, ExitCode  int
-		Cap, Peak, Start, End, Time string
-		Colour                      template.CSS
-		Outcome, Detail             string
-		Log, Result                 template.URL
+		Job, Template                      string
+		Number, GPUIndex, ExitCode         int
+		Cap, Borrowed, Limit, Peak, Waited string
+		Start, End, Time                   string
+		Colour                             template.CSS
+		Outcome, Detail, Next              string
+		Log, Result                        template.URL
 	}
 )
 
@@ -140,8 +151,11 @@ func Render(res *record.Result) ([]byte, error) {
 	t0 := firstStart(res)
 	cols, order := templateColours(res)
 	for _, a := range res.Attempts {
-		d.Probes = d.Probes || a.Probe
+		borrows := a.LimitBytes > a.CapBytes
+		d.Probes = d.Probes || (a.Probe && !borrows && !a.WholeGPU)
+		d.Borrowing = d.Borrowing || borrows
 	}
+	d.Ladders = ladders(res)
 	for _, g := range res.GPUs {
 		var atts []record.Attempt
 		for _, a := range res.Attempts {
@@ -195,13 +209,22 @@ func kpis(res *record.Result) []kpi {
 		k = append(k, kpi{fmt.Sprintf("%.2fx", res.ExclusiveEstimate.Seconds()/ms.Seconds()), fmt.Sprintf("vs one at a time (~%.0fs est.)", res.ExclusiveEstimate.Seconds())})
 	}
 	k = append(k, kpi{fmt.Sprintf("%d", len(res.Attempts)), "attempts"}, kpi{fmt.Sprintf("%d", res.Violations), "cap violations"})
+	exhausted := 0
+	for _, j := range res.Jobs {
+		if j.Outcome == record.OutcomeExhausted {
+			exhausted++
+		}
+	}
+	if exhausted > 0 {
+		k = append(k, kpi{fmt.Sprintf("%d", exhausted), "jobs stopped by the ladder (exhausted)"})
+	}
 	if res.Collateral > 0 || len(res.GPUEvents) > 0 {
 		k = append(k, kpi{fmt.Sprintf("%d", res.Collateral), "collateral failures (re-run)"})
 	}
 	return append(k,
 		kpi{fmt.Sprintf("%.0f%%", res.BusyFraction*100), "GPU busy"},
 		kpi{fmt.Sprintf("%.1f", res.Use.MeanRunning), "jobs running on average"},
-		kpi{fmt.Sprintf("%.1fs", res.Use.Whole.Seconds()), "a job alone with the GPU"})
+		kpi{fmt.Sprintf("%.1fs", res.Use.Whole.Seconds()), "some job held a GPU alone"})
 }
 
 // attemptRows are the attempts table's rows with their end times and links to their logs and
@@ -227,9 +250,16 @@ func attemptRows(res *record.Result, t0 time.Time) ([]attemptRow, int) {
 			okLeft--
 		}
 		row := attemptRow{Job: a.Job, Template: a.Template, Number: a.Number, GPUIndex: a.GPUIndex, ExitCode: a.ExitCode,
-			Cap: a.CapLabel(), Peak: a.PeakBytes.String(), Start: fmt.Sprintf("%.1fs", a.Start.Sub(t0).Seconds()),
-			End: fmt.Sprintf("%.1fs", a.End.Sub(t0).Seconds()), Time: fmt.Sprintf("%.1fs", a.Duration().Seconds()),
-			Colour: template.CSS(laneColour(a)), Outcome: outcomeName(a), Detail: a.Detail}
+			Cap: a.CapLabel(), Borrowed: "-", Limit: a.LimitLabel(), Peak: a.PeakBytes.String(), Waited: "-",
+			Start: fmt.Sprintf("%.1fs", a.Start.Sub(t0).Seconds()),
+			End:   fmt.Sprintf("%.1fs", a.End.Sub(t0).Seconds()), Time: fmt.Sprintf("%.1fs", a.Duration().Seconds()),
+			Colour: template.CSS(laneColour(a)), Outcome: outcomeName(a), Detail: a.Detail, Next: a.Next}
+		if a.LimitBytes > a.CapBytes {
+			row.Borrowed = a.BorrowedBytes.String()
+		}
+		if a.BorrowWait > 0 {
+			row.Waited = fmt.Sprintf("%.1fs from %.1fs", a.BorrowWait.Seconds(), a.BorrowWaitAt-t0.Sub(res.Start).Seconds())
+		}
 		if a.Log != "" {
 			row.Log = template.URL(fileLink(res.OutDir, a.Log))
 		}
@@ -297,4 +327,29 @@ func firstStart(res *record.Result) time.Time {
 		return res.Start
 	}
 	return t
+}
+
+// ladders are the jobs that ran more than once or did not end ok, each with its rooms attempt by
+// attempt: how a job climbed the ladder, at a glance.
+func ladders(res *record.Result) []ladderRow {
+	var out []ladderRow
+	for _, j := range res.Jobs {
+		if j.Attempts <= 1 && j.Outcome == record.OutcomeOK {
+			continue
+		}
+		tries := fmt.Sprint(j.Attempts)
+		if j.MaxAttempts > 0 {
+			tries = fmt.Sprintf("%d of %d", j.Attempts, j.MaxAttempts)
+		}
+		col := outcomeColour[j.Outcome]
+		if col == "" {
+			col = outcomeColour[record.OutcomeCapViolation]
+		}
+		out = append(out, ladderRow{Job: j.Name, Template: j.Template, Attempts: tries, Ladder: record.Ladder(res.Attempts, j.Name),
+			Outcome: string(j.Outcome), Reason: j.Reason, Colour: template.CSS(col)})
+		if len(out) == reportTableRows {
+			break
+		}
+	}
+	return out
 }

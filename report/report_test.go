@@ -53,7 +53,9 @@ func TestReportOfABigQueueStaysSmall(t *testing.T) {
 	if rows := strings.Count(s, "attempts)</text>"); rows != 6 {
 		t.Errorf("%d template groups in the lanes, want 6", rows)
 	}
-	if rows := strings.Count(s, "<tr>") - 1; rows > reportTableRows {
+	_, table, _ := strings.Cut(s, `<table id="attempts">`)
+	table, _, _ = strings.Cut(table, "</table>")
+	if rows := strings.Count(table, "<tr>") - 1; rows > reportTableRows {
 		t.Errorf("attempts table has %d rows, want at most %d", rows, reportTableRows)
 	}
 	for i := 999; i < 10_000; i += 1000 {
@@ -104,5 +106,46 @@ func TestFileLink(t *testing.T) {
 		if got := fileLink(tt.dir, tt.p); got != tt.want {
 			t.Errorf("fileLink(%q, %q) = %q, want %q", tt.dir, tt.p, got, tt.want)
 		}
+	}
+}
+
+// A borrower's memory past its guarantee is drawn apart from what it was guaranteed, its wait
+// is named, its ladder is in the jobs table, and the notes describe only the rules the run used.
+func TestReportShowsBorrowingAndLadders(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := record.GPUResult{UUID: "GPU-0", Model: "H100", TotalBytes: 80 * size.GiB, BudgetBytes: 78 * size.GiB, Mode: "isolated"}
+	samples := func(from float64, b size.Bytes) []record.MemSample {
+		var out []record.MemSample
+		for k := 0; k < 20; k++ {
+			out = append(out, record.MemSample{T: from + float64(k)*0.5, Bytes: b})
+		}
+		return out
+	}
+	res := &record.Result{Arm: record.ArmPacked, Backend: "simulated", Policy: policy.Default(), Start: t0, GPUs: []record.GPUResult{g}, OutDir: "/out",
+		Attempts: []record.Attempt{
+			{Job: "big", Template: "b", Number: 1, GPU: g.UUID, Capped: true, CapBytes: 3 * size.GiB, LimitBytes: 78 * size.GiB,
+				PeakBytes: 20 * size.GiB, BorrowedBytes: 17 * size.GiB, BorrowWait: 1500 * time.Millisecond, BorrowWaitAt: 2,
+				Start: t0, End: t0.Add(10 * time.Second), Outcome: record.OutcomeOK, Samples: samples(0, 20*size.GiB)},
+			{Job: "lk", Template: "l", Number: 1, GPU: g.UUID, Capped: true, CapBytes: 3 * size.GiB, PeakBytes: 4 * size.GiB,
+				Start: t0, End: t0.Add(time.Second), Outcome: record.OutcomeCapViolation, Next: "attempt 2 of 2 alone with the GPU (x)", NextKind: "alone"},
+			{Job: "lk", Template: "l", Number: 2, GPU: g.UUID, Capped: true, WholeGPU: true, CapBytes: 78 * size.GiB, PeakBytes: 4 * size.GiB,
+				Start: t0.Add(10 * time.Second), End: t0.Add(12 * time.Second), Outcome: record.OutcomeCapViolation, Next: "exhausted: it failed alone", NextKind: "exhausted"},
+		},
+		Jobs: []record.JobResult{{Name: "big", Template: "b", Outcome: record.OutcomeOK, Attempts: 1, MaxAttempts: 3},
+			{Name: "lk", Template: "l", Outcome: record.OutcomeExhausted, Attempts: 2, MaxAttempts: 2, Reason: "it failed alone", Ladder: "3GiB -> whole GPU"}},
+	}
+	page, err := Render(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(page)
+	for _, want := range []string{`data-borrowed="big"`, "jobs stopped by the ladder (exhausted)", "borrowed past its 3GiB guarantee: 17GiB at its peak", `id="borrowing"`,
+		"1.5s from 2.0s", `<td>3GiB -&gt; whole GPU</td>`, "<td>2 of 2</td>", "<td>it failed alone</td>", "attempt 2 of 2 alone with the GPU"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(s, `id="protective"`) || strings.Contains(s, "<td>big</td><td>b</td><td>1 of 3</td>") {
+		t.Error("the report describes a protective cap no probe ran under, or lists a job that ran once and ended ok among the ladders")
 	}
 }

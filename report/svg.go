@@ -78,6 +78,8 @@ func memoryChart(atts []record.Attempt, g record.GPUResult, t0 time.Time, end fl
 	}
 	yOf := func(v float64) float64 { return top + inner - math.Min(1, v/maxY)*inner }
 	gibAxis(&b, maxY, yOf)
+	hatch := fmt.Sprintf("borrowed-%d", g.Index)
+	fmt.Fprintf(&b, `<defs><pattern id="%s" patternUnits="userSpaceOnUse" width="6" height="6" patternTransform="rotate(45)"><rect width="3" height="6" fill="#fff" fill-opacity="0.7"/></pattern></defs>`, hatch)
 	// Run-relative sample times are relative to runStart; the chart's 0 is the first start.
 	off := t0.Sub(runStart).Seconds()
 	step := end / chartSteps
@@ -98,21 +100,29 @@ func memoryChart(atts []record.Attempt, g record.GPUResult, t0 time.Time, end fl
 			break // drawn per template above
 		}
 		s0, s1 := a.Start.Sub(t0).Seconds(), a.End.Sub(t0).Seconds()
-		var bottom, usedTop, resTop []string
+		var bottom, usedTop, resTop, ownTop []string
+		borrows, borrowed := a.LimitBytes > a.CapBytes && a.Capped && !a.WholeGPU, false
 		for k := 0; k <= chartSteps; k++ {
 			t := float64(k) * step
 			if t < s0-step || t > s1+step {
 				continue // outside the attempt: draw nothing, so an outline never runs along others
 			}
-			used, res := 0.0, 0.0
+			used, res, own := 0.0, 0.0, 0.0
 			if t >= s0 && t <= s1 {
+				at := t0.Add(time.Duration(t * float64(time.Second)))
 				u := memAt(a, t+off)
 				used = float64(u)
-				res = float64(reservedAt(a, t0.Add(time.Duration(t*float64(time.Second))), u, g.BudgetBytes))
+				res = float64(reservedAt(a, at, u, g.BudgetBytes))
+				own = used
+				if g := float64(a.CapAt(at)); borrows && used > g {
+					// Past its guarantee: what it borrowed is drawn apart, hatched.
+					own, borrowed = g, true
+				}
 			}
 			x := xOf(t, end)
 			bottom = append(bottom, fmt.Sprintf("%.1f,%.1f", x, yOf(base[k])))
 			usedTop = append(usedTop, fmt.Sprintf("%.1f,%.1f", x, yOf(base[k]+used)))
+			ownTop = append(ownTop, fmt.Sprintf("%.1f,%.1f", x, yOf(base[k]+own)))
 			resTop = append(resTop, fmt.Sprintf("%.1f,%.1f", x, yOf(base[k]+res)))
 			base[k] += res
 		}
@@ -124,12 +134,17 @@ func memoryChart(atts []record.Attempt, g record.GPUResult, t0 time.Time, end fl
 		if a.Outcome == record.OutcomeCapViolation {
 			stroke = outcomeColour[record.OutcomeCapViolation]
 		}
-		tip := fmt.Sprintf("%s #%d (%s): cap %s, peak %s, %s", a.Job, a.Number, a.Template, a.CapLabel(), a.PeakBytes, outcomeName(a))
+		tip := fmt.Sprintf("%s #%d (%s): guarantee %s, limit %s, peak %s, %s", a.Job, a.Number, a.Template, a.CapLabel(), a.LimitLabel(), a.PeakBytes, outcomeName(a))
 		// Pale band: from the used top up to the reservation's top.
 		fmt.Fprintf(&b, `<polygon points="%s %s" fill="%s" fill-opacity="0.22" stroke="%s" stroke-width="0.6"><title>%s (reserved)</title></polygon>`,
 			strings.Join(resTop, " "), strings.Join(reversed(usedTop), " "), col, col, esc(tip))
 		fmt.Fprintf(&b, `<polygon points="%s %s" fill="%s" fill-opacity="0.9" stroke="%s" stroke-width="1.5"><title>%s (used)</title></polygon>`,
-			strings.Join(usedTop, " "), strings.Join(reversed(bottom), " "), col, stroke, esc(tip))
+			strings.Join(ownTop, " "), strings.Join(reversed(bottom), " "), col, stroke, esc(tip))
+		if borrowed {
+			pts := strings.Join(usedTop, " ") + " " + strings.Join(reversed(ownTop), " ")
+			fmt.Fprintf(&b, `<g data-borrowed="%s"><polygon points="%s" fill="%s" fill-opacity="0.9"/><polygon points="%s" fill="url(#%s)" stroke="%s" stroke-width="0.6"><title>%s (borrowed past its %s guarantee: %s at its peak)</title></polygon></g>`,
+				esc(a.Job), pts, col, pts, hatch, col, esc(tip), a.CapBytes, a.BorrowedBytes)
+		}
 	}
 	for _, line := range []struct {
 		v     size.Bytes

@@ -28,8 +28,10 @@ func TestRunRefusesAMissingDir(t *testing.T) {
 	}
 }
 
-// A template whose probe sees no GPU memory gets a footprint of one unit, said in the probe's
-// detail, so its other jobs are admitted under a cap instead of each being probed again.
+// A template whose probe sees no GPU memory gets a footprint of nothing, said in the probe's
+// detail with the cap it earns (the margin alone, in whole units), so its other jobs are
+// admitted under a cap instead of each being probed again, and never under a larger cap than
+// a job that used some memory.
 func TestProbeThatSeesNoGPUMemory(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
 	var jobs []queue.Job
@@ -42,16 +44,16 @@ func TestProbeThatSeesNoGPUMemory(t *testing.T) {
 		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
 	}
 	probes := 0
-	want := o.Policy.UnitBytes * size.Bytes(o.Policy.Units(o.Policy.Cap(o.Policy.UnitBytes)))
+	want := o.Policy.UnitBytes * size.Bytes(o.Policy.Units(o.Policy.Cap(0)))
 	for _, a := range res.Attempts {
 		switch {
 		case a.Probe:
 			probes++
-			if !strings.Contains(a.Detail, "probe saw no GPU memory: footprint set to one unit") {
+			if !strings.Contains(a.Detail, "probe saw no GPU memory: footprint 0B, cap = the margin alone, "+want.String()) {
 				t.Errorf("probe %s: detail %q should say what footprint it was given", a.Job, a.Detail)
 			}
 		case a.CapBytes != want:
-			t.Errorf("%s ran under a %s cap, want %s (one unit's footprint)", a.Job, a.CapBytes, want)
+			t.Errorf("%s ran under a %s cap, want %s (the margin alone)", a.Job, a.CapBytes, want)
 		}
 	}
 	if probes != 1 {

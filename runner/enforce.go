@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -28,6 +29,7 @@ type guard interface {
 	EnvOptions(uuid string) enforcer.EnvOptions
 	SyncFence(st ledger.GPUState) error
 	FenceUse(uuid string) (size.Bytes, bool)
+	FenceTask(uuid, token string) (fence.TaskUse, bool)
 	Shutdown(ctx context.Context) error
 }
 

@@ -64,6 +64,21 @@ type active struct {
 	now   size.Bytes // the latest sample
 	lastT float64
 	snaps []record.MemSample
+	// wait is how long an allocation of the job waited for memory to borrow, in samples that
+	// found it waiting; waitAt the first such sample, in seconds since the run started.
+	wait   time.Duration
+	waitAt float64
+}
+
+// waited notes a sample, at t, that found one of the attempt's allocations waiting for memory
+// to borrow.
+func (a *active) waited(d time.Duration, t float64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.wait == 0 {
+		a.waitAt = t
+	}
+	a.wait += d
 }
 
 func (a *active) record(b size.Bytes, t float64) {
@@ -433,11 +448,18 @@ func (r *run) finish(a *active) {
 	at.ExitCode = a.exit
 	a.mu.Lock()
 	at.PeakBytes, at.Samples = a.peak, a.snaps
+	at.BorrowWait, at.BorrowWaitAt = a.wait, a.waitAt
 	a.mu.Unlock()
 	if a.violation == nil && a.l.capped && r.guard != nil {
 		a.violation = r.violationOf(a.token, a.exit)
 	}
 	at.Violation = a.violation
+	if v := a.violation; v != nil && v.PeakBytes > at.PeakBytes {
+		// One figure per fact: the watchdog's sample (or the fence's refused total) was higher
+		// than the runner's own; the detail, the CSV and the report all say this one.
+		at.PeakBytes = v.PeakBytes
+	}
+	borrowedAt(&at, a.l.res, a.l.borrowing)
 	oom := oomRE.MatchString(a.tail.String())
 	switch {
 	case a.stopped:
@@ -447,7 +469,7 @@ func (r *run) finish(a *active) {
 		at.Detail = fmt.Sprintf("probe window of %s over", a.l.window)
 	case a.violation != nil:
 		at.Outcome = record.OutcomeCapViolation
-		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, a.violation.PeakBytes, a.violation.CapBytes)
+		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, at.PeakBytes, a.violation.CapBytes)
 	case a.exit != 0 && a.l.capped && oom && (r.o.modeOf() == policy.ModeMPS || at.PeakBytes*2 >= at.CapBytes):
 		// Under MPS the allocation that crosses the cap fails inside the job, which exits
 		// with CUDA's own message; the watchdog may never see usage above the cap, and one
@@ -477,7 +499,7 @@ func (r *run) finish(a *active) {
 	r.mu.Lock()
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()
-	if at.Outcome == record.OutcomeCollateral {
+	if at.Outcome == record.OutcomeCollateral && at.Next == "" {
 		r.prog.line("%-8s %-20s GPU%d  exit %d after %.1fs: %s (log %s)", "COLLAT", at.Job, at.GPUIndex,
 			at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
 		return
@@ -501,7 +523,7 @@ func (r *run) recapProbe(a *active) {
 		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.window, a.l.res.CapBytes)
 		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
 		r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
-			a.a.GPUIndex, peak, a.l.window, capBytes)
+			a.a.GPUIndex, peak, a.l.window, unitsLabel(r.s.pol, capBytes))
 		return
 	}
 	res, err := r.led.Shrink(a.l.res.Token, min(capBytes, a.l.res.CapBytes))
@@ -524,62 +546,17 @@ func (r *run) recapProbe(a *active) {
 		peak, a.l.window, res.CapBytes)
 }
 
-// settle updates the job and its template's footprint after an attempt.
-func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
-	t := j.Template
-	if a.l.probe {
-		r.s.probeEnded(t, j)
-	}
-	switch at.Outcome {
-	case record.OutcomeProbe:
-		r.learn(t, at, ledger.ProfileProbe)
-		return // the job runs again under its new cap
-	case record.OutcomeCollateral:
-		return // a neighbour's stop faulted it: it runs again as it was
-	case record.OutcomeFailed:
-		if r.retry(j, at) {
-			return
-		}
-	case record.OutcomeCapViolation:
-		// The violation proves the job needs at least its cap: raise the footprint so the
-		// template's other jobs get more room, and re-run this one with a GPU to itself.
-		raised := max(at.PeakBytes, at.CapBytes)
-		if a.violation != nil {
-			raised = max(raised, a.violation.PeakBytes)
-		}
-		r.s.raised(t, raised)
-		r.recordProfile(t, raised, at, ledger.ProfileViolation)
-		if a.l.borrowing {
-			// A borrower fails only where the memory it needed was no one's to lend: it runs
-			// again with a guarantee of what it reached, and the GPU alone only if that is more
-			// than a GPU's budget (sched.need).
-			return
-		}
-		if !a.l.whole {
-			j.whole = true
-			return
-		}
-	case record.OutcomeOK:
-		if a.l.probe {
-			r.learn(t, at, ledger.ProfileProbe)
-		} else if a.l.whole && j.whole {
-			// The re-run alone measured the real footprint; the ledger never lowers a raised one.
-			r.s.raised(t, at.PeakBytes)
-			r.recordProfile(t, at.PeakBytes, at, ledger.ProfileViolation)
-		}
-	}
-	j.done = true
-	j.final = at.Outcome
-}
-
 func (r *run) learn(t string, at *record.Attempt, source string) {
 	peak := at.PeakBytes
 	if peak == 0 {
 		// A job that never touches the GPU (or one whose memory is not attributed to it) would
-		// be probed again on every job of its template, one at a time; one unit lets its jobs
-		// pack, and the watchdog still stops one that turns out to use more.
-		peak = r.s.pol.UnitBytes
-		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint set to one unit (%s)", peak)
+		// be probed again on every job of its template, one at a time; a footprint of nothing
+		// lets its jobs pack under the margin alone (never more than a job that used some
+		// memory gets), and the watchdog still stops one that turns out to use more.
+		c := r.s.pol.Cap(0)
+		u := r.s.pol.Units(c)
+		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint 0B, cap = the margin alone, %s (%s rounded up to %d units of %s)",
+			size.Bytes(u)*r.s.pol.UnitBytes, c, u, r.s.pol.UnitBytes)
 		r.prog.line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
 	}
 	r.s.learned(t, peak)

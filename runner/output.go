@@ -35,7 +35,8 @@ func (r *run) result() *record.Result {
 		res.BusyFraction = busySum / busyN / 100
 	}
 	for _, j := range r.s.jobs {
-		jr := record.JobResult{Name: j.Name, Template: j.Template, Outcome: j.final, Attempts: j.attempts, ExitCode: -1, Result: r.resultPath(j)}
+		jr := record.JobResult{Name: j.Name, Template: j.Template, Outcome: j.final, Attempts: j.attempts, ExitCode: -1, Result: r.resultPath(j),
+			MaxAttempts: j.limit(), Reason: j.reason, Ladder: record.Ladder(res.Attempts, j.Name)}
 		for _, a := range res.Attempts {
 			if a.Job == j.Name {
 				jr.ExitCode = a.ExitCode

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/report"
 	"github.com/gpufrac/gpufrac/size"
@@ -89,7 +90,10 @@ func (p *progress) begin() {
 
 func (p *progress) started(a *active) {
 	l := a.l
-	what := "cap " + l.res.CapBytes.String()
+	what := "guarantee " + l.res.CapBytes.String()
+	if !l.borrowing {
+		what = "cap " + l.res.CapBytes.String()
+	}
 	switch {
 	case l.probe && l.inPlace:
 		span := "its whole run"
@@ -105,11 +109,16 @@ func (p *progress) started(a *active) {
 	case l.probe:
 		what = fmt.Sprintf("PROBE alone: its whole run measures %q", l.job.Template)
 	case l.whole && l.job.whole:
-		what = "RE-RUN alone with the whole GPU"
+		what = "RE-RUN " + policy.Rung(policy.StepAlone, l.job.attempts, l.job.limit(), 0)
+	case l.job.room > 0 && l.job.next.Kind == policy.StepRaise:
+		what = "RE-RUN " + policy.Rung(policy.StepRaise, l.job.attempts, l.job.limit(), l.res.CapBytes)
 	case l.whole:
 		what = "whole GPU"
 	case !l.capped:
 		what = "no cap"
+	}
+	if l.borrowing && !l.probe {
+		what += fmt.Sprintf(", may borrow up to %s", l.res.Limit())
 	}
 	p.line("%-8s %-20s GPU%d  %s", "start", l.job.Name, p.r.gpus[l.gpu].Index, what)
 }
@@ -129,9 +138,23 @@ func (p *progress) finished(a *active, at record.Attempt) {
 		tag = "CAP"
 		msg = fmt.Sprintf("broke its %s cap (peak %s)", at.CapBytes, at.PeakBytes)
 		if v := at.Violation; v != nil {
-			msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, v.PeakBytes, v.Action)
-			if v.Action == enforcer.ActionOOMInProcess {
-				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job at %s", v.CapBytes, enforcer.FencedBy(*v), v.PeakBytes)
+			// The attempt's peak (the highest of the runner's and the watchdog's samples) is the
+			// one figure the detail, attempts.csv and the report give too.
+			msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, at.PeakBytes, v.Action)
+			switch {
+			case v.Action == enforcer.ActionOOMInProcess && at.LimitBytes > at.CapBytes:
+				// A borrower is refused where more would reach into a neighbour's guarantee,
+				// not at its own.
+				msg = fmt.Sprintf("out of memory inside the job at peak %s: past its %s guarantee only other jobs' guarantees were left", at.PeakBytes, v.CapBytes)
+				if at.BorrowWait > 0 {
+					msg += fmt.Sprintf(" (it waited %.1fs in all for memory to come free)", at.BorrowWait.Seconds())
+				}
+			case v.Action == enforcer.ActionOOMInProcess:
+				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job, peak %s", v.CapBytes, enforcer.FencedBy(*v), at.PeakBytes)
+			case at.LimitBytes > at.CapBytes:
+				// A borrower the watchdog stopped held more than its guarantee and its loans:
+				// memory the fence never charged (a process without its token, a pool's slack).
+				msg = fmt.Sprintf("held %s, past its %s guarantee and what the fence lent it (memory the fence never saw): %s", at.PeakBytes, v.CapBytes, v.Action)
 			}
 			if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 				msg += fmt.Sprintf(", contained in %.2fs", v.ContainedAt.Sub(v.CrossedAt).Seconds())
@@ -140,8 +163,12 @@ func (p *progress) finished(a *active, at record.Attempt) {
 			msg += ": " + at.Detail
 		}
 		if !at.WholeGPU {
-			msg += "; " + neighbours(at) + "; it will re-run alone"
+			msg += "; " + neighbours(at)
 		}
+		msg += "; next: " + at.Next
+	case record.OutcomeCollateral:
+		tag = "COLLAT"
+		msg = fmt.Sprintf("exit %d after %.1fs: %s (log %s); next: %s", at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log, at.Next)
 	case record.OutcomeFailed:
 		tag = "FAILED"
 		msg = fmt.Sprintf("exit %d after %.1fs: %s (log %s)", at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
@@ -154,8 +181,19 @@ func (p *progress) capFor(t string) string {
 	if !ok {
 		return "?"
 	}
-	u := p.r.o.Policy.Units(c)
-	return fmt.Sprintf("%s (%d units of %s)", c, u, p.r.o.Policy.UnitBytes)
+	return unitsLabel(p.r.o.Policy, c)
+}
+
+// unitsLabel says a cap as the ledger grants it, in whole units, and the formula's figure it
+// was rounded up from: "3GiB (2.55GiB rounded up to 3 units of 1GiB)". A small footprint's cap
+// is mostly the margin and the rounding, and this says so where the cap shows.
+func unitsLabel(pol policy.Policy, c size.Bytes) string {
+	u := pol.Units(c)
+	granted := size.Bytes(u) * pol.UnitBytes
+	if granted == c {
+		return fmt.Sprintf("%s (%d units of %s)", c, u, pol.UnitBytes)
+	}
+	return fmt.Sprintf("%s (%s rounded up to %d units of %s)", granted, c, u, pol.UnitBytes)
 }
 
 // status redraws the terminal's status line and, about once a second, publishes the progress
@@ -198,7 +236,7 @@ func (p *progress) status() {
 		if _, ok := r.gpus[st.UUID]; !ok {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("GPU%d: %d running, using %s, caps %s of %s", st.Index, perGPU[st.UUID],
+		parts = append(parts, fmt.Sprintf("GPU%d: %d running, using %s, guarantees %s of %s", st.Index, perGPU[st.UUID],
 			used[st.UUID], st.ReservedBytes, st.BudgetBytes))
 	}
 	line := fmt.Sprintf("%s done %d/%d, waiting %d | %s", p.stamp(), done, len(r.s.jobs), waiting, strings.Join(parts, " | "))
@@ -228,7 +266,7 @@ func (p *progress) summary(res *record.Result) {
 func WriteSummary(w io.Writer, res *record.Result) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tTEMPLATE\tATTEMPTS\tOUTCOME\tGPU\tCAP\tPEAK\tTIME")
+	fmt.Fprintln(tw, "JOB\tTEMPLATE\tATTEMPTS\tOUTCOME\tGPU\tGUARANTEE\tBORROWED\tLIMIT\tPEAK\tTIME")
 	for _, j := range res.Jobs {
 		var last *record.Attempt
 		for i := range res.Attempts {
@@ -236,20 +274,21 @@ func WriteSummary(w io.Writer, res *record.Result) {
 				last = &res.Attempts[i]
 			}
 		}
-		capS, peak, dur, g := "-", "-", "-", "-"
+		capS, borrowed, limit, peak, dur, g := "-", "-", "-", "-", "-", "-"
 		if last != nil {
 			g = fmt.Sprint(last.GPUIndex)
 			peak = last.PeakBytes.String()
 			dur = fmt.Sprintf("%.1fs", last.Duration().Seconds())
-			capS = last.CapLabel()
-		}
-		hist := make([]string, 0, j.Attempts)
-		for _, a := range res.Attempts {
-			if a.Job == j.Name {
-				hist = append(hist, string(a.Outcome))
+			capS, limit = last.CapLabel(), last.LimitLabel()
+			if last.LimitBytes > last.CapBytes {
+				borrowed = last.BorrowedBytes.String()
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Template, strings.Join(hist, ","), j.Outcome, g, capS, peak, dur)
+		tries := fmt.Sprint(j.Attempts)
+		if j.MaxAttempts > 0 {
+			tries = fmt.Sprintf("%d of %d", j.Attempts, j.MaxAttempts)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", j.Name, j.Template, tries, j.Outcome, g, capS, borrowed, limit, peak, dur)
 	}
 	tw.Flush()
 	ms := res.Makespan()
@@ -273,18 +312,31 @@ func WriteSummary(w io.Writer, res *record.Result) {
 		if v := a.Violation; v != nil && !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
 			how = fmt.Sprintf("%s, contained %.2fs after crossing", v.Action, v.ContainedAt.Sub(v.CrossedAt).Seconds())
 		}
-		var final record.Outcome
-		for _, j := range res.Jobs {
-			if j.Name == a.Job {
-				final = j.Outcome
-			}
+		fmt.Fprintf(w, "cap violation contained: %s attempt %d (guarantee %s, %s); then %s\n", a.Job, a.Number, a.RoomLabel(), how, a.Next)
+	}
+	for _, a := range res.Attempts {
+		if a.BorrowWait > 0 {
+			fmt.Fprintf(w, "borrower waited: %s attempt %d waited %.1fs for memory to borrow (from %.1fs), nothing new started on GPU%d meanwhile\n",
+				a.Job, a.Number, a.BorrowWait.Seconds(), a.BorrowWaitAt, a.GPUIndex)
 		}
-		fmt.Fprintf(w, "cap violation contained: %s (cap %s, %s); re-run alone: %s\n", a.Job, size.Bytes(a.CapBytes), how, final)
+	}
+	for _, j := range res.Jobs {
+		if j.Attempts > 1 || j.Outcome == record.OutcomeExhausted {
+			line := fmt.Sprintf("ladder of %s: %s: %s", j.Name, j.Ladder, j.Outcome)
+			if j.Reason != "" {
+				line += " (" + j.Reason + ")"
+			}
+			fmt.Fprintln(w, line)
+		}
 	}
 	writeCollateral(w, res)
 	if u := res.Use; u.MeanRunning > 0 {
-		fmt.Fprintf(w, "where the time went: %.1f jobs running on average; a job alone with the GPU for %.1fs (probes %d, re-runs alone %d); at most 2 jobs running for %.1fs\n",
-			u.MeanRunning, u.Whole.Seconds(), u.Probes, u.ReRuns, u.Few.Seconds())
+		alone := "no job held a GPU alone"
+		if u.Whole > 0 {
+			alone = fmt.Sprintf("some job held a GPU alone for %.1fs (re-runs alone: %d)", u.Whole.Seconds(), u.ReRuns)
+		}
+		fmt.Fprintf(w, "where the time went: %.1f jobs running on average; %s; %d probe(s) measured a template; at most 2 jobs running for %.1fs\n",
+			u.MeanRunning, alone, u.Probes, u.Few.Seconds())
 	}
 	if len(res.GPUs) > 1 {
 		fmt.Fprintf(w, "GPU busy %.0f%% of the run, mean of %d GPUs (%s backend)\n", res.BusyFraction*100, len(res.GPUs), res.Backend)

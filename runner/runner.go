@@ -105,6 +105,9 @@ func (o *Options) fill(q queue.Queue) error {
 	if o.Profiles == "" {
 		o.Profiles = q.Profiles
 	}
+	if o.BorrowWait == 0 {
+		o.BorrowWait = q.BorrowWait
+	}
 	if o.Profiles == "" {
 		o.Profiles = record.ProfilesWarm
 	}
@@ -330,6 +333,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	jobs := make([]*jobState, len(q.Jobs))
 	for i, j := range q.Jobs {
 		jobs[i] = &jobState{Job: j, idx: i}
+		jobs[i].bound(q)
 	}
 	sc := schedConfig{Arm: o.Arm, Policy: o.Policy, Ledger: led, GPUs: uuids, MaxTotal: o.MaxConcurrent, Logger: log,
 		Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},

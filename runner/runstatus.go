@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/record"
@@ -35,6 +36,30 @@ type RunStatus struct {
 	Waiting   int         `json:"waiting"`
 	Waits     []WaitGroup `json:"waits"`
 	GPUs      []RunGPU    `json:"gpus"`
+	// Attempts are the attempts running now, each with its room; Stopped the jobs the ladder
+	// stopped, with why.
+	Attempts []RunAttempt `json:"attempts"`
+	Stopped  []RunStopped `json:"stopped"`
+}
+
+// RunAttempt is a running attempt: its guarantee, the most it may hold (its limit, the
+// guarantee when it cannot borrow), what it holds now and what of that is borrowed.
+type RunAttempt struct {
+	Job            string     `json:"job"`
+	GPUIndex       int        `json:"gpu_index"`
+	Attempt        int        `json:"attempt"`
+	MaxAttempts    int        `json:"max_attempts"`
+	Room           string     `json:"room"` // "8GiB", "whole GPU", as the summary's GUARANTEE column
+	GuaranteeBytes size.Bytes `json:"guarantee_bytes"`
+	LimitBytes     size.Bytes `json:"limit_bytes"`
+	UsedBytes      size.Bytes `json:"used_bytes"`
+	BorrowedBytes  size.Bytes `json:"borrowed_bytes"`
+}
+
+// RunStopped is a job the ladder stopped (exhausted).
+type RunStopped struct {
+	Job    string `json:"job"`
+	Reason string `json:"reason"`
 }
 
 // WaitGroup is the waiting jobs that wait for one reason; Jobs names the first few.
@@ -51,6 +76,9 @@ type RunGPU struct {
 	UsedBytes     size.Bytes `json:"used_bytes"`
 	ReservedBytes size.Bytes `json:"reserved_bytes"`
 	BudgetBytes   size.Bytes `json:"budget_bytes"`
+	// BorrowedBytes is what its jobs hold past their guarantees now (ReservedBytes counts the
+	// guarantees only).
+	BorrowedBytes size.Bytes `json:"borrowed_bytes"`
 }
 
 // waitNamed is how many waiting jobs a reason names.
@@ -66,10 +94,13 @@ func (s *sched) waitReason(j *jobState, maxBudget size.Bytes) string {
 		if c == 0 {
 			return "half a GPU's budget to fit beside the jobs running"
 		}
-		return fmt.Sprintf("room for its %s cap beside the jobs running", c)
+		if j.room > 0 {
+			return fmt.Sprintf("room for %s beside the jobs running", j.next.Head())
+		}
+		return fmt.Sprintf("room for its %s guarantee beside the jobs running", c)
 	case needWhole:
 		if j.whole {
-			return "a GPU to itself (a re-run after a broken cap: once the rest of the queue is admitted)"
+			return "a GPU to itself (" + j.next.Head() + ", after a broken cap: once the rest of the queue is admitted)"
 		}
 		return "a GPU to itself"
 	case needProbe:
@@ -83,7 +114,22 @@ func (s *sched) waitReason(j *jobState, maxBudget size.Bytes) string {
 func (p *progress) runStatus(perGPU map[string]int, used map[string]size.Bytes) RunStatus {
 	r := p.r
 	st := RunStatus{PID: os.Getpid(), Queue: r.q.Path, Arm: r.o.Arm, OutDir: r.o.OutDir, Start: r.start,
-		UpdatedAt: r.o.Now().UTC(), Jobs: len(r.s.jobs), Waits: []WaitGroup{}, GPUs: []RunGPU{}}
+		UpdatedAt: r.o.Now().UTC(), Jobs: len(r.s.jobs), Waits: []WaitGroup{}, GPUs: []RunGPU{}, Attempts: []RunAttempt{}, Stopped: []RunStopped{}}
+	borrowed := map[int]size.Bytes{}
+	r.mu.Lock()
+	for a := range r.active {
+		a.mu.Lock()
+		ra := RunAttempt{Job: a.l.job.Name, GPUIndex: a.a.GPUIndex, Attempt: a.a.Number, MaxAttempts: a.l.job.limit(), Room: a.a.CapLabel(),
+			GuaranteeBytes: a.l.res.CapBytes, LimitBytes: a.l.res.Limit(), UsedBytes: a.now}
+		a.mu.Unlock()
+		if a.l.borrowing && ra.UsedBytes > ra.GuaranteeBytes {
+			ra.BorrowedBytes = ra.UsedBytes - ra.GuaranteeBytes
+			borrowed[ra.GPUIndex] += ra.BorrowedBytes
+		}
+		st.Attempts = append(st.Attempts, ra)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(st.Attempts, func(a, b RunAttempt) int { return strings.Compare(a.Job, b.Job) })
 	var maxBudget size.Bytes
 	for _, g := range r.led.States() {
 		if _, ok := r.gpus[g.UUID]; !ok {
@@ -91,7 +137,7 @@ func (p *progress) runStatus(perGPU map[string]int, used map[string]size.Bytes) 
 		}
 		maxBudget = max(maxBudget, g.BudgetBytes)
 		st.GPUs = append(st.GPUs, RunGPU{Index: g.Index, Running: perGPU[g.UUID], UsedBytes: used[g.UUID],
-			ReservedBytes: g.ReservedBytes, BudgetBytes: g.BudgetBytes})
+			ReservedBytes: g.ReservedBytes, BudgetBytes: g.BudgetBytes, BorrowedBytes: borrowed[g.Index]})
 	}
 	for _, j := range r.s.jobs {
 		switch {
@@ -99,6 +145,9 @@ func (p *progress) runStatus(perGPU map[string]int, used map[string]size.Bytes) 
 			st.Done++
 			if j.final != record.OutcomeOK {
 				st.Failed++
+			}
+			if j.final == record.OutcomeExhausted {
+				st.Stopped = append(st.Stopped, RunStopped{Job: j.Name, Reason: j.reason})
 			}
 		case j.running:
 			st.Running++
@@ -161,4 +210,22 @@ func ReadRunStatus(dir string) (RunStatus, bool, error) {
 		return RunStatus{}, false, fmt.Errorf("reading the run's progress %s: %w", filepath.Join(dir, RunStatusFile), err)
 	}
 	return st, true, nil
+}
+
+// String says a GPU of a running queue for people, as `gpufrac status` shows it: what its jobs
+// use, the guarantees held of the budget, and what of the use is borrowed past them.
+func (g RunGPU) String() string {
+	return fmt.Sprintf("GPU%d: %d running, using %s, guarantees %s of %s, borrowed %s", g.Index, g.Running, g.UsedBytes,
+		g.ReservedBytes, g.BudgetBytes, g.BorrowedBytes)
+}
+
+// String says a running attempt for people: "leaker-1 on GPU0, attempt 2 of 3: guarantee 46GiB,
+// limit 78GiB, using 49.9GiB (3.9GiB borrowed)".
+func (a RunAttempt) String() string {
+	s := fmt.Sprintf("%s on GPU%d, attempt %d of %d: guarantee %s, limit %s, using %s", a.Job, a.GPUIndex, a.Attempt, a.MaxAttempts,
+		a.Room, a.LimitBytes, a.UsedBytes)
+	if a.BorrowedBytes > 0 {
+		s += fmt.Sprintf(" (%s borrowed)", a.BorrowedBytes)
+	}
+	return s
 }

@@ -54,6 +54,16 @@ func TestRunPublishesItsProgress(t *testing.T) {
 	if seen.Jobs != 2 || seen.Running != 1 || seen.Waiting != 1 || len(seen.GPUs) != 1 || seen.GPUs[0].Running != 1 {
 		t.Errorf("progress %+v: want 2 jobs, 1 running on GPU0, 1 waiting", seen)
 	}
+	// The running attempt with its room: a guarantee, the limit it may borrow up to, its bound.
+	if a := seen.Attempts; len(a) != 1 || a[0].Job != "first" || a[0].Attempt != 1 || a[0].MaxAttempts != 3 || a[0].GuaranteeBytes == 0 ||
+		a[0].LimitBytes < a[0].GuaranteeBytes || a[0].Room == "" {
+		t.Errorf("running attempts %+v: want first, attempt 1 of 3, with its guarantee and limit", a)
+	} else if got := a[0].String(); !strings.HasPrefix(got, "first on GPU0, attempt 1 of 3: guarantee ") {
+		t.Errorf("attempt in words %q", got)
+	}
+	if got := seen.GPUs[0].String(); !strings.Contains(got, "guarantees ") || !strings.Contains(got, "borrowed ") {
+		t.Errorf("GPU in words %q: want its guarantees and what is borrowed", got)
+	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

@@ -43,6 +43,11 @@ func (r *run) sampleGPU(ctx context.Context, g string) {
 		t := r.o.Now().Sub(r.start).Seconds()
 		for _, a := range here {
 			a.record(probe.Sum(procs, a.tree), t)
+			if a.l.borrowing && r.guard != nil {
+				if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
+					a.waited(r.o.SampleInterval, t)
+				}
+			}
 		}
 	}
 }

@@ -30,7 +30,16 @@ type jobState struct {
 	retries int
 	running bool
 	done    bool
-	final   record.Outcome // outcome of the last attempt once done
+	final   record.Outcome // outcome of the last attempt once done, or exhausted
+	// The ladder (ladder.go): the bound on attempts, whether the cap is a ceiling, the
+	// guarantee the next attempt was promised (0: the template's), what was announced before
+	// it, why the job was stopped, and how many probe windows the runner ended (not counted).
+	maxAttempts int
+	capFixed    bool
+	room        size.Bytes
+	next        policy.Step
+	reason      string
+	probeStops  int
 }
 
 type needKind int
@@ -94,6 +103,8 @@ type sched struct {
 	// where an allocation waits for borrowed memory, as of the last round.
 	lender lender
 	frozen map[string]bool
+	// grown are the guarantees the ladder raised templates to in this run (ladder.go).
+	grown map[string]size.Bytes
 }
 
 // schedConfig is what a scheduler is built from; the run fills it once, and from then on the
@@ -133,7 +144,7 @@ func newSched(arm record.Arm, pol policy.Policy, led *ledger.Ledger, gpus []stri
 		arm: arm, pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log,
 		templates: map[string]queue.TemplateSpec{}, peaks: map[string]size.Bytes{},
 		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
-		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{},
+		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{}, grown: map[string]size.Bytes{},
 	}
 	switch arm {
 	case record.ArmExclusive:
@@ -151,7 +162,8 @@ func (s *sched) capOf(t string) (size.Bytes, bool) {
 	if spec, ok := s.templates[t]; ok && spec.CapBytes > 0 {
 		return spec.CapBytes, true
 	}
-	if p, ok := s.peaks[t]; ok && p > 0 {
+	if p, ok := s.peaks[t]; ok {
+		// A footprint of 0 is known too: a probe that saw no GPU memory (loop.go, learn).
 		return s.pol.Cap(p), true
 	}
 	return 0, false
@@ -172,7 +184,13 @@ func (s *sched) need(j *jobState, maxBudget size.Bytes) (needKind, size.Bytes) {
 	if j.whole {
 		return needWhole, 0
 	}
-	if c, ok := s.capOf(j.Template); ok {
+	if j.room > 0 {
+		if j.room > maxBudget {
+			return needWhole, 0
+		}
+		return needCapped, j.room
+	}
+	if c, ok := s.capFor(j); ok {
 		if c > maxBudget {
 			if !s.warned[j.Template] {
 				s.warned[j.Template] = true

@@ -19,6 +19,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/violations"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -26,7 +27,8 @@ import (
 // TestEscalationLoopEndToEnd is the fleet's "breaks its cap, runs again on a whole GPU": the
 // emulated agent launches the plugin, a task reserves 3 units and leaks, the enforcer stops it,
 // the plugin publishes the violation (with the guide's ACL policy for the plugin), the
-// controller re-registers the job with a whole GPU, and the next Reserve gets all its units.
+// controller re-registers the job with the ladder's larger guarantee (the cap formula over the
+// 5 GiB it reached), and the next Reserve gets those units.
 func TestEscalationLoopEndToEnd(t *testing.T) {
 	vs := varserver.New(varserver.Options{MaxWait: 2 * time.Second})
 	t.Cleanup(vs.Close)
@@ -111,19 +113,19 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 	go func() { done <- ctl.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 
-	var whole uint64
+	var raised uint64
 	deadline := time.Now().Add(30 * time.Second)
-	for whole == 0 {
+	for raised == 0 {
 		if j, ok := vs.Job("default", "train"); ok && *j.Version > 0 {
-			whole = *j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count
+			raised = *j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count
 		} else if time.Now().After(deadline) {
 			t.Fatalf("the job was not re-registered within 30s; variables: %v", vs.List())
 		} else {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	if whole != 78 {
-		t.Fatalf("re-registered with %d units, want the whole GPU's 78", whole)
+	if want := uint64(policy.Default().Units(policy.Default().Cap(5 * size.GiB))); raised != want {
+		t.Fatalf("re-registered with %d units, want %d (the cap formula over the 5GiB it reached)", raised, want)
 	}
 	for _, v := range vs.List() {
 		for k, val := range v.Items {
@@ -151,18 +153,18 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 	}
 
 	// Nomad replaces the allocation: the old one's units are free again and the new one asks
-	// for 78, which only a whole GPU has.
+	// for the raised count.
 	c.Unschedule(ids)
-	_, all, err := c.Schedule(int(whole))
+	_, more, err := c.Schedule(int(raised))
 	if err != nil {
 		t.Fatalf("scheduling the re-registered job: %v", err)
 	}
-	res2, err := c.Reserve(all)
+	res2, err := c.Reserve(more)
 	if err != nil {
-		t.Fatalf("Reserve of the whole GPU: %v", err)
+		t.Fatalf("Reserve of the raised units: %v", err)
 	}
-	if got := res2.GetEnvs()[enforcer.EnvCapBytes]; got != strconv.FormatUint(uint64(78*size.GiB), 10) {
-		t.Errorf("cap of the re-run %s, want 78GiB", got)
+	if got, want := res2.GetEnvs()[enforcer.EnvCapBytes], strconv.FormatUint(raised*uint64(size.GiB), 10); got != want {
+		t.Errorf("cap of the re-run %s, want %s", got, want)
 	}
 }
 

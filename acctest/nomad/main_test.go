@@ -8,12 +8,14 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
+	"github.com/gpufrac/gpufrac/gpu/simjob"
 )
 
 // binary is built once per test run and shared by every test.
 var binary string
 
 func TestMain(m *testing.M) {
+	simjob.RunIfChild() // a task started as a simulated job runs here and exits
 	dir, err := os.MkdirTemp("", "gpufrac-plugin-acc-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -61,9 +61,12 @@ type config struct {
 	ctxBytes, peak        size.Bytes
 	leakTo, leakRate      size.Bytes
 	ramp, hold, failAfter time.Duration
-	seed                  int64
-	procs                 int
-	child, mpsFault       bool
+	// outsideFence and poolSlack are memory NVML counts for the job that the fence never
+	// charged (unfenced.go).
+	outsideFence, poolSlack size.Bytes
+	seed                    int64
+	procs                   int
+	child, mpsFault         bool
 	// mark is created once the job holds its context; the job waits for every file in after
 	// before it takes its own.
 	mark  string
@@ -92,6 +95,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		c.after = append(c.after, strings.Split(v, ",")...)
 		return nil
 	})
+	fs.Var(sizeFlag{&c.outsideFence}, "outside-fence", "from its first fenced allocation on, also hold this much the allocation fence never sees (as a child process that dropped its reservation token)")
+	fs.Var(sizeFlag{&c.poolSlack}, "pool-slack", "while it holds memory past its context, hold up to this much more than the fence charged (as a cudaMallocAsync pool keeping freed blocks)")
 	fs.BoolVar(&c.child, "child", false, "internal: this is an extra process of a --procs job")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -170,7 +175,8 @@ type job struct {
 	limit          size.Bytes
 	limited        bool
 	pid            int
-	used           size.Bytes
+	used           size.Bytes // as the fence sees it
+	shown          size.Bytes // as NVML sees it: used and what the fence never charged
 	ctx            size.Bytes // of used, the context
 	ctxSet         bool       // the context is allocated: growth from now on is fenced
 	stdout, stderr io.Writer
@@ -425,23 +431,26 @@ func (j *job) waitAfter(sigs <-chan os.Signal) (int, bool) {
 // there for memory), then the GPU: memory that is not there fails the allocation, and the
 // fence gets its charge back.
 func (j *job) allocate(want size.Bytes, busy bool) int {
+	shown := want + j.unfenced(want)
 	if want > j.used {
 		if code := j.charge(want); code != ExitOK {
 			return code
 		}
-		if code := j.takeFromGPU(want); code != ExitOK {
+	}
+	if shown > j.shown {
+		if code := j.takeFromGPU(shown); code != ExitOK {
 			j.refund(want)
 			return code
 		}
 	}
-	if err := j.sim.SetProcess(j.c.gpu, j.pid, want, busy); err != nil {
+	if err := j.sim.SetProcess(j.c.gpu, j.pid, shown, busy); err != nil {
 		fmt.Fprintf(j.stderr, "simjob: reporting usage: %v\n", err)
 		return ExitFail
 	}
 	if want < j.used {
 		j.charge(want)
 	}
-	j.used = want
+	j.used, j.shown = want, shown
 	return ExitOK
 }
 
@@ -459,7 +468,7 @@ func (j *job) refund(want size.Bytes) {
 func (j *job) takeFromGPU(want size.Bytes) int {
 	if j.limited && want > j.limit {
 		fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; process %d would hold %s (MPS pinned limit %s)\n",
-			want-j.used, j.pid, want, j.limit)
+			want-j.shown, j.pid, want, j.limit)
 		return ExitFail
 	}
 	inUse, err := j.sim.MemoryUsed(context.Background(), j.c.gpu)
@@ -467,9 +476,9 @@ func (j *job) takeFromGPU(want size.Bytes) int {
 		fmt.Fprintf(j.stderr, "simjob: %v\n", err)
 		return ExitFail
 	}
-	if free := j.total - min(j.total, inUse); want-j.used > free {
+	if free := j.total - min(j.total, inUse); want-j.shown > free {
 		fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s (GPU has a total capacity of %s of which %s is free)\n",
-			want-j.used, j.total, free)
+			want-j.shown, j.total, free)
 		return ExitFail
 	}
 	return ExitOK
@@ -604,7 +613,7 @@ func (j *job) finish(sigs <-chan os.Signal) int {
 		}
 	}
 	if !j.c.child {
-		fmt.Fprintf(j.stdout, "simjob: pid %d done: peak %s\n", j.pid, j.used)
+		fmt.Fprintf(j.stdout, "simjob: pid %d done: peak %s\n", j.pid, j.shown)
 	}
 	return ExitOK
 }

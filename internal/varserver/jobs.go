@@ -20,8 +20,8 @@ const (
 
 // The job side of the fake serves what gpufrac's controller uses, in the shapes of Nomad's HTTP
 // API: GET /v1/job/<id>, GET /v1/job/<id>/allocations, PUT /v1/jobs (register, with the
-// modify-index check), GET /v1/allocation/<id> and GET /v1/event/stream (topics Job and
-// Allocation). There is no scheduler: tests place allocations with PutAlloc, as a Nomad client
+// modify-index check), GET /v1/allocation/<id>, PUT /v1/allocation/<id>/stop (allocstop.go)
+// and GET /v1/event/stream (topics Job and Allocation). There is no scheduler: tests place allocations with PutAlloc, as a Nomad client
 // would report them.
 
 // jobsState is kept apart from the variables so the two do not share a table index.
@@ -31,6 +31,7 @@ type jobsState struct {
 	events    []nsEvent
 	evChanged chan struct{}
 	registers int
+	stops     int
 }
 
 func (s *Server) jobsLocked() *jobsState {
@@ -193,6 +194,10 @@ func jobCaps(rules []Rule, all bool, ns string) (read, submit bool) {
 
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request, closing chan struct{}) bool {
 	p := r.URL.Path
+	if id, ok := isAllocStop(r); ok {
+		s.stopAlloc(w, r, id)
+		return true
+	}
 	switch {
 	case p == "/v1/jobs" && (r.Method == http.MethodPut || r.Method == http.MethodPost):
 		s.register(w, r)
