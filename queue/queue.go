@@ -33,6 +33,8 @@ type Job struct {
 	// directory (runner.Options.OutDir). The job receives the absolute path as $GPUFRAC_RESULT, and
 	// "$GPUFRAC_RESULT" in its command is replaced by it.
 	Result string
+	// resultAt is where the queue file says Result, for CheckOutDir's errors.
+	resultAt hcl.Range
 }
 
 // TemplateSpec is what a queue file may say about a template.
@@ -66,6 +68,9 @@ type Queue struct {
 	SimulatedGPUs []string
 	// Path is the file the queue came from.
 	Path string
+	// Warnings are problems that do not stop a run (a template no job uses), to be shown
+	// before it starts.
+	Warnings []Warning
 }
 
 type fileQueue struct {
@@ -205,6 +210,8 @@ func Parse(src []byte, filename string) (Queue, error) {
 		}
 		q.Jobs = append(q.Jobs, job)
 	}
+	d.checkTemplates(&fq, &q)
+	d.checkResults(&fq, &q)
 	if len(fq.Jobs) == 0 {
 		d.add(hcl.Range{Filename: filename, Start: hcl.InitialPos, End: hcl.InitialPos}, "No jobs", "the queue has no job blocks; add at least one job \"name\" { command = [...] }")
 	}

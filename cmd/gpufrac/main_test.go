@@ -215,6 +215,7 @@ func TestRunCommand(t *testing.T) {
 	q := filepath.Join(dir, "q.hcl")
 	src := `
 profiles = "cold"
+template "t" {}
 job "a" {
   template = "t"
   command  = ["gpufrac", "simjob", "--peak", "2GiB", "--hold", "200ms", "--result", "$GPUFRAC_RESULT"]

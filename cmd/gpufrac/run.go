@@ -70,6 +70,10 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
+	// Before the run's own lines: like an error, a warning is about the file, not the run.
+	for _, w := range q.Warnings {
+		fmt.Fprintf(stderr, "gpufrac run: warning: %s\n", w)
+	}
 	b, err := g.openBackend(q.SimulatedGPUs)
 	if err != nil {
 		return err
@@ -110,6 +114,9 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 			a = record.ArmPacked
 		}
 		o.OutDir = filepath.Join("gpufrac-results", time.Now().Format("20060102-150405")+"-"+string(a))
+	}
+	if err := q.CheckOutDir(o.OutDir); err != nil {
+		return err
 	}
 	res, err := runner.Run(ctx, q, o)
 	if res != nil && *asJSON {

@@ -33,6 +33,11 @@ policy {
   mode              = "isolated"
 }
 
+# Every template a job names is declared; an empty block says "probe it, or use its stored footprint".
+template "train-small" {}
+template "embed" {}
+template "eval" {}
+
 template "leaker" {
   # Probe only the first second: the leak starts later, as leaks do.
   probe_window = "1s"
