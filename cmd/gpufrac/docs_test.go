@@ -218,11 +218,22 @@ func TestDemoQuotesAreTrue(t *testing.T) {
 	if demo["docs/cli.md"] == 0 {
 		t.Fatal("docs/cli.md quotes no run of the demo; the test expects one")
 	}
+	// The runs at once: a simulated demo mostly sleeps through its jobs' ramps and holds, and
+	// each run has its own ledger and simulated GPUs. newCLI's Setenv is not allowed in parallel
+	// tests, so the children's variable is set here, for all of them.
+	t.Setenv(envCLI, "1")
 	for flags, lines := range runs {
-		c := newCLI(t)
-		args := append([]string{"run", "--out", filepath.Join(t.TempDir(), "out")}, strings.Fields(flags)...)
-		_, stdout, stderr := c.run(append(args, filepath.Join(repoRoot, demoPath))...)
-		checkQuote(t, "docs/run.md and docs/cli.md (demo "+flags+")", lines, stdout+"\n"+stderr)
+		name := flags
+		if name == "" {
+			name = "default flags"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := &cli{t: t, state: t.TempDir(), simDir: t.TempDir(), simGPUs: "H100=80GiB"}
+			args := append([]string{"run", "--out", filepath.Join(t.TempDir(), "out")}, strings.Fields(flags)...)
+			_, stdout, stderr := c.run(append(args, filepath.Join(repoRoot, demoPath))...)
+			checkQuote(t, "docs/run.md and docs/cli.md (demo "+flags+")", lines, stdout+"\n"+stderr)
+		})
 	}
 }
 
