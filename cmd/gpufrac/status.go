@@ -70,7 +70,7 @@ type statusProfile struct {
 }
 
 func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("status", "status [--json]", g, stderr)
+	fs := newFlagSet("status", "status [--json] [--no-usage] [--watch [--interval DUR]]", g, stderr)
 	asJSON := fs.Bool("json", false, "print the ledger as JSON")
 	noUsage := fs.Bool("no-usage", false, "do not open the GPU backend to measure each reservation's usage")
 	watch := fs.Bool("watch", false, "redraw the status every --interval until interrupted, like watch(1)")
