@@ -26,6 +26,9 @@ type quote struct {
 	where string
 	args  []string
 	lines []string
+	// first is true when the block quotes the output from its first line on (no "..." first).
+	first   bool
+	skipped bool
 }
 
 func quotes(t *testing.T, doc string) []quote {
@@ -50,7 +53,12 @@ func quotes(t *testing.T, doc string) []quote {
 		case in && cur == nil && strings.HasPrefix(line, "$ gpufrac "):
 			cur = &quote{where: doc + ":" + strconv.Itoa(n), args: strings.Fields(strings.TrimPrefix(line, "$ gpufrac "))}
 		case in && cur != nil && line != "...":
+			if len(cur.lines) == 0 && !cur.skipped {
+				cur.first = true
+			}
 			cur.lines = append(cur.lines, line)
+		case in && cur != nil:
+			cur.skipped = true
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -160,6 +168,9 @@ func TestCLIDocQuotesAreTrue(t *testing.T) {
 			c := newCLI(t)
 			_, stdout, stderr := c.run(q.args...)
 			checkQuote(t, q.where, q.lines, stdout+"\n"+stderr)
+			if got, _, _ := strings.Cut(stdout, "\n"); q.first && !pattern(q.lines[0]).MatchString(got) {
+				t.Errorf("%s: the quoted first line\n\t%s\nis not the first line of the output\n\t%s", q.where, q.lines[0], got)
+			}
 		})
 	}
 }
@@ -174,6 +185,7 @@ func TestDemoQuotesAreTrue(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := map[string][]string{} // extra flags -> quoted lines
+	firsts := map[string]string{} // extra flags -> the quoted first line of the output
 	flags, prev, quoted := "", "", false
 	for _, l := range strings.Split(string(data), "\n") {
 		switch {
@@ -212,6 +224,9 @@ func TestDemoQuotesAreTrue(t *testing.T) {
 			}
 			key := strings.Join(extra, " ")
 			runs[key] = append(runs[key], q.lines...)
+			if q.first {
+				firsts[key] = q.lines[0]
+			}
 			demo[doc]++
 		}
 	}
@@ -233,6 +248,12 @@ func TestDemoQuotesAreTrue(t *testing.T) {
 			args := append([]string{"run", "--out", filepath.Join(t.TempDir(), "out")}, strings.Fields(flags)...)
 			_, stdout, stderr := c.run(append(args, filepath.Join(repoRoot, demoPath))...)
 			checkQuote(t, "docs/run.md and docs/cli.md (demo "+flags+")", lines, stdout+"\n"+stderr)
+			// "The first line of output says so": a quote from the first line on is the first line.
+			if first, ok := firsts[flags]; ok {
+				if got, _, _ := strings.Cut(stdout, "\n"); !pattern(first).MatchString(got) {
+					t.Errorf("the demo's quoted first line\n\t%s\nis not its first line\n\t%s", first, got)
+				}
+			}
 		})
 	}
 }
