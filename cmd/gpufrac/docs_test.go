@@ -128,7 +128,12 @@ func checkQuote(t *testing.T, where string, lines []string, output string) {
 			t.Errorf("%s: the quoted line\n\t%s\nis not in the output (pattern %s):\n%s", where, l, re, output)
 			continue
 		}
-		if q := summaryRE.FindStringSubmatch(strings.TrimSpace(l)); q != nil {
+		q := summaryRE.FindStringSubmatch(strings.TrimSpace(l))
+		if q == nil && strings.Contains(l, "jobs completed in") {
+			// A new wording of the summary must not pass its figures unchecked.
+			t.Errorf("%s: the quoted summary\n\t%s\ndoes not have the form summaryRE checks the figures of (%s): change summaryRE with the summary", where, l, summaryRE)
+		}
+		if q != nil {
 			got := summaryRE.FindStringSubmatch(strings.TrimSpace(out[i]))
 			if why := figuresAgree(q[2], q[4], got[2], got[4]); why != "" {
 				t.Errorf("%s: the quoted line\n\t%s\nis far from the run's\n\t%s\n%s: quote the real run's figures", where, l, strings.TrimSpace(out[i]), why)
