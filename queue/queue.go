@@ -36,6 +36,8 @@ type Job struct {
 	// MaxAttempts and CapFixed: the job's ladder (ladder.go); 0 and false when not set.
 	MaxAttempts int
 	CapFixed    bool
+	// resultAt is where the queue file says Result, for CheckOutDir's errors.
+	resultAt hcl.Range
 }
 
 // TemplateSpec is what a queue file may say about a template.
@@ -76,6 +78,9 @@ type Queue struct {
 	// queue's default for how long a borrower's allocation waits (ladder.go); 0 when not set.
 	MaxAttempts int
 	BorrowWait  time.Duration
+	// Warnings are problems that do not stop a run (a template no job uses), to be shown
+	// before it starts.
+	Warnings []Warning
 }
 
 type fileQueue struct {
@@ -221,6 +226,8 @@ func Parse(src []byte, filename string) (Queue, error) {
 		}
 		q.Jobs = append(q.Jobs, job)
 	}
+	d.checkTemplates(&fq, &q)
+	d.checkResults(&fq, &q)
 	if len(fq.Jobs) == 0 {
 		d.add(hcl.Range{Filename: filename, Start: hcl.InitialPos, End: hcl.InitialPos}, "No jobs", "the queue has no job blocks; add at least one job \"name\" { command = [...] }")
 	}

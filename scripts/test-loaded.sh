@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs the timing-sensitive packages again beside two CPU-bound loops, as a loaded CI machine
+# Runs the timing-sensitive packages beside two CPU-bound loops, as a loaded CI machine
 # would run them, so a test that leans on wall-clock timing fails here before it lands and
 # flakes for everyone. Extra arguments go to `go test` (e.g. -run TestProbe). The loops are
 # ended however this script ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(./enforcer/... ./runner/... ./probe/... ./acctest/... ./nomad-device/...)
+# The GNUmakefile's LOADED_PKGS, which test-rest leaves out.
+read -r -a packages <<<"${LOADED_PKGS:-./enforcer/... ./runner/... ./probe/... ./acctest/... ./nomad-device/...}"
 
 loops=()
 stop_loops() {

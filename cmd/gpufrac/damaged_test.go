@@ -43,6 +43,7 @@ func TestDamagedViolationsFileCostsOnlyTheViolations(t *testing.T) {
 	}
 
 	q := writeQueue(t, `
+template "t" {}
 job "a" {
   template = "t"
   command  = ["gpufrac", "simjob", "--peak", "1GiB", "--hold", "100ms"]

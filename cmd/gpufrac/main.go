@@ -66,6 +66,11 @@ type globals struct {
 	// defaultLevel applies when --log-level is not given; commands may change it.
 	defaultLevel string
 	logger       hclog.Logger
+	// stdout is where a help that was asked for goes (`gpufrac run --help | less`).
+	stdout io.Writer
+	// shown are the global flags' defaults as help shows them: a command's help must not show
+	// a value given before the command's name as the default.
+	shown map[string]string
 }
 
 func defaultStateDir() string {
@@ -87,6 +92,13 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.simulatedGPUs, "simulated-gpus", g.simulatedGPUs, `simulated GPUs, e.g. "H100=80GiB" or "2xH100=80GiB"`)
 	fs.StringVar(&g.simDir, "sim-dir", g.simDir, "state directory of the simulated GPUs (default $GPUFRAC_SIM_DIR or a temp dir)")
 	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: error, warn, info, debug or trace (default warn; error for run, whose progress lines already report violations)")
+	if g.shown == nil {
+		g.shown = map[string]string{}
+		fs.VisitAll(func(f *flag.Flag) { g.shown[f.Name] = f.DefValue })
+	}
+	for name, def := range g.shown {
+		fs.Lookup(name).DefValue = def
+	}
 }
 
 func (g *globals) setup(stderr io.Writer) error {
@@ -135,12 +147,11 @@ func (g *globals) openBackend(sim []string) (gpu.Backend, error) {
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
-	g := &globals{stateDir: defaultStateDir(), backend: gpu.KindAuto, defaultLevel: "warn"}
+	g := &globals{stateDir: defaultStateDir(), backend: gpu.KindAuto, defaultLevel: "warn", stdout: stdout}
 	top := flag.NewFlagSet("gpufrac", flag.ContinueOnError)
-	top.SetOutput(stderr)
 	g.register(top)
-	top.Usage = func() { topUsage(stderr, top) }
-	if err := top.Parse(args); err != nil {
+	top.Usage = func() { topUsage(top.Output(), top) }
+	if err := parseHelpful(top, args, stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
@@ -171,7 +182,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	// A lost terminal (SIGHUP: an ssh drop) stops a run as Ctrl-C does: its jobs are stopped,
 	// their reservations released and the results written.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := stopOnSignals(context.Background())
 	defer stop()
 	// A closed stdout (`gpufrac run q.hcl | head`) must not kill the run and leave its jobs
 	// behind: with SIGPIPE notified, writes to it fail with EPIPE and the run goes on.
@@ -183,6 +194,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
+	// A command a signal ended has stopped cleanly (its jobs stopped, its outputs written);
+	// "context canceled" would read as a failure of its own.
+	var sig stoppedBy
+	if errors.As(context.Cause(ctx), &sig) {
+		fmt.Fprintf(stderr, "gpufrac %s: stopped by %s (exit status %d)\n", name, sig.String(), sig.exitCode())
+		return sig.exitCode()
+	}
 	fmt.Fprintf(stderr, "gpufrac %s: %v\n", name, err)
 	var ue usageError
 	if errors.As(err, &ue) {
@@ -191,12 +209,66 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	return exitFail
 }
 
+// stoppedBy is the cause of a command's context when a signal ended it.
+type stoppedBy struct{ sig syscall.Signal }
+
+func (s stoppedBy) Error() string { return s.String() + " received" }
+
+// String is the signal's conventional name, SIGINT for Ctrl-C.
+func (s stoppedBy) String() string {
+	switch s.sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.sig.String()
+}
+
+// exitCode follows the shells' convention, 128 + the signal's number (130 for Ctrl-C), so a
+// script can tell a stopped run from a failed one (1).
+func (s stoppedBy) exitCode() int { return 128 + int(s.sig) }
+
+// stopOnSignals is signal.NotifyContext for SIGINT, SIGTERM and SIGHUP, with a cause that says
+// which signal came (NotifyContext's cause is an unexported type). Until stop, further signals
+// are absorbed: a second Ctrl-C does not kill a run in the middle of its clean stop.
+func stopOnSignals(parent context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			if ss, ok := s.(syscall.Signal); ok {
+				cancel(stoppedBy{ss})
+			} else {
+				cancel(fmt.Errorf("signal %v", s))
+			}
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		cancel(context.Canceled)
+		signal.Stop(ch)
+	}
+}
+
 func topUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "Usage: gpufrac [global flags] <command> [flags] [args]")
 	fmt.Fprintln(w, "\nCommands:")
+	width := 0
 	for _, c := range commands {
 		if !c.hidden {
-			fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+			width = max(width, len(c.name))
+		}
+	}
+	for _, c := range commands {
+		if !c.hidden {
+			fmt.Fprintf(w, "  %-*s  %s\n", width, c.name, c.summary)
 		}
 	}
 	fmt.Fprintln(w, "\nGlobal flags (also accepted after the command name):")
@@ -215,7 +287,7 @@ func newFlagSet(name, usage string, g *globals, stderr io.Writer) *flag.FlagSet 
 	fs.SetOutput(stderr)
 	g.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gpufrac %s\n\nFlags:\n", usage)
+		fmt.Fprintf(fs.Output(), "Usage: gpufrac %s\n\nFlags:\n", usage)
 		fs.PrintDefaults()
 	}
 	return fs
@@ -223,13 +295,31 @@ func newFlagSet(name, usage string, g *globals, stderr io.Writer) *flag.FlagSet 
 
 // parseFlags parses a command's flags and checks the global ones.
 func parseFlags(fs *flag.FlagSet, g *globals, args []string, stderr io.Writer) error {
-	if err := fs.Parse(args); err != nil {
+	if err := parseHelpful(fs, args, g.stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usageError{err}
 	}
 	return g.setup(stderr)
+}
+
+// parseHelpful parses fs; a help asked for (-h, --help) goes to stdout, so that it pages and
+// greps like any output, and a bad flag's message and the usage to stderr.
+func parseHelpful(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+	case err != nil:
+		fs.SetOutput(stderr)
+		fmt.Fprintln(stderr, err)
+		fs.Usage()
+	}
+	fs.SetOutput(stderr)
+	return err
 }
 
 // simulatedBanner is the first line of output whenever the simulated backend is in use.

@@ -110,6 +110,7 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"probe", "--template", "bad name", "--", "true"}, 2, `"bad name"`},
 		{[]string{"probe", "--template", "t"}, 2, "no command"},
 		{[]string{"status", "extra"}, 2, `"extra"`},
+		{[]string{"status", "--interval", "5s"}, 2, "--interval 5s: it is how often --watch redraws; add --watch"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -215,6 +216,7 @@ func TestRunCommand(t *testing.T) {
 	q := filepath.Join(dir, "q.hcl")
 	src := `
 profiles = "cold"
+template "t" {}
 job "a" {
   template = "t"
   command  = ["gpufrac", "simjob", "--peak", "2GiB", "--hold", "200ms", "--result", "$GPUFRAC_RESULT"]

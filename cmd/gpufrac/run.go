@@ -25,7 +25,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	fs := newFlagSet("run", "run [flags] QUEUE.hcl", g, stderr)
 	var sf storeFlags
 	sf.register(fs)
-	arm := fs.String("arm", "", "admission rules: packed (default), exclusive, static or uncapped")
+	arm := fs.String("arm", "", "admission rules: "+armList(" (default)"))
 	mode := fs.String("mode", "", "enforcement mode of the packed and static arms: mps or isolated (default: the policy's)")
 	profiles := fs.String("profiles", "", "footprints: warm (reuse stored ones, default) or cold (probe every template again)")
 	out := fs.String("out", "", "results directory (default gpufrac-results/<time>-<arm>)")
@@ -70,6 +70,10 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
+	// Before the run's own lines: like an error, a warning is about the file, not the run.
+	for _, w := range q.Warnings {
+		fmt.Fprintf(stderr, "gpufrac run: warning: %s\n", w)
+	}
 	b, err := g.openBackend(q.SimulatedGPUs)
 	if err != nil {
 		return err
@@ -111,6 +115,9 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		}
 		o.OutDir = filepath.Join("gpufrac-results", time.Now().Format("20060102-150405")+"-"+string(a))
 	}
+	if err := q.CheckOutDir(o.OutDir); err != nil {
+		return err
+	}
 	res, err := runner.Run(ctx, q, o)
 	if res != nil && *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -133,11 +140,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 func checkRunFlags(arm, mode, profiles string, maxConc int, window time.Duration) error {
 	switch {
 	case arm != "" && record.Arm(arm).Check() != nil:
-		names := make([]string, len(record.Arms))
-		for i, a := range record.Arms {
-			names[i] = string(a)
-		}
-		return usagef("--arm %q: want one of %s", arm, strings.Join(names, ", "))
+		return usagef("--arm %q: want one of %s", arm, armList(""))
 	case mode != "" && mode != string(policy.ModeMPS) && mode != string(policy.ModeIsolated):
 		return usagef("--mode %q: want mps or isolated", mode)
 	case profiles != "" && record.Profiles(profiles).Check() != nil:
@@ -148,6 +151,18 @@ func checkRunFlags(arm, mode, profiles string, maxConc int, window time.Duration
 		return usagef("--probe-window %s: must not be negative", window)
 	}
 	return nil
+}
+
+// armList names every arm, packed first as the default, from record.Arms, so that a new arm
+// cannot be missing from the help.
+func armList(packedNote string) string {
+	names := []string{string(record.ArmPacked) + packedNote}
+	for _, a := range record.Arms {
+		if a != record.ArmPacked {
+			names = append(names, string(a))
+		}
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // templatesFromStore fills the queue's templates with footprints declared in the policy store

@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -70,7 +70,7 @@ type statusProfile struct {
 }
 
 func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("status", "status [--json]", g, stderr)
+	fs := newFlagSet("status", "status [--json] [--no-usage] [--watch [--interval DUR]]", g, stderr)
 	asJSON := fs.Bool("json", false, "print the ledger as JSON")
 	noUsage := fs.Bool("no-usage", false, "do not open the GPU backend to measure each reservation's usage")
 	watch := fs.Bool("watch", false, "redraw the status every --interval until interrupted, like watch(1)")
@@ -81,20 +81,29 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
-	if *watch {
-		if *asJSON {
-			return usagef("--watch redraws the table for people; for JSON, call gpufrac status --json in a loop")
+	if !*watch {
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "interval" })
+		if set {
+			return usagef("--interval %s: it is how often --watch redraws; add --watch, or leave --interval out for one status", *interval)
 		}
-		if *interval < 100*time.Millisecond {
-			return usagef("--interval %s: must be at least 100ms", *interval)
-		}
-		once := slices.DeleteFunc(slices.Clone(args), func(a string) bool { return a == "--watch" || a == "-watch" })
-		return watchStatus(ctx, *interval, stdout, func(w io.Writer) error { return cmdStatus(ctx, g, once, w, stderr) })
+		return showStatus(ctx, g, *asJSON, *noUsage, stdout, stderr)
 	}
+	if *asJSON {
+		return usagef("--watch redraws the table for people; for JSON, call gpufrac status --json in a loop")
+	}
+	if *interval < 100*time.Millisecond {
+		return usagef("--interval %s: must be at least 100ms", *interval)
+	}
+	return watchStatus(ctx, *interval, stdout, func(w io.Writer) error { return showStatus(ctx, g, false, *noUsage, w, stderr) })
+}
+
+// showStatus prints the status once.
+func showStatus(ctx context.Context, g *globals, asJSON, noUsage bool, stdout, stderr io.Writer) error {
 	dir := expandHome(g.stateDir)
 	snap, err := ledger.ReadSnapshot(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return emptyStatus(stdout, dir, *asJSON) // a fresh state directory: an empty ledger is an answer
+		return emptyStatus(stdout, dir, asJSON) // a fresh state directory: an empty ledger is an answer
 	}
 	if err != nil {
 		return err
@@ -110,7 +119,7 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		out.Run = &rs
 	}
 	var b gpu.Backend
-	if !*noUsage {
+	if !noUsage {
 		b = g.attachBackend()
 	}
 	banner := ""
@@ -147,7 +156,7 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		fp := probe.Earned(snap.Policy, p.PeakBytes)
 		out.Profiles = append(out.Profiles, statusProfile{Profile: p, CapBytes: fp.Cap, Units: fp.Units})
 	}
-	if *asJSON {
+	if asJSON {
 		if banner != "" {
 			fmt.Fprintln(stderr, banner)
 		}

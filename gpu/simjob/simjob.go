@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -152,7 +153,12 @@ func (c *config) target(elapsed time.Duration) (size.Bytes, bool) {
 // tail of os.Args (e.g. os.Args[2:] for `gpufrac simjob ...`): --procs re-runs the same
 // executable with the same leading arguments to start the extra processes.
 func Main(args []string, stdout, stderr io.Writer) int {
-	c, err := parse(args, stderr)
+	// A help asked for goes to stdout, as gpufrac's own commands' does.
+	out := stderr
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "--h" }) {
+		out = stdout
+	}
+	c, err := parse(args, out)
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
 	}
@@ -273,7 +279,10 @@ func (j *job) run() int {
 	if !c.child {
 		capInfo := "none"
 		if v := os.Getenv(EnvCapBytes); v != "" {
-			capInfo = v + " bytes (informational: a simulated job never limits itself)"
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+				v = size.Bytes(n).String()
+			}
+			capInfo = v + " (informational: a simulated job never limits itself)"
 		}
 		mps := "none"
 		if j.limited {

@@ -231,8 +231,9 @@ func TestCapIsInformational(t *testing.T) {
 	if code := r.wait(t); code != simjob.ExitOK {
 		t.Fatalf("exit %d; stderr: %s", code, r.stderr.String())
 	}
-	if !strings.Contains(r.stdout.String(), "1073741824 bytes (informational") {
-		t.Fatalf("stdout %q does not report the cap", r.stdout.String())
+	// A size a person reads, not a byte count.
+	if !strings.Contains(r.stdout.String(), "cap 1GiB (informational") {
+		t.Fatalf("stdout %q does not report the cap as a size", r.stdout.String())
 	}
 }
 
@@ -404,5 +405,18 @@ func TestStarvedJobKeepsItsHold(t *testing.T) {
 	}
 	if held := time.Since(resumed); held < due {
 		t.Fatalf("the job ended %s after it resumed, with %s of its hold still due: it skipped work it never did", held, due)
+	}
+}
+
+// A help asked for goes to stdout (it pages with less), a bad flag to stderr.
+func TestHelpOnStdout(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := simjob.Main([]string{"--help"}, &out, &errb); code != simjob.ExitOK || !strings.Contains(out.String(), "-peak") || errb.Len() != 0 {
+		t.Errorf("simjob --help: exit %d, stdout %q, stderr %q: want 0 and the flags on stdout only", code, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := simjob.Main([]string{"--peek", "1GiB"}, &out, &errb); code != simjob.ExitUsage || !strings.Contains(errb.String(), "-peek") || out.Len() != 0 {
+		t.Errorf("simjob --peek: exit %d, stdout %q, stderr %q: want %d and the error on stderr only", code, out.String(), errb.String(), simjob.ExitUsage)
 	}
 }

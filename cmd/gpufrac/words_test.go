@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/record"
+)
+
+// Help that was asked for is output: on stdout, exit 0, for gpufrac and every command, and
+// it shows the global flags' defaults, not values given before the command's name.
+func TestHelpOnStdout(t *testing.T) {
+	calls := [][]string{{"--help"}, {"-h"}, {"help"}}
+	for _, c := range commands {
+		calls = append(calls, []string{c.name, "--help"}, []string{"--state-dir", "/given/state", "--log-level", "trace", c.name, "-h"})
+	}
+	for _, args := range calls {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var o, e strings.Builder
+			code := realMain(args, &o, &e)
+			if code != exitOK || !strings.Contains(o.String(), "Usage") || e.Len() != 0 {
+				t.Fatalf("exit %d (want 0), stdout %q, stderr %q: want the help on stdout only", code, o.String(), e.String())
+			}
+			if strings.Contains(o.String(), "/given/state") || strings.Contains(o.String(), `"trace"`) {
+				t.Errorf("the help shows a flag given on the command line as its default:\n%s", o.String())
+			}
+		})
+	}
+	// A bad flag is an error: its message and the usage go to stderr, exit 2.
+	var o, e strings.Builder
+	if code := realMain([]string{"run", "--bogus"}, &o, &e); code != exitUsage || o.Len() != 0 || !strings.Contains(e.String(), "-bogus") {
+		t.Errorf("run --bogus: exit %d, stdout %q, stderr %q: want 2 and the error on stderr", code, o.String(), e.String())
+	}
+}
+
+// The command list is a column: every summary starts where the others do, however long the
+// longest name.
+func TestCommandListAligned(t *testing.T) {
+	var o, e strings.Builder
+	realMain([]string{"help"}, &o, &e)
+	cols := map[int][]string{}
+	for _, c := range commands {
+		if c.hidden {
+			continue
+		}
+		for _, l := range strings.Split(o.String(), "\n") {
+			if rest, ok := strings.CutPrefix(l, "  "+c.name+" "); ok && strings.HasSuffix(l, c.summary) {
+				col := len(l) - len(strings.TrimLeft(rest, " "))
+				cols[col] = append(cols[col], c.name)
+			}
+		}
+	}
+	if len(cols) != 1 {
+		t.Errorf("summaries start at columns %v, want one column:\n%s", cols, o.String())
+	}
+}
+
+// `run --help` names every arm the runner knows.
+func TestArmHelpListsEveryArm(t *testing.T) {
+	var o, e strings.Builder
+	realMain([]string{"run", "--help"}, &o, &e)
+	var help string
+	for _, l := range strings.Split(o.String(), "\n\n") {
+		if strings.Contains(l, "-arm string") {
+			help = l
+		}
+	}
+	for _, a := range record.Arms {
+		if !strings.Contains(help, string(a)) {
+			t.Errorf("-arm help %q does not name the arm %q", help, a)
+		}
+	}
+}
+
+// Ctrl-C or SIGTERM stops a run cleanly: the outputs are written and the run says it was
+// stopped, with the shells' status for the signal, not an error of its own.
+func TestRunStoppedBySignal(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			c := newCLI(t)
+			out := filepath.Join(t.TempDir(), "out")
+			b := c.startRun(t, "--out", out, writeQueue(t, longQueue))
+			c.jobOnGPU(t)
+			if err := b.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			data := make(chan string, 1)
+			go func() {
+				var sb strings.Builder
+				buf := make([]byte, 4096)
+				for {
+					n, err := b.stdout.Read(buf)
+					sb.Write(buf[:n])
+					if err != nil {
+						data <- sb.String()
+						return
+					}
+				}
+			}()
+			b.wait(t)
+			text := <-data
+			want := 128 + int(sig)
+			if code := b.cmd.ProcessState.ExitCode(); code != want {
+				t.Errorf("exit status %d, want %d (128 + %d)\n%s", code, want, int(sig), text)
+			}
+			name := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[sig]
+			if line := fmt.Sprintf("gpufrac run: stopped by %s (exit status %d)", name, want); !strings.Contains(text, line) {
+				t.Errorf("output lacks %q:\n%s", line, text)
+			}
+			if strings.Contains(text, "context canceled") {
+				t.Errorf("output says %q:\n%s", "context canceled", text)
+			}
+			if _, err := os.Stat(filepath.Join(out, record.ResultsFile)); err != nil {
+				t.Errorf("no results after %v: %v", sig, err)
+			}
+		})
+	}
+}
+
+// The queue file's problems are the run's first words: an unused template is a warning on
+// stderr and the run goes on; a result that is the run's own output is refused before anything
+// runs, also when written as an absolute path into --out.
+func TestRunChecksTheQueueAgainstItsOutputs(t *testing.T) {
+	c := newCLI(t)
+	out := filepath.Join(t.TempDir(), "out")
+	q := writeQueue(t, `
+template "unused" {}
+job "a" {
+  command = ["gpufrac", "simjob", "--peak", "1GiB", "--hold", "50ms"]
+}
+`)
+	code, stdout, stderr := c.run("run", "--out", out, q)
+	warn := "gpufrac run: warning: " + q + `:2,1: Unused template: template "unused" is used by no job`
+	if code != 0 || !strings.HasPrefix(stderr, warn) {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant 0 and stderr starting with %q", code, stdout, stderr, warn)
+	}
+	abs := filepath.Join(out, "attempts.csv")
+	q = writeQueue(t, `
+job "a" {
+  command = ["gpufrac", "simjob", "--peak", "1GiB", "--hold", "50ms"]
+  result  = "`+abs+`"
+}
+`)
+	code, stdout, stderr = c.run("run", "--out", out, q)
+	want := fmt.Sprintf(`gpufrac run: %s:4,13: Result overwrites the run's outputs: job "a": result = %q is the run's own attempts.csv`, q, abs)
+	if code != exitFail || !strings.Contains(stderr, want) || stdout != "" {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant 1, nothing run, and %q", code, stdout, stderr, want)
+	}
+}

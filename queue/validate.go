@@ -1,0 +1,187 @@
+package queue
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/hashicorp/hcl/v2"
+)
+
+// RunOutputs are the names a run writes at the top of its results directory (runner.Options.OutDir):
+// a job's result there would be overwritten by the run, or overwrite it. ".fence" holds the
+// allocation fence's tables when the ledger is in memory.
+var RunOutputs = []string{record.ResultsFile, record.AttemptsFile, record.ReportFile, "logs", ".fence"}
+
+// Warning is a problem in a queue file that does not stop the run, with its position.
+type Warning struct {
+	Pos     hcl.Range
+	Message string
+}
+
+func (w Warning) String() string {
+	return fmt.Sprintf("%s:%d,%d: %s", w.Pos.Filename, w.Pos.Start.Line, w.Pos.Start.Column, w.Message)
+}
+
+// checkTemplates refuses a job that names a template the file does not declare, and warns of a
+// template block no job uses. A typo in `template = "..."` would otherwise create and probe a
+// new template and run the job under a footprint nobody meant, which nobody would notice; a
+// declaration costs one line (`template "x" {}`). A job without `template` is its own template,
+// so only names a person typed must be declared.
+func (d *decoder) checkTemplates(fq *fileQueue, q *Queue) {
+	declared := map[string]bool{}
+	for _, t := range fq.Templates {
+		declared[t.Name] = true
+	}
+	used := map[string]bool{}
+	for i, j := range fq.Jobs {
+		if i >= len(q.Jobs) {
+			break
+		}
+		name := q.Jobs[i].Template
+		used[name] = true
+		if isNull(j.Template) || name == j.Name || declared[name] || !policy.ValidName(name) {
+			continue
+		}
+		hint := fmt.Sprintf("declare it with template %q {} (an empty block is enough: its footprint is then probed, or taken from the policy store)", name)
+		if near := nearest(name, fq.Templates); near != "" {
+			hint = fmt.Sprintf("did you mean %q? Else declare it with template %q {}", near, name)
+		}
+		d.add(j.Template.Range(), "Undeclared template", fmt.Sprintf("job %q: template = %q is not declared in this file; %s", j.Name, name, hint))
+	}
+	for _, t := range fq.Templates {
+		if !used[t.Name] {
+			q.Warnings = append(q.Warnings, Warning{Pos: t.DefRange, Message: fmt.Sprintf(
+				"Unused template: template %q is used by no job (a job uses the template it names, or the one named like itself)", t.Name)})
+		}
+	}
+}
+
+// nearest is the declared template one or two edits away from name, if exactly one is.
+func nearest(name string, ts []fileTemplate) string {
+	found := ""
+	for _, t := range ts {
+		if editDistance(name, t.Name) <= 2 {
+			if found != "" {
+				return ""
+			}
+			found = t.Name
+		}
+	}
+	return found
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// checkResults refuses two jobs writing one result file, and a result that is one of the run's
+// own outputs. Relative paths are inside the results directory; absolute ones are compared as
+// written here, and against the results directory by CheckOutDir once it is known.
+func (d *decoder) checkResults(fq *fileQueue, q *Queue) {
+	for i := range q.Jobs {
+		if i < len(fq.Jobs) && !isNull(fq.Jobs[i].Result) {
+			q.Jobs[i].resultAt = fq.Jobs[i].Result.Range()
+		}
+	}
+	d.diags = append(d.diags, resultProblems(q.Jobs, "")...)
+}
+
+// CheckOutDir checks the jobs' result paths against the results directory a run will use:
+// an absolute result inside it must not be one of the run's outputs nor another job's result.
+// Errors name the file and line, as Load's do.
+func (q Queue) CheckOutDir(outDir string) error {
+	abs, err := filepath.Abs(outDir)
+	if err != nil {
+		return fmt.Errorf("results directory %q: %w", outDir, err)
+	}
+	if diags := resultProblems(q.Jobs, abs); diags.HasErrors() {
+		return diagError(diags)
+	}
+	return nil
+}
+
+// resultProblems finds the result paths that collide. With outDir empty it checks relative
+// paths (and absolute ones among themselves); with outDir set, absolute paths inside it too.
+func resultProblems(jobs []Job, outDir string) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	add := func(j Job, summary, detail string) {
+		r := j.resultAt
+		if r.Filename == "" {
+			// A queue built in code has no positions; the job's name still says where.
+			r.Filename = "queue"
+		}
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &r})
+	}
+	first := map[string]Job{}
+	for _, j := range jobs {
+		if j.Result == "" {
+			continue
+		}
+		key := filepath.Clean(j.Result)
+		inOut := !filepath.IsAbs(key)
+		if outDir != "" && filepath.IsAbs(key) {
+			if rel, err := filepath.Rel(outDir, key); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+				key, inOut = rel, true
+			}
+		}
+		if inOut {
+			if own := ownOutput(key); own != "" {
+				if outDir == "" || filepath.IsAbs(j.Result) {
+					add(j, "Result overwrites the run's outputs", fmt.Sprintf(
+						"job %q: result = %q is the run's own %s in the results directory; choose another path, e.g. \"results/%s.json\"", j.Name, j.Result, own, j.Name))
+				}
+				continue
+			}
+		}
+		if prev, dup := first[key]; dup {
+			// At load time the relative paths were compared already; report a pair once.
+			if outDir == "" || filepath.IsAbs(j.Result) || filepath.IsAbs(prev.Result) {
+				add(j, "Duplicate result", fmt.Sprintf("job %q: result = %q is also the result of job %q%s; each job needs its own result file",
+					j.Name, j.Result, prev.Name, at(prev.resultAt)))
+			}
+			continue
+		}
+		first[key] = j
+	}
+	return diags
+}
+
+// ownOutput names the run output rel (relative to the results directory) is, or is inside.
+func ownOutput(rel string) string {
+	top, _, _ := strings.Cut(filepath.ToSlash(rel), "/")
+	for _, o := range RunOutputs {
+		if top == o {
+			if o == "logs" || o == ".fence" {
+				return o + "/ directory"
+			}
+			return o
+		}
+	}
+	return ""
+}
+
+func at(r hcl.Range) string {
+	if r.Filename == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (%s:%d,%d)", r.Filename, r.Start.Line, r.Start.Column)
+}
