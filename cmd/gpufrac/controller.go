@@ -99,9 +99,13 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 func controllerFlags(g *globals, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("gpufrac controller", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: error, warn, info, debug or trace (default "+g.defaultLevel+")")
+	// The help shows the built-in default, not a level given before the command's name, which
+	// stays in force.
+	given := g.logLevel
+	fs.StringVar(&g.logLevel, "log-level", g.defaultLevel, "log level: error, warn, info, debug or trace")
+	g.logLevel = given
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gpufrac controller [flags]\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: gpufrac controller [flags]\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	return fs

@@ -116,7 +116,7 @@ func TestControllerHelpListsOnlyWhatItReads(t *testing.T) {
 	if !slices.Equal(listed, want) {
 		t.Errorf("help lists %q, want exactly what the controller reads, %q:\n%s", listed, want, help)
 	}
-	if !regexp.MustCompile(`log level: [^\n]*\(default info\)`).MatchString(help) || strings.Contains(help, "default warn") {
+	if !regexp.MustCompile(`log level: [^\n]*\(default "?info"?\)`).MatchString(help) || strings.Contains(help, "default warn") {
 		t.Errorf("help does not give the controller's log level default, info:\n%s", help)
 	}
 	for _, flag := range []string{"--state-dir", "--gpu-backend", "--sim-dir", "--simulated-gpus"} {

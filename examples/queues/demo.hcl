@@ -69,11 +69,6 @@ template "grower" {
   peak = "4GiB"
 }
 
-# Every template a job names is declared; an empty block says "probe it, or use its stored footprint".
-template "train-small" {}
-template "embed" {}
-template "eval" {}
-
 template "leaker" {
   peak = "3GiB"
 }
