@@ -32,6 +32,9 @@ func (t *Table) SetWait(time.Duration) {}
 // SetTasks fails without cgo.
 func (t *Table) SetTasks([]Task, size.Bytes) error { return errNoCgo }
 
+// Verify fails without cgo.
+func (t *Table) Verify() ([]string, error) { return nil, errNoCgo }
+
 // Reap does nothing.
 func (t *Table) Reap() int { return 0 }
 

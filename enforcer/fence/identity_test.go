@@ -11,12 +11,13 @@ import (
 )
 
 // A process started without the reservation in its environment (a child, a child's child, a
-// child in a new session) is charged to the task its ancestry belongs to: 300M fits beside the
+// child in a new session, one without the fence directory either) is charged to the task its
+// ancestry belongs to: 300M fits beside the
 // parent's 600M of the 1G cap, 600M does not. Unfenced, both would pass; held to the unplaced
 // allowance, both would fail.
 func TestChildrenWithoutTheTokenAreChargedToTheTask(t *testing.T) {
 	k := fencetest.Build(t)
-	for _, mode := range []string{"child", "grandchild", "setsid"} {
+	for _, mode := range []string{"child", "grandchild", "setsid", "nodir"} {
 		t.Run(mode, func(t *testing.T) {
 			dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
 			c := k.Start(t, k.Env(dir, tokA))

@@ -17,8 +17,14 @@
  *   the process dies, however it dies, and which means the same thing in every PID namespace
  *   (a task in a container sees other PIDs than the host). A slot whose byte can be locked
  *   belongs to a dead process, and its bytes go back to its task.
+ * - A live holder that keeps the lock (stopped, or hostile) is waited for GF_LOCK_WAIT_NS,
+ *   then the waiter goes on without the table: nothing hangs on it.
  * - A task's sum is kept beside the per-process sums and rebuilt from them whenever a lock
  *   holder died mid-update, so nothing underflows or counts twice.
+ * - Every task maps the table writable, so it holds no token (only SHA-256 hashes), and what
+ *   only the enforcer writes is also in a control copy tasks get read-only (control.c), put
+ *   back into the table before the rules read it. docs/enforcement.md, "Threat model", says
+ *   what a hostile task can still do.
  */
 #ifndef GPUFRAC_FENCE_STATE_H
 #define GPUFRAC_FENCE_STATE_H

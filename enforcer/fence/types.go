@@ -232,8 +232,9 @@ func ReservationKey(uuid string) string {
 }
 
 // TokenFor finds a process's reservation on GPU uuid in its environment the way the preload
-// library does: the per-GPU key first, then GPUFRAC_RESERVATION when GPUFRAC_GPU_UUID names
-// this GPU.
+// library reads one environment: the per-GPU key first, then GPUFRAC_RESERVATION when
+// GPUFRAC_GPU_UUID names this GPU. (The library then looks up the process's ancestry when its
+// own environment has none the table knows: lib/identity.c.)
 func TokenFor(uuid string, getenv func(string) string) string {
 	if t := getenv(ReservationKey(uuid)); t != "" {
 		return t

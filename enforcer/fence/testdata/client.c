@@ -11,9 +11,9 @@
  *   total -> total BYTES (cuDeviceTotalMem_v2)   total1 -> total BYTES (the 32-bit cuDeviceTotalMem)
  *   poolkeep BYTES -> ok (the default pool's release threshold)   trim KEEP -> ok (cuMemPoolTrimTo)
  *   used -> used BYTES (what the fake device holds: what NVML would report)
- *   spawn child|grandchild|setsid SIZE -> child ok|err CODE (a new program started without
- *     the reservation in its environment allocates SIZE and exits: a child, a child's child, or
- *     a child in a new session)
+ *   spawn child|grandchild|setsid|nodir SIZE -> child ok|err CODE (a new program started
+ *     without the reservation in its environment allocates SIZE and exits: a child, a child's
+ *     child, a child in a new session, or a child without GPUFRAC_FENCE_DIR either)
  *   exit -> leaves without freeing
  * SIZE takes K, M and G (binary) suffixes.
  */
@@ -191,12 +191,12 @@ extern char **environ;
 
 /* run starts this program again as argv with the environment minus its reservations and
  * returns its exit code, or -1. */
-static int run(char *const argv[], int new_session)
+static int run(char *const argv[], int new_session, int no_dir)
 {
 	static char *env[4096];
 	int n = 0;
 	for (char **e = environ; *e && n < 4095; e++)
-		if (strncmp(*e, "GPUFRAC_RESERVATION", 19) != 0)
+		if (strncmp(*e, "GPUFRAC_RESERVATION", 19) != 0 && (!no_dir || strncmp(*e, "GPUFRAC_FENCE_DIR=", 18) != 0))
 			env[n++] = *e;
 	env[n] = NULL;
 	fflush(stdout);
@@ -217,7 +217,8 @@ static void spawn(const char *mode, const char *size)
 {
 	char *alloc_once[] = {"client", "alloc-once", (char *)size, NULL};
 	char *relay[] = {"client", "relay", (char *)size, NULL};
-	int code = run(strcmp(mode, "grandchild") == 0 ? relay : alloc_once, strcmp(mode, "setsid") == 0);
+	int code = run(strcmp(mode, "grandchild") == 0 ? relay : alloc_once, strcmp(mode, "setsid") == 0,
+		       strcmp(mode, "nodir") == 0);
 	if (code == 0)
 		printf("child ok\n");
 	else
@@ -228,7 +229,7 @@ int main(int argc, char **argv)
 {
 	if (argc > 2 && strcmp(argv[1], "relay") == 0) {
 		char *alloc_once[] = {"client", "alloc-once", argv[2], NULL};
-		return run(alloc_once, 0);
+		return run(alloc_once, 0, 0);
 	}
 	if (argc > 2 && strcmp(argv[1], "alloc-once") == 0) {
 		load(0, 0);
