@@ -14,10 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../control.h"
 #include "../state.h"
 #include "fence.h"
 
@@ -467,6 +467,8 @@ static void after_fork_child(void)
 	for (int i = 0; i < GF_MAX_DEV; i++) {
 		struct dev *d = &devs[i];
 		if (d->state == DEV_FENCED) {
+			/* The parent's slot and mappings are not the child's: it attaches anew. */
+			gf_control_close(&d->m);
 			munmap(d->m.t, sizeof *d->m.t);
 			close(d->m.fd);
 		}
