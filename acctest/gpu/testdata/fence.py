@@ -5,6 +5,8 @@ Modes (each prints one JSON line and writes it to --out; "<out>.ready" once CUDA
             allocator PYTORCH_CUDA_ALLOC_CONF chose, or raw cudaMalloc through ctypes (--raw);
             then free everything and allocate a small tensor: the process must live on.
   pair      allocate --mb, then a spawned child process of the same task tries --mb too.
+With --strict, fill and pair exit 1 when they did not get all they asked for (a job that needs
+its memory, as the ladder's GPU suite wants: acctest/gpu/testdata/leakers.hcl).
   escape    a child started with LD_PRELOAD or the reservation removed from its environment
             allocates --mb and holds it: only the watchdog can see it.
   grow      an honest job: grow by --step-mb every --interval s to --to-mb, hold --seconds.
@@ -63,6 +65,8 @@ def fill(a):
     torch.cuda.empty_cache()
     after = torch.ones(16 * MiB, device="cuda").sum().item()  # lives on after the refusal
     result(a.out, mode="fill", allocated_mb=got, error=err, info_free=free, info_total=total, alive=after == 16 * MiB)
+    if a.strict and err:
+        sys.exit(1)
 
 
 def pair_child(mb, q):
@@ -85,7 +89,10 @@ def pair(a):
     c = ctx.Process(target=pair_child, args=(a.mb, q))
     c.start()
     c.join()
-    result(a.out, mode="pair", child=q.get() if not q.empty() else "none", child_exit=c.exitcode)
+    child = q.get() if not q.empty() else "none"
+    result(a.out, mode="pair", child=child, child_exit=c.exitcode)
+    if a.strict and child != "ok":
+        sys.exit(1)
 
 
 def escape(a):
@@ -163,6 +170,7 @@ def main():
     p.add_argument("--chunk-mb", type=int, default=256)
     p.add_argument("--target-mb", type=int, default=0)
     p.add_argument("--raw", action="store_true")
+    p.add_argument("--strict", action="store_true")
     p.add_argument("--mb", type=int, default=1024)
     p.add_argument("--drop", choices=["preload", "token"], default="preload")
     p.add_argument("--seconds", type=float, default=5)
