@@ -111,9 +111,9 @@ func TestFourGPUNode(t *testing.T) {
 					t.Errorf("GPU %d: MPS control daemon running %v", i, running)
 				}
 			}
-			mounts := []string{env[fence.EnvDir]}
+			mounts := []string{env[fence.EnvDir], fence.ControlDir(env[fence.EnvDir])}
 			if mode == "mps" {
-				mounts = []string{pipe, env[fence.EnvDir]}
+				mounts = append([]string{pipe}, mounts...)
 			}
 			if err := samePathMounts(res.GetMounts(), mounts...); err != nil {
 				t.Error(err)
