@@ -29,8 +29,16 @@ func (rt *runtime) startPublisher(enf *enforcer.Enforcer, l *ledger.Ledger) {
 		return
 	}
 	node, _ := os.Hostname()
-	events, unsubscribe := enf.Subscribe()
 	queue := make(chan violations.Record, 256)
+	// Following before the backlog is read: a violation in between is queued twice at worst,
+	// and a create-only write makes the second a no-op.
+	rt.followViolations(enf, func(v ledger.Violation) {
+		select {
+		case queue <- record(v, l, node):
+		default:
+			log.Error("violation not published: too many waiting", "task", v.Task.String())
+		}
+	})
 	for _, v := range l.Violations() {
 		if time.Since(v.CrossedAt) < republishWindow {
 			select {
@@ -39,29 +47,7 @@ func (rt *runtime) startPublisher(enf *enforcer.Enforcer, l *ledger.Ledger) {
 			}
 		}
 	}
-	rt.wg.Add(2)
-	go func() {
-		defer rt.wg.Done()
-		defer unsubscribe()
-		for {
-			select {
-			case <-rt.ctx.Done():
-				return
-			case ev, ok := <-events:
-				if !ok {
-					return
-				}
-				if ev.Kind != enforcer.EventViolation || ev.Violation == nil {
-					continue
-				}
-				select {
-				case queue <- record(*ev.Violation, l, node):
-				default:
-					log.Error("violation not published: too many waiting", "task", ev.Violation.Task.String())
-				}
-			}
-		}
-	}()
+	rt.wg.Add(1)
 	go func() {
 		defer rt.wg.Done()
 		vars := conn.Variables()

@@ -173,6 +173,12 @@ func (rt *runtime) fenceConfig(b gpu.Backend) (enforcer.FenceConfig, error) {
 // countViolations brings the violation metrics up to date after each violation the enforcer
 // contains, so that a burst longer than the ledger keeps between two scrapes is still counted.
 func (rt *runtime) countViolations(enf *enforcer.Enforcer, l *ledger.Ledger) {
+	rt.followViolations(enf, func(ledger.Violation) { rt.viol.sync(l.Violations()) })
+}
+
+// followViolations calls fn, on a goroutine of its own, with each violation the enforcer
+// contains, until the plugin stops.
+func (rt *runtime) followViolations(enf *enforcer.Enforcer, fn func(ledger.Violation)) {
 	events, unsubscribe := enf.Subscribe()
 	rt.wg.Add(1)
 	go func() {
@@ -187,7 +193,7 @@ func (rt *runtime) countViolations(enf *enforcer.Enforcer, l *ledger.Ledger) {
 					return
 				}
 				if ev.Kind == enforcer.EventViolation && ev.Violation != nil {
-					rt.viol.sync(l.Violations())
+					fn(*ev.Violation)
 				}
 			}
 		}
