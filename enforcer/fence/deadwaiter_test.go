@@ -1,0 +1,78 @@
+package fence_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A process SIGKILLed while its allocation waits for borrowable memory leaves its slot live
+// with its waiting flag set until a reaper gives it back. Nothing may read that flag as a live
+// wait: not the snapshot admission reads (it would freeze the GPU), not SetTasks (it would
+// refuse every new guarantee). Found on an H200: after the queue's other jobs ended nothing
+// was admitted again.
+func TestKilledWaiterFreezesNothing(t *testing.T) {
+	k := fencetest.Build(t)
+	for _, tc := range []struct {
+		name  string
+		ended bool // the dead waiter's task is ended before the new guarantee is asked for
+	}{
+		{name: "its task still placed"},
+		{name: "its task ended", ended: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, tb := table(t, 4*size.GiB)
+			tb.SetWait(time.Minute)
+			both := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: size.GiB}}
+			if err := tb.SetTasks(both, 4*size.GiB); err != nil {
+				t.Fatal(err)
+			}
+			b := attach(t, dir, tokB)
+			if r := b.Charge(size.GiB); r != fence.Charged {
+				t.Fatal(r)
+			}
+			victim := k.StartTool(t)
+			want(t, victim.Do("attach "+fence.Path(dir, fencetest.FakeUUID)+" "+tokA), "ok", "A attaches")
+			want(t, victim.Do("charge 3G"), "ok", "A borrows 2 GiB")
+			victim.Send("charge 1G") // needs B's memory: it waits
+			waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
+			victim.Kill()
+
+			rest := both
+			if tc.ended {
+				rest = both[1:]
+			}
+			if tc.ended {
+				if err := tb.SetTasks(rest, 4*size.GiB); err != nil {
+					t.Fatalf("ending the dead waiter's task: %v", err)
+				}
+			}
+			// The snapshot does not reap: while the task is placed, the dead slot shows until a
+			// reaper comes (the enforcer's FenceUse reaps when it sees a wait). A slot of an
+			// ended task waits for nothing.
+			if s := snapshotWithin(t, tb); tc.ended && s.Waiting() {
+				t.Errorf("a dead process of an ended task reads as waiting: %+v", s.Procs)
+			}
+			// A new guarantee that fits once the dead process's bytes are back.
+			newcomer := append(append([]fence.Task{}, rest...), fence.Task{Token: tokC, Cap: size.GiB})
+			err := tb.SetTasks(newcomer, 4*size.GiB)
+			var nr *fence.NoRoomError
+			if errors.As(err, &nr) {
+				t.Fatalf("a new guarantee beside a dead waiter: %v (%+v)", err, nr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if u := snap(t, tb, tokC); u.Cap != size.GiB {
+				t.Fatalf("C: %+v", u)
+			}
+			if s := snapshotWithin(t, tb); s.Waiting() || !tc.ended && s.Reaped != 1 {
+				t.Fatalf("after the new guarantee: waiting %v, reaped %d (want the dead slot given back)", s.Waiting(), s.Reaped)
+			}
+		})
+	}
+}
