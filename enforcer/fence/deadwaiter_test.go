@@ -76,3 +76,35 @@ func TestKilledWaiterFreezesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A wait cut short because a live holder kept the table's lock (GF_BUSY: the allocation goes on
+// unfenced) cannot clear its flag then; it is cleared at the process's next lock, so a process
+// that lives on does not freeze its GPU for the rest of its life.
+func TestWaitEndedWithoutTheLockLeavesNoFlag(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 4*size.GiB)
+	tb.SetWait(time.Minute)
+	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: size.GiB}}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	path := fence.Path(dir, fencetest.FakeUUID)
+	b := attach(t, dir, tokB)
+	if r := b.Charge(size.GiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	waiter := k.StartTool(t)
+	want(t, waiter.Do("attach "+path+" "+tokA), "ok", "A attaches")
+	want(t, waiter.Do("charge 3G"), "ok", "A borrows 2 GiB")
+	waiter.Send("charge 1G")
+	waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
+	holder := k.StartTool(t, "GF_TEST_STALL=charge-enter")
+	want(t, holder.Do("attach "+path+" "+tokB), "ok", "the holder attaches")
+	holder.Send("charge 1M")
+	holder.WaitStderr("gf-test: stalled at charge-enter")
+	want(t, waiter.Reply(), "busy", "A's wait once the lock is kept")
+	holder.Kill()
+	want(t, waiter.DoWithin("uncharge 1M", bound), "ok", "A's next lock")
+	if s := snapshotWithin(t, tb); s.Waiting() {
+		t.Fatalf("A waits for nothing, yet its flag stands: %+v", s.Procs)
+	}
+}
