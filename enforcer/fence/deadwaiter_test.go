@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,10 +20,14 @@ func TestKilledWaiterFreezesNothing(t *testing.T) {
 	k := fencetest.Build(t)
 	for _, tc := range []struct {
 		name  string
-		ended bool // the dead waiter's task is ended before the new guarantee is asked for
+		ended bool // the waiter's task is ended before the new guarantee is asked for
+		// the waiter is stopped instead of killed: alive, so no reaper can give its slot back
+		// (as a process that outlives its job would be)
+		stopped bool
 	}{
 		{name: "its task still placed"},
 		{name: "its task ended", ended: true},
+		{name: "a stopped waiter of an ended task", ended: true, stopped: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, tb := table(t, 4*size.GiB)
@@ -40,7 +45,11 @@ func TestKilledWaiterFreezesNothing(t *testing.T) {
 			want(t, victim.Do("charge 3G"), "ok", "A borrows 2 GiB")
 			victim.Send("charge 1G") // needs B's memory: it waits
 			waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
-			victim.Kill()
+			if tc.stopped {
+				stopOutsideTheLock(t, victim, tb)
+			} else {
+				victim.Kill()
+			}
 
 			rest := both
 			if tc.ended {
@@ -62,7 +71,7 @@ func TestKilledWaiterFreezesNothing(t *testing.T) {
 			err := tb.SetTasks(newcomer, 4*size.GiB)
 			var nr *fence.NoRoomError
 			if errors.As(err, &nr) {
-				t.Fatalf("a new guarantee beside a dead waiter: %v (%+v)", err, nr)
+				t.Fatalf("a new guarantee beside a dead or stuck waiter: %v (%+v)", err, nr)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -75,6 +84,29 @@ func TestKilledWaiterFreezesNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stopOutsideTheLock stops p between two of its polls: stopped inside one it would keep the
+// table's lock, which is another test's (TestLiveHolderThatKeepsTheLock).
+func stopOutsideTheLock(t *testing.T, p *fencetest.Proc, tb *fence.Table) {
+	t.Helper()
+	for range 10 {
+		if err := syscall.Kill(p.PID(), syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		within(t, bound, "the enforcer's snapshot", func() { _, err = tb.Snapshot() })
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, fence.ErrLocked) {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(p.PID(), syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("the waiter was stopped inside the lock 10 times running")
 }
 
 // A wait cut short because a live holder kept the table's lock (GF_BUSY: the allocation goes on
