@@ -101,6 +101,7 @@ type lender interface {
 // freezes the GPUs where an allocation waits for memory: a new job would take what it waits for.
 func (s *sched) lend(states map[string]ledger.GPUState) {
 	clear(s.frozen)
+	clear(s.refused)
 	if s.lender == nil {
 		return
 	}
@@ -127,7 +128,6 @@ func (s *sched) place(res ledger.Reservation) bool {
 		err = s.lender.SyncFence(st)
 	}
 	if err == nil || !errors.Is(err, fence.ErrNoRoom) {
-		delete(s.refused, res.GPU)
 		return true // other fence faults are the watchdog's to cover, as without borrowing
 	}
 	s.refused[res.GPU] = err

@@ -103,8 +103,8 @@ type sched struct {
 	// where an allocation waits for borrowed memory, as of the last round.
 	lender lender
 	frozen map[string]bool
-	// refused is the fence's last refusal of a guarantee per GPU (place), until one is placed
-	// there: what a run stuck with nothing running waits for.
+	// refused are the fence's refusals of a guarantee (place) per GPU, as of the last round:
+	// what a run stuck with nothing running waits for.
 	refused map[string]error
 	// grown are the guarantees the ladder raised templates to in this run (ladder.go).
 	grown map[string]size.Bytes
