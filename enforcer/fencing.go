@@ -253,6 +253,24 @@ func (f *fences) view(uuid string) (fence.Snapshot, bool) {
 	return s, err == nil
 }
 
+// settled is view for admission: a wait it shows may be a dead process's (killed while its
+// allocation waited, its slot not reaped yet), and a wait freezes the GPU, so then the dead are
+// reaped and the table read again. Only then: a reap costs a system call a live slot.
+func (f *fences) settled(uuid string) (fence.Snapshot, bool) {
+	s, ok := f.view(uuid)
+	if !ok || !s.Waiting() {
+		return s, ok
+	}
+	f.mu.Lock()
+	t := f.tables[uuid]
+	f.mu.Unlock()
+	if t == nil || t.Reap() == 0 {
+		return s, ok
+	}
+	f.log.Debug("gave back the fence slots of dead processes", "gpu", uuid, "why", "a wait")
+	return f.view(uuid)
+}
+
 // look reaps the slots of dead processes and returns the GPU's table as the fence sees it.
 func (f *fences) look(uuid string) (fence.Snapshot, bool) {
 	f.mu.Lock()
@@ -322,7 +340,7 @@ func (e *Enforcer) FenceUse(uuid string) (borrowed size.Bytes, waiting bool) {
 	if e.fence == nil {
 		return 0, false
 	}
-	s, ok := e.fence.view(uuid)
+	s, ok := e.fence.settled(uuid)
 	if !ok {
 		return 0, false
 	}

@@ -101,6 +101,7 @@ type lender interface {
 // freezes the GPUs where an allocation waits for memory: a new job would take what it waits for.
 func (s *sched) lend(states map[string]ledger.GPUState) {
 	clear(s.frozen)
+	clear(s.refused)
 	if s.lender == nil {
 		return
 	}
@@ -129,6 +130,7 @@ func (s *sched) place(res ledger.Reservation) bool {
 	if err == nil || !errors.Is(err, fence.ErrNoRoom) {
 		return true // other fence faults are the watchdog's to cover, as without borrowing
 	}
+	s.refused[res.GPU] = err
 	// The table left the task out and holds the others: giving the reservation back makes
 	// the ledger match it again.
 	if rerr := s.led.Release(res.Token, "no room in the fence"); rerr != nil {
@@ -136,6 +138,16 @@ func (s *sched) place(res ledger.Reservation) bool {
 	}
 	s.log.Debug("borrowers hold what the job's guarantee would cover; it waits", "gpu", res.GPU, "job", res.Task.JobName, "why", err)
 	return false
+}
+
+// fenceRefusal is a refusal of the fence still standing on some GPU (the first in order), or nil.
+func (s *sched) fenceRefusal() error {
+	for _, g := range s.gpus {
+		if err := s.refused[g]; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // limitFor is the most a job may hold on a GPU in state st: the GPU's budget when it borrows.

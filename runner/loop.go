@@ -179,6 +179,9 @@ func (r *run) giveUp() {
 		}
 		j.done, j.final = true, record.OutcomeFailed
 		detail := fmt.Sprintf("not admitted for %s with no job running (another process may hold the GPU budget: see `gpufrac status`)", stuckAfter)
+		if err := r.s.fenceRefusal(); err != nil {
+			detail = fmt.Sprintf("not admitted for %s with no job running: the allocation fence left its guarantee out (%v)", stuckAfter, err)
+		}
 		now := r.o.Now()
 		r.attempts = append(r.attempts, record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
 			Start: now, End: now, ExitCode: -1, Outcome: record.OutcomeFailed, Detail: detail})

@@ -103,6 +103,9 @@ type sched struct {
 	// where an allocation waits for borrowed memory, as of the last round.
 	lender lender
 	frozen map[string]bool
+	// refused are the fence's refusals of a guarantee (place) per GPU, as of the last round:
+	// what a run stuck with nothing running waits for.
+	refused map[string]error
 	// grown are the guarantees the ladder raised templates to in this run (ladder.go).
 	grown map[string]size.Bytes
 }
@@ -144,7 +147,7 @@ func newSched(arm record.Arm, pol policy.Policy, led *ledger.Ledger, gpus []stri
 		arm: arm, pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log,
 		templates: map[string]queue.TemplateSpec{}, peaks: map[string]size.Bytes{},
 		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
-		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{}, grown: map[string]size.Bytes{},
+		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{}, refused: map[string]error{}, grown: map[string]size.Bytes{},
 	}
 	switch arm {
 	case record.ArmExclusive:

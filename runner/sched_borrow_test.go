@@ -2,7 +2,10 @@ package runner
 
 import (
 	"fmt"
+	"io"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
@@ -126,5 +129,30 @@ func TestSchedCountsBorrowedMemory(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A run with nothing running whose fence keeps leaving guarantees out says so while it waits
+// and when it gives up, instead of blaming another process's reservations; the refusal is
+// forgotten once a guarantee is placed there.
+func TestStuckOnTheFenceSaysSo(t *testing.T) {
+	lend := &fakeLender{noRoom: true}
+	s, led, uuid := borrowSched(t, lend, known("a")...)
+	if got := s.next(); len(got) != 0 {
+		t.Fatalf("admitted %v with no room in the fence", names(got))
+	}
+	r := &run{s: s, led: led, o: Options{Now: time.Now}}
+	r.prog = &progress{w: io.Discard, r: r}
+	if w := r.waitingFor(time.Now()); !strings.Contains(w, "the allocation fence left the guarantee out") || !strings.Contains(w, "no room") {
+		t.Fatalf("waiting line %q does not name the fence's refusal", w)
+	}
+	r.giveUp()
+	if a := r.attempts; len(a) != 1 || !strings.Contains(a[0].Detail, "allocation fence left its guarantee out") {
+		t.Fatalf("give-up attempts %+v: want the fence named", a)
+	}
+	lend.noRoom = false
+	s.jobs[0].done = false
+	if got := s.next(); len(got) != 1 || s.refused[uuid] != nil {
+		t.Fatalf("once the fence has room: admitted %v, refusal still standing %v", names(got), s.refused[uuid])
 	}
 }

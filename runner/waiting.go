@@ -24,6 +24,9 @@ func (r *run) waitingFor(until time.Time) string {
 			who = append(who, w)
 		}
 		switch {
+		case r.s.refused[g] != nil:
+			parts = append(parts, fmt.Sprintf("GPU%d: %s free of %s, but the allocation fence left the guarantee out (%v)",
+				st.Index, st.BudgetBytes-min(st.BudgetBytes, st.ReservedBytes), st.BudgetBytes, r.s.refused[g]))
 		case !st.Healthy:
 			parts = append(parts, fmt.Sprintf("GPU%d is unhealthy (%s)", st.Index, st.HealthReason))
 		case len(who) > 0:

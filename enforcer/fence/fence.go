@@ -152,6 +152,11 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 	}
 	t.set, t.budget = slices.Clone(tasks), budget
 	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
+	// What left a guarantee no room may be a dead process's: one killed while its allocation
+	// waited, or one that held borrowed bytes, until a reaper comes by. Reaped, it is asked again.
+	if rc == C.GF_SET_NOROOM && C.gf_reap(t.m, -1) > 0 {
+		rc = int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
+	}
 	t.expect = nil
 	if placed, err := t.snapshot(); err == nil {
 		t.expect = &placed

@@ -41,6 +41,13 @@ static void give_back_bytes(struct gf_map *m, uint64_t n);
  * under the lock. */
 static void settle_pending(struct gf_map *m)
 {
+	if (m->unwait && m->slot >= 0) {
+		/* a wait that ended without the lock (GF_BUSY) is cleared at the next one */
+		m->unwait = 0;
+		struct gf_proc *p = &m->t->procs[m->slot];
+		if (p->state == GF_LIVE && p->pgen == m->pgen)
+			set_waiting(m->t, p, GF_WAIT_NONE);
+	}
 	if (m->pending > 0 && m->slot >= 0) {
 		uint64_t n = m->pending;
 		m->pending = 0;
@@ -436,11 +443,20 @@ static int judge(const struct gf_table *t, const struct gf_task *k, uint64_t wan
 	return others <= t->h.budget && want <= t->h.budget - others ? FIT : NO_ROOM;
 }
 
+/* anyone_waits says whether a process of a placed task waits for memory. A slot left of a task
+ * that ended waits for nothing a guarantee could take: its process, if alive, finds its task
+ * gone at its next look (GF_NOTASK). It counted here but not in the enforcer's snapshot, so
+ * admission saw no wait while every new guarantee was refused, until a reaper came by. */
 static int anyone_waits(const struct gf_table *t)
 {
-	for (int j = 0; j < GF_PROCS; j++)
-		if (t->procs[j].state == GF_LIVE && t->procs[j].waiting)
+	for (int j = 0; j < GF_PROCS; j++) {
+		const struct gf_proc *p = &t->procs[j];
+		if (p->state != GF_LIVE || !p->waiting || p->task >= GF_TASKS)
+			continue;
+		const struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen)
 			return 1;
+	}
 	return 0;
 }
 
@@ -477,8 +493,12 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	uint64_t deadline = 0;
 	int owed = 0;
 	for (unsigned polls = 0;; polls++) {
-		if (gf_lock(m) != 0)
+		if (gf_lock(m) != 0) {
+			/* A wait that ends here leaves its flag set: it would freeze the GPU for as long
+			 * as this process lives. It is cleared at this process's next lock. */
+			m->unwait |= polls > 0;
 			return GF_BUSY;
+		}
 		/* Its own task decides within the guarantee; every task's once borrowing is on. */
 		gf_control_restore(m, m->task);
 		if (m->t->h.budget != 0)

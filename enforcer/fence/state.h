@@ -164,6 +164,7 @@ struct gf_map {
 	uint32_t task_gen;
 	uint32_t pgen;
 	uint64_t pending; /* bytes freed while the lock could not be had, given back at the next */
+	int unwait;       /* a wait ended without the lock: its flag is cleared at the next */
 };
 
 /* A task as the enforcer declares it. */

@@ -314,6 +314,9 @@ func (p *Proc) Exit() {
 	p.Wait()
 }
 
+// PID is the process's id, for a test that signals it (SIGSTOP: a process alive but stuck).
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
+
 // Kill sends SIGKILL and waits until the process is gone.
 func (p *Proc) Kill() {
 	if p.cmd.ProcessState == nil {
