@@ -27,6 +27,10 @@ type progress struct {
 	shown bool
 	// published is when the progress was last written for gpufrac status, on the run's clock.
 	published time.Time
+	// held are the lines printed before begin (a dead run's reservations released, the ledger's
+	// repairs): begin prints them under the header, whose first line says what GPU is used.
+	held  []string
+	begun bool
 }
 
 // IsTerminal reports whether w is a character device (a terminal).
@@ -61,7 +65,28 @@ func (p *progress) line(format string, args ...any) {
 		fmt.Fprint(p.w, "\r\033[K")
 		p.shown = false
 	}
-	fmt.Fprintf(p.w, "%s %s\n", p.stamp(), fmt.Sprintf(format, args...))
+	l := fmt.Sprintf("%s %s\n", p.stamp(), fmt.Sprintf(format, args...))
+	if !p.begun {
+		p.held = append(p.held, l)
+		return
+	}
+	fmt.Fprint(p.w, l)
+}
+
+// flushHeld prints the lines held for begin, for a run that fails before it begins: what they
+// say happened all the same.
+func (p *progress) flushHeld() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.printHeld()
+}
+
+func (p *progress) printHeld() {
+	p.begun = true
+	for _, l := range p.held {
+		fmt.Fprint(p.w, l)
+	}
+	p.held = nil
 }
 
 func (p *progress) begin() {
@@ -86,6 +111,7 @@ func (p *progress) begin() {
 	if r.borrowNote != "" {
 		fmt.Fprintf(p.w, "gpufrac run: %s\n", r.borrowNote)
 	}
+	p.printHeld()
 }
 
 func (p *progress) started(a *active) {

@@ -277,6 +277,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	ok := false
 	defer func() {
 		if !ok {
+			r.prog.flushHeld()
 			r.close()
 		}
 	}()

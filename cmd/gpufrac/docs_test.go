@@ -145,8 +145,10 @@ func checkQuote(t *testing.T, where string, lines []string, output string) {
 // figuresAgree says why a quoted makespan and jobs per GPU-hour are not the run's, or "". The
 // demo's simulated jobs sleep through fixed ramps and holds, so a run is hardly ever faster than
 // a figure measured honestly (at most a quarter), while a loaded machine under the race
-// detector may well be slower (up to 3x is let through).
+// detector may well be slower: up to 2.2x is let through. A wider band let a figure of an
+// earlier, 2.5x faster demo pass (docs/cli.md quoted 6.2s of a 15.5s run).
 func figuresAgree(quotedS, quotedRate, realS, realRate string) string {
+	const slower = 2.2
 	qs, _ := strconv.ParseFloat(quotedS, 64)
 	rs, _ := strconv.ParseFloat(realS, 64)
 	qr, _ := strconv.ParseFloat(quotedRate, 64)
@@ -154,12 +156,12 @@ func figuresAgree(quotedS, quotedRate, realS, realRate string) string {
 	switch {
 	case rs < 0.75*qs:
 		return fmt.Sprintf("the run took %.1fs, less than three quarters of the quoted %.1fs", rs, qs)
-	case rs > 3*qs:
-		return fmt.Sprintf("the run took %.1fs, over 3x the quoted %.1fs", rs, qs)
+	case rs > slower*qs:
+		return fmt.Sprintf("the run took %.1fs, over %.1fx the quoted %.1fs", rs, slower, qs)
 	case rr > qr/0.75:
 		return fmt.Sprintf("the run did %.0f jobs per GPU-hour, over 4/3 of the quoted %.0f", rr, qr)
-	case rr < qr/3:
-		return fmt.Sprintf("the run did %.0f jobs per GPU-hour, under a third of the quoted %.0f", rr, qr)
+	case rr < qr/slower:
+		return fmt.Sprintf("the run did %.0f jobs per GPU-hour, under 1/%.1f of the quoted %.0f", rr, slower, qr)
 	}
 	return ""
 }
@@ -305,11 +307,13 @@ func TestFiguresAgree(t *testing.T) {
 		quotedS, quotedRate, realS, realRate string
 		agree                                bool
 	}{
-		{"17.1", "1684", "6.5", "4438", false}, // docs/cli.md before: the demo got faster
-		{"12.3", "1169", "6.4", "2260", false}, // docs/run.md's two GPUs before
-		{"6.5", "4438", "6.2", "4631", true},   // run to run
-		{"6.5", "4438", "14.0", "2057", true},  // a loaded machine, race detector on
-		{"6.5", "4438", "25.0", "1152", false}, // the demo got much slower
+		{"17.1", "1684", "6.5", "4438", false},  // docs/cli.md before: the demo got faster
+		{"12.3", "1169", "6.4", "2260", false},  // docs/run.md's two GPUs before
+		{"6.2", "4631", "15.5", "1859", false},  // docs/cli.md after the new demo: 2.5x slower
+		{"15.5", "1859", "15.5", "1862", true},  // run to run
+		{"15.5", "1859", "31.0", "929", true},   // a loaded machine, race detector on: 2x
+		{"15.5", "1859", "40.0", "720", false},  // the demo got much slower
+		{"15.5", "1859", "10.0", "2880", false}, // the demo got faster
 	}
 	for _, tc := range tests {
 		why := figuresAgree(tc.quotedS, tc.quotedRate, tc.realS, tc.realRate)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -183,6 +184,16 @@ template "t" {
 	}
 	if d := time.Since(start); d > 60*time.Second {
 		t.Errorf("the next run took %s: it waited for the orphaned reservation", d)
+	}
+	// The first line says the GPU is simulated (docs/run.md calls it the first line), and the
+	// release comes under the setup lines, not before them.
+	lines := strings.Split(stdout, "\n")
+	if !strings.HasPrefix(lines[0], "gpufrac run: SIMULATED") {
+		t.Errorf("the first line of stdout is %q, want gpufrac run: SIMULATED ...\nstdout:\n%s", lines[0], stdout)
+	}
+	released := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "is gone") })
+	if released < 1 || !strings.HasPrefix(lines[released-1], "gpufrac run: ") {
+		t.Errorf("the release (line %d) does not follow the setup lines at once:\n%s", released+1, stdout)
 	}
 }
 

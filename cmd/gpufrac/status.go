@@ -43,12 +43,14 @@ type statusGPU struct {
 }
 
 type statusReservation struct {
-	Token     string      `json:"token_prefix"`
-	Task      ledger.Task `json:"task"`
-	CapBytes  size.Bytes  `json:"cap_bytes"`
-	Units     int         `json:"units"`
-	Source    string      `json:"source"`
-	CreatedAt time.Time   `json:"created_at"`
+	Token    string      `json:"token_prefix"`
+	Task     ledger.Task `json:"task"`
+	CapBytes size.Bytes  `json:"cap_bytes"` // its guarantee
+	// LimitBytes is the most it may hold when it may borrow past its guarantee; 0 when not.
+	LimitBytes size.Bytes `json:"limit_bytes"`
+	Units      int        `json:"units"`
+	Source     string     `json:"source"`
+	CreatedAt  time.Time  `json:"created_at"`
 	// SeenAt is when a live process last carried it, as stored (it lags by up to a quarter of
 	// the grace period); zero when none has yet.
 	SeenAt time.Time `json:"seen_at"`
@@ -133,7 +135,8 @@ func showStatus(ctx context.Context, g *globals, asJSON, noUsage bool, stdout, s
 		usage := usageByToken(ctx, b, gs.UUID)
 		for _, r := range gs.Reservations {
 			sr := statusReservation{Token: tokenPrefix(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
-				Source: r.Source, CreatedAt: r.CreatedAt, SeenAt: r.SeenAt}
+				LimitBytes: r.LimitBytes,
+				Source:     r.Source, CreatedAt: r.CreatedAt, SeenAt: r.SeenAt}
 			if usage != nil {
 				u := usage[r.Token]
 				sr.UsageBytes = &u
@@ -199,23 +202,26 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 			health = "UNHEALTHY: " + g.HealthReason
 		}
 		fmt.Fprintf(w, "\nGPU%d %s %s  mode %s  %s\n", g.Index, g.Model, g.UUID, g.Mode, health)
-		fmt.Fprintf(w, "  total %s - headroom %s - unmanaged %s = budget %s (%d units of %s); reserved %s by %d task(s), free %s\n",
+		var borrowed size.Bytes
+		for _, r := range g.Reservations {
+			if r.UsageBytes != nil && r.LimitBytes > r.CapBytes {
+				borrowed += sub(min(*r.UsageBytes, r.LimitBytes), r.CapBytes)
+			}
+		}
+		// What borrowers hold counts as taken for admission, as the guarantees do.
+		fmt.Fprintf(w, "  total %s - headroom %s - unmanaged %s = budget %s (%d units of %s); guarantees %s by %d task(s), borrowed %s, free %s\n",
 			g.TotalBytes, g.HeadroomBytes, g.UnmanagedBytes, g.BudgetBytes, g.Units, g.UnitBytes, g.ReservedBytes,
-			len(g.Reservations), sub(g.BudgetBytes, g.ReservedBytes))
+			len(g.Reservations), borrowed, sub(g.BudgetBytes, g.ReservedBytes+borrowed))
 		if len(g.Reservations) == 0 {
 			continue
 		}
 		var buf bytes.Buffer
 		tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  TOKEN\tTASK\tTEMPLATE\tCAP\tUNITS\tUSAGE\tSOURCE\tAGE\tSEEN\tEXPIRES")
+		fmt.Fprintln(tw, "  TOKEN\tTASK\tTEMPLATE\tGUARANTEE\tLIMIT\tUNITS\tUSAGE\tSOURCE\tAGE\tSEEN\tEXPIRES")
 		for _, r := range g.Reservations {
-			usage := "-"
-			if r.UsageBytes != nil {
-				usage = r.UsageBytes.String()
-			}
 			seen, expires := expiry(r.CreatedAt, r.SeenAt, time.Now())
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Token, taskLabel(r.Task), dash(r.Task.Template), r.CapBytes,
-				r.Units, usage, r.Source, ago(r.CreatedAt), seen, expires)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Token, taskLabel(r.Task), dash(r.Task.Template), r.CapBytes,
+				max(r.CapBytes, r.LimitBytes), r.Units, reservationUsage(r), r.Source, ago(r.CreatedAt), seen, expires)
 		}
 		tw.Flush()
 		w.Write(buf.Bytes())
@@ -244,6 +250,25 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\t%s ago\n", pr.Template, pr.PeakBytes, pr.CapBytes, pr.Units, pr.Source, ago(pr.MeasuredAt))
 	}
 	tw.Flush()
+}
+
+// reservationUsage is a reservation's usage for the table: what it holds past its guarantee is
+// said as borrowed while it stays within its limit, so a borrower does not read as a broken cap.
+func reservationUsage(r statusReservation) string {
+	if r.UsageBytes == nil {
+		return "-"
+	}
+	u := *r.UsageBytes
+	switch {
+	case u <= r.CapBytes:
+		return u.String()
+	case u <= r.LimitBytes:
+		return fmt.Sprintf("%s (%s borrowed)", u, u-r.CapBytes)
+	case r.LimitBytes > r.CapBytes:
+		return fmt.Sprintf("%s (past its %s limit)", u, r.LimitBytes)
+	default:
+		return fmt.Sprintf("%s (past its cap)", u)
+	}
 }
 
 // attachBackend opens the backend for reading usage without setting anything up: NVML when it
@@ -428,8 +453,11 @@ func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw 
 	}
 }
 
-// writeRun shows a running queue's progress: jobs done, running and waiting, and what the
-// waiting ones wait for.
+// writeRun shows a running queue's progress: jobs done, running and waiting; per GPU the
+// guarantees held, what is borrowed past them and what is free, with each attempt running there;
+// the jobs the ladder stopped; and what the waiting ones wait for. Memory a job holds past its
+// guarantee is shown as borrowed, apart from the guarantee, so that a borrower never reads as a
+// job over its cap; only use past the limit (the most it may hold) is called that.
 func writeRun(w io.Writer, rs runner.RunStatus) {
 	if _, err := os.Stat("/proc/" + strconv.Itoa(rs.PID)); err != nil {
 		fmt.Fprintf(w, "  run of %s: pid %d left its progress %s ago and is gone (it ended without cleaning up)\n",
@@ -440,7 +468,15 @@ func writeRun(w io.Writer, rs runner.RunStatus) {
 		rs.Queue, rs.PID, rs.Arm, ago(rs.Start), ago(rs.UpdatedAt), rs.OutDir)
 	fmt.Fprintf(w, "  done %d of %d (%d not ok), running %d, waiting %d\n", rs.Done, rs.Jobs, rs.Failed, rs.Running, rs.Waiting)
 	for _, g := range rs.GPUs {
-		fmt.Fprintf(w, "  GPU%d: %d running, using %s, caps %s of %s\n", g.Index, g.Running, g.UsedBytes, g.ReservedBytes, g.BudgetBytes)
+		// What borrowers hold counts as taken for admission, as the guarantees do.
+		fmt.Fprintf(w, "  %s, free %s\n", g, sub(g.BudgetBytes, g.ReservedBytes+g.BorrowedBytes))
+		writeAttempts(w, rs.Attempts, g.Index)
+	}
+	if len(rs.Stopped) > 0 {
+		fmt.Fprintf(w, "  stopped by the ladder (%d):\n", len(rs.Stopped))
+		for _, s := range rs.Stopped {
+			fmt.Fprintf(w, "    %s: %s\n", s.Job, dash(s.Reason))
+		}
 	}
 	for _, wg := range rs.Waits {
 		names := strings.Join(wg.Jobs, ", ")
@@ -448,5 +484,33 @@ func writeRun(w io.Writer, rs runner.RunStatus) {
 			names += fmt.Sprintf(" and %d more", wg.Count-len(wg.Jobs))
 		}
 		fmt.Fprintf(w, "  %d waiting for %s: %s\n", wg.Count, wg.Reason, names)
+	}
+}
+
+// writeAttempts is a table of the attempts running on one GPU. BORROWED is "-" for an attempt
+// that may not borrow (its limit is its guarantee), as in the run's summary.
+func writeAttempts(w io.Writer, attempts []runner.RunAttempt, gpu int) {
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "    JOB\tATTEMPT\tGUARANTEE\tBORROWED\tUSING\tLIMIT")
+	n := 0
+	for _, a := range attempts {
+		if a.GPUIndex != gpu {
+			continue
+		}
+		n++
+		borrowed := "-"
+		if a.LimitBytes > a.GuaranteeBytes {
+			borrowed = a.BorrowedBytes.String()
+		}
+		using := a.UsedBytes.String()
+		if a.LimitBytes > 0 && a.UsedBytes > a.LimitBytes {
+			using += " (past its limit)"
+		}
+		fmt.Fprintf(tw, "    %s\t%d of %d\t%s\t%s\t%s\t%s\n", a.Job, a.Attempt, a.MaxAttempts, dash(a.Room), borrowed, using, a.LimitBytes)
+	}
+	tw.Flush()
+	if n > 0 {
+		w.Write(buf.Bytes())
 	}
 }

@@ -1,12 +1,21 @@
 package main
 
 import (
+	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // A task of two device requests carries the last one's GPUFRAC_RESERVATION and a per-GPU key for
@@ -29,6 +38,141 @@ func TestTokenOfPrefersTheGPUsOwnKey(t *testing.T) {
 	} {
 		if got := tokenOf(cmd.Process.Pid, tc.gpu); got != tc.want {
 			t.Errorf("tokenOf(pid, %s) = %q, want %q", tc.gpu, got, tc.want)
+		}
+	}
+}
+
+// status shows a running queue from the progress file the run writes: per GPU the guarantees,
+// what is borrowed past them and what is free, each attempt running there with its guarantee,
+// borrowed, use and limit, and the jobs the ladder stopped. A borrower's use past its guarantee
+// reads as borrowed; only use past a limit reads as past it.
+func TestStatusShowsTheRunsLadderAndBorrowing(t *testing.T) {
+	alive, gone := os.Getpid(), deadPID(t)
+	base := runner.RunStatus{Queue: "q.hcl", Arm: "packed", OutDir: "out", Start: time.Now(), UpdatedAt: time.Now(), Jobs: 8,
+		Waits: []runner.WaitGroup{}, Stopped: []runner.RunStopped{}}
+	leaker := runner.RunAttempt{Job: "leaker-1", GPUIndex: 0, Attempt: 2, MaxAttempts: 3, Room: "46GiB",
+		GuaranteeBytes: 46 * size.GiB, LimitBytes: 78 * size.GiB, UsedBytes: 49 * size.GiB, BorrowedBytes: 3 * size.GiB}
+	eval := runner.RunAttempt{Job: "eval-2", GPUIndex: 0, Attempt: 1, MaxAttempts: 3, Room: "20GiB",
+		GuaranteeBytes: 20 * size.GiB, LimitBytes: 78 * size.GiB, UsedBytes: 16 * size.GiB}
+	capped := runner.RunAttempt{Job: "train-1", GPUIndex: 1, Attempt: 1, MaxAttempts: 3, Room: "9GiB",
+		GuaranteeBytes: 9 * size.GiB, LimitBytes: 9 * size.GiB, UsedBytes: 6 * size.GiB}
+	over := capped
+	over.Job, over.UsedBytes = "train-2", 10*size.GiB
+	tests := []struct {
+		name      string
+		pid       int
+		gpus      []runner.RunGPU
+		attempts  []runner.RunAttempt
+		stopped   []runner.RunStopped
+		want, not []string // patterns of whole lines (runs of spaces match any), and words no line may have
+	}{
+		{
+			name: "a borrower beside a job within its guarantee", pid: alive,
+			gpus:     []runner.RunGPU{{Index: 0, Running: 2, UsedBytes: 65 * size.GiB, ReservedBytes: 66 * size.GiB, BudgetBytes: 78 * size.GiB, BorrowedBytes: 3 * size.GiB}},
+			attempts: []runner.RunAttempt{eval, leaker},
+			want: []string{
+				"GPU0: 2 running, using 65GiB, guarantees 66GiB of 78GiB, borrowed 3GiB, free 9GiB",
+				"JOB ATTEMPT GUARANTEE BORROWED USING LIMIT",
+				"eval-2 1 of 3 20GiB 0B 16GiB 78GiB",
+				"leaker-1 2 of 3 46GiB 3GiB 49GiB 78GiB",
+			},
+			not: []string{"past", "caps", "stopped by the ladder"},
+		},
+		{
+			name: "borrowing off: no borrowed figure, use past the limit said", pid: alive,
+			gpus:     []runner.RunGPU{{Index: 1, Running: 2, UsedBytes: 16 * size.GiB, ReservedBytes: 18 * size.GiB, BudgetBytes: 78 * size.GiB}},
+			attempts: []runner.RunAttempt{capped, over},
+			want: []string{
+				"GPU1: 2 running, using 16GiB, guarantees 18GiB of 78GiB, borrowed 0B, free 60GiB",
+				"train-1 1 of 3 9GiB - 6GiB 9GiB",
+				"train-2 1 of 3 9GiB - 10GiB (past its limit) 9GiB",
+			},
+		},
+		{
+			name: "the jobs the ladder stopped, with why", pid: alive,
+			gpus:    []runner.RunGPU{{Index: 0, BudgetBytes: 78 * size.GiB}},
+			stopped: []runner.RunStopped{{Job: "grower-1", Reason: "attempt 3 of 3 alone with the GPU broke its cap too"}, {Job: "leaker-1"}},
+			want: []string{
+				"GPU0: 0 running, using 0B, guarantees 0B of 78GiB, borrowed 0B, free 78GiB",
+				"stopped by the ladder (2):",
+				"grower-1: attempt 3 of 3 alone with the GPU broke its cap too",
+				"leaker-1: -",
+			},
+			not: []string{"JOB"}, // no attempt running: no table
+		},
+		{
+			name: "a run that is gone", pid: gone,
+			gpus:     []runner.RunGPU{{Index: 0, Running: 1, BudgetBytes: 78 * size.GiB}},
+			attempts: []runner.RunAttempt{leaker},
+			want:     []string{"run of q.hcl: pid " + strconv.Itoa(gone) + " left its progress 0s ago and is gone (it ended without cleaning up)"},
+			not:      []string{"leaker-1", "GPU0"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			st := base
+			st.PID, st.GPUs, st.Attempts = tc.pid, tc.gpus, tc.attempts
+			if tc.stopped != nil {
+				st.Stopped = tc.stopped
+			}
+			data, err := json.Marshal(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, runner.RunStatusFile), data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			rs, ok, err := runner.ReadRunStatus(dir)
+			if err != nil || !ok {
+				t.Fatalf("ReadRunStatus: ok %v, %v", ok, err)
+			}
+			var b strings.Builder
+			writeRun(&b, rs)
+			lines := strings.Split(b.String(), "\n")
+			for _, want := range tc.want {
+				re := regexp.MustCompile(`^\s*` + strings.Join(strings.Fields(regexp.QuoteMeta(want)), `\s+`) + `\s*$`)
+				if !slices.ContainsFunc(lines, re.MatchString) {
+					t.Errorf("no line\n\t%s\nin\n%s", want, b.String())
+				}
+			}
+			for _, not := range tc.not {
+				if strings.Contains(b.String(), not) {
+					t.Errorf("%q in\n%s", not, b.String())
+				}
+			}
+		})
+	}
+}
+
+// deadPID is the pid of a process that has exited and been reaped.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// A reservation's usage past its guarantee is borrowed while within its limit; past the limit,
+// or past a cap that lends nothing, it is said to be.
+func TestReservationUsage(t *testing.T) {
+	u := func(b size.Bytes) *size.Bytes { return &b }
+	tests := []struct {
+		name string
+		r    statusReservation
+		want string
+	}{
+		{"not measured", statusReservation{CapBytes: 5 * size.GiB}, "-"},
+		{"within its guarantee", statusReservation{CapBytes: 5 * size.GiB, LimitBytes: 78 * size.GiB, UsageBytes: u(4 * size.GiB)}, "4GiB"},
+		{"borrowing", statusReservation{CapBytes: 2 * size.GiB, LimitBytes: 78 * size.GiB, UsageBytes: u(16 * size.GiB)}, "16GiB (14GiB borrowed)"},
+		{"past its limit", statusReservation{CapBytes: 2 * size.GiB, LimitBytes: 10 * size.GiB, UsageBytes: u(11 * size.GiB)}, "11GiB (past its 10GiB limit)"},
+		{"past a cap that lends nothing", statusReservation{CapBytes: 5 * size.GiB, UsageBytes: u(6 * size.GiB)}, "6GiB (past its cap)"},
+	}
+	for _, tc := range tests {
+		if got := reservationUsage(tc.r); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
