@@ -6,6 +6,7 @@
 #
 #   make build   # here: bin/gpufrac and bin/libgpufrac-fence.so; carry them
 #   OUT=/tmp/l bash acctest/gpu/testdata/leakers.sh   # there: python3 with torch, an idle GPU
+#   (LEAKERS_BORROW="wait" runs one borrowing rule only)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 out=${OUT:?set OUT to a directory for the logs}
@@ -15,7 +16,7 @@ cd "$root/acctest/gpu/testdata"
 for s in 1 2; do
 	timeout 90 python3 workload.py matmul --size 8192 --iters 600 --hold-mb 2048 --seed $s --out "$out/solo-$s.json" >/dev/null 2>>"$out/solo.err"
 done
-for b in wait off; do
+for b in ${LEAKERS_BORROW:-wait off}; do
 	dir=/tmp/leakers-$b
 	rm -rf "$dir"
 	start=$(date +%s)
