@@ -9,7 +9,6 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
 	"github.com/gpufrac/gpufrac/internal/testutil"
-	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -21,21 +20,7 @@ func TestKilledWaiterDoesNotFreezeTheGPU(t *testing.T) {
 	k := fencetest.Build(t)
 	dir := t.TempDir()
 	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir, BorrowWait: time.Minute} })
-	st, err := r.led.State(r.uuid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	borrower, err := r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(st.BudgetBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner := r.reserve(40*size.GiB, "owner")
-	if st, err = r.led.State(r.uuid); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.enf.SyncFence(st); err != nil {
-		t.Fatal(err)
-	}
+	borrower, owner, st := borrowerBesideOwner(r)
 	o, err := fence.Attach(dir, r.uuid, owner.Token)
 	if err != nil {
 		t.Fatal(err)

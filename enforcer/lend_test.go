@@ -24,21 +24,7 @@ func TestBorrowerThatHoldsALoanIsStopped(t *testing.T) {
 		c.Fence, c.Allowance = FenceConfig{Dir: dir, BorrowWait: time.Minute, LendKeep: 256 * size.MiB}, 640*size.MiB
 	})
 	r.start()
-	st, err := r.led.State(r.uuid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	borrower, err := r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(st.BudgetBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner := r.reserve(40*size.GiB, "owner")
-	if st, err = r.led.State(r.uuid); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.enf.SyncFence(st); err != nil {
-		t.Fatal(err)
-	}
+	borrower, owner, _ := borrowerBesideOwner(r)
 	// The owner has not allocated: the borrower may take all but 256 MiB of its guarantee.
 	b := r.run(borrower, "borrower", "--peak", "60GiB", "--ramp", "200ms", "--hold", "2m")
 	testutil.Eventually(t, waitLong, "the borrower holding 60 GiB", func() bool {
@@ -68,6 +54,27 @@ func TestBorrowerThatHoldsALoanIsStopped(t *testing.T) {
 	if tu, ok := snapTask(r, owner.Token); !ok || tu.OwedWaits == 0 {
 		t.Fatalf("the owner's task in the fence: %+v: want one allocation that waited for its guarantee", tu)
 	}
+}
+
+// borrowerBesideOwner reserves, on the rig's GPU, a 2 GiB guarantee that may borrow up to the
+// budget and a 40 GiB owner beside it, and writes both into the fence; st is the GPU after that.
+func borrowerBesideOwner(r *rig) (borrower, owner ledger.Reservation, st ledger.GPUState) {
+	r.t.Helper()
+	st, err := r.led.State(r.uuid)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if borrower, err = r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(st.BudgetBytes)); err != nil {
+		r.t.Fatal(err)
+	}
+	owner = r.reserve(40*size.GiB, "owner")
+	if st, err = r.led.State(r.uuid); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.enf.SyncFence(st); err != nil {
+		r.t.Fatal(err)
+	}
+	return borrower, owner, st
 }
 
 // snapTask is one task of the rig's GPU as the fence sees it now.
