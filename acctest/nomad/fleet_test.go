@@ -39,19 +39,7 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 
 	dir := t.TempDir()
 	port := testutil.FreePort(t)
-	c := start(t, agentConfig(dir, `"H100=80GiB"`, `metrics_addr = ":`+port+`"
-  violations {
-    address = "`+vs.URL()+`"
-    token   = "plugin-token"
-  }`))
-	_, ids, err := c.Schedule(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Reserve(ids)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ids, res := reservePublishing(t, vs, dir, `metrics_addr = ":`+port+`"`)
 	token := res.GetEnvs()[enforcer.EnvReservation]
 
 	// Nomad's view: job "train" asks for 3 units, and its allocation holds the IDs above.

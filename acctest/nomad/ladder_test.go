@@ -10,12 +10,14 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 
+	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/controller"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/ledger"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -53,18 +55,7 @@ func restartInPlace(t *testing.T, leak []string) {
 	vs.SetToken("plugin-token", docACL(t, "gpufrac-plugin")...)
 	vs.SetToken("controller-token", docACL(t, "gpufrac-controller")...)
 	dir := t.TempDir()
-	c := start(t, agentConfig(dir, `"H100=80GiB"`, `violations {
-    address = "`+vs.URL()+`"
-    token   = "plugin-token"
-  }`))
-	_, ids, err := c.Schedule(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Reserve(ids)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ids, res := reservePublishing(t, vs, dir, "")
 	const allocID = "7a1c0a9b-4d2e-4f3a-9b8c-7d6e5f4a3b2d"
 	count := uint64(3)
 	job := vs.PutJob(&api.Job{ID: strPtr("train"), Name: strPtr("train"), Type: strPtr("batch"), TaskGroups: []*api.TaskGroup{{
@@ -154,4 +145,25 @@ func restartInPlace(t *testing.T, leak []string) {
 	if j.Meta[controller.MetaAttempt+"g.main"] != "2" {
 		t.Errorf("job meta %v: want attempt 2 recorded", j.Meta)
 	}
+}
+
+// reservePublishing starts the plugin on one simulated H100 with state in dir, publishing
+// violations to vs with the plugin's token (extra: more configuration), and reserves 3 units
+// (ids).
+func reservePublishing(t *testing.T, vs *varserver.Server, dir, extra string) (*emulator.Client, []string, *devicepb.ContainerReservation) {
+	t.Helper()
+	c := start(t, agentConfig(dir, `"H100=80GiB"`, extra+`
+  violations {
+    address = "`+vs.URL()+`"
+    token   = "plugin-token"
+  }`))
+	_, ids, err := c.Schedule(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Reserve(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ids, res
 }
