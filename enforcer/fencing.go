@@ -369,6 +369,10 @@ func (e *Enforcer) watchFence(st ledger.GPUState, now time.Time) (fence.Snapshot
 	if !ok {
 		return snap, false
 	}
+	// Admission and the units a plugin advertises follow what borrowers hold through the ledger.
+	if err := e.cfg.Ledger.SetBorrowed(st.UUID, snap.Borrowed(), snap.Waiting()); err != nil {
+		e.sayOnce(st.UUID, "borrowed", err)
+	}
 	tokens := make([]string, 0, len(st.Reservations))
 	for _, r := range st.Reservations {
 		tokens = append(tokens, r.Token)

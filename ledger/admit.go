@@ -121,7 +121,8 @@ func (l *Ledger) admitIDs(ids []string, task Task) (Reservation, error) {
 	return Reservation{GPU: uuid, InstanceIDs: slices.Clone(ids), CapBytes: capBytes, Task: task, Source: SourceNomad}, nil
 }
 
-// checkGPU is the admission rule shared by both paths: healthy, below max tasks, fits the budget.
+// checkGPU is the admission rule shared by both paths: healthy, below max tasks, fits the budget,
+// and fits beside what borrowers hold with no allocation waiting.
 func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
 	if !gs.Healthy {
 		return denied(ReasonUnhealthy, "GPU %s is unhealthy: %s", gs.UUID, gs.HealthReason)
@@ -132,6 +133,13 @@ func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
 	if gs.ReservedBytes+capBytes > gs.BudgetBytes || gs.ReservedBytes+capBytes < capBytes {
 		return denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: %s already reserved of a %s budget (%s free)",
 			capBytes, units, gs.UUID, gs.ReservedBytes, gs.BudgetBytes, subFloor(gs.BudgetBytes, gs.ReservedBytes))
+	}
+	if gs.BorrowWaiting {
+		return denied(ReasonBorrowed, "GPU %s: %s", gs.UUID, descBorrowWait)
+	}
+	if capBytes > gs.Free() {
+		return denied(ReasonBorrowed, "a cap of %s (%d units) does not fit GPU %s beside what borrowers hold: %s reserved and %s borrowed of a %s budget (%s free)",
+			capBytes, units, gs.UUID, gs.ReservedBytes, gs.BorrowedBytes, gs.BudgetBytes, gs.Free())
 	}
 	return nil
 }

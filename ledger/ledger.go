@@ -395,6 +395,49 @@ func (l *Ledger) SetUnmanaged(uuid string, b size.Bytes) error {
 	return l.updateGPU(uuid, func(g *gpuRec) { g.UnmanagedBytes = b })
 }
 
+// SetBorrowed records what tasks on a GPU hold past their guarantees and whether one of their
+// allocations waits for memory to come free, as the allocation fence's table says: admission
+// counts the bytes as taken and admits nothing while an allocation waits, and the free units
+// they cover are advertised unhealthy. Unlike SetUnmanaged it writes nothing to disk (it
+// changes with every allocation of a borrower; the fence's tables are its record), and it wakes
+// subscribers only when what is placeable changes: a unit more or less withheld, a wait begun
+// or ended.
+func (l *Ledger) SetBorrowed(uuid string, b size.Bytes, waiting bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	rec, ok := l.st.gpus[uuid]
+	if !ok {
+		return fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	}
+	if rec.Borrowed == b && rec.BorrowWaiting == waiting {
+		return nil
+	}
+	unit := l.st.policy.UnitBytes
+	units := func(b size.Bytes) size.Bytes {
+		if unit == 0 {
+			return b
+		}
+		return (b + unit - 1) / unit
+	}
+	placeable := units(rec.Borrowed) != units(b) || rec.BorrowWaiting != waiting
+	rec.Borrowed, rec.BorrowWaiting = b, waiting
+	l.st.gpus[uuid] = rec
+	l.cache = nil
+	if !placeable {
+		return nil
+	}
+	for _, ch := range l.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
 // SetHealth marks a GPU unhealthy for a reason the backend cannot see (e.g. its MPS daemon is
 // down), or healthy again. It combines with GPUInfo.Healthy: both must be healthy.
 func (l *Ledger) SetHealth(uuid string, healthy bool, reason string) error {

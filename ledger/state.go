@@ -17,6 +17,8 @@ const (
 	descBeyondUnits = "budget shrank below this unit; held by a running task until it ends"
 	descNoBudget    = "no budget left for this unit: reservations made before the budget shrank still hold it"
 	descMaxTasks    = "GPU already runs %d tasks (max_tasks_per_gpu = %d): no new task is admitted until one ends"
+	descBorrowed    = "held by tasks borrowing past their guarantees (%s on this GPU): free again when they give it back"
+	descBorrowWait  = "a task's allocation waits for memory to come free on this GPU: no new task is placed until it is served"
 )
 
 // gpuRec is what the ledger stores per GPU: the backend's facts plus the ledger's own settings.
@@ -31,6 +33,11 @@ type gpuRec struct {
 	// value means healthy so that old files and new GPUs need no migration.
 	Unhealthy       bool   `json:"unhealthy,omitempty"`
 	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
+	// Borrowed and BorrowWaiting come from SetBorrowed. They are not written to disk: they
+	// change with every allocation of a borrower, and the fence's tables are their record, read
+	// again by the enforcer's next pass after a restart.
+	Borrowed      size.Bytes `json:"-"`
+	BorrowWaiting bool       `json:"-"`
 }
 
 // state is everything the ledger commits, in one value so that a failed write can be rolled
@@ -147,6 +154,7 @@ func (s *state) capacity(uuid string) GPUState {
 		st.Units = int(min(st.BudgetBytes/p.UnitBytes, maxUnitNumber))
 	}
 	st.MaxTasks = p.MaxTasksPerGPU
+	st.BorrowedBytes, st.BorrowWaiting = g.Borrowed, g.BorrowWaiting
 	st.Reservations = s.reservationsOn(uuid)
 	for _, r := range st.Reservations {
 		st.ReservedBytes += r.CapBytes
@@ -171,6 +179,18 @@ func (s *state) fillInstances(st *GPUState) {
 	if unit > 0 && st.BudgetBytes > st.ReservedBytes {
 		free = int(min((st.BudgetBytes-st.ReservedBytes)/unit, maxUnitNumber))
 	}
+	// What borrowers hold is withheld from the free units, a unit for each unit or part of one, and
+	// every free unit while an allocation waits: the memory it waits for must come free, and
+	// the fence would refuse a guarantee placed over either.
+	lent, lentWhy := 0, ""
+	switch {
+	case st.BorrowWaiting:
+		lent, lentWhy = free, descBorrowWait
+	case st.BorrowedBytes > 0 && unit > 0:
+		lent = int(min((st.BorrowedBytes+unit-1)/unit, size.Bytes(free)))
+		lentWhy = fmt.Sprintf(descBorrowed, st.BorrowedBytes)
+	}
+	free -= lent
 	// A GPU at max_tasks_per_gpu admits nothing more, so its free units must not look placeable:
 	// Nomad would place there and the task would fail at Reserve.
 	full := st.MaxTasks > 0 && len(st.Reservations) >= st.MaxTasks
@@ -185,6 +205,9 @@ func (s *state) fillInstances(st *GPUState) {
 			in.Healthy, in.HealthDescription = false, fmt.Sprintf(descMaxTasks, len(st.Reservations), st.MaxTasks)
 		case free > 0:
 			free--
+		case lent > 0:
+			lent--
+			in.Healthy, in.HealthDescription = false, lentWhy
 		default:
 			in.Healthy, in.HealthDescription = false, descNoBudget
 		}

@@ -103,8 +103,13 @@ type GPUState struct {
 	BudgetBytes size.Bytes `json:"budget_bytes"`
 	UnitBytes   size.Bytes `json:"unit_bytes"`
 	// Units = BudgetBytes / UnitBytes: the instances that are healthy and placeable.
-	Units         int           `json:"units"`
-	ReservedBytes size.Bytes    `json:"reserved_bytes"`
+	Units         int        `json:"units"`
+	ReservedBytes size.Bytes `json:"reserved_bytes"`
+	// BorrowedBytes is what tasks hold past their guarantees (SetBorrowed), and BorrowWaiting
+	// whether an allocation waits for memory to come free: admission counts the one as taken
+	// and admits nothing while the other holds.
+	BorrowedBytes size.Bytes    `json:"borrowed_bytes,omitempty"`
+	BorrowWaiting bool          `json:"borrow_waiting,omitempty"`
 	MaxTasks      int           `json:"max_tasks"`
 	Reservations  []Reservation `json:"reservations"`
 	// Instances is every ID to advertise: 0..Units-1, plus reserved IDs beyond the budget
@@ -151,7 +156,15 @@ const (
 	ReasonMixedGPUs  Reason = "ids-from-two-gpus"
 	ReasonUnknownIDs Reason = "unknown-ids"
 	ReasonNoIDs      Reason = "no-ids"
+	// ReasonBorrowed: the cap would fit but for what tasks borrowing past their guarantees
+	// hold, or one of their allocations waits for memory to come free.
+	ReasonBorrowed Reason = "borrowed"
 )
+
+// Free is what of the budget neither guarantees nor borrowers hold.
+func (g GPUState) Free() size.Bytes {
+	return subFloor(subFloor(g.BudgetBytes, g.ReservedBytes), g.BorrowedBytes)
+}
 
 // ErrDenied is matched (errors.Is) by every admission refusal.
 var ErrDenied = errors.New("admission denied")

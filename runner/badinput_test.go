@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
@@ -91,7 +92,7 @@ func TestWaitingRunSaysForWhat(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Another gpufrac run, alive (this process), holds the whole budget.
-	other, err := ledger.Open(o.StateDir, ledger.Options{Holder: SelfHolder()})
+	other, err := ledger.Open(o.StateDir, ledger.Options{Holder: node.SelfHolder()})
 	if err != nil {
 		t.Fatal(err)
 	}

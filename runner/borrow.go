@@ -1,143 +1,78 @@
 package runner
 
 import (
+	"context"
 	"errors"
-	"fmt"
 
-	"github.com/gpufrac/gpufrac/enforcer"
-	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
-	"github.com/gpufrac/gpufrac/policy"
-	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/size"
 )
 
 // Borrowing settings of Options.Borrow (docs/run.md, "Caps that lend what nobody uses"): the
-// enforcer's rules, and auto.
+// node's, which the plugin's `borrow` takes too.
 const (
-	// BorrowAuto is BorrowWait wherever borrowing can be safe (the packed arm, isolated mode,
-	// the allocation fence on), else off.
-	BorrowAuto = "auto"
-	BorrowOff  = enforcer.BorrowOff
-	BorrowNow  = enforcer.BorrowNow
-	BorrowWait = enforcer.BorrowWait
-	// BorrowLend lends borrowers the guarantees of jobs still in their start-up; when such a
-	// job allocates and its bytes are not free, the borrowers give them back (the fence
-	// refuses them more, the watchdog stops the one that borrowed most if it holds on): the
-	// borrower, never the owner, pays for a loan that comes due. Not the default: in
-	// simulation the leaker's loans came due and its re-run cost more than waiting
-	// (docs/benchmarks.md).
-	BorrowLend = enforcer.BorrowLend
+	BorrowAuto = node.BorrowAuto
+	BorrowOff  = node.BorrowOff
+	BorrowNow  = node.BorrowNow
+	BorrowWait = node.BorrowWait
+	BorrowLend = node.BorrowLend
 )
 
 // DefaultBorrowWait bounds a borrower's wait.
-const DefaultBorrowWait = enforcer.DefaultBorrowWait
+const DefaultBorrowWait = node.DefaultBorrowWait
 
 // CheckBorrow is the one rule for a borrowing setting ("" = auto).
-func CheckBorrow(b string) error {
-	if b == "" || b == BorrowAuto {
-		return nil
-	}
-	if enforcer.CheckBorrowRule(b) != nil {
-		return fmt.Errorf("borrow %q: want %s, %s, %s, %s or %s", b, BorrowAuto, BorrowWait, BorrowNow, BorrowLend, BorrowOff)
-	}
-	return nil
-}
+func CheckBorrow(b string) error { return node.CheckBorrow(b) }
 
-// borrowPlan is a run's borrowing as borrowing decided it.
-type borrowPlan struct {
-	rule string // an enforcer borrowing rule; BorrowOff when jobs do not borrow
-	note string // the run's first lines say it
-}
-
-func (p borrowPlan) on() bool { return p.rule != BorrowOff }
-
-// borrowing decides a run's borrowing and says why, for the run's first lines. Borrowing needs
-// the fence: only it can refuse an allocation that would reach into a neighbour's guarantee
-// (the watchdog only sees use after it happened). Under MPS a client's pinned limit is fixed
-// when it starts, so a cap there stays the most a job may use.
-func borrowing(o *Options, fenced bool) borrowPlan {
-	asked := o.Borrow
-	if asked == "" || asked == BorrowAuto {
-		asked = BorrowWait
-	}
-	off := func(why string) borrowPlan {
-		return borrowPlan{rule: BorrowOff, note: "borrowing: off (" + why + "): a job that outgrows its cap is re-run with more room"}
-	}
-	switch {
-	case asked == BorrowOff:
-		return off("asked for")
-	case o.Arm != record.ArmPacked:
-		return off("the " + string(o.Arm) + " arm")
-	case o.modeOf() != policy.ModeIsolated:
-		return off("mps mode: a client's pinned limit is fixed at its start")
-	case !fenced:
-		return off("the allocation fence is off")
-	case asked == BorrowNow:
-		return borrowPlan{rule: asked, note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
-	}
-	wait := o.BorrowWait
-	if wait <= 0 {
-		wait = DefaultBorrowWait
-	}
-	if asked == BorrowLend {
-		return borrowPlan{rule: asked, note: fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
-			"and a starting job's guarantee but for %s until it allocates, when borrowers give it back; "+
-			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", enforcer.DefaultLendKeep, wait)}
-	}
-	return borrowPlan{rule: asked, note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
-		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)}
-}
-
-// lender is what the scheduler needs of the fence to let jobs borrow.
-type lender interface {
-	// FenceUse is what tasks on a GPU hold past their guarantees, and whether an allocation
-	// there waits for memory to come free.
-	FenceUse(uuid string) (size.Bytes, bool)
-	SyncFence(st ledger.GPUState) error
-}
-
-// lend counts what borrowers hold as reserved, since admission must not promise it again, and
-// freezes the GPUs where an allocation waits for memory: a new job would take what it waits for.
+// lend brings what borrowers hold into the round's view: the node records it in the ledger,
+// whose admission counts it; the view counts it as reserved too, so candidates are ranked and
+// checked by what is really free; and the GPUs where an allocation waits are frozen: a new job
+// would take what it waits for.
 func (s *sched) lend(states map[string]ledger.GPUState) {
 	clear(s.frozen)
 	clear(s.refused)
-	if s.lender == nil {
+	if !s.borrows {
 		return
 	}
+	s.node.RefreshBorrowing("")
 	for _, g := range s.gpus {
-		b, waiting := s.lender.FenceUse(g)
-		st := states[g]
-		st.ReservedBytes += b
+		st, err := s.led.State(g)
+		if err != nil {
+			continue
+		}
+		st.ReservedBytes += st.BorrowedBytes
 		states[g] = st
-		if waiting {
+		if st.BorrowWaiting {
 			s.frozen[g] = true
 		}
 	}
 }
 
-// place writes a new reservation into its GPU's fence table before its job starts. The table
-// is the last word: a borrower may have taken the memory since lend looked, and then the
-// reservation is given back and the job waits for its turn.
-func (s *sched) place(res ledger.Reservation) bool {
-	if s.lender == nil {
-		return true
+// reserve admits job j on GPU g with a guarantee of c through the node, which writes it into
+// the fence's table before the job starts. The table is the last word: a borrower may have
+// taken the memory since lend looked, and then the node gives the reservation back and the job
+// waits for its turn.
+func (s *sched) reserve(g string, c size.Bytes, j *jobState, borrow bool) (ledger.Reservation, error) {
+	a, err := s.node.Admit(context.Background(), node.Request{GPU: g, Cap: c, Borrow: borrow && s.borrows,
+		Task: ledger.Task{JobName: j.Name, TaskName: j.Name, Template: j.Template}})
+	var de *ledger.DeniedError
+	switch {
+	case err == nil:
+		s.ledgerErr = nil
+		return a.Reservation, nil
+	case errors.Is(err, node.ErrFence):
+		s.refused[g] = err
+		s.log.Debug("the fence has no room for the job's guarantee; it waits", "gpu", g, "job", j.Name, "why", err)
+	case !errors.As(err, &de):
+		// Not a denial: the ledger could not record it (a full disk). Nothing was admitted; the
+		// run says so while it waits, and logs each new cause once, not every round.
+		if s.ledgerErr == nil || s.ledgerErr.Error() != err.Error() {
+			s.log.Error("ledger could not record a reservation; nothing admitted", "job", j.Name, "gpu", g, "error", err)
+		}
+		s.ledgerErr = err
 	}
-	st, err := s.led.State(res.GPU)
-	if err == nil {
-		err = s.lender.SyncFence(st)
-	}
-	if err == nil || !errors.Is(err, fence.ErrNoRoom) {
-		return true // other fence faults are the watchdog's to cover, as without borrowing
-	}
-	s.refused[res.GPU] = err
-	// The table left the task out and holds the others: giving the reservation back makes
-	// the ledger match it again.
-	if rerr := s.led.Release(res.Token, "no room in the fence"); rerr != nil {
-		s.log.Warn("giving back a reservation the fence had no room for", "gpu", res.GPU, "error", rerr)
-	}
-	s.log.Debug("borrowers hold what the job's guarantee would cover; it waits", "gpu", res.GPU, "job", res.Task.JobName, "why", err)
-	return false
+	return ledger.Reservation{}, err
 }
 
 // fenceRefusal is a refusal of the fence still standing on some GPU (the first in order), or nil.
@@ -150,18 +85,19 @@ func (s *sched) fenceRefusal() error {
 	return nil
 }
 
-// limitFor is the most a job may hold on a GPU in state st: the GPU's budget when it borrows.
-func (s *sched) limitFor(st ledger.GPUState) []ledger.ReserveOption {
-	if s.lender == nil {
-		return nil
-	}
-	return []ledger.ReserveOption{ledger.WithLimit(st.BudgetBytes)}
-}
-
 // probeGuarantee is what a probe that borrows is promised: what any job needs before its first
 // allocation (the policy's cap of nothing: the margin that covers a CUDA context), at least one
 // unit; the ledger rounds it up to whole units like every cap. It measures its footprint on
 // what it borrows, so it keeps no memory from jobs whose caps are known.
 func (s *sched) probeGuarantee(st ledger.GPUState) size.Bytes {
 	return max(s.pol.Cap(0), st.UnitBytes)
+}
+
+// fenceSync brings a GPU's fence table up to date at once when jobs may borrow: a borrower
+// waiting for memory gets the guarantee a job that ended held now, not at the watchdog's next
+// pass.
+func (s *sched) fenceSync(g string) {
+	if s.borrows {
+		_ = s.node.SyncFence(g)
+	}
 }

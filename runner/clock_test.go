@@ -11,6 +11,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 )
@@ -65,7 +66,7 @@ func TestRunGivesUpWhenStuck(t *testing.T) {
 	o := testOptions(t, sim, record.ArmExclusive)
 	o.StateDir = t.TempDir()
 	// A reservation of the whole budget by this (live) process, left in the run's ledger.
-	led, err := ledger.Open(o.StateDir, ledger.Options{Holder: SelfHolder()})
+	led, err := ledger.Open(o.StateDir, ledger.Options{Holder: node.SelfHolder()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,8 @@
 // Package runner is the engine behind `gpufrac run`: given a parsed queue (queue/), it measures
-// or reuses each template's footprint, admits jobs through the ledger while their caps fit
-// (sched.go, borrow.go: the scheduler, changed only through its methods), starts and samples
-// each attempt's processes and follows them to their end under the enforcer (loop.go,
-// sample.go, enforce.go), re-runs a job that breaks its cap alone on a whole GPU, and hands the
+// or reuses each template's footprint, admits jobs on the node (node/, opened in enforce.go)
+// while their caps fit (sched.go, borrow.go: the scheduler, changed only through its methods),
+// starts and samples each attempt's processes and follows them to their end under the node's
+// enforcer (loop.go, sample.go), re-runs a job that breaks its cap alone on a whole GPU, and hands the
 // run's records (record/) to the writers of results.json, attempts.csv and report.html
 // (report/). It prints progress as it goes (progress.go, runstatus.go for `gpufrac status`).
 //

@@ -1,8 +1,6 @@
 package runner
 
 import (
-	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,8 +9,8 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
-	"github.com/gpufrac/gpufrac/policy"
-	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/node"
+	"github.com/gpufrac/gpufrac/record"
 )
 
 // MPSOptions locate the MPS control daemons (mps mode on real GPUs).
@@ -24,19 +22,10 @@ type MPSOptions struct {
 	Root string
 }
 
-// guard is what the runner needs from the enforcer.
+// guard is what supervising an attempt needs of the node's enforcer.
 type guard interface {
-	EnvOptions(uuid string) enforcer.EnvOptions
 	SyncFence(st ledger.GPUState) error
-	FenceUse(uuid string) (size.Bytes, bool)
 	FenceTask(uuid, token string) (fence.TaskUse, bool)
-	Shutdown(ctx context.Context) error
-}
-
-// guardNotes are what a run's first lines say about the fence and borrowing.
-type guardNotes struct {
-	fence, borrow string
-	borrows       bool
 }
 
 // Fence settings of Options.Fence.
@@ -46,75 +35,39 @@ const (
 	FenceOff  = enforcer.FenceOff
 )
 
-// fenceConfig decides the allocation fence of a run; its tables live beside the ledger, or in
-// the results directory when the ledger is in memory.
-func fenceConfig(o Options) (enforcer.FenceConfig, string, error) {
+// runNotes are what a run's first lines say about the fence and borrowing.
+type runNotes struct {
+	fence  string
+	borrow node.Borrowing
+}
+
+// nodeOptions is the node a run opens: its ledger holds this process's reservations, and in the
+// arms that cap, an enforcer with the fence (its tables beside the ledger, or in the results
+// directory when the ledger is in memory) and the borrowing decided for the arm and mode.
+func nodeOptions(o Options) (node.Options, runNotes, error) {
+	_, simulated := o.Backend.(*gpu.Simulated)
+	no := node.Options{Logger: o.Logger, Backend: o.Backend, StateDir: o.StateDir, Hold: true, Policy: o.Policy,
+		Enforce: o.enforced(), Node: node.Config{NoMPSDaemon: simulated}}
+	if !no.Enforce {
+		return no, runNotes{}, nil
+	}
 	dir := filepath.Join(o.StateDir, "fence")
 	if o.StateDir == "" {
 		dir = filepath.Join(o.OutDir, ".fence")
 	}
-	_, simulated := o.Backend.(*gpu.Simulated)
-	return enforcer.ResolveFence(o.Fence, o.FenceLibrary, dir, simulated)
-}
-
-// enforcerGuard runs an enforcer's watchdog for the length of a run.
-type enforcerGuard struct {
-	*enforcer.Enforcer
-	cancel context.CancelFunc
-	done   chan struct{}
-	unsub  func()
-}
-
-func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string, onEvent func(enforcer.Event)) (guard, guardNotes, error) {
+	fc, note, err := enforcer.ResolveFence(o.Fence, o.FenceLibrary, dir, simulated)
+	if err != nil {
+		return no, runNotes{}, err
+	}
+	offWhy := ""
+	if o.Arm != record.ArmPacked {
+		offWhy = "the " + string(o.Arm) + " arm"
+	}
+	notes := runNotes{fence: note, borrow: node.PlanBorrowing(o.Borrow, fc.Dir != "", o.modeOf(), o.BorrowWait, offWhy)}
 	mps := enforcer.MPSOptions{ControlBinary: o.MPS.ControlBinary, Root: o.MPS.Root}
 	if mps.Root == "" && os.Geteuid() != 0 {
 		mps.Root = filepath.Join(os.TempDir(), "gpufrac-mps-"+strconv.Itoa(os.Getuid()))
 	}
-	fc, note, err := fenceConfig(o)
-	if err != nil {
-		return nil, guardNotes{}, err
-	}
-	notes := guardNotes{fence: note}
-	plan := borrowing(&o, fc.Dir != "")
-	notes.borrows, notes.borrow = plan.on(), plan.note
-	fc.Borrow(plan.rule, o.BorrowWait)
-	e, err := enforcer.New(enforcer.Config{Backend: o.Backend, Ledger: led, Logger: o.Logger, MPS: mps, Fence: fc})
-	if err != nil {
-		return nil, guardNotes{}, err
-	}
-	_, simulated := o.Backend.(*gpu.Simulated)
-	for _, g := range gpus {
-		if simulated && o.Policy.Mode == policy.ModeMPS {
-			// No MPS daemon exists for simulated GPUs: simulated jobs apply the pinned limit
-			// from their environment themselves, as MPS clients do.
-			continue
-		}
-		if err := e.PrepareGPU(ctx, g); err != nil {
-			return nil, guardNotes{}, fmt.Errorf("preparing GPU %s for %s mode: %w", g, o.Policy.Mode, err)
-		}
-	}
-	rctx, cancel := context.WithCancel(context.Background())
-	g := &enforcerGuard{Enforcer: e, cancel: cancel, done: make(chan struct{})}
-	events, unsub := e.Subscribe()
-	g.unsub = unsub
-	go func() {
-		for ev := range events {
-			if onEvent != nil {
-				onEvent(ev)
-			}
-		}
-	}()
-	go func() {
-		defer close(g.done)
-		_ = e.Run(rctx)
-	}()
-	return g, notes, nil
-}
-
-// Shutdown stops the watchdog, then lets the enforcer stop idle MPS daemons.
-func (g *enforcerGuard) Shutdown(ctx context.Context) error {
-	g.cancel()
-	<-g.done
-	g.unsub()
-	return g.Enforcer.Shutdown(ctx)
+	no.Enforcer = node.EnforcerConfig{MPS: mps, Fence: fc, Borrow: notes.borrow}
+	return no, notes, nil
 }

@@ -228,26 +228,15 @@ func (r *run) env(l launch, token string, j *jobState) map[string]string {
 		env[gpu.EnvSimDir] = sim.Dir()
 	}
 	maps.Copy(env, j.Env)
-	st, err := r.led.State(l.gpu)
+	// The node wrote a capped job's cap into the fence's table when it admitted it; a job with
+	// no reservation has nothing for the fence to hold.
+	res := l.res
+	res.Token = token
+	tenv, err := r.node.Env(res, !l.capped)
 	if err != nil {
 		r.log.Warn("GPU state for the job's environment", "gpu", l.gpu, "error", err)
 	}
-	var eo enforcer.EnvOptions
-	if r.guard != nil {
-		eo = r.guard.EnvOptions(l.gpu)
-		if l.capped {
-			// The task's first allocation must find its cap in the fence's table.
-			if err := r.guard.SyncFence(st); err != nil {
-				r.prog.line("%-8s %-20s %v: the watchdog alone holds its cap", "fence!", j.Name, err)
-			}
-		}
-	}
-	if !l.capped {
-		eo.FenceDir, eo.FenceLibrary = "", "" // no reservation, so nothing for the fence to hold
-	}
-	res := l.res
-	res.Token = token
-	maps.Copy(env, enforcer.TaskEnv(res, st, eo))
+	maps.Copy(env, tenv)
 	env[EnvTemplate] = j.Template
 	env[EnvJob] = j.Name
 	if p := r.resultPath(j); p != "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/queue"
@@ -139,7 +140,7 @@ func (o *Options) fill(q queue.Queue) error {
 	if err := enforcer.CheckFenceMode(o.Fence); err != nil {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
-	if err := CheckBorrow(o.Borrow); err != nil {
+	if err := node.CheckBorrow(o.Borrow); err != nil {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if o.BorrowWait < 0 {
@@ -219,11 +220,14 @@ func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) 
 
 // run is one execution of a queue.
 type run struct {
-	o     Options
-	q     queue.Queue
-	log   hclog.Logger
-	led   *ledger.Ledger
+	o    Options
+	q    queue.Queue
+	log  hclog.Logger
+	node *node.Node
+	led  *ledger.Ledger // the node's
+	// guard is the node's enforcer, nil when the arm runs none.
 	guard guard
+	unsub func() // of the enforcer's events
 	s     *sched
 	gpus  map[string]record.GPUResult
 	prog  *progress
@@ -251,26 +255,24 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	log := o.Logger.Named("runner")
 	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{},
 		busy: map[string][]int{}, done: make(chan *active, 64), recap: make(chan *active, 64)}
-	lopts := ledger.Options{Logger: o.Logger, NoPersist: o.StateDir == ""}
-	if !lopts.NoPersist {
-		lopts.Holder = SelfHolder()
-	}
-	led, err := ledger.Open(o.StateDir, lopts)
+	no, notes, err := nodeOptions(o)
 	if err != nil {
-		return nil, fmt.Errorf("ledger in %q: %w", o.StateDir, err)
+		return nil, err
 	}
-	r.led = led
+	n, err := node.Open(ctx, no)
+	if err != nil {
+		return nil, err
+	}
+	r.node, r.led = n.Node, n.Ledger()
+	r.fenceNote, r.borrowNote, r.borrows = notes.fence, notes.borrow.Note, notes.borrow.On()
+	if e := n.Enforcer(); e != nil {
+		r.guard = e
+	}
 	r.prog = newProgress(o.Progress, r)
-	for _, rep := range led.Repairs() {
+	for _, rep := range r.led.Repairs() {
 		r.prog.line("%-8s %s", "ledger", rep)
 	}
-	// A run killed outright (SIGKILL, a crash) took its jobs with it (parent-death signal) but
-	// left its reservations: they go now, not after the grace.
-	gone, err := led.ReleaseOrphans(HolderAlive)
-	if err != nil {
-		r.log.Warn("cannot release the reservations of a gpufrac run that is gone", "error", err)
-	}
-	for _, res := range gone {
+	for _, res := range n.Released {
 		r.prog.line("%-8s reservation of %s on %s (cap %s): its gpufrac run (%s) is gone", "released", res.Task.JobName, res.GPU,
 			res.CapBytes, res.Holder)
 	}
@@ -281,23 +283,58 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 			r.close()
 		}
 	}()
-	if err := led.SetPolicy(o.Policy); err != nil {
-		return nil, fmt.Errorf("ledger policy: %w", err)
-	}
-	devs, err := o.Backend.Devices(ctx)
+	uuids, err := r.pick(n.Devices)
 	if err != nil {
-		return nil, fmt.Errorf("listing GPUs: %w", err)
+		return nil, err
 	}
-	var infos []ledger.GPUInfo
+	if o.enforced() {
+		if err := n.Prepare(ctx, uuids); err != nil {
+			return nil, err
+		}
+		if e := n.Enforcer(); e != nil {
+			events, unsub := e.Subscribe()
+			r.unsub = unsub
+			go func() {
+				for ev := range events {
+					r.onEvent(ev)
+				}
+			}()
+		}
+		n.Start()
+	}
+	jobs := make([]*jobState, len(q.Jobs))
+	for i, j := range q.Jobs {
+		jobs[i] = &jobState{Job: j, idx: i}
+		jobs[i].bound(q)
+	}
+	sc := schedConfig{Arm: o.Arm, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
+		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
+		ProbeInPlace: o.Arm == record.ArmPacked && o.modeOf() == policy.ModeIsolated && r.guard != nil}
+	for name, t := range q.Templates {
+		if t.PeakBytes > 0 {
+			sc.Peaks[name] = t.PeakBytes
+		}
+	}
+	if o.Profiles == record.ProfilesWarm {
+		for _, p := range r.led.Profiles() {
+			sc.Peaks[p.Template] = p.PeakBytes
+		}
+	}
+	r.s = newSchedFrom(sc, jobs)
+	ok = true
+	return r, nil
+}
+
+// pick chooses the run's GPUs (Options.GPUs, else every healthy one), puts them in the run's
+// mode and notes what the results say of each.
+func (r *run) pick(devs []gpu.Device) ([]string, error) {
 	var uuids []string
 	for _, d := range devs {
-		infos = append(infos, enforcer.LedgerGPU(d))
-		if !d.Healthy || (len(o.GPUs) > 0 && !slices.Contains(o.GPUs, d.UUID)) {
-			continue
+		if d.Healthy && (len(r.o.GPUs) == 0 || slices.Contains(r.o.GPUs, d.UUID)) {
+			uuids = append(uuids, d.UUID)
 		}
-		uuids = append(uuids, d.UUID)
 	}
-	for _, want := range o.GPUs {
+	for _, want := range r.o.GPUs {
 		if !slices.ContainsFunc(devs, func(d gpu.Device) bool { return d.UUID == want }) {
 			return nil, fmt.Errorf("%w: GPU %q is not one of this machine's (%d GPUs)", ErrOptions, want, len(devs))
 		}
@@ -305,15 +342,12 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	if len(uuids) == 0 {
 		return nil, fmt.Errorf("%w: no healthy GPU to run on (%d listed)", ErrOptions, len(devs))
 	}
-	if err := led.SyncGPUs(infos); err != nil {
-		return nil, fmt.Errorf("ledger GPUs: %w", err)
-	}
-	mode := o.modeOf()
+	mode := r.o.modeOf()
 	for _, u := range uuids {
-		if err := led.SetMode(u, mode); err != nil {
+		if err := r.led.SetMode(u, mode); err != nil {
 			return nil, fmt.Errorf("ledger mode of %s: %w", u, err)
 		}
-		st, err := led.State(u)
+		st, err := r.led.State(u)
 		if err != nil {
 			return nil, err
 		}
@@ -324,37 +358,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		r.gpus[u] = record.GPUResult{UUID: u, Index: st.Index, Model: st.Model, TotalBytes: st.TotalBytes,
 			BudgetBytes: st.BudgetBytes, Mode: string(mode)}
 	}
-	if o.enforced() {
-		g, notes, err := newGuard(ctx, o, led, uuids, r.onEvent)
-		if err != nil {
-			return nil, err
-		}
-		r.guard, r.fenceNote, r.borrowNote, r.borrows = g, notes.fence, notes.borrow, notes.borrows
-	}
-	jobs := make([]*jobState, len(q.Jobs))
-	for i, j := range q.Jobs {
-		jobs[i] = &jobState{Job: j, idx: i}
-		jobs[i].bound(q)
-	}
-	sc := schedConfig{Arm: o.Arm, Policy: o.Policy, Ledger: led, GPUs: uuids, MaxTotal: o.MaxConcurrent, Logger: log,
-		Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
-		ProbeInPlace: o.Arm == record.ArmPacked && mode == policy.ModeIsolated && r.guard != nil}
-	if r.borrows && r.guard != nil {
-		sc.Lender = r.guard
-	}
-	for name, t := range q.Templates {
-		if t.PeakBytes > 0 {
-			sc.Peaks[name] = t.PeakBytes
-		}
-	}
-	if o.Profiles == record.ProfilesWarm {
-		for _, p := range led.Profiles() {
-			sc.Peaks[p.Template] = p.PeakBytes
-		}
-	}
-	r.s = newSchedFrom(sc, jobs)
-	ok = true
-	return r, nil
+	return uuids, nil
 }
 
 func (r *run) close() {
@@ -362,23 +366,20 @@ func (r *run) close() {
 		r.stopBusy()
 	}
 	r.wg.Wait()
-	if r.guard != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := r.guard.Shutdown(ctx); err != nil {
-			r.log.Warn("enforcer shutdown", "error", err)
-		}
-		cancel()
+	if r.node == nil {
+		return
 	}
-	if r.led != nil {
-		r.retryReleases()
-		for _, p := range r.unreleased {
-			r.log.Error("reservation left in the ledger: it goes when this run is known to be gone", "job", p.job)
-		}
+	r.retryReleases()
+	for _, p := range r.unreleased {
+		r.log.Error("reservation left in the ledger: it goes when this run is known to be gone", "job", p.job)
 	}
-	if r.led != nil {
-		if err := r.led.Close(); err != nil {
-			r.log.Warn("ledger close", "error", err)
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.node.Close(ctx); err != nil {
+		r.log.Warn("node shutdown", "error", err)
+	}
+	if r.unsub != nil {
+		r.unsub()
 	}
 }
 

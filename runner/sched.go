@@ -1,12 +1,12 @@
 package runner
 
 import (
-	"errors"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -99,10 +99,12 @@ type sched struct {
 	// stops a probe that outgrows its protective cap and harms no neighbour. Under MPS a stop
 	// is a GPU-wide event, so probes there run alone.
 	probeInPlace bool
-	// lender, when set, lets packed jobs borrow past their caps (borrow.go); frozen are the GPUs
-	// where an allocation waits for borrowed memory, as of the last round.
-	lender lender
-	frozen map[string]bool
+	// node admits every job (borrow.go, reserve); borrows lets packed jobs borrow past their
+	// caps there; frozen are the GPUs where an allocation waits for borrowed memory, as of the
+	// last round.
+	node    *node.Node
+	borrows bool
+	frozen  map[string]bool
 	// refused are the fence's refusals of a guarantee (place) per GPU, as of the last round:
 	// what a run stuck with nothing running waits for.
 	refused map[string]error
@@ -125,8 +127,9 @@ type schedConfig struct {
 	ProbeCap size.Bytes
 	// ProbeInPlace lets probes run beside other jobs (sched.probeInPlace).
 	ProbeInPlace bool
-	// Lender, when set, lets packed jobs borrow past their caps.
-	Lender lender
+	// Node admits the jobs; Borrows lets packed jobs borrow past their caps there.
+	Node    *node.Node
+	Borrows bool
 	// Templates are the queue's template specs; Peaks the footprints known before the run
 	// (declared peaks, stored profiles).
 	Templates map[string]queue.TemplateSpec
@@ -136,7 +139,7 @@ type schedConfig struct {
 // newSchedFrom builds the scheduler of a run.
 func newSchedFrom(c schedConfig, jobs []*jobState) *sched {
 	s := newSched(c.Arm, c.Policy, c.Ledger, c.GPUs, jobs, c.MaxTotal, c.Logger)
-	s.window, s.probeCap, s.probeInPlace, s.lender = c.Window, c.ProbeCap, c.ProbeInPlace, c.Lender
+	s.window, s.probeCap, s.probeInPlace, s.node, s.borrows = c.Window, c.ProbeCap, c.ProbeInPlace, c.Node, c.Borrows
 	maps.Copy(s.templates, c.Templates)
 	maps.Copy(s.peaks, c.Peaks)
 	return s
@@ -148,6 +151,7 @@ func newSched(arm record.Arm, pol policy.Policy, led *ledger.Ledger, gpus []stri
 		templates: map[string]queue.TemplateSpec{}, peaks: map[string]size.Bytes{},
 		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
 		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{}, refused: map[string]error{}, grown: map[string]size.Bytes{},
+		node: node.New(led, nil, node.Config{Logger: log}),
 	}
 	switch arm {
 	case record.ArmExclusive:
@@ -243,7 +247,7 @@ func (s *sched) next() []launch {
 		case needProbe, needWhole:
 			if kind == needProbe {
 				s.prober[j.Template] = j
-				if s.lender != nil {
+				if s.borrows {
 					if l, ok := s.probeBorrowing(j, states); ok {
 						s.start(&l)
 						out = append(out, l)
@@ -267,7 +271,7 @@ func (s *sched) next() []launch {
 			if g == "" || s.running[g] > 0 {
 				continue
 			}
-			res, err := s.reserve(g, wholeBytes(states[g]), j)
+			res, err := s.reserve(g, wholeBytes(states[g]), j, false)
 			if err != nil {
 				continue
 			}
@@ -366,41 +370,19 @@ func (s *sched) drainTarget(j *jobState, states map[string]ledger.GPUState) stri
 }
 
 // admit reserves c for j on GPU g when it fits beside what states[g] holds, letting it borrow
-// when borrow is set and a lender is, and counts it in states.
+// when borrow is set and the run borrows, and counts it in states.
 func (s *sched) admit(g string, c size.Bytes, j *jobState, states map[string]ledger.GPUState, borrow bool) (ledger.Reservation, bool) {
 	st := states[g]
 	if c+st.ReservedBytes > st.BudgetBytes {
 		return ledger.Reservation{}, false
 	}
-	var opts []ledger.ReserveOption
-	if borrow {
-		opts = s.limitFor(st)
-	}
-	res, err := s.reserve(g, c, j, opts...)
-	if err != nil || !s.place(res) {
+	res, err := s.reserve(g, c, j, borrow)
+	if err != nil {
 		return ledger.Reservation{}, false
 	}
 	st.ReservedBytes += res.CapBytes
 	states[g] = st
 	return res, true
-}
-
-func (s *sched) reserve(g string, c size.Bytes, j *jobState, opts ...ledger.ReserveOption) (ledger.Reservation, error) {
-	res, err := s.led.ReserveBytes(g, c, ledger.Task{JobName: j.Name, TaskName: j.Name, Template: j.Template}, opts...)
-	if err != nil {
-		var de *ledger.DeniedError
-		if !errors.As(err, &de) {
-			// Not a denial: the ledger could not record it (a full disk). Nothing was admitted;
-			// the run says so while it waits, and logs each new cause once, not every round.
-			if s.ledgerErr == nil || s.ledgerErr.Error() != err.Error() {
-				s.log.Error("ledger could not record a reservation; nothing admitted", "job", j.Name, "gpu", g, "error", err)
-			}
-			s.ledgerErr = err
-		}
-		return ledger.Reservation{}, err
-	}
-	s.ledgerErr = nil
-	return res, nil
 }
 
 func (s *sched) start(l *launch) {
@@ -445,7 +427,7 @@ func (s *sched) probeBeside(j *jobState, states map[string]ledger.GPUState) (lau
 	if protective == 0 || st.ReservedBytes+protective > st.BudgetBytes {
 		return launch{}, false
 	}
-	res, err := s.reserve(g, protective, j)
+	res, err := s.reserve(g, protective, j, false)
 	if err != nil {
 		return launch{}, false
 	}
@@ -520,18 +502,6 @@ func (s *sched) raised(t string, peak size.Bytes) { s.peaks[t] = max(s.peaks[t],
 func (s *sched) probeEnded(t string, j *jobState) {
 	if s.prober[t] == j {
 		delete(s.prober, t)
-	}
-}
-
-// fenceSync brings a GPU's fence table up to date at once when jobs may borrow: a borrower
-// waiting for memory gets the guarantee a job that ended held now, not at the watchdog's next
-// pass.
-func (s *sched) fenceSync(g string) {
-	if s.lender == nil {
-		return
-	}
-	if st, err := s.led.State(g); err == nil {
-		_ = s.lender.SyncFence(st)
 	}
 }
 

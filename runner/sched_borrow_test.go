@@ -1,14 +1,17 @@
 package runner
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -16,8 +19,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// fakeLender is the fence as the scheduler sees it: what borrowers hold, whether an allocation
-// waits, and whether the table has room for the next guarantee.
+// fakeLender is the enforcer as the scheduler's node sees it: what borrowers hold, whether an
+// allocation waits, and whether the fence's table has room for the next guarantee.
 type fakeLender struct {
 	borrowed size.Bytes
 	waiting  bool
@@ -26,6 +29,12 @@ type fakeLender struct {
 }
 
 func (f *fakeLender) FenceUse(string) (size.Bytes, bool) { return f.borrowed, f.waiting }
+
+func (f *fakeLender) Fenced() bool { return true }
+
+func (f *fakeLender) PrepareGPU(context.Context, string) error { return nil }
+
+func (f *fakeLender) EnvOptions(string) enforcer.EnvOptions { return enforcer.EnvOptions{} }
 
 func (f *fakeLender) SyncFence(st ledger.GPUState) error {
 	f.synced = append(f.synced, st)
@@ -43,7 +52,7 @@ func borrowSched(t *testing.T, lend *fakeLender, jobs ...*jobState) (*sched, *le
 	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.probeInPlace = true
 	if lend != nil {
-		s.lender = lend
+		s.node, s.borrows = node.New(led, lend, node.Config{Borrow: node.BorrowWait}), true
 	}
 	s.peaks["t"] = size.MustParse("16GiB")
 	return s, led, uuid

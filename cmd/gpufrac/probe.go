@@ -10,9 +10,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/runner"
@@ -92,61 +92,44 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		}
 	}
 	stateDir := expandHome(g.stateDir)
+	_, simulated := b.(*gpu.Simulated)
+	// The fence holds the job to the GPU's budget, so a probe that runs away cannot take the
+	// headroom or what other users hold; it borrows nothing, holding the whole budget.
+	fc, note, err := ff.resolve(stateDir, simulated)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, note)
 	// The probe holds its reservation as this process, so one it cannot end (a full disk, a
 	// crash) is released by the next command that finds this process gone.
-	led, err := ledger.Open(stateDir, ledger.Options{Logger: g.logger, Holder: runner.SelfHolder()})
-	if err != nil {
-		return fmt.Errorf("ledger in %s: %w", stateDir, err)
-	}
-	defer led.Close()
-	if gone, err := led.ReleaseOrphans(runner.HolderAlive); err != nil {
-		fmt.Fprintf(stderr, "gpufrac probe: cannot release the reservations of processes that are gone: %v\n", err)
-	} else {
-		for _, r := range gone {
-			fmt.Fprintf(stderr, "gpufrac probe: released the reservation of %s on %s: its holder (%s) is gone\n", r.Task.JobName, r.GPU, r.Holder)
-		}
-	}
-	if err := led.SetPolicy(pol); err != nil {
-		return err
-	}
-	devs, err := b.Devices(ctx)
+	n, err := node.Open(ctx, node.Options{Logger: g.logger, Backend: b, StateDir: stateDir, Hold: true, Policy: pol,
+		Enforce: true, Enforcer: node.EnforcerConfig{Fence: fc, Borrow: node.Borrowing{Rule: node.BorrowOff}}})
 	if err != nil {
 		return err
 	}
-	var infos []ledger.GPUInfo
-	for _, d := range devs {
-		infos = append(infos, enforcer.LedgerGPU(d))
+	defer n.Close(context.Background())
+	for _, r := range n.Released {
+		fmt.Fprintf(stderr, "gpufrac probe: released the reservation of %s on %s: its holder (%s) is gone\n", r.Task.JobName, r.GPU, r.Holder)
 	}
-	if err := led.SyncGPUs(infos); err != nil {
-		return err
-	}
-	st, err := pickProbeGPU(ctx, b, led, *gpuSel)
+	led := n.Ledger()
+	st, err := pickProbeGPU(led, *gpuSel)
 	if err != nil {
 		return err
 	}
 	// The probe runs alone: it holds the GPU's whole budget so nothing else is admitted.
 	whole := size.Bytes(st.Units) * st.UnitBytes
-	res, err := led.ReserveBytes(st.UUID, whole, ledger.Task{JobName: *tmpl, TaskName: "probe", Template: *tmpl})
+	a, err := n.Admit(ctx, node.Request{GPU: st.UUID, Cap: whole, Alone: true,
+		Task: ledger.Task{JobName: *tmpl, TaskName: "probe", Template: *tmpl}})
 	if err != nil {
 		return fmt.Errorf("GPU%d cannot be probed on now (a probe needs the GPU alone): %w", st.Index, err)
 	}
+	res := a.Reservation
 	defer func() {
-		if err := led.Release(res.Token, "probe over"); err != nil {
+		if err := n.Release(res.Token, "probe over"); err != nil {
 			fmt.Fprintf(stderr, "gpufrac probe: the probe's reservation on GPU%d stays in the ledger until a later command finds this probe gone: %v\n", st.Index, err)
 		}
 	}()
-	envGPU := st
-	envGPU.Mode = policy.ModeIsolated // alone on the GPU: no MPS client settings needed
-	now, err := led.State(st.UUID)    // with the probe's reservation, for the fence's table
-	if err != nil {
-		return err
-	}
-	eo, err := probeFence(g, &ff, b, led, now, stderr)
-	if err != nil {
-		return err
-	}
-	defer eo.close()
-	env := enforcer.TaskEnv(res, envGPU, eo.EnvOptions)
+	env := a.Env
 	env[runner.EnvTemplate] = *tmpl
 	env[runner.EnvJob] = *tmpl + "-probe"
 	if sim, ok := b.(*gpu.Simulated); ok {
@@ -231,7 +214,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 
 // pickProbeGPU returns the GPU named by sel, or the healthy GPU with no reservations and the
 // largest budget.
-func pickProbeGPU(ctx context.Context, b gpu.Backend, led *ledger.Ledger, sel string) (ledger.GPUState, error) {
+func pickProbeGPU(led *ledger.Ledger, sel string) (ledger.GPUState, error) {
 	states := led.States()
 	if sel != "" {
 		for _, s := range states {
@@ -255,33 +238,4 @@ func pickProbeGPU(ctx context.Context, b gpu.Backend, led *ledger.Ledger, sel st
 	}
 	sort.SliceStable(ok, func(i, j int) bool { return ok[i].BudgetBytes > ok[j].BudgetBytes })
 	return ok[0], nil
-}
-
-// probeFenceEnv is the fence of a probe: it holds the job to the GPU's budget, so a probe that
-// runs away cannot take the headroom or what other users hold.
-type probeFenceEnv struct {
-	enforcer.EnvOptions
-	close func()
-}
-
-func probeFence(g *globals, ff *fenceFlags, b gpu.Backend, led *ledger.Ledger, st ledger.GPUState, stderr io.Writer) (probeFenceEnv, error) {
-	none := probeFenceEnv{close: func() {}}
-	_, simulated := b.(*gpu.Simulated)
-	fc, note, err := ff.resolve(expandHome(g.stateDir), simulated)
-	if err != nil {
-		return none, err
-	}
-	fmt.Fprintln(stderr, note)
-	if fc.Dir == "" {
-		return none, nil
-	}
-	e, err := enforcer.New(enforcer.Config{Backend: b, Ledger: led, Logger: g.logger, Fence: fc})
-	if err != nil {
-		return none, err
-	}
-	if err := e.SyncFence(st); err != nil {
-		_ = e.Shutdown(context.Background()) // gives its tables up
-		return none, err
-	}
-	return probeFenceEnv{EnvOptions: e.EnvOptions(st.UUID), close: func() { _ = e.Shutdown(context.Background()) }}, nil
 }

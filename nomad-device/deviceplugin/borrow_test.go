@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -105,68 +104,36 @@ func TestBorrowingTasks(t *testing.T) {
 		case next := <-stream:
 			g = next.DeviceGroup[0]
 		case <-deadline:
-			_, _, enf := s.runtime().parts()
-			b, w := enf.FenceUse(uuid)
+			st, _ := l.State(uuid)
 			cp, used, ok := c.View()
-			t.Fatalf("the withheld units did not come back after the borrower gave its memory back; fence: borrowed %s waiting %v; client view %s %s %v; last: %v", b, w, cp, used, ok, g.GetDevices()[70:])
+			t.Fatalf("the withheld units did not come back after the borrower gave its memory back; ledger: borrowed %s waiting %v; client view %s %s %v; last: %v",
+				st.BorrowedBytes, st.BorrowWaiting, cp, used, ok, g.GetDevices()[70:])
 		}
 	}
 }
 
-// Borrowing is off by default: a cap is the most a task may use.
-func TestBorrowingOffByDefault(t *testing.T) {
-	s, _ := newSim(t, "H100=80GiB", "")
-	m, _ := firstFingerprint(t, s)
-	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r := reservation(t, s, res); r.LimitBytes != 0 || r.Limit() != 4*size.GiB {
-		t.Fatalf("reservation limit %s (%s): want none past the 4GiB cap", r.LimitBytes, r.Limit())
-	}
-}
-
-// withhold takes as many free units as borrowing holds, from the highest ID down, skipping units
-// tasks hold and units already unhealthy; every free unit while an allocation waits. Each
-// description it gives is in docs/plugin.md.
-func TestWithhold(t *testing.T) {
+// Borrowing is the node's default, auto: a task on an isolated GPU under the fence may borrow up
+// to the budget (wait), and a cap stays the most a task may use where the fence is off or
+// borrowing is turned off.
+func TestBorrowingDefault(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		b    borrowUse
-		want string // per unit: h healthy, w withheld, r reserved (healthy), x unhealthy before
+		name  string
+		extra string
+		limit size.Bytes
 	}{
-		{"2.5GiB borrowed", borrowUse{bytes: 2*size.GiB + 512*size.MiB}, "rhhhwxww"},
-		{"nothing borrowed", borrowUse{}, "rhhhhxhh"},
-		{"more than is free", borrowUse{bytes: 40 * size.GiB}, "rwwwwxww"},
-		{"an allocation waits", borrowUse{bytes: size.MiB, waiting: true}, "rwwwwxww"},
+		{"default", "", 78 * size.GiB},
+		{"asked off", `borrow = "off"`, 0},
+		{"fence off", "fence = false", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := make([]ledger.Instance, 8)
-			devs := make([]*devicepb.DetectedDevice, 8)
-			for i := range devs {
-				devs[i] = &devicepb.DetectedDevice{ID: strconv.Itoa(i), Healthy: i != 5}
-				if i == 5 {
-					devs[i].HealthDescription = "before"
-				}
+			s, _ := newSim(t, "H100=80GiB", tc.extra)
+			m, _ := firstFingerprint(t, s)
+			res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 4))
+			if err != nil {
+				t.Fatal(err)
 			}
-			in[0].Token = "held"
-			withhold(devs, in, size.GiB, tc.b)
-			var got strings.Builder
-			for i, d := range devs {
-				switch {
-				case in[i].Token != "":
-					got.WriteByte('r')
-				case d.HealthDescription == "before":
-					got.WriteByte('x')
-				case d.Healthy:
-					got.WriteByte('h')
-				default:
-					got.WriteByte('w')
-					wantDocumentedHealth(t, d.HealthDescription)
-				}
-			}
-			if got.String() != tc.want {
-				t.Fatalf("units %s, want %s", got.String(), tc.want)
+			if r := reservation(t, s, res); r.LimitBytes != tc.limit {
+				t.Fatalf("reservation limit %s (cap %s): want %s", r.LimitBytes, r.CapBytes, tc.limit)
 			}
 		})
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/msgpack"
 
-	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/node"
 	hclspecpb "github.com/gpufrac/gpufrac/nomad-device/proto/hclspec"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/nomadvars"
@@ -110,8 +110,8 @@ var options = []option{
 	{Name: KeyFenceLibrary, Type: "string", Default: `""`},
 	{Name: KeyFenceDir, Type: "string", Default: `""`},
 	{Name: KeyMetricsAddr, Type: "string", Default: `""`},
-	{Name: KeyBorrow, Type: "string", Default: `"` + enforcer.BorrowOff + `"`},
-	{Name: KeyBorrowWait, Type: "string", Default: `"` + enforcer.DefaultBorrowWait.String() + `"`},
+	{Name: KeyBorrow, Type: "string", Default: `"` + node.DefaultBorrow + `"`},
+	{Name: KeyBorrowWait, Type: "string", Default: `"` + node.DefaultBorrowWait.String() + `"`},
 	// Where violations are published for `gpufrac controller` (absent: not published).
 	{Name: KeyViolations, Nested: nomadTargetOptions},
 }
@@ -154,9 +154,10 @@ type Config struct {
 	// MetricsAddr, when set, serves Prometheus metrics at http://<MetricsAddr>/metrics; a bare
 	// ":port" listens on every interface (the Prometheus convention).
 	MetricsAddr string
-	// Borrow is the borrowing rule of tasks on isolated GPUs (enforcer.BorrowOff, BorrowNow,
-	// BorrowWait, BorrowLend): with it on, a task's units are its guarantee and the GPU's
-	// budget its limit. It needs the fence. BorrowWait bounds a borrower's wait.
+	// Borrow is the borrowing rule of tasks on isolated GPUs (node.BorrowAuto, the default
+	// of both front ends, BorrowOff, BorrowNow, BorrowWait, BorrowLend): with it on, a task's
+	// units are its guarantee and the GPU's budget its limit. It needs the fence (auto is off
+	// without it). BorrowWait bounds a borrower's wait.
 	Borrow     string
 	BorrowWait time.Duration
 }
@@ -403,9 +404,9 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be "+policy.NameRule)
 	}
 	c.Borrow = s(KeyBorrow)
-	if err := enforcer.CheckBorrowRule(c.Borrow); err != nil {
-		bad(KeyBorrow, strconv.Quote(c.Borrow), fmt.Sprintf("must be %q, %q, %q or %q", enforcer.BorrowOff, enforcer.BorrowNow, enforcer.BorrowWait, enforcer.BorrowLend))
-	} else if c.Borrow != enforcer.BorrowOff && !c.Fence {
+	if err := node.CheckBorrow(c.Borrow); err != nil {
+		bad(KeyBorrow, strconv.Quote(c.Borrow), fmt.Sprintf("must be %q, %q, %q, %q or %q", node.BorrowAuto, node.BorrowOff, node.BorrowNow, node.BorrowWait, node.BorrowLend))
+	} else if c.Borrow != node.BorrowOff && c.Borrow != node.BorrowAuto && !c.Fence {
 		bad(KeyBorrow, strconv.Quote(c.Borrow), "needs fence = true: only the allocation fence can keep a borrower out of its neighbours' guarantees")
 	}
 	bw := s(KeyBorrowWait)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 )
 
 // Reserve refusals that are not admission decisions, matched with errors.Is.
@@ -19,7 +20,7 @@ var (
 	// ErrInUse: an instance ID of the request is held by a reservation whose task still runs.
 	ErrInUse = errors.New("instance held by a running task")
 	// ErrBorrowed: tasks borrowing past their guarantees hold the memory the units stand for.
-	ErrBorrowed = errors.New("memory held by borrowing tasks")
+	ErrBorrowed = node.ErrBorrowed
 )
 
 // grpcCode says what happened in the code Nomad's client logs and shows in the task event:

@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
@@ -83,7 +82,7 @@ func (s *Server) Fingerprint(ctx context.Context, send func(*devicepb.Fingerprin
 // fingerprint builds the message from the ledger, or from its last committed snapshot while the
 // ledger cannot be opened, so units held by running tasks never disappear from Nomad's view.
 func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
-	b, l, enf := rt.parts()
+	b, l, _ := rt.parts()
 	var states []ledger.GPUState
 	var policyName string
 	if l != nil {
@@ -104,12 +103,6 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 	}
 	rt.mu.Unlock()
 	info := groupInfo{unavailable: rt.unavailable(), policy: policyName, gpuDown: rt.gpuDown()}
-	if rt.cfg.Borrow != enforcer.BorrowOff {
-		info.borrowed = borrowedNow(enf, states)
-		rt.mu.Lock()
-		rt.fpBorrow = borrowSig(info.borrowed, states)
-		rt.mu.Unlock()
-	}
 	if b != nil {
 		info.backend, info.driver = b.Kind(), b.DriverVersion()
 	}
@@ -160,9 +153,8 @@ type groupInfo struct {
 	backend, driver string
 	policy          string
 	// gpuDown marks the units of one mps-mode GPU not held by a task unhealthy, with its reason.
+	// (The units borrowers hold come withheld from the ledger: ledger.SetBorrowed.)
 	gpuDown map[string]string
-	// borrowed is what borrowing takes per GPU: that many free units are withheld.
-	borrowed map[string]borrowUse
 }
 
 // buildFingerprint is one group per GPU, one instance per unit, in the ledger's order.
@@ -208,9 +200,6 @@ func buildFingerprint(states []ledger.GPUState, info groupInfo) *devicepb.Finger
 				d.Healthy, d.HealthDescription = false, down
 			}
 			devs[j] = d
-		}
-		if b, ok := info.borrowed[g.UUID]; ok {
-			withhold(devs, g.Instances, g.UnitBytes, b)
 		}
 		if len(devs) == 0 {
 			// An instance list is the only place Nomad shows a health description, so a GPU

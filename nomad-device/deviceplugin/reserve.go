@@ -9,11 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpufrac/gpufrac/enforcer"
-	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
-	"github.com/gpufrac/gpufrac/policy"
 )
 
 // Reserve admits a task onto the instance IDs Nomad assigned it and returns what the task needs:
@@ -40,53 +38,11 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 	if err := rt.checkHolders(l, enf, ids); err != nil {
 		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w", strings.Join(ids, ","), err)
 	}
-	res, err := l.ReserveIDs(ids, ledger.Task{}, rt.borrowLimit(l, cfg, enf, ids)...)
+	out, a, err := admit(ctx, rt.node(), ids)
 	if err != nil {
 		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w", strings.Join(ids, ","), err)
 	}
-	st, err := l.State(res.GPU)
-	if err != nil {
-		return nil, rt.undo(l, res, fmt.Errorf("gpufrac: reservation on GPU %s: %w", res.GPU, err))
-	}
-	var opts enforcer.EnvOptions
-	if enf != nil {
-		err := enf.PrepareGPU(ctx, res.GPU)
-		if st.Mode == policy.ModeMPS {
-			rt.setMPS(res.GPU, err)
-		}
-		if err != nil {
-			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: preparing GPU %s (%s mode) for the task: %w: %w", res.GPU, st.Mode, ErrUnavailable, err))
-		}
-		// The task's first allocation must find its cap in the fence's table.
-		if err := enf.SyncFence(st); err != nil {
-			if errors.Is(err, fence.ErrNoRoom) {
-				// Borrowers hold the memory these units stand for (the fingerprint marks such
-				// units unhealthy, but Nomad may have placed on an older one): refuse, and the
-				// units come back when the borrowers give it back.
-				err = fmt.Errorf("%w: %w", ErrBorrowed, err)
-			}
-			return nil, rt.undo(l, res, fmt.Errorf("gpufrac: writing the task's cap into the fence: %w", err))
-		}
-		opts = enf.EnvOptions(res.GPU)
-	}
-	opts.DockerRuntime = cfg.DockerRuntime
-	out := &devicepb.ContainerReservation{Envs: enforcer.TaskEnv(res, st, opts)}
-	if st.Mode == policy.ModeMPS && opts.MPSPipeDir != "" {
-		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.MPSPipeDir, HostPath: opts.MPSPipeDir})
-	}
-	if opts.FenceDir != "" {
-		// The tables, which the task's processes write, and the library, which every task's
-		// processes run and none may rewrite, in separate mounts at the paths the environment
-		// names; raw_exec tasks see the host's paths anyway.
-		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.FenceDir, HostPath: opts.FenceDir})
-		// The control copies of the tables: what only the enforcer writes, read-only.
-		caps := fence.ControlDir(opts.FenceDir)
-		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: caps, HostPath: caps, ReadOnly: true})
-		if opts.FenceLibrary != "" {
-			libDir := filepath.Dir(opts.FenceLibrary)
-			out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: libDir, HostPath: libDir, ReadOnly: true})
-		}
-	}
+	res, st := a.Reservation, a.GPU
 	if cfg.DeviceNodes && b != nil {
 		rt.mu.Lock()
 		d, ok := rt.devices[res.GPU]
@@ -102,30 +58,21 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 	return out, nil
 }
 
-// borrowLimit lets a task on an isolated GPU borrow up to the GPU's budget when the plugin's
-// borrow rule is on and the fence holds caps (only it can keep a borrower out of its
-// neighbours' guarantees). Under MPS a client's pinned limit is fixed when it starts.
-func (rt *runtime) borrowLimit(l *ledger.Ledger, cfg Config, enf taskEnforcer, ids []string) []ledger.ReserveOption {
-	if cfg.Borrow == enforcer.BorrowOff || enf == nil || !enf.Fenced() {
-		return nil
-	}
-	uuid, _, err := ledger.ParseInstanceID(ids[0])
+// admit is the plugin's side of an admission: the node decides as for gpufrac run, and the
+// plugin only translates Nomad's instance IDs in and the environment and mounts out.
+func admit(ctx context.Context, nd *node.Node, ids []string) (*devicepb.ContainerReservation, node.Admission, error) {
+	a, err := nd.Admit(ctx, node.Request{IDs: ids, Borrow: true})
 	if err != nil {
-		return nil // the ledger refuses the IDs and says why
+		if errors.Is(err, node.ErrPrepare) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return nil, a, err
 	}
-	st, err := l.State(uuid)
-	if err != nil || st.Mode != policy.ModeIsolated {
-		return nil
+	out := &devicepb.ContainerReservation{Envs: a.Env}
+	for _, m := range a.Mounts {
+		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: m.TaskPath, HostPath: m.HostPath, ReadOnly: m.ReadOnly})
 	}
-	return []ledger.ReserveOption{ledger.WithLimit(st.BudgetBytes)}
-}
-
-// undo releases a reservation whose task cannot be started, so its units return to the pool.
-func (rt *runtime) undo(l *ledger.Ledger, res ledger.Reservation, err error) error {
-	if rerr := l.Release(res.Token, "reserve failed: "+err.Error()); rerr != nil {
-		return errors.Join(err, rerr)
-	}
-	return err
+	return out, a, nil
 }
 
 // deviceNodes lists the nodes a CUDA process opens, keeping only those present on this host:

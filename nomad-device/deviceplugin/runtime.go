@@ -16,21 +16,17 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// taskEnforcer is what the plugin needs from the enforcer: get a GPU ready for a task, the
-// node-level environment options, and a reservation's current memory use.
+// taskEnforcer is what the plugin needs from the enforcer besides admission (the node's): get a
+// GPU's daemon ready, a reservation's current memory use and the processes that carry it.
 type taskEnforcer interface {
 	PrepareGPU(ctx context.Context, uuid string) error
-	EnvOptions(uuid string) enforcer.EnvOptions
-	SyncFence(st ledger.GPUState) error
 	TaskUsage(token string) (size.Bytes, bool)
 	Holders(token string) ([]int, error)
-	// Fenced and FenceUse tell what borrowing takes of a GPU (enforcer.Enforcer's).
-	Fenced() bool
-	FenceUse(uuid string) (size.Bytes, bool)
 }
 
 // runtime is everything that starts after SetConfig: GPUs, ledger, policy, enforcer. A part that
@@ -50,8 +46,8 @@ type runtime struct {
 	ledgerErr  error
 	enf        taskEnforcer
 	enforcer   *enforcer.Enforcer // the same as enf; kept for Shutdown
-	// fpBorrow is the borrowing the last fingerprint showed (borrowSig), for watchBorrowing.
-	fpBorrow map[string]string
+	// nd admits tasks: the ledger and the enforcer joined, set once both run.
+	nd       *node.Node
 	fenceErr error                 // why the configured allocation fence cannot run
 	devices  map[string]gpu.Device // by UUID, from the last listing
 	// vanished holds the GPUs an earlier listing had and the last one lacks (fallen off the
@@ -442,6 +438,13 @@ func (rt *runtime) parts() (gpu.Backend, *ledger.Ledger, taskEnforcer) {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	return rt.backend, rt.led, rt.enf
+}
+
+// node is the node that admits tasks; nil until the enforcer runs (unavailable says so first).
+func (rt *runtime) node() *node.Node {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.nd
 }
 
 // unavailable explains why units cannot be placed right now, or "" when they can.

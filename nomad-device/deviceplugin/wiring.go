@@ -11,6 +11,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/nomadvars"
 )
@@ -117,8 +118,9 @@ func (rt *runtime) waitPolicy(ctx context.Context, d time.Duration) {
 	}
 }
 
-// startEnforcer runs the watchdog (caps, unmanaged use, token scan, reservation expiry) and the
-// MPS daemons for the plugin's life. It needs the backend and the ledger.
+// startEnforcer runs the watchdog (caps, unmanaged use, token scan, reservation expiry, what
+// borrowers hold) and the MPS daemons for the plugin's life, and joins it with the ledger into
+// the node that admits tasks. It needs the backend and the ledger.
 func (rt *runtime) startEnforcer() {
 	b, l, _ := rt.parts()
 	fc, err := rt.fenceConfig(b)
@@ -130,9 +132,10 @@ func (rt *runtime) startEnforcer() {
 		rt.mu.Unlock()
 		rt.notify() // a fingerprint already sent must not keep promising units
 	}
-	enf, err := enforcer.New(enforcer.Config{Backend: b, Ledger: l, Logger: rt.log,
-		MPS:   enforcer.MPSOptions{ControlBinary: rt.cfg.MPSControl, Root: rt.cfg.MPSRoot},
-		Fence: fc})
+	// Each GPU's mode is its own (gpu_modes): the node lends on isolated ones only.
+	plan := node.PlanBorrowing(rt.cfg.Borrow, fc.Dir != "", "", rt.cfg.BorrowWait, "")
+	enf, err := node.NewEnforcer(b, l, node.EnforcerConfig{Logger: rt.log, Fence: fc, Borrow: plan,
+		MPS: enforcer.MPSOptions{ControlBinary: rt.cfg.MPSControl, Root: rt.cfg.MPSRoot}})
 	if err != nil {
 		rt.mu.Lock()
 		rt.enforcerErr = err
@@ -141,8 +144,10 @@ func (rt *runtime) startEnforcer() {
 		rt.notify() // every free unit is unhealthy now; a fingerprint already sent promised them
 		return
 	}
+	nd := node.New(l, enf, node.Config{Logger: rt.log, Borrow: plan.Rule, DockerRuntime: rt.cfg.DockerRuntime,
+		OnPrepared: rt.setMPS})
 	rt.mu.Lock()
-	rt.enf, rt.enforcer = enf, enf
+	rt.enf, rt.enforcer, rt.nd = enf, enf, nd
 	rt.mu.Unlock()
 	rt.startPublisher(enf, l)
 	rt.countViolations(enf, l)
@@ -151,10 +156,6 @@ func (rt *runtime) startEnforcer() {
 		defer rt.wg.Done()
 		_ = enf.Run(rt.ctx)
 	}()
-	if rt.cfg.Borrow != enforcer.BorrowOff {
-		rt.wg.Add(1)
-		go rt.watchBorrowing(enf, l)
-	}
 }
 
 // fenceConfig is the allocation fence the plugin's config asks for. Tasks run as other users
@@ -166,7 +167,6 @@ func (rt *runtime) fenceConfig(b gpu.Backend) (enforcer.FenceConfig, error) {
 	_, simulated := b.(*gpu.Simulated)
 	fc, _, err := enforcer.ResolveFence(enforcer.FenceOn, rt.cfg.FenceLibrary, rt.cfg.FenceDir, simulated)
 	fc.Shared = true
-	fc.Borrow(rt.cfg.Borrow, rt.cfg.BorrowWait)
 	return fc, err
 }
 

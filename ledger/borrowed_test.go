@@ -1,0 +1,159 @@
+package ledger
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// What borrowers hold is withheld from the free units, a unit for each unit or part of one,
+// from the highest ID down, skipping units a task holds; every free unit while an allocation
+// waits. GPU B has 6 units of 1GiB; unit 0 is reserved.
+func TestBorrowedUnits(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		borrowed size.Bytes
+		waiting  bool
+		want     string // per unit: r reserved, h healthy, w withheld
+		why      string
+	}{
+		{"nothing borrowed", 0, false, "rhhhhh", ""},
+		{"2.5GiB borrowed", 2*size.GiB + 512*size.MiB, false, "rhhwww", "held by tasks borrowing past their guarantees ("},
+		{"more than is free", 40 * size.GiB, false, "rwwwww", "borrowing past their guarantees"},
+		{"an allocation waits", size.MiB, true, "rwwwww", "a task's allocation waits for memory to come free"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := newTest(t, Options{})
+			mustReserve(t, l, Task{JobName: "j"}, InstanceID(gpuB, 0))
+			if err := l.SetBorrowed(gpuB, tc.borrowed, tc.waiting); err != nil {
+				t.Fatal(err)
+			}
+			st, err := l.State(gpuB)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.BorrowedBytes != tc.borrowed || st.BorrowWaiting != tc.waiting {
+				t.Fatalf("state borrowed %s waiting %v, want %s %v", st.BorrowedBytes, st.BorrowWaiting, tc.borrowed, tc.waiting)
+			}
+			var got strings.Builder
+			for _, in := range st.Instances {
+				switch {
+				case in.Token != "":
+					got.WriteByte('r')
+				case in.Healthy:
+					got.WriteByte('h')
+				default:
+					got.WriteByte('w')
+					if !strings.Contains(in.HealthDescription, tc.why) {
+						t.Fatalf("unit %s withheld with %q, want it to say %q", in.ID, in.HealthDescription, tc.why)
+					}
+				}
+			}
+			if got.String() != tc.want {
+				t.Fatalf("units %s, want %s", got.String(), tc.want)
+			}
+		})
+	}
+}
+
+// Admission never admits onto borrowed memory: a cap that fits the budget but for what
+// borrowers hold, or any cap while an allocation waits, is refused as borrowed, on both paths.
+func TestAdmissionCountsBorrowed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		borrowed size.Bytes
+		waiting  bool
+		cap      size.Bytes
+		reason   Reason // "" = admitted
+	}{
+		{"fits beside the loan", 4 * size.GiB, false, 6 * size.GiB, ""},
+		{"only without the loan", 5 * size.GiB, false, 6 * size.GiB, ReasonBorrowed},
+		{"an allocation waits", 0, true, size.GiB, ReasonBorrowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, path := range []string{"bytes", "ids"} {
+				l, _ := newTest(t, Options{})
+				if err := l.SetBorrowed(gpuA, tc.borrowed, tc.waiting); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if path == "bytes" {
+					_, err = l.ReserveBytes(gpuA, tc.cap, Task{JobName: "j"})
+				} else {
+					var ks []int
+					for k := 0; k < int(tc.cap/size.GiB); k++ {
+						ks = append(ks, k)
+					}
+					_, err = l.ReserveIDs(ids(gpuA, ks...), Task{JobName: "j"})
+				}
+				var d *DeniedError
+				switch {
+				case tc.reason == "" && err != nil:
+					t.Fatalf("%s: %v, want admitted", path, err)
+				case tc.reason != "" && (!errors.As(err, &d) || d.Reason != tc.reason):
+					t.Fatalf("%s: %v, want a %s denial", path, err, tc.reason)
+				}
+			}
+		})
+	}
+}
+
+// What borrowers hold is not written to disk (the fence's tables are its record), and the
+// ledger's subscribers hear of it only when what is placeable changes.
+func TestSetBorrowedIsVolatileAndCoalesced(t *testing.T) {
+	l, dir := newTest(t, Options{})
+	ch, cancel := l.Subscribe()
+	defer cancel()
+	drain := func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	drain()
+	steps := []struct {
+		b       size.Bytes
+		waiting bool
+		wake    bool
+	}{
+		{512 * size.MiB, false, true},  // a unit withheld
+		{768 * size.MiB, false, false}, // still one unit
+		{1536 * size.MiB, false, true}, // two
+		{1536 * size.MiB, true, true},  // a wait began
+		{0, false, true},
+	}
+	for i, s := range steps {
+		if err := l.SetBorrowed(gpuA, s.b, s.waiting); err != nil {
+			t.Fatal(err)
+		}
+		if got := drain(); got != s.wake {
+			t.Fatalf("step %d (%s, waiting %v): subscribers woken %v, want %v", i, s.b, s.waiting, got, s.wake)
+		}
+	}
+	if err := l.SetBorrowed(gpuA, 3*size.GiB, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetBorrowed("GPU-none", size.GiB, false); !errors.Is(err, ErrUnknownGPU) {
+		t.Fatalf("SetBorrowed on an unknown GPU: %v, want ErrUnknownGPU", err)
+	}
+	l.Close()
+	l2, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	st, err := l2.State(gpuA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.BorrowedBytes != 0 || st.BorrowWaiting {
+		t.Fatalf("after a restart: borrowed %s waiting %v, want none until the fence is read again", st.BorrowedBytes, st.BorrowWaiting)
+	}
+	if err := l.SetBorrowed(gpuA, size.GiB, false); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetBorrowed on a closed ledger: %v, want ErrClosed", err)
+	}
+}

@@ -1,0 +1,94 @@
+package node
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// Borrowing settings (docs/run.md, "Caps that lend what nobody uses"; docs/plugin.md): the
+// enforcer's rules, and auto. The plugin's `borrow` and `gpufrac run --borrow` take them.
+const (
+	// BorrowAuto is BorrowWait wherever borrowing can be safe (the allocation fence on, the GPU
+	// in isolated mode), else off.
+	BorrowAuto = "auto"
+	BorrowOff  = enforcer.BorrowOff
+	BorrowNow  = enforcer.BorrowNow
+	BorrowWait = enforcer.BorrowWait
+	// BorrowLend lends borrowers the guarantees of tasks still in their start-up; when such a
+	// task allocates and its bytes are not free, the borrowers give them back. Not the default:
+	// in simulation the leaker's loans came due and its re-run cost more than waiting
+	// (docs/benchmarks.md).
+	BorrowLend = enforcer.BorrowLend
+)
+
+// DefaultBorrow is both front ends' borrowing when none is asked for. Auto, that is wait where
+// the fence holds caps on an isolated GPU: measured, it packed the benchmark's queues with no
+// job harmed and the leaker done in one attempt (docs/benchmarks.md, docs/enforcement.md).
+const DefaultBorrow = BorrowAuto
+
+// DefaultBorrowWait bounds a borrower's wait.
+const DefaultBorrowWait = enforcer.DefaultBorrowWait
+
+// CheckBorrow is the one rule for a borrowing setting ("" = DefaultBorrow).
+func CheckBorrow(b string) error {
+	if b == "" || b == BorrowAuto {
+		return nil
+	}
+	if enforcer.CheckBorrowRule(b) != nil {
+		return fmt.Errorf("borrow %q: want %s, %s, %s, %s or %s", b, BorrowAuto, BorrowWait, BorrowNow, BorrowLend, BorrowOff)
+	}
+	return nil
+}
+
+// Borrowing is a node's borrowing as PlanBorrowing decided it.
+type Borrowing struct {
+	// Rule is an enforcer borrowing rule; BorrowOff when tasks do not borrow.
+	Rule string
+	// Wait bounds a borrower's allocation's wait (BorrowWait, BorrowLend).
+	Wait time.Duration
+	// Note says what was decided and why, for a command's first lines.
+	Note string
+}
+
+// On says whether tasks may borrow.
+func (b Borrowing) On() bool { return b.Rule != "" && b.Rule != BorrowOff }
+
+// PlanBorrowing decides borrowing from what was asked ("" = DefaultBorrow). Borrowing needs the
+// fence: only it can refuse an allocation that would reach into a neighbour's guarantee (the
+// watchdog only sees use after it happened). Under MPS a client's pinned limit is fixed when it
+// starts, so a cap there stays the most a task may use: mode is the GPUs' mode where one is
+// known for all of them, or "" where each GPU's is (Admit then lends on isolated GPUs only).
+// offWhy, when set, turns borrowing off for that reason (the benchmark's arms without it).
+func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Duration, offWhy string) Borrowing {
+	if asked == "" || asked == BorrowAuto {
+		asked = BorrowWait
+	}
+	off := func(why string) Borrowing {
+		return Borrowing{Rule: BorrowOff, Note: "borrowing: off (" + why + "): a job that outgrows its cap is re-run with more room"}
+	}
+	switch {
+	case asked == BorrowOff:
+		return off("asked for")
+	case offWhy != "":
+		return off(offWhy)
+	case mode == policy.ModeMPS:
+		return off("mps mode: a client's pinned limit is fixed at its start")
+	case !fenced:
+		return off("the allocation fence is off")
+	case asked == BorrowNow:
+		return Borrowing{Rule: asked, Note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
+	}
+	if wait <= 0 {
+		wait = DefaultBorrowWait
+	}
+	if asked == BorrowLend {
+		return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
+			"and a starting job's guarantee but for %s until it allocates, when borrowers give it back; "+
+			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", enforcer.DefaultLendKeep, wait)}
+	}
+	return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
+		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)}
+}

@@ -1,0 +1,33 @@
+package runner
+
+import (
+	"testing"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node/nodetest"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/hashicorp/go-hclog"
+)
+
+// The scheduler admits through the node exactly as the plugin does: the same table of cases
+// (deviceplugin's TestAdmissionTable runs it too) brings the same decisions, for one packed job
+// whose template's cap is the case's.
+func TestAdmissionTable(t *testing.T) {
+	for _, c := range nodetest.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			s := c.Setup(t)
+			j := &jobState{Job: queue.Job{Name: "j", Template: "t"}}
+			sc := newSchedFrom(schedConfig{Arm: record.ArmPacked, Policy: policy.Default(), Ledger: s.Ledger, Node: s.Node,
+				Borrows: s.Node.Borrows(), GPUs: []string{nodetest.GPU}, Logger: hclog.NewNullLogger(),
+				Templates: map[string]queue.TemplateSpec{"t": {Name: "t", CapBytes: c.Cap}}}, []*jobState{j})
+			got := sc.next()
+			var res ledger.Reservation
+			if len(got) == 1 {
+				res = got[0].res
+			}
+			c.Check(t, s, len(got) == 1, res)
+		})
+	}
+}
