@@ -78,9 +78,8 @@ func (c collector) collectGPUs(ch chan<- prometheus.Metric, b gpu.Backend, l *le
 	states := l.States()
 	// Free units are counted on what the fingerprint would advertise now, so the metric and
 	// Nomad's view agree (withheld for borrowers, unhealthy while a part is missing).
-	borrowed := borrowedNow(enf, states)
 	down, perGPU := c.rt.unavailable(), c.rt.gpuDown()
-	adv := buildFingerprint(states, groupInfo{unavailable: down, gpuDown: perGPU, borrowed: borrowed})
+	adv := buildFingerprint(states, groupInfo{unavailable: down, gpuDown: perGPU})
 	for i := range states {
 		g := &states[i]
 		lv := []string{g.UUID, g.Model, strconv.Itoa(g.Index)}
@@ -88,7 +87,7 @@ func (c collector) collectGPUs(ch chan<- prometheus.Metric, b gpu.Backend, l *le
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 		}
 		c.rt.viol.zero(g.UUID)
-		lent := borrowed[g.UUID].bytes
+		lent := g.BorrowedBytes // as the watchdog last read the fence's table into the ledger
 		gauge(descMemory, float64(g.TotalBytes), lv)
 		gauge(descBudget, float64(g.BudgetBytes), lv)
 		gauge(descReserved, float64(g.ReservedBytes), lv)

@@ -124,7 +124,7 @@ func (rt *runtime) open() {
 	}
 	openedLedger := false
 	if rt.led == nil {
-		l, err := ledger.Open(rt.cfg.LedgerDir(), ledger.Options{Logger: rt.log, Grace: rt.cfg.ReservationGrace})
+		l, _, err := node.OpenLedger(rt.cfg.LedgerDir(), ledger.Options{Logger: rt.log, Grace: rt.cfg.ReservationGrace})
 		rt.led, rt.ledgerErr = l, err
 		if err != nil {
 			rt.log.Error("ledger unavailable: GPU units are advertised unhealthy until it opens; retrying every fingerprint_period",
@@ -234,15 +234,12 @@ func (rt *runtime) relist() {
 		}
 	}
 	byUUID := make(map[string]gpu.Device, len(devs))
-	infos := make([]ledger.GPUInfo, 0, len(devs))
 	for _, d := range devs {
-		if rt.ignored(d) {
-			continue
+		if !rt.ignored(d) {
+			byUUID[d.UUID] = d
 		}
-		byUUID[d.UUID] = d
-		infos = append(infos, enforcer.LedgerGPU(d))
 	}
-	if len(infos) == 0 {
+	if len(byUUID) == 0 {
 		rt.log.Warn("no GPU to advertise", "found", len(devs), "ignored_gpu_ids", rt.cfg.IgnoredGPUIDs)
 	}
 	rt.mu.Lock()
@@ -266,7 +263,7 @@ func (rt *runtime) relist() {
 		rt.notify()
 		return
 	}
-	if err := l.SyncGPUs(infos); err != nil {
+	if err := node.SyncGPUs(l, devs, rt.ignored); err != nil {
 		rt.log.Error("recording the GPU inventory in the ledger failed", "error", err)
 	}
 	for key, m := range rt.cfg.GPUModes {
