@@ -112,7 +112,8 @@ func unhealthyDescs(g *devicepb.DeviceGroup) []string {
 // Every health description the plugin, its ledger and its backend's fixed reasons can give is
 // explained in docs/plugin.md: the runtime's reasons for refusing every unit, each reason a GPU
 // has no unit, and the ledger's descriptions of units at max_tasks_per_gpu, without budget and
-// beyond a shrunken budget. (The fault tests check the descriptions they see too.)
+// beyond a shrunken budget, and of units borrowers hold or that wait for them. (The fault tests
+// check the descriptions they see too.)
 func TestEveryHealthDescriptionIsDocumented(t *testing.T) {
 	cause := errors.New("the cause")
 	unavailable := map[string]*runtime{
@@ -158,8 +159,16 @@ func TestEveryHealthDescriptionIsDocumented(t *testing.T) {
 	if err := led.SetPolicy(p); err != nil {
 		t.Fatal(err)
 	}
-	const full, shrunk = "GPU-full", "GPU-shrunk"
-	if err := led.SyncGPUs([]ledger.GPUInfo{{UUID: full, TotalBytes: 12 * gib, Healthy: true}, {UUID: shrunk, Index: 1, TotalBytes: 12 * gib, Healthy: true}}); err != nil {
+	const full, shrunk, lent, waits = "GPU-full", "GPU-shrunk", "GPU-lent", "GPU-waits"
+	if err := led.SyncGPUs([]ledger.GPUInfo{{UUID: full, TotalBytes: 12 * gib, Healthy: true}, {UUID: shrunk, Index: 1, TotalBytes: 12 * gib, Healthy: true},
+		{UUID: lent, Index: 2, TotalBytes: 12 * gib, Healthy: true}, {UUID: waits, Index: 3, TotalBytes: 12 * gib, Healthy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	// Borrowers hold 2.5 units on one GPU; an allocation waits on another.
+	if err := led.SetBorrowed(lent, 2*gib+gib/2, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := led.SetBorrowed(waits, gib, true); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -191,7 +200,7 @@ func TestEveryHealthDescriptionIsDocumented(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"max_tasks_per_gpu = 3", "no budget left", "budget shrank below"} {
+	for _, want := range []string{"max_tasks_per_gpu = 3", "no budget left", "budget shrank below", "borrowing past their guarantees", "allocation waits for memory"} {
 		if !strings.Contains(strings.Join(descs, "\n"), want) {
 			t.Errorf("the ledger gave no description saying %q (got %q): the test no longer reaches it", want, descs)
 		}
