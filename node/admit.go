@@ -45,6 +45,11 @@ type Config struct {
 	// NoMPSDaemon readies no MPS daemon: simulated GPUs, whose jobs apply the pinned limit from
 	// their environment themselves, as MPS clients do.
 	NoMPSDaemon bool
+	// ReadyAtOpen: the GPUs were readied once, by Prepare, when the node opened (gpufrac run,
+	// whose GPUs keep their mode for the run, and whose enforcer's health check marks a GPU whose
+	// daemon died): admission does not ready them again. The plugin's GPUs change mode with
+	// policies, so each admission readies its GPU.
+	ReadyAtOpen bool
 	// DockerRuntime adds NVIDIA_VISIBLE_DEVICES to tasks' environments (the plugin's docker_runtime).
 	DockerRuntime bool
 	// OnPrepared hears, for each admission on an mps-mode GPU, whether its daemon could be
@@ -148,7 +153,7 @@ func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 	if err != nil {
 		return Admission{}, n.undo(res, fmt.Errorf("reservation on GPU %s: %w", res.GPU, err))
 	}
-	if !req.Alone {
+	if !req.Alone && !n.cfg.ReadyAtOpen {
 		if err := n.prepare(ctx, res.GPU); err != nil {
 			return Admission{}, n.undo(res, err)
 		}

@@ -47,7 +47,7 @@ type runNotes struct {
 func nodeOptions(o Options) (node.Options, runNotes, error) {
 	_, simulated := o.Backend.(*gpu.Simulated)
 	no := node.Options{Logger: o.Logger, Backend: o.Backend, StateDir: o.StateDir, Hold: true, Policy: o.Policy,
-		Enforce: o.enforced(), Node: node.Config{NoMPSDaemon: simulated}}
+		Enforce: o.enforced(), Node: node.Config{NoMPSDaemon: simulated, ReadyAtOpen: true}}
 	if !no.Enforce {
 		return no, runNotes{}, nil
 	}
