@@ -20,8 +20,9 @@ var (
 	// ErrBorrowed: tasks borrowing past their guarantees hold the memory the cap stands for
 	// (the ledger counted it, or the fence's table had no room for the guarantee).
 	ErrBorrowed = errors.New("memory held by borrowing tasks")
-	// ErrPrepare: the GPU could not be readied for its mode (the MPS control daemon).
-	ErrPrepare = errors.New("GPU not ready for its mode")
+	// ErrUnavailable: the GPU is not fully managed now: it could not be readied for its mode
+	// (the MPS control daemon), so no cap could be enforced.
+	ErrUnavailable = errors.New("GPU not fully managed")
 	// ErrFence: the fence's table could not take the task's cap (with ErrBorrowed when it had
 	// no room for it).
 	ErrFence = errors.New("the allocation fence could not take the task's cap")
@@ -126,7 +127,7 @@ type Admission struct {
 // to date in the ledger, the ledger reserves (with the GPU's budget as the limit where the task
 // may borrow), the GPU is readied for its mode and the fence's table takes the task's cap, and
 // the environment is built. A step that fails gives the reservation back: nothing stays
-// admitted, and the error says which step (ledger.ErrDenied, ErrBorrowed, ErrPrepare, or the
+// admitted, and the error says which step (ledger.ErrDenied, ErrBorrowed, ErrUnavailable, or the
 // fence's).
 func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 	uuid := req.GPU
@@ -227,7 +228,7 @@ func (n *Node) prepare(ctx context.Context, uuid string) error {
 		n.cfg.OnPrepared(uuid, err)
 	}
 	if err != nil {
-		return fmt.Errorf("preparing GPU %s (%s mode) for the task: %w: %w", uuid, st.Mode, ErrPrepare, err)
+		return fmt.Errorf("preparing GPU %s (%s mode) for the task: %w: %w", uuid, st.Mode, ErrUnavailable, err)
 	}
 	return nil
 }

@@ -113,7 +113,7 @@ func Cases() []Case {
 		{Name: "orphan released", Held: 70 * size.GiB, Orphaned: true, Cap: 20 * size.GiB, Admit: true, Limit: Budget},
 		{Name: "unhealthy GPU", Unhealthy: true, Cap: 4 * size.GiB, Err: ledger.ErrDenied},
 		{Name: "mps: no borrowing", Mode: policy.ModeMPS, Cap: 20 * size.GiB, Admit: true},
-		{Name: "mps daemon cannot start: undone", Mode: policy.ModeMPS, PrepErr: errors.New("nodetest: no daemon"), Cap: 20 * size.GiB, Err: node.ErrPrepare},
+		{Name: "mps daemon cannot start: undone", Mode: policy.ModeMPS, PrepErr: errors.New("nodetest: no daemon"), Cap: 20 * size.GiB, Err: node.ErrUnavailable},
 	}
 }
 

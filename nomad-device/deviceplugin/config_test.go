@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"errors"
-	"github.com/gpufrac/gpufrac/enforcer"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hcldec"
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -41,7 +41,7 @@ func TestDefaults(t *testing.T) {
 		StateDir: DefaultStateDir, PolicyName: "default", FingerprintPeriod: time.Minute,
 		GPUModes: map[string]policy.Mode{}, MPSRoot: "/run/gpufrac/mps", DeviceNodes: true,
 		ReservationGrace: DefaultReservationGrace, Fence: true, FenceDir: "/var/lib/gpufrac/fence",
-		Borrow: enforcer.BorrowOff, BorrowWait: enforcer.DefaultBorrowWait,
+		Borrow: node.DefaultBorrow, BorrowWait: node.DefaultBorrowWait,
 	}
 	for name, b := range map[string][]byte{"no bytes": nil, "empty config block": nil, "agent without config": nil} {
 		if name == "empty config block" {

@@ -16,7 +16,7 @@ import (
 var (
 	// ErrUnavailable: the GPU is not fully managed right now (backend down, no valid policy yet,
 	// enforcer not running, MPS daemon that cannot start), so no cap could be enforced.
-	ErrUnavailable = errors.New("GPU not fully managed")
+	ErrUnavailable = node.ErrUnavailable
 	// ErrInUse: an instance ID of the request is held by a reservation whose task still runs.
 	ErrInUse = errors.New("instance held by a running task")
 	// ErrBorrowed: tasks borrowing past their guarantees hold the memory the units stand for.

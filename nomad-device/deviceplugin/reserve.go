@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -63,9 +62,6 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 func admit(ctx context.Context, nd *node.Node, ids []string) (*devicepb.ContainerReservation, node.Admission, error) {
 	a, err := nd.Admit(ctx, node.Request{IDs: ids, Borrow: true})
 	if err != nil {
-		if errors.Is(err, node.ErrPrepare) {
-			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
 		return nil, a, err
 	}
 	out := &devicepb.ContainerReservation{Envs: a.Env}
