@@ -215,8 +215,17 @@ func (f *fences) table(st ledger.GPUState) (*fence.Table, error) {
 	return t, nil
 }
 
-// sync makes a GPU's table hold exactly its reservations' caps.
-func (f *fences) sync(st ledger.GPUState) error {
+// sync makes a GPU's table hold exactly its reservations' caps, as the ledger has them when the
+// table is written (fresh): a caller's state may be older (a watchdog pass reads every GPU's
+// state first), and written as it is it would drop a task admitted since, whose process then
+// finds no task in the table and runs under the watchdog alone. Every writer takes f.mu, so the
+// last one writes the ledger's latest state.
+func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, error)) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cur, err := fresh(st.UUID); err == nil {
+		st = cur
+	}
 	tasks := make([]fence.Task, 0, len(st.Reservations))
 	var sig strings.Builder
 	fmt.Fprintf(&sig, "%d", st.BudgetBytes)
@@ -224,8 +233,6 @@ func (f *fences) sync(st ledger.GPUState) error {
 		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit(), Keep: f.cfg.LendKeep})
 		fmt.Fprintf(&sig, ",%s=%d/%d", r.Token, r.CapBytes, r.Limit())
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.synced[st.UUID] == sig.String() {
 		return nil
 	}
@@ -327,7 +334,7 @@ func (e *Enforcer) SyncFence(st ledger.GPUState) error {
 	if e.fence == nil {
 		return nil
 	}
-	return e.fence.sync(st)
+	return e.fence.sync(st, e.cfg.Ledger.State)
 }
 
 // Fenced says whether this enforcer runs the allocation fence.
@@ -362,7 +369,7 @@ func (e *Enforcer) watchFence(st ledger.GPUState, now time.Time) (fence.Snapshot
 	if e.fence == nil {
 		return fence.Snapshot{}, false
 	}
-	if err := e.fence.sync(st); err != nil {
+	if err := e.fence.sync(st, e.cfg.Ledger.State); err != nil {
 		e.sayOnce(st.UUID, "fence", err)
 	}
 	snap, ok := e.fence.look(st.UUID)
