@@ -63,7 +63,10 @@ func (b Borrowing) On() bool { return b.Rule != "" && b.Rule != BorrowOff }
 // known for all of them, or "" where each GPU's is (Admit then lends on isolated GPUs only).
 // offWhy, when set, turns borrowing off for that reason (the benchmark's arms without it).
 func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Duration, offWhy string) Borrowing {
-	if asked == "" || asked == BorrowAuto {
+	if asked == "" {
+		asked = DefaultBorrow
+	}
+	if asked == BorrowAuto {
 		asked = BorrowWait
 	}
 	off := func(why string) Borrowing {
