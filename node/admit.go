@@ -106,6 +106,9 @@ type Request struct {
 	Alone bool
 	// Unfenced leaves the fence out of the environment (an attempt that holds no cap).
 	Unfenced bool
+	// EnvLater leaves Admission.Env, Mounts and GPU empty: the caller builds the environment
+	// when the task starts (Env), as gpufrac run does for the attempts a round admits.
+	EnvLater bool
 }
 
 // Mount is a host directory a task needs at the same path.
@@ -150,6 +153,9 @@ func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 		}
 		return Admission{}, err
 	}
+	if n.enf == nil && req.EnvLater {
+		return Admission{Reservation: res}, nil // nothing to ready, no table to write
+	}
 	st, err := n.led.State(res.GPU)
 	if err != nil {
 		return Admission{}, n.undo(res, fmt.Errorf("reservation on GPU %s: %w", res.GPU, err))
@@ -170,8 +176,11 @@ func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 			return Admission{}, n.undo(res, fmt.Errorf("%w: %w", ErrFence, err))
 		}
 	}
-	a := Admission{Reservation: res, GPU: st}
-	a.Env, a.Mounts = n.task(res, st, req)
+	a := Admission{Reservation: res}
+	if !req.EnvLater {
+		a.GPU = st
+		a.Env, a.Mounts = n.task(res, st, req)
+	}
 	return a, nil
 }
 

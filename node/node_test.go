@@ -210,3 +210,31 @@ func TestOpenStartClose(t *testing.T) {
 		t.Fatalf("reservations after Close: %d, want the admitted one kept", len(again.Reservations()))
 	}
 }
+
+// EnvLater admits without building what the task needs (gpufrac run builds it at the start);
+// with an enforcer the fence's table still takes the cap at admission.
+func TestAdmitEnvLater(t *testing.T) {
+	for _, fenced := range []bool{false, true} {
+		s := nodetest.Cases()[0].Setup(t)
+		enf := &dirs{}
+		var e node.Enforcer
+		if fenced {
+			e = enf
+		}
+		n := node.New(s.Ledger, e, node.Config{})
+		a, err := n.Admit(context.Background(), node.Request{GPU: nodetest.GPU, Cap: 4 * size.GiB, EnvLater: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Reservation.Token == "" || a.Env != nil || a.Mounts != nil {
+			t.Fatalf("fenced %v: reservation %q, env %v, mounts %v: want a reservation and nothing built", fenced, a.Reservation.Token, a.Env, a.Mounts)
+		}
+		if fenced && len(enf.synced) != 1 {
+			t.Fatalf("the fence's table was written %d times at admission, want once", len(enf.synced))
+		}
+		env, err := n.Env(a.Reservation, false)
+		if err != nil || env["GPUFRAC_RESERVATION"] != a.Reservation.Token {
+			t.Fatalf("the environment built later: %v, %v", env, err)
+		}
+	}
+}

@@ -54,7 +54,7 @@ func (s *sched) lend(states map[string]ledger.GPUState) {
 // taken the memory since lend looked, and then the node gives the reservation back and the job
 // waits for its turn.
 func (s *sched) reserve(g string, c size.Bytes, j *jobState, borrow bool) (ledger.Reservation, error) {
-	a, err := s.node.Admit(context.Background(), node.Request{GPU: g, Cap: c, Borrow: borrow && s.borrows,
+	a, err := s.node.Admit(context.Background(), node.Request{GPU: g, Cap: c, Borrow: borrow && s.borrows, EnvLater: true,
 		Task: ledger.Task{JobName: j.Name, TaskName: j.Name, Template: j.Template}})
 	var de *ledger.DeniedError
 	switch {
