@@ -75,16 +75,8 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.MPSPipeDir, HostPath: opts.MPSPipeDir})
 	}
 	if opts.FenceDir != "" {
-		// The tables, which the task's processes write, and the library, which every task's
-		// processes run and none may rewrite, in separate mounts at the paths the environment
-		// names; raw_exec tasks see the host's paths anyway.
-		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.FenceDir, HostPath: opts.FenceDir})
-		// The control copies of the tables: what only the enforcer writes, read-only.
-		caps := fence.ControlDir(opts.FenceDir)
-		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: caps, HostPath: caps, ReadOnly: true})
-		if opts.FenceLibrary != "" {
-			libDir := filepath.Dir(opts.FenceLibrary)
-			out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: libDir, HostPath: libDir, ReadOnly: true})
+		for _, m := range fence.TaskMounts(opts.FenceDir, opts.FenceLibrary) {
+			out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: m.Path, HostPath: m.Path, ReadOnly: m.ReadOnly})
 		}
 	}
 	if cfg.DeviceNodes && b != nil {

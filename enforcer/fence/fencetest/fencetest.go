@@ -33,7 +33,7 @@ type Kit struct {
 	DriverDir string
 	// Client is the CUDA program (testdata/client.c).
 	Client string
-	// Tool drives a table through state.c's API with the test hooks (testdata/tablectl.c).
+	// Tool drives a table through state.h's API with the test hooks (testdata/tablectl.c).
 	Tool string
 }
 
@@ -119,7 +119,7 @@ func build() {
 		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),
 		append(append([]string{}, warn...), "-fPIC", "-shared", "-o", filepath.Join(k.DriverDir, "libcuda.so.1"), filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"),
 		append(append([]string{}, warn...), "-o", k.Client, filepath.Join(src, "testdata", "client.c"), "-ldl", "-lpthread"),
-		append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.Tool, filepath.Join(src, "testdata", "tablectl.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "control.c"), filepath.Join(src, "sha256.c")),
+		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.Tool, filepath.Join(src, "testdata", "tablectl.c")), tableSrc...),
 	}
 	for _, args := range steps {
 		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {

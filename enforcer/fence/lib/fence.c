@@ -5,7 +5,8 @@
  * ever meets a full GPU. docs/enforcement.md says what it fences and what it cannot see.
  *
  * This half does the accounting: each process's view of each GPU's table, what it allocated,
- * and the wrappers of the allocation entry points. interpose.c finds those entry points.
+ * and the wrappers of the allocation entry points. interpose.c hands those wrappers out in
+ * place of the driver's; lookup.c keeps the driver's addresses they call.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -30,16 +31,6 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* devices' attach and th
 
 typedef CUresult (*ctx_get_device_fn)(CUdevice *);
 typedef CUresult (*device_get_uuid_fn)(CUuuid *, CUdevice);
-
-void *driver_sym(const char *name)
-{
-	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-	dlsym_fn f = real_dlsym();
-	void *p = h && f ? f(h, name) : NULL;
-	if (h)
-		dlclose(h);
-	return p;
-}
 
 static void uuid_string(const CUuuid *u, char *out, size_t n)
 {
@@ -402,17 +393,17 @@ static CUresult mipmap_destroy(int s, CUmipmappedArray a)
 	return r;
 }
 
-DYN(mem_alloc, (CUdeviceptr * p, size_t n), p, n)
-DYN(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e), p, pi, w, h, e)
-DYN(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
-DYN(mem_free, (CUdeviceptr p), p)
-DYN(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
-DYN(mem_release, (CUmemGenericAllocationHandle h), h)
-DYN(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
-DYN(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
-DYN(array_destroy, (CUarray a), a)
-DYN(mipmap_create, (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
-DYN(mipmap_destroy, (CUmipmappedArray a), a)
+DYNX(mem_alloc, (CUdeviceptr * p, size_t n), p, n)
+DYNX(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e), p, pi, w, h, e)
+DYNX(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
+DYNX(mem_free, (CUdeviceptr p), p)
+DYNX(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
+DYNX(mem_release, (CUmemGenericAllocationHandle h), h)
+DYNX(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
+DYNX(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
+DYNX(array_destroy, (CUarray a), a)
+DYNX(mipmap_create, (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
+DYNX(mipmap_destroy, (CUmipmappedArray a), a)
 
 EXPORT(cuMemAlloc_v2, mem_alloc, 2, (CUdeviceptr * p, size_t n), p, n)
 EXPORT(cuMemAllocPitch_v2, mem_alloc_pitch, 2, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e),
@@ -428,31 +419,6 @@ EXPORT(cuArrayDestroy, array_destroy, 2, (CUarray a), a)
 EXPORT(cuMipmappedArrayCreate, mipmap_create, 2,
        (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
 EXPORT(cuMipmappedArrayDestroy, mipmap_destroy, 2, (CUmipmappedArray a), a)
-
-/* Set before any constructor runs: dlsym may be asked before the fence is initialized. */
-void *const gf_wrappers[A_N][2] = {
-	[A_ALLOC] = {(void *)mem_alloc_0, (void *)mem_alloc_1},
-	[A_PITCH] = {(void *)mem_alloc_pitch_0, (void *)mem_alloc_pitch_1},
-	[A_MANAGED] = {(void *)mem_alloc_managed_0, (void *)mem_alloc_managed_1},
-	[A_FREE] = {(void *)mem_free_0, (void *)mem_free_1},
-	[A_INFO] = {(void *)mem_get_info_0, (void *)mem_get_info_1}, /* view.c */
-	[A_CREATE] = {(void *)mem_create_0, (void *)mem_create_1},
-	[A_RELEASE] = {(void *)mem_release_0, (void *)mem_release_1},
-	[A_ASYNC] = {(void *)mem_alloc_async_0, (void *)mem_alloc_async_1}, /* pool.c */
-	[A_FREEASYNC] = {(void *)mem_free_async_0, (void *)mem_free_async_1},
-	[A_POOL] = {(void *)mem_alloc_pool_0, (void *)mem_alloc_pool_1},
-	[A_ARRAY] = {(void *)array_create_0, (void *)array_create_1},
-	[A_ARRAY3D] = {(void *)array3d_create_0, (void *)array3d_create_1},
-	[A_ARRAYDESTROY] = {(void *)array_destroy_0, (void *)array_destroy_1},
-	[A_MIPMAP] = {(void *)mipmap_create_0, (void *)mipmap_create_1},
-	[A_MIPMAPDESTROY] = {(void *)mipmap_destroy_0, (void *)mipmap_destroy_1},
-	[A_TOTAL] = {(void *)total_mem_0, (void *)total_mem_1}, /* view.c */
-	[A_TOTAL1] = {(void *)total_mem1_0, (void *)total_mem1_1},
-	[A_TRIM] = {(void *)pool_trim_0, (void *)pool_trim_1}, /* pool.c */
-	[A_POOLDESTROY] = {(void *)pool_destroy_0, (void *)pool_destroy_1},
-	[A_GPA1] = {(void *)get_proc1_0, (void *)get_proc1_1}, /* interpose.c */
-	[A_GPA2] = {(void *)get_proc2_0, (void *)get_proc2_1},
-};
 
 /* ---- life cycle ---- */
 
