@@ -2,12 +2,20 @@ package taskenv
 
 import (
 	"bytes"
+	"flag"
 	"os"
 	"strings"
 	"testing"
 )
 
+var update = flag.Bool("update", false, "rewrite "+HeaderPath+" from taskenv.go's names (go generate ./taskenv)")
+
 func TestCHeaderIsGenerated(t *testing.T) {
+	if *update {
+		if err := os.WriteFile(HeaderPath, CHeader(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	have, err := os.ReadFile(HeaderPath)
 	if err != nil {
 		t.Fatal(err)
