@@ -1,8 +1,8 @@
 /* What the library's files share. Internal: nothing here is exported from the library. The
  * arrows go one way: interpose.c hands out the wrappers of fence.c, view.c and pool.c in place
- * of the driver's entry points; the wrappers call the driver through lookup.c and place their
- * process through identity.c; lookup.c finds the C library's dlsym in libc.c; every file may
- * say (say.c). */
+ * of the driver's entry points (fence.c's and view.c's wrappers also reach pool.c); the wrappers
+ * charge through account.c, which places its process through identity.c; the driver is called
+ * through lookup.c, which finds the C library's dlsym in libc.c; every file may say (say.c). */
 #ifndef GPUFRAC_FENCE_LIB_H
 #define GPUFRAC_FENCE_LIB_H
 
@@ -29,7 +29,7 @@ dlsym_fn real_dlsym(void);
 
 #define GF_MAX_DEV 64
 
-/* ---- fence.c: the process's view of each GPU, its charges and its records ---- */
+/* ---- account.c: the process's view of each GPU, its charges and its records ---- */
 
 enum { DEV_UNKNOWN = 0, DEV_FENCED, DEV_OPEN };
 
@@ -44,21 +44,39 @@ enum { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
 
 /* device is the fenced view of GPU ordinal (< 0: the calling thread's context's), or NULL. */
 struct dev *device(int ordinal);
+int dev_ordinal(struct dev *d);
 /* charge asks the task's table for n bytes: GF_OK, GF_OK_OWED, GF_REFUSED or GF_NOTASK. */
 int charge(struct dev *d, uint64_t n);
-/* track remembers an allocation for its free; pool is a pool.c index or -1. */
-void track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool);
-void untrack(int kind, uint64_t key);
+
+/* What a free gives back: size bytes of d, from pool (a pool.c index) or -1 for none. */
+struct freed {
+	struct dev *d;
+	int pool;
+	uint64_t size;
+};
+/* track remembers an allocation for its free; pool is a pool.c index or -1. It returns 1 with
+ * stale set when the driver reused an address whose free the fence never saw: that memory is
+ * gone, and the caller gives it back (give_freed). */
+int track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool, struct freed *stale);
+/* untrack forgets an allocation at its free: 1 with out set when it was fenced, for the caller
+ * to give back (give_freed). */
+int untrack(int kind, uint64_t key, struct freed *out);
 /* settle waits a moment for a driver still releasing a stopped borrower's memory. */
 void settle(void);
 #define SETTLE_TRIES 400
+/* For fork and exit: the record table's lock, forgetting everything in a forked child (which
+ * unlocks it), and giving every slot back at a clean exit. */
+void account_lock(void);
+void account_unlock(void);
+void account_forget(void);
+void account_detach_all(void);
 
-/* pool.c: a pooled allocation of size bytes was freed; pools_settle charges each pool of d
+/* pool.c: give_freed gives a free's bytes back, to its pool (which may keep the memory: it is
+ * charged what the driver holds for it) or to the table; pools_settle charges each pool of d
  * what the driver holds for it now. */
-void pool_freed(struct dev *d, int pool, uint64_t size);
+void give_freed(const struct freed *f);
 void pools_settle(struct dev *d);
 void pools_forget(void); /* a forked child starts with none */
-int dev_ordinal(struct dev *d);
 
 /* What a process that no reservation places may allocate on a GPU (identity.c). */
 #define GF_UNPLACED_ALLOWANCE (64ull << 20)
