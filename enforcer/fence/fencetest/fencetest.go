@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // FakeUUIDHex names the fake driver's first device; FakeUUID is how NVML and the ledger spell it.
@@ -146,15 +148,15 @@ func runtimeLibs(cc string) []string {
 // Env is the environment of a fenced client process of token's task on the fake GPU.
 func (k Kit) Env(fenceDir, token string, extra ...string) []string {
 	env := []string{
-		"LD_PRELOAD=" + k.Library,
+		taskenv.Preload + "=" + k.Library,
 		"LD_LIBRARY_PATH=" + k.DriverDir,
 		"FAKE_CUDA_UUIDS=" + FakeUUIDHex,
-		"GPUFRAC_FENCE_DIR=" + fenceDir,
-		"GPUFRAC_GPU_UUID=" + FakeUUID,
+		taskenv.FenceDir + "=" + fenceDir,
+		taskenv.GPUUUID + "=" + FakeUUID,
 		"PATH=" + os.Getenv("PATH"),
 	}
 	if token != "" {
-		env = append(env, "GPUFRAC_RESERVATION="+token)
+		env = append(env, taskenv.Reservation+"="+token)
 	}
 	return append(env, extra...)
 }
