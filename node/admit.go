@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -277,7 +276,7 @@ func (n *Node) SyncFence(uuid string) error {
 }
 
 // task is a task's environment and mounts: enforcer.TaskEnv with the node's options, and the
-// MPS pipe (mps mode), the fence's tables, their control copies and its library at the paths
+// MPS pipe (mps mode) and what the fence decides a task needs (fence.TaskMounts) at the paths
 // the environment names.
 func (n *Node) task(res ledger.Reservation, st ledger.GPUState, req Request) (map[string]string, []Mount) {
 	var o enforcer.EnvOptions
@@ -296,14 +295,8 @@ func (n *Node) task(res ledger.Reservation, st ledger.GPUState, req Request) (ma
 		m = append(m, Mount{TaskPath: o.MPSPipeDir, HostPath: o.MPSPipeDir})
 	}
 	if o.FenceDir != "" {
-		// The tables, which the task's processes write, and the library, which every task's
-		// processes run and none may rewrite, in separate mounts; the control copies, which
-		// only the enforcer writes, read-only.
-		caps := fence.ControlDir(o.FenceDir)
-		m = append(m, Mount{TaskPath: o.FenceDir, HostPath: o.FenceDir}, Mount{TaskPath: caps, HostPath: caps, ReadOnly: true})
-		if o.FenceLibrary != "" {
-			lib := filepath.Dir(o.FenceLibrary)
-			m = append(m, Mount{TaskPath: lib, HostPath: lib, ReadOnly: true})
+		for _, f := range fence.TaskMounts(o.FenceDir, o.FenceLibrary) {
+			m = append(m, Mount{TaskPath: f.Path, HostPath: f.Path, ReadOnly: f.ReadOnly})
 		}
 	}
 	return enforcer.TaskEnv(res, st, o), m

@@ -21,13 +21,14 @@ import (
 	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // Environment variables the runner adds to every job, besides enforcer.TaskEnv's.
 const (
-	EnvTemplate = "GPUFRAC_TEMPLATE"
-	EnvJob      = "GPUFRAC_JOB"
-	EnvResult   = "GPUFRAC_RESULT"
+	EnvTemplate = taskenv.Template
+	EnvJob      = taskenv.Job
+	EnvResult   = taskenv.Result
 )
 
 // stuckAfter is how long the runner waits with nothing running and nothing admissible before

@@ -15,8 +15,8 @@ import (
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
-	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // probeOutput is what `gpufrac probe --json` prints.
@@ -130,8 +130,8 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		}
 	}()
 	env := a.Env
-	env[runner.EnvTemplate] = *tmpl
-	env[runner.EnvJob] = *tmpl + "-probe"
+	env[taskenv.Template] = *tmpl
+	env[taskenv.Job] = *tmpl + "-probe"
 	if sim, ok := b.(*gpu.Simulated); ok {
 		env[gpu.EnvSimDir] = sim.Dir()
 	}
