@@ -204,8 +204,3 @@ func fill(dst *string, src string) {
 		*dst = src
 	}
 }
-
-func isMine(reason string) bool {
-	return reason == reasonMPSDied || reason == reasonMPSDown || reason == reasonForced || reason == reasonStopped ||
-		reason == reasonUnreadable
-}
