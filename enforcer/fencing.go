@@ -364,7 +364,11 @@ func (e *Enforcer) watchFence(st ledger.GPUState) (fence.Snapshot, bool) {
 	if err := e.fence.sync(st); err != nil {
 		e.sayOnce(st.UUID, "fence", err)
 	}
-	return e.fence.look(st.UUID)
+	snap, ok := e.fence.look(st.UUID)
+	if !ok {
+		return snap, false
+	}
+	return snap, true
 }
 
 // sayOnce logs an error once until it changes.

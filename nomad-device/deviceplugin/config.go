@@ -157,7 +157,7 @@ type Config struct {
 	// Borrow is the borrowing rule of tasks on isolated GPUs (enforcer.BorrowOff, BorrowNow,
 	// BorrowWait, BorrowLend): with it on, a task's units are its guarantee and the GPU's
 	// budget its limit. It needs the fence. BorrowWait bounds a borrower's wait.
-	Borrow     enforcer.BorrowRule
+	Borrow     string
 	BorrowWait time.Duration
 }
 
@@ -402,11 +402,11 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	if !policy.ValidName(c.PolicyName) {
 		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be "+policy.NameRule)
 	}
-	c.Borrow = enforcer.BorrowRule(s(KeyBorrow))
-	if err := c.Borrow.Check(); err != nil {
-		bad(KeyBorrow, strconv.Quote(string(c.Borrow)), fmt.Sprintf("must be %q, %q, %q or %q", enforcer.BorrowOff, enforcer.BorrowNow, enforcer.BorrowWait, enforcer.BorrowLend))
-	} else if c.Borrow != enforcer.BorrowOff && !c.Fence {
-		bad(KeyBorrow, strconv.Quote(string(c.Borrow)), "needs fence = true: only the allocation fence can keep a borrower out of its neighbours' guarantees")
+	c.Borrow = s(KeyBorrow)
+	if err := enforcer.BorrowRule(c.Borrow).Check(); err != nil {
+		bad(KeyBorrow, strconv.Quote(c.Borrow), fmt.Sprintf("must be %q, %q, %q or %q", enforcer.BorrowOff, enforcer.BorrowNow, enforcer.BorrowWait, enforcer.BorrowLend))
+	} else if c.Borrow != string(enforcer.BorrowOff) && !c.Fence {
+		bad(KeyBorrow, strconv.Quote(c.Borrow), "needs fence = true: only the allocation fence can keep a borrower out of its neighbours' guarantees")
 	}
 	bw := s(KeyBorrowWait)
 	if d, err := time.ParseDuration(bw); err != nil {
