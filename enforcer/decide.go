@@ -538,10 +538,7 @@ func taskOf(ps []seenProc) ledger.Task {
 		if !sp.known {
 			continue
 		}
-		fill(&t.AllocID, sp.task.AllocID)
-		fill(&t.JobName, sp.task.JobName)
-		fill(&t.TaskName, sp.task.TaskName)
-		fill(&t.Template, sp.task.Template)
+		fillTask(&t, sp.task)
 	}
 	return t
 }

@@ -160,10 +160,7 @@ func (e *Enforcer) scanTokens() {
 		}
 		for _, tok := range id.tokens() {
 			t := tasks[tok]
-			fill(&t.AllocID, id.task.AllocID)
-			fill(&t.JobName, id.task.JobName)
-			fill(&t.TaskName, id.task.TaskName)
-			fill(&t.Template, id.task.Template)
+			fillTask(&t, id.task)
 			tasks[tok] = t
 		}
 	}
@@ -199,8 +196,17 @@ func (e *Enforcer) scanTokens() {
 	}
 }
 
-func fill(dst *string, src string) {
-	if *dst == "" {
-		*dst = src
+// fillTask completes t with the names of src that t lacks: several processes of one task each
+// carry some.
+func fillTask(t *ledger.Task, src ledger.Task) {
+	for _, f := range []struct {
+		dst *string
+		src string
+	}{
+		{&t.AllocID, src.AllocID}, {&t.JobName, src.JobName}, {&t.TaskName, src.TaskName}, {&t.Template, src.Template},
+	} {
+		if *f.dst == "" {
+			*f.dst = f.src
+		}
 	}
 }
