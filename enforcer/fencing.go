@@ -70,12 +70,6 @@ func (r BorrowRule) Check() error {
 	return fmt.Errorf("borrow %q: want %s, %s, %s or %s", string(r), BorrowOff, BorrowNow, BorrowWait, BorrowLend)
 }
 
-// ParseBorrowRule reads a borrowing rule as a user wrote it.
-func ParseBorrowRule(s string) (BorrowRule, error) {
-	r := BorrowRule(s)
-	return r, r.Check()
-}
-
 // DefaultBorrowWait bounds a borrower's wait: long enough for the tasks beside it to end (the
 // benchmark's run 15-30 s), short enough that a borrower that cannot be served fails soon.
 const DefaultBorrowWait = 60 * time.Second
@@ -121,12 +115,6 @@ func (m FenceMode) Check() error {
 		return nil
 	}
 	return fmt.Errorf("fence %q: want %s, %s or %s", string(m), FenceAuto, FenceOn, FenceOff)
-}
-
-// ParseFenceMode reads a fence setting as a user wrote it.
-func ParseFenceMode(s string) (FenceMode, error) {
-	m := FenceMode(s)
-	return m, m.Check()
 }
 
 // ResolveFence turns a command's fence setting (FenceAuto, FenceOn, FenceOff; "" = auto) and
