@@ -98,7 +98,7 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 // borrow rule is on and the fence holds caps (only it can keep a borrower out of its
 // neighbours' guarantees). Under MPS a client's pinned limit is fixed when it starts.
 func (rt *runtime) borrowLimit(l *ledger.Ledger, cfg Config, enf taskEnforcer, ids []string) []ledger.ReserveOption {
-	if cfg.Borrow == enforcer.BorrowOff || enf == nil || !enf.Fenced() {
+	if cfg.Borrow == string(enforcer.BorrowOff) || enf == nil || !enf.Fenced() {
 		return nil
 	}
 	uuid, _, err := ledger.ParseInstanceID(ids[0])
