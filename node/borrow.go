@@ -9,19 +9,19 @@ import (
 )
 
 // Borrowing settings (docs/run.md, "Caps that lend what nobody uses"; docs/plugin.md): the
-// enforcer's rules, and auto. The plugin's `borrow` and `gpufrac run --borrow` take them.
+// enforcer's rules as the operator writes them, and auto. The plugin's `borrow` and `gpufrac run --borrow` take them.
 const (
 	// BorrowAuto is BorrowWait wherever borrowing can be safe (the allocation fence on, the GPU
 	// in isolated mode), else off.
 	BorrowAuto = "auto"
-	BorrowOff  = enforcer.BorrowOff
-	BorrowNow  = enforcer.BorrowNow
-	BorrowWait = enforcer.BorrowWait
+	BorrowOff  = string(enforcer.BorrowOff)
+	BorrowNow  = string(enforcer.BorrowNow)
+	BorrowWait = string(enforcer.BorrowWait)
 	// BorrowLend lends borrowers the guarantees of tasks still in their start-up; when such a
 	// task allocates and its bytes are not free, the borrowers give them back. Not the default:
 	// in simulation the leaker's loans came due and its re-run cost more than waiting
 	// (docs/benchmarks.md).
-	BorrowLend = enforcer.BorrowLend
+	BorrowLend = string(enforcer.BorrowLend)
 )
 
 // DefaultBorrow is both front ends' borrowing when none is asked for. Auto, that is wait where
@@ -37,7 +37,7 @@ func CheckBorrow(b string) error {
 	if b == "" || b == BorrowAuto {
 		return nil
 	}
-	if enforcer.CheckBorrowRule(b) != nil {
+	if enforcer.BorrowRule(b).Check() != nil {
 		return fmt.Errorf("borrow %q: want %s, %s, %s, %s or %s", b, BorrowAuto, BorrowWait, BorrowNow, BorrowLend, BorrowOff)
 	}
 	return nil

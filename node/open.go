@@ -55,7 +55,7 @@ type EnforcerConfig struct {
 // NewEnforcer builds the node's enforcer; it starts nothing (Node.Start runs its watchdog).
 func NewEnforcer(b gpu.Backend, led *ledger.Ledger, c EnforcerConfig) (*enforcer.Enforcer, error) {
 	fc := c.Fence
-	fc.Borrow(c.Borrow.Rule, c.Borrow.Wait)
+	fc.Borrow(enforcer.BorrowRule(c.Borrow.Rule), c.Borrow.Wait)
 	return enforcer.New(enforcer.Config{Backend: b, Ledger: led, Logger: c.Logger, MPS: c.MPS, Fence: fc})
 }
 

@@ -30,9 +30,9 @@ type guard interface {
 
 // Fence settings of Options.Fence.
 const (
-	FenceAuto = enforcer.FenceAuto
-	FenceOn   = enforcer.FenceOn
-	FenceOff  = enforcer.FenceOff
+	FenceAuto = string(enforcer.FenceAuto)
+	FenceOn   = string(enforcer.FenceOn)
+	FenceOff  = string(enforcer.FenceOff)
 )
 
 // runNotes are what a run's first lines say about the fence and borrowing.
@@ -55,7 +55,7 @@ func nodeOptions(o Options) (node.Options, runNotes, error) {
 	if o.StateDir == "" {
 		dir = filepath.Join(o.OutDir, ".fence")
 	}
-	fc, note, err := enforcer.ResolveFence(o.Fence, o.FenceLibrary, dir, simulated)
+	fc, note, err := enforcer.ResolveFence(enforcer.FenceMode(o.Fence), o.FenceLibrary, dir, simulated)
 	if err != nil {
 		return no, runNotes{}, err
 	}
