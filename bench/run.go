@@ -30,7 +30,8 @@ type ArmSpec struct {
 	// the same exclusive run.
 	Borrow string
 	// Hold is the packed arm's borrower hold when the entry names one ("instant": none;
-	// "holdN": served after policy.DefaultHold's quiet time, at most N); nil = the invocation's.
+	// "holdN": served after policy.DefaultHold's quiet time, at most N; "holdN-afterP": the
+	// hold begins once the borrower has waited P); nil = the runner's default.
 	Hold *policy.HoldRule
 }
 
@@ -39,7 +40,7 @@ var (
 	borrowNames = []string{runner.BorrowOff, runner.BorrowNow, runner.BorrowWait, runner.BorrowLend}
 )
 
-// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW][-HOLD]:
+// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW][-HOLD[-AFTER]]:
 // "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-retry",
 // "packed-isolated-warm-lend", "packed-isolated-warm-wait-hold30s". MODE defaults to defMode,
 // PROFILES to cold (they mean nothing for exclusive), BORROW and HOLD (packed only) to the
@@ -95,7 +96,17 @@ func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 				return nil, fmt.Errorf("arm %q: %w", e, err)
 			}
 			if ok {
-				spec.Hold, rest = &h, rest[1:]
+				rest = rest[1:]
+				if len(rest) > 0 && h.Quiet > 0 && strings.HasPrefix(rest[0], "after") {
+					if h.After, err = time.ParseDuration(strings.TrimPrefix(rest[0], "after")); err != nil {
+						return nil, fmt.Errorf("arm %q: %q: want after and a duration, as in after10s: %w", e, rest[0], err)
+					}
+					rest = rest[1:]
+				}
+				if err := h.Validate(); err != nil {
+					return nil, fmt.Errorf("arm %q: %w", e, err)
+				}
+				spec.Hold = &h
 			}
 		}
 		if len(rest) > 0 {
@@ -135,11 +146,7 @@ func parseHold(w string) (policy.HoldRule, bool, error) {
 	if err != nil {
 		return policy.HoldRule{}, false, fmt.Errorf("hold %q: want hold and a bound, as in hold30s: %w", w, err)
 	}
-	h := policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: d}
-	if err := h.Validate(); err != nil {
-		return policy.HoldRule{}, false, err
-	}
-	return h, true, nil
+	return policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: d}, true, nil
 }
 
 // JobSpec is one job ready for the runner.

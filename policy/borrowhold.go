@@ -25,6 +25,10 @@ type HoldRule struct {
 	Quiet time.Duration
 	// Bound ends a hold this long after it began, served or not.
 	Bound time.Duration
+	// After is how long a borrower waits, counted from its first wait since borrowers were
+	// last quiet, before a hold begins: until then a job may still be admitted between its
+	// waits, as without a hold.
+	After time.Duration
 }
 
 // DefaultHold is the hold both front ends use: docs/benchmarks.md ("A waiting borrower goes
@@ -37,8 +41,8 @@ var NoHold = HoldRule{}
 // Validate names a rule that cannot work: negative times, or a hold without a bound.
 func (r HoldRule) Validate() error {
 	switch {
-	case r.Quiet < 0 || r.Bound < 0:
-		return fmt.Errorf("%w: borrower hold: quiet %s and bound %s must not be negative", ErrInvalid, r.Quiet, r.Bound)
+	case r.Quiet < 0 || r.Bound < 0 || r.After < 0:
+		return fmt.Errorf("%w: borrower hold: quiet %s, bound %s and after %s must not be negative", ErrInvalid, r.Quiet, r.Bound, r.After)
 	case r.Quiet > 0 && r.Bound < r.Quiet:
 		return fmt.Errorf("%w: borrower hold: bound %s must be at least its quiet time %s", ErrInvalid, r.Bound, r.Quiet)
 	}
@@ -49,7 +53,7 @@ func (r HoldRule) String() string {
 	if r.Quiet <= 0 {
 		return "no hold (admissions pause only while an allocation waits)"
 	}
-	return fmt.Sprintf("hold until served (%s with no wait and no growth), at most %s", r.Quiet, r.Bound)
+	return fmt.Sprintf("hold after %s of waiting until served (%s with no wait and no growth), at most %s", r.After, r.Quiet, r.Bound)
 }
 
 // BorrowSeen is what a GPU's borrowers look like now: the bytes they hold past their
@@ -63,6 +67,9 @@ type BorrowSeen struct {
 type BorrowHold struct {
 	// Since is when the hold began; zero: none.
 	Since time.Time
+	// Waits is when borrowers began to wait, the first wait since they were last quiet; zero:
+	// none waited since.
+	Waits time.Time
 	// Busy is the last look that found an allocation waiting or borrowers' use grown.
 	Busy time.Time
 	// Borrowed is what borrowers held at the last look.
@@ -79,20 +86,28 @@ func (h BorrowHold) Held() bool { return !h.Since.IsZero() }
 // and whether a new guarantee may be placed on the GPU. While an allocation waits the answer is
 // always no (the fence would leave the guarantee out anyway).
 func (r HoldRule) Hold(h BorrowHold, seen BorrowSeen, now time.Time) (BorrowHold, bool) {
+	if r.Quiet <= 0 {
+		return BorrowHold{Borrowed: seen.Borrowed}, !seen.Waiting
+	}
 	busy := seen.Waiting || seen.Borrowed > h.Borrowed
 	h.Borrowed = seen.Borrowed
 	if busy {
 		h.Busy = now
 	}
-	quiet := now.Sub(h.Busy) >= r.Quiet
+	// Nothing borrowed and nothing waiting: the borrower is gone, or gave back all it took.
+	quiet := now.Sub(h.Busy) >= r.Quiet || !seen.Waiting && seen.Borrowed == 0
 	switch {
-	case r.Quiet <= 0:
-		return BorrowHold{Borrowed: seen.Borrowed}, !seen.Waiting
+	case quiet:
+		h.Waits = time.Time{}
+	case seen.Waiting && h.Waits.IsZero():
+		h.Waits = now
+	}
+	switch {
 	case h.Spent:
 		h.Spent = !quiet
 		return h, !seen.Waiting
 	case !h.Held():
-		if seen.Waiting {
+		if seen.Waiting && now.Sub(h.Waits) >= r.After {
 			h.Since = now
 		}
 		return h, !seen.Waiting

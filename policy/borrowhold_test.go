@@ -19,6 +19,7 @@ type look struct {
 func TestHold(t *testing.T) {
 	const G = size.GiB
 	rule := HoldRule{Quiet: time.Second, Bound: 30 * time.Second}
+	patient := HoldRule{Quiet: time.Second, Bound: 30 * time.Second, After: 5 * time.Second}
 	// trickle is a borrower that never gets enough: it waits, is served a little, waits again,
 	// every 500 ms for 40 s.
 	var trickle []look
@@ -43,8 +44,19 @@ func TestHold(t *testing.T) {
 			{1900, 30 * G, false, true},  // a second with no wait and no growth: served
 			{2000, 30 * G, false, true},
 		}},
-		{"a borrower that ends releases the hold after the quiet time", rule, []look{
-			{0, 10 * G, true, false}, {200, 0, false, false}, {1200, 0, false, true}}},
+		{"a borrower that ends (nothing borrowed, nothing waits) releases the hold at once", rule, []look{
+			{0, 10 * G, true, false}, {200, 0, false, true}}},
+		{"a hold begins once the borrower has waited After, counted from its first wait", patient, []look{
+			{0, 10 * G, true, false},
+			{100, 12 * G, false, true}, // 0.1 s into its waits: a job may still be admitted
+			{4000, 20 * G, true, false},
+			{4100, 22 * G, false, true},
+			{5000, 22 * G, true, false}, // 5 s: the hold begins
+			{5100, 24 * G, false, false},
+			{6200, 24 * G, false, true}, // served
+			{7300, 24 * G, true, false}, // a new episode: admissions between its waits again
+			{7400, 26 * G, false, true},
+		}},
 		{"a borrower that never fits holds no longer than the bound and chains no new hold", rule, trickle},
 		{"after a spent hold and a quiet second a new wait holds again", rule, []look{
 			{0, G, true, false}, {30000, 2 * G, false, true}, {30500, 3 * G, true, false}, {30600, 3 * G, false, true},
@@ -73,6 +85,7 @@ func TestHoldRuleValidate(t *testing.T) {
 		{NoHold, true}, {DefaultHold, true}, {HoldRule{Quiet: time.Second, Bound: time.Second}, true},
 		{HoldRule{Quiet: time.Second}, false}, {HoldRule{Quiet: 2 * time.Second, Bound: time.Second}, false},
 		{HoldRule{Quiet: -time.Second, Bound: time.Second}, false},
+		{HoldRule{Quiet: time.Second, Bound: time.Second, After: -time.Second}, false},
 	} {
 		if err := tc.rule.Validate(); (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
 			t.Errorf("%+v: %v, want ok %v", tc.rule, err, tc.ok)
