@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // Environment variables the watchdog reads from a process to learn its task.
@@ -15,7 +16,7 @@ const (
 	envNomadAlloc = "NOMAD_ALLOC_ID"
 	envNomadJob   = "NOMAD_JOB_NAME"
 	envNomadTask  = "NOMAD_TASK_NAME"
-	EnvTemplate   = "GPUFRAC_TEMPLATE"
+	EnvTemplate   = taskenv.Template
 )
 
 // mpsServerName is the MPS server's executable; it holds a little GPU memory of its own and is

@@ -19,6 +19,13 @@ if ! command -v protoc >/dev/null 2>&1; then
 	echo "generate.sh: protoc not found; run scripts/install-tools.sh (apt-get install protobuf-compiler)" >&2
 	exit 1
 fi
+# protoc looks for the well-known types beside its own include directory; Debian ships them in
+# libprotobuf-dev, a package apart from protoc.
+wkt=$(dirname "$(dirname "$(command -v protoc)")")/include/google/protobuf/wrappers.proto
+if [[ ! -f "$wkt" ]]; then
+	echo "generate.sh: $wkt not found (protoc's well-known types); run scripts/install-tools.sh (apt-get install libprotobuf-dev)" >&2
+	exit 1
+fi
 
 # install_plugin <binary> <package> <version>: reinstall unless the binary is already that version.
 install_plugin() {

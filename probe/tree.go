@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // Tree decides whether a host PID belongs to one job. A PID belongs when its parent chain
@@ -80,7 +82,7 @@ func (t *Tree) decide(pid int, st stat) bool {
 		cur = next
 	}
 	if t.token != "" {
-		return environHas(pid, "GPUFRAC_RESERVATION="+t.token)
+		return environHas(pid, taskenv.Reservation+"="+t.token)
 	}
 	return false
 }

@@ -23,6 +23,10 @@ say() { echo "==> $*" >&2; }
 # (python3, perl, cups, samba libraries...), each unpacked and configured.
 apt_pkgs=()
 command -v protoc >/dev/null 2>&1 || apt_pkgs+=(protobuf-compiler)
+# protoc's well-known types (google/protobuf/wrappers.proto, which the plugin protocol's stats
+# import) are in libprotobuf-dev, only a recommendation of protobuf-compiler: without it a fresh
+# machine's `make generate` fails with "wrappers.proto: File not found".
+[[ -f /usr/include/google/protobuf/wrappers.proto ]] || apt_pkgs+=(libprotobuf-dev)
 # musl-gcc builds the musl programs the fence's tests run under the preload (TestMuslProcess...):
 # the fence must never stop a non-glibc process from starting.
 command -v musl-gcc >/dev/null 2>&1 || apt_pkgs+=(musl-tools)
