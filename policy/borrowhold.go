@@ -27,7 +27,8 @@ type HoldRule struct {
 	Bound time.Duration
 	// After is how long a borrower waits, counted from its first wait since borrowers were
 	// last quiet, before a hold begins: until then a job may still be admitted between its
-	// waits, as without a hold.
+	// waits, as without a hold. DefaultHold has none: in simulation it only let the second
+	// wave's large jobs in first.
 	After time.Duration
 }
 

@@ -145,7 +145,8 @@ func (o *Options) fill(q queue.Queue) error {
 		return fmt.Errorf("%w: borrow wait %s is negative", ErrOptions, o.BorrowWait)
 	}
 	if o.BorrowHold == nil {
-		o.BorrowHold = &policy.DefaultHold
+		h := policy.DefaultHold
+		o.BorrowHold = &h
 	}
 	if err := o.BorrowHold.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
