@@ -7,7 +7,6 @@ import (
 	"github.com/gpufrac/gpufrac/node/nodetest"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
-	"github.com/gpufrac/gpufrac/record"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -19,7 +18,7 @@ func TestAdmissionTable(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			s := c.Setup(t)
 			j := &jobState{Job: queue.Job{Name: "j", Template: "t"}}
-			sc := newSchedFrom(schedConfig{Arm: record.ArmPacked, Policy: policy.Default(), Ledger: s.Ledger, Node: s.Node,
+			sc := newSchedFrom(schedConfig{Policy: policy.Default(), Ledger: s.Ledger, Node: s.Node,
 				Borrows: s.Node.Borrows(), GPUs: []string{nodetest.GPU}, Logger: hclog.NewNullLogger(),
 				Templates: map[string]queue.TemplateSpec{"t": {Name: "t", CapBytes: c.Cap}}}, []*jobState{j})
 			got := sc.next()
