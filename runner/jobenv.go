@@ -1,0 +1,66 @@
+package runner
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpufrac/gpufrac/gpu"
+)
+
+// command resolves the word "gpufrac" to this binary, so queue files run anywhere, and
+// expands $GPUFRAC_* references to the job's own values (no shell is involved).
+func (r *run) command(c []string, env map[string]string) []string {
+	out := append([]string(nil), c...)
+	if out[0] == "gpufrac" && r.o.Self != "" {
+		out[0] = r.o.Self
+	}
+	for i := 1; i < len(out); i++ {
+		if strings.Contains(out[i], "$GPUFRAC_") || strings.Contains(out[i], "${GPUFRAC_") {
+			out[i] = os.Expand(out[i], func(k string) string {
+				if v, ok := env[k]; ok && strings.HasPrefix(k, "GPUFRAC_") {
+					return v
+				}
+				return "$" + k
+			})
+		}
+	}
+	return out
+}
+
+// resultPath is where a job's result goes: relative paths live in the results directory.
+func (r *run) resultPath(j *jobState) string {
+	if j.Result == "" || filepath.IsAbs(j.Result) {
+		return j.Result
+	}
+	abs, err := filepath.Abs(filepath.Join(r.o.OutDir, j.Result))
+	if err != nil {
+		return filepath.Join(r.o.OutDir, j.Result)
+	}
+	return abs
+}
+
+func (r *run) env(l launch, token string, j *jobState) map[string]string {
+	env := map[string]string{}
+	maps.Copy(env, r.o.ExtraEnv)
+	if sim, ok := r.o.Backend.(*gpu.Simulated); ok {
+		env[gpu.EnvSimDir] = sim.Dir()
+	}
+	maps.Copy(env, j.Env)
+	// The node wrote a capped job's cap into the fence's table when it admitted it; a job with
+	// no reservation has nothing for the fence to hold.
+	res := l.res
+	res.Token = token
+	tenv, err := r.node.Env(res, !l.capped)
+	if err != nil {
+		r.log.Warn("GPU state for the job's environment", "gpu", l.gpu, "error", err)
+	}
+	maps.Copy(env, tenv)
+	env[EnvTemplate] = j.Template
+	env[EnvJob] = j.Name
+	if p := r.resultPath(j); p != "" {
+		env[EnvResult] = p
+	}
+	return env
+}
