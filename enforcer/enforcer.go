@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -59,17 +60,8 @@ type Config struct {
 	Fence FenceConfig
 }
 
-// ProcUsage is one GPU process in a sample.
-type ProcUsage struct {
-	PID   int
-	Bytes size.Bytes
-	// Token is the reservation the process counts against ("" = unmanaged). Secret.
-	Token string
-	// Via says how it was attributed: "environ", "cgroup" or "parent".
-	Via string
-	// MPSServer marks the MPS server process, which is neither a task nor unmanaged.
-	MPSServer bool
-}
+// ProcUsage is one GPU process in a sample, with the reservation attribution tied it to.
+type ProcUsage = attribution.Proc
 
 // Sample is the watchdog's last reading of one GPU.
 type Sample struct {
@@ -112,6 +104,8 @@ type Enforcer struct {
 	unmanaged map[procKey]*unmanagedProc
 	lastScan  time.Time
 	lastErr   map[string]string
+	// followers see every sample (Follow).
+	followers followers
 
 	// sick is shared by the sampling and the MPS health check, which Run runs side by side.
 	sickMu sync.Mutex
@@ -196,6 +190,7 @@ func (e *Enforcer) Run(ctx context.Context) error {
 		if iv <= 0 {
 			iv = policy.DefaultWatchdogInterval
 		}
+		iv = e.followers.every(iv)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -128,9 +129,11 @@ func TestProbeErrors(t *testing.T) {
 	}
 }
 
-func TestTreeOwnsDescendantsAndTokenCarriers(t *testing.T) {
+// A job started by Start is attributed whole on the real /proc: its root, the child it forks
+// into its process group, and a process elsewhere that carries its token; not a stranger, nor
+// the process that started it.
+func TestJobProcessesAreAttributed(t *testing.T) {
 	t.Parallel()
-	// sh starts a child in its process group; a second process outside the group carries the token.
 	p, err := Start(Spec{Command: []string{"sh", "-c", "sleep 5 & wait"}, Env: os.Environ()})
 	if err != nil {
 		t.Fatal(err)
@@ -156,28 +159,28 @@ func TestTreeOwnsDescendantsAndTokenCarriers(t *testing.T) {
 	if child == 0 {
 		t.Fatal("sh's child never appeared")
 	}
-	tree := NewTree(p.PID, "tok123")
+	const uuid = "GPU-x"
+	a := attribution.New(procfs.Linux(""))
+	job := attribution.NewTasks(attribution.Task{Token: "tok123", GPU: uuid, Root: p.PID})
 	for _, tc := range []struct {
 		pid  int
 		want bool
 	}{{p.PID, true}, {child, true}, {stranger.Process.Pid, true}, {plain.Process.Pid, false}, {os.Getpid(), false}} {
-		if got := tree.Owns(tc.pid); got != tc.want {
-			t.Errorf("Owns(%d) = %v, want %v", tc.pid, got, tc.want)
+		if got := a.Attribute(tc.pid, uuid, job); got.Managed() != tc.want {
+			t.Errorf("pid %d: %+v, want managed %v", tc.pid, got, tc.want)
 		}
 	}
-	if NewTree(p.PID, "").Owns(stranger.Process.Pid) {
-		t.Error("without a token a stranger must not be owned")
+	noToken := attribution.NewTasks(attribution.Task{GPU: uuid, Root: p.PID})
+	if got := a.Attribute(stranger.Process.Pid, uuid, noToken); got.Managed() {
+		t.Errorf("without a token a stranger must not be the job's: %+v", got)
 	}
 }
 
 func findChild(parent int) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := readStat(pid); ok && st.ppid == parent {
+	procs := procfs.Linux("")
+	pids, _ := procs.PIDs()
+	for _, pid := range pids {
+		if st, err := procs.Stat(pid); err == nil && st.PPID == parent {
 			return pid
 		}
 	}

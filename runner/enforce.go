@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -30,6 +31,7 @@ type guard interface {
 	SyncFence(st ledger.GPUState) error
 	FenceUse(uuid string) (size.Bytes, bool)
 	FenceTask(uuid, token string) (fence.TaskUse, bool)
+	Follow(every time.Duration, fn func(enforcer.Sample)) (stop func())
 	Shutdown(ctx context.Context) error
 }
 
