@@ -45,20 +45,18 @@ func (p WorkloadProfile) orStartup() WorkloadProfile {
 }
 
 // BusySizes are the busy profile's size knobs of each PyTorch job, read by the scripts in
-// examples/workloads (see each docstring). These are first estimates scaled from the H200
-// calibration of the start-up profile (a 120-step LoRA job at batch 8 x 512 tokens kept the SMs
-// active 21.8% of its 37 s; its work phase about 37%): larger batches fill the SMs, more steps
-// make the work phase most of the run. `gpufrac-bench calibrate --profile busy` measures each
-// job's SM activity on the GPU and proposes the step counts that reach the target; the figures
-// here are replaced by those measured ones before the busy profile is published.
+// examples/workloads (see each docstring), as calibrated on the H200 on 2026-12-03
+// (docs/benchmarks.md, "Calibration on the H200"): fullft, eval, embed and resnet50 keep the SMs
+// 55-65% active alone in about 40 s; the LoRA jobs reach 50-54% (their ~13.5 s of start-up cannot
+// be amortised within 40 s), generate-1.7b is decode-bound (14%).
 var BusySizes = map[string]map[string]string{
-	LoRA06B:   {"GPUFRAC_STEPS": "48", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
-	LoRA17B:   {"GPUFRAC_STEPS": "32", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
-	FullFT06B: {"GPUFRAC_STEPS": "36", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
-	Eval17B:   {"GPUFRAC_SEQS": "768", "GPUFRAC_BATCH": "8", "GPUFRAC_SEQ": "1024"},
-	Embed06B:  {"GPUFRAC_SEQS": "8192", "GPUFRAC_BATCH": "128", "GPUFRAC_SEQ": "512"},
-	Gen17B:    {"GPUFRAC_SEQS": "512", "GPUFRAC_SEQ": "128", "GPUFRAC_NEW": "96"},
-	ResNet50:  {"GPUFRAC_STEPS": "200", "GPUFRAC_BATCH": "256"},
+	LoRA06B:   {"GPUFRAC_STEPS": "80", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
+	LoRA17B:   {"GPUFRAC_STEPS": "52", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
+	FullFT06B: {"GPUFRAC_STEPS": "64", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
+	Eval17B:   {"GPUFRAC_SEQS": "2048", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
+	Embed06B:  {"GPUFRAC_SEQS": "10240", "GPUFRAC_BATCH": "128", "GPUFRAC_SEQ": "512"},
+	Gen17B:    {"GPUFRAC_SEQS": "1024", "GPUFRAC_SEQ": "128", "GPUFRAC_NEW": "96"},
+	ResNet50:  {"GPUFRAC_STEPS": "396", "GPUFRAC_BATCH": "256"},
 	// The leaker's small phase trains a wider MLP on a larger batch without pausing between
 	// steps, so it computes like its neighbours until it starts to leak.
 	Leaker: {"GPUFRAC_LEAKER_STEP_MS": "0", "GPUFRAC_LEAKER_BATCH": "8192", "GPUFRAC_LEAKER_WIDTH": "8192"},
