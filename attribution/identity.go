@@ -105,9 +105,6 @@ func New(src procfs.Source) *Attributor {
 	return &Attributor{src: src, m: map[int]Identity{}, pass: map[int]passEntry{}, last: map[string]map[int]Proc{}}
 }
 
-// Source is the process table the attributor reads.
-func (a *Attributor) Source() procfs.Source { return a.src }
-
 // NewPass forgets the per-pass reads: the next Identity of each process checks its start time
 // again. A sampler calls it once per sample.
 func (a *Attributor) NewPass() {
