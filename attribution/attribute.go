@@ -69,6 +69,12 @@ func (ts Tasks) token(tok, gpuUUID string) (Task, bool) {
 	return t, ok && t.on(gpuUUID)
 }
 
+// live says whether the task of tok (a task known by its root alone for "") is on gpuUUID.
+func (ts Tasks) live(tok, gpuUUID string) bool {
+	t, ok := ts.byToken[tok]
+	return ok && t.on(gpuUUID)
+}
+
 func (ts Tasks) root(pid int, gpuUUID string) (Task, bool) {
 	t, ok := ts.byRoot[pid]
 	return t, ok && t.on(gpuUUID)
@@ -84,14 +90,47 @@ type Owner struct {
 func (o Owner) Managed() bool { return o.Via != "" }
 
 // Attribute ties process pid, on GPU gpuUUID, to one of ts by the rules in the package comment.
+// A process that has ended since the GPU listed it keeps the task it was last tied to on that
+// GPU, while that task lives: NVML can list a process for a moment after it exits, and its
+// memory is still its task's, not unmanaged use.
 func (a *Attributor) Attribute(pid int, gpuUUID string, ts Tasks) Owner {
 	if t, ok := ts.root(pid, gpuUUID); ok {
 		return Owner{Token: t.Token, Via: ViaRoot}
 	}
 	id, err := a.Identity(pid)
 	if err != nil {
+		if o, ok := a.lastOwner(gpuUUID, pid); ok && ts.live(o.Token, gpuUUID) {
+			return o
+		}
 		return Owner{Note: "process vanished"}
 	}
+	o := a.owner(id, gpuUUID, ts)
+	a.remember(gpuUUID, pid, o)
+	return o
+}
+
+func (a *Attributor) lastOwner(gpuUUID string, pid int) (Owner, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	o, ok := a.last[gpuUUID][pid]
+	return o, ok
+}
+
+func (a *Attributor) remember(gpuUUID string, pid int, o Owner) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !o.Managed() {
+		delete(a.last[gpuUUID], pid)
+		return
+	}
+	if a.last[gpuUUID] == nil {
+		a.last[gpuUUID] = map[int]Owner{}
+	}
+	a.last[gpuUUID][pid] = o
+}
+
+// owner applies the rules to a process that is alive, its root excepted.
+func (a *Attributor) owner(id Identity, gpuUUID string, ts Tasks) Owner {
 	var note string
 	if t, ok := ts.byToken[id.Token]; ok && id.Token != "" {
 		if t.on(gpuUUID) {
@@ -206,35 +245,21 @@ func (s Sample) ByTask() map[string][]Proc {
 }
 
 // Split attributes each process gpu listed on GPU gpuUUID to one of ts. Call NewPass before it
-// for a fresh reading of the process table. A process that ended between the listing and its
-// reading keeps the task it had at the GPU's previous Split: NVML can list a process for a moment
-// after it exits, and its memory is still its task's, not unmanaged use.
+// for a fresh reading of the process table.
 func (a *Attributor) Split(gpuUUID string, procs []gpu.Process, ts Tasks) Sample {
 	s := Sample{GPU: gpuUUID, Procs: make([]Proc, 0, len(procs))}
-	a.mu.Lock()
-	prev := a.last[gpuUUID]
-	a.mu.Unlock()
-	now := make(map[int]Proc, len(procs))
 	for _, gp := range procs {
 		p := Proc{PID: gp.PID, Bytes: gp.UsedBytes}
-		id, err := a.Identity(gp.PID)
-		switch {
-		case err == nil && id.MPSServer:
+		if id, err := a.Identity(gp.PID); err == nil && id.MPSServer {
 			p.MPSServer = true
-		case err != nil && prev[gp.PID].Managed():
-			p.Token, p.Via = prev[gp.PID].Token, prev[gp.PID].Via
-		default:
+		} else {
 			o := a.Attribute(gp.PID, gpuUUID, ts)
 			p.Token, p.Via, p.Note = o.Token, o.Via, o.Note
+			if !p.Managed() {
+				s.Unmanaged += p.Bytes
+			}
 		}
-		if !p.Managed() && !p.MPSServer {
-			s.Unmanaged += p.Bytes
-		}
-		now[p.PID] = p
 		s.Procs = append(s.Procs, p)
 	}
-	a.mu.Lock()
-	a.last[gpuUUID] = now
-	a.mu.Unlock()
 	return s
 }

@@ -233,4 +233,10 @@ func TestSplit(t *testing.T) {
 	if s.Unmanaged != 9*size.GiB || s.Procs[5].Note != "process vanished" {
 		t.Errorf("unmanaged %s, vanished stranger %+v", s.Unmanaged, s.Procs[5])
 	}
+	// Once its task has ended, a vanished process is no one's.
+	a.NewPass()
+	s = a.Split(gpuA, listed, NewTasks(Task{Token: "t2", GPU: gpuA}))
+	if s.Procs[1].Managed() || s.Procs[1].Note != "process vanished" {
+		t.Errorf("vanished process of an ended task: %+v", s.Procs[1])
+	}
 }

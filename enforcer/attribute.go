@@ -49,3 +49,14 @@ func (c *procCache) get(pid int) (identity, error) {
 	return identity{start: id.Start, task: id.Task, argv: id.Argv, pipeDir: id.PipeDir, mpsLimit: id.MPSLimit,
 		mpsServer: id.MPSServer, toks: id.Tokens()}, nil
 }
+
+// attribute ties a GPU process on GPU gpuUUID to one of the reservations res: its token, how it
+// was tied (ProcUsage.Via), and a note when it is unmanaged and there is a reason to give.
+func (c *procCache) attribute(pid int, gpuUUID string, res map[string]ledger.Reservation) (token, via, note string) {
+	rs := make([]ledger.Reservation, 0, len(res))
+	for _, r := range res {
+		rs = append(rs, r)
+	}
+	o := c.Attribute(pid, gpuUUID, attribution.Reserved(rs))
+	return o.Token, o.Via, o.Note
+}

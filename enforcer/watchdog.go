@@ -8,7 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -103,20 +102,28 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	for _, r := range st.Reservations {
 		res[r.Token] = r
 	}
-	split := e.procs.Split(uuid, procs, attribution.Reserved(st.Reservations))
-	sample := Sample{GPU: uuid, Time: now, Mode: st.Mode, Processes: split.Procs, UnmanagedBytes: split.Unmanaged}
-	byToken := split.ByTask()
+	sample := Sample{GPU: uuid, Time: now, Mode: st.Mode}
+	byToken := map[string][]ProcUsage{}
 	var unmanaged []ProcUsage
 	clients := 0
-	for _, p := range split.Procs {
-		if p.MPSServer {
+	for _, p := range procs {
+		pu := ProcUsage{PID: p.PID, Bytes: p.UsedBytes}
+		if id, err := e.procs.get(p.PID); err == nil && id.mpsServer {
+			pu.MPSServer = true
+			sample.Processes = append(sample.Processes, pu)
 			continue
 		}
 		clients++
-		if !p.Managed() {
-			unmanaged = append(unmanaged, p)
-			e.noteUnmanaged(uuid, p, p.Note)
+		tok, via, note := e.procs.attribute(p.PID, uuid, res)
+		pu.Token, pu.Via = tok, via
+		if tok == "" {
+			unmanaged = append(unmanaged, pu)
+			sample.UnmanagedBytes += p.UsedBytes
+			e.noteUnmanaged(uuid, pu, note)
+		} else {
+			byToken[tok] = append(byToken[tok], pu)
 		}
+		sample.Processes = append(sample.Processes, pu)
 	}
 	e.publish(uuid, sample, byToken)
 	e.followers.see(sample)
