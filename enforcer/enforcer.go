@@ -12,7 +12,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -60,8 +59,17 @@ type Config struct {
 	Fence FenceConfig
 }
 
-// ProcUsage is one GPU process in a sample, with the reservation attribution tied it to.
-type ProcUsage = attribution.Proc
+// ProcUsage is one GPU process in a sample.
+type ProcUsage struct {
+	PID   int
+	Bytes size.Bytes
+	// Token is the reservation the process counts against ("" = unmanaged). Secret.
+	Token string
+	// Via says how it was attributed: "environ", "cgroup" or "parent".
+	Via string
+	// MPSServer marks the MPS server process, which is neither a task nor unmanaged.
+	MPSServer bool
+}
 
 // Sample is the watchdog's last reading of one GPU.
 type Sample struct {

@@ -3,6 +3,8 @@ package enforcer
 import (
 	"sync"
 	"time"
+
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // followers are the callers that see every sample the watchdog takes: gpufrac run supervises its
@@ -61,4 +63,18 @@ func (f *followers) see(s Sample) {
 	for _, fn := range fns {
 		fn(s)
 	}
+}
+
+// Use is the memory the processes of reservation token held in the sample; false when none was
+// on the GPU.
+func (s Sample) Use(token string) (size.Bytes, bool) {
+	var b size.Bytes
+	found := false
+	for _, p := range s.Processes {
+		if token != "" && p.Token == token {
+			b += p.Bytes
+			found = true
+		}
+	}
+	return b, found
 }

@@ -58,13 +58,7 @@ func TestFollowSeesSamplesAtItsRate(t *testing.T) {
 	stop := r.enf.Follow(10*time.Millisecond, func(s Sample) {
 		mu.Lock()
 		defer mu.Unlock()
-		var b size.Bytes
-		for _, p := range s.Processes {
-			if p.Token == res.Token {
-				b += p.Bytes
-			}
-		}
-		if b == size.GiB {
+		if b, ok := s.Use(res.Token); ok && b == size.GiB {
 			holding++
 		}
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/procfs"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // sample supervises the attempts' GPU memory with one sampler per GPU and one attribution rule:
@@ -19,7 +20,7 @@ func (r *run) sample(ctx context.Context) {
 	if r.guard != nil {
 		last := gaps{} // Follow calls from the watchdog's one goroutine
 		stop := r.guard.Follow(r.o.SampleInterval, func(s enforcer.Sample) {
-			r.take(attribution.Sample{GPU: s.GPU, Procs: s.Processes, Unmanaged: s.UnmanagedBytes}, last.since(s.GPU, s.Time, r.o.SampleInterval))
+			r.take(s.GPU, s.Use, last.since(s.GPU, s.Time, r.o.SampleInterval))
 		})
 		r.wg.Add(1)
 		go func() {
@@ -66,7 +67,7 @@ func (r *run) sampleGPU(ctx context.Context, g string) {
 			continue
 		}
 		attr.NewPass()
-		r.take(attr.Split(g, procs, attribution.NewTasks(jobs...)), last.since(g, time.Now(), r.o.SampleInterval))
+		r.take(g, attr.Split(g, procs, attribution.NewTasks(jobs...)).Use, last.since(g, time.Now(), r.o.SampleInterval))
 	}
 }
 
@@ -83,15 +84,16 @@ func (r *run) on(g string) []*active {
 	return here
 }
 
-// take records one GPU's sample, d after the GPU's previous one, for the attempts running there.
-func (r *run) take(s attribution.Sample, d time.Duration) {
-	here := r.on(s.GPU)
+// take records a sample of GPU g, d after the GPU's previous one, for the attempts running
+// there: use says what each attempt's processes held.
+func (r *run) take(g string, use func(token string) (size.Bytes, bool), d time.Duration) {
+	here := r.on(g)
 	t := r.o.Now().Sub(r.start).Seconds()
 	for _, a := range here {
-		b, _ := s.Use(a.token)
+		b, _ := use(a.token)
 		a.record(b, t)
 		if a.l.borrowing && r.guard != nil {
-			if u, ok := r.guard.FenceTask(s.GPU, a.token); ok && u.Waiting {
+			if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
 				a.waited(d, t)
 			}
 		}
