@@ -112,12 +112,13 @@ type Enforcer struct {
 	unmanaged map[procKey]*unmanagedProc
 	lastScan  time.Time
 	lastErr   map[string]string
-	// followers see every sample (Follow).
-	followers followers
 
 	// sick is shared by the sampling and the MPS health check, which Run runs side by side.
 	sickMu sync.Mutex
 	sick   map[string]string // GPUs this enforcer marked unhealthy, with the reason
+
+	// followers see every sample (Follow).
+	followers followers
 }
 
 type lentBytes struct {
