@@ -22,8 +22,8 @@ type follower struct {
 }
 
 // Follow calls fn with every sample of every GPU the watchdog takes, from the watchdog's
-// goroutine (fn must be quick and must not call back into Run), and makes Run sample at least
-// every every (0 leaves the policy's interval) until stop is called.
+// goroutine (fn must be quick and must not call back into Run or Tick), and makes Run sample at
+// least that often (every; 0 leaves the policy's interval) until stop is called.
 func (e *Enforcer) Follow(every time.Duration, fn func(Sample)) (stop func()) {
 	f := &e.followers
 	f.mu.Lock()
