@@ -69,12 +69,6 @@ func (ts Tasks) token(tok, gpuUUID string) (Task, bool) {
 	return t, ok && t.on(gpuUUID)
 }
 
-// live says whether the task of tok (a task known by its root alone for "") is on gpuUUID.
-func (ts Tasks) live(tok, gpuUUID string) bool {
-	t, ok := ts.byToken[tok]
-	return ok && t.on(gpuUUID)
-}
-
 func (ts Tasks) root(pid int, gpuUUID string) (Task, bool) {
 	t, ok := ts.byRoot[pid]
 	return t, ok && t.on(gpuUUID)
@@ -90,43 +84,17 @@ type Owner struct {
 func (o Owner) Managed() bool { return o.Via != "" }
 
 // Attribute ties process pid, on GPU gpuUUID, to one of ts by the rules in the package comment.
-// A process that has ended since the GPU listed it keeps the task it was last tied to on that
-// GPU, while that task lives: NVML can list a process for a moment after it exits, and its
-// memory is still its task's, not unmanaged use.
+// A process that cannot be read (it has ended since the GPU listed it) is no task's: the
+// watchdog must never signal a PID it cannot tie to a live process, which may be another's by now.
 func (a *Attributor) Attribute(pid int, gpuUUID string, ts Tasks) Owner {
 	if t, ok := ts.root(pid, gpuUUID); ok {
 		return Owner{Token: t.Token, Via: ViaRoot}
 	}
 	id, err := a.Identity(pid)
 	if err != nil {
-		if o, ok := a.lastOwner(gpuUUID, pid); ok && ts.live(o.Token, gpuUUID) {
-			return o
-		}
 		return Owner{Note: "process vanished"}
 	}
-	o := a.owner(id, gpuUUID, ts)
-	a.remember(gpuUUID, pid, o)
-	return o
-}
-
-func (a *Attributor) lastOwner(gpuUUID string, pid int) (Owner, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	o, ok := a.last[gpuUUID][pid]
-	return o, ok
-}
-
-func (a *Attributor) remember(gpuUUID string, pid int, o Owner) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !o.Managed() {
-		delete(a.last[gpuUUID], pid)
-		return
-	}
-	if a.last[gpuUUID] == nil {
-		a.last[gpuUUID] = map[int]Owner{}
-	}
-	a.last[gpuUUID][pid] = o
+	return a.owner(id, gpuUUID, ts)
 }
 
 // owner applies the rules to a process that is alive, its root excepted.

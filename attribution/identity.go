@@ -90,9 +90,6 @@ type Attributor struct {
 	// pass holds what was read since NewPass: one stat read per process per pass, as stat is
 	// what most of a pass costs.
 	pass map[int]passEntry
-	// last is what each GPU's processes were last tied to, for a process that ends between the
-	// GPU's listing and its reading.
-	last map[string]map[int]Owner
 }
 
 type passEntry struct {
@@ -102,7 +99,7 @@ type passEntry struct {
 
 // New reads processes from src.
 func New(src procfs.Source) *Attributor {
-	return &Attributor{src: src, m: map[int]Identity{}, pass: map[int]passEntry{}, last: map[string]map[int]Owner{}}
+	return &Attributor{src: src, m: map[int]Identity{}, pass: map[int]passEntry{}}
 }
 
 // NewPass forgets the per-pass reads: the next Identity of each process checks its start time
@@ -135,13 +132,6 @@ func (a *Attributor) Prune(live map[int]bool) {
 	for pid := range a.m {
 		if !live[pid] {
 			delete(a.m, pid)
-		}
-	}
-	for _, last := range a.last {
-		for pid := range last {
-			if !live[pid] {
-				delete(last, pid)
-			}
 		}
 	}
 }
