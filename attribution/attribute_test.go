@@ -8,6 +8,7 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 const (
@@ -15,10 +16,9 @@ const (
 	alloc      = "0b5c2a1e-7d3f-4c2b-9a8e-1f2e3d4c5b6a"
 )
 
-func tok(t string) string { return EnvReservation + "=" + t }
+func tok(t string) string { return taskenv.Reservation + "=" + t }
 
-// perGPU is GPUFRAC_RESERVATION_<uuid>, as enforcer.ReservationKey spells it.
-func perGPU(uuid, t string) string { return "GPUFRAC_RESERVATION_GPU_" + uuid[len("GPU-"):] + "=" + t }
+func perGPU(uuid, t string) string { return taskenv.ReservationKey(uuid) + "=" + t }
 
 func TestAttribute(t *testing.T) {
 	tasks := NewTasks(
@@ -181,8 +181,8 @@ func TestAncestryOutlivesTheParent(t *testing.T) {
 
 func TestIdentityFromEnviron(t *testing.T) {
 	procs := procfs.NewTable(procfs.Proc{PID: 30, PPID: 1, Env: []string{
-		tok("t"), EnvNomadAlloc + "=a1", EnvNomadJob + "=job", EnvNomadTask + "=task", EnvTemplate + "=tmpl",
-		envMPSPipeDir + "=/run/p", envMPSMemLimit + "=0=8G"}})
+		tok("t"), EnvNomadAlloc + "=a1", EnvNomadJob + "=job", EnvNomadTask + "=task", taskenv.Template + "=tmpl",
+		taskenv.MPSPipeDir + "=/run/p", taskenv.MPSMemLimit + "=0=8G"}})
 	id, err := New(procs).Identity(30)
 	if err != nil {
 		t.Fatal(err)

@@ -9,19 +9,15 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/procfs"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
-// Environment names a process is read for. The GPUFRAC_ and CUDA_MPS_ ones are the task
-// environment's contract (enforcer.TaskEnv writes them; enforcer's TestAttributionReadsTaskEnv
-// holds the two sides to one spelling); the NOMAD_ ones are Nomad's.
+// Environment names a process is read for: the task environment's (taskenv, which
+// enforcer.TaskEnv writes) and Nomad's.
 const (
-	EnvReservation = "GPUFRAC_RESERVATION"
-	EnvTemplate    = "GPUFRAC_TEMPLATE"
-	EnvNomadAlloc  = "NOMAD_ALLOC_ID"
-	EnvNomadJob    = "NOMAD_JOB_NAME"
-	EnvNomadTask   = "NOMAD_TASK_NAME"
-	envMPSPipeDir  = "CUDA_MPS_PIPE_DIRECTORY"
-	envMPSMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvNomadAlloc = "NOMAD_ALLOC_ID"
+	EnvNomadJob   = "NOMAD_JOB_NAME"
+	EnvNomadTask  = "NOMAD_TASK_NAME"
 )
 
 // mpsServerName is the MPS server's executable; it holds a little GPU memory of its own and is
@@ -183,12 +179,12 @@ func (a *Attributor) read(pid int) (Identity, error) {
 func (id *Identity) readEnv(env []string) {
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, EnvReservation+"_") && v != "" {
+		if strings.HasPrefix(k, taskenv.ReservationPrefix) && v != "" {
 			id.GPUTokens = append(id.GPUTokens, v)
 			continue
 		}
 		switch k {
-		case EnvReservation:
+		case taskenv.Reservation:
 			id.Token = v
 		case EnvNomadAlloc:
 			id.Task.AllocID = v
@@ -196,11 +192,11 @@ func (id *Identity) readEnv(env []string) {
 			id.Task.JobName = v
 		case EnvNomadTask:
 			id.Task.TaskName = v
-		case EnvTemplate:
+		case taskenv.Template:
 			id.Task.Template = v
-		case envMPSPipeDir:
+		case taskenv.MPSPipeDir:
 			id.PipeDir = v
-		case envMPSMemLimit:
+		case taskenv.MPSMemLimit:
 			id.MPSLimit = v
 		}
 	}

@@ -3,10 +3,11 @@ package enforcer
 import (
 	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // EnvTemplate is the template name gpufrac run gives its jobs; the watchdog reads it back.
-const EnvTemplate = attribution.EnvTemplate
+const EnvTemplate = taskenv.Template
 
 // viaEnviron is ProcUsage.Via of a process tied by the token in its own environment.
 const viaEnviron = attribution.ViaEnviron

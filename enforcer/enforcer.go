@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/hub"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -59,6 +59,21 @@ type Config struct {
 	Fence FenceConfig
 }
 
+// MPSOptions configure the MPS control daemons (mps.Options); Config.MPS keeps this name so the
+// callers that build a Config need not import mps.
+type MPSOptions = mps.Options
+
+// mpsDaemons is what the enforcer asks of the MPS control daemons (mps.Manager).
+type mpsDaemons interface {
+	Ensure(ctx context.Context, uuid string, budget size.Bytes) (pid int, adopted bool, err error)
+	Adopt(ctx context.Context, uuid string, budget size.Bytes) (pid int, adopted bool, err error)
+	Check(ctx context.Context, uuid string) error
+	UpdateLimit(ctx context.Context, uuid string, budget size.Bytes) error
+	Stop(ctx context.Context, uuid string) error
+	Running() []string
+	Dirs(uuid string) (pipe, logDir string)
+}
+
 // ProcUsage is one GPU process in a sample.
 type ProcUsage struct {
 	PID   int
@@ -87,31 +102,25 @@ type taskUsage struct {
 
 // Enforcer keeps the tasks of one node inside their caps. All methods are safe for concurrent use.
 type Enforcer struct {
-	cfg     Config
-	log     hclog.Logger
-	procs   *procCache
-	mps     *mpsManager
-	fence   *fences // nil = no allocation fence
-	hub     hub
-	dropped atomic.Int64
+	cfg    Config
+	log    hclog.Logger
+	procs  *procCache
+	mps    mpsDaemons
+	fence  *fences // nil = no allocation fence
+	events *hub.Hub[Event]
 
 	mu      sync.Mutex
 	samples map[string]Sample
 	usage   map[string]taskUsage
 
-	// Owned by the Run goroutine.
-	tracks map[string]*track
-	near   map[string]*nearCap
-	// lent is what the fence let each borrowing task hold past its cap at the last pass: NVML is
-	// read before the table, so a task that freed in between is judged by the larger of the two.
-	lent map[string]lentBytes
-	// owedSince is when an owner began to wait for borrowers to give back its guarantee, per
-	// GPU; evicting is the borrower this pass stops for it.
-	owedSince map[string]time.Time
-	evicting  string
-	unmanaged map[procKey]*unmanagedProc
-	lastScan  time.Time
-	lastErr   map[string]string
+	// passMu makes the watchdog's passes one at a time, whoever runs them (Run's loop, Tick):
+	// what they carry from pass to pass is theirs alone while they hold it.
+	passMu   sync.Mutex
+	mem      *memory
+	lastScan time.Time
+	lastErr  map[string]string
+	// healthMu makes the MPS health checks one at a time (Run's second loop, Tick).
+	healthMu sync.Mutex
 
 	// sick is shared by the sampling and the MPS health check, which Run runs side by side.
 	sickMu sync.Mutex
@@ -119,11 +128,6 @@ type Enforcer struct {
 
 	// followers see every sample (Follow).
 	followers followers
-}
-
-type lentBytes struct {
-	gpu   string
-	bytes size.Bytes
 }
 
 // New checks cfg and fills in defaults. It starts nothing: call Run.
@@ -162,10 +166,9 @@ func New(cfg Config) (*Enforcer, error) {
 		return nil, err
 	}
 	return &Enforcer{
-		cfg: cfg, log: log, procs: procs, mps: newMPSManager(cfg.MPS, procs, log), fence: f,
-		samples: map[string]Sample{}, usage: map[string]taskUsage{},
-		tracks: map[string]*track{}, near: map[string]*nearCap{}, lent: map[string]lentBytes{}, owedSince: map[string]time.Time{}, unmanaged: map[procKey]*unmanagedProc{},
-		sick: map[string]string{}, lastErr: map[string]string{},
+		cfg: cfg, log: log, procs: procs, mps: mps.New(cfg.MPS, mpsProcs{procs}, mpsEnv, log), fence: f,
+		events: hub.New[Event](subscriberBuffer), samples: map[string]Sample{}, usage: map[string]taskUsage{},
+		mem: newMemory(), sick: map[string]string{}, lastErr: map[string]string{},
 	}, nil
 }
 
@@ -209,7 +212,7 @@ func (e *Enforcer) Run(ctx context.Context) error {
 }
 
 // Tick is one pass of Run: every GPU sampled once, and the slow work when it is due. Tests and
-// benchmarks call it directly; do not call it while Run runs.
+// benchmarks call it directly; beside Run it waits for Run's pass in progress and takes its turn.
 func (e *Enforcer) Tick(ctx context.Context) {
 	if e.sample(ctx) {
 		e.checkMPS(ctx)
@@ -218,6 +221,8 @@ func (e *Enforcer) Tick(ctx context.Context) {
 
 // sample watches every GPU once and runs the token scan when it is due; it says whether it did.
 func (e *Enforcer) sample(ctx context.Context) bool {
+	e.passMu.Lock()
+	defer e.passMu.Unlock()
 	for _, st := range e.cfg.Ledger.States() {
 		e.watch(ctx, st)
 	}
@@ -240,18 +245,18 @@ func (e *Enforcer) PrepareGPU(ctx context.Context, uuid string) error {
 	if st.Mode != policy.ModeMPS {
 		return nil
 	}
-	pid, adopted, err := e.mps.ensure(ctx, uuid, st.BudgetBytes)
+	pid, adopted, err := e.mps.Ensure(ctx, uuid, st.BudgetBytes)
 	if err != nil {
-		e.emit(Event{Kind: EventMPS, Stage: "start-failed", GPU: uuid, Message: "MPS control daemon could not be readied: " + err.Error()})
+		e.emit(Event{Kind: EventMPS, Stage: StageStartFailed, GPU: uuid, Message: "MPS control daemon could not be readied: " + err.Error()})
 		return fmt.Errorf("enforcer: prepare GPU %s: %w", uuid, err)
 	}
-	stage := "started"
+	stage := StageStarted
 	if adopted {
-		stage = "adopted"
+		stage = StageAdopted
 	}
 	if adopted || pid != 0 {
 		e.emit(Event{Kind: EventMPS, Stage: stage, GPU: uuid, PIDs: nonZero(pid), Bytes: st.BudgetBytes,
-			Message: "MPS control daemon " + stage + ", default pinned limit set to the GPU budget"})
+			Message: "MPS control daemon " + string(stage) + ", default pinned limit set to the GPU budget"})
 	}
 	return nil
 }
@@ -267,8 +272,7 @@ func (e *Enforcer) EnvOptions(uuid string) EnvOptions {
 	if err != nil || st.Mode != policy.ModeMPS {
 		return o
 	}
-	d := e.mps.daemon(uuid)
-	o.MPSPipeDir, o.MPSLogDir = d.pipe, d.logDir
+	o.MPSPipeDir, o.MPSLogDir = e.mps.Dirs(uuid)
 	return o
 }
 
@@ -296,21 +300,21 @@ func (e *Enforcer) Shutdown(ctx context.Context) error {
 		e.fence.close()
 	}
 	var errs []error
-	for _, d := range e.mps.known() {
-		procs, err := e.cfg.Backend.Processes(ctx, d.uuid)
+	for _, uuid := range e.mps.Running() {
+		procs, err := e.cfg.Backend.Processes(ctx, uuid)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("GPU %s: list processes before stopping MPS: %w", d.uuid, err))
+			errs = append(errs, fmt.Errorf("GPU %s: list processes before stopping MPS: %w", uuid, err))
 			continue
 		}
 		if n := e.clients(procs); n > 0 {
-			e.log.Info("MPS control daemon left running: clients still run", "gpu", d.uuid, "clients", n)
+			e.log.Info("MPS control daemon left running: clients still run", "gpu", uuid, "clients", n)
 			continue
 		}
-		if err := e.mps.stop(ctx, d); err != nil {
+		if err := e.mps.Stop(ctx, uuid); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		e.emit(Event{Kind: EventMPS, Stage: "stopped", GPU: d.uuid, Message: "MPS control daemon stopped: no client left"})
+		e.emit(Event{Kind: EventMPS, Stage: StageStopped, GPU: uuid, Message: "MPS control daemon stopped: no client left"})
 	}
 	return errors.Join(errs...)
 }
@@ -327,111 +331,36 @@ func (e *Enforcer) clients(procs []gpu.Process) int {
 	return n
 }
 
-// checkMPS asks every daemon this enforcer runs whether it answers. A dead daemon is restarted
-// when no client runs; with clients, it is a GPU-wide event and the GPU goes unhealthy until they
-// are gone. A changed budget becomes the new ceiling.
-func (e *Enforcer) checkMPS(ctx context.Context) {
-	for _, st := range e.cfg.Ledger.States() {
-		if st.Mode != policy.ModeMPS {
-			continue
-		}
-		pid, adopted, err := e.mps.adopt(ctx, st.UUID, st.BudgetBytes)
-		if err != nil {
-			e.log.Warn("MPS pinned limit not set on an adopted daemon", "gpu", st.UUID, "error", err)
-		}
-		if adopted {
-			e.emit(Event{Kind: EventMPS, Stage: "adopted", GPU: st.UUID, PIDs: nonZero(pid),
-				Message: "MPS control daemon left by an earlier enforcer adopted"})
-		}
-	}
-	for _, d := range e.mps.known() {
-		st, err := e.cfg.Ledger.State(d.uuid)
-		if err != nil {
-			continue
-		}
-		err = e.mps.check(ctx, d)
-		if err == nil {
-			e.healIf(d.uuid, reasonMPSDied)
-			if err := e.mps.updateLimit(ctx, d, st.BudgetBytes); err != nil {
-				e.log.Warn("MPS pinned limit not updated", "gpu", d.uuid, "error", err)
-			}
-			continue
-		}
-		procs, perr := e.cfg.Backend.Processes(ctx, d.uuid)
-		if n := e.clients(procs); perr != nil || n > 0 {
-			if e.sickReason(d.uuid) != reasonMPSDied {
-				e.emit(Event{Kind: EventMPS, Stage: "died", GPU: d.uuid,
-					Message: fmt.Sprintf("MPS control daemon is gone while %d client process(es) run: %v", n, err)})
-				e.setUnhealthy(d.uuid, reasonMPSDied)
-			}
-			continue
-		}
-		if _, _, rerr := e.mps.ensure(ctx, d.uuid, st.BudgetBytes); rerr != nil {
-			e.emit(Event{Kind: EventMPS, Stage: "restart-failed", GPU: d.uuid, Message: "MPS control daemon could not be restarted: " + rerr.Error()})
-			e.setUnhealthy(d.uuid, reasonMPSDown)
-			continue
-		}
-		e.emit(Event{Kind: EventMPS, Stage: "restarted", GPU: d.uuid, Message: "MPS control daemon restarted (no client was running): " + err.Error()})
-		e.healIf(d.uuid, reasonMPSDied, reasonMPSDown)
-	}
-}
-
-// Health reasons this enforcer sets (and clears) in the ledger.
-const (
-	reasonMPSDied = "MPS control daemon died while clients ran; GPU drained until they exit"
-	reasonMPSDown = "MPS control daemon cannot be started"
-	reasonForced  = "forced stop under MPS may have faulted other clients"
-	reasonStopped = "a task was stopped under MPS: other clients may fault; GPU drained until they exit"
-	// reasonUnreadable: NVML cannot list the GPU's processes (an NVML error, a GPU fallen off
-	// the bus), so the watchdog cannot enforce caps there.
-	reasonUnreadable = "GPU processes cannot be read: caps cannot be enforced, nothing is admitted until they can"
-)
-
-func (e *Enforcer) setUnhealthy(uuid, reason string) {
-	e.sickMu.Lock()
-	defer e.sickMu.Unlock()
-	if err := e.cfg.Ledger.SetHealth(uuid, false, reason); err != nil {
-		e.log.Error("cannot mark GPU unhealthy", "gpu", uuid, "error", err)
-		return
-	}
-	e.sick[uuid] = reason
-	e.emit(Event{Kind: EventGPUHealth, Stage: "unhealthy", GPU: uuid, Message: reason})
-}
-
-// healIf marks the GPU healthy again when this enforcer marked it unhealthy for one of reasons;
-// the check and the change are one step, so the sampling and the MPS check never undo each other.
-func (e *Enforcer) healIf(uuid string, reasons ...string) {
-	e.sickMu.Lock()
-	defer e.sickMu.Unlock()
-	if !slices.Contains(reasons, e.sick[uuid]) || e.sick[uuid] == "" {
-		return
-	}
-	if err := e.cfg.Ledger.SetHealth(uuid, true, ""); err != nil {
-		e.log.Error("cannot mark GPU healthy", "gpu", uuid, "error", err)
-		return
-	}
-	delete(e.sick, uuid)
-	e.emit(Event{Kind: EventGPUHealth, Stage: "healthy", GPU: uuid, Message: "GPU healthy again"})
-}
-
-func (e *Enforcer) sickReason(uuid string) string {
-	e.sickMu.Lock()
-	defer e.sickMu.Unlock()
-	return e.sick[uuid]
-}
-
-// adoptSick takes over a health mark an earlier enforcer set, so this one clears it when due.
-func (e *Enforcer) adoptSick(uuid, reason string) {
-	e.sickMu.Lock()
-	defer e.sickMu.Unlock()
-	if e.sick[uuid] == "" {
-		e.sick[uuid] = reason
-	}
-}
-
 func nonZero(pid int) []int {
 	if pid == 0 {
 		return nil
 	}
 	return []int{pid}
+}
+
+// mpsProcs is the process table as the MPS manager reads it.
+type mpsProcs struct{ c *procCache }
+
+func (p mpsProcs) Alive(pid int) error {
+	_, err := p.c.src.Stat(pid)
+	return err
+}
+
+func (p mpsProcs) List() ([]mps.Process, error) {
+	pids, err := p.c.src.PIDs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]mps.Process, 0, len(pids))
+	for _, pid := range pids {
+		if id, err := p.c.get(pid); err == nil {
+			out = append(out, mps.Process{PID: pid, Argv: id.argv, PipeDir: id.pipeDir})
+		}
+	}
+	return out, nil
+}
+
+// mpsEnv names a GPU's daemon to its control commands, in the variables its clients get.
+func mpsEnv(uuid, pipeDir, logDir string) []string {
+	return []string{EnvCUDADevices + "=" + uuid, EnvMPSPipeDir + "=" + pipeDir, EnvMPSLogDir + "=" + logDir}
 }

@@ -3,33 +3,32 @@ package enforcer
 import (
 	"strconv"
 
-	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
-// Environment variables a reserved task receives. They are a contract with users' job specs.
+// Environment variables a reserved task receives (spelled in taskenv, which the preload
+// library's C shares). They are a contract with users' job specs.
 const (
-	EnvReservation    = "GPUFRAC_RESERVATION"
-	EnvCapBytes       = "GPUFRAC_CAP_BYTES"
-	EnvGPUUUID        = "GPUFRAC_GPU_UUID"
-	EnvMemoryFraction = "GPUFRAC_MEMORY_FRACTION"
-	EnvMode           = "GPUFRAC_MODE"
-	EnvXLAFraction    = "XLA_PYTHON_CLIENT_MEM_FRACTION"
-	EnvCUDADevices    = "CUDA_VISIBLE_DEVICES"
-	EnvNVIDIADevices  = "NVIDIA_VISIBLE_DEVICES"
-	EnvMPSPipeDir     = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvMPSLogDir      = "CUDA_MPS_LOG_DIRECTORY"
-	EnvMPSMemLimit    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	EnvReservation    = taskenv.Reservation
+	EnvCapBytes       = taskenv.CapBytes
+	EnvGPUUUID        = taskenv.GPUUUID
+	EnvMemoryFraction = taskenv.MemoryFraction
+	EnvMode           = taskenv.Mode
+	EnvXLAFraction    = taskenv.XLAFraction
+	EnvCUDADevices    = taskenv.CUDADevices
+	EnvNVIDIADevices  = taskenv.NVIDIADevices
+	EnvMPSPipeDir     = taskenv.MPSPipeDir
+	EnvMPSLogDir      = taskenv.MPSLogDir
+	EnvMPSMemLimit    = taskenv.MPSMemLimit
 )
 
-// ReservationKey is the per-GPU twin of GPUFRAC_RESERVATION: GPUFRAC_RESERVATION_<uuid> with
-// '-' turned into '_'. Nomad merges the environments of a task's device requests and the last
-// one wins on a shared key, so a task that holds reservations on two GPUs (two device blocks)
-// carries only the last GPUFRAC_RESERVATION; its per-GPU keys differ and all survive, so the
-// watchdog ties its processes on each GPU to that GPU's reservation and keeps every one alive.
-func ReservationKey(uuid string) string { return fence.ReservationKey(uuid) }
+// ReservationKey is the per-GPU twin of GPUFRAC_RESERVATION (taskenv.ReservationKey): the
+// watchdog ties a task's processes on each GPU to that GPU's reservation through it, so a task
+// of two device blocks keeps both alive.
+func ReservationKey(uuid string) string { return taskenv.ReservationKey(uuid) }
 
 // EnvOptions are the node-level choices that shape a task's environment.
 type EnvOptions struct {
@@ -77,14 +76,14 @@ func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]s
 		env[EnvNVIDIADevices] = g.UUID
 	}
 	if o.FenceDir != "" {
-		env[fence.EnvDir] = o.FenceDir
+		env[taskenv.FenceDir] = o.FenceDir
 	}
 	if o.FenceDir != "" && o.FenceLibrary != "" {
 		// LD_PRELOAD is inherited by every child, so a task's launcher, its workers and their
 		// children all load the fence. GPUFRAC_FENCE_LIBRARY lets a task that sets its own
 		// LD_PRELOAD keep the fence in it.
-		env[fence.EnvPreload] = o.FenceLibrary
-		env[fence.EnvLibrary] = o.FenceLibrary
+		env[taskenv.Preload] = o.FenceLibrary
+		env[taskenv.FenceLibrary] = o.FenceLibrary
 	}
 	if g.Mode == policy.ModeMPS {
 		if o.MPSPipeDir != "" {

@@ -1,7 +1,6 @@
 package enforcer
 
 import (
-	"sync"
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
@@ -13,11 +12,12 @@ type EventKind string
 
 // Event kinds.
 const (
-	// EventViolation: a task passed its cap (Stage "crossed", "stopping", "forced"), the
-	// allocation fence refused it at its cap (Stage "fenced"), or it was contained (Stage
-	// "contained", Violation set).
+	// EventViolation: a task passed its cap (StageCrossed, StageStopping, StageForced), the
+	// allocation fence refused it at its cap (StageFenced), or it was contained
+	// (StageContained, Violation set).
 	EventViolation EventKind = "violation"
-	// EventUnmanaged: a GPU process holds memory without a reservation.
+	// EventUnmanaged: a GPU process holds memory without a reservation (StageSeen), or was
+	// stopped by policy (StageStopped).
 	EventUnmanaged EventKind = "unmanaged"
 	// EventMPS: the MPS control daemon of a GPU started, was adopted, restarted, stopped or died.
 	EventMPS EventKind = "mps"
@@ -25,19 +25,54 @@ const (
 	EventGPUHealth EventKind = "gpu-health"
 )
 
+// Stage says what happened within an event's kind. Subscribers switch on these constants; the
+// strings are what the logs and the acceptance tests' records show.
+type Stage string
+
+// Stages of EventViolation.
+const (
+	StageCrossed   Stage = "crossed"
+	StageStopping  Stage = "stopping"
+	StageForced    Stage = "forced"
+	StageFenced    Stage = "fenced"
+	StageContained Stage = "contained"
+)
+
+// Stages of EventUnmanaged (StageStopped also ends an MPS daemon).
+const (
+	StageSeen    Stage = "seen"
+	StageStopped Stage = "stopped"
+)
+
+// Stages of EventMPS.
+const (
+	StageStarted       Stage = "started"
+	StageAdopted       Stage = "adopted"
+	StageStartFailed   Stage = "start-failed"
+	StageRestarted     Stage = "restarted"
+	StageRestartFailed Stage = "restart-failed"
+	StageDied          Stage = "died"
+)
+
+// Stages of EventGPUHealth.
+const (
+	StageUnhealthy Stage = "unhealthy"
+	StageHealthy   Stage = "healthy"
+)
+
 // Event is one thing the enforcer saw or did. Violations also go to the ledger, so
 // `gpufrac status` shows them after the plugin is gone.
 type Event struct {
 	Time  time.Time
 	Kind  EventKind
-	Stage string
+	Stage Stage
 	GPU   string
 	// Token is the reservation concerned, if any. It is secret: print ledger.RedactToken(Token) only.
 	Token string
 	Task  ledger.Task
 	PIDs  []int
 	Bytes size.Bytes
-	// Violation is the record written to the ledger (EventViolation, Stage "contained").
+	// Violation is the record written to the ledger (EventViolation, StageContained).
 	Violation *ledger.Violation
 	Message   string
 }
@@ -45,33 +80,10 @@ type Event struct {
 // subscriberBuffer is how many events a slow subscriber may lag before it misses some.
 const subscriberBuffer = 256
 
-type hub struct {
-	mu   sync.Mutex
-	subs map[int]chan Event
-	next int
-}
-
 // Subscribe returns a channel of events and a function that ends the subscription and closes the
 // channel. Events are never blocked on: a subscriber that lags by more than 256 misses events.
 func (e *Enforcer) Subscribe() (<-chan Event, func()) {
-	h := &e.hub
-	ch := make(chan Event, subscriberBuffer)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.subs == nil {
-		h.subs = map[int]chan Event{}
-	}
-	id := h.next
-	h.next++
-	h.subs[id] = ch
-	return ch, func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if c, ok := h.subs[id]; ok {
-			delete(h.subs, id)
-			close(c)
-		}
-	}
+	return e.events.Subscribe()
 }
 
 // emit logs ev and hands it to every subscriber.
@@ -81,7 +93,7 @@ func (e *Enforcer) emit(ev Event) {
 	}
 	args := []any{"kind", string(ev.Kind), "gpu", ev.GPU}
 	if ev.Stage != "" {
-		args = append(args, "stage", ev.Stage)
+		args = append(args, "stage", string(ev.Stage))
 	}
 	if ev.Token != "" {
 		args = append(args, "token", ledger.RedactToken(ev.Token), "task", ev.Task.String())
@@ -101,14 +113,5 @@ func (e *Enforcer) emit(ev Event) {
 	default:
 		e.log.Info("enforcer event", args...)
 	}
-	h := &e.hub
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, ch := range h.subs {
-		select {
-		case ch <- ev:
-		default:
-			e.dropped.Add(1)
-		}
-	}
+	e.events.Publish(ev)
 }

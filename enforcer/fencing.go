@@ -39,22 +39,36 @@ type FenceConfig struct {
 	LendKeep size.Bytes
 }
 
-// Borrowing rules: how far past its guarantee (its cap) a task may allocate, where the fence
-// holds caps in isolated mode (docs/enforcement.md). The runner and the plugin share them.
+// BorrowRule is how far past its guarantee (its cap) a task may allocate, where the fence holds
+// caps in isolated mode (docs/enforcement.md). The runner and the plugin share the rules.
+type BorrowRule string
+
+// Borrowing rules.
 const (
 	// BorrowOff: a cap is a task's guarantee and the most it may use.
-	BorrowOff = "off"
+	BorrowOff BorrowRule = "off"
 	// BorrowNow: past its cap a task may borrow memory no other task's guarantee covers, up to
 	// the GPU's budget; an allocation that finds none free fails inside the task at once.
-	BorrowNow = "now"
+	BorrowNow BorrowRule = "now"
 	// BorrowWait is BorrowNow where that allocation waits (up to FenceConfig.BorrowWait) for
 	// memory to come free while no new guarantee is placed on its GPU.
-	BorrowWait = "wait"
+	BorrowWait BorrowRule = "wait"
 	// BorrowLend is BorrowWait where a borrower may also use the guarantee of a task that has
 	// not allocated yet (its CPU start-up) but for DefaultLendKeep; when that task allocates,
 	// borrowers give back what it needs (FenceConfig.LendKeep says how).
-	BorrowLend = "lend"
+	BorrowLend BorrowRule = "lend"
 )
+
+// borrowRules are the rules there are, in the order a message lists them.
+var borrowRules = []BorrowRule{BorrowOff, BorrowNow, BorrowWait, BorrowLend}
+
+// Check is the one check of a borrowing rule: an error names the bad value and the rules.
+func (r BorrowRule) Check() error {
+	if slices.Contains(borrowRules, r) {
+		return nil
+	}
+	return fmt.Errorf("borrow %q: want %s, %s, %s or %s", string(r), BorrowOff, BorrowNow, BorrowWait, BorrowLend)
+}
 
 // DefaultBorrowWait bounds a borrower's wait: long enough for the tasks beside it to end (the
 // benchmark's run 15-30 s), short enough that a borrower that cannot be served fails soon.
@@ -65,19 +79,10 @@ const DefaultBorrowWait = 60 * time.Second
 // allowance is the same measure).
 const DefaultLendKeep = DefaultAllowance
 
-// CheckBorrowRule is the one check of a borrowing rule's name.
-func CheckBorrowRule(rule string) error {
-	switch rule {
-	case BorrowOff, BorrowNow, BorrowWait, BorrowLend:
-		return nil
-	}
-	return fmt.Errorf("borrow %q: want %s, %s, %s or %s", rule, BorrowOff, BorrowNow, BorrowWait, BorrowLend)
-}
-
 // Borrow sets the fence's side of rule: how long a borrower's allocation waits (wait, 0 =
 // DefaultBorrowWait, for BorrowWait and BorrowLend) and what of a starting task's guarantee is
 // lent (BorrowLend). Which tasks may borrow is their reservations' limits.
-func (c *FenceConfig) Borrow(rule string, wait time.Duration) {
+func (c *FenceConfig) Borrow(rule BorrowRule, wait time.Duration) {
 	c.BorrowWait, c.LendKeep = 0, 0
 	if rule != BorrowWait && rule != BorrowLend {
 		return
@@ -91,31 +96,35 @@ func (c *FenceConfig) Borrow(rule string, wait time.Duration) {
 	}
 }
 
-// How a command asks for the fence.
+// FenceMode is how a command asks for the fence.
+type FenceMode string
+
+// Fence modes; "" is FenceAuto.
 const (
 	// FenceAuto fences when it can: simulated GPUs always, real ones when the library is found.
-	FenceAuto = "auto"
-	FenceOn   = "on"
-	FenceOff  = "off"
+	FenceAuto FenceMode = "auto"
+	FenceOn   FenceMode = "on"
+	FenceOff  FenceMode = "off"
 )
 
-// CheckFenceMode is the one rule for a fence setting: FenceAuto, FenceOn, FenceOff, or "" (auto).
-func CheckFenceMode(mode string) error {
-	switch mode {
+// Check is the one rule for a fence setting: FenceAuto, FenceOn, FenceOff, or "" (auto); an
+// error names the bad value.
+func (m FenceMode) Check() error {
+	switch m {
 	case "", FenceAuto, FenceOn, FenceOff:
 		return nil
 	}
-	return fmt.Errorf("fence %q: want %s, %s or %s", mode, FenceAuto, FenceOn, FenceOff)
+	return fmt.Errorf("fence %q: want %s, %s or %s", string(m), FenceAuto, FenceOn, FenceOff)
 }
 
 // ResolveFence turns a command's fence setting (FenceAuto, FenceOn, FenceOff; "" = auto) and
 // library path ("" = beside the executable) into a FenceConfig with its tables in dir, and a
 // line for the user that says what was decided and why.
-func ResolveFence(mode, library, dir string, simulated bool) (FenceConfig, string, error) {
+func ResolveFence(mode FenceMode, library, dir string, simulated bool) (FenceConfig, string, error) {
 	off := func(why string) (FenceConfig, string, error) {
 		return FenceConfig{}, "fence: off (" + why + "): the watchdog alone holds the caps", nil
 	}
-	if err := CheckFenceMode(mode); err != nil {
+	if err := mode.Check(); err != nil {
 		return FenceConfig{}, "", err
 	}
 	if mode == FenceOff {
@@ -152,8 +161,6 @@ type fences struct {
 	mu     sync.Mutex
 	tables map[string]*fence.Table
 	synced map[string]string // GPU -> what its table was last set to
-	// refused is what the fence had refused per token at the last look, to tell a new refusal.
-	refused map[string]uint64
 }
 
 func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
@@ -189,7 +196,7 @@ func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
 		}
 	}
 	return &fences{cfg: cfg, lib: lib, log: log.Named("fence"), tables: map[string]*fence.Table{},
-		synced: map[string]string{}, refused: map[string]uint64{}}, nil
+		synced: map[string]string{}}, nil
 }
 
 // table opens a GPU's table. A table that cannot be read is moved aside (its processes keep the
@@ -291,25 +298,6 @@ func (f *fences) look(uuid string) (fence.Snapshot, bool) {
 	return s, err == nil
 }
 
-// newRefusals is how many allocations the fence refused for token since the last call.
-func (f *fences) newRefusals(token string, u fence.TaskUse) uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := u.Refused - min(f.refused[token], u.Refused)
-	f.refused[token] = u.Refused
-	return n
-}
-
-func (f *fences) forget(tokens []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for tok := range f.refused {
-		if !slices.Contains(tokens, tok) {
-			delete(f.refused, tok)
-		}
-	}
-}
-
 func (f *fences) close() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -355,10 +343,9 @@ func fenceNote(u fence.TaskUse, seen bool) string {
 	return fmt.Sprintf("the allocation fence saw %s at most of its %s cap and refused %d allocations", u.Peak, u.Cap, u.Refused)
 }
 
-// watchFence keeps one GPU's table in step and notes tasks the fence stopped at their cap: such
-// a task failed inside its own process, so a violation is recorded when it leaves the GPU, with
-// no signal sent (oom-in-process), exactly as under MPS.
-func (e *Enforcer) watchFence(st ledger.GPUState, now time.Time) (fence.Snapshot, bool) {
+// watchFence keeps one GPU's table in step with the ledger and reads it as the fence sees it,
+// for the watchdog's pass: false without a fence or when the table cannot be read.
+func (e *Enforcer) watchFence(st ledger.GPUState) (fence.Snapshot, bool) {
 	if e.fence == nil {
 		return fence.Snapshot{}, false
 	}
@@ -369,38 +356,7 @@ func (e *Enforcer) watchFence(st ledger.GPUState, now time.Time) (fence.Snapshot
 	if !ok {
 		return snap, false
 	}
-	tokens := make([]string, 0, len(st.Reservations))
-	for _, r := range st.Reservations {
-		tokens = append(tokens, r.Token)
-		u, seen := snap.Task(r.Token)
-		if !seen || e.fence.newRefusals(r.Token, u) == 0 || e.tracks[r.Token] != nil {
-			continue
-		}
-		n := e.near[r.Token]
-		if n == nil {
-			n = &nearCap{gpu: st.UUID, task: r.Task, capBytes: r.CapBytes, since: now, mode: st.Mode}
-			e.near[r.Token] = n
-		}
-		n.fenced = true
-		n.peak = max(n.peak, u.Peak)
-		n.refused = u.Refused
-		e.emit(Event{Kind: EventViolation, Stage: "fenced", GPU: st.UUID, Token: r.Token, Task: r.Task, Bytes: u.Peak,
-			Message: fmt.Sprintf("the allocation fence refused an allocation past the cap (%s of %s held at most); it fails inside itself, no signal sent", u.Peak, r.CapBytes)})
-	}
-	e.fence.forget(tokens)
 	return snap, true
-}
-
-// fencedDetail opens the detail of every violation the fence refused.
-const fencedDetail = "the allocation fence refused"
-
-// FencedBy names what held a task that failed inside itself at its cap (oom-in-process): the
-// allocation fence, or the MPS pinned limit.
-func FencedBy(v ledger.Violation) string {
-	if strings.HasPrefix(v.Detail, fencedDetail) {
-		return "allocation fence"
-	}
-	return "MPS limit"
 }
 
 // sayOnce logs an error once until it changes.

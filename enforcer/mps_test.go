@@ -1,7 +1,6 @@
 package enforcer
 
 import (
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -10,8 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -163,65 +162,10 @@ func TestMPSDaemonDies(t *testing.T) {
 	}
 }
 
-func TestMPSControlTimeout(t *testing.T) {
-	r := newRig(t, policy.ModeMPS, func(c *Config) { c.MPS.Timeout = 300 * time.Millisecond })
-	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(r.pipeFile("hang"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := r.enf.mps.daemon(r.uuid)
-	t0 := time.Now()
-	err := r.enf.mps.check(context.Background(), d)
-	if !errors.Is(err, ErrMPSControl) || !strings.Contains(err.Error(), "no answer within 300ms") {
-		t.Fatalf("err = %v", err)
-	}
-	if el := time.Since(t0); el > 2*time.Second {
-		t.Fatalf("a hung control command held the enforcer for %s", el)
-	}
-}
-
-func TestMPSStartRefused(t *testing.T) {
-	r := newRig(t, policy.ModeMPS, nil)
-	if err := os.MkdirAll(filepath.Dir(r.pipeFile("x")), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(r.pipeFile("fail-start"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	err := r.enf.PrepareGPU(t.Context(), r.uuid)
-	if !errors.Is(err, ErrMPSControl) || !strings.Contains(err.Error(), "start refused") {
-		t.Fatalf("err = %v", err)
-	}
-}
-
 func TestMPSMissingBinary(t *testing.T) {
 	r := newRig(t, policy.ModeMPS, func(c *Config) { c.MPS.ControlBinary = "/nonexistent/nvidia-cuda-mps-control" })
 	err := r.enf.PrepareGPU(t.Context(), r.uuid)
-	if !errors.Is(err, ErrMPSControl) || !strings.Contains(err.Error(), "/nonexistent/nvidia-cuda-mps-control") {
+	if !errors.Is(err, mps.ErrControl) || !strings.Contains(err.Error(), "/nonexistent/nvidia-cuda-mps-control") {
 		t.Fatalf("err = %v", err)
-	}
-}
-
-func TestPinnedLimit(t *testing.T) {
-	cases := []struct {
-		v    string
-		want size.Bytes
-		ok   bool
-	}{
-		{"GPU-a=4096M", 4 * size.GiB, true},
-		{"0=4G", 4 * size.GiB, true},
-		{"GPU-b=1G,GPU-a=512M", 512 * size.MiB, true},
-		{"GPU-b=1G", 0, false},
-		{"", 0, false},
-		{"GPU-a=4096", 0, false},
-		{"GPU-a=xM", 0, false},
-	}
-	for _, tc := range cases {
-		got, ok := pinnedLimit(tc.v, "GPU-a")
-		if got != tc.want || ok != tc.ok {
-			t.Errorf("pinnedLimit(%q) = %s, %v; want %s, %v", tc.v, got, ok, tc.want, tc.ok)
-		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/attribution"
+	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/procfs"
@@ -35,7 +36,7 @@ func TestAttributionReadsTaskEnv(t *testing.T) {
 	if id.PipeDir != "/run/mps/pipe" {
 		t.Errorf("MPS pipe %q", id.PipeDir)
 	}
-	if lim, ok := pinnedLimit(id.MPSLimit, uuid); !ok || lim != r.CapBytes {
+	if lim, ok := mps.PinnedLimit(id.MPSLimit, uuid); !ok || lim != r.CapBytes {
 		t.Errorf("pinned limit %q read as %s, %v; want %s", id.MPSLimit, lim, ok, r.CapBytes)
 	}
 	// GPUFRAC_RESERVATION names another GPU's reservation; the per-GPU key still ties it here.

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -28,7 +29,7 @@ const MaxSimMemory = 2 * size.TiB
 
 // EnvSimDir names the simulated backend's state directory for child processes (simulated jobs,
 // the plugin launched by a test harness).
-const EnvSimDir = "GPUFRAC_SIM_DIR"
+const EnvSimDir = taskenv.SimDir
 
 // DefaultSimGPUs is what the simulated backend offers when nothing is configured.
 var DefaultSimGPUs = []string{"H100=80GiB"}

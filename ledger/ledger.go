@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/gpufrac/gpufrac/internal/hub"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -66,8 +67,8 @@ type Ledger struct {
 	// it lags by more than Grace/4 (the in-memory SeenAt is always the latest sighting).
 	seenStored map[string]time.Time
 
-	subs    map[int]chan struct{}
-	nextSub int
+	// changed wakes subscribers (coalesced) after a change that alters a GPUState.
+	changed *hub.Hub[struct{}]
 	// repairs are what Open found damaged and repaired (Repairs).
 	repairs []string
 }
@@ -89,7 +90,7 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	l := &Ledger{opts: opts, log: log.Named("ledger"), dir: dir, subs: map[int]chan struct{}{}, seenStored: map[string]time.Time{}}
+	l := &Ledger{opts: opts, log: log.Named("ledger"), dir: dir, changed: hub.New[struct{}](1), seenStored: map[string]time.Time{}}
 	l.opened = utc(opts.Now())
 	if opts.NoPersist {
 		l.st = newState()
@@ -162,10 +163,7 @@ func (l *Ledger) Close() error {
 		return nil
 	}
 	l.closed = true
-	for id, ch := range l.subs {
-		delete(l.subs, id)
-		close(ch)
-	}
+	l.changed.Close()
 	var errs []error
 	if l.dirf != nil {
 		errs = append(errs, l.dirf.Close())
@@ -217,12 +215,7 @@ func (l *Ledger) commit(prev *state, notify bool) error {
 		}
 	}
 	if notify {
-		for _, ch := range l.subs {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-		}
+		l.changed.Publish(struct{}{})
 	}
 	return nil
 }
@@ -249,24 +242,7 @@ func (l *Ledger) commitViolations(prev *state) error {
 // Subscribe returns a channel that receives (coalesced, never blocking the ledger) after every
 // change that alters a GPUState, and a function that unsubscribes and closes the channel.
 func (l *Ledger) Subscribe() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		close(ch)
-		return ch, func() {}
-	}
-	id := l.nextSub
-	l.nextSub++
-	l.subs[id] = ch
-	return ch, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if c, ok := l.subs[id]; ok {
-			delete(l.subs, id)
-			close(c)
-		}
-	}
+	return l.changed.Subscribe()
 }
 
 // SetPolicy validates p and makes it current. Units still reserved are never dropped: a smaller

@@ -126,8 +126,20 @@ type Violation struct {
 	// held GPU memory any more.
 	CrossedAt   time.Time `json:"crossed_at"`
 	ContainedAt time.Time `json:"contained_at"`
-	Detail      string    `json:"detail,omitempty"`
+	// HeldBy names what held a task that failed inside itself at its cap (Action
+	// "oom-in-process"); empty for a task the watchdog stopped.
+	HeldBy HeldBy `json:"held_by,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
+
+// HeldBy is what refused a task's allocations at its cap.
+type HeldBy string
+
+// What holds a task at its cap at allocation time.
+const (
+	HeldByFence    HeldBy = "allocation fence"
+	HeldByMPSLimit HeldBy = "MPS limit"
+)
 
 // Profile is a template's measured footprint.
 type Profile struct {

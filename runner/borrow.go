@@ -18,16 +18,16 @@ const (
 	// BorrowAuto is BorrowWait wherever borrowing can be safe (the packed arm, isolated mode,
 	// the allocation fence on), else off.
 	BorrowAuto = "auto"
-	BorrowOff  = enforcer.BorrowOff
-	BorrowNow  = enforcer.BorrowNow
-	BorrowWait = enforcer.BorrowWait
+	BorrowOff  = string(enforcer.BorrowOff)
+	BorrowNow  = string(enforcer.BorrowNow)
+	BorrowWait = string(enforcer.BorrowWait)
 	// BorrowLend lends borrowers the guarantees of jobs still in their start-up; when such a
 	// job allocates and its bytes are not free, the borrowers give them back (the fence
 	// refuses them more, the watchdog stops the one that borrowed most if it holds on): the
 	// borrower, never the owner, pays for a loan that comes due. Not the default: in
 	// simulation the leaker's loans came due and its re-run cost more than waiting
 	// (docs/benchmarks.md).
-	BorrowLend = enforcer.BorrowLend
+	BorrowLend = string(enforcer.BorrowLend)
 )
 
 // DefaultBorrowWait bounds a borrower's wait.
@@ -38,7 +38,7 @@ func CheckBorrow(b string) error {
 	if b == "" || b == BorrowAuto {
 		return nil
 	}
-	if enforcer.CheckBorrowRule(b) != nil {
+	if enforcer.BorrowRule(b).Check() != nil {
 		return fmt.Errorf("borrow %q: want %s, %s, %s, %s or %s", b, BorrowAuto, BorrowWait, BorrowNow, BorrowLend, BorrowOff)
 	}
 	return nil

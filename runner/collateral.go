@@ -40,9 +40,9 @@ func (g *gpuEvents) note(ev enforcer.Event, index int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch ev.Stage {
-	case "unhealthy":
+	case enforcer.StageUnhealthy:
 		g.list = append(g.list, wideEvent{GPUEvent: record.GPUEvent{GPU: ev.GPU, GPUIndex: index, Reason: ev.Message, Start: t}})
-	case "healthy":
+	case enforcer.StageHealthy:
 		for i := range g.list {
 			if g.list[i].GPU == ev.GPU && g.list[i].End.IsZero() {
 				g.list[i].End = t
@@ -58,10 +58,10 @@ func (g *gpuEvents) overCap(ev enforcer.Event, index int, job string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch ev.Stage {
-	case "crossed":
+	case enforcer.StageCrossed:
 		g.list = append(g.list, wideEvent{token: ev.Token, GPUEvent: record.GPUEvent{GPU: ev.GPU, GPUIndex: index, Start: t, Neighbour: true,
 			Reason: fmt.Sprintf("job %s over its cap (%s in use) until the watchdog's kill", job, ev.Bytes)}})
-	case "contained":
+	case enforcer.StageContained:
 		for i := range g.list {
 			if g.list[i].token == ev.Token && g.list[i].End.IsZero() {
 				g.list[i].End = t

@@ -43,9 +43,9 @@ type guardNotes struct {
 
 // Fence settings of Options.Fence.
 const (
-	FenceAuto = enforcer.FenceAuto
-	FenceOn   = enforcer.FenceOn
-	FenceOff  = enforcer.FenceOff
+	FenceAuto = string(enforcer.FenceAuto)
+	FenceOn   = string(enforcer.FenceOn)
+	FenceOff  = string(enforcer.FenceOff)
 )
 
 // fenceConfig decides the allocation fence of a run; its tables live beside the ledger, or in
@@ -56,7 +56,7 @@ func fenceConfig(o Options) (enforcer.FenceConfig, string, error) {
 		dir = filepath.Join(o.OutDir, ".fence")
 	}
 	_, simulated := o.Backend.(*gpu.Simulated)
-	return enforcer.ResolveFence(o.Fence, o.FenceLibrary, dir, simulated)
+	return enforcer.ResolveFence(enforcer.FenceMode(o.Fence), o.FenceLibrary, dir, simulated)
 }
 
 // enforcerGuard runs an enforcer's watchdog for the length of a run.
@@ -79,7 +79,7 @@ func newGuard(ctx context.Context, o Options, led *ledger.Ledger, gpus []string,
 	notes := guardNotes{fence: note}
 	plan := borrowing(&o, fc.Dir != "")
 	notes.borrows, notes.borrow = plan.on(), plan.note
-	fc.Borrow(plan.rule, o.BorrowWait)
+	fc.Borrow(enforcer.BorrowRule(plan.rule), o.BorrowWait)
 	e, err := enforcer.New(enforcer.Config{Backend: o.Backend, Ledger: led, Logger: o.Logger, MPS: mps, Fence: fc})
 	if err != nil {
 		return nil, guardNotes{}, err

@@ -21,13 +21,14 @@ import (
 	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // Environment variables the runner adds to every job, besides enforcer.TaskEnv's.
 const (
-	EnvTemplate = "GPUFRAC_TEMPLATE"
-	EnvJob      = "GPUFRAC_JOB"
-	EnvResult   = "GPUFRAC_RESULT"
+	EnvTemplate = taskenv.Template
+	EnvJob      = taskenv.Job
+	EnvResult   = taskenv.Result
 )
 
 // stuckAfter is how long the runner waits with nothing running and nothing admissible before
@@ -57,6 +58,9 @@ type active struct {
 
 	// onGPU closes at the first sample with GPU memory: a probe's window starts there.
 	onGPU chan struct{}
+	// contained closes when the enforcer reports a violation of the attempt's reservation
+	// contained (its event, onEvent); reported is the latest such violation.
+	contained chan struct{}
 
 	mu    sync.Mutex
 	peak  size.Bytes
@@ -65,8 +69,19 @@ type active struct {
 	snaps []record.MemSample
 	// wait is how long an allocation of the job waited for memory to borrow, in samples that
 	// found it waiting; waitAt the first such sample, in seconds since the run started.
-	wait   time.Duration
-	waitAt float64
+	wait     time.Duration
+	waitAt   float64
+	reported *ledger.Violation
+}
+
+// contain notes the violation the enforcer reported for the attempt.
+func (a *active) contain(v ledger.Violation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.reported == nil {
+		close(a.contained)
+	}
+	a.reported = &v
 }
 
 // waited notes a sample, at t, that found one of the attempt's allocations waiting for memory
@@ -259,7 +274,8 @@ func (r *run) launch(l launch) {
 	if token == "" {
 		token = newToken()
 	}
-	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), tail: &tailBuffer{max: 8192}}
+	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), contained: make(chan struct{}),
+		tail: &tailBuffer{max: 8192}}
 	a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts, GPU: l.gpu, GPUIndex: r.gpus[l.gpu].Index,
 		Capped: l.capped, WholeGPU: l.whole, Probe: l.probe, Result: r.resultPath(j)}
 	if l.capped {
@@ -337,39 +353,40 @@ wait:
 	a.exit = a.proc.ExitCode()
 	a.proc.Reap()
 	if a.l.capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
-		// The watchdog records a violation once the task's memory is gone, which can be a
-		// sample or two after the root process exits.
+		// The watchdog contains a violation once the task's memory is gone, which can be a
+		// sample or two after the root process exits, and says so in an event (onEvent).
 		// The wall clock, not r.o.Now: this waits on the watchdog, which samples in real time.
-		deadline := time.Now().Add(3*r.o.Policy.WatchdogInterval + 300*time.Millisecond)
-		for {
-			if v := r.violationOf(a.token, a.exit); v != nil {
-				a.violation = v
-				break
-			}
-			if time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+		t := time.NewTimer(3*r.o.Policy.WatchdogInterval + 300*time.Millisecond)
+		select {
+		case <-a.contained:
+		case <-t.C:
 		}
+		t.Stop()
+		a.violation = r.violationOf(a)
 	}
 	r.done <- a
 }
 
-// violationOf is the violation the enforcer recorded for token. An "oom-in-process" record
-// only says the task left the GPU near its cap, which a job that exited 0 also does: it counts
-// only for a job that failed.
-func (r *run) violationOf(token string, exit int) *ledger.Violation {
-	vs := r.led.Violations()
-	for i := len(vs) - 1; i >= 0; i-- {
-		if vs[i].Token == token {
-			if vs[i].Action == enforcer.ActionOOMInProcess && exit == 0 {
-				return nil
+// violationOf is the violation the enforcer reported for the attempt, else (an event a lagging
+// subscription missed) the latest the ledger holds for its reservation. An "oom-in-process"
+// record only says the task left the GPU near its cap, which a job that exited 0 also does: it
+// counts only for a job that failed.
+func (r *run) violationOf(a *active) *ledger.Violation {
+	a.mu.Lock()
+	v := a.reported
+	a.mu.Unlock()
+	if v == nil {
+		vs := r.led.Violations()
+		for i := len(vs) - 1; i >= 0 && v == nil; i-- {
+			if vs[i].Token == a.token {
+				v = &vs[i]
 			}
-			v := vs[i]
-			return &v
 		}
 	}
-	return nil
+	if v == nil || v.Action == enforcer.ActionOOMInProcess && a.exit == 0 {
+		return nil
+	}
+	return v
 }
 
 // onEvent turns the enforcer's events about this run's jobs into progress lines. An event
@@ -381,27 +398,32 @@ func (r *run) onEvent(ev enforcer.Event) {
 	}
 	switch ev.Kind {
 	case enforcer.EventViolation:
-		if g, ok := r.gpus[ev.GPU]; ok && r.o.modeOf() != policy.ModeMPS && (ev.Stage == "crossed" || ev.Stage == "contained") {
+		if g, ok := r.gpus[ev.GPU]; ok && r.o.modeOf() != policy.ModeMPS && (ev.Stage == enforcer.StageCrossed || ev.Stage == enforcer.StageContained) {
 			r.wide.overCap(ev, g.Index, ev.Task.JobName)
 		}
-		if ev.Stage == "contained" {
+		if ev.Stage == enforcer.StageContained {
 			// The attempt's end reports it. The watchdog stopped the GPU processes; a wrapper
 			// around them (a shell, a launcher that retries) must not keep the job alive.
-			if ev.Violation != nil && ev.Violation.Action != enforcer.ActionOOMInProcess {
-				r.mu.Lock()
-				for a := range r.active {
-					if a.token == ev.Token && a.proc != nil {
-						go func(p *probe.Proc) {
-							select {
-							case <-p.Done():
-							case <-time.After(2 * time.Second):
-								p.Stop(r.o.StopGrace)
-							}
-						}(a.proc)
-					}
-				}
-				r.mu.Unlock()
+			if ev.Violation == nil {
+				return
 			}
+			r.mu.Lock()
+			for a := range r.active {
+				if a.token != ev.Token {
+					continue
+				}
+				a.contain(*ev.Violation)
+				if a.proc != nil && ev.Violation.Action != enforcer.ActionOOMInProcess {
+					go func(p *probe.Proc) {
+						select {
+						case <-p.Done():
+						case <-time.After(2 * time.Second):
+							p.Stop(r.o.StopGrace)
+						}
+					}(a.proc)
+				}
+			}
+			r.mu.Unlock()
 			return
 		}
 		name, idx := "?", -1
@@ -449,7 +471,7 @@ func (r *run) finish(a *active) {
 	at.BorrowWait, at.BorrowWaitAt = a.wait, a.waitAt
 	a.mu.Unlock()
 	if a.violation == nil && a.l.capped && r.guard != nil {
-		a.violation = r.violationOf(a.token, a.exit)
+		a.violation = r.violationOf(a)
 	}
 	at.Violation = a.violation
 	if v := a.violation; v != nil && v.PeakBytes > at.PeakBytes {

@@ -176,7 +176,7 @@ func (p *progress) finished(a *active, at record.Attempt) {
 					msg += fmt.Sprintf(" (it waited %.1fs in all for memory to come free)", at.BorrowWait.Seconds())
 				}
 			case v.Action == enforcer.ActionOOMInProcess:
-				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job, peak %s", v.CapBytes, enforcer.FencedBy(*v), at.PeakBytes)
+				msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job, peak %s", v.CapBytes, v.HeldBy, at.PeakBytes)
 			case at.LimitBytes > at.CapBytes:
 				// A borrower the watchdog stopped held more than its guarantee and its loans:
 				// memory the fence never charged (a process without its token, a pool's slack).

@@ -136,7 +136,7 @@ func (o *Options) fill(q queue.Queue) error {
 	if o.MaxConcurrent < 0 {
 		return fmt.Errorf("%w: max concurrency %d is negative", ErrOptions, o.MaxConcurrent)
 	}
-	if err := enforcer.CheckFenceMode(o.Fence); err != nil {
+	if err := enforcer.FenceMode(o.Fence).Check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if err := CheckBorrow(o.Borrow); err != nil {

@@ -115,7 +115,7 @@ func TestMPSTaskSumOverCap(t *testing.T) {
 	st, _ := h.led.State(h.uuid)
 	var stages []string
 	for _, e := range h.eventsOf(enforcer.EventViolation) {
-		stages = append(stages, e.Stage)
+		stages = append(stages, string(e.Stage))
 	}
 	fig := violationFigures(viol)
 	fig["task_exit"], fig["task_signal"], fig["stages"] = code, sig.String(), stages

@@ -13,13 +13,13 @@ type fenceFlags struct {
 }
 
 func (f *fenceFlags) register(fs *flag.FlagSet) {
-	f.mode = fs.String("fence", enforcer.FenceAuto, "allocation fence (LD_PRELOAD libgpufrac-fence.so): auto (on when the library is found), on, or off")
+	f.mode = fs.String("fence", string(enforcer.FenceAuto), "allocation fence (LD_PRELOAD libgpufrac-fence.so): auto (on when the library is found), on, or off")
 	f.library = fs.String("fence-library", "", "path of libgpufrac-fence.so (default: beside this executable)")
 }
 
 // check refuses a bad --fence value as a usage error, before anything starts.
 func (f *fenceFlags) check() error {
-	if err := enforcer.CheckFenceMode(*f.mode); err != nil {
+	if err := enforcer.FenceMode(*f.mode).Check(); err != nil {
 		return usagef("--%w", err)
 	}
 	return nil
@@ -27,5 +27,5 @@ func (f *fenceFlags) check() error {
 
 // resolve decides the fence of a command whose tables live under stateDir.
 func (f *fenceFlags) resolve(stateDir string, simulated bool) (enforcer.FenceConfig, string, error) {
-	return enforcer.ResolveFence(*f.mode, *f.library, filepath.Join(stateDir, "fence"), simulated)
+	return enforcer.ResolveFence(enforcer.FenceMode(*f.mode), *f.library, filepath.Join(stateDir, "fence"), simulated)
 }

@@ -1,4 +1,4 @@
-/* The control copy of a table (control.c), for state.c: internal, not part of state.h's API. */
+/* The control copy of a table (control.c), for table.c, charge.c and tasks.c: internal, not part of state.h's API. */
 #ifndef GPUFRAC_FENCE_CONTROL_H
 #define GPUFRAC_FENCE_CONTROL_H
 

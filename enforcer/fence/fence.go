@@ -57,7 +57,7 @@ type Table struct {
 
 const hashLen = C.GF_HASH_LEN
 
-// tokenHash is what the table holds for token (state.c hashes with the same C).
+// tokenHash is what the table holds for token (tasks.c hashes with the same C).
 func tokenHash(token string) [hashLen]byte {
 	var h [hashLen]byte
 	c := C.CString(token)

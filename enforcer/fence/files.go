@@ -21,7 +21,7 @@ func LibraryDir(dir string) string { return filepath.Clean(dir) + "-lib" }
 
 // ControlDir holds the control copies of the tables in dir: what only the enforcer writes
 // (guarantees, limits, token hashes, the budget), which every process puts back into the table
-// before the fence's rules read it. Tasks get it through a read-only mount; state.c names it the
+// before the fence's rules read it. Tasks get it through a read-only mount; control.c names it the
 // same way.
 func ControlDir(dir string) string { return filepath.Clean(dir) + "-caps" }
 
@@ -92,4 +92,25 @@ func InstallLibrary(src, dir string) (string, error) {
 		return "", fmt.Errorf("fence: install library: %w", err)
 	}
 	return dst, nil
+}
+
+// Mount is a host path a task is given at the same path inside it.
+type Mount struct {
+	Path     string
+	ReadOnly bool
+}
+
+// TaskMounts is every path a task under the fence directory dir needs, and whether it may write
+// there: the one place that decides (docs/enforcement.md, "Threat model"). The tables, which the
+// task's processes write; the control copies, which only the enforcer writes; the library (at
+// library, empty for none), which every task's processes run and none may rewrite. Separate
+// mounts at the paths the environment names; raw_exec tasks and gpufrac run's jobs see the
+// host's paths anyway.
+func TaskMounts(dir, library string) []Mount {
+	dir = filepath.Clean(dir)
+	m := []Mount{{Path: dir}, {Path: ControlDir(dir), ReadOnly: true}}
+	if library != "" {
+		m = append(m, Mount{Path: filepath.Dir(library), ReadOnly: true})
+	}
+	return m
 }

@@ -1,4 +1,4 @@
-/* The table's lock (lock.c), for state.c: internal, not part of state.h's API. */
+/* The table's lock (lock.c), for table.c, charge.c and tasks.c: internal, not part of state.h's API. */
 #ifndef GPUFRAC_FENCE_LOCK_H
 #define GPUFRAC_FENCE_LOCK_H
 

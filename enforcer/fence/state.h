@@ -2,6 +2,8 @@
  * The fence's shared state: one file per GPU, mapped by every fenced process on that GPU and by
  * the enforcer that writes the tasks' caps into it. The same code serves both sides (the
  * LD_PRELOAD library and, through cgo, the Go enforcer), so the layout has one definition.
+ * It is split by what each part owns: table.c the files and process slots, charge.c the
+ * allocation rules, tasks.c the enforcer's side, lock.c the lock, control.c the control copy.
  *
  * Why it is built this way:
  * - Every counter changes under one lock word per file. The critical sections hold loads and

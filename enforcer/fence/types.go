@@ -3,7 +3,7 @@
 // LD_PRELOAD (its source is lib/), reads and charges on every device allocation: an allocation
 // that would take the task past its cap fails inside the process with CUDA_ERROR_OUT_OF_MEMORY.
 // The enforcer writes each task's cap into the table (SetTasks) and reads what the fence saw
-// (Snapshot). The table's layout and rules are one C implementation (state.c), compiled into
+// (Snapshot). The table's layout and rules are one C implementation (state.h), compiled into
 // the library and, through cgo, into this package, so the two sides cannot drift apart.
 package fence
 
@@ -11,10 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // LibraryName is the file name of the preload library.
@@ -22,9 +22,9 @@ const LibraryName = "libgpufrac-fence.so"
 
 // Environment variables the fence reads in a task (the token and GPU come from enforcer.TaskEnv).
 const (
-	EnvDir     = "GPUFRAC_FENCE_DIR"
-	EnvLibrary = "GPUFRAC_FENCE_LIBRARY"
-	EnvPreload = "LD_PRELOAD"
+	EnvDir     = taskenv.FenceDir
+	EnvLibrary = taskenv.FenceLibrary
+	EnvPreload = taskenv.Preload
 )
 
 // Errors callers can match with errors.Is.
@@ -223,24 +223,4 @@ func (s Snapshot) Task(token string) (TaskUse, bool) {
 		}
 	}
 	return TaskUse{}, false
-}
-
-// ReservationKey is the per-GPU twin of GPUFRAC_RESERVATION (enforcer.ReservationKey says why
-// both exist): GPUFRAC_RESERVATION_<uuid> with '-' turned into '_'.
-func ReservationKey(uuid string) string {
-	return "GPUFRAC_RESERVATION_" + strings.ReplaceAll(uuid, "-", "_")
-}
-
-// TokenFor finds a process's reservation on GPU uuid in its environment the way the preload
-// library reads one environment: the per-GPU key first, then GPUFRAC_RESERVATION when
-// GPUFRAC_GPU_UUID names this GPU. (The library then looks up the process's ancestry when its
-// own environment has none the table knows: lib/identity.c.)
-func TokenFor(uuid string, getenv func(string) string) string {
-	if t := getenv(ReservationKey(uuid)); t != "" {
-		return t
-	}
-	if strings.EqualFold(getenv("GPUFRAC_GPU_UUID"), uuid) {
-		return getenv("GPUFRAC_RESERVATION")
-	}
-	return ""
 }

@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // EnvChild marks a process started by Command as a simulated job.
-const EnvChild = "GPUFRAC_SIMJOB"
+const EnvChild = taskenv.SimJob
 
 // IsChild reports whether this process was started by Command to run a simulated job.
 func IsChild() bool { return os.Getenv(EnvChild) == "1" }

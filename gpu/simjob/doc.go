@@ -13,6 +13,11 @@
 // the GPU's free memory. GPUFRAC_CAP_BYTES is printed but never obeyed: in isolated mode the
 // watchdog must catch an overshoot, and a job that limited itself would hide a watchdog bug.
 //
+// Under the allocation fence (GPUFRAC_FENCE_DIR and a reservation in its environment) a job
+// charges its growth past its context to its task's fence table, as the preload library does
+// for a CUDA program, through the Fence that enforcer/fence hands it (UseFence, from that
+// package's init: any program that links the fence fences its simulated jobs).
+//
 // A job with --mps-fault models an MPS client that faults when another client of its GPU is
 // stopped (exit 1, cudaErrorIllegalAddress): see mpsfault.go.
 //

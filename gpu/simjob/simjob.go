@@ -2,25 +2,22 @@ package simjob
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // Exit codes.
@@ -79,7 +76,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("simjob", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.dir, "dir", os.Getenv(gpu.EnvSimDir), "simulated GPU state directory (default $"+gpu.EnvSimDir+")")
-	fs.StringVar(&c.gpu, "gpu", os.Getenv("CUDA_VISIBLE_DEVICES"), "UUID of the one simulated GPU to use (default $CUDA_VISIBLE_DEVICES)")
+	fs.StringVar(&c.gpu, "gpu", os.Getenv(taskenv.CUDADevices), "UUID of the one simulated GPU to use (default $CUDA_VISIBLE_DEVICES)")
 	fs.Var(sizeFlag{&c.ctxBytes}, "context", "memory of the simulated CUDA context, taken at start (default 500MiB)")
 	fs.Var(sizeFlag{&c.peak}, "peak", "the process's peak memory including the context, as NVML would report it")
 	fs.DurationVar(&c.ramp, "ramp", 0, "time to grow linearly from the context to --peak")
@@ -192,7 +189,7 @@ type job struct {
 	childDone      chan childExit
 	// fence is this process's slot in the allocation fence's table, when the task has one:
 	// a simulated job charges its growth there as the preload library does for a CUDA job.
-	fence      *fence.Client
+	fence      Fence
 	fenceTried bool // attachFence ran: it attaches once, at the first allocation
 }
 
@@ -233,32 +230,6 @@ func newJob(c *config, stdout, stderr io.Writer) (*job, int) {
 		return fail("%v", err)
 	}
 	return j, ExitOK
-}
-
-// attachFence mirrors the preload library: at its first allocation (not at its start, so a
-// task in its CPU start-up has not claimed its guarantee yet) a task with a fence directory
-// and a reservation on this GPU attaches to its table; one that cannot attach says why once
-// and runs unfenced.
-func (j *job) attachFence() {
-	if j.fenceTried {
-		return
-	}
-	j.fenceTried = true
-	dir := os.Getenv(fence.EnvDir)
-	if dir == "" {
-		return
-	}
-	tok := fence.TokenFor(j.c.gpu, os.Getenv)
-	if tok == "" {
-		fmt.Fprintf(j.stderr, "gpufrac-fence[%d]: no reservation for %s in this process's environment; not fenced there\n", j.pid, j.c.gpu)
-		return
-	}
-	c, err := fence.Attach(dir, j.c.gpu, tok)
-	if err != nil {
-		fmt.Fprintf(j.stderr, "gpufrac-fence[%d]: %v; this process runs under the watchdog alone\n", j.pid, err)
-		return
-	}
-	j.fence = c
 }
 
 func (j *job) run() int {
@@ -463,15 +434,6 @@ func (j *job) allocate(want size.Bytes, busy bool) int {
 	return ExitOK
 }
 
-// refund gives the fence back the charge for growing to want, which the GPU then refused.
-func (j *job) refund(want size.Bytes) {
-	if j.fence != nil && j.ctxSet {
-		if have, next := j.used-min(j.used, j.ctx), want-min(want, j.ctx); next > have {
-			j.fence.Uncharge(next - have)
-		}
-	}
-}
-
 // takeFromGPU is the driver's side of growing to want: the MPS pinned limit, then the GPU's
 // free memory (inUse counts this process's current report already).
 func (j *job) takeFromGPU(want size.Bytes) int {
@@ -489,32 +451,6 @@ func (j *job) takeFromGPU(want size.Bytes) int {
 		fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s (GPU has a total capacity of %s of which %s is free)\n",
 			want-j.shown, j.total, free)
 		return ExitFail
-	}
-	return ExitOK
-}
-
-// charge moves the fenced part of the job's use (all but the context) to want's.
-func (j *job) charge(want size.Bytes) int {
-	if !j.ctxSet {
-		return ExitOK
-	}
-	have, next := j.used-min(j.used, j.ctx), want-min(want, j.ctx)
-	if next > have {
-		j.attachFence()
-	}
-	if j.fence == nil {
-		return ExitOK
-	}
-	switch {
-	case next > have:
-		if r := j.fence.Charge(next - have); r == fence.Refused {
-			capBytes, used, _ := j.fence.View()
-			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; the task holds %s of its %s cap (gpufrac fence)\n",
-				next-have, used, capBytes)
-			return ExitFail
-		}
-	case next < have:
-		j.fence.Uncharge(have - next)
 	}
 	return ExitOK
 }
@@ -625,43 +561,4 @@ func (j *job) finish(sigs <-chan os.Signal) int {
 		fmt.Fprintf(j.stdout, "simjob: pid %d done: peak %s\n", j.pid, j.shown)
 	}
 	return ExitOK
-}
-
-// Result is what --result writes: the same seed always gives the same values.
-type Result struct {
-	Seed   int64     `json:"seed"`
-	Values []float64 `json:"values"`
-	Sum    float64   `json:"sum"`
-}
-
-// ResultFor computes the result of a job run with seed.
-func ResultFor(seed int64) Result {
-	r := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
-	res := Result{Seed: seed, Values: make([]float64, 8)}
-	for i := range res.Values {
-		res.Values[i] = r.Float64()
-		res.Sum += res.Values[i]
-	}
-	return res
-}
-
-func writeResult(path string, seed int64) error {
-	data, err := json.MarshalIndent(ResultFor(seed), "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(append(data, '\n')); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

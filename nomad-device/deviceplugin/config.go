@@ -110,7 +110,7 @@ var options = []option{
 	{Name: KeyFenceLibrary, Type: "string", Default: `""`},
 	{Name: KeyFenceDir, Type: "string", Default: `""`},
 	{Name: KeyMetricsAddr, Type: "string", Default: `""`},
-	{Name: KeyBorrow, Type: "string", Default: `"` + enforcer.BorrowOff + `"`},
+	{Name: KeyBorrow, Type: "string", Default: `"` + string(enforcer.BorrowOff) + `"`},
 	{Name: KeyBorrowWait, Type: "string", Default: `"` + enforcer.DefaultBorrowWait.String() + `"`},
 	// Where violations are published for `gpufrac controller` (absent: not published).
 	{Name: KeyViolations, Nested: nomadTargetOptions},
@@ -403,9 +403,9 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		bad(KeyPolicyName, strconv.Quote(c.PolicyName), "must be "+policy.NameRule)
 	}
 	c.Borrow = s(KeyBorrow)
-	if err := enforcer.CheckBorrowRule(c.Borrow); err != nil {
+	if err := enforcer.BorrowRule(c.Borrow).Check(); err != nil {
 		bad(KeyBorrow, strconv.Quote(c.Borrow), fmt.Sprintf("must be %q, %q, %q or %q", enforcer.BorrowOff, enforcer.BorrowNow, enforcer.BorrowWait, enforcer.BorrowLend))
-	} else if c.Borrow != enforcer.BorrowOff && !c.Fence {
+	} else if c.Borrow != string(enforcer.BorrowOff) && !c.Fence {
 		bad(KeyBorrow, strconv.Quote(c.Borrow), "needs fence = true: only the allocation fence can keep a borrower out of its neighbours' guarantees")
 	}
 	bw := s(KeyBorrowWait)

@@ -41,7 +41,7 @@ func TestDefaults(t *testing.T) {
 		StateDir: DefaultStateDir, PolicyName: "default", FingerprintPeriod: time.Minute,
 		GPUModes: map[string]policy.Mode{}, MPSRoot: "/run/gpufrac/mps", DeviceNodes: true,
 		ReservationGrace: DefaultReservationGrace, Fence: true, FenceDir: "/var/lib/gpufrac/fence",
-		Borrow: enforcer.BorrowOff, BorrowWait: enforcer.DefaultBorrowWait,
+		Borrow: string(enforcer.BorrowOff), BorrowWait: enforcer.DefaultBorrowWait,
 	}
 	for name, b := range map[string][]byte{"no bytes": nil, "empty config block": nil, "agent without config": nil} {
 		if name == "empty config block" {

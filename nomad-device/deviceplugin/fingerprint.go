@@ -104,7 +104,7 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 	}
 	rt.mu.Unlock()
 	info := groupInfo{unavailable: rt.unavailable(), policy: policyName, gpuDown: rt.gpuDown()}
-	if rt.cfg.Borrow != enforcer.BorrowOff {
+	if rt.cfg.Borrow != string(enforcer.BorrowOff) {
 		info.borrowed = borrowedNow(enf, states)
 		rt.mu.Lock()
 		rt.fpBorrow = borrowSig(info.borrowed, states)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
@@ -48,13 +49,13 @@ func TestMPSGPURecoversOnceItsDaemonCanStart(t *testing.T) {
 		{
 			name: "control binary missing, then installed",
 			config: func(bin string) string {
-				return `mps_control = "` + filepath.Join(bin, enforcer.DefaultMPSControl) + `"`
+				return `mps_control = "` + filepath.Join(bin, mps.DefaultControl) + `"`
 			},
 			fault: func(*testing.T, string, string) error { return nil },
 			fix: func(t *testing.T, bin, _ string) error {
-				return copyFile(t, fake, filepath.Join(bin, enforcer.DefaultMPSControl))
+				return copyFile(t, fake, filepath.Join(bin, mps.DefaultControl))
 			},
-			reason: filepath.Join("bin", enforcer.DefaultMPSControl),
+			reason: filepath.Join("bin", mps.DefaultControl),
 		},
 		{
 			name: "not on PATH, then on PATH",
@@ -64,13 +65,13 @@ func TestMPSGPURecoversOnceItsDaemonCanStart(t *testing.T) {
 			fault: func(t *testing.T, bin, _ string) error {
 				// The fake is a shell script that needs the system's tools, and nothing else.
 				t.Setenv("PATH", bin+":/usr/bin:/bin")
-				if p, err := exec.LookPath(enforcer.DefaultMPSControl); err == nil {
-					t.Skipf("this machine has a real %s at %s: the PATH case cannot be faked here", enforcer.DefaultMPSControl, p)
+				if p, err := exec.LookPath(mps.DefaultControl); err == nil {
+					t.Skipf("this machine has a real %s at %s: the PATH case cannot be faked here", mps.DefaultControl, p)
 				}
 				return nil
 			},
 			fix: func(t *testing.T, bin, _ string) error {
-				return copyFile(t, fake, filepath.Join(bin, enforcer.DefaultMPSControl))
+				return copyFile(t, fake, filepath.Join(bin, mps.DefaultControl))
 			},
 			reason: "executable file not found",
 		},

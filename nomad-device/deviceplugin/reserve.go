@@ -75,16 +75,8 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.MPSPipeDir, HostPath: opts.MPSPipeDir})
 	}
 	if opts.FenceDir != "" {
-		// The tables, which the task's processes write, and the library, which every task's
-		// processes run and none may rewrite, in separate mounts at the paths the environment
-		// names; raw_exec tasks see the host's paths anyway.
-		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: opts.FenceDir, HostPath: opts.FenceDir})
-		// The control copies of the tables: what only the enforcer writes, read-only.
-		caps := fence.ControlDir(opts.FenceDir)
-		out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: caps, HostPath: caps, ReadOnly: true})
-		if opts.FenceLibrary != "" {
-			libDir := filepath.Dir(opts.FenceLibrary)
-			out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: libDir, HostPath: libDir, ReadOnly: true})
+		for _, m := range fence.TaskMounts(opts.FenceDir, opts.FenceLibrary) {
+			out.Mounts = append(out.Mounts, &devicepb.Mount{TaskPath: m.Path, HostPath: m.Path, ReadOnly: m.ReadOnly})
 		}
 	}
 	if cfg.DeviceNodes && b != nil {
@@ -106,7 +98,7 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 // borrow rule is on and the fence holds caps (only it can keep a borrower out of its
 // neighbours' guarantees). Under MPS a client's pinned limit is fixed when it starts.
 func (rt *runtime) borrowLimit(l *ledger.Ledger, cfg Config, enf taskEnforcer, ids []string) []ledger.ReserveOption {
-	if cfg.Borrow == enforcer.BorrowOff || enf == nil || !enf.Fenced() {
+	if cfg.Borrow == string(enforcer.BorrowOff) || enf == nil || !enf.Fenced() {
 		return nil
 	}
 	uuid, _, err := ledger.ParseInstanceID(ids[0])

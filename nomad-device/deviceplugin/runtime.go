@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/hub"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -84,15 +85,14 @@ type runtime struct {
 	// viol counts violations for the metrics, from the ledger's list (violations.go).
 	viol *violationMetrics
 
-	subMu sync.Mutex
-	subs  map[int]chan struct{}
-	next  int
+	// changed wakes the fingerprint streams (coalesced).
+	changed *hub.Hub[struct{}]
 }
 
 func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot string) *runtime {
 	ctx, cancel := context.WithCancel(parent)
 	rt := &runtime{cfg: cfg, log: log, devRoot: devRoot, ctx: ctx, cancel: cancel,
-		subs: map[int]chan struct{}{}, devices: map[string]gpu.Device{}, vanished: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{},
+		changed: hub.New[struct{}](1), devices: map[string]gpu.Device{}, vanished: map[string]gpu.Device{}, mpsDown: map[string]string{}, mpsReady: map[string]bool{},
 		viol: newViolationMetrics()}
 	rt.policyDone = make(chan struct{})
 	if policySourceName(cfg) == "" {
@@ -405,30 +405,9 @@ func (rt *runtime) ignored(d gpu.Device) bool {
 
 // subscribe returns a channel that receives (coalesced) whenever what the plugin advertises may
 // have changed.
-func (rt *runtime) subscribe() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	rt.subMu.Lock()
-	defer rt.subMu.Unlock()
-	id := rt.next
-	rt.next++
-	rt.subs[id] = ch
-	return ch, func() {
-		rt.subMu.Lock()
-		defer rt.subMu.Unlock()
-		delete(rt.subs, id)
-	}
-}
+func (rt *runtime) subscribe() (<-chan struct{}, func()) { return rt.changed.Subscribe() }
 
-func (rt *runtime) notify() {
-	rt.subMu.Lock()
-	defer rt.subMu.Unlock()
-	for _, ch := range rt.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
-}
+func (rt *runtime) notify() { rt.changed.Publish(struct{}{}) }
 
 // configErr is the configuration's refusal found at the first GPU listing, or nil.
 func (rt *runtime) configErr() error {

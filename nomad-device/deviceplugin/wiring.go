@@ -151,7 +151,7 @@ func (rt *runtime) startEnforcer() {
 		defer rt.wg.Done()
 		_ = enf.Run(rt.ctx)
 	}()
-	if rt.cfg.Borrow != enforcer.BorrowOff {
+	if rt.cfg.Borrow != string(enforcer.BorrowOff) {
 		rt.wg.Add(1)
 		go rt.watchBorrowing(enf, l)
 	}
@@ -166,7 +166,7 @@ func (rt *runtime) fenceConfig(b gpu.Backend) (enforcer.FenceConfig, error) {
 	_, simulated := b.(*gpu.Simulated)
 	fc, _, err := enforcer.ResolveFence(enforcer.FenceOn, rt.cfg.FenceLibrary, rt.cfg.FenceDir, simulated)
 	fc.Shared = true
-	fc.Borrow(rt.cfg.Borrow, rt.cfg.BorrowWait)
+	fc.Borrow(enforcer.BorrowRule(rt.cfg.Borrow), rt.cfg.BorrowWait)
 	return fc, err
 }
 

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // FakeUUIDHex names the fake driver's first device; FakeUUID is how NVML and the ledger spell it.
@@ -33,7 +35,7 @@ type Kit struct {
 	DriverDir string
 	// Client is the CUDA program (testdata/client.c).
 	Client string
-	// Tool drives a table through state.c's API with the test hooks (testdata/tablectl.c).
+	// Tool drives a table through state.h's API with the test hooks (testdata/tablectl.c).
 	Tool string
 }
 
@@ -119,7 +121,7 @@ func build() {
 		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.TestLibrary), lib...),
 		append(append([]string{}, warn...), "-fPIC", "-shared", "-o", filepath.Join(k.DriverDir, "libcuda.so.1"), filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"),
 		append(append([]string{}, warn...), "-o", k.Client, filepath.Join(src, "testdata", "client.c"), "-ldl", "-lpthread"),
-		append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.Tool, filepath.Join(src, "testdata", "tablectl.c"), filepath.Join(src, "state.c"), filepath.Join(src, "lock.c"), filepath.Join(src, "control.c"), filepath.Join(src, "sha256.c")),
+		append(append(append([]string{}, warn...), "-DGF_TESTING", "-o", k.Tool, filepath.Join(src, "testdata", "tablectl.c")), tableSrc...),
 	}
 	for _, args := range steps {
 		if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
@@ -146,15 +148,15 @@ func runtimeLibs(cc string) []string {
 // Env is the environment of a fenced client process of token's task on the fake GPU.
 func (k Kit) Env(fenceDir, token string, extra ...string) []string {
 	env := []string{
-		"LD_PRELOAD=" + k.Library,
+		taskenv.Preload + "=" + k.Library,
 		"LD_LIBRARY_PATH=" + k.DriverDir,
 		"FAKE_CUDA_UUIDS=" + FakeUUIDHex,
-		"GPUFRAC_FENCE_DIR=" + fenceDir,
-		"GPUFRAC_GPU_UUID=" + FakeUUID,
+		taskenv.FenceDir + "=" + fenceDir,
+		taskenv.GPUUUID + "=" + FakeUUID,
 		"PATH=" + os.Getenv("PATH"),
 	}
 	if token != "" {
-		env = append(env, "GPUFRAC_RESERVATION="+token)
+		env = append(env, taskenv.Reservation+"="+token)
 	}
 	return append(env, extra...)
 }

@@ -6,7 +6,7 @@
  * it calls (dlopen and friends moved into libc in 2.34, fstat became a symbol in 2.33; both are
  * still exported under their old versions) and names libdl and libpthread, where older glibcs
  * keep them: it needs GLIBC_2.17 at most (TestLibraryNeedsNoNewGlibc). The build passes this file
- * to every source with -include, state.c included.
+ * to every source with -include, the table's files included.
  */
 #ifndef GPUFRAC_FENCE_COMPAT_H
 #define GPUFRAC_FENCE_COMPAT_H

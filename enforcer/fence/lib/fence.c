@@ -4,254 +4,24 @@
  * CUDA_ERROR_OUT_OF_MEMORY, so the violator fails inside its own process and no neighbour
  * ever meets a full GPU. docs/enforcement.md says what it fences and what it cannot see.
  *
- * This half does the accounting: each process's view of each GPU's table, what it allocated,
- * and the wrappers of the allocation entry points. interpose.c finds those entry points.
+ * This file holds the wrappers of the plain allocation entry points and the library's life
+ * cycle; account.c the process's accounting they charge, pool.c the stream-ordered pools,
+ * view.c what the task is told the GPU holds. interpose.c hands the wrappers out in place of
+ * the driver's; lookup.c keeps the driver's addresses they call.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
+#include <stdint.h>
 
-#include "../control.h"
 #include "../state.h"
 #include "fence.h"
 
-static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
-
-/* ---- the process's view of each GPU ---- */
-
-static struct dev devs[GF_MAX_DEV];
-static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* devices' attach and the record table */
-
-typedef CUresult (*ctx_get_device_fn)(CUdevice *);
-typedef CUresult (*device_get_uuid_fn)(CUuuid *, CUdevice);
-
-void *driver_sym(const char *name)
-{
-	void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-	dlsym_fn f = real_dlsym();
-	void *p = h && f ? f(h, name) : NULL;
-	if (h)
-		dlclose(h);
-	return p;
-}
-
-static void uuid_string(const CUuuid *u, char *out, size_t n)
-{
-	const unsigned char *b = u->bytes;
-	snprintf(out, n, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-		 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-}
-
-static int attach_state(struct dev *d, CUdevice ordinal);
-
-int dev_ordinal(struct dev *d) { return (int)(d - devs); }
-
-/* attach settles d's state once: other threads read it without the lock, so it goes from
- * unknown straight to its final value. */
-static void attach(struct dev *d, CUdevice ordinal)
-{
-	__atomic_store_n(&d->state, attach_state(d, ordinal), __ATOMIC_RELEASE);
-}
-
-static int attach_state(struct dev *d, CUdevice ordinal)
-{
-	device_get_uuid_fn get_uuid = (device_get_uuid_fn)driver_sym("cuDeviceGetUuid_v2");
-	if (!get_uuid)
-		get_uuid = (device_get_uuid_fn)driver_sym("cuDeviceGetUuid");
-	CUuuid u;
-	if (!get_uuid || get_uuid(&u, ordinal) != CUDA_SUCCESS) {
-		say("cannot read the UUID of device %d; this process runs under the watchdog alone", ordinal);
-		return DEV_OPEN;
-	}
-	uuid_string(&u, d->uuid, sizeof d->uuid);
-	return gf_place(d->uuid, &d->m) == 0 ? DEV_FENCED : DEV_OPEN; /* identity.c */
-}
-
-/* device returns the fenced view of the GPU of the calling thread's context, or NULL. */
-struct dev *device(int ordinal)
-{
-	if (gf_passive()) {
-		gf_note_driver();
-		return NULL;
-	}
-	if (ordinal < 0) {
-		static ctx_get_device_fn get;
-		if (!get)
-			get = (ctx_get_device_fn)driver_sym("cuCtxGetDevice");
-		CUdevice dev;
-		if (!get || get(&dev) != CUDA_SUCCESS)
-			return NULL;
-		ordinal = dev;
-	}
-	if (ordinal >= GF_MAX_DEV)
-		return NULL;
-	struct dev *d = &devs[ordinal];
-	int st = __atomic_load_n(&d->state, __ATOMIC_ACQUIRE);
-	if (st == DEV_UNKNOWN) {
-		pthread_mutex_lock(&mu);
-		if (d->state == DEV_UNKNOWN)
-			attach(d, ordinal);
-		st = d->state;
-		pthread_mutex_unlock(&mu);
-	}
-	return st == DEV_FENCED ? d : NULL;
-}
-
-/* charge asks the table for n bytes; dead processes of the task are reaped before a refusal. */
-int charge(struct dev *d, uint64_t n)
-{
-	int r = gf_charge(&d->m, n);
-	if (r == GF_REFUSED && gf_reap(&d->m, d->m.task) > 0)
-		r = gf_charge(&d->m, n);
-	if (r == GF_REFUSED && !__atomic_exchange_n(&d->warned_refusal, 1, __ATOMIC_RELAXED)) {
-		uint64_t cap = 0, used = 0;
-		gf_view(&d->m, &cap, &used);
-		say("refused %.1f MiB on %s: the task holds %.1f MiB of its %.1f MiB cap", mib(n), d->uuid, mib(used),
-		    mib(cap));
-	}
-	if (r == GF_NOTASK) {
-		static int warned;
-		if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-			say("the reservation on %s ended or this process lost its slot; running unfenced", d->uuid);
-	}
-	return r;
-}
-
-/* ---- what each process allocated, to give it back on free ---- */
-
-struct rec {
-	uint64_t key;
-	uint64_t size;
-	int16_t dev;
-	int16_t pool; /* a stream-ordered pool's index (pool.c), or -1 */
-	uint8_t kind; /* 0 = empty, 0xff = deleted */
-};
-
-static struct rec *recs;
-static size_t nrecs, cap_recs, dead_recs;
-
-static size_t hash(uint64_t key, int kind)
-{
-	key ^= (uint64_t)kind << 56;
-	key *= 0x9e3779b97f4a7c15ULL;
-	return (size_t)(key >> 17);
-}
-
-static int grow(void)
-{
-	size_t ncap = cap_recs ? cap_recs * 2 : 1024;
-	struct rec *n = calloc(ncap, sizeof *n);
-	if (!n)
-		return -1;
-	for (size_t i = 0; i < cap_recs; i++) {
-		if (recs[i].kind == 0 || recs[i].kind == 0xff)
-			continue;
-		size_t j = hash(recs[i].key, recs[i].kind) & (ncap - 1);
-		while (n[j].kind)
-			j = (j + 1) & (ncap - 1);
-		n[j] = recs[i];
-	}
-	free(recs);
-	recs = n;
-	cap_recs = ncap;
-	dead_recs = 0;
-	return 0;
-}
-
-static struct rec *find(uint64_t key, int kind)
-{
-	if (!cap_recs)
-		return NULL;
-	for (size_t j = hash(key, kind) & (cap_recs - 1);; j = (j + 1) & (cap_recs - 1)) {
-		if (recs[j].kind == 0)
-			return NULL;
-		if (recs[j].kind == kind && recs[j].key == key)
-			return &recs[j];
-	}
-}
-
-void track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool)
-{
-	uint64_t stale = 0;
-	struct dev *stale_dev = NULL;
-	int stale_pool = -1;
-	pthread_mutex_lock(&mu);
-	struct rec *r = find(key, kind);
-	if (r) {
-		/* The driver reused an address whose free the fence never saw: that memory is gone. */
-		stale = r->size;
-		stale_dev = &devs[r->dev];
-		stale_pool = r->pool;
-	} else if ((nrecs + dead_recs + 1) * 10 >= cap_recs * 7 && grow() != 0) {
-		pthread_mutex_unlock(&mu);
-		gf_uncharge(&d->m, size); /* cannot remember it: do not hold it against the task */
-		return;
-	} else {
-		size_t j = hash(key, kind) & (cap_recs - 1);
-		while (recs[j].kind && recs[j].kind != 0xff)
-			j = (j + 1) & (cap_recs - 1);
-		if (recs[j].kind == 0xff)
-			dead_recs--;
-		r = &recs[j];
-		nrecs++;
-	}
-	r->key = key;
-	r->kind = (uint8_t)kind;
-	r->size = size;
-	r->pool = (int16_t)pool;
-	r->dev = (int16_t)(d - devs);
-	pthread_mutex_unlock(&mu);
-	if (stale_dev && stale_pool >= 0)
-		pool_freed(stale_dev, stale_pool, stale);
-	else if (stale_dev)
-		gf_uncharge(&stale_dev->m, stale);
-}
-
-void untrack(int kind, uint64_t key)
-{
-	pthread_mutex_lock(&mu);
-	struct rec *r = find(key, kind);
-	if (!r) {
-		pthread_mutex_unlock(&mu);
-		return; /* allocated before the fence attached, or not on a fenced GPU */
-	}
-	struct dev *d = &devs[r->dev];
-	uint64_t size = r->size;
-	int pool = r->pool;
-	r->kind = 0xff;
-	nrecs--;
-	dead_recs++;
-	int fenced = d->state == DEV_FENCED;
-	pthread_mutex_unlock(&mu);
-	if (fenced && pool >= 0)
-		pool_freed(d, pool, size); /* the pool may keep the memory: pool.c charges what it holds */
-	else if (fenced)
-		gf_uncharge(&d->m, size);
-}
-
 /* ---- the wrappers ---- */
-
-/* A fenced allocation granted after borrowers gave its bytes back (GF_OK_OWED) may find the
- * driver still releasing a stopped borrower's memory: it is tried again this often, this many
- * times (2 s), before its out-of-memory error stands. */
-#define SETTLE_NS 5000000L
-
-void settle(void)
-{
-	struct timespec d = {0, SETTLE_NS};
-	nanosleep(&d, NULL);
-}
 
 /* guarded runs one allocation of n bytes on device d under the fence. */
 #define GUARDED(d, n, call, kind, key)                                                                  \
 	do {                                                                                            \
 		int c_ = (d) ? charge((d), (n)) : GF_NOTASK;                                            \
+		struct freed stale_;                                                                    \
 		if (c_ == GF_REFUSED)                                                                   \
 			return CUDA_ERROR_OUT_OF_MEMORY;                                                \
 		CUresult r_ = (call);                                                                   \
@@ -260,9 +30,9 @@ void settle(void)
 			r_ = (call);                                                                    \
 		}                                                                                       \
 		if (c_ == GF_OK || c_ == GF_OK_OWED) {                                                  \
-			if (r_ == CUDA_SUCCESS)                                                         \
-				track((d), (kind), (uint64_t)(key), (n), -1);                             \
-			else                                                                            \
+			if (r_ == CUDA_SUCCESS && track((d), (kind), (uint64_t)(key), (n), -1, &stale_)) \
+				give_freed(&stale_);                                                    \
+			else if (r_ != CUDA_SUCCESS)                                                    \
 				gf_uncharge(&(d)->m, (n));                                              \
 		}                                                                                       \
 		return r_;                                                                              \
@@ -303,8 +73,9 @@ static CUresult mem_free(int s, CUdeviceptr p)
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	CUresult r = f(p);
-	if (r == CUDA_SUCCESS)
-		untrack(K_PTR, p);
+	struct freed fr;
+	if (r == CUDA_SUCCESS && untrack(K_PTR, p, &fr))
+		give_freed(&fr);
 	return r;
 }
 
@@ -328,8 +99,9 @@ static CUresult mem_release(int s, CUmemGenericAllocationHandle h)
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	CUresult r = f(h);
-	if (r == CUDA_SUCCESS)
-		untrack(K_HANDLE, h);
+	struct freed fr;
+	if (r == CUDA_SUCCESS && untrack(K_HANDLE, h, &fr))
+		give_freed(&fr);
 	return r;
 }
 
@@ -374,8 +146,9 @@ static CUresult array_destroy(int s, CUarray a)
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	CUresult r = f(a);
-	if (r == CUDA_SUCCESS)
-		untrack(K_ARRAY, (uintptr_t)a);
+	struct freed fr;
+	if (r == CUDA_SUCCESS && untrack(K_ARRAY, (uintptr_t)a, &fr))
+		give_freed(&fr);
 	return r;
 }
 
@@ -397,22 +170,23 @@ static CUresult mipmap_destroy(int s, CUmipmappedArray a)
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	CUresult r = f(a);
-	if (r == CUDA_SUCCESS)
-		untrack(K_MIPMAP, (uintptr_t)a);
+	struct freed fr;
+	if (r == CUDA_SUCCESS && untrack(K_MIPMAP, (uintptr_t)a, &fr))
+		give_freed(&fr);
 	return r;
 }
 
-DYN(mem_alloc, (CUdeviceptr * p, size_t n), p, n)
-DYN(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e), p, pi, w, h, e)
-DYN(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
-DYN(mem_free, (CUdeviceptr p), p)
-DYN(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
-DYN(mem_release, (CUmemGenericAllocationHandle h), h)
-DYN(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
-DYN(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
-DYN(array_destroy, (CUarray a), a)
-DYN(mipmap_create, (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
-DYN(mipmap_destroy, (CUmipmappedArray a), a)
+DYNX(mem_alloc, (CUdeviceptr * p, size_t n), p, n)
+DYNX(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e), p, pi, w, h, e)
+DYNX(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
+DYNX(mem_free, (CUdeviceptr p), p)
+DYNX(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
+DYNX(mem_release, (CUmemGenericAllocationHandle h), h)
+DYNX(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
+DYNX(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
+DYNX(array_destroy, (CUarray a), a)
+DYNX(mipmap_create, (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
+DYNX(mipmap_destroy, (CUmipmappedArray a), a)
 
 EXPORT(cuMemAlloc_v2, mem_alloc, 2, (CUdeviceptr * p, size_t n), p, n)
 EXPORT(cuMemAllocPitch_v2, mem_alloc_pitch, 2, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e),
@@ -429,56 +203,17 @@ EXPORT(cuMipmappedArrayCreate, mipmap_create, 2,
        (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l), a, d, l)
 EXPORT(cuMipmappedArrayDestroy, mipmap_destroy, 2, (CUmipmappedArray a), a)
 
-/* Set before any constructor runs: dlsym may be asked before the fence is initialized. */
-void *const gf_wrappers[A_N][2] = {
-	[A_ALLOC] = {(void *)mem_alloc_0, (void *)mem_alloc_1},
-	[A_PITCH] = {(void *)mem_alloc_pitch_0, (void *)mem_alloc_pitch_1},
-	[A_MANAGED] = {(void *)mem_alloc_managed_0, (void *)mem_alloc_managed_1},
-	[A_FREE] = {(void *)mem_free_0, (void *)mem_free_1},
-	[A_INFO] = {(void *)mem_get_info_0, (void *)mem_get_info_1}, /* view.c */
-	[A_CREATE] = {(void *)mem_create_0, (void *)mem_create_1},
-	[A_RELEASE] = {(void *)mem_release_0, (void *)mem_release_1},
-	[A_ASYNC] = {(void *)mem_alloc_async_0, (void *)mem_alloc_async_1}, /* pool.c */
-	[A_FREEASYNC] = {(void *)mem_free_async_0, (void *)mem_free_async_1},
-	[A_POOL] = {(void *)mem_alloc_pool_0, (void *)mem_alloc_pool_1},
-	[A_ARRAY] = {(void *)array_create_0, (void *)array_create_1},
-	[A_ARRAY3D] = {(void *)array3d_create_0, (void *)array3d_create_1},
-	[A_ARRAYDESTROY] = {(void *)array_destroy_0, (void *)array_destroy_1},
-	[A_MIPMAP] = {(void *)mipmap_create_0, (void *)mipmap_create_1},
-	[A_MIPMAPDESTROY] = {(void *)mipmap_destroy_0, (void *)mipmap_destroy_1},
-	[A_TOTAL] = {(void *)total_mem_0, (void *)total_mem_1}, /* view.c */
-	[A_TOTAL1] = {(void *)total_mem1_0, (void *)total_mem1_1},
-	[A_TRIM] = {(void *)pool_trim_0, (void *)pool_trim_1}, /* pool.c */
-	[A_POOLDESTROY] = {(void *)pool_destroy_0, (void *)pool_destroy_1},
-	[A_GPA1] = {(void *)get_proc1_0, (void *)get_proc1_1}, /* interpose.c */
-	[A_GPA2] = {(void *)get_proc2_0, (void *)get_proc2_1},
-};
-
 /* ---- life cycle ---- */
 
-static void before_fork(void) { pthread_mutex_lock(&mu); }
-static void after_fork_parent(void) { pthread_mutex_unlock(&mu); }
+static void before_fork(void) { account_lock(); }
+static void after_fork_parent(void) { account_unlock(); }
 
 /* A forked child has no CUDA context of its parent's and must not speak for the parent's slot:
- * it drops the inherited mappings (the parent's liveness lock stays with the parent's open
- * file) and attaches afresh when it allocates. */
+ * it forgets what it inherited and attaches afresh when it allocates. */
 static void after_fork_child(void)
 {
-	for (int i = 0; i < GF_MAX_DEV; i++) {
-		struct dev *d = &devs[i];
-		if (d->state == DEV_FENCED) {
-			/* The parent's slot and mappings are not the child's: it attaches anew. */
-			gf_control_close(&d->m);
-			munmap(d->m.t, sizeof *d->m.t);
-			close(d->m.fd);
-		}
-		memset(d, 0, sizeof *d);
-	}
-	free(recs);
-	recs = NULL;
-	nrecs = cap_recs = dead_recs = 0;
 	pools_forget();
-	pthread_mutex_unlock(&mu);
+	account_forget(); /* and unlocks what before_fork locked */
 }
 
 __attribute__((constructor)) static void fence_init(void)
@@ -488,11 +223,4 @@ __attribute__((constructor)) static void fence_init(void)
 }
 
 /* A clean exit gives its bytes back at once instead of waiting for a reaper. */
-__attribute__((destructor)) static void fence_fini(void)
-{
-	for (int i = 0; i < GF_MAX_DEV; i++)
-		if (devs[i].state == DEV_FENCED) {
-			devs[i].state = DEV_OPEN;
-			gf_detach(&devs[i].m);
-		}
-}
+__attribute__((destructor)) static void fence_fini(void) { account_detach_all(); }

@@ -1,5 +1,8 @@
-/* What the fence's two halves share: the interposition (interpose.c) and the accounting
- * (fence.c). Internal: nothing here is exported from the library. */
+/* What the library's files share. Internal: nothing here is exported from the library. The
+ * arrows go one way: interpose.c hands out the wrappers of fence.c, view.c and pool.c in place
+ * of the driver's entry points (fence.c's and view.c's wrappers also reach pool.c); the wrappers
+ * charge through account.c, which places its process through identity.c; the driver is called
+ * through lookup.c, which finds the C library's dlsym in libc.c; every file may say (say.c). */
 #ifndef GPUFRAC_FENCE_LIB_H
 #define GPUFRAC_FENCE_LIB_H
 
@@ -7,47 +10,12 @@
 
 #include "../state.h"
 #include "cuda_min.h"
+#include "lookup.h"
+#include "say.h"
 
 #define GF_EXPORT __attribute__((visibility("default")))
 
-/* The wrapped entry points. */
-enum api {
-	A_ALLOC,
-	A_PITCH,
-	A_MANAGED,
-	A_FREE,
-	A_INFO,
-	A_CREATE,
-	A_RELEASE,
-	A_ASYNC,
-	A_FREEASYNC,
-	A_POOL,
-	A_ARRAY,
-	A_ARRAY3D,
-	A_ARRAYDESTROY,
-	A_MIPMAP,
-	A_MIPMAPDESTROY,
-	A_TOTAL,
-	A_TOTAL1,
-	A_TRIM,
-	A_POOLDESTROY,
-	A_GPA1,
-	A_GPA2,
-	A_N
-};
-
-/* Slots 0 and 1 hold what dlsym and cuGetProcAddress hand out (a plain and a per-thread-stream
- * variant have one signature and two addresses); 2 and 3 back the exported names. */
-#define SLOTS 4
-
-/* The wrappers of each entry point's two dynamic slots (fence.c). */
-extern void *const gf_wrappers[A_N][2];
-
 typedef void *(*dlsym_fn)(void *, const char *);
-dlsym_fn real_dlsym(void);
-void *real_of(int api, int slot);
-void *wrap_proc(const char *sym, int ver, void *p);
-void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* libc.c: the C library's dlsym (glibc's by version, another's from its symbol table); whether
  * the fence is passive (not glibc: nothing wrapped); a note said once when a passive process
@@ -56,16 +24,12 @@ dlsym_fn gf_find_dlsym(void);
 int gf_passive(void);
 void gf_note_driver(void);
 void gf_at_fork(void (*prepare)(void), void (*parent)(void), void (*child)(void));
-
-/* interpose.c's wrappers of cuGetProcAddress (v1 and v2 signatures), for gf_wrappers. */
-CUresult get_proc1_0(const char *sym, void **pfn, int v, cuuint64_t fl);
-CUresult get_proc1_1(const char *sym, void **pfn, int v, cuuint64_t fl);
-CUresult get_proc2_0(const char *sym, void **pfn, int v, cuuint64_t fl, int *st);
-CUresult get_proc2_1(const char *sym, void **pfn, int v, cuuint64_t fl, int *st);
+/* real_dlsym is the C library's dlsym, found once. */
+dlsym_fn real_dlsym(void);
 
 #define GF_MAX_DEV 64
 
-/* ---- fence.c: the process's view of each GPU, its charges and its records ---- */
+/* ---- account.c: the process's view of each GPU, its charges and its records ---- */
 
 enum { DEV_UNKNOWN = 0, DEV_FENCED, DEV_OPEN };
 
@@ -80,23 +44,39 @@ enum { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
 
 /* device is the fenced view of GPU ordinal (< 0: the calling thread's context's), or NULL. */
 struct dev *device(int ordinal);
-/* driver_sym finds a driver entry point the fence calls itself (unwrapped). */
-void *driver_sym(const char *name);
+int dev_ordinal(struct dev *d);
 /* charge asks the task's table for n bytes: GF_OK, GF_OK_OWED, GF_REFUSED or GF_NOTASK. */
 int charge(struct dev *d, uint64_t n);
-/* track remembers an allocation for its free; pool is a pool.c index or -1. */
-void track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool);
-void untrack(int kind, uint64_t key);
+
+/* What a free gives back: size bytes of d, from pool (a pool.c index) or -1 for none. */
+struct freed {
+	struct dev *d;
+	int pool;
+	uint64_t size;
+};
+/* track remembers an allocation for its free; pool is a pool.c index or -1. It returns 1 with
+ * stale set when the driver reused an address whose free the fence never saw: that memory is
+ * gone, and the caller gives it back (give_freed). */
+int track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool, struct freed *stale);
+/* untrack forgets an allocation at its free: 1 with out set when it was fenced, for the caller
+ * to give back (give_freed). */
+int untrack(int kind, uint64_t key, struct freed *out);
 /* settle waits a moment for a driver still releasing a stopped borrower's memory. */
 void settle(void);
 #define SETTLE_TRIES 400
+/* For fork and exit: the record table's lock, forgetting everything in a forked child (which
+ * unlocks it), and giving every slot back at a clean exit. */
+void account_lock(void);
+void account_unlock(void);
+void account_forget(void);
+void account_detach_all(void);
 
-/* pool.c: a pooled allocation of size bytes was freed; pools_settle charges each pool of d
+/* pool.c: give_freed gives a free's bytes back, to its pool (which may keep the memory: it is
+ * charged what the driver holds for it) or to the table; pools_settle charges each pool of d
  * what the driver holds for it now. */
-void pool_freed(struct dev *d, int pool, uint64_t size);
+void give_freed(const struct freed *f);
 void pools_settle(struct dev *d);
 void pools_forget(void); /* a forked child starts with none */
-int dev_ordinal(struct dev *d);
 
 /* What a process that no reservation places may allocate on a GPU (identity.c). */
 #define GF_UNPLACED_ALLOWANCE (64ull << 20)
@@ -107,17 +87,22 @@ struct gf_map;
  * says on stderr why not, once; -1: the GPU stays unfenced (no fence, or a table it cannot use). */
 int gf_place(const char *uuid, struct gf_map *m);
 
-#define REAL(api, slot, type) ((type)real_of(api, slot))
-
-/* Two dynamic slots per entry point, and the exported names. */
-#define DYN(impl, params, ...)                                                 \
-	static CUresult impl##_0 params { return impl(0, __VA_ARGS__); }      \
-	static CUresult impl##_1 params { return impl(1, __VA_ARGS__); }
-/* The same, for wrappers gf_wrappers reaches from another file. */
+/* Two dynamic slots per entry point (interpose.c hands them out), and the exported names. */
 #define DYNX(impl, params, ...)                                         \
 	CUresult impl##_0 params { return impl(0, __VA_ARGS__); }      \
 	CUresult impl##_1 params { return impl(1, __VA_ARGS__); }
 #define DECL(impl, params) CUresult impl##_0 params; CUresult impl##_1 params;
+DECL(mem_alloc, (CUdeviceptr * p, size_t n))
+DECL(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e))
+DECL(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl))
+DECL(mem_free, (CUdeviceptr p))
+DECL(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl))
+DECL(mem_release, (CUmemGenericAllocationHandle h))
+DECL(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d))
+DECL(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d))
+DECL(array_destroy, (CUarray a))
+DECL(mipmap_create, (CUmipmappedArray * a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int l))
+DECL(mipmap_destroy, (CUmipmappedArray a))
 DECL(mem_get_info, (size_t * f, size_t *t))
 DECL(total_mem, (size_t * b, CUdevice dev))
 DECL(total_mem1, (unsigned int *b, CUdevice dev))

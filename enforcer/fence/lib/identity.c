@@ -16,6 +16,7 @@
 
 #include "../state.h"
 #include "fence.h"
+#include "taskenv.h"
 
 /* How far up the ancestry the fence looks: a task's process tree is shallow; this bounds the
  * walk where a tree is not. */
@@ -48,15 +49,15 @@ static const char *lookup(const struct env *e, const char *key)
 static const char *token_in(const struct env *e, const char *uuid)
 {
 	char key[128];
-	int n = snprintf(key, sizeof key, "GPUFRAC_RESERVATION_%s", uuid);
-	for (int i = 20; i < n && i < (int)sizeof key; i++)
+	int n = snprintf(key, sizeof key, GF_ENV_RESERVATION_PREFIX "%s", uuid);
+	for (int i = (int)sizeof GF_ENV_RESERVATION_PREFIX - 1; i < n && i < (int)sizeof key; i++)
 		if (key[i] == '-')
 			key[i] = '_';
 	const char *t = lookup(e, key);
 	if (t && *t)
 		return t;
-	const char *g = lookup(e, "GPUFRAC_GPU_UUID");
-	t = lookup(e, "GPUFRAC_RESERVATION");
+	const char *g = lookup(e, GF_ENV_GPU_UUID);
+	t = lookup(e, GF_ENV_RESERVATION);
 	if (g && t && *t && strcasecmp(g, uuid) == 0)
 		return t;
 	return NULL;
@@ -133,7 +134,7 @@ static int try_token(const char *dir, const char *uuid, const char *token, struc
 int gf_place(const char *uuid, struct gf_map *m)
 {
 	char why[512] = "";
-	const char *dir = getenv("GPUFRAC_FENCE_DIR");
+	const char *dir = getenv(GF_ENV_FENCE_DIR);
 	char *dir_copy = NULL;
 	int pid = 0, tried = 0, broken = 0;
 	/* Own environment first, then each ancestor's, nearest first. */
@@ -148,7 +149,7 @@ int gf_place(const char *uuid, struct gf_map *m)
 		}
 		if (depth == 0 || block) {
 			if (!dir || !*dir) {
-				const char *d = lookup(&e, "GPUFRAC_FENCE_DIR");
+				const char *d = lookup(&e, GF_ENV_FENCE_DIR);
 				if (d && *d)
 					dir = dir_copy = strdup(d);
 			}
@@ -157,7 +158,7 @@ int gf_place(const char *uuid, struct gf_map *m)
 				tried++;
 				int r = try_token(dir, uuid, tok, m, why, sizeof why);
 				if (r == TRY_PLACED) {
-					if (getenv("GPUFRAC_FENCE_DEBUG"))
+					if (getenv(GF_ENV_FENCE_DEBUG))
 						say("fenced on %s (slot %d, reservation of %s)", uuid, m->slot,
 						    depth == 0 ? "this process" : "an ancestor");
 					free(block);
@@ -175,7 +176,7 @@ int gf_place(const char *uuid, struct gf_map *m)
 	}
 	free(dir_copy);
 	if (!dir || !*dir) {
-		say("GPUFRAC_FENCE_DIR is not set here or in any parent; this process runs under the watchdog alone");
+		say(GF_ENV_FENCE_DIR " is not set here or in any parent; this process runs under the watchdog alone");
 		return -1;
 	}
 	if (broken) {

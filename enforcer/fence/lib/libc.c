@@ -9,6 +9,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "fence.h"
@@ -129,4 +130,18 @@ dlsym_fn gf_find_dlsym(void)
 	if (!w.found)
 		say("this process's C library is not glibc and its dlsym was not found: dlsym answers nothing");
 	return (dlsym_fn)w.found;
+}
+
+/* ---- the real dlsym, found once ---- */
+
+/* Read by interpose.c's dlsym stub by name, from assembly. */
+__attribute__((visibility("hidden"), used)) dlsym_fn gf_real_dlsym;
+static pthread_once_t real_once = PTHREAD_ONCE_INIT;
+
+static void find_real_dlsym(void) { __atomic_store_n(&gf_real_dlsym, gf_find_dlsym(), __ATOMIC_RELEASE); }
+
+dlsym_fn real_dlsym(void)
+{
+	pthread_once(&real_once, find_real_dlsym);
+	return gf_real_dlsym;
 }

@@ -117,13 +117,22 @@ void pools_settle(struct dev *d)
 			settle_pool(i);
 }
 
-void pool_freed(struct dev *d, int i, uint64_t size)
+/* pool_freed: an allocation of size bytes from pool i was freed; the pool may keep the memory,
+ * so the pool is charged what the driver says it holds. */
+static void pool_freed(int i, uint64_t size)
 {
-	(void)d;
 	pthread_mutex_lock(&pmu);
 	pools[i].live = pools[i].live > size ? pools[i].live - size : 0;
 	pthread_mutex_unlock(&pmu);
 	settle_pool(i);
+}
+
+void give_freed(const struct freed *f)
+{
+	if (f->pool >= 0)
+		pool_freed(f->pool, f->size);
+	else
+		gf_uncharge(&f->d->m, f->size);
 }
 
 static CUresult call(int api, int s, CUdeviceptr *p, size_t n, CUmemoryPool pl, CUstream st)
@@ -143,8 +152,9 @@ static void give_back(int i, CUdeviceptr p, CUstream st)
 	static void *ff, *ft;
 	free_async_fn f = (free_async_fn)sym(&ff, "cuMemFreeAsync");
 	trim_fn trim = (trim_fn)sym(&ft, "cuMemPoolTrimTo");
-	if (f && f(p, st) == CUDA_SUCCESS)
-		untrack(K_PTR, p);
+	struct freed fr;
+	if (f && f(p, st) == CUDA_SUCCESS && untrack(K_PTR, p, &fr))
+		give_freed(&fr);
 	if (trim)
 		trim(pools[i].h, 0);
 	settle_pool(i);
@@ -178,15 +188,18 @@ static CUresult pooled(int api, int s, CUdeviceptr *p, size_t n, CUmemoryPool pl
 		gf_uncharge(&d->m, n);
 		return r;
 	}
+	struct freed stale;
 	if (i < 0) {
-		track(d, K_PTR, *p, n, -1);
+		if (track(d, K_PTR, *p, n, -1, &stale))
+			give_freed(&stale);
 		return r;
 	}
 	pthread_mutex_lock(&pmu);
 	pools[i].live += n;
 	pools[i].held += n;
 	pthread_mutex_unlock(&pmu);
-	track(d, K_PTR, *p, n, i);
+	if (track(d, K_PTR, *p, n, i, &stale))
+		give_freed(&stale);
 	if (settle_pool(i) != GF_REFUSED)
 		return r;
 	give_back(i, *p, st);
@@ -210,8 +223,9 @@ static CUresult mem_free_async(int s, CUdeviceptr p, CUstream st)
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	CUresult r = f(p, st);
-	if (r == CUDA_SUCCESS)
-		untrack(K_PTR, p);
+	struct freed fr;
+	if (r == CUDA_SUCCESS && untrack(K_PTR, p, &fr))
+		give_freed(&fr);
 	return r;
 }
 

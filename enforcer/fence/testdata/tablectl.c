@@ -1,5 +1,5 @@
 /*
- * A process that drives a fence table through state.c's own API, for the lock's tests: built
+ * A process that drives a fence table through state.h's own API, for the lock's tests: built
  * with -DGF_TESTING, it stops inside a critical section when GF_TEST_STALL names one, so a test
  * can SIGKILL it there. It reads one command a line on stdin and answers one line on stdout:
  *   create PATH UUID TOTAL  -> ok | err RC MSG     (as the enforcer: takes the control byte)

@@ -1,4 +1,10 @@
-package enforcer
+// Package mps owns the life cycle of the MPS control daemons, one per GPU in mps mode: starting
+// one (or adopting one an earlier enforcer left running), setting the default pinned limit that
+// no client can raise its own past, checking that it answers, and stopping it. Every control
+// command runs under a timeout, as nvidia-cuda-mps-control can block for good. The enforcer
+// uses it through a narrow interface; Options.ControlBinary may name a fake control program
+// (enforcer/testdata/fake-mps-control).
+package mps
 
 import (
 	"context"
@@ -7,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,18 +22,19 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// MPS defaults.
+// Defaults of Options.
 const (
-	DefaultMPSControl = "nvidia-cuda-mps-control"
-	DefaultMPSRoot    = "/run/gpufrac/mps"
-	DefaultMPSTimeout = 5 * time.Second
+	DefaultControl = "nvidia-cuda-mps-control"
+	DefaultRoot    = "/run/gpufrac/mps"
+	DefaultTimeout = 5 * time.Second
 )
 
-// MPSOptions configure the MPS control daemons the enforcer runs, one per GPU in mps mode.
-type MPSOptions struct {
+// Options configure the MPS control daemons, one per GPU in mps mode.
+type Options struct {
 	// ControlBinary is nvidia-cuda-mps-control, or a fake that speaks the same commands.
 	ControlBinary string
 	// Root holds <Root>/<gpu-uuid>/pipe and <Root>/<gpu-uuid>/log.
@@ -35,23 +43,44 @@ type MPSOptions struct {
 	Timeout time.Duration
 }
 
-func (o MPSOptions) withDefaults() MPSOptions {
+func (o Options) withDefaults() Options {
 	if o.ControlBinary == "" {
-		o.ControlBinary = DefaultMPSControl
+		o.ControlBinary = DefaultControl
 	}
 	if o.Root == "" {
-		o.Root = DefaultMPSRoot
+		o.Root = DefaultRoot
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = DefaultMPSTimeout
+		o.Timeout = DefaultTimeout
 	}
 	return o
 }
 
-// ErrMPSControl wraps every failed or timed-out MPS control command.
-var ErrMPSControl = errors.New("MPS control command failed")
+// ErrControl wraps every failed or timed-out MPS control command.
+var ErrControl = errors.New("MPS control command failed")
 
-// mpsDaemon is what the enforcer knows of one GPU's control daemon.
+// Process is one live process as the daemon search needs it.
+type Process struct {
+	PID  int
+	Argv []string
+	// PipeDir is the CUDA_MPS_PIPE_DIRECTORY its environment names.
+	PipeDir string
+}
+
+// Processes is what the manager reads of the process table.
+type Processes interface {
+	// Alive fails when pid is gone.
+	Alive(pid int) error
+	// List is every live process whose table entry can be read.
+	List() ([]Process, error)
+}
+
+// Env is the environment a control command runs with for one GPU's daemon (the CUDA device and
+// the MPS pipe and log directories), spelled by the caller, which owns the names of the
+// variables tasks get.
+type Env func(uuid, pipeDir, logDir string) []string
+
+// mpsDaemon is what the manager knows of one GPU's control daemon.
 type mpsDaemon struct {
 	// mu serialises operations on one daemon: the watchdog's health check and PrepareGPU race.
 	mu                 sync.Mutex
@@ -61,19 +90,28 @@ type mpsDaemon struct {
 	limit              size.Bytes // default pinned limit last set
 }
 
-type mpsManager struct {
-	opts  MPSOptions
-	procs *procCache
+// Manager runs the control daemons of a node's GPUs. All methods are safe for concurrent use.
+type Manager struct {
+	opts  Options
+	procs Processes
+	env   Env
 	log   hclog.Logger
 	mu    sync.Mutex
 	d     map[string]*mpsDaemon
 }
 
-func newMPSManager(o MPSOptions, procs *procCache, log hclog.Logger) *mpsManager {
-	return &mpsManager{opts: o.withDefaults(), procs: procs, log: log.Named("mps"), d: map[string]*mpsDaemon{}}
+// New makes a manager; it starts nothing.
+func New(o Options, procs Processes, env Env, log hclog.Logger) *Manager {
+	return &Manager{opts: o.withDefaults(), procs: procs, env: env, log: log.Named("mps"), d: map[string]*mpsDaemon{}}
 }
 
-func (m *mpsManager) daemon(uuid string) *mpsDaemon {
+// Dirs are the pipe and log directories of a GPU's daemon, which its clients need.
+func (m *Manager) Dirs(uuid string) (pipe, logDir string) {
+	d := m.daemon(uuid)
+	return d.pipe, d.logDir
+}
+
+func (m *Manager) daemon(uuid string) *mpsDaemon {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	d, ok := m.d[uuid]
@@ -85,8 +123,17 @@ func (m *mpsManager) daemon(uuid string) *mpsDaemon {
 	return d
 }
 
-// known lists the GPUs whose daemon this enforcer started or adopted.
-func (m *mpsManager) known() []*mpsDaemon {
+// Running lists the GPUs whose daemon this manager started or adopted, and has not stopped.
+func (m *Manager) Running() []string {
+	var out []string
+	for _, d := range m.known() {
+		out = append(out, d.uuid)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (m *Manager) known() []*mpsDaemon {
 	m.mu.Lock()
 	all := make([]*mpsDaemon, 0, len(m.d))
 	for _, d := range m.d {
@@ -107,12 +154,11 @@ func (m *mpsManager) known() []*mpsDaemon {
 // control runs the control binary with input on stdin (nil: no stdin), under a timeout. The
 // command gets its own process group so a timeout kills whatever it started that still holds
 // its output open; a daemon it forked keeps running because it has left the group's pipes.
-func (m *mpsManager) control(ctx context.Context, d *mpsDaemon, input string, args ...string) (string, error) {
+func (m *Manager) control(ctx context.Context, d *mpsDaemon, input string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, m.opts.ControlBinary, args...)
-	cmd.Env = append(os.Environ(),
-		EnvCUDADevices+"="+d.uuid, EnvMPSPipeDir+"="+d.pipe, EnvMPSLogDir+"="+d.logDir)
+	cmd.Env = append(os.Environ(), m.env(d.uuid, d.pipe, d.logDir)...)
 	if input != "" {
 		cmd.Stdin = strings.NewReader(input + "\n")
 	}
@@ -120,7 +166,7 @@ func (m *mpsManager) control(ctx context.Context, d *mpsDaemon, input string, ar
 	// inherited, and a pipe would hold Wait until the daemon exits.
 	outf, err := os.CreateTemp("", "gpufrac-mps-control-*")
 	if err != nil {
-		return "", fmt.Errorf("%w: temporary file for its output: %w", ErrMPSControl, err)
+		return "", fmt.Errorf("%w: temporary file for its output: %w", ErrControl, err)
 	}
 	defer os.Remove(outf.Name())
 	defer outf.Close()
@@ -133,22 +179,22 @@ func (m *mpsManager) control(ctx context.Context, d *mpsDaemon, input string, ar
 	text := strings.TrimSpace(string(outb))
 	what := strings.TrimSpace(input + " " + strings.Join(args, " "))
 	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.Canceled) {
-		return text, fmt.Errorf("%w: %q on GPU %s: no answer within %s", ErrMPSControl, what, d.uuid, m.opts.Timeout)
+		return text, fmt.Errorf("%w: %q on GPU %s: no answer within %s", ErrControl, what, d.uuid, m.opts.Timeout)
 	}
 	if err != nil {
-		return text, fmt.Errorf("%w: %q on GPU %s: %w: %s", ErrMPSControl, what, d.uuid, err, text)
+		return text, fmt.Errorf("%w: %q on GPU %s: %w: %s", ErrControl, what, d.uuid, err, text)
 	}
 	return text, nil
 }
 
 // servers asks the daemon for its servers' PIDs; an error means it does not answer.
-func (m *mpsManager) servers(ctx context.Context, d *mpsDaemon) ([]int, error) {
+func (m *Manager) servers(ctx context.Context, d *mpsDaemon) ([]int, error) {
 	out, err := m.control(ctx, d, "get_server_list")
 	if err != nil {
 		return nil, err
 	}
 	if strings.Contains(out, "Cannot find MPS control daemon") {
-		return nil, fmt.Errorf("%w: get_server_list on GPU %s: %s", ErrMPSControl, d.uuid, out)
+		return nil, fmt.Errorf("%w: get_server_list on GPU %s: %s", ErrControl, d.uuid, out)
 	}
 	var pids []int
 	for _, f := range strings.Fields(out) {
@@ -159,11 +205,11 @@ func (m *mpsManager) servers(ctx context.Context, d *mpsDaemon) ([]int, error) {
 	return pids, nil
 }
 
-// ensure makes the GPU's daemon answer, starting one unless one already answers on its pipe, and
+// Ensure makes the GPU's daemon answer, starting one unless one already answers on its pipe, and
 // sets the default pinned limit to budget. adopted says an existing daemon was taken over; pid
 // is the daemon's as read under its lock (a caller reading d.pid afterwards would race with a
-// concurrent ensure, as the plugin's Reserve and its background preparation do).
-func (m *mpsManager) ensure(ctx context.Context, uuid string, budget size.Bytes) (pid int, adopted bool, err error) {
+// concurrent Ensure, as the plugin's Reserve and its background preparation do).
+func (m *Manager) Ensure(ctx context.Context, uuid string, budget size.Bytes) (pid int, adopted bool, err error) {
 	d := m.daemon(uuid)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -182,10 +228,10 @@ func (m *mpsManager) ensure(ctx context.Context, uuid string, budget size.Bytes)
 	return d.pid, adopted, nil
 }
 
-// adopt takes over a daemon that answers on the GPU's pipe though this enforcer did not start it
+// Adopt takes over a daemon that answers on the GPU's pipe though this enforcer did not start it
 // (it outlived an earlier plugin). false when none answers; nothing is started. pid is read
-// under the daemon's lock, as in ensure.
-func (m *mpsManager) adopt(ctx context.Context, uuid string, budget size.Bytes) (pid int, adopted bool, err error) {
+// under the daemon's lock, as in Ensure.
+func (m *Manager) Adopt(ctx context.Context, uuid string, budget size.Bytes) (pid int, adopted bool, err error) {
 	d := m.daemon(uuid)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -203,7 +249,7 @@ func (m *mpsManager) adopt(ctx context.Context, uuid string, budget size.Bytes) 
 	return d.pid, true, m.setLimit(ctx, d, budget)
 }
 
-func (m *mpsManager) start(ctx context.Context, d *mpsDaemon) error {
+func (m *Manager) start(ctx context.Context, d *mpsDaemon) error {
 	for _, dir := range []string{d.pipe, d.logDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("MPS directory for GPU %s: %w", d.uuid, err)
@@ -229,8 +275,9 @@ func (m *mpsManager) start(ctx context.Context, d *mpsDaemon) error {
 	return fmt.Errorf("MPS control daemon for GPU %s started but does not answer: %w", d.uuid, last)
 }
 
-// updateLimit sets a new budget as the ceiling when it changed (unmanaged use moves it).
-func (m *mpsManager) updateLimit(ctx context.Context, d *mpsDaemon, budget size.Bytes) error {
+// UpdateLimit sets a new budget as the ceiling when it changed (unmanaged use moves it).
+func (m *Manager) UpdateLimit(ctx context.Context, uuid string, budget size.Bytes) error {
+	d := m.daemon(uuid)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return m.setLimit(ctx, d, budget)
@@ -238,7 +285,7 @@ func (m *mpsManager) updateLimit(ctx context.Context, d *mpsDaemon, budget size.
 
 // setLimit makes budget the ceiling no client can raise its own limit past: the default for
 // servers yet to start, and the limit of every running server (the default does not reach them).
-func (m *mpsManager) setLimit(ctx context.Context, d *mpsDaemon, budget size.Bytes) error {
+func (m *Manager) setLimit(ctx context.Context, d *mpsDaemon, budget size.Bytes) error {
 	if budget == 0 || budget == d.limit {
 		return nil
 	}
@@ -259,12 +306,13 @@ func (m *mpsManager) setLimit(ctx context.Context, d *mpsDaemon, budget size.Byt
 	return nil
 }
 
-// check says whether the daemon answers and its process (when known) is alive.
-func (m *mpsManager) check(ctx context.Context, d *mpsDaemon) error {
+// Check says whether the GPU's daemon answers and its process (when known) is alive.
+func (m *Manager) Check(ctx context.Context, uuid string) error {
+	d := m.daemon(uuid)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.pid != 0 {
-		if _, err := m.procs.src.Stat(d.pid); err != nil {
+		if err := m.procs.Alive(d.pid); err != nil {
 			return fmt.Errorf("MPS control daemon pid %d is gone: %w", d.pid, err)
 		}
 	}
@@ -272,8 +320,9 @@ func (m *mpsManager) check(ctx context.Context, d *mpsDaemon) error {
 	return err
 }
 
-// stop asks the daemon to quit.
-func (m *mpsManager) stop(ctx context.Context, d *mpsDaemon) error {
+// Stop asks the GPU's daemon to quit.
+func (m *Manager) Stop(ctx context.Context, uuid string) error {
+	d := m.daemon(uuid)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, err := m.control(ctx, d, "quit"); err != nil {
@@ -286,18 +335,16 @@ func (m *mpsManager) stop(ctx context.Context, d *mpsDaemon) error {
 
 // findPID looks for the daemon in the process table: the control binary run with -d whose
 // environment names this GPU's pipe directory. 0 when not found (then only the pipe is checked).
-func (m *mpsManager) findPID(d *mpsDaemon) int {
-	pids, err := m.procs.src.PIDs()
+func (m *Manager) findPID(d *mpsDaemon) int {
+	procs, err := m.procs.List()
 	if err != nil {
 		return 0
 	}
 	base := filepath.Base(m.opts.ControlBinary)
-	for _, pid := range pids {
-		id, err := m.procs.get(pid)
-		if err != nil || id.pipeDir != d.pipe || !isDaemonArgv(id.argv, base) {
-			continue
+	for _, p := range procs {
+		if p.PipeDir == d.pipe && isDaemonArgv(p.Argv, base) {
+			return p.PID
 		}
-		return pid
 	}
 	return 0
 }
@@ -313,4 +360,12 @@ func isDaemonArgv(argv []string, base string) bool {
 		}
 	}
 	return named && daemon
+}
+
+// PinnedLimit reads a process's CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for GPU uuid. ok is false when no
+// entry applies or the value cannot be read: then the driver does not bound the process below its
+// GPU budget, and the watchdog treats it as unlimited.
+func PinnedLimit(v, uuid string) (size.Bytes, bool) {
+	limit, ok, err := gpu.ParseMPSLimit(v, uuid)
+	return limit, ok && err == nil
 }

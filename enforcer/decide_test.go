@@ -1,0 +1,333 @@
+package enforcer
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+const gib = size.GiB
+
+var at0 = time.Date(2026, 12, 3, 7, 0, 0, 0, time.UTC)
+
+// describe writes an action as the table below spells it.
+func describe(a action) string {
+	switch a := a.(type) {
+	case emitEvent:
+		return fmt.Sprintf("event %s/%s %s", a.ev.Kind, a.ev.Stage, a.ev.Token)
+	case stopTask:
+		return fmt.Sprintf("signal %s %v %s", a.token, a.pids, a.sig)
+	case stopProc:
+		return fmt.Sprintf("signal unmanaged %d %s", a.key.pid, a.sig)
+	case recordViolation:
+		s := fmt.Sprintf("record %s %s peak %s", a.v.Token, a.v.Action, a.v.PeakBytes)
+		if a.v.HeldBy != "" {
+			s += " held by " + string(a.v.HeldBy)
+		}
+		return s
+	case markUnhealthy:
+		return "unhealthy: " + a.reason
+	case heal:
+		return fmt.Sprintf("heal %d reasons", len(a.reasons))
+	case setUnmanaged:
+		return "unmanaged use " + a.bytes.String()
+	case evictBorrower:
+		return fmt.Sprintf("evict %s borrowed %s", a.token, a.borrowed)
+	}
+	return fmt.Sprintf("unknown %T", a)
+}
+
+// proc is a process of task tok holding b; tok "" is unmanaged.
+func taskProc(pid int, tok string, b size.Bytes) seenProc {
+	return seenProc{ProcUsage: ProcUsage{PID: pid, Bytes: b, Token: tok}, known: true, start: uint64(pid) * 10,
+		task: ledger.Task{JobName: "job-" + tok}}
+}
+
+// pinned is proc under MPS with a pinned limit of lim in its environment.
+func pinnedProc(pid int, tok string, b, lim size.Bytes) seenProc {
+	p := taskProc(pid, tok, b)
+	p.pinned, p.pinnedOK, p.mpsClient = lim, true, true
+	return p
+}
+
+func resv(tok string, capBytes, limit size.Bytes) ledger.Reservation {
+	return ledger.Reservation{Token: tok, GPU: "G", CapBytes: capBytes, LimitBytes: limit}
+}
+
+// use is a task in the fence's table holding used.
+func fenceUse(tok string, capBytes, limit, used size.Bytes) fence.TaskUse {
+	return fence.TaskUse{Token: tok, Cap: capBytes, Limit: limit, Used: used, Peak: used, Procs: 1}
+}
+
+func TestDecide(t *testing.T) {
+	r := rules{allowance: 256 * size.MiB, stopGrace: 2 * time.Second}
+	stopping := r
+	stopping.stopUnmanaged = true
+	over := 2*gib + 256*size.MiB + 1 // past a 2 GiB cap and one process's allowance
+	for _, tc := range []struct {
+		name  string
+		rules rules
+		// before is what earlier passes left; nil = nothing.
+		before func(m *memory)
+		obs    observation
+		want   []string
+		// after checks what the pass leaves for the next; nil = nothing to check.
+		after func(t *testing.T, m *memory)
+	}{
+		{name: "within cap and allowance", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{taskProc(101, "A", 2*gib+256*size.MiB)}},
+		},
+		{name: "isolated: over cap and allowance is killed at once", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{taskProc(101, "A", over)}},
+			want: []string{"event violation/crossed A", "signal A [101] killed"},
+			after: func(t *testing.T, m *memory) {
+				if tr := m.tracks["A"]; tr == nil || tr.action != ActionSIGKILL || !tr.crossedAt.Equal(at0) || tr.task.JobName != "job-A" {
+					t.Fatalf("track %+v: want a SIGKILL crossed now, named from the process", tr)
+				}
+			}},
+		{name: "two processes get two allowances, summed", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{taskProc(102, "A", gib+256*size.MiB), taskProc(101, "A", gib+256*size.MiB)}},
+		},
+		{name: "a borrower within cap + borrowed + allowance", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 10*gib)},
+				procs: []seenProc{taskProc(101, "A", 6*gib+256*size.MiB)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("A", 2*gib, 10*gib, 6*gib)}}},
+		},
+		{name: "a borrower past cap + borrowed + allowance", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 10*gib)},
+				procs: []seenProc{taskProc(101, "A", 6*gib+256*size.MiB+1)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("A", 2*gib, 10*gib, 6*gib)}}},
+			want: []string{"event violation/crossed A", "signal A [101] killed"},
+		},
+		{name: "a lying borrowed figure is believed only up to the reservation's limit", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 4*gib)},
+				procs: []seenProc{taskProc(101, "A", 10*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "A", Cap: 2 * gib, Limit: 60 * gib, Used: 60 * gib}}}},
+			want: []string{"event violation/crossed A", "signal A [101] killed"},
+		},
+		{name: "teardown race: a borrower that freed between the readings is judged by what it held before", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 10*gib)},
+				procs: []seenProc{taskProc(101, "A", 6*gib)}, fenced: true,
+				pre:  fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("A", 2*gib, 10*gib, 6*gib)}},
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("A", 2*gib, 10*gib, 0)}}},
+			after: func(t *testing.T, m *memory) {
+				if l := m.lent["A"]; l.bytes != 0 || l.gpu != "G" {
+					t.Fatalf("lent %+v: the next pass must start from what the table says now", l)
+				}
+			}},
+		{name: "teardown race: what it borrowed at the last pass still counts", rules: r,
+			before: func(m *memory) { m.lent["A"] = gpuBytes{gpu: "G", bytes: 4 * gib} },
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 10*gib)},
+				procs: []seenProc{taskProc(101, "A", 6*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("A", 2*gib, 10*gib, 0)}}},
+		},
+		{name: "an owner starts to wait: no borrower is stopped yet", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("B", 2*gib, 70*gib)},
+				procs: []seenProc{taskProc(101, "B", 10*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib, Owed: true, Waiting: true}, fenceUse("B", 2*gib, 70*gib, 10*gib)}}},
+			after: func(t *testing.T, m *memory) {
+				if !m.owedSince["G"].Equal(at0) {
+					t.Fatalf("owed since %v, want %v", m.owedSince["G"], at0)
+				}
+			}},
+		{name: "an owner waited past the grace: the largest borrower alone is stopped, by its guarantee", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs: observation{mode: policy.ModeIsolated,
+				reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("B1", 2*gib, 70*gib), resv("B2", 2*gib, 70*gib)},
+				procs:        []seenProc{taskProc(101, "B1", 6*gib), taskProc(102, "B2", 10*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib, Owed: true, Waiting: true},
+					fenceUse("B1", 2*gib, 70*gib, 6*gib), fenceUse("B2", 2*gib, 70*gib, 10*gib)}}},
+			want: []string{"evict B2 borrowed 8GiB", "event violation/crossed B2", "signal B2 [102] killed"},
+			after: func(t *testing.T, m *memory) {
+				if tr := m.tracks["B2"]; tr == nil || !strings.Contains(tr.detail, "guarantee needed back") {
+					t.Fatalf("track %+v: want its detail to say an owner needed the memory back", tr)
+				}
+			}},
+		{name: "MPS: over its cap, SIGINT and the GPU drained", rules: r,
+			obs: observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{taskProc(101, "A", over)}},
+			want: []string{"event violation/crossed A", "signal A [101] interrupt", "event violation/stopping A", "unhealthy: " + reasonStopped},
+		},
+		{name: "MPS: still there after the grace, SIGKILL once", rules: r,
+			before: func(m *memory) {
+				m.tracks["A"] = &track{gpu: "G", mode: policy.ModeMPS, capBytes: 2 * gib, crossedAt: at0.Add(-3 * time.Second),
+					sigintAt: at0.Add(-2 * time.Second), action: ActionSIGINT}
+			},
+			obs: observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{taskProc(101, "A", over)}},
+			want: []string{"signal A [101] killed", "event violation/forced A", "unhealthy: " + reasonForced},
+		},
+		{name: "MPS: within the grace, nothing more", rules: r,
+			before: func(m *memory) {
+				m.tracks["A"] = &track{gpu: "G", mode: policy.ModeMPS, capBytes: 2 * gib, sigintAt: at0.Add(-time.Second), action: ActionSIGINT}
+			},
+			obs: observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{taskProc(101, "A", over)}},
+		},
+		{name: "MPS: one process whose pinned limit is its cap is the driver's to stop", rules: r,
+			obs: observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{pinnedProc(101, "A", 3*gib, 2*gib)}},
+			after: func(t *testing.T, m *memory) {
+				if n := m.near["A"]; n == nil || n.peak != 3*gib {
+					t.Fatalf("near %+v: want it remembered at its cap", n)
+				}
+			}},
+		{name: "MPS: a pinned limit raised past the cap does not bound it", rules: r,
+			obs: observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{pinnedProc(101, "A", 3*gib, 4*gib)}},
+			want: []string{"event violation/crossed A", "signal A [101] interrupt", "event violation/stopping A", "unhealthy: " + reasonStopped},
+		},
+		{name: "MPS: a task that left near its cap failed at its pinned limit", rules: r,
+			before: func(m *memory) {
+				m.near["A"] = &nearCap{gpu: "G", mode: policy.ModeMPS, capBytes: 2 * gib, since: at0.Add(-time.Second), peak: 2 * gib}
+			},
+			obs:  observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 0)}},
+			want: []string{"record A oom-in-process peak 2GiB held by MPS limit", "heal 2 reasons"},
+		},
+		{name: "the fence refused a task: reported once, recorded when it leaves", rules: r,
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{taskProc(101, "A", 2*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "A", Cap: 2 * gib, Used: 2 * gib, Peak: 2 * gib, Refused: 3}}}},
+			want: []string{"event violation/fenced A"},
+			after: func(t *testing.T, m *memory) {
+				if n := m.near["A"]; n == nil || !n.fenced || n.refused != 3 {
+					t.Fatalf("near %+v: want the fence's refusals noted", n)
+				}
+				if m.refused["A"].n != 3 {
+					t.Fatalf("refusals counted %d, want 3", m.refused["A"].n)
+				}
+			}},
+		{name: "refusals already counted are not reported again", rules: r,
+			before: func(m *memory) { m.refused["A"] = gpuCount{gpu: "G", n: 3} },
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
+				procs: []seenProc{taskProc(101, "A", 2*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "A", Cap: 2 * gib, Used: 2 * gib, Refused: 3}}}},
+		},
+		{name: "another GPU's refusals are kept", rules: r,
+			before: func(m *memory) { m.refused["X"] = gpuCount{gpu: "H", n: 3} },
+			obs:    observation{mode: policy.ModeIsolated, fenced: true},
+			want:   []string{"heal 2 reasons"},
+			after: func(t *testing.T, m *memory) {
+				if m.refused["X"].n != 3 {
+					t.Fatal("a pass over GPU G forgot a task of GPU H")
+				}
+			}},
+		{name: "a fenced task that left is recorded as held by the fence", rules: r,
+			before: func(m *memory) {
+				m.near["A"] = &nearCap{gpu: "G", mode: policy.ModeIsolated, capBytes: 2 * gib, since: at0.Add(-time.Second), peak: 2 * gib, fenced: true, refused: 3}
+			},
+			obs:  observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 0)}},
+			want: []string{"record A oom-in-process peak 2GiB held by allocation fence", "heal 2 reasons"},
+		},
+		{name: "a stopped task that left is recorded with what was done", rules: r,
+			before: func(m *memory) {
+				m.tracks["A"] = &track{gpu: "G", mode: policy.ModeIsolated, capBytes: 2 * gib, crossedAt: at0.Add(-time.Second),
+					peak: 3 * gib, action: ActionSIGKILL}
+			},
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, 0), resv("B", 2*gib, 0)},
+				procs: []seenProc{taskProc(105, "B", gib)}},
+			want: []string{"record A sigkill peak 3GiB"},
+		},
+		{name: "unmanaged memory is reported once and accounted, rounded up", rules: r,
+			obs:  observation{mode: policy.ModeIsolated, procs: []seenProc{taskProc(201, "", 100*size.MiB)}},
+			want: []string{"event unmanaged/seen ", "unmanaged use 128MiB"},
+			after: func(t *testing.T, m *memory) {
+				if m.unmanaged[procKey{201, 2010}] == nil {
+					t.Fatal("the unmanaged process is not remembered: it would be reported every pass")
+				}
+			}},
+		{name: "unmanaged use already in the ledger is not written again", rules: r,
+			before: func(m *memory) { m.unmanaged[procKey{201, 2010}] = &unmanagedProc{} },
+			obs:    observation{mode: policy.ModeIsolated, unmanagedBytes: 128 * size.MiB, procs: []seenProc{taskProc(201, "", 100*size.MiB)}},
+		},
+		{name: "unmanaged = stop: killed at once in isolated mode", rules: stopping,
+			obs:  observation{mode: policy.ModeIsolated, procs: []seenProc{taskProc(201, "", gib)}},
+			want: []string{"event unmanaged/seen ", "signal unmanaged 201 killed", "event unmanaged/stopped ", "unmanaged use 1GiB"},
+		},
+		{name: "unmanaged = stop: an MPS client gets SIGINT first", rules: stopping,
+			obs:  observation{mode: policy.ModeMPS, procs: []seenProc{pinnedProc(201, "", gib, 4*gib)}},
+			want: []string{"event unmanaged/seen ", "signal unmanaged 201 interrupt", "unmanaged use 1GiB"},
+		},
+		{name: "a process that vanished counts as use but is neither reported nor stopped", rules: stopping,
+			obs:  observation{mode: policy.ModeIsolated, procs: []seenProc{{ProcUsage: ProcUsage{PID: 301, Bytes: gib}}}},
+			want: []string{"unmanaged use 1GiB"},
+		},
+		{name: "the MPS server is neither a task nor unmanaged", rules: r,
+			obs:  observation{mode: policy.ModeMPS, procs: []seenProc{{ProcUsage: ProcUsage{PID: 401, Bytes: gib, MPSServer: true}}}},
+			want: []string{"heal 2 reasons"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMemory()
+			if tc.before != nil {
+				tc.before(m)
+			}
+			o := tc.obs
+			o.gpu, o.now = "G", at0
+			var got []string
+			for _, a := range decide(tc.rules, m, o) {
+				got = append(got, describe(a))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("actions:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+			if tc.after != nil {
+				tc.after(t, m)
+			}
+		})
+	}
+}
+
+// A violator's pass decides its stop; a later pass without its processes records it, with the
+// peak seen across the passes and the time it crossed.
+func TestDecideAcrossPasses(t *testing.T) {
+	r := rules{allowance: 256 * size.MiB, stopGrace: time.Second}
+	m := newMemory()
+	obs := func(at time.Duration, procs ...seenProc) observation {
+		return observation{gpu: "G", now: at0.Add(at), mode: policy.ModeIsolated,
+			reservations: []ledger.Reservation{resv("A", 2*gib, 0)}, procs: procs}
+	}
+	decide(r, m, obs(0, taskProc(101, "A", gib)))
+	decide(r, m, obs(10*time.Millisecond, taskProc(101, "A", 3*gib)))
+	decide(r, m, obs(20*time.Millisecond, taskProc(101, "A", 4*gib)))
+	acts := decide(r, m, obs(30*time.Millisecond))
+	var v *ledger.Violation
+	for _, a := range acts {
+		if rv, ok := a.(recordViolation); ok {
+			v = &rv.v
+		}
+	}
+	if v == nil || v.PeakBytes != 4*gib || !v.CrossedAt.Equal(at0.Add(10*time.Millisecond)) ||
+		!v.ContainedAt.Equal(at0.Add(30*time.Millisecond)) || v.Action != ActionSIGKILL || v.HeldBy != "" {
+		t.Fatalf("violation %+v: want a SIGKILL at peak 4GiB crossed at +10ms, contained at +30ms", v)
+	}
+	if len(m.tracks) != 0 {
+		t.Fatalf("tracks left after containment: %v", m.tracks)
+	}
+}
+
+// A stop decided for every process of a task names all of them, in order.
+func TestStopNamesEveryProcess(t *testing.T) {
+	acts := decide(rules{allowance: 0}, newMemory(), observation{gpu: "G", now: at0, mode: policy.ModeIsolated,
+		reservations: []ledger.Reservation{resv("A", gib, 0)}, procs: []seenProc{taskProc(9, "A", gib), taskProc(3, "A", 1)}})
+	for _, a := range acts {
+		if s, ok := a.(stopTask); ok {
+			if !slices.Equal(s.pids, []int{3, 9}) || s.sig != syscall.SIGKILL {
+				t.Fatalf("stop %+v: want SIGKILL to 3 and 9", s)
+			}
+			return
+		}
+	}
+	t.Fatalf("no stop in %v", acts)
+}

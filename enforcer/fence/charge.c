@@ -1,0 +1,270 @@
+/* The allocation rules: what a process of a task may charge, what waits and for what, and the
+ * task's view (state.h says why the table is built this way). */
+#define _GNU_SOURCE
+#include "state.h"
+#include "control.h"
+#include "lock.h"
+#include "table.h"
+
+#include <time.h>
+
+/* set_waiting changes what a process waits for and keeps its task's count of waiting
+ * processes. Called under the lock. */
+static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
+{
+	if ((p->waiting != GF_WAIT_NONE) != (why != GF_WAIT_NONE) && p->task < GF_TASKS) {
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			if (why != GF_WAIT_NONE)
+				k->nwait++;
+			else if (k->nwait > 0)
+				k->nwait--;
+		}
+	}
+	p->waiting = why;
+}
+
+static void give_back_bytes(struct gf_map *m, uint64_t n);
+
+/* settle_pending gives back what this process freed while it could not take the lock. Called
+ * under the lock. */
+static void settle_pending(struct gf_map *m)
+{
+	if (m->unwait && m->slot >= 0) {
+		/* a wait that ended without the lock (GF_BUSY) is cleared at the next one */
+		m->unwait = 0;
+		struct gf_proc *p = &m->t->procs[m->slot];
+		if (p->state == GF_LIVE && p->pgen == m->pgen)
+			set_waiting(m->t, p, GF_WAIT_NONE);
+	}
+	if (m->pending > 0 && m->slot >= 0) {
+		uint64_t n = m->pending;
+		m->pending = 0;
+		give_back_bytes(m, n);
+	}
+}
+
+/* mine says whether this process still owns its slot and its task still exists. */
+static int mine(const struct gf_map *m)
+{
+	const struct gf_table *t = m->t;
+	const struct gf_proc *p = &t->procs[m->slot];
+	const struct gf_task *k = &t->tasks[m->task];
+	return p->state == GF_LIVE && p->pgen == m->pgen && k->state == GF_LIVE && k->gen == m->task_gen;
+}
+
+/* lent is what task k keeps from borrowers: all it holds once armed; before that, only keep of
+ * its guarantee (its contexts' memory, which the fence does not see). */
+static uint64_t lent_held(const struct gf_task *k)
+{
+	if (k->armed)
+		return gf_held(k);
+	return k->keep < k->cap ? k->keep : k->cap;
+}
+
+/* in_use is what task k takes of the GPU now: its allocations and contexts, at most its hold. */
+static uint64_t in_use(const struct gf_task *k)
+{
+	uint64_t ctx = k->used + k->keep < k->used ? UINT64_MAX : k->used + k->keep;
+	return ctx < gf_held(k) ? ctx : gf_held(k);
+}
+
+/* borrows says whether any task but k holds more than its guarantee. */
+static int borrows(const struct gf_table *t, const struct gf_task *k)
+{
+	for (int i = 0; i < GF_TASKS; i++) {
+		const struct gf_task *o = &t->tasks[i];
+		if (o != k && o->state == GF_LIVE && o->used > o->cap)
+			return 1;
+	}
+	return 0;
+}
+
+static int anyone_owed(const struct gf_table *t)
+{
+	for (int j = 0; j < GF_PROCS; j++)
+		if (t->procs[j].state == GF_LIVE && t->procs[j].waiting == GF_WAIT_OWED)
+			return 1;
+	return 0;
+}
+
+enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2, OWED = 3, RECLAIM = 4 };
+
+/* judge is the rule: a task may always reach its guarantee; past it, up to its limit, it may
+ * borrow only memory that no armed task's guarantee covers and no other borrower holds.
+ * Within its guarantee it gets its bytes at once unless borrowers took them while it was
+ * unarmed (OWED: it waits for them); past it nothing is lent while any owner waits (RECLAIM). */
+static int judge(const struct gf_table *t, const struct gf_task *k, uint64_t want)
+{
+	if (want <= k->cap) {
+		if (t->h.budget == 0 || !borrows(t, k))
+			return FIT;
+		uint64_t sum = 0;
+		for (int i = 0; i < GF_TASKS; i++)
+			if (&t->tasks[i] != k && t->tasks[i].state == GF_LIVE)
+				sum += in_use(&t->tasks[i]);
+		uint64_t mine = want + k->keep < want || want + k->keep > k->cap ? k->cap : want + k->keep;
+		return sum <= t->h.budget && mine <= t->h.budget - sum ? FIT : OWED;
+	}
+	if (want > k->limit || t->h.budget == 0)
+		return PAST_LIMIT;
+	if (anyone_owed(t))
+		return RECLAIM;
+	uint64_t others = 0;
+	for (int i = 0; i < GF_TASKS; i++)
+		if (&t->tasks[i] != k && t->tasks[i].state == GF_LIVE)
+			others += lent_held(&t->tasks[i]);
+	return others <= t->h.budget && want <= t->h.budget - others ? FIT : NO_ROOM;
+}
+
+/* can_wait says whether waiting may let task slot me reach want: some other task that is not
+ * waiting itself holds memory (it ends, or frees, and nothing new is placed meanwhile), and what
+ * the waiting tasks hold leaves room for want. Borrowers waiting on each other, or a want that
+ * only an empty GPU could hold, fail at once instead: the task is re-run with more room. */
+static int can_wait(const struct gf_table *t, int me, uint64_t want)
+{
+	uint64_t stuck = 0;
+	int movers = 0;
+	for (int i = 0; i < GF_TASKS; i++) {
+		const struct gf_task *k = &t->tasks[i];
+		if (i == me || k->state != GF_LIVE || gf_held(k) == 0)
+			continue;
+		if (k->nwait > 0)
+			stuck += gf_held(k);
+		else
+			movers++;
+	}
+	return movers > 0 && stuck <= t->h.budget && want <= t->h.budget - stuck;
+}
+
+/* A waiting allocation looks again this often: neighbours' frees come in bursts at their ends,
+ * and a wait is bounded in seconds, so a millisecond's latency is nothing. */
+#define GF_WAIT_POLL_NS 2000000L
+/* ... and gives back the slots of dead processes (a syscall a slot) this much less often. */
+#define GF_WAIT_REAP_EVERY 50
+
+int gf_charge(struct gf_map *m, uint64_t n)
+{
+	if (!m->t || m->slot < 0)
+		return GF_NOTASK;
+	uint64_t deadline = 0;
+	int owed = 0;
+	for (unsigned polls = 0;; polls++) {
+		if (gf_lock(m) != 0) {
+			/* A wait that ends here leaves its flag set: it would freeze the GPU for as long
+			 * as this process lives. It is cleared at this process's next lock. */
+			m->unwait |= polls > 0;
+			return GF_BUSY;
+		}
+		/* Its own task decides within the guarantee; every task's once borrowing is on. */
+		gf_control_restore(m, m->task);
+		if (m->t->h.budget != 0)
+			gf_control_restore(m, -1);
+		settle_pending(m);
+		if (!mine(m)) {
+			if (m->t->procs[m->slot].pgen == m->pgen)
+				set_waiting(m->t, &m->t->procs[m->slot], GF_WAIT_NONE);
+			gf_unlock(m);
+			return GF_NOTASK;
+		}
+		struct gf_table *t = m->t;
+		struct gf_task *k = &t->tasks[m->task];
+		struct gf_proc *p = &t->procs[m->slot];
+		gf_test_point("charge-enter");
+		uint64_t want = k->used + n;
+		int verdict = want < k->used ? PAST_LIMIT : judge(t, k, want);
+		if (verdict == FIT) {
+			set_waiting(t, p, GF_WAIT_NONE);
+			k->used = want;
+			/* the worst moment to die: the task's sum is raised, the process's own is not */
+			gf_test_point("charge");
+			p->used += n;
+			p->allocs++;
+			if (k->used > k->peak)
+				k->peak = k->used;
+			if (p->used > p->peak)
+				p->peak = p->used;
+			gf_unlock(m);
+			return owed ? GF_OK_OWED : GF_OK;
+		}
+		owed |= verdict == OWED;
+		uint64_t now = 0;
+		if (verdict == OWED || (verdict == NO_ROOM && t->h.wait_ns > 0))
+			now = gf_now_ns();
+		if (now != 0 && deadline == 0)
+			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
+		if (now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(t, m->task, want))) {
+			set_waiting(t, p, GF_WAIT_NONE);
+			k->refused++;
+			p->refused++;
+			gf_unlock(m);
+			return GF_REFUSED;
+		}
+		uint32_t why = verdict == OWED ? GF_WAIT_OWED : GF_WAIT_BORROW;
+		if (p->waiting != why) {
+			set_waiting(t, p, why);
+			if (why == GF_WAIT_OWED)
+				k->owed++;
+			else
+				k->waits++;
+		}
+		gf_unlock(m);
+		if (polls % GF_WAIT_REAP_EVERY == GF_WAIT_REAP_EVERY - 1)
+			gf_reap(m, -1);
+		struct timespec d = {0, GF_WAIT_POLL_NS};
+		nanosleep(&d, NULL);
+	}
+}
+
+void gf_uncharge(struct gf_map *m, uint64_t n)
+{
+	if (!m->t || m->slot < 0 || n == 0)
+		return;
+	if (gf_lock(m) != 0) {
+		m->pending += n; /* given back at the next lock this process gets */
+		return;
+	}
+	settle_pending(m);
+	give_back_bytes(m, n);
+	gf_unlock(m);
+}
+
+/* give_back_bytes returns n bytes of this process to its task. Called under the lock. */
+static void give_back_bytes(struct gf_map *m, uint64_t n)
+{
+	struct gf_table *t = m->t;
+	struct gf_proc *p = &t->procs[m->slot];
+	if (p->state == GF_LIVE && p->pgen == m->pgen) {
+		if (n > p->used) {
+			t->h.underflows++;
+			n = p->used;
+		}
+		p->used -= n;
+		gf_test_point("uncharge");
+		struct gf_task *k = &t->tasks[m->task];
+		if (k->state == GF_LIVE && k->gen == m->task_gen) {
+			if (n > k->used) {
+				t->h.underflows++;
+				n = k->used;
+			}
+			k->used -= n;
+		}
+	}
+}
+
+int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
+{
+	if (!m->t || m->slot < 0)
+		return GF_NOTASK;
+	if (gf_lock(m) != 0)
+		return GF_BUSY;
+	gf_test_point("view");
+	gf_control_restore(m, m->task);
+	int ok = mine(m);
+	if (ok) {
+		*cap = m->t->tasks[m->task].cap;
+		*used = m->t->tasks[m->task].used;
+	}
+	gf_unlock(m);
+	return ok ? GF_OK : GF_NOTASK;
+}

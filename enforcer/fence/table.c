@@ -1,0 +1,392 @@
+/* A table's files and process slots: creating and mapping a GPU's table, claiming a slot for a
+ * process and giving it back, and the private table of a process no task places (state.h says
+ * why the table is built this way). */
+#define _GNU_SOURCE
+#include "state.h"
+#include "control.h"
+#include "lock.h"
+#include "table.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The byte whose lock marks the enforcer that manages the file. */
+#define CONTROL_BYTE (GF_LIVE_BASE - 1)
+
+void gf_give_back(struct gf_table *t, int i)
+{
+	struct gf_proc *p = &t->procs[i];
+	if (p->state != GF_LIVE)
+		return;
+	if (p->task < GF_TASKS) {
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			if (p->used > k->used) {
+				t->h.underflows++;
+				k->used = 0;
+			} else {
+				k->used -= p->used;
+			}
+			if (k->procs > 0)
+				k->procs--;
+			if (p->waiting && k->nwait > 0)
+				k->nwait--;
+		}
+	}
+	uint32_t pgen = p->pgen + 1;
+	memset(p, 0, sizeof *p);
+	p->pgen = pgen;
+}
+
+static int fail(char *err, size_t errlen, const char *what, const char *path, int e)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s %s: %s", what, path, strerror(e));
+	return -1;
+}
+
+static int check_header(const struct gf_table *t, off_t size, const char *path, char *err, size_t errlen)
+{
+	const struct gf_header *h = &t->h;
+	const char *why = NULL;
+	if ((size_t)size < sizeof *t)
+		why = "is shorter than a fence table";
+	else if (h->magic != GF_MAGIC)
+		why = "is not a gpufrac fence table (bad magic)";
+	else if (h->version != GF_VERSION)
+		why = "has another layout version";
+	else if (h->header_size != sizeof t->h || h->task_size != sizeof t->tasks[0] ||
+		 h->proc_size != sizeof t->procs[0] || h->ntasks != GF_TASKS || h->nprocs != GF_PROCS)
+		why = "has other table sizes";
+	if (!why)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen, "fence state %s %s", path, why);
+	return GF_ERR_CORRUPT;
+}
+
+static int map_file(int fd, const char *path, struct gf_map *m, char *err, size_t errlen)
+{
+	struct stat st;
+	if (fstat(fd, &st) != 0)
+		return fail(err, errlen, "stat", path, errno);
+	if ((size_t)st.st_size < sizeof(struct gf_table)) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s is %lld bytes, a table needs %zu", path,
+				 (long long)st.st_size, sizeof(struct gf_table));
+		return GF_ERR_CORRUPT;
+	}
+	void *p = mmap(NULL, sizeof(struct gf_table), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return fail(err, errlen, "map", path, errno);
+	m->t = p;
+	int rc = check_header(m->t, st.st_size, path, err, errlen);
+	if (rc == 0 && gf_take_owner(m) != 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s has no free owner index (%d maps)", path, GF_OWNERS);
+		rc = -1;
+	}
+	if (rc != 0) {
+		munmap(p, sizeof(struct gf_table));
+		m->t = NULL;
+	}
+	return rc;
+}
+
+static void reset(struct gf_map *m)
+{
+	memset(m, 0, sizeof *m);
+	m->fd = -1;
+	m->slot = -1;
+	m->task = -1;
+	m->owner = -1;
+}
+
+static void init_table(struct gf_table *t, const char *uuid)
+{
+	t->h.magic = GF_MAGIC;
+	t->h.version = GF_VERSION;
+	t->h.header_size = sizeof t->h;
+	t->h.task_size = sizeof t->tasks[0];
+	t->h.proc_size = sizeof t->procs[0];
+	t->h.ntasks = GF_TASKS;
+	t->h.nprocs = GF_PROCS;
+	snprintf(t->h.uuid, sizeof t->h.uuid, "%s", uuid);
+}
+
+/* create_new writes a fresh table under a temporary name and links it into place, so no reader
+ * ever maps a half-written header; a racing creator's table wins and this one is dropped. */
+static int create_new(const char *path, const char *uuid, char *err, size_t errlen)
+{
+	char tmp[4096];
+	if (snprintf(tmp, sizeof tmp, "%s.new.%d", path, (int)getpid()) >= (int)sizeof tmp)
+		return fail(err, errlen, "create", path, ENAMETOOLONG);
+	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+	if (fd < 0)
+		return fail(err, errlen, "create", tmp, errno);
+	/* Tasks run as other users than the enforcer: the table must be theirs to write. */
+	int rc = fchmod(fd, 0666);
+	if (rc == 0)
+		rc = ftruncate(fd, sizeof(struct gf_table));
+	struct gf_table *t = MAP_FAILED;
+	if (rc == 0)
+		t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (t == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		return fail(err, errlen, "create", tmp, e);
+	}
+	init_table(t, uuid);
+	munmap(t, sizeof *t);
+	rc = fsync(fd);
+	close(fd);
+	if (rc == 0 && link(tmp, path) != 0 && errno != EEXIST)
+		rc = -1;
+	int e = errno;
+	unlink(tmp);
+	return rc == 0 ? 0 : fail(err, errlen, "create", path, e);
+}
+
+int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_map *m,
+	      char *err, size_t errlen)
+{
+	reset(m);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		if (create_new(path, uuid, err, errlen) != 0)
+			return -1;
+		fd = open(path, O_RDWR | O_CLOEXEC);
+	}
+	if (fd < 0)
+		return fail(err, errlen, "open", path, errno);
+	m->fd = fd;
+	if (gf_byte_lock(fd, CONTROL_BYTE, F_WRLCK) != 0) {
+		int e = errno;
+		close(fd);
+		reset(m);
+		if (e == EAGAIN || e == EACCES) {
+			if (err && errlen)
+				snprintf(err, errlen, "fence state %s is managed by another gpufrac process", path);
+			return GF_ERR_BUSY;
+		}
+		return fail(err, errlen, "lock", path, e);
+	}
+	int rc = map_file(fd, path, m, err, errlen);
+	if (rc == 0 && gf_control_open(m, path, 1, err, errlen) != 0) {
+		munmap(m->t, sizeof *m->t);
+		rc = -1;
+	}
+	if (rc != 0) {
+		close(fd);
+		reset(m);
+		return rc;
+	}
+	if (gf_lock(m) != 0) {
+		gf_control_close(m);
+		munmap(m->t, sizeof *m->t);
+		close(fd);
+		reset(m);
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s is locked by a live process that does not let go", path);
+		return GF_ERR_LOCKED;
+	}
+	m->t->h.total = total;
+	gf_test_point("create");
+	m->t->h.budget = budget;
+	snprintf(m->t->h.uuid, sizeof m->t->h.uuid, "%s", uuid);
+	gf_control_write(m);
+	gf_unlock(m);
+	return 0;
+}
+
+int gf_find_task(const struct gf_table *t, const uint8_t *hash)
+{
+	for (int i = 0; i < GF_TASKS; i++)
+		if (t->tasks[i].state == GF_LIVE && memcmp(t->tasks[i].token_hash, hash, GF_HASH_LEN) == 0)
+			return i;
+	return -1;
+}
+
+/* try_claim takes slot i if its byte is free (a free slot, or one whose owner died). */
+static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
+{
+	if (gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+		return 0;
+	if (gf_lock(m) != 0) {
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		return -2;
+	}
+	struct gf_table *t = m->t;
+	gf_test_point("claim");
+	gf_control_restore(m, -1);
+	int k = gf_find_task(t, hash);
+	if (k < 0) {
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		return -1;
+	}
+	if (t->procs[i].state == GF_LIVE) {
+		gf_give_back(t, i); /* its owner died: the byte was free */
+		t->h.reaped++;
+	}
+	struct gf_proc *p = &t->procs[i];
+	/* The slot goes live last: a holder that dies before leaves a free slot, one that dies
+	 * after leaves a whole one that the recount and the reaper understand. */
+	p->task = (uint32_t)k;
+	p->task_gen = t->tasks[k].gen;
+	p->pid = (int32_t)getpid();
+	__atomic_store_n(&p->state, GF_LIVE, __ATOMIC_RELEASE);
+	gf_test_point("claim-live");
+	t->tasks[k].procs++;
+	t->tasks[k].armed = 1; /* a process attaches at its first allocation: the task is on the GPU */
+	m->slot = i;
+	m->task = k;
+	m->task_gen = p->task_gen;
+	m->pgen = p->pgen;
+	gf_unlock(m);
+	return 1;
+}
+
+int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen)
+{
+	reset(m);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0)
+		return fail(err, errlen, "open", path, errno);
+	m->fd = fd;
+	int rc = map_file(fd, path, m, err, errlen);
+	if (rc != 0)
+		goto out;
+	gf_control_open(m, path, 0, NULL, 0);
+	uint8_t hash[GF_HASH_LEN];
+	gf_sha256(token, strlen(token), hash);
+	/* Free slots first; then slots whose byte is free, which belong to dead processes. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < GF_PROCS; i++) {
+			uint32_t st = __atomic_load_n(&m->t->procs[i].state, __ATOMIC_RELAXED);
+			if ((pass == 0) != (st == GF_FREE))
+				continue;
+			int r = try_claim(m, i, hash);
+			if (r > 0)
+				return 0;
+			if (r == -2) {
+				if (err && errlen)
+					snprintf(err, errlen, "fence state %s is locked by a live process that does not let go",
+						 path);
+				rc = GF_ERR_LOCKED;
+				goto out;
+			}
+			if (r < 0) {
+				if (err && errlen)
+					snprintf(err, errlen, "fence state %s has no task for this reservation", path);
+				rc = GF_ERR_NOTASK;
+				goto out;
+			}
+		}
+	}
+	if (err && errlen)
+		snprintf(err, errlen, "fence state %s has no free process slot (%d in use)", path, GF_PROCS);
+	rc = -1;
+out:
+	gf_control_close(m);
+	if (m->t)
+		munmap(m->t, sizeof *m->t);
+	close(fd);
+	reset(m);
+	return rc;
+}
+
+void gf_detach(struct gf_map *m)
+{
+	if (!m->t)
+		return;
+	/* Without the lock the slot is left to the reapers: its byte is free once the file is closed. */
+	if (m->slot >= 0 && gf_lock(m) == 0) {
+		if (m->t->procs[m->slot].pgen == m->pgen)
+			gf_give_back(m->t, m->slot);
+		gf_test_point("detach");
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
+	}
+	gf_control_close(m);
+	munmap(m->t, sizeof *m->t);
+	close(m->fd);
+	reset(m);
+}
+
+int gf_reap(struct gf_map *m, int task)
+{
+	int n = 0;
+	if (!m->t)
+		return 0;
+	for (int i = 0; i < GF_PROCS; i++) {
+		struct gf_proc *p = &m->t->procs[i];
+		if (i == m->slot || __atomic_load_n(&p->state, __ATOMIC_RELAXED) != GF_LIVE)
+			continue;
+		if (task >= 0 && __atomic_load_n(&p->task, __ATOMIC_RELAXED) != (uint32_t)task)
+			continue;
+		/* Holding the byte proves its owner is gone and keeps claimants off until it is free. */
+		if (gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+			continue;
+		if (gf_lock(m) != 0) {
+			gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+			break;
+		}
+		if (p->state == GF_LIVE) {
+			gf_give_back(m->t, i);
+			m->t->h.reaped++;
+			n++;
+			gf_test_point("reap");
+		}
+		gf_unlock(m);
+		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+	}
+	return n;
+}
+
+int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen)
+{
+	reset(m);
+	/* By its system call: the glibc wrapper is 2.27's, newer than the preload may need. */
+	int fd = (int)syscall(SYS_memfd_create, "gpufrac-unplaced", MFD_CLOEXEC);
+	if (fd < 0)
+		return fail(err, errlen, "create", "a private table", errno);
+	if (ftruncate(fd, sizeof(struct gf_table)) != 0) {
+		int e = errno;
+		close(fd);
+		return fail(err, errlen, "size", "a private table", e);
+	}
+	m->fd = fd;
+	int rc = -1;
+	struct gf_table *t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (t == MAP_FAILED) {
+		fail(err, errlen, "map", "a private table", errno);
+		goto out;
+	}
+	uint8_t hash[GF_HASH_LEN];
+	gf_sha256("", 0, hash);
+	init_table(t, uuid);
+	struct gf_task *k = &t->tasks[0];
+	k->gen = 1;
+	k->cap = k->limit = k->keep = cap;
+	memcpy(k->token_hash, hash, GF_HASH_LEN);
+	k->state = GF_LIVE;
+	munmap(t, sizeof *t);
+	rc = map_file(fd, "a private table", m, err, errlen);
+	if (rc == 0 && try_claim(m, 0, hash) > 0)
+		return 0;
+out:
+	if (m->t)
+		munmap(m->t, sizeof *m->t);
+	close(fd);
+	reset(m);
+	return rc ? rc : -1;
+}

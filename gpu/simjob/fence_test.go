@@ -1,0 +1,108 @@
+package simjob
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
+)
+
+// fakeFence grants up to capBytes and records what it was told.
+type fakeFence struct {
+	capBytes, used size.Bytes
+}
+
+func (f *fakeFence) Charge(n size.Bytes) bool {
+	if f.used+n > f.capBytes {
+		return false
+	}
+	f.used += n
+	return true
+}
+func (f *fakeFence) Uncharge(n size.Bytes)                { f.used -= n }
+func (f *fakeFence) View() (size.Bytes, size.Bytes, bool) { return f.capBytes, f.used, true }
+func (f *fakeFence) Detach()                              {}
+
+// useFence sets how this test's jobs reach the fence (nil: none) and puts back what the test
+// binary had: its external tests link enforcer/fence, which hands over the real one.
+func useFence(t *testing.T, a AttachFunc) {
+	old := attachFn.Load()
+	if a == nil {
+		attachFn.Store(nil)
+	} else {
+		UseFence(a)
+	}
+	t.Cleanup(func() { attachFn.Store(old) })
+}
+
+// A simulated job reaches the fence only through what UseFence handed it, and says why when it
+// cannot, as the preload library does; it never stops for it.
+func TestAttachFence(t *testing.T) {
+	const uuid = "GPU-1"
+	fake := &fakeFence{capBytes: size.GiB}
+	var asked []string
+	attach := func(dir, gpu, token string) (Fence, error) {
+		asked = append(asked, dir+" "+gpu+" "+token)
+		if token == "bad" {
+			return nil, errors.New("no task for this reservation")
+		}
+		return fake, nil
+	}
+	tests := []struct {
+		name   string
+		attach AttachFunc
+		env    map[string]string
+		fenced bool
+		say    string
+	}{
+		{"no fence directory", attach, map[string]string{taskenv.Reservation: "tok", taskenv.GPUUUID: uuid}, false, ""},
+		{"no fence in this program", nil, map[string]string{taskenv.FenceDir: "/f", taskenv.Reservation: "tok", taskenv.GPUUUID: uuid}, false, "no fence for simulated jobs"},
+		{"no reservation for this GPU", attach, map[string]string{taskenv.FenceDir: "/f", taskenv.Reservation: "tok", taskenv.GPUUUID: "GPU-2"}, false, "no reservation for GPU-1"},
+		{"the fence refuses the attach", attach, map[string]string{taskenv.FenceDir: "/f", taskenv.ReservationKey(uuid): "bad"}, false, "no task for this reservation; this process runs under the watchdog alone"},
+		{"attached", attach, map[string]string{taskenv.FenceDir: "/f", taskenv.ReservationKey(uuid): "tok"}, true, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, k := range []string{taskenv.FenceDir, taskenv.Reservation, taskenv.GPUUUID, taskenv.ReservationKey(uuid)} {
+				t.Setenv(k, tt.env[k])
+			}
+			useFence(t, tt.attach)
+			var stderr bytes.Buffer
+			j := &job{c: &config{gpu: uuid}, stderr: &stderr}
+			j.attachFence()
+			j.attachFence() // once: the second look says nothing more
+			if (j.fence != nil) != tt.fenced {
+				t.Fatalf("fenced %v, want %v (stderr %q)", j.fence != nil, tt.fenced, stderr.String())
+			}
+			if got := stderr.String(); (tt.say == "") != (got == "") || !strings.Contains(got, tt.say) || strings.Count(got, "\n") > 1 {
+				t.Fatalf("stderr %q, want one line with %q", got, tt.say)
+			}
+		})
+	}
+	if len(asked) != 2 || asked[1] != "/f GPU-1 tok" {
+		t.Fatalf("attach was asked %q", asked)
+	}
+}
+
+// Growth past the context is charged to the fence; a refusal fails the job inside itself.
+func TestChargeGoesThroughTheFence(t *testing.T) {
+	fake := &fakeFence{capBytes: size.GiB}
+	var stderr bytes.Buffer
+	j := &job{c: &config{gpu: "GPU-1"}, stderr: &stderr, fence: fake, fenceTried: true, ctx: 500 * size.MiB, ctxSet: true}
+	if code := j.charge(1000 * size.MiB); code != ExitOK || fake.used != 500*size.MiB {
+		t.Fatalf("within the cap: exit %d, charged %s", code, fake.used)
+	}
+	j.used = 1000 * size.MiB
+	if code := j.charge(2 * size.GiB); code != ExitFail || fake.used != 500*size.MiB {
+		t.Fatalf("past the cap: exit %d, charged %s", code, fake.used)
+	}
+	if !strings.Contains(stderr.String(), "CUDA out of memory") {
+		t.Fatalf("a refusal says nothing: %q", stderr.String())
+	}
+	if code := j.charge(600 * size.MiB); code != ExitOK || fake.used != 100*size.MiB {
+		t.Fatalf("a shrink gives back: exit %d, charged %s", code, fake.used)
+	}
+}
