@@ -9,12 +9,16 @@ import (
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
-// The Nomad names a task's processes carry, for the tests that start such processes.
+// The names a task's processes carry, for the tests that start such processes, and how the
+// watchdog says it tied one by its own environment.
 const (
 	envNomadJob  = attribution.EnvNomadJob
 	envNomadTask = attribution.EnvNomadTask
+	EnvTemplate  = taskenv.Template
+	viaEnviron   = attribution.ViaEnviron
 )
 
 // What TaskEnv hands a task is what the watchdog's attribution reads back: the token, the
