@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/runner"
 	"github.com/hashicorp/go-hclog"
@@ -28,6 +29,10 @@ type ArmSpec struct {
 	// names one; "" = the invocation's --borrow. It lets one call compare borrowing rules beside
 	// the same exclusive run.
 	Borrow string
+	// Hold is the packed arm's borrower hold when the entry names one ("instant": none;
+	// "holdN": served after policy.DefaultHold's quiet time, at most N; "holdN-afterP": the
+	// hold begins once the borrower has waited P); nil = the runner's default.
+	Hold *policy.HoldRule
 }
 
 var (
@@ -35,10 +40,11 @@ var (
 	borrowNames = []string{runner.BorrowOff, runner.BorrowNow, runner.BorrowWait, runner.BorrowLend}
 )
 
-// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW]:
+// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW][-HOLD[-AFTER]]:
 // "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-retry",
-// "packed-isolated-warm-lend". MODE defaults to defMode, PROFILES to cold (they mean nothing
-// for exclusive) and BORROW (packed only) to the invocation's. An entry that
+// "packed-isolated-warm-lend", "packed-isolated-warm-wait-hold30s". MODE defaults to defMode,
+// PROFILES to cold (they mean nothing for exclusive), BORROW and HOLD (packed only) to the
+// invocation's. An entry that
 // repeats gets "-2", "-3" appended to its label: "exclusive,packed-mps,exclusive" runs
 // exclusive twice, labelled exclusive and exclusive-2.
 func ParseArms(list, defMode string) ([]ArmSpec, error) { return parseArms(list, defMode, true) }
@@ -84,8 +90,27 @@ func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 		if len(rest) > 0 && spec.Arm == record.ArmPacked && slices.Contains(borrowNames, rest[0]) {
 			spec.Borrow, rest = rest[0], rest[1:]
 		}
+		if len(rest) > 0 && spec.Arm == record.ArmPacked {
+			h, ok, err := parseHold(rest[0])
+			if err != nil {
+				return nil, fmt.Errorf("arm %q: %w", e, err)
+			}
+			if ok {
+				rest = rest[1:]
+				if len(rest) > 0 && h.Quiet > 0 && strings.HasPrefix(rest[0], "after") {
+					if h.After, err = time.ParseDuration(strings.TrimPrefix(rest[0], "after")); err != nil {
+						return nil, fmt.Errorf("arm %q: %q: want after and a duration, as in after10s: %w", e, rest[0], err)
+					}
+					rest = rest[1:]
+				}
+				if err := h.Validate(); err != nil {
+					return nil, fmt.Errorf("arm %q: %w", e, err)
+				}
+				spec.Hold = &h
+			}
+		}
 		if len(rest) > 0 {
-			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q nor a packed arm's borrowing %q",
+			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q, a packed arm's borrowing %q nor its hold (instant, holdN)",
 				e, strings.Join(rest, "-"), modeNames, record.ProfileChoices, borrowNames)
 		}
 		if spec.Arm == record.ArmExclusive {
@@ -105,6 +130,23 @@ func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 		return nil, fmt.Errorf("arm list %q: the first arm must be exclusive: its results are the references every other arm is checked against", list)
 	}
 	return out, nil
+}
+
+// parseHold reads an arm entry's hold: "instant" (admissions pause only while an allocation
+// waits) or "hold" and a bound ("hold30s"); ok is false for a word that is neither.
+func parseHold(w string) (policy.HoldRule, bool, error) {
+	if w == "instant" {
+		return policy.NoHold, true, nil
+	}
+	b, found := strings.CutPrefix(w, "hold")
+	if !found {
+		return policy.HoldRule{}, false, nil
+	}
+	d, err := time.ParseDuration(b)
+	if err != nil {
+		return policy.HoldRule{}, false, fmt.Errorf("hold %q: want hold and a bound, as in hold30s: %w", w, err)
+	}
+	return policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: d}, true, nil
 }
 
 // JobSpec is one job ready for the runner.

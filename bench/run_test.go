@@ -13,11 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
 )
 
 func TestParseArms(t *testing.T) {
-	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait", "isolated")
+	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s", "isolated")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,20 +34,30 @@ func TestParseArms(t *testing.T) {
 		{Label: "uncapped-retry-isolated", Arm: "uncapped-retry", Mode: "isolated", Profiles: "cold"},
 		{Label: "packed-isolated-warm-lend", Arm: "packed", Mode: "isolated", Profiles: "warm", Borrow: "lend"},
 		{Label: "packed-wait", Arm: "packed", Mode: "isolated", Profiles: "cold", Borrow: "wait"},
+		{Label: "packed-warm-wait-instant", Arm: "packed", Mode: "isolated", Profiles: "warm", Borrow: "wait", Hold: &policy.NoHold},
+		{Label: "packed-warm-hold10s", Arm: "packed", Mode: "isolated", Profiles: "warm",
+			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 10 * time.Second}},
+		{Label: "packed-hold30s-after5s", Arm: "packed", Mode: "isolated", Profiles: "cold",
+			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 30 * time.Second, After: 5 * time.Second}},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
 	}
 	for list, wantErr := range map[string]string{
-		"":                           "no arms",
-		"packed-mps,exclusive":       "first arm must be exclusive",
-		"exclusive,packd":            `"packd"`,
-		"exclusive,packed-fast":      `"fast"`,
-		"exclusive,packed-warm-x":    `"x"`,
-		"exclusive,uncapped-retries": `"retries"`,
-		"exclusive,retry":            `"retry"`,
-		"exclusive,uncapped-lend":    `"lend"`,
-		"exclusive,packed-warm-lent": `"lent"`,
+		"":                                 "no arms",
+		"packed-mps,exclusive":             "first arm must be exclusive",
+		"exclusive,packd":                  `"packd"`,
+		"exclusive,packed-fast":            `"fast"`,
+		"exclusive,packed-warm-x":          `"x"`,
+		"exclusive,uncapped-retries":       `"retries"`,
+		"exclusive,retry":                  `"retry"`,
+		"exclusive,uncapped-lend":          `"lend"`,
+		"exclusive,packed-warm-lent":       `"lent"`,
+		"exclusive,packed-warm-holdx":      `"holdx"`,
+		"exclusive,packed-hold10ms":        "bound 10ms",
+		"exclusive,packed-hold10s-after":   `"after"`,
+		"exclusive,packed-instant-after5s": `"after5s"`,
+		"exclusive,static-hold10s":         `"hold10s"`,
 	} {
 		if _, err := ParseArms(list, "mps"); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseArms(%q): error %v, want one containing %s", list, err, wantErr)

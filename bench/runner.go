@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gpufrac/gpufrac/bench/arms"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
@@ -46,11 +47,14 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 	for _, j := range jobs {
 		q.Jobs = append(q.Jobs, queue.Job{Name: j.Name, Template: j.Template, Command: j.Command, Env: j.Env, Result: j.Result})
 	}
-	o := runner.Options{
-		Arm: spec.Arm, Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
+	o, err := arms.Options(runner.Options{
+		Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
 		StateDir: stateDir, Policy: r.Policy, OutDir: filepath.Join(outDir, "runner"),
 		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, ProbeCap: r.ProbeCap, Self: r.Self,
-		Borrow: r.Borrow, BorrowWait: r.BorrowWait,
+		Borrow: r.Borrow, BorrowWait: r.BorrowWait, BorrowHold: spec.Hold,
+	}, spec.Arm)
+	if err != nil {
+		return ArmRun{}, err
 	}
 	if spec.Borrow != "" {
 		o.Borrow = spec.Borrow

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -119,6 +120,26 @@ func (sh simShape) aloneAt(gpuMem size.Bytes, scale float64) (wall, smActive tim
 	return startup + active, time.Duration(float64(active) * sh.load.SMUtil / 100), nil
 }
 
+// EnvLeakerSmall ends the leaker's small phase this many seconds after its process started, at
+// scale 1, as it does for examples/workloads/leaker.py: a shorter one makes the leaker grow while
+// the queue's second wave starts (the pattern of issue 25).
+const EnvLeakerSmall = "GPUFRAC_LEAKER_SMALL_S"
+
+// leakerSmall is sh with its small phase ending at small seconds ("" keeps it): the hold after
+// its start-up and rise shrinks or grows; other templates are left alone.
+func leakerSmall(sh simShape, small string) (simShape, error) {
+	if sh.leakFraction == 0 || small == "" {
+		return sh, nil
+	}
+	s, err := strconv.ParseFloat(small, 64)
+	hold := time.Duration(s*float64(time.Second)) - sh.startup - sh.ramp
+	if err != nil || hold < 0 {
+		return sh, fmt.Errorf("%s=%q: want seconds, at least the leaker's start-up and rise (%s)", EnvLeakerSmall, small, sh.startup+sh.ramp)
+	}
+	sh.hold = hold
+	return sh, nil
+}
+
 // SimJobMain is a simulated benchmark job: it runs gpu/simjob (a real process that takes memory
 // on a simulated GPU, fails inside itself at an MPS limit, dies for real when killed) shaped
 // like the template, and converts simjob's deterministic result into the workloads' result
@@ -142,6 +163,10 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	shape, ok := shapesOf(prof)[*template]
 	if !ok {
 		fmt.Fprintf(stderr, "simjob: --template %q is not a benchmark template\n", *template)
+		return 2
+	}
+	if shape, err = leakerSmall(shape, os.Getenv(EnvLeakerSmall)); err != nil {
+		fmt.Fprintf(stderr, "simjob: %v\n", err)
 		return 2
 	}
 	if *result == "" || *scale <= 0 {

@@ -149,3 +149,28 @@ func TestSimJobStartUpHoldsNoMemory(t *testing.T) {
 		t.Fatalf("stopped in its start-up: %v (stderr %q), want exit 143", err, stderr.String())
 	}
 }
+
+// GPUFRAC_LEAKER_SMALL_S moves the simulated leaker's growth as it moves the real one's: its
+// small phase ends that many seconds after the process started; other templates ignore it.
+func TestLeakerSmallPhase(t *testing.T) {
+	for _, tc := range []struct {
+		template, small string
+		hold            time.Duration
+		err             bool
+	}{
+		{Leaker, "", 16 * time.Second, false},
+		{Leaker, "12", 4 * time.Second, false},
+		{Leaker, "8", 0, false},
+		{Leaker, "7.9", 0, true},
+		{Leaker, "soon", 0, true},
+		{LoRA06B, "12", 3 * time.Second, false},
+	} {
+		sh, err := leakerSmall(simShapes[tc.template], tc.small)
+		if (err != nil) != tc.err || err == nil && sh.hold != tc.hold {
+			t.Errorf("%s with %q: hold %s, error %v; want hold %s, error %v", tc.template, tc.small, sh.hold, err, tc.hold, tc.err)
+		}
+		if err != nil && !strings.Contains(err.Error(), tc.small) {
+			t.Errorf("%s with %q: error %v does not name the value", tc.template, tc.small, err)
+		}
+	}
+}

@@ -62,7 +62,8 @@ func TestRunGivesUpWhenStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := testOptions(t, sim, record.ArmExclusive)
+	o := testOptions(t, sim, record.ArmPacked)
+	o.Arm, o.Admission = "", testRule{arm: record.ArmExclusive, alone: true} // no enforcer; the job needs the whole budget
 	o.StateDir = t.TempDir()
 	// A reservation of the whole budget by this (live) process, left in the run's ledger.
 	led, err := ledger.Open(o.StateDir, ledger.Options{Holder: SelfHolder()})

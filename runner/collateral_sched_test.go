@@ -8,7 +8,6 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
-	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -41,7 +40,7 @@ func TestSchedAdmitsNothingOnAnUnhealthyGPU(t *testing.T) {
 		{Job: queue.Job{Name: "b", Template: "t"}},
 		{Job: queue.Job{Name: "probe", Template: "new"}},
 	}
-	s := newSched(record.ArmPacked, policy.Default(), led, []string{g0, g1}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(policy.Default(), led, []string{g0, g1}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["t"] = 10 * size.GiB
 	got := s.next()
 	for _, l := range got {
@@ -70,7 +69,7 @@ func TestSchedAdmitsNothingOnAnUnhealthyGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs2 := []*jobState{{Job: queue.Job{Name: "c", Template: "t"}}, {Job: queue.Job{Name: "p", Template: "new"}}}
-	s2 := newSched(record.ArmPacked, policy.Default(), led2, []string{uuid}, jobs2, 0, hclog.NewNullLogger())
+	s2 := newSched(policy.Default(), led2, []string{uuid}, jobs2, 0, hclog.NewNullLogger())
 	s2.peaks["t"] = 10 * size.GiB
 	for range 3 {
 		if got := s2.next(); len(got) != 0 {

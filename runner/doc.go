@@ -11,5 +11,7 @@
 // stores a template), and here a probe attempt: a template's first job, run to measure its
 // footprint, alone or in place beside others under a protective cap (launch.inPlace).
 //
-// The runner is also the benchmark's harness: each arm (record.Arm) is a set of admission rules.
+// The runner is also the benchmark's harness. Its scheduler has one admission rule, packed; the
+// benchmark's baselines (exclusive, static, uncapped, uncapped-retry) replace it through the
+// Admission interface (admission.go), which bench/arms implements.
 package runner

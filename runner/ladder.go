@@ -94,8 +94,9 @@ func (r *run) climb(j *jobState, a *active, at *record.Attempt) policy.Step {
 			whole = max(whole, wholeBytes(st))
 		}
 	}
+	// A baseline's caps are its own (Admission.Share): the ladder raises only the packed rule's.
 	f := policy.Failure{Attempt: j.attempts, MaxAttempts: j.limit(), CapBytes: at.CapBytes, Whole: a.l.whole,
-		ReachedBytes: reached, Fixed: j.capFixed, WholeBytes: whole, UnitBytes: unit, NoRaise: r.o.Arm == record.ArmStatic}
+		ReachedBytes: reached, Fixed: j.capFixed, WholeBytes: whole, UnitBytes: unit, NoRaise: r.s.adm != nil}
 	step := r.o.Policy.Next(f)
 	at.Next, at.NextKind, at.NextCapBytes = step.String(), step.Kind, 0
 	switch step.Kind {

@@ -6,18 +6,20 @@ import (
 	"github.com/gpufrac/gpufrac/record"
 )
 
-// uncappedRetries is how often the uncapped-retry arm starts a failed job again (a job runs at
-// most 1+uncappedRetries attempts), as a retry loop around each job would.
-const uncappedRetries = 3
-
-// retry decides whether a job whose attempt failed is started again: only in the uncapped-retry
-// arm, at once (a retry loop does not wait for the GPU to have room), and at most
-// uncappedRetries times. The failed attempt keeps its outcome, so its time counts as lost work.
+// retry decides whether a job whose attempt failed is started again: only under an admission
+// rule that retries (Admission.Retries: a rule without caps has none to raise, so a retry loop
+// around each job is its ladder), at once (a retry loop does not wait for the GPU to have room),
+// and at most that many times. The failed attempt keeps its outcome, so its time counts as lost
+// work.
 func (r *run) retry(j *jobState, at *record.Attempt) bool {
-	if r.o.Arm != record.ArmUncappedRetry || j.retries >= uncappedRetries {
+	n := 0
+	if r.s.adm != nil {
+		n = r.s.adm.Retries()
+	}
+	if j.retries >= n {
 		return false
 	}
 	j.retries++
-	at.Detail = fmt.Sprintf("%s; started again (retry %d of %d)", at.Detail, j.retries, uncappedRetries)
+	at.Detail = fmt.Sprintf("%s; started again (retry %d of %d)", at.Detail, j.retries, n)
 	return true
 }

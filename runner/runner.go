@@ -74,6 +74,9 @@ type Options struct {
 	Borrow string
 	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = DefaultBorrowWait.
 	BorrowWait time.Duration
+	// BorrowHold is how long admissions on a GPU pause for a borrower that waited there;
+	// nil = policy.DefaultHold.
+	BorrowHold *policy.HoldRule
 	// Now is the run's clock where time decides or is recorded: attempts' starts and ends, the
 	// give-up after stuckAfter with nothing running, a probe's cap change, the progress published
 	// for gpufrac status (once a second), an enforcer event that carries no time; nil = time.Now.
@@ -85,22 +88,18 @@ type Options struct {
 	// Arm is the set of admission rules: empty (or the queue's arm) is ArmPacked, the rules
 	// gpufrac exists for. The other arms (ArmExclusive, ArmStatic, ArmUncapped,
 	// ArmUncappedRetry) are the benchmark's baselines, which packing is measured against
-	// (bench/); `gpufrac run --arm` offers them so a baseline can be run by hand.
-	Arm record.Arm
+	// (bench/); their rules come with them in Admission (bench/arms), and `gpufrac run --arm`
+	// offers them so a baseline can be run by hand.
+	Arm       record.Arm
+	Admission Admission
 }
 
 // ErrOptions is wrapped by option errors.
 var ErrOptions = errors.New("invalid run options")
 
 func (o *Options) fill(q queue.Queue) error {
-	if o.Arm == "" {
-		o.Arm = q.Arm
-	}
-	if o.Arm == "" {
-		o.Arm = record.ArmPacked
-	}
-	if err := o.Arm.Check(); err != nil {
-		return fmt.Errorf("%w: %w", ErrOptions, err)
+	if err := o.fillArm(q); err != nil {
+		return err
 	}
 	if o.Profiles == "" {
 		o.Profiles = q.Profiles
@@ -144,6 +143,13 @@ func (o *Options) fill(q queue.Queue) error {
 	}
 	if o.BorrowWait < 0 {
 		return fmt.Errorf("%w: borrow wait %s is negative", ErrOptions, o.BorrowWait)
+	}
+	if o.BorrowHold == nil {
+		h := policy.DefaultHold
+		o.BorrowHold = &h
+	}
+	if err := o.BorrowHold.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
@@ -336,7 +342,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		jobs[i] = &jobState{Job: j, idx: i}
 		jobs[i].bound(q)
 	}
-	sc := schedConfig{Arm: o.Arm, Policy: o.Policy, Ledger: led, GPUs: uuids, MaxTotal: o.MaxConcurrent, Logger: log,
+	sc := schedConfig{Admission: o.Admission, Hold: *o.BorrowHold, Now: o.Now, Policy: o.Policy, Ledger: led, GPUs: uuids, MaxTotal: o.MaxConcurrent, Logger: log,
 		Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
 		ProbeInPlace: o.Arm == record.ArmPacked && mode == policy.ModeIsolated && r.guard != nil}
 	if r.borrows && r.guard != nil {

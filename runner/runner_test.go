@@ -48,6 +48,24 @@ func newSim(t testing.TB, gpus ...string) *gpu.Simulated {
 	return s
 }
 
+// testRule is an admission rule other than packed, as the benchmark supplies them (bench/arms):
+// jobs alone or side by side with no caps.
+type testRule struct {
+	arm   record.Arm
+	alone bool
+}
+
+func (r testRule) Arm() record.Arm { return r.arm }
+func (r testRule) PerGPU(policyMax int) int {
+	if r.alone {
+		return 1
+	}
+	return policyMax
+}
+func (r testRule) Alone(bool) bool                        { return r.alone }
+func (testRule) Share(ledger.GPUState) (size.Bytes, bool) { return 0, false }
+func (testRule) Retries() int                             { return 0 }
+
 func testOptions(t testing.TB, b gpu.Backend, arm record.Arm) Options {
 	p := policy.Default()
 	p.WatchdogInterval = 20 * time.Millisecond
@@ -288,46 +306,6 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 	}
 }
 
-func TestArmConcurrency(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		arm      record.Arm
-		jobs     int
-		want     int
-		wantCapF func(budget size.Bytes) size.Bytes // expected cap of every attempt
-	}{
-		{record.ArmExclusive, 3, 1, func(size.Bytes) size.Bytes { return 0 }},
-		{record.ArmStatic, 4, 2, func(b size.Bytes) size.Bytes { return b / 2 }},
-		{record.ArmUncapped, 8, 6, func(size.Bytes) size.Bytes { return 0 }},
-	}
-	for _, tc := range tests {
-		t.Run(string(tc.arm), func(t *testing.T) {
-			t.Parallel()
-			sim := newSim(t, "H100=80GiB")
-			var jobs []queue.Job
-			for i := range tc.jobs {
-				jobs = append(jobs, simJob(t, "j"+string(rune('a'+i)), "t", "--peak", "1GiB", "--ramp", "20ms", "--hold", "400ms"))
-			}
-			res := runQueue(t, queue.Queue{Jobs: jobs}, testOptions(t, sim, tc.arm))
-			if res.Completed != tc.jobs {
-				t.Fatalf("completed %d of %d", res.Completed, tc.jobs)
-			}
-			if got := maxOverlap(res.Attempts); got != tc.want {
-				t.Errorf("%s: %d jobs at once, want %d", tc.arm, got, tc.want)
-			}
-			budget := res.GPUs[0].BudgetBytes
-			for _, a := range res.Attempts {
-				if a.Probe {
-					t.Errorf("%s arm probed %s; only packed probes", tc.arm, a.Job)
-				}
-				if a.CapBytes != tc.wantCapF(budget) {
-					t.Errorf("%s: cap %s, want %s", a.Job, a.CapBytes, tc.wantCapF(budget))
-				}
-			}
-		})
-	}
-}
-
 func TestOutputsAreWrittenAndParse(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
@@ -403,6 +381,10 @@ func TestRunRejectsBadOptions(t *testing.T) {
 		want string
 	}{
 		{"arm", func(o *Options) { o.Arm = "fast" }, `"fast"`},
+		{"baseline without its rules", func(o *Options) { o.Arm = record.ArmStatic }, `"static" is one of the benchmark's baselines`},
+		{"rules of another arm", func(o *Options) { o.Arm, o.Admission = record.ArmStatic, testRule{arm: record.ArmUncapped} }, `"uncapped"`},
+		{"packed with other rules", func(o *Options) { o.Admission = testRule{arm: record.ArmPacked} }, "takes no other admission rules"},
+		{"hold without a bound", func(o *Options) { o.BorrowHold = &policy.HoldRule{Quiet: time.Second} }, "bound 0s"},
 		{"profiles", func(o *Options) { o.Profiles = "lukewarm" }, `"lukewarm"`},
 		{"mode", func(o *Options) { o.Mode = "mig" }, `"mig"`},
 		{"backend", func(o *Options) { o.Backend = nil }, "no GPU backend"},
@@ -429,7 +411,8 @@ func TestInterruptStopsJobsAndStillWritesResults(t *testing.T) {
 		simJob(t, "long2", "t", "--peak", "1GiB", "--hold", "30s"),
 		{Name: "missing", Template: "m", Command: []string{"/no/such/program"}},
 	}}
-	o := testOptions(t, sim, record.ArmUncapped)
+	o := testOptions(t, sim, record.ArmPacked)
+	o.Arm, o.Admission = "", testRule{arm: record.ArmUncapped} // every job at once, nothing to probe
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	start := time.Now()

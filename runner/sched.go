@@ -14,9 +14,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// staticSlots is how many equal memory slots the static arm splits a GPU into.
-const staticSlots = 2
-
 // jobState is one job's progress through the run.
 type jobState struct {
 	queue.Job
@@ -26,7 +23,8 @@ type jobState struct {
 	whole bool
 	// collateral counts its failures that a GPU-wide event explained (each one re-runs it).
 	collateral int
-	// retries counts the times the uncapped-retry arm started it again after a failure.
+	// retries counts the times the admission rule started it again after a failure
+	// (Admission.Retries).
 	retries int
 	running bool
 	done    bool
@@ -47,9 +45,9 @@ type needKind int
 const (
 	needWait   needKind = iota // its template's probe is still running
 	needCapped                 // a cap that must fit next to others
-	needWhole                  // the whole GPU, alone (re-run after a violation, or exclusive)
+	needWhole                  // the whole GPU, alone (a re-run after a violation, or the rule's)
 	needProbe                  // alone, to measure the template
-	needSlot                   // a slot with no cap (uncapped arm)
+	needSlot                   // a place beside others on the admission rule's terms (Admission.Share)
 )
 
 // launch is one admission decision: a job, the GPU and the reservation it holds.
@@ -72,7 +70,8 @@ type launch struct {
 // sched decides which jobs start where. It touches the ledger but no processes, so its cost is
 // measured apart (BenchmarkAdmitQueue). It is used from one goroutine.
 type sched struct {
-	arm       record.Arm
+	// adm replaces the packed rule with one of the benchmark's (Admission); nil: packed.
+	adm       Admission
 	pol       policy.Policy
 	led       *ledger.Ledger
 	gpus      []string
@@ -108,15 +107,21 @@ type sched struct {
 	refused map[string]error
 	// grown are the guarantees the ladder raised templates to in this run (ladder.go).
 	grown map[string]size.Bytes
+	// hold pauses admissions on a GPU where a borrower waited until it is served (holdBorrowers);
+	// holds is each GPU's, now the clock it reads.
+	hold  policy.HoldRule
+	holds map[string]policy.BorrowHold
+	now   func() time.Time
 }
 
 // schedConfig is what a scheduler is built from; the run fills it once, and from then on the
 // scheduler changes only through its methods (next, finished, learned, recapped, ...).
 type schedConfig struct {
-	Arm    record.Arm
-	Policy policy.Policy
-	Ledger *ledger.Ledger
-	GPUs   []string
+	// Admission replaces the packed rule; nil: packed.
+	Admission Admission
+	Policy    policy.Policy
+	Ledger    *ledger.Ledger
+	GPUs      []string
 	// MaxTotal bounds the jobs running at once on all GPUs; 0 = the arm's rule.
 	MaxTotal int
 	Logger   hclog.Logger
@@ -127,6 +132,10 @@ type schedConfig struct {
 	ProbeInPlace bool
 	// Lender, when set, lets packed jobs borrow past their caps.
 	Lender lender
+	// Hold is how long admissions pause for a borrower that waited (policy.HoldRule); Now
+	// is the run's clock (nil: time.Now).
+	Hold policy.HoldRule
+	Now  func() time.Time
 	// Templates are the queue's template specs; Peaks the footprints known before the run
 	// (declared peaks, stored profiles).
 	Templates map[string]queue.TemplateSpec
@@ -135,29 +144,28 @@ type schedConfig struct {
 
 // newSchedFrom builds the scheduler of a run.
 func newSchedFrom(c schedConfig, jobs []*jobState) *sched {
-	s := newSched(c.Arm, c.Policy, c.Ledger, c.GPUs, jobs, c.MaxTotal, c.Logger)
-	s.window, s.probeCap, s.probeInPlace, s.lender = c.Window, c.ProbeCap, c.ProbeInPlace, c.Lender
+	s := newSched(c.Policy, c.Ledger, c.GPUs, jobs, c.MaxTotal, c.Logger)
+	s.window, s.probeCap, s.probeInPlace, s.lender, s.hold = c.Window, c.ProbeCap, c.ProbeInPlace, c.Lender, c.Hold
+	if c.Now != nil {
+		s.now = c.Now
+	}
+	if s.adm = c.Admission; s.adm != nil {
+		s.perGPU = s.adm.PerGPU(c.Policy.MaxTasksPerGPU)
+	}
 	maps.Copy(s.templates, c.Templates)
 	maps.Copy(s.peaks, c.Peaks)
 	return s
 }
 
-func newSched(arm record.Arm, pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
-	s := &sched{
-		arm: arm, pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log,
+// newSched is a scheduler with the packed rule, no lender and no hold.
+func newSched(pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
+	return &sched{
+		pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log, perGPU: pol.MaxTasksPerGPU,
 		templates: map[string]queue.TemplateSpec{}, peaks: map[string]size.Bytes{},
 		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
 		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{}, refused: map[string]error{}, grown: map[string]size.Bytes{},
+		holds: map[string]policy.BorrowHold{}, now: time.Now,
 	}
-	switch arm {
-	case record.ArmExclusive:
-		s.perGPU = 1
-	case record.ArmStatic:
-		s.perGPU = min(staticSlots, pol.MaxTasksPerGPU)
-	default:
-		s.perGPU = pol.MaxTasksPerGPU
-	}
-	return s
 }
 
 // capOf is the cap a job of template t gets, when its footprint is known.
@@ -173,16 +181,11 @@ func (s *sched) capOf(t string) (size.Bytes, bool) {
 }
 
 func (s *sched) need(j *jobState, maxBudget size.Bytes) (needKind, size.Bytes) {
-	switch s.arm {
-	case record.ArmExclusive:
-		return needWhole, 0
-	case record.ArmUncapped, record.ArmUncappedRetry:
-		return needSlot, 0
-	case record.ArmStatic:
-		if j.whole {
+	if s.adm != nil {
+		if s.adm.Alone(j.whole) {
 			return needWhole, 0
 		}
-		return needCapped, 0 // half of the chosen GPU's budget
+		return needSlot, 0
 	}
 	if j.whole {
 		return needWhole, 0
@@ -225,6 +228,7 @@ func (s *sched) next() []launch {
 		states[g.UUID] = g
 	}
 	s.lend(states)
+	s.holdBorrowers()
 	for _, u := range s.gpus {
 		maxBudget = max(maxBudget, wholeBytes(states[u]))
 	}
@@ -272,7 +276,7 @@ func (s *sched) next() []launch {
 				continue
 			}
 			delete(s.drainFor, g)
-			l := launch{job: j, gpu: g, res: res, whole: true, capped: s.arm != record.ArmExclusive}
+			l := launch{job: j, gpu: g, res: res, whole: true, capped: s.capsAlone(states[g])}
 			if kind == needProbe {
 				l.probe = true
 				l.window = s.probeWindow(j.Template)
@@ -282,21 +286,22 @@ func (s *sched) next() []launch {
 		case needCapped, needSlot:
 			for _, g := range s.candidates(states) {
 				st := states[g]
-				c := capBytes
-				if s.arm == record.ArmStatic {
-					c = size.Bytes(st.Units/staticSlots) * st.UnitBytes
+				c, capped := capBytes, true
+				if kind == needSlot {
+					c, capped = s.adm.Share(st)
 				}
 				var res ledger.Reservation
-				if kind == needSlot {
-					// Uncapped jobs hold no ledger reservation: the arm has no caps to account.
+				if !capped && c == 0 {
+					// A rule without caps holds no ledger reservation: it has nothing to account.
 					res = ledger.Reservation{GPU: g, CapBytes: wholeBytes(st)}
 				} else {
 					var ok bool
-					if res, ok = s.admit(g, c, j, states, s.arm == record.ArmPacked); !ok {
+					// Only the packed rule's jobs borrow: a baseline's share is all it gets.
+					if res, ok = s.admit(g, c, j, states, kind == needCapped); !ok {
 						continue
 					}
 				}
-				l := launch{job: j, gpu: g, res: res, capped: kind == needCapped, borrowing: res.LimitBytes > res.CapBytes}
+				l := launch{job: j, gpu: g, res: res, capped: capped, borrowing: res.LimitBytes > res.CapBytes}
 				s.start(&l)
 				out = append(out, l)
 				break
@@ -304,6 +309,38 @@ func (s *sched) next() []launch {
 		}
 	}
 	return out
+}
+
+// capsAlone says whether a job alone on a GPU in state st runs under a cap of its whole budget:
+// always with the packed rule; with another, when its shares are caps.
+func (s *sched) capsAlone(st ledger.GPUState) bool {
+	if s.adm == nil {
+		return true
+	}
+	_, capped := s.adm.Share(st)
+	return capped
+}
+
+// holdBorrowers keeps the GPUs where a borrower waited frozen until it is served
+// (policy.HoldRule): lend froze them only while an allocation waits, and between two waits of a
+// growing borrower a new job took the memory that came free for it.
+func (s *sched) holdBorrowers() {
+	if s.lender == nil {
+		return
+	}
+	now := s.now()
+	for _, g := range s.gpus {
+		b, waiting := s.lender.FenceUse(g)
+		was := s.holds[g]
+		h, admit := s.hold.Hold(was, policy.BorrowSeen{Borrowed: b, Waiting: waiting}, now)
+		s.holds[g] = h
+		if !admit {
+			s.frozen[g] = true
+		}
+		if h.Held() != was.Held() {
+			s.log.Debug("borrower hold", "gpu", g, "held", h.Held(), "borrowed", b.String(), "since", was.Since)
+		}
+	}
 }
 
 // candidates are the GPUs that take a shared job now, most free budget first.

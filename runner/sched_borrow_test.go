@@ -11,7 +11,6 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
-	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -40,7 +39,7 @@ func (f *fakeLender) SyncFence(st ledger.GPUState) error {
 func borrowSched(t *testing.T, lend *fakeLender, jobs ...*jobState) (*sched, *ledger.Ledger, string) {
 	t.Helper()
 	led, uuid := memLedger(t, 80*size.GiB)
-	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.probeInPlace = true
 	if lend != nil {
 		s.lender = lend

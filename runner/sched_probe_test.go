@@ -5,7 +5,6 @@ import (
 
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
-	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -40,7 +39,7 @@ func TestSchedProbeCapDecidesProbesAtOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			led, uuid := memLedger(t, 80*size.GiB)
 			jobs := []*jobState{{Job: queue.Job{Name: "a", Template: "ta"}}, {Job: queue.Job{Name: "b", Template: "tb"}}, {Job: queue.Job{Name: "c", Template: "tc"}}}
-			s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+			s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 			s.probeInPlace, s.probeCap = true, tc.runCap
 			for n, spec := range tc.templates {
 				s.templates[n] = spec

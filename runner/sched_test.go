@@ -7,7 +7,6 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
-	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -46,7 +45,7 @@ func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
 		{Job: queue.Job{Name: "big", Template: "big"}},
 		{Job: queue.Job{Name: "c", Template: "t"}},
 	}
-	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["t"] = 10 * size.GiB // cap 13GiB
 	first := s.next()
 	// "big" has no footprint: it must be probed alone, so it drains the GPU; "c" is not
@@ -88,7 +87,7 @@ func TestSchedBackfillsSmallerJobs(t *testing.T) {
 		{Job: queue.Job{Name: "m2", Template: "m"}},
 		{Job: queue.Job{Name: "s1", Template: "s"}},
 	}
-	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["m"] = 20 * size.GiB // cap 24.4GiB -> 25 units: one fits, the second does not
 	s.peaks["s"] = 2 * size.GiB  // cap 4GiB
 	got := names(s.next())
@@ -103,7 +102,8 @@ func TestSchedRespectsMaxConcurrent(t *testing.T) {
 	for i := range 5 {
 		jobs = append(jobs, &jobState{Job: queue.Job{Name: fmt.Sprint("j", i), Template: "t"}})
 	}
-	s := newSched(record.ArmUncapped, policy.Default(), led, []string{uuid}, jobs, 2, hclog.NewNullLogger())
+	s := newSched(policy.Default(), led, []string{uuid}, jobs, 2, hclog.NewNullLogger())
+	s.peaks["t"] = size.GiB
 	if got := s.next(); len(got) != 2 {
 		t.Fatalf("admitted %d with MaxConcurrent 2", len(got))
 	}
@@ -118,7 +118,7 @@ func BenchmarkAdmitQueue(b *testing.B) {
 	for i := range 12 {
 		jobs = append(jobs, &jobState{Job: queue.Job{Name: fmt.Sprint("job", i), Template: fmt.Sprint("t", i%8)}})
 	}
-	s := newSched(record.ArmPacked, policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	for i, p := range peaks {
 		s.peaks[fmt.Sprint("t", i)] = p
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpufrac/gpufrac/bench/arms"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
@@ -105,14 +106,18 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 			return err
 		}
 	}
+	a := o.Arm
+	if a == "" {
+		a = q.Arm
+	}
+	if a == "" {
+		a = record.ArmPacked
+	}
+	// A baseline's rules are the benchmark's (bench/arms); the runner's own is packed.
+	if o, err = arms.Options(o, a); err != nil {
+		return err
+	}
 	if o.OutDir == "" {
-		a := o.Arm
-		if a == "" {
-			a = q.Arm
-		}
-		if a == "" {
-			a = record.ArmPacked
-		}
 		o.OutDir = filepath.Join("gpufrac-results", time.Now().Format("20060102-150405")+"-"+string(a))
 	}
 	if err := q.CheckOutDir(o.OutDir); err != nil {
