@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/hub"
@@ -104,7 +105,7 @@ type taskUsage struct {
 type Enforcer struct {
 	cfg    Config
 	log    hclog.Logger
-	procs  *procCache
+	procs  *attribution.Attributor
 	mps    mpsDaemons
 	fence  *fences // nil = no allocation fence
 	events *hub.Hub[Event]
@@ -125,6 +126,9 @@ type Enforcer struct {
 	// sick is shared by the sampling and the MPS health check, which Run runs side by side.
 	sickMu sync.Mutex
 	sick   map[string]string // GPUs this enforcer marked unhealthy, with the reason
+
+	// followers see every sample (Follow).
+	followers followers
 }
 
 // New checks cfg and fills in defaults. It starts nothing: call Run.
@@ -157,13 +161,13 @@ func New(cfg Config) (*Enforcer, error) {
 		cfg.Now = time.Now
 	}
 	log := cfg.Logger.Named("enforcer")
-	procs := newProcCache(cfg.Procs)
+	procs := attribution.New(cfg.Procs)
 	f, err := newFences(cfg.Fence, log)
 	if err != nil {
 		return nil, err
 	}
 	return &Enforcer{
-		cfg: cfg, log: log, procs: procs, mps: mps.New(cfg.MPS, mpsProcs{procs}, mpsEnv, log), fence: f,
+		cfg: cfg, log: log, procs: procs, mps: mps.New(cfg.MPS, mpsProcs{src: cfg.Procs, attr: procs}, mpsEnv, log), fence: f,
 		events: hub.New[Event](subscriberBuffer), samples: map[string]Sample{}, usage: map[string]taskUsage{},
 		mem: newMemory(), sick: map[string]string{}, lastErr: map[string]string{},
 	}, nil
@@ -199,6 +203,7 @@ func (e *Enforcer) Run(ctx context.Context) error {
 		if iv <= 0 {
 			iv = policy.DefaultWatchdogInterval
 		}
+		iv = e.followers.every(iv)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -319,7 +324,7 @@ func (e *Enforcer) Shutdown(ctx context.Context) error {
 func (e *Enforcer) clients(procs []gpu.Process) int {
 	n := 0
 	for _, p := range procs {
-		if id, err := e.procs.get(p.PID); err == nil && id.mpsServer {
+		if id, err := e.procs.Identity(p.PID); err == nil && id.MPSServer {
 			continue
 		}
 		n++
@@ -335,22 +340,25 @@ func nonZero(pid int) []int {
 }
 
 // mpsProcs is the process table as the MPS manager reads it.
-type mpsProcs struct{ c *procCache }
+type mpsProcs struct {
+	src  ProcSource
+	attr *attribution.Attributor
+}
 
 func (p mpsProcs) Alive(pid int) error {
-	_, err := p.c.src.Stat(pid)
+	_, err := p.src.Stat(pid)
 	return err
 }
 
 func (p mpsProcs) List() ([]mps.Process, error) {
-	pids, err := p.c.src.PIDs()
+	pids, err := p.src.PIDs()
 	if err != nil {
 		return nil, err
 	}
 	out := make([]mps.Process, 0, len(pids))
 	for _, pid := range pids {
-		if id, err := p.c.get(pid); err == nil {
-			out = append(out, mps.Process{PID: pid, Argv: id.argv, PipeDir: id.pipeDir})
+		if id, err := p.attr.Identity(pid); err == nil {
+			out = append(out, mps.Process{PID: pid, Argv: id.Argv, PipeDir: id.PipeDir})
 		}
 	}
 	return out, nil

@@ -15,11 +15,11 @@ func (e *Enforcer) Holders(token string) ([]int, error) {
 	}
 	var out []int
 	for _, pid := range pids {
-		id, err := e.procs.get(pid)
+		id, err := e.procs.Identity(pid)
 		if err != nil {
 			continue // exited while we looked, or not readable: it cannot be shown to hold it
 		}
-		if slices.Contains(id.tokens(), token) {
+		if slices.Contains(id.Tokens(), token) {
 			out = append(out, pid)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
@@ -36,16 +37,13 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	}
 	delete(e.lastErr, uuid)
 	e.healIf(uuid, reasonUnreadable)
-	e.procs.newPass()
+	e.procs.NewPass()
 	o.now = e.now()
-	res := make(map[string]ledger.Reservation, len(st.Reservations))
-	for _, r := range st.Reservations {
-		res[r.Token] = r
-	}
+	tasks := attribution.Reserved(st.Reservations)
 	for _, p := range procs {
-		o.procs = append(o.procs, e.see(p, uuid, res))
+		o.procs = append(o.procs, e.see(p, uuid, tasks))
 	}
-	e.publish(o)
+	e.followers.see(e.publish(o))
 	o.snap, o.fenced = e.watchFence(st)
 	r := rules{allowance: e.cfg.Allowance, stopGrace: e.cfg.StopGrace,
 		stopUnmanaged: e.cfg.Ledger.Policy().Unmanaged == policy.UnmanagedStop}
@@ -55,18 +53,19 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 }
 
 // see reads what the process table says of one GPU process.
-func (e *Enforcer) see(p gpu.Process, uuid string, res map[string]ledger.Reservation) seenProc {
+func (e *Enforcer) see(p gpu.Process, uuid string, tasks attribution.Tasks) seenProc {
 	sp := seenProc{ProcUsage: ProcUsage{PID: p.PID, Bytes: p.UsedBytes}}
-	id, err := e.procs.get(p.PID)
+	id, err := e.procs.Identity(p.PID)
 	if err == nil {
-		if id.mpsServer {
+		if id.MPSServer {
 			sp.MPSServer = true
 			return sp
 		}
-		sp.known, sp.start, sp.task, sp.mpsClient = true, id.start, id.task, id.pipeDir != ""
-		sp.pinned, sp.pinnedOK = mps.PinnedLimit(id.mpsLimit, uuid)
+		sp.known, sp.start, sp.task, sp.mpsClient = true, id.Start, id.Task, id.PipeDir != ""
+		sp.pinned, sp.pinnedOK = mps.PinnedLimit(id.MPSLimit, uuid)
 	}
-	sp.Token, sp.Via, sp.note = e.procs.attribute(p.PID, uuid, res)
+	owner := e.procs.Attribute(p.PID, uuid, tasks)
+	sp.Token, sp.Via, sp.note = owner.Token, owner.Via, owner.Note
 	return sp
 }
 
@@ -109,8 +108,9 @@ func (e *Enforcer) apply(a action) {
 	}
 }
 
-// publish stores the sample and the per-task sums for TaskUsage and LastSample.
-func (e *Enforcer) publish(o observation) {
+// publish stores the sample and the per-task sums for TaskUsage and LastSample, and returns the
+// sample for the followers.
+func (e *Enforcer) publish(o observation) Sample {
 	s := Sample{GPU: o.gpu, Time: o.now, Mode: o.mode}
 	for _, sp := range o.procs {
 		s.Processes = append(s.Processes, sp.ProcUsage)
@@ -130,6 +130,7 @@ func (e *Enforcer) publish(o observation) {
 	for tok, ps := range tasks {
 		e.usage[tok] = taskUsage{gpu: o.gpu, bytes: sum(ps)}
 	}
+	return s
 }
 
 func (e *Enforcer) record(v ledger.Violation) {
@@ -149,22 +150,22 @@ func (e *Enforcer) scanTokens() {
 		e.log.Warn("cannot list processes for the token scan", "error", err)
 		return
 	}
-	e.procs.newPass()
+	e.procs.NewPass()
 	live := make(map[int]bool, len(pids))
 	tasks := map[string]ledger.Task{}
 	for _, pid := range pids {
 		live[pid] = true
-		id, err := e.procs.get(pid)
+		id, err := e.procs.Identity(pid)
 		if err != nil {
 			continue
 		}
-		for _, tok := range id.tokens() {
+		for _, tok := range id.Tokens() {
 			t := tasks[tok]
-			fillTask(&t, id.task)
+			fillTask(&t, id.Task)
 			tasks[tok] = t
 		}
 	}
-	e.procs.prune(live)
+	e.procs.Prune(live)
 	for k := range e.mem.unmanaged {
 		if !live[k.pid] {
 			delete(e.mem.unmanaged, k)

@@ -3,14 +3,14 @@ package node
 import (
 	"os"
 
-	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/procfs"
 )
 
 // SelfHolder is this process as the holder of the reservations it makes; nil where the process
 // table cannot say (they then end by the ledger's grace alone).
 func SelfHolder() *ledger.Holder {
-	st, err := enforcer.LinuxProcs("").Stat(os.Getpid())
+	st, err := procfs.Linux("").Stat(os.Getpid())
 	if err != nil {
 		return nil
 	}
@@ -19,6 +19,6 @@ func SelfHolder() *ledger.Holder {
 
 // HolderAlive says whether h still runs: the same PID started at the same tick.
 func HolderAlive(h ledger.Holder) bool {
-	st, err := enforcer.LinuxProcs("").Stat(h.PID)
+	st, err := procfs.Linux("").Stat(h.PID)
 	return err == nil && st.StartTicks == h.StartTicks
 }

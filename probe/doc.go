@@ -1,9 +1,9 @@
 // Package probe is the one home of measuring a job's GPU memory footprint, for `gpufrac probe`
 // and the runner alike:
 //
-//   - starting a job in its own process group (Start, Proc, Environ) and deciding which GPU
-//     processes are its whole process tree's (Tree, Sum): the runner samples its attempts
-//     with these;
+//   - starting a job in its own process group (Start, Proc, Environ), so that attribution
+//     (package attribution) finds its whole process tree by its root: the runner starts its
+//     attempts with these;
 //   - measuring one job alone on a GPU, the whole run or a window from its first GPU memory,
 //     at a high rate (Run: what `gpufrac probe` does);
 //   - turning the peak into what it earns under a policy (Earned: the cap of the policy's

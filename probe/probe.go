@@ -7,7 +7,9 @@ import (
 	"io"
 	"time"
 
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -71,17 +73,6 @@ type Result struct {
 // to it: it did not use the GPU it was given, or its processes were invisible.
 var ErrNoMemory = errors.New("no GPU memory was attributed to the job")
 
-// Sum is the memory of the processes in procs that belong to t.
-func Sum(procs []gpu.Process, t *Tree) size.Bytes {
-	var total size.Bytes
-	for _, p := range procs {
-		if t.Owns(p.PID) {
-			total += p.UsedBytes
-		}
-	}
-	return total
-}
-
 // Run starts the job, samples it until it exits (or its window ends) and returns the peak.
 // The result is returned together with ErrNoMemory when nothing was attributed, and with the
 // context's error when ctx ends first (the job is stopped then).
@@ -108,7 +99,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		return Result{}, fmt.Errorf("probe: %w", err)
 	}
 	res := Result{GPU: c.GPU, Start: time.Now()}
-	tree := NewTree(proc.PID, c.Token)
+	// The job's processes: its root, its process group, the processes below it and those that
+	// carry its token, by the rule the watchdog applies (attribution).
+	attr := attribution.New(procfs.Linux(""))
+	job := attribution.NewTasks(attribution.Task{Token: c.Token, GPU: c.GPU, Root: proc.PID})
 	tick := time.NewTicker(c.Interval)
 	defer tick.Stop()
 	var window <-chan time.Time
@@ -127,7 +121,8 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			}
 			return
 		}
-		b := Sum(procs, tree)
+		attr.NewPass()
+		b, _ := attr.Split(c.GPU, procs, job).Use(c.Token)
 		res.Samples++
 		if b > 0 && res.Peak == 0 && c.Window > 0 {
 			windowTimer = time.NewTimer(c.Window)

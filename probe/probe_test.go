@@ -5,12 +5,13 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -128,10 +129,12 @@ func TestProbeErrors(t *testing.T) {
 	}
 }
 
-func TestTreeOwnsDescendantsAndTokenCarriers(t *testing.T) {
+// A job started by Start is attributed whole on the real /proc: its root, the child it forks
+// into its process group, a child that left the group and session (setsid), and a process
+// elsewhere that carries its token; not a stranger, nor the process that started it.
+func TestJobProcessesAreAttributed(t *testing.T) {
 	t.Parallel()
-	// sh starts a child in its process group; a second process outside the group carries the token.
-	p, err := Start(Spec{Command: []string{"sh", "-c", "sleep 5 & wait"}, Env: os.Environ()})
+	p, err := Start(Spec{Command: []string{"sh", "-c", "sleep 5 & setsid sleep 5 & wait"}, Env: os.Environ()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,39 +150,53 @@ func TestTreeOwnsDescendantsAndTokenCarriers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = plain.Process.Kill(); _ = plain.Wait() }()
-	var child int
+	var grouped, setsid int
 	deadline := time.Now().Add(3 * time.Second)
-	for child == 0 && time.Now().Before(deadline) {
-		child = findChild(p.PID)
+	for (grouped == 0 || setsid == 0) && time.Now().Before(deadline) {
+		grouped, setsid = children(p.PID)
 		time.Sleep(10 * time.Millisecond)
 	}
-	if child == 0 {
-		t.Fatal("sh's child never appeared")
+	if grouped == 0 || setsid == 0 {
+		t.Fatalf("sh's children never appeared: in its group %d, in a session of its own %d", grouped, setsid)
 	}
-	tree := NewTree(p.PID, "tok123")
+	const uuid = "GPU-x"
+	a := attribution.New(procfs.Linux(""))
+	job := attribution.NewTasks(attribution.Task{Token: "tok123", GPU: uuid, Root: p.PID})
 	for _, tc := range []struct {
+		name string
 		pid  int
-		want bool
-	}{{p.PID, true}, {child, true}, {stranger.Process.Pid, true}, {plain.Process.Pid, false}, {os.Getpid(), false}} {
-		if got := tree.Owns(tc.pid); got != tc.want {
-			t.Errorf("Owns(%d) = %v, want %v", tc.pid, got, tc.want)
+		want string
+	}{
+		{"root", p.PID, attribution.ViaRoot},
+		{"child in its group", grouped, attribution.ViaGroup},
+		{"setsid child", setsid, attribution.ViaParent},
+		{"stranger with its token", stranger.Process.Pid, attribution.ViaEnviron},
+		{"stranger", plain.Process.Pid, ""},
+		{"the test", os.Getpid(), ""},
+	} {
+		if got := a.Attribute(tc.pid, uuid, job); got.Via != tc.want {
+			t.Errorf("%s (pid %d): %+v, want via %q", tc.name, tc.pid, got, tc.want)
 		}
 	}
-	if NewTree(p.PID, "").Owns(stranger.Process.Pid) {
-		t.Error("without a token a stranger must not be owned")
+	noToken := attribution.NewTasks(attribution.Task{GPU: uuid, Root: p.PID})
+	if got := a.Attribute(stranger.Process.Pid, uuid, noToken); got.Managed() {
+		t.Errorf("without a token a stranger must not be the job's: %+v", got)
 	}
 }
 
-func findChild(parent int) int {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := readStat(pid); ok && st.ppid == parent {
-			return pid
+// children finds two children of parent: one in its process group, one that leads a session.
+func children(parent int) (grouped, setsid int) {
+	procs := procfs.Linux("")
+	pids, _ := procs.PIDs()
+	for _, pid := range pids {
+		st, err := procs.Stat(pid)
+		switch {
+		case err != nil || st.PPID != parent:
+		case st.PGRP == parent:
+			grouped = pid
+		case st.Session == pid:
+			setsid = pid
 		}
 	}
-	return 0
+	return grouped, setsid
 }

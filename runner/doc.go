@@ -6,8 +6,8 @@
 // run's records (record/) to the writers of results.json, attempts.csv and report.html
 // (report/). It prints progress as it goes (progress.go, runstatus.go for `gpufrac status`).
 //
-// "Probe" means three things in this tree: the probe package (starting a job and attributing
-// GPU memory to its process tree), `gpufrac probe` (the command that measures one job and
+// "Probe" means three things in this tree: the probe package (starting a job in its own process
+// group, measuring one job alone), `gpufrac probe` (the command that measures one job and
 // stores a template), and here a probe attempt: a template's first job, run to measure its
 // footprint, alone or in place beside others under a protective cap (launch.inPlace).
 //

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -26,6 +27,9 @@ type MPSOptions struct {
 type guard interface {
 	SyncFence(st ledger.GPUState) error
 	FenceTask(uuid, token string) (fence.TaskUse, bool)
+	// Follow hands fn every sample the watchdog takes, which then samples at least every
+	// `every`: how the run records its attempts' memory.
+	Follow(every time.Duration, fn func(enforcer.Sample)) (stop func())
 }
 
 // Fence settings of Options.Fence.

@@ -43,7 +43,6 @@ type active struct {
 	a     record.Attempt
 	token string
 	proc  *probe.Proc
-	tree  *probe.Tree
 	logf  *os.File
 	tail  *tailBuffer
 	stop  chan struct{}
@@ -114,10 +113,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 	r.start = r.o.Now()
 	bctx, cancel := context.WithCancel(context.Background())
 	r.stopBusy = cancel
-	for _, g := range r.s.gpus {
-		r.wg.Add(1)
-		go r.sampleGPU(bctx, g)
-	}
+	r.sample(bctx)
 	r.wg.Add(1)
 	go r.sampleBusy(bctx)
 	r.prog.begin()
@@ -233,7 +229,6 @@ func (r *run) launch(l launch) {
 		Dir: j.Dir, Stdout: out, Stderr: io.MultiWriter(out, a.tail)})
 	if err == nil {
 		a.proc = proc
-		a.tree = probe.NewTree(proc.PID, token)
 	}
 	r.mu.Lock()
 	r.active[a] = true

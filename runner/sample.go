@@ -6,12 +6,42 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/attribution"
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/procfs"
+	"github.com/gpufrac/gpufrac/size"
 )
 
-// sampleGPU attributes one GPU's processes to the attempts running there, 50 times a second.
+// sample supervises the attempts' GPU memory with one sampler per GPU and one attribution rule:
+// in the arms that cap, the watchdog's own samples (it samples at least every SampleInterval
+// while the run follows it, so a job's recorded peak keeps the full rate); in the others, which
+// run no watchdog, a sampler of the runner's per GPU.
+func (r *run) sample(ctx context.Context) {
+	if r.guard != nil {
+		last := gaps{} // Follow calls from the watchdog's one goroutine
+		stop := r.guard.Follow(r.o.SampleInterval, func(s enforcer.Sample) {
+			r.take(s.GPU, s.Use, last.since(s.GPU, s.Time, r.o.SampleInterval))
+		})
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			<-ctx.Done()
+			stop()
+		}()
+		return
+	}
+	for _, g := range r.s.gpus {
+		r.wg.Add(1)
+		go r.sampleGPU(ctx, g)
+	}
+}
+
+// sampleGPU attributes one GPU's processes to the attempts running there, every SampleInterval,
+// where no watchdog samples them.
 func (r *run) sampleGPU(ctx context.Context, g string) {
 	defer r.wg.Done()
+	attr := attribution.New(procfs.Linux(""))
+	last := gaps{}
 	tick := time.NewTicker(r.o.SampleInterval)
 	defer tick.Stop()
 	warned := false
@@ -21,15 +51,11 @@ func (r *run) sampleGPU(ctx context.Context, g string) {
 			return
 		case <-tick.C:
 		}
-		r.mu.Lock()
-		var here []*active
-		for a := range r.active {
-			if a.l.gpu == g && a.tree != nil {
-				here = append(here, a)
-			}
+		var jobs []attribution.Task
+		for _, a := range r.on(g) {
+			jobs = append(jobs, attribution.Task{Token: a.token, GPU: g, Root: a.proc.PID})
 		}
-		r.mu.Unlock()
-		if len(here) == 0 {
+		if len(jobs) == 0 {
 			continue
 		}
 		procs, err := r.o.Backend.Processes(ctx, g)
@@ -40,16 +66,53 @@ func (r *run) sampleGPU(ctx context.Context, g string) {
 			}
 			continue
 		}
-		t := r.o.Now().Sub(r.start).Seconds()
-		for _, a := range here {
-			a.record(probe.Sum(procs, a.tree), t)
-			if a.l.borrowing && r.guard != nil {
-				if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
-					a.waited(r.o.SampleInterval, t)
-				}
+		attr.NewPass()
+		r.take(g, attr.Split(g, procs, attribution.NewTasks(jobs...)).Use, last.since(g, time.Now(), r.o.SampleInterval))
+	}
+}
+
+// on lists the attempts running on GPU g.
+func (r *run) on(g string) []*active {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var here []*active
+	for a := range r.active {
+		if a.l.gpu == g && a.proc != nil {
+			here = append(here, a)
+		}
+	}
+	return here
+}
+
+// take records a sample of GPU g, d after the GPU's previous one, for the attempts running
+// there: use says what each attempt's processes held.
+func (r *run) take(g string, use func(token string) (size.Bytes, bool), d time.Duration) {
+	here := r.on(g)
+	t := r.o.Now().Sub(r.start).Seconds()
+	for _, a := range here {
+		b, _ := use(a.token)
+		a.record(b, t)
+		if a.l.borrowing && r.guard != nil {
+			if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
+				a.waited(d, t)
 			}
 		}
 	}
+}
+
+// gaps are the times of each GPU's latest sample: a borrowing attempt's wait is counted in the
+// time between samples, whoever took them.
+type gaps map[string]time.Time
+
+// since notes a sample of GPU g at at and says how long after the previous one it came; first
+// for the first.
+func (l gaps) since(g string, at time.Time, first time.Duration) time.Duration {
+	prev, ok := l[g]
+	l[g] = at
+	if !ok || !at.After(prev) {
+		return first
+	}
+	return at.Sub(prev)
 }
 
 // sampleBusy reads each GPU's utilization five times a second.

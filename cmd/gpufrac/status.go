@@ -15,10 +15,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -130,9 +131,10 @@ func showStatus(ctx context.Context, g *globals, asJSON, noUsage bool, stdout, s
 		out.Backend = b.Kind()
 		banner = simulatedBanner(b)
 	}
+	attr := attribution.New(procfs.Linux(""))
 	for _, gs := range snap.GPUs {
 		sg := statusGPU{GPUState: gs, Reservations: []statusReservation{}}
-		usage := usageByToken(ctx, b, gs.UUID)
+		usage := usageByToken(ctx, b, attr, gs)
 		for _, r := range gs.Reservations {
 			sr := statusReservation{Token: tokenPrefix(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
 				LimitBytes: r.LimitBytes,
@@ -289,42 +291,27 @@ func (g *globals) attachBackend() gpu.Backend {
 	return b
 }
 
-// usageByToken sums each reservation's processes on one GPU by the token in their environment
-// (the GPU's own GPUFRAC_RESERVATION_<uuid> first: a task of several device requests carries the
-// last one's GPUFRAC_RESERVATION); nil when the backend cannot say.
-func usageByToken(ctx context.Context, b gpu.Backend, uuid string) map[string]size.Bytes {
+// usageByToken sums each reservation's processes on one GPU, attributed by the watchdog's rule;
+// nil when the backend cannot say.
+func usageByToken(ctx context.Context, b gpu.Backend, attr *attribution.Attributor, gs ledger.GPUState) map[string]size.Bytes {
 	if b == nil {
 		return nil
 	}
-	procs, err := b.Processes(ctx, uuid)
+	procs, err := b.Processes(ctx, gs.UUID)
 	if err != nil {
 		return nil
 	}
+	return usageOf(attr, gs, procs)
+}
+
+func usageOf(attr *attribution.Attributor, gs ledger.GPUState, procs []gpu.Process) map[string]size.Bytes {
 	out := map[string]size.Bytes{}
-	for _, p := range procs {
-		if tok := tokenOf(p.PID, uuid); tok != "" {
-			out[tok] += p.UsedBytes
+	for tok, ps := range attr.Split(gs.UUID, procs, attribution.Reserved(gs.Reservations)).ByTask() {
+		for _, p := range ps {
+			out[tok] += p.Bytes
 		}
 	}
 	return out
-}
-
-func tokenOf(pid int, uuid string) string {
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return ""
-	}
-	key, perGPU := []byte(enforcer.EnvReservation+"="), []byte(enforcer.ReservationKey(uuid)+"=")
-	tok := ""
-	for _, kv := range bytes.Split(data, []byte{0}) {
-		if bytes.HasPrefix(kv, perGPU) {
-			return string(kv[len(perGPU):])
-		}
-		if bytes.HasPrefix(kv, key) {
-			tok = string(kv[len(key):])
-		}
-	}
-	return tok
 }
 
 // tokenPrefix is the start of a reservation token that status prints: ledger.RedactToken's cut
@@ -413,11 +400,15 @@ func lockHolder(dir string) string {
 	if err != nil || pid == "" {
 		return "  writer: none has locked this ledger"
 	}
-	cmd, err := os.ReadFile("/proc/" + pid + "/cmdline")
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		return "  writer: the lock file names no pid (" + strconv.Quote(pid) + ")"
+	}
+	cmd, err := procfs.Linux("").Cmdline(n)
 	if err != nil {
 		return "  writer: none now (the last was pid " + pid + ", which has exited)"
 	}
-	args := strings.Fields(strings.ReplaceAll(string(cmd), "\x00", " "))
+	args := strings.Fields(strings.Join(cmd, " "))
 	if len(args) > 4 {
 		args = append(args[:4], "...")
 	}
@@ -459,7 +450,7 @@ func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw 
 // guarantee is shown as borrowed, apart from the guarantee, so that a borrower never reads as a
 // job over its cap; only use past the limit (the most it may hold) is called that.
 func writeRun(w io.Writer, rs runner.RunStatus) {
-	if _, err := os.Stat("/proc/" + strconv.Itoa(rs.PID)); err != nil {
+	if _, err := procfs.Linux("").Stat(rs.PID); err != nil {
 		fmt.Fprintf(w, "  run of %s: pid %d left its progress %s ago and is gone (it ended without cleaning up)\n",
 			rs.Queue, rs.PID, ago(rs.UpdatedAt))
 		return

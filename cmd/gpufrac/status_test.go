@@ -12,32 +12,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/enforcer"
-	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
 )
 
 // A task of two device requests carries the last one's GPUFRAC_RESERVATION and a per-GPU key for
-// each: status charges its memory on each GPU to that GPU's reservation.
-func TestTokenOfPrefersTheGPUsOwnKey(t *testing.T) {
-	cmd := exec.Command("sleep", "30")
-	cmd.Env = []string{enforcer.EnvReservation + "=tokB", enforcer.ReservationKey("GPU-a-1") + "=tokA",
-		enforcer.ReservationKey("GPU-b-2") + "=tokB"}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	// Until the child has exec'd sleep, its environment is the test binary's.
-	testutil.Eventually(t, 5*time.Second, "a token in the child's environment",
-		func() bool { return tokenOf(cmd.Process.Pid, "GPU-c-3") != "" })
-	for _, tc := range []struct{ gpu, want string }{
-		{"GPU-a-1", "tokA"},
-		{"GPU-b-2", "tokB"},
-		{"GPU-c-3", "tokB"}, // no key of its own: GPUFRAC_RESERVATION
-	} {
-		if got := tokenOf(cmd.Process.Pid, tc.gpu); got != tc.want {
-			t.Errorf("tokenOf(pid, %s) = %q, want %q", tc.gpu, got, tc.want)
+// each: status charges its memory on each GPU to that GPU's reservation, by the watchdog's rule
+// (a child whose environment was scrubbed counts for its parent's task).
+func TestUsageChargesEachGPUsReservation(t *testing.T) {
+	procs := procfs.NewTable(
+		procfs.Proc{PID: 10, PPID: 1, Env: []string{enforcer.EnvReservation + "=tokB", enforcer.ReservationKey("GPU-a-1") + "=tokA",
+			enforcer.ReservationKey("GPU-b-2") + "=tokB"}},
+		procfs.Proc{PID: 11, PPID: 10, Env: []string{"X=1"}},
+		procfs.Proc{PID: 12, PPID: 1, Env: []string{"X=1"}},
+	)
+	attr := attribution.New(procs)
+	listed := []gpu.Process{{PID: 10, UsedBytes: size.GiB}, {PID: 11, UsedBytes: 2 * size.GiB}, {PID: 12, UsedBytes: 4 * size.GiB}}
+	for _, tc := range []struct {
+		gpu, tok string
+	}{{"GPU-a-1", "tokA"}, {"GPU-b-2", "tokB"}} {
+		gs := ledger.GPUState{GPUInfo: ledger.GPUInfo{UUID: tc.gpu}, Reservations: []ledger.Reservation{{Token: tc.tok, GPU: tc.gpu}}}
+		got := usageOf(attr, gs, listed)
+		if len(got) != 1 || got[tc.tok] != 3*size.GiB {
+			t.Errorf("usage on %s = %v, want 3GiB for %s alone", tc.gpu, got, tc.tok)
 		}
 	}
 }
