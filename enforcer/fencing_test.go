@@ -172,3 +172,46 @@ func TestSimulatedTasksGetThePreloadWhenTheLibraryIsThere(t *testing.T) {
 		t.Fatalf("with the library beside the executable: %+v %q %v; want it preloaded", cfg, line, err)
 	}
 }
+
+// A watchdog pass reads every GPU's state at its start and writes the fence tables later; a task
+// admitted in between must not be dropped from its table by that write. On the H200 (2026-12-03,
+// seed 2) it was: the watchdog then passed 50 times a second, a borrower's process found no
+// task in the table, ran unfenced and was stopped at its guarantee ("borrowed 0B"). The write
+// takes the ledger's state at the write, whatever state the caller read.
+func TestStaleStateDoesNotDropANewTask(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir} })
+	old := r.reserve(2*size.GiB, "old")
+	stale, err := r.led.State(r.uuid) // what a pass read before the admission below
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.enf.SyncFence(stale); err != nil {
+		t.Fatal(err)
+	}
+	admitted := r.reserve(3*size.GiB, "new")
+	cur, err := r.led.State(r.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.enf.SyncFence(cur); err != nil { // the admission's own write
+		t.Fatal(err)
+	}
+	if err := r.enf.SyncFence(stale); err != nil { // the pass's late write of what it read
+		t.Fatal(err)
+	}
+	for _, res := range []struct {
+		token string
+		cap   size.Bytes
+	}{{old.Token, 2 * size.GiB}, {admitted.Token, 3 * size.GiB}} {
+		c, err := fence.Attach(dir, r.uuid, res.token)
+		if err != nil {
+			t.Fatalf("task of cap %s is not in the fence table after a write of a stale state: %v", res.cap, err)
+		}
+		capBytes, _, ok := c.View()
+		c.Detach()
+		if !ok || capBytes != res.cap {
+			t.Fatalf("cap in the fence: %s %v, want %s", capBytes, ok, res.cap)
+		}
+	}
+}
