@@ -104,6 +104,7 @@ func (l *Ledger) admitIDs(ids []string, task Task) (Reservation, error) {
 		return Reservation{}, denied(ReasonMixedGPUs, "the IDs come from more than one GPU (%s); one request must be served by one GPU", strings.Join(gpus, " and "))
 	}
 	uuid := gpus[0]
+	l.advanceHold(uuid, l.now())
 	gs := l.st.capacity(uuid)
 	for i, id := range ids {
 		if ks[i] >= gs.Units {
@@ -136,6 +137,9 @@ func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
 	}
 	if gs.BorrowWaiting {
 		return denied(ReasonBorrowed, "GPU %s: %s", gs.UUID, descBorrowWait)
+	}
+	if gs.BorrowHeld {
+		return denied(ReasonBorrowed, "GPU %s: %s", gs.UUID, descBorrowHold)
 	}
 	if capBytes > gs.Free() {
 		return denied(ReasonBorrowed, "a cap of %s (%d units) does not fit GPU %s beside what borrowers hold: %s reserved and %s borrowed of a %s budget (%s free)",
@@ -185,6 +189,7 @@ func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task, opts 
 	if _, ok := l.st.gpus[uuid]; !ok {
 		return Reservation{}, denied(ReasonUnknownIDs, "no known GPU %q", uuid)
 	}
+	l.advanceHold(uuid, l.now())
 	gs := l.st.gpuState(uuid)
 	units, ok := unitsFor(capBytes, gs.UnitBytes)
 	if !ok {

@@ -48,6 +48,9 @@ type Options struct {
 	// itself), so that once it is gone its reservations are released at once (ReleaseOrphans)
 	// instead of after the grace. nil for the plugin: Nomad's tasks hold its reservations.
 	Holder *Holder
+	// BorrowHold is the rule for pausing admissions where a borrower waited (SetBorrowHold);
+	// the zero rule is policy.NoHold.
+	BorrowHold policy.HoldRule
 }
 
 // Ledger is one node's admission ledger. All methods are safe for concurrent use.
@@ -71,6 +74,11 @@ type Ledger struct {
 	changed *hub.Hub[struct{}]
 	// repairs are what Open found damaged and repaired (Repairs).
 	repairs []string
+	// holdRule is the borrower hold's rule; holdTimer takes the look that ends a hold by time,
+	// due at holdWake (zero: not armed). hold.go.
+	holdRule  policy.HoldRule
+	holdTimer *time.Timer
+	holdWake  time.Time
 }
 
 // Open opens (or creates, mode 0700) the ledger in dir, takes the exclusive writer lock and
@@ -90,7 +98,11 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	l := &Ledger{opts: opts, log: log.Named("ledger"), dir: dir, changed: hub.New[struct{}](1), seenStored: map[string]time.Time{}}
+	if err := opts.BorrowHold.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	l := &Ledger{opts: opts, log: log.Named("ledger"), dir: dir, changed: hub.New[struct{}](1), seenStored: map[string]time.Time{},
+		holdRule: opts.BorrowHold}
 	l.opened = utc(opts.Now())
 	if opts.NoPersist {
 		l.st = newState()
@@ -163,6 +175,9 @@ func (l *Ledger) Close() error {
 		return nil
 	}
 	l.closed = true
+	if l.holdTimer != nil {
+		l.holdTimer.Stop()
+	}
 	l.changed.Close()
 	var errs []error
 	if l.dirf != nil {
@@ -389,6 +404,7 @@ func (l *Ledger) SetBorrowed(uuid string, b size.Bytes, waiting bool) error {
 		return fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
 	}
 	if rec.Borrowed == b && rec.BorrowWaiting == waiting {
+		l.advanceHold(uuid, l.now())
 		return nil
 	}
 	unit := l.st.policy.UnitBytes
@@ -405,6 +421,7 @@ func (l *Ledger) SetBorrowed(uuid string, b size.Bytes, waiting bool) error {
 	if placeable {
 		l.changed.Publish(struct{}{})
 	}
+	l.advanceHold(uuid, l.now())
 	return nil
 }
 
@@ -433,6 +450,7 @@ func (l *Ledger) State(uuid string) (GPUState, error) {
 // cached returns the GPU's state, computing it only after a change: fingerprint passes call
 // States far more often than the ledger changes.
 func (l *Ledger) cached(uuid string) GPUState {
+	l.advanceHold(uuid, l.now())
 	if l.cache == nil {
 		l.cache = map[string]GPUState{}
 	}

@@ -19,6 +19,7 @@ const (
 	descMaxTasks    = "GPU already runs %d tasks (max_tasks_per_gpu = %d): no new task is admitted until one ends"
 	descBorrowed    = "held by tasks borrowing past their guarantees (%s on this GPU): free again when they give it back"
 	descBorrowWait  = "a task's allocation waits for memory to come free on this GPU: no new task is placed until it is served"
+	descBorrowHold  = "a task that waited for memory on this GPU is being served first: no new task is placed until it is (at most the hold's bound)"
 )
 
 // gpuRec is what the ledger stores per GPU: the backend's facts plus the ledger's own settings.
@@ -38,6 +39,9 @@ type gpuRec struct {
 	// again by the enforcer's next pass after a restart.
 	Borrowed      size.Bytes `json:"-"`
 	BorrowWaiting bool       `json:"-"`
+	// hold is the borrower hold carried from one look to the next (hold.go), not written to
+	// disk either: a restart begins with none, as the fence's next pass reports a wait again.
+	hold policy.BorrowHold
 }
 
 // state is everything the ledger commits, in one value so that a failed write can be rolled
@@ -154,7 +158,7 @@ func (s *state) capacity(uuid string) GPUState {
 		st.Units = int(min(st.BudgetBytes/p.UnitBytes, maxUnitNumber))
 	}
 	st.MaxTasks = p.MaxTasksPerGPU
-	st.BorrowedBytes, st.BorrowWaiting = g.Borrowed, g.BorrowWaiting
+	st.BorrowedBytes, st.BorrowWaiting, st.BorrowHeld = g.Borrowed, g.BorrowWaiting, g.hold.Held()
 	st.Reservations = s.reservationsOn(uuid)
 	for _, r := range st.Reservations {
 		st.ReservedBytes += r.CapBytes
@@ -186,6 +190,8 @@ func (s *state) fillInstances(st *GPUState) {
 	switch {
 	case st.BorrowWaiting:
 		lent, lentWhy = free, descBorrowWait
+	case st.BorrowHeld:
+		lent, lentWhy = free, descBorrowHold
 	case st.BorrowedBytes > 0 && unit > 0:
 		lent = int(min((st.BorrowedBytes+unit-1)/unit, size.Bytes(free)))
 		lentWhy = fmt.Sprintf(descBorrowed, st.BorrowedBytes)

@@ -108,10 +108,14 @@ type GPUState struct {
 	// BorrowedBytes is what tasks hold past their guarantees (SetBorrowed), and BorrowWaiting
 	// whether an allocation waits for memory to come free: admission counts the one as taken
 	// and admits nothing while the other holds.
-	BorrowedBytes size.Bytes    `json:"borrowed_bytes,omitempty"`
-	BorrowWaiting bool          `json:"borrow_waiting,omitempty"`
-	MaxTasks      int           `json:"max_tasks"`
-	Reservations  []Reservation `json:"reservations"`
+	BorrowedBytes size.Bytes `json:"borrowed_bytes,omitempty"`
+	BorrowWaiting bool       `json:"borrow_waiting,omitempty"`
+	// BorrowHeld: admissions pause for a borrower that waited here until it is served
+	// (policy.HoldRule, SetBorrowHold); like a wait, it admits nothing and withholds every
+	// free unit.
+	BorrowHeld   bool          `json:"borrow_held,omitempty"`
+	MaxTasks     int           `json:"max_tasks"`
+	Reservations []Reservation `json:"reservations"`
 	// Instances is every ID to advertise: 0..Units-1, plus reserved IDs beyond the budget
 	// (unhealthy, so Nomad keeps them while their task runs but places nothing new there).
 	Instances []Instance `json:"instances"`

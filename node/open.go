@@ -70,6 +70,9 @@ type Options struct {
 	// released at once once it is gone (persistent ledgers only).
 	Hold   bool
 	Policy policy.Policy
+	// BorrowHold is the ledger's rule for pausing admissions where a borrower waited
+	// (ledger.Options.BorrowHold); the zero rule holds nothing.
+	BorrowHold policy.HoldRule
 	// Enforce builds an enforcer (with Fence and Borrow); without it nothing is capped.
 	Enforce  bool
 	Enforcer EnforcerConfig
@@ -90,7 +93,7 @@ type Opened struct {
 // enforcer: everything but the watchdog (Start) and the GPUs' daemons (Prepare). On error
 // nothing stays open.
 func Open(ctx context.Context, o Options) (*Opened, error) {
-	lopts := ledger.Options{Logger: o.Logger, NoPersist: o.StateDir == ""}
+	lopts := ledger.Options{Logger: o.Logger, NoPersist: o.StateDir == "", BorrowHold: o.BorrowHold}
 	if o.Hold && !lopts.NoPersist {
 		lopts.Holder = SelfHolder()
 	}

@@ -50,7 +50,7 @@ type runNotes struct {
 // directory when the ledger is in memory) and the borrowing decided for the arm and mode.
 func nodeOptions(o Options) (node.Options, runNotes, error) {
 	_, simulated := o.Backend.(*gpu.Simulated)
-	no := node.Options{Logger: o.Logger, Backend: o.Backend, StateDir: o.StateDir, Hold: true, Policy: o.Policy,
+	no := node.Options{Logger: o.Logger, Backend: o.Backend, StateDir: o.StateDir, Hold: true, BorrowHold: *o.BorrowHold, Policy: o.Policy,
 		Enforce: o.enforced(), Node: node.Config{NoMPSDaemon: simulated, ReadyAtOpen: true}}
 	if !no.Enforce {
 		return no, runNotes{}, nil

@@ -313,7 +313,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		jobs[i] = &jobState{Job: j, idx: i}
 		jobs[i].bound(q)
 	}
-	sc := schedConfig{Admission: o.Admission, Hold: *o.BorrowHold, Now: o.Now, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
+	sc := schedConfig{Admission: o.Admission, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
 		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
 		ProbeInPlace: o.Arm == record.ArmPacked && o.modeOf() == policy.ModeIsolated && r.guard != nil}
 	for name, t := range q.Templates {

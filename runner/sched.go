@@ -109,11 +109,6 @@ type sched struct {
 	refused map[string]error
 	// grown are the guarantees the ladder raised templates to in this run (ladder.go).
 	grown map[string]size.Bytes
-	// hold pauses admissions on a GPU where a borrower waited until it is served (holdBorrowers);
-	// holds is each GPU's, now the clock it reads.
-	hold  policy.HoldRule
-	holds map[string]policy.BorrowHold
-	now   func() time.Time
 }
 
 // schedConfig is what a scheduler is built from; the run fills it once, and from then on the
@@ -135,10 +130,6 @@ type schedConfig struct {
 	// Node admits the jobs; Borrows lets packed jobs borrow past their caps there.
 	Node    *node.Node
 	Borrows bool
-	// Hold is how long admissions pause for a borrower that waited (policy.HoldRule); Now
-	// is the run's clock (nil: time.Now).
-	Hold policy.HoldRule
-	Now  func() time.Time
 	// Templates are the queue's template specs; Peaks the footprints known before the run
 	// (declared peaks, stored profiles).
 	Templates map[string]queue.TemplateSpec
@@ -148,12 +139,9 @@ type schedConfig struct {
 // newSchedFrom builds the scheduler of a run.
 func newSchedFrom(c schedConfig, jobs []*jobState) *sched {
 	s := newSched(c.Policy, c.Ledger, c.GPUs, jobs, c.MaxTotal, c.Logger)
-	s.window, s.probeCap, s.probeInPlace, s.hold = c.Window, c.ProbeCap, c.ProbeInPlace, c.Hold
+	s.window, s.probeCap, s.probeInPlace = c.Window, c.ProbeCap, c.ProbeInPlace
 	if c.Node != nil {
 		s.node, s.borrows = c.Node, c.Borrows
-	}
-	if c.Now != nil {
-		s.now = c.Now
 	}
 	if s.adm = c.Admission; s.adm != nil {
 		s.perGPU = s.adm.PerGPU(c.Policy.MaxTasksPerGPU)
@@ -170,7 +158,7 @@ func newSched(pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobS
 		templates: map[string]queue.TemplateSpec{}, peaks: map[string]size.Bytes{},
 		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
 		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{}, refused: map[string]error{}, grown: map[string]size.Bytes{},
-		holds: map[string]policy.BorrowHold{}, now: time.Now, node: node.New(led, nil, node.Config{Logger: log}),
+		node: node.New(led, nil, node.Config{Logger: log}),
 	}
 }
 
@@ -327,29 +315,16 @@ func (s *sched) capsAlone(st ledger.GPUState) bool {
 	return capped
 }
 
-// holdBorrowers keeps the GPUs where a borrower waited frozen until it is served
-// (policy.HoldRule): lend froze them only while an allocation waits, and between two waits of a
-// growing borrower a new job took the memory that came free for it.
+// holdBorrowers keeps the GPUs the ledger holds for a borrower frozen (Options.BorrowHold is
+// the ledger's rule, given when the node opens it, as the plugin gives its own):
+// lend froze them only while an allocation waits, and between two waits of a growing borrower a
+// new job took the memory that came free for it. The ledger would refuse the admissions anyway;
+// freezing keeps probes and drains off those GPUs too.
 func (s *sched) holdBorrowers() {
-	if !s.borrows {
-		return
-	}
-	now := s.now()
 	for _, g := range s.gpus {
-		// What borrowers hold as lend had the node record it in the ledger this round.
-		st, err := s.led.State(g)
-		if err != nil {
-			continue
-		}
-		b, waiting := st.BorrowedBytes, st.BorrowWaiting
-		was := s.holds[g]
-		h, admit := s.hold.Hold(was, policy.BorrowSeen{Borrowed: b, Waiting: waiting}, now)
-		s.holds[g] = h
-		if !admit {
+		// The ledger takes its look at borrowers now: what lend recorded this round.
+		if st, err := s.led.State(g); err == nil && st.BorrowHeld {
 			s.frozen[g] = true
-		}
-		if h.Held() != was.Held() {
-			s.log.Debug("borrower hold", "gpu", g, "held", h.Held(), "borrowed", b.String(), "since", was.Since)
 		}
 	}
 }

@@ -48,13 +48,18 @@ func (f *fakeLender) SyncFence(st ledger.GPUState) error {
 func borrowSched(t *testing.T, lend *fakeLender, jobs ...*jobState) (*sched, *ledger.Ledger, string) {
 	t.Helper()
 	led, uuid := memLedger(t, 80*size.GiB)
+	return borrowSchedOn(led, uuid, lend, jobs...), led, uuid
+}
+
+// borrowSchedOn is borrowSched on a ledger of the test's (memLedgerOpts).
+func borrowSchedOn(led *ledger.Ledger, uuid string, lend *fakeLender, jobs ...*jobState) *sched {
 	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.probeInPlace = true
 	if lend != nil {
 		s.node, s.borrows = node.New(led, lend, node.Config{Borrow: node.BorrowWait}), true
 	}
 	s.peaks["t"] = size.MustParse("16GiB")
-	return s, led, uuid
+	return s
 }
 
 func known(names ...string) []*jobState {

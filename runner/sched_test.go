@@ -14,7 +14,14 @@ import (
 // memLedger is an in-memory ledger with one GPU of total bytes.
 func memLedger(tb testing.TB, total size.Bytes) (*ledger.Ledger, string) {
 	tb.Helper()
-	led, err := ledger.Open("", ledger.Options{NoPersist: true})
+	return memLedgerOpts(tb, total, ledger.Options{})
+}
+
+// memLedgerOpts is memLedger with opts (a clock, a borrower hold); it is always in memory.
+func memLedgerOpts(tb testing.TB, total size.Bytes, opts ledger.Options) (*ledger.Ledger, string) {
+	tb.Helper()
+	opts.NoPersist = true
+	led, err := ledger.Open("", opts)
 	if err != nil {
 		tb.Fatal(err)
 	}

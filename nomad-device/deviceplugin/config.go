@@ -66,6 +66,14 @@ const (
 	KeyBorrowWait        = "borrow_wait"
 )
 
+// borrowHold is the rule the ledger holds borrowers by.
+func (c Config) borrowHold() policy.HoldRule {
+	if c.BorrowHold == nil {
+		return policy.DefaultHold
+	}
+	return *c.BorrowHold
+}
+
 // DefaultReservationGrace is how long a reservation survives with no live process carrying its
 // token. Nomad has no release call, so this is what frees the units of a task that died; it is
 // long because a docker task's first process only starts after its image is pulled.
@@ -143,6 +151,10 @@ type Config struct {
 	DeviceNodes bool
 	// ReservationGrace ends a reservation that no live process has carried for this long.
 	ReservationGrace time.Duration
+	// BorrowHold pauses admissions on a GPU where a borrower waited until it is served (the
+	// ledger's rule, the same as gpufrac run's); nil = policy.DefaultHold. Not a config key:
+	// tests set it to hold for milliseconds.
+	BorrowHold *policy.HoldRule
 	// Fence puts every task process under the allocation fence (LD_PRELOAD of FenceLibrary,
 	// empty = beside the plugin binary), its tables and a copy of the library in FenceDir
 	// (default <StateDir>/fence), which every task mounts at the same path.

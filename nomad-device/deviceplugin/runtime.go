@@ -124,7 +124,7 @@ func (rt *runtime) open() {
 	}
 	openedLedger := false
 	if rt.led == nil {
-		l, _, err := node.OpenLedger(rt.cfg.LedgerDir(), ledger.Options{Logger: rt.log, Grace: rt.cfg.ReservationGrace})
+		l, _, err := node.OpenLedger(rt.cfg.LedgerDir(), ledger.Options{Logger: rt.log, Grace: rt.cfg.ReservationGrace, BorrowHold: rt.cfg.borrowHold()})
 		rt.led, rt.ledgerErr = l, err
 		if err != nil {
 			rt.log.Error("ledger unavailable: GPU units are advertised unhealthy until it opens; retrying every fingerprint_period",

@@ -1,0 +1,90 @@
+package ledger
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpufrac/gpufrac/policy"
+)
+
+// The borrower hold lives here so that both front ends, which admit only through the ledger,
+// make the same decision on the same inputs (issue 21): gpufrac run's scheduler reads GPUState,
+// the plugin's fingerprint advertises its instances, and Reserve/ReserveBytes refuse while the
+// hold is on. The rule is policy.HoldRule's; the ledger carries each GPU's BorrowHold from one
+// look to the next, a look being SetBorrowed or any read of the GPU's state, at the ledger's
+// clock. A hold that ends by time (served: quiet; or its bound) ends with no look of anyone's,
+// so a timer takes that look and wakes the subscribers: the plugin offers the units again then,
+// not at the next unrelated change.
+
+// SetBorrowHold makes r the rule for pausing admissions on a GPU where a borrower waited;
+// policy.NoHold (the zero rule, and the default) pauses them only while an allocation waits.
+func (l *Ledger) SetBorrowHold(r policy.HoldRule) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	l.holdRule = r
+	now := l.now()
+	for u := range l.st.gpus {
+		l.advanceHold(u, now)
+	}
+	return nil
+}
+
+// advanceHold takes a look at uuid's borrowers at now: it carries the GPU's hold forward,
+// invalidates the cache and wakes subscribers when the hold began or ended, and arms the timer
+// for the instant it may end. Called with l.mu held.
+func (l *Ledger) advanceHold(uuid string, now time.Time) {
+	rec, ok := l.st.gpus[uuid]
+	if !ok {
+		return
+	}
+	h, _ := l.holdRule.Hold(rec.hold, policy.BorrowSeen{Borrowed: rec.Borrowed, Waiting: rec.BorrowWaiting}, now)
+	was := rec.hold.Held()
+	rec.hold = h
+	l.st.gpus[uuid] = rec
+	if h.Held() != was {
+		l.cache = nil
+		l.changed.Publish(struct{}{})
+		l.log.Debug("borrower hold", "gpu", uuid, "held", h.Held(), "borrowed", rec.Borrowed.String(), "waiting", rec.BorrowWaiting)
+	}
+	if h.Held() {
+		due := h.Since.Add(l.holdRule.Bound)
+		if q := h.Busy.Add(l.holdRule.Quiet); q.Before(due) {
+			due = q
+		}
+		l.wakeHoldAt(due, now)
+	}
+}
+
+// wakeHoldAt arms the hold timer for at unless it is already due earlier. Called with l.mu held.
+func (l *Ledger) wakeHoldAt(at, now time.Time) {
+	if l.closed || !l.holdWake.IsZero() && !at.Before(l.holdWake) {
+		return
+	}
+	l.holdWake = at
+	d := max(at.Sub(now), 0)
+	if l.holdTimer == nil {
+		l.holdTimer = time.AfterFunc(d, l.holdDue)
+		return
+	}
+	l.holdTimer.Reset(d)
+}
+
+// holdDue takes the look a hold's end by time needs.
+func (l *Ledger) holdDue() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.holdWake = time.Time{}
+	now := l.now()
+	for u := range l.st.gpus {
+		l.advanceHold(u, now)
+	}
+}
