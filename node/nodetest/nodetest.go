@@ -8,7 +8,9 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -90,6 +92,11 @@ type Case struct {
 	PrepErr  error
 	// Unhealthy marks the GPU unhealthy.
 	Unhealthy bool
+	// Past is what the fence showed of borrowers before, on the case's clock, which starts at
+	// Epoch; the admission comes at At, with Borrowed and Waiting as the fence shows then. The
+	// ledger holds borrowers by policy.DefaultHold (1 s quiet, 30 s bound) in every case.
+	Past []Look
+	At   time.Duration
 	// Cap is what the task asks, in whole units.
 	Cap size.Bytes
 
@@ -100,8 +107,23 @@ type Case struct {
 	Err error
 }
 
+// Look is the fence's answer at At on the case's clock.
+type Look struct {
+	At       time.Duration
+	Borrowed size.Bytes
+	Waiting  bool
+}
+
+// Epoch is where every case's clock starts.
+var Epoch = time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+
 // Cases is the table.
 func Cases() []Case {
+	// A borrower waited, then grew into what came free and stopped waiting at 0.5 s: it is
+	// served once a second passed with no wait and no growth (issue 25).
+	served := []Look{{0, 10 * size.GiB, true}, {500 * time.Millisecond, 20 * size.GiB, false}}
+	// A borrower that never fits waits throughout; its allocation fails when the hold ends.
+	never := []Look{{0, 10 * size.GiB, true}, {15 * time.Second, 10 * size.GiB, true}, {29 * time.Second, 10 * size.GiB, true}}
 	return []Case{
 		{Name: "fits", Cap: 20 * size.GiB, Admit: true, Limit: Budget},
 		{Name: "fits beside a guarantee", Held: 50 * size.GiB, Cap: 28 * size.GiB, Admit: true, Limit: Budget},
@@ -109,6 +131,14 @@ func Cases() []Case {
 		{Name: "borrowed memory present", Held: 40 * size.GiB, Borrowed: 30 * size.GiB, Cap: 20 * size.GiB, Err: node.ErrBorrowed},
 		{Name: "fits beside borrowed memory", Held: 40 * size.GiB, Borrowed: 10 * size.GiB, Cap: 20 * size.GiB, Admit: true, Limit: Budget},
 		{Name: "an allocation waits", Waiting: true, Borrowed: size.GiB, Cap: 4 * size.GiB, Err: node.ErrBorrowed},
+		{Name: "a borrower waited, then was served after 0.5 s: refused until 1 s quiet", Past: served, At: 1200 * time.Millisecond,
+			Borrowed: 20 * size.GiB, Cap: 20 * size.GiB, Err: node.ErrBorrowed},
+		{Name: "a borrower waited, then was served after 0.5 s: admitted after 1 s quiet", Past: served, At: 1500 * time.Millisecond,
+			Borrowed: 20 * size.GiB, Cap: 20 * size.GiB, Admit: true, Limit: Budget},
+		{Name: "a borrower that never fits: refused within the bound", Past: never, At: 29500 * time.Millisecond,
+			Borrowed: 10 * size.GiB, Cap: 20 * size.GiB, Err: node.ErrBorrowed},
+		{Name: "a borrower that never fits: admission resumes at the bound", Past: never, At: 30 * time.Second,
+			Borrowed: 10 * size.GiB, Cap: 20 * size.GiB, Admit: true, Limit: Budget},
 		{Name: "fence has no room: everything undone", NoRoom: true, Cap: 20 * size.GiB, Err: node.ErrBorrowed},
 		{Name: "orphan released", Held: 70 * size.GiB, Orphaned: true, Cap: 20 * size.GiB, Admit: true, Limit: Budget},
 		{Name: "unhealthy GPU", Unhealthy: true, Cap: 4 * size.GiB, Err: ledger.ErrDenied},
@@ -153,7 +183,9 @@ func (c Case) Setup(tb testing.TB) Setup {
 			tb.Fatal(err)
 		}
 	}
-	led, gone, err := node.OpenLedger(dir, ledger.Options{})
+	var clock atomic.Int64 // the ledger's hold timer reads it from its own goroutine
+	now := func() time.Time { return Epoch.Add(time.Duration(clock.Load())) }
+	led, gone, err := node.OpenLedger(dir, ledger.Options{Now: now, BorrowHold: policy.DefaultHold})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -172,6 +204,13 @@ func (c Case) Setup(tb testing.TB) Setup {
 			tb.Fatal(err)
 		}
 	}
+	for _, l := range c.Past {
+		clock.Store(int64(l.At))
+		if err := led.SetBorrowed(GPU, l.Borrowed, l.Waiting); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	clock.Store(int64(c.At))
 	f := &Fence{borrowed: c.Borrowed, waiting: c.Waiting, noRoom: c.NoRoom, prepErr: c.PrepErr}
 	n := node.New(led, f, node.Config{Borrow: node.BorrowWait})
 	return Setup{Node: n, Ledger: led, Fence: f, Before: len(led.Reservations())}
