@@ -15,8 +15,9 @@ import (
 // first wait until the borrower is served, that is, until for HoldRule.Quiet no allocation
 // waited and what borrowers hold did not grow, and never longer than HoldRule.Bound: a borrower
 // that will never fit does not freeze the queue; its own allocation fails inside it when the
-// fence's wait ends and it climbs the ladder (Next). Both front ends call HoldRule.Hold: the
-// runner before it admits, the plugin before it offers a GPU's units.
+// fence's wait ends and it climbs the ladder (Next). The ledger calls HoldRule.Hold and carries
+// each GPU's BorrowHold, so both front ends, which admit only through it, hold alike: the runner
+// reads the hold from the GPU's state, the plugin's fingerprint withholds the GPU's units.
 
 // HoldRule is how long admissions on a GPU pause for a borrower that waited there.
 type HoldRule struct {
