@@ -128,10 +128,12 @@ func TestAdoptWithoutDaemon(t *testing.T) {
 
 // A control command that hangs is cut off at the timeout, naming it.
 func TestControlTimeout(t *testing.T) {
-	m, procs := newManager(t, 300*time.Millisecond)
+	// The start has all the time a loaded machine needs; only the hung command below is timed.
+	m, procs := newManager(t, 10*time.Second)
 	if _, _, err := m.Ensure(t.Context(), uuid, size.GiB); err != nil {
 		t.Fatal(err)
 	}
+	m.opts.Timeout = 300 * time.Millisecond
 	if err := os.WriteFile(filepath.Join(procs.pipe, "hang"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
