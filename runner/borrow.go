@@ -27,8 +27,11 @@ func CheckBorrow(b string) error { return node.CheckBorrow(b) }
 
 // lend brings what borrowers hold into the round's view: the node records it in the ledger,
 // whose admission counts it; the view counts it as reserved too, so candidates are ranked and
-// checked by what is really free; and the GPUs where an allocation waits are frozen: a new job
-// would take what it waits for.
+// checked by what is really free; and the GPUs where an allocation waits, or that the ledger
+// holds for a borrower until it is served (Options.BorrowHold, the rule the plugin's ledger
+// applies too), are frozen: a new job would take what it waits for. Between two waits of a
+// growing borrower only the hold keeps the memory that came free for it. The ledger refuses
+// those admissions anyway; freezing keeps probes and drains off those GPUs too.
 func (s *sched) lend(states map[string]ledger.GPUState) {
 	clear(s.frozen)
 	clear(s.refused)
@@ -43,7 +46,7 @@ func (s *sched) lend(states map[string]ledger.GPUState) {
 		}
 		st.ReservedBytes += st.BorrowedBytes
 		states[g] = st
-		if st.BorrowWaiting {
+		if st.BorrowWaiting || st.BorrowHeld {
 			s.frozen[g] = true
 		}
 	}

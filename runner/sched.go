@@ -222,7 +222,6 @@ func (s *sched) next() []launch {
 		states[g.UUID] = g
 	}
 	s.lend(states)
-	s.holdBorrowers()
 	for _, u := range s.gpus {
 		maxBudget = max(maxBudget, wholeBytes(states[u]))
 	}
@@ -313,20 +312,6 @@ func (s *sched) capsAlone(st ledger.GPUState) bool {
 	}
 	_, capped := s.adm.Share(st)
 	return capped
-}
-
-// holdBorrowers keeps the GPUs the ledger holds for a borrower frozen (Options.BorrowHold is
-// the ledger's rule, given when the node opens it, as the plugin gives its own):
-// lend froze them only while an allocation waits, and between two waits of a growing borrower a
-// new job took the memory that came free for it. The ledger would refuse the admissions anyway;
-// freezing keeps probes and drains off those GPUs too.
-func (s *sched) holdBorrowers() {
-	for _, g := range s.gpus {
-		// The ledger takes its look at borrowers now: what lend recorded this round.
-		if st, err := s.led.State(g); err == nil && st.BorrowHeld {
-			s.frozen[g] = true
-		}
-	}
 }
 
 // candidates are the GPUs that take a shared job now, most free budget first.
