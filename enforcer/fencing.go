@@ -152,7 +152,8 @@ func ResolveFence(mode FenceMode, library, dir string, simulated bool) (FenceCon
 	return FenceConfig{Dir: dir, Library: lib}, "fence: on (" + lib + ")", nil
 }
 
-// fences is the enforcer's side of the fence: one table per GPU, kept in step with the ledger.
+// fences is the enforcer's side of the fence: per GPU a control copy and the tasks' accounting
+// files (fence.Table), kept in step with the ledger.
 type fences struct {
 	cfg FenceConfig
 	lib string // the library's path inside Dir: what LD_PRELOAD names
@@ -199,16 +200,18 @@ func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
 		synced: map[string]string{}}, nil
 }
 
-// table opens a GPU's table. A table that cannot be read is moved aside (its processes keep the
-// copy they mapped) and a fresh one made, so one bad file never leaves a GPU unfenced for good.
+// table opens a GPU's fence files. A control copy that cannot be read is moved aside (processes
+// keep the copy they mapped) and a fresh one made, so one bad file never leaves a GPU unfenced
+// for good.
 func (f *fences) table(st ledger.GPUState) (*fence.Table, error) {
 	if t := f.tables[st.UUID]; t != nil {
 		return t, nil
 	}
 	t, err := fence.Create(f.cfg.Dir, st.UUID, st.TotalBytes, st.BudgetBytes)
 	if errors.Is(err, fence.ErrCorrupt) {
-		aside := fmt.Sprintf("%s.corrupt-%s", fence.Path(f.cfg.Dir, st.UUID), time.Now().UTC().Format("20060102T150405"))
-		if rerr := os.Rename(fence.Path(f.cfg.Dir, st.UUID), aside); rerr != nil {
+		bad := fence.ControlPath(f.cfg.Dir, st.UUID)
+		aside := fmt.Sprintf("%s.corrupt-%s", bad, time.Now().UTC().Format("20060102T150405"))
+		if rerr := os.Rename(bad, aside); rerr != nil {
 			return nil, errors.Join(err, rerr)
 		}
 		f.log.Warn("fence table unreadable: moved aside, a new one made", "gpu", st.UUID, "error", err, "moved_to", aside)
@@ -296,8 +299,9 @@ func (f *fences) look(uuid string) (fence.Snapshot, bool) {
 	if n := t.Reap(); n > 0 {
 		f.log.Debug("gave back the fence slots of dead processes", "gpu", uuid, "slots", n)
 	}
-	// Every task maps the table writable: what only the enforcer writes is checked on every
-	// pass and written again (docs/enforcement.md, "Threat model").
+	// Under gpufrac run every job can write the control copy and every task's accounting: what
+	// only the enforcer writes is checked on every pass and written again, and a sum that is not
+	// its processes' rebuilt (docs/enforcement.md, "Threat model").
 	if diffs, err := t.Verify(); len(diffs) > 0 || err != nil {
 		f.log.Warn("fence table rewritten outside the enforcer: restored", "gpu", uuid, "differences", diffs, "error", err)
 	}

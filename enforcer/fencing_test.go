@@ -119,12 +119,12 @@ func TestViolationBeforeTheFirstScanIsAttributed(t *testing.T) {
 	}
 }
 
-// A table the enforcer cannot read is moved aside and a fresh one made: one bad file must not
-// leave a GPU unfenced for good.
+// A control copy the enforcer cannot read is moved aside and a fresh one made: one bad file must
+// not leave a GPU unfenced for good.
 func TestUnreadableFenceTableIsReplaced(t *testing.T) {
 	dir := t.TempDir()
 	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir} })
-	if err := os.WriteFile(fence.Path(dir, r.uuid), []byte("not a table"), 0o644); err != nil {
+	if err := os.WriteFile(fence.ControlPath(dir, r.uuid), []byte("not a table"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	res := r.reserve(2*size.GiB, "a")
@@ -132,7 +132,7 @@ func TestUnreadableFenceTableIsReplaced(t *testing.T) {
 	if err := r.enf.SyncFence(st); err != nil {
 		t.Fatalf("sync over an unreadable table: %v", err)
 	}
-	aside, _ := filepath.Glob(fence.Path(dir, r.uuid) + ".corrupt-*")
+	aside, _ := filepath.Glob(fence.ControlPath(dir, r.uuid) + ".corrupt-*")
 	if len(aside) != 1 {
 		t.Fatalf("moved aside: %v, want the bad table kept beside the new one", aside)
 	}

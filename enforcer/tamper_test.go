@@ -34,7 +34,7 @@ func TestBorrowerThatLiesInTheFenceTableIsStillStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := k.StartTool(t)
-	if got := tenant.Do("tamper " + fence.Path(dir, r.uuid) + " used 60G " + liar.Token); got != "ok" {
+	if got := tenant.Do("tamper " + fence.AccountPath(dir, liar.Token, r.uuid) + " used 60G " + liar.Token); got != "ok" {
 		t.Fatalf("tamper: %q", got)
 	}
 	// Its process allocates around the fence (no fence directory), as a liar would.

@@ -295,7 +295,7 @@ func (n *Node) task(res ledger.Reservation, st ledger.GPUState, req Request) (ma
 		m = append(m, Mount{TaskPath: o.MPSPipeDir, HostPath: o.MPSPipeDir})
 	}
 	if o.FenceDir != "" {
-		for _, f := range fence.TaskMounts(o.FenceDir, o.FenceLibrary) {
+		for _, f := range fence.TaskMounts(o.FenceDir, o.FenceLibrary, res.Token) {
 			m = append(m, Mount{TaskPath: f.Path, HostPath: f.Path, ReadOnly: f.ReadOnly})
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
@@ -57,7 +58,8 @@ func (d *dirs) SyncFence(st ledger.GPUState) error { d.synced = append(d.synced,
 func (d *dirs) FenceUse(string) (size.Bytes, bool) { return 0, false }
 func (d *dirs) Fenced() bool                       { return true }
 
-// A task gets the fence's tables, their control copies and its library as mounts, the MPS pipe
+// A task gets the fence's directory read-only with its own accounting directory writable on
+// top, the control copies and its library read-only as mounts, the MPS pipe
 // in mps mode only, and an environment that names them; a probe (Alone) no MPS settings; and
 // an attempt with no cap no fence.
 func TestAdmitEnvAndMounts(t *testing.T) {
@@ -65,15 +67,15 @@ func TestAdmitEnvAndMounts(t *testing.T) {
 		name   string
 		mode   policy.Mode
 		req    node.Request
-		mounts []string // task paths, ro marked
+		mounts []string // task paths, ro marked; "own" is the task's accounting directory
 		has    []string
 		lacks  []string
 	}{
-		{"isolated", policy.ModeIsolated, node.Request{}, []string{"/f/tables", "/f/tables-caps ro", "/f/lib ro"},
+		{"isolated", policy.ModeIsolated, node.Request{}, []string{"/f/tables ro", "own", "/f/tables-caps ro", "/f/lib ro"},
 			[]string{"LD_PRELOAD", "GPUFRAC_RESERVATION", "NVIDIA_VISIBLE_DEVICES"}, []string{"CUDA_MPS_PIPE_DIRECTORY"}},
-		{"mps", policy.ModeMPS, node.Request{}, []string{"/m/pipe", "/f/tables", "/f/tables-caps ro", "/f/lib ro"},
+		{"mps", policy.ModeMPS, node.Request{}, []string{"/m/pipe", "/f/tables ro", "own", "/f/tables-caps ro", "/f/lib ro"},
 			[]string{"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"}, nil},
-		{"mps, alone", policy.ModeMPS, node.Request{Alone: true}, []string{"/f/tables", "/f/tables-caps ro", "/f/lib ro"},
+		{"mps, alone", policy.ModeMPS, node.Request{Alone: true}, []string{"/f/tables ro", "own", "/f/tables-caps ro", "/f/lib ro"},
 			[]string{"LD_PRELOAD"}, []string{"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"}},
 		{"unfenced", policy.ModeIsolated, node.Request{Unfenced: true}, nil,
 			[]string{"GPUFRAC_RESERVATION"}, []string{"LD_PRELOAD", "GPUFRAC_FENCE_DIR"}},
@@ -102,8 +104,12 @@ func TestAdmitEnvAndMounts(t *testing.T) {
 				}
 				got = append(got, filepath.ToSlash(p))
 			}
-			if !slices.Equal(got, tc.mounts) {
-				t.Fatalf("mounts %v, want %v", got, tc.mounts)
+			want := slices.Clone(tc.mounts)
+			if i := slices.Index(want, "own"); i >= 0 {
+				want[i] = filepath.ToSlash(fence.AccountDir("/f/tables", a.Reservation.Token))
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("mounts %v, want %v", got, want)
 			}
 			for _, k := range tc.has {
 				if a.Env[k] == "" {

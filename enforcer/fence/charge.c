@@ -1,11 +1,17 @@
 /* The allocation rules: what a process of a task may charge, what waits and for what, and the
- * task's view (state.h says why the table is built this way). */
+ * task's view (state.h says why the files are built this way). An allocation charges its own
+ * task's file, under that file's lock. With borrowing off it reads nothing else. With borrowing
+ * on it claims before it checks: it writes its new use, then reads every other task's (peers.c)
+ * and takes the claim back when the rules say no, so an owner, a borrower and the enforcer
+ * placing a guarantee, racing, always see one another. Borrowers judge one at a time, under a
+ * bounded flock of the control copy. */
 #define _GNU_SOURCE
 #include "state.h"
 #include "control.h"
 #include "lock.h"
 #include "table.h"
 
+#include <sys/file.h>
 #include <time.h>
 
 /* set_waiting changes what a process waits for and keeps its task's count of waiting
@@ -19,6 +25,15 @@ static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 				k->nwait++;
 			else if (k->nwait > 0)
 				k->nwait--;
+		}
+	}
+	if ((p->waiting == GF_WAIT_OWED) != (why == GF_WAIT_OWED) && p->task < GF_TASKS) {
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			if (why == GF_WAIT_OWED)
+				k->nowed++;
+			else if (k->nowed > 0)
+				k->nowed--;
 		}
 	}
 	p->waiting = why;
@@ -69,64 +84,64 @@ static uint64_t in_use(const struct gf_task *k)
 	return ctx < gf_held(k) ? ctx : gf_held(k);
 }
 
-/* borrows says whether any task but k holds more than its guarantee. */
-static int borrows(const struct gf_table *t, const struct gf_task *k)
+/* borrows says whether any task but me holds more than its guarantee. */
+static int borrows(const struct gf_task *v, int me)
 {
-	for (int i = 0; i < GF_TASKS; i++) {
-		const struct gf_task *o = &t->tasks[i];
-		if (o != k && o->state == GF_LIVE && o->used > o->cap)
+	for (int i = 0; i < GF_TASKS; i++)
+		if (i != me && v[i].state == GF_LIVE && v[i].used > v[i].cap)
 			return 1;
-	}
 	return 0;
 }
 
-static int anyone_owed(const struct gf_table *t)
+static int anyone_owed(const struct gf_task *v)
 {
-	for (int j = 0; j < GF_PROCS; j++)
-		if (t->procs[j].state == GF_LIVE && t->procs[j].waiting == GF_WAIT_OWED)
+	for (int i = 0; i < GF_TASKS; i++)
+		if (v[i].state == GF_LIVE && v[i].nowed > 0)
 			return 1;
 	return 0;
 }
 
 enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2, OWED = 3, RECLAIM = 4 };
 
-/* judge is the rule: a task may always reach its guarantee; past it, up to its limit, it may
- * borrow only memory that no armed task's guarantee covers and no other borrower holds.
- * Within its guarantee it gets its bytes at once unless borrowers took them while it was
- * unarmed (OWED: it waits for them); past it nothing is lent while any owner waits (RECLAIM). */
-static int judge(const struct gf_table *t, const struct gf_task *k, uint64_t want)
+/* judge is the rule, over every task of the GPU (v, budget) for task me reaching want: a task
+ * may always reach its guarantee; past it, up to its limit, it may borrow only memory that no
+ * armed task's guarantee covers and no other borrower holds. Within its guarantee it gets its
+ * bytes at once unless borrowers took them while it was unarmed (OWED: it waits for them); past
+ * it nothing is lent while any owner waits (RECLAIM). */
+static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want)
 {
+	const struct gf_task *k = &v[me];
 	if (want <= k->cap) {
-		if (t->h.budget == 0 || !borrows(t, k))
+		if (budget == 0 || !borrows(v, me))
 			return FIT;
 		uint64_t sum = 0;
 		for (int i = 0; i < GF_TASKS; i++)
-			if (&t->tasks[i] != k && t->tasks[i].state == GF_LIVE)
-				sum += in_use(&t->tasks[i]);
+			if (i != me && v[i].state == GF_LIVE)
+				sum += in_use(&v[i]);
 		uint64_t mine = want + k->keep < want || want + k->keep > k->cap ? k->cap : want + k->keep;
-		return sum <= t->h.budget && mine <= t->h.budget - sum ? FIT : OWED;
+		return sum <= budget && mine <= budget - sum ? FIT : OWED;
 	}
-	if (want > k->limit || t->h.budget == 0)
+	if (want > k->limit || budget == 0)
 		return PAST_LIMIT;
-	if (anyone_owed(t))
+	if (anyone_owed(v))
 		return RECLAIM;
 	uint64_t others = 0;
 	for (int i = 0; i < GF_TASKS; i++)
-		if (&t->tasks[i] != k && t->tasks[i].state == GF_LIVE)
-			others += lent_held(&t->tasks[i]);
-	return others <= t->h.budget && want <= t->h.budget - others ? FIT : NO_ROOM;
+		if (i != me && v[i].state == GF_LIVE)
+			others += lent_held(&v[i]);
+	return others <= budget && want <= budget - others ? FIT : NO_ROOM;
 }
 
 /* can_wait says whether waiting may let task slot me reach want: some other task that is not
  * waiting itself holds memory (it ends, or frees, and nothing new is placed meanwhile), and what
  * the waiting tasks hold leaves room for want. Borrowers waiting on each other, or a want that
  * only an empty GPU could hold, fail at once instead: the task is re-run with more room. */
-static int can_wait(const struct gf_table *t, int me, uint64_t want)
+static int can_wait(const struct gf_task *v, uint64_t budget, int me, uint64_t want)
 {
 	uint64_t stuck = 0;
 	int movers = 0;
 	for (int i = 0; i < GF_TASKS; i++) {
-		const struct gf_task *k = &t->tasks[i];
+		const struct gf_task *k = &v[i];
 		if (i == me || k->state != GF_LIVE || gf_held(k) == 0)
 			continue;
 		if (k->nwait > 0)
@@ -134,7 +149,25 @@ static int can_wait(const struct gf_table *t, int me, uint64_t want)
 		else
 			movers++;
 	}
-	return movers > 0 && stuck <= t->h.budget && want <= t->h.budget - stuck;
+	return movers > 0 && stuck <= budget && want <= budget - stuck;
+}
+
+/* borrow_lock takes the borrowers' flock on the control copy's read-only descriptor, waiting
+ * GF_BORROW_WAIT_NS at most: 0, or -1 (the borrow is refused; the kernel drops a dead holder's). */
+static int borrow_lock(struct gf_map *m)
+{
+	uint64_t deadline = 0;
+	for (;;) {
+		if (flock(m->cfd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		uint64_t now = gf_now_ns();
+		if (deadline == 0)
+			deadline = now + GF_BORROW_WAIT_NS;
+		else if (now >= deadline)
+			return -1;
+		struct timespec d = {0, 100000};
+		nanosleep(&d, NULL);
+	}
 }
 
 /* A waiting allocation looks again this often: neighbours' frees come in bursts at their ends,
@@ -143,12 +176,28 @@ static int can_wait(const struct gf_table *t, int me, uint64_t want)
 /* ... and gives back the slots of dead processes (a syscall a slot) this much less often. */
 #define GF_WAIT_REAP_EVERY 50
 
+/* claim moves n bytes onto this process and its task (back off with retract). Under the lock. */
+static void claim(struct gf_task *k, struct gf_proc *p, uint64_t n)
+{
+	__atomic_store_n(&k->used, k->used + n, __ATOMIC_SEQ_CST);
+	/* the worst moment to die: the task's sum is raised, the process's own is not */
+	gf_test_point("charge");
+	p->used += n;
+}
+
+static void retract(struct gf_task *k, struct gf_proc *p, uint64_t n)
+{
+	p->used -= n;
+	__atomic_store_n(&k->used, k->used - n, __ATOMIC_SEQ_CST);
+}
+
 int gf_charge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
 	uint64_t deadline = 0;
 	int owed = 0;
+	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0) {
 			/* A wait that ends here leaves its flag set: it would freeze the GPU for as long
@@ -156,10 +205,12 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			m->unwait |= polls > 0;
 			return GF_BUSY;
 		}
-		/* Its own task decides within the guarantee; every task's once borrowing is on. */
-		gf_control_restore(m, m->task);
-		if (m->t->h.budget != 0)
-			gf_control_restore(m, -1);
+		/* The control copy decides the task's guarantee, limit and the budget: an enforcer
+		 * that died inside a write leaves it unread, and the allocation goes on unfenced. */
+		if (gf_control_restore(m) != 0) {
+			gf_unlock(m);
+			return GF_BUSY;
+		}
 		settle_pending(m);
 		if (!mine(m)) {
 			if (m->t->procs[m->slot].pgen == m->pgen)
@@ -171,14 +222,38 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		struct gf_task *k = &t->tasks[m->task];
 		struct gf_proc *p = &t->procs[m->slot];
 		gf_test_point("charge-enter");
-		uint64_t want = k->used + n;
-		int verdict = want < k->used ? PAST_LIMIT : judge(t, k, want);
+		uint64_t want = k->used + n, budget = m->c ? m->budget : t->h.budget;
+		int verdict, claimed = 0, at_once = 0; /* at_once: refused without a wait */
+		if (want < k->used) {
+			verdict = PAST_LIMIT;
+		} else if (budget == 0 || !m->c) {
+			/* Borrowing off: the task's own file says all. */
+			verdict = want <= k->cap ? FIT : PAST_LIMIT;
+		} else if (want > k->cap && want <= k->limit && borrow_lock(m) != 0) {
+			verdict = NO_ROOM; /* another borrower keeps the borrowers' lock: refused, never waited */
+			at_once = 1;
+		} else {
+			int borrowing = want > k->cap;
+			claim(k, p, n);
+			claimed = 1;
+			if (gf_peers_view(m, view) != 0) {
+				/* a guarantee holds whatever it cannot read; a borrow is refused */
+				verdict = want <= k->cap ? FIT : NO_ROOM;
+				at_once = 1;
+			} else {
+				verdict = judge(view, budget, m->task, want);
+			}
+			if (verdict != FIT) {
+				retract(k, p, n);
+				claimed = 0;
+			}
+			if (borrowing)
+				flock(m->cfd, LOCK_UN);
+		}
 		if (verdict == FIT) {
 			set_waiting(t, p, GF_WAIT_NONE);
-			k->used = want;
-			/* the worst moment to die: the task's sum is raised, the process's own is not */
-			gf_test_point("charge");
-			p->used += n;
+			if (!claimed)
+				claim(k, p, n);
 			p->allocs++;
 			if (k->used > k->peak)
 				k->peak = k->used;
@@ -193,7 +268,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			now = gf_now_ns();
 		if (now != 0 && deadline == 0)
 			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
-		if (now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(t, m->task, want))) {
+		if (at_once || now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(view, budget, m->task, want))) {
 			set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
 			p->refused++;
@@ -259,8 +334,7 @@ int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
 	if (gf_lock(m) != 0)
 		return GF_BUSY;
 	gf_test_point("view");
-	gf_control_restore(m, m->task);
-	int ok = mine(m);
+	int ok = gf_control_restore(m) == 0 && mine(m);
 	if (ok) {
 		*cap = m->t->tasks[m->task].cap;
 		*used = m->t->tasks[m->task].used;

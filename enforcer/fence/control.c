@@ -1,16 +1,18 @@
 /*
  * The control copy: what only the enforcer writes (each task's slot state, generation, token
  * hash, guarantee, limit and keep, and the budget, the wait and the GPU's memory), in a file
- * beside the table's directory that tasks get through a read-only mount. Every task maps the
- * table writable, so a tenant can write a neighbour's guarantee there; every process puts the
- * copy's values back under the lock before the table's rules read them, so what it wrote never
- * decides an allocation.
+ * beside the fence directory that tasks get through a read-only mount. A task's own accounting
+ * file carries its slot's values too (the rules read them there), and every process puts the
+ * copy's values back before the rules read them, so what a task wrote there decides nothing.
+ * The enforcer writes it inside a sequence counter, so no reader acts on half a write.
  */
 #define _GNU_SOURCE
 #include "control.h"
+#include "lock.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,79 +21,65 @@
 
 #define GF_CONTROL_MAGIC 0x3174636e65666667ULL /* "gffenct1" */
 
-struct gf_control_task {
-	uint32_t state;
-	uint32_t gen;
-	uint64_t cap;
-	uint64_t limit;
-	uint64_t keep;
-	uint8_t token_hash[GF_HASH_LEN];
-};
-
-struct gf_control {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t size;
-	uint64_t total;
-	uint64_t budget;
-	uint64_t wait_ns;
-	struct gf_control_task tasks[GF_TASKS];
-};
-
-/* control_path is path's file in "<its dir>-caps". */
-static int control_path(const char *path, char *out, size_t n, char *dir, size_t dn)
+int gf_split_name(const char *path, char *dir, size_t dn, char *file, size_t fn)
 {
 	const char *slash = strrchr(path, '/');
-	if (!slash)
+	if (!slash || slash == path)
 		return -1;
-	int d = snprintf(dir, dn, "%.*s-caps", (int)(slash - path), path);
-	int r = snprintf(out, n, "%s%s", dir, slash);
-	return d < 0 || (size_t)d >= dn || r < 0 || (size_t)r >= n ? -1 : 0;
+	int d = snprintf(dir, dn, "%.*s", (int)(slash - path), path);
+	int f = snprintf(file, fn, "%s", slash + 1);
+	return d < 0 || (size_t)d >= dn || f <= 0 || (size_t)f >= fn ? -1 : 0;
 }
 
-int gf_control_open(struct gf_map *m, const char *path, int writable, char *err, size_t errlen)
+int gf_control_path(const char *path, char *out, size_t n)
 {
-	char cpath[4200], dir[4200];
+	char dir[4096], file[GF_UUID_MAX + 16];
+	if (gf_split_name(path, dir, sizeof dir, file, sizeof file) != 0)
+		return -1;
+	int r = snprintf(out, n, "%s-caps/%s", dir, file);
+	return r < 0 || (size_t)r >= n ? -1 : 0;
+}
+
+int gf_account_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n)
+{
+	char hex[2 * GF_HASH_LEN + 1];
+	for (int i = 0; i < GF_HASH_LEN; i++)
+		snprintf(hex + 2 * i, 3, "%02x", hash[i]);
+	int r = file ? snprintf(out, n, "%s/%s/%s", dir, hex, file) : snprintf(out, n, "%s/%s", dir, hex);
+	return r < 0 || (size_t)r >= n ? -1 : 0;
+}
+
+static int usable(const struct gf_control *c)
+{
+	return c->magic == GF_CONTROL_MAGIC && c->version == GF_VERSION && c->size == sizeof *c;
+}
+
+int gf_control_open(struct gf_map *m, const char *cpath, char *err, size_t errlen)
+{
 	m->c = NULL;
-	if (control_path(path, cpath, sizeof cpath, dir, sizeof dir) != 0)
-		return writable ? -1 : 0;
-	int fd;
-	if (writable) {
-		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-			goto failed;
-		/* Tasks read it; only the enforcer writes it. */
-		fd = open(cpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-		if (fd >= 0 && ftruncate(fd, sizeof(struct gf_control)) != 0) {
-			close(fd);
-			fd = -1;
-		}
-	} else {
-		fd = open(cpath, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			return 0;
-	}
-	if (fd < 0)
-		goto failed;
+	m->cfd = open(cpath, O_RDONLY | O_CLOEXEC);
 	struct stat st;
 	void *p = MAP_FAILED;
-	if (fstat(fd, &st) == 0 && (size_t)st.st_size >= sizeof(struct gf_control))
-		p = mmap(NULL, sizeof(struct gf_control), writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED) {
-		if (!writable)
-			return 0;
-		goto failed;
+	const char *why = NULL;
+	if (m->cfd < 0)
+		why = strerror(errno);
+	else if (fstat(m->cfd, &st) != 0 || (size_t)st.st_size < sizeof(struct gf_control))
+		why = "is not a fence control copy (too short)";
+	else if ((p = mmap(NULL, sizeof(struct gf_control), PROT_READ, MAP_SHARED, m->cfd, 0)) == MAP_FAILED)
+		why = strerror(errno);
+	else if (!usable(p))
+		why = "is not a fence control copy of this layout (bad magic)";
+	if (!why) {
+		m->c = p;
+		return 0;
 	}
-	struct gf_control *c = p;
-	if (!writable && (c->magic != GF_CONTROL_MAGIC || c->version != GF_VERSION || c->size != sizeof *c)) {
-		munmap(p, sizeof *c);
-		return 0; /* not written yet, or another layout: the table alone */
-	}
-	m->c = c;
-	return 0;
-failed:
+	if (p != MAP_FAILED)
+		munmap(p, sizeof(struct gf_control));
+	if (m->cfd >= 0)
+		close(m->cfd);
+	m->cfd = -1;
 	if (err && errlen)
-		snprintf(err, errlen, "fence control copy %s: %s", cpath, strerror(errno));
+		snprintf(err, errlen, "fence state %s: %s", cpath, why);
 	return -1;
 }
 
@@ -99,65 +87,141 @@ void gf_control_close(struct gf_map *m)
 {
 	if (m->c)
 		munmap(m->c, sizeof(struct gf_control));
+	if (m->cfd >= 0)
+		close(m->cfd);
 	m->c = NULL;
+	m->cfd = -1;
 }
 
-void gf_control_write(struct gf_map *m)
+int gf_control_create(struct gf_gpu *g, const char *cpath, char *err, size_t errlen)
 {
-	struct gf_control *c = m->c;
-	if (!c)
-		return;
-	const struct gf_table *t = m->t;
-	c->total = t->h.total;
-	c->budget = t->h.budget;
-	c->wait_ns = t->h.wait_ns;
-	for (int i = 0; i < GF_TASKS; i++) {
-		const struct gf_task *k = &t->tasks[i];
-		struct gf_control_task *ck = &c->tasks[i];
-		ck->state = k->state;
-		ck->gen = k->gen;
-		ck->cap = k->cap;
-		ck->limit = k->limit;
-		ck->keep = k->keep;
-		memcpy(ck->token_hash, k->token_hash, GF_HASH_LEN);
+	char dir[4096], file[GF_UUID_MAX + 16];
+	if (gf_split_name(cpath, dir, sizeof dir, file, sizeof file) != 0) {
+		errno = ENAMETOOLONG;
+		goto failed;
 	}
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		goto failed;
+	/* Tasks read it; only the enforcer writes it. */
+	g->cfd = open(cpath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (g->cfd < 0)
+		goto failed;
+	struct stat st;
+	if (fstat(g->cfd, &st) != 0)
+		goto failed;
+	if (st.st_size != 0 && (size_t)st.st_size != sizeof(struct gf_control)) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s is %lld bytes, not a control copy of this layout", cpath,
+				 (long long)st.st_size);
+		return GF_ERR_CORRUPT;
+	}
+	if (st.st_size == 0 && ftruncate(g->cfd, sizeof(struct gf_control)) != 0)
+		goto failed;
+	void *p = mmap(NULL, sizeof(struct gf_control), PROT_READ | PROT_WRITE, MAP_SHARED, g->cfd, 0);
+	if (p == MAP_FAILED)
+		goto failed;
+	struct gf_control *c = p;
+	/* All zeros but the sequence: an enforcer died inside its very first write (begin fixes it). */
+	if (st.st_size != 0 && c->magic != 0 && !usable(c)) {
+		munmap(p, sizeof *c);
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s is not a control copy of this layout (bad magic)", cpath);
+		return GF_ERR_CORRUPT;
+	}
+	g->c = c;
+	return 0;
+failed:
+	if (err && errlen)
+		snprintf(err, errlen, "fence control copy %s: %s", cpath, strerror(errno));
+	return -1;
+}
+
+void gf_control_begin(struct gf_control *c)
+{
+	uint64_t s = __atomic_load_n(&c->seq, __ATOMIC_RELAXED);
+	if (s & 1) {
+		s++; /* an enforcer died inside a write: this one rewrites what it left */
+		c->recoveries++;
+	}
+	__atomic_store_n(&c->seq, s + 1, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+void gf_control_end(struct gf_control *c)
+{
 	c->size = sizeof *c;
 	c->version = GF_VERSION;
-	__atomic_store_n(&c->magic, GF_CONTROL_MAGIC, __ATOMIC_RELEASE);
+	c->magic = GF_CONTROL_MAGIC;
+	__atomic_store_n(&c->seq, c->seq + 1, __ATOMIC_RELEASE);
+	/* a borrower that claimed must see this write, or this enforcer its claim (tasks.c) */
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
-/* Compared before written: the table's lines are shared by every process on the GPU, and a
- * store to each on every allocation would bounce them between cores for nothing. */
+/* copy runs f between two equal even reads of the sequence, bounded. */
+#define SEQ_READ(c, body)                                                                   \
+	do {                                                                                \
+		uint64_t deadline_ = 0;                                                     \
+		for (unsigned tries_ = 0;; tries_++) {                                      \
+			uint64_t s1_ = __atomic_load_n(&(c)->seq, __ATOMIC_ACQUIRE);        \
+			if (!(s1_ & 1)) {                                                   \
+				body;                                                       \
+				__atomic_thread_fence(__ATOMIC_ACQUIRE);                    \
+				if (__atomic_load_n(&(c)->seq, __ATOMIC_RELAXED) == s1_)    \
+					return 0;                                           \
+			}                                                                   \
+			if (tries_ > 64) {                                                  \
+				uint64_t now_ = gf_now_ns();                                \
+				if (deadline_ == 0)                                         \
+					deadline_ = now_ + GF_LOCK_WAIT_NS;                 \
+				else if (now_ >= deadline_)                                 \
+					return -1;                                          \
+				sched_yield();                                              \
+			}                                                                   \
+		}                                                                           \
+	} while (0)
+
+int gf_control_read(const struct gf_control *c, struct gf_control *out)
+{
+	SEQ_READ(c, memcpy(out, c, sizeof *out));
+}
+
+int gf_control_task(const struct gf_control *c, int i, struct gf_control_task *k, uint64_t *budget,
+		    uint64_t *wait_ns)
+{
+	SEQ_READ(c, {
+		*k = c->tasks[i];
+		*budget = c->budget;
+		*wait_ns = c->wait_ns;
+	});
+}
+
+/* Compared before written: a task's processes share the file's lines, and a store to each on
+ * every allocation would bounce them between cores for nothing. */
 #define PUT(dst, src)                \
 	do {                         \
 		if ((dst) != (src))  \
 			(dst) = (src); \
 	} while (0)
 
-static void restore_task(struct gf_task *k, const struct gf_control_task *ck, int hashes)
+int gf_control_restore(struct gf_map *m)
 {
-	PUT(k->state, ck->state);
-	PUT(k->gen, ck->gen);
-	PUT(k->cap, ck->cap);
-	PUT(k->limit, ck->limit);
-	PUT(k->keep, ck->keep);
-	if (hashes && memcmp(k->token_hash, ck->token_hash, GF_HASH_LEN) != 0)
-		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
-}
-
-void gf_control_restore(struct gf_map *m, int task)
-{
-	const struct gf_control *c = m->c;
-	if (!c)
-		return;
+	if (!m->c)
+		return 0; /* a private table: its own values are the only ones */
+	struct gf_control_task ck;
+	uint64_t budget, wait_ns;
+	if (m->task < 0 || m->task >= GF_TASKS || gf_control_task(m->c, m->task, &ck, &budget, &wait_ns) != 0)
+		return -1;
 	struct gf_table *t = m->t;
-	PUT(t->h.total, c->total);
-	PUT(t->h.budget, c->budget);
-	PUT(t->h.wait_ns, c->wait_ns);
-	if (task >= 0 && task < GF_TASKS) {
-		restore_task(&t->tasks[task], &c->tasks[task], 0);
-		return;
-	}
-	for (int i = 0; i < GF_TASKS; i++)
-		restore_task(&t->tasks[i], &c->tasks[i], 1);
+	struct gf_task *k = &t->tasks[m->task];
+	PUT(t->h.budget, budget);
+	PUT(t->h.wait_ns, wait_ns);
+	PUT(k->state, ck.state);
+	PUT(k->gen, ck.gen);
+	PUT(k->cap, ck.cap);
+	PUT(k->limit, ck.limit);
+	PUT(k->keep, ck.keep);
+	if (memcmp(k->token_hash, ck.token_hash, GF_HASH_LEN) != 0)
+		memcpy(k->token_hash, ck.token_hash, GF_HASH_LEN);
+	m->budget = budget;
+	return 0;
 }

@@ -1,20 +1,64 @@
-/* The control copy of a table (control.c), for table.c, charge.c and tasks.c: internal, not part of state.h's API. */
+/* The control copy of a GPU (control.c) and the names of its files, for table.c, charge.c,
+ * peers.c and tasks.c: internal, not part of state.h's API. */
 #ifndef GPUFRAC_FENCE_CONTROL_H
 #define GPUFRAC_FENCE_CONTROL_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "state.h"
 
-/* gf_control_open maps the control copy of the table at path (in the directory beside the
- * table's, "<dir>-caps"): the enforcer (writable) creates it, a task maps it read-only and
- * goes without it when there is none (a table of an older enforcer). */
-int gf_control_open(struct gf_map *m, const char *path, int writable, char *err, size_t errlen);
+struct gf_control_task {
+	uint32_t state;
+	uint32_t gen;
+	uint64_t cap;
+	uint64_t limit;
+	uint64_t keep;
+	uint8_t token_hash[GF_HASH_LEN];
+};
+
+struct gf_control {
+	uint64_t magic;
+	uint32_t version;
+	uint32_t size;
+	/* Odd while the enforcer writes: a reader copies between two equal even reads, so it never
+	 * acts on half a write. */
+	uint64_t seq;
+	uint64_t total;
+	uint64_t budget;
+	uint64_t wait_ns;
+	uint64_t recoveries; /* writes an enforcer died in the middle of, made whole by the next */
+	struct gf_control_task tasks[GF_TASKS];
+};
+
+/* gf_split_name splits a GPU's name "<dir>/<uuid>.fence" into dir and file ("<uuid>.fence"). */
+int gf_split_name(const char *path, char *dir, size_t dn, char *file, size_t fn);
+/* gf_control_path is the control copy of the GPU named path: "<dir>-caps/<file>". */
+int gf_control_path(const char *path, char *out, size_t n);
+/* gf_account_path is the accounting file of the task whose token hashes to hash:
+ * "<dir>/<hex of hash>/<file>"; with file NULL, its directory. */
+int gf_account_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n);
+
+/* gf_control_open maps the control copy at cpath read-only for a task process: 0, or -1. */
+int gf_control_open(struct gf_map *m, const char *cpath, char *err, size_t errlen);
 void gf_control_close(struct gf_map *m);
-/* gf_control_write copies what only the enforcer writes from the table into the copy; under
- * the lock. */
-void gf_control_write(struct gf_map *m);
-/* gf_control_restore writes back into the table what a tenant changed of what only the
- * enforcer writes; under the lock, before the table's rules read it: the header and one task
- * slot (its hash aside), or with task -1 every slot with its hash. */
-void gf_control_restore(struct gf_map *m, int task);
+/* gf_control_create opens or creates the control copy at cpath for the enforcer (0644, its
+ * directory 0755): 0, -1, or GF_ERR_CORRUPT for a file of another layout. */
+int gf_control_create(struct gf_gpu *g, const char *cpath, char *err, size_t errlen);
+
+/* gf_control_read copies the whole copy between two equal even sequence reads: 0, or -1 when
+ * none came within GF_LOCK_WAIT_NS (an enforcer died writing; the next one makes it whole). */
+int gf_control_read(const struct gf_control *c, struct gf_control *out);
+/* gf_control_task is gf_control_read for one task slot and the budget and wait. */
+int gf_control_task(const struct gf_control *c, int i, struct gf_control_task *k, uint64_t *budget,
+		    uint64_t *wait_ns);
+/* The enforcer's write: everything between begin and end is seen whole or not at all. */
+void gf_control_begin(struct gf_control *c);
+void gf_control_end(struct gf_control *c);
+
+/* gf_control_restore puts slot m->task of the copy (its guarantee, limit, keep, state and
+ * generation) into m's file, under its lock, before the rules read it: what the task wrote
+ * there of what only the enforcer writes decides nothing. -1: the copy could not be read. */
+int gf_control_restore(struct gf_map *m);
 
 #endif

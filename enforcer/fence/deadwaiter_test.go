@@ -109,7 +109,7 @@ func stopOutsideTheLock(t *testing.T, p *fencetest.Proc, tb *fence.Table) {
 	t.Fatal("the waiter was stopped inside the lock 10 times running")
 }
 
-// A wait cut short because a live holder kept the table's lock (GF_BUSY: the allocation goes on
+// A wait cut short because a live holder kept its task's lock (GF_BUSY: the allocation goes on
 // unfenced) cannot clear its flag then; it is cleared at the process's next lock, so a process
 // that lives on does not freeze its GPU for the rest of its life.
 func TestWaitEndedWithoutTheLockLeavesNoFlag(t *testing.T) {
@@ -130,7 +130,7 @@ func TestWaitEndedWithoutTheLockLeavesNoFlag(t *testing.T) {
 	waiter.Send("charge 1G")
 	waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
 	holder := k.StartTool(t, "GF_TEST_STALL=charge-enter")
-	want(t, holder.Do("attach "+path+" "+tokB), "ok", "the holder attaches")
+	want(t, holder.Do("attach "+path+" "+tokA), "ok", "the holder, of A's task, attaches")
 	holder.Send("charge 1M")
 	holder.WaitStderr("gf-test: stalled at charge-enter")
 	want(t, waiter.Reply(), "busy", "A's wait once the lock is kept")

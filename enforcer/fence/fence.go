@@ -39,14 +39,15 @@ func cError(rc C.int, buf *C.char) error {
 	return errors.New("fence: " + msg)
 }
 
-// Table is the enforcer's handle on one GPU's table. Safe for concurrent use.
+// Table is the enforcer's handle on one GPU: the control copy it writes and the tasks'
+// accounting files, read as one table. Safe for concurrent use.
 type Table struct {
 	mu   sync.Mutex
-	m    *C.struct_gf_map
+	m    *C.struct_gf_gpu
 	path string
 	wait time.Duration
-	// names turns the table's token hashes back into the tokens SetTasks was given: the
-	// table holds hashes only, since every task maps it.
+	// names turns the files' token hashes back into the tokens SetTasks was given: they hold
+	// hashes only, since every task reads them.
 	names map[[hashLen]byte]string
 	// set and budget are what SetTasks was last asked for, and expect what it placed: what
 	// Verify holds the table to.
@@ -57,7 +58,7 @@ type Table struct {
 
 const hashLen = C.GF_HASH_LEN
 
-// tokenHash is what the table holds for token (tasks.c hashes with the same C).
+// tokenHash is what the files hold for token (tasks.c hashes with the same C).
 func tokenHash(token string) [hashLen]byte {
 	var h [hashLen]byte
 	c := C.CString(token)
@@ -66,9 +67,11 @@ func tokenHash(token string) [hashLen]byte {
 	return h
 }
 
-// Create opens the table of GPU uuid in dir, creating it when missing, and takes it over for
-// this process: a second enforcer on the same file gets ErrBusy. total is the GPU's memory,
-// budget what guarantees and borrowing may fill together.
+// Create opens the control copy of GPU uuid for the fence directory dir (in ControlDir(dir)),
+// creating it when missing, and takes it over for this process: a second enforcer on the same
+// GPU gets ErrBusy, a file of another layout ErrCorrupt. The tasks' accounting files a previous
+// enforcer placed stay until SetTasks says otherwise. total is the GPU's memory, budget what
+// guarantees and borrowing may fill together.
 func Create(dir, uuid string, total, budget size.Bytes) (*Table, error) {
 	if uuid == "" || filepath.Base(uuid) != uuid {
 		return nil, fmt.Errorf("%w: GPU UUID %q", ErrBadInput, uuid)
@@ -79,7 +82,7 @@ func Create(dir, uuid string, total, budget size.Bytes) (*Table, error) {
 	defer C.free(unsafe.Pointer(cuuid))
 	buf := (*C.char)(C.calloc(errLen, 1))
 	defer C.free(unsafe.Pointer(buf))
-	m := (*C.struct_gf_map)(C.calloc(1, C.sizeof_struct_gf_map))
+	m := (*C.struct_gf_gpu)(C.calloc(1, C.sizeof_struct_gf_gpu))
 	if rc := C.gf_create(cpath, cuuid, C.uint64_t(total), C.uint64_t(budget), m, buf, errLen); rc != 0 {
 		C.free(unsafe.Pointer(m))
 		return nil, cError(rc, buf)
@@ -87,17 +90,17 @@ func Create(dir, uuid string, total, budget size.Bytes) (*Table, error) {
 	return &Table{m: m, path: path, names: map[[hashLen]byte]string{}}, nil
 }
 
-// Path is the table's file.
+// Path names the GPU as the fence's files do (Path(dir, uuid)).
 func (t *Table) Path() string { return t.path }
 
-// Close gives the table up (its contents stay for the tasks that use it).
+// Close gives the GPU up (its files stay for the tasks that use them).
 func (t *Table) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
 		return nil
 	}
-	C.gf_detach(t.m)
+	C.gf_close(t.m)
 	C.free(unsafe.Pointer(t.m))
 	t.m = nil
 	return nil
@@ -111,9 +114,9 @@ func (t *Table) SetWait(d time.Duration) {
 	t.wait = max(d, 0)
 }
 
-// SetTasks makes tasks the table's whole set: new tokens get a slot, known ones their new cap
-// and limit, and tokens not listed leave (their processes then pass through unfenced). A new
-// or raised guarantee that would cover memory borrowers hold, or that would be placed while an
+// SetTasks makes tasks the GPU's whole set: new tokens get a slot and a fresh accounting file
+// (AccountDir), known ones their new cap and limit, and tokens not listed leave, their files
+// removed (their processes then pass through unfenced). A new or raised guarantee that would cover memory borrowers hold, or that would be placed while an
 // allocation waits for memory, is left out: the error is a *NoRoomError naming its tokens.
 func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 	for _, k := range tasks {
@@ -154,7 +157,7 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
 	// What left a guarantee no room may be a dead process's: one killed while its allocation
 	// waited, or one that held borrowed bytes, until a reaper comes by. Reaped, it is asked again.
-	if rc == C.GF_SET_NOROOM && C.gf_reap(t.m, -1) > 0 {
+	if rc == C.GF_SET_NOROOM && C.gf_reap_all(t.m) > 0 {
 		rc = int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
 	}
 	t.expect = nil
@@ -164,8 +167,6 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 	switch {
 	case rc == C.GF_SET_FULL:
 		return fmt.Errorf("%w: %s holds %d tasks, %d were asked for", ErrFull, t.path, MaxTasks, n)
-	case rc == C.GF_SET_LOCKED:
-		return fmt.Errorf("%w: %s", ErrLocked, t.path)
 	case rc == C.GF_SET_NOROOM:
 		return t.noRoom(tasks)
 	}
@@ -187,12 +188,11 @@ func (t *Table) noRoom(tasks []Task) error {
 	return e
 }
 
-// Verify compares the table with what SetTasks last wrote into it, which only the enforcer
-// writes: every task maps the table writable, so a tenant can change a neighbour's guarantee,
-// its own limit, the budget. What differs is written again and named in the answer (nil: the
-// table is as set). Tasks that SetTasks left out for lack of room are not a difference. A
-// task's sum that is not its processes' (a tenant raised a neighbour's to deny it memory) is
-// rebuilt from them.
+// Verify compares the control copy with what SetTasks last wrote into it, which only the
+// enforcer writes (tasks get it read-only: a difference means something else on the host
+// wrote it). What differs is written again and named in the answer (nil: all is as set). Tasks
+// that SetTasks left out for lack of room are not a difference. A task's sum that is not its
+// processes' (the task wrote its own file around the API) is rebuilt from them.
 func (t *Table) Verify() ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -229,10 +229,11 @@ func (t *Table) Reap() int {
 	if t.m == nil {
 		return 0
 	}
-	return int(C.gf_reap(t.m, -1))
+	return int(C.gf_reap_all(t.m))
 }
 
-// Snapshot copies the table under its lock.
+// Snapshot merges the control copy and every task's accounting file (each under its lock for a
+// moment, without it past that) into one table.
 func (t *Table) Snapshot() (Snapshot, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -242,7 +243,7 @@ func (t *Table) Snapshot() (Snapshot, error) {
 	return t.snapshot()
 }
 
-// snapshot copies the open table. Called with t.mu.
+// snapshot merges the open GPU's files. Called with t.mu.
 func (t *Table) snapshot() (Snapshot, error) {
 	raw := (*C.struct_gf_table)(C.malloc(C.sizeof_struct_gf_table))
 	defer C.free(unsafe.Pointer(raw))

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -223,11 +222,17 @@ func TestUnfencedProcessesSayWhyOnce(t *testing.T) {
 	k := fencetest.Build(t)
 	_, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
 	garbage := t.TempDir()
-	if err := os.WriteFile(fence.Path(garbage, fencetest.FakeUUID), make([]byte, 1<<20), 0o644); err != nil {
+	if err := os.MkdirAll(fence.ControlDir(garbage), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fence.ControlPath(garbage, fencetest.FakeUUID), make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	short := t.TempDir()
-	if err := os.WriteFile(fence.Path(short, fencetest.FakeUUID), []byte("x"), 0o644); err != nil {
+	if err := os.MkdirAll(fence.ControlDir(short), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fence.ControlPath(short, fencetest.FakeUUID), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -236,7 +241,7 @@ func TestUnfencedProcessesSayWhyOnce(t *testing.T) {
 	}{
 		{"no table", "No such file", k.Env(t.TempDir(), tokA)},
 		{"not a table", "bad magic", k.Env(garbage, tokA)},
-		{"short table", "a table needs", k.Env(short, tokA)},
+		{"short table", "too short", k.Env(short, tokA)},
 		{"no fence dir", "GPUFRAC_FENCE_DIR is not set", append(k.Env("", tokA)[:3], "GPUFRAC_RESERVATION="+tokA)},
 	}
 	for _, tc := range cases {
@@ -328,11 +333,14 @@ func TestCreateRefusesWhatItCannotUse(t *testing.T) {
 		t.Fatalf("a second enforcer on one table: %v, want ErrBusy", err)
 	}
 	bad := t.TempDir()
-	if err := os.WriteFile(fence.Path(bad, "GPU-x"), make([]byte, 1<<20), 0o644); err != nil {
+	if err := os.MkdirAll(fence.ControlDir(bad), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fence.ControlPath(bad, "GPU-x"), make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, err := fence.Create(bad, "GPU-x", size.GiB, 0)
-	if !errors.Is(err, fence.ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(bad, "GPU-x.fence")) {
+	if !errors.Is(err, fence.ErrCorrupt) || !strings.Contains(err.Error(), fence.ControlPath(bad, "GPU-x")) {
 		t.Fatalf("a table of zeros: %v, want ErrCorrupt naming the file", err)
 	}
 	for _, uuid := range []string{"", "../GPU-x", "a/b"} {

@@ -2,6 +2,8 @@ package fence
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -19,15 +21,31 @@ var ErrNoLibrary = errors.New("fence library not found")
 // tables, which its processes write, through another mount.
 func LibraryDir(dir string) string { return filepath.Clean(dir) + "-lib" }
 
-// ControlDir holds the control copies of the tables in dir: what only the enforcer writes
-// (guarantees, limits, token hashes, the budget), which every process puts back into the table
-// before the fence's rules read it. Tasks get it through a read-only mount; control.c names it the
-// same way.
+// ControlDir holds the GPUs' control copies for the fence directory dir: what only the enforcer
+// writes (guarantees, limits, token hashes, the budget), which every process reads before the
+// fence's rules do. Tasks get it through a read-only mount; control.c names it the same way.
 func ControlDir(dir string) string { return filepath.Clean(dir) + "-caps" }
 
+// ControlPath is GPU uuid's control copy.
+func ControlPath(dir, uuid string) string { return filepath.Join(ControlDir(dir), uuid+".fence") }
+
+// AccountDir holds the accounting files of the task whose reservation token is token, one per
+// GPU (AccountPath), named by the token's SHA-256 so that no token lies where other tasks can
+// read it; control.c names it the same way. Only that task's mount may write it.
+func AccountDir(dir, token string) string {
+	h := tokenHashOf(token)
+	return filepath.Join(filepath.Clean(dir), hex.EncodeToString(h[:]))
+}
+
+// AccountPath is the accounting file of token's task on GPU uuid.
+func AccountPath(dir, token, uuid string) string {
+	return filepath.Join(AccountDir(dir, token), uuid+".fence")
+}
+
 // EnsureDir creates dir. shared makes it traversable by every user (0755), for tasks that
-// run as other users than the enforcer (Nomad's exec driver runs them as nobody); the tables
-// in it are 0666 either way, so a private dir (0700) is what keeps other users out.
+// run as other users than the enforcer (Nomad's exec driver runs them as nobody); the
+// accounting files in it are 0666 either way (a task's own mount is what lets it write its
+// own), so a private dir (0700) is what keeps other users out.
 func EnsureDir(dir string, shared bool) error {
 	mode := fs.FileMode(0o700)
 	if shared {
@@ -101,16 +119,25 @@ type Mount struct {
 }
 
 // TaskMounts is every path a task under the fence directory dir needs, and whether it may write
-// there: the one place that decides (docs/enforcement.md, "Threat model"). The tables, which the
-// task's processes write; the control copies, which only the enforcer writes; the library (at
-// library, empty for none), which every task's processes run and none may rewrite. Separate
-// mounts at the paths the environment names; raw_exec tasks and gpufrac run's jobs see the
-// host's paths anyway.
-func TaskMounts(dir, library string) []Mount {
+// there: the one place that decides (docs/enforcement.md, "Threat model"). The fence directory,
+// where every task's accounting files lie, read-only: a task reads the others' to borrow and may
+// write none of them; on top of it, writable, the accounting directory of the task's own
+// reservation (token; "" for none: nothing writable). The control copies, which only the
+// enforcer writes, and the library (at library, empty for none), which every task's processes
+// run, read-only. Separate mounts at the paths the environment names, parents before what lies
+// in them; raw_exec tasks and gpufrac run's jobs see the host's paths anyway.
+func TaskMounts(dir, library, token string) []Mount {
 	dir = filepath.Clean(dir)
-	m := []Mount{{Path: dir}, {Path: ControlDir(dir), ReadOnly: true}}
+	m := []Mount{{Path: dir, ReadOnly: true}}
+	if token != "" {
+		m = append(m, Mount{Path: AccountDir(dir, token)})
+	}
+	m = append(m, Mount{Path: ControlDir(dir), ReadOnly: true})
 	if library != "" {
 		m = append(m, Mount{Path: filepath.Dir(library), ReadOnly: true})
 	}
 	return m
 }
+
+// tokenHashOf is SHA-256, as the C side hashes tokens (TestTokenHashIsSHA256 holds them equal).
+func tokenHashOf(token string) [sha256.Size]byte { return sha256.Sum256([]byte(token)) }

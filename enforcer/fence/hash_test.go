@@ -43,22 +43,28 @@ func TestTokenHashIsSHA256(t *testing.T) {
 	}
 }
 
-// What every task maps holds no token: only its hash, which the enforcer turns back into the
-// token for its snapshot.
+// What tasks read (the control copy, every task's accounting file) holds no token: only its
+// hash, which the enforcer turns back into the token for its snapshot.
 func TestTableHoldsNoToken(t *testing.T) {
 	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
 	c := attach(t, dir, tokA)
 	if r := c.Charge(size.MiB); r != fence.Charged {
 		t.Fatalf("charge: %v", r)
 	}
-	raw, err := os.ReadFile(fence.Path(dir, fencetest.FakeUUID))
+	control, err := os.ReadFile(fence.ControlPath(dir, fencetest.FakeUUID))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tok := range []string{tokA, tokB} {
+		own, err := os.ReadFile(fence.AccountPath(dir, tok, fencetest.FakeUUID))
+		if err != nil {
+			t.Fatal(err)
+		}
 		h := sha256.Sum256([]byte(tok))
-		if bytes.Contains(raw, []byte(tok)) || !bytes.Contains(raw, h[:]) {
-			t.Fatalf("the table must hold the hash of %s…, never the token", tok[:4])
+		for name, raw := range map[string][]byte{"the control copy": control, "its accounting file": own} {
+			if bytes.Contains(raw, []byte(tok)) || !bytes.Contains(raw, h[:]) {
+				t.Fatalf("%s must hold the hash of %s…, never the token", name, tok[:4])
+			}
 		}
 	}
 	if u := snap(t, tb, tokA); u.Used != size.MiB || u.Procs != 1 {

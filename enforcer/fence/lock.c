@@ -95,6 +95,7 @@ void gf_recount(struct gf_table *t)
 		t->tasks[i].used = 0;
 		t->tasks[i].procs = 0;
 		t->tasks[i].nwait = 0;
+		t->tasks[i].nowed = 0;
 	}
 	for (int i = 0; i < GF_PROCS; i++) {
 		struct gf_proc *p = &t->procs[i];
@@ -107,6 +108,8 @@ void gf_recount(struct gf_table *t)
 		k->procs++;
 		if (p->waiting)
 			k->nwait++;
+		if (p->waiting == GF_WAIT_OWED)
+			k->nowed++;
 	}
 	t->h.epoch++;
 	t->h.recoveries++;
@@ -119,13 +122,14 @@ uint64_t gf_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* gf_lock takes the table's lock: 0, or -1 when one live holder kept it GF_LOCK_WAIT_NS (stopped
+/* gf_lock takes the file's lock: 0, or -1 when one live holder kept it GF_LOCK_WAIT_NS (stopped
  * by SIGSTOP or a debugger, or a hostile tenant that took it to keep it): the caller then goes
- * on without the table, as where there is no fence, instead of hanging. */
+ * on without the file, as where there is no fence, instead of hanging. A map with its own wait
+ * (the enforcer's) waits that long at most from the start, however the lock changes hands. */
 int gf_lock(struct gf_map *m)
 {
 	uint64_t *w = &m->t->h.lock;
-	uint64_t deadline = 0, last = 0;
+	uint64_t deadline = 0, last = 0, hard = m->wait_ns ? gf_now_ns() + m->wait_ns : 0;
 	for (unsigned long spins = 0;; spins++) {
 		uint64_t holder = 0;
 		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
@@ -143,6 +147,8 @@ int gf_lock(struct gf_map *m)
 				return 0;
 			}
 			uint64_t now = gf_now_ns();
+			if (hard && now >= hard)
+				return -1;
 			if (holder != last) {
 				last = holder; /* the lock changes hands: nobody keeps it */
 				deadline = now + GF_LOCK_WAIT_NS;

@@ -11,8 +11,9 @@
 int gf_byte_lock(int fd, off_t at, short type);
 /* gf_take_owner gives a new map its owner index and nonce, before it ever locks. */
 int gf_take_owner(struct gf_map *m);
-/* gf_lock takes the table's lock: 0, or -1 when one live holder kept it GF_LOCK_WAIT_NS. A
- * holder that died is taken over and the task sums rebuilt. */
+/* gf_lock takes the file's lock: 0, or -1 when one live holder kept it GF_LOCK_WAIT_NS (or the
+ * map's own wait_ns, counted from the start). A holder that died is taken over and the task sums
+ * rebuilt. */
 int gf_lock(struct gf_map *m);
 void gf_unlock(struct gf_map *m);
 /* gf_recount rebuilds every task's sums from its processes' (a holder died mid-update, or a

@@ -1,12 +1,21 @@
 /*
- * The fence's shared state: one file per GPU, mapped by every fenced process on that GPU and by
- * the enforcer that writes the tasks' caps into it. The same code serves both sides (the
- * LD_PRELOAD library and, through cgo, the Go enforcer), so the layout has one definition.
- * It is split by what each part owns: table.c the files and process slots, charge.c the
- * allocation rules, tasks.c the enforcer's side, lock.c the lock, control.c the control copy.
+ * The fence's shared state. Per GPU: a control copy (control.c) that only the enforcer writes
+ * (each task's guarantee, limit, keep, generation and token hash, the budget, the wait), and
+ * per task placed on it an accounting file of its own, "<dir>/<token hash>/<GPU>.fence", that
+ * only that task's processes and the enforcer write (its process slots, its sums, its waiting
+ * flags, its lock). Tasks get the fence directory read-only with their own accounting
+ * directory writable on top (fence.TaskMounts): a task can change only its own accounting. The
+ * same code serves both sides (the LD_PRELOAD library and, through cgo, the Go enforcer), so
+ * the layout has one definition. It is split by what each part owns: table.c a task's file and
+ * its process slots, charge.c the allocation rules, peers.c the other tasks' files as the rules
+ * read them, tasks.c the enforcer's side, lock.c the lock, control.c the control copy.
  *
  * Why it is built this way:
- * - Every counter changes under one lock word per file. The critical sections hold loads and
+ * - An accounting file keeps the layout the one shared table had (struct gf_table), with one
+ *   task slot live: the one its task holds in the control copy. The lock, the rules, the
+ *   recount and the reaper work on it unchanged, and a task's lock serialises that task's
+ *   processes alone: a task that keeps its own lock slows nobody else.
+ * - Every counter of a file changes under its lock word. The critical sections hold loads and
  *   stores over at most the 512 process slots and no system call, so a compare-and-swap lock
  *   costs tens of nanoseconds.
  * - The lock word names its holder uniquely over time: an owner index (an OFD-locked byte the
@@ -19,13 +28,14 @@
  *   the process dies, however it dies, and which means the same thing in every PID namespace
  *   (a task in a container sees other PIDs than the host). A slot whose byte can be locked
  *   belongs to a dead process, and its bytes go back to its task.
- * - A live holder that keeps the lock (stopped, or hostile) is waited for GF_LOCK_WAIT_NS,
- *   then the waiter goes on without the table: nothing hangs on it.
+ * - A live holder that keeps the lock (stopped, or hostile) is waited for GF_LOCK_WAIT_NS by its
+ *   own task's processes, then the waiter goes on without the file; the enforcer waits
+ *   GF_ENFORCER_WAIT_NS and reads it without the lock. Nothing hangs on it.
  * - A task's sum is kept beside the per-process sums and rebuilt from them whenever a lock
  *   holder died mid-update, so nothing underflows or counts twice.
- * - Every task maps the table writable, so it holds no token (only SHA-256 hashes), and what
- *   only the enforcer writes is also in a control copy tasks get read-only (control.c), put
- *   back into the table before the rules read it. docs/enforcement.md, "Threat model", says
+ * - Borrowing reads the other tasks' files read-only and claims before it checks (charge.c);
+ *   borrowers among themselves take a bounded flock on the control copy's read-only descriptor.
+ * - Files hold SHA-256 hashes of tokens, never tokens. docs/enforcement.md, "Threat model", says
  *   what a hostile task can still do.
  */
 #ifndef GPUFRAC_FENCE_STATE_H
@@ -37,7 +47,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 4
+#define GF_VERSION 5
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -65,7 +75,7 @@ enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
 /* Failures of gf_create and gf_attach besides -1 (a system call failed). */
 #define GF_ERR_CORRUPT (-2)
 #define GF_ERR_BUSY (-3)
-#define GF_ERR_NOTASK (-4) /* gf_attach: the table has no task for the token */
+#define GF_ERR_NOTASK (-4) /* gf_attach: the control copy places no task with the token */
 #define GF_ERR_LOCKED (-5) /* a live process kept the table's lock GF_LOCK_WAIT_NS */
 
 /* How long a lock kept by one live holder is waited for. Critical sections last nanoseconds, so
@@ -73,6 +83,15 @@ enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
  * then goes on without the table (an allocation passes unfenced, the watchdog holds the cap)
  * rather than hang every process on the GPU. */
 #define GF_LOCK_WAIT_NS (1000000000ull)
+/* How long the enforcer waits for a task's lock before it reads the task's file without it (a
+ * snapshot) or leaves it for the next pass (a reap, a rebuild): a task that keeps its own lock
+ * slows a watchdog pass by this much a file, never hangs it. Hard: a lock that changes hands
+ * all along does not extend it. */
+#define GF_ENFORCER_WAIT_NS (20000000ull)
+/* How long a borrowing allocation waits for the other borrowers' flock (they judge one at a
+ * time) before it is refused: a borrower that keeps it fails others' borrows, never a
+ * guarantee. */
+#define GF_BORROW_WAIT_NS (200000000ull)
 
 /* Results of gf_charge. GF_OK_OWED is GF_OK after a wait for borrowers to give the bytes back:
  * the driver may still be releasing a stopped borrower's memory, so a caller retries its real
@@ -83,7 +102,6 @@ enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3, GF_BUSY = 4 };
 /* Results of gf_set_tasks besides a count of tasks placed. */
 #define GF_SET_FULL (-1)   /* no free task slot, or more specs than slots */
 #define GF_SET_NOROOM (-2) /* a new or raised guarantee would cover memory borrowers hold */
-#define GF_SET_LOCKED (-3) /* a live process kept the table's lock (GF_LOCK_WAIT_NS) */
 
 struct gf_task {
 	uint32_t state; /* GF_FREE or GF_LIVE */
@@ -103,7 +121,8 @@ struct gf_task {
 	uint64_t armed;
 	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
 	uint64_t nwait; /* its live processes with a waiting allocation: can_wait reads it, not 512 slots */
-	/* SHA-256 of the reservation's token: every task maps the table, and a token read here
+	uint64_t nowed; /* ... of which wait for borrowers to give its guarantee back (GF_WAIT_OWED) */
+	/* SHA-256 of the reservation's token: every task reads the files, and a token read here
 	 * would let one task attach as another (take its cap, charge it its use). */
 	uint8_t token_hash[GF_HASH_LEN];
 };
@@ -153,12 +172,17 @@ struct gf_table {
 };
 
 struct gf_control;
+struct gf_peers;
 
-/* One process's (or the enforcer's) view of one file. */
+/* One process's (or the enforcer's) view of one accounting file. */
 struct gf_map {
 	int fd;
 	struct gf_table *t;
-	struct gf_control *c; /* the control copy (control.c), or NULL */
+	struct gf_control *c; /* the control copy (control.c), or NULL: a private table */
+	int cfd;              /* the control copy's read-only descriptor, which borrowers flock */
+	struct gf_peers *peers; /* the other tasks' files, read-only (peers.c), or NULL */
+	uint64_t wait_ns;       /* how long gf_lock waits for a live holder; 0 = GF_LOCK_WAIT_NS */
+	uint64_t budget;        /* the control copy's, as the last restore read it */
 	uint64_t me;   /* what the lock word holds while this map holds the lock */
 	int owner;     /* the owner index whose byte it holds */
 	int slot;      /* the proc slot this process owns, or -1 */
@@ -177,39 +201,63 @@ struct gf_task_spec {
 	uint64_t keep; /* see gf_task.keep; 0 = the whole guarantee is kept */
 };
 
-/* gf_create opens (creating it if needed, mode 0666) the file of a GPU for the enforcer and takes
- * the control byte: a second enforcer on the same file is refused. */
-int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_map *m,
+/* The enforcer's handle on one GPU: the control copy it writes, and a map of each placed task's
+ * accounting file (the slot's, by the control copy's index). */
+struct gf_gpu {
+	int cfd;
+	struct gf_control *c;
+	char dir[4096]; /* the fence directory: accounting files are "<dir>/<hash>/<uuid>.fence" */
+	char uuid[GF_UUID_MAX];
+	struct gf_map tasks[GF_TASKS]; /* fd -1 where the slot has no file open */
+};
+
+/* A GPU is named by "<dir>/<uuid>.fence" in the calls below: its control copy is that name in
+ * "<dir>-caps", a task's accounting file that name in "<dir>/<hex of its token's hash>". */
+
+/* gf_create opens (creating it if needed, mode 0644) the control copy of a GPU for the enforcer
+ * and takes its control byte: a second enforcer on the same GPU is refused (GF_ERR_BUSY). A copy
+ * of another layout is GF_ERR_CORRUPT; one an enforcer died writing is made whole. */
+int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_gpu *g,
 	      char *err, size_t errlen);
-/* gf_attach maps an existing file for a task process and claims a process slot for token. */
+void gf_close(struct gf_gpu *g);
+/* gf_attach maps the accounting file of token's task on the GPU at path for a task process and
+ * claims a process slot in it. GF_ERR_NOTASK: the control copy places no task with token. */
 int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen);
 void gf_detach(struct gf_map *m);
+/* gf_unmap closes everything m holds without giving its slot back (a forked child's copy of its
+ * parent's map, a task's file the enforcer lets go). */
+void gf_unmap(struct gf_map *m);
 /* gf_private makes a table of this process alone, with one task of cap bytes, and attaches to
  * it: a process the fence cannot place in any task is fenced by it to a small allowance. */
 int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen);
 
 /* gf_charge takes n bytes for the task, or refuses. Past its guarantee a task borrows memory that
- * no armed guarantee covers; when that is not free it waits (up to the header's wait_ns) while
- * waiting can help: some other task that is not waiting itself holds memory that will come free.
- * Within its guarantee a task always gets its bytes, but where borrowers took them while it was
- * unarmed it waits (GF_WAIT_OWED) until they give them back: meanwhile every borrowing
- * allocation on the GPU is refused, and the enforcer stops borrowers that hold on. */
+ * no armed guarantee covers; when that is not free it waits (up to the control copy's wait_ns)
+ * while waiting can help: some other task that is not waiting itself holds memory that will
+ * come free. Within its guarantee a task always gets its bytes, but where borrowers took them
+ * while it was unarmed it waits (GF_WAIT_OWED) until they give them back: meanwhile every
+ * borrowing allocation on the GPU is refused, and the enforcer stops borrowers that hold on. */
 int gf_charge(struct gf_map *m, uint64_t n);
 void gf_uncharge(struct gf_map *m, uint64_t n);
-/* gf_view is what the task may still allocate (free) and its cap (total). */
+/* gf_view is the task's cap and what its processes hold. */
 int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used);
-/* gf_reap gives back the slots of dead processes (of one task slot, or all with -1). */
+/* gf_reap gives back the slots of dead processes in m's file (of one task slot, or all with -1). */
 int gf_reap(struct gf_map *m, int task);
 
-/* Enforcer side. gf_set_tasks makes specs the table's tasks and returns how many it placed, or
+/* Enforcer side. gf_set_tasks makes specs the GPU's tasks and returns how many it placed, or
  * GF_SET_FULL, or GF_SET_NOROOM when a new guarantee (or a raised one) would cover memory that
  * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
- * reservation back. */
-int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns);
-/* gf_rebuild rebuilds every task's sums from its processes' under the lock: 0, or -1 when the
- * lock could not be had. */
-int gf_rebuild(struct gf_map *m);
-/* gf_snapshot copies the table under its lock: 0, or -1 when the lock could not be had. */
-int gf_snapshot(struct gf_map *m, struct gf_table *out);
+ * reservation back. A task placed anew gets a fresh accounting file. */
+int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns);
+/* gf_rebuild rebuilds each task's sums from its processes' under its lock: 0, or -1 when a
+ * task's lock could not be had (that task is left for the next time). */
+int gf_rebuild(struct gf_gpu *g);
+/* gf_snapshot merges the control copy and every task's file, each read under its lock for
+ * GF_ENFORCER_WAIT_NS and without it past that, into one table: the tasks' slots as the control
+ * copy places them, each task's processes (those of its own slot only) in the process slots.
+ * 0, or -1 when the control copy could not be read whole. */
+int gf_snapshot(struct gf_gpu *g, struct gf_table *out);
+/* gf_reap_all gives back the slots of dead processes in every task's file. */
+int gf_reap_all(struct gf_gpu *g);
 
 #endif

@@ -1,6 +1,6 @@
-/* A table's files and process slots: creating and mapping a GPU's table, claiming a slot for a
+/* A task's accounting file and its process slots: creating and mapping it, claiming a slot for a
  * process and giving it back, and the private table of a process no task places (state.h says
- * why the table is built this way). */
+ * why it is built this way). */
 #define _GNU_SOURCE
 #include "state.h"
 #include "control.h"
@@ -16,9 +16,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-/* The byte whose lock marks the enforcer that manages the file. */
-#define CONTROL_BYTE (GF_LIVE_BASE - 1)
 
 void gf_give_back(struct gf_table *t, int i)
 {
@@ -38,6 +35,8 @@ void gf_give_back(struct gf_table *t, int i)
 				k->procs--;
 			if (p->waiting && k->nwait > 0)
 				k->nwait--;
+			if (p->waiting == GF_WAIT_OWED && k->nowed > 0)
+				k->nowed--;
 		}
 	}
 	uint32_t pgen = p->pgen + 1;
@@ -72,7 +71,7 @@ static int check_header(const struct gf_table *t, off_t size, const char *path, 
 	return GF_ERR_CORRUPT;
 }
 
-static int map_file(int fd, const char *path, struct gf_map *m, char *err, size_t errlen)
+int gf_map_file(int fd, const char *path, struct gf_map *m, char *err, size_t errlen)
 {
 	struct stat st;
 	if (fstat(fd, &st) != 0)
@@ -100,10 +99,11 @@ static int map_file(int fd, const char *path, struct gf_map *m, char *err, size_
 	return rc;
 }
 
-static void reset(struct gf_map *m)
+void gf_reset(struct gf_map *m)
 {
 	memset(m, 0, sizeof *m);
 	m->fd = -1;
+	m->cfd = -1;
 	m->slot = -1;
 	m->task = -1;
 	m->owner = -1;
@@ -121,17 +121,18 @@ static void init_table(struct gf_table *t, const char *uuid)
 	snprintf(t->h.uuid, sizeof t->h.uuid, "%s", uuid);
 }
 
-/* create_new writes a fresh table under a temporary name and links it into place, so no reader
- * ever maps a half-written header; a racing creator's table wins and this one is dropped. */
-static int create_new(const char *path, const char *uuid, char *err, size_t errlen)
+/* gf_file_create writes a fresh accounting file for task slot i under a temporary name and
+ * renames it into place (over any file of an earlier placement, whose processes keep the one
+ * they mapped): no reader ever maps a half-written header. */
+int gf_file_create(const char *path, const char *uuid, int i, const struct gf_task *k, char *err, size_t errlen)
 {
-	char tmp[4096];
+	char tmp[4200];
 	if (snprintf(tmp, sizeof tmp, "%s.new.%d", path, (int)getpid()) >= (int)sizeof tmp)
 		return fail(err, errlen, "create", path, ENAMETOOLONG);
-	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+	int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
 	if (fd < 0)
 		return fail(err, errlen, "create", tmp, errno);
-	/* Tasks run as other users than the enforcer: the table must be theirs to write. */
+	/* Tasks run as other users than the enforcer: their own file must be theirs to write. */
 	int rc = fchmod(fd, 0666);
 	if (rc == 0)
 		rc = ftruncate(fd, sizeof(struct gf_table));
@@ -145,65 +146,14 @@ static int create_new(const char *path, const char *uuid, char *err, size_t errl
 		return fail(err, errlen, "create", tmp, e);
 	}
 	init_table(t, uuid);
+	t->tasks[i] = *k;
 	munmap(t, sizeof *t);
-	rc = fsync(fd);
 	close(fd);
-	if (rc == 0 && link(tmp, path) != 0 && errno != EEXIST)
-		rc = -1;
-	int e = errno;
-	unlink(tmp);
-	return rc == 0 ? 0 : fail(err, errlen, "create", path, e);
-}
-
-int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_map *m,
-	      char *err, size_t errlen)
-{
-	reset(m);
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT) {
-		if (create_new(path, uuid, err, errlen) != 0)
-			return -1;
-		fd = open(path, O_RDWR | O_CLOEXEC);
-	}
-	if (fd < 0)
-		return fail(err, errlen, "open", path, errno);
-	m->fd = fd;
-	if (gf_byte_lock(fd, CONTROL_BYTE, F_WRLCK) != 0) {
+	if (rename(tmp, path) != 0) {
 		int e = errno;
-		close(fd);
-		reset(m);
-		if (e == EAGAIN || e == EACCES) {
-			if (err && errlen)
-				snprintf(err, errlen, "fence state %s is managed by another gpufrac process", path);
-			return GF_ERR_BUSY;
-		}
-		return fail(err, errlen, "lock", path, e);
+		unlink(tmp);
+		return fail(err, errlen, "create", path, e);
 	}
-	int rc = map_file(fd, path, m, err, errlen);
-	if (rc == 0 && gf_control_open(m, path, 1, err, errlen) != 0) {
-		munmap(m->t, sizeof *m->t);
-		rc = -1;
-	}
-	if (rc != 0) {
-		close(fd);
-		reset(m);
-		return rc;
-	}
-	if (gf_lock(m) != 0) {
-		gf_control_close(m);
-		munmap(m->t, sizeof *m->t);
-		close(fd);
-		reset(m);
-		if (err && errlen)
-			snprintf(err, errlen, "fence state %s is locked by a live process that does not let go", path);
-		return GF_ERR_LOCKED;
-	}
-	m->t->h.total = total;
-	gf_test_point("create");
-	m->t->h.budget = budget;
-	snprintf(m->t->h.uuid, sizeof m->t->h.uuid, "%s", uuid);
-	gf_control_write(m);
-	gf_unlock(m);
 	return 0;
 }
 
@@ -226,9 +176,8 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	}
 	struct gf_table *t = m->t;
 	gf_test_point("claim");
-	gf_control_restore(m, -1);
-	int k = gf_find_task(t, hash);
-	if (k < 0) {
+	int k = m->task;
+	if (gf_control_restore(m) != 0 || gf_find_task(t, hash) != k) {
 		gf_unlock(m);
 		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 		return -1;
@@ -246,28 +195,55 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	__atomic_store_n(&p->state, GF_LIVE, __ATOMIC_RELEASE);
 	gf_test_point("claim-live");
 	t->tasks[k].procs++;
-	t->tasks[k].armed = 1; /* a process attaches at its first allocation: the task is on the GPU */
+	/* a process attaches at its first allocation: the task is on the GPU. Borrowers read it
+	 * after their claim, and this process reads their claims after it (charge.c). */
+	__atomic_store_n(&t->tasks[k].armed, 1, __ATOMIC_SEQ_CST);
 	m->slot = i;
-	m->task = k;
 	m->task_gen = p->task_gen;
 	m->pgen = p->pgen;
 	gf_unlock(m);
 	return 1;
 }
 
+/* control_slot is the live slot of the control copy whose token hash is hash, or -1. */
+static int control_slot(const struct gf_map *m, const uint8_t *hash)
+{
+	struct gf_control c;
+	if (gf_control_read(m->c, &c) != 0)
+		return -1;
+	for (int i = 0; i < GF_TASKS; i++)
+		if (c.tasks[i].state == GF_LIVE && memcmp(c.tasks[i].token_hash, hash, GF_HASH_LEN) == 0)
+			return i;
+	return -1;
+}
+
 int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen)
 {
-	reset(m);
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		return fail(err, errlen, "open", path, errno);
-	m->fd = fd;
-	int rc = map_file(fd, path, m, err, errlen);
-	if (rc != 0)
-		goto out;
-	gf_control_open(m, path, 0, NULL, 0);
+	gf_reset(m);
+	char dir[4096], file[GF_UUID_MAX + 16], cpath[4200], apath[4200];
 	uint8_t hash[GF_HASH_LEN];
 	gf_sha256(token, strlen(token), hash);
+	if (gf_split_name(path, dir, sizeof dir, file, sizeof file) != 0 || gf_control_path(path, cpath, sizeof cpath) != 0 ||
+	    gf_account_path(dir, hash, file, apath, sizeof apath) != 0)
+		return fail(err, errlen, "name", path, ENAMETOOLONG);
+	int rc = gf_control_open(m, cpath, err, errlen);
+	if (rc != 0)
+		return rc;
+	m->task = control_slot(m, hash);
+	if (m->task < 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s places no task for this reservation", cpath);
+		rc = GF_ERR_NOTASK;
+		goto out;
+	}
+	m->fd = open(apath, O_RDWR | O_CLOEXEC);
+	if (m->fd < 0) {
+		rc = fail(err, errlen, "open", apath, errno);
+		goto out;
+	}
+	rc = gf_map_file(m->fd, apath, m, err, errlen);
+	if (rc != 0)
+		goto out;
 	/* Free slots first; then slots whose byte is free, which belong to dead processes. */
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < GF_PROCS; i++) {
@@ -275,32 +251,35 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 			if ((pass == 0) != (st == GF_FREE))
 				continue;
 			int r = try_claim(m, i, hash);
-			if (r > 0)
+			if (r > 0) {
+				gf_peers_open(m, dir, file);
 				return 0;
+			}
 			if (r == -2) {
 				if (err && errlen)
 					snprintf(err, errlen, "fence state %s is locked by a live process that does not let go",
-						 path);
+						 apath);
 				rc = GF_ERR_LOCKED;
 				goto out;
 			}
 			if (r < 0) {
 				if (err && errlen)
-					snprintf(err, errlen, "fence state %s has no task for this reservation", path);
+					snprintf(err, errlen, "fence state %s has no task for this reservation", apath);
 				rc = GF_ERR_NOTASK;
 				goto out;
 			}
 		}
 	}
 	if (err && errlen)
-		snprintf(err, errlen, "fence state %s has no free process slot (%d in use)", path, GF_PROCS);
+		snprintf(err, errlen, "fence state %s has no free process slot (%d in use)", apath, GF_PROCS);
 	rc = -1;
 out:
 	gf_control_close(m);
 	if (m->t)
 		munmap(m->t, sizeof *m->t);
-	close(fd);
-	reset(m);
+	if (m->fd >= 0)
+		close(m->fd);
+	gf_reset(m);
 	return rc;
 }
 
@@ -316,10 +295,18 @@ void gf_detach(struct gf_map *m)
 		gf_unlock(m);
 		gf_byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
 	}
+	gf_unmap(m);
+}
+
+void gf_unmap(struct gf_map *m)
+{
+	gf_peers_close(m);
 	gf_control_close(m);
-	munmap(m->t, sizeof *m->t);
-	close(m->fd);
-	reset(m);
+	if (m->t)
+		munmap(m->t, sizeof *m->t);
+	if (m->fd >= 0)
+		close(m->fd);
+	gf_reset(m);
 }
 
 int gf_reap(struct gf_map *m, int task)
@@ -354,7 +341,7 @@ int gf_reap(struct gf_map *m, int task)
 
 int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size_t errlen)
 {
-	reset(m);
+	gf_reset(m);
 	/* By its system call: the glibc wrapper is 2.27's, newer than the preload may need. */
 	int fd = (int)syscall(SYS_memfd_create, "gpufrac-unplaced", MFD_CLOEXEC);
 	if (fd < 0)
@@ -380,13 +367,14 @@ int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size
 	memcpy(k->token_hash, hash, GF_HASH_LEN);
 	k->state = GF_LIVE;
 	munmap(t, sizeof *t);
-	rc = map_file(fd, "a private table", m, err, errlen);
+	rc = gf_map_file(fd, "a private table", m, err, errlen);
+	m->task = 0;
 	if (rc == 0 && try_claim(m, 0, hash) > 0)
 		return 0;
 out:
 	if (m->t)
 		munmap(m->t, sizeof *m->t);
 	close(fd);
-	reset(m);
+	gf_reset(m);
 	return rc ? rc : -1;
 }

@@ -1,5 +1,6 @@
-/* What the table's C files share among themselves (table.c: files and slots, charge.c: the
- * allocation rules, tasks.c: the enforcer's side): internal, not part of state.h's API. */
+/* What the fence's C files share among themselves (table.c: a task's file and its slots,
+ * charge.c: the allocation rules, peers.c: the other tasks' files, tasks.c: the enforcer's
+ * side): internal, not part of state.h's API. */
 #ifndef GPUFRAC_FENCE_TABLE_H
 #define GPUFRAC_FENCE_TABLE_H
 
@@ -15,5 +16,20 @@ int gf_find_task(const struct gf_table *t, const uint8_t *hash);
 
 /* gf_give_back frees process slot i and returns its bytes to its task. Called under the lock. */
 void gf_give_back(struct gf_table *t, int i);
+
+/* gf_reset empties m (no file, no slot, no task). */
+void gf_reset(struct gf_map *m);
+/* gf_map_file maps the accounting file open at fd read-write and gives m an owner index. */
+int gf_map_file(int fd, const char *path, struct gf_map *m, char *err, size_t errlen);
+/* gf_file_create writes a fresh accounting file at path whose slot i is k. */
+int gf_file_create(const char *path, const char *uuid, int i, const struct gf_task *k, char *err, size_t errlen);
+
+/* peers.c: the other tasks' files of the GPU, mapped read-only for the rules of borrowing. */
+void gf_peers_open(struct gf_map *m, const char *dir, const char *file);
+void gf_peers_close(struct gf_map *m);
+/* gf_peers_view fills out[] with every task of the GPU as borrowing judges it: from the control
+ * copy what only the enforcer writes, from each other task's file (read-only) its sums, and m's
+ * own task from m's file. -1: the control copy could not be read. */
+int gf_peers_view(struct gf_map *m, struct gf_task *out);
 
 #endif

@@ -2,7 +2,6 @@ package fence_test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -10,9 +9,10 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// A tenant that writes the table around the fence's API (every task maps it writable) to raise
-// its own limit, cut a neighbour's guarantee, drop a task or move the budget is found out by
-// the enforcer's next Verify, which writes back what it set.
+// Tasks get the control copies read-only, but under gpufrac run every job is the same Unix user
+// as the enforcer and can write them: a job that raises its own limit, cuts a neighbour's
+// guarantee, drops a task or moves the budget there is found out by the enforcer's next Verify,
+// which writes back what it set.
 func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 	k := fencetest.Build(t)
 	for _, field := range []string{"cap", "limit", "keep", "state", "budget"} {
@@ -26,7 +26,7 @@ func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 				t.Fatalf("an untouched table: %v %v", diffs, err)
 			}
 			tenant := k.StartTool(t)
-			want(t, tenant.Do("tamper "+fence.Path(dir, fencetest.FakeUUID)+" "+field+" 3G"), "ok", "tamper")
+			want(t, tenant.Do("tamper-control "+fence.ControlPath(dir, fencetest.FakeUUID)+" "+field+" 3G"), "ok", "tamper")
 			diffs, err := tb.Verify()
 			if len(diffs) == 0 || err != nil {
 				t.Fatalf("a rewritten %s went unseen: %v %v", field, diffs, err)
@@ -44,9 +44,11 @@ func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 	}
 }
 
-// A tenant that raises a neighbour's use in the table (so the fence refuses the neighbour what
-// its guarantee covers) is found out by Verify, which rebuilds the sum from the neighbour's
-// processes: the neighbour gets its memory again.
+// A job that raises a neighbour's use in the neighbour's accounting file (so the fence refuses
+// the neighbour what its guarantee covers), which it can under gpufrac run (one Unix user, no
+// mounts; under the plugin the file system refuses it, TestTaskCannotWriteAnotherTasksAccounting),
+// is found out by Verify, which rebuilds the sum from the neighbour's processes: the neighbour
+// gets its memory again.
 func TestVerifyRebuildsARaisedUse(t *testing.T) {
 	k := fencetest.Build(t)
 	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
@@ -55,7 +57,7 @@ func TestVerifyRebuildsARaisedUse(t *testing.T) {
 		t.Fatalf("charge: %v", r)
 	}
 	tenant := k.StartTool(t)
-	want(t, tenant.Do("tamper "+fence.Path(dir, fencetest.FakeUUID)+" used 1G "+tokB), "ok", "tamper")
+	want(t, tenant.Do("tamper "+fence.AccountPath(dir, tokB, fencetest.FakeUUID)+" used 1G "+tokB), "ok", "tamper")
 	if r := b.Charge(500 * size.MiB); r != fence.Refused {
 		t.Fatalf("with its use raised to its cap the neighbour is refused: %v", r)
 	}
@@ -72,25 +74,26 @@ func TestVerifyRebuildsARaisedUse(t *testing.T) {
 	}
 }
 
-// What only the enforcer writes is also in a control copy that tasks get read-only, and every
-// process puts it back into the table before the rules read it: a guarantee cut or a limit
-// raised in the table never decides an allocation, even before the enforcer's next Verify.
+// What only the enforcer writes is in a control copy that tasks get read-only, and every process
+// puts it back into its accounting file before the rules read it: a guarantee cut or a limit
+// raised in an accounting file never decides an allocation, even before the enforcer's next
+// Verify.
 func TestControlCopyDecidesNotTheTable(t *testing.T) {
 	k := fencetest.Build(t)
 	dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
-	path := fence.Path(dir, fencetest.FakeUUID)
 	a, b := attach(t, dir, tokA), attach(t, dir, tokB)
 	tenant := k.StartTool(t)
-	want(t, tenant.Do("tamper "+path+" cap 0 "+tokB), "ok", "cut the neighbour's guarantee")
+	want(t, tenant.Do("tamper "+fence.AccountPath(dir, tokB, fencetest.FakeUUID)+" cap 0 "+tokB), "ok", "cut the neighbour's guarantee")
 	if r := b.Charge(100 * size.MiB); r != fence.Charged {
 		t.Fatalf("the neighbour within its guarantee after the table said 0: %v", r)
 	}
-	want(t, tenant.Do("tamper "+path+" limit 64G "+tokA), "ok", "raise its own limit")
-	want(t, tenant.Do("tamper "+path+" cap 64G "+tokA), "ok", "raise its own guarantee")
+	own := fence.AccountPath(dir, tokA, fencetest.FakeUUID)
+	want(t, tenant.Do("tamper "+own+" limit 64G "+tokA), "ok", "raise its own limit")
+	want(t, tenant.Do("tamper "+own+" cap 64G "+tokA), "ok", "raise its own guarantee")
 	if r := a.Charge(2 * size.GiB); r != fence.Refused {
 		t.Fatalf("past its guarantee after the table said 64G: %v", r)
 	}
-	st, err := os.Stat(filepath.Join(fence.ControlDir(dir), filepath.Base(path)))
+	st, err := os.Stat(fence.ControlPath(dir, fencetest.FakeUUID))
 	if err != nil || st.Mode().Perm() != 0o644 {
 		t.Fatalf("the control copy: %v %v, want 0644 in %s", st, err, fence.ControlDir(dir))
 	}

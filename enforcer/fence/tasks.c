@@ -1,36 +1,172 @@
-/* The enforcer's side of a table: placing the tasks' guarantees, rebuilding sums, copying the
- * table out (state.h says why the table is built this way). */
+/* The enforcer's side of a GPU: the control copy it alone writes, the tasks' accounting files it
+ * creates for each placement and removes at each end, and one table merged from all of them for
+ * the Go side (state.h says why it is built this way). */
 #define _GNU_SOURCE
 #include "state.h"
 #include "control.h"
 #include "lock.h"
 #include "table.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* The byte of the control copy whose lock marks the enforcer that manages the GPU. */
+#define CONTROL_BYTE (GF_LIVE_BASE - 1)
+
+static void drop_task(struct gf_map *m)
+{
+	if (m->t)
+		munmap(m->t, sizeof *m->t);
+	if (m->fd >= 0)
+		close(m->fd);
+	gf_reset(m);
+}
+
+/* open_task maps slot i's accounting file read-write, with the enforcer's short lock wait. */
+static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
+{
+	char file[GF_UUID_MAX + 16], path[4200];
+	struct gf_map *m = &g->tasks[i];
+	drop_task(m);
+	snprintf(file, sizeof file, "%s.fence", g->uuid);
+	if (gf_account_path(g->dir, hash, file, path, sizeof path) != 0)
+		return -1;
+	m->fd = open(path, O_RDWR | O_CLOEXEC);
+	if (m->fd < 0 || gf_map_file(m->fd, path, m, NULL, 0) != 0) {
+		drop_task(m);
+		return -1;
+	}
+	m->c = g->c; /* not its own: drop_task never unmaps it */
+	m->task = i;
+	m->wait_ns = GF_ENFORCER_WAIT_NS;
+	return 0;
+}
+
+/* new_task writes a fresh accounting file for slot i, placed as k, and maps it. */
+static int new_task(struct gf_gpu *g, int i, const struct gf_task *k)
+{
+	char file[GF_UUID_MAX + 16], dir[4200], path[4200];
+	snprintf(file, sizeof file, "%s.fence", g->uuid);
+	if (gf_account_path(g->dir, k->token_hash, NULL, dir, sizeof dir) != 0 ||
+	    gf_account_path(g->dir, k->token_hash, file, path, sizeof path) != 0)
+		return -1;
+	/* The task's mount: it writes its file, never the directory (so the mode is the enforcer's). */
+	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+		return -1;
+	if (gf_file_create(path, g->uuid, i, k, NULL, 0) != 0)
+		return -1;
+	return open_task(g, i, k->token_hash);
+}
+
+/* remove_task lets slot i's file go: its processes keep what they mapped, and find their task
+ * gone in the control copy at their next look. */
+static void remove_task(struct gf_gpu *g, const uint8_t *hash)
+{
+	char file[GF_UUID_MAX + 16], path[4200];
+	snprintf(file, sizeof file, "%s.fence", g->uuid);
+	if (gf_account_path(g->dir, hash, file, path, sizeof path) == 0)
+		unlink(path);
+	if (gf_account_path(g->dir, hash, NULL, path, sizeof path) == 0)
+		rmdir(path);
+}
+
+void gf_close(struct gf_gpu *g)
+{
+	for (int i = 0; i < GF_TASKS; i++)
+		drop_task(&g->tasks[i]);
+	if (g->c)
+		munmap(g->c, sizeof *g->c);
+	if (g->cfd >= 0)
+		close(g->cfd);
+	g->c = NULL;
+	g->cfd = -1;
+}
+
+int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_gpu *g,
+	      char *err, size_t errlen)
+{
+	memset(g, 0, sizeof *g);
+	g->cfd = -1;
+	for (int i = 0; i < GF_TASKS; i++)
+		gf_reset(&g->tasks[i]);
+	char file[GF_UUID_MAX + 16], cpath[4200];
+	snprintf(g->uuid, sizeof g->uuid, "%s", uuid);
+	if (gf_split_name(path, g->dir, sizeof g->dir, file, sizeof file) != 0 ||
+	    gf_control_path(path, cpath, sizeof cpath) != 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state name %s is too long", path);
+		return -1;
+	}
+	int rc = gf_control_create(g, cpath, err, errlen);
+	if (rc == 0 && gf_byte_lock(g->cfd, CONTROL_BYTE, F_WRLCK) != 0) {
+		if (errno == EAGAIN || errno == EACCES) {
+			if (err && errlen)
+				snprintf(err, errlen, "fence state %s is managed by another gpufrac process", cpath);
+			rc = GF_ERR_BUSY;
+		} else {
+			if (err && errlen)
+				snprintf(err, errlen, "lock %s: %s", cpath, strerror(errno));
+			rc = -1;
+		}
+	}
+	if (rc != 0) {
+		gf_close(g);
+		return rc;
+	}
+	struct gf_control *c = g->c;
+	gf_control_begin(c);
+	c->total = total;
+	gf_test_point("create");
+	c->budget = budget;
+	gf_control_end(c);
+	/* The tasks a previous enforcer placed stay until SetTasks says otherwise. */
+	for (int i = 0; i < GF_TASKS; i++)
+		if (c->tasks[i].state == GF_LIVE)
+			open_task(g, i, c->tasks[i].token_hash);
+	return 0;
+}
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+/* used_of is what slot i's file says its task holds (0 without a file). */
+static uint64_t used_of(const struct gf_gpu *g, int i)
+{
+	const struct gf_table *t = g->tasks[i].t;
+	return t ? LOAD(t->tasks[i].used) : 0;
+}
 
 /* committed is what every task's guarantee or use, whichever is more, covers. */
-static uint64_t committed(const struct gf_table *t)
+static uint64_t committed(const struct gf_gpu *g, const struct gf_control *c)
 {
 	uint64_t sum = 0;
 	for (int i = 0; i < GF_TASKS; i++)
-		if (t->tasks[i].state == GF_LIVE)
-			sum += gf_held(&t->tasks[i]);
+		if (c->tasks[i].state == GF_LIVE) {
+			uint64_t u = used_of(g, i);
+			sum += u > c->tasks[i].cap ? u : c->tasks[i].cap;
+		}
 	return sum;
 }
 
 /* anyone_waits says whether a process of a placed task waits for memory. A slot left of a task
  * that ended waits for nothing a guarantee could take: its process, if alive, finds its task
- * gone at its next look (GF_NOTASK). It counted here but not in the enforcer's snapshot, so
- * admission saw no wait while every new guarantee was refused, until a reaper came by. */
-static int anyone_waits(const struct gf_table *t)
+ * gone at its next look (GF_NOTASK). */
+static int anyone_waits(const struct gf_gpu *g, const struct gf_control *c)
 {
-	for (int j = 0; j < GF_PROCS; j++) {
-		const struct gf_proc *p = &t->procs[j];
-		if (p->state != GF_LIVE || !p->waiting || p->task >= GF_TASKS)
+	for (int i = 0; i < GF_TASKS; i++) {
+		const struct gf_table *t = g->tasks[i].t;
+		if (c->tasks[i].state != GF_LIVE || !t)
 			continue;
-		const struct gf_task *k = &t->tasks[p->task];
-		if (k->state == GF_LIVE && k->gen == p->task_gen)
-			return 1;
+		for (int j = 0; j < GF_PROCS; j++) {
+			const struct gf_proc *p = &t->procs[j];
+			if (LOAD(p->state) == GF_LIVE && LOAD(p->waiting) && LOAD(p->task) == (uint32_t)i &&
+			    LOAD(p->task_gen) == c->tasks[i].gen)
+				return 1;
+		}
 	}
 	return 0;
 }
@@ -43,95 +179,243 @@ static int find_spec(const uint8_t (*hashes)[GF_HASH_LEN], int n, const uint8_t 
 	return -1;
 }
 
-/* room says whether task k may hold guarantee cap from now: a guarantee never covers memory that
- * borrowers hold, and none is placed or raised while an allocation waits for memory to come free
- * (it would take what the waiter waits for). */
-static int room(const struct gf_table *t, const struct gf_task *k, uint64_t cap, int waiting)
+static int find_slot(const struct gf_control *c, const uint8_t *hash)
 {
-	uint64_t before = k ? gf_held(k) : 0;
-	uint64_t after = k && k->used > cap ? k->used : cap;
-	if (t->h.budget == 0 || after <= before)
-		return 1;
-	return !waiting && committed(t) - before + after <= t->h.budget;
+	for (int i = 0; i < GF_TASKS; i++)
+		if (c->tasks[i].state == GF_LIVE && memcmp(c->tasks[i].token_hash, hash, GF_HASH_LEN) == 0)
+			return i;
+	return -1;
 }
 
-int gf_set_tasks(struct gf_map *m, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns)
+/* room says whether slot i (-1: a new one) may hold guarantee cap from now: a guarantee never
+ * covers memory that borrowers hold, and none is placed or raised while an allocation waits for
+ * memory to come free (it would take what the waiter waits for). */
+static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t cap, int waiting)
+{
+	uint64_t used = i >= 0 ? used_of(g, i) : 0;
+	uint64_t before = i >= 0 ? (used > c->tasks[i].cap ? used : c->tasks[i].cap) : 0;
+	uint64_t after = used > cap ? used : cap;
+	if (c->budget == 0 || after <= before)
+		return 1;
+	return !waiting && committed(g, c) - before + after <= c->budget;
+}
+
+/* publish makes next the control copy, whole or not at all to every reader. */
+static void publish(struct gf_control *c, const struct gf_control *next)
+{
+	gf_control_begin(c);
+	gf_test_point("set-tasks");
+	c->budget = next->budget;
+	c->wait_ns = next->wait_ns;
+	memcpy(c->tasks, next->tasks, sizeof c->tasks);
+	gf_control_end(c);
+}
+
+int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns)
 {
 	int placed = 0, full = 0, noroom = 0;
 	if (n > GF_TASKS)
 		return GF_SET_FULL;
-	/* Hashed before the lock: the critical section stays a few loads and stores. */
 	uint8_t hashes[GF_TASKS][GF_HASH_LEN];
 	for (int s = 0; s < n; s++)
 		gf_sha256(specs[s].token, strlen(specs[s].token), hashes[s]);
-	if (gf_lock(m) != 0)
-		return GF_SET_LOCKED;
-	gf_control_restore(m, -1);
-	struct gf_table *t = m->t;
-	t->h.budget = budget;
-	t->h.wait_ns = wait_ns;
-	/* Tasks that ended leave first, so their slots serve the new ones. Processes still holding
-	 * a slot of an ended task no longer match its generation and pass through unfenced; the
-	 * watchdog owns them. */
+	struct gf_control *c = g->c, next = *c;
+	struct gf_control_task gone[GF_TASKS];
+	int ngone = 0;
+	uint64_t before[GF_TASKS];
+	int changed[GF_TASKS] = {0};
+	next.budget = budget;
+	next.wait_ns = wait_ns;
+	/* Tasks that ended leave first, so their slots serve the new ones. */
 	for (int i = 0; i < GF_TASKS; i++) {
-		struct gf_task *k = &t->tasks[i];
+		struct gf_control_task *k = &next.tasks[i];
+		before[i] = k->state == GF_LIVE ? k->cap : 0;
 		if (k->state == GF_LIVE && find_spec(hashes, n, k->token_hash) < 0) {
+			gone[ngone++] = *k;
 			uint32_t gen = k->gen + 1;
 			memset(k, 0, sizeof *k);
 			k->gen = gen;
+			drop_task(&g->tasks[i]);
 		}
 	}
-	gf_test_point("set-tasks");
-	int waiting = anyone_waits(t);
+	int waiting = anyone_waits(g, &next);
 	for (int s = 0; s < n; s++) {
-		int i = gf_find_task(t, hashes[s]);
-		struct gf_task *k = i >= 0 ? &t->tasks[i] : NULL;
-		if (!room(t, k, specs[s].cap, waiting)) {
+		int i = find_slot(&next, hashes[s]);
+		if (!room(g, &next, i, specs[s].cap, waiting)) {
 			noroom = 1;
 			continue;
 		}
+		struct gf_control_task *k;
+		int fresh_file = i < 0;
 		if (i < 0) {
-			for (i = 0; i < GF_TASKS && t->tasks[i].state == GF_LIVE; i++)
+			for (i = 0; i < GF_TASKS && next.tasks[i].state == GF_LIVE; i++)
 				;
 			if (i == GF_TASKS) {
 				full = 1;
 				continue;
 			}
-			k = &t->tasks[i];
+			k = &next.tasks[i];
 			uint32_t gen = k->gen + 1;
 			memset(k, 0, sizeof *k);
 			k->gen = gen;
 			memcpy(k->token_hash, hashes[s], GF_HASH_LEN);
 			k->state = GF_LIVE;
+			before[i] = 0;
+			drop_task(&g->tasks[i]);
 		}
+		k = &next.tasks[i];
 		k->cap = specs[s].cap;
 		k->limit = specs[s].limit > specs[s].cap ? specs[s].limit : specs[s].cap;
 		k->keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
+		changed[i] = k->cap > before[i];
+		/* A task placed anew gets a fresh file before any process can find it in the control
+		 * copy (a container that still holds a mount of an ended task's cannot reach it); one
+		 * whose file this enforcer has not mapped yet (a previous one placed it) keeps its own. */
+		if (fresh_file || !g->tasks[i].t) {
+			struct gf_task fresh;
+			memset(&fresh, 0, sizeof fresh);
+			fresh.state = GF_LIVE;
+			fresh.gen = k->gen;
+			fresh.cap = k->cap;
+			fresh.limit = k->limit;
+			fresh.keep = k->keep;
+			memcpy(fresh.token_hash, k->token_hash, GF_HASH_LEN);
+			if ((fresh_file || open_task(g, i, k->token_hash) != 0) && new_task(g, i, &fresh) != 0) {
+				/* No file: the task's processes run under the watchdog alone. */
+				struct gf_control_task *bad = &next.tasks[i];
+				uint32_t gen = bad->gen + 1;
+				memset(bad, 0, sizeof *bad);
+				bad->gen = gen;
+				full = 1;
+				continue;
+			}
+		}
 		placed++;
 	}
-	gf_control_write(m);
-	gf_unlock(m);
+	publish(c, &next);
+	/* Claimed, now checked: a borrower that claimed before this copy was out has been read
+	 * by the check, or read the copy itself (charge.c). A new or raised guarantee that now
+	 * covers a borrower's memory goes back. */
+	if (budget != 0) {
+		int retracted = 0;
+		for (int i = GF_TASKS - 1; i >= 0 && committed(g, &next) > budget; i--) {
+			if (!changed[i])
+				continue;
+			struct gf_control_task *k = &next.tasks[i];
+			if (before[i] == 0) {
+				gone[ngone++] = *k;
+				uint32_t gen = k->gen + 1;
+				memset(k, 0, sizeof *k);
+				k->gen = gen;
+				drop_task(&g->tasks[i]);
+			} else {
+				k->cap = before[i];
+				if (k->keep > k->cap)
+					k->keep = k->cap;
+			}
+			placed--;
+			retracted = noroom = 1;
+		}
+		if (retracted)
+			publish(c, &next);
+	}
+	for (int i = 0; i < ngone; i++)
+		if (find_slot(&next, gone[i].token_hash) < 0)
+			remove_task(g, gone[i].token_hash);
 	if (full)
 		return GF_SET_FULL;
 	return noroom ? GF_SET_NOROOM : placed;
 }
 
-int gf_rebuild(struct gf_map *m)
+int gf_rebuild(struct gf_gpu *g)
 {
-	if (gf_lock(m) != 0)
-		return -1;
-	gf_recount(m->t);
-	gf_unlock(m);
-	return 0;
+	int rc = 0;
+	for (int i = 0; i < GF_TASKS; i++) {
+		struct gf_map *m = &g->tasks[i];
+		if (!m->t)
+			continue;
+		if (gf_lock(m) != 0) {
+			rc = -1;
+			continue;
+		}
+		gf_control_restore(m);
+		gf_recount(m->t);
+		gf_unlock(m);
+	}
+	return rc;
 }
 
-int gf_snapshot(struct gf_map *m, struct gf_table *out)
+int gf_reap_all(struct gf_gpu *g)
 {
-	if (gf_lock(m) != 0)
-		return -1;
-	gf_test_point("snapshot");
-	memcpy(out, m->t, sizeof *out);
-	gf_unlock(m);
-	return 0;
+	int n = 0;
+	for (int i = 0; i < GF_TASKS; i++)
+		if (g->tasks[i].t)
+			n += gf_reap(&g->tasks[i], -1);
+	return n;
 }
 
+/* merge adds slot i's file (as it is now) to out. */
+static void merge(const struct gf_table *t, int i, struct gf_table *out, int *np)
+{
+	const struct gf_task *f = &t->tasks[i];
+	struct gf_task *k = &out->tasks[i];
+	k->used = f->used;
+	k->peak = f->peak;
+	k->refused = f->refused;
+	k->procs = f->procs;
+	k->waits = f->waits;
+	k->armed = f->armed;
+	k->owed = f->owed;
+	k->nwait = f->nwait;
+	k->nowed = f->nowed;
+	out->h.recoveries += t->h.recoveries;
+	out->h.underflows += t->h.underflows;
+	out->h.reaped += t->h.reaped;
+	/* Only the processes of its own slot: a task writes its own file, and a process it made up
+	 * there for another slot names nobody else. */
+	for (int j = 0; j < GF_PROCS && *np < GF_PROCS; j++) {
+		const struct gf_proc *p = &t->procs[j];
+		if (p->state == GF_LIVE && p->task == (uint32_t)i && p->task_gen == k->gen)
+			out->procs[(*np)++] = *p;
+	}
+}
+
+int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
+{
+	struct gf_control c;
+	if (gf_control_read(g->c, &c) != 0)
+		return -1;
+	memset(out, 0, sizeof *out);
+	out->h.magic = GF_MAGIC;
+	out->h.version = GF_VERSION;
+	out->h.total = c.total;
+	out->h.budget = c.budget;
+	out->h.wait_ns = c.wait_ns;
+	out->h.recoveries = c.recoveries;
+	snprintf(out->h.uuid, sizeof out->h.uuid, "%s", g->uuid);
+	int np = 0;
+	for (int i = 0; i < GF_TASKS; i++) {
+		const struct gf_control_task *ck = &c.tasks[i];
+		struct gf_task *k = &out->tasks[i];
+		k->gen = ck->gen;
+		if (ck->state != GF_LIVE)
+			continue;
+		k->state = GF_LIVE;
+		k->cap = ck->cap;
+		k->limit = ck->limit;
+		k->keep = ck->keep;
+		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
+		struct gf_map *m = &g->tasks[i];
+		if (!m->t)
+			continue;
+		/* Under the task's lock for a moment; past it, as it is: a task that keeps its own
+		 * lock gets a reading that may be mid-update, of itself only. */
+		int locked = gf_lock(m) == 0;
+		if (locked)
+			gf_test_point("snapshot");
+		merge(m->t, i, out, &np);
+		if (locked)
+			gf_unlock(m);
+	}
+	return 0;
+}

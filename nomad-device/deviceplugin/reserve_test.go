@@ -7,13 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 )
 
-// A task gets the fence's tables, which its processes write, the library, which every task's
-// processes run, and the tables' control copies in separate mounts: the library's and the
-// copies' read-only, so no tenant can rewrite what the others load or what decides their
-// allocations.
+// A task gets the fence's directory read-only with its own accounting directory writable on top
+// (the only path it may write), the library, which every task's processes run, and the control
+// copies in separate mounts: all but its own accounting read-only, so no tenant can rewrite what
+// the others load, what decides their allocations, or what they count.
 func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
 	lib := filepath.Join(t.TempDir(), fence.LibraryName)
 	if err := os.WriteFile(lib, []byte("stands for the library"), 0o755); err != nil {
@@ -29,11 +30,14 @@ func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
 	if tables == "" || preload == "" {
 		t.Fatalf("the task is not fenced: %v", res.Envs)
 	}
-	var sawTables, sawLib, sawCaps bool
+	own := fence.AccountDir(tables, res.Envs[enforcer.EnvReservation])
+	var sawTables, sawOwn, sawLib, sawCaps bool
 	for _, mt := range res.Mounts {
 		switch {
 		case mt.TaskPath == tables:
-			sawTables = !mt.ReadOnly
+			sawTables = mt.ReadOnly && mt.HostPath == mt.TaskPath
+		case mt.TaskPath == own:
+			sawOwn = !mt.ReadOnly && mt.HostPath == mt.TaskPath
 		case mt.TaskPath == fence.ControlDir(tables):
 			sawCaps = mt.ReadOnly && mt.HostPath == mt.TaskPath
 		case mt.TaskPath == filepath.Dir(preload):
@@ -42,12 +46,17 @@ func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
 		if strings.HasPrefix(preload, mt.TaskPath+"/") && !mt.ReadOnly {
 			t.Fatalf("the library %s reaches the task through a writable mount %+v", preload, mt)
 		}
+		if !mt.ReadOnly && mt.TaskPath != own {
+			t.Fatalf("a writable mount %+v besides the task's own accounting %s", mt, own)
+		}
 	}
-	if !sawTables || !sawLib || !sawCaps {
-		t.Fatalf("want the tables' directory %s writable, the library's %s and the control copies' read-only, got %v", tables, filepath.Dir(preload), res.Mounts)
+	if !sawTables || !sawOwn || !sawLib || !sawCaps {
+		t.Fatalf("want the fence directory %s, the library's %s and the control copies' read-only, the task's accounting %s writable, got %v", tables, filepath.Dir(preload), own, res.Mounts)
 	}
-	if st, err := os.Stat(fence.ControlDir(tables)); err != nil || !st.IsDir() {
-		t.Fatalf("the control copies' directory must exist before the task mounts it: %v", err)
+	for _, d := range []string{own, fence.ControlDir(tables)} {
+		if st, err := os.Stat(d); err != nil || !st.IsDir() {
+			t.Fatalf("%s must exist before the task mounts it: %v", d, err)
+		}
 	}
 	st, err := os.Stat(preload)
 	if err != nil || st.Mode().Perm()&0o222 != 0 {

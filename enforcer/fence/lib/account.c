@@ -13,7 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../control.h"
 #include "../state.h"
 #include "fence.h"
 
@@ -236,9 +235,7 @@ void account_forget(void)
 		if (d->state == DEV_FENCED) {
 			/* The parent's slot and mappings are not the child's (the parent's liveness lock
 			 * stays with the parent's open file). */
-			gf_control_close(&d->m);
-			munmap(d->m.t, sizeof *d->m.t);
-			close(d->m.fd);
+			gf_unmap(&d->m);
 		}
 		memset(d, 0, sizeof *d);
 	}

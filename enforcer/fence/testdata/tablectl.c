@@ -2,6 +2,7 @@
  * A process that drives a fence table through state.h's own API, for the lock's tests: built
  * with -DGF_TESTING, it stops inside a critical section when GF_TEST_STALL names one, so a test
  * can SIGKILL it there. It reads one command a line on stdin and answers one line on stdout:
+ * PATH names a GPU as the fence does ("<dir>/<uuid>.fence"; state.h).
  *   create PATH UUID TOTAL  -> ok | err RC MSG     (as the enforcer: takes the control byte)
  *   set TOKEN CAP           -> placed N            (the enforcer's whole set: this one task)
  *   snapshot                -> snap used=U procs=P recoveries=R
@@ -11,9 +12,12 @@
  *   reap                    -> reaped N
  *   view                    -> view CAP USED | notask
  *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
- *   tamper PATH FIELD N [TOKEN] -> ok: writes the table as a hostile tenant would, around the
- *                              API: FIELD cap, limit, keep, state or used of TOKEN's task (else
- *                              task slot 0), or budget
+ *   tamper FILE FIELD N [TOKEN] -> ok | err MSG: writes an accounting FILE as a hostile tenant
+ *                              would, around the API: FIELD cap, limit, keep, state, used, nowed
+ *                              or lock of TOKEN's task (else every task slot), or budget
+ *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
+ *                              job of the same Unix user can do under gpufrac run)
+ *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
  * Sizes are bytes with an optional M or G (binary) suffix.
  */
 #define _GNU_SOURCE
@@ -22,10 +26,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "../state.h"
+#include "../control.h"
 
 static uint64_t parse_size(const char *s)
 {
@@ -51,11 +58,12 @@ static const char *charge_word(int r)
 
 int main(void)
 {
-	static struct gf_map m, ctl;
+	static struct gf_map m;
+	static struct gf_gpu ctl;
 	static struct gf_table snap;
 	char line[4400], err[512];
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	m.fd = ctl.fd = -1;
+	m.fd = ctl.cfd = -1;
 	while (fgets(line, sizeof line, stdin)) {
 		char cmd[32] = "", a[4096] = "", b[128] = "", c[64] = "", d[128] = "";
 		if (sscanf(line, "%31s %4095s %127s %63s %127s", cmd, a, b, c, d) < 1)
@@ -96,7 +104,7 @@ int main(void)
 			gf_detach(&m);
 			printf("ok\n");
 		} else if (!strcmp(cmd, "reap")) {
-			printf("reaped %d\n", gf_reap(&m, -1));
+			printf("reaped %d\n", m.t ? gf_reap(&m, -1) : gf_reap_all(&ctl));
 		} else if (!strcmp(cmd, "view")) {
 			uint64_t cap = 0, used = 0;
 			if (gf_view(&m, &cap, &used) == GF_OK)
@@ -108,31 +116,77 @@ int main(void)
 			struct gf_table *t = fd < 0 ? MAP_FAILED
 					   : mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 			if (t == MAP_FAILED) {
-				printf("err cannot map %s\n", a);
+				printf("err cannot map %s: %s\n", a, strerror(errno));
+				if (fd >= 0)
+					close(fd);
 				continue;
 			}
 			uint64_t v = parse_size(c);
-			struct gf_task *k = &t->tasks[0];
 			uint8_t h[GF_HASH_LEN];
 			gf_sha256(d, strlen(d), h);
-			for (int i = 0; d[0] && i < GF_TASKS; i++)
-				if (memcmp(t->tasks[i].token_hash, h, GF_HASH_LEN) == 0)
-					k = &t->tasks[i];
-			if (!strcmp(b, "cap"))
-				k->cap = v;
-			else if (!strcmp(b, "limit"))
-				k->limit = v;
-			else if (!strcmp(b, "keep"))
-				k->keep = v;
-			else if (!strcmp(b, "state"))
-				k->state = (uint32_t)v;
-			else if (!strcmp(b, "used"))
-				k->used = v;
-			else if (!strcmp(b, "budget"))
+			for (int i = 0; i < GF_TASKS; i++) {
+				struct gf_task *k = &t->tasks[i];
+				if (d[0] && memcmp(k->token_hash, h, GF_HASH_LEN) != 0)
+					continue;
+				if (!strcmp(b, "cap"))
+					k->cap = v;
+				else if (!strcmp(b, "limit"))
+					k->limit = v;
+				else if (!strcmp(b, "keep"))
+					k->keep = v;
+				else if (!strcmp(b, "state"))
+					k->state = (uint32_t)v;
+				else if (!strcmp(b, "used"))
+					k->used = v;
+				else if (!strcmp(b, "nowed"))
+					k->nowed = v;
+			}
+			if (!strcmp(b, "budget"))
 				t->h.budget = v;
+			else if (!strcmp(b, "lock"))
+				t->h.lock = v;
 			munmap(t, sizeof *t);
 			close(fd);
 			printf("ok\n");
+		} else if (!strcmp(cmd, "tamper-control")) {
+			int fd = open(a, O_RDWR);
+			struct gf_control *t = fd < 0 ? MAP_FAILED
+					     : mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			if (t == MAP_FAILED) {
+				printf("err cannot map %s: %s\n", a, strerror(errno));
+				if (fd >= 0)
+					close(fd);
+				continue;
+			}
+			uint64_t v = parse_size(c);
+			uint8_t h[GF_HASH_LEN];
+			gf_sha256(d, strlen(d), h);
+			for (int i = 0; i < GF_TASKS; i++) {
+				struct gf_control_task *k = &t->tasks[i];
+				if (d[0] && memcmp(k->token_hash, h, GF_HASH_LEN) != 0)
+					continue;
+				if (!d[0] && k->state != GF_LIVE)
+					continue;
+				if (!strcmp(b, "cap"))
+					k->cap = v;
+				else if (!strcmp(b, "limit"))
+					k->limit = v;
+				else if (!strcmp(b, "keep"))
+					k->keep = v;
+				else if (!strcmp(b, "state"))
+					k->state = (uint32_t)v;
+			}
+			if (!strcmp(b, "budget"))
+				t->budget = v;
+			munmap(t, sizeof *t);
+			close(fd);
+			printf("ok\n");
+		} else if (!strcmp(cmd, "flock")) {
+			int fd = open(a, O_RDONLY);
+			if (fd < 0 || flock(fd, LOCK_EX) != 0)
+				printf("err %s\n", strerror(errno));
+			else
+				printf("ok\n");
 		} else if (!strcmp(cmd, "loop")) {
 			printf("looping\n");
 			for (;;) {
