@@ -187,6 +187,31 @@ func (k Kit) StartTool(t testing.TB, env ...string) *Proc {
 	return start(t, k.Tool, env, nil)
 }
 
+// StartToolMounted runs the table tool as a task in a container sees the host: in a mount
+// namespace of its own (unshare; a user namespace makes the caller root there, as a tenant is in
+// its container), where each path in rw is bind-mounted writable and then each path in ro
+// read-only over itself, keeping what was mounted under it (so a writable directory inside a
+// read-only one stays writable, as Docker layers a task's mounts). It skips where the kernel
+// lends no user namespaces.
+func (k Kit) StartToolMounted(t testing.TB, ro, rw []string, env ...string) *Proc {
+	t.Helper()
+	if out, err := exec.Command("unshare", "-rm", "true").CombinedOutput(); err != nil {
+		t.Skipf("no user and mount namespaces here (unshare -rm: %v %s): the mounts cannot be tried", err, out)
+	}
+	var script strings.Builder
+	for _, p := range rw {
+		fmt.Fprintf(&script, "mount --bind '%s' '%s' || exit 1\n", p, p)
+	}
+	for _, p := range ro {
+		fmt.Fprintf(&script, "mount --rbind '%s' '%s' && mount -o remount,bind,ro '%s' || exit 1\n", p, p, p)
+	}
+	fmt.Fprintf(&script, "exec '%s'\n", k.Tool)
+	if len(env) > 0 {
+		env = append(env, "PATH="+os.Getenv("PATH"))
+	}
+	return start(t, "unshare", env, []string{"-rm", "sh", "-c", script.String()})
+}
+
 func start(t testing.TB, bin string, env, args []string) *Proc {
 	t.Helper()
 	cmd := exec.Command(bin, args...)

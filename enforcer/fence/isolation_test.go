@@ -1,0 +1,177 @@
+package fence_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A task sees the host through the mounts fence.TaskMounts gives it. There it writes its own
+// accounting and allocates (borrowing reads the neighbour's file read-only), and the file
+// system refuses it the neighbour's accounting, the control copy, and the fence directory.
+func TestTaskCannotWriteAnotherTasksAccounting(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 4*size.GiB, fence.Task{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	b := attach(t, dir, tokB)
+	if r := b.Charge(512 * size.MiB); r != fence.Charged {
+		t.Fatalf("the neighbour's charge: %v", r)
+	}
+	var ro, rw []string
+	for _, m := range fence.TaskMounts(dir, "", tokA) {
+		if m.ReadOnly {
+			ro = append(ro, m.Path)
+		} else {
+			rw = append(rw, m.Path)
+		}
+	}
+	tenant := k.StartToolMounted(t, ro, rw)
+	neighbour := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
+	for _, c := range []string{
+		"tamper " + neighbour + " used 1G " + tokB,
+		"tamper " + neighbour + " nowed 1 " + tokB,
+		"tamper " + neighbour + " lock 1",
+		"tamper-control " + fence.ControlPath(dir, fencetest.FakeUUID) + " cap 0 " + tokB,
+	} {
+		if got := tenant.DoWithin(c, bound); !strings.Contains(got, "Read-only file system") {
+			t.Fatalf("%s: %q, want the file system to refuse it", c, got)
+		}
+	}
+	if got := tenant.DoWithin("tamper "+fence.AccountPath(dir, tokA, fencetest.FakeUUID)+" used 0 "+tokA, bound); got != "ok" {
+		t.Fatalf("the task's own accounting must be writable to it: %q", got)
+	}
+	want(t, tenant.DoWithin("attach "+fence.Path(dir, fencetest.FakeUUID)+" "+tokA, bound), "ok ", "the task attaches in its mounts")
+	want(t, tenant.DoWithin("charge 1536M", bound), "ok", "it borrows past its guarantee, reading the neighbour read-only")
+	want(t, tenant.DoWithin("charge 1G", bound), "refused", "past its limit")
+	if r := b.Charge(512 * size.MiB); r != fence.Charged {
+		t.Fatalf("the neighbour within its guarantee after all that: %v", r)
+	}
+	s := snapshotWithin(t, tb)
+	if u, _ := s.Task(tokB); u.Used != size.GiB || u.Owed || u.Waiting {
+		t.Fatalf("the neighbour as the enforcer sees it: %+v", u)
+	}
+	if u, _ := s.Task(tokA); u.Used != 1536*size.MiB || u.Borrowed() != 512*size.MiB {
+		t.Fatalf("the task as the enforcer sees it: %+v", u)
+	}
+}
+
+// A tenant that takes the borrowers' lock (a flock on the control copy, which it holds
+// read-only) and keeps it fails the other tasks' borrows within a bound, never their
+// allocations within their guarantees; once it is gone (the kernel drops a dead holder's flock)
+// borrowing works again.
+func TestHeldBorrowLockFailsBorrowsNotGuarantees(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, _ := table(t, 4*size.GiB, fence.Task{Token: tokA, Cap: size.GiB, Limit: 3 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	a, b := attach(t, dir, tokA), attach(t, dir, tokB)
+	holder := k.StartTool(t)
+	want(t, holder.Do("flock "+fence.ControlPath(dir, fencetest.FakeUUID)), "ok", "the tenant takes the borrowers' lock")
+
+	var r fence.Result
+	start := time.Now()
+	within(t, bound, "a borrow while the borrowers' lock is kept", func() { r = a.Charge(2 * size.GiB) })
+	if r != fence.Refused {
+		t.Fatalf("a borrow while another keeps the borrowers' lock: %v, want refused", r)
+	}
+	t.Logf("refused after %s", time.Since(start))
+	start = time.Now()
+	within(t, bound, "allocations within their guarantees", func() {
+		if r = a.Charge(size.GiB); r == fence.Charged {
+			r = b.Charge(size.GiB)
+		}
+	})
+	if r != fence.Charged {
+		t.Fatalf("an allocation within its guarantee while the borrowers' lock is kept: %v", r)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("allocations within their guarantees took %s: they never wait for the borrowers' lock", d)
+	}
+	holder.Kill()
+	within(t, bound, "a borrow once the holder is gone", func() { r = a.Charge(size.GiB) })
+	if r != fence.Charged {
+		t.Fatalf("a borrow once the tenant is gone: %v", r)
+	}
+}
+
+// Claim, then check: an owner arming its guarantee and a borrower taking the same memory,
+// racing, never both hold it. Each round places a fresh owner (unarmed, so its guarantee is lent
+// but for a keep), then its first allocation of its whole guarantee races a borrow of most of
+// it; whichever wins, the other is refused or waits for the winner to give it back.
+func TestOwnerAndBorrowerRacingNeverOvercommit(t *testing.T) {
+	dir, tb := table(t, 2*size.GiB)
+	tb.SetWait(0)
+	borrower := fence.Task{Token: tokB, Cap: 512 * size.MiB, Limit: 2 * size.GiB}
+	rounds := 300
+	if testing.Short() {
+		rounds = 60
+	}
+	var borrowed, owned, overlaps atomic.Int64
+	deadline := time.Now().Add(60 * time.Second)
+	for i := range rounds {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rounds in 60s: a charge waited for nothing", i)
+		}
+		tok := fmt.Sprintf("owner-%04d-%s", i, tokA[:8])
+		owner := fence.Task{Token: tok, Cap: size.GiB, Keep: size.MiB}
+		if err := tb.SetTasks([]fence.Task{borrower, owner}, 2*size.GiB); err != nil {
+			t.Fatal(err)
+		}
+		b := attach(t, dir, tokB)
+		var o *fence.Client
+		var attachErr error
+		var wg sync.WaitGroup
+		// hold takes n bytes and, while it holds them, reads the other side as the enforcer
+		// does (each file under its lock: a claim being judged is settled by then): the other
+		// may hold nothing of the same memory.
+		hold := func(c *fence.Client, n size.Bytes, count *atomic.Int64, other string, most size.Bytes) {
+			defer wg.Done()
+			if c == nil {
+				// The owner's attach arms its guarantee: it races the borrow too.
+				if o, attachErr = fence.Attach(dir, fencetest.FakeUUID, tok); attachErr != nil {
+					return
+				}
+				c = o
+			}
+			if c.Charge(n) != fence.Charged {
+				return
+			}
+			count.Add(1)
+			if s, err := tb.Snapshot(); err == nil {
+				if u, _ := s.Task(other); u.Used > most {
+					overlaps.Add(1)
+				}
+			}
+			c.Uncharge(n)
+		}
+		wg.Add(2)
+		// The borrower: 1 GiB past its guarantee, the owner's but for the keep; meanwhile the
+		// owner holds nothing. The owner: its whole guarantee; meanwhile the borrower nothing
+		// past its own.
+		go hold(b, 1536*size.MiB, &borrowed, tok, 0)
+		go hold(nil, size.GiB, &owned, tokB, borrower.Cap)
+		within(t, bound, "a racing round", wg.Wait)
+		if attachErr != nil {
+			t.Fatal(attachErr)
+		}
+		o.Detach()
+		b.Detach()
+	}
+	if n := overlaps.Load(); n > 0 {
+		t.Fatalf("%d of %d rounds granted the owner its guarantee and the borrower the same memory at once", n, rounds)
+	}
+	if owned.Load() != int64(rounds) {
+		t.Fatalf("the owner got its guarantee in %d of %d rounds: a guarantee is always served", owned.Load(), rounds)
+	}
+	t.Logf("%d rounds: the borrower won %d", rounds, borrowed.Load())
+	s := snapshotWithin(t, tb)
+	for _, u := range s.Tasks {
+		if u.Used != 0 {
+			t.Fatalf("after the rounds, task %+v holds bytes nobody holds", u)
+		}
+	}
+}
