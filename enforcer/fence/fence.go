@@ -314,14 +314,15 @@ const (
 	NoTask Result = C.GF_NOTASK
 )
 
-// Client is one process's attachment to a GPU's table, as the preload library makes it. The
-// simulated GPU backend's jobs use it, so simulated tasks are fenced by the same code.
+// Client is one process's attachment to its task's accounting file on a GPU, as the preload
+// library makes it. The simulated GPU backend's jobs use it, so simulated tasks are fenced by
+// the same code.
 type Client struct {
 	mu sync.Mutex
 	m  *C.struct_gf_map
 }
 
-// Attach claims a process slot for token's task in the table of GPU uuid in dir.
+// Attach claims a process slot in the accounting file of token's task on GPU uuid in dir.
 func Attach(dir, uuid, token string) (*Client, error) {
 	cpath, ctok := C.CString(Path(dir, uuid)), C.CString(token)
 	defer C.free(unsafe.Pointer(cpath))
@@ -351,7 +352,7 @@ func (c *Client) Charge(n size.Bytes) Result {
 	case C.GF_OK_OWED:
 		r = Charged // the simulated GPU frees a stopped process's memory at once
 	case C.GF_BUSY:
-		r = NoTask // the table's lock is kept by a stopped or hostile process: unfenced
+		r = NoTask // the task's lock is kept by a stopped or hostile process: unfenced
 	}
 	return r
 }

@@ -1,10 +1,12 @@
-// Package fence is the enforcer's side of the allocation fence. Each GPU has a table in a small
-// shared file (Path) that libgpufrac-fence.so, loaded into every process of a task with
-// LD_PRELOAD (its source is lib/), reads and charges on every device allocation: an allocation
-// that would take the task past its cap fails inside the process with CUDA_ERROR_OUT_OF_MEMORY.
-// The enforcer writes each task's cap into the table (SetTasks) and reads what the fence saw
-// (Snapshot). The table's layout and rules are one C implementation (state.h), compiled into
-// the library and, through cgo, into this package, so the two sides cannot drift apart.
+// Package fence is the enforcer's side of the allocation fence. libgpufrac-fence.so, loaded into
+// every process of a task with LD_PRELOAD (its source is lib/), charges every device allocation
+// to its task's accounting file on that GPU (AccountPath: one per task, which only that task may
+// write) and refuses, with CUDA_ERROR_OUT_OF_MEMORY inside the process, one that would take the
+// task past its cap. The enforcer writes each task's cap into the GPU's control copy
+// (ControlPath, which tasks read only) and creates each task's accounting file (SetTasks), and
+// reads what the fence saw as one table merged from all of them (Snapshot). The layout and rules
+// are one C implementation (state.h), compiled into the library and, through cgo, into this
+// package, so the two sides cannot drift apart.
 package fence
 
 import (
@@ -34,8 +36,8 @@ var (
 	ErrFull     = errors.New("fence table has no free task slot")
 	ErrBadInput = errors.New("invalid fence input")
 	ErrClosed   = errors.New("fence table is closed")
-	// ErrLocked: a live process kept the table's lock past GF_LOCK_WAIT_NS (a stopped or
-	// hostile one); the table could not be read or written this time.
+	// ErrLocked: a live process kept a task's lock past its bound (a stopped or hostile one),
+	// or the control copy stayed mid-write that long; it could not be read or written this time.
 	ErrLocked = errors.New("fence table is locked by a process that does not let go")
 	// ErrNoRoom: borrowers hold what a new guarantee would cover (see NoRoomError).
 	ErrNoRoom = errors.New("fence table has no room for the guarantee")
@@ -44,7 +46,9 @@ var (
 // MaxTasks is how many tasks one GPU's table holds.
 const MaxTasks = 64 // GF_TASKS in state.h; a test keeps them equal
 
-// Path is the table of one GPU inside dir.
+// Path names GPU uuid for the fence directory dir, as the C side does: its control copy and each
+// task's accounting file are that name in ControlDir(dir) and in AccountDir(dir, token). No file
+// lies at Path itself.
 func Path(dir, uuid string) string { return filepath.Join(dir, uuid+".fence") }
 
 // Task is what the enforcer declares for one reservation.
@@ -83,7 +87,7 @@ type TaskUse struct {
 }
 
 // Borrowed is what the task holds past its guarantee, at most what its limit lets it borrow:
-// every task maps the table writable, and a use written past the limit is a lie the fence
+// a task writes its own accounting file, and a use written past the limit is a lie the fence
 // never granted.
 func (u TaskUse) Borrowed() size.Bytes {
 	if u.Used <= u.Cap || u.Limit <= u.Cap {
@@ -105,7 +109,9 @@ type ProcUse struct {
 	Owed    bool
 }
 
-// Snapshot is a consistent copy of one GPU's table.
+// Snapshot is one GPU's control copy and its tasks' accounting files, merged; each file is
+// consistent in itself (read under its task's lock, but where the task kept it past the
+// enforcer's short bound).
 type Snapshot struct {
 	UUID          string
 	Total, Budget size.Bytes

@@ -1,7 +1,7 @@
 /*
- * A process's accounting under the fence: its view of each GPU's table (attached at its first
- * allocation there), its charges, and what each of its allocations took, to give it back at the
- * free. The wrappers (fence.c, pool.c, view.c) build on it; it calls none of them: what a free
+ * A process's accounting under the fence: its task's accounting file on each GPU (attached at its
+ * first allocation there), its charges, and what each of its allocations took, to give it back at
+ * the free. The wrappers (fence.c, pool.c, view.c) build on it; it calls none of them: what a free
  * gives back is handed to the caller (struct freed), which knows whether a pool keeps it.
  */
 #define _GNU_SOURCE

@@ -117,8 +117,8 @@ static int parent_of(int pid)
 	return ppid;
 }
 
-/* The attach to a table went: placed, or not there (an unknown token: try the next), or the
- * table cannot be used (the watchdog alone then). */
+/* The attach to a task's accounting went: placed, or not there (an unknown token: try the next),
+ * or the fence cannot be used (the watchdog alone then). */
 enum { TRY_PLACED, TRY_NEXT, TRY_BROKEN };
 
 static int try_token(const char *dir, const char *uuid, const char *token, struct gf_map *m, char *why, size_t n)
