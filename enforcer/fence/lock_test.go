@@ -239,8 +239,8 @@ func TestLiveHolderThatKeepsTheLock(t *testing.T) {
 	if d := time.Since(start); d > 500*time.Millisecond {
 		t.Fatalf("the neighbour's attach and allocation took %s while another task kept its own lock", d)
 	}
-	// The enforcer: a snapshot, a placement and a reap each within a bound far under the
-	// processes' wait; the held task read without its lock.
+	// The enforcer: a snapshot, a placement, a reap and a check each within a bound far under
+	// the processes' wait; the held task read without its lock.
 	var s fence.Snapshot
 	var err error
 	start = time.Now()
@@ -255,11 +255,21 @@ func TestLiveHolderThatKeepsTheLock(t *testing.T) {
 		t.Fatalf("SetTasks while a task keeps its lock: %v", err)
 	}
 	within(t, bound, "the enforcer's reap", func() { tb.Reap() })
-	if d := time.Since(start); d > 500*time.Millisecond {
-		t.Fatalf("the enforcer took %s for a snapshot, a placement and a reap while a task kept its lock", d)
+	var diffs []string
+	within(t, bound, "the enforcer's Verify", func() { diffs, err = tb.Verify() })
+	if diffs != nil || err != nil {
+		// The holder stopped between raising its task's sum and its own: read without the
+		// lock, that is an update in flight, not a tenant's rewrite.
+		t.Fatalf("Verify while a task keeps its lock mid-update: %v %v", diffs, err)
 	}
-	if u, _ := s.Task(tokB); u.Used != 900*size.MiB {
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("the enforcer took %s for a snapshot, a placement, a reap and a check while a task kept its lock", d)
+	}
+	if u, _ := s.Task(tokB); u.Used != 900*size.MiB || u.Unlocked {
 		t.Fatalf("the neighbour as the enforcer read it: %+v", u)
+	}
+	if u, _ := s.Task(tokA); !u.Unlocked {
+		t.Fatalf("the held task as the enforcer read it: %+v, want it marked read without its lock", u)
 	}
 
 	late := k.StartTool(t)

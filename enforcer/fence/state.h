@@ -122,6 +122,7 @@ struct gf_task {
 	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
 	uint64_t nwait; /* its live processes with a waiting allocation: can_wait reads it, not 512 slots */
 	uint64_t nowed; /* ... of which wait for borrowers to give its guarantee back (GF_WAIT_OWED) */
+	uint64_t unlocked; /* in gf_snapshot's table only: its file was read without its lock */
 	/* SHA-256 of the reservation's token: every task reads the files, and a token read here
 	 * would let one task attach as another (take its cap, charge it its use). */
 	uint8_t token_hash[GF_HASH_LEN];

@@ -414,6 +414,7 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		if (locked)
 			gf_test_point("snapshot");
 		merge(m->t, i, out, &np);
+		k->unlocked = !locked;
 		if (locked)
 			gf_unlock(m);
 	}
