@@ -233,7 +233,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			verdict = NO_ROOM; /* another borrower keeps the borrowers' lock: refused, never waited */
 			at_once = 1;
 		} else {
-			int borrowing = want > k->cap;
+			int borrowing = want > k->cap && want <= k->limit; /* it holds the borrowers' lock */
 			claim(k, p, n);
 			claimed = 1;
 			if (gf_peers_view(m, view) != 0) {
