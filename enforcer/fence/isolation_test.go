@@ -175,3 +175,104 @@ func TestOwnerAndBorrowerRacingNeverOvercommit(t *testing.T) {
 		}
 	}
 }
+
+// Claim, then check, on the enforcer's side: placing a new guarantee while a borrower takes the
+// same memory never grants both. Each round starts both at once; each keeps what it got until the
+// other is done, so two grants would stand side by side.
+func TestPlacementAndBorrowerRacingNeverOvercommit(t *testing.T) {
+	dir, tb := table(t, 2*size.GiB)
+	tb.SetWait(0)
+	borrower := fence.Task{Token: tokB, Cap: 512 * size.MiB, Limit: 2 * size.GiB}
+	if err := tb.SetTasks([]fence.Task{borrower}, 2*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	b := attach(t, dir, tokB)
+	rounds := 400
+	if testing.Short() {
+		rounds = 80
+	}
+	var placed, borrowed, both int
+	for i := range rounds {
+		tok := fmt.Sprintf("newcomer-%04d-%s", i, tokC[:8])
+		var wg sync.WaitGroup
+		var gotBorrow, gotPlace bool
+		begin := make(chan struct{})
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-begin
+			gotBorrow = b.Charge(1536*size.MiB) == fence.Charged // 1 GiB past its guarantee
+		}()
+		go func() {
+			defer wg.Done()
+			<-begin
+			gotPlace = tb.SetTasks([]fence.Task{borrower, {Token: tok, Cap: size.GiB}}, 2*size.GiB) == nil
+		}()
+		close(begin)
+		within(t, bound, "a racing round", wg.Wait)
+		if gotBorrow {
+			borrowed++
+			b.Uncharge(1536 * size.MiB)
+		}
+		if gotPlace {
+			placed++
+		}
+		if gotBorrow && gotPlace {
+			both++
+		}
+		if err := tb.SetTasks([]fence.Task{borrower}, 2*size.GiB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d rounds: placed %d, borrowed %d", rounds, placed, borrowed)
+	if both > 0 {
+		t.Fatalf("%d of %d rounds placed a guarantee over the memory a borrower held", both, rounds)
+	}
+	if placed+borrowed < rounds {
+		t.Fatalf("placed %d, borrowed %d of %d rounds: one side a round at least must win", placed, borrowed, rounds)
+	}
+}
+
+// Borrowers of different tasks racing for the same free memory, started at once, each keeping
+// what it got until the other is done: one at a time (the borrowers' flock), so exactly one a
+// round, never both, and never neither (two claims checking each other would both back off).
+func TestBorrowersRacingNeverOvercommit(t *testing.T) {
+	dir, _ := table(t, 3*size.GiB,
+		fence.Task{Token: tokA, Cap: size.GiB, Limit: 3 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB, Limit: 3 * size.GiB})
+	clients := []*fence.Client{attach(t, dir, tokA), attach(t, dir, tokB)}
+	const want = size.GiB + 768*size.MiB // 1 GiB is free past the two guarantees: each wants 768 MiB of it
+	rounds := 3000
+	if testing.Short() {
+		rounds = 300
+	}
+	var both, neither int
+	for range rounds {
+		var wg sync.WaitGroup
+		var got [2]bool
+		begin := make(chan struct{})
+		for me := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-begin
+				got[me] = clients[me].Charge(want) == fence.Charged
+			}()
+		}
+		close(begin)
+		within(t, bound, "a racing round", wg.Wait)
+		switch {
+		case got[0] && got[1]:
+			both++
+		case !got[0] && !got[1]:
+			neither++
+		}
+		for me := range 2 {
+			if got[me] {
+				clients[me].Uncharge(want)
+			}
+		}
+	}
+	if both > 0 || neither > 0 {
+		t.Fatalf("of %d rounds, %d granted both borrowers the same memory and %d neither", rounds, both, neither)
+	}
+}
