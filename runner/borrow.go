@@ -9,22 +9,6 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// Borrowing settings of Options.Borrow (docs/run.md, "Caps that lend what nobody uses"): the
-// node's, which the plugin's `borrow` takes too.
-const (
-	BorrowAuto = node.BorrowAuto
-	BorrowOff  = node.BorrowOff
-	BorrowNow  = node.BorrowNow
-	BorrowWait = node.BorrowWait
-	BorrowLend = node.BorrowLend
-)
-
-// DefaultBorrowWait bounds a borrower's wait.
-const DefaultBorrowWait = node.DefaultBorrowWait
-
-// CheckBorrow is the one rule for a borrowing setting ("" = auto).
-func CheckBorrow(b string) error { return node.CheckBorrow(b) }
-
 // lend brings what borrowers hold into the round's view: the node records it in the ledger,
 // whose admission counts it; the view counts it as reserved too, so candidates are ranked and
 // checked by what is really free; and the GPUs where an allocation waits, or that the ledger

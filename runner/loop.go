@@ -16,6 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/progress"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/gpufrac/gpufrac/taskenv"
@@ -116,7 +117,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 	r.sample(bctx)
 	r.wg.Add(1)
 	go r.sampleBusy(bctx)
-	r.prog.begin()
+	r.prog.Begin(r.header())
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	stopping := false
@@ -138,7 +139,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 			}
 			if idleSince.IsZero() {
 				idleSince = r.o.Now()
-				r.prog.line("%-8s %s", "waiting", r.waitingFor(idleSince.Add(stuckAfter)))
+				r.prog.Line("%-8s %s", "waiting", r.waitingFor(idleSince.Add(stuckAfter)))
 			} else if r.o.Now().Sub(idleSince) > stuckAfter {
 				r.giveUp()
 				break
@@ -152,12 +153,12 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 		case a := <-r.recap:
 			r.recapProbe(a)
 		case <-tick.C:
-			r.prog.status()
+			r.status()
 		case <-ctx.Done():
 			if !stopping {
 				stopping = true
 				runErr = ctx.Err()
-				r.prog.line("interrupted: stopping %d running job(s)", n)
+				r.prog.Line("interrupted: stopping %d running job(s)", n)
 				r.mu.Lock()
 				for a := range r.active {
 					close(a.stop)
@@ -166,7 +167,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 			}
 		}
 	}
-	r.prog.end()
+	r.prog.End()
 	return r.result(), runErr
 }
 
@@ -193,7 +194,7 @@ func (r *run) giveUp() {
 		now := r.o.Now()
 		r.attempts = append(r.attempts, record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
 			Start: now, End: now, ExitCode: -1, Outcome: record.OutcomeFailed, Detail: detail})
-		r.prog.line("%-9s %-20s %s", "FAILED", j.Name, detail)
+		r.prog.Line("%-9s %-20s %s", "FAILED", j.Name, detail)
 	}
 }
 
@@ -239,7 +240,7 @@ func (r *run) launch(l launch) {
 		r.done <- a
 		return
 	}
-	r.prog.started(a)
+	r.started(a)
 	go r.wait(a)
 }
 
@@ -329,7 +330,7 @@ func (r *run) onEvent(ev enforcer.Event) {
 	switch ev.Kind {
 	case enforcer.EventViolation:
 		if g, ok := r.gpus[ev.GPU]; ok && r.o.modeOf() != policy.ModeMPS && (ev.Stage == enforcer.StageCrossed || ev.Stage == enforcer.StageContained) {
-			r.wide.overCap(ev, g.Index, ev.Task.JobName)
+			r.wide.OverCap(ev, g.Index, ev.Task.JobName)
 		}
 		if ev.Stage == enforcer.StageContained {
 			// The attempt's end reports it. The watchdog stopped the GPU processes; a wrapper
@@ -367,20 +368,20 @@ func (r *run) onEvent(ev enforcer.Event) {
 		if idx < 0 {
 			return
 		}
-		r.prog.line("%-8s %-20s GPU%d  %s", "CAP!", name, idx, ev.Message)
+		r.prog.Line("%-8s %-20s GPU%d  %s", "CAP!", name, idx, ev.Message)
 	case enforcer.EventGPUHealth:
 		g, ok := r.gpus[ev.GPU]
 		if !ok {
 			return // not a GPU of this run
 		}
-		r.wide.note(ev, g.Index)
-		r.prog.line("%-8s GPU%d  %s: %s", ev.Kind, g.Index, ev.Stage, ev.Message)
+		r.wide.Note(ev, g.Index)
+		r.prog.Line("%-8s GPU%d  %s: %s", ev.Kind, g.Index, ev.Stage, ev.Message)
 	case enforcer.EventMPS:
 		if g, ok := r.gpus[ev.GPU]; ok {
-			r.prog.line("%-8s GPU%d  %s", ev.Kind, g.Index, ev.Message)
+			r.prog.Line("%-8s GPU%d  %s", ev.Kind, g.Index, ev.Message)
 			return
 		}
-		r.prog.line("%-8s %s", ev.Kind, ev.Message)
+		r.prog.Line("%-8s %s", ev.Kind, ev.Message)
 	}
 }
 
@@ -437,7 +438,9 @@ func (r *run) finish(a *active) {
 		}
 		if a.proc != nil {
 			// A GPU-wide event, or a neighbour over its cap, may explain it: then it runs again.
-			r.collateral(j, &at, a.token, oom, a.exitedAt)
+			if r.wide.Judge(&at, a.token, oom, a.exitedAt, r.collateralAfter(), j.collateral) {
+				j.collateral++
+			}
 		}
 	}
 	if a.l.res.Token != "" {
@@ -449,12 +452,7 @@ func (r *run) finish(a *active) {
 	r.mu.Lock()
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()
-	if at.Outcome == record.OutcomeCollateral && at.Next == "" {
-		r.prog.line("%-8s %-20s GPU%d  exit %d after %.1fs: %s (log %s)", "COLLAT", at.Job, at.GPUIndex,
-			at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
-		return
-	}
-	r.prog.finished(a, at)
+	r.prog.Finished(at, a.l.window, r.capLabel(at.Template))
 }
 
 // recapProbe ends an in-place probe's window: the footprint it showed becomes its template's
@@ -472,8 +470,8 @@ func (r *run) recapProbe(a *active) {
 		r.s.recapped(&a.l, a.l.res, peak)
 		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.window, a.l.res.CapBytes)
 		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
-		r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
-			a.a.GPUIndex, peak, a.l.window, unitsLabel(r.s.pol, capBytes))
+		r.prog.Line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
+			a.a.GPUIndex, peak, a.l.window, progress.UnitsLabel(r.s.pol, capBytes))
 		return
 	}
 	res, err := r.led.Shrink(a.l.res.Token, min(capBytes, a.l.res.CapBytes))
@@ -492,7 +490,7 @@ func (r *run) recapProbe(a *active) {
 	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: r.o.Now(), From: from, To: res.CapBytes})
 	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.window, from, res.CapBytes)
 	r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
-	r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
+	r.prog.Line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
 		peak, a.l.window, res.CapBytes)
 }
 
@@ -507,7 +505,7 @@ func (r *run) learn(t string, at *record.Attempt, source string) {
 		u := r.s.pol.Units(c)
 		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint 0B, cap = the margin alone, %s (%s rounded up to %d units of %s)",
 			size.Bytes(u)*r.s.pol.UnitBytes, c, u, r.s.pol.UnitBytes)
-		r.prog.line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
+		r.prog.Line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
 	}
 	r.s.learned(t, peak)
 	r.recordProfile(t, peak, at, source)
@@ -548,4 +546,11 @@ func (r *run) retryReleases() {
 		r.log.Info("reservation released after an earlier failure", "job", p.job)
 	}
 	r.unreleased = kept
+}
+
+// collateralAfter is how long after a GPU is marked healthy again a failure still counts: the
+// mark is cleared once the GPU's clients are gone, a watchdog interval or two after the last
+// one left, and a faulted neighbour may take a moment longer to end its own wrapper.
+func (r *run) collateralAfter() time.Duration {
+	return time.Second + 3*r.o.Policy.WatchdogInterval
 }

@@ -47,7 +47,7 @@ func (r *run) result() *record.Result {
 		}
 		res.Jobs = append(res.Jobs, jr)
 	}
-	res.GPUEvents = r.wide.all()
+	res.GPUEvents = r.wide.All()
 	res.Tally()
 	return res
 }

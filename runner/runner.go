@@ -13,14 +13,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpufrac/gpufrac/collateral"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/progress"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/runstatus"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -66,14 +69,15 @@ type Options struct {
 	Self string
 	// ExtraEnv is added to every job's environment (under the job's own env and gpufrac's).
 	ExtraEnv map[string]string
-	// Fence is the allocation fence: FenceAuto (default), FenceOn or FenceOff.
-	Fence string
+	// Fence is the allocation fence: enforcer.FenceAuto (default), FenceOn or FenceOff.
+	Fence enforcer.FenceMode
 	// FenceLibrary is libgpufrac-fence.so; empty = beside the executable.
 	FenceLibrary string
-	// Borrow is BorrowAuto (default), BorrowOff, BorrowNow or BorrowWait: whether a packed job
-	// may use memory past its cap that no other job's guarantee covers (borrow.go).
+	// Borrow is a node borrowing setting (node.BorrowAuto, the default; BorrowOff, BorrowNow,
+	// BorrowWait, BorrowLend): whether a packed job may use memory past its cap that no other
+	// job's guarantee covers (borrow.go).
 	Borrow string
-	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = DefaultBorrowWait.
+	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = node.DefaultBorrowWait.
 	BorrowWait time.Duration
 	// BorrowHold is how long admissions on a GPU pause for a borrower that waited there;
 	// nil = policy.DefaultHold.
@@ -136,7 +140,7 @@ func (o *Options) fill(q queue.Queue) error {
 	if o.MaxConcurrent < 0 {
 		return fmt.Errorf("%w: max concurrency %d is negative", ErrOptions, o.MaxConcurrent)
 	}
-	if err := enforcer.FenceMode(o.Fence).Check(); err != nil {
+	if err := o.Fence.Check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if err := node.CheckBorrow(o.Borrow); err != nil {
@@ -215,12 +219,14 @@ func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) 
 		return nil, err
 	}
 	defer r.close()
-	defer r.prog.unpublish() // gpufrac status shows no progress of a run that ended
+	if o.StateDir != "" {
+		defer runstatus.Remove(o.StateDir)
+	}
 	res, runErr := r.loop(ctx)
 	if err := writeOutputs(res, o.OutDir); err != nil {
 		return res, errors.Join(runErr, err)
 	}
-	r.prog.summary(res)
+	r.prog.Summary(res)
 	return res, runErr
 }
 
@@ -236,7 +242,9 @@ type run struct {
 	unsub func() // of the enforcer's events
 	s     *sched
 	gpus  map[string]record.GPUResult
-	prog  *progress
+	prog  *progress.Printer
+	// published is when the progress was last written for gpufrac status, on the run's clock.
+	published time.Time
 	// fenceNote says whether the allocation fence is on and why; borrowNote the same of
 	// borrowing.
 	fenceNote, borrowNote string
@@ -247,7 +255,7 @@ type run struct {
 	active   map[*active]bool
 	attempts []record.Attempt
 	busy     map[string][]int
-	wide     gpuEvents // GPU-wide events, for collateral failures
+	wide     collateral.Events
 
 	done  chan *active
 	recap chan *active // in-place probes whose window ended
@@ -274,18 +282,18 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	if e := n.Enforcer(); e != nil {
 		r.guard = e
 	}
-	r.prog = newProgress(o.Progress, r)
+	r.prog = progress.New(o.Progress, r.since)
 	for _, rep := range r.led.Repairs() {
-		r.prog.line("%-8s %s", "ledger", rep)
+		r.prog.Line("%-8s %s", "ledger", rep)
 	}
 	for _, res := range n.Released {
-		r.prog.line("%-8s reservation of %s on %s (cap %s): its gpufrac run (%s) is gone", "released", res.Task.JobName, res.GPU,
+		r.prog.Line("%-8s reservation of %s on %s (cap %s): its gpufrac run (%s) is gone", "released", res.Task.JobName, res.GPU,
 			res.CapBytes, res.Holder)
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			r.prog.flushHeld()
+			r.prog.FlushHeld()
 			r.close()
 		}
 	}()

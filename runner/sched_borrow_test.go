@@ -13,6 +13,7 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/progress"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
@@ -155,7 +156,7 @@ func TestStuckOnTheFenceSaysSo(t *testing.T) {
 		t.Fatalf("admitted %v with no room in the fence", names(got))
 	}
 	r := &run{s: s, led: led, o: Options{Now: time.Now}}
-	r.prog = &progress{w: io.Discard, r: r}
+	r.prog = progress.New(io.Discard, r.since)
 	if w := r.waitingFor(time.Now()); !strings.Contains(w, "the allocation fence left the guarantee out") || !strings.Contains(w, "no room") {
 		t.Fatalf("waiting line %q does not name the fence's refusal", w)
 	}
