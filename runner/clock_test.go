@@ -16,6 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/runstatus"
+	"github.com/gpufrac/gpufrac/sched"
 )
 
 // testClock is the wall clock plus an offset the test moves forward.
@@ -87,7 +88,7 @@ func TestRunGivesUpWhenStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := led.ReserveBytes(devs[0].UUID, wholeBytes(st), ledger.Task{JobName: "other", TaskName: "other", Template: "other"}); err != nil {
+	if _, err := led.ReserveBytes(devs[0].UUID, sched.WholeBytes(st), ledger.Task{JobName: "other", TaskName: "other", Template: "other"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := led.Close(); err != nil {
@@ -123,7 +124,7 @@ func clockRun(t *testing.T, clk *testutil.Clock, stateDir string, gpus map[strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { led.Close() })
-	r := &run{o: Options{Now: clk.Now, StateDir: stateDir}, led: led, s: &sched{}, gpus: gpus, active: map[*active]bool{}}
+	r := &run{o: Options{Now: clk.Now, StateDir: stateDir}, led: led, s: sched.New(sched.Config{Ledger: led}, nil), gpus: gpus, active: map[*active]bool{}}
 	r.prog = progress.New(io.Discard, r.since)
 	r.start = clk.Now()
 	return r

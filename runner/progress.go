@@ -31,9 +31,9 @@ func (r *run) header() []string {
 		h = append(h, strings.ToUpper(kind)+" GPU backend: no real GPU is used")
 	}
 	h = append(h, fmt.Sprintf("%d jobs, arm %s, mode %s, %s profiles, cap = %s",
-		len(r.s.jobs), r.o.Arm, r.o.modeOf(), r.o.Profiles, r.o.Policy.CapFormula("peak")))
+		len(r.s.Jobs()), r.o.Arm, r.o.modeOf(), r.o.Profiles, r.o.Policy.CapFormula("peak")))
 	var gpus []string
-	for _, g := range r.s.gpus {
+	for _, g := range r.s.GPUs() {
 		gr := r.gpus[g]
 		gpus = append(gpus, fmt.Sprintf("GPU%d %s %s (budget %s)", gr.Index, gr.Model, gr.TotalBytes, gr.BudgetBytes))
 	}
@@ -49,20 +49,20 @@ func (r *run) header() []string {
 // started prints an attempt's start.
 func (r *run) started(a *active) {
 	l := a.l
-	s := progress.Start{Job: l.job.Name, Template: l.job.Template, GPUIndex: r.gpus[l.gpu].Index, Cap: l.res.CapBytes, Limit: l.res.Limit(),
-		Capped: l.capped, Whole: l.whole, Borrowing: l.borrowing, Probe: l.probe, InPlace: l.inPlace, Window: l.window}
+	s := progress.Start{Job: l.Job.Name, Template: l.Job.Template, GPUIndex: r.gpus[l.GPU].Index, Cap: l.Res.CapBytes, Limit: l.Res.Limit(),
+		Capped: l.Capped, Whole: l.Whole, Borrowing: l.Borrowing, Probe: l.Probe, InPlace: l.InPlace, Window: l.Window}
 	switch {
-	case l.whole && l.job.whole:
-		s.ReRun = policy.Rung(policy.StepAlone, l.job.attempts, l.job.limit(), 0)
-	case l.job.room > 0 && l.job.next.Kind == policy.StepRaise:
-		s.ReRun = policy.Rung(policy.StepRaise, l.job.attempts, l.job.limit(), l.res.CapBytes)
+	case l.Whole && l.Job.Whole:
+		s.ReRun = policy.Rung(policy.StepAlone, l.Job.Attempts, l.Job.Limit(), 0)
+	case l.Job.Room > 0 && l.Job.Next.Kind == policy.StepRaise:
+		s.ReRun = policy.Rung(policy.StepRaise, l.Job.Attempts, l.Job.Limit(), l.Res.CapBytes)
 	}
 	r.prog.Started(s)
 }
 
 // capLabel is the cap template t's jobs get now, as the ledger grants it.
 func (r *run) capLabel(t string) string {
-	c, ok := r.s.capOf(t)
+	c, ok := r.s.CapOf(t)
 	if !ok {
 		return "?"
 	}
@@ -81,9 +81,9 @@ func (r *run) status() {
 	perGPU := map[string]int{}
 	used := map[string]size.Bytes{}
 	for a := range r.active {
-		perGPU[a.l.gpu]++
+		perGPU[a.l.GPU]++
 		a.mu.Lock()
-		used[a.l.gpu] += a.now
+		used[a.l.GPU] += a.now
 		a.mu.Unlock()
 	}
 	r.mu.Unlock()
@@ -97,11 +97,11 @@ func (r *run) status() {
 		return
 	}
 	done, waiting := 0, 0
-	for _, j := range r.s.jobs {
+	for _, j := range r.s.Jobs() {
 		switch {
-		case j.done:
+		case j.Done:
 			done++
-		case !j.running:
+		case !j.Running:
 			waiting++
 		}
 	}
@@ -113,21 +113,21 @@ func (r *run) status() {
 		parts = append(parts, fmt.Sprintf("GPU%d: %d running, using %s, guarantees %s of %s", st.Index, perGPU[st.UUID],
 			used[st.UUID], st.ReservedBytes, st.BudgetBytes))
 	}
-	r.prog.Status(fmt.Sprintf("done %d/%d, waiting %d | %s", done, len(r.s.jobs), waiting, strings.Join(parts, " | ")))
+	r.prog.Status(fmt.Sprintf("done %d/%d, waiting %d | %s", done, len(r.s.Jobs()), waiting, strings.Join(parts, " | ")))
 }
 
 // runStatus gathers the progress; it runs on the run's main loop, like the scheduler.
 func (r *run) runStatus(perGPU map[string]int, used map[string]size.Bytes) runstatus.Status {
 	st := runstatus.Status{PID: os.Getpid(), Queue: r.q.Path, Arm: r.o.Arm, OutDir: r.o.OutDir, Start: r.start, UpdatedAt: r.o.Now().UTC(),
-		Jobs: len(r.s.jobs), Waits: []runstatus.Wait{}, GPUs: []runstatus.GPU{}, Attempts: []runstatus.Attempt{}, Stopped: []runstatus.Stopped{}}
+		Jobs: len(r.s.Jobs()), Waits: []runstatus.Wait{}, GPUs: []runstatus.GPU{}, Attempts: []runstatus.Attempt{}, Stopped: []runstatus.Stopped{}}
 	borrowed := map[int]size.Bytes{}
 	r.mu.Lock()
 	for a := range r.active {
 		a.mu.Lock()
-		ra := runstatus.Attempt{Job: a.l.job.Name, GPUIndex: a.a.GPUIndex, Attempt: a.a.Number, MaxAttempts: a.l.job.limit(), Room: a.a.CapLabel(),
-			GuaranteeBytes: a.l.res.CapBytes, LimitBytes: a.l.res.Limit(), UsedBytes: a.now}
+		ra := runstatus.Attempt{Job: a.l.Job.Name, GPUIndex: a.a.GPUIndex, Attempt: a.a.Number, MaxAttempts: a.l.Job.Limit(), Room: a.a.CapLabel(),
+			GuaranteeBytes: a.l.Res.CapBytes, LimitBytes: a.l.Res.Limit(), UsedBytes: a.now}
 		a.mu.Unlock()
-		if a.l.borrowing && ra.UsedBytes > ra.GuaranteeBytes {
+		if a.l.Borrowing && ra.UsedBytes > ra.GuaranteeBytes {
 			ra.BorrowedBytes = ra.UsedBytes - ra.GuaranteeBytes
 			borrowed[ra.GPUIndex] += ra.BorrowedBytes
 		}
@@ -144,21 +144,21 @@ func (r *run) runStatus(perGPU map[string]int, used map[string]size.Bytes) runst
 		st.GPUs = append(st.GPUs, runstatus.GPU{Index: g.Index, Running: perGPU[g.UUID], UsedBytes: used[g.UUID],
 			ReservedBytes: g.ReservedBytes, BudgetBytes: g.BudgetBytes, BorrowedBytes: borrowed[g.Index]})
 	}
-	for _, j := range r.s.jobs {
+	for _, j := range r.s.Jobs() {
 		switch {
-		case j.done:
+		case j.Done:
 			st.Done++
-			if j.final != record.OutcomeOK {
+			if j.Final != record.OutcomeOK {
 				st.Failed++
 			}
-			if j.final == record.OutcomeExhausted {
-				st.Stopped = append(st.Stopped, runstatus.Stopped{Job: j.Name, Reason: j.reason})
+			if j.Final == record.OutcomeExhausted {
+				st.Stopped = append(st.Stopped, runstatus.Stopped{Job: j.Name, Reason: j.Reason})
 			}
-		case j.running:
+		case j.Running:
 			st.Running++
 		default:
 			st.Waiting++
-			why := r.s.waitReason(j, maxBudget)
+			why := r.s.WaitReason(j, maxBudget)
 			i := slices.IndexFunc(st.Waits, func(w runstatus.Wait) bool { return w.Reason == why })
 			if i < 0 {
 				st.Waits = append(st.Waits, runstatus.Wait{Reason: why, Jobs: []string{}})
@@ -171,30 +171,4 @@ func (r *run) runStatus(perGPU map[string]int, used map[string]size.Bytes) runst
 		}
 	}
 	return st
-}
-
-// waitReason says what a waiting job waits for, in the scheduler's terms.
-func (s *sched) waitReason(j *jobState, maxBudget size.Bytes) string {
-	kind, c := s.need(j, maxBudget)
-	switch kind {
-	case needWait:
-		return fmt.Sprintf("the probe of its template %q to finish", j.Template)
-	case needCapped:
-		if c == 0 {
-			return "half a GPU's budget to fit beside the jobs running"
-		}
-		if j.room > 0 {
-			return fmt.Sprintf("room for %s beside the jobs running", j.next.Head())
-		}
-		return fmt.Sprintf("room for its %s guarantee beside the jobs running", c)
-	case needWhole:
-		if j.whole {
-			return "a GPU to itself (" + j.next.Head() + ", after a broken cap: once the rest of the queue is admitted)"
-		}
-		return "a GPU to itself"
-	case needProbe:
-		return fmt.Sprintf("a GPU to probe its template %q", j.Template)
-	default:
-		return "a free slot"
-	}
 }

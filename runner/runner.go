@@ -24,6 +24,7 @@ import (
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/runstatus"
+	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -96,7 +97,7 @@ type Options struct {
 	// (bench/); their rules come with them in Admission (bench/arms), and `gpufrac run --arm`
 	// offers them so a baseline can be run by hand.
 	Arm       record.Arm
-	Admission Admission
+	Admission sched.Admission
 }
 
 // ErrOptions is wrapped by option errors.
@@ -205,7 +206,7 @@ func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) 
 			return nil, fmt.Errorf("%w: job %q has no command", ErrOptions, j.Name)
 		}
 		if j.Dir != "" {
-			// Else the launch fails with a fork/exec error that blames the program.
+			// Else the sched.Launch fails with a fork/exec error that blames the program.
 			if fi, err := os.Stat(j.Dir); err != nil || !fi.IsDir() {
 				return nil, fmt.Errorf("%w: job %q: working directory dir = %q does not exist or is not a directory", ErrOptions, j.Name, j.Dir)
 			}
@@ -240,7 +241,7 @@ type run struct {
 	// guard is the node's enforcer, nil when the arm runs none.
 	guard guard
 	unsub func() // of the enforcer's events
-	s     *sched
+	s     *sched.Sched
 	gpus  map[string]record.GPUResult
 	prog  *progress.Printer
 	// published is when the progress was last written for gpufrac status, on the run's clock.
@@ -316,12 +317,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		}
 		n.Start()
 	}
-	jobs := make([]*jobState, len(q.Jobs))
-	for i, j := range q.Jobs {
-		jobs[i] = &jobState{Job: j, idx: i}
-		jobs[i].bound(q)
-	}
-	sc := schedConfig{Admission: o.Admission, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
+	sc := sched.Config{Admission: o.Admission, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
 		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
 		ProbeInPlace: o.Arm == record.ArmPacked && o.modeOf() == policy.ModeIsolated && r.guard != nil}
 	for name, t := range q.Templates {
@@ -334,7 +330,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 			sc.Peaks[p.Template] = p.PeakBytes
 		}
 	}
-	r.s = newSchedFrom(sc, jobs)
+	r.s = sched.New(sc, sched.NewJobs(q))
 	ok = true
 	return r, nil
 }

@@ -92,30 +92,6 @@ func runQueue(t *testing.T, q queue.Queue, o Options) *record.Result {
 	return res
 }
 
-// maxOverlap is the largest number of attempts that ran at the same moment.
-func maxOverlap(atts []record.Attempt) int {
-	type ev struct {
-		t     time.Time
-		delta int
-	}
-	var evs []ev
-	for _, a := range atts {
-		evs = append(evs, ev{a.Start, 1}, ev{a.End, -1})
-	}
-	slices.SortFunc(evs, func(a, b ev) int {
-		if c := a.t.Compare(b.t); c != 0 {
-			return c
-		}
-		return a.delta - b.delta // an end before a start at the same instant
-	})
-	n, best := 0, 0
-	for _, e := range evs {
-		n += e.delta
-		best = max(best, n)
-	}
-	return best
-}
-
 func attemptsOf(res *record.Result, job string) []record.Attempt {
 	var out []record.Attempt
 	for _, a := range res.Attempts {
@@ -188,7 +164,7 @@ func TestColdProbeThenWarmReuse(t *testing.T) {
 			t.Errorf("warm attempt %s: probe=%v whole=%v cap=%s, want a packed job with cap %s", a.Job, a.Probe, a.WholeGPU, a.CapBytes, wantCap)
 		}
 	}
-	if got := maxOverlap(warm.Attempts); got != 3 {
+	if got := record.UseOf(warm.Attempts).MostRunning; got != 3 {
 		t.Errorf("warm run packed %d jobs at once, want all 3", got)
 	}
 }
@@ -208,7 +184,7 @@ func TestPackingAdmitsWhileCapsFit(t *testing.T) {
 	if res.Completed != 6 {
 		t.Fatalf("completed %d of 6", res.Completed)
 	}
-	if got := maxOverlap(res.Attempts); got != 4 {
+	if got := record.UseOf(res.Attempts).MostRunning; got != 4 {
 		t.Fatalf("%d jobs ran at once, want 4 (the caps of 4 fill the 18GiB budget)", got)
 	}
 	for _, a := range res.Attempts {

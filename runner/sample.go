@@ -30,7 +30,7 @@ func (r *run) sample(ctx context.Context) {
 		}()
 		return
 	}
-	for _, g := range r.s.gpus {
+	for _, g := range r.s.GPUs() {
 		r.wg.Add(1)
 		go r.sampleGPU(ctx, g)
 	}
@@ -77,7 +77,7 @@ func (r *run) on(g string) []*active {
 	defer r.mu.Unlock()
 	var here []*active
 	for a := range r.active {
-		if a.l.gpu == g && a.proc != nil {
+		if a.l.GPU == g && a.proc != nil {
 			here = append(here, a)
 		}
 	}
@@ -92,7 +92,7 @@ func (r *run) take(g string, use func(token string) (size.Bytes, bool), d time.D
 	for _, a := range here {
 		b, _ := use(a.token)
 		a.record(b, t)
-		if a.l.borrowing && r.guard != nil {
+		if a.l.Borrowing && r.guard != nil {
 			if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
 				a.waited(d, t)
 			}
@@ -126,7 +126,7 @@ func (r *run) sampleBusy(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, g := range r.s.gpus {
+		for _, g := range r.s.GPUs() {
 			u, err := r.o.Backend.Utilization(ctx, g)
 			if err != nil {
 				continue

@@ -9,6 +9,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -42,8 +43,8 @@ func TestAttemptsFollowTheWatchdogsSamples(t *testing.T) {
 	guard := &followingGuard{stopped: make(chan struct{})}
 	r := &run{o: Options{SampleInterval: 20 * time.Millisecond, Now: time.Now}, guard: guard, start: start,
 		active: map[*active]bool{}}
-	mine := &active{l: launch{gpu: g, borrowing: true}, token: "tok-mine", proc: &probe.Proc{PID: 100}, onGPU: make(chan struct{})}
-	other := &active{l: launch{gpu: "GPU-1"}, token: "tok-other", proc: &probe.Proc{PID: 200}, onGPU: make(chan struct{})}
+	mine := &active{l: sched.Launch{GPU: g, Borrowing: true}, token: "tok-mine", proc: &probe.Proc{PID: 100}, onGPU: make(chan struct{})}
+	other := &active{l: sched.Launch{GPU: "GPU-1"}, token: "tok-other", proc: &probe.Proc{PID: 200}, onGPU: make(chan struct{})}
 	r.active[mine], r.active[other] = true, true
 	ctx, cancel := context.WithCancel(context.Background())
 	r.sample(ctx)
