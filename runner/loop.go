@@ -279,8 +279,11 @@ wait:
 		}
 	}
 	a.exitedAt = r.o.Now()
+	n := r.sampleCount(a.l.GPU)
 	a.exit = a.proc.ExitCode()
 	a.proc.Reap()
+	// The wall clock, not r.o.Now: the samplers pace themselves by it.
+	r.sampleAfter(a.l.GPU, n, time.Second+3*r.o.Policy.WatchdogInterval)
 	if a.l.Capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
 		// The watchdog contains a violation once the task's memory is gone, which can be a
 		// sample or two after the root process exits, and says so in an event (onEvent).

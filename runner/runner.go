@@ -252,8 +252,11 @@ type run struct {
 	borrows               bool
 	start                 time.Time
 
-	mu       sync.Mutex
-	active   map[*active]bool
+	mu     sync.Mutex
+	active map[*active]bool
+	// samples counts each GPU's samples taken; sampled is closed at each one (sampleAfter).
+	samples  map[string]uint64
+	sampled  chan struct{}
 	attempts []record.Attempt
 	busy     map[string][]int
 	wide     collateral.Events
@@ -269,7 +272,7 @@ type run struct {
 func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	log := o.Logger.Named("runner")
 	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{},
-		busy: map[string][]int{}, done: make(chan *active, 64), recap: make(chan *active, 64)}
+		busy: map[string][]int{}, samples: map[string]uint64{}, sampled: make(chan struct{}), done: make(chan *active, 64), recap: make(chan *active, 64)}
 	no, notes, err := nodeOptions(o)
 	if err != nil {
 		return nil, err

@@ -98,6 +98,41 @@ func (r *run) take(g string, use func(token string) (size.Bytes, bool), d time.D
 			}
 		}
 	}
+	r.mu.Lock()
+	r.samples[g]++
+	close(r.sampled)
+	r.sampled = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// sampleCount is how many samples of GPU g have been taken.
+func (r *run) sampleCount(g string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.samples[g]
+}
+
+// sampleAfter waits until GPU g has been sampled more than n times. After an attempt's process
+// ended (n counted then), the pass that read the GPU while it lived may still be attributing
+// what it read, and for a short job that sample is its peak, or its only one; passes are taken
+// one after another, so the next sample in is that pass's or a later one's. A GPU that is no
+// longer sampled (it cannot be read) holds the attempt's record back no longer than bound.
+func (r *run) sampleAfter(g string, n uint64, bound time.Duration) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		got, next := r.samples[g], r.sampled
+		r.mu.Unlock()
+		if got > n {
+			return
+		}
+		select {
+		case <-next:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // gaps are the times of each GPU's latest sample: a borrowing attempt's wait is counted in the

@@ -434,18 +434,15 @@ func (s *Sched) probeBeside(j *Job, states map[string]ledger.GPUState) (Launch, 
 	if g == "" || s.running[g] >= s.perGPU {
 		return Launch{}, false
 	}
-	st := states[g]
-	protective := s.protectiveCap(j.Template, st)
-	if protective == 0 || st.ReservedBytes+protective > st.BudgetBytes {
+	protective := s.protectiveCap(j.Template, states[g])
+	if protective == 0 {
 		return Launch{}, false
 	}
-	res, err := s.reserve(g, protective, j, false)
-	if err != nil {
+	res, ok := s.admit(g, protective, j, states, false)
+	if !ok {
 		return Launch{}, false
 	}
 	delete(s.drainFor, g)
-	st.ReservedBytes += res.CapBytes
-	states[g] = st
 	return Launch{Job: j, GPU: g, Res: res, Capped: true, Probe: true, InPlace: true, Window: s.probeWindow(j.Template)}, true
 }
 
