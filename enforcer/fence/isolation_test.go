@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -274,5 +275,52 @@ func TestBorrowersRacingNeverOvercommit(t *testing.T) {
 	}
 	if both > 0 || neither > 0 {
 		t.Fatalf("of %d rounds, %d granted both borrowers the same memory and %d neither", rounds, both, neither)
+	}
+}
+
+// Every placement gets a fresh accounting file in a directory of its own token's hash, and an
+// ended task's is removed: a container still holding the mount of an ended task's directory
+// reaches nothing of its successor's. An enforcer that starts again keeps the files of the tasks
+// it finds placed (their processes' use stays counted).
+func TestEachPlacementGetsAFreshFile(t *testing.T) {
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+	a := attach(t, dir, tokA)
+	if r := a.Charge(100 * size.MiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := fence.Create(dir, fencetest.FakeUUID, 80*size.GiB, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if u := snap(t, tb, tokA); u.Used != 100*size.MiB || u.Procs != 1 {
+		t.Fatalf("after the enforcer started again: %+v, want the running process's use kept", u)
+	}
+	if err := tb.SetTasks([]fence.Task{{Token: tokB, Cap: size.GiB}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{fence.AccountPath(dir, tokA, fencetest.FakeUUID), fence.AccountDir(dir, tokA)} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Fatalf("%s after its task ended: %v, want it removed", p, err)
+		}
+	}
+	if r := a.Charge(size.MiB); r != fence.NoTask {
+		t.Fatalf("a process of the ended task: %v, want NoTask", r)
+	}
+	if st, err := os.Stat(fence.AccountPath(dir, tokB, fencetest.FakeUUID)); err != nil || st.Mode().Perm() != 0o666 {
+		t.Fatalf("the successor's file: %v %v, want 0666 in its own directory", st, err)
+	}
+	if d := fence.AccountDir(dir, tokB); d == fence.AccountDir(dir, tokA) || !strings.HasPrefix(d, dir+"/") {
+		t.Fatalf("the successor's directory %s", d)
+	}
+	b := attach(t, dir, tokB)
+	if r := b.Charge(size.GiB); r != fence.Charged {
+		t.Fatalf("the successor within its guarantee: %v", r)
 	}
 }
