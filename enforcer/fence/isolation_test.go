@@ -324,3 +324,30 @@ func TestEachPlacementGetsAFreshFile(t *testing.T) {
 		t.Fatalf("the successor within its guarantee: %v", r)
 	}
 }
+
+// The preload library writes its own task's file and maps the other tasks' read-only: in a
+// borrowing process's memory map, its own accounting file is shared writable and the
+// neighbour's shared read-only.
+func TestLibraryMapsOtherTasksReadOnly(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, _ := table(t, 4*size.GiB, fence.Task{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	c := k.Start(t, k.Env(dir, tokA))
+	if got := c.Do("alloc 1536M"); !strings.HasPrefix(got, "ok") {
+		t.Fatalf("a borrow through the library: %q", got)
+	}
+	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", c.PID()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perms := map[string]string{}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if f := strings.Fields(line); len(f) == 6 {
+			perms[f[5]] = f[1]
+		}
+	}
+	own, other := fence.AccountPath(dir, tokA, fencetest.FakeUUID), fence.AccountPath(dir, tokB, fencetest.FakeUUID)
+	if perms[own] != "rw-s" || perms[other] != "r--s" || perms[fence.ControlPath(dir, fencetest.FakeUUID)] != "r--s" {
+		t.Fatalf("the library's maps: own %q, the neighbour's %q, the control copy's %q; want rw-s, r--s, r--s",
+			perms[own], perms[other], perms[fence.ControlPath(dir, fencetest.FakeUUID)])
+	}
+}
