@@ -49,6 +49,32 @@ int gf_account_path(const char *dir, const uint8_t *hash, const char *file, char
 	return r < 0 || (size_t)r >= n ? -1 : 0;
 }
 
+int gf_open_file(const char *path, int flags)
+{
+	int at = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (at < 0)
+		return -1;
+	struct stat st;
+	if (fstat(at, &st) != 0) {
+		int e = errno;
+		close(at);
+		errno = e;
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(at);
+		errno = S_ISLNK(st.st_mode) ? ELOOP : EINVAL;
+		return -1;
+	}
+	char self[64];
+	snprintf(self, sizeof self, "/proc/self/fd/%d", at);
+	int fd = open(self, flags | O_CLOEXEC);
+	int e = errno;
+	close(at);
+	errno = e;
+	return fd;
+}
+
 static int usable(const struct gf_control *c)
 {
 	return c->magic == GF_CONTROL_MAGIC && c->version == GF_VERSION && c->size == sizeof *c;

@@ -39,6 +39,10 @@ int gf_control_path(const char *path, char *out, size_t n);
  * "<dir>/<hex of hash>/<file>"; with file NULL, its directory. */
 int gf_account_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n);
 
+/* gf_open_file opens path when it is a regular file, never through a symbolic link, a FIFO or a
+ * device: an accounting file lies in a directory its task writes, and the enforcer (root on the
+ * host) and the other tasks' processes open it by name. -1 with errno otherwise. */
+int gf_open_file(const char *path, int flags);
 /* gf_control_open maps the control copy at cpath read-only for a task process: 0, or -1. */
 int gf_control_open(struct gf_map *m, const char *cpath, char *err, size_t errlen);
 void gf_control_close(struct gf_map *m);

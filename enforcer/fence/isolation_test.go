@@ -3,9 +3,11 @@ package fence_test
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -349,5 +351,64 @@ func TestLibraryMapsOtherTasksReadOnly(t *testing.T) {
 	if perms[own] != "rw-s" || perms[other] != "r--s" || perms[fence.ControlPath(dir, fencetest.FakeUUID)] != "r--s" {
 		t.Fatalf("the library's maps: own %q, the neighbour's %q, the control copy's %q; want rw-s, r--s, r--s",
 			perms[own], perms[other], perms[fence.ControlPath(dir, fencetest.FakeUUID)])
+	}
+}
+
+// An accounting directory is its task's to write, and the enforcer (root on the host) and the
+// other tasks' processes open what lies in it by name: a symbolic link there is never followed
+// (a tenant would have the enforcer write a host file) and a FIFO never opened (a borrowing
+// neighbour would hang on it).
+func TestNothingFollowsWhatATaskLeftInItsDirectory(t *testing.T) {
+	dir, tb := table(t, 4*size.GiB, fence.Task{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	victim := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(victim, []byte("a host file"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	own := fence.AccountPath(dir, tokA, fencetest.FakeUUID)
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The tenant of A swaps its file for a link to the host file and plants another where the
+	// enforcer writes a fresh file; B's file becomes a FIFO.
+	if err := os.Remove(own); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{own, fmt.Sprintf("%s.new.%d", own, os.Getpid())} {
+		if err := os.Symlink(victim, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fifo := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
+	if err := os.Remove(fifo); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	within(t, bound, "an enforcer starting over the planted files", func() {
+		if tb, err = fence.Create(dir, fencetest.FakeUUID, 80*size.GiB, 4*size.GiB); err == nil {
+			err = tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: size.GiB}}, 4*size.GiB)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "a host file" {
+		t.Fatalf("the host file behind the link: %q %v", b, err)
+	}
+	if st, err := os.Lstat(own); err != nil || !st.Mode().IsRegular() {
+		t.Fatalf("A's accounting: %v %v, want a fresh regular file in place of the link", st, err)
+	}
+	a := attach(t, dir, tokA)
+	var r fence.Result
+	within(t, bound, "a borrow beside a neighbour whose file is a FIFO", func() { r = a.Charge(2 * size.GiB) })
+	if r != fence.Charged {
+		t.Fatalf("a borrow that the neighbour's guarantee leaves room for: %v", r)
+	}
+	within(t, bound, "a borrow into the neighbour's guarantee", func() { r = a.Charge(1536 * size.MiB) })
+	if r != fence.Refused {
+		t.Fatalf("a borrow into a neighbour whose file cannot be read: %v, want refused (it holds its guarantee)", r)
 	}
 }

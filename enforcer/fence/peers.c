@@ -73,7 +73,7 @@ static void look(struct gf_peers *ps, int i, const struct gf_control_task *ck)
 	char path[4200];
 	if (gf_account_path(ps->dir, ck->token_hash, ps->file, path, sizeof path) != 0)
 		return;
-	p->fd = open(path, O_RDONLY | O_CLOEXEC);
+	p->fd = gf_open_file(path, O_RDONLY);
 	struct stat st;
 	if (p->fd < 0 || fstat(p->fd, &st) != 0 || (size_t)st.st_size < sizeof *p->t) {
 		drop(p);
@@ -133,7 +133,9 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		look(ps, i, ck);
 		const struct gf_table *t = ps->p[i].t;
 		if (!t) {
-			/* A file it cannot read: the task holds all its guarantee, as far as anyone knows. */
+			/* A file it cannot read: the task holds all its guarantee, as far as anyone knows,
+			 * and borrows nothing, waits for nothing. */
+			k->used = k->nwait = k->nowed = 0;
 			k->armed = 1;
 			k->keep = k->cap;
 			continue;

@@ -129,7 +129,10 @@ int gf_file_create(const char *path, const char *uuid, int i, const struct gf_ta
 	char tmp[4200];
 	if (snprintf(tmp, sizeof tmp, "%s.new.%d", path, (int)getpid()) >= (int)sizeof tmp)
 		return fail(err, errlen, "create", path, ENAMETOOLONG);
-	int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+	/* The directory is the task's to write: whatever it left under this name goes, and the
+	 * file is made new, never opened through a link it planted. */
+	unlink(tmp);
+	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
 	if (fd < 0)
 		return fail(err, errlen, "create", tmp, errno);
 	/* Tasks run as other users than the enforcer: their own file must be theirs to write. */
@@ -236,7 +239,7 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 		rc = GF_ERR_NOTASK;
 		goto out;
 	}
-	m->fd = open(apath, O_RDWR | O_CLOEXEC);
+	m->fd = gf_open_file(apath, O_RDWR);
 	if (m->fd < 0) {
 		rc = fail(err, errlen, "open", apath, errno);
 		goto out;

@@ -36,7 +36,7 @@ static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
 	snprintf(file, sizeof file, "%s.fence", g->uuid);
 	if (gf_account_path(g->dir, hash, file, path, sizeof path) != 0)
 		return -1;
-	m->fd = open(path, O_RDWR | O_CLOEXEC);
+	m->fd = gf_open_file(path, O_RDWR);
 	if (m->fd < 0 || gf_map_file(m->fd, path, m, NULL, 0) != 0) {
 		drop_task(m);
 		return -1;
