@@ -412,3 +412,43 @@ func TestNothingFollowsWhatATaskLeftInItsDirectory(t *testing.T) {
 		t.Fatalf("a borrow into a neighbour whose file cannot be read: %v, want refused (it holds its guarantee)", r)
 	}
 }
+
+// The control copy is written inside a sequence counter: an enforcer stopped in the middle of a
+// write leaves nothing a process acts on. Its allocations go on unfenced after a bound (the
+// watchdog holds the cap) instead of reading half a write or hanging, and the next enforcer makes
+// the copy whole.
+func TestHalfWrittenControlCopyDecidesNothing(t *testing.T) {
+	k := fencetest.Build(t)
+	dir := t.TempDir()
+	path := fence.Path(dir, fencetest.FakeUUID)
+	first := k.StartTool(t)
+	want(t, first.Do("create "+path+" "+fencetest.FakeUUID+" 80G"), "ok", "the first enforcer")
+	want(t, first.Do("set "+tokA+" 1G"), "placed 1", "places A")
+	c := k.StartTool(t)
+	want(t, c.Do("attach "+path+" "+tokA), "ok ", "A attaches")
+	want(t, c.Do("charge 100M"), "ok", "A charges")
+	first.Kill()
+	second := k.StartTool(t, "GF_TEST_STALL=set-tasks")
+	want(t, second.DoWithin("create "+path+" "+fencetest.FakeUUID+" 80G", bound), "ok", "the next enforcer")
+	second.Send("set " + tokA + " 8G")
+	second.WaitStderr("gf-test: stalled at set-tasks")
+	want(t, c.DoWithin("charge 2G", bound), "busy", "a charge while the copy is half written")
+	second.Kill()
+
+	var tb *fence.Table
+	var err error
+	within(t, bound, "fence.Create over a half-written copy", func() { tb, err = fence.Create(dir, fencetest.FakeUUID, 80*size.GiB, 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	want(t, c.DoWithin("charge 2G", bound), "refused", "past its guarantee once the copy is whole")
+	want(t, c.DoWithin("charge 100M", bound), "ok", "within it")
+	s := snapshotWithin(t, tb)
+	if u, _ := s.Task(tokA); u.Used != 200*size.MiB || u.Cap != size.GiB || s.Recoveries < 1 {
+		t.Fatalf("after the half-written copy: task %+v, recoveries %d", u, s.Recoveries)
+	}
+}
