@@ -327,9 +327,9 @@ func TestEachPlacementGetsAFreshFile(t *testing.T) {
 	}
 }
 
-// The preload library writes its own task's file and maps the other tasks' read-only: in a
-// borrowing process's memory map, its own accounting file is shared writable and the
-// neighbour's shared read-only.
+// The preload library writes its own task's file and only reads the other tasks': in a borrowing
+// process, its own accounting file is mapped shared writable, the control copy read-only, and the
+// neighbour's file is not mapped at all (it is read with pread) and open read-only.
 func TestLibraryMapsOtherTasksReadOnly(t *testing.T) {
 	k := fencetest.Build(t)
 	dir, _ := table(t, 4*size.GiB, fence.Task{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
@@ -337,7 +337,8 @@ func TestLibraryMapsOtherTasksReadOnly(t *testing.T) {
 	if got := c.Do("alloc 1536M"); !strings.HasPrefix(got, "ok") {
 		t.Fatalf("a borrow through the library: %q", got)
 	}
-	maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", c.PID()))
+	proc := fmt.Sprintf("/proc/%d", c.PID())
+	maps, err := os.ReadFile(proc + "/maps")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,10 +349,54 @@ func TestLibraryMapsOtherTasksReadOnly(t *testing.T) {
 		}
 	}
 	own, other := fence.AccountPath(dir, tokA, fencetest.FakeUUID), fence.AccountPath(dir, tokB, fencetest.FakeUUID)
-	if perms[own] != "rw-s" || perms[other] != "r--s" || perms[fence.ControlPath(dir, fencetest.FakeUUID)] != "r--s" {
-		t.Fatalf("the library's maps: own %q, the neighbour's %q, the control copy's %q; want rw-s, r--s, r--s",
-			perms[own], perms[other], perms[fence.ControlPath(dir, fencetest.FakeUUID)])
+	control := fence.ControlPath(dir, fencetest.FakeUUID)
+	if perms[own] != "rw-s" || perms[other] != "" || perms[control] != "r--s" {
+		t.Fatalf("the library's maps: own %q, the neighbour's %q, the control copy's %q; want rw-s, none, r--s",
+			perms[own], perms[other], perms[control])
 	}
+	fds, err := os.ReadDir(proc + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := false
+	for _, fd := range fds {
+		if target, _ := os.Readlink(proc + "/fd/" + fd.Name()); target != other {
+			continue
+		}
+		info, err := os.ReadFile(proc + "/fdinfo/" + fd.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var flags int
+		for _, line := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(line, "flags:"); ok {
+				fmt.Sscanf(strings.TrimSpace(v), "%o", &flags)
+			}
+		}
+		if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+			t.Fatalf("the neighbour's file is open with flags %o, want read-only", flags)
+		}
+		opened = true
+	}
+	if !opened {
+		t.Fatal("the borrow never read the neighbour's file")
+	}
+}
+
+// A task may truncate its own accounting file (it writes it). A neighbour that borrows reads it
+// with pread, so it does not fault: it takes the file for unreadable (the task holds its whole
+// guarantee) and goes on.
+func TestTruncatedNeighbourFaultsNoBorrower(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, _ := table(t, 4*size.GiB, fence.Task{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	a := k.StartTool(t)
+	want(t, a.Do("attach "+fence.Path(dir, fencetest.FakeUUID)+" "+tokA), "ok ", "A attaches")
+	want(t, a.Do("charge 1536M"), "ok", "A borrows, reading B's file")
+	if err := os.Truncate(fence.AccountPath(dir, tokB, fencetest.FakeUUID), 0); err != nil {
+		t.Fatal(err)
+	}
+	want(t, a.DoWithin("charge 1G", bound), "ok", "A borrows on beside a truncated neighbour")
+	want(t, a.DoWithin("charge 1G", bound), "refused", "but not into the neighbour's guarantee")
 }
 
 // An accounting directory is its task's to write, and the enforcer (root on the host) and the

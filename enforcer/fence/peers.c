@@ -1,6 +1,8 @@
-/* The other tasks' accounting files of a GPU, as a borrowing allocation reads them: mapped
+/* The other tasks' accounting files of a GPU, as a borrowing allocation reads them: opened
  * read-only (a task may write its own file only), by the control copy's slots, and opened again
- * when a slot gets a new task. What only the enforcer writes comes from the control copy; what a
+ * when a slot gets a new task. Read with pread, never mapped: a task may truncate its own file,
+ * and a neighbour that had it mapped would fault (SIGBUS) at its next borrow; a short read only
+ * makes the file unreadable. What only the enforcer writes comes from the control copy; what a
  * task's file says of its use is believed up to the task's limit, which the enforcer set. */
 #define _GNU_SOURCE
 #include "state.h"
@@ -8,16 +10,15 @@
 #include "table.h"
 
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 struct gf_peer {
-	int fd;
-	const struct gf_table *t;
+	int fd; /* -1: not open, or not a usable file */
 	uint32_t gen;
 };
 
@@ -43,11 +44,8 @@ void gf_peers_open(struct gf_map *m, const char *dir, const char *file)
 
 static void drop(struct gf_peer *p)
 {
-	if (p->t)
-		munmap((void *)p->t, sizeof *p->t);
 	if (p->fd >= 0)
 		close(p->fd);
-	p->t = NULL;
 	p->fd = -1;
 	p->gen = 0;
 }
@@ -63,34 +61,25 @@ void gf_peers_close(struct gf_map *m)
 	m->peers = NULL;
 }
 
-/* look maps slot i's file read-only, for the task the control copy places there now. */
+/* look opens slot i's file read-only, for the task the control copy places there now. */
 static void look(struct gf_peers *ps, int i, const struct gf_control_task *ck)
 {
 	struct gf_peer *p = &ps->p[i];
-	if (p->t && p->gen == ck->gen)
+	if (p->fd >= 0 && p->gen == ck->gen)
 		return;
 	drop(p);
 	char path[4200];
 	if (gf_account_path(ps->dir, ck->token_hash, ps->file, path, sizeof path) != 0)
 		return;
 	p->fd = gf_open_file(path, O_RDONLY);
-	struct stat st;
-	if (p->fd < 0 || fstat(p->fd, &st) != 0 || (size_t)st.st_size < sizeof *p->t) {
+	struct gf_header h;
+	if (p->fd < 0 || pread(p->fd, &h, sizeof h, 0) != (ssize_t)sizeof h || h.magic != GF_MAGIC ||
+	    h.version != GF_VERSION) {
 		drop(p);
 		return;
 	}
-	void *a = mmap(NULL, sizeof *p->t, PROT_READ, MAP_SHARED, p->fd, 0);
-	if (a == MAP_FAILED) {
-		drop(p);
-		return;
-	}
-	p->t = a;
 	p->gen = ck->gen;
-	if (p->t->h.magic != GF_MAGIC || p->t->h.version != GF_VERSION)
-		drop(p);
 }
-
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
 int gf_peers_view(struct gf_map *m, struct gf_task *out)
 {
@@ -112,7 +101,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		struct gf_task *k = &out[i];
 		if (ck->state != GF_LIVE) {
 			k->state = GF_FREE;
-			if (ps->p[i].t)
+			if (ps->p[i].fd >= 0)
 				drop(&ps->p[i]);
 			continue;
 		}
@@ -131,21 +120,21 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			continue;
 		}
 		look(ps, i, ck);
-		const struct gf_table *t = ps->p[i].t;
-		if (!t) {
+		struct gf_task f;
+		off_t at = (off_t)(offsetof(struct gf_table, tasks) + (size_t)i * sizeof f);
+		if (ps->p[i].fd < 0 || pread(ps->p[i].fd, &f, sizeof f, at) != (ssize_t)sizeof f) {
 			/* A file it cannot read: the task holds all its guarantee, as far as anyone knows,
 			 * and borrows nothing, waits for nothing. */
+			drop(&ps->p[i]);
 			k->used = k->nwait = k->nowed = 0;
 			k->armed = 1;
 			k->keep = k->cap;
 			continue;
 		}
-		const struct gf_task *f = &t->tasks[i];
-		uint64_t used = LOAD(f->used);
-		k->used = used < k->limit ? used : k->limit;
-		k->armed = LOAD(f->armed) != 0;
-		k->nwait = LOAD(f->nwait);
-		k->nowed = LOAD(f->nowed);
+		k->used = f.used < k->limit ? f.used : k->limit;
+		k->armed = f.armed != 0;
+		k->nwait = f.nwait;
+		k->nowed = f.nowed;
 	}
 	return 0;
 }
