@@ -24,7 +24,8 @@ int gf_map_file(int fd, const char *path, struct gf_map *m, char *err, size_t er
 /* gf_file_create writes a fresh accounting file at path whose slot i is k. */
 int gf_file_create(const char *path, const char *uuid, int i, const struct gf_task *k, char *err, size_t errlen);
 
-/* peers.c: the other tasks' files of the GPU, mapped read-only for the rules of borrowing. */
+/* peers.c: the other tasks' files of the GPU, opened read-only and read with pread for the rules of
+ * borrowing. */
 void gf_peers_open(struct gf_map *m, const char *dir, const char *file);
 void gf_peers_close(struct gf_map *m);
 /* gf_peers_view fills out[] with every task of the GPU as borrowing judges it: from the control
