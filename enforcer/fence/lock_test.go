@@ -15,6 +15,10 @@ import (
 // lock holder died: a guard against a hang, far above what recovery takes.
 const bound = 10 * time.Second
 
+// underAWait is what proves that something did not wait for a kept lock: less than the 1 s a
+// process waits for its own task's lock (GF_LOCK_WAIT_NS), with room for a loaded machine.
+const underAWait = 900 * time.Millisecond
+
 // within runs f and ends the test binary if f has not returned after d. A cgo call that spins
 // cannot be interrupted, and it holds the Table's mutex that the test's cleanup needs, so the
 // only way to fail in seconds rather than at the 20-minute timeout is to stop everything.
@@ -230,17 +234,17 @@ func TestLiveHolderThatKeepsTheLock(t *testing.T) {
 	holder.Send("charge 10M")
 	holder.WaitStderr("gf-test: stalled at charge")
 
-	// Another task: not slowed at all (its lock is its own), well under the 1 s its own
-	// task's processes wait.
+	// Another task: not slowed at all (its lock is its own): under the 1 s its own task's
+	// processes wait.
 	neighbour := k.StartTool(t)
 	start := time.Now()
 	want(t, neighbour.DoWithin("attach "+fence.Path(dir, fencetest.FakeUUID)+" "+tokB, bound), "ok ", "the neighbour attaches")
 	want(t, neighbour.DoWithin("charge 900M", bound), "ok", "the neighbour within its guarantee")
-	if d := time.Since(start); d > 500*time.Millisecond {
+	if d := time.Since(start); d > underAWait {
 		t.Fatalf("the neighbour's attach and allocation took %s while another task kept its own lock", d)
 	}
-	// The enforcer: a snapshot, a placement, a reap and a check each within a bound far under
-	// the processes' wait; the held task read without its lock.
+	// The enforcer: a snapshot, a placement, a reap and a check, all together under the 1 s a
+	// process waits (the enforcer waits 20 ms a file); the held task read without its lock.
 	var s fence.Snapshot
 	var err error
 	start = time.Now()
@@ -262,7 +266,7 @@ func TestLiveHolderThatKeepsTheLock(t *testing.T) {
 		// lock, that is an update in flight, not a tenant's rewrite.
 		t.Fatalf("Verify while a task keeps its lock mid-update: %v %v", diffs, err)
 	}
-	if d := time.Since(start); d > 500*time.Millisecond {
+	if d := time.Since(start); d > underAWait {
 		t.Fatalf("the enforcer took %s for a snapshot, a placement, a reap and a check while a task kept its lock", d)
 	}
 	if u, _ := s.Task(tokB); u.Used != 900*size.MiB || u.Unlocked {
