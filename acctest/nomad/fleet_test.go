@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -55,17 +54,7 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 
 	// The task: a real process with the reservation's environment and Nomad's, leaking past
 	// its 3 GiB cap on the simulated GPU.
-	task := exec.Command("sleep", "120")
-	task.Env = []string{"NOMAD_ALLOC_ID=" + allocID, "NOMAD_JOB_NAME=train", "NOMAD_TASK_NAME=main"}
-	for k, v := range res.GetEnvs() {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { task.Wait(); close(exited) }()
-	t.Cleanup(func() { task.Process.Kill(); <-exited })
+	task := testutil.StartTask(t, res.GetEnvs(), "NOMAD_ALLOC_ID="+allocID, "NOMAD_JOB_NAME=train", "NOMAD_TASK_NAME=main")
 	// The enforcer learns the task's Nomad identity at its next process scan (every second);
 	// a real task runs that long before it leaks.
 	for deadline := time.Now().Add(20 * time.Second); ; {
@@ -83,11 +72,11 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	uuid := res.GetEnvs()[enforcer.EnvGPUUUID]
-	if err := sim.SetUsage(uuid, task.Process.Pid, 5*size.GiB); err != nil {
+	if err := sim.SetUsage(uuid, task.PID(), 5*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-exited:
+	case <-task.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatal("the enforcer did not stop the task that broke its cap")
 	}

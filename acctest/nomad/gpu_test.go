@@ -1,7 +1,6 @@
 package nomad_test
 
 import (
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -76,19 +76,12 @@ func TestStatsShowTheTaskUsageAgainstItsCap(t *testing.T) {
 	uuid := res.GetEnvs()[enforcer.EnvGPUUUID]
 	// A stand-in task: a real process carrying the reservation's environment, holding 3 GiB
 	// on the simulated GPU.
-	task := exec.Command("sleep", "60")
-	for k, v := range res.GetEnvs() {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { task.Process.Kill(); task.Wait() }()
+	task := testutil.StartTask(t, res.GetEnvs())
 	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.SetUsage(uuid, task.Process.Pid, 3*size.GiB); err != nil {
+	if err := sim.SetUsage(uuid, task.PID(), 3*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.WaitStats(15*time.Second, func(s *devicepb.StatsResponse) bool {

@@ -100,13 +100,8 @@ func restartInPlace(t *testing.T, leak []string) {
 		for k, v := range res.GetEnvs() {
 			task.Env = append(task.Env, k+"="+v)
 		}
-		if err := task.Start(); err != nil {
-			t.Fatal(err)
-		}
+		exited := testutil.Start(t, task).Exited()
 		runs++
-		exited := make(chan struct{})
-		go func() { task.Wait(); close(exited) }()
-		t.Cleanup(func() { task.Process.Kill(); <-exited })
 		if runs == 1 {
 			// The enforcer ties the reservation to its allocation at its next process scan; the
 			// task takes its memory once it has.

@@ -103,3 +103,38 @@ func TestMPSRootIsShortAndGoes(t *testing.T) {
 		t.Fatalf("MPSRoot %s outlived its test: %v", root, err)
 	}
 }
+
+// environOf is a child's environment once its exec is done (until then /proc shows the test's).
+func environOf(t *testing.T, pid int, want string) string {
+	t.Helper()
+	var env string
+	Eventually(t, 10*time.Second, "the child's own environment", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		env = strings.ReplaceAll(string(b), "\x00", "\n")
+		return err == nil && strings.Contains(env, want)
+	})
+	return env
+}
+
+func TestStartTask(t *testing.T) {
+	k := StartTask(t, map[string]string{"B": "2", "A": "1"}, "NOMAD_JOB_NAME=train")
+	if env := environOf(t, k.PID(), "NOMAD_JOB_NAME=train\n"); env != "NOMAD_JOB_NAME=train\nA=1\nB=2\n" {
+		t.Fatalf("environment %q, want the extra entries then the map's in key order, and nothing else", env)
+	}
+	select {
+	case <-k.Exited():
+		t.Fatal("the task exited before it was stopped")
+	default:
+	}
+	k.Stop()
+	select {
+	case <-k.Exited():
+	default:
+		t.Fatal("Stop returned before the task was reaped")
+	}
+	k.Stop() // the test's cleanup stops it again: a second Stop must not block
+
+	t.Setenv("GPUFRAC_TESTUTIL_INHERITED", "yes")
+	stranger := StartTask(t, nil)
+	environOf(t, stranger.PID(), "GPUFRAC_TESTUTIL_INHERITED=yes")
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -157,15 +156,8 @@ func TestMPSDaemonDiesMidRun(t *testing.T) {
 	}
 
 	// The task's process, a client of the daemon holding memory on the GPU.
-	task := exec.Command("sleep", "60")
-	for k, v := range res.GetEnvs() {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { task.Process.Kill(); task.Wait() }()
-	if err := simOf(t, dir).SetUsage(uuidOf(mps), task.Process.Pid, size.GiB); err != nil {
+	task := testutil.StartTask(t, res.GetEnvs())
+	if err := simOf(t, dir).SetUsage(uuidOf(mps), task.PID(), size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(daemon, syscall.SIGKILL); err != nil {
@@ -190,8 +182,7 @@ func TestMPSDaemonDiesMidRun(t *testing.T) {
 	}
 
 	// The client exits: the daemon is restarted and the GPU is placeable again.
-	task.Process.Kill()
-	task.Wait()
+	task.Stop()
 	m = waitFP(t, ch, "the MPS GPU's free units are healthy again", func(m *devicepb.FingerprintResponse) bool {
 		return emulator.HealthyCount(group(m, uuidOf(mps))) == 78
 	})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -259,17 +258,10 @@ func TestSecondReserveOfALiveTasksUnits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	task := exec.Command("sleep", "60")
-	for k, v := range res.Envs {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { task.Process.Kill(); task.Wait() }()
+	task := testutil.StartTask(t, res.Envs)
 	// The task carries its token once its exec is done: until then /proc shows the test's own
 	// environment (a loaded machine stretches that moment).
-	environ := fmt.Sprintf("/proc/%d/environ", task.Process.Pid)
+	environ := fmt.Sprintf("/proc/%d/environ", task.PID())
 	testutil.Eventually(t, 10*time.Second, "the task's environment in "+environ, func() bool {
 		b, err := os.ReadFile(environ)
 		return err == nil && strings.Contains(string(b), res.Envs[enforcer.EnvReservation])
@@ -286,8 +278,7 @@ func TestSecondReserveOfALiveTasksUnits(t *testing.T) {
 	}
 
 	// Once the task has exited, its units go to whoever Nomad gives them next.
-	task.Process.Kill()
-	task.Wait()
+	task.Stop()
 	if _, err := s.Reserve(context.Background(), held[1:]); err != nil {
 		t.Fatalf("Reserve after the holder exited: %v", err)
 	}

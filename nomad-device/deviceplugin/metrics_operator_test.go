@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -243,17 +242,8 @@ func TestTaskBorrowedMetric(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("sleep", "60")
-	for k, v := range res.GetEnvs() {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	if err := simOf(t, dir).SetUsage(uuidOf(g), cmd.Process.Pid, 6*size.GiB); err != nil {
+	task := testutil.StartTask(t, res.GetEnvs())
+	if err := simOf(t, dir).SetUsage(uuidOf(g), task.PID(), 6*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	first := ids(g, 1)[0]

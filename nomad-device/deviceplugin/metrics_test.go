@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -190,27 +189,12 @@ func TestMetricsFollowTasksAndViolations(t *testing.T) {
 	}
 	uuid := uuidOf(m.DeviceGroup[0])
 	sim := simOf(t, dir)
-	start := func(env []string) (*exec.Cmd, <-chan struct{}) {
-		cmd := exec.Command("sleep", "60")
-		cmd.Env = env
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-		return cmd, exited
-	}
-	var env []string
-	for k, v := range res.GetEnvs() {
-		env = append(env, k+"="+v)
-	}
-	task, taskExited := start(env)
-	stranger, _ := start(nil)
-	if err := sim.SetUsage(uuid, task.Process.Pid, size.GiB); err != nil {
+	task := testutil.StartTask(t, res.GetEnvs())
+	stranger := testutil.StartTask(t, nil)
+	if err := sim.SetUsage(uuid, task.PID(), size.GiB); err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.SetUsage(uuid, stranger.Process.Pid, 2*size.GiB); err != nil {
+	if err := sim.SetUsage(uuid, stranger.PID(), 2*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	gather := gatherer(t, s)
@@ -224,11 +208,11 @@ func TestMetricsFollowTasksAndViolations(t *testing.T) {
 	}
 
 	// Past its 3GiB cap: the watchdog stops it and records the violation.
-	if err := sim.SetUsage(uuid, task.Process.Pid, 5*size.GiB); err != nil {
+	if err := sim.SetUsage(uuid, task.PID(), 5*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-taskExited:
+	case <-task.Exited():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the task over its cap was not stopped within 20s")
 	}
