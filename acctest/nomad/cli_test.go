@@ -40,26 +40,10 @@ func TestWhatTheCLIShowsFromTheStats(t *testing.T) {
 	uuid := g.GetAttributes()["uuid"].GetStringVal()
 	qid := func(id string) string { return emulator.QualifiedID("nvidia", "gpumem", g.GetDeviceName(), id) }
 
-	_, train, err := c.Schedule(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Reserve(train)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, eval, err := c.Schedule(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Reserve(eval); err != nil {
-		t.Fatal(err)
-	}
+	train, res := place(t, c, 4)
+	eval, _ := place(t, c, 2)
 	task := testutil.StartTask(t, res.GetEnvs())
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim := simAt(t, dir)
 	const used = 3 * size.GiB
 	if err := sim.SetProcess(uuid, task.PID(), used, true); err != nil {
 		t.Fatal(err)
