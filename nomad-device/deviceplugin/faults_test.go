@@ -68,9 +68,7 @@ func TestGPUThatVanishesMidRun(t *testing.T) {
 	m, ch := firstFingerprint(t, s)
 	h100, a100 := m.DeviceGroup[0], m.DeviceGroup[1]
 	held := ids(h100, 2)
-	if _, err := s.Reserve(context.Background(), held); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, held)
 	_, l, _ := s.runtime().parts()
 	token := l.Reservations()[0].Token
 	freeH100, freeA100 := ids(h100, 3)[2:], ids(a100, 1)
@@ -141,10 +139,7 @@ func TestMPSDaemonDiesMidRun(t *testing.T) {
 	m, ch := firstFingerprint(t, s)
 	mps, other := m.DeviceGroup[0], m.DeviceGroup[1]
 	held := ids(mps, 2)
-	res, err := s.Reserve(context.Background(), held)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, held)
 	pipe := res.GetEnvs()[enforcer.EnvMPSPipeDir]
 	pidText, err := os.ReadFile(filepath.Join(pipe, "daemon.pid"))
 	if err != nil {
@@ -220,9 +215,7 @@ func TestReserveOnAFullDisk(t *testing.T) {
 	m, _ := firstFingerprint(t, s)
 	g := m.DeviceGroup[0]
 	kept, next := ids(g, 2), ids(g, 4)[2:]
-	if _, err := s.Reserve(context.Background(), kept); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, kept)
 	state := filepath.Join(dir, "ledger", ledger.StateFile)
 	before, err := os.ReadFile(state)
 	if err != nil {
@@ -267,9 +260,7 @@ func TestNVMLErrorMidRun(t *testing.T) {
 	m, ch := firstFingerprint(t, s)
 	h100, a100 := m.DeviceGroup[0], m.DeviceGroup[1]
 	held, free := ids(h100, 2), ids(h100, 3)[2:]
-	if _, err := s.Reserve(context.Background(), held); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, held)
 	sim := simOf(t, dir)
 	if err := sim.SetProcessesFault(uuidOf(h100), "NVML_ERROR_UNKNOWN"); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
@@ -27,9 +26,7 @@ func TestMetricsServedOnEveryInterface(t *testing.T) {
 		t.Fatalf("metrics_addr %q resolved to %q, want every interface", ":"+port, got)
 	}
 	m, _ := firstFingerprint(t, s)
-	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3)); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, ids(m.DeviceGroup[0], 3))
 	hosts := []string{"127.0.0.1"}
 	if ip := nonLoopbackIP(); ip != "" {
 		hosts = append(hosts, ip)
@@ -120,9 +117,7 @@ func gatherer(t *testing.T, s *Server) func() map[string]float64 {
 func TestMetricsFigures(t *testing.T) {
 	s, dir := newSim(t, "H100=80GiB", "")
 	m, _ := firstFingerprint(t, s)
-	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3)); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, ids(m.DeviceGroup[0], 3))
 	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
 	if err != nil {
 		t.Fatal(err)
@@ -183,10 +178,7 @@ func TestMetricsFigures(t *testing.T) {
 func TestMetricsFollowTasksAndViolations(t *testing.T) {
 	s, dir := newSim(t, "H100=80GiB", "")
 	m, _ := firstFingerprint(t, s)
-	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(m.DeviceGroup[0], 3))
 	uuid := uuidOf(m.DeviceGroup[0])
 	sim := simOf(t, dir)
 	task := testutil.StartTask(t, res.GetEnvs())

@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"testing"
@@ -39,10 +38,7 @@ func TestViolationsArePublishedOnceThroughOutagesAndRestarts(t *testing.T) {
 	}`
 	s, dir := newSim(t, "H100=80GiB", cfg)
 	m, _ := firstFingerprint(t, s)
-	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(m.DeviceGroup[0], 3))
 	token := res.GetEnvs()["GPUFRAC_RESERVATION"]
 	task := testutil.StartTask(t, res.GetEnvs())
 	// Past its 3GiB cap while Nomad's API is down: stopped and recorded, not yet published.
