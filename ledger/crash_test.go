@@ -45,19 +45,19 @@ func liveSet(rs []Reservation) string {
 		v, _ := strconv.Atoi(strings.TrimPrefix(r.Task.JobName, "job-"))
 		n = append(n, v)
 	}
-	slices.Sort(n)
-	s := make([]string, len(n))
-	for i, v := range n {
-		s[i] = strconv.Itoa(v)
-	}
-	return strings.Join(s, ",")
+	return joinSorted(n)
 }
 
+// setString is the sorted members of a set of job numbers, as liveSet writes them.
 func setString(m map[int]bool) string {
 	var n []int
 	for v := range m {
 		n = append(n, v)
 	}
+	return joinSorted(n)
+}
+
+func joinSorted(n []int) string {
 	slices.Sort(n)
 	s := make([]string, len(n))
 	for i, v := range n {

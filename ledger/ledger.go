@@ -216,18 +216,8 @@ func (l *Ledger) begin() (*state, error) {
 func (l *Ledger) commit(prev *state, notify bool) error {
 	l.cache = nil
 	l.st.gen++
-	if !l.opts.NoPersist {
-		data, err := l.st.encode(l.opts.Now())
-		if err == nil {
-			err = writeFile(l.dir, l.dirf, StateFile, data)
-		}
-		if err != nil {
-			if prev != nil {
-				l.st = prev
-			}
-			l.log.Error("commit failed; change rolled back", "error", err)
-			return err
-		}
+	if err := l.persist(prev, StateFile, "commit", func() ([]byte, error) { return l.st.encode(l.opts.Now()) }); err != nil {
+		return err
 	}
 	if notify {
 		l.changed.Publish(struct{}{})
@@ -237,18 +227,24 @@ func (l *Ledger) commit(prev *state, notify bool) error {
 
 // commitViolations writes the violations file; on failure the previous state comes back.
 func (l *Ledger) commitViolations(prev *state) error {
+	return l.persist(prev, ViolationsFile, "commit of violations", l.st.encodeViolations)
+}
+
+// persist writes what encode makes to file, unless the ledger keeps nothing on disk; on
+// failure it puts prev (when there is one) back and logs what failed.
+func (l *Ledger) persist(prev *state, file, what string, encode func() ([]byte, error)) error {
 	if l.opts.NoPersist {
 		return nil
 	}
-	data, err := l.st.encodeViolations()
+	data, err := encode()
 	if err == nil {
-		err = writeFile(l.dir, l.dirf, ViolationsFile, data)
+		err = writeFile(l.dir, l.dirf, file, data)
 	}
 	if err != nil {
 		if prev != nil {
 			l.st = prev
 		}
-		l.log.Error("commit of violations failed; change rolled back", "error", err)
+		l.log.Error(what+" failed; change rolled back", "error", err)
 		return err
 	}
 	return nil
