@@ -94,10 +94,7 @@ func TestSimulatedDevicesAndAttach(t *testing.T) {
 	if s.Kind() != gpu.KindSimulated || s.DriverVersion() != "simulated" {
 		t.Fatalf("Kind/DriverVersion = %q/%q", s.Kind(), s.DriverVersion())
 	}
-	attached, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	attached := testutil.AttachSim(t, s.Dir())
 	again, _ := attached.Devices(ctx)
 	if len(again) != 3 || again[1].UUID != devs[1].UUID || again[1].MemoryBytes != devs[1].MemoryBytes {
 		t.Fatalf("attached Devices = %+v, want %+v", again, devs)
@@ -223,10 +220,7 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 func TestSimulatedHealth(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "2xH100=80GiB")
-	other, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := testutil.AttachSim(t, s.Dir())
 	uuid := devs[1].UUID
 	if err := s.SetHealth(uuid, false, "ECC errors"); err != nil {
 		t.Fatal(err)

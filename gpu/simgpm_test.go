@@ -50,10 +50,7 @@ func TestSimulatedGPM(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "H200=140GiB")
 	uuid := devs[0].UUID
-	peer, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	peer := testutil.AttachSim(t, s.Dir())
 	g, err := peer.OpenGPM(ctx, uuid)
 	if err != nil {
 		t.Fatal(err)

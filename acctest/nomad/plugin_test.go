@@ -17,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
@@ -78,11 +79,7 @@ func place(t *testing.T, c *emulator.Client, n int) ([]string, *devicepb.Contain
 // handle: what the test sets there (a task's memory, a fault) the plugin sees.
 func simAt(t *testing.T, dir string) *gpu.Simulated {
 	t.Helper()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sim
+	return testutil.AttachSim(t, filepath.Join(dir, "simgpu"))
 }
 
 func attr(g *devicepb.DeviceGroup, k string) int64 { return g.GetAttributes()[k].GetIntVal() }

@@ -1,6 +1,7 @@
 package testutil
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -20,6 +21,28 @@ func TestNewSim(t *testing.T) {
 	}
 	if s.Kind() != "simulated" {
 		t.Fatalf("Kind = %q", s.Kind())
+	}
+}
+
+func TestAttachSim(t *testing.T) {
+	s, devs := NewSim(t, "H100=80GiB")
+	if err := AttachSim(t, s.Dir()).SetHealth(devs[0].UUID, false, "ECC errors"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Devices(context.Background())
+	if err != nil || got[0].Healthy || got[0].HealthReason != "ECC errors" {
+		t.Fatalf("the fault set through the attached handle is not seen by the first: %+v, %v", got, err)
+	}
+	r := &fatalRecorder{}
+	done := make(chan struct{})
+	empty := t.TempDir()
+	go func() {
+		defer close(done)
+		AttachSim(r, empty)
+	}()
+	<-done
+	if !strings.Contains(r.msg, empty) {
+		t.Fatalf("attaching to a directory with no simulated GPUs: failure %q does not name it", r.msg)
 	}
 }
 

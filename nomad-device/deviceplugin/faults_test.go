@@ -25,11 +25,7 @@ import (
 // simOf attaches to the simulated GPUs of a newSim server, to inject faults into them.
 func simOf(t *testing.T, dir string) *gpu.Simulated {
 	t.Helper()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sim
+	return testutil.AttachSim(t, filepath.Join(dir, "simgpu"))
 }
 
 func uuidOf(g *devicepb.DeviceGroup) string { return g.GetAttributes()[AttrUUID].GetStringVal() }
