@@ -342,16 +342,25 @@ func (l *Ledger) SyncGPUs(gpus []GPUInfo) error {
 	return l.commit(prev, true)
 }
 
+// openGPU is GPU uuid's record while the ledger is open; the caller holds l.mu.
+func (l *Ledger) openGPU(uuid string) (gpuRec, error) {
+	if l.closed {
+		return gpuRec{}, ErrClosed
+	}
+	rec, ok := l.st.gpus[uuid]
+	if !ok {
+		return gpuRec{}, fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	}
+	return rec, nil
+}
+
 // updateGPU applies fn to a known GPU and commits when it changed anything.
 func (l *Ledger) updateGPU(uuid string, fn func(*gpuRec)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return ErrClosed
-	}
-	rec, ok := l.st.gpus[uuid]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	rec, err := l.openGPU(uuid)
+	if err != nil {
+		return err
 	}
 	next := rec
 	fn(&next)
@@ -392,12 +401,9 @@ func (l *Ledger) SetUnmanaged(uuid string, b size.Bytes) error {
 func (l *Ledger) SetBorrowed(uuid string, b size.Bytes, waiting bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return ErrClosed
-	}
-	rec, ok := l.st.gpus[uuid]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	rec, err := l.openGPU(uuid)
+	if err != nil {
+		return err
 	}
 	if rec.Borrowed == b && rec.BorrowWaiting == waiting {
 		l.advanceHold(uuid, l.now())
