@@ -17,18 +17,12 @@ func allocLifecycle(rules []Rule, all bool, ns string) bool {
 		return true
 	}
 	ok := false
-	for _, r := range rules {
-		rns := nsOrDefault(r.Namespace)
-		if rns != ns && !glob(rns, ns) {
-			continue
-		}
-		for _, c := range r.Jobs {
-			switch c {
-			case CapDeny:
-				return false
-			case CapAllocLifecycle:
-				ok = true
-			}
+	for _, c := range jobRuleCaps(rules, ns) {
+		switch c {
+		case CapDeny:
+			return false
+		case CapAllocLifecycle:
+			ok = true
 		}
 	}
 	return ok

@@ -397,13 +397,8 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, path string) {
 		http.Error(w, "variables are limited to 64KiB in total size", http.StatusBadRequest)
 		return
 	}
-	s.mu.Lock()
-	if hasCAS {
-		if conflict, bad := s.casConflictLocked(ns, path, cas, caps.read); bad {
-			s.mu.Unlock()
-			writeConflict(w, conflict)
-			return
-		}
+	if !s.lockUnlessConflict(w, ns, path, cas, hasCAS, caps.read) {
+		return
 	}
 	v := s.putLocked(ns, path, body.Items).clone()
 	s.mu.Unlock()
@@ -429,13 +424,8 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 		denied(w)
 		return
 	}
-	s.mu.Lock()
-	if hasCAS {
-		if conflict, bad := s.casConflictLocked(ns, path, cas, caps.read); bad {
-			s.mu.Unlock()
-			writeConflict(w, conflict)
-			return
-		}
+	if !s.lockUnlessConflict(w, ns, path, cas, hasCAS, caps.read) {
+		return
 	}
 	s.deleteLocked(ns, path)
 	idx := s.index
@@ -477,6 +467,20 @@ func casParam(w http.ResponseWriter, r *http.Request) (uint64, bool, bool) {
 		return 0, false, false
 	}
 	return n, true, true
+}
+
+// lockUnlessConflict takes s.mu for a change of path; when the request's check-and-set index
+// (hasCAS) conflicts, it answers with the conflict instead, releases the lock and says false.
+func (s *Server) lockUnlessConflict(w http.ResponseWriter, ns, path string, cas uint64, hasCAS, canRead bool) bool {
+	s.mu.Lock()
+	if hasCAS {
+		if conflict, bad := s.casConflictLocked(ns, path, cas, canRead); bad {
+			s.mu.Unlock()
+			writeConflict(w, conflict)
+			return false
+		}
+	}
+	return true
 }
 
 // casConflictLocked applies Nomad's check-and-set rule: cas=0 means "must not exist", cas=N

@@ -173,23 +173,28 @@ func jobCaps(rules []Rule, all bool, ns string) (read, submit bool) {
 	if all {
 		return true, true
 	}
-	for _, r := range rules {
-		rns := nsOrDefault(r.Namespace)
-		if rns != ns && !glob(rns, ns) {
-			continue
-		}
-		for _, c := range r.Jobs {
-			switch c {
-			case CapDeny:
-				return false, false
-			case CapReadJob:
-				read = true
-			case CapSubmitJob:
-				read, submit = true, true
-			}
+	for _, c := range jobRuleCaps(rules, ns) {
+		switch c {
+		case CapDeny:
+			return false, false
+		case CapReadJob:
+			read = true
+		case CapSubmitJob:
+			read, submit = true, true
 		}
 	}
 	return read, submit
+}
+
+// jobRuleCaps is every job capability that rules grant in ns, in the rules' order.
+func jobRuleCaps(rules []Rule, ns string) []string {
+	var caps []string
+	for _, r := range rules {
+		if rns := nsOrDefault(r.Namespace); rns == ns || glob(rns, ns) {
+			caps = append(caps, r.Jobs...)
+		}
+	}
+	return caps
 }
 
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request, closing chan struct{}) bool {
