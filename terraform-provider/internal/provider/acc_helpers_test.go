@@ -82,26 +82,21 @@ func words(s string) *regexp.Regexp {
 
 // storedPolicy checks that the Variable holds exactly policy's encoding of want.
 func storedPolicy(s *varserver.Server, ns string, want policy.Policy) resource.TestCheckFunc {
-	return func(*terraform.State) error {
-		v, ok := s.Get(ns, policy.PolicyPath(want.Name))
-		if !ok {
-			return fmt.Errorf("no variable %s in %s", policy.PolicyPath(want.Name), ns)
-		}
-		items, err := policy.EncodePolicy(want)
-		if err != nil {
-			return err
-		}
-		return sameItems(v.Items, items)
-	}
+	return stored(s, ns, policy.PolicyKind, want)
 }
 
 func storedTemplate(s *varserver.Server, ns string, want policy.Template) resource.TestCheckFunc {
+	return stored(s, ns, policy.TemplateKind, want)
+}
+
+func stored[T any](s *varserver.Server, ns string, k policy.Kind[T], want T) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		v, ok := s.Get(ns, policy.TemplatePath(want.Name))
+		path := k.Path(k.NameOf(want))
+		v, ok := s.Get(ns, path)
 		if !ok {
-			return fmt.Errorf("no variable %s in %s", policy.TemplatePath(want.Name), ns)
+			return fmt.Errorf("no variable %s in %s", path, ns)
 		}
-		items, err := policy.EncodeTemplate(want)
+		items, err := k.Encode(want)
 		if err != nil {
 			return err
 		}
