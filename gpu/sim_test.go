@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,28 +182,24 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "H100=80GiB")
 	uuid := devs[0].UUID
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
+	cmd := child(t)
+	pid := cmd.Process.Pid
+	if err := s.SetUsage(uuid, pid, 4*size.GiB); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
-	child := cmd.Process.Pid
-	if err := s.SetUsage(uuid, child, 4*size.GiB); err != nil {
-		t.Fatal(err)
-	}
-	if procs, _ := s.Processes(ctx, uuid); len(procs) != 1 || procs[0].PID != child {
+	if procs, _ := s.Processes(ctx, uuid); len(procs) != 1 || procs[0].PID != pid {
 		t.Fatalf("before kill: %+v", procs)
 	}
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// Not reaped yet: the child is a zombie (or briefly still dying), and must drop out.
+	// Not reaped yet: the pid is a zombie (or briefly still dying), and must drop out.
 	testutil.Eventually(t, 5*time.Second, "the killed process to drop out", func() bool { p, _ := s.Processes(ctx, uuid); return len(p) == 0 })
-	if _, err := os.Stat(gpu.ProcPath(s, uuid, child)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(gpu.ProcPath(s, uuid, pid)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("entry of the killed process was not removed: %v", err)
 	}
 	cmd.Wait()
-	if err := s.SetUsage(uuid, child, size.GiB); err == nil {
+	if err := s.SetUsage(uuid, pid, size.GiB); err == nil {
 		t.Fatalf("SetUsage for a dead process succeeded")
 	}
 	// A recycled PID: the entry's start time is not the live process's start time.
@@ -242,15 +237,11 @@ func TestSimulatedConcurrent(t *testing.T) {
 	s, devs := testutil.NewSim(t, "H100=80GiB")
 	uuid := devs[0].UUID
 	// A killed, unreaped child: every goroutine below races to drop and remove its entry.
-	dead := exec.Command("sleep", "60")
-	if err := dead.Start(); err != nil {
-		t.Fatal(err)
-	}
+	dead := child(t)
 	if err := s.SetUsage(uuid, dead.Process.Pid, size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	dead.Process.Kill()
-	defer dead.Wait()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for g := range 8 {
@@ -297,12 +288,7 @@ func BenchmarkSimProcesses(b *testing.B) {
 	s, devs := testutil.NewSim(b, "H100=80GiB")
 	uuid := devs[0].UUID
 	for range 8 {
-		cmd := exec.Command("sleep", "600")
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		if err := s.SetUsage(uuid, cmd.Process.Pid, 2*size.GiB); err != nil {
+		if err := s.SetUsage(uuid, child(b).Process.Pid, 2*size.GiB); err != nil {
 			b.Fatal(err)
 		}
 	}
