@@ -193,7 +193,7 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 	if err := cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	// Not reaped yet: the pid is a zombie (or briefly still dying), and must drop out.
+	// Not reaped yet: the child is a zombie (or briefly still dying), and must drop out.
 	testutil.Eventually(t, 5*time.Second, "the killed process to drop out", func() bool { p, _ := s.Processes(ctx, uuid); return len(p) == 0 })
 	if _, err := os.Stat(gpu.ProcPath(s, uuid, pid)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("entry of the killed process was not removed: %v", err)
