@@ -153,12 +153,3 @@ func withPolicy(mut func(*policy.Policy)) policy.Policy {
 	mut(&p)
 	return p
 }
-
-func mustEncode(t *testing.T, p policy.Policy) map[string]string {
-	t.Helper()
-	items, err := policy.EncodePolicy(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return items
-}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/storetest"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -142,7 +143,7 @@ resource "gpufrac_policy" "main" {
 			{Config: cfg, Check: storedPolicy(s, "default", want)},
 			{
 				// Someone edits the variable by hand: the plan must show it.
-				PreConfig:          func() { s.Put("default", policy.PolicyPath("main"), mustEncode(t, drifted)) },
+				PreConfig:          func() { s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, drifted)) },
 				Config:             cfg,
 				PlanOnly:           true,
 				ExpectNonEmptyPlan: true,
@@ -177,7 +178,7 @@ func TestAccPolicy_existingObjectIsNotOverwritten(t *testing.T) {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: accFactories,
 		Steps: []resource.TestStep{{
-			PreConfig: func() { s.Put("default", policy.PolicyPath("main"), mustEncode(t, other)) },
+			PreConfig: func() { s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, other)) },
 			Config: providerBlock(s, mgmtToken) + `
 resource "gpufrac_policy" "main" {
   name = "main"
@@ -207,7 +208,7 @@ resource "gpufrac_policy" "main" {
   name = "main"
 }`},
 			{
-				PreConfig: func() { s.Put("default", policy.PolicyPath("main"), mustEncode(t, someoneElse)) },
+				PreConfig: func() { s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, someoneElse)) },
 				Config: p + `
 resource "gpufrac_policy" "main" {
   name     = "main"
