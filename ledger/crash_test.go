@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -131,15 +132,7 @@ func TestCrashSafety(t *testing.T) {
 	for round := 1; round <= 30; round++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashRound+"="+strconv.Itoa(round))
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		out, stderr := testutil.StartPiped(t, cmd)
 		ready := make(chan struct{})
 		acked := map[uint64]string{}
 		pending := map[uint64]string{}

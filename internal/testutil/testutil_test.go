@@ -1,9 +1,11 @@
 package testutil
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -160,4 +162,19 @@ func TestStartTask(t *testing.T) {
 	t.Setenv("GPUFRAC_TESTUTIL_INHERITED", "yes")
 	stranger := StartTask(t, nil)
 	environOf(t, stranger.PID(), "GPUFRAC_TESTUTIL_INHERITED=yes")
+}
+
+func TestStartPiped(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "echo ready; echo trouble >&2")
+	out, stderr := StartPiped(t, cmd)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("stdout gave %q, %v; want the child's line", line, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := stderr.String(); got != "trouble\n" {
+		t.Fatalf("stderr kept %q, want the child's", got)
+	}
 }
