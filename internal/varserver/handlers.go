@@ -373,16 +373,8 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, path string) {
 	if ns == "" {
 		ns = namespaceParam(r)
 	}
-	cas, hasCAS, ok := casParam(w, r)
+	caps, cas, hasCAS, ok := s.changeAllowed(w, r, ns, path, "writes", func(c capSet) bool { return c.write })
 	if !ok {
-		return
-	}
-	caps, ok := s.changeCaps(w, r, ns, path, "writes")
-	if !ok {
-		return
-	}
-	if !caps.write {
-		denied(w)
 		return
 	}
 	if !validPath(path) {
@@ -411,17 +403,9 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 		http.Error(w, "missing variable path", http.StatusBadRequest)
 		return
 	}
-	cas, hasCAS, ok := casParam(w, r)
-	if !ok {
-		return
-	}
 	ns := namespaceParam(r) // a delete has no body, so only the query names the namespace
-	caps, ok := s.changeCaps(w, r, ns, path, "deletes")
+	caps, cas, hasCAS, ok := s.changeAllowed(w, r, ns, path, "deletes", func(c capSet) bool { return c.destroy })
 	if !ok {
-		return
-	}
-	if !caps.destroy {
-		denied(w)
 		return
 	}
 	if !s.lockUnlessConflict(w, ns, path, cas, hasCAS, caps.read) {
@@ -437,6 +421,23 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 // changeCaps is what the request's token may do with the variable ns/path, for a change (what:
 // "writes" or "deletes"), which must name one namespace; when it is false, the request has been
 // answered (a bad token, a wildcard namespace).
+// changeAllowed checks what every change of path needs, a well-formed cas parameter (hasCAS:
+// there is one) and the capability allowed picks from the caller's; when one fails it has
+// answered the request.
+func (s *Server) changeAllowed(w http.ResponseWriter, r *http.Request, ns, path, what string, allowed func(capSet) bool) (caps capSet, cas uint64, hasCAS, ok bool) {
+	if cas, hasCAS, ok = casParam(w, r); !ok {
+		return capSet{}, 0, false, false
+	}
+	if caps, ok = s.changeCaps(w, r, ns, path, what); !ok {
+		return capSet{}, 0, false, false
+	}
+	if !allowed(caps) {
+		denied(w)
+		return capSet{}, 0, false, false
+	}
+	return caps, cas, hasCAS, true
+}
+
 func (s *Server) changeCaps(w http.ResponseWriter, r *http.Request, ns, path, what string) (capSet, bool) {
 	rules, all, ok := s.rules(w, r)
 	if !ok {
