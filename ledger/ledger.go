@@ -216,7 +216,8 @@ func (l *Ledger) begin() (*state, error) {
 func (l *Ledger) commit(prev *state, notify bool) error {
 	l.cache = nil
 	l.st.gen++
-	if err := l.persist(prev, StateFile, "commit", func() ([]byte, error) { return l.st.encode(l.opts.Now()) }); err != nil {
+	if err := l.persist(prev, StateFile, func() ([]byte, error) { return l.st.encode(l.opts.Now()) }); err != nil {
+		l.log.Error("commit failed; change rolled back", "error", err)
 		return err
 	}
 	if notify {
@@ -227,12 +228,16 @@ func (l *Ledger) commit(prev *state, notify bool) error {
 
 // commitViolations writes the violations file; on failure the previous state comes back.
 func (l *Ledger) commitViolations(prev *state) error {
-	return l.persist(prev, ViolationsFile, "commit of violations", l.st.encodeViolations)
+	if err := l.persist(prev, ViolationsFile, l.st.encodeViolations); err != nil {
+		l.log.Error("commit of violations failed; change rolled back", "error", err)
+		return err
+	}
+	return nil
 }
 
 // persist writes what encode makes to file, unless the ledger keeps nothing on disk; on
-// failure it puts prev (when there is one) back and logs what failed.
-func (l *Ledger) persist(prev *state, file, what string, encode func() ([]byte, error)) error {
+// failure it puts prev (when there is one) back.
+func (l *Ledger) persist(prev *state, file string, encode func() ([]byte, error)) error {
 	if l.opts.NoPersist {
 		return nil
 	}
@@ -244,7 +249,6 @@ func (l *Ledger) persist(prev *state, file, what string, encode func() ([]byte, 
 		if prev != nil {
 			l.st = prev
 		}
-		l.log.Error(what+" failed; change rolled back", "error", err)
 		return err
 	}
 	return nil
