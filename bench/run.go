@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
-	"github.com/gpufrac/gpufrac/runner"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -25,7 +25,7 @@ type ArmSpec struct {
 	Arm      record.Arm
 	Mode     string          // mps, isolated ("" for exclusive)
 	Profiles record.Profiles // "" for exclusive
-	// Borrow is the packed arm's borrowing (runner.BorrowWait, BorrowLend, ...) when the entry
+	// Borrow is the packed arm's borrowing (node.BorrowWait, BorrowLend, ...) when the entry
 	// names one; "" = the invocation's --borrow. It lets one call compare borrowing rules beside
 	// the same exclusive run.
 	Borrow string
@@ -37,7 +37,7 @@ type ArmSpec struct {
 
 var (
 	modeNames   = []string{"mps", "isolated"}
-	borrowNames = []string{runner.BorrowOff, runner.BorrowNow, runner.BorrowWait, runner.BorrowLend}
+	borrowNames = []string{node.BorrowOff, node.BorrowNow, node.BorrowWait, node.BorrowLend}
 )
 
 // ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW][-HOLD[-AFTER]]:

@@ -8,8 +8,10 @@ import (
 // TimeUse is where a run's makespan went, from its attempts alone: what explains a packing
 // ratio. On several GPUs the figures are over all of them together.
 type TimeUse struct {
-	// MeanRunning is the time-weighted mean number of attempts running over the makespan.
+	// MeanRunning is the time-weighted mean number of attempts running over the makespan;
+	// MostRunning the most that ran at one moment (one that ends as another starts is not two).
 	MeanRunning float64 `json:"mean_running"`
+	MostRunning int     `json:"most_running"`
 	// Whole is the time some attempt held a GPU whole (a probe alone, a re-run after a broken
 	// cap, every job of the exclusive arm): time in which nothing else could run beside it.
 	Whole time.Duration `json:"whole_gpu_ns"`
@@ -83,6 +85,7 @@ func UseOf(attempts []Attempt) TimeUse {
 		}
 		running += e.delta
 		whole += e.whole
+		u.MostRunning = max(u.MostRunning, running)
 		last = e.at
 	}
 	if span := last.Sub(first); span > 0 {

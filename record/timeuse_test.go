@@ -22,12 +22,12 @@ func TestUseOf(t *testing.T) {
 		{
 			name:     "exclusive: back to back, each job alone",
 			attempts: []Attempt{att("a", 0, 10, OutcomeOK, true, false), att("b", 10, 30, OutcomeOK, true, false)},
-			want:     TimeUse{MeanRunning: 1, Whole: sec(30), Few: sec(30)},
+			want:     TimeUse{MeanRunning: 1, MostRunning: 1, Whole: sec(30), Few: sec(30)},
 		},
 		{
 			name:     "a gap between two attempts is time no job ran",
 			attempts: []Attempt{att("a", 0, 10, OutcomeOK, true, false), att("b", 12, 20, OutcomeOK, true, false)},
-			want:     TimeUse{MeanRunning: 18.0 / 20, Whole: sec(18), Few: sec(18), Idle: sec(2)},
+			want:     TimeUse{MeanRunning: 18.0 / 20, MostRunning: 1, Whole: sec(18), Few: sec(18), Idle: sec(2)},
 		},
 		{
 			// 0-10: three jobs, one of them an in-place probe that breaks its cap at 10;
@@ -39,7 +39,7 @@ func TestUseOf(t *testing.T) {
 				att("leak", 0, 10, OutcomeCapViolation, false, true),
 				att("leak", 20, 30, OutcomeOK, true, false),
 			},
-			want: TimeUse{MeanRunning: (3*10 + 2*10 + 1*10) / 30.0, Whole: sec(10), Few: sec(20), Probes: 1, ReRuns: 1},
+			want: TimeUse{MeanRunning: (3*10 + 2*10 + 1*10) / 30.0, MostRunning: 3, Whole: sec(10), Few: sec(20), Probes: 1, ReRuns: 1},
 		},
 		{
 			name: "a probe alone is not a re-run",
@@ -49,7 +49,17 @@ func TestUseOf(t *testing.T) {
 				att("q", 15, 25, OutcomeOK, false, false),
 				att("r", 15, 25, OutcomeOK, false, false),
 			},
-			want: TimeUse{MeanRunning: (15 + 3*10) / 25.0, Whole: sec(15), Few: sec(15), Probes: 1},
+			want: TimeUse{MeanRunning: (15 + 3*10) / 25.0, MostRunning: 3, Whole: sec(15), Few: sec(15), Probes: 1},
+		},
+		{
+			// b starts as a ends and c spans the handover: never more than two at once.
+			name: "a handover at one instant is not two jobs running",
+			attempts: []Attempt{
+				att("a", 0, 10, OutcomeOK, false, false),
+				att("b", 10, 20, OutcomeOK, false, false),
+				att("c", 5, 15, OutcomeOK, false, false),
+			},
+			want: TimeUse{MeanRunning: 30.0 / 20, MostRunning: 2, Few: sec(20)},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

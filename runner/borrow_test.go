@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
@@ -41,7 +42,7 @@ func TestBorrowerGrowsPastItsCap(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
 	q := besideLeaker(t, "18GiB", "1200ms", "30GiB")
 	o := testOptions(t, sim, record.ArmPacked)
-	o.Borrow = BorrowWait
+	o.Borrow = node.BorrowWait
 	res := runQueue(t, q, o)
 	if res.Completed != 3 {
 		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
@@ -69,7 +70,7 @@ func TestBorrowerWaitsForItsNeighbours(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
 	q := besideLeaker(t, "20GiB", "1500ms", "60GiB", simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"))
 	o := testOptions(t, sim, record.ArmPacked)
-	o.Borrow, o.Policy.MaxTasksPerGPU = BorrowWait, 3
+	o.Borrow, o.Policy.MaxTasksPerGPU = node.BorrowWait, 3
 	res := runQueue(t, q, o)
 	if res.Completed != 4 {
 		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
@@ -96,7 +97,7 @@ func TestBorrowerThatCannotWaitReRunsWithMoreRoom(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
 	q := besideLeaker(t, "20GiB", "1500ms", "40GiB")
 	o := testOptions(t, sim, record.ArmPacked)
-	o.Borrow = BorrowNow
+	o.Borrow = node.BorrowNow
 	res := runQueue(t, q, o)
 	if res.Completed != 3 {
 		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)

@@ -12,8 +12,11 @@ import (
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
+	"github.com/gpufrac/gpufrac/progress"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/runstatus"
+	"github.com/gpufrac/gpufrac/sched"
 )
 
 // testClock is the wall clock plus an offset the test moves forward.
@@ -85,7 +88,7 @@ func TestRunGivesUpWhenStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := led.ReserveBytes(devs[0].UUID, wholeBytes(st), ledger.Task{JobName: "other", TaskName: "other", Template: "other"}); err != nil {
+	if _, err := led.ReserveBytes(devs[0].UUID, sched.WholeBytes(st), ledger.Task{JobName: "other", TaskName: "other", Template: "other"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := led.Close(); err != nil {
@@ -121,8 +124,8 @@ func clockRun(t *testing.T, clk *testutil.Clock, stateDir string, gpus map[strin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { led.Close() })
-	r := &run{o: Options{Now: clk.Now, StateDir: stateDir}, led: led, s: &sched{}, gpus: gpus, active: map[*active]bool{}}
-	r.prog = newProgress(io.Discard, r)
+	r := &run{o: Options{Now: clk.Now, StateDir: stateDir}, led: led, s: sched.New(sched.Config{Ledger: led}, nil), gpus: gpus, active: map[*active]bool{}}
+	r.prog = progress.New(io.Discard, r.since)
 	r.start = clk.Now()
 	return r
 }
@@ -146,8 +149,8 @@ func TestProgressIsPublishedOnTheRunsClock(t *testing.T) {
 		{time.Millisecond, t0.Add(2 * time.Second)},
 	} {
 		clk.Advance(step.advance)
-		r.prog.status()
-		st, ok, err := ReadRunStatus(dir)
+		r.status()
+		st, ok, err := runstatus.Read(dir)
 		if err != nil || !ok {
 			t.Fatalf("at %s: progress %v, %v", clk.Now().Sub(t0), ok, err)
 		}
@@ -167,12 +170,12 @@ func TestEventWithoutATimeTakesTheRunsClock(t *testing.T) {
 	r.onEvent(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "unhealthy", GPU: uuid, Message: "a task was stopped under MPS"})
 	clk.Advance(3 * time.Second)
 	r.onEvent(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "healthy", GPU: uuid, Message: "GPU healthy again"})
-	evs := r.wide.all()
+	evs := r.wide.All()
 	if len(evs) != 1 || !evs[0].Start.Equal(marked) || !evs[0].End.Equal(marked.Add(3*time.Second)) {
 		t.Fatalf("GPU events %+v; want one from %s to 3s later, on the run's clock", evs, marked)
 	}
 	// An attempt that failed inside that window, on the same clock, is collateral.
-	if _, ok := r.wide.covering(uuid, "", false, marked.Add(-time.Second), marked.Add(time.Second), time.Second); !ok {
+	if _, ok := r.wide.Covering(uuid, "", false, marked.Add(-time.Second), marked.Add(time.Second), time.Second); !ok {
 		t.Error("a failure inside the window is not covered by it")
 	}
 }

@@ -16,68 +16,6 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-func TestGPUEventsCovering(t *testing.T) {
-	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	var g gpuEvents
-	g.note(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "unhealthy", GPU: "A", Time: at(10), Message: "stopped"}, 0)
-	g.note(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "healthy", GPU: "A", Time: at(20)}, 0)
-	g.note(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "unhealthy", GPU: "A", Time: at(40), Message: "forced"}, 0)
-	after := time.Second
-	cases := []struct {
-		name       string
-		gpu        string
-		start, end float64
-		want       string
-	}{
-		{"failed while marked", "A", 5, 12, "stopped"},
-		{"failed just before the mark (signal first, mark next)", "A", 5, 9.9, "stopped"},
-		{"failed well before the mark", "A", 5, 9, ""},
-		{"failed shortly after the mark was cleared", "A", 5, 20.5, "stopped"},
-		{"failed long after the mark was cleared", "A", 5, 25, ""},
-		{"started after the mark was cleared", "A", 20.2, 20.5, ""},
-		{"another GPU", "B", 5, 12, ""},
-		{"mark still set at the end", "A", 30, 45, "forced"},
-	}
-	for _, c := range cases {
-		e, ok := g.covering(c.gpu, "", false, at(c.start), at(c.end), after)
-		if got := map[bool]string{true: e.Reason, false: ""}[ok]; got != c.want {
-			t.Errorf("%s: covered by %q, want %q", c.name, got, c.want)
-		}
-	}
-}
-
-// In isolated mode a task over its cap (one the fence did not hold) explains an out-of-memory
-// failure of another job of its GPU while it was over, and nothing else.
-func TestNeighbourOverCapCovering(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
-	var g gpuEvents
-	g.overCap(enforcer.Event{Kind: enforcer.EventViolation, Stage: "crossed", GPU: "A", Token: "leak", Time: at(10), Bytes: 70 * size.GiB}, 0, "runaway")
-	g.overCap(enforcer.Event{Kind: enforcer.EventViolation, Stage: "contained", GPU: "A", Token: "leak", Time: at(10.2)}, 0, "runaway")
-	after := time.Second
-	cases := []struct {
-		name       string
-		token      string
-		oom        bool
-		start, end float64
-		want       bool
-	}{
-		{"neighbour out of memory while the runaway was over", "n", true, 5, 10.1, true},
-		{"neighbour out of memory just after the kill", "n", true, 5, 10.8, true},
-		{"neighbour failing otherwise", "n", false, 5, 10.1, false},
-		{"the runaway itself", "leak", true, 5, 10.1, false},
-		{"out of memory well after", "n", true, 5, 14, false},
-		{"out of memory before", "n", true, 1, 8, false},
-	}
-	for _, c := range cases {
-		e, ok := g.covering("A", c.token, c.oom, at(c.start), at(c.end), after)
-		if ok != c.want || ok && !strings.Contains(e.Reason, "job runaway over its cap") {
-			t.Errorf("%s: covered %v (%q), want %v", c.name, ok, e.Reason, c.want)
-		}
-	}
-}
-
 // A neighbour faulted by a GPU-wide event under MPS is re-run and completes; the GPU takes no new
 // job while it is marked unhealthy; a job that fails on its own stays failed.
 func TestCollateralFailureIsRerun(t *testing.T) {
@@ -113,7 +51,7 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 	o := testOptions(t, sim, record.ArmPacked)
 	o.Mode = policy.ModeMPS
 	// Without the fence the pair's sum is only seen by the watchdog, whose stop is GPU-wide.
-	o.Fence = FenceOff
+	o.Fence = enforcer.FenceOff
 	res := runQueue(t, q, o)
 	if res.Completed != 3 {
 		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)

@@ -64,7 +64,7 @@ func TestDemoDoesWhatItsCommentsSay(t *testing.T) {
 			t.Errorf("%s started with a %s guarantee, want %s from its declared peak", j.Name, a.CapBytes, want)
 		}
 	}
-	if n := maxOverlap(res.Attempts); n < 4 {
+	if n := record.UseOf(res.Attempts).MostRunning; n < 4 {
 		t.Errorf("at most %d jobs ran at once, want 4 packed side by side", n)
 	}
 	// 2. The grower borrowed past its guarantee and finished in one attempt.

@@ -32,13 +32,6 @@ type guard interface {
 	Follow(every time.Duration, fn func(enforcer.Sample)) (stop func())
 }
 
-// Fence settings of Options.Fence.
-const (
-	FenceAuto = string(enforcer.FenceAuto)
-	FenceOn   = string(enforcer.FenceOn)
-	FenceOff  = string(enforcer.FenceOff)
-)
-
 // runNotes are what a run's first lines say about the fence and borrowing.
 type runNotes struct {
 	fence  string
@@ -59,7 +52,7 @@ func nodeOptions(o Options) (node.Options, runNotes, error) {
 	if o.StateDir == "" {
 		dir = filepath.Join(o.OutDir, ".fence")
 	}
-	fc, note, err := enforcer.ResolveFence(enforcer.FenceMode(o.Fence), o.FenceLibrary, dir, simulated)
+	fc, note, err := enforcer.ResolveFence(o.Fence, o.FenceLibrary, dir, simulated)
 	if err != nil {
 		return no, runNotes{}, err
 	}

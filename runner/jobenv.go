@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/sched"
 )
 
 // command resolves the word "gpufrac" to this binary, so queue files run anywhere, and
@@ -30,7 +31,7 @@ func (r *run) command(c []string, env map[string]string) []string {
 }
 
 // resultPath is where a job's result goes: relative paths live in the results directory.
-func (r *run) resultPath(j *jobState) string {
+func (r *run) resultPath(j *sched.Job) string {
 	if j.Result == "" || filepath.IsAbs(j.Result) {
 		return j.Result
 	}
@@ -41,7 +42,7 @@ func (r *run) resultPath(j *jobState) string {
 	return abs
 }
 
-func (r *run) env(l launch, token string, j *jobState) map[string]string {
+func (r *run) env(l sched.Launch, token string, j *sched.Job) map[string]string {
 	env := map[string]string{}
 	maps.Copy(env, r.o.ExtraEnv)
 	if sim, ok := r.o.Backend.(*gpu.Simulated); ok {
@@ -50,11 +51,11 @@ func (r *run) env(l launch, token string, j *jobState) map[string]string {
 	maps.Copy(env, j.Env)
 	// The node wrote a capped job's cap into the fence's table when it admitted it; a job with
 	// no reservation has nothing for the fence to hold.
-	res := l.res
+	res := l.Res
 	res.Token = token
-	tenv, err := r.node.Env(res, !l.capped)
+	tenv, err := r.node.Env(res, !l.Capped)
 	if err != nil {
-		r.log.Warn("GPU state for the job's environment", "gpu", l.gpu, "error", err)
+		r.log.Warn("GPU state for the job's environment", "gpu", l.GPU, "error", err)
 	}
 	maps.Copy(env, tenv)
 	env[EnvTemplate] = j.Template

@@ -5,29 +5,29 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
-	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
 )
 
 // settle updates the job and its template's footprint after an attempt. A failure that is
 // the job's memory (a broken cap, a watchdog kill, a fenced out-of-memory, a borrower whose
 // wait ran out) climbs the ladder (ladder.go); nothing runs a job past its bound.
-func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
+func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 	t := j.Template
-	if a.l.probe {
-		r.s.probeEnded(t, j)
+	if a.l.Probe {
+		r.s.ProbeEnded(t, j)
 	}
 	switch at.Outcome {
 	case record.OutcomeProbe:
-		j.probeStops++
+		j.ProbeStops++
 		r.learn(t, at, ledger.ProfileProbe)
 		return // the job runs again under its new cap
 	case record.OutcomeCollateral:
 		if !r.stopAt(j, at) {
 			return // a neighbour's stop faulted it: it runs again as it was
 		}
-		j.done, j.final = true, record.OutcomeExhausted
+		j.Done, j.Final = true, record.OutcomeExhausted
 		return
 	case record.OutcomeFailed:
 		if r.retry(j, at) {
@@ -40,88 +40,71 @@ func (r *run) settle(j *jobState, a *active, at *record.Attempt) {
 		if a.violation != nil {
 			raised = max(raised, a.violation.PeakBytes)
 		}
-		r.s.raised(t, raised)
+		r.s.Raised(t, raised)
 		r.recordProfile(t, raised, at, ledger.ProfileViolation)
 		if step := r.climb(j, a, at); step.Kind != policy.StepExhausted {
 			return
 		}
-		j.done, j.final = true, record.OutcomeExhausted
+		j.Done, j.Final = true, record.OutcomeExhausted
 		return
 	case record.OutcomeOK:
-		if a.l.probe {
+		if a.l.Probe {
 			r.learn(t, at, ledger.ProfileProbe)
-		} else if a.l.whole && j.whole {
+		} else if a.l.Whole && j.Whole {
 			// The re-run alone measured the real footprint; the ledger never lowers a raised one.
-			r.s.raised(t, at.PeakBytes)
+			r.s.Raised(t, at.PeakBytes)
 			r.recordProfile(t, at.PeakBytes, at, ledger.ProfileViolation)
 		}
 	}
-	j.done = true
-	j.final = at.Outcome
+	j.Done = true
+	j.Final = at.Outcome
 }
-
-// bound sets the job's ladder from its queue: its own max_attempts and cap_fixed, else its
-// template's, else the queue's bound, else policy.DefaultMaxAttempts.
-func (j *jobState) bound(q queue.Queue) {
-	spec := q.Templates[j.Template]
-	j.maxAttempts = policy.DefaultMaxAttempts
-	for _, n := range []int{q.MaxAttempts, spec.MaxAttempts, j.MaxAttempts} {
-		if n > 0 {
-			j.maxAttempts = n
-		}
-	}
-	j.capFixed = j.CapFixed || spec.CapFixed
-}
-
-// limit is the job's bound in attempt numbers: a probe window the runner ended is not a
-// failure, so it does not use one up.
-func (j *jobState) limit() int { return j.maxAttempts + j.probeStops }
 
 // climb applies the ladder after a failed attempt of j and says the step in the attempt's
 // record: a larger guarantee, the GPU alone (after the rest of the queue), or a stop. The step
 // decides the next attempt's room, so what the run prints before it is what it starts with.
-func (r *run) climb(j *jobState, a *active, at *record.Attempt) policy.Step {
+func (r *run) climb(j *sched.Job, a *active, at *record.Attempt) policy.Step {
 	reached := at.PeakBytes
 	if a.violation != nil {
 		reached = max(reached, a.violation.PeakBytes)
 	}
 	var whole, unit size.Bytes
-	if st, err := r.led.State(a.l.gpu); err == nil {
-		whole, unit = wholeBytes(st), st.UnitBytes
+	if st, err := r.led.State(a.l.GPU); err == nil {
+		whole, unit = sched.WholeBytes(st), st.UnitBytes
 	}
-	for _, g := range r.s.gpus {
+	for _, g := range r.s.GPUs() {
 		if st, err := r.led.State(g); err == nil {
-			whole = max(whole, wholeBytes(st))
+			whole = max(whole, sched.WholeBytes(st))
 		}
 	}
 	// A baseline's caps are its own (Admission.Share): the ladder raises only the packed rule's.
-	f := policy.Failure{Attempt: j.attempts, MaxAttempts: j.limit(), CapBytes: at.CapBytes, Whole: a.l.whole,
-		ReachedBytes: reached, Fixed: j.capFixed, WholeBytes: whole, UnitBytes: unit, NoRaise: r.s.adm != nil}
+	f := policy.Failure{Attempt: j.Attempts, MaxAttempts: j.Limit(), CapBytes: at.CapBytes, Whole: a.l.Whole,
+		ReachedBytes: reached, Fixed: j.FixedCap, WholeBytes: whole, UnitBytes: unit, NoRaise: r.o.Admission != nil}
 	step := r.o.Policy.Next(f)
 	at.Next, at.NextKind, at.NextCapBytes = step.String(), step.Kind, 0
 	switch step.Kind {
 	case policy.StepRaise:
-		j.room, j.whole = step.CapBytes, false
+		j.Room, j.Whole = step.CapBytes, false
 		at.NextCapBytes = step.CapBytes
-		r.s.grow(j.Template, step.CapBytes)
+		r.s.Grow(j.Template, step.CapBytes)
 	case policy.StepAlone:
-		j.whole = true
+		j.Whole = true
 		at.Next += ", after the rest of the queue"
 	default:
-		j.reason = step.Why
+		j.Reason = step.Why
 	}
-	j.next = step
+	j.Next = step
 	return step
 }
 
 // stopAt ends a job whose attempts reached its bound for a reason the ladder does not see (a
 // collateral failure that would run it again): true when it stopped it.
-func (r *run) stopAt(j *jobState, at *record.Attempt) bool {
-	if j.attempts < j.limit() {
+func (r *run) stopAt(j *sched.Job, at *record.Attempt) bool {
+	if j.Attempts < j.Limit() {
 		return false
 	}
-	j.reason = fmt.Sprintf("%d of %d attempts used", j.attempts, j.limit())
-	at.Next, at.NextKind = "exhausted: "+j.reason, policy.StepExhausted
+	j.Reason = fmt.Sprintf("%d of %d attempts used", j.Attempts, j.Limit())
+	at.Next, at.NextKind = "exhausted: "+j.Reason, policy.StepExhausted
 	return true
 }
 
@@ -134,18 +117,4 @@ func borrowedAt(at *record.Attempt, res ledger.Reservation, borrowing bool) {
 	if at.PeakBytes > at.CapBytes {
 		at.BorrowedBytes = at.PeakBytes - at.CapBytes
 	}
-}
-
-// grow records that a job of template t needed a guarantee of c: the template's jobs that start
-// from now on start there too (a declared cap is where a job starts, not a ceiling), except
-// those whose cap is fixed.
-func (s *sched) grow(t string, c size.Bytes) { s.grown[t] = max(s.grown[t], c) }
-
-// capFor is the cap job j starts with: its template's, grown by the ladder unless j's is fixed.
-func (s *sched) capFor(j *jobState) (size.Bytes, bool) {
-	c, ok := s.capOf(j.Template)
-	if g := s.grown[j.Template]; g > c && !j.capFixed {
-		return g, true
-	}
-	return c, ok
 }

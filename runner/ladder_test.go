@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -26,7 +27,7 @@ func TestEveryFailureClimbsTheLadder(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		borrow   string
-		fence    string
+		fence    enforcer.FenceMode
 		wait     time.Duration
 		lk       []string
 		spec     queue.TemplateSpec
@@ -39,27 +40,27 @@ func TestEveryFailureClimbsTheLadder(t *testing.T) {
 		nHold    string // how long the neighbour holds its memory (default 1200ms)
 		mode     policy.Mode
 	}{
-		{name: "fenced out-of-memory, borrowing off", borrow: BorrowOff, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
+		{name: "fenced out-of-memory, borrowing off", borrow: node.BorrowOff, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
 			bound: 3, want: record.OutcomeOK, action: enforcer.ActionOOMInProcess, minTries: 3},
 		{name: "out of memory at the pinned limit under MPS", mode: policy.ModeMPS, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
 			bound: 3, want: record.OutcomeOK, minTries: 3},
-		{name: "watchdog kill, no fence", borrow: BorrowOff, fence: FenceOff, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
+		{name: "watchdog kill, no fence", borrow: node.BorrowOff, fence: enforcer.FenceOff, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
 			bound: 3, want: record.OutcomeOK, action: enforcer.ActionSIGKILL, minTries: 3},
-		{name: "watchdog kill of a borrower holding memory outside the fence", borrow: BorrowWait, lk: []string{"--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--outside-fence", "3GiB"},
+		{name: "watchdog kill of a borrower holding memory outside the fence", borrow: node.BorrowWait, lk: []string{"--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--outside-fence", "3GiB"},
 			bound: 3, want: record.OutcomeOK, action: enforcer.ActionSIGKILL, minTries: 2},
-		{name: "watchdog kill of a borrower whose pool holds more than it was charged", borrow: BorrowWait,
+		{name: "watchdog kill of a borrower whose pool holds more than it was charged", borrow: node.BorrowWait,
 			lk: []string{"--peak", "3GiB", "--ramp", "50ms", "--hold", "2s", "--pool-slack", "2GiB"}, bound: 3, want: record.OutcomeOK, action: enforcer.ActionSIGKILL, minTries: 2},
-		{name: "a borrower whose wait ran out", borrow: BorrowWait, wait: 200 * time.Millisecond,
+		{name: "a borrower whose wait ran out", borrow: node.BorrowWait, wait: 200 * time.Millisecond,
 			lk: leak("--leak-to", "75GiB", "--leak-rate", "80GiB"), nHold: "4s", bound: 3, want: record.OutcomeOK, action: enforcer.ActionOOMInProcess, minTries: 2},
-		{name: "a declared cap is raised", borrow: BorrowOff, lk: leak("--leak-to", "6GiB", "--leak-rate", "8GiB"),
+		{name: "a declared cap is raised", borrow: node.BorrowOff, lk: leak("--leak-to", "6GiB", "--leak-rate", "8GiB"),
 			spec: queue.TemplateSpec{CapBytes: 3 * size.GiB}, bound: 3, want: record.OutcomeOK, minTries: 2},
-		{name: "cap_fixed", borrow: BorrowOff, lk: leak("--leak-to", "6GiB", "--leak-rate", "8GiB"),
+		{name: "cap_fixed", borrow: node.BorrowOff, lk: leak("--leak-to", "6GiB", "--leak-rate", "8GiB"),
 			spec: queue.TemplateSpec{CapBytes: 3 * size.GiB, CapFixed: true}, bound: 3, want: record.OutcomeExhausted, why: "cap_fixed", minTries: 1},
-		{name: "a bound of 1", borrow: BorrowOff, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
+		{name: "a bound of 1", borrow: node.BorrowOff, lk: leak("--leak-to", "12GiB", "--leak-rate", "8GiB"),
 			job: func(j *queue.Job) { j.MaxAttempts = 1 }, bound: 1, want: record.OutcomeExhausted, why: "1 of 1 attempts used", minTries: 1},
-		{name: "a bound of 5", borrow: BorrowOff, lk: leak("--leak-to", "30GiB", "--leak-rate", "16GiB"),
+		{name: "a bound of 5", borrow: node.BorrowOff, lk: leak("--leak-to", "30GiB", "--leak-rate", "16GiB"),
 			job: func(j *queue.Job) { j.MaxAttempts = 5 }, bound: 5, want: record.OutcomeOK, minTries: 5},
-		{name: "a job that fails alone is exhausted", borrow: BorrowOff, lk: leak("--leak-to", "200GiB", "--leak-rate", "40GiB"),
+		{name: "a job that fails alone is exhausted", borrow: node.BorrowOff, lk: leak("--leak-to", "200GiB", "--leak-rate", "40GiB"),
 			bound: 3, want: record.OutcomeExhausted, why: "alone with the whole GPU", minTries: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,9 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/progress"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/gpufrac/gpufrac/taskenv"
 )
@@ -39,7 +41,7 @@ var oomRE = regexp.MustCompile(`(?i)(out of memory|CUDA_ERROR_OUT_OF_MEMORY|OutO
 
 // active is an attempt in flight.
 type active struct {
-	l     launch
+	l     sched.Launch
 	a     record.Attempt
 	token string
 	proc  *probe.Proc
@@ -116,7 +118,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 	r.sample(bctx)
 	r.wg.Add(1)
 	go r.sampleBusy(bctx)
-	r.prog.begin()
+	r.prog.Begin(r.header())
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	stopping := false
@@ -125,7 +127,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 	for {
 		r.retryReleases()
 		if !stopping {
-			for _, l := range r.s.next() {
+			for _, l := range r.s.Next() {
 				r.launch(l)
 			}
 		}
@@ -138,7 +140,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 			}
 			if idleSince.IsZero() {
 				idleSince = r.o.Now()
-				r.prog.line("%-8s %s", "waiting", r.waitingFor(idleSince.Add(stuckAfter)))
+				r.prog.Line("%-8s %s", "waiting", r.s.Waiting(idleSince.Add(stuckAfter)))
 			} else if r.o.Now().Sub(idleSince) > stuckAfter {
 				r.giveUp()
 				break
@@ -152,12 +154,12 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 		case a := <-r.recap:
 			r.recapProbe(a)
 		case <-tick.C:
-			r.prog.status()
+			r.status()
 		case <-ctx.Done():
 			if !stopping {
 				stopping = true
 				runErr = ctx.Err()
-				r.prog.line("interrupted: stopping %d running job(s)", n)
+				r.prog.Line("interrupted: stopping %d running job(s)", n)
 				r.mu.Lock()
 				for a := range r.active {
 					close(a.stop)
@@ -166,13 +168,13 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 			}
 		}
 	}
-	r.prog.end()
+	r.prog.End()
 	return r.result(), runErr
 }
 
 func (r *run) allDone() bool {
-	for _, j := range r.s.jobs {
-		if !j.done {
+	for _, j := range r.s.Jobs() {
+		if !j.Done {
 			return false
 		}
 	}
@@ -181,37 +183,34 @@ func (r *run) allDone() bool {
 
 // giveUp fails the jobs that can never be admitted, naming why.
 func (r *run) giveUp() {
-	for _, j := range r.s.jobs {
-		if j.done {
+	for _, j := range r.s.Jobs() {
+		if j.Done {
 			continue
 		}
-		j.done, j.final = true, record.OutcomeFailed
-		detail := fmt.Sprintf("not admitted for %s with no job running (another process may hold the GPU budget: see `gpufrac status`)", stuckAfter)
-		if err := r.s.fenceRefusal(); err != nil {
-			detail = fmt.Sprintf("not admitted for %s with no job running: the allocation fence left its guarantee out (%v)", stuckAfter, err)
-		}
+		j.Done, j.Final = true, record.OutcomeFailed
+		detail := r.s.Stuck(stuckAfter)
 		now := r.o.Now()
-		r.attempts = append(r.attempts, record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts + 1,
+		r.attempts = append(r.attempts, record.Attempt{Job: j.Name, Template: j.Template, Number: j.Attempts + 1,
 			Start: now, End: now, ExitCode: -1, Outcome: record.OutcomeFailed, Detail: detail})
-		r.prog.line("%-9s %-20s %s", "FAILED", j.Name, detail)
+		r.prog.Line("%-9s %-20s %s", "FAILED", j.Name, detail)
 	}
 }
 
-func (r *run) launch(l launch) {
-	j := l.job
-	j.attempts++
-	token := l.res.Token
+func (r *run) launch(l sched.Launch) {
+	j := l.Job
+	j.Attempts++
+	token := l.Res.Token
 	if token == "" {
 		token = newToken()
 	}
 	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), contained: make(chan struct{}),
 		tail: &tailBuffer{max: 8192}}
-	a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: j.attempts, GPU: l.gpu, GPUIndex: r.gpus[l.gpu].Index,
-		Capped: l.capped, WholeGPU: l.whole, Probe: l.probe, Result: r.resultPath(j)}
-	if l.capped {
-		a.a.CapBytes = l.res.CapBytes
+	a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: j.Attempts, GPU: l.GPU, GPUIndex: r.gpus[l.GPU].Index,
+		Capped: l.Capped, WholeGPU: l.Whole, Probe: l.Probe, Result: r.resultPath(j)}
+	if l.Capped {
+		a.a.CapBytes = l.Res.CapBytes
 	}
-	logName := fmt.Sprintf("%s.%d.log", j.Name, j.attempts)
+	logName := fmt.Sprintf("%s.%d.log", j.Name, j.Attempts)
 	a.a.Log = filepath.Join("logs", logName)
 	var out io.Writer = io.Discard
 	if f, err := os.Create(filepath.Join(r.o.OutDir, "logs", logName)); err == nil {
@@ -239,7 +238,7 @@ func (r *run) launch(l launch) {
 		r.done <- a
 		return
 	}
-	r.prog.started(a)
+	r.started(a)
 	go r.wait(a)
 }
 
@@ -249,7 +248,7 @@ func (r *run) wait(a *active) {
 	// before it touches the GPU (imports, reading data; a slow start on a loaded machine) says
 	// nothing about its footprint, and a window spent there measured nothing.
 	var onGPU <-chan struct{}
-	if a.l.window > 0 {
+	if a.l.Window > 0 {
 		onGPU = a.onGPU
 	}
 	var window <-chan time.Time
@@ -260,12 +259,12 @@ wait:
 			break wait
 		case <-onGPU:
 			onGPU = nil
-			t := time.NewTimer(a.l.window)
+			t := time.NewTimer(a.l.Window)
 			defer t.Stop()
 			window = t.C
 		case <-window:
 			window = nil
-			if a.l.inPlace {
+			if a.l.InPlace {
 				// The main loop lowers the cap; the job runs on.
 				r.recap <- a
 				continue
@@ -280,9 +279,12 @@ wait:
 		}
 	}
 	a.exitedAt = r.o.Now()
+	n := r.sampleCount(a.l.GPU)
 	a.exit = a.proc.ExitCode()
 	a.proc.Reap()
-	if a.l.capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
+	// The wall clock, not r.o.Now: the samplers pace themselves by it.
+	r.sampleAfter(a.l.GPU, n, time.Second+3*r.o.Policy.WatchdogInterval)
+	if a.l.Capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
 		// The watchdog contains a violation once the task's memory is gone, which can be a
 		// sample or two after the root process exits, and says so in an event (onEvent).
 		// The wall clock, not r.o.Now: this waits on the watchdog, which samples in real time.
@@ -329,7 +331,7 @@ func (r *run) onEvent(ev enforcer.Event) {
 	switch ev.Kind {
 	case enforcer.EventViolation:
 		if g, ok := r.gpus[ev.GPU]; ok && r.o.modeOf() != policy.ModeMPS && (ev.Stage == enforcer.StageCrossed || ev.Stage == enforcer.StageContained) {
-			r.wide.overCap(ev, g.Index, ev.Task.JobName)
+			r.wide.OverCap(ev, g.Index, ev.Task.JobName)
 		}
 		if ev.Stage == enforcer.StageContained {
 			// The attempt's end reports it. The watchdog stopped the GPU processes; a wrapper
@@ -360,27 +362,27 @@ func (r *run) onEvent(ev enforcer.Event) {
 		r.mu.Lock()
 		for a := range r.active {
 			if a.token == ev.Token {
-				name, idx = a.l.job.Name, a.a.GPUIndex
+				name, idx = a.l.Job.Name, a.a.GPUIndex
 			}
 		}
 		r.mu.Unlock()
 		if idx < 0 {
 			return
 		}
-		r.prog.line("%-8s %-20s GPU%d  %s", "CAP!", name, idx, ev.Message)
+		r.prog.Line("%-8s %-20s GPU%d  %s", "CAP!", name, idx, ev.Message)
 	case enforcer.EventGPUHealth:
 		g, ok := r.gpus[ev.GPU]
 		if !ok {
 			return // not a GPU of this run
 		}
-		r.wide.note(ev, g.Index)
-		r.prog.line("%-8s GPU%d  %s: %s", ev.Kind, g.Index, ev.Stage, ev.Message)
+		r.wide.Note(ev, g.Index)
+		r.prog.Line("%-8s GPU%d  %s: %s", ev.Kind, g.Index, ev.Stage, ev.Message)
 	case enforcer.EventMPS:
 		if g, ok := r.gpus[ev.GPU]; ok {
-			r.prog.line("%-8s GPU%d  %s", ev.Kind, g.Index, ev.Message)
+			r.prog.Line("%-8s GPU%d  %s", ev.Kind, g.Index, ev.Message)
 			return
 		}
-		r.prog.line("%-8s %s", ev.Kind, ev.Message)
+		r.prog.Line("%-8s %s", ev.Kind, ev.Message)
 	}
 }
 
@@ -392,7 +394,7 @@ func (r *run) finish(a *active) {
 	if a.logf != nil {
 		_ = a.logf.Close()
 	}
-	j := a.l.job
+	j := a.l.Job
 	at := a.a
 	at.End = r.o.Now()
 	at.ExitCode = a.exit
@@ -400,7 +402,7 @@ func (r *run) finish(a *active) {
 	at.PeakBytes, at.Samples = a.peak, a.snaps
 	at.BorrowWait, at.BorrowWaitAt = a.wait, a.waitAt
 	a.mu.Unlock()
-	if a.violation == nil && a.l.capped && r.guard != nil {
+	if a.violation == nil && a.l.Capped && r.guard != nil {
 		a.violation = r.violationOf(a)
 	}
 	at.Violation = a.violation
@@ -409,18 +411,18 @@ func (r *run) finish(a *active) {
 		// than the runner's own; the detail, the CSV and the report all say this one.
 		at.PeakBytes = v.PeakBytes
 	}
-	borrowedAt(&at, a.l.res, a.l.borrowing)
+	borrowedAt(&at, a.l.Res, a.l.Borrowing)
 	oom := oomRE.MatchString(a.tail.String())
 	switch {
 	case a.stopped:
 		at.Outcome = record.OutcomeCanceled
 	case a.windowStopped:
 		at.Outcome = record.OutcomeProbe
-		at.Detail = fmt.Sprintf("probe window of %s over", a.l.window)
+		at.Detail = fmt.Sprintf("probe window of %s over", a.l.Window)
 	case a.violation != nil:
 		at.Outcome = record.OutcomeCapViolation
 		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, at.PeakBytes, a.violation.CapBytes)
-	case a.exit != 0 && a.l.capped && oom && (r.o.modeOf() == policy.ModeMPS || at.PeakBytes*2 >= at.CapBytes):
+	case a.exit != 0 && a.l.Capped && oom && (r.o.modeOf() == policy.ModeMPS || at.PeakBytes*2 >= at.CapBytes):
 		// Under MPS the allocation that crosses the cap fails inside the job, which exits
 		// with CUDA's own message; the watchdog may never see usage above the cap, and one
 		// large allocation can fail long before the sampled use comes near it. Caps fit the
@@ -437,24 +439,21 @@ func (r *run) finish(a *active) {
 		}
 		if a.proc != nil {
 			// A GPU-wide event, or a neighbour over its cap, may explain it: then it runs again.
-			r.collateral(j, &at, a.token, oom, a.exitedAt)
+			if r.wide.Judge(&at, a.token, oom, a.exitedAt, r.collateralAfter(), j.Collateral) {
+				j.Collateral++
+			}
 		}
 	}
-	if a.l.res.Token != "" {
-		r.release(a.l.res.Token, string(at.Outcome), j.Name)
-		r.s.fenceSync(a.l.gpu)
+	if a.l.Res.Token != "" {
+		r.release(a.l.Res.Token, string(at.Outcome), j.Name)
+		r.s.FenceSync(a.l.GPU)
 	}
-	r.s.finished(&a.l)
+	r.s.Finished(&a.l)
 	r.settle(j, a, &at)
 	r.mu.Lock()
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()
-	if at.Outcome == record.OutcomeCollateral && at.Next == "" {
-		r.prog.line("%-8s %-20s GPU%d  exit %d after %.1fs: %s (log %s)", "COLLAT", at.Job, at.GPUIndex,
-			at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)
-		return
-	}
-	r.prog.finished(a, at)
+	r.prog.Finished(at, a.l.Window, r.capLabel(at.Template))
 }
 
 // recapProbe ends an in-place probe's window: the footprint it showed becomes its template's
@@ -465,18 +464,18 @@ func (r *run) recapProbe(a *active) {
 	a.mu.Lock()
 	peak, samples := a.peak, slices.Clone(a.snaps)
 	a.mu.Unlock()
-	j := a.l.job
-	capBytes := r.s.pol.Cap(peak)
-	if a.l.borrowing {
+	j := a.l.Job
+	capBytes := r.o.Policy.Cap(peak)
+	if a.l.Borrowing {
 		// It ran on what it borrowed and goes on so; its template's other jobs get the cap.
-		r.s.recapped(&a.l, a.l.res, peak)
-		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.window, a.l.res.CapBytes)
+		r.s.Recapped(&a.l, a.l.Res, peak)
+		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.Window, a.l.Res.CapBytes)
 		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
-		r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
-			a.a.GPUIndex, peak, a.l.window, unitsLabel(r.s.pol, capBytes))
+		r.prog.Line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
+			a.a.GPUIndex, peak, a.l.Window, progress.UnitsLabel(r.o.Policy, capBytes))
 		return
 	}
-	res, err := r.led.Shrink(a.l.res.Token, min(capBytes, a.l.res.CapBytes))
+	res, err := r.led.Shrink(a.l.Res.Token, min(capBytes, a.l.Res.CapBytes))
 	if err != nil {
 		r.log.Warn("lowering a probe's cap; it keeps its protective cap", "job", j.Name, "error", err)
 		return
@@ -486,14 +485,14 @@ func (r *run) recapProbe(a *active) {
 			r.log.Warn("lowering a probe's cap in the fence; the watchdog holds the new cap", "job", j.Name, "error", err)
 		}
 	}
-	from := a.l.res.CapBytes
-	r.s.recapped(&a.l, res, peak)
+	from := a.l.Res.CapBytes
+	r.s.Recapped(&a.l, res, peak)
 	a.a.CapBytes = res.CapBytes
 	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: r.o.Now(), From: from, To: res.CapBytes})
-	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.window, from, res.CapBytes)
+	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.Window, from, res.CapBytes)
 	r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
-	r.prog.line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
-		peak, a.l.window, res.CapBytes)
+	r.prog.Line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
+		peak, a.l.Window, res.CapBytes)
 }
 
 func (r *run) learn(t string, at *record.Attempt, source string) {
@@ -503,13 +502,13 @@ func (r *run) learn(t string, at *record.Attempt, source string) {
 		// be probed again on every job of its template, one at a time; a footprint of nothing
 		// lets its jobs pack under the margin alone (never more than a job that used some
 		// memory gets), and the watchdog still stops one that turns out to use more.
-		c := r.s.pol.Cap(0)
-		u := r.s.pol.Units(c)
+		c := r.o.Policy.Cap(0)
+		u := r.o.Policy.Units(c)
 		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint 0B, cap = the margin alone, %s (%s rounded up to %d units of %s)",
-			size.Bytes(u)*r.s.pol.UnitBytes, c, u, r.s.pol.UnitBytes)
-		r.prog.line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
+			size.Bytes(u)*r.o.Policy.UnitBytes, c, u, r.o.Policy.UnitBytes)
+		r.prog.Line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
 	}
-	r.s.learned(t, peak)
+	r.s.Learned(t, peak)
 	r.recordProfile(t, peak, at, source)
 }
 
@@ -548,4 +547,11 @@ func (r *run) retryReleases() {
 		r.log.Info("reservation released after an earlier failure", "job", p.job)
 	}
 	r.unreleased = kept
+}
+
+// collateralAfter is how long after a GPU is marked healthy again a failure still counts: the
+// mark is cleared once the GPU's clients are gone, a watchdog interval or two after the last
+// one left, and a faulted neighbour may take a moment longer to end its own wrapper.
+func (r *run) collateralAfter() time.Duration {
+	return time.Second + 3*r.o.Policy.WatchdogInterval
 }

@@ -44,11 +44,11 @@ func TestPackingAcrossTwoGPUs(t *testing.T) {
 		if n := len(onGPU[g.UUID]); n != 4 {
 			t.Errorf("GPU%d got %d of the eight jobs, want 4 (most free budget first)", i, n)
 		}
-		if n := maxOverlap(onGPU[g.UUID]); n != 4 {
+		if n := record.UseOf(onGPU[g.UUID]).MostRunning; n != 4 {
 			t.Errorf("GPU%d ran %d jobs at once, want 4", i, n)
 		}
 	}
-	if n := maxOverlap(res.Attempts); n != 8 {
+	if n := record.UseOf(res.Attempts).MostRunning; n != 8 {
 		t.Errorf("%d jobs ran at once on both GPUs, want 8", n)
 	}
 

@@ -18,7 +18,7 @@ func (r *run) result() *record.Result {
 	res.Attempts = slices.Clone(r.attempts)
 	slices.SortStableFunc(res.Attempts, func(a, b record.Attempt) int { return a.Start.Compare(b.Start) })
 	var busySum, busyN float64
-	for _, g := range r.s.gpus {
+	for _, g := range r.s.GPUs() {
 		gr := r.gpus[g]
 		var sum float64
 		for _, u := range r.busy[g] {
@@ -34,20 +34,20 @@ func (r *run) result() *record.Result {
 	if busyN > 0 {
 		res.BusyFraction = busySum / busyN / 100
 	}
-	for _, j := range r.s.jobs {
-		jr := record.JobResult{Name: j.Name, Template: j.Template, Outcome: j.final, Attempts: j.attempts, ExitCode: -1, Result: r.resultPath(j),
-			MaxAttempts: j.limit(), Reason: j.reason, Ladder: record.Ladder(res.Attempts, j.Name)}
+	for _, j := range r.s.Jobs() {
+		jr := record.JobResult{Name: j.Name, Template: j.Template, Outcome: j.Final, Attempts: j.Attempts, ExitCode: -1, Result: r.resultPath(j),
+			MaxAttempts: j.Limit(), Reason: j.Reason, Ladder: record.Ladder(res.Attempts, j.Name)}
 		for _, a := range res.Attempts {
 			if a.Job == j.Name {
 				jr.ExitCode = a.ExitCode
 			}
 		}
-		if !j.done {
+		if !j.Done {
 			jr.Outcome = record.OutcomeCanceled
 		}
 		res.Jobs = append(res.Jobs, jr)
 	}
-	res.GPUEvents = r.wide.all()
+	res.GPUEvents = r.wide.All()
 	res.Tally()
 	return res
 }

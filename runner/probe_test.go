@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/progress"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
@@ -124,7 +125,7 @@ func TestProbeInPlaceLeaker(t *testing.T) {
 		t.Errorf("time use %+v: want 1 probe, 1 re-run alone for %s, more than 1 job running on average", u, lk[2].Duration())
 	}
 	var sum strings.Builder
-	WriteSummary(&sum, res)
+	progress.WriteSummary(&sum, res)
 	if want := fmt.Sprintf("some job held a GPU alone for %.1fs (re-runs alone: 1); 1 probe(s) measured a template", lk[2].Duration().Seconds()); !strings.Contains(sum.String(), want) {
 		t.Errorf("summary lacks %q:\n%s", want, sum.String())
 	}

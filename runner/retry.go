@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/sched"
 )
 
 // retry decides whether a job whose attempt failed is started again: only under an admission
@@ -11,15 +12,15 @@ import (
 // around each job is its ladder), at once (a retry loop does not wait for the GPU to have room),
 // and at most that many times. The failed attempt keeps its outcome, so its time counts as lost
 // work.
-func (r *run) retry(j *jobState, at *record.Attempt) bool {
+func (r *run) retry(j *sched.Job, at *record.Attempt) bool {
 	n := 0
-	if r.s.adm != nil {
-		n = r.s.adm.Retries()
+	if r.o.Admission != nil {
+		n = r.o.Admission.Retries()
 	}
-	if j.retries >= n {
+	if j.Retries >= n {
 		return false
 	}
-	j.retries++
-	at.Detail = fmt.Sprintf("%s; started again (retry %d of %d)", at.Detail, j.retries, n)
+	j.Retries++
+	at.Detail = fmt.Sprintf("%s; started again (retry %d of %d)", at.Detail, j.Retries, n)
 	return true
 }

@@ -13,14 +13,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpufrac/gpufrac/collateral"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/progress"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/runstatus"
+	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
@@ -66,14 +70,15 @@ type Options struct {
 	Self string
 	// ExtraEnv is added to every job's environment (under the job's own env and gpufrac's).
 	ExtraEnv map[string]string
-	// Fence is the allocation fence: FenceAuto (default), FenceOn or FenceOff.
-	Fence string
+	// Fence is the allocation fence: enforcer.FenceAuto (default), FenceOn or FenceOff.
+	Fence enforcer.FenceMode
 	// FenceLibrary is libgpufrac-fence.so; empty = beside the executable.
 	FenceLibrary string
-	// Borrow is BorrowAuto (default), BorrowOff, BorrowNow or BorrowWait: whether a packed job
-	// may use memory past its cap that no other job's guarantee covers (borrow.go).
+	// Borrow is a node borrowing setting (node.BorrowAuto, the default; BorrowOff, BorrowNow,
+	// BorrowWait, BorrowLend): whether a packed job may use memory past its cap that no other
+	// job's guarantee covers (borrow.go).
 	Borrow string
-	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = DefaultBorrowWait.
+	// BorrowWait bounds how long a borrower's allocation waits for memory; 0 = node.DefaultBorrowWait.
 	BorrowWait time.Duration
 	// BorrowHold is how long admissions on a GPU pause for a borrower that waited there;
 	// nil = policy.DefaultHold.
@@ -92,7 +97,7 @@ type Options struct {
 	// (bench/); their rules come with them in Admission (bench/arms), and `gpufrac run --arm`
 	// offers them so a baseline can be run by hand.
 	Arm       record.Arm
-	Admission Admission
+	Admission sched.Admission
 }
 
 // ErrOptions is wrapped by option errors.
@@ -136,7 +141,7 @@ func (o *Options) fill(q queue.Queue) error {
 	if o.MaxConcurrent < 0 {
 		return fmt.Errorf("%w: max concurrency %d is negative", ErrOptions, o.MaxConcurrent)
 	}
-	if err := enforcer.FenceMode(o.Fence).Check(); err != nil {
+	if err := o.Fence.Check(); err != nil {
 		return fmt.Errorf("%w: %w", ErrOptions, err)
 	}
 	if err := node.CheckBorrow(o.Borrow); err != nil {
@@ -201,7 +206,7 @@ func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) 
 			return nil, fmt.Errorf("%w: job %q has no command", ErrOptions, j.Name)
 		}
 		if j.Dir != "" {
-			// Else the launch fails with a fork/exec error that blames the program.
+			// Else the sched.Launch fails with a fork/exec error that blames the program.
 			if fi, err := os.Stat(j.Dir); err != nil || !fi.IsDir() {
 				return nil, fmt.Errorf("%w: job %q: working directory dir = %q does not exist or is not a directory", ErrOptions, j.Name, j.Dir)
 			}
@@ -215,12 +220,14 @@ func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) 
 		return nil, err
 	}
 	defer r.close()
-	defer r.prog.unpublish() // gpufrac status shows no progress of a run that ended
+	if o.StateDir != "" {
+		defer runstatus.Remove(o.StateDir)
+	}
 	res, runErr := r.loop(ctx)
 	if err := writeOutputs(res, o.OutDir); err != nil {
 		return res, errors.Join(runErr, err)
 	}
-	r.prog.summary(res)
+	r.prog.Summary(res)
 	return res, runErr
 }
 
@@ -234,20 +241,25 @@ type run struct {
 	// guard is the node's enforcer, nil when the arm runs none.
 	guard guard
 	unsub func() // of the enforcer's events
-	s     *sched
+	s     *sched.Sched
 	gpus  map[string]record.GPUResult
-	prog  *progress
+	prog  *progress.Printer
+	// published is when the progress was last written for gpufrac status, on the run's clock.
+	published time.Time
 	// fenceNote says whether the allocation fence is on and why; borrowNote the same of
 	// borrowing.
 	fenceNote, borrowNote string
 	borrows               bool
 	start                 time.Time
 
-	mu       sync.Mutex
-	active   map[*active]bool
+	mu     sync.Mutex
+	active map[*active]bool
+	// samples counts each GPU's samples taken; sampled is closed at each one (sampleAfter).
+	samples  map[string]uint64
+	sampled  chan struct{}
 	attempts []record.Attempt
 	busy     map[string][]int
-	wide     gpuEvents // GPU-wide events, for collateral failures
+	wide     collateral.Events
 
 	done  chan *active
 	recap chan *active // in-place probes whose window ended
@@ -260,7 +272,7 @@ type run struct {
 func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	log := o.Logger.Named("runner")
 	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{},
-		busy: map[string][]int{}, done: make(chan *active, 64), recap: make(chan *active, 64)}
+		busy: map[string][]int{}, samples: map[string]uint64{}, sampled: make(chan struct{}), done: make(chan *active, 64), recap: make(chan *active, 64)}
 	no, notes, err := nodeOptions(o)
 	if err != nil {
 		return nil, err
@@ -274,18 +286,18 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	if e := n.Enforcer(); e != nil {
 		r.guard = e
 	}
-	r.prog = newProgress(o.Progress, r)
+	r.prog = progress.New(o.Progress, r.since)
 	for _, rep := range r.led.Repairs() {
-		r.prog.line("%-8s %s", "ledger", rep)
+		r.prog.Line("%-8s %s", "ledger", rep)
 	}
 	for _, res := range n.Released {
-		r.prog.line("%-8s reservation of %s on %s (cap %s): its gpufrac run (%s) is gone", "released", res.Task.JobName, res.GPU,
+		r.prog.Line("%-8s reservation of %s on %s (cap %s): its gpufrac run (%s) is gone", "released", res.Task.JobName, res.GPU,
 			res.CapBytes, res.Holder)
 	}
 	ok := false
 	defer func() {
 		if !ok {
-			r.prog.flushHeld()
+			r.prog.FlushHeld()
 			r.close()
 		}
 	}()
@@ -308,12 +320,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		}
 		n.Start()
 	}
-	jobs := make([]*jobState, len(q.Jobs))
-	for i, j := range q.Jobs {
-		jobs[i] = &jobState{Job: j, idx: i}
-		jobs[i].bound(q)
-	}
-	sc := schedConfig{Admission: o.Admission, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
+	sc := sched.Config{Admission: o.Admission, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
 		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
 		ProbeInPlace: o.Arm == record.ArmPacked && o.modeOf() == policy.ModeIsolated && r.guard != nil}
 	for name, t := range q.Templates {
@@ -326,7 +333,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 			sc.Peaks[p.Template] = p.PeakBytes
 		}
 	}
-	r.s = newSchedFrom(sc, jobs)
+	r.s = sched.New(sc, sched.NewJobs(q))
 	ok = true
 	return r, nil
 }

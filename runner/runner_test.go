@@ -17,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -76,7 +77,7 @@ func testOptions(t testing.TB, b gpu.Backend, arm record.Arm) Options {
 // withoutBorrowing is a run where a cap is a job's guarantee and the most it may use: the rules
 // for probes and re-runs that hold when borrowing is off (and always under MPS).
 func withoutBorrowing(o Options) Options {
-	o.Borrow = BorrowOff
+	o.Borrow = node.BorrowOff
 	return o
 }
 
@@ -89,30 +90,6 @@ func runQueue(t *testing.T, q queue.Queue, o Options) *record.Result {
 		t.Fatalf("Run: %v", err)
 	}
 	return res
-}
-
-// maxOverlap is the largest number of attempts that ran at the same moment.
-func maxOverlap(atts []record.Attempt) int {
-	type ev struct {
-		t     time.Time
-		delta int
-	}
-	var evs []ev
-	for _, a := range atts {
-		evs = append(evs, ev{a.Start, 1}, ev{a.End, -1})
-	}
-	slices.SortFunc(evs, func(a, b ev) int {
-		if c := a.t.Compare(b.t); c != 0 {
-			return c
-		}
-		return a.delta - b.delta // an end before a start at the same instant
-	})
-	n, best := 0, 0
-	for _, e := range evs {
-		n += e.delta
-		best = max(best, n)
-	}
-	return best
 }
 
 func attemptsOf(res *record.Result, job string) []record.Attempt {
@@ -187,7 +164,7 @@ func TestColdProbeThenWarmReuse(t *testing.T) {
 			t.Errorf("warm attempt %s: probe=%v whole=%v cap=%s, want a packed job with cap %s", a.Job, a.Probe, a.WholeGPU, a.CapBytes, wantCap)
 		}
 	}
-	if got := maxOverlap(warm.Attempts); got != 3 {
+	if got := record.UseOf(warm.Attempts).MostRunning; got != 3 {
 		t.Errorf("warm run packed %d jobs at once, want all 3", got)
 	}
 }
@@ -207,7 +184,7 @@ func TestPackingAdmitsWhileCapsFit(t *testing.T) {
 	if res.Completed != 6 {
 		t.Fatalf("completed %d of 6", res.Completed)
 	}
-	if got := maxOverlap(res.Attempts); got != 4 {
+	if got := record.UseOf(res.Attempts).MostRunning; got != 4 {
 		t.Fatalf("%d jobs ran at once, want 4 (the caps of 4 fill the 18GiB budget)", got)
 	}
 	for _, a := range res.Attempts {
@@ -221,11 +198,11 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 	t.Parallel()
 	type arm struct {
 		mode  policy.Mode
-		fence string
+		fence enforcer.FenceMode
 	}
-	for _, c := range []arm{{policy.ModeIsolated, FenceOn}, {policy.ModeIsolated, FenceOff}, {policy.ModeMPS, FenceOn}, {policy.ModeMPS, FenceOff}} {
+	for _, c := range []arm{{policy.ModeIsolated, enforcer.FenceOn}, {policy.ModeIsolated, enforcer.FenceOff}, {policy.ModeMPS, enforcer.FenceOn}, {policy.ModeMPS, enforcer.FenceOff}} {
 		mode := c.mode
-		t.Run(string(mode)+"/fence-"+c.fence, func(t *testing.T) {
+		t.Run(string(mode)+"/fence-"+string(c.fence), func(t *testing.T) {
 			t.Parallel()
 			sim := newSim(t, "H100=80GiB")
 			q := queue.Queue{
@@ -261,20 +238,20 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 			}
 			v := l[0].Violation
 			switch {
-			case c.fence == FenceOn && mode == policy.ModeIsolated && (v == nil || v.Action != enforcer.ActionOOMInProcess):
+			case c.fence == enforcer.FenceOn && mode == policy.ModeIsolated && (v == nil || v.Action != enforcer.ActionOOMInProcess):
 				t.Errorf("with the fence the leaker should fail inside itself at its cap, got %+v", v)
-			case c.fence == FenceOn && v != nil && v.Action != enforcer.ActionOOMInProcess:
+			case c.fence == enforcer.FenceOn && v != nil && v.Action != enforcer.ActionOOMInProcess:
 				// Under MPS the watchdog names the in-process exit only when a sample caught the
 				// leaker near its limit, which a loaded machine can skip (the runner still sees
 				// the job's out-of-memory exit); what it records must be that and nothing harsher.
 				t.Errorf("with the fence the leaker should fail inside itself at its cap, got %+v", v)
-			case c.fence == FenceOn && mode == policy.ModeIsolated && !strings.Contains(v.Detail, "allocation fence refused"):
+			case c.fence == enforcer.FenceOn && mode == policy.ModeIsolated && !strings.Contains(v.Detail, "allocation fence refused"):
 				// Under MPS the simulated pinned limit, which counts the context, bites first.
 				t.Errorf("isolated mode: the fence should have refused the leak, got %+v", v)
-			case c.fence == FenceOn && l[0].PeakBytes > l[0].CapBytes+enforcer.DefaultAllowance:
+			case c.fence == enforcer.FenceOn && l[0].PeakBytes > l[0].CapBytes+enforcer.DefaultAllowance:
 				// The fence counts allocations; the context is the allowance's.
 				t.Errorf("with the fence the leaker held %s, past its %s cap and the context allowance", l[0].PeakBytes, l[0].CapBytes)
-			case c.fence == FenceOff && mode == policy.ModeIsolated && (v == nil || v.Action != enforcer.ActionSIGKILL):
+			case c.fence == enforcer.FenceOff && mode == policy.ModeIsolated && (v == nil || v.Action != enforcer.ActionSIGKILL):
 				t.Errorf("isolated mode without the fence: the watchdog should have killed the leaker, got %+v", v)
 			}
 			for _, name := range []string{"good1", "good2"} {
@@ -456,7 +433,7 @@ func TestWrapperOfAStoppedViolatorIsEnded(t *testing.T) {
 	o := testOptions(t, sim, record.ArmPacked)
 	// The fence would fail the leak inside the GPU process and the launcher's "|| sleep" would
 	// swallow it: this test is about what the watchdog's stop does to a wrapper.
-	o.Fence = FenceOff
+	o.Fence = enforcer.FenceOff
 	res := runQueue(t, q, o)
 	if got := outcomes(res.Attempts); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeCapViolation, record.OutcomeOK}) {
 		t.Fatalf("attempts %v, want [cap-violation cap-violation ok]: its guarantee raised once, then the GPU alone", got)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/runstatus"
 )
 
 // A run publishes its progress in its state directory while it runs, with what its waiting jobs
@@ -29,7 +30,7 @@ func TestRunPublishesItsProgress(t *testing.T) {
 		done <- err
 	}()
 	// The second job waits for the first, its template's probe: the published progress says so.
-	var seen RunStatus
+	var seen runstatus.Status
 	found := false
 	for !found {
 		select {
@@ -37,7 +38,7 @@ func TestRunPublishesItsProgress(t *testing.T) {
 			t.Fatalf("the run ended (%v) before its progress showed a job waiting for the probe; last seen %+v", err, seen)
 		case <-time.After(20 * time.Millisecond):
 		}
-		st, ok, err := ReadRunStatus(o.StateDir)
+		st, ok, err := runstatus.Read(o.StateDir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +68,7 @@ func TestRunPublishesItsProgress(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := ReadRunStatus(o.StateDir); ok || err != nil {
+	if _, ok, err := runstatus.Read(o.StateDir); ok || err != nil {
 		t.Errorf("after the run: progress still there (%v, %v)", ok, err)
 	}
 }

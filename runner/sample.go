@@ -30,7 +30,7 @@ func (r *run) sample(ctx context.Context) {
 		}()
 		return
 	}
-	for _, g := range r.s.gpus {
+	for _, g := range r.s.GPUs() {
 		r.wg.Add(1)
 		go r.sampleGPU(ctx, g)
 	}
@@ -77,7 +77,7 @@ func (r *run) on(g string) []*active {
 	defer r.mu.Unlock()
 	var here []*active
 	for a := range r.active {
-		if a.l.gpu == g && a.proc != nil {
+		if a.l.GPU == g && a.proc != nil {
 			here = append(here, a)
 		}
 	}
@@ -92,10 +92,45 @@ func (r *run) take(g string, use func(token string) (size.Bytes, bool), d time.D
 	for _, a := range here {
 		b, _ := use(a.token)
 		a.record(b, t)
-		if a.l.borrowing && r.guard != nil {
+		if a.l.Borrowing && r.guard != nil {
 			if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
 				a.waited(d, t)
 			}
+		}
+	}
+	r.mu.Lock()
+	r.samples[g]++
+	close(r.sampled)
+	r.sampled = make(chan struct{})
+	r.mu.Unlock()
+}
+
+// sampleCount is how many samples of GPU g have been taken.
+func (r *run) sampleCount(g string) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.samples[g]
+}
+
+// sampleAfter waits until GPU g has been sampled more than n times. After an attempt's process
+// ended (n counted then), the pass that read the GPU while it lived may still be attributing
+// what it read, and for a short job that sample is its peak, or its only one; passes are taken
+// one after another, so the next sample in is that pass's or a later one's. A GPU that is no
+// longer sampled (it cannot be read) holds the attempt's record back no longer than bound.
+func (r *run) sampleAfter(g string, n uint64, bound time.Duration) {
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		got, next := r.samples[g], r.sampled
+		r.mu.Unlock()
+		if got > n {
+			return
+		}
+		select {
+		case <-next:
+		case <-t.C:
+			return
 		}
 	}
 }
@@ -126,7 +161,7 @@ func (r *run) sampleBusy(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, g := range r.s.gpus {
+		for _, g := range r.s.GPUs() {
 			u, err := r.o.Backend.Utilization(ctx, g)
 			if err != nil {
 				continue

@@ -9,6 +9,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/probe"
+	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -41,9 +42,9 @@ func TestAttemptsFollowTheWatchdogsSamples(t *testing.T) {
 	start := time.Now()
 	guard := &followingGuard{stopped: make(chan struct{})}
 	r := &run{o: Options{SampleInterval: 20 * time.Millisecond, Now: time.Now}, guard: guard, start: start,
-		active: map[*active]bool{}}
-	mine := &active{l: launch{gpu: g, borrowing: true}, token: "tok-mine", proc: &probe.Proc{PID: 100}, onGPU: make(chan struct{})}
-	other := &active{l: launch{gpu: "GPU-1"}, token: "tok-other", proc: &probe.Proc{PID: 200}, onGPU: make(chan struct{})}
+		active: map[*active]bool{}, samples: map[string]uint64{}, sampled: make(chan struct{})}
+	mine := &active{l: sched.Launch{GPU: g, Borrowing: true}, token: "tok-mine", proc: &probe.Proc{PID: 100}, onGPU: make(chan struct{})}
+	other := &active{l: sched.Launch{GPU: "GPU-1"}, token: "tok-other", proc: &probe.Proc{PID: 200}, onGPU: make(chan struct{})}
 	r.active[mine], r.active[other] = true, true
 	ctx, cancel := context.WithCancel(context.Background())
 	r.sample(ctx)
@@ -77,5 +78,48 @@ func TestAttemptsFollowTheWatchdogsSamples(t *testing.T) {
 	// others the time since the sample before.
 	if want := 60 * time.Millisecond; mine.wait != want {
 		t.Errorf("borrow wait %s, want %s", mine.wait, want)
+	}
+}
+
+// An attempt is recorded only once the sample of its GPU in flight when its process ended is
+// in: sampleAfter returns at the first sample counted after the exit, at once when one came
+// already, and after its bound when none comes.
+func TestAttemptWaitsForTheSampleInFlight(t *testing.T) {
+	const g = "GPU-0"
+	guard := &followingGuard{stopped: make(chan struct{})}
+	r := &run{o: Options{SampleInterval: 20 * time.Millisecond, Now: time.Now}, guard: guard, start: time.Now(),
+		active: map[*active]bool{}, samples: map[string]uint64{}, sampled: make(chan struct{})}
+	a := &active{l: sched.Launch{GPU: g}, token: "tok", proc: &probe.Proc{PID: 100}, onGPU: make(chan struct{})}
+	r.active[a] = true
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.sample(ctx)
+	exited := r.sampleCount(g)
+	done := make(chan struct{})
+	go func() {
+		r.sampleAfter(g, exited, time.Minute)
+		close(done)
+	}()
+	select {
+	case <-done:
+		t.Fatal("the attempt was recorded before any sample came after its exit")
+	default:
+	}
+	// The pass in flight at the exit saw the job's memory: it is the attempt's peak.
+	guard.fn(enforcer.Sample{GPU: "GPU-1", Time: time.Now(), Processes: []enforcer.ProcUsage{{PID: 9, Bytes: size.GiB, Token: "x", Via: "environ"}}})
+	guard.fn(enforcer.Sample{GPU: g, Time: time.Now(), Processes: []enforcer.ProcUsage{{PID: 101, Bytes: 3 * size.GiB, Token: "tok", Via: "environ"}}})
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sample after the exit did not release the attempt")
+	}
+	if a.peak != 3*size.GiB {
+		t.Errorf("peak %s when recorded, want the 3GiB of the sample in flight", a.peak)
+	}
+	start := time.Now()
+	r.sampleAfter(g, exited, time.Minute) // counted already: no wait
+	r.sampleAfter(g, r.sampleCount(g), 50*time.Millisecond)
+	if d := time.Since(start); d < 50*time.Millisecond || d > 30*time.Second {
+		t.Errorf("with no sample to come the wait took %s, want its 50ms bound", d)
 	}
 }

@@ -1,7 +1,7 @@
 // Package arms holds the benchmark's baseline admission rules, which packing is measured
 // against: one job per GPU (exclusive), two fixed slots of half a GPU (static), co-location
 // without caps (uncapped) and the same with a retry loop (uncapped-retry). The runner has one
-// rule of its own, packed; these replace it through runner.Admission.
+// rule of its own, packed; these replace it through sched.Admission (runner.Options.Admission).
 package arms
 
 import (
@@ -10,6 +10,7 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -22,7 +23,7 @@ const Retries = 3
 
 // Of returns the rules of a baseline arm, or an error naming an arm that has none here (packed
 // is the runner's own rule).
-func Of(a record.Arm) (runner.Admission, error) {
+func Of(a record.Arm) (sched.Admission, error) {
 	switch a {
 	case record.ArmExclusive:
 		return exclusive{}, nil

@@ -59,30 +59,6 @@ func run(t *testing.T, arm record.Arm, q queue.Queue) *record.Result {
 	return res
 }
 
-// maxOverlap is the most attempts that ran at once.
-func maxOverlap(atts []record.Attempt) int {
-	type ev struct {
-		t     time.Time
-		delta int
-	}
-	var evs []ev
-	for _, a := range atts {
-		evs = append(evs, ev{a.Start, 1}, ev{a.End, -1})
-	}
-	slices.SortFunc(evs, func(a, b ev) int {
-		if c := a.t.Compare(b.t); c != 0 {
-			return c
-		}
-		return a.delta - b.delta // an end before a start at the same instant
-	})
-	n, most := 0, 0
-	for _, e := range evs {
-		n += e.delta
-		most = max(most, n)
-	}
-	return most
-}
-
 // short is a queue of n jobs of 1 GiB that take under half a second each.
 func short(t *testing.T, n int) queue.Queue {
 	var q queue.Queue
@@ -114,7 +90,7 @@ func TestArmConcurrency(t *testing.T) {
 			if res.Completed != tc.jobs {
 				t.Fatalf("completed %d of %d", res.Completed, tc.jobs)
 			}
-			if got := maxOverlap(res.Attempts); got != tc.want {
+			if got := record.UseOf(res.Attempts).MostRunning; got != tc.want {
 				t.Errorf("%s: %d jobs at once, want %d", tc.arm, got, tc.want)
 			}
 			budget := res.GPUs[0].BudgetBytes

@@ -6,7 +6,7 @@ import (
 	"io"
 	"sync"
 
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/progress"
 )
 
 // liveLine prints progress as one updating line on a terminal and as plain lines otherwise.
@@ -24,7 +24,7 @@ type liveLine struct {
 }
 
 func newLiveLine(w io.Writer, quiet bool) *liveLine {
-	return &liveLine{w: w, tty: runner.IsTerminal(w), quiet: quiet && !runner.IsTerminal(w)}
+	return &liveLine{w: w, tty: progress.IsTerminal(w), quiet: quiet && !progress.IsTerminal(w)}
 }
 
 // clear takes the live line off the screen; the caller holds mu.

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/bench/arms"
+	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -38,7 +40,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	asJSON := fs.Bool("json", false, "print the results as JSON on stdout (progress goes to stderr)")
 	var ff fenceFlags
 	ff.register(fs)
-	borrow := fs.String("borrow", runner.BorrowAuto, "past its cap a job may use memory no other job's guarantee covers: auto (wait where the fence holds caps in isolated mode), wait, now (fail at once when none is free), lend (wait, and also use a starting job's guarantee until it allocates) or off")
+	borrow := fs.String("borrow", node.BorrowAuto, "past its cap a job may use memory no other job's guarantee covers: auto (wait where the fence holds caps in isolated mode), wait, now (fail at once when none is free), lend (wait, and also use a starting job's guarantee until it allocates) or off")
 	borrowWait := fs.Duration("borrow-wait", 0, "how long a borrower's allocation may wait for memory to come free (default 60s)")
 	g.defaultLevel = "error"
 	if err := parseFlags(fs, g, args, stderr); err != nil {
@@ -47,7 +49,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	if err := ff.check(); err != nil {
 		return err
 	}
-	if err := runner.CheckBorrow(*borrow); err != nil {
+	if err := node.CheckBorrow(*borrow); err != nil {
 		return usagef("--%w", err)
 	}
 	if *borrowWait < 0 {
@@ -88,7 +90,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		Arm: record.Arm(*arm), Mode: policy.Mode(*mode), Profiles: record.Profiles(*profiles), Backend: b,
 		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
 		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
-		Fence: *ff.mode, FenceLibrary: *ff.library, Borrow: *borrow, BorrowWait: *borrowWait,
+		Fence: enforcer.FenceMode(*ff.mode), FenceLibrary: *ff.library, Borrow: *borrow, BorrowWait: *borrowWait,
 	}
 	o.ProbeCap = pcap
 	if sf.explicit() {

@@ -20,7 +20,8 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/procfs"
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/progress"
+	"github.com/gpufrac/gpufrac/runstatus"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -35,7 +36,7 @@ type statusOutput struct {
 	Violations []statusViolation `json:"violations"`
 	Profiles   []statusProfile   `json:"profiles"`
 	// Run is the progress of a gpufrac run on this state directory, while one runs.
-	Run *runner.RunStatus `json:"run,omitempty"`
+	Run *runstatus.Status `json:"run,omitempty"`
 }
 
 type statusGPU struct {
@@ -116,7 +117,7 @@ func showStatus(ctx context.Context, g *globals, asJSON, noUsage bool, stdout, s
 	}
 	out := statusOutput{StateDir: dir, WrittenAt: snap.WrittenAt, Generation: snap.Generation, Policy: snap.Policy,
 		GPUs: []statusGPU{}, Violations: []statusViolation{}, Profiles: []statusProfile{}}
-	if rs, ok, err := runner.ReadRunStatus(dir); err != nil {
+	if rs, ok, err := runstatus.Read(dir); err != nil {
 		fmt.Fprintf(stderr, "gpufrac status: %v\n", err)
 	} else if ok {
 		out.Run = &rs
@@ -421,7 +422,7 @@ func lockHolder(dir string) string {
 // watchStatus draws the status every interval until ctx ends, like watch(1): on a terminal
 // each frame replaces the last; otherwise frames follow one another under a time stamp.
 func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw func(io.Writer) error) error {
-	tty := runner.IsTerminal(w)
+	tty := progress.IsTerminal(w)
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -449,7 +450,7 @@ func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw 
 // the jobs the ladder stopped; and what the waiting ones wait for. Memory a job holds past its
 // guarantee is shown as borrowed, apart from the guarantee, so that a borrower never reads as a
 // job over its cap; only use past the limit (the most it may hold) is called that.
-func writeRun(w io.Writer, rs runner.RunStatus) {
+func writeRun(w io.Writer, rs runstatus.Status) {
 	if _, err := procfs.Linux("").Stat(rs.PID); err != nil {
 		fmt.Fprintf(w, "  run of %s: pid %d left its progress %s ago and is gone (it ended without cleaning up)\n",
 			rs.Queue, rs.PID, ago(rs.UpdatedAt))
@@ -480,7 +481,7 @@ func writeRun(w io.Writer, rs runner.RunStatus) {
 
 // writeAttempts is a table of the attempts running on one GPU. BORROWED is "-" for an attempt
 // that may not borrow (its limit is its guarantee), as in the run's summary.
-func writeAttempts(w io.Writer, attempts []runner.RunAttempt, gpu int) {
+func writeAttempts(w io.Writer, attempts []runstatus.Attempt, gpu int) {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "    JOB\tATTEMPT\tGUARANTEE\tBORROWED\tUSING\tLIMIT")

@@ -17,7 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/procfs"
-	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/runstatus"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -50,28 +50,28 @@ func TestUsageChargesEachGPUsReservation(t *testing.T) {
 // reads as borrowed; only use past a limit reads as past it.
 func TestStatusShowsTheRunsLadderAndBorrowing(t *testing.T) {
 	alive, gone := os.Getpid(), deadPID(t)
-	base := runner.RunStatus{Queue: "q.hcl", Arm: "packed", OutDir: "out", Start: time.Now(), UpdatedAt: time.Now(), Jobs: 8,
-		Waits: []runner.WaitGroup{}, Stopped: []runner.RunStopped{}}
-	leaker := runner.RunAttempt{Job: "leaker-1", GPUIndex: 0, Attempt: 2, MaxAttempts: 3, Room: "46GiB",
+	base := runstatus.Status{Queue: "q.hcl", Arm: "packed", OutDir: "out", Start: time.Now(), UpdatedAt: time.Now(), Jobs: 8,
+		Waits: []runstatus.Wait{}, Stopped: []runstatus.Stopped{}}
+	leaker := runstatus.Attempt{Job: "leaker-1", GPUIndex: 0, Attempt: 2, MaxAttempts: 3, Room: "46GiB",
 		GuaranteeBytes: 46 * size.GiB, LimitBytes: 78 * size.GiB, UsedBytes: 49 * size.GiB, BorrowedBytes: 3 * size.GiB}
-	eval := runner.RunAttempt{Job: "eval-2", GPUIndex: 0, Attempt: 1, MaxAttempts: 3, Room: "20GiB",
+	eval := runstatus.Attempt{Job: "eval-2", GPUIndex: 0, Attempt: 1, MaxAttempts: 3, Room: "20GiB",
 		GuaranteeBytes: 20 * size.GiB, LimitBytes: 78 * size.GiB, UsedBytes: 16 * size.GiB}
-	capped := runner.RunAttempt{Job: "train-1", GPUIndex: 1, Attempt: 1, MaxAttempts: 3, Room: "9GiB",
+	capped := runstatus.Attempt{Job: "train-1", GPUIndex: 1, Attempt: 1, MaxAttempts: 3, Room: "9GiB",
 		GuaranteeBytes: 9 * size.GiB, LimitBytes: 9 * size.GiB, UsedBytes: 6 * size.GiB}
 	over := capped
 	over.Job, over.UsedBytes = "train-2", 10*size.GiB
 	tests := []struct {
 		name      string
 		pid       int
-		gpus      []runner.RunGPU
-		attempts  []runner.RunAttempt
-		stopped   []runner.RunStopped
+		gpus      []runstatus.GPU
+		attempts  []runstatus.Attempt
+		stopped   []runstatus.Stopped
 		want, not []string // patterns of whole lines (runs of spaces match any), and words no line may have
 	}{
 		{
 			name: "a borrower beside a job within its guarantee", pid: alive,
-			gpus:     []runner.RunGPU{{Index: 0, Running: 2, UsedBytes: 65 * size.GiB, ReservedBytes: 66 * size.GiB, BudgetBytes: 78 * size.GiB, BorrowedBytes: 3 * size.GiB}},
-			attempts: []runner.RunAttempt{eval, leaker},
+			gpus:     []runstatus.GPU{{Index: 0, Running: 2, UsedBytes: 65 * size.GiB, ReservedBytes: 66 * size.GiB, BudgetBytes: 78 * size.GiB, BorrowedBytes: 3 * size.GiB}},
+			attempts: []runstatus.Attempt{eval, leaker},
 			want: []string{
 				"GPU0: 2 running, using 65GiB, guarantees 66GiB of 78GiB, borrowed 3GiB, free 9GiB",
 				"JOB ATTEMPT GUARANTEE BORROWED USING LIMIT",
@@ -82,8 +82,8 @@ func TestStatusShowsTheRunsLadderAndBorrowing(t *testing.T) {
 		},
 		{
 			name: "borrowing off: no borrowed figure, use past the limit said", pid: alive,
-			gpus:     []runner.RunGPU{{Index: 1, Running: 2, UsedBytes: 16 * size.GiB, ReservedBytes: 18 * size.GiB, BudgetBytes: 78 * size.GiB}},
-			attempts: []runner.RunAttempt{capped, over},
+			gpus:     []runstatus.GPU{{Index: 1, Running: 2, UsedBytes: 16 * size.GiB, ReservedBytes: 18 * size.GiB, BudgetBytes: 78 * size.GiB}},
+			attempts: []runstatus.Attempt{capped, over},
 			want: []string{
 				"GPU1: 2 running, using 16GiB, guarantees 18GiB of 78GiB, borrowed 0B, free 60GiB",
 				"train-1 1 of 3 9GiB - 6GiB 9GiB",
@@ -92,8 +92,8 @@ func TestStatusShowsTheRunsLadderAndBorrowing(t *testing.T) {
 		},
 		{
 			name: "the jobs the ladder stopped, with why", pid: alive,
-			gpus:    []runner.RunGPU{{Index: 0, BudgetBytes: 78 * size.GiB}},
-			stopped: []runner.RunStopped{{Job: "grower-1", Reason: "attempt 3 of 3 alone with the GPU broke its cap too"}, {Job: "leaker-1"}},
+			gpus:    []runstatus.GPU{{Index: 0, BudgetBytes: 78 * size.GiB}},
+			stopped: []runstatus.Stopped{{Job: "grower-1", Reason: "attempt 3 of 3 alone with the GPU broke its cap too"}, {Job: "leaker-1"}},
 			want: []string{
 				"GPU0: 0 running, using 0B, guarantees 0B of 78GiB, borrowed 0B, free 78GiB",
 				"stopped by the ladder (2):",
@@ -104,8 +104,8 @@ func TestStatusShowsTheRunsLadderAndBorrowing(t *testing.T) {
 		},
 		{
 			name: "a run that is gone", pid: gone,
-			gpus:     []runner.RunGPU{{Index: 0, Running: 1, BudgetBytes: 78 * size.GiB}},
-			attempts: []runner.RunAttempt{leaker},
+			gpus:     []runstatus.GPU{{Index: 0, Running: 1, BudgetBytes: 78 * size.GiB}},
+			attempts: []runstatus.Attempt{leaker},
 			want:     []string{"run of q.hcl: pid " + strconv.Itoa(gone) + " left its progress 0s ago and is gone (it ended without cleaning up)"},
 			not:      []string{"leaker-1", "GPU0"},
 		},
@@ -122,10 +122,10 @@ func TestStatusShowsTheRunsLadderAndBorrowing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(filepath.Join(dir, runner.RunStatusFile), data, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, runstatus.File), data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			rs, ok, err := runner.ReadRunStatus(dir)
+			rs, ok, err := runstatus.Read(dir)
 			if err != nil || !ok {
 				t.Fatalf("ReadRunStatus: ok %v, %v", ok, err)
 			}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/bench"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/runner"
 	"github.com/gpufrac/gpufrac/size"
@@ -125,7 +126,7 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	simScale := fs.Float64("sim-scale", 0.1, "duration scale of simulated jobs")
 	probeWindow := fs.Duration("probe-window", 0, "make cold probes windows of this length (0: whole-run probes)")
 	probeCap := fs.String("probe-cap", "", "protective cap of every template's in-place probe, e.g. 35GiB (default: half the GPU's budget)")
-	borrow := fs.String("borrow", runner.BorrowAuto, "borrowing of the packed arms: auto, wait, now, lend or off (gpufrac run --borrow); an arm may name its own (packed-isolated-warm-lend)")
+	borrow := fs.String("borrow", node.BorrowAuto, "borrowing of the packed arms: auto, wait, now, lend or off (gpufrac run --borrow); an arm may name its own (packed-isolated-warm-lend)")
 	borrowWait := fs.Duration("borrow-wait", 0, "how long a borrower's allocation may wait (0: the runner's default)")
 	armTimeout := fs.Duration("arm-timeout", 0, "stop an arm after this long (0: no limit)")
 	deadline := fs.Duration("deadline", 0, "start no arm later than this after the start (0: no limit)")
@@ -147,7 +148,7 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 		}
 		pcap = c
 	}
-	if err := runner.CheckBorrow(*borrow); err != nil {
+	if err := node.CheckBorrow(*borrow); err != nil {
 		fmt.Fprintf(stderr, "gpufrac-bench: --%v\n", err)
 		return 2
 	}

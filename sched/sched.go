@@ -1,4 +1,4 @@
-package runner
+package sched
 
 import (
 	"maps"
@@ -14,30 +14,30 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// jobState is one job's progress through the run.
-type jobState struct {
+// Job is one job's progress through the run. The scheduler reads it to place the job; the
+// runner writes what its attempts showed (their count, the ladder's next step, the end).
+type Job struct {
 	queue.Job
-	idx      int
-	attempts int
-	// whole is set after a cap violation: the job's next attempt has a GPU to itself.
-	whole bool
-	// collateral counts its failures that a GPU-wide event explained (each one re-runs it).
-	collateral int
-	// retries counts the times the admission rule started it again after a failure
+	Attempts int
+	// Whole is set after a cap violation: the job's next attempt has a GPU to itself.
+	Whole bool
+	// Collateral counts its failures that a GPU-wide event explained (each one re-runs it).
+	Collateral int
+	// Retries counts the times the admission rule started it again after a failure
 	// (Admission.Retries).
-	retries int
-	running bool
-	done    bool
-	final   record.Outcome // outcome of the last attempt once done, or exhausted
-	// The ladder (ladder.go): the bound on attempts, whether the cap is a ceiling, the
-	// guarantee the next attempt was promised (0: the template's), what was announced before
-	// it, why the job was stopped, and how many probe windows the runner ended (not counted).
+	Retries int
+	Running bool
+	Done    bool
+	Final   record.Outcome // outcome of the last attempt once done, or exhausted
+	// The ladder: whether the cap is a ceiling, the guarantee the next attempt was promised (0:
+	// the template's), what was announced before it, why the job was stopped, and how many probe
+	// windows the runner ended (not counted against its bound, maxAttempts).
+	FixedCap    bool
+	Room        size.Bytes
+	Next        policy.Step
+	Reason      string
+	ProbeStops  int
 	maxAttempts int
-	capFixed    bool
-	room        size.Bytes
-	next        policy.Step
-	reason      string
-	probeStops  int
 }
 
 type needKind int
@@ -50,26 +50,26 @@ const (
 	needSlot                   // a place beside others on the admission rule's terms (Admission.Share)
 )
 
-// launch is one admission decision: a job, the GPU and the reservation it holds.
-type launch struct {
-	job    *jobState
-	gpu    string
-	res    ledger.Reservation
-	capped bool // the cap is enforced (packed and static arms)
-	whole  bool
-	probe  bool
-	window time.Duration
-	// inPlace marks a probe that runs beside other jobs under a protective cap (half the GPU's
+// Launch is one admission decision: a job, the GPU and the reservation it holds.
+type Launch struct {
+	Job    *Job
+	GPU    string
+	Res    ledger.Reservation
+	Capped bool // the cap is enforced (packed and static arms)
+	Whole  bool
+	Probe  bool
+	Window time.Duration
+	// InPlace marks a probe that runs beside other jobs under a protective cap (half the GPU's
 	// budget, or its template's probe_cap) and, when its window ends, goes on under the cap its
 	// footprint earned; or, when it borrows, on its small guarantee and what it borrows.
-	inPlace bool
-	// borrowing: the job may use memory no other job's guarantee covers, up to the GPU's budget.
-	borrowing bool
+	InPlace bool
+	// Borrowing: the job may use memory no other job's guarantee covers, up to the GPU's budget.
+	Borrowing bool
 }
 
-// sched decides which jobs start where. It touches the ledger but no processes, so its cost is
+// Sched decides which jobs start where. It touches the ledger but no processes, so its cost is
 // measured apart (BenchmarkAdmitQueue). It is used from one goroutine.
-type sched struct {
+type Sched struct {
 	// adm replaces the packed rule with one of the benchmark's (Admission); nil: packed.
 	adm       Admission
 	pol       policy.Policy
@@ -77,17 +77,17 @@ type sched struct {
 	gpus      []string
 	perGPU    int
 	maxTotal  int
-	jobs      []*jobState
+	jobs      []*Job
 	templates map[string]queue.TemplateSpec
 	// peaks are the footprints known now: stored profiles (warm), declared peaks, this run's
 	// probes and violations.
 	peaks    map[string]size.Bytes
-	prober   map[string]*jobState // template -> the job probing it
-	window   time.Duration        // default probe window
-	probeCap size.Bytes           // default protective cap of in-place probes (0: half the budget)
-	running  map[string]int       // per GPU
-	wholeOn  map[string]bool      // a job with the whole GPU runs there
-	drainFor map[string]*jobState // GPU -> the job waiting for it to empty
+	prober   map[string]*Job // template -> the job probing it
+	window   time.Duration   // default probe window
+	probeCap size.Bytes      // default protective cap of in-place probes (0: half the budget)
+	running  map[string]int  // per GPU
+	wholeOn  map[string]bool // a job with the whole GPU runs there
+	drainFor map[string]*Job // GPU -> the job waiting for it to empty
 	total    int
 	log      hclog.Logger
 	warned   map[string]bool
@@ -107,13 +107,13 @@ type sched struct {
 	// refused are the fence's refusals of a guarantee (place) per GPU, as of the last round:
 	// what a run stuck with nothing running waits for.
 	refused map[string]error
-	// grown are the guarantees the ladder raised templates to in this run (ladder.go).
+	// grown are the guarantees the ladder raised templates to in this run (Grow).
 	grown map[string]size.Bytes
 }
 
-// schedConfig is what a scheduler is built from; the run fills it once, and from then on the
-// scheduler changes only through its methods (next, finished, learned, recapped, ...).
-type schedConfig struct {
+// Config is what a scheduler is built from; the run fills it once, and from then on the
+// scheduler changes only through its methods (Next, Finished, Learned, Recapped, ...).
+type Config struct {
 	// Admission replaces the packed rule; nil: packed.
 	Admission Admission
 	Policy    policy.Policy
@@ -125,7 +125,7 @@ type schedConfig struct {
 	// Window and ProbeCap are the run's default probe window and protective cap.
 	Window   time.Duration
 	ProbeCap size.Bytes
-	// ProbeInPlace lets probes run beside other jobs (sched.probeInPlace).
+	// ProbeInPlace lets probes run beside other jobs (Sched.probeInPlace).
 	ProbeInPlace bool
 	// Node admits the jobs; Borrows lets packed jobs borrow past their caps there.
 	Node    *node.Node
@@ -136,59 +136,67 @@ type schedConfig struct {
 	Peaks     map[string]size.Bytes
 }
 
-// newSchedFrom builds the scheduler of a run.
-func newSchedFrom(c schedConfig, jobs []*jobState) *sched {
-	s := newSched(c.Policy, c.Ledger, c.GPUs, jobs, c.MaxTotal, c.Logger)
-	s.window, s.probeCap, s.probeInPlace = c.Window, c.ProbeCap, c.ProbeInPlace
-	if c.Node != nil {
-		s.node, s.borrows = c.Node, c.Borrows
+// New builds the scheduler of a run over its jobs (NewJobs). Without a Node it admits through
+// a node of the ledger alone: no fence, nobody borrows.
+func New(c Config, jobs []*Job) *Sched {
+	s := &Sched{
+		pol: c.Policy, led: c.Ledger, gpus: c.GPUs, jobs: jobs, maxTotal: c.MaxTotal, log: c.Logger, perGPU: c.Policy.MaxTasksPerGPU,
+		window: c.Window, probeCap: c.ProbeCap, probeInPlace: c.ProbeInPlace, node: c.Node, borrows: c.Borrows,
+		templates: maps.Clone(c.Templates), peaks: maps.Clone(c.Peaks), prober: map[string]*Job{}, running: map[string]int{},
+		wholeOn: map[string]bool{}, drainFor: map[string]*Job{}, warned: map[string]bool{}, frozen: map[string]bool{},
+		refused: map[string]error{}, grown: map[string]size.Bytes{},
+	}
+	if s.log == nil {
+		s.log = hclog.NewNullLogger()
+	}
+	if s.node == nil {
+		s.node, s.borrows = node.New(c.Ledger, nil, node.Config{Logger: s.log}), false
+	}
+	if s.templates == nil {
+		s.templates = map[string]queue.TemplateSpec{}
+	}
+	if s.peaks == nil {
+		s.peaks = map[string]size.Bytes{}
 	}
 	if s.adm = c.Admission; s.adm != nil {
 		s.perGPU = s.adm.PerGPU(c.Policy.MaxTasksPerGPU)
 	}
-	maps.Copy(s.templates, c.Templates)
-	maps.Copy(s.peaks, c.Peaks)
 	return s
 }
 
-// newSched is a scheduler with the packed rule, no lender and no hold.
-func newSched(pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*jobState, maxTotal int, log hclog.Logger) *sched {
-	return &sched{
-		pol: pol, led: led, gpus: gpus, jobs: jobs, maxTotal: maxTotal, log: log, perGPU: pol.MaxTasksPerGPU,
-		templates: map[string]queue.TemplateSpec{}, peaks: map[string]size.Bytes{},
-		prober: map[string]*jobState{}, running: map[string]int{}, wholeOn: map[string]bool{},
-		drainFor: map[string]*jobState{}, warned: map[string]bool{}, frozen: map[string]bool{}, refused: map[string]error{}, grown: map[string]size.Bytes{},
-		node: node.New(led, nil, node.Config{Logger: log}),
-	}
-}
+// GPUs are the GPUs the scheduler places jobs on; Jobs the queue's jobs, in order.
+func (s *Sched) GPUs() []string { return s.gpus }
 
-// capOf is the cap a job of template t gets, when its footprint is known.
-func (s *sched) capOf(t string) (size.Bytes, bool) {
+// Jobs are the queue's jobs, in queue order.
+func (s *Sched) Jobs() []*Job { return s.jobs }
+
+// CapOf is the cap a job of template t gets, when its footprint is known.
+func (s *Sched) CapOf(t string) (size.Bytes, bool) {
 	if spec, ok := s.templates[t]; ok && spec.CapBytes > 0 {
 		return spec.CapBytes, true
 	}
 	if p, ok := s.peaks[t]; ok {
-		// A footprint of 0 is known too: a probe that saw no GPU memory (loop.go, learn).
+		// A footprint of 0 is known too: a probe that saw no GPU memory (the runner's learn).
 		return s.pol.Cap(p), true
 	}
 	return 0, false
 }
 
-func (s *sched) need(j *jobState, maxBudget size.Bytes) (needKind, size.Bytes) {
+func (s *Sched) need(j *Job, maxBudget size.Bytes) (needKind, size.Bytes) {
 	if s.adm != nil {
-		if s.adm.Alone(j.whole) {
+		if s.adm.Alone(j.Whole) {
 			return needWhole, 0
 		}
 		return needSlot, 0
 	}
-	if j.whole {
+	if j.Whole {
 		return needWhole, 0
 	}
-	if j.room > 0 {
-		if j.room > maxBudget {
+	if j.Room > 0 {
+		if j.Room > maxBudget {
 			return needWhole, 0
 		}
-		return needCapped, j.room
+		return needCapped, j.Room
 	}
 	if c, ok := s.capFor(j); ok {
 		if c > maxBudget {
@@ -207,15 +215,15 @@ func (s *sched) need(j *jobState, maxBudget size.Bytes) (needKind, size.Bytes) {
 	return needProbe, 0
 }
 
-// wholeBytes is the largest cap the ledger can grant on a GPU: its budget in whole units.
-func wholeBytes(g ledger.GPUState) size.Bytes {
+// WholeBytes is the largest cap the ledger can grant on a GPU: its budget in whole units.
+func WholeBytes(g ledger.GPUState) size.Bytes {
 	return size.Bytes(g.Units) * g.UnitBytes
 }
 
-// next admits every job that can start now, in queue order with backfill: a job that does not
+// Next admits every job that can start now, in queue order with backfill: a job that does not
 // fit is skipped and later jobs may start, but a job that needs a whole GPU drains one (no new
 // admissions there) so it cannot be starved.
-func (s *sched) next() []launch {
+func (s *Sched) Next() []Launch {
 	states := map[string]ledger.GPUState{}
 	var maxBudget size.Bytes
 	for _, g := range s.led.States() {
@@ -223,11 +231,11 @@ func (s *sched) next() []launch {
 	}
 	s.lend(states)
 	for _, u := range s.gpus {
-		maxBudget = max(maxBudget, wholeBytes(states[u]))
+		maxBudget = max(maxBudget, WholeBytes(states[u]))
 	}
-	var out []launch
+	var out []Launch
 	for _, j := range s.jobs {
-		if j.done || j.running {
+		if j.Done || j.Running {
 			continue
 		}
 		if s.maxTotal > 0 && s.total >= s.maxTotal {
@@ -255,7 +263,7 @@ func (s *sched) next() []launch {
 					continue
 				}
 			}
-			if kind == needWhole && j.whole && s.sharedPending(j, maxBudget) {
+			if kind == needWhole && j.Whole && s.sharedPending(j, maxBudget) {
 				// A re-run alone waits until the rest of the queue is admitted: the GPU then
 				// drains once, at the end, instead of idling half-empty in the middle.
 				continue
@@ -264,15 +272,15 @@ func (s *sched) next() []launch {
 			if g == "" || s.running[g] > 0 {
 				continue
 			}
-			res, err := s.reserve(g, wholeBytes(states[g]), j, false)
+			res, err := s.reserve(g, WholeBytes(states[g]), j, false)
 			if err != nil {
 				continue
 			}
 			delete(s.drainFor, g)
-			l := launch{job: j, gpu: g, res: res, whole: true, capped: s.capsAlone(states[g])}
+			l := Launch{Job: j, GPU: g, Res: res, Whole: true, Capped: s.capsAlone(states[g])}
 			if kind == needProbe {
-				l.probe = true
-				l.window = s.probeWindow(j.Template)
+				l.Probe = true
+				l.Window = s.probeWindow(j.Template)
 			}
 			s.start(&l)
 			out = append(out, l)
@@ -286,7 +294,7 @@ func (s *sched) next() []launch {
 				var res ledger.Reservation
 				if !capped && c == 0 {
 					// A rule without caps holds no ledger reservation: it has nothing to account.
-					res = ledger.Reservation{GPU: g, CapBytes: wholeBytes(st)}
+					res = ledger.Reservation{GPU: g, CapBytes: WholeBytes(st)}
 				} else {
 					var ok bool
 					// Only the packed rule's jobs borrow: a baseline's share is all it gets.
@@ -294,7 +302,7 @@ func (s *sched) next() []launch {
 						continue
 					}
 				}
-				l := launch{job: j, gpu: g, res: res, capped: capped, borrowing: res.LimitBytes > res.CapBytes}
+				l := Launch{Job: j, GPU: g, Res: res, Capped: capped, Borrowing: res.LimitBytes > res.CapBytes}
 				s.start(&l)
 				out = append(out, l)
 				break
@@ -306,7 +314,7 @@ func (s *sched) next() []launch {
 
 // capsAlone says whether a job alone on a GPU in state st runs under a cap of its whole budget:
 // always with the packed rule; with another, when its shares are caps.
-func (s *sched) capsAlone(st ledger.GPUState) bool {
+func (s *Sched) capsAlone(st ledger.GPUState) bool {
 	if s.adm == nil {
 		return true
 	}
@@ -315,7 +323,7 @@ func (s *sched) capsAlone(st ledger.GPUState) bool {
 }
 
 // candidates are the GPUs that take a shared job now, most free budget first.
-func (s *sched) candidates(states map[string]ledger.GPUState) []string {
+func (s *Sched) candidates(states map[string]ledger.GPUState) []string {
 	var out []string
 	for _, g := range s.gpus {
 		st := states[g]
@@ -348,7 +356,7 @@ func (s *sched) candidates(states map[string]ledger.GPUState) []string {
 // else an idle GPU, else the busy GPU with the fewest jobs (drained from now on). An unhealthy GPU
 // (the enforcer marked it after a GPU-wide event) is not picked anew; one drained already stays
 // the target, and the ledger refuses the reservation there until it is healthy again.
-func (s *sched) drainTarget(j *jobState, states map[string]ledger.GPUState) string {
+func (s *Sched) drainTarget(j *Job, states map[string]ledger.GPUState) string {
 	for _, g := range s.gpus {
 		if s.drainFor[g] == j {
 			return g
@@ -375,7 +383,7 @@ func (s *sched) drainTarget(j *jobState, states map[string]ledger.GPUState) stri
 
 // admit reserves c for j on GPU g when it fits beside what states[g] holds, letting it borrow
 // when borrow is set and the run borrows, and counts it in states.
-func (s *sched) admit(g string, c size.Bytes, j *jobState, states map[string]ledger.GPUState, borrow bool) (ledger.Reservation, bool) {
+func (s *Sched) admit(g string, c size.Bytes, j *Job, states map[string]ledger.GPUState, borrow bool) (ledger.Reservation, bool) {
 	st := states[g]
 	if c+st.ReservedBytes > st.BudgetBytes {
 		return ledger.Reservation{}, false
@@ -389,26 +397,26 @@ func (s *sched) admit(g string, c size.Bytes, j *jobState, states map[string]led
 	return res, true
 }
 
-func (s *sched) start(l *launch) {
-	l.job.running = true
-	s.running[l.gpu]++
+func (s *Sched) start(l *Launch) {
+	l.Job.Running = true
+	s.running[l.GPU]++
 	s.total++
-	if l.whole {
-		s.wholeOn[l.gpu] = true
+	if l.Whole {
+		s.wholeOn[l.GPU] = true
 	}
 }
 
-// finished returns a launch's slot; the caller releases the reservation.
-func (s *sched) finished(l *launch) {
-	l.job.running = false
-	s.running[l.gpu]--
+// Finished returns a launch's slot; the caller releases the reservation.
+func (s *Sched) Finished(l *Launch) {
+	l.Job.Running = false
+	s.running[l.GPU]--
 	s.total--
-	if l.whole {
-		s.wholeOn[l.gpu] = false
+	if l.Whole {
+		s.wholeOn[l.GPU] = false
 	}
 }
 
-func (s *sched) probeWindow(t string) time.Duration {
+func (s *Sched) probeWindow(t string) time.Duration {
 	if spec, ok := s.templates[t]; ok && spec.ProbeWindow > 0 {
 		return spec.ProbeWindow
 	}
@@ -421,46 +429,43 @@ func (s *sched) probeWindow(t string) time.Duration {
 // stopped at that cap and re-run alone, like any job that breaks its cap. The probe waits for
 // that much to be free, and admissions on its GPU stop meanwhile (as for a job that needs the
 // GPU alone), so it is never starved by later jobs yet never waits for the GPU to empty.
-func (s *sched) probeBeside(j *jobState, states map[string]ledger.GPUState) (launch, bool) {
+func (s *Sched) probeBeside(j *Job, states map[string]ledger.GPUState) (Launch, bool) {
 	g := s.drainTarget(j, states)
 	if g == "" || s.running[g] >= s.perGPU {
-		return launch{}, false
+		return Launch{}, false
 	}
-	st := states[g]
-	protective := s.protectiveCap(j.Template, st)
-	if protective == 0 || st.ReservedBytes+protective > st.BudgetBytes {
-		return launch{}, false
+	protective := s.protectiveCap(j.Template, states[g])
+	if protective == 0 {
+		return Launch{}, false
 	}
-	res, err := s.reserve(g, protective, j, false)
-	if err != nil {
-		return launch{}, false
+	res, ok := s.admit(g, protective, j, states, false)
+	if !ok {
+		return Launch{}, false
 	}
 	delete(s.drainFor, g)
-	st.ReservedBytes += res.CapBytes
-	states[g] = st
-	return launch{job: j, gpu: g, res: res, capped: true, probe: true, inPlace: true, window: s.probeWindow(j.Template)}, true
+	return Launch{Job: j, GPU: g, Res: res, Capped: true, Probe: true, InPlace: true, Window: s.probeWindow(j.Template)}, true
 }
 
 // probeBorrowing starts a probe like any job with a known cap, on a small guarantee
 // (probeGuarantee) and a limit of the GPU's budget: it measures its footprint on memory nobody
 // was promised, so it holds back no job whose footprint is known.
-func (s *sched) probeBorrowing(j *jobState, states map[string]ledger.GPUState) (launch, bool) {
+func (s *Sched) probeBorrowing(j *Job, states map[string]ledger.GPUState) (Launch, bool) {
 	for _, g := range s.candidates(states) {
 		res, ok := s.admit(g, s.probeGuarantee(states[g]), j, states, true)
 		if !ok {
 			continue
 		}
-		return launch{job: j, gpu: g, res: res, capped: true, probe: true, inPlace: true, borrowing: true,
-			window: s.probeWindow(j.Template)}, true
+		return Launch{Job: j, GPU: g, Res: res, Capped: true, Probe: true, InPlace: true, Borrowing: true,
+			Window: s.probeWindow(j.Template)}, true
 	}
-	return launch{}, false
+	return Launch{}, false
 }
 
 // protectiveCap is what an in-place probe of template t reserves on a GPU in state st: the
 // template's probe_cap, else the run's, in whole units, else half the budget; never more than
 // the budget, so a probe_cap too large for this GPU makes the probe hold it whole rather than
 // never start.
-func (s *sched) protectiveCap(t string, st ledger.GPUState) size.Bytes {
+func (s *Sched) protectiveCap(t string, st ledger.GPUState) size.Bytes {
 	want := s.probeCap
 	if spec, ok := s.templates[t]; ok && spec.ProbeCapBytes > 0 {
 		want = spec.ProbeCapBytes
@@ -482,9 +487,9 @@ func (s *sched) protectiveCap(t string, st ledger.GPUState) size.Bytes {
 
 // sharedPending is true while a job other than j waits for admission beside others (or for a
 // probe that will give it a cap): a re-run that needs a whole GPU goes after them.
-func (s *sched) sharedPending(j *jobState, maxBudget size.Bytes) bool {
+func (s *Sched) sharedPending(j *Job, maxBudget size.Bytes) bool {
 	for _, o := range s.jobs {
-		if o == j || o.done || o.running || o.whole {
+		if o == j || o.Done || o.Running || o.Whole {
 			continue
 		}
 		if kind, _ := s.need(o, maxBudget); kind != needWhole {
@@ -494,25 +499,25 @@ func (s *sched) sharedPending(j *jobState, maxBudget size.Bytes) bool {
 	return false
 }
 
-// learned records a template's footprint, measured by a probe: its jobs are admitted under the
+// Learned records a template's footprint, measured by a probe: its jobs are admitted under the
 // cap it earns from now on, and nobody probes it any more.
-func (s *sched) learned(t string, peak size.Bytes) { s.peaks[t] = peak }
+func (s *Sched) Learned(t string, peak size.Bytes) { s.peaks[t] = peak }
 
-// raised records that a template needs at least peak (a broken cap, a re-run alone): the
+// Raised records that a template needs at least peak (a broken cap, a re-run alone): the
 // footprint only ever goes up this way.
-func (s *sched) raised(t string, peak size.Bytes) { s.peaks[t] = max(s.peaks[t], peak) }
+func (s *Sched) Raised(t string, peak size.Bytes) { s.peaks[t] = max(s.peaks[t], peak) }
 
-// probeEnded frees template t for a new probe if j was probing it.
-func (s *sched) probeEnded(t string, j *jobState) {
+// ProbeEnded frees template t for a new probe if j was probing it.
+func (s *Sched) ProbeEnded(t string, j *Job) {
 	if s.prober[t] == j {
 		delete(s.prober, t)
 	}
 }
 
-// recapped records the footprint an in-place probe showed in its window: the template's other
+// Recapped records the footprint an in-place probe showed in its window: the template's other
 // jobs are admitted under the cap it earned, while the probe itself runs on under that cap.
-func (s *sched) recapped(l *launch, res ledger.Reservation, peak size.Bytes) {
-	s.learned(l.job.Template, peak)
-	s.probeEnded(l.job.Template, l.job)
-	l.res = res
+func (s *Sched) Recapped(l *Launch, res ledger.Reservation, peak size.Bytes) {
+	s.Learned(l.Job.Template, peak)
+	s.ProbeEnded(l.Job.Template, l.Job)
+	l.Res = res
 }

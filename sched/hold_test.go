@@ -1,4 +1,4 @@
-package runner
+package sched
 
 import (
 	"fmt"
@@ -58,7 +58,7 @@ func TestSchedServesAWaitingBorrowerFirst(t *testing.T) {
 			for _, st := range tc.steps {
 				now = t0.Add(time.Duration(st.ms) * time.Millisecond)
 				lend.borrowed, lend.waiting = st.borrowed, st.waiting
-				if got := fmt.Sprint(names(s.next())); got != st.want {
+				if got := fmt.Sprint(names(s.Next())); got != st.want {
 					t.Fatalf("at %d ms (borrowed %s, waiting %v): admitted %s, want %s", st.ms, st.borrowed, st.waiting, got, st.want)
 				}
 			}

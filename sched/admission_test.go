@@ -1,4 +1,4 @@
-package runner
+package sched
 
 import (
 	"testing"
@@ -17,14 +17,14 @@ func TestAdmissionTable(t *testing.T) {
 	for _, c := range nodetest.Cases() {
 		t.Run(c.Name, func(t *testing.T) {
 			s := c.Setup(t)
-			j := &jobState{Job: queue.Job{Name: "j", Template: "t"}}
-			sc := newSchedFrom(schedConfig{Policy: policy.Default(), Ledger: s.Ledger, Node: s.Node,
+			j := &Job{Job: queue.Job{Name: "j", Template: "t"}}
+			sc := New(Config{Policy: policy.Default(), Ledger: s.Ledger, Node: s.Node,
 				Borrows: s.Node.Borrows(), GPUs: []string{nodetest.GPU}, Logger: hclog.NewNullLogger(),
-				Templates: map[string]queue.TemplateSpec{"t": {Name: "t", CapBytes: c.Cap}}}, []*jobState{j})
-			got := sc.next()
+				Templates: map[string]queue.TemplateSpec{"t": {Name: "t", CapBytes: c.Cap}}}, []*Job{j})
+			got := sc.Next()
 			var res ledger.Reservation
 			if len(got) == 1 {
-				res = got[0].res
+				res = got[0].Res
 			}
 			c.Check(t, s, len(got) == 1, res)
 		})

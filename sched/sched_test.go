@@ -1,4 +1,4 @@
-package runner
+package sched
 
 import (
 	"fmt"
@@ -36,17 +36,17 @@ func memLedgerOpts(tb testing.TB, total size.Bytes, opts ledger.Options) (*ledge
 	return led, uuid
 }
 
-func names(ls []launch) []string {
+func names(ls []Launch) []string {
 	var out []string
 	for _, l := range ls {
-		out = append(out, l.job.Name)
+		out = append(out, l.Job.Name)
 	}
 	return out
 }
 
 func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
 	led, uuid := memLedger(t, 80*size.GiB) // budget 78GiB
-	jobs := []*jobState{
+	jobs := []*Job{
 		{Job: queue.Job{Name: "a", Template: "t"}},
 		{Job: queue.Job{Name: "b", Template: "t"}},
 		{Job: queue.Job{Name: "big", Template: "big"}},
@@ -54,7 +54,7 @@ func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
 	}
 	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["t"] = 10 * size.GiB // cap 13GiB
-	first := s.next()
+	first := s.Next()
 	// "big" has no footprint: it must be probed alone, so it drains the GPU; "c" is not
 	// admitted next to a/b because the GPU is draining for "big".
 	if got := fmt.Sprint(names(first)); got != "[a b]" {
@@ -64,32 +64,32 @@ func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
 		t.Fatalf("GPU not drained for the probe")
 	}
 	for i := range first {
-		s.finished(&first[i])
-		first[i].job.done = true
-		if err := led.Release(first[i].res.Token, "test"); err != nil {
+		s.Finished(&first[i])
+		first[i].Job.Done = true
+		if err := led.Release(first[i].Res.Token, "test"); err != nil {
 			t.Fatal(err)
 		}
 		if i == 0 {
-			if got := s.next(); len(got) != 0 {
+			if got := s.Next(); len(got) != 0 {
 				t.Fatalf("admitted %v while the GPU drains", names(got))
 			}
 		}
 	}
-	second := s.next()
-	if len(second) != 1 || second[0].job.Name != "big" || !second[0].probe || !second[0].whole {
+	second := s.Next()
+	if len(second) != 1 || second[0].Job.Name != "big" || !second[0].Probe || !second[0].Whole {
 		t.Fatalf("second round %v, want the probe of big alone", names(second))
 	}
-	if second[0].res.CapBytes != 78*size.GiB {
-		t.Errorf("probe cap %s, want the whole 78GiB budget", second[0].res.CapBytes)
+	if second[0].Res.CapBytes != 78*size.GiB {
+		t.Errorf("probe cap %s, want the whole 78GiB budget", second[0].Res.CapBytes)
 	}
-	if got := s.next(); len(got) != 0 {
+	if got := s.Next(); len(got) != 0 {
 		t.Fatalf("admitted %v next to a whole-GPU probe", names(got))
 	}
 }
 
 func TestSchedBackfillsSmallerJobs(t *testing.T) {
 	led, uuid := memLedger(t, 40*size.GiB) // budget 38GiB
-	jobs := []*jobState{
+	jobs := []*Job{
 		{Job: queue.Job{Name: "m1", Template: "m"}},
 		{Job: queue.Job{Name: "m2", Template: "m"}},
 		{Job: queue.Job{Name: "s1", Template: "s"}},
@@ -97,7 +97,7 @@ func TestSchedBackfillsSmallerJobs(t *testing.T) {
 	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["m"] = 20 * size.GiB // cap 24.4GiB -> 25 units: one fits, the second does not
 	s.peaks["s"] = 2 * size.GiB  // cap 4GiB
-	got := names(s.next())
+	got := names(s.Next())
 	if fmt.Sprint(got) != "[m1 s1]" {
 		t.Fatalf("admitted %v, want [m1 s1]: m2 does not fit, s1 is backfilled", got)
 	}
@@ -105,13 +105,13 @@ func TestSchedBackfillsSmallerJobs(t *testing.T) {
 
 func TestSchedRespectsMaxConcurrent(t *testing.T) {
 	led, uuid := memLedger(t, 140*size.GiB)
-	var jobs []*jobState
+	var jobs []*Job
 	for i := range 5 {
-		jobs = append(jobs, &jobState{Job: queue.Job{Name: fmt.Sprint("j", i), Template: "t"}})
+		jobs = append(jobs, &Job{Job: queue.Job{Name: fmt.Sprint("j", i), Template: "t"}})
 	}
 	s := newSched(policy.Default(), led, []string{uuid}, jobs, 2, hclog.NewNullLogger())
 	s.peaks["t"] = size.GiB
-	if got := s.next(); len(got) != 2 {
+	if got := s.Next(); len(got) != 2 {
 		t.Fatalf("admitted %d with MaxConcurrent 2", len(got))
 	}
 }
@@ -121,9 +121,9 @@ func TestSchedRespectsMaxConcurrent(t *testing.T) {
 func BenchmarkAdmitQueue(b *testing.B) {
 	led, uuid := memLedger(b, 140*size.GiB)
 	peaks := []size.Bytes{14 * size.GiB, 20 * size.GiB, 18 * size.GiB, 8 * size.GiB, 6 * size.GiB, 24 * size.GiB, 5 * size.GiB, 2 * size.GiB}
-	var jobs []*jobState
+	var jobs []*Job
 	for i := range 12 {
-		jobs = append(jobs, &jobState{Job: queue.Job{Name: fmt.Sprint("job", i), Template: fmt.Sprint("t", i%8)}})
+		jobs = append(jobs, &Job{Job: queue.Job{Name: fmt.Sprint("job", i), Template: fmt.Sprint("t", i%8)}})
 	}
 	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	for i, p := range peaks {
@@ -132,14 +132,19 @@ func BenchmarkAdmitQueue(b *testing.B) {
 	b.ReportAllocs()
 	admitted := 0
 	for b.Loop() {
-		ls := s.next()
+		ls := s.Next()
 		admitted += len(ls)
 		for i := range ls {
-			s.finished(&ls[i])
-			if err := led.Release(ls[i].res.Token, "bench"); err != nil {
+			s.Finished(&ls[i])
+			if err := led.Release(ls[i].Res.Token, "bench"); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
 	b.ReportMetric(float64(admitted)/float64(b.N), "jobs/decision")
+}
+
+// newSched is a scheduler with the packed rule over a ledger of its own: no fence, no borrowing.
+func newSched(pol policy.Policy, led *ledger.Ledger, gpus []string, jobs []*Job, maxTotal int, log hclog.Logger) *Sched {
+	return New(Config{Policy: pol, Ledger: led, GPUs: gpus, MaxTotal: maxTotal, Logger: log}, jobs)
 }

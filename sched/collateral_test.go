@@ -1,4 +1,4 @@
-package runner
+package sched
 
 import (
 	"errors"
@@ -35,31 +35,31 @@ func TestSchedAdmitsNothingOnAnUnhealthyGPU(t *testing.T) {
 	if _, err := led.ReserveBytes(g0, size.GiB, ledger.Task{JobName: "x"}); !errors.As(err, &de) || de.Reason != ledger.ReasonUnhealthy {
 		t.Fatalf("ReserveBytes on an unhealthy GPU: %v, want a %s denial", err, ledger.ReasonUnhealthy)
 	}
-	jobs := []*jobState{
+	jobs := []*Job{
 		{Job: queue.Job{Name: "a", Template: "t"}},
 		{Job: queue.Job{Name: "b", Template: "t"}},
 		{Job: queue.Job{Name: "probe", Template: "new"}},
 	}
 	s := newSched(policy.Default(), led, []string{g0, g1}, jobs, 0, hclog.NewNullLogger())
 	s.peaks["t"] = 10 * size.GiB
-	got := s.next()
+	got := s.Next()
 	for _, l := range got {
-		if l.gpu != g0 {
+		if l.GPU != g0 {
 			continue
 		}
-		t.Fatalf("%s admitted on the unhealthy GPU", l.job.Name)
+		t.Fatalf("%s admitted on the unhealthy GPU", l.Job.Name)
 	}
 	if fmt.Sprint(names(got)) != "[a b]" || s.drainFor[g1] != jobs[2] {
 		t.Fatalf("admitted %v, drains %v: want a and b on GPU 1, which drains for the probe (GPU 0 is unhealthy)", names(got), s.drainFor)
 	}
 	for i := range got {
-		s.finished(&got[i])
-		got[i].job.done = true
-		if err := led.Release(got[i].res.Token, "test"); err != nil {
+		s.Finished(&got[i])
+		got[i].Job.Done = true
+		if err := led.Release(got[i].Res.Token, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := s.next(); len(got) != 1 || got[0].gpu != g1 {
+	if got := s.Next(); len(got) != 1 || got[0].GPU != g1 {
 		t.Fatalf("the probe should start alone on GPU 1, got %v", names(got))
 	}
 
@@ -68,18 +68,18 @@ func TestSchedAdmitsNothingOnAnUnhealthyGPU(t *testing.T) {
 	if err := led2.SetHealth(uuid, false, "forced stop under MPS may have faulted other clients"); err != nil {
 		t.Fatal(err)
 	}
-	jobs2 := []*jobState{{Job: queue.Job{Name: "c", Template: "t"}}, {Job: queue.Job{Name: "p", Template: "new"}}}
+	jobs2 := []*Job{{Job: queue.Job{Name: "c", Template: "t"}}, {Job: queue.Job{Name: "p", Template: "new"}}}
 	s2 := newSched(policy.Default(), led2, []string{uuid}, jobs2, 0, hclog.NewNullLogger())
 	s2.peaks["t"] = 10 * size.GiB
 	for range 3 {
-		if got := s2.next(); len(got) != 0 {
+		if got := s2.Next(); len(got) != 0 {
 			t.Fatalf("admitted %v on the unhealthy GPU", names(got))
 		}
 	}
 	if err := led2.SetHealth(uuid, true, ""); err != nil {
 		t.Fatal(err)
 	}
-	if got := s2.next(); fmt.Sprint(names(got)) != "[c]" {
+	if got := s2.Next(); fmt.Sprint(names(got)) != "[c]" {
 		t.Fatalf("healthy again: admitted %v, want [c] (p drains the GPU for its probe)", names(got))
 	}
 }

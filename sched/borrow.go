@@ -1,4 +1,4 @@
-package runner
+package sched
 
 import (
 	"context"
@@ -9,30 +9,14 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// Borrowing settings of Options.Borrow (docs/run.md, "Caps that lend what nobody uses"): the
-// node's, which the plugin's `borrow` takes too.
-const (
-	BorrowAuto = node.BorrowAuto
-	BorrowOff  = node.BorrowOff
-	BorrowNow  = node.BorrowNow
-	BorrowWait = node.BorrowWait
-	BorrowLend = node.BorrowLend
-)
-
-// DefaultBorrowWait bounds a borrower's wait.
-const DefaultBorrowWait = node.DefaultBorrowWait
-
-// CheckBorrow is the one rule for a borrowing setting ("" = auto).
-func CheckBorrow(b string) error { return node.CheckBorrow(b) }
-
 // lend brings what borrowers hold into the round's view: the node records it in the ledger,
 // whose admission counts it; the view counts it as reserved too, so candidates are ranked and
 // checked by what is really free; and the GPUs where an allocation waits, or that the ledger
-// holds for a borrower until it is served (Options.BorrowHold, the rule the plugin's ledger
+// holds for a borrower until it is served (runner.Options.BorrowHold, the rule the plugin's ledger
 // applies too), are frozen: a new job would take what it waits for. Between two waits of a
 // growing borrower only the hold keeps the memory that came free for it. The ledger refuses
 // those admissions anyway; freezing keeps probes and drains off those GPUs too.
-func (s *sched) lend(states map[string]ledger.GPUState) {
+func (s *Sched) lend(states map[string]ledger.GPUState) {
 	clear(s.frozen)
 	clear(s.refused)
 	if !s.borrows {
@@ -56,7 +40,7 @@ func (s *sched) lend(states map[string]ledger.GPUState) {
 // the fence's table before the job starts. The table is the last word: a borrower may have
 // taken the memory since lend looked, and then the node gives the reservation back and the job
 // waits for its turn.
-func (s *sched) reserve(g string, c size.Bytes, j *jobState, borrow bool) (ledger.Reservation, error) {
+func (s *Sched) reserve(g string, c size.Bytes, j *Job, borrow bool) (ledger.Reservation, error) {
 	a, err := s.node.Admit(context.Background(), node.Request{GPU: g, Cap: c, Borrow: borrow && s.borrows, EnvLater: true,
 		Task: ledger.Task{JobName: j.Name, TaskName: j.Name, Template: j.Template}})
 	var de *ledger.DeniedError
@@ -78,28 +62,18 @@ func (s *sched) reserve(g string, c size.Bytes, j *jobState, borrow bool) (ledge
 	return ledger.Reservation{}, err
 }
 
-// fenceRefusal is a refusal of the fence still standing on some GPU (the first in order), or nil.
-func (s *sched) fenceRefusal() error {
-	for _, g := range s.gpus {
-		if err := s.refused[g]; err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // probeGuarantee is what a probe that borrows is promised: what any job needs before its first
 // allocation (the policy's cap of nothing: the margin that covers a CUDA context), at least one
 // unit; the ledger rounds it up to whole units like every cap. It measures its footprint on
 // what it borrows, so it keeps no memory from jobs whose caps are known.
-func (s *sched) probeGuarantee(st ledger.GPUState) size.Bytes {
+func (s *Sched) probeGuarantee(st ledger.GPUState) size.Bytes {
 	return max(s.pol.Cap(0), st.UnitBytes)
 }
 
-// fenceSync brings a GPU's fence table up to date at once when jobs may borrow: a borrower
+// FenceSync brings a GPU's fence table up to date at once when jobs may borrow: a borrower
 // waiting for memory gets the guarantee a job that ended held now, not at the watchdog's next
 // pass.
-func (s *sched) fenceSync(g string) {
+func (s *Sched) FenceSync(g string) {
 	if s.borrows {
 		_ = s.node.SyncFence(g)
 	}

@@ -1,4 +1,4 @@
-package runner
+package sched
 
 import (
 	"testing"
@@ -38,21 +38,21 @@ func TestSchedProbeCapDecidesProbesAtOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			led, uuid := memLedger(t, 80*size.GiB)
-			jobs := []*jobState{{Job: queue.Job{Name: "a", Template: "ta"}}, {Job: queue.Job{Name: "b", Template: "tb"}}, {Job: queue.Job{Name: "c", Template: "tc"}}}
+			jobs := []*Job{{Job: queue.Job{Name: "a", Template: "ta"}}, {Job: queue.Job{Name: "b", Template: "tb"}}, {Job: queue.Job{Name: "c", Template: "tc"}}}
 			s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 			s.probeInPlace, s.probeCap = true, tc.runCap
 			for n, spec := range tc.templates {
 				s.templates[n] = spec
 			}
-			got := s.next()
+			got := s.Next()
 			var caps []size.Bytes
 			for _, l := range got {
-				if !l.probe || !l.inPlace || l.whole {
-					t.Fatalf("%s: launch %+v, want an in-place probe", l.job.Name, l)
+				if !l.Probe || !l.InPlace || l.Whole {
+					t.Fatalf("%s: Launch %+v, want an in-place probe", l.Job.Name, l)
 				}
-				caps = append(caps, l.res.CapBytes)
+				caps = append(caps, l.Res.CapBytes)
 			}
-			if len(caps) != len(tc.wantCaps) || got[0].job.Name != "a" {
+			if len(caps) != len(tc.wantCaps) || got[0].Job.Name != "a" {
 				t.Fatalf("probes started at once %v with caps %v, want a first and caps %v", names(got), caps, tc.wantCaps)
 			}
 			for i := range caps {
@@ -61,7 +61,7 @@ func TestSchedProbeCapDecidesProbesAtOnce(t *testing.T) {
 				}
 			}
 			// The next probe starts when one ends, not before.
-			if more := s.next(); len(more) != 0 && len(got) < 3 {
+			if more := s.Next(); len(more) != 0 && len(got) < 3 {
 				t.Fatalf("admitted %v while %d probes hold the budget", names(more), len(got))
 			}
 		})

@@ -1,9 +1,8 @@
-package runner
+package sched
 
 import (
 	"context"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 	"time"
@@ -45,14 +44,14 @@ func (f *fakeLender) SyncFence(st ledger.GPUState) error {
 
 // borrowSched is a packed scheduler over one 80 GiB GPU (budget 78 GiB) where template "t" has a
 // 20 GiB cap (peak 16 GiB) and "p" is unknown.
-func borrowSched(t *testing.T, lend *fakeLender, jobs ...*jobState) (*sched, *ledger.Ledger, string) {
+func borrowSched(t *testing.T, lend *fakeLender, jobs ...*Job) (*Sched, *ledger.Ledger, string) {
 	t.Helper()
 	led, uuid := memLedger(t, 80*size.GiB)
 	return borrowSchedOn(led, uuid, lend, jobs...), led, uuid
 }
 
 // borrowSchedOn is borrowSched on a ledger of the test's (memLedgerOpts).
-func borrowSchedOn(led *ledger.Ledger, uuid string, lend *fakeLender, jobs ...*jobState) *sched {
+func borrowSchedOn(led *ledger.Ledger, uuid string, lend *fakeLender, jobs ...*Job) *Sched {
 	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.probeInPlace = true
 	if lend != nil {
@@ -62,10 +61,10 @@ func borrowSchedOn(led *ledger.Ledger, uuid string, lend *fakeLender, jobs ...*j
 	return s
 }
 
-func known(names ...string) []*jobState {
-	var out []*jobState
+func known(names ...string) []*Job {
+	var out []*Job
 	for _, n := range names {
-		out = append(out, &jobState{Job: queue.Job{Name: n, Template: "t"}})
+		out = append(out, &Job{Job: queue.Job{Name: n, Template: "t"}})
 	}
 	return out
 }
@@ -73,7 +72,7 @@ func known(names ...string) []*jobState {
 // A probe that borrows holds a context's worth, not half the GPU: every job whose cap is known
 // starts beside it, and the probe may grow to the GPU's budget.
 func TestSchedBorrowingProbeHoldsNothingBack(t *testing.T) {
-	probeJob := &jobState{Job: queue.Job{Name: "p", Template: "p"}}
+	probeJob := &Job{Job: queue.Job{Name: "p", Template: "p"}}
 	for _, tc := range []struct {
 		name  string
 		lend  *fakeLender
@@ -86,19 +85,19 @@ func TestSchedBorrowingProbeHoldsNothingBack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pj := *probeJob
-			s, _, _ := borrowSched(t, tc.lend, append([]*jobState{&pj}, known("a", "b", "c")...)...)
-			got := s.next()
+			s, _, _ := borrowSched(t, tc.lend, append([]*Job{&pj}, known("a", "b", "c")...)...)
+			got := s.Next()
 			if n := names(got); fmt.Sprint(n) != tc.want {
 				t.Fatalf("admitted %v, want %s", n, tc.want)
 			}
 			p := got[0]
-			if !p.probe || !p.inPlace || p.res.CapBytes != tc.probe || p.res.LimitBytes != tc.limit || p.borrowing != (tc.lend != nil) {
-				t.Fatalf("probe launch: cap %s limit %s borrowing %v, want cap %s limit %s", p.res.CapBytes, p.res.LimitBytes,
-					p.borrowing, tc.probe, tc.limit)
+			if !p.Probe || !p.InPlace || p.Res.CapBytes != tc.probe || p.Res.LimitBytes != tc.limit || p.Borrowing != (tc.lend != nil) {
+				t.Fatalf("probe launch: cap %s limit %s borrowing %v, want cap %s limit %s", p.Res.CapBytes, p.Res.LimitBytes,
+					p.Borrowing, tc.probe, tc.limit)
 			}
 			for _, l := range got[1:] {
-				if l.res.CapBytes != 20*size.GiB || l.borrowing != (tc.lend != nil) {
-					t.Fatalf("%s: cap %s borrowing %v", l.job.Name, l.res.CapBytes, l.borrowing)
+				if l.Res.CapBytes != 20*size.GiB || l.Borrowing != (tc.lend != nil) {
+					t.Fatalf("%s: cap %s borrowing %v", l.Job.Name, l.Res.CapBytes, l.Borrowing)
 				}
 			}
 		})
@@ -122,7 +121,7 @@ func TestSchedCountsBorrowedMemory(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lend := tc.lend
 			s, led, uuid := borrowSched(t, &lend, known("a", "b", "c")...)
-			got := s.next()
+			got := s.Next()
 			if n := fmt.Sprint(names(got)); n != tc.want {
 				t.Fatalf("admitted %s, want %s", n, tc.want)
 			}
@@ -137,8 +136,8 @@ func TestSchedCountsBorrowedMemory(t *testing.T) {
 				t.Fatal("the fence was never asked")
 			}
 			for _, l := range got {
-				if l.res.LimitBytes != st.BudgetBytes {
-					t.Fatalf("%s: limit %s, want the budget %s", l.job.Name, l.res.LimitBytes, st.BudgetBytes)
+				if l.Res.LimitBytes != st.BudgetBytes {
+					t.Fatalf("%s: limit %s, want the budget %s", l.Job.Name, l.Res.LimitBytes, st.BudgetBytes)
 				}
 			}
 		})
@@ -150,22 +149,19 @@ func TestSchedCountsBorrowedMemory(t *testing.T) {
 // forgotten once a guarantee is placed there.
 func TestStuckOnTheFenceSaysSo(t *testing.T) {
 	lend := &fakeLender{noRoom: true}
-	s, led, uuid := borrowSched(t, lend, known("a")...)
-	if got := s.next(); len(got) != 0 {
+	s, _, uuid := borrowSched(t, lend, known("a")...)
+	if got := s.Next(); len(got) != 0 {
 		t.Fatalf("admitted %v with no room in the fence", names(got))
 	}
-	r := &run{s: s, led: led, o: Options{Now: time.Now}}
-	r.prog = &progress{w: io.Discard, r: r}
-	if w := r.waitingFor(time.Now()); !strings.Contains(w, "the allocation fence left the guarantee out") || !strings.Contains(w, "no room") {
+	if w := s.Waiting(time.Now()); !strings.Contains(w, "the allocation fence left the guarantee out") || !strings.Contains(w, "no room") {
 		t.Fatalf("waiting line %q does not name the fence's refusal", w)
 	}
-	r.giveUp()
-	if a := r.attempts; len(a) != 1 || !strings.Contains(a[0].Detail, "allocation fence left its guarantee out") {
-		t.Fatalf("give-up attempts %+v: want the fence named", a)
+	if why := s.Stuck(time.Minute); !strings.Contains(why, "allocation fence left its guarantee out") {
+		t.Fatalf("give-up detail %q: want the fence named", why)
 	}
 	lend.noRoom = false
-	s.jobs[0].done = false
-	if got := s.next(); len(got) != 1 || s.refused[uuid] != nil {
+
+	if got := s.Next(); len(got) != 1 || s.refused[uuid] != nil {
 		t.Fatalf("once the fence has room: admitted %v, refusal still standing %v", names(got), s.refused[uuid])
 	}
 }

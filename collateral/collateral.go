@@ -1,0 +1,130 @@
+// Package collateral records the GPU-wide events of a run (a GPU marked unhealthy after a forced
+// stop, a neighbour over its cap in isolated mode) and says which failed attempt one of them
+// explains: such an attempt is collateral damage, not the job's own failure, and runs again.
+package collateral
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/record"
+)
+
+// MaxReruns bounds how often one job is re-run after collateral failures.
+const MaxReruns = 3
+
+// Lead is how long before the enforcer's mark a failure still counts: the enforcer signals the
+// task first and marks the GPU next (microseconds apart), and the runner sees an exit up to a
+// sampling period late.
+const Lead = 250 * time.Millisecond
+
+// Events are the enforcer's GPU-wide events of one run; one goroutine (the enforcer's events)
+// writes, others read.
+type Events struct {
+	mu   sync.Mutex
+	list []event
+}
+
+// event is a GPU-wide event and, for a neighbour over its cap, the violator's reservation,
+// whose own failure is not collateral.
+type event struct {
+	record.GPUEvent
+	token string
+}
+
+// Note records a gpu-health event at its time (the caller stamps one that came without).
+func (g *Events) Note(ev enforcer.Event, index int) {
+	t := ev.Time
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch ev.Stage {
+	case enforcer.StageUnhealthy:
+		g.list = append(g.list, event{GPUEvent: record.GPUEvent{GPU: ev.GPU, GPUIndex: index, Reason: ev.Message, Start: t}})
+	case enforcer.StageHealthy:
+		for i := range g.list {
+			if g.list[i].GPU == ev.GPU && g.list[i].End.IsZero() {
+				g.list[i].End = t
+			}
+		}
+	}
+}
+
+// OverCap opens (stage "crossed") or closes ("contained") a neighbour-over-its-cap window at the
+// event's time; job names the violator.
+func (g *Events) OverCap(ev enforcer.Event, index int, job string) {
+	t := ev.Time
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch ev.Stage {
+	case enforcer.StageCrossed:
+		g.list = append(g.list, event{token: ev.Token, GPUEvent: record.GPUEvent{GPU: ev.GPU, GPUIndex: index, Start: t, Neighbour: true,
+			Reason: fmt.Sprintf("job %s over its cap (%s in use) until the watchdog's kill", job, ev.Bytes)}})
+	case enforcer.StageContained:
+		for i := range g.list {
+			if g.list[i].token == ev.Token && g.list[i].End.IsZero() {
+				g.list[i].End = t
+			}
+		}
+	}
+}
+
+// Covering is the latest event on gpu that explains a failure of an attempt that ran from start
+// until its process ended at end: the attempt was on the GPU before the mark was cleared, the mark
+// came before the failure (or within Lead after it), and the failure came while the GPU was
+// marked or within after of the mark's clearing. A neighbour's window explains only an
+// out-of-memory failure (oom) of another task (not token's).
+func (g *Events) Covering(gpu, token string, oom bool, start, end time.Time, after time.Duration) (record.GPUEvent, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := len(g.list) - 1; i >= 0; i-- {
+		e := g.list[i]
+		if e.GPU != gpu || e.Start.After(end.Add(Lead)) {
+			continue
+		}
+		if e.Neighbour && (!oom || e.token == token) {
+			continue
+		}
+		if !e.End.IsZero() && (start.After(e.End) || end.After(e.End.Add(after))) {
+			continue
+		}
+		return e.GPUEvent, true
+	}
+	return record.GPUEvent{}, false
+}
+
+// Judge makes a failed attempt, whose process ended at exited, collateral damage of the event
+// that explains it (Covering), its outcome and detail saying so, and says whether it did. A job
+// re-run MaxReruns times already (reruns) stays failed, its detail naming the last event.
+func (g *Events) Judge(at *record.Attempt, token string, oom bool, exited time.Time, after time.Duration, reruns int) bool {
+	if exited.IsZero() {
+		exited = at.End
+	}
+	e, ok := g.Covering(at.GPU, token, oom, at.Start, exited, after)
+	if !ok {
+		return false
+	}
+	if reruns >= MaxReruns {
+		at.Detail = fmt.Sprintf("%s; after %s (not re-run: %d collateral failures already)", at.Detail, e, reruns)
+		return false
+	}
+	why := at.Detail
+	at.Outcome = record.OutcomeCollateral
+	at.Detail = fmt.Sprintf("failed during a %s; re-run", e)
+	if why != "" {
+		at.Detail += " (its last words: " + why + ")"
+	}
+	return true
+}
+
+// All are the events recorded, for the run's result.
+func (g *Events) All() []record.GPUEvent {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]record.GPUEvent, len(g.list))
+	for i, e := range g.list {
+		out[i] = e.GPUEvent
+	}
+	return out
+}

@@ -1,0 +1,44 @@
+package sched
+
+import (
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// NewJobs are the queue's jobs at their start, each with its ladder's bound: its own
+// max_attempts and cap_fixed, else its template's, else the queue's bound, else
+// policy.DefaultMaxAttempts.
+func NewJobs(q queue.Queue) []*Job {
+	jobs := make([]*Job, len(q.Jobs))
+	for i, qj := range q.Jobs {
+		j := &Job{Job: qj, maxAttempts: policy.DefaultMaxAttempts}
+		spec := q.Templates[j.Template]
+		for _, n := range []int{q.MaxAttempts, spec.MaxAttempts, j.MaxAttempts} {
+			if n > 0 {
+				j.maxAttempts = n
+			}
+		}
+		j.FixedCap = j.CapFixed || spec.CapFixed
+		jobs[i] = j
+	}
+	return jobs
+}
+
+// Limit is the job's bound in attempt numbers: a probe window the runner ended is not a
+// failure, so it does not use one up.
+func (j *Job) Limit() int { return j.maxAttempts + j.ProbeStops }
+
+// Grow records that a job of template t needed a guarantee of c: the template's jobs that start
+// from now on start there too (a declared cap is where a job starts, not a ceiling), except
+// those whose cap is fixed.
+func (s *Sched) Grow(t string, c size.Bytes) { s.grown[t] = max(s.grown[t], c) }
+
+// capFor is the cap job j starts with: its template's, grown by the ladder unless j's is fixed.
+func (s *Sched) capFor(j *Job) (size.Bytes, bool) {
+	c, ok := s.CapOf(j.Template)
+	if g := s.grown[j.Template]; g > c && !j.FixedCap {
+		return g, true
+	}
+	return c, ok
+}

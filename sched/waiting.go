@@ -1,0 +1,83 @@
+package sched
+
+import (
+	"fmt"
+	"github.com/gpufrac/gpufrac/size"
+	"strings"
+	"time"
+)
+
+// Waiting says, when nothing runs and nothing can be admitted, what the run waits for (the
+// budget other processes hold on each GPU) and until when it waits before the jobs left fail.
+func (s *Sched) Waiting(until time.Time) string {
+	var parts []string
+	for _, g := range s.gpus {
+		st, err := s.led.State(g)
+		if err != nil {
+			continue
+		}
+		var who []string
+		for _, res := range st.Reservations {
+			w := res.Task.String()
+			if res.Holder != nil {
+				w += " of gpufrac run " + res.Holder.String()
+			}
+			who = append(who, w)
+		}
+		switch {
+		case s.refused[g] != nil:
+			parts = append(parts, fmt.Sprintf("GPU%d: %s free of %s, but the allocation fence left the guarantee out (%v)",
+				st.Index, st.BudgetBytes-min(st.BudgetBytes, st.ReservedBytes), st.BudgetBytes, s.refused[g]))
+		case !st.Healthy:
+			parts = append(parts, fmt.Sprintf("GPU%d is unhealthy (%s)", st.Index, st.HealthReason))
+		case len(who) > 0:
+			parts = append(parts, fmt.Sprintf("GPU%d: %s of its %s budget held by %d reservation(s) of other processes (%s)",
+				st.Index, st.ReservedBytes, st.BudgetBytes, len(who), strings.Join(who, ", ")))
+		default:
+			parts = append(parts, fmt.Sprintf("GPU%d: %s free of %s", st.Index, st.BudgetBytes-min(st.BudgetBytes, st.ReservedBytes), st.BudgetBytes))
+		}
+	}
+	if s.ledgerErr != nil {
+		parts = append([]string{fmt.Sprintf("the ledger cannot record a reservation (%v)", s.ledgerErr)}, parts...)
+	}
+	return fmt.Sprintf("nothing can be admitted: %s; waiting for them to end until %s (then the jobs left fail; see `gpufrac status`)",
+		strings.Join(parts, "; "), until.Format("15:04:05"))
+}
+
+// WaitReason says what a waiting job waits for, in the scheduler's terms.
+func (s *Sched) WaitReason(j *Job, maxBudget size.Bytes) string {
+	kind, c := s.need(j, maxBudget)
+	switch kind {
+	case needWait:
+		return fmt.Sprintf("the probe of its template %q to finish", j.Template)
+	case needCapped:
+		if c == 0 {
+			return "half a GPU's budget to fit beside the jobs running"
+		}
+		if j.Room > 0 {
+			return fmt.Sprintf("room for %s beside the jobs running", j.Next.Head())
+		}
+		return fmt.Sprintf("room for its %s guarantee beside the jobs running", c)
+	case needWhole:
+		if j.Whole {
+			return "a GPU to itself (" + j.Next.Head() + ", after a broken cap: once the rest of the queue is admitted)"
+		}
+		return "a GPU to itself"
+	case needProbe:
+		return fmt.Sprintf("a GPU to probe its template %q", j.Template)
+	default:
+		return "a free slot"
+	}
+}
+
+// Stuck is why the jobs left fail when nothing was admitted for after with nothing running:
+// the fence's refusal still standing on some GPU (the first in order), else the budget that
+// other processes may hold.
+func (s *Sched) Stuck(after time.Duration) string {
+	for _, g := range s.gpus {
+		if err := s.refused[g]; err != nil {
+			return fmt.Sprintf("not admitted for %s with no job running: the allocation fence left its guarantee out (%v)", after, err)
+		}
+	}
+	return fmt.Sprintf("not admitted for %s with no job running (another process may hold the GPU budget: see `gpufrac status`)", after)
+}
