@@ -80,6 +80,12 @@ func words(s string) *regexp.Regexp {
 	return regexp.MustCompile(strings.Join(parts, `\s+`))
 }
 
+// importStep imports addr by id ("name@namespace" or "name") under config ("": the previous
+// step's) and checks that what the import reads is what the state held.
+func importStep(config, addr, id string) resource.TestStep {
+	return resource.TestStep{Config: config, ResourceName: addr, ImportState: true, ImportStateId: id, ImportStateVerify: true}
+}
+
 // storedPolicy checks that the Variable holds exactly policy's encoding of want.
 func storedPolicy(s *varserver.Server, ns string, want policy.Policy) resource.TestCheckFunc {
 	return stored(s, ns, policy.PolicyKind, want)

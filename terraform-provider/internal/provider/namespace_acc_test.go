@@ -46,19 +46,9 @@ resource "gpufrac_policy" "other" {
 					nothingIn(s, "default"),
 				),
 			},
-			{
-				// A name alone imports from the provider's namespace.
-				ResourceName:      "gpufrac_policy.main",
-				ImportState:       true,
-				ImportStateId:     "main",
-				ImportStateVerify: true,
-			},
-			{
-				ResourceName:      "gpufrac_policy.other",
-				ImportState:       true,
-				ImportStateId:     "main@other",
-				ImportStateVerify: true,
-			},
+			// A name alone imports from the provider's namespace.
+			importStep("", "gpufrac_policy.main", "main"),
+			importStep("", "gpufrac_policy.other", "main@other"),
 			{
 				Config: cfg + `
 data "gpufrac_policy" "nope" {

@@ -110,19 +110,9 @@ resource "gpufrac_policy" "main" {
 				},
 				Check: stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
 			},
-			{
-				ResourceName:      policyAddr,
-				ImportState:       true,
-				ImportStateId:     "main@default",
-				ImportStateVerify: true,
-			},
-			{
-				// A name alone imports from the provider's default namespace.
-				ResourceName:      policyAddr,
-				ImportState:       true,
-				ImportStateId:     "main",
-				ImportStateVerify: true,
-			},
+			importStep("", policyAddr, "main@default"),
+			// A name alone imports from the provider's default namespace.
+			importStep("", policyAddr, "main"),
 		},
 	})
 }

@@ -129,15 +129,9 @@ func TestAccTemplate_unitsFollowPolicy(t *testing.T) {
 				Config:           p + templateConfig("30720MiB", "512MiB"),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 			},
-			{
-				// The import step's state holds only the imported resource, and the harness
-				// cannot read back an output that has no value, so this config has none.
-				Config:            p + strings.Split(templateConfig("30720MiB", "512MiB"), "output")[0],
-				ResourceName:      templateAddr,
-				ImportState:       true,
-				ImportStateId:     "llama@default",
-				ImportStateVerify: true,
-			},
+			// The import step's state holds only the imported resource, and the harness cannot
+			// read back an output that has no value, so this config has none.
+			importStep(p+strings.Split(templateConfig("30720MiB", "512MiB"), "output")[0], templateAddr, "llama@default"),
 		},
 	})
 }
