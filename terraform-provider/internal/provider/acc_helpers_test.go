@@ -80,6 +80,13 @@ func words(s string) *regexp.Regexp {
 	return regexp.MustCompile(strings.Join(parts, `\s+`))
 }
 
+// accTest runs steps against the in-process provider and checks at the end that the test left
+// nothing in s.
+func accTest(t *testing.T, s *varserver.Server, steps []resource.TestStep) {
+	t.Helper()
+	resource.Test(t, resource.TestCase{ProtoV6ProviderFactories: accFactories, CheckDestroy: gone(s), Steps: steps})
+}
+
 // importStep imports addr by id ("name@namespace" or "name") under config ("": the previous
 // step's) and checks that what the import reads is what the state held.
 func importStep(config, addr, id string) resource.TestStep {
