@@ -46,11 +46,9 @@ func TestScoreExclusive(t *testing.T) {
 	}
 }
 
-// packedRun: a probe, the leaker's cap violation and re-run, a neighbour that failed once and
-// then succeeded, and a job whose final attempt failed.
-func packedRun(q []Entry) ArmRun {
-	run := ArmRun{Label: "packed-mps", Arm: "packed", Mode: "mps", Profiles: "cold", Seed: 1, Jobs: q, BusyFraction: 0.8}
-	var leaker, failsOnce, failsLast string
+// packedRoles names the jobs of q that packedRun gives a part: the leaker, the neighbour that
+// fails once, and the job whose final attempt fails.
+func packedRoles(q []Entry) (leaker, failsOnce, failsLast string) {
 	for _, e := range q {
 		switch {
 		case e.Template == Leaker:
@@ -61,6 +59,14 @@ func packedRun(q []Entry) ArmRun {
 			failsLast = e.Name
 		}
 	}
+	return leaker, failsOnce, failsLast
+}
+
+// packedRun: a probe, the leaker's cap violation and re-run, a neighbour that failed once and
+// then succeeded, and a job whose final attempt failed.
+func packedRun(q []Entry) ArmRun {
+	run := ArmRun{Label: "packed-mps", Arm: "packed", Mode: "mps", Profiles: "cold", Seed: 1, Jobs: q, BusyFraction: 0.8}
+	leaker, failsOnce, failsLast := packedRoles(q)
 	for i, e := range q {
 		start := 5 + float64(i) // the first attempt starts at 5 s
 		switch e.Name {
@@ -129,17 +135,7 @@ func TestScorePacked(t *testing.T) {
 	// Innocent work lost: the non-leaker's 3 s cap violation and the other's 10 s failure; the
 	// leaker's probe window and cap violation are not innocent. Lost: the job that failed last
 	// and the job whose result differs. Re-run: the leaker and the job that broke its cap.
-	var leaker, failsOnce, failsLast string
-	for _, e := range q {
-		switch {
-		case e.Template == Leaker:
-			leaker = e.Name
-		case failsOnce == "":
-			failsOnce = e.Name
-		case failsLast == "":
-			failsLast = e.Name
-		}
-	}
+	leaker, failsOnce, failsLast := packedRoles(q)
 	l := s.Loss
 	if l == nil || l.Innocent != 13*time.Second || l.InnocentLost != 2 {
 		t.Fatalf("loss %+v, want 13 s of innocent work and 2 innocent jobs lost", l)

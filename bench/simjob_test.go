@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -125,15 +126,7 @@ func TestSimJobStartUpHoldsNoMemory(t *testing.T) {
 	// Stopped during its start-up, it exits as a simulated job does, having taken nothing.
 	cmd = exec.Command(os.Args[0], "--template", Eval17B, "--result", filepath.Join(t.TempDir(), "r.json"))
 	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+devs[0].UUID)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	out, stderr := testutil.StartPiped(t, cmd)
 	// The job says it is starting up once its signal handler is in place; its start-up at scale
 	// 1 is 14.5 s, so the SIGTERM lands inside it.
 	line, err := bufio.NewReader(out).ReadString('\n')

@@ -452,26 +452,16 @@ func driverBounds(mode policy.Mode, capBytes size.Bytes, ps []seenProc) bool {
 // settle closes violations whose task holds no GPU memory any more, and recognises tasks that
 // left at their cap (an MPS pinned limit, or the fence's refusal).
 func (p *pass) settle() {
-	o, m := p.o, p.m
-	for _, tok := range slices.Sorted(maps.Keys(m.tracks)) {
-		tr := m.tracks[tok]
-		if tr.gpu != o.gpu || len(p.byToken[tok]) > 0 {
-			continue
-		}
-		delete(m.tracks, tok)
+	o := p.o
+	settleGone(p, p.m.tracks, func(tr *track) string { return tr.gpu }, func(tok string, tr *track) {
 		detail := tr.detail
 		if tr.fence != "" {
 			detail += "; " + tr.fence
 		}
 		p.do(recordViolation{ledger.Violation{Token: tok, GPU: o.gpu, Task: tr.task, Mode: tr.mode, CapBytes: tr.capBytes, PeakBytes: tr.peak,
 			Action: tr.action, CrossedAt: tr.crossedAt, ContainedAt: o.now, Detail: detail}})
-	}
-	for _, tok := range slices.Sorted(maps.Keys(m.near)) {
-		n := m.near[tok]
-		if n.gpu != o.gpu || len(p.byToken[tok]) > 0 {
-			continue
-		}
-		delete(m.near, tok)
+	})
+	settleGone(p, p.m.near, func(n *nearCap) string { return n.gpu }, func(tok string, n *nearCap) {
 		held := ledger.HeldByMPSLimit
 		detail := fmt.Sprintf("left the GPU at %.0f%% of its cap without a stop from the watchdog; the MPS pinned limit fails "+
 			"an allocation past the cap inside the process, so this is most likely its out-of-memory exit "+
@@ -483,6 +473,19 @@ func (p *pass) settle() {
 		}
 		p.do(recordViolation{ledger.Violation{Token: tok, GPU: o.gpu, Task: n.task, Mode: n.mode, CapBytes: n.capBytes, PeakBytes: n.peak,
 			Action: ActionOOMInProcess, HeldBy: held, CrossedAt: n.since, ContainedAt: o.now, Detail: detail}})
+	})
+}
+
+// settleGone removes from m, in token order, each entry on this pass's GPU whose task holds no
+// GPU memory any more, and hands it to fn.
+func settleGone[T any](p *pass, m map[string]T, gpu func(T) string, fn func(tok string, v T)) {
+	for _, tok := range slices.Sorted(maps.Keys(m)) {
+		v := m[tok]
+		if gpu(v) != p.o.gpu || len(p.byToken[tok]) > 0 {
+			continue
+		}
+		delete(m, tok)
+		fn(tok, v)
 	}
 }
 

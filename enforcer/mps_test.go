@@ -3,7 +3,6 @@ package enforcer
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -70,12 +69,8 @@ func TestMPSStartAdoptStop(t *testing.T) {
 	}
 
 	// Shutdown leaves the daemon while a client holds GPU memory, and stops it once none does.
-	client := exec.Command("sleep", "30")
-	if err := client.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer client.Process.Kill()
-	if err := r.sim.SetUsage(r.uuid, client.Process.Pid, size.GiB); err != nil {
+	client := testutil.StartTask(t, nil)
+	if err := r.sim.SetUsage(r.uuid, client.PID(), size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.enf.Shutdown(t.Context()); err != nil {
@@ -84,8 +79,7 @@ func TestMPSStartAdoptStop(t *testing.T) {
 	if r.daemonPID() == 0 {
 		t.Fatal("Shutdown stopped a daemon with a client")
 	}
-	client.Process.Kill()
-	client.Wait()
+	client.Stop()
 	if err := r.enf.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +126,8 @@ func TestMPSDaemonDies(t *testing.T) {
 	}
 	r.start()
 	// With a client on the GPU, a dead daemon is a GPU-wide event and is not restarted.
-	client := exec.Command("sleep", "30")
-	if err := client.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer client.Process.Kill()
-	if err := r.sim.SetUsage(r.uuid, client.Process.Pid, size.GiB); err != nil {
+	client := testutil.StartTask(t, nil)
+	if err := r.sim.SetUsage(r.uuid, client.PID(), size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	first := r.daemonPID()
@@ -153,8 +143,7 @@ func TestMPSDaemonDies(t *testing.T) {
 		t.Fatalf("restarted under a running client (%d daemons)", n)
 	}
 	// Once the client is gone the daemon is restarted and the GPU is healthy again.
-	client.Process.Kill()
-	client.Wait()
+	client.Stop()
 	r.event("mps restarted", func(e Event) bool { return e.Kind == EventMPS && e.Stage == "restarted" })
 	testutil.Eventually(t, waitLong, "healthy GPU", func() bool { st, _ := r.led.State(r.uuid); return st.Healthy })
 	if pid := r.daemonPID(); pid == 0 || pid == first {

@@ -1,10 +1,8 @@
 package enforcer
 
 import (
-	"bufio"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"reflect"
 	"slices"
 	"syscall"
@@ -192,22 +190,8 @@ func TestRestartMidViolation(t *testing.T) {
 	r := newRig(t, policy.ModeMPS, func(c *Config) { c.StopGrace = time.Minute })
 	r.start()
 	res := r.reserve(2*size.GiB, "stubborn")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envTestChild+"=stubborn", EnvReservation+"="+res.Token, envNomadJob+"=stubborn")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("helper said %q, %v", line, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() { cmd.Process.Kill(); <-done })
-	pid := cmd.Process.Pid
+	h := r.helper(t, res.Token, "stubborn")
+	pid := h.cmd.Process.Pid
 	testutil.Eventually(t, waitLong, "the helper to report usage", func() bool { return r.sim.SetUsage(r.uuid, pid, 3*size.GiB) == nil })
 	r.event("stopping", func(e Event) bool { return e.Stage == "stopping" && e.Token == res.Token })
 
@@ -219,7 +203,7 @@ func TestRestartMidViolation(t *testing.T) {
 	r.newEnforcer()
 	r.start()
 	select {
-	case <-done:
+	case <-h.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the new enforcer did not stop the violator")
 	}

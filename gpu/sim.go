@@ -406,18 +406,21 @@ func (s *Simulated) SetProcessesFault(uuid, msg string) error {
 
 // SetHealth marks GPU uuid healthy, or unhealthy with a reason, for every process sharing Dir.
 func (s *Simulated) SetHealth(uuid string, ok bool, reason string) error {
+	return s.setMark(uuid, "health", !ok, reason, "simulated fault")
+}
+
+// setMark puts file in GPU uuid's directory, holding reason (or def when it is blank), or
+// removes it: a fault state that every process sharing Dir sees.
+func (s *Simulated) setMark(uuid, file string, on bool, reason, def string) error {
 	if _, err := s.device(uuid); err != nil {
 		return err
 	}
-	path := filepath.Join(s.dir, uuid, "health")
-	if ok {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
+	path := filepath.Join(s.dir, uuid, file)
+	if !on {
+		return removeIfPresent(path)
 	}
 	if strings.TrimSpace(reason) == "" {
-		reason = "simulated fault"
+		reason = def
 	}
 	return writeFileAtomic(path, []byte(reason+"\n"))
 }

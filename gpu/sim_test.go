@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -94,10 +93,7 @@ func TestSimulatedDevicesAndAttach(t *testing.T) {
 	if s.Kind() != gpu.KindSimulated || s.DriverVersion() != "simulated" {
 		t.Fatalf("Kind/DriverVersion = %q/%q", s.Kind(), s.DriverVersion())
 	}
-	attached, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	attached := testutil.AttachSim(t, s.Dir())
 	again, _ := attached.Devices(ctx)
 	if len(again) != 3 || again[1].UUID != devs[1].UUID || again[1].MemoryBytes != devs[1].MemoryBytes {
 		t.Fatalf("attached Devices = %+v, want %+v", again, devs)
@@ -186,16 +182,12 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "H100=80GiB")
 	uuid := devs[0].UUID
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
+	cmd := child(t)
+	pid := cmd.Process.Pid
+	if err := s.SetUsage(uuid, pid, 4*size.GiB); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
-	child := cmd.Process.Pid
-	if err := s.SetUsage(uuid, child, 4*size.GiB); err != nil {
-		t.Fatal(err)
-	}
-	if procs, _ := s.Processes(ctx, uuid); len(procs) != 1 || procs[0].PID != child {
+	if procs, _ := s.Processes(ctx, uuid); len(procs) != 1 || procs[0].PID != pid {
 		t.Fatalf("before kill: %+v", procs)
 	}
 	if err := cmd.Process.Kill(); err != nil {
@@ -203,11 +195,11 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 	}
 	// Not reaped yet: the child is a zombie (or briefly still dying), and must drop out.
 	testutil.Eventually(t, 5*time.Second, "the killed process to drop out", func() bool { p, _ := s.Processes(ctx, uuid); return len(p) == 0 })
-	if _, err := os.Stat(gpu.ProcPath(s, uuid, child)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(gpu.ProcPath(s, uuid, pid)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("entry of the killed process was not removed: %v", err)
 	}
 	cmd.Wait()
-	if err := s.SetUsage(uuid, child, size.GiB); err == nil {
+	if err := s.SetUsage(uuid, pid, size.GiB); err == nil {
 		t.Fatalf("SetUsage for a dead process succeeded")
 	}
 	// A recycled PID: the entry's start time is not the live process's start time.
@@ -223,10 +215,7 @@ func TestSimulatedDeadProcesses(t *testing.T) {
 func TestSimulatedHealth(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "2xH100=80GiB")
-	other, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := testutil.AttachSim(t, s.Dir())
 	uuid := devs[1].UUID
 	if err := s.SetHealth(uuid, false, "ECC errors"); err != nil {
 		t.Fatal(err)
@@ -248,15 +237,11 @@ func TestSimulatedConcurrent(t *testing.T) {
 	s, devs := testutil.NewSim(t, "H100=80GiB")
 	uuid := devs[0].UUID
 	// A killed, unreaped child: every goroutine below races to drop and remove its entry.
-	dead := exec.Command("sleep", "60")
-	if err := dead.Start(); err != nil {
-		t.Fatal(err)
-	}
+	dead := child(t)
 	if err := s.SetUsage(uuid, dead.Process.Pid, size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	dead.Process.Kill()
-	defer dead.Wait()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for g := range 8 {
@@ -303,12 +288,7 @@ func BenchmarkSimProcesses(b *testing.B) {
 	s, devs := testutil.NewSim(b, "H100=80GiB")
 	uuid := devs[0].UUID
 	for range 8 {
-		cmd := exec.Command("sleep", "600")
-		if err := cmd.Start(); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		if err := s.SetUsage(uuid, cmd.Process.Pid, 2*size.GiB); err != nil {
+		if err := s.SetUsage(uuid, child(b).Process.Pid, 2*size.GiB); err != nil {
 			b.Fatal(err)
 		}
 	}

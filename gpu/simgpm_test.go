@@ -34,12 +34,19 @@ func TestSimHasGPM(t *testing.T) {
 // process besides the test itself.
 func sleeper(t *testing.T) int {
 	t.Helper()
+	return child(t).Process.Pid
+}
+
+// child starts a process the test may kill, and leaves unreaped (a zombie), or reap when it
+// chooses; the test's end kills and reaps it if the test has not.
+func child(tb testing.TB) *exec.Cmd {
+	tb.Helper()
 	cmd := exec.Command("sleep", "600")
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd.Process.Pid
+	tb.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
 }
 
 // TestSimulatedGPM walks one GPU's monitor through the loads of its processes: idle, one busy
@@ -50,10 +57,7 @@ func TestSimulatedGPM(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "H200=140GiB")
 	uuid := devs[0].UUID
-	peer, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	peer := testutil.AttachSim(t, s.Dir())
 	g, err := peer.OpenGPM(ctx, uuid)
 	if err != nil {
 		t.Fatal(err)
@@ -108,11 +112,7 @@ func TestSimulatedGPMDeadProcess(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "H100=80GiB")
 	uuid := devs[0].UUID
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
+	cmd := child(t)
 	pid := cmd.Process.Pid
 	if err := errors.Join(s.SetProcessLoad(uuid, pid, gpu.SimLoad{SMUtil: 40, SMOccupancy: 10}),
 		s.SetProcess(uuid, pid, size.GiB, true)); err != nil {

@@ -17,20 +17,7 @@ const simRemovedFile = "removed"
 // errors its queries return), or come back with removed false: a fault to test what happens to
 // the tasks, reservations and units of a GPU that vanishes mid-run.
 func (s *Simulated) SetRemoved(uuid string, removed bool, reason string) error {
-	if _, err := s.device(uuid); err != nil {
-		return err
-	}
-	path := filepath.Join(s.dir, uuid, simRemovedFile)
-	if !removed {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
-	}
-	if strings.TrimSpace(reason) == "" {
-		reason = "simulated removal"
-	}
-	return writeFileAtomic(path, []byte(reason+"\n"))
+	return s.setMark(uuid, simRemovedFile, removed, reason, "simulated removal")
 }
 
 // lost is the error every query about a removed GPU returns, or nil while it is present.

@@ -17,10 +17,7 @@ import (
 func TestSimulatedRemovedGPU(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "2xH100=80GiB")
-	other, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := testutil.AttachSim(t, s.Dir())
 	gone, kept := devs[0].UUID, devs[1].UUID
 	if err := s.SetUsage(gone, os.Getpid(), size.GiB); err != nil {
 		t.Fatal(err)
@@ -28,7 +25,7 @@ func TestSimulatedRemovedGPU(t *testing.T) {
 	if err := s.SetRemoved(gone, true, "XID 79: fell off the bus"); err != nil {
 		t.Fatal(err)
 	}
-	devs, err = other.Devices(ctx)
+	devs, err := other.Devices(ctx)
 	if err != nil || len(devs) != 1 || devs[0].UUID != kept {
 		t.Fatalf("Devices after the removal: %+v, %v; want only %s", devs, err, kept)
 	}

@@ -42,10 +42,7 @@ func TestSimulatedSensors(t *testing.T) {
 	s, devs := testutil.NewSim(t, "H100=80GiB", "T4=16GiB")
 	uuid, other := devs[0].UUID, devs[1].UUID
 	// A second handle on the directory, as the plugin and a test in another process have.
-	peer, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	peer := testutil.AttachSim(t, s.Dir())
 	pid := os.Getpid()
 	steps := []struct {
 		name      string

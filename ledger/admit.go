@@ -393,6 +393,15 @@ func (l *Ledger) ExpireUnseen() ([]Reservation, error) {
 			gone = append(gone, r)
 		}
 	}
+	return l.endAll(prev, gone, func(r Reservation) {
+		l.log.Info("reservation expired: no live process carried it", "token", RedactToken(r.Token), "gpu", r.GPU,
+			"task", r.Task.String(), "grace", l.opts.Grace)
+	})
+}
+
+// endAll ends the gone reservations in one commit and, once it holds, logs each; with none
+// gone it commits nothing.
+func (l *Ledger) endAll(prev *state, gone []Reservation, logEnd func(Reservation)) ([]Reservation, error) {
 	if len(gone) == 0 {
 		return nil, nil
 	}
@@ -403,8 +412,7 @@ func (l *Ledger) ExpireUnseen() ([]Reservation, error) {
 		return nil, err
 	}
 	for _, r := range gone {
-		l.log.Info("reservation expired: no live process carried it", "token", RedactToken(r.Token), "gpu", r.GPU,
-			"task", r.Task.String(), "grace", l.opts.Grace)
+		logEnd(r)
 	}
 	return gone, nil
 }
@@ -431,17 +439,10 @@ func (l *Ledger) ReleaseOrphans(alive func(Holder) bool) ([]Reservation, error) 
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range gone {
-		l.end(r.Token)
-	}
-	if err := l.commit(prev, true); err != nil {
-		return nil, err
-	}
-	for _, r := range gone {
+	return l.endAll(prev, gone, func(r Reservation) {
 		l.log.Info("reservation released: its holder is gone", "token", RedactToken(r.Token), "gpu", r.GPU,
 			"task", r.Task.String(), "holder", r.Holder.String())
-	}
-	return gone, nil
+	})
 }
 
 // Shrink lowers a runner reservation's cap to capBytes (rounded up to whole units) and frees

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -45,19 +46,19 @@ func liveSet(rs []Reservation) string {
 		v, _ := strconv.Atoi(strings.TrimPrefix(r.Task.JobName, "job-"))
 		n = append(n, v)
 	}
-	slices.Sort(n)
-	s := make([]string, len(n))
-	for i, v := range n {
-		s[i] = strconv.Itoa(v)
-	}
-	return strings.Join(s, ",")
+	return joinSorted(n)
 }
 
+// setString is the sorted members of a set of job numbers, as liveSet writes them.
 func setString(m map[int]bool) string {
 	var n []int
 	for v := range m {
 		n = append(n, v)
 	}
+	return joinSorted(n)
+}
+
+func joinSorted(n []int) string {
 	slices.Sort(n)
 	s := make([]string, len(n))
 	for i, v := range n {
@@ -131,15 +132,7 @@ func TestCrashSafety(t *testing.T) {
 	for round := 1; round <= 30; round++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), envCrashDir+"="+dir, envCrashRound+"="+strconv.Itoa(round))
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		out, stderr := testutil.StartPiped(t, cmd)
 		ready := make(chan struct{})
 		acked := map[uint64]string{}
 		pending := map[uint64]string{}

@@ -216,18 +216,9 @@ func (l *Ledger) begin() (*state, error) {
 func (l *Ledger) commit(prev *state, notify bool) error {
 	l.cache = nil
 	l.st.gen++
-	if !l.opts.NoPersist {
-		data, err := l.st.encode(l.opts.Now())
-		if err == nil {
-			err = writeFile(l.dir, l.dirf, StateFile, data)
-		}
-		if err != nil {
-			if prev != nil {
-				l.st = prev
-			}
-			l.log.Error("commit failed; change rolled back", "error", err)
-			return err
-		}
+	if err := l.persist(prev, StateFile, func() ([]byte, error) { return l.st.encode(l.opts.Now()) }); err != nil {
+		l.log.Error("commit failed; change rolled back", "error", err)
+		return err
 	}
 	if notify {
 		l.changed.Publish(struct{}{})
@@ -237,18 +228,27 @@ func (l *Ledger) commit(prev *state, notify bool) error {
 
 // commitViolations writes the violations file; on failure the previous state comes back.
 func (l *Ledger) commitViolations(prev *state) error {
+	if err := l.persist(prev, ViolationsFile, l.st.encodeViolations); err != nil {
+		l.log.Error("commit of violations failed; change rolled back", "error", err)
+		return err
+	}
+	return nil
+}
+
+// persist writes what encode makes to file, unless the ledger keeps nothing on disk; on
+// failure it puts prev (when there is one) back.
+func (l *Ledger) persist(prev *state, file string, encode func() ([]byte, error)) error {
 	if l.opts.NoPersist {
 		return nil
 	}
-	data, err := l.st.encodeViolations()
+	data, err := encode()
 	if err == nil {
-		err = writeFile(l.dir, l.dirf, ViolationsFile, data)
+		err = writeFile(l.dir, l.dirf, file, data)
 	}
 	if err != nil {
 		if prev != nil {
 			l.st = prev
 		}
-		l.log.Error("commit of violations failed; change rolled back", "error", err)
 		return err
 	}
 	return nil
@@ -346,16 +346,25 @@ func (l *Ledger) SyncGPUs(gpus []GPUInfo) error {
 	return l.commit(prev, true)
 }
 
+// openGPU is GPU uuid's record while the ledger is open; the caller holds l.mu.
+func (l *Ledger) openGPU(uuid string) (gpuRec, error) {
+	if l.closed {
+		return gpuRec{}, ErrClosed
+	}
+	rec, ok := l.st.gpus[uuid]
+	if !ok {
+		return gpuRec{}, fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	}
+	return rec, nil
+}
+
 // updateGPU applies fn to a known GPU and commits when it changed anything.
 func (l *Ledger) updateGPU(uuid string, fn func(*gpuRec)) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return ErrClosed
-	}
-	rec, ok := l.st.gpus[uuid]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	rec, err := l.openGPU(uuid)
+	if err != nil {
+		return err
 	}
 	next := rec
 	fn(&next)
@@ -396,12 +405,9 @@ func (l *Ledger) SetUnmanaged(uuid string, b size.Bytes) error {
 func (l *Ledger) SetBorrowed(uuid string, b size.Bytes, waiting bool) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return ErrClosed
-	}
-	rec, ok := l.st.gpus[uuid]
-	if !ok {
-		return fmt.Errorf("%w %q", ErrUnknownGPU, uuid)
+	rec, err := l.openGPU(uuid)
+	if err != nil {
+		return err
 	}
 	if rec.Borrowed == b && rec.BorrowWaiting == waiting {
 		l.advanceHold(uuid, l.now())

@@ -84,11 +84,7 @@ func (s *state) encode(now time.Time) ([]byte, error) {
 	if f.Reservations == nil {
 		f.Reservations = []Reservation{}
 	}
-	b, err := json.Marshal(f)
-	if err != nil {
-		return nil, fmt.Errorf("ledger: encode state: %w", err)
-	}
-	return append(b, '\n'), nil
+	return encodeLine("state", f)
 }
 
 func (s *state) encodeViolations() ([]byte, error) {
@@ -96,9 +92,14 @@ func (s *state) encodeViolations() ([]byte, error) {
 	if d.Violations == nil {
 		d.Violations = []Violation{}
 	}
-	b, err := json.Marshal(d)
+	return encodeLine("violations", d)
+}
+
+// encodeLine is v as one line of JSON, the form of every file the ledger writes.
+func encodeLine(what string, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: encode violations: %w", err)
+		return nil, fmt.Errorf("ledger: encode %s: %w", what, err)
 	}
 	return append(b, '\n'), nil
 }

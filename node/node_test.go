@@ -22,17 +22,11 @@ import (
 // The node's own answer to every case of the table both front ends are held to, with the
 // reason each refusal gives.
 func TestAdmitTable(t *testing.T) {
-	for _, c := range nodetest.Cases() {
-		t.Run(c.Name, func(t *testing.T) {
-			s := c.Setup(t)
-			a, err := s.Node.Admit(context.Background(), node.Request{GPU: nodetest.GPU, Cap: c.Cap, Borrow: true,
-				Task: ledger.Task{JobName: "j", TaskName: "j"}})
-			c.Check(t, s, err == nil, a.Reservation)
-			if err != nil {
-				c.CheckErr(t, err)
-			}
-		})
-	}
+	nodetest.Run(t, func(t *testing.T, c nodetest.Case, s nodetest.Setup) (ledger.Reservation, bool, error) {
+		a, err := s.Node.Admit(context.Background(), node.Request{GPU: nodetest.GPU, Cap: c.Cap, Borrow: true,
+			Task: ledger.Task{JobName: "j", TaskName: "j"}})
+		return a.Reservation, err == nil, err
+	})
 }
 
 // A task that may not borrow gets no limit, whatever the node's rule.

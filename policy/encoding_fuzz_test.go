@@ -41,14 +41,20 @@ func FuzzDecodePolicy(f *testing.F) {
 		if err != nil {
 			return
 		}
-		got, err := DecodePolicy(items)
-		if err != nil {
-			t.Fatalf("decode(encode(%+v)): %v", p, err)
-		}
-		if got != p {
-			t.Fatalf("round trip: got %+v want %+v", got, p)
-		}
+		checkRoundTrip(t, items, DecodePolicy, p)
 	})
+}
+
+// checkRoundTrip fails the test unless decode gives back want, the value items encode.
+func checkRoundTrip[T comparable](t *testing.T, items map[string]string, decode func(map[string]string) (T, error), want T) {
+	t.Helper()
+	got, err := decode(items)
+	if err != nil {
+		t.Fatalf("decode(encode(%+v)): %v", want, err)
+	}
+	if got != want {
+		t.Fatalf("round trip: got %+v want %+v", got, want)
+	}
 }
 
 func FuzzDecodeTemplate(f *testing.F) {
@@ -62,12 +68,6 @@ func FuzzDecodeTemplate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		got, err := DecodeTemplate(items)
-		if err != nil {
-			t.Fatalf("decode(encode(%+v)): %v", tpl, err)
-		}
-		if got != tpl {
-			t.Fatalf("round trip: got %+v want %+v", got, tpl)
-		}
+		checkRoundTrip(t, items, DecodeTemplate, tpl)
 	})
 }

@@ -247,9 +247,6 @@ func (s *FileStore) put(m func(*fileDoc) map[string]*fileEntry, kind, name strin
 	return meta, err
 }
 
-func policies(d *fileDoc) map[string]*fileEntry  { return d.Policies }
-func templates(d *fileDoc) map[string]*fileEntry { return d.Templates }
-
 func (s *FileStore) del(m func(*fileDoc) map[string]*fileEntry, kind, name string, cas uint64) error {
 	return s.update(func(doc *fileDoc) error {
 		cur, exists := m(doc)[name]
@@ -287,80 +284,72 @@ func (s *FileStore) GetPolicy(ctx context.Context, name string) (Policy, Meta, e
 }
 
 func (s *FileStore) getPolicy(name string) (Policy, Meta, uint64, error) {
-	if err := CheckName("policy", name); err != nil {
-		return Policy{}, Meta{}, 0, err
-	}
-	items, m, token, err := s.get(policies, "policy", name)
-	if err != nil {
-		return Policy{}, Meta{}, token, err
-	}
-	p, err := DecodePolicyAt(s.where("policy", name), name, items)
-	return p, m, token, err
+	return fileGet(s, PolicyKind, name)
 }
 
 // PutPolicy writes p with check-and-set (see Store).
 func (s *FileStore) PutPolicy(ctx context.Context, p Policy, cas uint64) (Meta, error) {
-	return s.putPolicy(p, cas, true)
+	return filePut(s, PolicyKind, p, cas, true)
 }
 
 // PutPolicyUnchecked writes p without check-and-set.
 func (s *FileStore) PutPolicyUnchecked(ctx context.Context, p Policy) (Meta, error) {
-	return s.putPolicy(p, 0, false)
-}
-
-func (s *FileStore) putPolicy(p Policy, cas uint64, checked bool) (Meta, error) {
-	items, err := EncodePolicy(p)
-	if err != nil {
-		return Meta{}, fmt.Errorf("policy %q: %w", p.Name, err)
-	}
-	return s.put(policies, "policy", p.Name, items, cas, checked)
+	return filePut(s, PolicyKind, p, 0, false)
 }
 
 // DeletePolicy deletes the named policy (cas 0: unconditionally).
 func (s *FileStore) DeletePolicy(ctx context.Context, name string, cas uint64) error {
-	if err := CheckName("policy", name); err != nil {
-		return err
-	}
-	return s.del(policies, "policy", name, cas)
+	return fileDel(s, PolicyKind, name, cas)
 }
 
 // GetTemplate reads and decodes the named template.
 func (s *FileStore) GetTemplate(ctx context.Context, name string) (Template, Meta, error) {
-	if err := CheckName("template", name); err != nil {
-		return Template{}, Meta{}, err
-	}
-	items, m, _, err := s.get(templates, "template", name)
-	if err != nil {
-		return Template{}, Meta{}, err
-	}
-	t, err := DecodeTemplateAt(s.where("template", name), name, items)
+	t, m, _, err := fileGet(s, TemplateKind, name)
 	return t, m, err
 }
 
 // PutTemplate writes t with check-and-set (see Store).
 func (s *FileStore) PutTemplate(ctx context.Context, t Template, cas uint64) (Meta, error) {
-	return s.putTemplate(t, cas, true)
+	return filePut(s, TemplateKind, t, cas, true)
 }
 
 // PutTemplateUnchecked writes t without check-and-set.
 func (s *FileStore) PutTemplateUnchecked(ctx context.Context, t Template) (Meta, error) {
-	return s.putTemplate(t, 0, false)
-}
-
-func (s *FileStore) putTemplate(t Template, cas uint64, checked bool) (Meta, error) {
-	items, err := EncodeTemplate(t)
-	if err != nil {
-		return Meta{}, fmt.Errorf("template %q: %w", t.Name, err)
-	}
-	return s.put(templates, "template", t.Name, items, cas, checked)
+	return filePut(s, TemplateKind, t, 0, false)
 }
 
 // DeleteTemplate deletes the named template (cas 0: unconditionally).
 func (s *FileStore) DeleteTemplate(ctx context.Context, name string, cas uint64) error {
-	if err := CheckName("template", name); err != nil {
+	return fileDel(s, TemplateKind, name, cas)
+}
+
+// fileGet reads and decodes the object of kind k called name, with the file's token.
+func fileGet[T any](s *FileStore, k Kind[T], name string) (T, Meta, uint64, error) {
+	var zero T
+	if err := CheckName(k.Name, name); err != nil {
+		return zero, Meta{}, 0, err
+	}
+	items, m, token, err := s.get(k.entries, k.Name, name)
+	if err != nil {
+		return zero, Meta{}, token, err
+	}
+	v, err := k.DecodeAt(s.where(k.Name, name), name, items)
+	return v, m, token, err
+}
+
+func filePut[T any](s *FileStore, k Kind[T], v T, cas uint64, checked bool) (Meta, error) {
+	items, err := k.Encode(v)
+	if err != nil {
+		return Meta{}, err
+	}
+	return s.put(k.entries, k.Name, k.NameOf(v), items, cas, checked)
+}
+
+func fileDel[T any](s *FileStore, k Kind[T], name string, cas uint64) error {
+	if err := CheckName(k.Name, name); err != nil {
 		return err
 	}
-	return s.del(templates, "template", name, cas)
+	return s.del(k.entries, k.Name, name, cas)
 }
 
 // ListTemplates returns every template in the file sorted by name (see Store).
@@ -377,7 +366,7 @@ func (s *FileStore) ListTemplates(ctx context.Context) ([]Template, error) {
 	var out []Template
 	var bad []error
 	for _, n := range names {
-		t, err := DecodeTemplateAt(s.where("template", n), n, doc.Templates[n].Items)
+		t, err := TemplateKind.DecodeAt(s.where("template", n), n, doc.Templates[n].Items)
 		if err != nil {
 			bad = append(bad, err)
 			continue

@@ -100,28 +100,3 @@ var (
 	_ Store        = (*FileStore)(nil)
 	_ PolicySource = (*FileStore)(nil)
 )
-
-// DecodePolicyAt decodes items stored at path and checks that the name item matches the path,
-// so a copied variable cannot masquerade as another policy.
-func DecodePolicyAt(path, name string, items map[string]string) (Policy, error) {
-	p, err := DecodePolicy(items)
-	if err != nil {
-		return Policy{}, fmt.Errorf("policy at %s: %w", path, err)
-	}
-	if p.Name != name {
-		return Policy{}, fmt.Errorf("policy at %s: %w", path, &FieldError{Field: KeyName, Value: fmt.Sprintf("%q", p.Name), Reason: fmt.Sprintf("does not match the path's name %q", name)})
-	}
-	return p, nil
-}
-
-// DecodeTemplateAt is DecodePolicyAt for templates.
-func DecodeTemplateAt(path, name string, items map[string]string) (Template, error) {
-	t, err := DecodeTemplate(items)
-	if err != nil {
-		return Template{}, fmt.Errorf("template at %s: %w", path, err)
-	}
-	if t.Name != name {
-		return Template{}, fmt.Errorf("template at %s: %w", path, &FieldError{Field: KeyName, Value: fmt.Sprintf("%q", t.Name), Reason: fmt.Sprintf("does not match the path's name %q", name)})
-	}
-	return t, nil
-}

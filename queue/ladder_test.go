@@ -8,7 +8,7 @@ import (
 )
 
 func TestLadderKeys(t *testing.T) {
-	q, err := Parse([]byte(`
+	q := mustParse(t, `
 max_attempts = 4
 borrow_wait  = "2s"
 template "fixed" {
@@ -25,10 +25,7 @@ job "b" {
   max_attempts = 1
   cap_fixed    = false
 }
-`), "q.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	if q.MaxAttempts != 4 || q.BorrowWait != 2*time.Second {
 		t.Errorf("queue max_attempts %d borrow_wait %s, want 4 and 2s", q.MaxAttempts, q.BorrowWait)
 	}

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,13 +46,7 @@ func TestParseQueueErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.src), "q.hcl")
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("error %v does not wrap ErrInvalid", err)
-			}
+			err := parseInvalid(t, tc.src)
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q lacks %q", err, w)

@@ -8,6 +8,29 @@ import (
 	"testing"
 )
 
+// parseInvalid parses src as q.hcl and fails the test unless it is refused with ErrInvalid.
+func parseInvalid(t *testing.T, src string) error {
+	t.Helper()
+	_, err := Parse([]byte(src), "q.hcl")
+	if err == nil {
+		t.Fatal("no error")
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("error %v does not wrap ErrInvalid", err)
+	}
+	return err
+}
+
+// mustParse parses src as q.hcl and fails the test on any error.
+func mustParse(t *testing.T, src string) Queue {
+	t.Helper()
+	q, err := Parse([]byte(src), "q.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 // A queue that would overwrite its own outputs or another job's result, or names a template it
 // never declared, is refused at load time with every problem's position and bad value.
 func TestParseRefusesCollisionsAndUndeclaredTemplates(t *testing.T) {
@@ -93,14 +116,7 @@ q.hcl:13,13: Duplicate result: job "c": result = "r.json" is also the result of 
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.src), "q.hcl")
-			if err == nil {
-				t.Fatal("no error")
-			}
-			if !errors.Is(err, ErrInvalid) {
-				t.Errorf("error %v does not wrap ErrInvalid", err)
-			}
-			if err.Error() != tc.want {
+			if err := parseInvalid(t, tc.src); err.Error() != tc.want {
 				t.Errorf("error\n\t%s\nwant\n\t%s", strings.ReplaceAll(err.Error(), "\n", "\n\t"), strings.ReplaceAll(tc.want, "\n", "\n\t"))
 			}
 		})
@@ -110,7 +126,7 @@ q.hcl:13,13: Duplicate result: job "c": result = "r.json" is also the result of 
 // What the checks must let through: results in their own files, a job that is its own
 // template, a template named by a job and declared, and a job that names itself.
 func TestParseAcceptsDistinctResultsAndDeclaredTemplates(t *testing.T) {
-	q, err := Parse([]byte(`
+	q := mustParse(t, `
 template "train" {}
 job "a" {
   template = "train"
@@ -133,10 +149,7 @@ job "d" {
 job "e" {
   command = ["x"]
 }
-`), "q.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	var got []string
 	for _, j := range q.Jobs {
 		got = append(got, j.Name+":"+j.Template)
@@ -150,7 +163,7 @@ job "e" {
 }
 
 func TestParseWarnsOfUnusedTemplates(t *testing.T) {
-	q, err := Parse([]byte(`
+	q := mustParse(t, `
 template "eval" {
   peak = "1GiB"
 }
@@ -163,10 +176,7 @@ job "a" {
 job "b" {
   command = ["x"]
 }
-`), "q.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	var got []string
 	for _, w := range q.Warnings {
 		got = append(got, w.String())
@@ -194,11 +204,7 @@ func TestCheckOutDir(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			src := "\njob \"a\" {\n  command = [\"x\"]\n  result  = \"r/a.json\"\n}\njob \"b\" {\n  command = [\"x\"]\n  result  = \"" + tc.result + "\"\n}\n"
-			q, err := Parse([]byte(src), "q.hcl")
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = q.CheckOutDir(out)
+			err := mustParse(t, src).CheckOutDir(out)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("CheckOutDir: %v", err)

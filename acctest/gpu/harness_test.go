@@ -322,6 +322,32 @@ func (h *harness) eventsOf(kind enforcer.EventKind) []enforcer.Event {
 	return out
 }
 
+// neighbours are the two 6 GiB matmul tasks that share the GPU with a test's subject; each must
+// finish with its solo result.
+type neighbours struct{ a, b *job }
+
+func (h *harness) startNeighbours() neighbours {
+	h.tb.Helper()
+	return neighbours{
+		a: h.run(h.reserve(6*size.GiB, "nbA"), "nbA", neighbourArgs("1")...),
+		b: h.run(h.reserve(6*size.GiB, "nbB"), "nbB", neighbourArgs("2")...),
+	}
+}
+
+func (n neighbours) ready(tb testing.TB) {
+	tb.Helper()
+	n.a.ready(tb)
+	n.b.ready(tb)
+}
+
+// finished waits for both and says whether each ended with its solo result, and why not.
+func (n neighbours) finished(tb testing.TB) (okA, okB bool, whyA, whyB string) {
+	tb.Helper()
+	okA, whyA = n.a.neighbourOK(tb, "1")
+	okB, whyB = n.b.neighbourOK(tb, "2")
+	return okA, okB, whyA, whyB
+}
+
 func neighbourArgs(seed string) []string {
 	return []string{"matmul", "--seed", seed, "--size", "8192", "--iters", "150", "--hold-mb", "2048"}
 }

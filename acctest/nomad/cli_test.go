@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,24 +11,10 @@ import (
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
-
-// startTask runs a stand-in task: a real process with the reservation's environment, which the
-// enforcer finds by its token.
-func startTask(t *testing.T, env map[string]string) *exec.Cmd {
-	t.Helper()
-	task := exec.Command("sleep", "120")
-	for k, v := range env {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { task.Process.Kill(); task.Wait() })
-	return task
-}
 
 // rows reads a rendered list or block: the value of each row by its first column.
 func rows(text, sep string) map[string]string {
@@ -55,28 +40,12 @@ func TestWhatTheCLIShowsFromTheStats(t *testing.T) {
 	uuid := g.GetAttributes()["uuid"].GetStringVal()
 	qid := func(id string) string { return emulator.QualifiedID("nvidia", "gpumem", g.GetDeviceName(), id) }
 
-	_, train, err := c.Schedule(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Reserve(train)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, eval, err := c.Schedule(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Reserve(eval); err != nil {
-		t.Fatal(err)
-	}
-	task := startTask(t, res.GetEnvs())
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	train, res := place(t, c, 4)
+	eval, _ := place(t, c, 2)
+	task := testutil.StartTask(t, res.GetEnvs())
+	sim := simAt(t, dir)
 	const used = 3 * size.GiB
-	if err := sim.SetProcess(uuid, task.Process.Pid, used, true); err != nil {
+	if err := sim.SetProcess(uuid, task.PID(), used, true); err != nil {
 		t.Fatal(err)
 	}
 

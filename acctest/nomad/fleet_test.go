@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/gpufrac/gpufrac/controller"
 	"github.com/gpufrac/gpufrac/enforcer"
-	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/ledger"
@@ -30,76 +28,31 @@ import (
 // controller re-registers the job with the ladder's larger guarantee (the cap formula over the
 // 5 GiB it reached), and the next Reserve gets those units.
 func TestEscalationLoopEndToEnd(t *testing.T) {
-	vs := varserver.New(varserver.Options{MaxWait: 2 * time.Second})
-	t.Cleanup(vs.Close)
-	// The tokens carry the ACL policies docs/plugin.md tells operators to create: if the guide's
-	// policies fall short, the loop stops here.
-	vs.SetToken("plugin-token", docACL(t, "gpufrac-plugin")...)
-	vs.SetToken("controller-token", docACL(t, "gpufrac-controller")...)
+	vs := nomadAPI(t)
 
 	dir := t.TempDir()
 	port := testutil.FreePort(t)
 	c, ids, res := reservePublishing(t, vs, dir, `metrics_addr = ":`+port+`"`)
 	token := res.GetEnvs()[enforcer.EnvReservation]
 
-	// Nomad's view: job "train" asks for 3 units, and its allocation holds the IDs above.
 	const allocID = "5e1c0a9b-4d2e-4f3a-9b8c-7d6e5f4a3b2c"
-	count := uint64(3)
-	job := vs.PutJob(&api.Job{ID: strPtr("train"), Name: strPtr("train"), Type: strPtr("batch"), TaskGroups: []*api.TaskGroup{{
-		Name: strPtr("g"), Tasks: []*api.Task{{Name: "main", Driver: "exec",
-			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpumem", Count: &count}}}}},
-	}}})
-	vs.PutAlloc(&api.Allocation{ID: allocID, Namespace: "default", JobID: "train", TaskGroup: "g", Job: job, ClientStatus: api.AllocClientStatusRunning,
-		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"main": {
-			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids}}}}}})
+	putTrainAlloc(vs, allocID, ids)
 
 	// The task: a real process with the reservation's environment and Nomad's, leaking past
 	// its 3 GiB cap on the simulated GPU.
-	task := exec.Command("sleep", "120")
-	task.Env = []string{"NOMAD_ALLOC_ID=" + allocID, "NOMAD_JOB_NAME=train", "NOMAD_TASK_NAME=main"}
-	for k, v := range res.GetEnvs() {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { task.Wait(); close(exited) }()
-	t.Cleanup(func() { task.Process.Kill(); <-exited })
-	// The enforcer learns the task's Nomad identity at its next process scan (every second);
-	// a real task runs that long before it leaks.
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
-		if err == nil && len(snap.Reservations) == 1 && snap.Reservations[0].Task.AllocID == allocID {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the reservation never learnt its allocation (%v)", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	task := testutil.StartTask(t, res.GetEnvs(), nomadEnv(allocID)...)
+	waitAllocLearnt(t, dir, allocID)
 	uuid := res.GetEnvs()[enforcer.EnvGPUUUID]
-	if err := sim.SetUsage(uuid, task.Process.Pid, 5*size.GiB); err != nil {
+	if err := simAt(t, dir).SetUsage(uuid, task.PID(), 5*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-exited:
+	case <-task.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatal("the enforcer did not stop the task that broke its cap")
 	}
 
-	ctl, err := controller.New(controller.Config{Client: apiClient(t, vs.URL(), "controller-token"), Retry: 100 * time.Millisecond, Wait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ctl.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runController(t, vs)
 
 	var raised uint64
 	deadline := time.Now().Add(30 * time.Second)
@@ -143,14 +96,7 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 	// Nomad replaces the allocation: the old one's units are free again and the new one asks
 	// for the raised count.
 	c.Unschedule(ids)
-	_, more, err := c.Schedule(int(raised))
-	if err != nil {
-		t.Fatalf("scheduling the re-registered job: %v", err)
-	}
-	res2, err := c.Reserve(more)
-	if err != nil {
-		t.Fatalf("Reserve of the raised units: %v", err)
-	}
+	_, res2 := place(t, c, int(raised))
 	if got, want := res2.GetEnvs()[enforcer.EnvCapBytes], strconv.FormatUint(raised*uint64(size.GiB), 10); got != want {
 		t.Errorf("cap of the re-run %s, want %s", got, want)
 	}
@@ -167,4 +113,57 @@ func apiClient(t *testing.T, addr, token string) *api.Client {
 		t.Fatal(err)
 	}
 	return cl
+}
+
+// nomadAPI is a stand-in for Nomad's API whose tokens for the plugin and the controller carry
+// the ACL policies docs/plugin.md tells operators to create: if the guide's policies fall
+// short, the escalation loop stops there.
+func nomadAPI(t *testing.T) *varserver.Server {
+	vs := varserver.New(varserver.Options{MaxWait: 2 * time.Second})
+	t.Cleanup(vs.Close)
+	vs.SetToken("plugin-token", docACL(t, "gpufrac-plugin")...)
+	vs.SetToken("controller-token", docACL(t, "gpufrac-controller")...)
+	return vs
+}
+
+// putTrainAlloc is Nomad's view of the reservation: job "train" asks for 3 units, and its
+// running allocation allocID holds ids.
+func putTrainAlloc(vs *varserver.Server, allocID string, ids []string) {
+	count := uint64(3)
+	job := vs.PutJob(&api.Job{ID: strPtr("train"), Name: strPtr("train"), Type: strPtr("batch"), TaskGroups: []*api.TaskGroup{{
+		Name: strPtr("g"), Tasks: []*api.Task{{Name: "main", Driver: "exec",
+			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpumem", Count: &count}}}}},
+	}}})
+	vs.PutAlloc(&api.Allocation{ID: allocID, Namespace: "default", JobID: "train", TaskGroup: "g", Job: job, ClientStatus: api.AllocClientStatusRunning,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"main": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids}}}}}})
+}
+
+// nomadEnv is the environment Nomad gives job "train"'s task "main" in allocation allocID.
+func nomadEnv(allocID string) []string {
+	return []string{"NOMAD_ALLOC_ID=" + allocID, "NOMAD_JOB_NAME=train", "NOMAD_TASK_NAME=main"}
+}
+
+// waitAllocLearnt waits until the plugin's only reservation is tied to allocation allocID:
+// the enforcer learns a task's Nomad identity at its next process scan (every second), and a
+// real task runs that long before it takes its memory.
+func waitAllocLearnt(t *testing.T, dir, allocID string) {
+	t.Helper()
+	testutil.Eventually(t, 20*time.Second, "the reservation to learn its allocation", func() bool {
+		snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
+		return err == nil && len(snap.Reservations) == 1 && snap.Reservations[0].Task.AllocID == allocID
+	})
+}
+
+// runController runs the controller against vs with its guide token until the test ends.
+func runController(t *testing.T, vs *varserver.Server) {
+	t.Helper()
+	ctl, err := controller.New(controller.Config{Client: apiClient(t, vs.URL(), "controller-token"), Retry: 100 * time.Millisecond, Wait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ctl.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }

@@ -1,15 +1,13 @@
 package nomad_test
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
-	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -17,19 +15,10 @@ import (
 func TestGPUFaultMarksUnitsUnhealthyAndKeepsHeldOnes(t *testing.T) {
 	dir := t.TempDir()
 	c := start(t, agentConfig(dir, `"L4=24GiB", "L4=24GiB"`, `fingerprint_period = "1s"`))
-	_, held, err := c.Schedule(4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Reserve(held); err != nil {
-		t.Fatal(err)
-	}
+	held, _ := place(t, c, 4)
 	g := c.Latest().GetDeviceGroup()[0]
 	uuid := g.GetAttributes()["uuid"].GetStringVal()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim := simAt(t, dir)
 	if err := sim.SetHealth(uuid, false, "XID 79: fell off the bus"); err != nil {
 		t.Fatal(err)
 	}
@@ -65,30 +54,12 @@ func TestGPUFaultMarksUnitsUnhealthyAndKeepsHeldOnes(t *testing.T) {
 func TestStatsShowTheTaskUsageAgainstItsCap(t *testing.T) {
 	dir := t.TempDir()
 	c := start(t, agentConfig(dir, `"H100=80GiB"`, ""))
-	_, ids, err := c.Schedule(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Reserve(ids)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids, res := place(t, c, 8)
 	uuid := res.GetEnvs()[enforcer.EnvGPUUUID]
 	// A stand-in task: a real process carrying the reservation's environment, holding 3 GiB
 	// on the simulated GPU.
-	task := exec.Command("sleep", "60")
-	for k, v := range res.GetEnvs() {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { task.Process.Kill(); task.Wait() }()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := sim.SetUsage(uuid, task.Process.Pid, 3*size.GiB); err != nil {
+	task := testutil.StartTask(t, res.GetEnvs())
+	if err := simAt(t, dir).SetUsage(uuid, task.PID(), 3*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	st, err := c.WaitStats(15*time.Second, func(s *devicepb.StatsResponse) bool {

@@ -1,7 +1,6 @@
 package nomad_test
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +15,6 @@ import (
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
-	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -50,31 +48,14 @@ func TestRestartInPlaceAfterABrokenCap(t *testing.T) {
 }
 
 func restartInPlace(t *testing.T, leak []string) {
-	vs := varserver.New(varserver.Options{MaxWait: 2 * time.Second})
-	t.Cleanup(vs.Close)
-	vs.SetToken("plugin-token", docACL(t, "gpufrac-plugin")...)
-	vs.SetToken("controller-token", docACL(t, "gpufrac-controller")...)
+	vs := nomadAPI(t)
 	dir := t.TempDir()
 	_, ids, res := reservePublishing(t, vs, dir, "")
 	const allocID = "7a1c0a9b-4d2e-4f3a-9b8c-7d6e5f4a3b2d"
-	count := uint64(3)
-	job := vs.PutJob(&api.Job{ID: strPtr("train"), Name: strPtr("train"), Type: strPtr("batch"), TaskGroups: []*api.TaskGroup{{
-		Name: strPtr("g"), Tasks: []*api.Task{{Name: "main", Driver: "exec",
-			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpumem", Count: &count}}}}},
-	}}})
-	vs.PutAlloc(&api.Allocation{ID: allocID, Namespace: "default", JobID: "train", TaskGroup: "g", Job: job, ClientStatus: api.AllocClientStatusRunning,
-		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"main": {
-			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids}}}}}})
+	putTrainAlloc(vs, allocID, ids)
 	uuid := res.GetEnvs()[enforcer.EnvGPUUUID]
 
-	ctl, err := controller.New(controller.Config{Client: apiClient(t, vs.URL(), "controller-token"), Retry: 100 * time.Millisecond, Wait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- ctl.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runController(t, vs)
 
 	stopped := func() bool {
 		a, ok := vs.Alloc(allocID)
@@ -96,24 +77,16 @@ func restartInPlace(t *testing.T, leak []string) {
 		}
 		task := exec.Command(exe, append([]string{"--dir", filepath.Join(dir, "simgpu"), "--gpu", uuid, "--hold", "60s",
 			"--after", identified}, leak...)...)
-		task.Env = []string{"NOMAD_ALLOC_ID=" + allocID, "NOMAD_JOB_NAME=train", "NOMAD_TASK_NAME=main", simjob.EnvChild + "=1"}
+		task.Env = append(nomadEnv(allocID), simjob.EnvChild+"=1")
 		for k, v := range res.GetEnvs() {
 			task.Env = append(task.Env, k+"="+v)
 		}
-		if err := task.Start(); err != nil {
-			t.Fatal(err)
-		}
+		exited := testutil.Start(t, task).Exited()
 		runs++
-		exited := make(chan struct{})
-		go func() { task.Wait(); close(exited) }()
-		t.Cleanup(func() { task.Process.Kill(); <-exited })
 		if runs == 1 {
 			// The enforcer ties the reservation to its allocation at its next process scan; the
 			// task takes its memory once it has.
-			testutil.Eventually(t, 20*time.Second, "the reservation to learn its allocation", func() bool {
-				snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
-				return err == nil && len(snap.Reservations) == 1 && snap.Reservations[0].Task.AllocID == allocID
-			})
+			waitAllocLearnt(t, dir, allocID)
 			if err := os.WriteFile(identified, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -157,13 +130,6 @@ func reservePublishing(t *testing.T, vs *varserver.Server, dir, extra string) (*
     address = "`+vs.URL()+`"
     token   = "plugin-token"
   }`))
-	_, ids, err := c.Schedule(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Reserve(ids)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids, res := place(t, c, 3)
 	return c, ids, res
 }

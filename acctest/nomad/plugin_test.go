@@ -16,6 +16,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
@@ -57,6 +59,27 @@ func start(t *testing.T, hcl string) *emulator.Client {
 		}
 	})
 	return c
+}
+
+// place is Nomad placing n units and the plugin reserving them: the IDs and the reservation.
+func place(t *testing.T, c *emulator.Client, n int) ([]string, *devicepb.ContainerReservation) {
+	t.Helper()
+	group, ids, err := c.Schedule(n)
+	if err != nil {
+		t.Fatalf("scheduling %d units: %v", n, err)
+	}
+	res, err := c.Reserve(ids)
+	if err != nil {
+		t.Fatalf("Reserve(%s %v): %v", group, ids, err)
+	}
+	return ids, res
+}
+
+// simAt opens the simulated GPUs of the plugin whose state directory is dir, as a second
+// handle: what the test sets there (a task's memory, a fault) the plugin sees.
+func simAt(t *testing.T, dir string) *gpu.Simulated {
+	t.Helper()
+	return testutil.AttachSim(t, filepath.Join(dir, "simgpu"))
 }
 
 func attr(g *devicepb.DeviceGroup, k string) int64 { return g.GetAttributes()[k].GetIntVal() }
@@ -221,14 +244,7 @@ func testRestart(t *testing.T, restart func(*emulator.Client) error) {
 	var held [][]string
 	var tokens []string
 	for i := 0; i < 2; i++ {
-		_, ids, err := c.Schedule(3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := c.Reserve(ids)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ids, res := place(t, c, 3)
 		held = append(held, ids)
 		tokens = append(tokens, res.GetEnvs()[enforcer.EnvReservation])
 	}

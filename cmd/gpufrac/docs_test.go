@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -281,14 +280,7 @@ func TestProbeJSONKeysAsDocumented(t *testing.T) {
 		doc = append(doc, strings.TrimSpace(k))
 	}
 	c := newCLI(t)
-	code, out, errs := c.run("probe", "--template", "keys", "--json", "--no-store", "--", "gpufrac", "simjob", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms")
-	if code != 0 {
-		t.Fatalf("probe exit %d: %s", code, errs)
-	}
-	var got map[string]any
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatal(err)
-	}
+	got, _ := runJSON[map[string]any](t, c, "probe", "--template", "keys", "--json", "--no-store", "--", "gpufrac", "simjob", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms")
 	var keys []string
 	for k := range got {
 		keys = append(keys, k)

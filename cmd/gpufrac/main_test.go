@@ -47,6 +47,21 @@ func (c *cli) run(args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
+// runJSON runs a command that must succeed and decodes its --json output into a T; its stderr
+// comes back for the checks that read it.
+func runJSON[T any](t *testing.T, c *cli, args ...string) (T, string) {
+	t.Helper()
+	var v T
+	code, out, errs := c.run(args...)
+	if code != 0 {
+		t.Fatalf("%s exit %d: %s", args[0], code, errs)
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return v, errs
+}
+
 func TestUnitsMath(t *testing.T) {
 	c := newCLI(t)
 	p := policy.Default()
@@ -62,14 +77,7 @@ func TestUnitsMath(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.peak, func(t *testing.T) {
-			code, out, errs := c.run("units", "--peak", tc.peak, "--json")
-			if code != 0 {
-				t.Fatalf("exit %d: %s", code, errs)
-			}
-			var got unitsOutput
-			if err := json.Unmarshal([]byte(out), &got); err != nil {
-				t.Fatal(err)
-			}
+			got, _ := runJSON[unitsOutput](t, c, "units", "--peak", tc.peak, "--json")
 			if got.CapBytes != tc.wantCap || got.Units != tc.wantUnits {
 				t.Errorf("cap %s units %d, want %s and %d", got.CapBytes, got.Units, tc.wantCap, tc.wantUnits)
 			}
@@ -139,16 +147,9 @@ func TestStatusOnAFreshStateDir(t *testing.T) {
 
 func TestProbeThenUnitsAndStatus(t *testing.T) {
 	c := newCLI(t)
-	code, out, errs := c.run("probe", "--template", "lora", "--json", "--", "gpufrac", "simjob", "--peak", "3GiB", "--ramp", "100ms", "--hold", "300ms")
-	if code != 0 {
-		t.Fatalf("probe exit %d: %s", code, errs)
-	}
+	po, errs := runJSON[probeOutput](t, c, "probe", "--template", "lora", "--json", "--", "gpufrac", "simjob", "--peak", "3GiB", "--ramp", "100ms", "--hold", "300ms")
 	if !strings.Contains(errs, "SIMULATED") {
 		t.Errorf("a simulated probe must say so: stderr %q", errs)
-	}
-	var po probeOutput
-	if err := json.Unmarshal([]byte(out), &po); err != nil {
-		t.Fatalf("probe --json: %v\n%s", err, out)
 	}
 	if po.PeakBytes < 3*size.GiB-100*size.MiB || po.PeakBytes > 3*size.GiB || po.Backend != "simulated" {
 		t.Fatalf("probe output %+v", po)
@@ -157,14 +158,7 @@ func TestProbeThenUnitsAndStatus(t *testing.T) {
 		t.Errorf("cap %s stored in %v", po.CapBytes, po.StoredIn)
 	}
 	// The template's peak is in the local policy file, so units finds it.
-	code, out, errs = c.run("units", "--template", "lora", "--json")
-	if code != 0 {
-		t.Fatalf("units exit %d: %s", code, errs)
-	}
-	var uo unitsOutput
-	if err := json.Unmarshal([]byte(out), &uo); err != nil {
-		t.Fatal(err)
-	}
+	uo, _ := runJSON[unitsOutput](t, c, "units", "--template", "lora", "--json")
 	if uo.PeakBytes != po.PeakBytes || uo.CapBytes != po.CapBytes {
 		t.Errorf("units from the template: %+v, probe said %+v", uo, po)
 	}
@@ -184,14 +178,7 @@ func TestProbeThenUnitsAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	led.Close()
-	code, out, errs = c.run("status", "--json")
-	if code != 0 {
-		t.Fatalf("status exit %d: %s", code, errs)
-	}
-	var so statusOutput
-	if err := json.Unmarshal([]byte(out), &so); err != nil {
-		t.Fatalf("status --json: %v\n%s", err, out)
-	}
+	so, _ := runJSON[statusOutput](t, c, "status", "--json")
 	if len(so.GPUs) != 1 || len(so.GPUs[0].Reservations) != 1 || len(so.Profiles) != 1 || len(so.Violations) != 1 {
 		t.Fatalf("status: %+v", so)
 	}
@@ -202,7 +189,7 @@ func TestProbeThenUnitsAndStatus(t *testing.T) {
 	if v := so.Violations[0]; v.ContainmentS < 0.119 || v.ContainmentS > 0.121 || v.Token != res.Token[:8] {
 		t.Errorf("violation %+v", v)
 	}
-	code, out, _ = c.run("status")
+	code, out, _ := c.run("status")
 	for _, want := range []string{"SIMULATED", "GPU0", "train/main", "lora", "sigkill", "0.12s", "probe"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)

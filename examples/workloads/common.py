@@ -43,23 +43,21 @@ def default_cache():
 
 
 def env_int(name, default):
-    v = os.environ.get(name)
-    if v is None or v == "":
-        return default
-    try:
-        return int(v)
-    except ValueError:
-        sys.exit(f"{name}={v!r}: not an integer")
+    return _env(name, default, int, "an integer")
 
 
 def env_float(name, default):
+    return _env(name, default, float, "a number")
+
+
+def _env(name, default, parse, what):
     v = os.environ.get(name)
     if v is None or v == "":
         return default
     try:
-        return float(v)
+        return parse(v)
     except ValueError:
-        sys.exit(f"{name}={v!r}: not a number")
+        sys.exit(f"{name}={v!r}: not {what}")
 
 
 class Job:
@@ -120,6 +118,22 @@ class Job:
             sys.exit(f"checkpoint {path!r} is missing or incomplete: run prepare.py --cache "
                      f"{self.args.cache!r} first")
         return path
+
+    def import_torch(self):
+        """setup_torch, then transformers; both imports are timed, the latter as "imports"."""
+        torch = self.setup_torch()
+        import transformers  # noqa: F401
+        self.mark("imports")
+        return torch
+
+    def load_inference(self, name, seed, n, seq):
+        """The named model in eval mode, and n seeded sequences of seq token ids on the GPU to
+        feed it; timed as "load"."""
+        model = self.load_qwen(name)
+        model.eval()
+        data = chain_tokens(seed, n, seq).to("cuda")
+        self.mark("load")
+        return model, data
 
     def load_qwen(self, name, dtype=None):
         """Load a Qwen3-shaped causal LM from the prepared checkpoint straight onto the GPU."""

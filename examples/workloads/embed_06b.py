@@ -16,14 +16,8 @@ def main():
     n = common.env_int("GPUFRAC_SEQS", SEQS)
     batch = common.env_int("GPUFRAC_BATCH", BATCH)
     seq = common.env_int("GPUFRAC_SEQ", SEQ)
-    torch = job.setup_torch()
-    import transformers  # noqa: F401
-    job.mark("imports")
-
-    model = job.load_qwen("qwen3-0.6b")
-    model.eval()
-    data = common.chain_tokens(job.args.seed + 2, n, seq).to("cuda")
-    job.mark("load")
+    torch = job.import_torch()
+    model, data = job.load_inference("qwen3-0.6b", job.args.seed + 2, n, seq)
 
     embs = []
     with torch.inference_mode():

@@ -16,14 +16,8 @@ def main():
     n = common.env_int("GPUFRAC_SEQS", SEQS)
     batch = common.env_int("GPUFRAC_BATCH", BATCH)
     seq = common.env_int("GPUFRAC_SEQ", SEQ)
-    torch = job.setup_torch()
-    import transformers  # noqa: F401
-    job.mark("imports")
-
-    model = job.load_qwen("qwen3-1.7b")
-    model.eval()
-    data = common.chain_tokens(job.args.seed + 1, n, seq).to("cuda")
-    job.mark("load")
+    torch = job.import_torch()
+    model, data = job.load_inference("qwen3-1.7b", job.args.seed + 1, n, seq)
 
     sums = []
     with torch.inference_mode():

@@ -15,9 +15,7 @@ def main():
     steps = common.env_int("GPUFRAC_STEPS", STEPS)
     batch = common.env_int("GPUFRAC_BATCH", BATCH)
     seq = common.env_int("GPUFRAC_SEQ", SEQ)
-    torch = job.setup_torch()
-    import transformers  # noqa: F401
-    job.mark("imports")
+    torch = job.import_torch()
 
     model = job.load_qwen("qwen3-0.6b", dtype=torch.float32)
     model.train()

@@ -17,14 +17,8 @@ def main():
     n = common.env_int("GPUFRAC_SEQS", PROMPTS)
     plen = common.env_int("GPUFRAC_SEQ", PROMPT_LEN)
     new = common.env_int("GPUFRAC_NEW", NEW)
-    torch = job.setup_torch()
-    import transformers  # noqa: F401
-    job.mark("imports")
-
-    model = job.load_qwen("qwen3-1.7b")
-    model.eval()
-    prompts = common.chain_tokens(job.args.seed + 3, n, plen).to("cuda")
-    job.mark("load")
+    torch = job.import_torch()
+    model, prompts = job.load_inference("qwen3-1.7b", job.args.seed + 3, n, plen)
 
     out = []
     with torch.inference_mode():

@@ -21,3 +21,14 @@ func NewSim(t testing.TB, gpus ...string) (*gpu.Simulated, []gpu.Device) {
 	}
 	return s, devs
 }
+
+// AttachSim is another handle on the simulated GPUs kept in dir, as a second process opens
+// them: what the test sets through it (a task's memory, a fault) every other handle sees.
+func AttachSim(t testing.TB, dir string) *gpu.Simulated {
+	t.Helper()
+	s, err := gpu.NewSimulated(gpu.SimConfig{Dir: dir})
+	if err != nil {
+		t.Fatalf("attaching to the simulated GPUs in %s: %v", dir, err)
+	}
+	return s
+}

@@ -1,8 +1,11 @@
 package testutil
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -20,6 +23,28 @@ func TestNewSim(t *testing.T) {
 	}
 	if s.Kind() != "simulated" {
 		t.Fatalf("Kind = %q", s.Kind())
+	}
+}
+
+func TestAttachSim(t *testing.T) {
+	s, devs := NewSim(t, "H100=80GiB")
+	if err := AttachSim(t, s.Dir()).SetHealth(devs[0].UUID, false, "ECC errors"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Devices(context.Background())
+	if err != nil || got[0].Healthy || got[0].HealthReason != "ECC errors" {
+		t.Fatalf("the fault set through the attached handle is not seen by the first: %+v, %v", got, err)
+	}
+	r := &fatalRecorder{}
+	done := make(chan struct{})
+	empty := t.TempDir()
+	go func() {
+		defer close(done)
+		AttachSim(r, empty)
+	}()
+	<-done
+	if !strings.Contains(r.msg, empty) {
+		t.Fatalf("attaching to a directory with no simulated GPUs: failure %q does not name it", r.msg)
 	}
 }
 
@@ -101,5 +126,55 @@ func TestMPSRootIsShortAndGoes(t *testing.T) {
 	})
 	if _, err := os.Stat(root); !os.IsNotExist(err) {
 		t.Fatalf("MPSRoot %s outlived its test: %v", root, err)
+	}
+}
+
+// environOf is a child's environment once its exec is done (until then /proc shows the test's).
+func environOf(t *testing.T, pid int, want string) string {
+	t.Helper()
+	var env string
+	Eventually(t, 10*time.Second, "the child's own environment", func() bool {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		env = strings.ReplaceAll(string(b), "\x00", "\n")
+		return err == nil && strings.Contains(env, want)
+	})
+	return env
+}
+
+func TestStartTask(t *testing.T) {
+	k := StartTask(t, map[string]string{"B": "2", "A": "1"}, "NOMAD_JOB_NAME=train")
+	if env := environOf(t, k.PID(), "NOMAD_JOB_NAME=train\n"); env != "NOMAD_JOB_NAME=train\nA=1\nB=2\n" {
+		t.Fatalf("environment %q, want the extra entries then the map's in key order, and nothing else", env)
+	}
+	select {
+	case <-k.Exited():
+		t.Fatal("the task exited before it was stopped")
+	default:
+	}
+	k.Stop()
+	select {
+	case <-k.Exited():
+	default:
+		t.Fatal("Stop returned before the task was reaped")
+	}
+	k.Stop() // the test's cleanup stops it again: a second Stop must not block
+
+	t.Setenv("GPUFRAC_TESTUTIL_INHERITED", "yes")
+	stranger := StartTask(t, nil)
+	environOf(t, stranger.PID(), "GPUFRAC_TESTUTIL_INHERITED=yes")
+}
+
+func TestStartPiped(t *testing.T) {
+	cmd := exec.Command("sh", "-c", "echo ready; echo trouble >&2")
+	out, stderr := StartPiped(t, cmd)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("stdout gave %q, %v; want the child's line", line, err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := stderr.String(); got != "trouble\n" {
+		t.Fatalf("stderr kept %q, want the child's", got)
 	}
 }

@@ -17,18 +17,12 @@ func allocLifecycle(rules []Rule, all bool, ns string) bool {
 		return true
 	}
 	ok := false
-	for _, r := range rules {
-		rns := nsOrDefault(r.Namespace)
-		if rns != ns && !glob(rns, ns) {
-			continue
-		}
-		for _, c := range r.Jobs {
-			switch c {
-			case CapDeny:
-				return false
-			case CapAllocLifecycle:
-				ok = true
-			}
+	for _, c := range jobRuleCaps(rules, ns) {
+		switch c {
+		case CapDeny:
+			return false
+		case CapAllocLifecycle:
+			ok = true
 		}
 	}
 	return ok
@@ -62,13 +56,8 @@ func (s *Server) stopAlloc(w http.ResponseWriter, r *http.Request, id string) {
 
 // Alloc is the stored allocation id.
 func (s *Server) Alloc(id string) (*api.Allocation, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	a, ok := s.jobsLocked().allocs[id]
-	if !ok {
-		return nil, false
-	}
-	return clone(a), true
+	a, ok, _ := lookup(s, allocsOf, id)
+	return a, ok
 }
 
 // Stops counts the allocations stopped through the API.

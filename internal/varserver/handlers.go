@@ -373,16 +373,8 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, path string) {
 	if ns == "" {
 		ns = namespaceParam(r)
 	}
-	cas, hasCAS, ok := casParam(w, r)
+	caps, cas, hasCAS, ok := s.changeAllowed(w, r, ns, path, "writes", func(c capSet) bool { return c.write })
 	if !ok {
-		return
-	}
-	caps, ok := s.changeCaps(w, r, ns, path, "writes")
-	if !ok {
-		return
-	}
-	if !caps.write {
-		denied(w)
 		return
 	}
 	if !validPath(path) {
@@ -397,13 +389,8 @@ func (s *Server) write(w http.ResponseWriter, r *http.Request, path string) {
 		http.Error(w, "variables are limited to 64KiB in total size", http.StatusBadRequest)
 		return
 	}
-	s.mu.Lock()
-	if hasCAS {
-		if conflict, bad := s.casConflictLocked(ns, path, cas, caps.read); bad {
-			s.mu.Unlock()
-			writeConflict(w, conflict)
-			return
-		}
+	if !s.lockUnlessConflict(w, ns, path, cas, hasCAS, caps.read) {
+		return
 	}
 	v := s.putLocked(ns, path, body.Items).clone()
 	s.mu.Unlock()
@@ -416,26 +403,13 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 		http.Error(w, "missing variable path", http.StatusBadRequest)
 		return
 	}
-	cas, hasCAS, ok := casParam(w, r)
-	if !ok {
-		return
-	}
 	ns := namespaceParam(r) // a delete has no body, so only the query names the namespace
-	caps, ok := s.changeCaps(w, r, ns, path, "deletes")
+	caps, cas, hasCAS, ok := s.changeAllowed(w, r, ns, path, "deletes", func(c capSet) bool { return c.destroy })
 	if !ok {
 		return
 	}
-	if !caps.destroy {
-		denied(w)
+	if !s.lockUnlessConflict(w, ns, path, cas, hasCAS, caps.read) {
 		return
-	}
-	s.mu.Lock()
-	if hasCAS {
-		if conflict, bad := s.casConflictLocked(ns, path, cas, caps.read); bad {
-			s.mu.Unlock()
-			writeConflict(w, conflict)
-			return
-		}
 	}
 	s.deleteLocked(ns, path)
 	idx := s.index
@@ -447,6 +421,23 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request, path string) {
 // changeCaps is what the request's token may do with the variable ns/path, for a change (what:
 // "writes" or "deletes"), which must name one namespace; when it is false, the request has been
 // answered (a bad token, a wildcard namespace).
+// changeAllowed checks what every change of path needs, a well-formed cas parameter (hasCAS:
+// there is one) and the capability allowed picks from the caller's; when one fails it has
+// answered the request.
+func (s *Server) changeAllowed(w http.ResponseWriter, r *http.Request, ns, path, what string, allowed func(capSet) bool) (caps capSet, cas uint64, hasCAS, ok bool) {
+	if cas, hasCAS, ok = casParam(w, r); !ok {
+		return capSet{}, 0, false, false
+	}
+	if caps, ok = s.changeCaps(w, r, ns, path, what); !ok {
+		return capSet{}, 0, false, false
+	}
+	if !allowed(caps) {
+		denied(w)
+		return capSet{}, 0, false, false
+	}
+	return caps, cas, hasCAS, true
+}
+
 func (s *Server) changeCaps(w http.ResponseWriter, r *http.Request, ns, path, what string) (capSet, bool) {
 	rules, all, ok := s.rules(w, r)
 	if !ok {
@@ -477,6 +468,20 @@ func casParam(w http.ResponseWriter, r *http.Request) (uint64, bool, bool) {
 		return 0, false, false
 	}
 	return n, true, true
+}
+
+// lockUnlessConflict takes s.mu for a change of path; when the request's check-and-set index
+// (hasCAS) conflicts, it answers with the conflict instead, releases the lock and says false.
+func (s *Server) lockUnlessConflict(w http.ResponseWriter, ns, path string, cas uint64, hasCAS, canRead bool) bool {
+	s.mu.Lock()
+	if hasCAS {
+		if conflict, bad := s.casConflictLocked(ns, path, cas, canRead); bad {
+			s.mu.Unlock()
+			writeConflict(w, conflict)
+			return false
+		}
+	}
+	return true
 }
 
 // casConflictLocked applies Nomad's check-and-set rule: cas=0 means "must not exist", cas=N

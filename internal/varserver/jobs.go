@@ -41,6 +41,20 @@ func (s *Server) jobsLocked() *jobsState {
 	return s.js
 }
 
+// lookup is a copy of the entry k of the job state's map in (jobsOf, allocsOf), whether there is
+// one, and the server's index, all read under one hold of the lock.
+func lookup[K comparable, V any](s *Server, in func(*jobsState) map[K]*V, k K) (v *V, found bool, index uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, found = in(s.jobsLocked())[k]; found {
+		v = clone(v)
+	}
+	return v, found, s.index
+}
+
+func jobsOf(js *jobsState) map[key]*api.Job             { return js.jobs }
+func allocsOf(js *jobsState) map[string]*api.Allocation { return js.allocs }
+
 // clone deep-copies an API value through JSON, the way it travels.
 func clone[T any](v *T) *T {
 	b, err := json.Marshal(v)
@@ -64,13 +78,8 @@ func (s *Server) PutJob(job *api.Job) *api.Job {
 
 // Job reads a job out of band.
 func (s *Server) Job(ns, id string) (*api.Job, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	j, ok := s.jobsLocked().jobs[key{nsOrDefault(ns), id}]
-	if !ok {
-		return nil, false
-	}
-	return clone(j), true
+	j, ok, _ := lookup(s, jobsOf, key{nsOrDefault(ns), id})
+	return j, ok
 }
 
 // DeleteJob purges a job out of band, as `nomad job stop -purge` would.
@@ -173,23 +182,28 @@ func jobCaps(rules []Rule, all bool, ns string) (read, submit bool) {
 	if all {
 		return true, true
 	}
-	for _, r := range rules {
-		rns := nsOrDefault(r.Namespace)
-		if rns != ns && !glob(rns, ns) {
-			continue
-		}
-		for _, c := range r.Jobs {
-			switch c {
-			case CapDeny:
-				return false, false
-			case CapReadJob:
-				read = true
-			case CapSubmitJob:
-				read, submit = true, true
-			}
+	for _, c := range jobRuleCaps(rules, ns) {
+		switch c {
+		case CapDeny:
+			return false, false
+		case CapReadJob:
+			read = true
+		case CapSubmitJob:
+			read, submit = true, true
 		}
 	}
 	return read, submit
+}
+
+// jobRuleCaps is every job capability that rules grant in ns, in the rules' order.
+func jobRuleCaps(rules []Rule, ns string) []string {
+	var caps []string
+	for _, r := range rules {
+		if rns := nsOrDefault(r.Namespace); rns == ns || glob(rns, ns) {
+			caps = append(caps, r.Jobs...)
+		}
+	}
+	return caps
 }
 
 func (s *Server) serveJobs(w http.ResponseWriter, r *http.Request, closing chan struct{}) bool {
@@ -238,13 +252,7 @@ func (s *Server) readJob(w http.ResponseWriter, r *http.Request, id string) {
 	if !ok {
 		return
 	}
-	s.mu.Lock()
-	j, found := s.jobsLocked().jobs[key{ns, id}]
-	if found {
-		j = clone(j)
-	}
-	idx := s.index
-	s.mu.Unlock()
+	j, found, idx := lookup(s, jobsOf, key{ns, id})
 	queryHeaders(w, idx)
 	if !found {
 		http.Error(w, "job not found", http.StatusNotFound)
@@ -283,13 +291,7 @@ func (s *Server) readAlloc(w http.ResponseWriter, r *http.Request, id string) {
 	if !ok {
 		return
 	}
-	s.mu.Lock()
-	a, found := s.jobsLocked().allocs[id]
-	if found {
-		a = clone(a)
-	}
-	idx := s.index
-	s.mu.Unlock()
+	a, found, idx := lookup(s, allocsOf, id)
 	queryHeaders(w, idx)
 	// Allocation IDs are global; the namespace check applies to the one the allocation is in.
 	if !found {

@@ -216,6 +216,22 @@ func (c Case) Setup(tb testing.TB) Setup {
 	return Setup{Node: n, Ledger: led, Fence: f, Before: len(led.Reservations())}
 }
 
+// Run holds one front end to every case: admit is its admission of the case's cap on the case's
+// node (the reservation it made, whether it admitted, and the error of a refusal, nil where the
+// front end gives none), judged by Check and, for an error, CheckErr.
+func Run(t *testing.T, admit func(t *testing.T, c Case, s Setup) (res ledger.Reservation, admitted bool, err error)) {
+	for _, c := range Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			s := c.Setup(t)
+			res, admitted, err := admit(t, c, s)
+			c.Check(t, s, admitted, res)
+			if err != nil {
+				c.CheckErr(t, err)
+			}
+		})
+	}
+}
+
 // CheckErr holds a front end's refusal to the case's reason: err matches c.Err.
 func (c Case) CheckErr(tb testing.TB, err error) {
 	tb.Helper()

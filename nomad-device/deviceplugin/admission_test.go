@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node/nodetest"
 )
 
@@ -11,19 +12,12 @@ import (
 // (runner's TestAdmissionTable runs it too) brings the same decisions, with Nomad's instance
 // IDs for the units it would place.
 func TestAdmissionTable(t *testing.T) {
-	for _, c := range nodetest.Cases() {
-		t.Run(c.Name, func(t *testing.T) {
-			s := c.Setup(t)
-			ids := nodetest.FreeIDs(s.Ledger, int(c.Cap/nodetest.Unit))
-			out, a, err := admit(context.Background(), s.Node, ids)
-			c.Check(t, s, err == nil, a.Reservation)
-			if err != nil {
-				c.CheckErr(t, err)
-				return
-			}
-			if got := out.GetEnvs()["GPUFRAC_RESERVATION"]; got != a.Reservation.Token {
-				t.Fatalf("the task's environment names reservation %q, want the admitted one", got)
-			}
-		})
-	}
+	nodetest.Run(t, func(t *testing.T, c nodetest.Case, s nodetest.Setup) (ledger.Reservation, bool, error) {
+		ids := nodetest.FreeIDs(s.Ledger, int(c.Cap/nodetest.Unit))
+		out, a, err := admit(context.Background(), s.Node, ids)
+		if got := out.GetEnvs()["GPUFRAC_RESERVATION"]; err == nil && got != a.Reservation.Token {
+			t.Fatalf("the task's environment names reservation %q, want the admitted one", got)
+		}
+		return a.Reservation, err == nil, err
+	})
 }

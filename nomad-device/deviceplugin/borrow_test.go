@@ -52,10 +52,7 @@ func TestBorrowingTasks(t *testing.T) {
 	m, stream := firstFingerprint(t, s)
 	g := m.DeviceGroup[0]
 	uuid := g.Attributes[AttrUUID].GetStringVal()
-	res, err := s.Reserve(context.Background(), ids(g, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(g, 4))
 	r := reservation(t, s, res)
 	if r.CapBytes != 4*size.GiB || r.LimitBytes != 78*size.GiB {
 		t.Fatalf("reservation cap %s limit %s: want a 4GiB guarantee and the 78GiB budget as limit", r.CapBytes, r.LimitBytes)
@@ -128,10 +125,7 @@ func TestBorrowingDefault(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := newSim(t, "H100=80GiB", tc.extra)
 			m, _ := firstFingerprint(t, s)
-			res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 4))
-			if err != nil {
-				t.Fatal(err)
-			}
+			res := mustReserve(t, s, ids(m.DeviceGroup[0], 4))
 			if r := reservation(t, s, res); r.LimitBytes != tc.limit {
 				t.Fatalf("reservation limit %s (cap %s): want %s", r.LimitBytes, r.CapBytes, tc.limit)
 			}

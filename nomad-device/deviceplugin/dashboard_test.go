@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -121,9 +120,7 @@ func TestGrafanaDashboardUsesExportedMetrics(t *testing.T) {
 
 	s, _ := newSim(t, "H100=80GiB", `borrow = "now"`)
 	m, _ := firstFingerprint(t, s)
-	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 2)); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, ids(m.DeviceGroup[0], 2))
 	fams, err := s.runtime().newRegistry().Gather()
 	if err != nil {
 		t.Fatal(err)

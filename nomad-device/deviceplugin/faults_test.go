@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,11 +25,7 @@ import (
 // simOf attaches to the simulated GPUs of a newSim server, to inject faults into them.
 func simOf(t *testing.T, dir string) *gpu.Simulated {
 	t.Helper()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sim
+	return testutil.AttachSim(t, filepath.Join(dir, "simgpu"))
 }
 
 func uuidOf(g *devicepb.DeviceGroup) string { return g.GetAttributes()[AttrUUID].GetStringVal() }
@@ -69,9 +64,7 @@ func TestGPUThatVanishesMidRun(t *testing.T) {
 	m, ch := firstFingerprint(t, s)
 	h100, a100 := m.DeviceGroup[0], m.DeviceGroup[1]
 	held := ids(h100, 2)
-	if _, err := s.Reserve(context.Background(), held); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, held)
 	_, l, _ := s.runtime().parts()
 	token := l.Reservations()[0].Token
 	freeH100, freeA100 := ids(h100, 3)[2:], ids(a100, 1)
@@ -142,10 +135,7 @@ func TestMPSDaemonDiesMidRun(t *testing.T) {
 	m, ch := firstFingerprint(t, s)
 	mps, other := m.DeviceGroup[0], m.DeviceGroup[1]
 	held := ids(mps, 2)
-	res, err := s.Reserve(context.Background(), held)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, held)
 	pipe := res.GetEnvs()[enforcer.EnvMPSPipeDir]
 	pidText, err := os.ReadFile(filepath.Join(pipe, "daemon.pid"))
 	if err != nil {
@@ -157,15 +147,8 @@ func TestMPSDaemonDiesMidRun(t *testing.T) {
 	}
 
 	// The task's process, a client of the daemon holding memory on the GPU.
-	task := exec.Command("sleep", "60")
-	for k, v := range res.GetEnvs() {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { task.Process.Kill(); task.Wait() }()
-	if err := simOf(t, dir).SetUsage(uuidOf(mps), task.Process.Pid, size.GiB); err != nil {
+	task := testutil.StartTask(t, res.GetEnvs())
+	if err := simOf(t, dir).SetUsage(uuidOf(mps), task.PID(), size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(daemon, syscall.SIGKILL); err != nil {
@@ -190,8 +173,7 @@ func TestMPSDaemonDiesMidRun(t *testing.T) {
 	}
 
 	// The client exits: the daemon is restarted and the GPU is placeable again.
-	task.Process.Kill()
-	task.Wait()
+	task.Stop()
 	m = waitFP(t, ch, "the MPS GPU's free units are healthy again", func(m *devicepb.FingerprintResponse) bool {
 		return emulator.HealthyCount(group(m, uuidOf(mps))) == 78
 	})
@@ -229,9 +211,7 @@ func TestReserveOnAFullDisk(t *testing.T) {
 	m, _ := firstFingerprint(t, s)
 	g := m.DeviceGroup[0]
 	kept, next := ids(g, 2), ids(g, 4)[2:]
-	if _, err := s.Reserve(context.Background(), kept); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, kept)
 	state := filepath.Join(dir, "ledger", ledger.StateFile)
 	before, err := os.ReadFile(state)
 	if err != nil {
@@ -276,9 +256,7 @@ func TestNVMLErrorMidRun(t *testing.T) {
 	m, ch := firstFingerprint(t, s)
 	h100, a100 := m.DeviceGroup[0], m.DeviceGroup[1]
 	held, free := ids(h100, 2), ids(h100, 3)[2:]
-	if _, err := s.Reserve(context.Background(), held); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, held)
 	sim := simOf(t, dir)
 	if err := sim.SetProcessesFault(uuidOf(h100), "NVML_ERROR_UNKNOWN"); err != nil {
 		t.Fatal(err)

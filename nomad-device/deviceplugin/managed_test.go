@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -135,20 +134,7 @@ func TestReserveRefusesWhenTheGPUIsNotFullyManaged(t *testing.T) {
 		s, dir := newSim(t, "A100=40GiB", "")
 		m, _ := firstFingerprint(t, s)
 		free := ids(m.DeviceGroup[0], 1)
-		s.Shutdown()
-		bad := filepath.Join(dir, "not-a-dir")
-		if err := os.WriteFile(bad, nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s2 := NewServer(Options{})
-		t.Cleanup(s2.Shutdown)
-		if err := s2.SetConfig(encode(t, `config {
-			gpu_backend = "simulated"
-			state_dir = "`+dir+`"
-			simulated_dir = "`+bad+`"
-		}`), APIVersion); err != nil {
-			t.Fatal(err)
-		}
+		s2 := restartBackendDown(t, s, dir)
 		m2, _ := firstFingerprint(t, s2)
 		for _, g := range m2.DeviceGroup {
 			wantDocumentedHealth(t, unhealthyDescs(g)...)
@@ -162,9 +148,7 @@ func TestReserveErrorCodes(t *testing.T) {
 	s, _ := newSim(t, "H100=80GiB,A100=40GiB", "")
 	m, _ := firstFingerprint(t, s)
 	a, b := m.DeviceGroup[0], m.DeviceGroup[1]
-	if _, err := s.Reserve(context.Background(), ids(b, 38)); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, ids(b, 38))
 	tests := []struct {
 		name     string
 		ids      []string
@@ -184,9 +168,7 @@ func TestReserveErrorCodes(t *testing.T) {
 	}
 	// Six one-unit tasks fill max_tasks_per_gpu (6 by default); the seventh is a full GPU.
 	for i := range 6 {
-		if _, err := s.Reserve(context.Background(), []string{a.Devices[i].ID}); err != nil {
-			t.Fatal(err)
-		}
+		mustReserve(t, s, []string{a.Devices[i].ID})
 	}
 	_, err := s.Reserve(context.Background(), []string{a.Devices[10].ID})
 	wantRefused(t, err, codes.ResourceExhausted, "max_tasks_per_gpu = 6")
@@ -200,9 +182,7 @@ func TestMaxTasksPerGPUShowsInTheFingerprint(t *testing.T) {
 	m, ch := firstFingerprint(t, s)
 	g := m.DeviceGroup[0]
 	for i := range 6 {
-		if _, err := s.Reserve(context.Background(), []string{g.Devices[i].ID}); err != nil {
-			t.Fatal(err)
-		}
+		mustReserve(t, s, []string{g.Devices[i].ID})
 	}
 	m = waitFP(t, ch, "the GPU at max_tasks_per_gpu has no healthy free unit", func(m *devicepb.FingerprintResponse) bool {
 		for _, d := range m.DeviceGroup[0].Devices[6:] {
@@ -255,27 +235,17 @@ func TestSecondReserveOfALiveTasksUnits(t *testing.T) {
 	s, _ := newSim(t, "H100=80GiB", "")
 	m, _ := firstFingerprint(t, s)
 	held := ids(m.DeviceGroup[0], 2)
-	res, err := s.Reserve(context.Background(), held)
-	if err != nil {
-		t.Fatal(err)
-	}
-	task := exec.Command("sleep", "60")
-	for k, v := range res.Envs {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { task.Process.Kill(); task.Wait() }()
+	res := mustReserve(t, s, held)
+	task := testutil.StartTask(t, res.Envs)
 	// The task carries its token once its exec is done: until then /proc shows the test's own
 	// environment (a loaded machine stretches that moment).
-	environ := fmt.Sprintf("/proc/%d/environ", task.Process.Pid)
+	environ := fmt.Sprintf("/proc/%d/environ", task.PID())
 	testutil.Eventually(t, 10*time.Second, "the task's environment in "+environ, func() bool {
 		b, err := os.ReadFile(environ)
 		return err == nil && strings.Contains(string(b), res.Envs[enforcer.EnvReservation])
 	})
 
-	_, err = s.Reserve(context.Background(), held[1:])
+	_, err := s.Reserve(context.Background(), held[1:])
 	wantRefused(t, err, codes.ResourceExhausted, "still runs")
 	if !errors.Is(err, ErrInUse) {
 		t.Errorf("error does not wrap ErrInUse: %v", err)
@@ -286,8 +256,7 @@ func TestSecondReserveOfALiveTasksUnits(t *testing.T) {
 	}
 
 	// Once the task has exited, its units go to whoever Nomad gives them next.
-	task.Process.Kill()
-	task.Wait()
+	task.Stop()
 	if _, err := s.Reserve(context.Background(), held[1:]); err != nil {
 		t.Fatalf("Reserve after the holder exited: %v", err)
 	}

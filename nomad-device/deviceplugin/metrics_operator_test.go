@@ -2,7 +2,6 @@ package deviceplugin
 
 import (
 	"context"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -29,9 +28,7 @@ func TestScrapeDuringTwoUnstartedTasks(t *testing.T) {
 	free := ids(m.DeviceGroup[0], 5)
 	firsts := []string{free[0], free[2]}
 	for _, held := range [][]string{free[:2], free[2:]} {
-		if _, err := s.Reserve(context.Background(), held); err != nil {
-			t.Fatal(err)
-		}
+		mustReserve(t, s, held)
 	}
 	body := scrape(t, "http://127.0.0.1:"+port+"/metrics")
 	series := regexp.MustCompile(`(?m)^gpufrac_task_cap_bytes\{(.*)\} (\S+)$`).FindAllStringSubmatch(body, -1)
@@ -151,10 +148,7 @@ func TestMetricsPassPromlint(t *testing.T) {
 	s, dir := newSim(t, "H100=80GiB", `borrow = "now"`)
 	m, _ := firstFingerprint(t, s)
 	g := m.DeviceGroup[0]
-	res, err := s.Reserve(context.Background(), ids(g, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(g, 4))
 	r := reservation(t, s, res)
 	c, err := fence.Attach(filepath.Join(dir, "fence"), uuidOf(g), r.Token)
 	if err != nil {
@@ -203,10 +197,7 @@ func TestFreeAndBorrowedMetrics(t *testing.T) {
 	m, _ := firstFingerprint(t, s)
 	g := m.DeviceGroup[0]
 	key := uuidOf(g) + ",0,H100"
-	res, err := s.Reserve(context.Background(), ids(g, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(g, 4))
 	steps := []struct {
 		name                 string
 		borrow               size.Bytes
@@ -239,21 +230,9 @@ func TestTaskBorrowedMetric(t *testing.T) {
 	s, dir := newSim(t, "H100=80GiB", `borrow = "now"`)
 	m, _ := firstFingerprint(t, s)
 	g := m.DeviceGroup[0]
-	res, err := s.Reserve(context.Background(), ids(g, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("sleep", "60")
-	for k, v := range res.GetEnvs() {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	if err := simOf(t, dir).SetUsage(uuidOf(g), cmd.Process.Pid, 6*size.GiB); err != nil {
+	res := mustReserve(t, s, ids(g, 4))
+	task := testutil.StartTask(t, res.GetEnvs())
+	if err := simOf(t, dir).SetUsage(uuidOf(g), task.PID(), 6*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	first := ids(g, 1)[0]

@@ -1,11 +1,9 @@
 package deviceplugin
 
 import (
-	"context"
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,9 +26,7 @@ func TestMetricsServedOnEveryInterface(t *testing.T) {
 		t.Fatalf("metrics_addr %q resolved to %q, want every interface", ":"+port, got)
 	}
 	m, _ := firstFingerprint(t, s)
-	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3)); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, ids(m.DeviceGroup[0], 3))
 	hosts := []string{"127.0.0.1"}
 	if ip := nonLoopbackIP(); ip != "" {
 		hosts = append(hosts, ip)
@@ -121,9 +117,7 @@ func gatherer(t *testing.T, s *Server) func() map[string]float64 {
 func TestMetricsFigures(t *testing.T) {
 	s, dir := newSim(t, "H100=80GiB", "")
 	m, _ := firstFingerprint(t, s)
-	if _, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3)); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, ids(m.DeviceGroup[0], 3))
 	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: filepath.Join(dir, "simgpu")})
 	if err != nil {
 		t.Fatal(err)
@@ -184,33 +178,15 @@ func TestMetricsFigures(t *testing.T) {
 func TestMetricsFollowTasksAndViolations(t *testing.T) {
 	s, dir := newSim(t, "H100=80GiB", "")
 	m, _ := firstFingerprint(t, s)
-	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(m.DeviceGroup[0], 3))
 	uuid := uuidOf(m.DeviceGroup[0])
 	sim := simOf(t, dir)
-	start := func(env []string) (*exec.Cmd, <-chan struct{}) {
-		cmd := exec.Command("sleep", "60")
-		cmd.Env = env
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-		return cmd, exited
-	}
-	var env []string
-	for k, v := range res.GetEnvs() {
-		env = append(env, k+"="+v)
-	}
-	task, taskExited := start(env)
-	stranger, _ := start(nil)
-	if err := sim.SetUsage(uuid, task.Process.Pid, size.GiB); err != nil {
+	task := testutil.StartTask(t, res.GetEnvs())
+	stranger := testutil.StartTask(t, nil)
+	if err := sim.SetUsage(uuid, task.PID(), size.GiB); err != nil {
 		t.Fatal(err)
 	}
-	if err := sim.SetUsage(uuid, stranger.Process.Pid, 2*size.GiB); err != nil {
+	if err := sim.SetUsage(uuid, stranger.PID(), 2*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	gather := gatherer(t, s)
@@ -224,11 +200,11 @@ func TestMetricsFollowTasksAndViolations(t *testing.T) {
 	}
 
 	// Past its 3GiB cap: the watchdog stops it and records the violation.
-	if err := sim.SetUsage(uuid, task.Process.Pid, 5*size.GiB); err != nil {
+	if err := sim.SetUsage(uuid, task.PID(), 5*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-taskExited:
+	case <-task.Exited():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the task over its cap was not stopped within 20s")
 	}

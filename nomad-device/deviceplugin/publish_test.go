@@ -1,9 +1,7 @@
 package deviceplugin
 
 import (
-	"context"
 	"net/http"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -40,27 +38,15 @@ func TestViolationsArePublishedOnceThroughOutagesAndRestarts(t *testing.T) {
 	}`
 	s, dir := newSim(t, "H100=80GiB", cfg)
 	m, _ := firstFingerprint(t, s)
-	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 3))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(m.DeviceGroup[0], 3))
 	token := res.GetEnvs()["GPUFRAC_RESERVATION"]
-	task := exec.Command("sleep", "60")
-	for k, v := range res.GetEnvs() {
-		task.Env = append(task.Env, k+"="+v)
-	}
-	if err := task.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = task.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = task.Process.Kill(); <-exited })
+	task := testutil.StartTask(t, res.GetEnvs())
 	// Past its 3GiB cap while Nomad's API is down: stopped and recorded, not yet published.
-	if err := simOf(t, dir).SetUsage(uuidOf(m.DeviceGroup[0]), task.Process.Pid, 5*size.GiB); err != nil {
+	if err := simOf(t, dir).SetUsage(uuidOf(m.DeviceGroup[0]), task.PID(), 5*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-exited:
+	case <-task.Exited():
 	case <-time.After(20 * time.Second):
 		t.Fatal("the task over its cap was not stopped within 20s")
 	}

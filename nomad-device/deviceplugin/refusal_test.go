@@ -14,6 +14,26 @@ import (
 	"github.com/gpufrac/gpufrac/policy"
 )
 
+// wantConfigRefused sets a simulated backend's configuration with body on a new server and
+// fails the test unless SetConfig refuses it as invalid, naming every fragment of want.
+func wantConfigRefused(t *testing.T, body string, want []string) {
+	t.Helper()
+	s := NewServer(Options{})
+	defer s.Shutdown()
+	err := s.SetConfig(encode(t, `config {
+		gpu_backend = "simulated"
+		`+body+`
+	}`), APIVersion)
+	if !errors.Is(err, policy.ErrInvalid) {
+		t.Fatalf("SetConfig: %v, want a refusal", err)
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not name %s", err, w)
+		}
+	}
+}
+
 // An ignored GPU or a gpu_modes key that is neither an index nor a whole UUID is a typo, and
 // SetConfig refuses it with the entry.
 func TestGPURefTyposRefusedAtSetConfig(t *testing.T) {
@@ -28,21 +48,8 @@ func TestGPURefTyposRefusedAtSetConfig(t *testing.T) {
 		{"mode key", `gpu_modes = { "gpu0" = "mps" }`, []string{"gpu_modes.gpu0", `"gpu0"`, "index"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s := NewServer(Options{})
-			defer s.Shutdown()
-			err := s.SetConfig(encode(t, `config {
-				gpu_backend = "simulated"
-				state_dir = "`+t.TempDir()+`"
-				`+tt.hcl+`
-			}`), APIVersion)
-			if !errors.Is(err, policy.ErrInvalid) {
-				t.Fatalf("SetConfig: %v, want a refusal of the entry", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not name %s", err, w)
-				}
-			}
+			wantConfigRefused(t, `state_dir = "`+t.TempDir()+`"
+				`+tt.hcl, tt.want)
 		})
 	}
 }
@@ -113,20 +120,7 @@ func TestUnusablePathsRefusedAtSetConfig(t *testing.T) {
 			if tt.nonRoot && os.Geteuid() == 0 {
 				t.Skip("root writes in a 0555 directory; the case needs an unprivileged user")
 			}
-			s := NewServer(Options{})
-			defer s.Shutdown()
-			err := s.SetConfig(encode(t, `config {
-				gpu_backend = "simulated"
-				`+tt.hcl+`
-			}`), APIVersion)
-			if !errors.Is(err, policy.ErrInvalid) {
-				t.Fatalf("SetConfig: %v, want a refusal", err)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not name %s", err, w)
-				}
-			}
+			wantConfigRefused(t, tt.hcl, tt.want)
 		})
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {

@@ -1,7 +1,6 @@
 package deviceplugin
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,10 +21,7 @@ func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
 	}
 	s, _ := newSim(t, "H100=80GiB", `fence_library = "`+lib+`"`)
 	m, _ := firstFingerprint(t, s)
-	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(m.DeviceGroup[0], 1))
 	tables, preload := res.Envs[fence.EnvDir], res.Envs[fence.EnvPreload]
 	if tables == "" || preload == "" {
 		t.Fatalf("the task is not fenced: %v", res.Envs)

@@ -184,17 +184,24 @@ func (rt *runtime) loop() {
 func (rt *runtime) forwardLedger(ch <-chan struct{}, cancel func()) {
 	defer rt.wg.Done()
 	defer cancel()
+	forward(rt.ctx, ch, func(struct{}) {
+		rt.notify()
+		// A GPU may have entered mps mode (policy, gpu_modes): say now whether it can serve.
+		rt.prepareMPS(false)
+	})
+}
+
+// forward calls fn with each value from ch until ctx ends or ch closes.
+func forward[T any](ctx context.Context, ch <-chan T, fn func(T)) {
 	for {
 		select {
-		case <-rt.ctx.Done():
+		case <-ctx.Done():
 			return
-		case _, ok := <-ch:
+		case v, ok := <-ch:
 			if !ok {
 				return
 			}
-			rt.notify()
-			// A GPU may have entered mps mode (policy, gpu_modes): say now whether it can serve.
-			rt.prepareMPS(false)
+			fn(v)
 		}
 	}
 }

@@ -71,6 +71,16 @@ func firstFingerprint(t *testing.T, s *Server) (*devicepb.FingerprintResponse, <
 	return nil, nil
 }
 
+// mustReserve is Reserve of ids on s, which the test needs to succeed.
+func mustReserve(t *testing.T, s *Server, ids []string) *devicepb.ContainerReservation {
+	t.Helper()
+	res, err := s.Reserve(context.Background(), ids)
+	if err != nil {
+		t.Fatalf("Reserve(%v): %v", ids, err)
+	}
+	return res
+}
+
 func ids(g *devicepb.DeviceGroup, n int) []string {
 	var out []string
 	for _, d := range g.GetDevices() {
@@ -125,10 +135,7 @@ func TestReserveReturnsTheTaskEnvironment(t *testing.T) {
 	m, _ := firstFingerprint(t, s)
 	g := m.DeviceGroup[1]
 	uuid := g.Attributes[AttrUUID].GetStringVal()
-	res, err := s.Reserve(context.Background(), ids(g, 4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(g, 4))
 	env := res.GetEnvs()
 	want := map[string]string{
 		enforcer.EnvCUDADevices:    uuid,
@@ -209,10 +216,7 @@ func TestDeviceNodesForExecTasks(t *testing.T) {
 		}
 	}
 	m, _ := firstFingerprint(t, s)
-	res, err := s.Reserve(context.Background(), ids(m.DeviceGroup[0], 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := mustReserve(t, s, ids(m.DeviceGroup[0], 1))
 	var got []string
 	for _, d := range res.Devices {
 		got = append(got, d.TaskPath+"="+d.HostPath+":"+d.Permissions)
@@ -232,9 +236,7 @@ func TestFingerprintFollowsReservations(t *testing.T) {
 	if len(g.Devices) != 3 {
 		t.Fatalf("%d units on a 5GiB GPU with 2GiB headroom, want 3", len(g.Devices))
 	}
-	if _, err := s.Reserve(context.Background(), ids(g, 3)); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, ids(g, 3))
 	// Held units stay listed and healthy (Nomad's accounter, not health, keeps them busy), so
 	// the reservation sends nothing. Rather than wait some time for a message that should not
 	// come, make a change Nomad does see: the next message must be that one, not one for the
@@ -265,9 +267,7 @@ func TestStatsReportReservationUse(t *testing.T) {
 	s, _ := newSim(t, "H100=80GiB", "")
 	m, _ := firstFingerprint(t, s)
 	held := ids(m.DeviceGroup[0], 2)
-	if _, err := s.Reserve(context.Background(), held); err != nil {
-		t.Fatal(err)
-	}
+	mustReserve(t, s, held)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	got := make(chan *devicepb.StatsResponse, 4)
@@ -362,17 +362,11 @@ func TestLockedLedgerStillFingerprints(t *testing.T) {
 	}
 }
 
-func TestBackendLostAfterRestartMarksUnitsUnhealthy(t *testing.T) {
-	// First life: simulated GPUs recorded in the ledger, one reservation.
-	s, dir := newSim(t, "A100=40GiB", "")
-	m, _ := firstFingerprint(t, s)
-	held := ids(m.DeviceGroup[0], 2)
-	if _, err := s.Reserve(context.Background(), held); err != nil {
-		t.Fatal(err)
-	}
+// restartBackendDown shuts s down and starts its second life on the same state_dir, but with a
+// simulated backend that cannot start (its directory is a file).
+func restartBackendDown(t *testing.T, s *Server, dir string) *Server {
+	t.Helper()
 	s.Shutdown()
-
-	// Second life on the same state_dir, but the backend cannot start (its directory is a file).
 	bad := filepath.Join(dir, "not-a-dir")
 	if err := os.WriteFile(bad, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -387,7 +381,17 @@ func TestBackendLostAfterRestartMarksUnitsUnhealthy(t *testing.T) {
 	if err := s2.SetConfig(encode(t, hcl), APIVersion); err != nil {
 		t.Fatal(err)
 	}
-	m2, _ := firstFingerprint(t, s2)
+	return s2
+}
+
+func TestBackendLostAfterRestartMarksUnitsUnhealthy(t *testing.T) {
+	// First life: simulated GPUs recorded in the ledger, one reservation.
+	s, dir := newSim(t, "A100=40GiB", "")
+	m, _ := firstFingerprint(t, s)
+	held := ids(m.DeviceGroup[0], 2)
+	mustReserve(t, s, held)
+
+	m2, _ := firstFingerprint(t, restartBackendDown(t, s, dir))
 	if len(m2.DeviceGroup) != 1 {
 		t.Fatalf("%d groups, want the GPU the ledger remembers", len(m2.DeviceGroup))
 	}

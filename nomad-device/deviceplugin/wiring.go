@@ -184,18 +184,10 @@ func (rt *runtime) followViolations(enf *enforcer.Enforcer, fn func(ledger.Viola
 	go func() {
 		defer rt.wg.Done()
 		defer unsubscribe()
-		for {
-			select {
-			case <-rt.ctx.Done():
-				return
-			case ev, ok := <-events:
-				if !ok {
-					return
-				}
-				if ev.Kind == enforcer.EventViolation && ev.Violation != nil {
-					fn(*ev.Violation)
-				}
+		forward(rt.ctx, events, func(ev enforcer.Event) {
+			if ev.Kind == enforcer.EventViolation && ev.Violation != nil {
+				fn(*ev.Violation)
 			}
-		}
+		})
 	}()
 }

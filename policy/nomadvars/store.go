@@ -160,80 +160,71 @@ func (s *Store) del(ctx context.Context, path string, cas uint64) error {
 
 // GetPolicy reads and decodes the named policy.
 func (s *Store) GetPolicy(ctx context.Context, name string) (policy.Policy, policy.Meta, error) {
-	if err := policy.CheckName("policy", name); err != nil {
-		return policy.Policy{}, policy.Meta{}, err
-	}
-	items, m, err := s.read(ctx, policy.PolicyPath(name))
-	if err != nil {
-		return policy.Policy{}, policy.Meta{}, err
-	}
-	p, err := policy.DecodePolicyAt(policy.PolicyPath(name), name, items)
-	return p, m, err
+	return get(ctx, s, policy.PolicyKind, name)
 }
 
 // PutPolicy writes p with check-and-set (see Store).
 func (s *Store) PutPolicy(ctx context.Context, p policy.Policy, cas uint64) (policy.Meta, error) {
-	return s.putPolicy(ctx, p, cas, true)
+	return put(ctx, s, policy.PolicyKind, p, cas, true)
 }
 
 // PutPolicyUnchecked writes p without check-and-set.
 func (s *Store) PutPolicyUnchecked(ctx context.Context, p policy.Policy) (policy.Meta, error) {
-	return s.putPolicy(ctx, p, 0, false)
-}
-
-func (s *Store) putPolicy(ctx context.Context, p policy.Policy, cas uint64, checked bool) (policy.Meta, error) {
-	items, err := policy.EncodePolicy(p)
-	if err != nil {
-		return policy.Meta{}, fmt.Errorf("policy %q: %w", p.Name, err)
-	}
-	return s.put(ctx, policy.PolicyPath(p.Name), items, cas, checked)
+	return put(ctx, s, policy.PolicyKind, p, 0, false)
 }
 
 // DeletePolicy deletes the named policy (cas 0: unconditionally).
 func (s *Store) DeletePolicy(ctx context.Context, name string, cas uint64) error {
-	if err := policy.CheckName("policy", name); err != nil {
-		return err
-	}
-	return s.del(ctx, policy.PolicyPath(name), cas)
+	return del(ctx, s, policy.PolicyKind, name, cas)
 }
 
 // GetTemplate reads and decodes the named template.
 func (s *Store) GetTemplate(ctx context.Context, name string) (policy.Template, policy.Meta, error) {
-	if err := policy.CheckName("template", name); err != nil {
-		return policy.Template{}, policy.Meta{}, err
-	}
-	items, m, err := s.read(ctx, policy.TemplatePath(name))
-	if err != nil {
-		return policy.Template{}, policy.Meta{}, err
-	}
-	t, err := policy.DecodeTemplateAt(policy.TemplatePath(name), name, items)
-	return t, m, err
+	return get(ctx, s, policy.TemplateKind, name)
 }
 
 // PutTemplate writes t with check-and-set (see Store).
 func (s *Store) PutTemplate(ctx context.Context, t policy.Template, cas uint64) (policy.Meta, error) {
-	return s.putTemplate(ctx, t, cas, true)
+	return put(ctx, s, policy.TemplateKind, t, cas, true)
 }
 
 // PutTemplateUnchecked writes t without check-and-set.
 func (s *Store) PutTemplateUnchecked(ctx context.Context, t policy.Template) (policy.Meta, error) {
-	return s.putTemplate(ctx, t, 0, false)
-}
-
-func (s *Store) putTemplate(ctx context.Context, t policy.Template, cas uint64, checked bool) (policy.Meta, error) {
-	items, err := policy.EncodeTemplate(t)
-	if err != nil {
-		return policy.Meta{}, fmt.Errorf("template %q: %w", t.Name, err)
-	}
-	return s.put(ctx, policy.TemplatePath(t.Name), items, cas, checked)
+	return put(ctx, s, policy.TemplateKind, t, 0, false)
 }
 
 // DeleteTemplate deletes the named template (cas 0: unconditionally).
 func (s *Store) DeleteTemplate(ctx context.Context, name string, cas uint64) error {
-	if err := policy.CheckName("template", name); err != nil {
+	return del(ctx, s, policy.TemplateKind, name, cas)
+}
+
+// get reads and decodes the object of kind k called name.
+func get[T any](ctx context.Context, s *Store, k policy.Kind[T], name string) (T, policy.Meta, error) {
+	var zero T
+	if err := policy.CheckName(k.Name, name); err != nil {
+		return zero, policy.Meta{}, err
+	}
+	items, m, err := s.read(ctx, k.Path(name))
+	if err != nil {
+		return zero, policy.Meta{}, err
+	}
+	v, err := k.DecodeAt(k.Path(name), name, items)
+	return v, m, err
+}
+
+func put[T any](ctx context.Context, s *Store, k policy.Kind[T], v T, cas uint64, checked bool) (policy.Meta, error) {
+	items, err := k.Encode(v)
+	if err != nil {
+		return policy.Meta{}, err
+	}
+	return s.put(ctx, k.Path(k.NameOf(v)), items, cas, checked)
+}
+
+func del[T any](ctx context.Context, s *Store, k policy.Kind[T], name string, cas uint64) error {
+	if err := policy.CheckName(k.Name, name); err != nil {
 		return err
 	}
-	return s.del(ctx, policy.TemplatePath(name), cas)
+	return s.del(ctx, k.Path(name), cas)
 }
 
 // ListTemplates lists gpufrac/templates/ and reads each one (the list carries no items).
@@ -288,6 +279,6 @@ func (s *Store) WaitPolicy(ctx context.Context, name string, after uint64) (poli
 	if idx == 0 {
 		idx = v.ModifyIndex // a server that sends no X-Nomad-Index
 	}
-	p, err := policy.DecodePolicyAt(path, name, v.Items)
+	p, err := policy.PolicyKind.DecodeAt(path, name, v.Items)
 	return p, m, idx, err
 }

@@ -79,54 +79,34 @@ func convert(s *hclspecpb.Spec, implied string) (hcldec.Spec, error) {
 		}
 		return out, nil
 	case *hclspecpb.Spec_Attr:
-		n, err := name(b.Attr.GetName())
+		n, ty, err := namedType(name, b.Attr.GetName(), b.Attr.GetType(), "attribute")
 		if err != nil {
 			return nil, err
-		}
-		ty, err := parseType(b.Attr.GetType())
-		if err != nil {
-			return nil, fmt.Errorf("attribute %s: %w", n, err)
 		}
 		return &hcldec.AttrSpec{Name: n, Type: ty, Required: b.Attr.GetRequired()}, nil
 	case *hclspecpb.Spec_BlockValue:
-		n, err := name(b.BlockValue.GetName())
+		n, nested, err := namedBlock(name, b.BlockValue.GetName(), b.BlockValue.GetNested())
 		if err != nil {
 			return nil, err
-		}
-		nested, err := convertNested(b.BlockValue.GetNested())
-		if err != nil {
-			return nil, fmt.Errorf("block %s: %w", n, err)
 		}
 		return &hcldec.BlockSpec{TypeName: n, Required: b.BlockValue.GetRequired(), Nested: nested}, nil
 	case *hclspecpb.Spec_BlockAttrs:
-		n, err := name(b.BlockAttrs.GetName())
+		n, ty, err := namedType(name, b.BlockAttrs.GetName(), b.BlockAttrs.GetType(), "block")
 		if err != nil {
 			return nil, err
-		}
-		ty, err := parseType(b.BlockAttrs.GetType())
-		if err != nil {
-			return nil, fmt.Errorf("block %s: %w", n, err)
 		}
 		return &hcldec.BlockAttrsSpec{TypeName: n, ElementType: ty, Required: b.BlockAttrs.GetRequired()}, nil
 	case *hclspecpb.Spec_BlockList:
-		n, err := name(b.BlockList.GetName())
+		n, nested, err := namedBlock(name, b.BlockList.GetName(), b.BlockList.GetNested())
 		if err != nil {
 			return nil, err
-		}
-		nested, err := convertNested(b.BlockList.GetNested())
-		if err != nil {
-			return nil, fmt.Errorf("block %s: %w", n, err)
 		}
 		return &hcldec.BlockListSpec{TypeName: n, Nested: nested,
 			MinItems: int(b.BlockList.GetMinItems()), MaxItems: int(b.BlockList.GetMaxItems())}, nil
 	case *hclspecpb.Spec_BlockSet:
-		n, err := name(b.BlockSet.GetName())
+		n, nested, err := namedBlock(name, b.BlockSet.GetName(), b.BlockSet.GetNested())
 		if err != nil {
 			return nil, err
-		}
-		nested, err := convertNested(b.BlockSet.GetNested())
-		if err != nil {
-			return nil, fmt.Errorf("block %s: %w", n, err)
 		}
 		return &hcldec.BlockSetSpec{TypeName: n, Nested: nested,
 			MinItems: int(b.BlockSet.GetMinItems()), MaxItems: int(b.BlockSet.GetMaxItems())}, nil
@@ -168,6 +148,33 @@ func convert(s *hclspecpb.Spec, implied string) (hcldec.Spec, error) {
 	default:
 		return nil, fmt.Errorf("hclspec: unsupported member %T", b)
 	}
+}
+
+// namedType is an attribute's or a block's name (its own, or the one name implies) and its
+// parsed type; what names it in an error about the type.
+func namedType(name func(string) (string, error), raw, typ, what string) (string, cty.Type, error) {
+	n, err := name(raw)
+	if err != nil {
+		return "", cty.NilType, err
+	}
+	ty, err := parseType(typ)
+	if err != nil {
+		return "", cty.NilType, fmt.Errorf("%s %s: %w", what, n, err)
+	}
+	return n, ty, nil
+}
+
+// namedBlock is a block's name (its own, or the one name implies) and its nested spec, converted.
+func namedBlock(name func(string) (string, error), raw string, nested *hclspecpb.Spec) (string, hcldec.Spec, error) {
+	n, err := name(raw)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := convertNested(nested)
+	if err != nil {
+		return "", nil, fmt.Errorf("block %s: %w", n, err)
+	}
+	return n, c, nil
 }
 
 func convertNested(s *hclspecpb.Spec) (hcldec.Spec, error) {

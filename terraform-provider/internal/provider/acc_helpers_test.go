@@ -80,28 +80,36 @@ func words(s string) *regexp.Regexp {
 	return regexp.MustCompile(strings.Join(parts, `\s+`))
 }
 
+// accTest runs steps against the in-process provider and checks at the end that the test left
+// nothing in s.
+func accTest(t *testing.T, s *varserver.Server, steps []resource.TestStep) {
+	t.Helper()
+	resource.Test(t, resource.TestCase{ProtoV6ProviderFactories: accFactories, CheckDestroy: gone(s), Steps: steps})
+}
+
+// importStep imports addr by id ("name@namespace" or "name") under config ("": the previous
+// step's) and checks that what the import reads is what the state held.
+func importStep(config, addr, id string) resource.TestStep {
+	return resource.TestStep{Config: config, ResourceName: addr, ImportState: true, ImportStateId: id, ImportStateVerify: true}
+}
+
 // storedPolicy checks that the Variable holds exactly policy's encoding of want.
 func storedPolicy(s *varserver.Server, ns string, want policy.Policy) resource.TestCheckFunc {
-	return func(*terraform.State) error {
-		v, ok := s.Get(ns, policy.PolicyPath(want.Name))
-		if !ok {
-			return fmt.Errorf("no variable %s in %s", policy.PolicyPath(want.Name), ns)
-		}
-		items, err := policy.EncodePolicy(want)
-		if err != nil {
-			return err
-		}
-		return sameItems(v.Items, items)
-	}
+	return stored(s, ns, policy.PolicyKind, want)
 }
 
 func storedTemplate(s *varserver.Server, ns string, want policy.Template) resource.TestCheckFunc {
+	return stored(s, ns, policy.TemplateKind, want)
+}
+
+func stored[T any](s *varserver.Server, ns string, k policy.Kind[T], want T) resource.TestCheckFunc {
 	return func(*terraform.State) error {
-		v, ok := s.Get(ns, policy.TemplatePath(want.Name))
+		path := k.Path(k.NameOf(want))
+		v, ok := s.Get(ns, path)
 		if !ok {
-			return fmt.Errorf("no variable %s in %s", policy.TemplatePath(want.Name), ns)
+			return fmt.Errorf("no variable %s in %s", path, ns)
 		}
-		items, err := policy.EncodeTemplate(want)
+		items, err := k.Encode(want)
 		if err != nil {
 			return err
 		}
@@ -157,13 +165,4 @@ func withPolicy(mut func(*policy.Policy)) policy.Policy {
 	p.Name = "main"
 	mut(&p)
 	return p
-}
-
-func mustEncode(t *testing.T, p policy.Policy) map[string]string {
-	t.Helper()
-	items, err := policy.EncodePolicy(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return items
 }

@@ -136,46 +136,57 @@ func importByID(ctx context.Context, c *client, req resource.ImportStateRequest,
 	resp.Diagnostics.Append(resp.State.SetAttribute(ctx, path.Root("id"), objectID(name, ns))...)
 }
 
-// namespaceValidator checks the shape of a Nomad namespace name at plan time.
-type namespaceValidator struct{}
-
-var _ validator.String = namespaceValidator{}
-
-func (namespaceValidator) Description(context.Context) string {
-	return "value must be a Nomad namespace name: 1-128 letters, digits or '-'"
+// stringCheck is a plan-time check of a string attribute: wrong says what is wrong with a
+// configured value, or "" when nothing is, and the error is reported under title ("" means
+// "Invalid <attribute>").
+type stringCheck struct {
+	desc  string
+	title string
+	wrong func(at path.Path, s string) string
 }
 
-func (v namespaceValidator) MarkdownDescription(ctx context.Context) string {
-	return v.Description(ctx)
-}
+var _ validator.String = stringCheck{}
 
-func (namespaceValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
+func (c stringCheck) Description(context.Context) string { return c.desc }
+
+func (c stringCheck) MarkdownDescription(context.Context) string { return c.desc }
+
+func (c stringCheck) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
 	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
 		return
 	}
-	if s := req.ConfigValue.ValueString(); !nsRE.MatchString(s) {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid namespace",
-			fmt.Sprintf("namespace = %q: a Nomad namespace name is 1-128 letters, digits or '-'.", s))
+	if why := c.wrong(req.Path, req.ConfigValue.ValueString()); why != "" {
+		title := c.title
+		if title == "" {
+			title = "Invalid " + req.Path.String()
+		}
+		resp.Diagnostics.AddAttributeError(req.Path, title, why)
 	}
 }
 
-// nameValidator checks a policy or template name at plan time, naming the bad value.
-type nameValidator struct{}
-
-var _ validator.String = nameValidator{}
-
-func (nameValidator) Description(context.Context) string {
-	return "value must be " + policy.NameRule
+// errText is err's text, or "" for no error: what a stringCheck reports of a parser's answer.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
-func (v nameValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-
-func (nameValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if s := req.ConfigValue.ValueString(); !policy.ValidName(s) {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid "+req.Path.String(),
-			fmt.Sprintf("%s = %q: must be %s (it becomes the last segment of a Nomad Variable path, which allows no '.' or '@').", req.Path, s, policy.NameRule))
-	}
-}
+var (
+	// namespaceValidator checks the shape of a Nomad namespace name.
+	namespaceValidator = stringCheck{desc: "value must be a Nomad namespace name: 1-128 letters, digits or '-'", title: "Invalid namespace",
+		wrong: func(_ path.Path, s string) string {
+			if nsRE.MatchString(s) {
+				return ""
+			}
+			return fmt.Sprintf("namespace = %q: a Nomad namespace name is 1-128 letters, digits or '-'.", s)
+		}}
+	// nameValidator checks a policy or template name, naming the bad value.
+	nameValidator = stringCheck{desc: "value must be " + policy.NameRule,
+		wrong: func(at path.Path, s string) string {
+			if policy.ValidName(s) {
+				return ""
+			}
+			return fmt.Sprintf("%s = %q: must be %s (it becomes the last segment of a Nomad Variable path, which allows no '.' or '@').", at, s, policy.NameRule)
+		}}
+)

@@ -18,12 +18,12 @@ func lookupAttrs(kindName string, computed map[string]schema.Attribute) map[stri
 	attrs := map[string]schema.Attribute{
 		"name": schema.StringAttribute{
 			Required: true, MarkdownDescription: "Name of the " + kindName + ".",
-			Validators: []validator.String{nameValidator{}},
+			Validators: []validator.String{nameValidator},
 		},
 		"namespace": schema.StringAttribute{
 			Optional: true, Computed: true,
 			MarkdownDescription: "Nomad namespace. Defaults to the provider's `namespace`.",
-			Validators:          []validator.String{namespaceValidator{}},
+			Validators:          []validator.String{namespaceValidator},
 		},
 		"id":           schema.StringAttribute{Computed: true, MarkdownDescription: "`<name>@<namespace>`."},
 		"modify_index": schema.Int64Attribute{Computed: true, MarkdownDescription: "The Nomad Variable's modify index."},

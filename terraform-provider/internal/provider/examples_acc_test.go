@@ -51,25 +51,21 @@ output "llama_jobspec" {
 	resnet := policy.Template{Name: "resnet50-train", PeakBytes: size.MustParse("7.5GiB")}
 	want := int64(llama.Units(pol))
 
-	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: accFactories,
-		CheckDestroy:             gone(s),
-		Steps: []resource.TestStep{{
-			Config:          requiredProviders() + cfg,
-			ConfigVariables: config.Variables{"nomad_addr": config.StringVariable(s.URL()), "nomad_token": config.StringVariable(mgmtToken)},
-			ConfigStateChecks: []statecheck.StateCheck{
-				statecheck.ExpectKnownOutputValue("units", knownvalue.ObjectExact(map[string]knownvalue.Check{
-					"llama_finetune":    knownvalue.Int64Exact(want),
-					"resnet_train":      knownvalue.Int64Exact(int64(resnet.Units(pol))),
-					"embedding_server":  knownvalue.Int64Exact(6),
-					"llama_by_function": knownvalue.Int64Exact(want),
-				})),
-				statecheck.ExpectKnownOutputValue("llama_jobspec", knownvalue.StringFunc(func(spec string) error {
-					return deviceCount(spec, want)
-				})),
-			},
-		}},
-	})
+	accTest(t, s, []resource.TestStep{{
+		Config:          requiredProviders() + cfg,
+		ConfigVariables: config.Variables{"nomad_addr": config.StringVariable(s.URL()), "nomad_token": config.StringVariable(mgmtToken)},
+		ConfigStateChecks: []statecheck.StateCheck{
+			statecheck.ExpectKnownOutputValue("units", knownvalue.ObjectExact(map[string]knownvalue.Check{
+				"llama_finetune":    knownvalue.Int64Exact(want),
+				"resnet_train":      knownvalue.Int64Exact(int64(resnet.Units(pol))),
+				"embedding_server":  knownvalue.Int64Exact(6),
+				"llama_by_function": knownvalue.Int64Exact(want),
+			})),
+			statecheck.ExpectKnownOutputValue("llama_jobspec", knownvalue.StringFunc(func(spec string) error {
+				return deviceCount(spec, want)
+			})),
+		},
+	}})
 }
 
 // deviceCount parses a rendered jobspec and checks its nvidia/gpumem device count.

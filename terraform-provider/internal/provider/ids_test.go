@@ -56,7 +56,7 @@ func TestNameRuleMatchesPolicyValidate(t *testing.T) {
 		p.Name = n
 		want := p.Validate() == nil
 		resp := &validator.StringResponse{}
-		nameValidator{}.ValidateString(context.Background(), validator.StringRequest{Path: path.Root("name"), ConfigValue: types.StringValue(n)}, resp)
+		nameValidator.ValidateString(context.Background(), validator.StringRequest{Path: path.Root("name"), ConfigValue: types.StringValue(n)}, resp)
 		if got := !resp.Diagnostics.HasError(); got != want {
 			t.Errorf("name %q: the name validator says valid=%v, policy.Validate says %v", n, got, want)
 		}

@@ -30,42 +30,28 @@ resource "gpufrac_policy" "other" {
 }`
 	inML := withPolicy(func(*policy.Policy) {})
 	inOther := withPolicy(func(p *policy.Policy) { p.HeadroomBytes = 8 * size.GiB })
-	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: accFactories,
-		CheckDestroy:             gone(s),
-		Steps: []resource.TestStep{
-			{
-				Config: cfg,
-				ConfigStateChecks: []statecheck.StateCheck{
-					statecheck.ExpectKnownValue("gpufrac_policy.main", tfjsonpath.New("id"), knownvalue.StringExact("main@ml")),
-					statecheck.ExpectKnownValue("gpufrac_policy.other", tfjsonpath.New("id"), knownvalue.StringExact("main@other")),
-				},
-				Check: resource.ComposeAggregateTestCheckFunc(
-					storedPolicy(s, "ml", inML),
-					storedPolicy(s, "other", inOther),
-					nothingIn(s, "default"),
-				),
+	accTest(t, s, []resource.TestStep{
+		{
+			Config: cfg,
+			ConfigStateChecks: []statecheck.StateCheck{
+				statecheck.ExpectKnownValue("gpufrac_policy.main", tfjsonpath.New("id"), knownvalue.StringExact("main@ml")),
+				statecheck.ExpectKnownValue("gpufrac_policy.other", tfjsonpath.New("id"), knownvalue.StringExact("main@other")),
 			},
-			{
-				// A name alone imports from the provider's namespace.
-				ResourceName:      "gpufrac_policy.main",
-				ImportState:       true,
-				ImportStateId:     "main",
-				ImportStateVerify: true,
-			},
-			{
-				ResourceName:      "gpufrac_policy.other",
-				ImportState:       true,
-				ImportStateId:     "main@other",
-				ImportStateVerify: true,
-			},
-			{
-				Config: cfg + `
+			Check: resource.ComposeAggregateTestCheckFunc(
+				storedPolicy(s, "ml", inML),
+				storedPolicy(s, "other", inOther),
+				nothingIn(s, "default"),
+			),
+		},
+		// A name alone imports from the provider's namespace.
+		importStep("", "gpufrac_policy.main", "main"),
+		importStep("", "gpufrac_policy.other", "main@other"),
+		{
+			Config: cfg + `
 data "gpufrac_policy" "nope" {
   name = "absent"
 }`,
-				ExpectError: words(`Nomad Variable "gpufrac/policy/absent" in namespace "ml" does not exist`),
-			},
+			ExpectError: words(`Nomad Variable "gpufrac/policy/absent" in namespace "ml" does not exist`),
 		},
 	})
 }

@@ -39,7 +39,7 @@ func sizeAttr(desc, def string) schema.StringAttribute {
 		Optional: true, Computed: true,
 		MarkdownDescription: desc + " A size such as `\"4GiB\"`, `\"1.5GB\"` or `\"512MiB\"` (IEC units are powers of 1024, SI units powers of 1000); spellings of the same byte count are equal. Default `\"" + def + "\"`.",
 		Default:             stringdefault.StaticString(def),
-		Validators:          []validator.String{sizeValidator{}},
+		Validators:          []validator.String{sizeValidator},
 		PlanModifiers:       []planmodifier.String{sameSize()},
 	}
 }
@@ -91,7 +91,7 @@ func (r *policyResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 				Optional: true, Computed: true,
 				MarkdownDescription: "How often the watchdog samples GPU memory use, a duration between 5ms and 1m. Default `\"" + d.Watchdog + "\"`.",
 				Default:             stringdefault.StaticString(d.Watchdog),
-				Validators:          []validator.String{durationValidator{}},
+				Validators:          []validator.String{durationValidator},
 				PlanModifiers:       []planmodifier.String{sameDuration()},
 			},
 			"unmanaged": schema.StringAttribute{
@@ -114,7 +114,7 @@ func namespaceAttr() schema.StringAttribute {
 	return schema.StringAttribute{
 		Optional: true, Computed: true,
 		MarkdownDescription: "Nomad namespace. Defaults to the provider's `namespace`. Changing it replaces the object.",
-		Validators:          []validator.String{namespaceValidator{}},
+		Validators:          []validator.String{namespaceValidator},
 		PlanModifiers: []planmodifier.String{
 			stringplanmodifier.UseStateForUnknown(),
 			stringplanmodifier.RequiresReplace(),

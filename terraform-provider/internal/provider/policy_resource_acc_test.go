@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/storetest"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -28,45 +29,42 @@ func TestAccPolicy_createUpdateImportDestroy(t *testing.T) {
 		p.HeadroomBytes, p.UnitBytes, p.MaxTasksPerGPU, p.CapMarginPercent = 6*size.GiB, 512*size.MiB, 4, 12.5
 		p.CapMarginBytes, p.WatchdogInterval, p.Unmanaged = 2*size.GB, 250*time.Millisecond, policy.UnmanagedStop
 	})
-	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: accFactories,
-		CheckDestroy:             gone(s),
-		Steps: []resource.TestStep{
-			{
-				Config: p + `
+	accTest(t, s, []resource.TestStep{
+		{
+			Config: p + `
 resource "gpufrac_policy" "main" {
   name     = "main"
   headroom = "4GiB"
   mode     = "mps"
 }`,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
-					plancheck.ExpectResourceAction(policyAddr, plancheck.ResourceActionCreate),
-					// Known at plan time, so jobs can use them in the same plan.
-					plancheck.ExpectKnownValue(policyAddr, tfjsonpath.New("headroom_bytes"), knownvalue.Int64Exact(4<<30)),
-					plancheck.ExpectKnownValue(policyAddr, tfjsonpath.New("id"), knownvalue.StringExact("main@default")),
-				}},
-				ConfigStateChecks: []statecheck.StateCheck{
-					pattr("id", knownvalue.StringExact("main@default")),
-					pattr("namespace", knownvalue.StringExact("default")),
-					pattr("headroom", knownvalue.StringExact("4GiB")),
-					pattr("headroom_bytes", knownvalue.Int64Exact(4<<30)),
-					pattr("cap_margin_percent", knownvalue.Float64Exact(15)),
-					pattr("cap_margin", knownvalue.StringExact("1.5GB")),
-					pattr("cap_margin_bytes", knownvalue.Int64Exact(1_500_000_000)),
-					pattr("max_tasks_per_gpu", knownvalue.Int64Exact(6)),
-					pattr("unit", knownvalue.StringExact("1GiB")),
-					pattr("unit_bytes", knownvalue.Int64Exact(1<<30)),
-					pattr("mode", knownvalue.StringExact("mps")),
-					pattr("watchdog_interval", knownvalue.StringExact("100ms")),
-					pattr("unmanaged", knownvalue.StringExact("report")),
-				},
-				Check: resource.ComposeAggregateTestCheckFunc(
-					storedPolicy(s, "default", v1),
-					stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
-				),
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+				plancheck.ExpectResourceAction(policyAddr, plancheck.ResourceActionCreate),
+				// Known at plan time, so jobs can use them in the same plan.
+				plancheck.ExpectKnownValue(policyAddr, tfjsonpath.New("headroom_bytes"), knownvalue.Int64Exact(4<<30)),
+				plancheck.ExpectKnownValue(policyAddr, tfjsonpath.New("id"), knownvalue.StringExact("main@default")),
+			}},
+			ConfigStateChecks: []statecheck.StateCheck{
+				pattr("id", knownvalue.StringExact("main@default")),
+				pattr("namespace", knownvalue.StringExact("default")),
+				pattr("headroom", knownvalue.StringExact("4GiB")),
+				pattr("headroom_bytes", knownvalue.Int64Exact(4<<30)),
+				pattr("cap_margin_percent", knownvalue.Float64Exact(15)),
+				pattr("cap_margin", knownvalue.StringExact("1.5GB")),
+				pattr("cap_margin_bytes", knownvalue.Int64Exact(1_500_000_000)),
+				pattr("max_tasks_per_gpu", knownvalue.Int64Exact(6)),
+				pattr("unit", knownvalue.StringExact("1GiB")),
+				pattr("unit_bytes", knownvalue.Int64Exact(1<<30)),
+				pattr("mode", knownvalue.StringExact("mps")),
+				pattr("watchdog_interval", knownvalue.StringExact("100ms")),
+				pattr("unmanaged", knownvalue.StringExact("report")),
 			},
-			{
-				Config: p + `
+			Check: resource.ComposeAggregateTestCheckFunc(
+				storedPolicy(s, "default", v1),
+				stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
+			),
+		},
+		{
+			Config: p + `
 resource "gpufrac_policy" "main" {
   name               = "main"
   headroom           = "6GiB"
@@ -77,22 +75,22 @@ resource "gpufrac_policy" "main" {
   watchdog_interval  = "250ms"
   unmanaged          = "stop"
 }`,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
-					plancheck.ExpectResourceAction(policyAddr, plancheck.ResourceActionUpdate),
-				}},
-				ConfigStateChecks: []statecheck.StateCheck{
-					pattr("headroom_bytes", knownvalue.Int64Exact(6<<30)),
-					pattr("unit_bytes", knownvalue.Int64Exact(512<<20)),
-					pattr("mode", knownvalue.StringExact("isolated")), // back to the default
-				},
-				Check: resource.ComposeAggregateTestCheckFunc(
-					storedPolicy(s, "default", v2),
-					stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
-				),
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+				plancheck.ExpectResourceAction(policyAddr, plancheck.ResourceActionUpdate),
+			}},
+			ConfigStateChecks: []statecheck.StateCheck{
+				pattr("headroom_bytes", knownvalue.Int64Exact(6<<30)),
+				pattr("unit_bytes", knownvalue.Int64Exact(512<<20)),
+				pattr("mode", knownvalue.StringExact("isolated")), // back to the default
 			},
-			{
-				// The same values spelled differently: no diff, no write.
-				Config: p + `
+			Check: resource.ComposeAggregateTestCheckFunc(
+				storedPolicy(s, "default", v2),
+				stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
+			),
+		},
+		{
+			// The same values spelled differently: no diff, no write.
+			Config: p + `
 resource "gpufrac_policy" "main" {
   name               = "main"
   headroom           = "6144MiB"
@@ -103,26 +101,15 @@ resource "gpufrac_policy" "main" {
   watchdog_interval  = "0.25s"
   unmanaged          = "stop"
 }`,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
-				ConfigStateChecks: []statecheck.StateCheck{
-					pattr("headroom", knownvalue.StringExact("6GiB")),
-				},
-				Check: stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			ConfigStateChecks: []statecheck.StateCheck{
+				pattr("headroom", knownvalue.StringExact("6GiB")),
 			},
-			{
-				ResourceName:      policyAddr,
-				ImportState:       true,
-				ImportStateId:     "main@default",
-				ImportStateVerify: true,
-			},
-			{
-				// A name alone imports from the provider's default namespace.
-				ResourceName:      policyAddr,
-				ImportState:       true,
-				ImportStateId:     "main",
-				ImportStateVerify: true,
-			},
+			Check: stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
 		},
+		importStep("", policyAddr, "main@default"),
+		// A name alone imports from the provider's default namespace.
+		importStep("", policyAddr, "main"),
 	})
 }
 
@@ -135,38 +122,34 @@ resource "gpufrac_policy" "main" {
 }`
 	want := withPolicy(func(p *policy.Policy) { p.HeadroomBytes = 4 * size.GiB })
 	drifted := withPolicy(func(p *policy.Policy) { p.HeadroomBytes = 8 * size.GiB; p.Mode = policy.ModeMPS })
-	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: accFactories,
-		CheckDestroy:             gone(s),
-		Steps: []resource.TestStep{
-			{Config: cfg, Check: storedPolicy(s, "default", want)},
-			{
-				// Someone edits the variable by hand: the plan must show it.
-				PreConfig:          func() { s.Put("default", policy.PolicyPath("main"), mustEncode(t, drifted)) },
-				Config:             cfg,
-				PlanOnly:           true,
-				ExpectNonEmptyPlan: true,
-			},
-			{
-				// Apply puts it back (check-and-set on the refreshed modify index).
-				Config: cfg,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
-					plancheck.ExpectResourceAction(policyAddr, plancheck.ResourceActionUpdate),
-				}},
-				Check: resource.ComposeAggregateTestCheckFunc(
-					storedPolicy(s, "default", want),
-					stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
-				),
-			},
-			{
-				// Deleted by hand: it leaves state, so the plan creates it again.
-				PreConfig: func() { s.Delete("default", policy.PolicyPath("main")) },
-				Config:    cfg,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
-					plancheck.ExpectResourceAction(policyAddr, plancheck.ResourceActionCreate),
-				}},
-				Check: storedPolicy(s, "default", want),
-			},
+	accTest(t, s, []resource.TestStep{
+		{Config: cfg, Check: storedPolicy(s, "default", want)},
+		{
+			// Someone edits the variable by hand: the plan must show it.
+			PreConfig:          func() { s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, drifted)) },
+			Config:             cfg,
+			PlanOnly:           true,
+			ExpectNonEmptyPlan: true,
+		},
+		{
+			// Apply puts it back (check-and-set on the refreshed modify index).
+			Config: cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+				plancheck.ExpectResourceAction(policyAddr, plancheck.ResourceActionUpdate),
+			}},
+			Check: resource.ComposeAggregateTestCheckFunc(
+				storedPolicy(s, "default", want),
+				stateMatchesStore(s, policyAddr, "default", policy.PolicyPath("main")),
+			),
+		},
+		{
+			// Deleted by hand: it leaves state, so the plan creates it again.
+			PreConfig: func() { s.Delete("default", policy.PolicyPath("main")) },
+			Config:    cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+				plancheck.ExpectResourceAction(policyAddr, plancheck.ResourceActionCreate),
+			}},
+			Check: storedPolicy(s, "default", want),
 		},
 	})
 }
@@ -177,7 +160,7 @@ func TestAccPolicy_existingObjectIsNotOverwritten(t *testing.T) {
 	resource.Test(t, resource.TestCase{
 		ProtoV6ProviderFactories: accFactories,
 		Steps: []resource.TestStep{{
-			PreConfig: func() { s.Put("default", policy.PolicyPath("main"), mustEncode(t, other)) },
+			PreConfig: func() { s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, other)) },
 			Config: providerBlock(s, mgmtToken) + `
 resource "gpufrac_policy" "main" {
   name = "main"
@@ -207,7 +190,7 @@ resource "gpufrac_policy" "main" {
   name = "main"
 }`},
 			{
-				PreConfig: func() { s.Put("default", policy.PolicyPath("main"), mustEncode(t, someoneElse)) },
+				PreConfig: func() { s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, someoneElse)) },
 				Config: p + `
 resource "gpufrac_policy" "main" {
   name     = "main"
@@ -238,26 +221,22 @@ func TestAccPolicy_permissionDenied(t *testing.T) {
 resource "gpufrac_policy" "main" {
   name = "main"
 }`
-	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: accFactories,
-		CheckDestroy:             gone(s),
-		Steps: []resource.TestStep{
-			{
-				// A read-only token cannot create.
-				Config:      providerBlock(s, roToken) + cfg,
-				ExpectError: words("Permission denied"),
-			},
-			{Config: providerBlock(s, mgmtToken) + cfg},
-			{
-				// A token that cannot read must fail the refresh, never drop the resource.
-				Config:      providerBlock(s, noToken) + cfg,
-				ExpectError: words("Could not read gpufrac_policy"),
-			},
-			{
-				// Still in state: nothing to do with a good token again.
-				Config:           providerBlock(s, mgmtToken) + cfg,
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
-			},
+	accTest(t, s, []resource.TestStep{
+		{
+			// A read-only token cannot create.
+			Config:      providerBlock(s, roToken) + cfg,
+			ExpectError: words("Permission denied"),
+		},
+		{Config: providerBlock(s, mgmtToken) + cfg},
+		{
+			// A token that cannot read must fail the refresh, never drop the resource.
+			Config:      providerBlock(s, noToken) + cfg,
+			ExpectError: words("Could not read gpufrac_policy"),
+		},
+		{
+			// Still in state: nothing to do with a good token again.
+			Config:           providerBlock(s, mgmtToken) + cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
 		},
 	})
 }

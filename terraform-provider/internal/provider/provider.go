@@ -112,7 +112,7 @@ func (p *gpufracProvider) Schema(_ context.Context, _ provider.SchemaRequest, re
 				Optional: true,
 				MarkdownDescription: "How long one request to Nomad may take before the plan or apply fails, a duration such as `\"10s\"`. " +
 					"Default `\"" + defaultRequestTimeout.String() + "\"`.",
-				Validators: []validator.String{timeoutValidator{}},
+				Validators: []validator.String{timeoutValidator},
 			},
 		},
 	}
@@ -218,25 +218,11 @@ func (p *gpufracProvider) Functions(context.Context) []func() function.Function 
 }
 
 // timeoutValidator reports a request_timeout that is not a positive duration.
-type timeoutValidator struct{}
-
-var _ validator.String = timeoutValidator{}
-
-func (timeoutValidator) Description(context.Context) string {
-	return "value must be a positive duration such as \"10s\" or \"2m\""
-}
-
-func (v timeoutValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-
-func (timeoutValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	d, err := parseDuration(req.ConfigValue.ValueString())
-	if err == nil && d <= 0 {
-		err = fmt.Errorf("request_timeout = %q: must be more than 0", req.ConfigValue.ValueString())
-	}
-	if err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid request_timeout", err.Error())
-	}
-}
+var timeoutValidator = stringCheck{desc: "value must be a positive duration such as \"10s\" or \"2m\"", title: "Invalid request_timeout",
+	wrong: func(_ path.Path, s string) string {
+		d, err := parseDuration(s)
+		if err == nil && d <= 0 {
+			return fmt.Sprintf("request_timeout = %q: must be more than 0", s)
+		}
+		return errText(err)
+	}}

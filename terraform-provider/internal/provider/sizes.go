@@ -6,8 +6,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
-	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/gpufrac/gpufrac/size"
@@ -69,45 +69,20 @@ func keepSpelling[T comparable](prior types.String, current T, parse func(string
 	return types.StringValue(fresh)
 }
 
-// sizeValidator reports a size that does not parse, at plan time, with the reason.
-type sizeValidator struct{}
-
-var _ validator.String = sizeValidator{}
-
-func (sizeValidator) Description(context.Context) string {
-	return "value must be a size such as \"4GiB\", \"1.5GB\" or \"512MiB\""
-}
-
-func (v sizeValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-
-func (sizeValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := parseSize(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid size", err.Error())
-	}
-}
-
-// durationValidator reports a duration that does not parse, at plan time, with the reason.
-type durationValidator struct{}
-
-var _ validator.String = durationValidator{}
-
-func (durationValidator) Description(context.Context) string {
-	return "value must be a duration such as \"100ms\" or \"1s\""
-}
-
-func (v durationValidator) MarkdownDescription(ctx context.Context) string { return v.Description(ctx) }
-
-func (durationValidator) ValidateString(_ context.Context, req validator.StringRequest, resp *validator.StringResponse) {
-	if req.ConfigValue.IsNull() || req.ConfigValue.IsUnknown() {
-		return
-	}
-	if _, err := parseDuration(req.ConfigValue.ValueString()); err != nil {
-		resp.Diagnostics.AddAttributeError(req.Path, "Invalid duration", err.Error())
-	}
-}
+var (
+	// sizeValidator reports a size that does not parse, with the reason.
+	sizeValidator = stringCheck{desc: "value must be a size such as \"4GiB\", \"1.5GB\" or \"512MiB\"", title: "Invalid size",
+		wrong: func(_ path.Path, s string) string {
+			_, err := parseSize(s)
+			return errText(err)
+		}}
+	// durationValidator reports a duration that does not parse, with the reason.
+	durationValidator = stringCheck{desc: "value must be a duration such as \"100ms\" or \"1s\"", title: "Invalid duration",
+		wrong: func(_ path.Path, s string) string {
+			_, err := parseDuration(s)
+			return errText(err)
+		}}
+)
 
 // sameValue is a plan modifier that keeps the prior spelling of a size or duration when the
 // planned spelling means the same thing. Terraform accepts a planned value equal to the prior

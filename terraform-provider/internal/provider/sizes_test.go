@@ -134,25 +134,33 @@ func TestSizeAndDurationValidators(t *testing.T) {
 		v       validator.String
 		in      types.String
 		wantErr string
+		summary string // the diagnostic's summary, where there is an error
 	}{
-		{sizeValidator{}, types.StringValue("12 GiBs"), `unknown unit "GiBs"`},
-		{sizeValidator{}, types.StringValue("4GiB"), ""},
-		{sizeValidator{}, types.StringUnknown(), ""},
-		{sizeValidator{}, types.StringNull(), ""},
-		{durationValidator{}, types.StringValue("100 millis"), `"100 millis" is not a duration`},
-		{durationValidator{}, types.StringValue("250ms"), ""},
-		{namespaceValidator{}, types.StringValue("prod.eu"), `namespace = "prod.eu"`},
-		{nameValidator{}, types.StringValue("a.b"), `"a.b": must be 1-64 letters`},
+		{sizeValidator, types.StringValue("12 GiBs"), `unknown unit "GiBs"`, "Invalid size"},
+		{sizeValidator, types.StringValue("4GiB"), "", ""},
+		{sizeValidator, types.StringUnknown(), "", ""},
+		{sizeValidator, types.StringNull(), "", ""},
+		{durationValidator, types.StringValue("100 millis"), `"100 millis" is not a duration`, "Invalid duration"},
+		{durationValidator, types.StringValue("250ms"), "", ""},
+		{timeoutValidator, types.StringValue("0s"), `request_timeout = "0s": must be more than 0`, "Invalid request_timeout"},
+		{timeoutValidator, types.StringValue("soon"), `"soon" is not a duration`, "Invalid request_timeout"},
+		{timeoutValidator, types.StringValue("10s"), "", ""},
+		{namespaceValidator, types.StringValue("prod.eu"), `namespace = "prod.eu"`, "Invalid namespace"},
+		{nameValidator, types.StringValue("a.b"), `"a.b": must be 1-64 letters`, "Invalid name"},
 	}
 	for _, tt := range tests {
 		resp := &validator.StringResponse{}
 		tt.v.ValidateString(context.Background(), validator.StringRequest{Path: path.Root("name"), ConfigValue: tt.in}, resp)
-		got := ""
+		got, summary := "", ""
 		if resp.Diagnostics.HasError() {
-			got = resp.Diagnostics.Errors()[0].Detail()
+			got, summary = resp.Diagnostics.Errors()[0].Detail(), resp.Diagnostics.Errors()[0].Summary()
 		}
+		what := tt.v.Description(context.Background())
 		if tt.wantErr == "" && got != "" || !strings.Contains(got, tt.wantErr) {
-			t.Errorf("%T(%s): error %q, want one containing %q", tt.v, tt.in, got, tt.wantErr)
+			t.Errorf("%s (%s): error %q, want one containing %q", what, tt.in, got, tt.wantErr)
+		}
+		if summary != tt.summary {
+			t.Errorf("%s (%s): summary %q, want %q", what, tt.in, summary, tt.summary)
 		}
 	}
 }

@@ -53,64 +53,60 @@ func TestAccTemplate_policySizingSamePlan(t *testing.T) {
 	if units != 25 || units512 != 49 {
 		t.Fatalf("policy formula changed: units %d, %d", units, units512)
 	}
-	resource.Test(t, resource.TestCase{
-		ProtoV6ProviderFactories: accFactories,
-		CheckDestroy:             gone(s),
-		Steps: []resource.TestStep{
-			{
-				Config: p + sizingConfig("1GiB", "main"),
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
-					plancheck.ExpectKnownValue(templateAddr, tfjsonpath.New("units"), knownvalue.Int64Exact(units)),
-				}},
-				ConfigStateChecks: []statecheck.StateCheck{
-					tmplAttr(templateAddr, "units", knownvalue.Int64Exact(units)),
-					tmplAttr("gpufrac_policy.main", "sizing", knownvalue.ObjectExact(map[string]knownvalue.Check{
-						"name": knownvalue.StringExact("main"), "namespace": knownvalue.StringExact("default"),
-						"unit_bytes": knownvalue.Int64Exact(1 << 30), "cap_margin_percent": knownvalue.Float64Exact(15),
-						"cap_margin_bytes": knownvalue.Int64Exact(1_500_000_000),
-					})),
-					statecheck.ExpectKnownOutputValue("job_count", knownvalue.Int64Exact(units)),
-				},
+	accTest(t, s, []resource.TestStep{
+		{
+			Config: p + sizingConfig("1GiB", "main"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+				plancheck.ExpectKnownValue(templateAddr, tfjsonpath.New("units"), knownvalue.Int64Exact(units)),
+			}},
+			ConfigStateChecks: []statecheck.StateCheck{
+				tmplAttr(templateAddr, "units", knownvalue.Int64Exact(units)),
+				tmplAttr("gpufrac_policy.main", "sizing", knownvalue.ObjectExact(map[string]knownvalue.Check{
+					"name": knownvalue.StringExact("main"), "namespace": knownvalue.StringExact("default"),
+					"unit_bytes": knownvalue.Int64Exact(1 << 30), "cap_margin_percent": knownvalue.Float64Exact(15),
+					"cap_margin_bytes": knownvalue.Int64Exact(1_500_000_000),
+				})),
+				statecheck.ExpectKnownOutputValue("job_count", knownvalue.Int64Exact(units)),
 			},
-			{
-				Config: p + sizingConfig("512MiB", "main"),
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
-					plancheck.ExpectResourceAction(templateAddr, plancheck.ResourceActionUpdate),
-					plancheck.ExpectKnownValue(templateAddr, tfjsonpath.New("units"), knownvalue.Int64Exact(units512)),
-					plancheck.ExpectKnownOutputValue("job_count", knownvalue.Int64Exact(units512)),
-				}},
-				ConfigStateChecks: []statecheck.StateCheck{
-					tmplAttr(templateAddr, "units", knownvalue.Int64Exact(units512)),
-					statecheck.ExpectKnownOutputValue("job_count", knownvalue.Int64Exact(units512)),
-				},
+		},
+		{
+			Config: p + sizingConfig("512MiB", "main"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+				plancheck.ExpectResourceAction(templateAddr, plancheck.ResourceActionUpdate),
+				plancheck.ExpectKnownValue(templateAddr, tfjsonpath.New("units"), knownvalue.Int64Exact(units512)),
+				plancheck.ExpectKnownOutputValue("job_count", knownvalue.Int64Exact(units512)),
+			}},
+			ConfigStateChecks: []statecheck.StateCheck{
+				tmplAttr(templateAddr, "units", knownvalue.Int64Exact(units512)),
+				statecheck.ExpectKnownOutputValue("job_count", knownvalue.Int64Exact(units512)),
 			},
-			{
-				Config:           p + sizingConfig("512MiB", "main"),
-				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+		},
+		{
+			Config:           p + sizingConfig("512MiB", "main"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+		},
+		{
+			// The policy changed outside Terraform: the plan puts it back and sizes the
+			// template by the configuration, so nothing is stale after the apply.
+			PreConfig: func() {
+				drifted := policy.Default()
+				drifted.Name, drifted.UnitBytes = "main", 2*size.GiB
+				items, err := policy.EncodePolicy(drifted)
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Put("default", policy.PolicyPath("main"), items)
 			},
-			{
-				// The policy changed outside Terraform: the plan puts it back and sizes the
-				// template by the configuration, so nothing is stale after the apply.
-				PreConfig: func() {
-					drifted := policy.Default()
-					drifted.Name, drifted.UnitBytes = "main", 2*size.GiB
-					items, err := policy.EncodePolicy(drifted)
-					if err != nil {
-						t.Fatal(err)
-					}
-					s.Put("default", policy.PolicyPath("main"), items)
-				},
-				Config: p + sizingConfig("512MiB", "main"),
-				ConfigStateChecks: []statecheck.StateCheck{
-					tmplAttr(templateAddr, "units", knownvalue.Int64Exact(units512)),
-				},
-				Check: storedPolicy(s, "default", pol),
+			Config: p + sizingConfig("512MiB", "main"),
+			ConfigStateChecks: []statecheck.StateCheck{
+				tmplAttr(templateAddr, "units", knownvalue.Int64Exact(units512)),
 			},
-			{
-				Config:      p + sizingConfig("512MiB", "other"),
-				PlanOnly:    true,
-				ExpectError: words(`policy = "main", but policy_sizing is the sizing of policy "other"`),
-			},
+			Check: storedPolicy(s, "default", pol),
+		},
+		{
+			Config:      p + sizingConfig("512MiB", "other"),
+			PlanOnly:    true,
+			ExpectError: words(`policy = "main", but policy_sizing is the sizing of policy "other"`),
 		},
 	})
 }

@@ -42,7 +42,7 @@ func optionalSize(desc string) schema.StringAttribute {
 	return schema.StringAttribute{
 		Optional:            true,
 		MarkdownDescription: desc + " A size such as `\"20GiB\"` or `\"7.5GB\"`; spellings of the same byte count are equal.",
-		Validators:          []validator.String{sizeValidator{}},
+		Validators:          []validator.String{sizeValidator},
 		PlanModifiers:       []planmodifier.String{sameSize()},
 	}
 }

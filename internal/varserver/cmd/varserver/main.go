@@ -38,6 +38,10 @@ func main() {
 		s.SetToken(*writeTok, varserver.Rule{Namespace: "*", Path: *readPath,
 			Capabilities: []string{varserver.CapRead, varserver.CapList, varserver.CapWrite, varserver.CapDestroy}})
 	}
+	// The handler is in place before the address is announced: a caller that stops the server
+	// as soon as it has used it must not kill it with its default SIGTERM action.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	if *addrFile != "" {
 		tmp := *addrFile + ".tmp"
 		err := os.WriteFile(tmp, []byte(s.URL()+"\n"), 0o644)
@@ -52,8 +56,6 @@ func main() {
 	fmt.Println(s.URL())
 	fmt.Fprintf(os.Stderr, "varserver: serving Nomad Variables on %s (ACL tokens: %s)\n", s.URL(), tokenSummary(*mgmt, *readTok, *writeTok))
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	<-sig
 	s.Close()
 }

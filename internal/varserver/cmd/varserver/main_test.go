@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+
+	"github.com/gpufrac/gpufrac/internal/testutil"
 )
 
 // TestMain lets the test binary double as the command, so the test needs no separate build.
@@ -27,15 +29,7 @@ func TestCommand(t *testing.T) {
 	addrFile := t.TempDir() + "/addr"
 	cmd := exec.Command(os.Args[0], "-management-token", "s3cr3t-mgmt", "-read-token", "s3cr3t-read", "-addr-file", addrFile)
 	cmd.Env = append(os.Environ(), "VARSERVER_RUN_MAIN=1")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	out, stderr := testutil.StartPiped(t, cmd)
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 
 	line, err := bufio.NewReader(out).ReadString('\n')
