@@ -287,7 +287,11 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	if calibrate && len(runs) > 0 {
 		cal := bench.RenderCalibration(sum, runs[0], filepath.Join(dir, specs[0].Label, "results"), jobEnv)
 		fmt.Fprint(stdout, "\n"+cal)
-		if werr := writeCalibration(dir, cal, runs[0], wprof, cfg.Command); werr != nil {
+		var perJob []bench.JobScore
+		if len(sum.Scores) > 0 {
+			perJob = sum.Scores[0].PerJob
+		}
+		if werr := writeCalibration(dir, cal, runs[0], perJob, wprof, cfg.Command); werr != nil {
 			fmt.Fprintf(stderr, "gpufrac-bench: %v\n", werr)
 			return 1
 		}
@@ -311,11 +315,11 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 
 // writeCalibration keeps the calibration table and the footprints the run measured beside the
 // raw results: calibration.md and profiles-<profile>.json (for --profiles of warm arms).
-func writeCalibration(dir, table string, run bench.ArmRun, p bench.WorkloadProfile, command string) error {
+func writeCalibration(dir, table string, run bench.ArmRun, perJob []bench.JobScore, p bench.WorkloadProfile, command string) error {
 	if err := os.WriteFile(filepath.Join(dir, "calibration.md"), []byte(table), 0o644); err != nil {
 		return fmt.Errorf("calibration.md: %w", err)
 	}
-	data, err := bench.CalibrationProfiles(run, p, "NVML peaks of each template alone: "+command)
+	data, err := bench.CalibrationProfiles(run, perJob, p, "NVML peaks and GPM SM-active shares of each template alone: "+command)
 	if err != nil {
 		return err
 	}
