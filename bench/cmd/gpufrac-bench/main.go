@@ -107,7 +107,7 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	seed := fs.Uint64("seed", 1, "queue seed (1, 2, 3 are the published ones)")
-	arms := fs.String("arms", defArms, "arms in order: ARM[-MODE][-cold|-warm][-BORROW][-instant|-holdN], the first exclusive")
+	arms := fs.String("arms", defArms, "arms in order: ARM[-MODE][-cold|-warm][-BORROW][-instant|-holdN][-smN], the first exclusive")
 	profile := fs.String("profile", string(defProfile), "workload profile: startup (default-size jobs, start-up heavy) or busy (jobs sized to keep the SMs 55-65% active alone)")
 	queueLen := fs.Int("queue-len", 0, "run only the seed's first N jobs (a short A/A run; 0: all)")
 	only := fs.String("templates", "", "calibrate: only these templates (comma-separated), e.g. to try a size with --job-env")
