@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+)
+
+// TestSimContentionStretchesTheWorkPhase: two busy ResNet-50 jobs (each keeps the SMs 86% active
+// while it computes) side by side on a GPU with SM contention take about 1.72x as long over their
+// work phase as one alone, time-slicing the SMs; their start-up, on the CPU, does not stretch.
+// Without contention they run side by side at full speed, as before contention existed.
+func TestSimContentionStretchesTheWorkPhase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs five simulated jobs of about 2-3 s")
+	}
+	const scale = 0.1
+	sh := busySimShapes[ResNet50]
+	alone := time.Duration(float64(sh.ramp+sh.hold) * scale)
+	for _, tc := range []struct {
+		name     string
+		contend  bool
+		jobs     int
+		min, max float64 // the work phase over alone
+	}{
+		{"alone, contention on", true, 1, 0.9, 1.25},
+		{"two, contention off", false, 2, 0.9, 1.25},
+		{"two, contention on", true, 2, 1.45, 2.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "sim")
+			sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs, err := sim.Devices(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.contend {
+				if err := sim.SetContention(devs[0].UUID, &gpu.SimContention{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			works := make([]time.Duration, tc.jobs)
+			var wg sync.WaitGroup
+			errs := make([]error, tc.jobs)
+			for i := range tc.jobs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					works[i], errs[i] = runSimJob(dir, devs[0].UUID, ResNet50, scale)
+				}()
+			}
+			wg.Wait()
+			for i, w := range works {
+				if errs[i] != nil {
+					t.Fatal(errs[i])
+				}
+				if r := float64(w) / float64(alone); r < tc.min || r > tc.max {
+					t.Errorf("job %d: work phase %s, %.2fx the %s alone; want %.2f-%.2fx", i, w, r, alone, tc.min, tc.max)
+				}
+			}
+		})
+	}
+}
+
+// runSimJob runs this test binary as a busy-profile simulated job of template on GPU uuid and
+// returns its work phase, as its result reports it.
+func runSimJob(dir, uuid, template string, scale float64) (time.Duration, error) {
+	res := filepath.Join(filepath.Dir(dir), fmt.Sprintf("%s-%d.json", template, time.Now().UnixNano()))
+	cmd := exec.Command(os.Args[0], "--template", template, "--profile", "busy", "--result", res, "--scale", fmt.Sprint(scale))
+	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+uuid)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return 0, fmt.Errorf("%s: %v\n%s", template, err, out)
+	}
+	data, err := os.ReadFile(res)
+	if err != nil {
+		return 0, err
+	}
+	var r struct {
+		Meta struct {
+			Timings map[string]float64 `json:"timings_s"`
+		} `json:"meta"`
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return 0, fmt.Errorf("%s: %w", res, err)
+	}
+	return time.Duration(r.Meta.Timings["work"] * float64(time.Second)), nil
+}
