@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -35,17 +34,9 @@ func TestSimContentionStretchesTheWorkPhase(t *testing.T) {
 		{"two, contention on", true, 2, 1.45, 2.1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "sim")
-			sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			devs, err := sim.Devices(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
+			sim, dir, uuid := simGPU(t, "H200=140GiB")
 			if tc.contend {
-				if err := sim.SetContention(devs[0].UUID, &gpu.SimContention{}); err != nil {
+				if err := sim.SetContention(uuid, &gpu.SimContention{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -56,7 +47,7 @@ func TestSimContentionStretchesTheWorkPhase(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					works[i], errs[i] = runSimJob(dir, devs[0].UUID, ResNet50, scale)
+					works[i], errs[i] = runSimJob(dir, uuid, ResNet50, scale, filepath.Join(t.TempDir(), fmt.Sprintf("r%d.json", i)))
 				}()
 			}
 			wg.Wait()
@@ -73,25 +64,28 @@ func TestSimContentionStretchesTheWorkPhase(t *testing.T) {
 }
 
 // runSimJob runs this test binary as a busy-profile simulated job of template on GPU uuid and
-// returns its work phase, as its result reports it.
-func runSimJob(dir, uuid, template string, scale float64) (time.Duration, error) {
-	res := filepath.Join(filepath.Dir(dir), fmt.Sprintf("%s-%d.json", template, time.Now().UnixNano()))
+// returns its work phase, as its result res reports it.
+func runSimJob(dir, uuid, template string, scale float64, res string) (time.Duration, error) {
 	cmd := exec.Command(os.Args[0], "--template", template, "--profile", "busy", "--result", res, "--scale", fmt.Sprint(scale))
 	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+uuid)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("%s: %v\n%s", template, err, out)
 	}
-	data, err := os.ReadFile(res)
+	return resultWork(res)
+}
+
+// simGPU is one simulated GPU of spec in a state directory of the test's: the backend, the
+// directory (a job's $GPUFRAC_SIM_DIR) and the GPU's UUID.
+func simGPU(t *testing.T, spec string) (*gpu.Simulated, string, string) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "sim")
+	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{spec}, Dir: dir})
 	if err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
-	var r struct {
-		Meta struct {
-			Timings map[string]float64 `json:"timings_s"`
-		} `json:"meta"`
+	devs, err := sim.Devices(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal(data, &r); err != nil {
-		return 0, fmt.Errorf("%s: %w", res, err)
-	}
-	return time.Duration(r.Meta.Timings["work"] * float64(time.Second)), nil
+	return sim, dir, devs[0].UUID
 }
