@@ -96,3 +96,31 @@ func TestSMDemand(t *testing.T) {
 		}
 	}
 }
+
+// TestWaitReasonNamesTheComputeBudget: a job the budget holds back says so, with its demand and
+// whether it was measured; without a budget the reason is memory's alone.
+func TestWaitReasonNamesTheComputeBudget(t *testing.T) {
+	for _, tc := range []struct {
+		budget   float64
+		template string
+		want     string
+	}{
+		{0, "lora", "room for its %s guarantee beside the jobs running"},
+		{100, "lora", "room for its %s guarantee beside the jobs running, and for its 60% SM demand (measured) within the 100% compute budget"},
+		{100, "mystery", "and for its 60% SM demand (the median of those measured) within the 100% compute budget"},
+	} {
+		led, uuid := memLedger(t, 140*size.GiB)
+		pol := policy.Default()
+		pol.SMBudgetPercent = tc.budget
+		j := &Job{Job: queue.Job{Name: "j", Template: tc.template}}
+		s := New(Config{Policy: pol, Ledger: led, GPUs: []string{uuid},
+			Peaks: map[string]size.Bytes{tc.template: size.GiB}, SMActive: map[string]float64{"lora": 60}}, []*Job{j})
+		want := tc.want
+		if strings.Contains(want, "%s") {
+			want = strings.Replace(want, "%s", pol.Cap(size.GiB).String(), 1)
+		}
+		if got := s.WaitReason(j, 138*size.GiB); !strings.Contains(got, want) || (tc.budget == 0 && strings.Contains(got, "SM")) {
+			t.Errorf("budget %g%%, %s: %q, want it to contain %q", tc.budget, tc.template, got, want)
+		}
+	}
+}
