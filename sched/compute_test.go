@@ -115,10 +115,7 @@ func TestWaitReasonNamesTheComputeBudget(t *testing.T) {
 		j := &Job{Job: queue.Job{Name: "j", Template: tc.template}}
 		s := New(Config{Policy: pol, Ledger: led, GPUs: []string{uuid},
 			Peaks: map[string]size.Bytes{tc.template: size.GiB}, SMActive: map[string]float64{"lora": 60}}, []*Job{j})
-		want := tc.want
-		if strings.Contains(want, "%s") {
-			want = strings.Replace(want, "%s", pol.Cap(size.GiB).String(), 1)
-		}
+		want := strings.Replace(tc.want, "%s", pol.Cap(size.GiB).String(), 1)
 		if got := s.WaitReason(j, 138*size.GiB); !strings.Contains(got, want) || (tc.budget == 0 && strings.Contains(got, "SM")) {
 			t.Errorf("budget %g%%, %s: %q, want it to contain %q", tc.budget, tc.template, got, want)
 		}
