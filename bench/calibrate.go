@@ -192,23 +192,39 @@ func peaks(run ArmRun) map[string]size.Bytes {
 
 // CalibrationProfiles is the footprints file of a calibration's exclusive run (every job's peak,
 // as NVML saw its processes), for warm arms of the same profile: LoadProfilesFor reads it. The
-// leaker is left out, so the runner probes it as it would an unknown job.
-func CalibrationProfiles(run ArmRun, p WorkloadProfile, source string) ([]byte, error) {
-	doc := map[string]string{
+// leaker is left out, so the runner probes it as it would an unknown job. Each template with a
+// peak also gets its SM-active share alone (_sm_active_percent: the mean over its jobs of the
+// exclusive run's GPM figure, perJob), the compute budget's demand; a template whose GPU had no
+// GPM figure gets none, so it stays unknown.
+func CalibrationProfiles(run ArmRun, perJob []JobScore, p WorkloadProfile, source string) ([]byte, error) {
+	doc := map[string]any{
 		"_source":           source,
 		"_measured_at":      time.Now().UTC().Format(time.RFC3339),
 		profilesWorkloadKey: string(p.orStartup()),
 	}
+	best := map[string]size.Bytes{}
 	for _, a := range run.Attempts {
-		if a.Template == Leaker || a.Outcome != record.OutcomeOK || a.PeakBytes == 0 {
+		if a.Template == Leaker || a.Outcome != record.OutcomeOK || a.PeakBytes == 0 || best[a.Template] >= a.PeakBytes {
 			continue
 		}
-		if cur, ok := doc[a.Template]; ok {
-			if n, _ := strconv.ParseUint(cur, 10, 64); size.Bytes(n) >= a.PeakBytes {
-				continue
-			}
-		}
+		best[a.Template] = a.PeakBytes
 		doc[a.Template] = strconv.FormatUint(uint64(a.PeakBytes), 10)
+	}
+	sum, n := map[string]float64{}, map[string]int{}
+	for _, j := range perJob {
+		if j.SM == nil || best[j.Template] == 0 {
+			continue
+		}
+		sum[j.Template] += 100 * j.SM.Fraction
+		n[j.Template]++
+	}
+	if len(sum) > 0 {
+		sm := map[string]float64{}
+		for t, v := range sum {
+			// One decimal, as the docs' tables give it: GPM's figures are not finer than that.
+			sm[t] = math.Round(10*v/float64(n[t])) / 10
+		}
+		doc[profilesSMKey] = sm
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

@@ -65,7 +65,13 @@ func TestCalibrationProfiles(t *testing.T) {
 		{Job: "c02", Template: ResNet50, Outcome: record.OutcomeFailed, PeakBytes: 90 * size.GiB},
 		{Job: "c08", Template: Leaker, Outcome: record.OutcomeOK, PeakBytes: 130 * size.GiB},
 	}}
-	data, err := CalibrationProfiles(run, ProfileBusy, "test")
+	perJob := []JobScore{
+		{Job: "c01", Template: LoRA06B, SM: &SMUse{Fraction: 0.5}},
+		{Job: "c01b", Template: LoRA06B, SM: &SMUse{Fraction: 0.5444}},
+		{Job: "c02", Template: ResNet50, SM: &SMUse{Fraction: 0.6}},
+		{Job: "c08", Template: Leaker, SM: &SMUse{Fraction: 0.355}},
+	}
+	data, err := CalibrationProfiles(run, perJob, ProfileBusy, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +83,10 @@ func TestCalibrationProfiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The larger of two clean runs, no failed attempt's, no leaker.
-	if len(got) != 1 || got[0].Template != LoRA06B || got[0].PeakBytes != 40*size.GiB {
+	// The larger of two clean runs, no failed attempt's, no leaker; the SM share is the mean
+	// of the template's jobs alone, and only a template with a peak has one.
+	if len(got) != 1 || got[0].Template != LoRA06B || got[0].PeakBytes != 40*size.GiB ||
+		got[0].SMActivePercent == nil || *got[0].SMActivePercent != 52.2 {
 		t.Fatalf("profiles %+v from %s", got, data)
 	}
 	if _, err := LoadProfilesFor(path, ProfileStartup); err == nil {

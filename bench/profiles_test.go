@@ -22,6 +22,11 @@ func TestLoadProfiles(t *testing.T) {
 		{name: "zero", doc: `{"resnet50": "0"}`, wantErr: `resnet50 = "0"`},
 		{name: "not an object", doc: `["resnet50"]`, wantErr: "JSON object"},
 		{name: "bad date", doc: `{"_measured_at": "yesterday"}`, wantErr: `"yesterday"`},
+		{name: "SM share of an unknown template", doc: `{"resnet50": "4GiB", "_sm_active_percent": {"bert": 50}}`, wantErr: `"bert"`},
+		{name: "SM share past 100", doc: `{"resnet50": "4GiB", "_sm_active_percent": {"resnet50": 140}}`, wantErr: "_sm_active_percent.resnet50 = 140"},
+		{name: "SM share without a peak", doc: `{"resnet50": "4GiB", "_sm_active_percent": {"eval-1.7b": 50}}`, wantErr: "eval-1.7b an SM share but no peak"},
+		{name: "SM shares not an object", doc: `{"_sm_active_percent": 50}`, wantErr: "_sm_active_percent"},
+		{name: "a note that is not a string", doc: `{"resnet50": 4}`, wantErr: "resnet50 = 4"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,6 +53,39 @@ func TestLoadProfiles(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoadProfilesSMActive: a profile's SM share is read into the ledger's profile; a template
+// the file gives none is unknown, not 0.
+func TestLoadProfilesSMActive(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.json")
+	doc := `{"resnet50": "14GiB", "eval-1.7b": "30GiB", "_sm_active_percent": {"resnet50": 56.4}}`
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadProfiles(path)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("got %+v, %v", got, err)
+	}
+	for _, p := range got {
+		switch {
+		case p.Template == ResNet50 && (p.SMActivePercent == nil || *p.SMActivePercent != 56.4):
+			t.Errorf("resnet50: SM active %v, want 56.4%%", p.SMActivePercent)
+		case p.Template == Eval17B && p.SMActivePercent != nil:
+			t.Errorf("eval-1.7b: SM active %g%%, want unknown", *p.SMActivePercent)
+		}
+	}
+	// The committed busy footprints carry the calibration's SM shares, which a budgeted warm arm
+	// sums: every stored template has one.
+	busy, err := LoadProfilesFor("profiles-h200-busy.json", ProfileBusy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range busy {
+		if p.SMActivePercent == nil {
+			t.Errorf("profiles-h200-busy.json: %s has no SM share", p.Template)
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ type ArmSpec struct {
 	// "holdN": served after policy.DefaultHold's quiet time, at most N; "holdN-afterP": the
 	// hold begins once the borrower has waited P); nil = the runner's default.
 	Hold *policy.HoldRule
+	// SMBudget is the packed arm's compute budget when the entry names one ("sm150": the
+	// policy's sm_budget_percent 150); 0 = the policy's (off by default).
+	SMBudget float64
 }
 
 var (
@@ -109,8 +113,17 @@ func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 				spec.Hold = &h
 			}
 		}
+		if len(rest) > 0 && spec.Arm == record.ArmPacked {
+			b, ok, err := parseSMBudget(rest[0])
+			if err != nil {
+				return nil, fmt.Errorf("arm %q: %w", e, err)
+			}
+			if ok {
+				spec.SMBudget, rest = b, rest[1:]
+			}
+		}
 		if len(rest) > 0 {
-			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q, a packed arm's borrowing %q nor its hold (instant, holdN)",
+			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q, a packed arm's borrowing %q, its hold (instant, holdN) nor its compute budget (smN)",
 				e, strings.Join(rest, "-"), modeNames, record.ProfileChoices, borrowNames)
 		}
 		if spec.Arm == record.ArmExclusive {
@@ -147,6 +160,25 @@ func parseHold(w string) (policy.HoldRule, bool, error) {
 		return policy.HoldRule{}, false, fmt.Errorf("hold %q: want hold and a bound, as in hold30s: %w", w, err)
 	}
 	return policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: d}, true, nil
+}
+
+// parseSMBudget reads an arm entry's compute budget: "sm" and a percent ("sm150"), checked as
+// the policy checks sm_budget_percent; ok is false for a word that does not start with "sm".
+func parseSMBudget(w string) (float64, bool, error) {
+	b, found := strings.CutPrefix(w, "sm")
+	if !found {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseFloat(b, 64)
+	if err == nil {
+		p := policy.Default()
+		p.SMBudgetPercent = v
+		err = p.Validate()
+	}
+	if err != nil || v == 0 {
+		return 0, false, fmt.Errorf("compute budget %q: want sm and a percent from 1 to %d, as in sm150: %v", w, policy.MaxSMBudgetPercent, err)
+	}
+	return v, true, nil
 }
 
 // JobSpec is one job ready for the runner.

@@ -18,7 +18,7 @@ import (
 )
 
 func TestParseArms(t *testing.T) {
-	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s", "isolated")
+	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s,packed-isolated-warm-sm150,packed-warm-lend-hold10s-sm62.5", "isolated")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,6 +39,9 @@ func TestParseArms(t *testing.T) {
 			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 10 * time.Second}},
 		{Label: "packed-hold30s-after5s", Arm: "packed", Mode: "isolated", Profiles: "cold",
 			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 30 * time.Second, After: 5 * time.Second}},
+		{Label: "packed-isolated-warm-sm150", Arm: "packed", Mode: "isolated", Profiles: "warm", SMBudget: 150},
+		{Label: "packed-warm-lend-hold10s-sm62.5", Arm: "packed", Mode: "isolated", Profiles: "warm", Borrow: "lend",
+			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 10 * time.Second}, SMBudget: 62.5},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
@@ -58,6 +61,10 @@ func TestParseArms(t *testing.T) {
 		"exclusive,packed-hold10s-after":   `"after"`,
 		"exclusive,packed-instant-after5s": `"after5s"`,
 		"exclusive,static-hold10s":         `"hold10s"`,
+		"exclusive,packed-sm0":             `"sm0"`,
+		"exclusive,packed-sm7000":          "sm_budget_percent = 7000",
+		"exclusive,packed-smx":             `"smx"`,
+		"exclusive,uncapped-sm150":         `"sm150"`,
 	} {
 		if _, err := ParseArms(list, "mps"); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseArms(%q): error %v, want one containing %s", list, err, wantErr)
@@ -272,4 +279,36 @@ func (w withGPM) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, state
 		run.GPM = []GPMSample{{GPU: "g", Start: from, End: to, SMUtil: w.util, SMOccupancy: 10}}
 	}
 	return run, err
+}
+
+// TestArmOptionsSMBudget: an arm's compute budget reaches the runner as the policy's, over the
+// invocation's policy (or the default one); an arm without one leaves the policy's alone.
+func TestArmOptionsSMBudget(t *testing.T) {
+	specs, err := ParseArms("exclusive,packed-isolated-warm-sm150,packed-isolated-warm", "isolated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	custom := policy.Default()
+	custom.Name, custom.MaxTasksPerGPU = "bench", 4
+	for _, tc := range []struct {
+		pol  policy.Policy
+		spec ArmSpec
+		want float64
+		name string
+	}{
+		{policy.Policy{}, specs[1], 150, policy.DefaultName},
+		{custom, specs[1], 150, "bench"},
+		{custom, specs[2], 0, "bench"},
+	} {
+		o, err := RunnerArms{Policy: tc.pol}.options(tc.spec, t.TempDir(), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.Policy.SMBudgetPercent != tc.want || o.Policy.Name != tc.name {
+			t.Errorf("%s over policy %q: budget %g%% in policy %q, want %g%% in %q", tc.spec.Label, tc.pol.Name, o.Policy.SMBudgetPercent, o.Policy.Name, tc.want, tc.name)
+		}
+	}
+	if custom.MaxTasksPerGPU != 4 || custom.SMBudgetPercent != 0 {
+		t.Errorf("the invocation's policy was changed: %+v", custom)
+	}
 }

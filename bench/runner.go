@@ -47,21 +47,9 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 	for _, j := range jobs {
 		q.Jobs = append(q.Jobs, queue.Job{Name: j.Name, Template: j.Template, Command: j.Command, Env: j.Env, Result: j.Result})
 	}
-	o, err := arms.Options(runner.Options{
-		Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
-		StateDir: stateDir, Policy: r.Policy, OutDir: filepath.Join(outDir, "runner"),
-		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, ProbeCap: r.ProbeCap, Self: r.Self,
-		Borrow: r.Borrow, BorrowWait: r.BorrowWait, BorrowHold: spec.Hold,
-	}, spec.Arm)
+	o, err := r.options(spec, stateDir, outDir)
 	if err != nil {
 		return ArmRun{}, err
-	}
-	if spec.Borrow != "" {
-		o.Borrow = spec.Borrow
-	}
-	if o.Profiles == "" {
-		// Exclusive: no footprints are needed, and none should leak in from elsewhere.
-		o.Profiles = record.ProfilesCold
 	}
 	var rec *gpmRecorder
 	var notes []string
@@ -81,6 +69,34 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 	}
 	run.GPMNotes = notes
 	return run, err
+}
+
+// options are the runner's options of one arm: the arm's rules, its borrowing, hold and compute
+// budget over the invocation's.
+func (r RunnerArms) options(spec ArmSpec, stateDir, outDir string) (runner.Options, error) {
+	o, err := arms.Options(runner.Options{
+		Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
+		StateDir: stateDir, Policy: r.Policy, OutDir: filepath.Join(outDir, "runner"),
+		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, ProbeCap: r.ProbeCap, Self: r.Self,
+		Borrow: r.Borrow, BorrowWait: r.BorrowWait, BorrowHold: spec.Hold,
+	}, spec.Arm)
+	if err != nil {
+		return o, err
+	}
+	if spec.Borrow != "" {
+		o.Borrow = spec.Borrow
+	}
+	if spec.SMBudget > 0 {
+		if o.Policy.Name == "" {
+			o.Policy = policy.Default()
+		}
+		o.Policy.SMBudgetPercent = spec.SMBudget
+	}
+	if o.Profiles == "" {
+		// Exclusive: no footprints are needed, and none should leak in from elsewhere.
+		o.Profiles = record.ProfilesCold
+	}
+	return o, nil
 }
 
 // FromRunner keeps the runner's records of a run for the benchmark (nil gives an empty run),

@@ -87,18 +87,10 @@ func TestLeakerScriptFraction(t *testing.T) {
 // A simulated job holds no GPU memory during its start-up (on the H200 mostly CPU work), then
 // takes its memory; the first memory it reports comes no earlier than its scaled start-up.
 func TestSimJobStartUpHoldsNoMemory(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "sim")
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := sim.Devices(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, dir, uuid := simGPU(t, "H200=140GiB")
 	const scale = 0.1
 	cmd := exec.Command(os.Args[0], "--template", LoRA06B, "--result", filepath.Join(t.TempDir(), "r.json"), "--scale", fmt.Sprint(scale))
-	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+devs[0].UUID)
+	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+uuid)
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -112,7 +104,7 @@ func TestSimJobStartUpHoldsNoMemory(t *testing.T) {
 			t.Fatalf("the job ended (%v) before it reported any GPU memory", err)
 		case <-time.After(5 * time.Millisecond):
 		}
-		if procs, err := sim.Processes(t.Context(), devs[0].UUID); err == nil && len(procs) > 0 {
+		if procs, err := sim.Processes(t.Context(), uuid); err == nil && len(procs) > 0 {
 			first = time.Since(start)
 		}
 	}
@@ -125,7 +117,7 @@ func TestSimJobStartUpHoldsNoMemory(t *testing.T) {
 
 	// Stopped during its start-up, it exits as a simulated job does, having taken nothing.
 	cmd = exec.Command(os.Args[0], "--template", Eval17B, "--result", filepath.Join(t.TempDir(), "r.json"))
-	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+devs[0].UUID)
+	cmd.Env = append(os.Environ(), envSimJob+"=1", gpu.EnvSimDir+"="+dir, "CUDA_VISIBLE_DEVICES="+uuid)
 	out, stderr := testutil.StartPiped(t, cmd)
 	// The job says it is starting up once its signal handler is in place; its start-up at scale
 	// 1 is 14.5 s, so the SIGTERM lands inside it.

@@ -178,26 +178,38 @@ func (s *Simulated) gpmLoad(ctx context.Context, uuid string) (SimLoad, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return SimLoad{}, fmt.Errorf("simulated GPU %s: %w", uuid, err)
 	}
-	procs, err := s.live(ctx, uuid)
+	loads, err := s.busyLoads(ctx, uuid)
 	if err != nil {
 		return SimLoad{}, err
 	}
-	var sum SimLoad
+	c, on, err := s.contention(uuid)
+	if err != nil {
+		return SimLoad{}, err
+	}
+	if !on {
+		c = SimContention{}
+	}
+	gpm, _ := c.share(loads)
+	return gpm, nil
+}
+
+// busyLoads are the declared loads of the GPU's busy live processes (the default load for one
+// that declared none), by PID; the declarations of processes that are gone are removed.
+func (s *Simulated) busyLoads(ctx context.Context, uuid string) (map[int]SimLoad, error) {
+	procs, err := s.live(ctx, uuid)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]SimLoad{}
 	alive := map[int]bool{}
 	for _, p := range procs {
 		alive[p.pid] = true
-		if !p.busy {
-			continue
+		if p.busy {
+			out[p.pid] = s.processLoad(uuid, p.pid)
 		}
-		l := s.processLoad(uuid, p.pid)
-		sum.SMUtil += l.SMUtil
-		sum.SMOccupancy += l.SMOccupancy
 	}
 	s.dropDeadLoads(uuid, alive)
-	// Processes sharing the SMs take turns (time-slicing) or split them (MPS): either way the
-	// SMs cannot be more than fully active.
-	sum.SMUtil, sum.SMOccupancy = min(sum.SMUtil, 100), min(sum.SMOccupancy, 100)
-	return sum, nil
+	return out, nil
 }
 
 // processLoad is pid's declared load, or the default of a busy process. A declaration left by
@@ -268,4 +280,141 @@ func parseLoad(s string) (SimLoad, error) {
 	}
 	l := SimLoad{SMUtil: u, SMOccupancy: o}
 	return l, l.check()
+}
+
+// simContentionFile, in a GPU's directory, turns SM contention on for that GPU: "<switch cost>".
+const simContentionFile = "contention"
+
+// DefaultSimSwitchCost is the share of the SMs' time the simulated GPU loses for each busy
+// context beyond the first while their demands exceed the SMs. It is an assumption, not a
+// measurement (docs/benchmarks.md says so): time-slicing switches contexts every few
+// milliseconds and each switch saves and restores state.
+const DefaultSimSwitchCost = 0.02
+
+// minSimEfficiency keeps a GPU crowded with contexts doing some work: a model that reached
+// zero would stall every job on it for ever.
+const minSimEfficiency = 0.25
+
+// SimContention is how a simulated GPU shares its SMs among busy processes whose declared
+// demands (SimLoad.SMUtil) sum above 100%: it time-slices them, each process's work advances at
+// its share, 100% over the sum, and every context beyond the first costs SwitchCost of the
+// GPU's time. Without it (the default) every process works at full speed whatever the others do.
+type SimContention struct {
+	SwitchCost float64
+}
+
+func (c SimContention) check() error {
+	if !(c.SwitchCost >= 0 && c.SwitchCost < 1) {
+		return fmt.Errorf("SM contention switch cost %g: want a fraction from 0 to below 1", c.SwitchCost)
+	}
+	return nil
+}
+
+// share is what a GPU whose busy processes declared loads shows, and how fast each process's
+// work advances relative to alone (1 while the demands fit in the SMs).
+func (c SimContention) share(loads map[int]SimLoad) (SimLoad, float64) {
+	var sum SimLoad
+	n := 0
+	for _, l := range loads {
+		sum.SMUtil += l.SMUtil
+		sum.SMOccupancy += l.SMOccupancy
+		if l.SMUtil > 0 {
+			n++
+		}
+	}
+	rate, eff := 1.0, 1.0
+	if sum.SMUtil > 100 {
+		eff = max(minSimEfficiency, 1-c.SwitchCost*float64(n-1))
+		rate = 100 / sum.SMUtil * eff
+	}
+	// Processes sharing the SMs take turns (time-slicing) or split them (MPS): either way the
+	// SMs cannot be more than fully active, and the time lost to switching is not active.
+	sum.SMUtil, sum.SMOccupancy = min(sum.SMUtil, 100*eff), min(sum.SMOccupancy, 100*eff)
+	return sum, rate
+}
+
+// SetContention turns SM contention on for GPU uuid (nil turns it off), for every process
+// sharing Dir: the processes' work slows (WorkClock) and GPM shows the time lost to switching.
+func (s *Simulated) SetContention(uuid string, c *SimContention) error {
+	if _, err := s.device(uuid); err != nil {
+		return err
+	}
+	path := filepath.Join(s.dir, uuid, simContentionFile)
+	if c == nil {
+		return removeIfPresent(path)
+	}
+	if err := c.check(); err != nil {
+		return fmt.Errorf("simulated GPU %s: %w", uuid, err)
+	}
+	return writeFileAtomic(path, []byte(strconv.FormatFloat(c.SwitchCost, 'g', -1, 64)+"\n"))
+}
+
+// contention is GPU uuid's contention setting, and whether it is on.
+func (s *Simulated) contention(uuid string) (SimContention, bool, error) {
+	data, err := os.ReadFile(filepath.Join(s.dir, uuid, simContentionFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return SimContention{}, false, nil
+	}
+	if err != nil {
+		return SimContention{}, false, fmt.Errorf("simulated GPU %s: %w", uuid, err)
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
+	c := SimContention{SwitchCost: v}
+	if err == nil {
+		err = c.check()
+	}
+	if err != nil {
+		return SimContention{}, false, fmt.Errorf("simulated GPU %s: %s %q: %w", uuid, simContentionFile, strings.TrimSpace(string(data)), err)
+	}
+	return c, true, nil
+}
+
+// WorkRate is how fast pid's work advances on GPU uuid now, relative to running alone: 1 when
+// the GPU has no contention set, when pid is not busy, or when the busy processes' demands fit
+// in the SMs; else pid's share (SimContention).
+func (s *Simulated) WorkRate(ctx context.Context, uuid string, pid int) (float64, error) {
+	c, on, err := s.contention(uuid)
+	if err != nil || !on {
+		return 1, err
+	}
+	loads, err := s.busyLoads(ctx, uuid)
+	if err != nil {
+		return 1, err
+	}
+	if _, busy := loads[pid]; !busy {
+		return 1, nil
+	}
+	_, rate := c.share(loads)
+	return rate, nil
+}
+
+// simWorkRateEvery is how often a WorkClock asks for its rate again: reading every process's
+// entry each 20 ms tick of a dozen jobs would be most of a small machine's work.
+const simWorkRateEvery = 200 * time.Millisecond
+
+// SimWorkClock is a simulated job's work done: the time it ran, slowed by SM contention on its
+// GPU (WorkRate), so a job's phases stretch when its neighbours want the SMs too.
+type SimWorkClock struct {
+	s    *Simulated
+	uuid string
+	pid  int
+	rate float64
+	at   time.Time
+}
+
+// WorkClock is the work clock of process pid on GPU uuid.
+func (s *Simulated) WorkClock(uuid string, pid int) *SimWorkClock {
+	return &SimWorkClock{s: s, uuid: uuid, pid: pid, rate: 1}
+}
+
+// Advance is the work done in dt of running: dt at the GPU's current rate. A rate that cannot be
+// read keeps the last one: a job must not stop or speed up over a failed read.
+func (c *SimWorkClock) Advance(dt time.Duration) time.Duration {
+	if now := time.Now(); now.Sub(c.at) >= simWorkRateEvery {
+		c.at = now
+		if r, err := c.s.WorkRate(context.Background(), c.uuid, c.pid); err == nil {
+			c.rate = r
+		}
+	}
+	return time.Duration(float64(dt) * c.rate)
 }

@@ -3,6 +3,8 @@ package ledger
 import (
 	"fmt"
 	"slices"
+
+	"github.com/gpufrac/gpufrac/policy"
 )
 
 // MaxViolations is how many violations the ledger keeps; older ones are dropped first.
@@ -62,11 +64,20 @@ func (l *Ledger) RecordProfile(p Profile) error {
 		return fmt.Errorf("%w: profile of template %q has source %q; want %q, %q or %q",
 			ErrBadInput, p.Template, p.Source, ProfileProbe, ProfileRun, ProfileViolation)
 	}
+	if p.SMActivePercent != nil {
+		if err := policy.CheckSMActive("sm_active_percent", *p.SMActivePercent); err != nil {
+			return fmt.Errorf("%w: profile of template %q: %w", ErrBadInput, p.Template, err)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	prev, err := l.begin()
 	if err != nil {
 		return err
+	}
+	if old, ok := l.st.prof[p.Template]; ok && p.SMActivePercent == nil {
+		// A new peak says nothing of the SMs: what was measured of them stays.
+		p.SMActivePercent = old.SMActivePercent
 	}
 	if p.MeasuredAt.IsZero() {
 		p.MeasuredAt = l.now()

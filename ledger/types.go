@@ -159,6 +159,9 @@ type Profile struct {
 	MeasuredAt time.Time     `json:"measured_at"`
 	// Source is "probe", "run" (observed during a packed run) or "violation" (raised after one).
 	Source string `json:"source"`
+	// SMActivePercent is the share of its run a job of the template kept the SMs active alone
+	// (policy.Template.SMActivePercent); nil is unknown.
+	SMActivePercent *float64 `json:"sm_active_percent,omitempty"`
 }
 
 // Reason is why admission said no.

@@ -50,6 +50,8 @@ const (
 	KeyPeakBytes        = "peak_bytes"
 	KeyCapOverrideBytes = "cap_override_bytes"
 	KeyDescription      = "description"
+	KeySMBudgetPercent  = "sm_budget_percent"
+	KeySMActivePercent  = "sm_active_percent"
 )
 
 // ErrSchemaTooNew is wrapped when items were written by a newer gpufrac.
@@ -85,6 +87,10 @@ func EncodePolicy(p Policy) (map[string]string, error) {
 		KeyWatchdogInterval: p.WatchdogInterval.String(),
 		KeyUnmanaged:        string(p.Unmanaged),
 	}
+	// Off is left out, so policies written before the budget existed read and compare alike.
+	if p.SMBudgetPercent != 0 {
+		items[KeySMBudgetPercent] = strconv.FormatFloat(p.SMBudgetPercent, 'f', -1, 64)
+	}
 	return items, checkSize(items)
 }
 
@@ -106,6 +112,9 @@ func EncodeTemplate(t Template) (map[string]string, error) {
 	if t.Description != "" {
 		items[KeyDescription] = t.Description
 	}
+	if t.SMActivePercent != nil {
+		items[KeySMActivePercent] = strconv.FormatFloat(*t.SMActivePercent, 'f', -1, 64)
+	}
 	return items, checkSize(items)
 }
 
@@ -113,10 +122,11 @@ var (
 	policyKeys = keySet{
 		required: []string{KeySchemaVersion, KeyName, KeyHeadroomBytes, KeyCapMarginPercent, KeyCapMarginBytes,
 			KeyMaxTasksPerGPU, KeyUnitBytes, KeyMode, KeyWatchdogInterval, KeyUnmanaged},
+		optional: []string{KeySMBudgetPercent},
 	}
 	templateKeys = keySet{
 		required: []string{KeySchemaVersion, KeyName, KeyPolicy, KeyPeakBytes},
-		optional: []string{KeyCapOverrideBytes, KeyDescription},
+		optional: []string{KeyCapOverrideBytes, KeyDescription, KeySMActivePercent},
 	}
 )
 
@@ -139,6 +149,9 @@ func DecodePolicy(items map[string]string) (Policy, error) {
 		Mode:             Mode(items[KeyMode]),
 		WatchdogInterval: d.duration(KeyWatchdogInterval),
 		Unmanaged:        Unmanaged(items[KeyUnmanaged]),
+	}
+	if _, ok := items[KeySMBudgetPercent]; ok {
+		p.SMBudgetPercent = d.float(KeySMBudgetPercent)
 	}
 	if err := errors.Join(d.errs...); err != nil {
 		return Policy{}, err
@@ -164,6 +177,10 @@ func DecodeTemplate(items map[string]string) (Template, error) {
 	}
 	if _, ok := items[KeyCapOverrideBytes]; ok {
 		t.CapOverrideBytes = d.bytes(KeyCapOverrideBytes)
+	}
+	if _, ok := items[KeySMActivePercent]; ok {
+		v := d.float(KeySMActivePercent)
+		t.SMActivePercent = &v
 	}
 	if err := errors.Join(d.errs...); err != nil {
 		return Template{}, err

@@ -191,6 +191,8 @@ func TestDecodeTemplateErrors(t *testing.T) {
 		{"no peak no override", map[string]string{"schema_version": "1", "name": "a", "policy": "", "peak_bytes": "0"}, "peak"},
 		{"newer", map[string]string{"schema_version": "2"}, `schema_version "2" is newer`},
 		{"bad policy name", map[string]string{"schema_version": "1", "name": "a", "policy": "x/y", "peak_bytes": "1"}, `policy = "x/y"`},
+		{"sm active past 100", map[string]string{"schema_version": "1", "name": "a", "policy": "", "peak_bytes": "1", "sm_active_percent": "101"}, "sm_active_percent = 101"},
+		{"sm active not a number", map[string]string{"schema_version": "1", "name": "a", "policy": "", "peak_bytes": "1", "sm_active_percent": "lots"}, `sm_active_percent = "lots"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -63,6 +63,11 @@ type Policy struct {
 	WatchdogInterval time.Duration `json:"watchdog_interval"`
 	// Unmanaged decides the fate of GPU processes that hold no reservation.
 	Unmanaged Unmanaged `json:"unmanaged"`
+	// SMBudgetPercent bounds the SM-active demands (Template.SMActivePercent) of the jobs a GPU
+	// runs at once, summed, in percent of one GPU's SMs: 150 lets three jobs that each keep the
+	// SMs 50% active alone share a GPU. 0 is off, the default until a GPU has measured a value
+	// worth setting (docs/policy.md).
+	SMBudgetPercent float64 `json:"sm_budget_percent,omitempty"`
 }
 
 // Default returns the policy used when none is declared.
@@ -132,6 +137,9 @@ func (p Policy) Validate() error {
 	default:
 		bad("unmanaged", fmt.Sprintf("%q", p.Unmanaged), `must be "report" or "stop"`)
 	}
+	if !(p.SMBudgetPercent == 0 || (p.SMBudgetPercent >= 1 && p.SMBudgetPercent <= MaxSMBudgetPercent)) {
+		bad("sm_budget_percent", p.SMBudgetPercent, fmt.Sprintf("must be 0 (off) or between 1 and %d", MaxSMBudgetPercent))
+	}
 	return errors.Join(errs...)
 }
 
@@ -169,6 +177,23 @@ type Template struct {
 	CapOverrideBytes size.Bytes `json:"cap_override_bytes,omitempty"`
 	// Description is free text for people.
 	Description string `json:"description,omitempty"`
+	// SMActivePercent is the percent of its run the job kept the SMs active alone on a GPU
+	// (GPM SM_UTIL, measured by gpufrac probe): its compute demand for Policy.SMBudgetPercent.
+	// nil is unknown (never measured, or the GPU had no performance monitor), which is not 0.
+	SMActivePercent *float64 `json:"sm_active_percent,omitempty"`
+}
+
+// MaxSMBudgetPercent bounds Policy.SMBudgetPercent: 64 jobs (max_tasks_per_gpu's bound) that
+// each keep the SMs fully active.
+const MaxSMBudgetPercent = 6400
+
+// CheckSMActive is nil when v is a percentage of SM-active time (0 to 100), else a FieldError
+// naming field and v.
+func CheckSMActive(field string, v float64) error {
+	if !(v >= 0 && v <= 100) {
+		return &FieldError{field, v, "must be a percentage from 0 to 100"}
+	}
+	return nil
 }
 
 // Validate returns every problem at once, each naming its field and value.
@@ -185,6 +210,11 @@ func (t Template) Validate() error {
 	}
 	if t.PeakBytes > 64*size.TiB {
 		errs = append(errs, &FieldError{"peak", t.PeakBytes, "must be at most 64TiB"})
+	}
+	if t.SMActivePercent != nil {
+		if err := CheckSMActive("sm_active_percent", *t.SMActivePercent); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if len(t.Description) > 4096 {
 		errs = append(errs, &FieldError{"description", fmt.Sprintf("(%d characters)", len(t.Description)), "must be at most 4096 characters"})

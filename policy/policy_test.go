@@ -72,6 +72,9 @@ func TestValidate(t *testing.T) {
 		{"mode", func(p *Policy) { p.Mode = "" }, `mode = ""`},
 		{"watchdog", func(p *Policy) { p.WatchdogInterval = time.Millisecond }, "watchdog_interval = 1ms"},
 		{"unmanaged", func(p *Policy) { p.Unmanaged = "kill" }, `unmanaged = "kill"`},
+		{"sm budget below 1", func(p *Policy) { p.SMBudgetPercent = 0.5 }, "sm_budget_percent = 0.5"},
+		{"sm budget too large", func(p *Policy) { p.SMBudgetPercent = 7000 }, "sm_budget_percent = 7000"},
+		{"sm budget negative", func(p *Policy) { p.SMBudgetPercent = -100 }, "sm_budget_percent = -100"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,6 +43,9 @@ type Config struct {
 	StopGrace time.Duration
 	Stdout    io.Writer
 	Stderr    io.Writer
+	// GPMInterval, when set, reads the GPU's performance monitor this often: the result's
+	// SMActivePercent. 0: SM activity is not measured.
+	GPMInterval time.Duration
 	// OnSample, when set, sees every sample (for progress lines); it must be quick.
 	OnSample func(Sample)
 	Logger   hclog.Logger
@@ -67,6 +70,9 @@ type Result struct {
 	Stopped bool `json:"stopped"`
 	// SampleErrors counts samples the backend failed to answer.
 	SampleErrors int `json:"sample_errors,omitempty"`
+	// SMActivePercent is the share of the probe the GPU's SMs were active (GPM SM util): the
+	// job's, as it ran alone. nil: not measured (no GPMInterval, no performance monitor).
+	SMActivePercent *float64 `json:"sm_active_percent,omitempty"`
 }
 
 // ErrNoMemory means the job finished without ever holding GPU memory that could be attributed
@@ -135,12 +141,23 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			c.OnSample(Sample{At: time.Since(res.Start), Bytes: b, Peak: res.Peak})
 		}
 	}
+	var sm *smMeter
+	var smTick <-chan time.Time
+	if c.GPMInterval > 0 {
+		if sm = openSM(ctx, c.Backend, c.GPU, logger); sm != nil {
+			t := time.NewTicker(c.GPMInterval)
+			defer t.Stop()
+			smTick = t.C
+		}
+	}
 	var ctxErr error
 loop:
 	for {
 		select {
 		case <-proc.Done():
 			break loop
+		case <-smTick:
+			sm.read(ctx)
 		case <-tick.C:
 			sample()
 		case <-window:
@@ -156,6 +173,7 @@ loop:
 		}
 	}
 	res.Duration = time.Since(res.Start)
+	res.SMActivePercent = sm.close(context.WithoutCancel(ctx))
 	res.ExitCode = proc.ExitCode()
 	proc.Reap()
 	if ctxErr != nil {

@@ -3,8 +3,10 @@ package probe
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -199,4 +201,58 @@ func children(parent int) (grouped, setsid int) {
 		}
 	}
 	return grouped, setsid
+}
+
+// TestProbeMeasuresSMActive: a probe reads the GPU's performance monitor over the job's run
+// (pinned here, so the figure is exact); it measures nothing when not asked, and on a GPU without
+// a monitor the share stays unknown rather than 0.
+func TestProbeMeasuresSMActive(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		model string
+		every time.Duration
+		want  *float64
+	}{
+		{"H100, pinned at 42.5%", "H100=80GiB", 100 * time.Millisecond, ptr(42.5)},
+		{"not asked", "H100=80GiB", 0, nil},
+		{"A100 has no GPM", "A100=80GiB", 100 * time.Millisecond, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{tc.model}, Dir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs, _ := sim.Devices(context.Background())
+			uuid := devs[0].UUID
+			if gpu.SimHasGPM(devs[0].Model) {
+				if err := sim.SetGPM(uuid, &gpu.SimLoad{SMUtil: 42.5, SMOccupancy: 20}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			env := Environ(map[string]string{simjob.EnvChild: "1", gpu.EnvSimDir: sim.Dir(), "CUDA_VISIBLE_DEVICES": uuid})
+			res, err := Run(context.Background(), Config{
+				Backend: sim, GPU: uuid, Command: []string{self(t), "--peak", "1GiB", "--ramp", "50ms", "--hold", "500ms"}, Env: env,
+				Interval: 10 * time.Millisecond, GPMInterval: tc.every, StopGrace: 3 * time.Second,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := res.SMActivePercent
+			if (got == nil) != (tc.want == nil) || (got != nil && math.Abs(*got-*tc.want) > 1e-6) {
+				t.Fatalf("SM active %v, want %v", fmtShare(got), fmtShare(tc.want))
+			}
+		})
+	}
+}
+
+func ptr(v float64) *float64 { return &v }
+
+func fmtShare(p *float64) string {
+	if p == nil {
+		return "unknown"
+	}
+	return strconv.FormatFloat(*p, 'g', -1, 64) + "%"
 }

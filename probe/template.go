@@ -23,11 +23,12 @@ func Earned(p policy.Policy, peak size.Bytes) Footprint {
 	return Footprint{Peak: peak, Cap: c, Units: p.Units(c)}
 }
 
-// StoreTemplate makes peak the footprint of the template name in st. A template st already
-// holds keeps what else it says (description, cap override, policy): a person or Terraform
-// wrote those, and a new measurement does not make them wrong. One st does not hold is made
-// under the policy polName.
-func StoreTemplate(ctx context.Context, st policy.Store, name, polName string, peak size.Bytes) error {
+// StoreTemplate makes peak the footprint of the template name in st, with its SM-active share
+// alone when one was measured (smActive nil keeps what st holds: a probe on a GPU without a
+// performance monitor learns nothing of the SMs). A template st already holds keeps what else it
+// says (description, cap override, policy): a person or Terraform wrote those, and a new
+// measurement does not make them wrong. One st does not hold is made under the policy polName.
+func StoreTemplate(ctx context.Context, st policy.Store, name, polName string, peak size.Bytes, smActive *float64) error {
 	t, _, err := st.GetTemplate(ctx, name)
 	switch {
 	case errors.Is(err, policy.ErrNotFound):
@@ -36,6 +37,9 @@ func StoreTemplate(ctx context.Context, st policy.Store, name, polName string, p
 		return fmt.Errorf("reading template %q: %w", name, err)
 	}
 	t.PeakBytes = peak
+	if smActive != nil {
+		t.SMActivePercent = smActive
+	}
 	if _, err := st.PutTemplateUnchecked(ctx, t); err != nil {
 		return fmt.Errorf("storing template %q: %w", name, err)
 	}

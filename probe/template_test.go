@@ -21,14 +21,14 @@ func TestStoreTemplate(t *testing.T) {
 	ctx := t.Context()
 	st := policy.NewFileStore(filepath.Join(t.TempDir(), "policy.json"), policy.FileOptions{})
 
-	if err := StoreTemplate(ctx, st, "fresh", "pool", 3*size.GiB); err != nil {
+	if err := StoreTemplate(ctx, st, "fresh", "pool", 3*size.GiB, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, _, err := st.GetTemplate(ctx, "fresh")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.PeakBytes != 3*size.GiB || got.Policy != "pool" || got.Description != "measured by gpufrac probe" {
+	if got.PeakBytes != 3*size.GiB || got.Policy != "pool" || got.Description != "measured by gpufrac probe" || got.SMActivePercent != nil {
 		t.Errorf("a new template: %+v", got)
 	}
 
@@ -37,7 +37,7 @@ func TestStoreTemplate(t *testing.T) {
 	if _, err := st.PutTemplateUnchecked(ctx, kept); err != nil {
 		t.Fatal(err)
 	}
-	if err := StoreTemplate(ctx, st, "kept", "pool", 5*size.GiB); err != nil {
+	if err := StoreTemplate(ctx, st, "kept", "pool", 5*size.GiB, nil); err != nil {
 		t.Fatal(err)
 	}
 	got, _, err = st.GetTemplate(ctx, "kept")
@@ -49,7 +49,19 @@ func TestStoreTemplate(t *testing.T) {
 		t.Errorf("an existing template became %+v, want %+v", got, kept)
 	}
 
-	if err := StoreTemplate(ctx, st, "gpu.pool", "pool", size.GiB); !errors.Is(err, policy.ErrInvalid) {
+	// A measured SM share is stored; a later probe that measured none keeps it.
+	sm := 57.1
+	for i, give := range []*float64{&sm, nil} {
+		if err := StoreTemplate(ctx, st, "kept", "pool", 6*size.GiB, give); err != nil {
+			t.Fatal(err)
+		}
+		got, _, err = st.GetTemplate(ctx, "kept")
+		if err != nil || got.SMActivePercent == nil || *got.SMActivePercent != sm || got.PeakBytes != 6*size.GiB {
+			t.Errorf("store %d: %+v, %v; want SM active %g%%", i, got, err, sm)
+		}
+	}
+
+	if err := StoreTemplate(ctx, st, "gpu.pool", "pool", size.GiB, nil); !errors.Is(err, policy.ErrInvalid) {
 		t.Errorf("a name the store refuses: error %v, want one wrapping policy.ErrInvalid", err)
 	}
 }

@@ -103,6 +103,7 @@ type filePolicy struct {
 	Mode             hcl.Expression `hcl:"mode,optional"`
 	WatchdogInterval hcl.Expression `hcl:"watchdog_interval,optional"`
 	Unmanaged        hcl.Expression `hcl:"unmanaged,optional"`
+	SMBudgetPercent  hcl.Expression `hcl:"sm_budget_percent,optional"`
 	DefRange         hcl.Range      `hcl:",def_range"`
 }
 
@@ -477,6 +478,10 @@ func (d *decoder) policy(fp *filePolicy) policy.Policy {
 	if f, ok := d.number(fp.MaxTasksPerGPU, "max_tasks_per_gpu"); ok {
 		ranges["max_tasks_per_gpu"] = fp.MaxTasksPerGPU.Range()
 		p.MaxTasksPerGPU = int(f)
+	}
+	if f, ok := d.number(fp.SMBudgetPercent, "sm_budget_percent"); ok {
+		ranges["sm_budget_percent"] = fp.SMBudgetPercent.Range()
+		p.SMBudgetPercent = f
 	}
 	if m := d.str(fp.Mode, "mode"); m != "" {
 		ranges["mode"] = fp.Mode.Range()

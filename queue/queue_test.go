@@ -39,6 +39,7 @@ func TestParseQueueErrors(t *testing.T) {
 		{"env not a map", "job \"a\" {\n  command = [\"x\"]\n  env = [\"A=1\"]\n}\n", []string{"q.hcl:3", "env must be a map"}},
 		{"policy value", "policy {\n  max_tasks_per_gpu = 0\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 0"}},
 		{"policy mode", "policy {\n  mode = \"mig\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"mig"`}},
+		{"policy sm budget", "policy {\n  sm_budget_percent = 0.5\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "sm_budget_percent = 0.5"}},
 		{"result climbs out", "job \"a\" {\n  command = [\"x\"]\n  result = \"../../etc/x\"\n}\n", []string{"q.hcl:3", `"../../etc/x" leaves the results directory`}},
 		{"result climbs out after a detour", "job \"a\" {\n  command = [\"x\"]\n  result = \"r/../../x\"\n}\n", []string{"q.hcl:3", `"r/../../x" leaves`}},
 		{"negative size", "template \"t\" {\n  peak = \"-1GiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"-1GiB"`, "negative"}},
@@ -72,6 +73,7 @@ policy {
   unit               = "512MiB"
   mode               = "mps"
   watchdog_interval  = "50ms"
+  sm_budget_percent  = 150
 }
 template "lora" {
   probe_window = "5s"
@@ -106,7 +108,7 @@ job "plain" {
 	}
 	p := q.Policy
 	if p == nil || p.HeadroomBytes != 4*size.GiB || p.CapMarginPercent != 20 || p.CapMarginBytes != size.GB ||
-		p.MaxTasksPerGPU != 4 || p.UnitBytes != 512*size.MiB || p.WatchdogInterval != 50*time.Millisecond {
+		p.MaxTasksPerGPU != 4 || p.UnitBytes != 512*size.MiB || p.WatchdogInterval != 50*time.Millisecond || p.SMBudgetPercent != 150 {
 		t.Errorf("policy %+v", p)
 	}
 	tm := q.Templates["lora"]

@@ -321,7 +321,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		n.Start()
 	}
 	sc := sched.Config{Admission: o.Admission, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
-		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{},
+		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{}, SMActive: map[string]float64{},
 		ProbeInPlace: o.Arm == record.ArmPacked && o.modeOf() == policy.ModeIsolated && r.guard != nil}
 	for name, t := range q.Templates {
 		if t.PeakBytes > 0 {
@@ -331,6 +331,9 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	if o.Profiles == record.ProfilesWarm {
 		for _, p := range r.led.Profiles() {
 			sc.Peaks[p.Template] = p.PeakBytes
+			if p.SMActivePercent != nil {
+				sc.SMActive[p.Template] = *p.SMActivePercent
+			}
 		}
 	}
 	r.s = sched.New(sc, sched.NewJobs(q))

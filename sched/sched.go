@@ -65,6 +65,8 @@ type Launch struct {
 	InPlace bool
 	// Borrowing: the job may use memory no other job's guarantee covers, up to the GPU's budget.
 	Borrowing bool
+	// SMDemand is what the job counts for against the compute budget while it runs (compute.go).
+	SMDemand float64
 }
 
 // Sched decides which jobs start where. It touches the ledger but no processes, so its cost is
@@ -109,6 +111,10 @@ type Sched struct {
 	refused map[string]error
 	// grown are the guarantees the ladder raised templates to in this run (Grow).
 	grown map[string]size.Bytes
+	// smActive are the templates' measured SM demands (percent); smOn the demand running per
+	// GPU (compute.go).
+	smActive map[string]float64
+	smOn     map[string]float64
 }
 
 // Config is what a scheduler is built from; the run fills it once, and from then on the
@@ -134,6 +140,9 @@ type Config struct {
 	// (declared peaks, stored profiles).
 	Templates map[string]queue.TemplateSpec
 	Peaks     map[string]size.Bytes
+	// SMActive are the templates' SM-active shares alone known before the run (percent), for
+	// the policy's compute budget (compute.go).
+	SMActive map[string]float64
 }
 
 // New builds the scheduler of a run over its jobs (NewJobs). Without a Node it admits through
@@ -144,7 +153,10 @@ func New(c Config, jobs []*Job) *Sched {
 		window: c.Window, probeCap: c.ProbeCap, probeInPlace: c.ProbeInPlace, node: c.Node, borrows: c.Borrows,
 		templates: maps.Clone(c.Templates), peaks: maps.Clone(c.Peaks), prober: map[string]*Job{}, running: map[string]int{},
 		wholeOn: map[string]bool{}, drainFor: map[string]*Job{}, warned: map[string]bool{}, frozen: map[string]bool{},
-		refused: map[string]error{}, grown: map[string]size.Bytes{},
+		refused: map[string]error{}, grown: map[string]size.Bytes{}, smActive: maps.Clone(c.SMActive), smOn: map[string]float64{},
+	}
+	if s.smActive == nil {
+		s.smActive = map[string]float64{}
 	}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
@@ -286,6 +298,9 @@ func (s *Sched) Next() []Launch {
 			out = append(out, l)
 		case needCapped, needSlot:
 			for _, g := range s.candidates(states) {
+				if !s.smFits(g, j.Template) {
+					continue
+				}
 				st := states[g]
 				c, capped := capBytes, true
 				if kind == needSlot {
@@ -399,6 +414,7 @@ func (s *Sched) admit(g string, c size.Bytes, j *Job, states map[string]ledger.G
 
 func (s *Sched) start(l *Launch) {
 	l.Job.Running = true
+	s.smStart(l)
 	s.running[l.GPU]++
 	s.total++
 	if l.Whole {
@@ -410,6 +426,7 @@ func (s *Sched) start(l *Launch) {
 func (s *Sched) Finished(l *Launch) {
 	l.Job.Running = false
 	s.running[l.GPU]--
+	s.smEnd(l)
 	s.total--
 	if l.Whole {
 		s.wholeOn[l.GPU] = false
@@ -431,7 +448,7 @@ func (s *Sched) probeWindow(t string) time.Duration {
 // GPU alone), so it is never starved by later jobs yet never waits for the GPU to empty.
 func (s *Sched) probeBeside(j *Job, states map[string]ledger.GPUState) (Launch, bool) {
 	g := s.drainTarget(j, states)
-	if g == "" || s.running[g] >= s.perGPU {
+	if g == "" || s.running[g] >= s.perGPU || !s.smFits(g, j.Template) {
 		return Launch{}, false
 	}
 	protective := s.protectiveCap(j.Template, states[g])
@@ -451,6 +468,9 @@ func (s *Sched) probeBeside(j *Job, states map[string]ledger.GPUState) (Launch, 
 // was promised, so it holds back no job whose footprint is known.
 func (s *Sched) probeBorrowing(j *Job, states map[string]ledger.GPUState) (Launch, bool) {
 	for _, g := range s.candidates(states) {
+		if !s.smFits(g, j.Template) {
+			continue
+		}
 		res, ok := s.admit(g, s.probeGuarantee(states[g]), j, states, true)
 		if !ok {
 			continue

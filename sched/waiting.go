@@ -55,9 +55,9 @@ func (s *Sched) WaitReason(j *Job, maxBudget size.Bytes) string {
 			return "half a GPU's budget to fit beside the jobs running"
 		}
 		if j.Room > 0 {
-			return fmt.Sprintf("room for %s beside the jobs running", j.Next.Head())
+			return fmt.Sprintf("room for %s beside the jobs running", j.Next.Head()) + s.smWaitNote(j.Template)
 		}
-		return fmt.Sprintf("room for its %s guarantee beside the jobs running", c)
+		return fmt.Sprintf("room for its %s guarantee beside the jobs running", c) + s.smWaitNote(j.Template)
 	case needWhole:
 		if j.Whole {
 			return "a GPU to itself (" + j.Next.Head() + ", after a broken cap: once the rest of the queue is admitted)"
@@ -80,4 +80,19 @@ func (s *Sched) Stuck(after time.Duration) string {
 		}
 	}
 	return fmt.Sprintf("not admitted for %s with no job running (another process may hold the GPU budget: see `gpufrac status`)", after)
+}
+
+// smWaitNote adds the compute budget to what a job waits for, while there is one: memory alone
+// does not say why a job that would fit waits.
+func (s *Sched) smWaitNote(t string) string {
+	b := s.smBudget()
+	if b == 0 {
+		return ""
+	}
+	d, known := s.SMDemand(t)
+	how := "measured"
+	if !known {
+		how = "the median of those measured"
+	}
+	return fmt.Sprintf(", and for its %.0f%% SM demand (%s) within the %.0f%% compute budget", d, how, b)
 }

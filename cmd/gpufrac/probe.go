@@ -39,6 +39,9 @@ type probeOutput struct {
 	ExitCode   int        `json:"exit_code"`
 	StoredIn   []string   `json:"stored_in"`
 	MeasuredAt time.Time  `json:"measured_at"`
+
+	// SMActivePercent is the share of the probe the SMs were active (GPM); null: unknown.
+	SMActivePercent *float64 `json:"sm_active_percent"`
 }
 
 func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.Writer) error {
@@ -150,7 +153,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	var lastPlain time.Time
 	result, perr := probe.Run(ctx, probe.Config{
 		Backend: b, GPU: st.UUID, Command: command, Env: probe.Environ(env), Token: res.Token,
-		Window: *window, Interval: *interval, Stdout: line, Stderr: line, Logger: g.logger,
+		Window: *window, Interval: *interval, GPMInterval: probe.DefaultGPMInterval, Stdout: line, Stderr: line, Logger: g.logger,
 		OnSample: func(s probe.Sample) {
 			if line.tty {
 				line.update("%s %5.1fs  now %-9s peak %s", *tmpl, s.At.Seconds(), s.Bytes, s.Peak)
@@ -173,11 +176,11 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		Template: *tmpl, Backend: b.Kind(), GPU: st.UUID, GPUIndex: st.Index, PeakBytes: fp.Peak, Peak: fp.Peak.String(),
 		CapBytes: fp.Cap, Cap: fp.Cap.String(), Units: fp.Units, UnitBytes: pol.UnitBytes, Policy: pol.Name,
 		Samples: result.Samples, DurationS: result.Duration.Seconds(), WindowS: window.Seconds(), Stopped: result.Stopped,
-		ExitCode: result.ExitCode, MeasuredAt: time.Now().UTC(), StoredIn: []string{},
+		ExitCode: result.ExitCode, MeasuredAt: time.Now().UTC(), StoredIn: []string{}, SMActivePercent: result.SMActivePercent,
 	}
 	if !*noStore {
 		prof := ledger.Profile{Template: *tmpl, PeakBytes: result.Peak, Samples: result.Samples, Duration: result.Duration,
-			MeasuredAt: outp.MeasuredAt, Source: ledger.ProfileProbe}
+			MeasuredAt: outp.MeasuredAt, Source: ledger.ProfileProbe, SMActivePercent: result.SMActivePercent}
 		if err := led.RecordProfile(prof); err != nil {
 			return fmt.Errorf("recording the profile in the ledger: %w", err)
 		}
@@ -186,7 +189,7 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		if err != nil {
 			return err
 		}
-		if err := probe.StoreTemplate(ctx, store, *tmpl, pol.Name, result.Peak); err != nil {
+		if err := probe.StoreTemplate(ctx, store, *tmpl, pol.Name, result.Peak, result.SMActivePercent); err != nil {
 			return fmt.Errorf("%s: %w", where, err)
 		}
 		outp.StoredIn = append(outp.StoredIn, where)
@@ -204,6 +207,11 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		result.Duration.Seconds(), result.Samples, how, result.ExitCode)
 	fmt.Fprintf(stdout, "cap under policy %q: %s = %s -> %d units of %s\n", pol.Name, fp.Cap, pol.CapFormula(fp.Peak.String()),
 		fp.Units, pol.UnitBytes)
+	if sm := result.SMActivePercent; sm != nil {
+		fmt.Fprintf(stdout, "SM active %.1f%% of the run (GPM): its demand for a policy's sm_budget_percent\n", *sm)
+	} else {
+		fmt.Fprintln(stdout, "SM active: unknown (the GPU has no performance monitor)")
+	}
 	if len(outp.StoredIn) > 0 {
 		fmt.Fprintf(stdout, "footprint stored in: %s\n", strings.Join(outp.StoredIn, ", "))
 	} else {

@@ -191,6 +191,8 @@ type job struct {
 	// a simulated job charges its growth there as the preload library does for a CUDA job.
 	fence      Fence
 	fenceTried bool // attachFence ran: it attaches once, at the first allocation
+	// work is the job's progress, slowed where the simulated GPU has SM contention set.
+	work *gpu.SimWorkClock
 }
 
 type childExit struct {
@@ -229,6 +231,7 @@ func newJob(c *config, stdout, stderr io.Writer) (*job, int) {
 	if err != nil {
 		return fail("%v", err)
 	}
+	j.work = sim.WorkClock(c.gpu, j.pid)
 	return j, ExitOK
 }
 
@@ -320,7 +323,7 @@ func (j *job) run() int {
 				return ExitFail
 			}
 			now := time.Now()
-			worked += min(now.Sub(lastTick), 2*tick)
+			worked += j.work.Advance(min(now.Sub(lastTick), 2*tick))
 			lastTick = now
 			want, done := c.target(worked)
 			if want != j.used || time.Since(lastWrite) >= heartbeat {

@@ -118,8 +118,17 @@ func Contract(t *testing.T, newStore func(t *testing.T) policy.Store) {
 	if _, err := s.PutTemplate(ctx, gt, tm.ModifyIndex); !errors.Is(err, policy.ErrConflict) {
 		t.Fatalf("stale template update: %v", err)
 	}
+	// A measured SM-active share survives the store, and a template without one reads as unknown.
+	sm := 52.2
+	gt.SMActivePercent = &sm
 	if _, err := s.PutTemplateUnchecked(ctx, gt); err != nil {
 		t.Fatal(err)
+	}
+	if back, _, err := s.GetTemplate(ctx, "b"); err != nil || back.SMActivePercent == nil || *back.SMActivePercent != sm {
+		t.Fatalf("template with SM active %g%%: read back %v, %+v", sm, err, back)
+	}
+	if back, _, err := s.GetTemplate(ctx, "a"); err != nil || back.SMActivePercent != nil {
+		t.Fatalf("template never measured: read back %v, SM active %v, want unknown", err, back.SMActivePercent)
 	}
 	if err := s.DeleteTemplate(ctx, "a", 0); err != nil {
 		t.Fatal(err)

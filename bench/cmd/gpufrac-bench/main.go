@@ -107,7 +107,7 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	seed := fs.Uint64("seed", 1, "queue seed (1, 2, 3 are the published ones)")
-	arms := fs.String("arms", defArms, "arms in order: ARM[-MODE][-cold|-warm][-BORROW][-instant|-holdN], the first exclusive")
+	arms := fs.String("arms", defArms, "arms in order: ARM[-MODE][-cold|-warm][-BORROW][-instant|-holdN][-smN], the first exclusive")
 	profile := fs.String("profile", string(defProfile), "workload profile: startup (default-size jobs, start-up heavy) or busy (jobs sized to keep the SMs 55-65% active alone)")
 	queueLen := fs.Int("queue-len", 0, "run only the seed's first N jobs (a short A/A run; 0: all)")
 	only := fs.String("templates", "", "calibrate: only these templates (comma-separated), e.g. to try a size with --job-env")
@@ -124,6 +124,7 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	simGPUs := fs.String("sim-gpus", "H200=140GiB", "simulated GPUs (simulated backend)")
 	simDir := fs.String("sim-dir", "", "simulated backend state directory (default: OUT/.../sim)")
 	simScale := fs.Float64("sim-scale", 0.1, "duration scale of simulated jobs")
+	simContention := fs.Float64("sim-contention", -1, fmt.Sprintf("simulated backend: SM contention, with this switching cost per extra busy context (%g is the documented assumption); negative: none, every job works at full speed", gpu.DefaultSimSwitchCost))
 	probeWindow := fs.Duration("probe-window", 0, "make cold probes windows of this length (0: whole-run probes)")
 	probeCap := fs.String("probe-cap", "", "protective cap of every template's in-place probe, e.g. 35GiB (default: half the GPU's budget)")
 	borrow := fs.String("borrow", node.BorrowAuto, "borrowing of the packed arms: auto, wait, now, lend or off (gpufrac run --borrow); an arm may name its own (packed-isolated-warm-lend)")
@@ -247,6 +248,12 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 		fmt.Fprintf(stderr, "gpufrac-bench: no GPU: %v\n", err)
 		return 1
 	}
+	if *simContention >= 0 {
+		if err := setContention(b, devs, *simContention); err != nil {
+			fmt.Fprintf(stderr, "gpufrac-bench: --sim-contention %g: %v\n", *simContention, err)
+			return 2
+		}
+	}
 	host, _ := os.Hostname()
 	gpmEvery := *gpmInterval
 	if gpmEvery == 0 {
@@ -280,7 +287,11 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	if calibrate && len(runs) > 0 {
 		cal := bench.RenderCalibration(sum, runs[0], filepath.Join(dir, specs[0].Label, "results"), jobEnv)
 		fmt.Fprint(stdout, "\n"+cal)
-		if werr := writeCalibration(dir, cal, runs[0], wprof, cfg.Command); werr != nil {
+		var perJob []bench.JobScore
+		if len(sum.Scores) > 0 {
+			perJob = sum.Scores[0].PerJob
+		}
+		if werr := writeCalibration(dir, cal, runs[0], perJob, wprof, cfg.Command); werr != nil {
 			fmt.Fprintf(stderr, "gpufrac-bench: %v\n", werr)
 			return 1
 		}
@@ -304,11 +315,11 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 
 // writeCalibration keeps the calibration table and the footprints the run measured beside the
 // raw results: calibration.md and profiles-<profile>.json (for --profiles of warm arms).
-func writeCalibration(dir, table string, run bench.ArmRun, p bench.WorkloadProfile, command string) error {
+func writeCalibration(dir, table string, run bench.ArmRun, perJob []bench.JobScore, p bench.WorkloadProfile, command string) error {
 	if err := os.WriteFile(filepath.Join(dir, "calibration.md"), []byte(table), 0o644); err != nil {
 		return fmt.Errorf("calibration.md: %w", err)
 	}
-	data, err := bench.CalibrationProfiles(run, p, "NVML peaks of each template alone: "+command)
+	data, err := bench.CalibrationProfiles(run, perJob, p, "NVML peaks and GPM SM-active shares of each template alone: "+command)
 	if err != nil {
 		return err
 	}
@@ -399,4 +410,19 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// setContention turns SM contention on for every simulated GPU: jobs whose SM demands sum past
+// a GPU's SMs slow down (gpu.SimContention). A real GPU contends by itself.
+func setContention(b gpu.Backend, devs []gpu.Device, cost float64) error {
+	sim, ok := b.(*gpu.Simulated)
+	if !ok {
+		return fmt.Errorf("the %s backend's GPUs contend for real: --sim-contention is for the simulated backend", b.Kind())
+	}
+	for _, d := range devs {
+		if err := sim.SetContention(d.UUID, &gpu.SimContention{SwitchCost: cost}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

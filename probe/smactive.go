@@ -1,0 +1,75 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/hashicorp/go-hclog"
+)
+
+// DefaultGPMInterval is how often a probe reads the GPU's performance monitor: NVML's GPM
+// figures need periods of at least about 100 ms, and a job's phases last seconds.
+const DefaultGPMInterval = 500 * time.Millisecond
+
+// minGPMPeriod is the shortest last period a probe closes: a shorter one says little.
+const minGPMPeriod = 100 * time.Millisecond
+
+// smMeter sums the GPU's SM activity over a probe. The probe's job runs alone on the GPU, so
+// the GPU's figure is the job's.
+type smMeter struct {
+	s       gpu.GPMSampler
+	log     hclog.Logger
+	active  float64 // percent x seconds
+	covered time.Duration
+	last    time.Time
+	errs    int
+}
+
+// openSM starts measuring GPU uuid's SM activity; nil when the GPU has no performance monitor
+// (its share is then unknown, never 0).
+func openSM(ctx context.Context, b gpu.Backend, uuid string, log hclog.Logger) *smMeter {
+	s, err := b.OpenGPM(ctx, uuid)
+	if err != nil {
+		if errors.Is(err, gpu.ErrNoGPM) {
+			log.Info("the GPU has no performance monitor: the job's SM-active share stays unknown", "gpu", uuid)
+		} else {
+			log.Warn("cannot read the GPU's performance monitor: the job's SM-active share stays unknown", "gpu", uuid, "error", err)
+		}
+		return nil
+	}
+	return &smMeter{s: s, log: log, last: time.Now()}
+}
+
+func (m *smMeter) read(ctx context.Context) {
+	g, err := m.s.Read(ctx)
+	m.last = time.Now()
+	if err != nil {
+		// A failed period is left out of the share, not counted as idle.
+		if m.errs++; m.errs == 1 {
+			m.log.Warn("cannot read the GPU's performance monitor", "error", err)
+		}
+		return
+	}
+	d := g.End.Sub(g.Start)
+	m.active += g.SMUtil * d.Seconds()
+	m.covered += d
+}
+
+// close reads the last period (when long enough to mean something) and returns the share of
+// the covered time the SMs were active, in percent; nil when nothing was covered.
+func (m *smMeter) close(ctx context.Context) *float64 {
+	if m == nil {
+		return nil
+	}
+	if time.Since(m.last) >= minGPMPeriod {
+		m.read(ctx)
+	}
+	_ = m.s.Close()
+	if m.covered <= 0 {
+		return nil
+	}
+	pct := min(100, max(0, m.active/m.covered.Seconds()))
+	return &pct
+}
