@@ -192,7 +192,8 @@ func (t *Table) noRoom(tasks []Task) error {
 // enforcer writes (tasks get it read-only: a difference means something else on the host
 // wrote it). What differs is written again and named in the answer (nil: all is as set). Tasks
 // that SetTasks left out for lack of room are not a difference. A task's sum that is not its
-// processes' (the task wrote its own file around the API) is rebuilt from them.
+// processes' (the task wrote its own file around the API) is rebuilt from them; a task's file
+// that cannot be read (cut short, garbage) is named.
 func (t *Table) Verify() ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -206,7 +207,9 @@ func (t *Table) Verify() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	diffs := s.differs(*t.expect)
+	// A file its task cut or overwrote is named, never written: the enforcer does not map a
+	// task's file, and what it wrote there the task could cut again (docs/enforcement.md).
+	diffs := append(s.differs(*t.expect), s.unreadable()...)
 	if sums := s.unsummed(); len(sums) > 0 {
 		diffs = append(diffs, sums...)
 		if C.gf_rebuild(t.m) != 0 {
@@ -278,7 +281,7 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
 			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Procs: int(k.procs),
 			Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0,
-			Unlocked: k.unlocked != 0})
+			Unlocked: k.unlocked != C.GF_READ_SETTLED, Unreadable: k.unlocked == C.GF_READ_BAD})
 	}
 	for i := range C.GF_PROCS {
 		p := &raw.procs[i]

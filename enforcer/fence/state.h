@@ -122,7 +122,9 @@ struct gf_task {
 	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
 	uint64_t nwait; /* its live processes with a waiting allocation: can_wait reads it, not 512 slots */
 	uint64_t nowed; /* ... of which wait for borrowers to give its guarantee back (GF_WAIT_OWED) */
-	uint64_t unlocked; /* in gf_snapshot's table only: its file was read without its lock */
+	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
+	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all */
+	uint64_t unlocked;
 	/* SHA-256 of the reservation's token: every task reads the files, and a token read here
 	 * would let one task attach as another (take its cap, charge it its use). */
 	uint8_t token_hash[GF_HASH_LEN];
@@ -194,6 +196,8 @@ struct gf_map {
 	int unwait;       /* a wait ended without the lock: its flag is cleared at the next */
 };
 
+enum { GF_READ_SETTLED = 0, GF_READ_UNSETTLED = 1, GF_READ_BAD = 2 };
+
 /* A task as the enforcer declares it. */
 struct gf_task_spec {
 	const char *token;
@@ -202,14 +206,17 @@ struct gf_task_spec {
 	uint64_t keep; /* see gf_task.keep; 0 = the whole guarantee is kept */
 };
 
-/* The enforcer's handle on one GPU: the control copy it writes, and a map of each placed task's
- * accounting file (the slot's, by the control copy's index). */
+/* The enforcer's handle on one GPU: the control copy it writes, and a descriptor of each placed
+ * task's accounting file (the slot's, by the control copy's index), never a mapping of it: a task
+ * may truncate its own file, and a mapping would fault (taskfile.c). */
 struct gf_gpu {
 	int cfd;
 	struct gf_control *c;
 	char dir[4096]; /* the fence directory: accounting files are "<dir>/<hash>/<uuid>.fence" */
 	char uuid[GF_UUID_MAX];
-	struct gf_map tasks[GF_TASKS]; /* fd -1 where the slot has no file open */
+	struct gf_map tasks[GF_TASKS]; /* fd -1 where the slot has no file open; t always NULL */
+	struct gf_table *scratch;      /* two tables' room for reading the files (taskfile.c) */
+	int *shared;                   /* a page shared with the child that writes a file */
 };
 
 /* A GPU is named by "<dir>/<uuid>.fence" in the calls below: its control copy is that name in
@@ -250,15 +257,18 @@ int gf_reap(struct gf_map *m, int task);
  * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
  * reservation back. A task placed anew gets a fresh accounting file. */
 int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns);
-/* gf_rebuild rebuilds each task's sums from its processes' under its lock: 0, or -1 when a
- * task's lock could not be had (that task is left for the next time). */
+/* gf_rebuild rebuilds each task's sums from its processes' under its lock, in a child process
+ * (taskfile.c): 0, or -1 when a task's lock could not be had or its file faulted (that task is
+ * left for the next time). */
 int gf_rebuild(struct gf_gpu *g);
-/* gf_snapshot merges the control copy and every task's file, each read under its lock for
- * GF_ENFORCER_WAIT_NS and without it past that, into one table: the tasks' slots as the control
- * copy places them, each task's processes (those of its own slot only) in the process slots.
- * 0, or -1 when the control copy could not be read whole. */
+/* gf_snapshot merges the control copy and every task's file, each read with pread until a copy
+ * is settled (its lock free and the same twice) for GF_ENFORCER_WAIT_NS and as it is past that,
+ * into one table: the tasks' slots as the control copy places them, each task's processes (those
+ * of its own slot only) in the process slots. 0, or -1 when the control copy could not be read
+ * whole. */
 int gf_snapshot(struct gf_gpu *g, struct gf_table *out);
-/* gf_reap_all gives back the slots of dead processes in every task's file. */
+/* gf_reap_all gives back the slots of dead processes in every task's file (where one has any,
+ * in a child process: taskfile.c). */
 int gf_reap_all(struct gf_gpu *g);
 
 #endif

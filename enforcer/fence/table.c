@@ -135,23 +135,31 @@ int gf_file_create(const char *path, const char *uuid, int i, const struct gf_ta
 	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
 	if (fd < 0)
 		return fail(err, errlen, "create", tmp, errno);
+	/* Written, never mapped: the file is in the task's directory, and a task that cut it
+	 * while it was being written would fault a mapping of the enforcer's (taskfile.c). */
+	struct gf_table *t = calloc(1, sizeof *t);
+	int rc = t ? 0 : -1;
+	int e = ENOMEM;
+	if (t) {
+		init_table(t, uuid);
+		t->tasks[i] = *k;
+	}
 	/* Tasks run as other users than the enforcer: their own file must be theirs to write. */
-	int rc = fchmod(fd, 0666);
-	if (rc == 0)
-		rc = ftruncate(fd, sizeof(struct gf_table));
-	struct gf_table *t = MAP_FAILED;
-	if (rc == 0)
-		t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (t == MAP_FAILED) {
-		int e = errno;
-		close(fd);
+	if (rc == 0 && (rc = fchmod(fd, 0666)) != 0)
+		e = errno;
+	if (rc == 0) {
+		ssize_t w = pwrite(fd, t, sizeof *t, 0);
+		if (w != (ssize_t)sizeof *t) {
+			e = w < 0 ? errno : EIO;
+			rc = -1;
+		}
+	}
+	free(t);
+	close(fd);
+	if (rc != 0) {
 		unlink(tmp);
 		return fail(err, errlen, "create", tmp, e);
 	}
-	init_table(t, uuid);
-	t->tasks[i] = *k;
-	munmap(t, sizeof *t);
-	close(fd);
 	if (rename(tmp, path) != 0) {
 		int e = errno;
 		unlink(tmp);

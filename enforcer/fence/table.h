@@ -24,6 +24,22 @@ int gf_map_file(int fd, const char *path, struct gf_map *m, char *err, size_t er
 /* gf_file_create writes a fresh accounting file at path whose slot i is k. */
 int gf_file_create(const char *path, const char *uuid, int i, const struct gf_task *k, char *err, size_t errlen);
 
+/* taskfile.c: the enforcer's reading and writing of the tasks' files, none of it through a
+ * mapping of them. */
+/* gf_file_valid says whether a table's header is this layout's. */
+int gf_file_valid(const struct gf_table *t);
+/* gf_file_read reads slot i's file into out: GF_READ_SETTLED, GF_READ_UNSETTLED (a copy as it
+ * was after GF_ENFORCER_WAIT_NS) or GF_READ_BAD (short, or not a table of this layout). */
+int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out);
+/* gf_file_used is what slot i's file says its task uses (0 where it cannot be read). */
+uint64_t gf_file_used(const struct gf_gpu *g, int i);
+/* gf_file_procs reads slot i's process slots into out: 0, or -1. */
+int gf_file_procs(const struct gf_gpu *g, int i, struct gf_proc *out);
+/* gf_file_reap gives back the slots of dead processes in slot i's file; gf_file_rebuild rebuilds
+ * its sums. Each runs where it has work in a child that maps the file: the count, or -1. */
+int gf_file_reap(struct gf_gpu *g, int i);
+int gf_file_rebuild(struct gf_gpu *g, int i);
+
 /* peers.c: the other tasks' files of the GPU, opened read-only and read with pread for the rules of
  * borrowing. */
 void gf_peers_open(struct gf_map *m, const char *dir, const char *file);

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,14 +21,13 @@
 
 static void drop_task(struct gf_map *m)
 {
-	if (m->t)
-		munmap(m->t, sizeof *m->t);
 	if (m->fd >= 0)
 		close(m->fd);
 	gf_reset(m);
 }
 
-/* open_task maps slot i's accounting file read-write, with the enforcer's short lock wait. */
+/* open_task opens slot i's accounting file, read-only: the enforcer reads it with pread and never
+ * maps it (taskfile.c). */
 static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
 {
 	char file[GF_UUID_MAX + 16], path[4200];
@@ -36,14 +36,13 @@ static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
 	snprintf(file, sizeof file, "%s.fence", g->uuid);
 	if (gf_account_path(g->dir, hash, file, path, sizeof path) != 0)
 		return -1;
-	m->fd = gf_open_file(path, O_RDWR);
-	if (m->fd < 0 || gf_map_file(m->fd, path, m, NULL, 0) != 0) {
+	m->fd = gf_open_file(path, O_RDONLY);
+	struct gf_header h;
+	if (m->fd < 0 || pread(m->fd, &h, sizeof h, 0) != (ssize_t)sizeof h || !gf_file_valid((struct gf_table *)&h)) {
 		drop_task(m);
 		return -1;
 	}
-	m->c = g->c; /* not its own: drop_task never unmaps it */
 	m->task = i;
-	m->wait_ns = GF_ENFORCER_WAIT_NS;
 	return 0;
 }
 
@@ -79,6 +78,11 @@ void gf_close(struct gf_gpu *g)
 {
 	for (int i = 0; i < GF_TASKS; i++)
 		drop_task(&g->tasks[i]);
+	free(g->scratch);
+	g->scratch = NULL;
+	if (g->shared)
+		munmap(g->shared, sizeof *g->shared);
+	g->shared = NULL;
 	if (g->c)
 		munmap(g->c, sizeof *g->c);
 	if (g->cfd >= 0)
@@ -100,6 +104,15 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	    gf_control_path(path, cpath, sizeof cpath) != 0) {
 		if (err && errlen)
 			snprintf(err, errlen, "fence state name %s is too long", path);
+		return -1;
+	}
+	g->scratch = calloc(2, sizeof *g->scratch);
+	void *shared = mmap(NULL, sizeof *g->shared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	g->shared = shared == MAP_FAILED ? NULL : shared;
+	if (!g->scratch || !g->shared) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state %s: no memory to read the tasks' files", path);
+		gf_close(g);
 		return -1;
 	}
 	int rc = gf_control_create(g, cpath, err, errlen);
@@ -131,13 +144,10 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	return 0;
 }
 
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
-
-/* used_of is what slot i's file says its task holds (0 without a file). */
+/* used_of is what slot i's file says its task holds (0 without a readable file). */
 static uint64_t used_of(const struct gf_gpu *g, int i)
 {
-	const struct gf_table *t = g->tasks[i].t;
-	return t ? LOAD(t->tasks[i].used) : 0;
+	return gf_file_used(g, i);
 }
 
 /* committed is what every task's guarantee or use, whichever is more, covers. */
@@ -157,14 +167,13 @@ static uint64_t committed(const struct gf_gpu *g, const struct gf_control *c)
  * gone at its next look (GF_NOTASK). */
 static int anyone_waits(const struct gf_gpu *g, const struct gf_control *c)
 {
+	struct gf_proc *procs = g->scratch[0].procs;
 	for (int i = 0; i < GF_TASKS; i++) {
-		const struct gf_table *t = g->tasks[i].t;
-		if (c->tasks[i].state != GF_LIVE || !t)
+		if (c->tasks[i].state != GF_LIVE || gf_file_procs(g, i, procs) != 0)
 			continue;
 		for (int j = 0; j < GF_PROCS; j++) {
-			const struct gf_proc *p = &t->procs[j];
-			if (LOAD(p->state) == GF_LIVE && LOAD(p->waiting) && LOAD(p->task) == (uint32_t)i &&
-			    LOAD(p->task_gen) == c->tasks[i].gen)
+			const struct gf_proc *p = &procs[j];
+			if (p->state == GF_LIVE && p->waiting && p->task == (uint32_t)i && p->task_gen == c->tasks[i].gen)
 				return 1;
 		}
 	}
@@ -271,7 +280,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one
 		 * whose file this enforcer has not mapped yet (a previous one placed it) keeps its own. */
-		if (fresh_file || !g->tasks[i].t) {
+		if (fresh_file || g->tasks[i].fd < 0) {
 			struct gf_task fresh;
 			memset(&fresh, 0, sizeof fresh);
 			fresh.state = GF_LIVE;
@@ -330,18 +339,9 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 int gf_rebuild(struct gf_gpu *g)
 {
 	int rc = 0;
-	for (int i = 0; i < GF_TASKS; i++) {
-		struct gf_map *m = &g->tasks[i];
-		if (!m->t)
-			continue;
-		if (gf_lock(m) != 0) {
+	for (int i = 0; i < GF_TASKS; i++)
+		if (g->tasks[i].fd >= 0 && gf_file_rebuild(g, i) != 0)
 			rc = -1;
-			continue;
-		}
-		gf_control_restore(m);
-		gf_recount(m->t);
-		gf_unlock(m);
-	}
 	return rc;
 }
 
@@ -349,8 +349,8 @@ int gf_reap_all(struct gf_gpu *g)
 {
 	int n = 0;
 	for (int i = 0; i < GF_TASKS; i++)
-		if (g->tasks[i].t)
-			n += gf_reap(&g->tasks[i], -1);
+		if (g->tasks[i].fd >= 0)
+			n += gf_file_reap(g, i);
 	return n;
 }
 
@@ -405,18 +405,14 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		k->limit = ck->limit;
 		k->keep = ck->keep;
 		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
-		struct gf_map *m = &g->tasks[i];
-		if (!m->t)
+		if (g->tasks[i].fd < 0)
 			continue;
-		/* Under the task's lock for a moment; past it, as it is: a task that keeps its own
-		 * lock gets a reading that may be mid-update, of itself only. */
-		int locked = gf_lock(m) == 0;
-		if (locked)
-			gf_test_point("snapshot");
-		merge(m->t, i, out, &np);
-		k->unlocked = !locked;
-		if (locked)
-			gf_unlock(m);
+		/* Settled for a moment; past it, as it is: a task that keeps its own lock gets a
+		 * reading that may be mid-update, of itself only. One that cut its file or wrote
+		 * garbage over it gets nothing counted, and is named for it (fence.Table.Verify). */
+		k->unlocked = (uint64_t)gf_file_read(g, i, &g->scratch[0]);
+		if (k->unlocked != GF_READ_BAD)
+			merge(&g->scratch[0], i, out, &np);
 	}
 	return 0;
 }

@@ -87,6 +87,9 @@ type TaskUse struct {
 	// Unlocked: its task kept its lock past the enforcer's bound, and its file was read without
 	// it: its sums may be mid-update.
 	Unlocked bool
+	// Unreadable: its task cut its accounting file short or wrote over its header, so nothing
+	// of it is counted (Used 0, no processes); Unlocked too. What it uses is NVML's to judge.
+	Unreadable bool
 }
 
 // Borrowed is what the task holds past its guarantee, at most what its limit lets it borrow:
@@ -217,6 +220,18 @@ func (s Snapshot) unsummed() []string {
 	for _, u := range s.Tasks {
 		if u.Token != "" && !u.Unlocked && u.Used != held[u.Token] {
 			d = append(d, fmt.Sprintf("task %s: use %s, its processes hold %s", short(u.Token), u.Used, held[u.Token]))
+		}
+	}
+	return d
+}
+
+// unreadable names the tasks whose accounting file could not be read: their own doing (a
+// task may write only its own file), and their own loss: the fence counts nothing of them.
+func (s Snapshot) unreadable() []string {
+	var d []string
+	for _, u := range s.Tasks {
+		if u.Unreadable {
+			d = append(d, fmt.Sprintf("task %s: its accounting file is cut short or not a fence table", short(u.Token)))
 		}
 	}
 	return d

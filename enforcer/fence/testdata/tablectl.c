@@ -105,6 +105,8 @@ int main(void)
 			printf("ok\n");
 		} else if (!strcmp(cmd, "reap")) {
 			printf("reaped %d\n", m.t ? gf_reap(&m, -1) : gf_reap_all(&ctl));
+		} else if (!strcmp(cmd, "rebuild")) {
+			printf("rebuilt %d\n", gf_rebuild(&ctl));
 		} else if (!strcmp(cmd, "view")) {
 			uint64_t cap = 0, used = 0;
 			if (gf_view(&m, &cap, &used) == GF_OK)
