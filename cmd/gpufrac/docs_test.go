@@ -77,6 +77,8 @@ var (
 	measuredRE = regexp.MustCompile(`\b\d+\.\d+GiB( used)|(at )\d+\.\d+GiB|\(\d+(\.\d+)?[KMG]?i?B of`)
 	countsRE   = regexp.MustCompile(`\b\d+( samples| jobs per GPU-hour)`)
 	stampRE    = regexp.MustCompile(`^\[\s*\d+\.\d+s\]`)
+	// The SMs' share of a probed run is sampled by GPM periods, so it moves with the machine's load.
+	smShareRE = regexp.MustCompile(`\bSM active \d+(\.\d+)?%`)
 )
 
 // pattern turns a quoted line into a regexp: measured figures and paths become wildcards,
@@ -99,6 +101,7 @@ func pattern(line string) *regexp.Regexp {
 		}
 	})
 	w = durationRE.ReplaceAllString(w, wild+"num"+"s")
+	w = smShareRE.ReplaceAllString(w, "SM active "+wild+"num%")
 	w = countsRE.ReplaceAllString(w, wild+"int"+"$1")
 	w = pathRE.ReplaceAllStringFunc(w, func(m string) string {
 		if strings.HasPrefix(m, "(") { // "(state in /tmp/x)": keep the parenthesis
@@ -316,6 +319,11 @@ func TestFiguresAgree(t *testing.T) {
 	line := "8 of 8 jobs completed in 17.1s on 1 GPU(s): 1684 jobs per GPU-hour"
 	if re := pattern(line); !re.MatchString("8 of 8 jobs completed in 6.5s on 1 GPU(s): 4438 jobs per GPU-hour") {
 		t.Errorf("pattern %s of %q does not match a run's summary with other figures", re, line)
+	}
+	line = "SM active 100.0% of the run (GPM): its demand for a policy's sm_budget_percent"
+	if re := pattern(line); !re.MatchString("SM active 83.3% of the run (GPM): its demand for a policy's sm_budget_percent") ||
+		re.MatchString("SM active of the run (GPM): its demand for a policy's sm_budget_percent") {
+		t.Errorf("pattern %s of %q: want any measured share, and a share required", re, line)
 	}
 }
 
