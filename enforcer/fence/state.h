@@ -29,8 +29,11 @@
  *   (a task in a container sees other PIDs than the host). A slot whose byte can be locked
  *   belongs to a dead process, and its bytes go back to its task.
  * - A live holder that keeps the lock (stopped, or hostile) is waited for GF_LOCK_WAIT_NS by its
- *   own task's processes, then the waiter goes on without the file; the enforcer waits
- *   GF_ENFORCER_WAIT_NS and reads it without the lock. Nothing hangs on it.
+ *   own task's processes, then the waiter goes on without the file; the enforcer never takes it
+ *   to read (below). Nothing hangs on it.
+ * - The enforcer never maps a task's file: a task may truncate its own, and a mapping would fault
+ *   (SIGBUS) and end every tenant's enforcement. It reads with pread, and what it writes under a
+ *   task's lock a child process it forks writes (taskfile.c).
  * - A task's sum is kept beside the per-process sums and rebuilt from them whenever a lock
  *   holder died mid-update, so nothing underflows or counts twice.
  * - Borrowing reads the other tasks' files read-only and claims before it checks (charge.c);
@@ -83,10 +86,11 @@ enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
  * then goes on without the table (an allocation passes unfenced, the watchdog holds the cap)
  * rather than hang every process on the GPU. */
 #define GF_LOCK_WAIT_NS (1000000000ull)
-/* How long the enforcer waits for a task's lock before it reads the task's file without it (a
- * snapshot) or leaves it for the next pass (a reap, a rebuild): a task that keeps its own lock
- * slows a watchdog pass by this much a file, never hangs it. Hard: a lock that changes hands
- * all along does not extend it. */
+/* How long the enforcer tries for a settled copy of a task's file before it takes the copy as it
+ * is (a snapshot), and how long its child waits for the task's lock before it leaves the file
+ * for the next pass (a reap, a rebuild): a task that keeps its own lock slows a watchdog pass by
+ * this much a file, never hangs it. Hard: a lock that changes hands all along does not extend
+ * it. */
 #define GF_ENFORCER_WAIT_NS (20000000ull)
 /* How long a borrowing allocation waits for the other borrowers' flock (they judge one at a
  * time) before it is refused: a borrower that keeps it fails others' borrows, never a
