@@ -28,9 +28,10 @@ int gf_file_create(const char *path, const char *uuid, int i, const struct gf_ta
  * mapping of them. */
 /* gf_file_valid says whether a table's header is this layout's. */
 int gf_file_valid(const struct gf_table *t);
-/* gf_file_read reads slot i's file into out: GF_READ_SETTLED, GF_READ_UNSETTLED (a copy as it
- * was after GF_ENFORCER_WAIT_NS) or GF_READ_BAD (short, or not a table of this layout). */
-int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out);
+/* gf_file_read reads slot i's file into out (its header, its task's slot, its first *nprocs
+ * process slots): GF_READ_SETTLED, GF_READ_UNSETTLED (a copy as it was after
+ * GF_ENFORCER_WAIT_NS) or GF_READ_BAD (short, or not a table of this layout). */
+int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out, int *nprocs);
 /* gf_file_used is what slot i's file says its task uses (0 where it cannot be read). */
 uint64_t gf_file_used(const struct gf_gpu *g, int i);
 /* gf_file_procs reads slot i's process slots into out: 0, or -1. */

@@ -23,13 +23,17 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-/* What a reading copies: the header, the task slots and the process slots (the owners' nonces
- * change at every attach, outside the lock, and say nothing of use). */
-#define READ_BYTES offsetof(struct gf_table, owners)
+/* A reading copies the header, the task's own slot and its process slots, CHUNK at a time until
+ * it has seen as many of the task's live slots as its slot counts (processes take the lowest
+ * free slots, so most tasks' are in the first chunk): not the other 63 task slots, nor the
+ * owners' nonces (they change at every attach, outside the lock). A task that counts fewer than
+ * it has hides them from itself: its use is then not its processes', and Verify rebuilds it. */
+#define CHUNK 64
 /* How long a child that writes a file may take: its lock wait is GF_ENFORCER_WAIT_NS, the rest
  * is a fork and a few hundred stores; past this it is killed and the file left for next time. */
 #define CHILD_WAIT_NS (2000000000ull)
@@ -57,20 +61,53 @@ static int read_all(int fd, void *buf, size_t n, off_t off)
 	return 0;
 }
 
-int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out)
+#define TASK_AT(i) ((off_t)(offsetof(struct gf_table, tasks) + (size_t)(i) * sizeof(struct gf_task)))
+#define PROC_AT(j) ((off_t)(offsetof(struct gf_table, procs) + (size_t)(j) * sizeof(struct gf_proc)))
+
+/* read_view reads what a reading copies of slot i's file into out: the process slots read, or
+ * -1 (short, or not a table of this layout). */
+static int read_view(int fd, int i, struct gf_table *out)
+{
+	if (read_all(fd, &out->h, sizeof out->h, 0) != 0 || !gf_file_valid(out) ||
+	    read_all(fd, &out->tasks[i], sizeof out->tasks[i], TASK_AT(i)) != 0)
+		return -1;
+	const struct gf_task *k = &out->tasks[i];
+	uint64_t seen = 0;
+	int n = 0;
+	while (n < GF_PROCS && seen < k->procs) {
+		if (read_all(fd, &out->procs[n], CHUNK * sizeof out->procs[0], PROC_AT(n)) != 0)
+			return -1;
+		for (int j = n; j < n + CHUNK; j++) {
+			const struct gf_proc *p = &out->procs[j];
+			if (p->state == GF_LIVE && p->task == (uint32_t)i && p->task_gen == k->gen)
+				seen++;
+		}
+		n += CHUNK;
+	}
+	return n;
+}
+
+int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out, int *nprocs)
 {
 	int fd = g->tasks[i].fd;
 	struct gf_table *again = &g->scratch[1];
-	if (fd < 0 || out == again)
+	struct stat st;
+	*nprocs = 0;
+	/* Cut short anywhere is cut short, even past what a reading copies. */
+	if (fd < 0 || out == again || fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct gf_table))
 		return GF_READ_BAD;
 	uint64_t hard = gf_now_ns() + GF_ENFORCER_WAIT_NS;
 	for (;;) {
-		if (read_all(fd, out, READ_BYTES, 0) != 0 || !gf_file_valid(out))
+		int n = read_view(fd, i, out);
+		if (n < 0)
 			return GF_READ_BAD;
+		*nprocs = n;
 		/* Every counter changes under the lock: free before and after, and the same twice, no
 		 * update ran across the reading. */
-		if (out->h.lock == 0 && read_all(fd, again, READ_BYTES, 0) == 0 && again->h.lock == 0 &&
-		    memcmp(out, again, READ_BYTES) == 0)
+		if (out->h.lock == 0 && read_view(fd, i, again) == n && again->h.lock == 0 &&
+		    memcmp(&out->h, &again->h, sizeof out->h) == 0 &&
+		    memcmp(&out->tasks[i], &again->tasks[i], sizeof out->tasks[i]) == 0 &&
+		    memcmp(out->procs, again->procs, (size_t)n * sizeof out->procs[0]) == 0)
 			return GF_READ_SETTLED;
 		if (gf_now_ns() >= hard)
 			return GF_READ_UNSETTLED;

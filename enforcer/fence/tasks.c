@@ -354,8 +354,8 @@ int gf_reap_all(struct gf_gpu *g)
 	return n;
 }
 
-/* merge adds slot i's file (as it is now) to out. */
-static void merge(const struct gf_table *t, int i, struct gf_table *out, int *np)
+/* merge adds slot i's file, as read with its first nprocs process slots, to out. */
+static void merge(const struct gf_table *t, int i, int nprocs, struct gf_table *out, int *np)
 {
 	const struct gf_task *f = &t->tasks[i];
 	struct gf_task *k = &out->tasks[i];
@@ -373,7 +373,7 @@ static void merge(const struct gf_table *t, int i, struct gf_table *out, int *np
 	out->h.reaped += t->h.reaped;
 	/* Only the processes of its own slot: a task writes its own file, and a process it made up
 	 * there for another slot names nobody else. */
-	for (int j = 0; j < GF_PROCS && *np < GF_PROCS; j++) {
+	for (int j = 0; j < nprocs && *np < GF_PROCS; j++) {
 		const struct gf_proc *p = &t->procs[j];
 		if (p->state == GF_LIVE && p->task == (uint32_t)i && p->task_gen == k->gen)
 			out->procs[(*np)++] = *p;
@@ -410,9 +410,10 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		/* Settled for a moment; past it, as it is: a task that keeps its own lock gets a
 		 * reading that may be mid-update, of itself only. One that cut its file or wrote
 		 * garbage over it gets nothing counted, and is named for it (fence.Table.Verify). */
-		k->unlocked = (uint64_t)gf_file_read(g, i, &g->scratch[0]);
+		int nprocs = 0;
+		k->unlocked = (uint64_t)gf_file_read(g, i, &g->scratch[0], &nprocs);
 		if (k->unlocked != GF_READ_BAD)
-			merge(&g->scratch[0], i, out, &np);
+			merge(&g->scratch[0], i, nprocs, out, &np);
 	}
 	return 0;
 }
