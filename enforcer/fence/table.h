@@ -34,8 +34,9 @@ int gf_file_valid(const struct gf_table *t);
 int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out, int *nprocs);
 /* gf_file_used is what slot i's file says its task uses (0 where it cannot be read). */
 uint64_t gf_file_used(const struct gf_gpu *g, int i);
-/* gf_file_procs reads slot i's process slots into out: 0, or -1. */
-int gf_file_procs(const struct gf_gpu *g, int i, struct gf_proc *out);
+/* gf_file_view is one reading of slot i's file into out, settled or not (gf_file_read says
+ * what it copies): the process slots read, or -1. */
+int gf_file_view(const struct gf_gpu *g, int i, struct gf_table *out);
 /* gf_file_reap gives back the slots of dead processes in slot i's file; gf_file_rebuild rebuilds
  * its sums. Each runs where it has work in a child that maps the file: the count, or -1. */
 int gf_file_reap(struct gf_gpu *g, int i);

@@ -87,6 +87,11 @@ static int read_view(int fd, int i, struct gf_table *out)
 	return n;
 }
 
+int gf_file_view(const struct gf_gpu *g, int i, struct gf_table *out)
+{
+	return g->tasks[i].fd < 0 ? -1 : read_view(g->tasks[i].fd, i, out);
+}
+
 int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out, int *nprocs)
 {
 	int fd = g->tasks[i].fd;
@@ -125,13 +130,6 @@ uint64_t gf_file_used(const struct gf_gpu *g, int i)
 	return k.used;
 }
 
-int gf_file_procs(const struct gf_gpu *g, int i, struct gf_proc *out)
-{
-	int fd = g->tasks[i].fd;
-	if (fd < 0)
-		return -1;
-	return read_all(fd, out, GF_PROCS * sizeof *out, (off_t)offsetof(struct gf_table, procs));
-}
 
 enum { DO_REAP, DO_REBUILD };
 
@@ -219,10 +217,9 @@ int gf_file_reap(struct gf_gpu *g, int i)
 {
 	struct gf_proc *procs = g->scratch[0].procs;
 	int fd = g->tasks[i].fd;
-	if (fd < 0 || gf_file_procs(g, i, procs) != 0)
-		return 0;
+	int n = gf_file_view(g, i, &g->scratch[0]);
 	/* A live slot whose byte nobody holds belongs to a dead process (state.h). */
-	for (int j = 0; j < GF_PROCS; j++) {
+	for (int j = 0; j < n; j++) {
 		if (procs[j].state != GF_LIVE)
 			continue;
 		struct flock fl;

@@ -167,11 +167,10 @@ static uint64_t committed(const struct gf_gpu *g, const struct gf_control *c)
  * gone at its next look (GF_NOTASK). */
 static int anyone_waits(const struct gf_gpu *g, const struct gf_control *c)
 {
-	struct gf_proc *procs = g->scratch[0].procs;
+	const struct gf_proc *procs = g->scratch[0].procs;
 	for (int i = 0; i < GF_TASKS; i++) {
-		if (c->tasks[i].state != GF_LIVE || gf_file_procs(g, i, procs) != 0)
-			continue;
-		for (int j = 0; j < GF_PROCS; j++) {
+		int n = c->tasks[i].state == GF_LIVE ? gf_file_view(g, i, &g->scratch[0]) : -1;
+		for (int j = 0; j < n; j++) {
 			const struct gf_proc *p = &procs[j];
 			if (p->state == GF_LIVE && p->waiting && p->task == (uint32_t)i && p->task_gen == c->tasks[i].gen)
 				return 1;
