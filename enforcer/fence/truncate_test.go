@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"crypto/rand"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -105,21 +106,20 @@ func TestTruncatedAccountingFileDoesNotCrashTheEnforcer(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Second)
 	rounds := 0
 	for ; rounds < 300 && time.Now().Before(deadline); rounds++ {
+		var s fence.Snapshot
+		var snapErr, verifyErr, setErr error
 		within(t, bound, "a pass over a file being cut", func() {
-			s, err := tb.Snapshot()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			neighbourIntact(s, "racing")
+			s, snapErr = tb.Snapshot()
 			tb.Reap()
-			if _, err := tb.Verify(); err != nil && !strings.Contains(err.Error(), "locked") {
-				t.Error(err)
-			}
-			if err := tb.SetTasks(tasks, 0); err != nil {
-				t.Error(err)
-			}
+			_, verifyErr = tb.Verify()
+			setErr = tb.SetTasks(tasks, 0)
 		})
+		// Verify may find the cut file's lock kept (a reaping child ended inside it): left
+		// for the next pass, as a kept lock is.
+		if snapErr != nil || setErr != nil || (verifyErr != nil && !errors.Is(verifyErr, fence.ErrLocked)) {
+			t.Fatalf("pass %d: snapshot %v, verify %v, set %v", rounds, snapErr, verifyErr, setErr)
+		}
+		neighbourIntact(s, "racing")
 	}
 	close(stop)
 	wg.Wait()
