@@ -207,8 +207,12 @@ func TestRestartMidViolation(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the new enforcer did not stop the violator")
 	}
-	if got := r.sent(pid); !slices.Equal(got, []syscall.Signal{syscall.SIGINT, syscall.SIGINT, syscall.SIGKILL}) {
-		t.Fatalf("signals %v, want SIGINT (old), SIGINT then SIGKILL (new)", got)
+	// A pass that still sees the killed process (on a loaded machine its exit can take longer
+	// than a pass) sends SIGKILL again: harmless, so any further signal must be SIGKILL too.
+	got := r.sent(pid)
+	want := []syscall.Signal{syscall.SIGINT, syscall.SIGINT, syscall.SIGKILL}
+	if len(got) < len(want) || !slices.Equal(got[:len(want)], want) || slices.ContainsFunc(got[len(want):], func(s syscall.Signal) bool { return s != syscall.SIGKILL }) {
+		t.Fatalf("signals %v, want SIGINT (old), SIGINT then SIGKILL (new), then SIGKILL only", got)
 	}
 	v := r.violation(res.Token)
 	if v.Action != ActionSIGKILL || v.Task.JobName != "stubborn" {

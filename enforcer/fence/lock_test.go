@@ -245,31 +245,37 @@ func TestLiveHolderThatKeepsTheLock(t *testing.T) {
 	if d := time.Since(start); d > underAWait {
 		t.Fatalf("the neighbour's attach and allocation took %s while another task kept its own lock", d)
 	}
-	// The enforcer: a snapshot, a placement, a reap and a check, all together under the 1 s a
-	// process waits (the enforcer waits 20 ms a file); the held task read without its lock.
+	// The enforcer: a snapshot, a placement, a reap and a check, each well under the 1 s a
+	// process waits for a kept lock (the enforcer waits 20 ms a file); the held task read
+	// without its lock. Each is timed alone: four of them on a loaded machine may add up to a
+	// second without any of them having waited.
 	var s fence.Snapshot
 	var err error
-	start = time.Now()
-	within(t, bound, "the enforcer's snapshot", func() { s, err = tb.Snapshot() })
+	quick := func(what string, f func()) {
+		t.Helper()
+		start := time.Now()
+		within(t, bound, what, f)
+		if d := time.Since(start); d > underAWait {
+			t.Fatalf("%s took %s while a task kept its lock: it waited for the lock", what, d)
+		}
+	}
+	quick("the enforcer's snapshot", func() { s, err = tb.Snapshot() })
 	if err != nil {
 		t.Fatalf("snapshot while a task keeps its lock: %v", err)
 	}
-	within(t, bound, "SetTasks", func() {
+	quick("SetTasks", func() {
 		err = tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}, {Token: tokB, Cap: size.GiB}}, 0)
 	})
 	if err != nil {
 		t.Fatalf("SetTasks while a task keeps its lock: %v", err)
 	}
-	within(t, bound, "the enforcer's reap", func() { tb.Reap() })
+	quick("the enforcer's reap", func() { tb.Reap() })
 	var diffs []string
-	within(t, bound, "the enforcer's Verify", func() { diffs, err = tb.Verify() })
+	quick("the enforcer's Verify", func() { diffs, err = tb.Verify() })
 	if diffs != nil || err != nil {
 		// The holder stopped between raising its task's sum and its own: read without the
 		// lock, that is an update in flight, not a tenant's rewrite.
 		t.Fatalf("Verify while a task keeps its lock mid-update: %v %v", diffs, err)
-	}
-	if d := time.Since(start); d > underAWait {
-		t.Fatalf("the enforcer took %s for a snapshot, a placement, a reap and a check while a task kept its lock", d)
 	}
 	if u, _ := s.Task(tokB); u.Used != 900*size.MiB || u.Unlocked {
 		t.Fatalf("the neighbour as the enforcer read it: %+v", u)
