@@ -45,6 +45,19 @@ static uint64_t parse_size(const char *s)
 	}
 }
 
+/* map_rw maps the first len bytes of path read-write, as a tenant with write access would; on
+ * failure it says why on stdout and returns NULL. The mapping outlives the descriptor. */
+static void *map_rw(const char *path, size_t len)
+{
+	int fd = open(path, O_RDWR);
+	void *p = fd < 0 ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		printf("err cannot map %s: %s\n", path, strerror(errno));
+	if (fd >= 0)
+		close(fd);
+	return p == MAP_FAILED ? NULL : p;
+}
+
 static const char *charge_word(int r)
 {
 	switch (r) {
@@ -114,15 +127,9 @@ int main(void)
 			else
 				printf("notask\n");
 		} else if (!strcmp(cmd, "tamper")) {
-			int fd = open(a, O_RDWR);
-			struct gf_table *t = fd < 0 ? MAP_FAILED
-					   : mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-			if (t == MAP_FAILED) {
-				printf("err cannot map %s: %s\n", a, strerror(errno));
-				if (fd >= 0)
-					close(fd);
+			struct gf_table *t = map_rw(a, sizeof *t);
+			if (!t)
 				continue;
-			}
 			uint64_t v = parse_size(c);
 			uint8_t h[GF_HASH_LEN];
 			gf_sha256(d, strlen(d), h);
@@ -148,18 +155,11 @@ int main(void)
 			else if (!strcmp(b, "lock"))
 				t->h.lock = v;
 			munmap(t, sizeof *t);
-			close(fd);
 			printf("ok\n");
 		} else if (!strcmp(cmd, "tamper-control")) {
-			int fd = open(a, O_RDWR);
-			struct gf_control *t = fd < 0 ? MAP_FAILED
-					     : mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-			if (t == MAP_FAILED) {
-				printf("err cannot map %s: %s\n", a, strerror(errno));
-				if (fd >= 0)
-					close(fd);
+			struct gf_control *t = map_rw(a, sizeof *t);
+			if (!t)
 				continue;
-			}
 			uint64_t v = parse_size(c);
 			uint8_t h[GF_HASH_LEN];
 			gf_sha256(d, strlen(d), h);
@@ -181,7 +181,6 @@ int main(void)
 			if (!strcmp(b, "budget"))
 				t->budget = v;
 			munmap(t, sizeof *t);
-			close(fd);
 			printf("ok\n");
 		} else if (!strcmp(cmd, "flock")) {
 			int fd = open(a, O_RDONLY);
