@@ -46,15 +46,16 @@ func (e *Enforcer) checkMPS(ctx context.Context) {
 		procs, perr := e.cfg.Backend.Processes(ctx, uuid)
 		if n := e.clients(procs); perr != nil || n > 0 {
 			if e.sickReason(uuid) != reasonMPSDied {
+				// The ledger first: whoever the event wakes finds the GPU already drained.
+				e.setUnhealthy(uuid, reasonMPSDied)
 				e.emit(Event{Kind: EventMPS, Stage: StageDied, GPU: uuid,
 					Message: fmt.Sprintf("MPS control daemon is gone while %d client process(es) run: %v", n, err)})
-				e.setUnhealthy(uuid, reasonMPSDied)
 			}
 			continue
 		}
 		if _, _, rerr := e.mps.Ensure(ctx, uuid, st.BudgetBytes); rerr != nil {
-			e.emit(Event{Kind: EventMPS, Stage: StageRestartFailed, GPU: uuid, Message: "MPS control daemon could not be restarted: " + rerr.Error()})
 			e.setUnhealthy(uuid, reasonMPSDown)
+			e.emit(Event{Kind: EventMPS, Stage: StageRestartFailed, GPU: uuid, Message: "MPS control daemon could not be restarted: " + rerr.Error()})
 			continue
 		}
 		e.emit(Event{Kind: EventMPS, Stage: StageRestarted, GPU: uuid, Message: "MPS control daemon restarted (no client was running): " + err.Error()})
