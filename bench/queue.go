@@ -3,7 +3,10 @@ package bench
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // The eight templates of the benchmark, in a fixed order (the order matters for Draw).
@@ -101,6 +104,11 @@ type PythonWorkloads struct {
 	// Env is added to every job's environment after the profile's sizes, so it wins over them
 	// (size overrides for smoke runs, for example).
 	Env map[string]string
+	// GPUBytes is the physical memory of the GPUs the jobs run on (0: unknown). The leaker grows
+	// to a share of it: inside a capped task CUDA reports the task's guarantee as the device's
+	// size, and a leaker that sized itself from that would grow to its guarantee in the packed
+	// arms and to the whole GPU in the exclusive one.
+	GPUBytes size.Bytes
 }
 
 // Command implements Workloads.
@@ -116,6 +124,9 @@ func (w PythonWorkloads) Command(template, result string) ([]string, map[string]
 	env := map[string]string{"PYTHONUNBUFFERED": "1"}
 	if w.Cache != "" {
 		env["GPUFRAC_CACHE"] = w.Cache
+	}
+	if template == Leaker && w.GPUBytes > 0 {
+		env["GPUFRAC_LEAK_DEVICE_BYTES"] = strconv.FormatUint(uint64(w.GPUBytes), 10)
 	}
 	for k, v := range ProfileEnv(w.Profile, template) {
 		env[k] = v

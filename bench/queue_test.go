@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpufrac/gpufrac/size"
 )
 
 func TestDrawDeterministic(t *testing.T) {
@@ -93,6 +95,15 @@ func TestWorkloadCommands(t *testing.T) {
 		if _, ok := Scripts[tpl]; !ok {
 			t.Fatalf("template %s has no script", tpl)
 		}
+	}
+	// The leaker grows to a share of the physical GPU in every arm, not of the guarantee a
+	// capped task's CUDA reports as the device's size; the other jobs are not told.
+	py.GPUBytes = 141 * size.GiB
+	if _, env, _ := py.Command(Leaker, "/r/l.json"); env["GPUFRAC_LEAK_DEVICE_BYTES"] != "151397597184" {
+		t.Fatalf("leaker env %v: want GPUFRAC_LEAK_DEVICE_BYTES=151397597184 (141GiB)", env)
+	}
+	if _, env, _ := py.Command(Eval17B, "/r/x.json"); env["GPUFRAC_LEAK_DEVICE_BYTES"] != "" {
+		t.Fatalf("eval env %v: only the leaker is told the GPU's size", env)
 	}
 	if _, _, err := py.Command("gpt-5", "/r"); err == nil || !strings.Contains(err.Error(), `"gpt-5"`) {
 		t.Fatalf("unknown template: error %v should name it", err)

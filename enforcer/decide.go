@@ -78,9 +78,9 @@ type observation struct {
 type memory struct {
 	tracks map[string]*track
 	near   map[string]*nearCap
-	// lent is what the fence let each borrowing task hold past its cap at the last pass: NVML
-	// is read before the table, so a task that freed in between is judged by the larger.
-	lent map[string]gpuBytes
+	// lent is the most the fence let each borrowing task hold past its cap within lentHold: the
+	// table drops a process's bytes as it exits, the driver (and NVML) some time later.
+	lent map[string]heldBytes
 	// owedSince is when an owner began to wait for borrowers to give back its guarantee, per GPU.
 	owedSince map[string]time.Time
 	unmanaged map[procKey]*unmanagedProc
@@ -89,14 +89,23 @@ type memory struct {
 }
 
 func newMemory() *memory {
-	return &memory{tracks: map[string]*track{}, near: map[string]*nearCap{}, lent: map[string]gpuBytes{},
+	return &memory{tracks: map[string]*track{}, near: map[string]*nearCap{}, lent: map[string]heldBytes{},
 		owedSince: map[string]time.Time{}, unmanaged: map[procKey]*unmanagedProc{}, refused: map[string]gpuCount{}}
 }
 
-type gpuBytes struct {
+type heldBytes struct {
 	gpu   string
 	bytes size.Bytes
+	at    time.Time // the last pass the table showed at least bytes
 }
+
+// lentHold is how long a borrower is credited with what the fence let it hold after the table
+// shows less: a process's fence accounting ends when it exits or frees, the driver's hold on the
+// memory (what NVML shows) up to a teardown later, and an honest borrower judged in between was
+// killed at its exit (seed 2 on the H200, 2026-12-03: exit status 0, "borrowed 0B"). It is
+// bounded because a task writes its own table: a lie about what it freed buys this much time
+// on memory the fence had granted it, no more.
+const lentHold = 2 * time.Second
 
 type gpuCount struct {
 	gpu string
@@ -308,10 +317,13 @@ func (p *pass) fence() {
 			continue
 		}
 		before, _ := o.pre.Task(r.Token)
+		now := max(u.Borrowed(), before.Borrowed())
+		if h := m.lent[r.Token]; now >= h.bytes || o.now.Sub(h.at) >= lentHold || h.gpu != o.gpu {
+			m.lent[r.Token] = heldBytes{gpu: o.gpu, bytes: now, at: o.now}
+		}
 		// The table is the tasks' to write: what it says a task borrowed is believed up to the
 		// limit its reservation holds, never past it.
-		p.lent[r.Token] = min(max(u.Borrowed(), before.Borrowed(), m.lent[r.Token].bytes), r.LimitBytes-r.CapBytes)
-		m.lent[r.Token] = gpuBytes{gpu: o.gpu, bytes: u.Borrowed()}
+		p.lent[r.Token] = min(m.lent[r.Token].bytes, r.LimitBytes-r.CapBytes)
 	}
 	if tok := p.reclaim(); tok != "" {
 		p.lent[tok] = 0 // judged by its guarantee alone: over it, it is stopped below

@@ -47,8 +47,15 @@ func TestContainedEventReachesItsAttempt(t *testing.T) {
 	// twice) replaces the first without closing the channel again.
 	killed := ledger.Violation{Token: "mine", GPU: uuid, Action: enforcer.ActionSIGKILL}
 	r.onEvent(enforcer.Event{Kind: enforcer.EventViolation, Stage: enforcer.StageContained, GPU: uuid, Token: "mine", Violation: &killed})
+	mine.exit = -1 // killed by the signal
 	if got := r.violationOf(mine); got == nil || got.Action != enforcer.ActionSIGKILL {
 		t.Fatalf("violation %+v: want the latest report", got)
+	}
+	// A SIGKILL that found the job already exiting 0 (judged on its teardown's memory, as seed
+	// 2's leaker on the H200 was) stopped nothing: the job's work was done.
+	mine.exit = 0
+	if got := r.violationOf(mine); got != nil {
+		t.Fatalf("violation %+v for a job that exited 0: a killed process cannot", got)
 	}
 
 	// Where the event never came (a subscription that lagged), the ledger's record stands in.

@@ -302,7 +302,8 @@ wait:
 // violationOf is the violation the enforcer reported for the attempt, else (an event a lagging
 // subscription missed) the latest the ledger holds for its reservation. An "oom-in-process"
 // record only says the task left the GPU near its cap, which a job that exited 0 also does: it
-// counts only for a job that failed.
+// counts only for a job that failed. Nor does a SIGKILL that found the job exiting 0: a killed
+// process cannot exit 0, so its work was done and the memory judged was its teardown's.
 func (r *run) violationOf(a *active) *ledger.Violation {
 	a.mu.Lock()
 	v := a.reported
@@ -315,7 +316,7 @@ func (r *run) violationOf(a *active) *ledger.Violation {
 			}
 		}
 	}
-	if v == nil || v.Action == enforcer.ActionOOMInProcess && a.exit == 0 {
+	if v == nil || a.exit == 0 && (v.Action == enforcer.ActionOOMInProcess || v.Action == enforcer.ActionSIGKILL) {
 		return nil
 	}
 	return v

@@ -196,7 +196,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
 	uint64_t deadline = 0;
-	int owed = 0;
+	int owed = 0, reaped = 0;
 	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0) {
@@ -269,6 +269,14 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		if (now != 0 && deadline == 0)
 			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
 		if (at_once || now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(view, budget, m->task, want))) {
+			if (!reaped && !at_once) {
+				/* Before a refusal, once: the dead may hold the room (an exited process's bytes
+				 * stay charged until its slot is reaped), and one refusal counts once. */
+				reaped = 1;
+				gf_unlock(m);
+				gf_reap(m, -1);
+				continue;
+			}
 			set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
 			p->refused++;

@@ -64,7 +64,7 @@ func TestPoolChargeIsWhatTheDriverHolds(t *testing.T) {
 				}
 			}
 			c.Exit()
-			if u := snap(t, tb, tokA); u.Used != 0 {
+			if u := afterExit(t, tb, tokA); u.Used != 0 {
 				t.Fatalf("an exited process kept a pool's charge: %+v", u)
 			}
 		})

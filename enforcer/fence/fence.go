@@ -341,7 +341,7 @@ func Attach(dir, uuid, token string) (*Client, error) {
 	return &Client{m: m}, nil
 }
 
-// Charge asks for n bytes; a refusal first gives back what dead processes of the task held.
+// Charge asks for n bytes; a refusal first gives back what dead processes held.
 func (c *Client) Charge(n size.Bytes) Result {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -349,9 +349,6 @@ func (c *Client) Charge(n size.Bytes) Result {
 		return NoTask
 	}
 	r := Result(C.gf_charge(c.m, C.uint64_t(n)))
-	if r == Refused && C.gf_reap(c.m, c.m.task) > 0 {
-		r = Result(C.gf_charge(c.m, C.uint64_t(n)))
-	}
 	switch r {
 	case C.GF_OK_OWED:
 		r = Charged // the simulated GPU frees a stopped process's memory at once

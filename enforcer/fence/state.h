@@ -248,7 +248,9 @@ int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size
  * while waiting can help: some other task that is not waiting itself holds memory that will
  * come free. Within its guarantee a task always gets its bytes, but where borrowers took them
  * while it was unarmed it waits (GF_WAIT_OWED) until they give them back: meanwhile every
- * borrowing allocation on the GPU is refused, and the enforcer stops borrowers that hold on. */
+ * borrowing allocation on the GPU is refused, and the enforcer stops borrowers that hold on.
+ * Before it refuses it gives back, once, the slots of its file's dead processes (an exited
+ * process stays charged until reaped: the driver frees its memory only in its teardown). */
 int gf_charge(struct gf_map *m, uint64_t n);
 void gf_uncharge(struct gf_map *m, uint64_t n);
 /* gf_view is the task's cap and what its processes hold. */

@@ -3,7 +3,9 @@ small MLP trained in paced 100 ms steps, about 1 GiB on the GPU with its CUDA co
 GPUFRAC_LEAKER_SMALL_S seconds after the process started (default 20, so a probe window shorter
 than that sees a small job). Then it allocates a new GPU tensor every interval and keeps all of
 them, far past any sane cap, up to a total: 93% of the memory of the GPU it runs on (what
-torch.cuda reports as the device's total memory), as the published benchmark's leaker completes
+torch.cuda reports as the device's total memory, or GPUFRAC_LEAK_DEVICE_BYTES: inside a gpufrac
+task the device reports the task's guarantee, so the benchmark passes the physical GPU's size and
+the leaker grows alike in every arm), as the published benchmark's leaker completes
 at 76 GB of an 80 GB GPU, so that co-location without caps meets it. (Before 2026-12-01 it
 stopped at a fixed 100 GiB, 71% of an H200, and rarely met anyone.)
 
@@ -23,8 +25,10 @@ knobs: GPUFRAC_LEAKER_SMALL_S (20), GPUFRAC_LEAKER_STEP_MS (100): the small phas
        small phase's batch and MLP width (the busy profile makes them large and the step 0 ms,
        so the leaker computes like its neighbours until it leaks);
        GPUFRAC_LEAK_CHUNK_MIB (512), GPUFRAC_LEAK_INTERVAL_MS (25),
-       GPUFRAC_LEAK_FRACTION (0.93 of the device's total memory), GPUFRAC_LEAK_TOTAL_GIB (unset;
-       when set, a fixed total that wins over the fraction: 100 was the old leaker).
+       GPUFRAC_LEAK_FRACTION (0.93 of the device's total memory), GPUFRAC_LEAK_DEVICE_BYTES
+       (unset: the device's total as CUDA reports it; when set, the GPU's size the fraction is
+       of), GPUFRAC_LEAK_TOTAL_GIB (unset; when set, a fixed total that wins over the fraction:
+       100 was the old leaker).
 """
 
 import time
@@ -46,20 +50,24 @@ def main():
     interval_s = common.env_int("GPUFRAC_LEAK_INTERVAL_MS", 25) / 1000
     fraction = common.env_float("GPUFRAC_LEAK_FRACTION", 0.93)
     fixed_gib = common.env_float("GPUFRAC_LEAK_TOTAL_GIB", 0.0)
+    given_device = common.env_int("GPUFRAC_LEAK_DEVICE_BYTES", 0)
     if not 0 < fraction <= 1:
         raise SystemExit(f"GPUFRAC_LEAK_FRACTION={fraction}: want a share of the GPU above 0, at most 1")
     if fixed_gib < 0:
         raise SystemExit(f"GPUFRAC_LEAK_TOTAL_GIB={fixed_gib}: must not be negative")
+    if given_device < 0:
+        raise SystemExit(f"GPUFRAC_LEAK_DEVICE_BYTES={given_device}: must not be negative")
     if batch < 1 or width < 1 or step_s < 0:
         raise SystemExit(f"GPUFRAC_LEAKER_BATCH={batch}, GPUFRAC_LEAKER_WIDTH={width}, "
                          f"GPUFRAC_LEAKER_STEP_MS={step_s * 1000:g}: want a positive batch and "
                          "width and a step of 0 ms or more")
     torch = job.setup_torch()
     job.mark("imports")
-    # The device's memory as CUDA reports it (the H200: 143771 MiB), not what is free now: the
-    # leaker does not care who else is on the GPU. torch.cuda.mem_get_info would not do: under
-    # gpufrac's fence (and an MPS pinned limit) it reports the cap, and the leaker must outgrow it.
-    device_bytes = torch.cuda.get_device_properties(0).total_memory
+    # The device's memory (the H200: 143771 MiB), not what is free now: the leaker does not care
+    # who else is on the GPU. Under gpufrac's fence CUDA reports the task's guarantee as the
+    # device's total (and mem_get_info the cap), and the leaker must outgrow it: the benchmark
+    # says the physical size in GPUFRAC_LEAK_DEVICE_BYTES.
+    device_bytes = given_device or torch.cuda.get_device_properties(0).total_memory
     total_bytes = int(fixed_gib * 2**30) if fixed_gib > 0 else int(device_bytes * fraction)
     total_gib = total_bytes / 2**30
 

@@ -254,6 +254,14 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 			return 2
 		}
 	}
+	if pw, ok := wl.(bench.PythonWorkloads); ok {
+		// The smallest GPU's size: the leaker must fit wherever it lands in its exclusive run.
+		pw.GPUBytes = devs[0].MemoryBytes
+		for _, d := range devs[1:] {
+			pw.GPUBytes = min(pw.GPUBytes, d.MemoryBytes)
+		}
+		wl = pw
+	}
 	host, _ := os.Hostname()
 	gpmEvery := *gpmInterval
 	if gpmEvery == 0 {

@@ -88,12 +88,10 @@ struct dev *device(int ordinal)
 	return st == DEV_FENCED ? d : NULL;
 }
 
-/* charge asks the table for n bytes; dead processes of the task are reaped before a refusal. */
+/* charge asks the table for n bytes (which reaps the dead before it refuses). */
 int charge(struct dev *d, uint64_t n)
 {
 	int r = gf_charge(&d->m, n);
-	if (r == GF_REFUSED && gf_reap(&d->m, d->m.task) > 0)
-		r = gf_charge(&d->m, n);
 	if (r == GF_REFUSED && !__atomic_exchange_n(&d->warned_refusal, 1, __ATOMIC_RELAXED)) {
 		uint64_t cap = 0, used = 0;
 		gf_view(&d->m, &cap, &used);
@@ -243,13 +241,4 @@ void account_forget(void)
 	recs = NULL;
 	nrecs = cap_recs = dead_recs = 0;
 	pthread_mutex_unlock(&mu);
-}
-
-void account_detach_all(void)
-{
-	for (int i = 0; i < GF_MAX_DEV; i++)
-		if (devs[i].state == DEV_FENCED) {
-			devs[i].state = DEV_OPEN;
-			gf_detach(&devs[i].m);
-		}
 }

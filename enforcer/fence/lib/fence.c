@@ -222,5 +222,9 @@ __attribute__((constructor)) static void fence_init(void)
 	gf_at_fork(before_fork, after_fork_parent, after_fork_child);
 }
 
-/* A clean exit gives its bytes back at once instead of waiting for a reaper. */
-__attribute__((destructor)) static void fence_fini(void) { account_detach_all(); }
+/* No destructor gives a clean exit's bytes back: the driver holds a process's memory until the
+ * kernel tears the process down, after every destructor, and an account that ended first let the
+ * watchdog see an honest borrower's memory as unlent and the fence lend it to another task before
+ * it was free. A process's slot lives as long as its open table file, which the kernel closes in
+ * that same teardown; a reaper (the watchdog each pass, a refused allocation) then gives it back,
+ * as after a SIGKILL. */

@@ -65,11 +65,10 @@ int untrack(int kind, uint64_t key, struct freed *out);
 void settle(void);
 #define SETTLE_TRIES 400
 /* For fork and exit: the record table's lock, forgetting everything in a forked child (which
- * unlocks it), and giving every slot back at a clean exit. */
+ * unlocks it). */
 void account_lock(void);
 void account_unlock(void);
 void account_forget(void);
-void account_detach_all(void);
 
 /* pool.c: give_freed gives a free's bytes back, to its pool (which may keep the memory: it is
  * charged what the driver holds for it) or to the table; pools_settle charges each pool of d
