@@ -10,7 +10,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,17 +22,20 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// simShape is a simulated template, at scale 1 (close to the H200 calibration in
-// docs/benchmarks.md): a start-up that holds no GPU memory (on the H200 most of a job's 9-17 s
-// start-up is importing and loading on the CPU), a rise from the CUDA context to its peak as NVML
-// sees it, and the time at the peak. A rise spread over the whole start-up would make every job
-// take its memory in small steps, so next to a leaker growing 400 MiB a sample only the leaker
-// would ever find the GPU full; real jobs take theirs in large allocations too.
+// simShape is a simulated template, at scale 1, fitted to the H200's exclusive runs of 2026-12-03
+// (docs/benchmarks.md, "The simulator against the H200, 2026-12-03"): a start-up that holds no GPU
+// memory (on the H200 most of it is importing and loading on the CPU), a rise from the CUDA
+// context to its peak as NVML sees it, and the time at the peak. A rise spread over the whole
+// start-up would make every job take its memory in small steps, so next to a leaker growing
+// 400 MiB a sample only the leaker would ever find the GPU full; real jobs take theirs in large
+// allocations too. Start-up and hold are what one job alone takes; next to others they stretch
+// (simContention).
 type simShape struct {
 	peak                string
 	startup, ramp, hold time.Duration
 	// leakFraction, when set, makes the job keep growing after its hold, to this share of its
-	// GPU's memory, at leakPerSec.
+	// GPU's memory, at leakPerSec. Its hold then ends startup+ramp+hold after the process
+	// started, whatever its start-up took, as leaker.py's small phase does.
 	leakFraction float64
 	leakPerSec   string
 	resultKind   string
@@ -55,18 +61,23 @@ var (
 	startupLeakerLoad = gpu.SimLoad{SMUtil: 2, SMOccupancy: 1}
 )
 
+// simShapes: start-up is the mean time from the job's start to 90% of its NVML peak, less the
+// rise; hold is the mean time from there to its end (H200, exclusive arms of seeds 1-3,
+// 2026-12-03, 3 to 8 runs a template).
 var simShapes = map[string]simShape{
-	LoRA06B:   {peak: "18.7GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12, load: startupLoad},
-	LoRA17B:   {peak: "24.6GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12, load: startupLoad},
-	FullFT06B: {peak: "28.9GiB", startup: 10500 * time.Millisecond, ramp: rise, hold: 3 * time.Second, resultKind: KindLosses, resultCount: 12, load: startupLoad},
-	Eval17B:   {peak: "16.9GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8, load: startupLoad},
-	Embed06B:  {peak: "4.3GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindExact, resultCount: 8, load: startupLoad},
-	Gen17B:    {peak: "4.3GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 4 * time.Second, resultKind: KindExact, resultCount: 8, load: startupLoad},
-	ResNet50:  {peak: "4.3GiB", startup: 7500 * time.Millisecond, ramp: rise, hold: 2 * time.Second, resultKind: KindLosses, resultCount: 12, load: startupLoad},
-	// The leaker holds about 1 GiB for a small phase that outlasts every other template's rise
-	// (so a probe window that sees their peaks still sees a small leaker), then grows 20 GiB a
-	// second, as the real one does, to LeakerFraction of its GPU's memory.
-	Leaker: {peak: "1GiB", startup: 6500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2, load: startupLeakerLoad},
+	LoRA06B:   {peak: "18.7GiB", startup: 15000 * time.Millisecond, ramp: rise, hold: 3900 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	LoRA17B:   {peak: "24.6GiB", startup: 13900 * time.Millisecond, ramp: rise, hold: 4100 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	FullFT06B: {peak: "28.9GiB", startup: 15400 * time.Millisecond, ramp: rise, hold: 3700 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	Eval17B:   {peak: "16.9GiB", startup: 14800 * time.Millisecond, ramp: rise, hold: 2200 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	Embed06B:  {peak: "4.3GiB", startup: 15200 * time.Millisecond, ramp: rise, hold: 3100 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	Gen17B:    {peak: "4.3GiB", startup: 12100 * time.Millisecond, ramp: rise, hold: 6400 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	ResNet50:  {peak: "4.3GiB", startup: 8500 * time.Millisecond, ramp: rise, hold: 2900 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	// The leaker holds about 1 GiB from its CUDA context (9.7 s after its start on the H200)
+	// until 20 s after its start (leaker.py's default small phase, which outlasts every other
+	// template's rise, so a probe window that sees their peaks still sees a small leaker), then
+	// grows 18.4 GiB a second, as the real one did (130.6 GiB in 7.1 s), to LeakerFraction of
+	// its GPU's memory.
+	Leaker: {peak: "1GiB", startup: 8200 * time.Millisecond, ramp: rise, hold: 10300 * time.Millisecond, leakFraction: LeakerFraction, leakPerSec: "18.4GiB", resultKind: KindExact, resultCount: 2, load: startupLeakerLoad},
 }
 
 // busySimShapes are the busy profile's jobs: the same start-ups, a work phase long and heavy
@@ -177,8 +188,7 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	h.Write([]byte(*template))
 	seed := int64(h.Sum64() >> 1)
 	raw := *result + ".simjob"
-	sargs := []string{"--peak", shape.peak, "--ramp", scaled(shape.ramp, *scale), "--hold", scaled(shape.hold, *scale),
-		"--result", raw, "--seed", fmt.Sprint(seed)}
+	var leakArgs []string
 	if shape.leakFraction > 0 {
 		total, err := simGPUMemory(os.Getenv(gpu.EnvSimDir), os.Getenv("CUDA_VISIBLE_DEVICES"))
 		if err != nil {
@@ -188,15 +198,31 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 		leakTo := size.Bytes(float64(total)*shape.leakFraction) / size.MiB * size.MiB
 		// The rate is not scaled: the runner samples memory every 20 ms, and a leak that passed
 		// the cap between two samples would look like an ordinary crash rather than a violation.
-		sargs = append(sargs, "--leak-to", fmt.Sprint(uint64(leakTo)), "--leak-rate", shape.leakPerSec)
+		leakArgs = []string{"--leak-to", fmt.Sprint(uint64(leakTo)), "--leak-rate", shape.leakPerSec}
 	}
 	if err := declareLoad(shape.load); err != nil {
 		fmt.Fprintf(stderr, "simjob: declaring the job's SM load: %v\n", err)
 		return 2
 	}
-	if rc := startUp(*template, time.Duration(float64(shape.startup)**scale), stdout); rc != 0 {
+	board, err := joinSimBoard(os.Getenv(gpu.EnvSimDir))
+	if err != nil {
+		fmt.Fprintf(stderr, "simjob: %v\n", err)
+		return 2
+	}
+	defer board.leave()
+	cont := contentionOf(prof)
+	took, rc := startUp(*template, time.Duration(float64(shape.startup)**scale), cont, board, stdout, stderr)
+	if rc != 0 {
 		return rc
 	}
+	_, running, err := board.others()
+	if err != nil {
+		fmt.Fprintf(stderr, "simjob: %v\n", err)
+		return 2
+	}
+	hold := shape.workHold(*scale, took, running, cont)
+	sargs := append([]string{"--peak", shape.peak, "--ramp", scaled(shape.ramp, *scale), "--hold", hold.String(),
+		"--result", raw, "--seed", fmt.Sprint(seed)}, leakArgs...)
 	workStart := time.Now()
 	if rc := simjob.Main(sargs, stdout, stderr); rc != 0 {
 		return rc
@@ -208,24 +234,187 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// startUp is the job's start-up on the CPU: d with no GPU memory, ended early by SIGINT or
-// SIGTERM with simjob's exit codes (a stopped job must not go on to allocate).
-func startUp(template string, d time.Duration, stdout io.Writer) int {
+// startUp is the job's start-up on the CPU: d of work alone, with no GPU memory, slowed while
+// other simulated jobs of the machine are starting up too (cont); it returns how long it took.
+// SIGINT or SIGTERM end it early with simjob's exit codes (a stopped job must not go on to
+// allocate).
+func startUp(template string, d time.Duration, cont simContention, board *simBoard, stdout, stderr io.Writer) (time.Duration, int) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	fmt.Fprintf(stdout, "simjob: %s starting up for %s with no GPU memory\n", template, d)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return 0
-	case s := <-sigs:
-		if s == syscall.SIGINT {
-			return simjob.ExitINT
+	begin := time.Now()
+	pace := startupPace{left: d, perOther: cont.perStarting}
+	for !pace.done() {
+		others, _, err := board.others()
+		if err != nil {
+			fmt.Fprintf(stderr, "simjob: %v\n", err)
+			return time.Since(begin), 2
 		}
-		return simjob.ExitTERM
+		tick := time.Now()
+		t := time.NewTimer(pace.next(others))
+		select {
+		case <-t.C:
+			pace.advance(time.Since(tick), others)
+		case s := <-sigs:
+			t.Stop()
+			if s == syscall.SIGINT {
+				return time.Since(begin), simjob.ExitINT
+			}
+			return time.Since(begin), simjob.ExitTERM
+		}
 	}
+	if err := board.set(phaseWork); err != nil {
+		fmt.Fprintf(stderr, "simjob: %v\n", err)
+		return time.Since(begin), 2
+	}
+	return time.Since(begin), 0
+}
+
+// simContention is how much the simulated jobs of one machine slow each other, fitted to the
+// H200 (docs/benchmarks.md, "The simulator against the H200, 2026-12-03"): there a job's CPU
+// start-up (importing torch, the CUDA context, loading) took about 2.7% longer for every other
+// job starting up beside it, and its work phase about 7.8% longer for every other job running
+// when it began (the work phase's CPU side and the GPU shared, small jobs far from the SM
+// limit).
+type simContention struct {
+	perStarting float64 // start-up slowdown per other job in its start-up
+	perRunning  float64 // hold stretch per other job running when the job's work begins
+}
+
+// contentionOf is the contention of a workload profile: the busy profile's work phases share
+// the SMs, which the simulated GPU's SM contention models where a test turns it on.
+func contentionOf(p WorkloadProfile) simContention {
+	if p.orStartup() == ProfileBusy {
+		return simContention{perStarting: 0.027}
+	}
+	return simContention{perStarting: 0.027, perRunning: 0.078}
+}
+
+// startupPace is a start-up of left CPU time alone that advances at 1 / (1 + perOther x others)
+// while others start up beside it: a fixed CPU budget shared in a way the H200 measured, rather
+// than a model of its 16 cores and disk.
+type startupPace struct {
+	left     time.Duration
+	perOther float64
+}
+
+// paceTick bounds how long a start-up goes without looking at who else is starting.
+const paceTick = 50 * time.Millisecond
+
+func (p *startupPace) slowdown(others int) float64 { return 1 + p.perOther*float64(others) }
+
+// next is how long to wait before looking again: a tick, or less where the start-up ends first.
+func (p *startupPace) next(others int) time.Duration {
+	return min(paceTick, time.Duration(float64(p.left)*p.slowdown(others)))
+}
+
+// advance counts real time spent with others starting beside it.
+func (p *startupPace) advance(real time.Duration, others int) {
+	p.left -= time.Duration(float64(real) / p.slowdown(others))
+}
+
+func (p *startupPace) done() bool { return p.left <= 0 }
+
+// workHold is how long the job stays at its peak once its start-up took took, with running
+// other jobs on the machine: the leaker's small phase ends at a time since its start, as
+// leaker.py's does, so a slow start-up shortens it; other jobs' holds stretch with contention.
+func (sh simShape) workHold(scale float64, took time.Duration, running int, c simContention) time.Duration {
+	if sh.leakFraction > 0 {
+		end := time.Duration(float64(sh.startup+sh.ramp+sh.hold) * scale)
+		return max(0, end-took-time.Duration(float64(sh.ramp)*scale))
+	}
+	return time.Duration(float64(sh.hold) * scale * (1 + c.perRunning*float64(running)))
+}
+
+// The simulated jobs of one machine (one $GPUFRAC_SIM_DIR) meet on a board there: a file a job,
+// named for its process and whether it is starting up or working, so that each can count the
+// others. A job killed with SIGKILL leaves its file; a file whose process is gone is not counted
+// and is removed by whoever finds it.
+const (
+	simBoardDir  = "simjobs"
+	phaseStartup = ".startup"
+	phaseWork    = ".work"
+)
+
+type simBoard struct {
+	dir, self, phase string
+}
+
+var boardSeq atomic.Int64
+
+// joinSimBoard enters this process on the board of simDir, starting up; with no simDir there is
+// no board (nil), and a job counts no others.
+func joinSimBoard(simDir string) (*simBoard, error) {
+	if simDir == "" {
+		return nil, nil
+	}
+	b := &simBoard{dir: filepath.Join(simDir, simBoardDir), self: fmt.Sprintf("%d-%d", os.Getpid(), boardSeq.Add(1))}
+	if err := os.MkdirAll(b.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("the simulated jobs' board: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(b.dir, b.self+phaseStartup), nil, 0o644); err != nil {
+		return nil, fmt.Errorf("the simulated jobs' board: %w", err)
+	}
+	b.phase = phaseStartup
+	return b, nil
+}
+
+// set moves this job to phase.
+func (b *simBoard) set(phase string) error {
+	if b == nil || b.phase == phase {
+		return nil
+	}
+	if err := os.Rename(filepath.Join(b.dir, b.self+b.phase), filepath.Join(b.dir, b.self+phase)); err != nil {
+		return fmt.Errorf("the simulated jobs' board: %w", err)
+	}
+	b.phase = phase
+	return nil
+}
+
+// leave takes this job off the board.
+func (b *simBoard) leave() {
+	if b != nil {
+		_ = os.Remove(filepath.Join(b.dir, b.self+b.phase))
+	}
+}
+
+// others counts the other live jobs on the board: those starting up, and all of them.
+func (b *simBoard) others() (starting, all int, err error) {
+	if b == nil {
+		return 0, 0, nil
+	}
+	ents, err := os.ReadDir(b.dir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("the simulated jobs' board: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		id, phase := name, filepath.Ext(name)
+		id = strings.TrimSuffix(id, phase)
+		if id == b.self || (phase != phaseStartup && phase != phaseWork) {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.SplitN(id, "-", 2)[0])
+		if err != nil {
+			continue
+		}
+		if !processAlive(pid) {
+			_ = os.Remove(filepath.Join(b.dir, name))
+			continue
+		}
+		all++
+		if phase == phaseStartup {
+			starting++
+		}
+	}
+	return starting, all, nil
+}
+
+// processAlive: signal 0 reaches a live process (EPERM: alive, someone else's).
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // simGPUMemory is the memory of the simulated GPU uuid in the backend's state directory dir:

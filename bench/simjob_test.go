@@ -143,12 +143,12 @@ func TestLeakerSmallPhase(t *testing.T) {
 		hold            time.Duration
 		err             bool
 	}{
-		{Leaker, "", 16 * time.Second, false},
-		{Leaker, "12", 4 * time.Second, false},
-		{Leaker, "8", 0, false},
-		{Leaker, "7.9", 0, true},
+		{Leaker, "", 10300 * time.Millisecond, false},
+		{Leaker, "12", 2300 * time.Millisecond, false},
+		{Leaker, "9.7", 0, false},
+		{Leaker, "9.6", 0, true},
 		{Leaker, "soon", 0, true},
-		{LoRA06B, "12", 3 * time.Second, false},
+		{LoRA06B, "12", 3900 * time.Millisecond, false},
 	} {
 		sh, err := leakerSmall(simShapes[tc.template], tc.small)
 		if (err != nil) != tc.err || err == nil && sh.hold != tc.hold {
@@ -157,5 +157,160 @@ func TestLeakerSmallPhase(t *testing.T) {
 		if err != nil && !strings.Contains(err.Error(), tc.small) {
 			t.Errorf("%s with %q: error %v does not name the value", tc.template, tc.small, err)
 		}
+	}
+}
+
+// A start-up advances at 1 / (1 + k x others starting beside it): alone it takes its length,
+// beside others it stretches for as long as they are there.
+func TestStartupPace(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		perOther float64
+		steps    []int // others starting, one entry a paceTick of real time
+		left     time.Duration
+		wantDone bool
+	}{
+		{"alone", 0.5, []int{0, 0, 0, 0}, 200 * time.Millisecond, true},
+		{"one other, k 1: half pace", 1, []int{1, 1, 1, 1}, 200 * time.Millisecond, false},
+		{"one other, k 1, long enough", 1, []int{1, 1, 1, 1, 1, 1, 1, 1}, 200 * time.Millisecond, true},
+		// Four ticks beside three others do a quarter tick each: one tick's work in all.
+		{"others leave midway", 1, []int{3, 3, 3, 3, 0, 0}, 200 * time.Millisecond, false},
+		{"others leave midway, then done", 1, []int{3, 3, 3, 3, 0, 0, 0}, 200 * time.Millisecond, true},
+		{"k 0: others change nothing", 0, []int{5, 5, 5, 5}, 200 * time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startupPace{left: tc.left, perOther: tc.perOther}
+			for _, n := range tc.steps {
+				if p.done() {
+					t.Fatalf("done before step of %d others; left %v", n, p.left)
+				}
+				w := p.next(n)
+				if w > paceTick {
+					t.Fatalf("waits %v, more than a tick", w)
+				}
+				p.advance(paceTick, n)
+			}
+			if p.done() != tc.wantDone {
+				t.Fatalf("done %v after %v, want %v (left %v)", p.done(), tc.steps, tc.wantDone, p.left)
+			}
+		})
+	}
+	// The last wait is what is left, stretched, not a whole tick.
+	p := startupPace{left: 10 * time.Millisecond, perOther: 1}
+	if got := p.next(2); got != 30*time.Millisecond {
+		t.Fatalf("next with 10ms left and 2 others at k 1: %v, want 30ms", got)
+	}
+}
+
+// After its start-up a job holds its peak for its hold, stretched by the jobs running beside it;
+// the leaker's small phase ends at a time since its start, so a slow start-up shortens it.
+func TestWorkHold(t *testing.T) {
+	c := simContention{perStarting: 0.027, perRunning: 0.1}
+	lora, leaker := simShapes[LoRA06B], simShapes[Leaker]
+	for _, tc := range []struct {
+		name    string
+		sh      simShape
+		scale   float64
+		took    time.Duration
+		running int
+		want    time.Duration
+	}{
+		{"lora alone", lora, 1, lora.startup, 0, lora.hold},
+		{"lora beside five", lora, 1, lora.startup, 5, lora.hold * 3 / 2},
+		{"lora at scale 0.1 beside two", lora, 0.1, lora.startup / 10, 2, time.Duration(float64(lora.hold) * 0.1 * 1.2)},
+		{"leaker alone", leaker, 1, leaker.startup, 0, leaker.hold},
+		{"leaker beside five, started 2 s late", leaker, 1, leaker.startup + 2*time.Second, 5, leaker.hold - 2*time.Second},
+		{"leaker whose start-up outlasted its small phase", leaker, 1, 30 * time.Second, 0, 0},
+	} {
+		if got := tc.sh.workHold(tc.scale, tc.took, tc.running, c); (got - tc.want).Abs() > time.Microsecond {
+			t.Errorf("%s: hold %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The board counts the machine's other live simulated jobs, by phase; a job that died without
+// leaving (SIGKILL) is not counted and its file goes.
+func TestSimBoard(t *testing.T) {
+	simDir := t.TempDir()
+	me, err := joinSimBoard(simDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := joinSimBoard(simDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadFile := filepath.Join(simDir, simBoardDir, fmt.Sprintf("%d-1%s", dead.Process.Pid, phaseStartup))
+	if err := os.WriteFile(deadFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, wantStarting, wantAll int) {
+		t.Helper()
+		s, a, err := me.others()
+		if err != nil || s != wantStarting || a != wantAll {
+			t.Fatalf("%s: %d starting, %d in all (%v); want %d and %d", when, s, a, err, wantStarting, wantAll)
+		}
+	}
+	check("both starting", 1, 1)
+	if _, err := os.Stat(deadFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a dead job's file stays on the board: %v", err)
+	}
+	if err := other.set(phaseWork); err != nil {
+		t.Fatal(err)
+	}
+	check("the other working", 0, 1)
+	other.leave()
+	check("the other gone", 0, 0)
+	var none *simBoard
+	if s, a, err := none.others(); s != 0 || a != 0 || err != nil {
+		t.Fatalf("no board: %d, %d, %v; want nothing counted", s, a, err)
+	}
+}
+
+// A start-up beside another job starting up takes longer than alone, by the contention's share;
+// alone it takes its length. The lower bounds are exact (the pace never runs faster); the upper
+// ones leave room for a loaded machine.
+func TestStartUpSharesTheCPU(t *testing.T) {
+	const d = 100 * time.Millisecond
+	c := simContention{perStarting: 1}
+	for _, tc := range []struct {
+		name     string
+		others   int
+		min, max time.Duration
+	}{
+		{"alone", 0, d, 10 * d},
+		{"beside one", 1, 2 * d, 20 * d},
+		{"beside two", 2, 3 * d, 30 * d},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			simDir := t.TempDir()
+			for range tc.others {
+				if _, err := joinSimBoard(simDir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, err := joinSimBoard(simDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out, errs bytes.Buffer
+			took, rc := startUp(LoRA06B, d, c, b, &out, &errs)
+			if rc != 0 {
+				t.Fatalf("exit %d: %s", rc, errs.String())
+			}
+			if took < tc.min || took > tc.max {
+				t.Fatalf("start-up of %v beside %d took %v, want %v to %v", d, tc.others, took, tc.min, tc.max)
+			}
+			if s, a, _ := b.others(); s != tc.others || a != tc.others {
+				t.Fatalf("board after: %d starting, %d in all; want the %d others untouched", s, a, tc.others)
+			}
+			if _, err := os.Stat(filepath.Join(simDir, simBoardDir, b.self+phaseWork)); err != nil {
+				t.Fatalf("the job is not on the board as working after its start-up: %v", err)
+			}
+		})
 	}
 }
