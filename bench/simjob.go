@@ -12,7 +12,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -204,7 +203,7 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "simjob: declaring the job's SM load: %v\n", err)
 		return 2
 	}
-	board, err := joinSimBoard(os.Getenv(gpu.EnvSimDir))
+	board, err := joinSimBoard(os.Getenv(gpu.EnvSimDir), time.Duration(float64(cohortWindow)**scale))
 	if err != nil {
 		fmt.Fprintf(stderr, "simjob: %v\n", err)
 		return 2
@@ -215,12 +214,12 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	if rc != 0 {
 		return rc
 	}
-	_, running, err := board.others()
+	cohort, err := board.cohort()
 	if err != nil {
 		fmt.Fprintf(stderr, "simjob: %v\n", err)
 		return 2
 	}
-	hold := shape.workHold(*scale, took, running, cont)
+	hold := shape.workHold(*scale, took, cohort, cont)
 	sargs := append([]string{"--peak", shape.peak, "--ramp", scaled(shape.ramp, *scale), "--hold", hold.String(),
 		"--result", raw, "--seed", fmt.Sprint(seed)}, leakArgs...)
 	workStart := time.Now()
@@ -235,7 +234,7 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // startUp is the job's start-up on the CPU: d of work alone, with no GPU memory, slowed while
-// other simulated jobs of the machine are starting up too (cont); it returns how long it took.
+// other simulated jobs of its cohort are alive (cont); it returns how long it took.
 // SIGINT or SIGTERM end it early with simjob's exit codes (a stopped job must not go on to
 // allocate).
 func startUp(template string, d time.Duration, cont simContention, board *simBoard, stdout, stderr io.Writer) (time.Duration, int) {
@@ -244,9 +243,9 @@ func startUp(template string, d time.Duration, cont simContention, board *simBoa
 	defer signal.Stop(sigs)
 	fmt.Fprintf(stdout, "simjob: %s starting up for %s with no GPU memory\n", template, d)
 	begin := time.Now()
-	pace := startupPace{left: d, perOther: cont.perStarting}
+	pace := startupPace{left: d, perOther: cont.startup}
 	for !pace.done() {
-		others, _, err := board.others()
+		others, err := board.cohort()
 		if err != nil {
 			fmt.Fprintf(stderr, "simjob: %v\n", err)
 			return time.Since(begin), 2
@@ -264,36 +263,38 @@ func startUp(template string, d time.Duration, cont simContention, board *simBoa
 			return time.Since(begin), simjob.ExitTERM
 		}
 	}
-	if err := board.set(phaseWork); err != nil {
-		fmt.Fprintf(stderr, "simjob: %v\n", err)
-		return time.Since(begin), 2
-	}
 	return time.Since(begin), 0
 }
 
 // simContention is how much the simulated jobs of one machine slow each other, fitted to the
-// H200 (docs/benchmarks.md, "The simulator against the H200, 2026-12-03"): there a job's CPU
-// start-up (importing torch, the CUDA context, loading) took about 2.7% longer for every other
-// job starting up beside it, and its work phase about 7.8% longer for every other job running
-// when it began (the work phase's CPU side and the GPU shared, small jobs far from the SM
-// limit).
+// H200 (docs/benchmarks.md, "The simulator against the H200, 2026-12-03"). There jobs started at
+// the same moment stayed in step and met in every phase: each took about 3.2% longer over its
+// CPU start-up (importing torch, the CUDA context, loading) and 9.8% longer over its work phase
+// for every other job started with it, while jobs started apart (even 0.25 s apart) interleaved
+// their phases on the VM's 16 cores and barely slowed each other, however many ran. So a job's
+// cohort, the other live jobs of the machine that started within cohortWindow of it, is what
+// slows it.
 type simContention struct {
-	perStarting float64 // start-up slowdown per other job in its start-up
-	perRunning  float64 // hold stretch per other job running when the job's work begins
+	startup float64 // start-up slowdown per other job of its cohort
+	work    float64 // hold stretch per other job of its cohort alive when its work begins
 }
+
+// cohortWindow, at scale 1: on the H200 jobs the runner started in one pass started within
+// 20 ms of each other, and jobs 0.25 s apart did not slow each other.
+const cohortWindow = 200 * time.Millisecond
 
 // contentionOf is the contention of a workload profile: the busy profile's work phases share
 // the SMs, which the simulated GPU's SM contention models where a test turns it on.
 func contentionOf(p WorkloadProfile) simContention {
 	if p.orStartup() == ProfileBusy {
-		return simContention{perStarting: 0.027}
+		return simContention{startup: 0.032}
 	}
-	return simContention{perStarting: 0.027, perRunning: 0.078}
+	return simContention{startup: 0.032, work: 0.098}
 }
 
 // startupPace is a start-up of left CPU time alone that advances at 1 / (1 + perOther x others)
-// while others start up beside it: a fixed CPU budget shared in a way the H200 measured, rather
-// than a model of its 16 cores and disk.
+// while others of its cohort start beside it: a measured slowdown, not a model of the H200's
+// cores and disk.
 type startupPace struct {
 	left     time.Duration
 	perOther float64
@@ -316,99 +317,85 @@ func (p *startupPace) advance(real time.Duration, others int) {
 
 func (p *startupPace) done() bool { return p.left <= 0 }
 
-// workHold is how long the job stays at its peak once its start-up took took, with running
-// other jobs on the machine: the leaker's small phase ends at a time since its start, as
+// workHold is how long the job stays at its peak once its start-up took took, with cohort other
+// jobs of its cohort alive: the leaker's small phase ends at a time since its start, as
 // leaker.py's does, so a slow start-up shortens it; other jobs' holds stretch with contention.
-func (sh simShape) workHold(scale float64, took time.Duration, running int, c simContention) time.Duration {
+func (sh simShape) workHold(scale float64, took time.Duration, cohort int, c simContention) time.Duration {
 	if sh.leakFraction > 0 {
 		end := time.Duration(float64(sh.startup+sh.ramp+sh.hold) * scale)
 		return max(0, end-took-time.Duration(float64(sh.ramp)*scale))
 	}
-	return time.Duration(float64(sh.hold) * scale * (1 + c.perRunning*float64(running)))
+	return time.Duration(float64(sh.hold) * scale * (1 + c.work*float64(cohort)))
 }
 
-// The simulated jobs of one machine (one $GPUFRAC_SIM_DIR) meet on a board there: a file a job,
-// named for its process and whether it is starting up or working, so that each can count the
-// others. A job killed with SIGKILL leaves its file; a file whose process is gone is not counted
-// and is removed by whoever finds it.
-const (
-	simBoardDir  = "simjobs"
-	phaseStartup = ".startup"
-	phaseWork    = ".work"
-)
+// The simulated jobs of one machine (one $GPUFRAC_SIM_DIR) meet on a board there: an empty file
+// a job, named for its process and the moment it started, so that each can count its cohort. A
+// job killed with SIGKILL leaves its file; a file whose process is gone is not counted and is
+// removed by whoever finds it.
+const simBoardDir = "simjobs"
 
 type simBoard struct {
-	dir, self, phase string
+	dir, self string
+	start     time.Time
+	window    time.Duration
 }
 
 var boardSeq atomic.Int64
 
-// joinSimBoard enters this process on the board of simDir, starting up; with no simDir there is
-// no board (nil), and a job counts no others.
-func joinSimBoard(simDir string) (*simBoard, error) {
+// joinSimBoard enters this process on the board of simDir, started now, with a cohort of the
+// jobs started within window of it; with no simDir there is no board (nil), and a job has no
+// cohort.
+func joinSimBoard(simDir string, window time.Duration) (*simBoard, error) {
 	if simDir == "" {
 		return nil, nil
 	}
-	b := &simBoard{dir: filepath.Join(simDir, simBoardDir), self: fmt.Sprintf("%d-%d", os.Getpid(), boardSeq.Add(1))}
+	b := &simBoard{dir: filepath.Join(simDir, simBoardDir), start: time.Now(), window: window}
+	b.self = boardName(os.Getpid(), boardSeq.Add(1), b.start)
 	if err := os.MkdirAll(b.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("the simulated jobs' board: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(b.dir, b.self+phaseStartup), nil, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(b.dir, b.self), nil, 0o644); err != nil {
 		return nil, fmt.Errorf("the simulated jobs' board: %w", err)
 	}
-	b.phase = phaseStartup
 	return b, nil
 }
 
-// set moves this job to phase.
-func (b *simBoard) set(phase string) error {
-	if b == nil || b.phase == phase {
-		return nil
-	}
-	if err := os.Rename(filepath.Join(b.dir, b.self+b.phase), filepath.Join(b.dir, b.self+phase)); err != nil {
-		return fmt.Errorf("the simulated jobs' board: %w", err)
-	}
-	b.phase = phase
-	return nil
+func boardName(pid int, seq int64, start time.Time) string {
+	return fmt.Sprintf("%d-%d-%d", pid, seq, start.UnixNano())
 }
 
 // leave takes this job off the board.
 func (b *simBoard) leave() {
 	if b != nil {
-		_ = os.Remove(filepath.Join(b.dir, b.self+b.phase))
+		_ = os.Remove(filepath.Join(b.dir, b.self))
 	}
 }
 
-// others counts the other live jobs on the board: those starting up, and all of them.
-func (b *simBoard) others() (starting, all int, err error) {
+// cohort counts the other live jobs on the board that started within the window of this one.
+func (b *simBoard) cohort() (int, error) {
 	if b == nil {
-		return 0, 0, nil
+		return 0, nil
 	}
 	ents, err := os.ReadDir(b.dir)
 	if err != nil {
-		return 0, 0, fmt.Errorf("the simulated jobs' board: %w", err)
+		return 0, fmt.Errorf("the simulated jobs' board: %w", err)
 	}
+	n := 0
 	for _, e := range ents {
-		name := e.Name()
-		id, phase := name, filepath.Ext(name)
-		id = strings.TrimSuffix(id, phase)
-		if id == b.self || (phase != phaseStartup && phase != phaseWork) {
-			continue
-		}
-		pid, err := strconv.Atoi(strings.SplitN(id, "-", 2)[0])
-		if err != nil {
+		var pid int
+		var seq, start int64
+		if _, err := fmt.Sscanf(e.Name(), "%d-%d-%d", &pid, &seq, &start); err != nil || e.Name() == b.self {
 			continue
 		}
 		if !processAlive(pid) {
-			_ = os.Remove(filepath.Join(b.dir, name))
+			_ = os.Remove(filepath.Join(b.dir, e.Name()))
 			continue
 		}
-		all++
-		if phase == phaseStartup {
-			starting++
+		if d := time.Unix(0, start).Sub(b.start); d.Abs() <= b.window {
+			n++
 		}
 	}
-	return starting, all, nil
+	return n, nil
 }
 
 // processAlive: signal 0 reaches a live process (EPERM: alive, someone else's).

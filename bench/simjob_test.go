@@ -202,41 +202,43 @@ func TestStartupPace(t *testing.T) {
 	}
 }
 
-// After its start-up a job holds its peak for its hold, stretched by the jobs running beside it;
-// the leaker's small phase ends at a time since its start, so a slow start-up shortens it.
+// After its start-up a job holds its peak for its hold, stretched by the other jobs of its
+// cohort; the leaker's small phase ends at a time since its start, so a slow start-up shortens it.
 func TestWorkHold(t *testing.T) {
-	c := simContention{perStarting: 0.027, perRunning: 0.1}
+	c := simContention{startup: 0.032, work: 0.1}
 	lora, leaker := simShapes[LoRA06B], simShapes[Leaker]
 	for _, tc := range []struct {
-		name    string
-		sh      simShape
-		scale   float64
-		took    time.Duration
-		running int
-		want    time.Duration
+		name   string
+		sh     simShape
+		scale  float64
+		took   time.Duration
+		cohort int
+		want   time.Duration
 	}{
 		{"lora alone", lora, 1, lora.startup, 0, lora.hold},
-		{"lora beside five", lora, 1, lora.startup, 5, lora.hold * 3 / 2},
-		{"lora at scale 0.1 beside two", lora, 0.1, lora.startup / 10, 2, time.Duration(float64(lora.hold) * 0.1 * 1.2)},
+		{"lora with five", lora, 1, lora.startup, 5, lora.hold * 3 / 2},
+		{"lora at scale 0.1 with two", lora, 0.1, lora.startup / 10, 2, time.Duration(float64(lora.hold) * 0.1 * 1.2)},
 		{"leaker alone", leaker, 1, leaker.startup, 0, leaker.hold},
-		{"leaker beside five, started 2 s late", leaker, 1, leaker.startup + 2*time.Second, 5, leaker.hold - 2*time.Second},
+		{"leaker with five, started 2 s late", leaker, 1, leaker.startup + 2*time.Second, 5, leaker.hold - 2*time.Second},
 		{"leaker whose start-up outlasted its small phase", leaker, 1, 30 * time.Second, 0, 0},
 	} {
-		if got := tc.sh.workHold(tc.scale, tc.took, tc.running, c); (got - tc.want).Abs() > time.Microsecond {
+		if got := tc.sh.workHold(tc.scale, tc.took, tc.cohort, c); (got - tc.want).Abs() > time.Microsecond {
 			t.Errorf("%s: hold %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
 
-// The board counts the machine's other live simulated jobs, by phase; a job that died without
-// leaving (SIGKILL) is not counted and its file goes.
+// A job's cohort is the machine's other live simulated jobs started within the window of it: a
+// job started apart is not in it, and a job that died without leaving (SIGKILL) is not counted
+// and its file goes.
 func TestSimBoard(t *testing.T) {
 	simDir := t.TempDir()
-	me, err := joinSimBoard(simDir)
+	const window = time.Hour // the test's joins are all within it
+	me, err := joinSimBoard(simDir, window)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := joinSimBoard(simDir)
+	mate, err := joinSimBoard(simDir, window)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,58 +246,68 @@ func TestSimBoard(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	deadFile := filepath.Join(simDir, simBoardDir, fmt.Sprintf("%d-1%s", dead.Process.Pid, phaseStartup))
-	if err := os.WriteFile(deadFile, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	check := func(when string, wantStarting, wantAll int) {
-		t.Helper()
-		s, a, err := me.others()
-		if err != nil || s != wantStarting || a != wantAll {
-			t.Fatalf("%s: %d starting, %d in all (%v); want %d and %d", when, s, a, err, wantStarting, wantAll)
+	board := filepath.Join(simDir, simBoardDir)
+	deadFile := filepath.Join(board, boardName(dead.Process.Pid, 1, time.Now()))
+	apart := filepath.Join(board, boardName(os.Getpid(), 99, me.start.Add(-2*window)))
+	for _, f := range []string{deadFile, apart} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
-	check("both starting", 1, 1)
+	check := func(when string, want int) {
+		t.Helper()
+		if n, err := me.cohort(); err != nil || n != want {
+			t.Fatalf("%s: cohort %d (%v), want %d", when, n, err, want)
+		}
+	}
+	check("a mate, a dead job, a job started apart", 1)
 	if _, err := os.Stat(deadFile); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a dead job's file stays on the board: %v", err)
 	}
-	if err := other.set(phaseWork); err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat(apart); err != nil {
+		t.Errorf("a live job started apart was taken off the board: %v", err)
 	}
-	check("the other working", 0, 1)
-	other.leave()
-	check("the other gone", 0, 0)
+	mate.leave()
+	check("the mate gone", 0)
 	var none *simBoard
-	if s, a, err := none.others(); s != 0 || a != 0 || err != nil {
-		t.Fatalf("no board: %d, %d, %v; want nothing counted", s, a, err)
+	if n, err := none.cohort(); n != 0 || err != nil {
+		t.Fatalf("no board: cohort %d, %v; want none", n, err)
 	}
 }
 
-// A start-up beside another job starting up takes longer than alone, by the contention's share;
-// alone it takes its length. The lower bounds are exact (the pace never runs faster); the upper
-// ones leave room for a loaded machine.
+// A start-up with others of its cohort takes longer than alone, by the contention's share; a
+// job started apart does not slow it. The lower bounds are exact (the pace never runs faster);
+// the upper ones leave room for a loaded machine.
 func TestStartUpSharesTheCPU(t *testing.T) {
 	const d = 100 * time.Millisecond
-	c := simContention{perStarting: 1}
+	c := simContention{startup: 1}
 	for _, tc := range []struct {
-		name     string
-		others   int
-		min, max time.Duration
+		name          string
+		mates, apart  int
+		min, max      time.Duration
+		wantCohortEnd int
 	}{
-		{"alone", 0, d, 10 * d},
-		{"beside one", 1, 2 * d, 20 * d},
-		{"beside two", 2, 3 * d, 30 * d},
+		{"alone", 0, 0, d, 10 * d, 0},
+		{"with one", 1, 0, 2 * d, 20 * d, 1},
+		{"with two", 2, 0, 3 * d, 30 * d, 2},
+		{"beside two started apart", 0, 2, d, 10 * d, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			simDir := t.TempDir()
-			for range tc.others {
-				if _, err := joinSimBoard(simDir); err != nil {
+			for range tc.mates {
+				if _, err := joinSimBoard(simDir, time.Minute); err != nil {
 					t.Fatal(err)
 				}
 			}
-			b, err := joinSimBoard(simDir)
+			b, err := joinSimBoard(simDir, time.Minute)
 			if err != nil {
 				t.Fatal(err)
+			}
+			for i := range tc.apart {
+				f := filepath.Join(simDir, simBoardDir, boardName(os.Getpid(), int64(1000+i), b.start.Add(-time.Hour)))
+				if err := os.WriteFile(f, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 			var out, errs bytes.Buffer
 			took, rc := startUp(LoRA06B, d, c, b, &out, &errs)
@@ -303,13 +315,10 @@ func TestStartUpSharesTheCPU(t *testing.T) {
 				t.Fatalf("exit %d: %s", rc, errs.String())
 			}
 			if took < tc.min || took > tc.max {
-				t.Fatalf("start-up of %v beside %d took %v, want %v to %v", d, tc.others, took, tc.min, tc.max)
+				t.Fatalf("start-up of %v with %d mates, %d apart took %v, want %v to %v", d, tc.mates, tc.apart, took, tc.min, tc.max)
 			}
-			if s, a, _ := b.others(); s != tc.others || a != tc.others {
-				t.Fatalf("board after: %d starting, %d in all; want the %d others untouched", s, a, tc.others)
-			}
-			if _, err := os.Stat(filepath.Join(simDir, simBoardDir, b.self+phaseWork)); err != nil {
-				t.Fatalf("the job is not on the board as working after its start-up: %v", err)
+			if n, _ := b.cohort(); n != tc.wantCohortEnd {
+				t.Fatalf("cohort after: %d, want the %d mates untouched", n, tc.wantCohortEnd)
 			}
 		})
 	}
