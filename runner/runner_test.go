@@ -92,6 +92,16 @@ func runQueue(t *testing.T, q queue.Queue, o Options) *record.Result {
 	return res
 }
 
+// runAll runs q and fails the test unless every job of it completed.
+func runAll(t *testing.T, q queue.Queue, o Options) *record.Result {
+	t.Helper()
+	res := runQueue(t, q, o)
+	if res.Completed != len(q.Jobs) {
+		t.Fatalf("completed %d of %d: %+v", res.Completed, len(q.Jobs), res.Attempts)
+	}
+	return res
+}
+
 func attemptsOf(res *record.Result, job string) []record.Attempt {
 	var out []record.Attempt
 	for _, a := range res.Attempts {
@@ -222,10 +232,7 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 			o.Mode = mode
 			o.Fence = c.fence
 			o.StateDir = t.TempDir()
-			res := runQueue(t, q, o)
-			if res.Completed != 3 {
-				t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
-			}
+			res := runAll(t, q, o)
 			// It climbs the ladder: its cap, a larger guarantee, then the GPU alone, where its
 			// 12GiB fit.
 			checkLadder(t, res, "leaker", policy.DefaultMaxAttempts, record.OutcomeOK)
