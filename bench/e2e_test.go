@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -32,10 +32,7 @@ func TestEndToEndSimulated(t *testing.T) {
 		t.Skip("runs 36 simulated job processes")
 	}
 	dir := t.TempDir()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: filepath.Join(dir, "sim")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, _ := testutil.NewSim(t, "H200=140GiB")
 	arms, err := ParseArms("exclusive,packed-mps,packed-isolated,uncapped-retry", "isolated")
 	if err != nil {
 		t.Fatal(err)
@@ -144,10 +141,7 @@ func TestBusyProfileGPMSimulated(t *testing.T) {
 		t.Skip("runs 7 simulated job processes")
 	}
 	dir := t.TempDir()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: filepath.Join(dir, "sim")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, _ := testutil.NewSim(t, "H200=140GiB")
 	arms, err := ParseArms("exclusive", "isolated")
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
@@ -42,10 +43,7 @@ func simJob(t testing.TB, name, template string, args ...string) queue.Job {
 
 func newSim(t testing.TB, gpus ...string) *gpu.Simulated {
 	t.Helper()
-	s, err := gpu.NewSimulated(gpu.SimConfig{GPUs: gpus, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := testutil.NewSim(t, gpus...)
 	return s
 }
 
