@@ -33,10 +33,7 @@ func TestEndToEndSimulated(t *testing.T) {
 	}
 	dir := t.TempDir()
 	sim, _ := testutil.NewSim(t, "H200=140GiB")
-	arms, err := ParseArms("exclusive,packed-mps,packed-isolated,uncapped-retry", "isolated")
-	if err != nil {
-		t.Fatal(err)
-	}
+	arms := mustArms(t, "exclusive,packed-mps,packed-isolated,uncapped-retry", "isolated")
 	const simScale = 0.03
 	pol := policy.Default()
 	pol.WatchdogInterval = 20 * time.Millisecond
@@ -142,10 +139,7 @@ func TestBusyProfileGPMSimulated(t *testing.T) {
 	}
 	dir := t.TempDir()
 	sim, _ := testutil.NewSim(t, "H200=140GiB")
-	arms, err := ParseArms("exclusive", "isolated")
-	if err != nil {
-		t.Fatal(err)
-	}
+	arms := mustArms(t, "exclusive", "isolated")
 	const simScale = 0.04
 	var queue []Entry
 	for _, e := range CalibrationQueue() {
