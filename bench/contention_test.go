@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 )
 
 // TestSimContentionStretchesTheWorkPhase: two busy ResNet-50 jobs (each keeps the SMs 86% active
@@ -78,14 +79,6 @@ func runSimJob(dir, uuid, template string, scale float64, res string) (time.Dura
 // directory (a job's $GPUFRAC_SIM_DIR) and the GPU's UUID.
 func simGPU(t *testing.T, spec string) (*gpu.Simulated, string, string) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "sim")
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{spec}, Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, err := sim.Devices(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sim, dir, devs[0].UUID
+	sim, devs := testutil.NewSim(t, spec)
+	return sim, sim.Dir(), devs[0].UUID
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -32,14 +32,8 @@ func TestEndToEndSimulated(t *testing.T) {
 		t.Skip("runs 36 simulated job processes")
 	}
 	dir := t.TempDir()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: filepath.Join(dir, "sim")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arms, err := ParseArms("exclusive,packed-mps,packed-isolated,uncapped-retry", "isolated")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, _ := testutil.NewSim(t, "H200=140GiB")
+	arms := mustArms(t, "exclusive,packed-mps,packed-isolated,uncapped-retry", "isolated")
 	const simScale = 0.03
 	pol := policy.Default()
 	pol.WatchdogInterval = 20 * time.Millisecond
@@ -144,14 +138,8 @@ func TestBusyProfileGPMSimulated(t *testing.T) {
 		t.Skip("runs 7 simulated job processes")
 	}
 	dir := t.TempDir()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB"}, Dir: filepath.Join(dir, "sim")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	arms, err := ParseArms("exclusive", "isolated")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, _ := testutil.NewSim(t, "H200=140GiB")
+	arms := mustArms(t, "exclusive", "isolated")
 	const simScale = 0.04
 	var queue []Entry
 	for _, e := range CalibrationQueue() {

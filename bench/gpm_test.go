@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +17,7 @@ import (
 // the simulated monitor's figures of the busy process.
 func TestGPMRecorder(t *testing.T) {
 	ctx := context.Background()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H200=140GiB", "A100=40GiB"}, Dir: filepath.Join(t.TempDir(), "sim")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, _ := sim.Devices(ctx)
+	sim, devs := testutil.NewSim(t, "H200=140GiB", "A100=40GiB")
 	h200, a100 := devs[0].UUID, devs[1].UUID
 	pid := os.Getpid()
 	if err := errors.Join(sim.SetProcessLoad(h200, pid, gpu.SimLoad{SMUtil: 55, SMOccupancy: 20}),
@@ -53,10 +48,7 @@ func TestGPMRecorder(t *testing.T) {
 		t.Errorf("SM use %+v, want 55%% over the whole window", u)
 	}
 
-	only, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"T4=16GiB"}, Dir: filepath.Join(t.TempDir(), "sim2")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	only, _ := testutil.NewSim(t, "T4=16GiB")
 	if rec, notes := startGPM(ctx, only, 10*time.Millisecond); rec != nil || len(notes) != 1 {
 		t.Errorf("a T4 alone: recorder %v, notes %q; want none and a note", rec, notes)
 	}

@@ -116,11 +116,18 @@ func (f *fakeArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, sta
 	return run, nil
 }
 
-func TestRunScoresAgainstFirstExclusive(t *testing.T) {
-	arms, err := ParseArms("exclusive,packed-mps,packed-mps-warm,static,exclusive", "isolated")
+// mustArms is ParseArms of a list the test knows to be good.
+func mustArms(t *testing.T, list, mode string) []ArmSpec {
+	t.Helper()
+	a, err := ParseArms(list, mode)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a
+}
+
+func TestRunScoresAgainstFirstExclusive(t *testing.T) {
+	arms := mustArms(t, "exclusive,packed-mps,packed-mps-warm,static,exclusive", "isolated")
 	fake := &fakeArms{states: map[string]string{}, fail: "static"}
 	dir := t.TempDir()
 	sum, runs, err := Run(context.Background(), Config{Seed: 1, Arms: arms, Runner: fake, OutDir: dir,
@@ -167,7 +174,7 @@ func TestRunScoresAgainstFirstExclusive(t *testing.T) {
 }
 
 func TestRunDeadlineSkipsArms(t *testing.T) {
-	arms, _ := ParseArms("exclusive,packed-mps", "mps")
+	arms := mustArms(t, "exclusive,packed-mps", "mps")
 	fake := &fakeArms{states: map[string]string{}}
 	sum, runs, err := Run(context.Background(), Config{Seed: 3, Arms: arms, Runner: fake, OutDir: t.TempDir(),
 		Workloads: PythonWorkloads{Dir: "/w"}, Deadline: time.Now().Add(-time.Second)})
@@ -232,7 +239,7 @@ func TestCheckRef(t *testing.T) {
 func TestRunAgainstAnEarlierExclusiveRun(t *testing.T) {
 	fake := &fakeArms{states: map[string]string{}}
 	first, second := t.TempDir(), t.TempDir()
-	ex, _ := ParseArms("exclusive", "isolated")
+	ex := mustArms(t, "exclusive", "isolated")
 	sum1, runs1, err := Run(context.Background(), Config{Seed: 4, Arms: ex, Runner: withGPM{fake, 60}, OutDir: first,
 		Workloads: PythonWorkloads{Dir: "/w", Profile: ProfileBusy}, Workload: ProfileBusy})
 	if err != nil || len(runs1) != 1 {
@@ -284,10 +291,7 @@ func (w withGPM) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, state
 // TestArmOptionsSMBudget: an arm's compute budget reaches the runner as the policy's, over the
 // invocation's policy (or the default one); an arm without one leaves the policy's alone.
 func TestArmOptionsSMBudget(t *testing.T) {
-	specs, err := ParseArms("exclusive,packed-isolated-warm-sm150,packed-isolated-warm", "isolated")
-	if err != nil {
-		t.Fatal(err)
-	}
+	specs := mustArms(t, "exclusive,packed-isolated-warm-sm150,packed-isolated-warm", "isolated")
 	custom := policy.Default()
 	custom.Name, custom.MaxTasksPerGPU = "bench", 4
 	for _, tc := range []struct {

@@ -31,17 +31,9 @@ func TestSimLeakerGrowsToItsGPUsShare(t *testing.T) {
 		{"B=16GiB", 15237 * size.MiB}, // 16384 MiB x 0.93 = 15237.12 MiB
 	} {
 		t.Run(tc.gpu, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "sim")
-			sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{tc.gpu}, Dir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			devs, err := sim.Devices(t.Context())
-			if err != nil {
-				t.Fatal(err)
-			}
+			_, dir, uuid := simGPU(t, tc.gpu)
 			t.Setenv(gpu.EnvSimDir, dir)
-			t.Setenv("CUDA_VISIBLE_DEVICES", devs[0].UUID)
+			t.Setenv("CUDA_VISIBLE_DEVICES", uuid)
 			res := filepath.Join(t.TempDir(), "leaker.json")
 			var out, errs bytes.Buffer
 			if rc := SimJobMain([]string{"--template", Leaker, "--result", res, "--scale", "0.01"}, &out, &errs); rc != 0 {
@@ -52,7 +44,7 @@ func TestSimLeakerGrowsToItsGPUsShare(t *testing.T) {
 				t.Fatalf("no peak in the job's output %q", out.String())
 			}
 			if m[1] != tc.want.String() {
-				t.Fatalf("peak %s, want %s (%g of %s)", m[1], tc.want, LeakerFraction, devs[0].MemoryBytes)
+				t.Fatalf("peak %s, want %s (%g of %s)", m[1], tc.want, LeakerFraction, tc.gpu)
 			}
 			if _, err := os.Stat(res); err != nil {
 				t.Fatalf("no result: %v", err)

@@ -40,18 +40,7 @@ func newRig(t *testing.T) *rig {
 	t.Helper()
 	vs := varserver.New(varserver.Options{MaxWait: 2 * time.Second})
 	t.Cleanup(vs.Close)
-	return &rig{t: t, vs: vs, api: client(t, vs.URL(), "")}
-}
-
-func client(t *testing.T, addr, token string) *api.Client {
-	t.Helper()
-	cfg := api.DefaultConfig()
-	cfg.Address, cfg.SecretID = addr, token
-	c, err := api.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return &rig{t: t, vs: vs, api: vs.Client(t, "")}
 }
 
 func (r *rig) controller(mut func(*Config)) *Controller {
@@ -368,7 +357,7 @@ func TestACLDenialAndAPIDownAreRetried(t *testing.T) {
 	path := r.violate(alloc1, gpuA, t0)
 	// The controller's token may handle violations but not read or submit jobs.
 	r.vs.SetToken("ctl", varserver.Rule{Path: violations.PathPrefix + "*", Capabilities: []string{varserver.CapRead, varserver.CapWrite}})
-	r.api = client(t, r.vs.URL(), "ctl")
+	r.api = r.vs.Client(t, "ctl")
 	c := r.controller(nil)
 	if err := r.pass(c); err == nil || !strings.Contains(err.Error(), "403") {
 		t.Fatalf("pass with a token that cannot read the allocation: %v, want a 403", err)

@@ -258,11 +258,16 @@ func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, e
 	return nil
 }
 
+// opened is GPU uuid's fence table; nil when none is open.
+func (f *fences) opened(uuid string) *fence.Table {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.tables[uuid]
+}
+
 // view is a GPU's table as it is now, without reaping: what admission reads.
 func (f *fences) view(uuid string) (fence.Snapshot, bool) {
-	f.mu.Lock()
-	t := f.tables[uuid]
-	f.mu.Unlock()
+	t := f.opened(uuid)
 	if t == nil {
 		return fence.Snapshot{}, false
 	}
@@ -278,9 +283,7 @@ func (f *fences) settled(uuid string) (fence.Snapshot, bool) {
 	if !ok || !s.Waiting() {
 		return s, ok
 	}
-	f.mu.Lock()
-	t := f.tables[uuid]
-	f.mu.Unlock()
+	t := f.opened(uuid)
 	if t == nil || t.Reap() == 0 {
 		return s, ok
 	}
@@ -290,9 +293,7 @@ func (f *fences) settled(uuid string) (fence.Snapshot, bool) {
 
 // look reaps the slots of dead processes and returns the GPU's table as the fence sees it.
 func (f *fences) look(uuid string) (fence.Snapshot, bool) {
-	f.mu.Lock()
-	t := f.tables[uuid]
-	f.mu.Unlock()
+	t := f.opened(uuid)
 	if t == nil {
 		return fence.Snapshot{}, false
 	}

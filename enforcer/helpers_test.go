@@ -47,12 +47,10 @@ type rig struct {
 	led    *ledger.Ledger
 	enf    *Enforcer
 	cfg    Config
-	cancel context.CancelFunc
-	done   chan error
+	runner testutil.Runner[Event]
 
 	logs    testutil.Buffer
-	mu      sync.Mutex
-	events  []Event
+	mu      sync.Mutex // guards signals
 	signals map[int][]syscall.Signal
 }
 
@@ -130,27 +128,9 @@ func (r *rig) newEnforcer() {
 }
 
 // start runs the enforcer and records its events.
-func (r *rig) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	ch, unsub := r.enf.Subscribe()
-	r.cancel, r.done = cancel, make(chan error, 1)
-	go func() {
-		for ev := range ch {
-			r.mu.Lock()
-			r.events = append(r.events, ev)
-			r.mu.Unlock()
-		}
-	}()
-	go func() { r.done <- r.enf.Run(ctx); unsub() }()
-}
+func (r *rig) start() { r.runner.Start(r.enf.Subscribe, r.enf.Run) }
 
-func (r *rig) stop() {
-	if r.cancel != nil {
-		r.cancel()
-		<-r.done
-		r.cancel = nil
-	}
-}
+func (r *rig) stop() { r.runner.Stop() }
 
 func (r *rig) reserve(capBytes size.Bytes, job string) ledger.Reservation {
 	r.t.Helper()
@@ -262,17 +242,14 @@ func (r *rig) event(what string, match func(Event) bool) Event {
 	r.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		r.mu.Lock()
-		for _, ev := range r.events {
+		for _, ev := range r.runner.Events() {
 			if match(ev) {
-				r.mu.Unlock()
 				return ev
 			}
 		}
-		r.mu.Unlock()
 		time.Sleep(5 * time.Millisecond)
 	}
-	r.t.Fatalf("no %s event; got %d events", what, len(r.events))
+	r.t.Fatalf("no %s event; got %d events", what, len(r.runner.Events()))
 	return Event{}
 }
 

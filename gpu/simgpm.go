@@ -84,17 +84,25 @@ func (s *Simulated) SetProcessLoad(uuid string, pid int, l SimLoad) error {
 // SetGPM pins GPU uuid's GPM readings for every process sharing Dir; nil returns them to the
 // figures computed from the busy processes.
 func (s *Simulated) SetGPM(uuid string, l *SimLoad) error {
+	return setPinned(s, uuid, simGPMFile, l, SimLoad.check, func(l SimLoad) string {
+		return fmt.Sprintf("%g %g\n", l.SMUtil, l.SMOccupancy)
+	})
+}
+
+// setPinned writes v, checked, to GPU uuid's file, where every process sharing Dir reads it;
+// nil removes the file, returning the GPU to its computed figures.
+func setPinned[T any](s *Simulated, uuid, file string, v *T, check func(T) error, format func(T) string) error {
 	if _, err := s.device(uuid); err != nil {
 		return err
 	}
-	path := filepath.Join(s.dir, uuid, simGPMFile)
-	if l == nil {
+	path := filepath.Join(s.dir, uuid, file)
+	if v == nil {
 		return removeIfPresent(path)
 	}
-	if err := l.check(); err != nil {
+	if err := check(*v); err != nil {
 		return fmt.Errorf("simulated GPU %s: %w", uuid, err)
 	}
-	return writeFileAtomic(path, []byte(fmt.Sprintf("%g %g\n", l.SMUtil, l.SMOccupancy)))
+	return writeFileAtomic(path, []byte(format(*v)))
 }
 
 // OpenGPM implements Backend. The simulated monitor reports, for the period since the last Read,
@@ -336,17 +344,9 @@ func (c SimContention) share(loads map[int]SimLoad) (SimLoad, float64) {
 // SetContention turns SM contention on for GPU uuid (nil turns it off), for every process
 // sharing Dir: the processes' work slows (WorkClock) and GPM shows the time lost to switching.
 func (s *Simulated) SetContention(uuid string, c *SimContention) error {
-	if _, err := s.device(uuid); err != nil {
-		return err
-	}
-	path := filepath.Join(s.dir, uuid, simContentionFile)
-	if c == nil {
-		return removeIfPresent(path)
-	}
-	if err := c.check(); err != nil {
-		return fmt.Errorf("simulated GPU %s: %w", uuid, err)
-	}
-	return writeFileAtomic(path, []byte(strconv.FormatFloat(c.SwitchCost, 'g', -1, 64)+"\n"))
+	return setPinned(s, uuid, simContentionFile, c, SimContention.check, func(c SimContention) string {
+		return strconv.FormatFloat(c.SwitchCost, 'g', -1, 64) + "\n"
+	})
 }
 
 // contention is GPU uuid's contention setting, and whether it is on.

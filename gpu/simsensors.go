@@ -58,18 +58,16 @@ const simSensorsFile = "sensors"
 // SetSensors pins GPU uuid's temperature and power readings for every process sharing Dir; nil
 // returns them to the simulated defaults.
 func (s *Simulated) SetSensors(uuid string, r *SimSensors) error {
-	if _, err := s.device(uuid); err != nil {
-		return err
-	}
-	path := filepath.Join(s.dir, uuid, simSensorsFile)
-	if r == nil {
-		return removeIfPresent(path)
-	}
+	return setPinned(s, uuid, simSensorsFile, r, SimSensors.check, func(r SimSensors) string {
+		return fmt.Sprintf("%d %d %d\n", r.TemperatureC, r.Power.UsageMilliwatts, r.Power.LimitMilliwatts)
+	})
+}
+
+func (r SimSensors) check() error {
 	if r.TemperatureC < -100 || r.TemperatureC > 200 {
-		return fmt.Errorf("simulated GPU %s: temperature %d C is not a reading a GPU gives", uuid, r.TemperatureC)
+		return fmt.Errorf("temperature %d C is not a reading a GPU gives", r.TemperatureC)
 	}
-	line := fmt.Sprintf("%d %d %d\n", r.TemperatureC, r.Power.UsageMilliwatts, r.Power.LimitMilliwatts)
-	return writeFileAtomic(path, []byte(line))
+	return nil
 }
 
 // SetSensorFault makes one sensor's query (SensorTemperature, SensorPower or SensorGPM) of GPU uuid fail

@@ -13,6 +13,7 @@ import (
 	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -24,11 +25,7 @@ func TestMain(m *testing.M) {
 
 func setup(t *testing.T) (*gpu.Simulated, string, []string) {
 	t.Helper()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB"}, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devs, _ := sim.Devices(context.Background())
+	sim, devs := testutil.NewSim(t, "H100=80GiB")
 	uuid := devs[0].UUID
 	env := Environ(map[string]string{simjob.EnvChild: "1", gpu.EnvSimDir: sim.Dir(), "CUDA_VISIBLE_DEVICES": uuid})
 	return sim, uuid, env
@@ -221,11 +218,7 @@ func TestProbeMeasuresSMActive(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{tc.model}, Dir: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			devs, _ := sim.Devices(context.Background())
+			sim, devs := testutil.NewSim(t, tc.model)
 			uuid := devs[0].UUID
 			if gpu.SimHasGPM(devs[0].Model) {
 				if err := sim.SetGPM(uuid, &gpu.SimLoad{SMUtil: 42.5, SMOccupancy: 20}); err != nil {

@@ -16,9 +16,11 @@ import (
 // A few process-level runs of borrowing on the simulated GPU (the fence tables are real, and the
 // simulated jobs charge them): exact overlaps are the scheduler tests' (sched_borrow_test.go).
 
-// besideLeaker is two neighbours of template "good" (peak, hold) and a leaker of template "leak"
-// declared at 1 GiB that grows to leakTo, in that order, with the extra jobs after them.
-func besideLeaker(t *testing.T, peak, hold, leakTo string, extra ...queue.Job) queue.Queue {
+// runBesideLeaker runs two neighbours of template "good" (peak, hold) and a leaker of template
+// "leak" declared at 1 GiB that grows to leakTo, in that order, then the extra jobs, with the
+// borrowing setting borrow and at most three tasks on the GPU (so an extra job waits for one of
+// the first three to end); every job must complete.
+func runBesideLeaker(t *testing.T, borrow, peak, hold, leakTo string, extra ...queue.Job) (Options, *record.Result) {
 	t.Helper()
 	q := queue.Queue{
 		Jobs: []queue.Job{
@@ -32,21 +34,17 @@ func besideLeaker(t *testing.T, peak, hold, leakTo string, extra ...queue.Job) q
 		},
 	}
 	q.Jobs = append(q.Jobs, extra...)
-	return q
+	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+	o.Borrow, o.Policy.MaxTasksPerGPU = borrow, 3
+	res := runAll(t, q, o)
+	return o, res
 }
 
 // A job that grows far past its cap borrows what nobody was promised and completes in one
 // attempt, next to neighbours that use their whole guarantees and are never touched.
 func TestBorrowerGrowsPastItsCap(t *testing.T) {
 	t.Parallel()
-	sim := newSim(t, "H100=80GiB")
-	q := besideLeaker(t, "18GiB", "1200ms", "30GiB")
-	o := testOptions(t, sim, record.ArmPacked)
-	o.Borrow = node.BorrowWait
-	res := runQueue(t, q, o)
-	if res.Completed != 3 {
-		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
-	}
+	o, res := runBesideLeaker(t, node.BorrowWait, "18GiB", "1200ms", "30GiB")
 	lk := attemptsOf(res, "lk")
 	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].WholeGPU || lk[0].PeakBytes < 28*size.GiB || lk[0].CapBytes >= 30*size.GiB {
 		for _, a := range lk {
@@ -67,14 +65,7 @@ func TestBorrowerGrowsPastItsCap(t *testing.T) {
 // new starts meanwhile) and completes, instead of failing and running again alone.
 func TestBorrowerWaitsForItsNeighbours(t *testing.T) {
 	t.Parallel()
-	sim := newSim(t, "H100=80GiB")
-	q := besideLeaker(t, "20GiB", "1500ms", "60GiB", simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"))
-	o := testOptions(t, sim, record.ArmPacked)
-	o.Borrow, o.Policy.MaxTasksPerGPU = node.BorrowWait, 3
-	res := runQueue(t, q, o)
-	if res.Completed != 4 {
-		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
-	}
+	_, res := runBesideLeaker(t, node.BorrowWait, "20GiB", "1500ms", "60GiB", simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"))
 	lk := attemptsOf(res, "lk")
 	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].PeakBytes < 58*size.GiB {
 		t.Fatalf("leaker: want one attempt that waited and reached 60GiB, got %+v", lk)
@@ -94,14 +85,7 @@ func TestBorrowerWaitsForItsNeighbours(t *testing.T) {
 // neighbour) and runs again with a guarantee of what it reached: beside others, not alone.
 func TestBorrowerThatCannotWaitReRunsWithMoreRoom(t *testing.T) {
 	t.Parallel()
-	sim := newSim(t, "H100=80GiB")
-	q := besideLeaker(t, "20GiB", "1500ms", "40GiB")
-	o := testOptions(t, sim, record.ArmPacked)
-	o.Borrow = node.BorrowNow
-	res := runQueue(t, q, o)
-	if res.Completed != 3 {
-		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
-	}
+	_, res := runBesideLeaker(t, node.BorrowNow, "20GiB", "1500ms", "40GiB")
 	lk := attemptsOf(res, "lk")
 	if got := outcomes(lk); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
 		t.Fatalf("leaker attempts %v, want [cap-violation ok]: %+v", got, lk)

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/enforcer"
-	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
@@ -38,11 +37,7 @@ func TestDemoDoesWhatItsCommentsSay(t *testing.T) {
 		q.Jobs[i].Command = append([]string{exe}, q.Jobs[i].Command[2:]...)
 		q.Jobs[i].Env = map[string]string{simjob.EnvChild: "1"}
 	}
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: q.SimulatedGPUs, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := Options{Backend: sim, OutDir: t.TempDir(), StateDir: t.TempDir()}
+	o := Options{Backend: newSim(t, q.SimulatedGPUs...), OutDir: t.TempDir(), StateDir: t.TempDir()}
 	var out bytes.Buffer
 	o.Progress = &out
 	res := runQueue(t, q, o)

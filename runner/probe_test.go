@@ -35,10 +35,7 @@ func TestProbeInPlace(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
 	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
-	res := runQueue(t, probeQueue(t), o)
-	if res.Completed != 3 {
-		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
-	}
+	res := runAll(t, probeQueue(t), o)
 	n1, p1, p2 := attemptsOf(res, "n1"), attemptsOf(res, "p1"), attemptsOf(res, "p2")
 	if len(p1) != 1 || len(p2) != 1 || len(n1) != 1 {
 		t.Fatalf("want one attempt each, got n1 %v p1 %v p2 %v", outcomes(n1), outcomes(p1), outcomes(p2))
@@ -71,10 +68,7 @@ func TestProbeAloneUnderMPS(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
 	o := testOptions(t, sim, record.ArmPacked)
 	o.Mode, o.StateDir, o.ProbeWindow = policy.ModeMPS, t.TempDir(), 300*time.Millisecond
-	res := runQueue(t, probeQueue(t), o)
-	if res.Completed != 3 {
-		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
-	}
+	res := runAll(t, probeQueue(t), o)
 	n1, p1 := attemptsOf(res, "n1"), attemptsOf(res, "p1")
 	if len(p1) != 2 || !p1[0].Probe || !p1[0].WholeGPU || p1[0].Outcome != record.OutcomeProbe {
 		t.Fatalf("p1: want a probe window alone then a capped run, got %+v", p1)
@@ -84,25 +78,31 @@ func TestProbeAloneUnderMPS(t *testing.T) {
 	}
 }
 
-// A leaker that looks small in its in-place probe window is stopped at the cap it earned,
-// beside a neighbour that is not harmed, and re-runs alone.
-func TestProbeInPlaceLeaker(t *testing.T) {
-	t.Parallel()
+// runLeakerInPlace runs n1, a job of a measured template that writes a result, beside lk, a
+// leaker of a template never measured whose in-place probe window sees it small, then the extra
+// jobs, on one simulated H100 with borrowing off; every job must complete.
+func runLeakerInPlace(t *testing.T, extra ...queue.Job) (Options, *record.Result) {
+	t.Helper()
 	sim := newSim(t, "H100=80GiB")
 	q := queue.Queue{
-		Jobs: []queue.Job{
+		Jobs: append([]queue.Job{
 			simJob(t, "n1", "known", "--peak", "4GiB", "--ramp", "50ms", "--hold", "1500ms", "--result", "$GPUFRAC_RESULT"),
 			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "12GiB", "--leak-rate", "8GiB"),
-		},
+		}, extra...),
 		Templates: map[string]queue.TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
 	}
 	q.Jobs[0].Result = "results/n1.json"
 	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
-	res := runQueue(t, q, o)
-	if res.Completed != 2 {
-		t.Fatalf("completed %d of 2: %+v", res.Completed, res.Attempts)
-	}
+	res := runAll(t, q, o)
+	return o, res
+}
+
+// A leaker that looks small in its in-place probe window is stopped at the cap it earned,
+// beside a neighbour that is not harmed, and re-runs alone.
+func TestProbeInPlaceLeaker(t *testing.T) {
+	t.Parallel()
+	o, res := runLeakerInPlace(t)
 	n1, lk := attemptsOf(res, "n1"), attemptsOf(res, "lk")
 	if len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
 		t.Fatalf("n1 was harmed: %+v", n1)
@@ -150,10 +150,7 @@ func TestRerunAloneWaitsForTheQueue(t *testing.T) {
 	}
 	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 	o.Policy.MaxTasksPerGPU = 2
-	res := runQueue(t, q, o)
-	if res.Completed != 4 {
-		t.Fatalf("completed %d of 4: %+v", res.Completed, res.Attempts)
-	}
+	res := runAll(t, q, o)
 	lk := attemptsOf(res, "lk")
 	checkLadder(t, res, "lk", policy.DefaultMaxAttempts, record.OutcomeOK)
 	alone := lk[len(lk)-1]
@@ -178,10 +175,7 @@ func TestProbesShareAGPU(t *testing.T) {
 		simJob(t, "big", "tbig", "--peak", "50GiB", "--ramp", "200ms", "--hold", "300ms"),
 	}}
 	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
-	res := runQueue(t, q, o)
-	if res.Completed != 2 {
-		t.Fatalf("completed %d of 2: %+v", res.Completed, res.Attempts)
-	}
+	res := runAll(t, q, o)
 	a, big := attemptsOf(res, "a"), attemptsOf(res, "big")
 	if len(a) != 1 || !a[0].Probe || a[0].CapBytes != 39*size.GiB || a[0].Outcome != record.OutcomeOK {
 		t.Fatalf("a: want one probe under a 39GiB protective cap, got %+v", a)
@@ -216,10 +210,7 @@ func TestProbeCap(t *testing.T) {
 			q := queue.Queue{Jobs: []queue.Job{small("a"), small("b"), small("c")}, Templates: tc.templates}
 			o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
 			o.ProbeCap = tc.runCap
-			res := runQueue(t, q, o)
-			if res.Completed != 3 {
-				t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
-			}
+			res := runAll(t, q, o)
 			a := attemptsOf(res, "a")
 			if len(a) != 1 || !a[0].Probe || a[0].CapBytes != tc.wantCap {
 				t.Fatalf("a: want one probe under a %s protective cap, got %+v", tc.wantCap, a)

@@ -7,13 +7,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gpufrac/gpufrac/queue"
-	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/report"
 	"github.com/gpufrac/gpufrac/report/browsertest"
-	"github.com/gpufrac/gpufrac/size"
 )
 
 // The report of a real run is checked as a person sees it: headless Chromium loads it
@@ -22,23 +18,9 @@ func TestReportInChromium(t *testing.T) {
 	bin := browsertest.Chromium(t)
 	// A run with what the report must show: probes beside a known job, a probe's cap lowered
 	// in place, a leaker stopped and re-run alone, results written.
-	sim := newSim(t, "H100=80GiB")
-	q := queue.Queue{
-		Jobs: []queue.Job{
-			simJob(t, "n1", "known", "--peak", "4GiB", "--ramp", "50ms", "--hold", "1500ms", "--result", "$GPUFRAC_RESULT"),
-			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "12GiB", "--leak-rate", "8GiB"),
-			simJob(t, "p1", "fresh", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms", "--result", "$GPUFRAC_RESULT"),
-		},
-		Templates: map[string]queue.TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
-	}
-	q.Jobs[0].Result = "results/n1.json"
-	q.Jobs[2].Result = "results/p1.json"
-	o := withoutBorrowing(testOptions(t, sim, record.ArmPacked))
-	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
-	res := runQueue(t, q, o)
-	if res.Completed != 3 {
-		t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
-	}
+	p1 := simJob(t, "p1", "fresh", "--peak", "2GiB", "--ramp", "50ms", "--hold", "300ms", "--result", "$GPUFRAC_RESULT")
+	p1.Result = "results/p1.json"
+	o, res := runLeakerInPlace(t, p1)
 	reportPath := filepath.Join(o.OutDir, report.File)
 	page, err := os.ReadFile(reportPath)
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
@@ -42,10 +43,7 @@ func simJob(t testing.TB, name, template string, args ...string) queue.Job {
 
 func newSim(t testing.TB, gpus ...string) *gpu.Simulated {
 	t.Helper()
-	s, err := gpu.NewSimulated(gpu.SimConfig{GPUs: gpus, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := testutil.NewSim(t, gpus...)
 	return s
 }
 
@@ -88,6 +86,16 @@ func runQueue(t *testing.T, q queue.Queue, o Options) *record.Result {
 	res, err := Run(ctx, q, o)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+// runAll runs q and fails the test unless every job of it completed.
+func runAll(t *testing.T, q queue.Queue, o Options) *record.Result {
+	t.Helper()
+	res := runQueue(t, q, o)
+	if res.Completed != len(q.Jobs) {
+		t.Fatalf("completed %d of %d: %+v", res.Completed, len(q.Jobs), res.Attempts)
 	}
 	return res
 }
@@ -222,10 +230,7 @@ func TestLeakerIsContainedAndRerunAlone(t *testing.T) {
 			o.Mode = mode
 			o.Fence = c.fence
 			o.StateDir = t.TempDir()
-			res := runQueue(t, q, o)
-			if res.Completed != 3 {
-				t.Fatalf("completed %d of 3: %+v", res.Completed, res.Attempts)
-			}
+			res := runAll(t, q, o)
 			// It climbs the ladder: its cap, a larger guarantee, then the GPU alone, where its
 			// 12GiB fit.
 			checkLadder(t, res, "leaker", policy.DefaultMaxAttempts, record.OutcomeOK)

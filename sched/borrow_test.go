@@ -1,57 +1,30 @@
 package sched
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/enforcer"
-	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
+	"github.com/gpufrac/gpufrac/node/nodetest"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/hashicorp/go-hclog"
 )
 
-// fakeLender is the enforcer as the scheduler's node sees it: what borrowers hold, whether an
-// allocation waits, and whether the fence's table has room for the next guarantee.
-type fakeLender struct {
-	borrowed size.Bytes
-	waiting  bool
-	noRoom   bool
-	synced   []ledger.GPUState
-}
-
-func (f *fakeLender) FenceUse(string) (size.Bytes, bool) { return f.borrowed, f.waiting }
-
-func (f *fakeLender) Fenced() bool { return true }
-
-func (f *fakeLender) PrepareGPU(context.Context, string) error { return nil }
-
-func (f *fakeLender) EnvOptions(string) enforcer.EnvOptions { return enforcer.EnvOptions{} }
-
-func (f *fakeLender) SyncFence(st ledger.GPUState) error {
-	f.synced = append(f.synced, st)
-	if f.noRoom {
-		return &fence.NoRoomError{Path: "test", Tokens: []string{"x"}, Borrowed: f.borrowed}
-	}
-	return nil
-}
-
 // borrowSched is a packed scheduler over one 80 GiB GPU (budget 78 GiB) where template "t" has a
 // 20 GiB cap (peak 16 GiB) and "p" is unknown.
-func borrowSched(t *testing.T, lend *fakeLender, jobs ...*Job) (*Sched, *ledger.Ledger, string) {
+func borrowSched(t *testing.T, lend *nodetest.Fence, jobs ...*Job) (*Sched, *ledger.Ledger, string) {
 	t.Helper()
 	led, uuid := memLedger(t, 80*size.GiB)
 	return borrowSchedOn(led, uuid, lend, jobs...), led, uuid
 }
 
 // borrowSchedOn is borrowSched on a ledger of the test's (memLedgerOpts).
-func borrowSchedOn(led *ledger.Ledger, uuid string, lend *fakeLender, jobs ...*Job) *Sched {
+func borrowSchedOn(led *ledger.Ledger, uuid string, lend *nodetest.Fence, jobs ...*Job) *Sched {
 	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
 	s.probeInPlace = true
 	if lend != nil {
@@ -75,13 +48,13 @@ func TestSchedBorrowingProbeHoldsNothingBack(t *testing.T) {
 	probeJob := &Job{Job: queue.Job{Name: "p", Template: "p"}}
 	for _, tc := range []struct {
 		name  string
-		lend  *fakeLender
+		lend  *nodetest.Fence
 		want  string
 		probe size.Bytes // the probe's guarantee
 		limit size.Bytes
 	}{
 		{"protective cap without borrowing", nil, "[p a]", 39 * size.GiB, 0},
-		{"borrowing", &fakeLender{}, "[p a b c]", 2 * size.GiB, 78 * size.GiB},
+		{"borrowing", &nodetest.Fence{}, "[p a b c]", 2 * size.GiB, 78 * size.GiB},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pj := *probeJob
@@ -108,19 +81,21 @@ func TestSchedBorrowingProbeHoldsNothingBack(t *testing.T) {
 // guarantee the fence has no room for is given back before its job starts.
 func TestSchedCountsBorrowedMemory(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		lend fakeLender
-		want string
+		name     string
+		borrowed size.Bytes
+		waiting  bool
+		noRoom   bool
+		want     string
 	}{
-		{"nothing borrowed", fakeLender{}, "[a b c]"},
-		{"40 GiB borrowed", fakeLender{borrowed: 40 * size.GiB}, "[a]"},
-		{"70 GiB borrowed", fakeLender{borrowed: 70 * size.GiB}, "[]"},
-		{"an allocation waits", fakeLender{waiting: true}, "[]"},
-		{"no room in the fence", fakeLender{noRoom: true}, "[]"},
+		{"nothing borrowed", 0, false, false, "[a b c]"},
+		{"40 GiB borrowed", 40 * size.GiB, false, false, "[a]"},
+		{"70 GiB borrowed", 70 * size.GiB, false, false, "[]"},
+		{"an allocation waits", 0, true, false, "[]"},
+		{"no room in the fence", 0, false, true, "[]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lend := tc.lend
-			s, led, uuid := borrowSched(t, &lend, known("a", "b", "c")...)
+			lend := nodetest.NewFence(tc.borrowed, tc.waiting, tc.noRoom)
+			s, led, uuid := borrowSched(t, lend, known("a", "b", "c")...)
 			got := s.Next()
 			if n := fmt.Sprint(names(got)); n != tc.want {
 				t.Fatalf("admitted %s, want %s", n, tc.want)
@@ -132,7 +107,7 @@ func TestSchedCountsBorrowedMemory(t *testing.T) {
 			if len(st.Reservations) != len(got) {
 				t.Fatalf("ledger holds %d reservations for %d launches: a refused guarantee was kept", len(st.Reservations), len(got))
 			}
-			if tc.lend.noRoom && len(lend.synced) == 0 {
+			if tc.noRoom && lend.Synced() == 0 {
 				t.Fatal("the fence was never asked")
 			}
 			for _, l := range got {
@@ -148,7 +123,7 @@ func TestSchedCountsBorrowedMemory(t *testing.T) {
 // and when it gives up, instead of blaming another process's reservations; the refusal is
 // forgotten once a guarantee is placed there.
 func TestStuckOnTheFenceSaysSo(t *testing.T) {
-	lend := &fakeLender{noRoom: true}
+	lend := nodetest.NewFence(0, false, true)
 	s, _, uuid := borrowSched(t, lend, known("a")...)
 	if got := s.Next(); len(got) != 0 {
 		t.Fatalf("admitted %v with no room in the fence", names(got))
@@ -159,7 +134,7 @@ func TestStuckOnTheFenceSaysSo(t *testing.T) {
 	if why := s.Stuck(time.Minute); !strings.Contains(why, "allocation fence left its guarantee out") {
 		t.Fatalf("give-up detail %q: want the fence named", why)
 	}
-	lend.noRoom = false
+	lend.SetNoRoom(false)
 
 	if got := s.Next(); len(got) != 1 || s.refused[uuid] != nil {
 		t.Fatalf("once the fence has room: admitted %v, refusal still standing %v", names(got), s.refused[uuid])

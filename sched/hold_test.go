@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node/nodetest"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -51,13 +52,13 @@ func TestSchedServesAWaitingBorrowerFirst(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			lend := &fakeLender{}
+			lend := &nodetest.Fence{}
 			var now time.Time
 			led, uuid := memLedgerOpts(t, 80*G, ledger.Options{Now: func() time.Time { return now }, BorrowHold: tc.rule})
 			s := borrowSchedOn(led, uuid, lend, known("a")...)
 			for _, st := range tc.steps {
 				now = t0.Add(time.Duration(st.ms) * time.Millisecond)
-				lend.borrowed, lend.waiting = st.borrowed, st.waiting
+				lend.Set(st.borrowed, st.waiting)
 				if got := fmt.Sprint(names(s.Next())); got != st.want {
 					t.Fatalf("at %d ms (borrowed %s, waiting %v): admitted %s, want %s", st.ms, st.borrowed, st.waiting, got, st.want)
 				}

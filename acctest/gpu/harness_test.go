@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -61,10 +61,7 @@ type harness struct {
 	uuid   string
 	led    *ledger.Ledger
 	enf    *enforcer.Enforcer
-	cancel context.CancelFunc
-	done   chan error
-	mu     sync.Mutex
-	events []enforcer.Event
+	runner testutil.Runner[enforcer.Event]
 }
 
 func newHarness(tb testing.TB, mode policy.Mode, interval time.Duration) *harness {
@@ -136,27 +133,9 @@ func newHarnessFenceWith(tb testing.TB, mode policy.Mode, interval time.Duration
 	return h
 }
 
-func (h *harness) start() {
-	ctx, cancel := context.WithCancel(context.Background())
-	ch, unsub := h.enf.Subscribe()
-	h.cancel, h.done = cancel, make(chan error, 1)
-	go func() {
-		for ev := range ch {
-			h.mu.Lock()
-			h.events = append(h.events, ev)
-			h.mu.Unlock()
-		}
-	}()
-	go func() { h.done <- h.enf.Run(ctx); unsub() }()
-}
+func (h *harness) start() { h.runner.Start(h.enf.Subscribe, h.enf.Run) }
 
-func (h *harness) stop() {
-	if h.cancel != nil {
-		h.cancel()
-		<-h.done
-		h.cancel = nil
-	}
-}
+func (h *harness) stop() { h.runner.Stop() }
 
 func (h *harness) reserve(capBytes size.Bytes, name string) ledger.Reservation {
 	h.tb.Helper()
@@ -311,10 +290,8 @@ func (h *harness) violation(token string, limit time.Duration) ledger.Violation 
 }
 
 func (h *harness) eventsOf(kind enforcer.EventKind) []enforcer.Event {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	var out []enforcer.Event
-	for _, e := range h.events {
+	for _, e := range h.runner.Events() {
 		if e.Kind == kind {
 			out = append(out, e)
 		}

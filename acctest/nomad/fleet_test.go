@@ -104,17 +104,6 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 
 func strPtr(s string) *string { return &s }
 
-func apiClient(t *testing.T, addr, token string) *api.Client {
-	t.Helper()
-	cfg := api.DefaultConfig()
-	cfg.Address, cfg.SecretID = addr, token
-	cl, err := api.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cl
-}
-
 // nomadAPI is a stand-in for Nomad's API whose tokens for the plugin and the controller carry
 // the ACL policies docs/plugin.md tells operators to create: if the guide's policies fall
 // short, the escalation loop stops there.
@@ -158,7 +147,7 @@ func waitAllocLearnt(t *testing.T, dir, allocID string) {
 // runController runs the controller against vs with its guide token until the test ends.
 func runController(t *testing.T, vs *varserver.Server) {
 	t.Helper()
-	ctl, err := controller.New(controller.Config{Client: apiClient(t, vs.URL(), "controller-token"), Retry: 100 * time.Millisecond, Wait: time.Second})
+	ctl, err := controller.New(controller.Config{Client: vs.Client(t, "controller-token"), Retry: 100 * time.Millisecond, Wait: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

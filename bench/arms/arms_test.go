@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/bench/arms"
-	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -36,10 +36,7 @@ func simJob(t *testing.T, name string, args ...string) queue.Job {
 // run runs q in arm on a simulated 80 GiB GPU, through the rules arms.Options gives it.
 func run(t *testing.T, arm record.Arm, q queue.Queue) *record.Result {
 	t.Helper()
-	sim, err := gpu.NewSimulated(gpu.SimConfig{GPUs: []string{"H100=80GiB"}, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sim, _ := testutil.NewSim(t, "H100=80GiB")
 	p := policy.Default()
 	p.WatchdogInterval = 20 * time.Millisecond
 	o, err := arms.Options(runner.Options{Backend: sim, OutDir: t.TempDir(), Policy: p, SampleInterval: 10 * time.Millisecond,

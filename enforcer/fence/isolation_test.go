@@ -481,16 +481,7 @@ func TestHalfWrittenControlCopyDecidesNothing(t *testing.T) {
 	want(t, c.DoWithin("charge 2G", bound), "busy", "a charge while the copy is half written")
 	second.Kill()
 
-	var tb *fence.Table
-	var err error
-	within(t, bound, "fence.Create over a half-written copy", func() { tb, err = fence.Create(dir, fencetest.FakeUUID, 80*size.GiB, 0) })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tb.Close() })
-	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}}, 0); err != nil {
-		t.Fatal(err)
-	}
+	tb := startOver(t, dir, "over a half-written copy")
 	want(t, c.DoWithin("charge 2G", bound), "refused", "past its guarantee once the copy is whole")
 	want(t, c.DoWithin("charge 100M", bound), "ok", "within it")
 	s := snapshotWithin(t, tb)

@@ -22,6 +22,24 @@ const underAWait = 900 * time.Millisecond
 // within runs f and ends the test binary if f has not returned after d. A cgo call that spins
 // cannot be interrupted, and it holds the Table's mutex that the test's cleanup needs, so the
 // only way to fail in seconds rather than at the 20-minute timeout is to stop everything.
+// startOver is an enforcer starting over the fence files in dir after another died (when): it
+// opens the table and places task A with 1 GiB, each step within bound.
+func startOver(t *testing.T, dir, when string) *fence.Table {
+	t.Helper()
+	var tb *fence.Table
+	var err error
+	within(t, bound, "fence.Create "+when, func() { tb, err = fence.Create(dir, fencetest.FakeUUID, 80*size.GiB, 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tb.Close() })
+	within(t, bound, "SetTasks "+when, func() { err = tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}}, 0) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
+
 func within(t *testing.T, d time.Duration, what string, f func()) {
 	t.Helper()
 	done := make(chan struct{})
@@ -152,17 +170,7 @@ func TestEnforcerKilledInsideItsCriticalSections(t *testing.T) {
 			victim.WaitStderr("gf-test: stalled at " + tc.point)
 			victim.Kill()
 
-			var tb *fence.Table
-			var err error
-			within(t, bound, "fence.Create", func() { tb, err = fence.Create(dir, fencetest.FakeUUID, 80*size.GiB, 0) })
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { tb.Close() })
-			within(t, bound, "SetTasks", func() { err = tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}}, 0) })
-			if err != nil {
-				t.Fatal(err)
-			}
+			tb := startOver(t, dir, "after "+tc.point)
 			c := k.StartTool(t)
 			want(t, c.DoWithin("attach "+path+" "+tokA, bound), "ok", "attach")
 			want(t, c.DoWithin("charge 100M", bound), "ok", "charge")

@@ -285,12 +285,7 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 		snprintf(err, errlen, "fence state %s has no free process slot (%d in use)", apath, GF_PROCS);
 	rc = -1;
 out:
-	gf_control_close(m);
-	if (m->t)
-		munmap(m->t, sizeof *m->t);
-	if (m->fd >= 0)
-		close(m->fd);
-	gf_reset(m);
+	gf_unmap(m); /* no peers yet: they are opened once a slot is claimed */
 	return rc;
 }
 

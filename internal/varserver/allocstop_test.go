@@ -19,7 +19,7 @@ func TestAllocStopNeedsAllocLifecycle(t *testing.T) {
 	s.SetToken("elsewhere", Rule{Namespace: "other", Jobs: []string{CapAllocLifecycle}})
 	alloc := &api.Allocation{ID: "a1"}
 	for _, tok := range []string{"submitter", "elsewhere"} {
-		if _, err := apiClient(t, s, tok).Allocations().Stop(alloc, nil); err == nil || !strings.Contains(err.Error(), "403") {
+		if _, err := s.Client(t, tok).Allocations().Stop(alloc, nil); err == nil || !strings.Contains(err.Error(), "403") {
 			t.Errorf("%s stopping the allocation: %v, want a 403", tok, err)
 		}
 	}
@@ -27,14 +27,14 @@ func TestAllocStopNeedsAllocLifecycle(t *testing.T) {
 		t.Fatalf("a refused stop changed the allocation: %q, %d stops", a.DesiredStatus, s.Stops())
 	}
 	before := s.Index()
-	resp, err := apiClient(t, s, "lifecycle").Allocations().Stop(alloc, nil)
+	resp, err := s.Client(t, "lifecycle").Allocations().Stop(alloc, nil)
 	if err != nil || resp.EvalID == "" {
 		t.Fatalf("stop: %+v, %v", resp, err)
 	}
 	if a, _ := s.Alloc("a1"); a.DesiredStatus != api.AllocDesiredStatusStop || s.Stops() != 1 || s.Index() <= before {
 		t.Errorf("after the stop: desired %q, %d stops, index %d (was %d)", a.DesiredStatus, s.Stops(), s.Index(), before)
 	}
-	if _, err := apiClient(t, s, "lifecycle").Allocations().Stop(&api.Allocation{ID: "nope"}, nil); err == nil || !strings.Contains(err.Error(), "404") {
+	if _, err := s.Client(t, "lifecycle").Allocations().Stop(&api.Allocation{ID: "nope"}, nil); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Errorf("stopping a missing allocation: %v, want a 404", err)
 	}
 }

@@ -4,5 +4,6 @@
 // deletes, prefix lists across namespaces, blocking queries, ACL tokens and Nomad's limits),
 // written from the documented behaviour, so the real github.com/hashicorp/nomad/api client can
 // talk to it. It is not a Nomad server: there is no raft, no encryption, no locks and no
-// filter expressions (those answer 400). It listens on 127.0.0.1 only.
+// filter expressions (those answer 400). It listens on 127.0.0.1 only. Server.Client is a Nomad
+// API client of it for a test.
 package varserver

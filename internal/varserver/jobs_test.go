@@ -9,17 +9,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-func apiClient(t *testing.T, s *Server, token string) *api.Client {
-	t.Helper()
-	cfg := api.DefaultConfig()
-	cfg.Address, cfg.SecretID = s.URL(), token
-	c, err := api.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
 func testJob(count uint64) *api.Job {
 	return &api.Job{ID: ptr("web"), Name: ptr("web"), Type: ptr("service"), TaskGroups: []*api.TaskGroup{{Name: ptr("g"),
 		Tasks: []*api.Task{{Name: "t", Driver: "exec", Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpumem", Count: &count}}}}}}}}
@@ -30,7 +19,7 @@ func testJob(count uint64) *api.Job {
 func TestJobEndpointsSpeakTheAPIClient(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
-	c := apiClient(t, s, "")
+	c := s.Client(t, "")
 	if _, _, err := c.Jobs().Info("web", nil); err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("reading a missing job: %v, want a 404", err)
 	}
@@ -70,7 +59,7 @@ func TestJobEndpointsSpeakTheAPIClient(t *testing.T) {
 
 	s.SetToken("reader", Rule{Namespace: "default", Jobs: []string{CapReadJob}})
 	s.SetToken("vars-only", Rule{Path: "*", Capabilities: []string{CapRead}})
-	reader, varsOnly := apiClient(t, s, "reader"), apiClient(t, s, "vars-only")
+	reader, varsOnly := s.Client(t, "reader"), s.Client(t, "vars-only")
 	if _, _, err := reader.Jobs().Info("web", nil); err != nil {
 		t.Errorf("read-job token reading the job: %v", err)
 	}
@@ -85,7 +74,7 @@ func TestJobEndpointsSpeakTheAPIClient(t *testing.T) {
 func TestEventStreamDeliversFromIndex(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
-	c := apiClient(t, s, "")
+	c := s.Client(t, "")
 	j := s.PutJob(testJob(1))
 	s.PutAlloc(&api.Allocation{ID: "old", JobID: "web", TaskGroup: "g", Job: j, ClientStatus: "running"})
 	from := s.Index() + 1

@@ -14,14 +14,7 @@ import (
 
 func client(t *testing.T, s *Server, token string) *api.Variables {
 	t.Helper()
-	cfg := api.DefaultConfig()
-	cfg.Address = s.URL()
-	cfg.SecretID = token
-	c, err := api.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c.Variables()
+	return s.Client(t, token).Variables()
 }
 
 // waitHolds waits until blocking queries have begun to wait n times in all (Server.WaitHolds).

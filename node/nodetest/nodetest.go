@@ -1,7 +1,7 @@
 // Package nodetest is the one table of admission cases that both front ends, the Nomad plugin
 // and `gpufrac run`'s scheduler, are tested against through node/: the same inputs must bring
 // the same decision, by construction. It holds a fake of the enforcer's fence for the cases
-// that need one (borrowers, a table with no room).
+// that need one (borrowers, a table with no room), which the scheduler's own tests use too.
 package nodetest
 
 import (
@@ -37,6 +37,26 @@ type Fence struct {
 	noRoom   bool
 	prepErr  error
 	synced   int
+}
+
+// NewFence is a fence that shows borrowed bytes and a waiting allocation as given, and whose
+// table has no room for a new guarantee when noRoom.
+func NewFence(borrowed size.Bytes, waiting, noRoom bool) *Fence {
+	return &Fence{borrowed: borrowed, waiting: waiting, noRoom: noRoom}
+}
+
+// Set changes what the fence shows of borrowers, as their allocations come and go.
+func (f *Fence) Set(borrowed size.Bytes, waiting bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.borrowed, f.waiting = borrowed, waiting
+}
+
+// SetNoRoom says whether the table has room for the next guarantee.
+func (f *Fence) SetNoRoom(noRoom bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noRoom = noRoom
 }
 
 // PrepareGPU fails with the case's error.
@@ -211,7 +231,8 @@ func (c Case) Setup(tb testing.TB) Setup {
 		}
 	}
 	clock.Store(int64(c.At))
-	f := &Fence{borrowed: c.Borrowed, waiting: c.Waiting, noRoom: c.NoRoom, prepErr: c.PrepErr}
+	f := NewFence(c.Borrowed, c.Waiting, c.NoRoom)
+	f.prepErr = c.PrepErr
 	n := node.New(led, f, node.Config{Borrow: node.BorrowWait})
 	return Setup{Node: n, Ledger: led, Fence: f, Before: len(led.Reservations())}
 }

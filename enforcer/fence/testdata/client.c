@@ -27,6 +27,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "parse_size.h"
+
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 typedef CUresult (*gpa1_fn)(const char *, void **, int, uint64_t);
@@ -58,18 +60,6 @@ enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY };
 struct obj { int kind; uint64_t v; };
 static struct obj objs[1 << 16];
 static int nobjs;
-
-static uint64_t parse_size(const char *s)
-{
-	char *end;
-	uint64_t n = strtoull(s, &end, 10);
-	switch (*end) {
-	case 'K': return n << 10;
-	case 'M': return n << 20;
-	case 'G': return n << 30;
-	default: return n;
-	}
-}
 
 static void *need(void *p, const char *name)
 {

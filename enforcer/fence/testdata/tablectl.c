@@ -18,7 +18,7 @@
  *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
  *                              job of the same Unix user can do under gpufrac run)
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
- * Sizes are bytes with an optional M or G (binary) suffix.
+ * Sizes are bytes with an optional K, M or G (binary) suffix.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
@@ -33,17 +33,7 @@
 
 #include "../state.h"
 #include "../control.h"
-
-static uint64_t parse_size(const char *s)
-{
-	char *end;
-	uint64_t n = strtoull(s, &end, 10);
-	switch (*end) {
-	case 'M': return n << 20;
-	case 'G': return n << 30;
-	default: return n;
-	}
-}
+#include "parse_size.h"
 
 /* map_rw maps the first len bytes of path read-write, as a tenant with write access would; on
  * failure it says why on stdout and returns NULL. The mapping outlives the descriptor. */
@@ -56,6 +46,76 @@ static void *map_rw(const char *path, size_t len)
 	if (fd >= 0)
 		close(fd);
 	return p == MAP_FAILED ? NULL : p;
+}
+
+/* set_limits writes field (cap, limit, keep or state) of a task slot, the fields both the
+ * control copy and a task's accounting hold; it returns 0 for any other field. */
+static int set_limits(const char *field, uint64_t v, uint32_t *state, uint64_t *cap, uint64_t *limit, uint64_t *keep)
+{
+	if (!strcmp(field, "cap"))
+		*cap = v;
+	else if (!strcmp(field, "limit"))
+		*limit = v;
+	else if (!strcmp(field, "keep"))
+		*keep = v;
+	else if (!strcmp(field, "state"))
+		*state = (uint32_t)v;
+	else
+		return 0;
+	return 1;
+}
+
+/* other_task: a slot whose token hash is not h, the hash of token; an empty token is every slot's. */
+static int other_task(const char *token, const uint8_t *slot, const uint8_t *h)
+{
+	return token[0] && memcmp(slot, h, GF_HASH_LEN) != 0;
+}
+
+/* tamper_account writes field of the accounting file at path as a tenant could: a task slot's
+ * (token's, or every one's) or the header's budget or lock. */
+static int tamper_account(const char *path, const char *field, uint64_t v, const char *token)
+{
+	struct gf_table *t = map_rw(path, sizeof *t);
+	if (!t)
+		return 0;
+	uint8_t h[GF_HASH_LEN];
+	gf_sha256(token, strlen(token), h);
+	for (int i = 0; i < GF_TASKS; i++) {
+		struct gf_task *k = &t->tasks[i];
+		if (other_task(token, k->token_hash, h) || set_limits(field, v, &k->state, &k->cap, &k->limit, &k->keep))
+			continue; /* not this slot, or written */
+		if (!strcmp(field, "used"))
+			k->used = v;
+		else if (!strcmp(field, "nowed"))
+			k->nowed = v;
+	}
+	if (!strcmp(field, "budget"))
+		t->h.budget = v;
+	else if (!strcmp(field, "lock"))
+		t->h.lock = v;
+	munmap(t, sizeof *t);
+	return 1;
+}
+
+/* tamper_control writes field of the control copy at path: a live task slot's (token's, or
+ * every live one's) or the budget. */
+static int tamper_control(const char *path, const char *field, uint64_t v, const char *token)
+{
+	struct gf_control *t = map_rw(path, sizeof *t);
+	if (!t)
+		return 0;
+	uint8_t h[GF_HASH_LEN];
+	gf_sha256(token, strlen(token), h);
+	for (int i = 0; i < GF_TASKS; i++) {
+		struct gf_control_task *k = &t->tasks[i];
+		if (other_task(token, k->token_hash, h) || (!token[0] && k->state != GF_LIVE))
+			continue;
+		set_limits(field, v, &k->state, &k->cap, &k->limit, &k->keep);
+	}
+	if (!strcmp(field, "budget"))
+		t->budget = v;
+	munmap(t, sizeof *t);
+	return 1;
 }
 
 static const char *charge_word(int r)
@@ -127,61 +187,11 @@ int main(void)
 			else
 				printf("notask\n");
 		} else if (!strcmp(cmd, "tamper")) {
-			struct gf_table *t = map_rw(a, sizeof *t);
-			if (!t)
-				continue;
-			uint64_t v = parse_size(c);
-			uint8_t h[GF_HASH_LEN];
-			gf_sha256(d, strlen(d), h);
-			for (int i = 0; i < GF_TASKS; i++) {
-				struct gf_task *k = &t->tasks[i];
-				if (d[0] && memcmp(k->token_hash, h, GF_HASH_LEN) != 0)
-					continue;
-				if (!strcmp(b, "cap"))
-					k->cap = v;
-				else if (!strcmp(b, "limit"))
-					k->limit = v;
-				else if (!strcmp(b, "keep"))
-					k->keep = v;
-				else if (!strcmp(b, "state"))
-					k->state = (uint32_t)v;
-				else if (!strcmp(b, "used"))
-					k->used = v;
-				else if (!strcmp(b, "nowed"))
-					k->nowed = v;
-			}
-			if (!strcmp(b, "budget"))
-				t->h.budget = v;
-			else if (!strcmp(b, "lock"))
-				t->h.lock = v;
-			munmap(t, sizeof *t);
-			printf("ok\n");
+			if (tamper_account(a, b, parse_size(c), d))
+				printf("ok\n");
 		} else if (!strcmp(cmd, "tamper-control")) {
-			struct gf_control *t = map_rw(a, sizeof *t);
-			if (!t)
-				continue;
-			uint64_t v = parse_size(c);
-			uint8_t h[GF_HASH_LEN];
-			gf_sha256(d, strlen(d), h);
-			for (int i = 0; i < GF_TASKS; i++) {
-				struct gf_control_task *k = &t->tasks[i];
-				if (d[0] && memcmp(k->token_hash, h, GF_HASH_LEN) != 0)
-					continue;
-				if (!d[0] && k->state != GF_LIVE)
-					continue;
-				if (!strcmp(b, "cap"))
-					k->cap = v;
-				else if (!strcmp(b, "limit"))
-					k->limit = v;
-				else if (!strcmp(b, "keep"))
-					k->keep = v;
-				else if (!strcmp(b, "state"))
-					k->state = (uint32_t)v;
-			}
-			if (!strcmp(b, "budget"))
-				t->budget = v;
-			munmap(t, sizeof *t);
-			printf("ok\n");
+			if (tamper_control(a, b, parse_size(c), d))
+				printf("ok\n");
 		} else if (!strcmp(cmd, "flock")) {
 			int fd = open(a, O_RDONLY);
 			if (fd < 0 || flock(fd, LOCK_EX) != 0)

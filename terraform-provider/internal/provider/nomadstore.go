@@ -37,21 +37,6 @@ func newNomadStore(c storeConfig) (objectStore, error) {
 	return s, nil
 }
 
-// in returns the namespace's store and a context bounded by request_timeout; the caller must
-// call the cancel function.
-func (s *nomadStores) in(ctx context.Context, namespace string) (*nomadvars.Store, context.Context, context.CancelFunc, error) {
-	st, err := s.store(namespace)
-	if err != nil {
-		return nil, ctx, func() {}, err
-	}
-	if s.timeout <= 0 {
-		return st, ctx, func() {}, nil
-	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout, fmt.Errorf("%w: no answer from Nomad at %s within request_timeout %s",
-		context.DeadlineExceeded, s.cfg.Address, s.timeout))
-	return st, ctx, cancel, nil
-}
-
 // timedOut names the request_timeout when it is what ended a request (the HTTP client's error
 // already says so when it reports the context's cause).
 func timedOut(ctx context.Context, err error) error {
@@ -78,60 +63,59 @@ func (s *nomadStores) store(namespace string) (*nomadvars.Store, error) {
 	return st, nil
 }
 
-func (s *nomadStores) GetPolicy(ctx context.Context, ns, name string) (policy.Policy, uint64, error) {
-	st, ctx, cancel, err := s.in(ctx, ns)
-	defer cancel()
+// do runs one request on the namespace's store, bounded by request_timeout, and returns the
+// modify index it reports.
+func (s *nomadStores) do(ctx context.Context, ns string, req func(context.Context, *nomadvars.Store) (policy.Meta, error)) (uint64, error) {
+	st, err := s.store(ns)
 	if err != nil {
-		return policy.Policy{}, 0, err
+		return 0, err
 	}
-	p, m, err := st.GetPolicy(ctx, name)
-	return p, m.ModifyIndex, timedOut(ctx, err)
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, s.timeout, fmt.Errorf("%w: no answer from Nomad at %s within request_timeout %s",
+			context.DeadlineExceeded, s.cfg.Address, s.timeout))
+		defer cancel()
+	}
+	m, err := req(ctx, st)
+	return m.ModifyIndex, timedOut(ctx, err)
+}
+
+func (s *nomadStores) GetPolicy(ctx context.Context, ns, name string) (p policy.Policy, idx uint64, err error) {
+	idx, err = s.do(ctx, ns, func(ctx context.Context, st *nomadvars.Store) (m policy.Meta, err error) {
+		p, m, err = st.GetPolicy(ctx, name)
+		return m, err
+	})
+	return p, idx, err
 }
 
 func (s *nomadStores) PutPolicy(ctx context.Context, ns string, p policy.Policy, cas uint64) (uint64, error) {
-	st, ctx, cancel, err := s.in(ctx, ns)
-	defer cancel()
-	if err != nil {
-		return 0, err
-	}
-	m, err := st.PutPolicy(ctx, p, cas)
-	return m.ModifyIndex, timedOut(ctx, err)
+	return s.do(ctx, ns, func(ctx context.Context, st *nomadvars.Store) (policy.Meta, error) { return st.PutPolicy(ctx, p, cas) })
 }
 
 func (s *nomadStores) DeletePolicy(ctx context.Context, ns, name string) error {
-	st, ctx, cancel, err := s.in(ctx, ns)
-	defer cancel()
-	if err != nil {
-		return err
-	}
-	return timedOut(ctx, st.DeletePolicy(ctx, name, 0))
+	_, err := s.do(ctx, ns, func(ctx context.Context, st *nomadvars.Store) (policy.Meta, error) {
+		return policy.Meta{}, st.DeletePolicy(ctx, name, 0)
+	})
+	return err
 }
 
-func (s *nomadStores) GetTemplate(ctx context.Context, ns, name string) (policy.Template, uint64, error) {
-	st, ctx, cancel, err := s.in(ctx, ns)
-	defer cancel()
-	if err != nil {
-		return policy.Template{}, 0, err
-	}
-	t, m, err := st.GetTemplate(ctx, name)
-	return t, m.ModifyIndex, timedOut(ctx, err)
+func (s *nomadStores) GetTemplate(ctx context.Context, ns, name string) (t policy.Template, idx uint64, err error) {
+	idx, err = s.do(ctx, ns, func(ctx context.Context, st *nomadvars.Store) (m policy.Meta, err error) {
+		t, m, err = st.GetTemplate(ctx, name)
+		return m, err
+	})
+	return t, idx, err
 }
 
 func (s *nomadStores) PutTemplate(ctx context.Context, ns string, t policy.Template, cas uint64) (uint64, error) {
-	st, ctx, cancel, err := s.in(ctx, ns)
-	defer cancel()
-	if err != nil {
-		return 0, err
-	}
-	m, err := st.PutTemplate(ctx, t, cas)
-	return m.ModifyIndex, timedOut(ctx, err)
+	return s.do(ctx, ns, func(ctx context.Context, st *nomadvars.Store) (policy.Meta, error) {
+		return st.PutTemplate(ctx, t, cas)
+	})
 }
 
 func (s *nomadStores) DeleteTemplate(ctx context.Context, ns, name string) error {
-	st, ctx, cancel, err := s.in(ctx, ns)
-	defer cancel()
-	if err != nil {
-		return err
-	}
-	return timedOut(ctx, st.DeleteTemplate(ctx, name, 0))
+	_, err := s.do(ctx, ns, func(ctx context.Context, st *nomadvars.Store) (policy.Meta, error) {
+		return policy.Meta{}, st.DeleteTemplate(ctx, name, 0)
+	})
+	return err
 }
