@@ -15,7 +15,8 @@ import (
 
 // TestSimContentionStretchesTheWorkPhase: two busy ResNet-50 jobs (each keeps the SMs 86% active
 // while it computes) side by side on a GPU with SM contention take about 1.72x as long over their
-// work phase as one alone, time-slicing the SMs; their start-up, on the CPU, does not stretch.
+// work phase as one alone, time-slicing the SMs (their start-up, on the CPU, stretches only by the
+// cohort's few per cent, startupPace, and is not part of the work phase measured here).
 // Without contention they run side by side at full speed, as before contention existed.
 func TestSimContentionStretchesTheWorkPhase(t *testing.T) {
 	if testing.Short() {
