@@ -2,6 +2,7 @@ package attribution
 
 import (
 	"io/fs"
+	"sync"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/gpu"
@@ -156,6 +157,35 @@ func TestRereadsAfterExec(t *testing.T) {
 	a.NewPass()
 	if id, _ := a.Identity(30); id.Token != "tok" {
 		t.Fatalf("a cached token was lost: %q", id.Token)
+	}
+}
+
+// execAfterEnviron is a process table in which process 30 execs the moment its environment has
+// been read once: the read sees the parent's environment and, next, the new command line.
+type execAfterEnviron struct {
+	*procfs.Table
+	once sync.Once
+}
+
+func (e *execAfterEnviron) Environ(pid int) ([]string, error) {
+	env, err := e.Table.Environ(pid)
+	e.once.Do(func() {
+		e.Set(procfs.Proc{PID: 30, PPID: 1, Start: 100, Env: []string{tok("tok")}, Argv: []string{"python3", "train.py"}})
+	})
+	return env, err
+}
+
+// An exec that lands between the reads of a process's environment and of its command line must
+// not pair the parent's environment with the new program: cached that way, the task's process
+// stayed unmanaged for good (TestRestartMidViolation, once, on a loaded machine: its helper was
+// "GPU process without a reservation" for 10 s).
+func TestExecBetweenTheReads(t *testing.T) {
+	procs := &execAfterEnviron{Table: procfs.NewTable(procfs.Proc{PID: 30, PPID: 1, Start: 100, Env: []string{"PARENT=1"}, Argv: []string{"runner"}})}
+	a := New(procs)
+	id, _ := a.Identity(30)
+	a.NewPass()
+	if again, _ := a.Identity(30); again.Token != "tok" {
+		t.Fatalf("first read %+v, the next pass's %+v: want the exec'd program's token", id, again)
 	}
 }
 

@@ -157,8 +157,21 @@ func (a *Attributor) read(pid int) (Identity, error) {
 		return id, nil
 	}
 	id = Identity{PID: pid, Start: st.StartTicks, PPID: st.PPID, PGRP: st.PGRP}
-	if env, err := a.src.Environ(pid); err != nil {
-		id.EnvErr = err
+	// The command line is read on both sides of the environment: an exec between the two
+	// reads would pair the parent's environment with the new program, which sameArgv would then
+	// keep for good. A process that execs again and again is taken as last read.
+	argv, argvErr := a.src.Cmdline(pid)
+	env, envErr := a.src.Environ(pid)
+	for range 3 {
+		again, err := a.src.Cmdline(pid)
+		if err != nil || argvErr != nil || slices.Equal(again, argv) {
+			break
+		}
+		argv = again
+		env, envErr = a.src.Environ(pid)
+	}
+	if envErr != nil {
+		id.EnvErr = envErr
 	} else {
 		id.readEnv(env)
 	}
@@ -166,7 +179,7 @@ func (a *Attributor) read(pid int) (Identity, error) {
 		id.Cgroup = cg
 		id.AllocID = allocIDRE.FindString(cg)
 	}
-	if argv, err := a.src.Cmdline(pid); err == nil {
+	if argvErr == nil {
 		id.Argv = argv
 		id.MPSServer = len(argv) > 0 && filepath.Base(argv[0]) == mpsServerName
 	}
