@@ -123,14 +123,19 @@ func TestRunLearnsSMShare(t *testing.T) {
 func TestLearnedShareDrivesTheComputeBudget(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
+		name        string
 		model       string
+		warm        bool // a second run, from the first one's ledger
 		wantOverlap bool
 	}{
-		{"H100=80GiB", false},
-		{"A100=80GiB", true},
+		{"learned by the probe", "H100=80GiB", false, false},
+		{"unknown without GPM", "A100=80GiB", false, true},
+		// The GPU's monitor reads 0 in the second run: had it measured again, or forgotten the
+		// share, the jobs would overlap.
+		{"stored for a warm run", "H100=80GiB", true, false},
 	}
 	for _, tc := range tests {
-		t.Run(tc.model, func(t *testing.T) {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			var out bytes.Buffer
 			// Under MPS the probe runs alone and its window stops it: the other jobs wait for it.
@@ -141,6 +146,20 @@ func TestLearnedShareDrivesTheComputeBudget(t *testing.T) {
 				q.Jobs = append(q.Jobs, simJob(t, n, "b", "--peak", "1GiB", "--ramp", "50ms", "--hold", "800ms"))
 			}
 			res := runAll(t, q, o)
+			if tc.warm {
+				sim := o.Backend.(*gpu.Simulated)
+				devs, err := sim.Devices(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := sim.SetGPM(devs[0].UUID, &gpu.SimLoad{}); err != nil {
+					t.Fatal(err)
+				}
+				o.OutDir = t.TempDir()
+				if res = runAll(t, q, o); slices.ContainsFunc(res.Attempts, func(a record.Attempt) bool { return a.Probe }) {
+					t.Fatalf("the warm run probed again: %+v", res.Attempts)
+				}
+			}
 			defer func() {
 				if t.Failed() {
 					t.Logf("progress:\n%s", out.String())
