@@ -47,7 +47,8 @@ func (r *run) smJoin(a *active) (alone bool) {
 }
 
 // smOpen starts metering attempt a when it launched alone and is worth it. A GPU without a
-// performance monitor is not asked again during the run: its shares stay unknown, never 0.
+// performance monitor (or whose monitor would not open) is not asked again during the run:
+// its shares stay unknown, never 0.
 func (r *run) smOpen(a *active, alone bool) {
 	if !alone || !r.smMetered(a) || r.othersHeld(a) {
 		return
