@@ -141,10 +141,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			c.OnSample(Sample{At: time.Since(res.Start), Bytes: b, Peak: res.Peak})
 		}
 	}
-	var sm *smMeter
+	var sm *SMMeter
 	var smTick <-chan time.Time
 	if c.GPMInterval > 0 {
-		if sm = openSM(ctx, c.Backend, c.GPU, logger); sm != nil {
+		if sm = OpenSM(ctx, c.Backend, c.GPU, logger); sm != nil {
 			t := time.NewTicker(c.GPMInterval)
 			defer t.Stop()
 			smTick = t.C
@@ -157,7 +157,7 @@ loop:
 		case <-proc.Done():
 			break loop
 		case <-smTick:
-			sm.read(ctx)
+			sm.Read(ctx)
 		case <-tick.C:
 			sample()
 		case <-window:
@@ -173,7 +173,7 @@ loop:
 		}
 	}
 	res.Duration = time.Since(res.Start)
-	res.SMActivePercent = sm.close(context.WithoutCancel(ctx))
+	res.SMActivePercent = sm.Close(context.WithoutCancel(ctx))
 	res.ExitCode = proc.ExitCode()
 	proc.Reap()
 	if ctxErr != nil {

@@ -16,9 +16,10 @@ const DefaultGPMInterval = 500 * time.Millisecond
 // minGPMPeriod is the shortest last period a probe closes: a shorter one says little.
 const minGPMPeriod = 100 * time.Millisecond
 
-// smMeter sums the GPU's SM activity over a probe. The probe's job runs alone on the GPU, so
-// the GPU's figure is the job's.
-type smMeter struct {
+// SMMeter sums a GPU's SM activity over a job's run. GPM measures the GPU, not a process: the
+// figure is the job's only when the job ran alone on the GPU for the whole measurement, which
+// the caller must see to (probe.Run's job runs alone; the runner meters only attempts alone).
+type SMMeter struct {
 	s       gpu.GPMSampler
 	log     hclog.Logger
 	active  float64 // percent x seconds
@@ -27,9 +28,9 @@ type smMeter struct {
 	errs    int
 }
 
-// openSM starts measuring GPU uuid's SM activity; nil when the GPU has no performance monitor
-// (its share is then unknown, never 0).
-func openSM(ctx context.Context, b gpu.Backend, uuid string, log hclog.Logger) *smMeter {
+// OpenSM starts measuring GPU uuid's SM activity; nil when the GPU has no performance monitor
+// (its share is then unknown, never 0). The caller reads it every DefaultGPMInterval or so.
+func OpenSM(ctx context.Context, b gpu.Backend, uuid string, log hclog.Logger) *SMMeter {
 	s, err := b.OpenGPM(ctx, uuid)
 	if err != nil {
 		if errors.Is(err, gpu.ErrNoGPM) {
@@ -39,10 +40,11 @@ func openSM(ctx context.Context, b gpu.Backend, uuid string, log hclog.Logger) *
 		}
 		return nil
 	}
-	return &smMeter{s: s, log: log, last: time.Now()}
+	return &SMMeter{s: s, log: log, last: time.Now()}
 }
 
-func (m *smMeter) read(ctx context.Context) {
+// Read closes the current period and adds it to the measurement.
+func (m *SMMeter) Read(ctx context.Context) {
 	g, err := m.s.Read(ctx)
 	m.last = time.Now()
 	if err != nil {
@@ -57,14 +59,14 @@ func (m *smMeter) read(ctx context.Context) {
 	m.covered += d
 }
 
-// close reads the last period (when long enough to mean something) and returns the share of
+// Close reads the last period (when long enough to mean something) and returns the share of
 // the covered time the SMs were active, in percent; nil when nothing was covered.
-func (m *smMeter) close(ctx context.Context) *float64 {
+func (m *SMMeter) Close(ctx context.Context) *float64 {
 	if m == nil {
 		return nil
 	}
 	if time.Since(m.last) >= minGPMPeriod {
-		m.read(ctx)
+		m.Read(ctx)
 	}
 	_ = m.s.Close()
 	if m.covered <= 0 {

@@ -54,6 +54,10 @@ type active struct {
 	windowStopped bool
 	stopped       bool
 	violation     *ledger.Violation
+	// sm meters the GPU's SM activity while the attempt runs alone (smlearn.go); smPct is what
+	// it measured, set before the attempt reports on run.done.
+	sm    *probe.SMMeter
+	smPct *float64
 
 	// onGPU closes at the first sample with GPU memory: a probe's window starts there.
 	onGPU chan struct{}
@@ -71,6 +75,8 @@ type active struct {
 	wait     time.Duration
 	waitAt   float64
 	reported *ledger.Violation
+	// smShared: another job ran on the GPU while the attempt was metered (smJoin).
+	smShared bool
 }
 
 // contain notes the violation the enforcer reported for the attempt.
@@ -230,6 +236,7 @@ func (r *run) launch(l sched.Launch) {
 		a.proc = proc
 	}
 	r.mu.Lock()
+	alone := r.smJoin(a)
 	r.active[a] = true
 	r.mu.Unlock()
 	if err != nil {
@@ -238,6 +245,7 @@ func (r *run) launch(l sched.Launch) {
 		r.done <- a
 		return
 	}
+	r.smOpen(a, alone)
 	r.started(a)
 	go r.wait(a)
 }
@@ -252,11 +260,15 @@ func (r *run) wait(a *active) {
 		onGPU = a.onGPU
 	}
 	var window <-chan time.Time
+	smTick, smStop := r.smTicker(a)
+	defer smStop()
 wait:
 	for {
 		select {
 		case <-a.proc.Done():
 			break wait
+		case <-smTick:
+			a.sm.Read(context.Background())
 		case <-onGPU:
 			onGPU = nil
 			t := time.NewTimer(a.l.Window)
@@ -279,6 +291,9 @@ wait:
 		}
 	}
 	a.exitedAt = r.o.Now()
+	if a.sm != nil {
+		a.smPct = a.sm.Close(context.Background())
+	}
 	n := r.sampleCount(a.l.GPU)
 	a.exit = a.proc.ExitCode()
 	a.proc.Reap()
@@ -455,6 +470,7 @@ func (r *run) finish(a *active) {
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()
 	r.prog.Finished(at, a.l.Window, r.capLabel(at.Template))
+	r.learnShare(a, &at)
 }
 
 // recapProbe ends an in-place probe's window: the footprint it showed becomes its template's

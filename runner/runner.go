@@ -66,6 +66,9 @@ type Options struct {
 	SampleInterval time.Duration
 	// StopGrace is the time between SIGINT and SIGKILL when a job is stopped; 0 = 10s.
 	StopGrace time.Duration
+	// GPMInterval is how often an attempt metered alone on its GPU reads the GPU's performance
+	// monitor (smlearn.go); 0 = probe.DefaultGPMInterval.
+	GPMInterval time.Duration
 	// Self replaces a command's first word "gpufrac"; empty = this executable.
 	Self string
 	// ExtraEnv is added to every job's environment (under the job's own env and gpufrac's).
@@ -172,6 +175,9 @@ func (o *Options) fill(q queue.Queue) error {
 	if o.StopGrace <= 0 {
 		o.StopGrace = probe.DefaultStopGraceJob
 	}
+	if o.GPMInterval <= 0 {
+		o.GPMInterval = probe.DefaultGPMInterval
+	}
 	if o.Self == "" {
 		if exe, err := os.Executable(); err == nil {
 			o.Self = exe
@@ -251,6 +257,8 @@ type run struct {
 	fenceNote, borrowNote string
 	borrows               bool
 	start                 time.Time
+	// noGPM are the GPUs found without a performance monitor (smOpen): not asked again.
+	noGPM map[string]bool
 
 	mu     sync.Mutex
 	active map[*active]bool
@@ -271,7 +279,7 @@ type run struct {
 
 func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	log := o.Logger.Named("runner")
-	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{},
+	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{}, noGPM: map[string]bool{},
 		busy: map[string][]int{}, samples: map[string]uint64{}, sampled: make(chan struct{}), done: make(chan *active, 64), recap: make(chan *active, 64)}
 	no, notes, err := nodeOptions(o)
 	if err != nil {
