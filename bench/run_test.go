@@ -316,3 +316,21 @@ func TestArmOptionsSMBudget(t *testing.T) {
 		t.Errorf("the invocation's policy was changed: %+v", custom)
 	}
 }
+
+// One reader of a GPU's performance monitor: while the benchmark records GPM the runner meters
+// no attempt; with the benchmark's recording off the runner learns shares as gpufrac run does.
+func TestArmOptionsOneGPMReader(t *testing.T) {
+	spec := mustArms(t, "exclusive,packed-isolated-warm", "isolated")[1]
+	for _, tc := range []struct {
+		bench   time.Duration
+		metered bool
+	}{{0, false}, {time.Second, false}, {-1, true}} {
+		o, err := RunnerArms{GPMInterval: tc.bench}.options(spec, t.TempDir(), t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if metered := o.GPMInterval >= 0; metered != tc.metered {
+			t.Errorf("benchmark GPM interval %s: the runner's is %s, metering %v, want %v", tc.bench, o.GPMInterval, metered, tc.metered)
+		}
+	}
+}

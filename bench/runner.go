@@ -73,12 +73,23 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 
 // options are the runner's options of one arm: the arm's rules, its borrowing, hold and compute
 // budget over the invocation's.
+// runnerGPM is the runner's GPMInterval: off (negative) while the benchmark records GPM.
+func (r RunnerArms) runnerGPM() time.Duration {
+	if r.GPMInterval >= 0 {
+		return -1
+	}
+	return 0
+}
+
 func (r RunnerArms) options(spec ArmSpec, stateDir, outDir string) (runner.Options, error) {
 	o, err := arms.Options(runner.Options{
 		Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,
 		StateDir: stateDir, Policy: r.Policy, OutDir: filepath.Join(outDir, "runner"),
 		Logger: r.Logger, Progress: r.Progress, MPS: r.MPS, ProbeWindow: r.ProbeWindow, ProbeCap: r.ProbeCap, Self: r.Self,
 		Borrow: r.Borrow, BorrowWait: r.BorrowWait, BorrowHold: spec.Hold,
+		// The benchmark reads the GPUs' performance monitors itself (startGPM) whenever it
+		// records them: one reader per GPU, so the runner meters nothing then.
+		GPMInterval: r.runnerGPM(),
 	}, spec.Arm)
 	if err != nil {
 		return o, err

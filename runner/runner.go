@@ -67,7 +67,8 @@ type Options struct {
 	// StopGrace is the time between SIGINT and SIGKILL when a job is stopped; 0 = 10s.
 	StopGrace time.Duration
 	// GPMInterval is how often an attempt metered alone on its GPU reads the GPU's performance
-	// monitor (smlearn.go); 0 = probe.DefaultGPMInterval.
+	// monitor (smlearn.go); 0 = probe.DefaultGPMInterval; negative: no attempt is metered (a
+	// caller that reads the monitors itself, as the benchmark does, and wants one reader).
 	GPMInterval time.Duration
 	// Self replaces a command's first word "gpufrac"; empty = this executable.
 	Self string
@@ -175,7 +176,7 @@ func (o *Options) fill(q queue.Queue) error {
 	if o.StopGrace <= 0 {
 		o.StopGrace = probe.DefaultStopGraceJob
 	}
-	if o.GPMInterval <= 0 {
+	if o.GPMInterval == 0 {
 		o.GPMInterval = probe.DefaultGPMInterval
 	}
 	if o.Self == "" {

@@ -21,7 +21,7 @@ import (
 // attempt (what it learns is stored with its footprint), or any attempt of a template whose
 // share the run does not know yet.
 func (r *run) smMetered(a *active) bool {
-	if r.noGPM[a.l.GPU] {
+	if r.o.GPMInterval < 0 || r.noGPM[a.l.GPU] {
 		return false
 	}
 	_, known := r.s.SMDemand(a.l.Job.Template)

@@ -76,14 +76,17 @@ func TestRunLearnsSMShare(t *testing.T) {
 		window time.Duration
 		q      func(t *testing.T) queue.Queue
 		want   bool // template "new" learns pinnedSM
+		// off: the caller reads the monitors itself (GPMInterval < 0), as the benchmark does
+		off bool
 	}{
-		{"in place, alone all along", "H100=80GiB", policy.ModeIsolated, 0, probeAlone, true},
-		{"alone under MPS, stopped by its window", "H100=80GiB", policy.ModeMPS, 300 * time.Millisecond, probeAlone, true},
-		{"in place beside a running job", "H100=80GiB", policy.ModeIsolated, 300 * time.Millisecond, probeQueue, false},
+		{"in place, alone all along", "H100=80GiB", policy.ModeIsolated, 0, probeAlone, true, false},
+		{"alone under MPS, stopped by its window", "H100=80GiB", policy.ModeMPS, 300 * time.Millisecond, probeAlone, true, false},
+		{"in place beside a running job", "H100=80GiB", policy.ModeIsolated, 300 * time.Millisecond, probeQueue, false, false},
 		// p2 starts beside p1 when p1's window ends and ends first: p1 ends alone, but shared
 		// its GPU for a while.
-		{"alone, then joined for a while", "H100=80GiB", policy.ModeIsolated, 300 * time.Millisecond, joinedQueue, false},
-		{"a GPU without GPM", "A100=80GiB", policy.ModeIsolated, 0, probeAlone, false},
+		{"alone, then joined for a while", "H100=80GiB", policy.ModeIsolated, 300 * time.Millisecond, joinedQueue, false, false},
+		{"a GPU without GPM", "A100=80GiB", policy.ModeIsolated, 0, probeAlone, false, false},
+		{"metering off: the caller reads the monitor", "H100=80GiB", policy.ModeIsolated, 0, probeAlone, false, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,6 +94,9 @@ func TestRunLearnsSMShare(t *testing.T) {
 			var out bytes.Buffer
 			o := smOptions(t, tc.model, pinnedSM, tc.mode, &out)
 			o.ProbeWindow = tc.window
+			if tc.off {
+				o.GPMInterval = -1
+			}
 			res := runAll(t, tc.q(t), o)
 			defer func() {
 				if t.Failed() {
