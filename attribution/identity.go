@@ -162,9 +162,9 @@ func (a *Attributor) read(pid int) (Identity, error) {
 	// keep for good. A process that execs again and again is taken as last read.
 	argv, argvErr := a.src.Cmdline(pid)
 	env, envErr := a.src.Environ(pid)
-	for range 3 {
+	for i := 0; argvErr == nil && i < 3; i++ {
 		again, err := a.src.Cmdline(pid)
-		if err != nil || argvErr != nil || slices.Equal(again, argv) {
+		if err != nil || slices.Equal(again, argv) {
 			break
 		}
 		argv = again

@@ -71,8 +71,6 @@ func (r RunnerArms) RunArm(ctx context.Context, spec ArmSpec, jobs []JobSpec, st
 	return run, err
 }
 
-// options are the runner's options of one arm: the arm's rules, its borrowing, hold and compute
-// budget over the invocation's.
 // runnerGPM is the runner's GPMInterval: off (negative) while the benchmark records GPM.
 func (r RunnerArms) runnerGPM() time.Duration {
 	if r.GPMInterval >= 0 {
@@ -81,6 +79,8 @@ func (r RunnerArms) runnerGPM() time.Duration {
 	return 0
 }
 
+// options are the runner's options of one arm: the arm's rules, its borrowing, hold and compute
+// budget over the invocation's.
 func (r RunnerArms) options(spec ArmSpec, stateDir, outDir string) (runner.Options, error) {
 	o, err := arms.Options(runner.Options{
 		Mode: policy.Mode(spec.Mode), Profiles: spec.Profiles, Backend: r.Backend,

@@ -317,9 +317,9 @@ func (p *pass) fence() {
 			continue
 		}
 		before, _ := o.pre.Task(r.Token)
-		now := max(u.Borrowed(), before.Borrowed())
-		if h := m.lent[r.Token]; now >= h.bytes || o.now.Sub(h.at) >= lentHold || h.gpu != o.gpu {
-			m.lent[r.Token] = heldBytes{gpu: o.gpu, bytes: now, at: o.now}
+		shown := max(u.Borrowed(), before.Borrowed())
+		if h := m.lent[r.Token]; shown >= h.bytes || o.now.Sub(h.at) >= lentHold || h.gpu != o.gpu {
+			m.lent[r.Token] = heldBytes{gpu: o.gpu, bytes: shown, at: o.now}
 		}
 		// The table is the tasks' to write: what it says a task borrowed is believed up to the
 		// limit its reservation holds, never past it.

@@ -142,14 +142,11 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		}
 	}
 	var sm *SMMeter
-	var smTick <-chan time.Time
 	if c.GPMInterval > 0 {
-		if sm = OpenSM(ctx, c.Backend, c.GPU, logger); sm != nil {
-			t := time.NewTicker(c.GPMInterval)
-			defer t.Stop()
-			smTick = t.C
-		}
+		sm = OpenSM(ctx, c.Backend, c.GPU, logger)
 	}
+	smTick, smStop := sm.Ticks(c.GPMInterval)
+	defer smStop()
 	var ctxErr error
 loop:
 	for {

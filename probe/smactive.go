@@ -59,6 +59,16 @@ func (m *SMMeter) Read(ctx context.Context) {
 	m.covered += d
 }
 
+// Ticks paces the meter's reads every iv; on a nil meter (not measuring) it never ticks. stop
+// releases the ticker.
+func (m *SMMeter) Ticks(iv time.Duration) (tick <-chan time.Time, stop func()) {
+	if m == nil {
+		return nil, func() {}
+	}
+	t := time.NewTicker(iv)
+	return t.C, t.Stop
+}
+
 // Close reads the last period (when long enough to mean something) and returns the share of
 // the covered time the SMs were active, in percent; nil when nothing was covered.
 func (m *SMMeter) Close(ctx context.Context) *float64 {

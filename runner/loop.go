@@ -260,7 +260,7 @@ func (r *run) wait(a *active) {
 		onGPU = a.onGPU
 	}
 	var window <-chan time.Time
-	smTick, smStop := r.smTicker(a)
+	smTick, smStop := a.sm.Ticks(r.o.GPMInterval) // never ticks for an attempt not metered
 	defer smStop()
 wait:
 	for {

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"context"
-	"time"
 
 	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/record"
@@ -72,15 +71,6 @@ func (r *run) othersHeld(a *active) bool {
 		}
 	}
 	return false
-}
-
-// smTicker paces a metered attempt's GPM reads; nil (never ready) for one not metered.
-func (r *run) smTicker(a *active) (<-chan time.Time, func()) {
-	if a.sm == nil {
-		return nil, func() {}
-	}
-	t := time.NewTicker(r.o.GPMInterval)
-	return t.C, t.Stop
 }
 
 // learnShare makes what a metered attempt measured its template's share: for the scheduler's
