@@ -1,14 +1,18 @@
 package enforcer
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
+	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -213,5 +217,78 @@ func TestStaleStateDoesNotDropANewTask(t *testing.T) {
 		if !ok || capBytes != res.cap {
 			t.Fatalf("cap in the fence: %s %v, want %s", capBytes, ok, res.cap)
 		}
+	}
+}
+
+// A process SIGKILLed while its allocation waited for borrowable memory does not freeze its GPU:
+// what admission reads (FenceUse) shows no wait, though no watchdog pass has reaped its slot.
+// On an H200 a queue's last jobs were never admitted again after such a kill.
+func TestKilledWaiterDoesNotFreezeTheGPU(t *testing.T) {
+	k := fencetest.Build(t)
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir, BorrowWait: time.Minute} })
+	borrower, owner, st := borrowerBesideOwner(r)
+	o, err := fence.Attach(dir, r.uuid, owner.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Detach()
+	if got := o.Charge(size.GiB); got != fence.Charged {
+		t.Fatalf("the owner's first GiB: %v", got)
+	}
+	victim := k.StartTool(t)
+	for _, c := range []string{"attach " + fence.Path(dir, r.uuid) + " " + borrower.Token, fmt.Sprintf("charge %d", st.BudgetBytes-owner.CapBytes)} {
+		if got := victim.Do(c); !strings.HasPrefix(got, "ok") {
+			t.Fatalf("%s: %q", c, got)
+		}
+	}
+	victim.Send("charge 1G") // only the owner's guarantee is left: it waits
+	testutil.Eventually(t, waitLong, "the borrower's allocation waiting", func() bool {
+		_, waiting := r.enf.FenceUse(r.uuid)
+		return waiting
+	})
+	victim.Kill()
+	if _, waiting := r.enf.FenceUse(r.uuid); waiting {
+		s, _ := r.enf.fence.view(r.uuid)
+		t.Fatalf("a dead process's wait freezes the GPU: %+v", s.Procs)
+	}
+	if u, ok := snapTask(r, borrower.Token); !ok || u.Used != 0 || u.Procs != 0 {
+		t.Fatalf("the dead borrower's task: %+v (%v), want its slot given back", u, ok)
+	}
+}
+
+// A borrower that writes a huge use of its own into the fence table (every task maps it
+// writable) does not buy itself room with the watchdog: what it may have borrowed is bounded
+// by its reservation's limit, which the ledger holds, so NVML past cap + (limit - cap) +
+// allowance still stops it.
+func TestBorrowerThatLiesInTheFenceTableIsStillStopped(t *testing.T) {
+	k := fencetest.Build(t)
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) {
+		c.Fence, c.Allowance = FenceConfig{Dir: dir}, 640*size.MiB
+	})
+	r.start()
+	liar, err := r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(4*size.GiB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.led.State(r.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.enf.SyncFence(st); err != nil {
+		t.Fatal(err)
+	}
+	tenant := k.StartTool(t)
+	if got := tenant.Do("tamper " + fence.AccountPath(dir, liar.Token, r.uuid) + " used 60G " + liar.Token); got != "ok" {
+		t.Fatalf("tamper: %q", got)
+	}
+	// Its process allocates around the fence (no fence directory), as a liar would.
+	j := r.runEnv(liar, "liar", []string{fence.EnvDir + "="}, "--peak", "10GiB", "--ramp", "200ms", "--hold", "2m")
+	if code := j.wait(t); code == 0 || j.killedBy() != syscall.SIGKILL {
+		t.Fatalf("the liar: exit %d, signal %v; want stopped by SIGKILL; output:\n%s", code, j.killedBy(), j.out.String())
+	}
+	if v := r.violation(liar.Token); v.Action != ActionSIGKILL {
+		t.Fatalf("the liar's violation: %+v", v)
 	}
 }
