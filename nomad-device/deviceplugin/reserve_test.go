@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node/nodetest"
 )
 
 // A task gets the fence's directory read-only with its own accounting directory writable on top
@@ -61,4 +64,18 @@ func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(tables, fence.LibraryName)); !os.IsNotExist(err) {
 		t.Fatalf("no library may lie in the tables' directory: %v", err)
 	}
+}
+
+// The plugin admits through the node exactly as gpufrac run does: the same table of cases
+// (runner's TestAdmissionTable runs it too) brings the same decisions, with Nomad's instance
+// IDs for the units it would place.
+func TestAdmissionTable(t *testing.T) {
+	nodetest.Run(t, func(t *testing.T, c nodetest.Case, s nodetest.Setup) (ledger.Reservation, bool, error) {
+		ids := nodetest.FreeIDs(s.Ledger, int(c.Cap/nodetest.Unit))
+		out, a, err := admit(context.Background(), s.Node, ids)
+		if got := out.GetEnvs()["GPUFRAC_RESERVATION"]; err == nil && got != a.Reservation.Token {
+			t.Fatalf("the task's environment names reservation %q, want the admitted one", got)
+		}
+		return a.Reservation, err == nil, err
+	})
 }
