@@ -24,14 +24,20 @@ func tmplAttr(addr, name string, v knownvalue.Check) statecheck.StateCheck {
 	return statecheck.ExpectKnownValue(addr, tfjsonpath.New(name), v)
 }
 
-// templateConfig is a policy, a template naming it, both data sources and the units function,
-// as a platform team would write them.
-func templateConfig(peak, unit string) string {
+// mainPolicy is the policy every template of these configurations names, with its unit.
+func mainPolicy(unit string) string {
 	return `
 resource "gpufrac_policy" "main" {
   name = "main"
   unit = "` + unit + `"
 }
+`
+}
+
+// templateConfig is a policy, a template naming it, both data sources and the units function,
+// as a platform team would write them.
+func templateConfig(peak, unit string) string {
+	return mainPolicy(unit) + `
 
 resource "gpufrac_template" "llama" {
   name        = "llama"
@@ -202,11 +208,7 @@ resource "gpufrac_template" "llama" {
 // sizingConfig is a policy and a template that passes the policy's sizing, and a job's device
 // count taken from the template's units, as the issue's user wrote it.
 func sizingConfig(unit, sizingOf string) string {
-	return `
-resource "gpufrac_policy" "main" {
-  name = "main"
-  unit = "` + unit + `"
-}
+	return mainPolicy(unit) + `
 
 resource "gpufrac_policy" "other" {
   name = "other"
