@@ -318,20 +318,11 @@ static void give_back_bytes(struct gf_map *m, uint64_t n)
 	struct gf_table *t = m->t;
 	struct gf_proc *p = &t->procs[m->slot];
 	if (p->state == GF_LIVE && p->pgen == m->pgen) {
-		if (n > p->used) {
-			t->h.underflows++;
-			n = p->used;
-		}
-		p->used -= n;
+		n = gf_lower(t, &p->used, n);
 		gf_test_point("uncharge");
 		struct gf_task *k = &t->tasks[m->task];
-		if (k->state == GF_LIVE && k->gen == m->task_gen) {
-			if (n > k->used) {
-				t->h.underflows++;
-				n = k->used;
-			}
-			k->used -= n;
-		}
+		if (k->state == GF_LIVE && k->gen == m->task_gen)
+			gf_lower(t, &k->used, n);
 	}
 }
 

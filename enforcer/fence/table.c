@@ -25,12 +25,7 @@ void gf_give_back(struct gf_table *t, int i)
 	if (p->task < GF_TASKS) {
 		struct gf_task *k = &t->tasks[p->task];
 		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			if (p->used > k->used) {
-				t->h.underflows++;
-				k->used = 0;
-			} else {
-				k->used -= p->used;
-			}
+			gf_lower(t, &k->used, p->used);
 			if (k->procs > 0)
 				k->procs--;
 			if (p->waiting && k->nwait > 0)

@@ -11,6 +11,19 @@
 /* gf_held is what task k holds of the GPU: its guarantee, or its use where that is more. */
 static inline uint64_t gf_held(const struct gf_task *k) { return k->used > k->cap ? k->used : k->cap; }
 
+/* gf_lower takes n from *used, or all it holds when n is more, counting the underflow in t's
+ * header (a free of more than was charged: a bug somewhere, counted not hidden). It returns what
+ * it took. Called under the lock. */
+static inline uint64_t gf_lower(struct gf_table *t, uint64_t *used, uint64_t n)
+{
+	if (n > *used) {
+		t->h.underflows++;
+		n = *used;
+	}
+	*used -= n;
+	return n;
+}
+
 /* gf_find_task is the live task slot whose token hash is hash, or -1. */
 int gf_find_task(const struct gf_table *t, const uint8_t *hash);
 
