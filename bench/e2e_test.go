@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -25,15 +26,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// simBench is what a test of the whole benchmark on the simulated backend starts from: an output
+// directory, one simulated H200 and the arms (isolated mode) it runs. Such a test starts
+// processes job processes, too many for -short.
+func simBench(t *testing.T, processes int, arms string) (string, *gpu.Simulated, []ArmSpec) {
+	if testing.Short() {
+		t.Skipf("runs %d simulated job processes", processes)
+	}
+	sim, _ := testutil.NewSim(t, "H200=140GiB")
+	return t.TempDir(), sim, mustArms(t, arms, "isolated")
+}
+
 // The whole pipeline on the simulated backend: the runner runs real processes (this test binary
 // as simulated jobs), the bench compares their results and scores every arm.
 func TestEndToEndSimulated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs 36 simulated job processes")
-	}
-	dir := t.TempDir()
-	sim, _ := testutil.NewSim(t, "H200=140GiB")
-	arms := mustArms(t, "exclusive,packed-mps,packed-isolated,uncapped-retry", "isolated")
+	dir, sim, arms := simBench(t, 36, "exclusive,packed-mps,packed-isolated,uncapped-retry")
 	const simScale = 0.03
 	pol := policy.Default()
 	pol.WatchdogInterval = 20 * time.Millisecond
@@ -134,12 +141,7 @@ func TestEndToEndSimulated(t *testing.T) {
 // being the baseline, a bound of 1/f. The fraction of each job's wall time is only logged: a job
 // process's own start (slow under -race on a loaded machine) lengthens the wall, not the work.
 func TestBusyProfileGPMSimulated(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs 7 simulated job processes")
-	}
-	dir := t.TempDir()
-	sim, _ := testutil.NewSim(t, "H200=140GiB")
-	arms := mustArms(t, "exclusive", "isolated")
+	dir, sim, arms := simBench(t, 7, "exclusive")
 	const simScale = 0.04
 	var queue []Entry
 	for _, e := range CalibrationQueue() {
