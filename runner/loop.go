@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -36,9 +35,6 @@ const (
 // them in the packed and static arms).
 const stuckAfter = ledger.DefaultGrace + 30*time.Second
 
-// oomRE matches the out-of-memory messages of CUDA, PyTorch, JAX and the simulated job.
-var oomRE = regexp.MustCompile(`(?i)(out of memory|CUDA_ERROR_OUT_OF_MEMORY|OutOfMemoryError|RESOURCE_EXHAUSTED)`)
-
 // active is an attempt in flight.
 type active struct {
 	l     sched.Launch
@@ -46,7 +42,7 @@ type active struct {
 	token string
 	proc  *probe.Proc
 	logf  *os.File
-	tail  *tailBuffer
+	tail  *probe.Tail
 	stop  chan struct{}
 	// set by the attempt's goroutine before it reports on run.done
 	exit          int
@@ -54,8 +50,8 @@ type active struct {
 	windowStopped bool
 	stopped       bool
 	violation     *ledger.Violation
-	// sm meters the GPU's SM activity while the attempt runs alone (smlearn.go); smPct is what
-	// it measured, set before the attempt reports on run.done.
+	// sm meters the GPU's SM activity while the attempt runs alone (probe.Shares); smPct is
+	// what it measured, set before the attempt reports on run.done.
 	sm    *probe.SMMeter
 	smPct *float64
 
@@ -75,8 +71,6 @@ type active struct {
 	wait     time.Duration
 	waitAt   float64
 	reported *ledger.Violation
-	// smShared: another job ran on the GPU while the attempt was metered (smJoin).
-	smShared bool
 }
 
 // contain notes the violation the enforcer reported for the attempt.
@@ -210,7 +204,7 @@ func (r *run) launch(l sched.Launch) {
 		token = newToken()
 	}
 	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), contained: make(chan struct{}),
-		tail: &tailBuffer{max: 8192}}
+		tail: probe.NewTail(8192)}
 	a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: j.Attempts, GPU: l.GPU, GPUIndex: r.gpus[l.GPU].Index,
 		Capped: l.Capped, WholeGPU: l.Whole, Probe: l.Probe, Result: r.resultPath(j)}
 	if l.Capped {
@@ -236,7 +230,13 @@ func (r *run) launch(l sched.Launch) {
 		a.proc = proc
 	}
 	r.mu.Lock()
-	alone := r.smJoin(a)
+	alone := true
+	for o := range r.active {
+		if o.l.GPU == l.GPU {
+			alone = false
+			o.sm.Share() // GPM would count a's work with o's
+		}
+	}
 	r.active[a] = true
 	r.mu.Unlock()
 	if err != nil {
@@ -245,7 +245,10 @@ func (r *run) launch(l sched.Launch) {
 		r.done <- a
 		return
 	}
-	r.smOpen(a, alone)
+	if alone {
+		_, known := r.s.SMDemand(j.Template)
+		a.sm = r.shares.Open(l.GPU, l.Res.Token, l.Probe || !known, r.log.With("job", j.Name))
+	}
 	r.started(a)
 	go r.wait(a)
 }
@@ -428,7 +431,7 @@ func (r *run) finish(a *active) {
 		at.PeakBytes = v.PeakBytes
 	}
 	borrowedAt(&at, a.l.Res, a.l.Borrowing)
-	oom := oomRE.MatchString(a.tail.String())
+	oom := a.tail.OutOfMemory()
 	switch {
 	case a.stopped:
 		at.Outcome = record.OutcomeCanceled
@@ -451,7 +454,7 @@ func (r *run) finish(a *active) {
 	default:
 		at.Outcome = record.OutcomeFailed
 		if at.Detail == "" {
-			at.Detail = lastLine(a.tail.String())
+			at.Detail = a.tail.LastLine()
 		}
 		if a.proc != nil {
 			// A GPU-wide event, or a neighbour over its cap, may explain it: then it runs again.
@@ -471,6 +474,20 @@ func (r *run) finish(a *active) {
 	r.mu.Unlock()
 	r.prog.Finished(at, a.l.Window, r.capLabel(at.Template))
 	r.learnShare(a, &at)
+}
+
+// learnShare makes what a metered attempt measured its template's SM-active share, for the
+// scheduler's compute budget from now on and in the ledger (probe.Shares.Learn). Called after
+// settle, so a probe's new footprint profile is there to carry the share.
+func (r *run) learnShare(a *active, at *record.Attempt) {
+	done := at.Outcome == record.OutcomeOK || at.Outcome == record.OutcomeProbe
+	pct, ok := r.shares.Learn(a.sm, a.smPct, at.Template, a.l.Res.Token, done, r.log.With("job", at.Job, "over", at.End.Sub(at.Start)))
+	if !ok {
+		return
+	}
+	r.s.LearnedSM(at.Template, pct)
+	r.prog.Line("%-8s %-20s GPU%d  SMs active %.1f%% of its run alone -> SM share of template %s", "learned", at.Job,
+		at.GPUIndex, pct, at.Template)
 }
 
 // recapProbe ends an in-place probe's window: the footprint it showed becomes its template's
