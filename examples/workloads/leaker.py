@@ -1,7 +1,8 @@
 """leaker: the misbehaving job. For its first seconds it looks like a small, well-behaved job (a
 small MLP trained in paced 100 ms steps, about 1 GiB on the GPU with its CUDA context) until
 GPUFRAC_LEAKER_SMALL_S seconds after the process started (default 20, so a probe window shorter
-than that sees a small job). Then it allocates a new GPU tensor every interval and keeps all of
+than that sees a small job). Then it frees its small phase's model and batch, allocates a new GPU
+tensor every interval and keeps all of
 them, far past any sane cap, up to a total: 93% of the memory of the GPU it runs on (what
 torch.cuda reports as the device's total memory, or GPUFRAC_LEAK_DEVICE_BYTES: inside a gpufrac
 task the device reports the task's guarantee, so the benchmark passes the physical GPU's size and
@@ -89,6 +90,11 @@ def main():
         torch.cuda.synchronize()
         time.sleep(max(0.0, step_s - (time.perf_counter() - t)))
     job.mark("small-phase")
+    # The leak is the job's whole memory, whatever its small phase held: the busy profile's small
+    # phase (batch 8192, width 8192) keeps about 22 GiB of activations and optimizer state, and
+    # 93% of the GPU on top of that ran the H200 out of memory with the GPU to itself.
+    del model, opt, x, y, loss
+    torch.cuda.empty_cache()
     print(f"[leaker] small phase done, now allocating {chunk_mib} MiB every "
           f"{interval_s * 1000:.0f} ms up to {total_gib:.1f} GiB "
           f"({total_bytes / device_bytes:.0%} of the GPU's {device_bytes / 2**30:.1f} GiB)", flush=True)
