@@ -33,6 +33,20 @@ type Stat struct {
 // Dead says whether the process has ended but not been reaped (a zombie holds no GPU memory).
 func (s Stat) Dead() bool { return s.State == 'Z' || s.State == 'X' || s.State == 'x' }
 
+// Running reads process pid's stat from src and says whether the process still runs: false, with
+// no error, when it is gone or has ended unreaped (Dead), so that whoever asks whether a process
+// lives counts a zombie as dead. An error is a stat that could not be read or parsed.
+func Running(src Source, pid int) (Stat, bool, error) {
+	st, err := src.Stat(pid)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Stat{}, false, nil
+	}
+	if err != nil {
+		return Stat{}, false, err
+	}
+	return st, !st.Dead(), nil
+}
+
 // Source is a view of the host's processes. PIDs are host PIDs, as NVML reports them; reading
 // another user's environ needs root. A process that does not exist gives an error satisfying
 // errors.Is(err, fs.ErrNotExist).

@@ -45,6 +45,39 @@ func TestDead(t *testing.T) {
 	}
 }
 
+// statErr is a process table whose stat cannot be read.
+type statErr struct{ *Table }
+
+func (statErr) Stat(int) (Stat, error) { return Stat{}, fs.ErrPermission }
+
+// Running counts a zombie as dead (its stat still read), and a process gone as not running
+// rather than an error.
+func TestRunning(t *testing.T) {
+	tab := NewTable(Proc{PID: 10, PPID: 1, Start: 5}, Proc{PID: 11, PPID: 10, State: 'Z', Start: 6}, Proc{PID: 12, PPID: 10, State: 'D', Start: 7})
+	cases := []struct {
+		name    string
+		src     Source
+		pid     int
+		running bool
+		start   uint64
+		err     error
+	}{
+		{"sleeping", tab, 10, true, 5, nil},
+		{"in disk sleep", tab, 12, true, 7, nil},
+		{"zombie", tab, 11, false, 6, nil},
+		{"gone", tab, 99, false, 0, nil},
+		{"stat unreadable", statErr{tab}, 10, false, 0, fs.ErrPermission},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, running, err := Running(tc.src, tc.pid)
+			if running != tc.running || st.StartTicks != tc.start || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("Running(%d) = %+v, %v, %v; want running %v, start %d, error %v", tc.pid, st, running, err, tc.running, tc.start, tc.err)
+			}
+		})
+	}
+}
+
 // The real /proc, read for this test process.
 func TestLinux(t *testing.T) {
 	p := Linux("")
