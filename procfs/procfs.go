@@ -47,6 +47,15 @@ func Running(src Source, pid int) (Stat, bool, error) {
 	return st, !st.Dead(), nil
 }
 
+// Same says whether pid still runs as the process that started at startTicks: not gone, not
+// ended unreaped, not a later process that reuses the PID. A stat that cannot be read says no:
+// callers use it to let go of what a dead process held, and a process they cannot see holds
+// nothing they can check.
+func Same(src Source, pid int, startTicks uint64) bool {
+	st, running, err := Running(src, pid)
+	return err == nil && running && st.StartTicks == startTicks
+}
+
 // Source is a view of the host's processes. PIDs are host PIDs, as NVML reports them; reading
 // another user's environ needs root. A process that does not exist gives an error satisfying
 // errors.Is(err, fs.ErrNotExist).

@@ -78,6 +78,28 @@ func TestRunning(t *testing.T) {
 	}
 }
 
+// Same names one process for good: a zombie, a recycled PID or an unreadable stat is not it.
+func TestSame(t *testing.T) {
+	tab := NewTable(Proc{PID: 10, PPID: 1, Start: 5}, Proc{PID: 11, PPID: 10, State: 'Z', Start: 6})
+	for _, tc := range []struct {
+		name  string
+		src   Source
+		pid   int
+		start uint64
+		want  bool
+	}{
+		{"the same process", tab, 10, 5, true},
+		{"the PID reused by a later process", tab, 10, 4, false},
+		{"ended, not reaped", tab, 11, 6, false},
+		{"gone", tab, 99, 5, false},
+		{"stat unreadable", statErr{tab}, 10, 5, false},
+	} {
+		if got := Same(tc.src, tc.pid, tc.start); got != tc.want {
+			t.Errorf("%s: Same(%d, %d) = %v, want %v", tc.name, tc.pid, tc.start, got, tc.want)
+		}
+	}
+}
+
 // The real /proc, read for this test process.
 func TestLinux(t *testing.T) {
 	p := Linux("")
