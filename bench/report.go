@@ -32,6 +32,9 @@ type Summary struct {
 	Notes    []string        `json:"notes,omitempty"`
 	// Skipped lists the arms that did not start (deadline passed, run interrupted).
 	Skipped []string `json:"skipped,omitempty"`
+	// Ref is the earlier invocation's exclusive run the arms were checked and scored against
+	// (--ref), when they were: a busy seed's arms run a call after its exclusive arm.
+	Ref *Score `json:"ref,omitempty"`
 }
 
 func fmtDur(d time.Duration) string {
@@ -170,7 +173,7 @@ func RenderCombined(sums []Summary) string {
 			scores = append(scores, s)
 		}
 	}
-	SetRatios(scores)
+	scores = withBaselines(scores, refsOf(sums, scores))
 	var seeds []uint64
 	var rows []string
 	cells := map[string]map[uint64][]Score{}
@@ -266,6 +269,36 @@ func RenderCombined(sums []Summary) string {
 	b.WriteString(renderVerdicts(rows, seeds, cells, AANoise(scores)))
 	b.WriteString(renderSMCombined(rows, seeds, cells))
 	return b.String()
+}
+
+// refsOf are the reference runs of sums (--ref) that are not among scores already: a run
+// scored against an exclusive run of an earlier call keeps its baseline when the report is given
+// only its own directory, and the baseline counts once when both are given.
+func refsOf(sums []Summary, scores []Score) []Score {
+	same := func(a, b Score) bool {
+		return a.Seed == b.Seed && a.Workload.orStartup() == b.Workload.orStartup() && a.Label == b.Label &&
+			a.Makespan == b.Makespan && a.Completed == b.Completed
+	}
+	var refs []Score
+	for _, sum := range sums {
+		if sum.Ref == nil {
+			continue
+		}
+		r := *sum.Ref
+		if !slices.ContainsFunc(scores, func(s Score) bool { return same(s, r) }) &&
+			!slices.ContainsFunc(refs, func(s Score) bool { return same(s, r) }) {
+			refs = append(refs, r)
+		}
+	}
+	return refs
+}
+
+// withBaselines sets the ratios and SM bounds of scores, with refs (exclusive runs of earlier
+// invocations) in the baselines but not in the result.
+func withBaselines(scores, refs []Score) []Score {
+	pool := append(scores[:len(scores):len(scores)], refs...)
+	SetRatios(pool)
+	return pool[:len(scores)]
 }
 
 func runsIn(bySeed map[uint64][]Score) int {

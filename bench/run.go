@@ -253,7 +253,13 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 	refDir := filepath.Join(c.OutDir, c.Arms[0].Label, "results")
 	if c.RefDir != "" {
 		refDir = c.RefDir
-		sum.Notes = append(sum.Notes, "results checked against the exclusive run in "+c.RefDir)
+		ref, err := refScore(c.RefDir)
+		if err != nil {
+			return sum, nil, err
+		}
+		sum.Ref = &ref
+		sum.Notes = append(sum.Notes, fmt.Sprintf("results checked against, and ratios taken over, the exclusive run in %s (%s, %d of %d jobs)",
+			c.RefDir, fmtDur(ref.Makespan), ref.Completed, ref.Jobs))
 	}
 	lastCold := map[string]string{} // mode -> state dir of the last cold packed arm
 	for _, spec := range c.Arms {
@@ -319,7 +325,7 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 			sum.Notes = append(sum.Notes, spec.Label+": "+n)
 		}
 		runs = append(runs, run)
-		sum.Scores = scoreAll(runs, refDir, c.OutDir)
+		sum.Scores = scoreAll(runs, refDir, c.OutDir, sum.Ref)
 		if err := WriteRaw(c.OutDir, sum, runs); err != nil {
 			log.Error("writing raw results", "error", err)
 		}
@@ -359,16 +365,19 @@ func buildJobs(queue []Entry, w Workloads, resDir string) ([]JobSpec, error) {
 }
 
 // scoreAll scores every run so far against the reference results and sets the ratios.
-func scoreAll(runs []ArmRun, refDir, outDir string) []Score {
-	scores := make([]Score, 0, len(runs))
+func scoreAll(runs []ArmRun, refDir, outDir string, ref *Score) []Score {
+	scores := make([]Score, 0, len(runs)+1)
 	for _, r := range runs {
 		dir := filepath.Join(outDir, r.Label, "results")
 		scores = append(scores, ScoreRun(r, func(j Entry) error {
 			return CompareFiles(filepath.Join(refDir, j.Name+".json"), filepath.Join(dir, j.Name+".json"))
 		}))
 	}
-	SetRatios(scores)
-	return scores
+	var refs []Score
+	if ref != nil {
+		refs = append(refs, *ref)
+	}
+	return withBaselines(scores, refs)
 }
 
 // exclusiveAgreement says whether the later exclusive runs agree with the first within the
@@ -439,25 +448,43 @@ func copyDir(from, to string) error {
 // invocation's directory (holding summary.json). It refuses another seed's or profile's run,
 // whose results would differ from every job's.
 func CheckRef(dir string, seed uint64, p WorkloadProfile) (string, error) {
+	res, ref, err := loadRef(dir)
+	switch {
+	case err != nil:
+		return "", err
+	case ref.Seed != seed || ref.Workload.orStartup() != p.orStartup():
+		return "", fmt.Errorf("reference %s is seed %d, %s profile; this run is seed %d, %s profile", dir, ref.Seed, ref.Workload.orStartup(), seed, p.orStartup())
+	}
+	return res, nil
+}
+
+// refScore is the score of the exclusive run whose results directory CheckRef returned.
+func refScore(results string) (Score, error) {
+	_, ref, err := loadRef(results)
+	return ref, err
+}
+
+// loadRef reads a reference exclusive run: its results directory and its score, with the seed
+// and profile of its invocation.
+func loadRef(dir string) (string, Score, error) {
 	armDir := dir
 	if filepath.Base(dir) == "results" {
 		armDir = filepath.Dir(dir)
 	}
 	res := filepath.Join(armDir, "results")
 	if st, err := os.Stat(res); err != nil || !st.IsDir() {
-		return "", fmt.Errorf("reference %s: no results directory: %v", dir, err)
+		return "", Score{}, fmt.Errorf("reference %s: no results directory: %v", dir, err)
 	}
 	sum, err := LoadSummary(filepath.Join(filepath.Dir(armDir), "summary.json"))
 	if err != nil {
-		return "", fmt.Errorf("reference %s: %w", dir, err)
+		return "", Score{}, fmt.Errorf("reference %s: %w", dir, err)
 	}
 	label := filepath.Base(armDir)
 	i := slices.IndexFunc(sum.Scores, func(s Score) bool { return s.Label == label })
-	switch {
-	case sum.Seed != seed || sum.Workload.orStartup() != p.orStartup():
-		return "", fmt.Errorf("reference %s is seed %d, %s profile; this run is seed %d, %s profile", dir, sum.Seed, sum.Workload.orStartup(), seed, p.orStartup())
-	case i < 0 || sum.Scores[i].Arm != record.ArmExclusive:
-		return "", fmt.Errorf("reference %s: %q is not an exclusive arm of that run", dir, label)
+	if i < 0 || sum.Scores[i].Arm != record.ArmExclusive {
+		return "", Score{}, fmt.Errorf("reference %s: %q is not an exclusive arm of that run", dir, label)
 	}
-	return res, nil
+	ref := sum.Scores[i]
+	ref.Seed, ref.Workload = sum.Seed, sum.Workload.orStartup()
+	return res, ref, nil
 }

@@ -261,16 +261,26 @@ func TestRunAgainstAnEarlierExclusiveRun(t *testing.T) {
 			evals++
 		}
 	}
-	if s := sum2.Scores[0]; s.Completed != 12-evals || s.Ratio != 0 {
-		t.Fatalf("packed alone: completed %d (want %d: its eval results differ from the reference's), ratio %v (no baseline in its call)", s.Completed, 12-evals, s.Ratio)
-	}
-	out := RenderCombined([]Summary{sum1, sum2})
 	// Exclusive: 12 jobs in 12 s at 60% SM; packed: 12-evals jobs in 2 s.
 	ratio := float64(12-evals) / 2
+	if s := sum2.Scores[0]; s.Completed != 12-evals || math.Abs(s.Ratio-ratio) > 1e-9 || s.SM == nil || s.SM.Bound == 0 {
+		t.Fatalf("packed alone: completed %d (want %d: its eval results differ from the reference's), ratio %v (want %v over the reference), SM %+v",
+			s.Completed, 12-evals, s.Ratio, ratio, s.SM)
+	}
+	if sum2.Ref == nil || sum2.Ref.Label != "exclusive" || sum2.Ref.Seed != 4 {
+		t.Fatalf("the second call's summary names no reference: %+v", sum2.Ref)
+	}
 	want := fmt.Sprintf("| packed-mps (busy) | %.3fx (%d/12) |", ratio, 12-evals)
 	bound := fmt.Sprintf("%s of 1.67x", fmtPct(ratio*0.6))
-	if !strings.Contains(out, want) || !strings.Contains(out, bound) {
-		t.Fatalf("combined report lacks %q or %q:\n%s", want, bound, out)
+	// Given both calls the baseline counts once; given the second alone, its reference is it.
+	for name, sums := range map[string][]Summary{"both calls": {sum1, sum2}, "the arms' call alone": {sum2}} {
+		out := RenderCombined(sums)
+		if !strings.Contains(out, want) || !strings.Contains(out, bound) {
+			t.Fatalf("%s: combined report lacks %q or %q:\n%s", name, want, bound, out)
+		}
+	}
+	if out := RenderCombined([]Summary{sum1, sum2}); strings.Count(out, "| exclusive (busy) | 1.000x (12/12) |") != 1 {
+		t.Fatalf("the reference run is listed once, as itself:\n%s", out)
 	}
 }
 

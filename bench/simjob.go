@@ -387,7 +387,8 @@ func (b *simBoard) cohort() (int, error) {
 		if _, err := fmt.Sscanf(e.Name(), "%d-%d-%d", &pid, &seq, &start); err != nil || e.Name() == b.self {
 			continue
 		}
-		if !processAlive(pid) {
+		// A process that cannot be read is left on the board: counted, not taken off.
+		if alive, err := gpu.SimProcessAlive(pid); err == nil && !alive {
 			_ = os.Remove(filepath.Join(b.dir, e.Name()))
 			continue
 		}
@@ -396,12 +397,6 @@ func (b *simBoard) cohort() (int, error) {
 		}
 	}
 	return n, nil
-}
-
-// processAlive: signal 0 reaches a live process (EPERM: alive, someone else's).
-func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // simGPUMemory is the memory of the simulated GPU uuid in the backend's state directory dir:

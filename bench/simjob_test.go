@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -223,7 +224,7 @@ func TestWorkHold(t *testing.T) {
 
 // A job's cohort is the machine's other live simulated jobs started within the window of it: a
 // job started apart is not in it, and a job that died without leaving (SIGKILL) is not counted
-// and its file goes.
+// and its file goes, reaped or not (a zombie does no more work).
 func TestSimBoard(t *testing.T) {
 	simDir := t.TempDir()
 	const window = time.Hour // the test's joins are all within it
@@ -239,10 +240,23 @@ func TestSimBoard(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
+	zombie := exec.Command("sleep", "60")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = zombie.Wait() })
+	if err := zombie.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the killed child to be a zombie", func() bool {
+		st, err := procfs.Linux("").Stat(zombie.Process.Pid)
+		return err == nil && st.State == 'Z'
+	})
 	board := filepath.Join(simDir, simBoardDir)
 	deadFile := filepath.Join(board, boardName(dead.Process.Pid, 1, time.Now()))
+	zombieFile := filepath.Join(board, boardName(zombie.Process.Pid, 1, time.Now()))
 	apart := filepath.Join(board, boardName(os.Getpid(), 99, me.start.Add(-2*window)))
-	for _, f := range []string{deadFile, apart} {
+	for _, f := range []string{deadFile, zombieFile, apart} {
 		if err := os.WriteFile(f, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -253,9 +267,11 @@ func TestSimBoard(t *testing.T) {
 			t.Fatalf("%s: cohort %d (%v), want %d", when, n, err, want)
 		}
 	}
-	check("a mate, a dead job, a job started apart", 1)
-	if _, err := os.Stat(deadFile); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("a dead job's file stays on the board: %v", err)
+	check("a mate, a dead job, a zombie, a job started apart", 1)
+	for _, f := range []string{deadFile, zombieFile} {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a dead job's file %s stays on the board: %v", filepath.Base(f), err)
+		}
 	}
 	if _, err := os.Stat(apart); err != nil {
 		t.Errorf("a live job started apart was taken off the board: %v", err)

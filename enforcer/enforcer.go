@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/hub"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -345,8 +347,12 @@ type mpsProcs struct {
 	attr *attribution.Attributor
 }
 
+// Alive fails for a daemon that is gone or ended unreaped (a zombie serves no client).
 func (p mpsProcs) Alive(pid int) error {
-	_, err := p.src.Stat(pid)
+	_, running, err := procfs.Running(p.src, pid)
+	if err == nil && !running {
+		err = fmt.Errorf("MPS daemon %d: %w", pid, fs.ErrNotExist)
+	}
 	return err
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/procfs"
 )
 
 // watch samples one GPU, lets decide judge the sample and carries out what it decided.
@@ -178,8 +179,7 @@ func (e *Enforcer) scanTokens() {
 	}
 	// A gpufrac run killed outright is gone for good: its reservations need not wait the grace.
 	orphans, err := e.cfg.Ledger.ReleaseOrphans(func(h ledger.Holder) bool {
-		st, err := e.cfg.Procs.Stat(h.PID)
-		return err == nil && st.StartTicks == h.StartTicks
+		return procfs.Same(e.cfg.Procs, h.PID, h.StartTicks)
 	})
 	if err != nil {
 		e.log.Warn("cannot release the reservations of a holder that is gone", "error", err)

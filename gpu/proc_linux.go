@@ -2,12 +2,7 @@
 
 package gpu
 
-import (
-	"errors"
-	"io/fs"
-
-	"github.com/gpufrac/gpufrac/procfs"
-)
+import "github.com/gpufrac/gpufrac/procfs"
 
 var hostProcs = procfs.Linux("")
 
@@ -15,15 +10,9 @@ var hostProcs = procfs.Linux("")
 // parent has not reaped it yet holds no GPU memory, and tests kill children before waiting for
 // them.
 func readProcStat(pid int) (procStat, error) {
-	st, err := hostProcs.Stat(pid)
-	if errors.Is(err, fs.ErrNotExist) {
-		return procStat{}, nil
-	}
-	if err != nil {
+	st, running, err := procfs.Running(hostProcs, pid)
+	if !running {
 		return procStat{}, err
-	}
-	if st.Dead() {
-		return procStat{}, nil
 	}
 	return procStat{alive: true, start: st.StartTicks}, nil
 }

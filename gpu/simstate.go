@@ -137,3 +137,11 @@ type procStat struct {
 	alive bool   // running or sleeping; false for gone, zombie or dead
 	start uint64 // start time in clock ticks since boot; 0 where unknown
 }
+
+// SimProcessAlive says whether host process pid still runs, by the rule the simulated backend
+// applies to its clients (on Linux through procfs: a zombie is dead), so that simulated jobs
+// that count each other see the same processes the simulated GPUs do.
+func SimProcessAlive(pid int) (bool, error) {
+	st, err := readProcStat(pid)
+	return st.alive, err
+}

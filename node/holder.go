@@ -17,8 +17,5 @@ func SelfHolder() *ledger.Holder {
 	return &ledger.Holder{PID: os.Getpid(), StartTicks: st.StartTicks}
 }
 
-// HolderAlive says whether h still runs: the same PID started at the same tick.
-func HolderAlive(h ledger.Holder) bool {
-	st, err := procfs.Linux("").Stat(h.PID)
-	return err == nil && st.StartTicks == h.StartTicks
-}
+// HolderAlive says whether h still runs: the same PID started at the same tick, not a zombie.
+func HolderAlive(h ledger.Holder) bool { return procfs.Same(procfs.Linux(""), h.PID, h.StartTicks) }

@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
@@ -18,14 +19,19 @@ const minGPMPeriod = 100 * time.Millisecond
 
 // SMMeter sums a GPU's SM activity over a job's run. GPM measures the GPU, not a process: the
 // figure is the job's only when the job ran alone on the GPU for the whole measurement, which
-// the caller must see to (probe.Run's job runs alone; the runner meters only attempts alone).
+// the caller must see to (probe.Run's job runs alone; the runner meters only attempts alone,
+// through Shares, and marks a meter shared when another attempt joins its GPU).
 type SMMeter struct {
 	s       gpu.GPMSampler
+	gpu     string
 	log     hclog.Logger
 	active  float64 // percent x seconds
 	covered time.Duration
 	last    time.Time
 	errs    int
+
+	mu     sync.Mutex
+	shared bool
 }
 
 // OpenSM starts measuring GPU uuid's SM activity; nil when the GPU has no performance monitor
@@ -40,7 +46,24 @@ func OpenSM(ctx context.Context, b gpu.Backend, uuid string, log hclog.Logger) *
 		}
 		return nil
 	}
-	return &SMMeter{s: s, log: log, last: time.Now()}
+	return &SMMeter{s: s, gpu: uuid, log: log, last: time.Now()}
+}
+
+// Share notes that another job ran on the GPU while m measured: what it measures is no longer
+// one job's (Shares.Learn then learns nothing from it). A nil meter measures nothing to spoil.
+func (m *SMMeter) Share() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.shared = true
+}
+
+func (m *SMMeter) isShared() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.shared
 }
 
 // Read closes the current period and adds it to the measurement.

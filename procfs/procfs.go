@@ -33,6 +33,29 @@ type Stat struct {
 // Dead says whether the process has ended but not been reaped (a zombie holds no GPU memory).
 func (s Stat) Dead() bool { return s.State == 'Z' || s.State == 'X' || s.State == 'x' }
 
+// Running reads process pid's stat from src and says whether the process still runs: false, with
+// no error, when it is gone or has ended unreaped (Dead), so that whoever asks whether a process
+// lives counts a zombie as dead. An error is a stat that could not be read or parsed.
+func Running(src Source, pid int) (Stat, bool, error) {
+	st, err := src.Stat(pid)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Stat{}, false, nil
+	}
+	if err != nil {
+		return Stat{}, false, err
+	}
+	return st, !st.Dead(), nil
+}
+
+// Same says whether pid still runs as the process that started at startTicks: not gone, not
+// ended unreaped, not a later process that reuses the PID. A stat that cannot be read says no:
+// callers use it to let go of what a dead process held, and a process they cannot see holds
+// nothing they can check.
+func Same(src Source, pid int, startTicks uint64) bool {
+	st, running, err := Running(src, pid)
+	return err == nil && running && st.StartTicks == startTicks
+}
+
 // Source is a view of the host's processes. PIDs are host PIDs, as NVML reports them; reading
 // another user's environ needs root. A process that does not exist gives an error satisfying
 // errors.Is(err, fs.ErrNotExist).

@@ -45,6 +45,61 @@ func TestDead(t *testing.T) {
 	}
 }
 
+// statErr is a process table whose stat cannot be read.
+type statErr struct{ *Table }
+
+func (statErr) Stat(int) (Stat, error) { return Stat{}, fs.ErrPermission }
+
+// Running counts a zombie as dead (its stat still read), and a process gone as not running
+// rather than an error.
+func TestRunning(t *testing.T) {
+	tab := NewTable(Proc{PID: 10, PPID: 1, Start: 5}, Proc{PID: 11, PPID: 10, State: 'Z', Start: 6}, Proc{PID: 12, PPID: 10, State: 'D', Start: 7})
+	cases := []struct {
+		name    string
+		src     Source
+		pid     int
+		running bool
+		start   uint64
+		err     error
+	}{
+		{"sleeping", tab, 10, true, 5, nil},
+		{"in disk sleep", tab, 12, true, 7, nil},
+		{"zombie", tab, 11, false, 6, nil},
+		{"gone", tab, 99, false, 0, nil},
+		{"stat unreadable", statErr{tab}, 10, false, 0, fs.ErrPermission},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, running, err := Running(tc.src, tc.pid)
+			if running != tc.running || st.StartTicks != tc.start || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("Running(%d) = %+v, %v, %v; want running %v, start %d, error %v", tc.pid, st, running, err, tc.running, tc.start, tc.err)
+			}
+		})
+	}
+}
+
+// Same names one process for good: a zombie, a recycled PID or an unreadable stat is not it.
+func TestSame(t *testing.T) {
+	tab := NewTable(Proc{PID: 10, PPID: 1, Start: 5}, Proc{PID: 11, PPID: 10, State: 'Z', Start: 6})
+	for _, tc := range []struct {
+		name  string
+		src   Source
+		pid   int
+		start uint64
+		want  bool
+	}{
+		{"the same process", tab, 10, 5, true},
+		{"the PID reused by a later process", tab, 10, 4, false},
+		{"ended, not reaped", tab, 11, 6, false},
+		{"gone", tab, 99, 5, false},
+		{"stat unreadable", statErr{tab}, 10, 5, false},
+	} {
+		if got := Same(tc.src, tc.pid, tc.start); got != tc.want {
+			t.Errorf("%s: Same(%d, %d) = %v, want %v", tc.name, tc.pid, tc.start, got, tc.want)
+		}
+	}
+}
+
 // The real /proc, read for this test process.
 func TestLinux(t *testing.T) {
 	p := Linux("")

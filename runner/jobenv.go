@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/sched"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // command resolves the word "gpufrac" to this binary, so queue files run anywhere, and
@@ -58,10 +59,10 @@ func (r *run) env(l sched.Launch, token string, j *sched.Job) map[string]string 
 		r.log.Warn("GPU state for the job's environment", "gpu", l.GPU, "error", err)
 	}
 	maps.Copy(env, tenv)
-	env[EnvTemplate] = j.Template
-	env[EnvJob] = j.Name
+	env[taskenv.Template] = j.Template
+	env[taskenv.Job] = j.Name
 	if p := r.resultPath(j); p != "" {
-		env[EnvResult] = p
+		env[taskenv.Result] = p
 	}
 	return env
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"sync"
 	"time"
 
@@ -16,18 +14,9 @@ import (
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
-	"github.com/gpufrac/gpufrac/progress"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
-	"github.com/gpufrac/gpufrac/taskenv"
-)
-
-// Environment variables the runner adds to every job, besides enforcer.TaskEnv's.
-const (
-	EnvTemplate = taskenv.Template
-	EnvJob      = taskenv.Job
-	EnvResult   = taskenv.Result
 )
 
 // stuckAfter is how long the runner waits with nothing running and nothing admissible before
@@ -36,9 +25,6 @@ const (
 // them in the packed and static arms).
 const stuckAfter = ledger.DefaultGrace + 30*time.Second
 
-// oomRE matches the out-of-memory messages of CUDA, PyTorch, JAX and the simulated job.
-var oomRE = regexp.MustCompile(`(?i)(out of memory|CUDA_ERROR_OUT_OF_MEMORY|OutOfMemoryError|RESOURCE_EXHAUSTED)`)
-
 // active is an attempt in flight.
 type active struct {
 	l     sched.Launch
@@ -46,7 +32,7 @@ type active struct {
 	token string
 	proc  *probe.Proc
 	logf  *os.File
-	tail  *tailBuffer
+	tail  *probe.Tail
 	stop  chan struct{}
 	// set by the attempt's goroutine before it reports on run.done
 	exit          int
@@ -54,8 +40,8 @@ type active struct {
 	windowStopped bool
 	stopped       bool
 	violation     *ledger.Violation
-	// sm meters the GPU's SM activity while the attempt runs alone (smlearn.go); smPct is what
-	// it measured, set before the attempt reports on run.done.
+	// sm meters the GPU's SM activity while the attempt runs alone (probe.Shares); smPct is
+	// what it measured, set before the attempt reports on run.done.
 	sm    *probe.SMMeter
 	smPct *float64
 
@@ -75,8 +61,6 @@ type active struct {
 	wait     time.Duration
 	waitAt   float64
 	reported *ledger.Violation
-	// smShared: another job ran on the GPU while the attempt was metered (smJoin).
-	smShared bool
 }
 
 // contain notes the violation the enforcer reported for the attempt.
@@ -210,7 +194,7 @@ func (r *run) launch(l sched.Launch) {
 		token = newToken()
 	}
 	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), contained: make(chan struct{}),
-		tail: &tailBuffer{max: 8192}}
+		tail: probe.NewTail(8192)}
 	a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: j.Attempts, GPU: l.GPU, GPUIndex: r.gpus[l.GPU].Index,
 		Capped: l.Capped, WholeGPU: l.Whole, Probe: l.Probe, Result: r.resultPath(j)}
 	if l.Capped {
@@ -236,7 +220,13 @@ func (r *run) launch(l sched.Launch) {
 		a.proc = proc
 	}
 	r.mu.Lock()
-	alone := r.smJoin(a)
+	alone := true
+	for o := range r.active {
+		if o.l.GPU == l.GPU {
+			alone = false
+			o.sm.Share() // GPM would count a's work with o's
+		}
+	}
 	r.active[a] = true
 	r.mu.Unlock()
 	if err != nil {
@@ -245,7 +235,10 @@ func (r *run) launch(l sched.Launch) {
 		r.done <- a
 		return
 	}
-	r.smOpen(a, alone)
+	if alone {
+		_, known := r.s.SMDemand(j.Template)
+		a.sm = r.shares.Open(l.GPU, l.Res.Token, l.Probe || !known, r.log.With("job", j.Name))
+	}
 	r.started(a)
 	go r.wait(a)
 }
@@ -428,7 +421,7 @@ func (r *run) finish(a *active) {
 		at.PeakBytes = v.PeakBytes
 	}
 	borrowedAt(&at, a.l.Res, a.l.Borrowing)
-	oom := oomRE.MatchString(a.tail.String())
+	oom := a.tail.OutOfMemory()
 	switch {
 	case a.stopped:
 		at.Outcome = record.OutcomeCanceled
@@ -451,7 +444,7 @@ func (r *run) finish(a *active) {
 	default:
 		at.Outcome = record.OutcomeFailed
 		if at.Detail == "" {
-			at.Detail = lastLine(a.tail.String())
+			at.Detail = a.tail.LastLine()
 		}
 		if a.proc != nil {
 			// A GPU-wide event, or a neighbour over its cap, may explain it: then it runs again.
@@ -471,73 +464,6 @@ func (r *run) finish(a *active) {
 	r.mu.Unlock()
 	r.prog.Finished(at, a.l.Window, r.capLabel(at.Template))
 	r.learnShare(a, &at)
-}
-
-// recapProbe ends an in-place probe's window: the footprint it showed becomes its template's
-// profile, and its protective cap comes down to the cap that footprint earns, in the ledger,
-// where the watchdog reads it at its next sample. The window opened at the job's first GPU
-// memory, so it always saw some.
-func (r *run) recapProbe(a *active) {
-	a.mu.Lock()
-	peak, samples := a.peak, slices.Clone(a.snaps)
-	a.mu.Unlock()
-	j := a.l.Job
-	capBytes := r.o.Policy.Cap(peak)
-	if a.l.Borrowing {
-		// It ran on what it borrowed and goes on so; its template's other jobs get the cap.
-		r.s.Recapped(&a.l, a.l.Res, peak)
-		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.Window, a.l.Res.CapBytes)
-		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
-		r.prog.Line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
-			a.a.GPUIndex, peak, a.l.Window, progress.UnitsLabel(r.o.Policy, capBytes))
-		return
-	}
-	res, err := r.led.Shrink(a.l.Res.Token, min(capBytes, a.l.Res.CapBytes))
-	if err != nil {
-		r.log.Warn("lowering a probe's cap; it keeps its protective cap", "job", j.Name, "error", err)
-		return
-	}
-	if st, err := r.led.State(res.GPU); err == nil && r.guard != nil {
-		if err := r.guard.SyncFence(st); err != nil {
-			r.log.Warn("lowering a probe's cap in the fence; the watchdog holds the new cap", "job", j.Name, "error", err)
-		}
-	}
-	from := a.l.Res.CapBytes
-	r.s.Recapped(&a.l, res, peak)
-	a.a.CapBytes = res.CapBytes
-	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: r.o.Now(), From: from, To: res.CapBytes})
-	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.Window, from, res.CapBytes)
-	r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
-	r.prog.Line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
-		peak, a.l.Window, res.CapBytes)
-}
-
-func (r *run) learn(t string, at *record.Attempt, source string) {
-	peak := at.PeakBytes
-	if peak == 0 {
-		// A job that never touches the GPU (or one whose memory is not attributed to it) would
-		// be probed again on every job of its template, one at a time; a footprint of nothing
-		// lets its jobs pack under the margin alone (never more than a job that used some
-		// memory gets), and the watchdog still stops one that turns out to use more.
-		c := r.o.Policy.Cap(0)
-		u := r.o.Policy.Units(c)
-		at.Detail = fmt.Sprintf("probe saw no GPU memory: footprint 0B, cap = the margin alone, %s (%s rounded up to %d units of %s)",
-			size.Bytes(u)*r.o.Policy.UnitBytes, c, u, r.o.Policy.UnitBytes)
-		r.prog.Line("%-8s %-20s GPU%d  %s for template %s", "probed", at.Job, at.GPUIndex, at.Detail, t)
-	}
-	r.s.Learned(t, peak)
-	r.recordProfile(t, peak, at, source)
-}
-
-func (r *run) recordProfile(t string, peak size.Bytes, at *record.Attempt, source string) {
-	if peak == 0 {
-		return
-	}
-	n := len(at.Samples)
-	p := ledger.Profile{Template: t, PeakBytes: peak, Samples: n, Duration: at.End.Sub(at.Start), MeasuredAt: at.End, Source: source}
-	if err := r.led.RecordProfile(p); err != nil {
-		r.log.Warn("recording the template's footprint", "template", t, "error", err)
-	}
 }
 
 // release ends a finished attempt's reservation. One the ledger cannot record (a full disk)

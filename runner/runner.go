@@ -67,7 +67,7 @@ type Options struct {
 	// StopGrace is the time between SIGINT and SIGKILL when a job is stopped; 0 = 10s.
 	StopGrace time.Duration
 	// GPMInterval is how often an attempt metered alone on its GPU reads the GPU's performance
-	// monitor (smlearn.go); 0 = probe.DefaultGPMInterval; negative: no attempt is metered (a
+	// monitor (probe.Shares); 0 = probe.DefaultGPMInterval; negative: no attempt is metered (a
 	// caller that reads the monitors itself, as the benchmark does, and wants one reader).
 	GPMInterval time.Duration
 	// Self replaces a command's first word "gpufrac"; empty = this executable.
@@ -258,8 +258,8 @@ type run struct {
 	fenceNote, borrowNote string
 	borrows               bool
 	start                 time.Time
-	// noGPM are the GPUs found without a performance monitor (smOpen): not asked again.
-	noGPM map[string]bool
+	// shares learns templates' SM-active shares from attempts alone on their GPU.
+	shares *probe.Shares
 
 	mu     sync.Mutex
 	active map[*active]bool
@@ -280,7 +280,7 @@ type run struct {
 
 func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	log := o.Logger.Named("runner")
-	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{}, noGPM: map[string]bool{},
+	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{},
 		busy: map[string][]int{}, samples: map[string]uint64{}, sampled: make(chan struct{}), done: make(chan *active, 64), recap: make(chan *active, 64)}
 	no, notes, err := nodeOptions(o)
 	if err != nil {
@@ -291,6 +291,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		return nil, err
 	}
 	r.node, r.led = n.Node, n.Ledger()
+	r.shares = probe.NewShares(o.Backend, r.led, o.GPMInterval < 0)
 	r.fenceNote, r.borrowNote, r.borrows = notes.fence, notes.borrow.Note, notes.borrow.On()
 	if e := n.Enforcer(); e != nil {
 		r.guard = e

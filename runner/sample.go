@@ -2,8 +2,6 @@ package runner
 
 import (
 	"context"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/gpufrac/gpufrac/attribution"
@@ -171,38 +169,4 @@ func (r *run) sampleBusy(ctx context.Context) {
 			r.mu.Unlock()
 		}
 	}
-}
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	if len(s) > 200 {
-		s = s[:200] + "..."
-	}
-	return s
 }
