@@ -43,8 +43,13 @@ func TestRenderRun(t *testing.T) {
 	}
 }
 
-func wantLines(t *testing.T, out string, want []string) {
+// wantSeeds1And2 checks a combined table of seeds 1 and 2 line by line: its head, then rows.
+func wantSeeds1And2(t *testing.T, out string, rows ...string) {
 	t.Helper()
+	want := append([]string{
+		"| arm | seed 1 | seed 2 | mean | jobs completed | innocent work lost | jobs lost (innocent) | jobs re-run |",
+		"|---|---|---|---|---|---|---|---|",
+	}, rows...)
 	if got := strings.Split(strings.TrimSpace(out), "\n"); !reflect.DeepEqual(got, want) {
 		t.Fatalf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
@@ -56,14 +61,11 @@ func TestRenderCombined(t *testing.T) {
 	two := sampleSummary(2, 9.9)
 	two.Scores[1].JobsPerGPUHour = 324
 	out := RenderCombined([]Summary{two, sampleSummary(1, 9.9)})
-	want := []string{
-		"| arm | seed 1 | seed 2 | mean | jobs completed | innocent work lost | jobs lost (innocent) | jobs re-run |",
-		"|---|---|---|---|---|---|---|---|",
+	wantSeeds1And2(t, out,
 		"| exclusive | 1.000x (12/12) | 1.000x (12/12) | 1.000x | 24 of 24 | 0.0 s | 0 (0) | 0 |",
 		"| packed-mps | 2.037x (11/12) | 1.500x (11/12) | 1.769x | 22 of 24 | 25.0 s | 2 (2) | 2 |",
 		"| exclusive runs apart | - | - | | | | | |",
-	}
-	wantLines(t, out, want)
+	)
 }
 
 // A seed's exclusive runs from two invocations pool into one baseline; a run that did not finish
@@ -82,17 +84,14 @@ func TestRenderCombinedPoolsASeedsRuns(t *testing.T) {
 	if in[0].Started != rerun.Started || in[1].Seed != 2 || in[2].Seed != 1 {
 		t.Fatal("RenderCombined reordered the caller's slice (the caller pairs it with its directories)")
 	}
-	want := []string{
-		"| arm | seed 1 | seed 2 | mean | jobs completed | innocent work lost | jobs lost (innocent) | jobs re-run |",
-		"|---|---|---|---|---|---|---|---|",
+	wantSeeds1And2(t, out,
 		// Baseline of seed 1: (216 + 240) / 2 = 228 jobs per GPU-hour. Two of its four exclusive
 		// runs have no Loss (written before it existed): the sum says so.
 		"| exclusive | 0.947x (12/12), 1.009x† (5/12), 1.053x (12/12) | 1.000x (12/12) | 1.000x | 41 of 48 | 0.0 s (2 of 4 runs) | 0 (0) | 0 |",
 		"| packed-mps | 1.930x (11/12) | 2.037x (11/12) | 1.983x | 22 of 24 | 25.0 s | 2 (2) | 2 |",
 		"| packed-isolated | - | 2.315x† (11/12) | - | 11 of 12 | - | - | - |",
 		"| exclusive runs apart | 11.1% | - | | | | | |",
-	}
-	wantLines(t, out, want)
+	)
 }
 
 // The baseline row comes first even when an invocation ran another arm first.
