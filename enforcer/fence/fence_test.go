@@ -34,6 +34,15 @@ func table(t *testing.T, budget size.Bytes, tasks ...fence.Task) (string, *fence
 	return dir, tb
 }
 
+// taskA is the start of most tests here: the fence's table with task A alone under capBytes (no
+// budget of its own), and one process of A started under the fence with extra in its environment.
+func taskA(t *testing.T, capBytes size.Bytes, extra ...string) (fencetest.Kit, string, *fence.Table, *fencetest.Proc) {
+	t.Helper()
+	k := fencetest.Build(t)
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: capBytes})
+	return k, dir, tb, k.Start(t, k.Env(dir, tokA, extra...))
+}
+
 // afterExit is the task's use once a process of it has exited: still charged until a reaper
 // gives its slot back (the driver frees its memory only in its teardown, after every
 // destructor), then nothing of it, as after the watchdog's next pass.
@@ -149,9 +158,7 @@ func TestMemGetInfoShowsTheTaskItsCap(t *testing.T) {
 // A process killed with its bytes held gives them back; the next allocation that would be
 // refused reaps it first.
 func TestKilledProcessGivesItsBytesBack(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
-	a := k.Start(t, k.Env(dir, tokA))
+	k, dir, tb, a := taskA(t, size.GiB)
 	want(t, a.Do("alloc 900M"), "ok", "a")
 	a.Kill()
 	b := k.Start(t, k.Env(dir, tokA))
@@ -164,9 +171,7 @@ func TestKilledProcessGivesItsBytesBack(t *testing.T) {
 
 // Killed while the driver works on an allocation the fence already counted.
 func TestKilledInsideTheDriver(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
-	a := k.Start(t, k.Env(dir, tokA, "FAKE_CUDA_HANG=1"))
+	_, _, tb, a := taskA(t, size.GiB, "FAKE_CUDA_HANG=1")
 	a.Send("alloc 900M")
 	a.WaitStderr("fake: hanging")
 	if u := snap(t, tb, tokA); u.Used != 900*size.MiB {
@@ -184,9 +189,7 @@ func TestKilledInsideTheDriver(t *testing.T) {
 // Killed while holding the table's lock, between raising the task's sum and its own: the next
 // locker takes the lock over and rebuilds the sums, so nothing is counted twice or lost.
 func TestKilledHoldingTheLock(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
-	b := k.Start(t, k.Env(dir, tokA))
+	k, dir, tb, b := taskA(t, size.GiB)
 	want(t, b.Do("alloc 100M"), "ok", "b")
 	env := k.Env(dir, tokA, "GF_TEST_STALL=charge")
 	env[0] = "LD_PRELOAD=" + k.TestLibrary
@@ -206,9 +209,7 @@ func TestKilledHoldingTheLock(t *testing.T) {
 }
 
 func TestThreadsAllocatingAtOnce(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: 1000 * size.MiB})
-	c := k.Start(t, k.Env(dir, tokA))
+	_, _, tb, c := taskA(t, 1000*size.MiB)
 	// 8 threads x 100 allocations of 10 MiB with no frees until the end: exactly 100 fit.
 	want(t, c.Do("threads 8 100 10M"), "threads ok=100 refused=700", "threads")
 	if u := snap(t, tb, tokA); u.Used != 0 || u.Peak != 1000*size.MiB || u.Refused != 700 {
@@ -217,9 +218,7 @@ func TestThreadsAllocatingAtOnce(t *testing.T) {
 }
 
 func TestForkedChildCountsForTheTask(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
-	c := k.Start(t, k.Env(dir, tokA))
+	_, _, tb, c := taskA(t, size.GiB)
 	want(t, c.Do("alloc 600M"), "ok", "parent")
 	want(t, c.Do("fork 300M"), "child ok", "child within the task's cap")
 	// The first child left with _exit, its 300M still counted: the refusal reaps it first,
@@ -276,9 +275,7 @@ func TestUnfencedProcessesSayWhyOnce(t *testing.T) {
 
 // A reservation that ends leaves its processes unfenced (the watchdog owns them) and says so.
 func TestEndedReservation(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
-	c := k.Start(t, k.Env(dir, tokA))
+	_, _, tb, c := taskA(t, size.GiB)
 	want(t, c.Do("alloc 900M"), "ok", "before")
 	if err := tb.SetTasks(nil, 0); err != nil {
 		t.Fatal(err)
