@@ -75,9 +75,7 @@ func TestPoolChargeIsWhatTheDriverHolds(t *testing.T) {
 // that allocation back: the process gets out of memory inside itself, and the charge is still
 // what the device holds.
 func TestPoolGrowthPastTheCapFailsInsideTheProcess(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: 1000 * size.MiB})
-	c := k.Start(t, k.Env(dir, tokA, fmt.Sprintf("FAKE_CUDA_POOL_GRAIN=%d", 32*size.MiB)))
+	_, _, tb, c := taskA(t, 1000*size.MiB, fmt.Sprintf("FAKE_CUDA_POOL_GRAIN=%d", 32*size.MiB))
 	for _, s := range []struct{ cmd, reply string }{
 		{"async 990M", "ok 0"}, // 992 MiB reserved
 		{"async 5M", "err 2"},  // fits the cap, but the pool would grow to 1024 MiB

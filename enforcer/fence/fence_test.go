@@ -145,9 +145,7 @@ func TestProcessesOfOneTaskShareTheCap(t *testing.T) {
 }
 
 func TestMemGetInfoShowsTheTaskItsCap(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
-	c := k.Start(t, k.Env(dir, tokA))
+	k, dir, _, c := taskA(t, size.GiB)
 	want(t, c.Do("alloc 256M"), "ok", "alloc")
 	want(t, c.Do("info"), fmt.Sprintf("info %d %d", 768*size.MiB, size.GiB), "free is what is left of the cap")
 	// A GPU with less free memory than the cap leaves: free never exceeds the GPU's own.
