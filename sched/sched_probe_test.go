@@ -3,10 +3,8 @@ package sched
 import (
 	"testing"
 
-	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/size"
-	"github.com/hashicorp/go-hclog"
 )
 
 // How many templates nobody has measured probe side by side, and under what protective cap, is
@@ -37,9 +35,8 @@ func TestSchedProbeCapDecidesProbesAtOnce(t *testing.T) {
 			[]size.Bytes{30 * size.GiB, 20 * size.GiB, 20 * size.GiB}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			led, uuid := memLedger(t, 80*size.GiB)
 			jobs := []*Job{{Job: queue.Job{Name: "a", Template: "ta"}}, {Job: queue.Job{Name: "b", Template: "tb"}}, {Job: queue.Job{Name: "c", Template: "tc"}}}
-			s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+			s, _, _ := schedOn(t, 80*size.GiB, 0, jobs)
 			s.probeInPlace, s.probeCap = true, tc.runCap
 			for n, spec := range tc.templates {
 				s.templates[n] = spec

@@ -37,6 +37,14 @@ func memLedgerOpts(tb testing.TB, total size.Bytes, opts ledger.Options) (*ledge
 	return led, uuid
 }
 
+// schedOn is a scheduler of jobs under the default policy on one in-memory GPU of total bytes,
+// at most maxTotal at once (0: no bound), with that GPU's ledger and UUID.
+func schedOn(tb testing.TB, total size.Bytes, maxTotal int, jobs []*Job) (*Sched, *ledger.Ledger, string) {
+	tb.Helper()
+	led, uuid := memLedger(tb, total)
+	return newSched(policy.Default(), led, []string{uuid}, jobs, maxTotal, hclog.NewNullLogger()), led, uuid
+}
+
 func names(ls []Launch) []string {
 	var out []string
 	for _, l := range ls {
@@ -46,15 +54,14 @@ func names(ls []Launch) []string {
 }
 
 func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
-	led, uuid := memLedger(t, 80*size.GiB) // budget 78GiB
 	jobs := []*Job{
 		{Job: queue.Job{Name: "a", Template: "t"}},
 		{Job: queue.Job{Name: "b", Template: "t"}},
 		{Job: queue.Job{Name: "big", Template: "big"}},
 		{Job: queue.Job{Name: "c", Template: "t"}},
 	}
-	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
-	s.peaks["t"] = 10 * size.GiB // cap 13GiB
+	s, led, uuid := schedOn(t, 80*size.GiB, 0, jobs)
+	s.peaks["t"] = 10 * size.GiB // cap 13GiB of the 78GiB budget
 	first := s.Next()
 	// "big" has no footprint: it must be probed alone, so it drains the GPU; "c" is not
 	// admitted next to a/b because the GPU is draining for "big".
@@ -89,13 +96,11 @@ func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
 }
 
 func TestSchedBackfillsSmallerJobs(t *testing.T) {
-	led, uuid := memLedger(t, 40*size.GiB) // budget 38GiB
-	jobs := []*Job{
+	s, _, _ := schedOn(t, 40*size.GiB, 0, []*Job{ // budget 38GiB
 		{Job: queue.Job{Name: "m1", Template: "m"}},
 		{Job: queue.Job{Name: "m2", Template: "m"}},
 		{Job: queue.Job{Name: "s1", Template: "s"}},
-	}
-	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	})
 	s.peaks["m"] = 20 * size.GiB // cap 24.4GiB -> 25 units: one fits, the second does not
 	s.peaks["s"] = 2 * size.GiB  // cap 4GiB
 	got := names(s.Next())
@@ -105,12 +110,11 @@ func TestSchedBackfillsSmallerJobs(t *testing.T) {
 }
 
 func TestSchedRespectsMaxConcurrent(t *testing.T) {
-	led, uuid := memLedger(t, 140*size.GiB)
 	var jobs []*Job
 	for i := range 5 {
 		jobs = append(jobs, &Job{Job: queue.Job{Name: fmt.Sprint("j", i), Template: "t"}})
 	}
-	s := newSched(policy.Default(), led, []string{uuid}, jobs, 2, hclog.NewNullLogger())
+	s, _, _ := schedOn(t, 140*size.GiB, 2, jobs)
 	s.peaks["t"] = size.GiB
 	if got := s.Next(); len(got) != 2 {
 		t.Fatalf("admitted %d with MaxConcurrent 2", len(got))
@@ -120,13 +124,12 @@ func TestSchedRespectsMaxConcurrent(t *testing.T) {
 // BenchmarkAdmitQueue measures one scheduling decision over a 12-job queue of 8 templates on an
 // in-memory ledger (reservations included, no processes), then releases everything.
 func BenchmarkAdmitQueue(b *testing.B) {
-	led, uuid := memLedger(b, 140*size.GiB)
 	peaks := []size.Bytes{14 * size.GiB, 20 * size.GiB, 18 * size.GiB, 8 * size.GiB, 6 * size.GiB, 24 * size.GiB, 5 * size.GiB, 2 * size.GiB}
 	var jobs []*Job
 	for i := range 12 {
 		jobs = append(jobs, &Job{Job: queue.Job{Name: fmt.Sprint("job", i), Template: fmt.Sprint("t", i%8)}})
 	}
-	s := newSched(policy.Default(), led, []string{uuid}, jobs, 0, hclog.NewNullLogger())
+	s, led, _ := schedOn(b, 140*size.GiB, 0, jobs)
 	for i, p := range peaks {
 		s.peaks[fmt.Sprint("t", i)] = p
 	}
