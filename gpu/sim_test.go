@@ -15,6 +15,13 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
+// h100 is the machine most tests here run on: one simulated H100, and its UUID.
+func h100(t *testing.T) (*gpu.Simulated, string) {
+	t.Helper()
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	return s, devs[0].UUID
+}
+
 func TestParseSimSpec(t *testing.T) {
 	tests := []struct {
 		in      string
@@ -117,8 +124,7 @@ func TestSimulatedDevicesAndAttach(t *testing.T) {
 
 func TestSimulatedUsage(t *testing.T) {
 	ctx := context.Background()
-	s, devs := testutil.NewSim(t, "H100=80GiB")
-	uuid := devs[0].UUID
+	s, uuid := h100(t)
 	pid := os.Getpid()
 	steps := []struct {
 		name     string
@@ -180,8 +186,7 @@ func TestSimulatedUnknownGPU(t *testing.T) {
 // recycled PID all stop counting, and their entries are removed.
 func TestSimulatedDeadProcesses(t *testing.T) {
 	ctx := context.Background()
-	s, devs := testutil.NewSim(t, "H100=80GiB")
-	uuid := devs[0].UUID
+	s, uuid := h100(t)
 	cmd := child(t)
 	pid := cmd.Process.Pid
 	if err := s.SetUsage(uuid, pid, 4*size.GiB); err != nil {
@@ -234,8 +239,7 @@ func TestSimulatedHealth(t *testing.T) {
 
 func TestSimulatedConcurrent(t *testing.T) {
 	ctx := context.Background()
-	s, devs := testutil.NewSim(t, "H100=80GiB")
-	uuid := devs[0].UUID
+	s, uuid := h100(t)
 	// A killed, unreaped child: every goroutine below races to drop and remove its entry.
 	dead := child(t)
 	if err := s.SetUsage(uuid, dead.Process.Pid, size.GiB); err != nil {

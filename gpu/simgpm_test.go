@@ -112,8 +112,7 @@ func TestSimulatedGPM(t *testing.T) {
 // is removed, so a later process with the same PID inherits nothing.
 func TestSimulatedGPMDeadProcess(t *testing.T) {
 	ctx := context.Background()
-	s, devs := testutil.NewSim(t, "H100=80GiB")
-	uuid := devs[0].UUID
+	s, uuid := h100(t)
 	cmd := child(t)
 	pid := cmd.Process.Pid
 	if err := errors.Join(s.SetProcessLoad(uuid, pid, gpu.SimLoad{SMUtil: 40, SMOccupancy: 10}),
@@ -385,8 +384,7 @@ func TestSimulatedSensors(t *testing.T) {
 }
 
 func TestSimulatedSensorsRefuse(t *testing.T) {
-	s, devs := testutil.NewSim(t, "H100=80GiB")
-	uuid := devs[0].UUID
+	s, uuid := h100(t)
 	tests := []struct {
 		name, want string
 		call       func() error
