@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -247,6 +248,15 @@ func (e *Enforcer) PrepareGPU(ctx context.Context, uuid string) error {
 	}
 	if st.Mode != policy.ModeMPS {
 		return nil
+	}
+	e.healthMu.Lock()
+	defer e.healthMu.Unlock()
+	// A daemon this enforcer started that no longer answers is the health pass's to judge: with
+	// clients running it must not be replaced under them.
+	if slices.Contains(e.mps.Running(), uuid) {
+		if err := e.checkDaemon(ctx, uuid); err != nil {
+			return fmt.Errorf("enforcer: prepare GPU %s: %w", uuid, err)
+		}
 	}
 	pid, adopted, err := e.mps.Ensure(ctx, uuid, st.BudgetBytes)
 	if err != nil {

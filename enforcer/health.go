@@ -2,6 +2,7 @@ package enforcer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -31,36 +32,49 @@ func (e *Enforcer) checkMPS(ctx context.Context) {
 		}
 	}
 	for _, uuid := range e.mps.Running() {
-		st, err := e.cfg.Ledger.State(uuid)
-		if err != nil {
-			continue
-		}
-		err = e.mps.Check(ctx, uuid)
-		if err == nil {
-			e.healIf(uuid, reasonMPSDied)
-			if err := e.mps.UpdateLimit(ctx, uuid, st.BudgetBytes); err != nil {
-				e.log.Warn("MPS pinned limit not updated", "gpu", uuid, "error", err)
-			}
-			continue
-		}
-		procs, perr := e.cfg.Backend.Processes(ctx, uuid)
-		if n := e.clients(procs); perr != nil || n > 0 {
-			if e.sickReason(uuid) != reasonMPSDied {
-				// The ledger first: whoever the event wakes finds the GPU already drained.
-				e.setUnhealthy(uuid, reasonMPSDied)
-				e.emit(Event{Kind: EventMPS, Stage: StageDied, GPU: uuid,
-					Message: fmt.Sprintf("MPS control daemon is gone while %d client process(es) run: %v", n, err)})
-			}
-			continue
-		}
-		if _, _, rerr := e.mps.Ensure(ctx, uuid, st.BudgetBytes); rerr != nil {
-			e.setUnhealthy(uuid, reasonMPSDown)
-			e.emit(Event{Kind: EventMPS, Stage: StageRestartFailed, GPU: uuid, Message: "MPS control daemon could not be restarted: " + rerr.Error()})
-			continue
-		}
-		e.emit(Event{Kind: EventMPS, Stage: StageRestarted, GPU: uuid, Message: "MPS control daemon restarted (no client was running): " + err.Error()})
-		e.healIf(uuid, reasonMPSDied, reasonMPSDown)
+		_ = e.checkDaemon(ctx, uuid)
 	}
+}
+
+// ErrMPSDied says a GPU's daemon is gone while clients run: the enforcer has marked the GPU
+// unhealthy in the ledger and restarts the daemon once they have exited.
+var ErrMPSDied = errors.New("MPS control daemon died while clients ran: the GPU is drained until they exit")
+
+// checkDaemon decides for one GPU whose daemon this enforcer runs: an answering daemon gets the
+// budget as its ceiling; a dead one is restarted when no client runs, and with clients the GPU
+// goes unhealthy (ErrMPSDied). The health pass and PrepareGPU both decide here, so a task's
+// preparation never restarts a daemon under running clients. Caller holds healthMu.
+func (e *Enforcer) checkDaemon(ctx context.Context, uuid string) error {
+	st, err := e.cfg.Ledger.State(uuid)
+	if err != nil {
+		return err
+	}
+	err = e.mps.Check(ctx, uuid)
+	if err == nil {
+		e.healIf(uuid, reasonMPSDied)
+		if err := e.mps.UpdateLimit(ctx, uuid, st.BudgetBytes); err != nil {
+			e.log.Warn("MPS pinned limit not updated", "gpu", uuid, "error", err)
+		}
+		return nil
+	}
+	procs, perr := e.cfg.Backend.Processes(ctx, uuid)
+	if n := e.clients(procs); perr != nil || n > 0 {
+		if e.sickReason(uuid) != reasonMPSDied {
+			// The ledger first: whoever the event wakes finds the GPU already drained.
+			e.setUnhealthy(uuid, reasonMPSDied)
+			e.emit(Event{Kind: EventMPS, Stage: StageDied, GPU: uuid,
+				Message: fmt.Sprintf("MPS control daemon is gone while %d client process(es) run: %v", n, err)})
+		}
+		return fmt.Errorf("GPU %s: %w", uuid, ErrMPSDied)
+	}
+	if _, _, rerr := e.mps.Ensure(ctx, uuid, st.BudgetBytes); rerr != nil {
+		e.setUnhealthy(uuid, reasonMPSDown)
+		e.emit(Event{Kind: EventMPS, Stage: StageRestartFailed, GPU: uuid, Message: "MPS control daemon could not be restarted: " + rerr.Error()})
+		return fmt.Errorf("MPS control daemon of GPU %s could not be restarted: %w", uuid, rerr)
+	}
+	e.emit(Event{Kind: EventMPS, Stage: StageRestarted, GPU: uuid, Message: "MPS control daemon restarted (no client was running): " + err.Error()})
+	e.healIf(uuid, reasonMPSDied, reasonMPSDown)
+	return nil
 }
 
 // Health reasons this enforcer sets (and clears) in the ledger.

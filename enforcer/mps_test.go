@@ -13,6 +13,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -149,6 +150,49 @@ func TestMPSDaemonDies(t *testing.T) {
 	testutil.Eventually(t, waitLong, "healthy GPU", func() bool { st, _ := r.led.State(r.uuid); return st.Healthy })
 	if pid := r.daemonPID(); pid == 0 || pid == first {
 		t.Fatalf("daemon pid %d after restart (was %d)", pid, first)
+	}
+}
+
+// A task's preparation that finds its daemon dead while a client runs must not start another
+// under that client (the health pass's rule): it is refused, the GPU drained, and once the
+// client has exited the next preparation restarts the daemon.
+func TestPrepareDoesNotReplaceADeadDaemonUnderClients(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, nil)
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	client := testutil.StartTask(t, nil)
+	if err := r.sim.SetUsage(r.uuid, client.PID(), size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	first := r.daemonPID()
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, waitLong, "the daemon dead", func() bool {
+		_, running, err := procfs.Running(procfs.Linux(""), first)
+		return err == nil && !running
+	})
+	err := r.enf.PrepareGPU(t.Context(), r.uuid)
+	if !errors.Is(err, ErrMPSDied) {
+		t.Fatalf("PrepareGPU with a dead daemon and a client: %v, want ErrMPSDied", err)
+	}
+	if st, _ := r.led.State(r.uuid); st.Healthy || st.HealthReason != reasonMPSDied {
+		t.Fatalf("GPU health %v %q, want drained", st.Healthy, st.HealthReason)
+	}
+	if n := strings.Count(r.commands(), "daemon "); n != 1 {
+		t.Fatalf("%d daemons started, want the first only:\n%s", n, r.commands())
+	}
+	client.Stop()
+	testutil.Eventually(t, waitLong, "the client gone from the GPU", func() bool {
+		procs, err := r.sim.Processes(t.Context(), r.uuid)
+		return err == nil && len(procs) == 0
+	})
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatalf("PrepareGPU once the client exited: %v", err)
+	}
+	if st, _ := r.led.State(r.uuid); !st.Healthy || r.daemonPID() == first {
+		t.Fatalf("after the client: healthy %v, daemon %d (was %d): want a restarted daemon", st.Healthy, r.daemonPID(), first)
 	}
 }
 

@@ -348,6 +348,12 @@ func (rt *runtime) prepareOnce(retry bool) {
 
 // setMPS records whether a GPU's MPS daemon could be readied, and re-fingerprints on a change.
 func (rt *runtime) setMPS(uuid string, err error) {
+	if errors.Is(err, enforcer.ErrMPSDied) {
+		// Not a daemon that cannot start: the enforcer's health mark in the ledger says why the
+		// GPU takes nothing, and clears it when the restarted daemon answers; the next
+		// preparation finds it ready.
+		return
+	}
 	rt.mu.Lock()
 	before := rt.mpsDown[uuid]
 	if err != nil {
