@@ -121,6 +121,21 @@ func TestIsolatedGPUNeedsNoDaemon(t *testing.T) {
 	}
 }
 
+// killDaemonUnderClient starts a client process on the mps GPU, as its memory shows, and
+// SIGKILLs the GPU's daemon under it: the client and the PID the daemon had.
+func (r *rig) killDaemonUnderClient(t *testing.T) (*testutil.Task, int) {
+	t.Helper()
+	client := testutil.StartTask(t, nil)
+	if err := r.sim.SetUsage(r.uuid, client.PID(), size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	daemon := r.daemonPID()
+	if err := syscall.Kill(daemon, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	return client, daemon
+}
+
 func TestMPSDaemonDies(t *testing.T) {
 	r := newRig(t, policy.ModeMPS, nil)
 	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
@@ -128,14 +143,7 @@ func TestMPSDaemonDies(t *testing.T) {
 	}
 	r.start()
 	// With a client on the GPU, a dead daemon is a GPU-wide event and is not restarted.
-	client := testutil.StartTask(t, nil)
-	if err := r.sim.SetUsage(r.uuid, client.PID(), size.GiB); err != nil {
-		t.Fatal(err)
-	}
-	first := r.daemonPID()
-	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	client, first := r.killDaemonUnderClient(t)
 	r.event("mps died", func(e Event) bool { return e.Kind == EventMPS && e.Stage == "died" })
 	st, _ := r.led.State(r.uuid)
 	if st.Healthy || st.HealthReason != reasonMPSDied {
@@ -161,14 +169,7 @@ func TestPrepareDoesNotReplaceADeadDaemonUnderClients(t *testing.T) {
 	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
 		t.Fatal(err)
 	}
-	client := testutil.StartTask(t, nil)
-	if err := r.sim.SetUsage(r.uuid, client.PID(), size.GiB); err != nil {
-		t.Fatal(err)
-	}
-	first := r.daemonPID()
-	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	client, first := r.killDaemonUnderClient(t)
 	testutil.Eventually(t, waitLong, "the daemon dead", func() bool {
 		_, running, err := procfs.Running(procfs.Linux(""), first)
 		return err == nil && !running
