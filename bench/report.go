@@ -454,7 +454,8 @@ func readJSON[T any](path, what string) (T, error) {
 	return v, nil
 }
 
-// SectionHeading is the heading of the section of docs/benchmarks.md this package owns.
+// SectionHeading is the heading of the section of docs/bench/results.md (the results journal)
+// that this package appends to.
 const SectionHeading = "## Packing benchmark"
 
 // InsertIntoSection adds text at the end of the "## Packing benchmark" section of a markdown

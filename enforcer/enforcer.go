@@ -28,7 +28,7 @@ const (
 	// it a violation. NVML counts each process's CUDA context and allocator overhead, which neither
 	// the cap a framework is told nor the MPS pinned limit covers. Measured on the H200 with
 	// PyTorch 2.11: a process holding a 3 GiB tensor shows 3682 MiB in NVML, 610 MiB more, with
-	// and without MPS (docs/benchmarks.md, "Enforcer on the H200"). A process whose memory comes
+	// and without MPS (docs/bench/enforcer.md, "Enforcer on the H200"). A process whose memory comes
 	// from a stream-ordered pool (cudaMallocAsync) showed 676 MiB above what its pool reserved
 	// (8.66 GiB in NVML at an 8 GiB pool, 12.66 at 12, 2026-12-02), and a 640 MiB allowance had
 	// the watchdog kill such honest jobs at their caps; 768 MiB covers both with room to spare.

@@ -33,7 +33,7 @@ type HoldRule struct {
 	After time.Duration
 }
 
-// DefaultHold is the hold both front ends use: docs/benchmarks.md ("A waiting borrower goes
+// DefaultHold is the hold both front ends use: docs/bench/packing-2026-12.md ("A waiting borrower goes
 // first", simulated) compares it with no hold and other bounds.
 var DefaultHold = HoldRule{Quiet: time.Second, Bound: 30 * time.Second}
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Here, after a device call of bench-seed.sh or bench-arms.sh: unpack the results archive(s) the
 # call brought back into docs/bench-results/ and insert the tables into the "Packing benchmark"
-# section of docs/benchmarks.md (run from the repository root). A calibration run
+# section of docs/bench/results.md, the results journal (run from the repository root). A calibration run
 # (bench-calibrate.sh) is unpacked and its calibration.md printed, not inserted: it is no seed's
 # result.
 # usage: bench-collect.sh [--title TEXT] DIR_OR_TGZ...   (the call's files_at folder, or a .tgz)
@@ -41,4 +41,4 @@ done
 [ ${#dirs[@]} -gt 0 ] || exit 0
 bin=${GPUFRAC_BENCH:-bin/gpufrac-bench}
 if [ ! -x "$bin" ]; then go build -o "$bin" ./bench/cmd/gpufrac-bench; fi
-"$bin" report "${title[@]}" --into docs/benchmarks.md "${dirs[@]}"
+"$bin" report "${title[@]}" --into docs/bench/results.md "${dirs[@]}"

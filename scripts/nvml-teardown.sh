@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine (python3 with torch, nvidia-smi); see docs/benchmarks.md, "after the exit fix".
+# On the GPU machine (python3 with torch, nvidia-smi); see docs/bench/packing-2026-12.md, "after the exit fix".
 # How long after a CUDA process's exit NVML still lists its memory: N GiB allocated, exit(0),
 # poll nvidia-smi until the PID is gone.
 for gib in 3 60; do

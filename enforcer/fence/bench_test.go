@@ -13,7 +13,7 @@ import (
 // sums and the process's), through the same C the preload library runs: alone, and with four
 // processes' slots charging one task at once, borrowing off; and alone beside seven other tasks
 // with borrowing on, within its guarantee and past it (a borrow reads every other task's use).
-// docs/benchmarks.md sets it against a cudaMalloc/cudaFree pair measured on the H200.
+// docs/bench/enforcer.md sets it against a cudaMalloc/cudaFree pair measured on the H200.
 func BenchmarkChargeUncharge(b *testing.B) {
 	for _, bc := range []struct {
 		name   string

@@ -42,7 +42,7 @@ commands:
   calibrate run each template alone (exclusive) and print its SM activity (GPM), wall time, peak
           and the work size that reaches the busy profile's target; writes profiles-<profile>.json
   queue   print the queue of a seed
-  report  render the combined table of several runs (optionally into docs/benchmarks.md)
+  report  render the combined table of several runs (optionally into docs/bench/results.md)
   compare check one arm's results against another's (e.g. a seed's two exclusive runs from two calls)
   simjob  one simulated benchmark job (what --workloads sim runs)
 `
