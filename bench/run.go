@@ -253,7 +253,7 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 	refDir := filepath.Join(c.OutDir, c.Arms[0].Label, "results")
 	if c.RefDir != "" {
 		refDir = c.RefDir
-		ref, err := refScore(c.RefDir)
+		_, ref, err := loadRef(c.RefDir)
 		if err != nil {
 			return sum, nil, err
 		}
@@ -366,7 +366,7 @@ func buildJobs(queue []Entry, w Workloads, resDir string) ([]JobSpec, error) {
 
 // scoreAll scores every run so far against the reference results and sets the ratios.
 func scoreAll(runs []ArmRun, refDir, outDir string, ref *Score) []Score {
-	scores := make([]Score, 0, len(runs)+1)
+	scores := make([]Score, 0, len(runs))
 	for _, r := range runs {
 		dir := filepath.Join(outDir, r.Label, "results")
 		scores = append(scores, ScoreRun(r, func(j Entry) error {
@@ -456,12 +456,6 @@ func CheckRef(dir string, seed uint64, p WorkloadProfile) (string, error) {
 		return "", fmt.Errorf("reference %s is seed %d, %s profile; this run is seed %d, %s profile", dir, ref.Seed, ref.Workload.orStartup(), seed, p.orStartup())
 	}
 	return res, nil
-}
-
-// refScore is the score of the exclusive run whose results directory CheckRef returned.
-func refScore(results string) (Score, error) {
-	_, ref, err := loadRef(results)
-	return ref, err
 }
 
 // loadRef reads a reference exclusive run: its results directory and its score, with the seed
