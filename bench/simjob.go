@@ -22,7 +22,7 @@ import (
 )
 
 // simShape is a simulated template, at scale 1, fitted to the H200's exclusive runs of 2026-12-03
-// (docs/bench/results.md, "The simulator against the H200, 2026-12-03"): a start-up that holds no GPU
+// (docs/bench/packing-2026-12-03.md, "The simulator against the H200, 2026-12-03"): a start-up that holds no GPU
 // memory (on the H200 most of it is importing and loading on the CPU), a rise from the CUDA
 // context to its peak as NVML sees it, and the time at the peak. A rise spread over the whole
 // start-up would make every job take its memory in small steps, so next to a leaker growing
@@ -267,7 +267,7 @@ func startUp(template string, d time.Duration, cont simContention, board *simBoa
 }
 
 // simContention is how much the simulated jobs of one machine slow each other, fitted to the
-// H200 (docs/bench/results.md, "The simulator against the H200, 2026-12-03"). There jobs started at
+// H200 (docs/bench/packing-2026-12-03.md, "The simulator against the H200, 2026-12-03"). There jobs started at
 // the same moment stayed in step and met in every phase: each took about 3.2% longer over its
 // CPU start-up (importing torch, the CUDA context, loading) and 9.8% longer over its work phase
 // for every other job started with it, while jobs started apart (even 0.25 s apart) interleaved

@@ -80,7 +80,7 @@ def main():
 
     # Only the losses the digest needs stay on the GPU: on the H200 every kept loss pinned about
     # 32 MiB (387 steps of the busy profile's batch held 12.4 GiB, and its leak then ran the GPU
-    # out of memory with the GPU to itself; measured 2026-12-03, docs/bench/results.md).
+    # out of memory with the GPU to itself; measured 2026-12-03, docs/bench/packing-2026-12-03.md).
     first, steps = [], 0
     while steps < MIN_STEPS or time.perf_counter() - common.T0 < small_s:
         t = time.perf_counter()
