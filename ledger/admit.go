@@ -274,7 +274,9 @@ func (l *Ledger) end(tok string) {
 	if g, ok := l.st.gpus[r.GPU]; ok && !g.Detected && len(l.st.reservationsOn(r.GPU)) == 0 {
 		delete(l.st.gpus, r.GPU)
 		l.log.Info("forgetting undetected GPU: its last reservation ended", "gpu", r.GPU)
+		return
 	}
+	l.lookHold(r.GPU, l.now(), true)
 }
 
 func latest(ts ...time.Time) time.Time {

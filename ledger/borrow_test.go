@@ -60,6 +60,41 @@ func TestBorrowHoldEndsByTimeAndWakes(t *testing.T) {
 	}
 }
 
+// A reservation that ends while a borrower waits renews the borrower's hold, so the next job is
+// not admitted onto the freed memory before the borrower grows into it, also after the first
+// hold ran to its bound.
+func TestReleaseDuringAWaitRenewsTheHold(t *testing.T) {
+	c := newClock()
+	l, _ := newTest(t, Options{Now: c.Now, BorrowHold: policy.DefaultHold})
+	neighbour := mustReserve(t, l, Task{JobName: "neighbour"}, ids(gpuB, 0, 1, 2)...)
+	if err := l.SetBorrowed(gpuB, size.GiB, true); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(policy.DefaultHold.Bound + time.Second)
+	if err := l.SetBorrowed(gpuB, size.GiB, true); err != nil { // still waiting: the hold is spent
+		t.Fatal(err)
+	}
+	if st, _ := l.State(gpuB); st.BorrowHeld {
+		t.Fatal("the hold outlived its bound")
+	}
+	if err := l.Release(neighbour.Token, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(100 * time.Millisecond)
+	if err := l.SetBorrowed(gpuB, 3*size.GiB, false); err != nil { // served: it grows into the freed units
+		t.Fatal(err)
+	}
+	_, err := l.ReserveBytes(gpuB, size.GiB, Task{JobName: "next"})
+	var d *DeniedError
+	if !errors.As(err, &d) || d.Reason != ReasonBorrowed {
+		t.Fatalf("a reservation just after a neighbour ended during the wait: %v, want ReasonBorrowed", err)
+	}
+	c.Advance(policy.DefaultHold.Quiet)
+	if _, err := l.ReserveBytes(gpuB, size.GiB, Task{JobName: "next"}); err != nil {
+		t.Fatalf("a reservation once the borrower is served (a quiet second): %v", err)
+	}
+}
+
 // What borrowers hold is withheld from the free units, a unit for each unit or part of one,
 // from the highest ID down, skipping units a task holds; every free unit while an allocation
 // waits. GPU B has 6 units of 1GiB; unit 0 is reserved.

@@ -38,12 +38,16 @@ func (l *Ledger) SetBorrowHold(r policy.HoldRule) error {
 // advanceHold takes a look at uuid's borrowers at now: it carries the GPU's hold forward,
 // invalidates the cache and wakes subscribers when the hold began or ended, and arms the timer
 // for the instant it may end. Called with l.mu held.
-func (l *Ledger) advanceHold(uuid string, now time.Time) {
+func (l *Ledger) advanceHold(uuid string, now time.Time) { l.lookHold(uuid, now, false) }
+
+// lookHold is advanceHold's look; freed says a guarantee on the GPU just ended (end), which
+// renews the hold of a borrower that waits (policy.HoldRule.Hold). Called with l.mu held.
+func (l *Ledger) lookHold(uuid string, now time.Time, freed bool) {
 	rec, ok := l.st.gpus[uuid]
 	if !ok {
 		return
 	}
-	h, _ := l.holdRule.Hold(rec.hold, policy.BorrowSeen{Borrowed: rec.Borrowed, Waiting: rec.BorrowWaiting}, now)
+	h, _ := l.holdRule.Hold(rec.hold, policy.BorrowSeen{Borrowed: rec.Borrowed, Waiting: rec.BorrowWaiting, Freed: freed}, now)
 	was := rec.hold.Held()
 	rec.hold = h
 	l.st.gpus[uuid] = rec

@@ -63,6 +63,8 @@ func (r HoldRule) String() string {
 type BorrowSeen struct {
 	Borrowed size.Bytes
 	Waiting  bool
+	// Freed: a guarantee on the GPU ended at this look (a job on it ended), so memory comes free.
+	Freed bool
 }
 
 // BorrowHold is one GPU's hold, carried from one look to the next; the zero value is no hold.
@@ -103,6 +105,18 @@ func (r HoldRule) Hold(h BorrowHold, seen BorrowSeen, now time.Time) (BorrowHold
 		h.Waits = time.Time{}
 	case seen.Waiting && h.Waits.IsZero():
 		h.Waits = now
+	}
+	if seen.Waiting && seen.Freed {
+		// Memory comes free while a borrower waits: it goes to the borrower first, also when
+		// an earlier hold ran to its bound. Without this, a borrower served only by jobs ending
+		// (on the H200's busy queue the leaker waited from 20 s while its neighbours' guarantees
+		// covered the GPU) was passed over at every end after its first 30 s: the next job's
+		// guarantee was placed before it could grow into the freed memory, and it finished 7.1x
+		// slower than alone, idle memory in hand (docs/bench/results.md, busy seed 1). Each such
+		// hold needs a job to end, and none is admitted while it lasts, so a borrower that never
+		// fits renews it at most once per job running beside it, then fails at its fence wait.
+		h.Since, h.Spent, h.Busy = now, false, now
+		return h, false
 	}
 	switch {
 	case h.Spent:

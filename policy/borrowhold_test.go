@@ -77,6 +77,59 @@ func TestHold(t *testing.T) {
 	}
 }
 
+// A job that ends while a borrower waits frees memory that goes to the borrower first, also
+// after its hold ran to its bound (the H200's busy seed 1: the leaker, served only by its
+// neighbours' ends, was passed over at each of them).
+func TestHoldRenewsWhenAJobEndsDuringTheWait(t *testing.T) {
+	const G = size.GiB
+	rule := HoldRule{Quiet: time.Second, Bound: 30 * time.Second}
+	tests := []struct {
+		name  string
+		looks []BorrowSeen // one every 500 ms
+		admit []bool
+	}{
+		{"spent hold, then a job ends while it waits: held while it grows, then a quiet second",
+			append(waits(61, G), // 30 s of waiting: the hold runs to its bound
+				BorrowSeen{Borrowed: G, Waiting: true, Freed: true},
+				BorrowSeen{Borrowed: 20 * G}, BorrowSeen{Borrowed: 40 * G}, BorrowSeen{Borrowed: 40 * G},
+				BorrowSeen{Borrowed: 40 * G}, BorrowSeen{Borrowed: 40 * G}),
+			append(falses(61), false, false, false, false, true, true)},
+		{"a job ends while nobody waits: no hold",
+			[]BorrowSeen{{Borrowed: 5 * G, Freed: true}, {Borrowed: 6 * G}},
+			[]bool{true, true}},
+		{"no job ends: the spent hold chains no new one, as before",
+			append(waits(61, G), BorrowSeen{Borrowed: 2 * G}, BorrowSeen{Borrowed: 3 * G}),
+			append(falses(61), true, true)},
+	}
+	t0 := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var h BorrowHold
+			for i, seen := range tc.looks {
+				var admit bool
+				h, admit = rule.Hold(h, seen, t0.Add(time.Duration(i)*500*time.Millisecond))
+				if admit != tc.admit[i] {
+					t.Fatalf("look %d (%+v): admit %v, want %v (hold %+v)", i, seen, admit, tc.admit[i], h)
+				}
+			}
+		})
+	}
+	if _, admit := NoHold.Hold(BorrowHold{}, BorrowSeen{Borrowed: G, Freed: true}, t0); !admit {
+		t.Error("NoHold: a job's end with no allocation waiting refused admission")
+	}
+}
+
+// waits is n looks at a borrower that holds b and waits.
+func waits(n int, b size.Bytes) []BorrowSeen {
+	out := make([]BorrowSeen, n)
+	for i := range out {
+		out[i] = BorrowSeen{Borrowed: b, Waiting: true}
+	}
+	return out
+}
+
+func falses(n int) []bool { return make([]bool, n) }
+
 func TestHoldRuleValidate(t *testing.T) {
 	for _, tc := range []struct {
 		rule HoldRule
