@@ -77,3 +77,32 @@ func TestUnitsLabel(t *testing.T) {
 		t.Errorf("rounded: %q, want %q", got, want)
 	}
 }
+
+// The borrower's line names the jobs that started on its GPU between its first wait and its
+// end (on the H200 three did while the summary said nothing had), and says so when none did.
+func TestSummaryNamesJobsStartedDuringABorrowersWait(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 17, 42, 56, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	att := func(job, gpu string, idx int, start, end float64) record.Attempt {
+		return record.Attempt{Job: job, Number: 1, GPU: gpu, GPUIndex: idx, Start: at(start), End: at(end), Outcome: record.OutcomeOK}
+	}
+	leaker := att("j08-leaker", "G0", 0, 0, 202.5)
+	leaker.BorrowWait, leaker.BorrowWaitAt = 174500*time.Millisecond, 20.2
+	res := &record.Result{Start: t0, End: at(408.1), Attempts: []record.Attempt{
+		att("j01-lora-1.7b", "G0", 0, 0, 92.2), leaker,
+		att("j02-lora-0.6b", "G0", 0, 92.4, 136.3), att("j04-generate-1.7b", "G0", 0, 136.4, 161.7),
+		att("j99-other-gpu", "G1", 1, 100, 120), att("j03-lora-1.7b", "G0", 0, 202.5, 243.8),
+	}}
+	var b strings.Builder
+	WriteSummary(&b, res)
+	want := "borrower waited: j08-leaker attempt 1 waited 174.5s in all for memory to borrow (first at 20.2s); started on GPU0 from then to its end: j02-lora-0.6b at 92.4s, j04-generate-1.7b at 136.4s\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("summary\n%s\nwant the line\n%s", b.String(), want)
+	}
+	res.Attempts = res.Attempts[:2]
+	b.Reset()
+	WriteSummary(&b, res)
+	if !strings.Contains(b.String(), "(first at 20.2s); nothing started on GPU0 from then to its end\n") {
+		t.Errorf("summary with no job started during the wait:\n%s", b.String())
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/report"
@@ -65,8 +66,8 @@ func WriteSummary(w io.Writer, res *record.Result) {
 	}
 	for _, a := range res.Attempts {
 		if a.BorrowWait > 0 {
-			fmt.Fprintf(w, "borrower waited: %s attempt %d waited %.1fs for memory to borrow (from %.1fs), nothing new started on GPU%d meanwhile\n",
-				a.Job, a.Number, a.BorrowWait.Seconds(), a.BorrowWaitAt, a.GPUIndex)
+			fmt.Fprintf(w, "borrower waited: %s attempt %d waited %.1fs in all for memory to borrow (first at %.1fs); %s\n",
+				a.Job, a.Number, a.BorrowWait.Seconds(), a.BorrowWaitAt, startedBeside(res, a))
 		}
 	}
 	for _, j := range res.Jobs {
@@ -118,4 +119,21 @@ func writeCollateral(w io.Writer, res *record.Result) {
 		}
 	}
 	fmt.Fprintf(w, "collateral failures (a neighbour's stop under MPS, re-run): %d (%s)\n", res.Collateral, strings.Join(jobs, ", "))
+}
+
+// startedBeside names the attempts that started on a borrower's GPU between its first wait and
+// its end: jobs placed on memory it may have been waiting for. The line said "nothing new
+// started" until the H200's busy queue showed three jobs admitted during such a wait.
+func startedBeside(res *record.Result, b record.Attempt) string {
+	from := res.Start.Add(time.Duration(b.BorrowWaitAt * float64(time.Second)))
+	var names []string
+	for _, a := range res.Attempts {
+		if a.GPU == b.GPU && a.Start.After(from) && a.Start.Before(b.End) {
+			names = append(names, fmt.Sprintf("%s at %.1fs", a.Job, a.Start.Sub(res.Start).Seconds()))
+		}
+	}
+	if len(names) == 0 {
+		return fmt.Sprintf("nothing started on GPU%d from then to its end", b.GPUIndex)
+	}
+	return fmt.Sprintf("started on GPU%d from then to its end: %s", b.GPUIndex, strings.Join(names, ", "))
 }
