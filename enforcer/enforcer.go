@@ -251,12 +251,14 @@ func (e *Enforcer) PrepareGPU(ctx context.Context, uuid string) error {
 	}
 	e.healthMu.Lock()
 	defer e.healthMu.Unlock()
-	// A daemon this enforcer started that no longer answers is the health pass's to judge: with
-	// clients running it must not be replaced under them.
+	// A daemon this enforcer started is the health pass's to judge: with clients running a dead
+	// one must not be replaced under them. Answering, or restarted for want of clients, it is
+	// ready with its limit set, so Ensure would only ask it again (and report it "started").
 	if slices.Contains(e.mps.Running(), uuid) {
 		if err := e.checkDaemon(ctx, uuid); err != nil {
 			return fmt.Errorf("enforcer: prepare GPU %s: %w", uuid, err)
 		}
+		return nil
 	}
 	pid, adopted, err := e.mps.Ensure(ctx, uuid, st.BudgetBytes)
 	if err != nil {

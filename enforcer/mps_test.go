@@ -197,6 +197,30 @@ func TestPrepareDoesNotReplaceADeadDaemonUnderClients(t *testing.T) {
 	}
 }
 
+// A Reserve on an mps GPU whose daemon runs asks it once whether it answers (its limit, already
+// set to the budget, is not sent again), and reports no "started" event for it; it asked twice.
+func TestPrepareARunningDaemonAsksItOnce(t *testing.T) {
+	r := newRig(t, policy.ModeMPS, nil)
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	ch, unsub := r.enf.Subscribe()
+	defer unsub()
+	before := strings.Count(r.commands(), "\n")
+	if err := r.enf.PrepareGPU(t.Context(), r.uuid); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSpace(r.commands()), "\n")[before:]
+	if len(got) != 1 || !strings.HasPrefix(got[0], "get_server_list") {
+		t.Fatalf("control commands of the second PrepareGPU: %q, want one get_server_list", got)
+	}
+	select {
+	case ev := <-ch:
+		t.Fatalf("event %+v for a daemon that was already running", ev)
+	default:
+	}
+}
+
 func TestMPSMissingBinary(t *testing.T) {
 	r := newRig(t, policy.ModeMPS, func(c *Config) { c.MPS.ControlBinary = "/nonexistent/nvidia-cuda-mps-control" })
 	err := r.enf.PrepareGPU(t.Context(), r.uuid)
