@@ -100,7 +100,7 @@ class Job:
             torch.backends.cudnn.benchmark = False
             # Strict, not warn_only: under warn_only the attention backward (cuDNN's, and flash's
             # without cuDNN) keeps its non-deterministic kernel and only warns, so two runs of a
-            # busy-profile fine-tune alone disagreed by up to 8% and the benchmark failed packed
+            # busy-profile fine-tune alone disagreed by up to 10% and the benchmark failed packed
             # jobs for it. Strict selects deterministic kernels: on the H200 the same peak
             # memory, work phases within 4% of the earlier runs (docs/bench/results.md,
             # "Deterministic workloads"). An op with no such kernel fails the job and names
