@@ -32,6 +32,9 @@ type ArmRun struct {
 	// Error is set when the arm did not run to the end (runner error, deadline): its score
 	// still counts what finished, and the report shows the error.
 	Error string `json:"error,omitempty"`
+	// Budgets is each GPU's budget (by UUID), which the memory bound measures guarantees
+	// against; runs recorded before it existed fall back to the attempts' borrowing limits.
+	Budgets map[string]size.Bytes `json:"budgets,omitempty"`
 }
 
 // JobScore is one job's verdict in one arm.
@@ -50,6 +53,9 @@ type JobScore struct {
 	// (where a job has the GPU to itself, so the GPU's figures are the job's).
 	Wall time.Duration `json:"wall_ns,omitempty"`
 	SM   *SMUse        `json:"sm,omitempty"`
+	// Share is its final attempt's guarantee over its GPU's budget (0: uncapped, a whole GPU,
+	// or no budget known); above one half, no other such job can hold its guarantee beside it.
+	Share float64 `json:"guarantee_share,omitempty"`
 }
 
 // Loss is the work an arm lost to failed attempts. Caps exist to keep it at zero for every job
@@ -104,7 +110,11 @@ type Score struct {
 	Workload WorkloadProfile `json:"workload,omitempty"`
 	// SM is the arm's use of the SMs over its makespan and its distance to the SM bound; nil
 	// when no GPM was read.
-	SM     *SMScore   `json:"sm,omitempty"`
+	SM *SMScore `json:"sm,omitempty"`
+	// GPUs is how many GPUs its attempts ran on; Mem its memory bound (SetMemBounds), nil when
+	// no guarantee exceeded half a GPU's budget.
+	GPUs   int        `json:"gpus,omitempty"`
+	Mem    *MemBound  `json:"memory_bound,omitempty"`
 	Error  string     `json:"error,omitempty"`
 	PerJob []JobScore `json:"per_job"`
 }
@@ -178,9 +188,9 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 		default:
 			fin := as[len(as)-1]
 			js.FinalExit, js.Final = fin.ExitCode, fin.Outcome
-			if run.Arm == record.ArmExclusive && len(run.GPM) > 0 {
+			if run.Arm == record.ArmExclusive {
 				js.Wall = fin.End.Sub(fin.Start)
-				if u := SMUseOf(run.GPM, fin.Start, fin.End); u.Coverage > 0 {
+				if u := SMUseOf(run.GPM, fin.Start, fin.End); len(run.GPM) > 0 && u.Coverage > 0 {
 					js.SM = &u
 				}
 			}
@@ -195,6 +205,8 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 		}
 		s.PerJob = append(s.PerJob, js)
 	}
+	bigJobs(run, s.PerJob)
+	s.GPUs = gpusOf(run)
 	s.Loss = lossOf(run, s.PerJob)
 	if s.LeakerAction == "" && hasLeaker(run.Jobs) && len(run.Attempts) > 0 {
 		s.LeakerAction = "never capped"
@@ -245,6 +257,7 @@ func SetRatios(scores []Score) {
 		}
 	}
 	SetBounds(scores)
+	SetMemBounds(scores)
 }
 
 // cutShort is true when some job of the run never started.

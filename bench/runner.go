@@ -118,6 +118,12 @@ func FromRunner(res *record.Result) ArmRun {
 		return run
 	}
 	run.BusyFraction = res.BusyFraction
+	for _, g := range res.GPUs {
+		if run.Budgets == nil {
+			run.Budgets = map[string]size.Bytes{}
+		}
+		run.Budgets[g.UUID] = g.BudgetBytes
+	}
 	for _, a := range res.Attempts {
 		a.Samples = nil
 		run.Attempts = append(run.Attempts, a)

@@ -209,6 +209,7 @@ func renderSM(scores []Score) string {
 				s.JobsPerGPUHour/r.JobsPerGPUHour, Judge(s.JobsPerGPUHour, r.JobsPerGPUHour, noiseOf(noise, s)), fmtNoise(noiseOf(noise, s))))
 		}
 	}
+	lines = append(lines, memLines(scores)...)
 	for _, l := range lines {
 		fmt.Fprintf(&b, "\n- %s", l)
 	}

@@ -44,11 +44,44 @@ func LoadResults(dir string) (Summary, error) {
 		if lacksLoss(s) {
 			sum.Scores[i].Loss = lossOf(r, sum.Scores[i].PerJob)
 		}
+		if lacksGPUs(s) {
+			fillJobs(&sum.Scores[i], r)
+		}
+	}
+	// Bounds of a summary written before the memory bound: its ratios stand as they were
+	// scored, with the reference run of an earlier call (--ref) among the baselines.
+	pool := slices.Clone(sum.Scores)
+	if sum.Ref != nil {
+		pool = append(pool, *sum.Ref)
+	}
+	SetMemBounds(pool)
+	for i := range sum.Scores {
+		sum.Scores[i].Mem = pool[i].Mem
 	}
 	return sum, nil
 }
 
-func lacksRecords(s Score) bool { return lacksUse(s) || lacksLoss(s) }
+func lacksRecords(s Score) bool { return lacksUse(s) || lacksLoss(s) || lacksGPUs(s) }
+
+// lacksGPUs: an arm that ran, scored before the memory bound's inputs were kept.
+func lacksGPUs(s Score) bool { return s.Makespan > 0 && s.GPUs == 0 }
+
+// fillJobs gives a score written before the memory bound what it needs from its run: the
+// jobs' guarantee shares, the GPUs used, and the exclusive arms' job times, which were kept only
+// with GPM figures.
+func fillJobs(s *Score, r ArmRun) {
+	bigJobs(r, s.PerJob)
+	s.GPUs = gpusOf(r)
+	if s.Arm != record.ArmExclusive {
+		return
+	}
+	final := finalAttempts(r)
+	for i, j := range s.PerJob {
+		if a, ok := final[j.Job]; ok && j.Wall == 0 {
+			s.PerJob[i].Wall = a.End.Sub(a.Start)
+		}
+	}
+}
 
 // lacksUse: an arm that ran but whose score has no TimeUse (every run with attempts has jobs
 // running some of the time).
