@@ -79,19 +79,21 @@ var simShapes = map[string]simShape{
 	Leaker: {peak: "1GiB", startup: 8200 * time.Millisecond, ramp: rise, hold: 10300 * time.Millisecond, leakFraction: LeakerFraction, leakPerSec: "18.4GiB", resultKind: KindExact, resultCount: 2, load: startupLeakerLoad},
 }
 
-// busySimShapes are the busy profile's jobs: the same start-ups, a work phase long and heavy
-// enough that each job alone keeps the SMs active about 60% of its run, in at most 40 s on a
-// 140 GiB GPU (TestBusyProfileSizes checks both). The peaks are estimates for the larger batches
-// of BusySizes, to be replaced by the calibration's measured ones.
+// busySimShapes are the busy profile's jobs as the H200 ran them alone (busy seed 1's exclusive
+// arm, 2026-12-03 17:34 UTC, docs/bench/results.md: NVML peaks; start-up and hold as simShapes
+// derive them; the load from GPM, the job's SM-active seconds over its ramp and hold). Their
+// estimates before peaked at 14-58 GiB where the H200 measured 12-94 GiB, so the simulated busy
+// queue packed where the real one ran one job at a time. generate-1.7b is decode-bound and the
+// leaker computes only in its small phase, which ends 20 s after its start as leaker.py's does.
 var busySimShapes = map[string]simShape{
-	LoRA06B:   {peak: "40GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 21 * time.Second, resultKind: KindLosses, resultCount: 48, load: gpu.SimLoad{SMUtil: 93, SMOccupancy: 45}},
-	LoRA17B:   {peak: "52GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 22 * time.Second, resultKind: KindLosses, resultCount: 32, load: gpu.SimLoad{SMUtil: 94, SMOccupancy: 45}},
-	FullFT06B: {peak: "58GiB", startup: 10500 * time.Millisecond, ramp: rise, hold: 19 * time.Second, resultKind: KindLosses, resultCount: 36, load: gpu.SimLoad{SMUtil: 91, SMOccupancy: 40}},
-	Eval17B:   {peak: "31GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 23 * time.Second, resultKind: KindExact, resultCount: 96, load: gpu.SimLoad{SMUtil: 95, SMOccupancy: 50}},
-	Embed06B:  {peak: "14GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 22 * time.Second, resultKind: KindExact, resultCount: 64, load: gpu.SimLoad{SMUtil: 94, SMOccupancy: 50}},
-	Gen17B:    {peak: "22GiB", startup: 12500 * time.Millisecond, ramp: rise, hold: 20 * time.Second, resultKind: KindExact, resultCount: 32, load: gpu.SimLoad{SMUtil: 95, SMOccupancy: 35}},
-	ResNet50:  {peak: "21GiB", startup: 7500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, resultKind: KindLosses, resultCount: 200, load: gpu.SimLoad{SMUtil: 86, SMOccupancy: 40}},
-	Leaker:    {peak: "3GiB", startup: 6500 * time.Millisecond, ramp: rise, hold: 16 * time.Second, leakFraction: LeakerFraction, leakPerSec: "20GiB", resultKind: KindExact, resultCount: 2, load: gpu.SimLoad{SMUtil: 76, SMOccupancy: 30}},
+	LoRA06B:   {peak: "69.3GiB", startup: 11900 * time.Millisecond, ramp: rise, hold: 26300 * time.Millisecond, resultKind: KindLosses, resultCount: 48, load: gpu.SimLoad{SMUtil: 85, SMOccupancy: 55}},
+	LoRA17B:   {peak: "86.6GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 25300 * time.Millisecond, resultKind: KindLosses, resultCount: 32, load: gpu.SimLoad{SMUtil: 87, SMOccupancy: 50}},
+	FullFT06B: {peak: "93.9GiB", startup: 12000 * time.Millisecond, ramp: rise, hold: 24900 * time.Millisecond, resultKind: KindLosses, resultCount: 36, load: gpu.SimLoad{SMUtil: 83, SMOccupancy: 55}},
+	Eval17B:   {peak: "29.8GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 24300 * time.Millisecond, resultKind: KindExact, resultCount: 96, load: gpu.SimLoad{SMUtil: 85, SMOccupancy: 48}},
+	Embed06B:  {peak: "11.6GiB", startup: 11500 * time.Millisecond, ramp: rise, hold: 27700 * time.Millisecond, resultKind: KindExact, resultCount: 64, load: gpu.SimLoad{SMUtil: 86, SMOccupancy: 58}},
+	Gen17B:    {peak: "62GiB", startup: 10600 * time.Millisecond, ramp: rise, hold: 11200 * time.Millisecond, resultKind: KindExact, resultCount: 32, load: gpu.SimLoad{SMUtil: 28, SMOccupancy: 15}},
+	ResNet50:  {peak: "14GiB", startup: 8100 * time.Millisecond, ramp: rise, hold: 22500 * time.Millisecond, resultKind: KindLosses, resultCount: 200, load: gpu.SimLoad{SMUtil: 82, SMOccupancy: 47}},
+	Leaker:    {peak: "3.7GiB", startup: 8600 * time.Millisecond, ramp: rise, hold: 9900 * time.Millisecond, leakFraction: LeakerFraction, leakPerSec: "18.4GiB", resultKind: KindExact, resultCount: 2, load: gpu.SimLoad{SMUtil: 48, SMOccupancy: 7}},
 }
 
 // shapesOf is the simulated shapes of a workload profile.
