@@ -14,7 +14,7 @@ import (
 // admitted onto memory that came free during its wait). So admissions on the GPU pause from the
 // first wait until the borrower is served, that is, until for HoldRule.Quiet no allocation
 // waited and what borrowers hold did not grow, and never longer than HoldRule.Bound unless a job
-// on the GPU ends while the borrower still waits, which begins a new hold (BorrowSeen.Freed): a
+// on the GPU ends while the borrower waits or has not been quiet since, which begins a new hold (BorrowSeen.Freed): a
 // borrower that will never fit does not freeze the queue, at most one hold per neighbour that
 // ends; its own allocation fails inside it when the fence's wait ends and it climbs the ladder
 // (Next). The ledger calls HoldRule.Hold and carries
@@ -65,7 +65,8 @@ func (r HoldRule) String() string {
 type BorrowSeen struct {
 	Borrowed size.Bytes
 	Waiting  bool
-	// Freed: a guarantee on the GPU ended at this look (a job on it ended), so memory comes free.
+	// Freed: a guarantee on the GPU ended at this look (a job on it ended), so memory comes free;
+	// with a borrower waiting or busy since its wait, that begins a new hold.
 	Freed bool
 }
 
@@ -108,8 +109,10 @@ func (r HoldRule) Hold(h BorrowHold, seen BorrowSeen, now time.Time) (BorrowHold
 	case seen.Waiting && h.Waits.IsZero():
 		h.Waits = now
 	}
-	if seen.Waiting && seen.Freed {
-		// Memory comes free while a borrower waits: it goes to the borrower first, also when
+	if seen.Freed && (seen.Waiting || (h.Held() || h.Spent) && !quiet) {
+		// Memory comes free while a borrower waits, or has not been quiet since it waited (a
+		// hold on or spent: the look that saw it wait may be a moment old, and its growth into
+		// the last freed memory may have just ended): it goes to the borrower first, also when
 		// an earlier hold ran to its bound. Without this, a borrower served only by jobs ending
 		// (on the H200's busy queue the leaker waited from 20 s while its neighbours' guarantees
 		// covered the GPU) was passed over at every end after its first 30 s: the next job's

@@ -94,6 +94,16 @@ func TestHoldRenewsWhenAJobEndsDuringTheWait(t *testing.T) {
 				BorrowSeen{Borrowed: 20 * G}, BorrowSeen{Borrowed: 40 * G}, BorrowSeen{Borrowed: 40 * G},
 				BorrowSeen{Borrowed: 40 * G}, BorrowSeen{Borrowed: 40 * G}),
 			append(falses(61), false, false, false, false, true, true)},
+		{"spent hold, the borrower growing, not waiting, when a job ends: held while it grows",
+			append(waits(61, G), BorrowSeen{Borrowed: 2 * G}, // served a little: it grows, the hold spent
+				BorrowSeen{Borrowed: 3 * G, Freed: true}, // a job ends as it grows
+				BorrowSeen{Borrowed: 30 * G}, BorrowSeen{Borrowed: 30 * G}, BorrowSeen{Borrowed: 30 * G},
+				BorrowSeen{Borrowed: 30 * G}),
+			append(falses(61), true, false, false, false, true, true)},
+		{"spent hold, the borrower quiet for a second, when a job ends: no new hold",
+			append(waits(61, G), BorrowSeen{Borrowed: 2 * G}, BorrowSeen{Borrowed: 2 * G}, BorrowSeen{Borrowed: 2 * G},
+				BorrowSeen{Borrowed: 2 * G}, BorrowSeen{Borrowed: 2 * G, Freed: true}),
+			append(falses(61), true, true, true, true, true)},
 		{"a job ends while nobody waits: no hold",
 			[]BorrowSeen{{Borrowed: 5 * G, Freed: true}, {Borrowed: 6 * G}},
 			[]bool{true, true}},
