@@ -65,15 +65,26 @@ func TestHold(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var h BorrowHold
-			for _, l := range tc.looks {
-				var admit bool
-				h, admit = tc.rule.Hold(h, BorrowSeen{Borrowed: l.borrowed, Waiting: l.waiting}, t0.Add(time.Duration(l.ms)*time.Millisecond))
-				if admit != l.admit {
-					t.Fatalf("at %d ms (borrowed %s, waiting %v): admit %v, want %v (hold %+v)", l.ms, l.borrowed, l.waiting, admit, l.admit, h)
-				}
-			}
+			replay(t, tc.rule, len(tc.looks), func(i int) (BorrowSeen, time.Time, bool) {
+				l := tc.looks[i]
+				return BorrowSeen{Borrowed: l.borrowed, Waiting: l.waiting}, t0.Add(time.Duration(l.ms) * time.Millisecond), l.admit
+			})
 		})
+	}
+}
+
+// replay gives rule n looks, look(i) saying what the i-th sees, when, and whether it must
+// admit, and fails at the first answer that is not the one wanted.
+func replay(t *testing.T, rule HoldRule, n int, look func(i int) (BorrowSeen, time.Time, bool)) {
+	t.Helper()
+	var h BorrowHold
+	for i := range n {
+		seen, at, want := look(i)
+		var admit bool
+		h, admit = rule.Hold(h, seen, at)
+		if admit != want {
+			t.Fatalf("look %d at %s (%+v): admit %v, want %v (hold %+v)", i, at.Format("15:04:05.000"), seen, admit, want, h)
+		}
 	}
 }
 
@@ -114,14 +125,9 @@ func TestHoldRenewsWhenAJobEndsDuringTheWait(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 18, 0, 0, 0, time.UTC)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var h BorrowHold
-			for i, seen := range tc.looks {
-				var admit bool
-				h, admit = rule.Hold(h, seen, t0.Add(time.Duration(i)*500*time.Millisecond))
-				if admit != tc.admit[i] {
-					t.Fatalf("look %d (%+v): admit %v, want %v (hold %+v)", i, seen, admit, tc.admit[i], h)
-				}
-			}
+			replay(t, rule, len(tc.looks), func(i int) (BorrowSeen, time.Time, bool) {
+				return tc.looks[i], t0.Add(time.Duration(i) * 500 * time.Millisecond), tc.admit[i]
+			})
 		})
 	}
 	if _, admit := NoHold.Hold(BorrowHold{}, BorrowSeen{Borrowed: G, Freed: true}, t0); !admit {
