@@ -45,16 +45,24 @@ func budgetOf(run ArmRun) map[string]size.Bytes {
 	return b
 }
 
-// bigJobs fills each job's guarantee share: its final attempt's guarantee over its GPU's budget.
+// shareOf is an attempt's guarantee over its GPU's budget: 0 uncapped, with the whole GPU, or
+// where no budget is known.
+func shareOf(a record.Attempt, budgets map[string]size.Bytes) float64 {
+	if a.WholeGPU || capOf(a) == 0 || budgets[a.GPU] == 0 {
+		return 0
+	}
+	return float64(capOf(a)) / float64(budgets[a.GPU])
+}
+
+// bigJobs fills each job's guarantee share from its final attempt, for a score written before
+// ScoreRun kept it.
 func bigJobs(run ArmRun, jobs []JobScore) {
 	budgets := budgetOf(run)
 	final := finalAttempts(run)
 	for i := range jobs {
-		a, ok := final[jobs[i].Job]
-		if !ok || a.WholeGPU || capOf(a) == 0 || budgets[a.GPU] == 0 {
-			continue
+		if a, ok := final[jobs[i].Job]; ok {
+			jobs[i].Share = shareOf(a, budgets)
 		}
-		jobs[i].Share = float64(capOf(a)) / float64(budgets[a.GPU])
 	}
 }
 

@@ -148,6 +148,7 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 		byJob[a.Job] = append(byJob[a.Job], a)
 	}
 	s.Makespan = record.Makespan(run.Attempts)
+	budgets := budgetOf(run)
 	for _, j := range run.Jobs {
 		as := byJob[j.Name]
 		sort.SliceStable(as, func(a, b int) bool { return as[a].Start.Before(as[b].Start) })
@@ -188,9 +189,10 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 		default:
 			fin := as[len(as)-1]
 			js.FinalExit, js.Final = fin.ExitCode, fin.Outcome
+			js.Share = shareOf(fin, budgets)
 			if run.Arm == record.ArmExclusive {
 				js.Wall = fin.End.Sub(fin.Start)
-				if u := SMUseOf(run.GPM, fin.Start, fin.End); len(run.GPM) > 0 && u.Coverage > 0 {
+				if u := SMUseOf(run.GPM, fin.Start, fin.End); u.Coverage > 0 {
 					js.SM = &u
 				}
 			}
@@ -205,7 +207,6 @@ func ScoreRun(run ArmRun, verdict Verdict) Score {
 		}
 		s.PerJob = append(s.PerJob, js)
 	}
-	bigJobs(run, s.PerJob)
 	s.GPUs = gpusOf(run)
 	s.Loss = lossOf(run, s.PerJob)
 	if s.LeakerAction == "" && hasLeaker(run.Jobs) && len(run.Attempts) > 0 {

@@ -118,11 +118,11 @@ func FromRunner(res *record.Result) ArmRun {
 		return run
 	}
 	run.BusyFraction = res.BusyFraction
-	for _, g := range res.GPUs {
-		if run.Budgets == nil {
-			run.Budgets = map[string]size.Bytes{}
+	if len(res.GPUs) > 0 {
+		run.Budgets = map[string]size.Bytes{}
+		for _, g := range res.GPUs {
+			run.Budgets[g.UUID] = g.BudgetBytes
 		}
-		run.Budgets[g.UUID] = g.BudgetBytes
 	}
 	for _, a := range res.Attempts {
 		a.Samples = nil

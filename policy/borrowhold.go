@@ -14,12 +14,12 @@ import (
 // admitted onto memory that came free during its wait). So admissions on the GPU pause from the
 // first wait until the borrower is served, that is, until for HoldRule.Quiet no allocation
 // waited and what borrowers hold did not grow, and never longer than HoldRule.Bound unless a job
-// on the GPU ends while the borrower waits or has not been quiet since, which begins a new hold (BorrowSeen.Freed): a
-// borrower that will never fit does not freeze the queue, at most one hold per neighbour that
-// ends; its own allocation fails inside it when the fence's wait ends and it climbs the ladder
-// (Next). The ledger calls HoldRule.Hold and carries
-// each GPU's BorrowHold, so both front ends, which admit only through it, hold alike: the runner
-// reads the hold from the GPU's state, the plugin's fingerprint withholds the GPU's units.
+// on the GPU ends while the borrower waits or has not been quiet since, which begins a new hold
+// (BorrowSeen.Freed): a borrower that will never fit does not freeze the queue, at most one hold
+// per neighbour that ends; its own allocation fails inside it when the fence's wait ends and it
+// climbs the ladder (Next). The ledger calls HoldRule.Hold and carries each GPU's BorrowHold, so
+// both front ends, which admit only through it, hold alike: the runner reads the hold from the
+// GPU's state, the plugin's fingerprint withholds the GPU's units.
 
 // HoldRule is how long admissions on a GPU pause for a borrower that waited there.
 type HoldRule struct {
