@@ -50,12 +50,12 @@ func (p WorkloadProfile) orStartup() WorkloadProfile {
 // 55-65% active alone in about 40 s; the LoRA jobs reach 50-54% (their ~13.5 s of start-up cannot
 // be amortised within 40 s), generate-1.7b is decode-bound (14%).
 var BusySizes = map[string]map[string]string{
-	LoRA06B:   {"GPUFRAC_STEPS": "80", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
-	LoRA17B:   {"GPUFRAC_STEPS": "52", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
-	FullFT06B: {"GPUFRAC_STEPS": "64", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
+	LoRA06B:   {"GPUFRAC_STEPS": "110", "GPUFRAC_BATCH": "8", "GPUFRAC_SEQ": "1024"},
+	LoRA17B:   {"GPUFRAC_STEPS": "100", "GPUFRAC_BATCH": "8", "GPUFRAC_SEQ": "1024"},
+	FullFT06B: {"GPUFRAC_STEPS": "120", "GPUFRAC_BATCH": "8", "GPUFRAC_SEQ": "1024"},
 	Eval17B:   {"GPUFRAC_SEQS": "2048", "GPUFRAC_BATCH": "16", "GPUFRAC_SEQ": "1024"},
 	Embed06B:  {"GPUFRAC_SEQS": "10240", "GPUFRAC_BATCH": "128", "GPUFRAC_SEQ": "512"},
-	Gen17B:    {"GPUFRAC_SEQS": "1024", "GPUFRAC_SEQ": "128", "GPUFRAC_NEW": "96"},
+	Gen17B:    {"GPUFRAC_SEQS": "256", "GPUFRAC_SEQ": "128", "GPUFRAC_NEW": "128"},
 	ResNet50:  {"GPUFRAC_STEPS": "396", "GPUFRAC_BATCH": "256"},
 	// The leaker's small phase trains a wider MLP on a larger batch without pausing between
 	// steps, so it computes like its neighbours until it starts to leak.
