@@ -122,17 +122,18 @@ func TestRenderMemBound(t *testing.T) {
 	}
 }
 
-// A summary written before the memory bound gets it from runs.json: the jobs' guarantees and the
-// budget their borrowing limit shows, the exclusive job times the summary kept only with GPM.
-func TestLoadResultsFillsTheMemoryBound(t *testing.T) {
+// A summary written before the memory and time-slicing bounds gets them from runs.json: the
+// jobs' guarantees and the budget their borrowing limit shows, the exclusive job times the
+// summary kept only with GPM, and the busy fraction every summary kept.
+func TestLoadResultsFillsTheBounds(t *testing.T) {
 	jobs := []Entry{{Name: "a", Template: LoRA06B}, {Name: "b", Template: FullFT06B}}
 	ok := func(job string, start, end float64, capGiB int) record.Attempt {
 		return record.Attempt{Job: job, Number: 1, GPU: "g0", Start: sec(start), End: sec(end), Outcome: record.OutcomeOK,
 			Capped: capGiB > 0, CapBytes: size.Bytes(capGiB) * size.GiB, LimitBytes: size.Bytes(min(capGiB, 1)) * 100 * size.GiB}
 	}
-	excl := ArmRun{Label: "exclusive", Arm: record.ArmExclusive, Seed: 1, Jobs: jobs,
+	excl := ArmRun{Label: "exclusive", Arm: record.ArmExclusive, Seed: 1, Jobs: jobs, BusyFraction: 0.5,
 		Attempts: []record.Attempt{ok("a", 0, 10, 0), ok("b", 10, 30, 0)}}
-	packed := ArmRun{Label: "packed", Arm: record.ArmPacked, Seed: 1, Jobs: jobs,
+	packed := ArmRun{Label: "packed", Arm: record.ArmPacked, Seed: 1, Jobs: jobs, BusyFraction: 0.6,
 		Attempts: []record.Attempt{ok("a", 0, 11, 60), ok("b", 11, 32, 70)}}
 	scores := []Score{ScoreRun(excl, accept), ScoreRun(packed, accept)}
 	SetRatios(scores)
@@ -141,7 +142,7 @@ func TestLoadResultsFillsTheMemoryBound(t *testing.T) {
 	}
 	old := slices.Clone(scores)
 	for i := range old {
-		old[i].GPUs, old[i].Mem = 0, nil
+		old[i].GPUs, old[i].Mem, old[i].Busy = 0, nil, nil
 		old[i].PerJob = slices.Clone(old[i].PerJob)
 		for k := range old[i].PerJob {
 			old[i].PerJob[k].Share, old[i].PerJob[k].Wall = 0, 0
@@ -157,5 +158,9 @@ func TestLoadResultsFillsTheMemoryBound(t *testing.T) {
 	}
 	if m := sum.Scores[1].Mem; m == nil || m.Floor != 30*time.Second || !near(m.Bound, 1) || strings.Join(m.Big, ",") != "a,b" {
 		t.Fatalf("memory bound of the old summary %+v, want a and b above half, a floor of 30 s, bound 1", m)
+	}
+	// and the time-slicing bound, from the busy fraction every summary kept
+	if bb := sum.Scores[1].Busy; bb == nil || !near(bb.Bound, 2) || !bb.Binds {
+		t.Fatalf("time-slicing bound of the old summary %+v, want 2x, binding", bb)
 	}
 }

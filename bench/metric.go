@@ -113,8 +113,11 @@ type Score struct {
 	SM *SMScore `json:"sm,omitempty"`
 	// GPUs is how many GPUs its attempts ran on; Mem its memory bound (SetMemBounds), nil when
 	// no guarantee exceeded half a GPU's budget.
-	GPUs   int        `json:"gpus,omitempty"`
-	Mem    *MemBound  `json:"memory_bound,omitempty"`
+	GPUs int       `json:"gpus,omitempty"`
+	Mem  *MemBound `json:"memory_bound,omitempty"`
+	// Busy is its time-slicing bound (SetBusyBounds), nil without an exclusive run that sampled
+	// GPU utilization.
+	Busy   *BusyBound `json:"busy_bound,omitempty"`
 	Error  string     `json:"error,omitempty"`
 	PerJob []JobScore `json:"per_job"`
 }
@@ -239,7 +242,8 @@ func span(as []record.Attempt) (from, to time.Time, ok bool) {
 
 // SetRatios fills each score's Ratio against the exclusive baseline of its seed and workload
 // profile: the mean jobs-per-GPU-hour of those exclusive runs (two per seed in bench-seed;
-// averaging them halves the noise the second run measures), then the SM bound (SetBounds).
+// averaging them halves the noise the second run measures), then the SM, memory and
+// time-slicing bounds (SetBounds, SetMemBounds, SetBusyBounds).
 // Scores with no exclusive run of their seed and profile keep 0.
 func SetRatios(scores []Score) {
 	sum := map[baselineKey]float64{}
@@ -259,6 +263,7 @@ func SetRatios(scores []Score) {
 	}
 	SetBounds(scores)
 	SetMemBounds(scores)
+	SetBusyBounds(scores)
 }
 
 // cutShort is true when some job of the run never started.

@@ -79,20 +79,20 @@ var simShapes = map[string]simShape{
 	Leaker: {peak: "1GiB", startup: 8200 * time.Millisecond, ramp: rise, hold: 10300 * time.Millisecond, leakFraction: LeakerFraction, leakPerSec: "18.4GiB", resultKind: KindExact, resultCount: 2, load: startupLeakerLoad},
 }
 
-// busySimShapes are the busy profile's jobs as the H200 ran them alone (busy seed 1's exclusive
-// arm, 2026-12-03 17:34 UTC, docs/bench/results.md: NVML peaks; start-up and hold as simShapes
-// derive them; the load from GPM, the job's SM-active seconds over its ramp and hold). Their
-// estimates before peaked at 14-58 GiB where the H200 measured 12-94 GiB, so the simulated busy
-// queue packed where the real one ran one job at a time. generate-1.7b is decode-bound and the
-// leaker computes only in its small phase, which ends 20 s after its start as leaker.py's does.
+// busySimShapes are the busy profile's jobs as the H200 ran them alone at its sizes (busy seed 1's
+// exclusive arm, 2026-12-03 19:52 UTC, docs/bench-results/2026-12-03-seed1-busy-exclusive4: NVML
+// peaks; hold is the work phase the job timed itself, start-up the rest of its wall less the rise;
+// the load is its GPM SM-active seconds over rise and hold; the mean of its runs). generate-1.7b is
+// decode-bound and the leaker computes only in its small phase, which ends 20 s after its start
+// as leaker.py's does (its shape is from the run before, at the same leaker sizes).
 var busySimShapes = map[string]simShape{
-	LoRA06B:   {peak: "69.3GiB", startup: 11900 * time.Millisecond, ramp: rise, hold: 26300 * time.Millisecond, resultKind: KindLosses, resultCount: 48, load: gpu.SimLoad{SMUtil: 85, SMOccupancy: 55}},
-	LoRA17B:   {peak: "86.6GiB", startup: 14500 * time.Millisecond, ramp: rise, hold: 25300 * time.Millisecond, resultKind: KindLosses, resultCount: 32, load: gpu.SimLoad{SMUtil: 87, SMOccupancy: 50}},
-	FullFT06B: {peak: "93.9GiB", startup: 12000 * time.Millisecond, ramp: rise, hold: 24900 * time.Millisecond, resultKind: KindLosses, resultCount: 36, load: gpu.SimLoad{SMUtil: 83, SMOccupancy: 55}},
-	Eval17B:   {peak: "29.8GiB", startup: 13500 * time.Millisecond, ramp: rise, hold: 24300 * time.Millisecond, resultKind: KindExact, resultCount: 96, load: gpu.SimLoad{SMUtil: 85, SMOccupancy: 48}},
-	Embed06B:  {peak: "11.6GiB", startup: 11500 * time.Millisecond, ramp: rise, hold: 27700 * time.Millisecond, resultKind: KindExact, resultCount: 64, load: gpu.SimLoad{SMUtil: 86, SMOccupancy: 58}},
-	Gen17B:    {peak: "62GiB", startup: 10600 * time.Millisecond, ramp: rise, hold: 11200 * time.Millisecond, resultKind: KindExact, resultCount: 32, load: gpu.SimLoad{SMUtil: 28, SMOccupancy: 15}},
-	ResNet50:  {peak: "14GiB", startup: 8100 * time.Millisecond, ramp: rise, hold: 22500 * time.Millisecond, resultKind: KindLosses, resultCount: 200, load: gpu.SimLoad{SMUtil: 82, SMOccupancy: 47}},
+	LoRA06B:   {peak: "35.6GiB", startup: 11500 * time.Millisecond, ramp: rise, hold: 20400 * time.Millisecond, resultKind: KindLosses, resultCount: 48, load: gpu.SimLoad{SMUtil: 79, SMOccupancy: 47}},
+	LoRA17B:   {peak: "45.3GiB", startup: 10800 * time.Millisecond, ramp: rise, hold: 25600 * time.Millisecond, resultKind: KindLosses, resultCount: 32, load: gpu.SimLoad{SMUtil: 85, SMOccupancy: 47}},
+	FullFT06B: {peak: "49GiB", startup: 13100 * time.Millisecond, ramp: rise, hold: 26500 * time.Millisecond, resultKind: KindLosses, resultCount: 36, load: gpu.SimLoad{SMUtil: 81, SMOccupancy: 50}},
+	Eval17B:   {peak: "29.8GiB", startup: 11100 * time.Millisecond, ramp: rise, hold: 23800 * time.Millisecond, resultKind: KindExact, resultCount: 96, load: gpu.SimLoad{SMUtil: 88, SMOccupancy: 49}},
+	Embed06B:  {peak: "11.6GiB", startup: 9500 * time.Millisecond, ramp: rise, hold: 27500 * time.Millisecond, resultKind: KindExact, resultCount: 64, load: gpu.SimLoad{SMUtil: 90, SMOccupancy: 59}},
+	Gen17B:    {peak: "18.5GiB", startup: 11700 * time.Millisecond, ramp: rise, hold: 4400 * time.Millisecond, resultKind: KindExact, resultCount: 32, load: gpu.SimLoad{SMUtil: 22, SMOccupancy: 10}},
+	ResNet50:  {peak: "14GiB", startup: 6800 * time.Millisecond, ramp: rise, hold: 22300 * time.Millisecond, resultKind: KindLosses, resultCount: 200, load: gpu.SimLoad{SMUtil: 83, SMOccupancy: 48}},
 	Leaker:    {peak: "3.7GiB", startup: 8600 * time.Millisecond, ramp: rise, hold: 9900 * time.Millisecond, leakFraction: LeakerFraction, leakPerSec: "18.4GiB", resultKind: KindExact, resultCount: 2, load: gpu.SimLoad{SMUtil: 48, SMOccupancy: 7}},
 }
 

@@ -210,6 +210,7 @@ func renderSM(scores []Score) string {
 		}
 	}
 	lines = append(lines, memLines(scores)...)
+	lines = append(lines, busyLines(scores)...)
 	for _, l := range lines {
 		fmt.Fprintf(&b, "\n- %s", l)
 	}
@@ -303,6 +304,9 @@ func renderSMCombined(rows []string, seeds []uint64, cells map[string]map[uint64
 				if s.SM.OfBound > 0 {
 					p += fmt.Sprintf(", %s of %.2fx", fmtPct(s.SM.OfBound), s.SM.Bound)
 				}
+				if bb := s.Busy; bb != nil && bb.Binds && bb.OfBound > 0 && s.Arm != record.ArmExclusive {
+					p += fmt.Sprintf(" (time-slicing: %s of %.2fx)", fmtPct(bb.OfBound), bb.Bound)
+				}
 				parts = append(parts, p)
 			}
 			if len(parts) == 0 {
@@ -317,7 +321,7 @@ func renderSMCombined(rows []string, seeds []uint64, cells map[string]map[uint64
 	if b.Len() == 0 {
 		return ""
 	}
-	head := "\nThe SMs (GPM): each run's SM-active fraction, and its share of the SM bound (the exclusive runs' 1 / SM-active fraction):\n\n| arm |"
+	head := "\nThe SMs (GPM): each run's SM-active fraction, and its share of the SM bound (the exclusive runs' 1 / SM-active fraction); in brackets, a time-sliced arm's share of the time-slicing bound (the exclusive runs' 1 / GPU-busy fraction: without MPS one job's kernels run at a time):\n\n| arm |"
 	sep := "|---|"
 	for _, seed := range seeds {
 		head += fmt.Sprintf(" seed %d |", seed)

@@ -48,15 +48,17 @@ func LoadResults(dir string) (Summary, error) {
 			fillJobs(&sum.Scores[i], r)
 		}
 	}
-	// Bounds of a summary written before the memory bound: its ratios stand as they were
-	// scored, with the reference run of an earlier call (--ref) among the baselines.
+	// Bounds of a summary written before the memory and time-slicing bounds: its ratios stand
+	// as they were scored, with the reference run of an earlier call (--ref) among the baselines.
 	pool := slices.Clone(sum.Scores)
 	if sum.Ref != nil {
 		pool = append(pool, *sum.Ref)
 	}
 	SetMemBounds(pool)
+	SetBusyBounds(pool)
 	for i := range sum.Scores {
 		sum.Scores[i].Mem = pool[i].Mem
+		sum.Scores[i].Busy = pool[i].Busy
 	}
 	return sum, nil
 }
