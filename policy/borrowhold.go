@@ -117,9 +117,10 @@ func (r HoldRule) Hold(h BorrowHold, seen BorrowSeen, now time.Time) (BorrowHold
 		// (on the H200's busy queue the leaker waited from 20 s while its neighbours' guarantees
 		// covered the GPU) was passed over at every end after its first 30 s: the next job's
 		// guarantee was placed before it could grow into the freed memory, and it finished 7.1x
-		// slower than alone, idle memory in hand (docs/bench/results.md, busy seed 1). Each such
-		// hold needs a job to end, and none is admitted while it lasts, so a borrower that never
-		// fits renews it at most once per job running beside it, then fails at its fence wait.
+		// slower than alone, idle memory in hand (docs/bench/packing-2026-12-03.md, busy seed 1;
+		// with this rule, 3.4x: docs/bench/results.md). Each such hold needs a job to end, and
+		// none is admitted while it lasts, so a borrower that never fits renews it at most once
+		// per job running beside it, then fails at its fence wait.
 		h.Since, h.Spent, h.Busy = now, false, now
 		return h, false
 	}
