@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -333,8 +334,26 @@ func (s *Simulated) Processes(ctx context.Context, uuid string) ([]Process, erro
 	return out, nil
 }
 
-// Utilization implements Backend: 100 while any live process says it is computing, else 0.
+// Utilization implements Backend: 100 while any live process says it is computing, else 0; on
+// a GPU that time-slices (SimContention with KernelSM), the share of its time a kernel runs: the
+// busy processes' SM loads over KernelSM, at most 100, so that GPU busy and GPM stay in the
+// ratio the H200 showed.
 func (s *Simulated) Utilization(ctx context.Context, uuid string) (int, error) {
+	c, on, err := s.contention(uuid)
+	if err != nil {
+		return 0, err
+	}
+	if on && c.KernelSM > 0 {
+		loads, err := s.busyLoads(ctx, uuid)
+		if err != nil {
+			return 0, err
+		}
+		var sm float64
+		for _, l := range loads {
+			sm += l.SMUtil
+		}
+		return int(math.Round(min(100, sm/c.KernelSM))), nil
+	}
 	procs, err := s.live(ctx, uuid)
 	if err != nil {
 		return 0, err

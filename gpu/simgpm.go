@@ -290,7 +290,8 @@ func parseLoad(s string) (SimLoad, error) {
 	return l, l.check()
 }
 
-// simContentionFile, in a GPU's directory, turns SM contention on for that GPU: "<switch cost>".
+// simContentionFile, in a GPU's directory, turns SM contention on for that GPU:
+// "<switch cost> <kernel SM share>".
 const simContentionFile = "contention"
 
 // DefaultSimSwitchCost is the share of the SMs' time the simulated GPU loses for each busy
@@ -303,23 +304,39 @@ const DefaultSimSwitchCost = 0.02
 // zero would stall every job on it for ever.
 const minSimEfficiency = 0.25
 
+// DefaultSimKernelSM is the share of the SMs a process's running kernels keep active on the
+// H200: busy seed 1's exclusive arm (2026-12-03) kept the SMs 54.5% active (GPM) while a kernel
+// ran 60% of the time (NVML utilization).
+const DefaultSimKernelSM = 0.91
+
 // SimContention is how a simulated GPU shares its SMs among busy processes whose declared
-// demands (SimLoad.SMUtil) sum above 100%: it time-slices them, each process's work advances at
-// its share, 100% over the sum, and every context beyond the first costs SwitchCost of the
-// GPU's time. Without it (the default) every process works at full speed whatever the others do.
+// demands exceed what it can serve. Without it (the default) every process works at full speed
+// whatever the others do.
+//
+// With KernelSM set, the GPU time-slices, as a GPU without MPS does: it runs one process's
+// kernels at a time, so a process whose load is SMUtil needs a kernel running SMUtil/KernelSM of
+// its time, the processes' needs add up, and past 100% each works at its share of the GPU's
+// time; the SMs are never more than KernelSM active. With KernelSM 0 the SMs themselves are
+// shared (processes' SMUtil add up to 100%), as kernels of several processes running at once
+// would share them (MPS). Either way every busy context beyond the first costs SwitchCost of the
+// GPU's time while the demands exceed it.
 type SimContention struct {
 	SwitchCost float64
+	KernelSM   float64
 }
 
 func (c SimContention) check() error {
 	if !(c.SwitchCost >= 0 && c.SwitchCost < 1) {
 		return fmt.Errorf("SM contention switch cost %g: want a fraction from 0 to below 1", c.SwitchCost)
 	}
+	if !(c.KernelSM == 0 || (c.KernelSM > 0 && c.KernelSM <= 1)) {
+		return fmt.Errorf("SM contention kernel SM share %g: want 0 (the SMs are shared) or a fraction above 0, at most 1", c.KernelSM)
+	}
 	return nil
 }
 
 // share is what a GPU whose busy processes declared loads shows, and how fast each process's
-// work advances relative to alone (1 while the demands fit in the SMs).
+// work advances relative to alone (1 while the demands fit).
 func (c SimContention) share(loads map[int]SimLoad) (SimLoad, float64) {
 	var sum SimLoad
 	n := 0
@@ -330,14 +347,19 @@ func (c SimContention) share(loads map[int]SimLoad) (SimLoad, float64) {
 			n++
 		}
 	}
-	rate, eff := 1.0, 1.0
-	if sum.SMUtil > 100 {
-		eff = max(minSimEfficiency, 1-c.SwitchCost*float64(n-1))
-		rate = 100 / sum.SMUtil * eff
+	// ceiling is how active the SMs can be: fully when they are shared, KernelSM when one
+	// process's kernels run at a time; demand is the busy processes' need of it.
+	ceiling, demand := 1.0, sum.SMUtil
+	if c.KernelSM > 0 {
+		ceiling, demand = c.KernelSM, sum.SMUtil/c.KernelSM
 	}
-	// Processes sharing the SMs take turns (time-slicing) or split them (MPS): either way the
-	// SMs cannot be more than fully active, and the time lost to switching is not active.
-	sum.SMUtil, sum.SMOccupancy = min(sum.SMUtil, 100*eff), min(sum.SMOccupancy, 100*eff)
+	rate, eff := 1.0, 1.0
+	if demand > 100 {
+		eff = max(minSimEfficiency, 1-c.SwitchCost*float64(n-1))
+		rate = 100 / demand * eff
+	}
+	// The time lost to switching is not active.
+	sum.SMUtil, sum.SMOccupancy = min(sum.SMUtil, 100*ceiling*eff), min(sum.SMOccupancy, 100*ceiling*eff)
 	return sum, rate
 }
 
@@ -345,8 +367,28 @@ func (c SimContention) share(loads map[int]SimLoad) (SimLoad, float64) {
 // sharing Dir: the processes' work slows (WorkClock) and GPM shows the time lost to switching.
 func (s *Simulated) SetContention(uuid string, c *SimContention) error {
 	return setPinned(s, uuid, simContentionFile, c, SimContention.check, func(c SimContention) string {
-		return strconv.FormatFloat(c.SwitchCost, 'g', -1, 64) + "\n"
+		return strconv.FormatFloat(c.SwitchCost, 'g', -1, 64) + " " + strconv.FormatFloat(c.KernelSM, 'g', -1, 64) + "\n"
 	})
+}
+
+// parseContention reads a contention file: "<switch cost> <kernel SM share>", or the switch cost
+// alone (the SMs shared), as files written before time-slicing was modelled hold.
+func parseContention(s string) (SimContention, error) {
+	f := strings.Fields(s)
+	if len(f) == 0 || len(f) > 2 {
+		return SimContention{}, fmt.Errorf("want 1 or 2 fields, got %d", len(f))
+	}
+	var c SimContention
+	var err error
+	if c.SwitchCost, err = strconv.ParseFloat(f[0], 64); err != nil {
+		return SimContention{}, err
+	}
+	if len(f) == 2 {
+		if c.KernelSM, err = strconv.ParseFloat(f[1], 64); err != nil {
+			return SimContention{}, err
+		}
+	}
+	return c, nil
 }
 
 // contention is GPU uuid's contention setting, and whether it is on.
@@ -358,8 +400,7 @@ func (s *Simulated) contention(uuid string) (SimContention, bool, error) {
 	if err != nil {
 		return SimContention{}, false, fmt.Errorf("simulated GPU %s: %w", uuid, err)
 	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
-	c := SimContention{SwitchCost: v}
+	c, err := parseContention(string(data))
 	if err == nil {
 		err = c.check()
 	}

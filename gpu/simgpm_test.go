@@ -3,6 +3,7 @@ package gpu_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -202,7 +203,9 @@ func TestSimulatedGPMErrors(t *testing.T) {
 // off, each works at full speed whatever they want together (as before contention existed); on,
 // demands that fit the SMs still leave each at full speed, demands past them slow each to its
 // share less the switching cost, GPM shows the time lost to switching, and a process that stops
-// computing neither slows nor is slowed.
+// computing neither slows nor is slowed; time-sliced, the processes' needs of the GPU's time
+// (SM demand over the kernels' SM share) add up instead, the SMs are never more active than one
+// process's kernels keep them, and NVML's utilization is that need (else 100 while any computes).
 func TestSimulatedContention(t *testing.T) {
 	ctx := context.Background()
 	s, devs := testutil.NewSim(t, "H200=140GiB")
@@ -224,20 +227,38 @@ func TestSimulatedContention(t *testing.T) {
 		do                  func() error
 		selfRate, otherRate float64
 		util                float64
+		gpuBusy             int // NVML utilization
 	}{
-		{"off, one busy", busy(self, 60), 1, 1, 60},
-		{"off, past the SMs", busy(other, 90), 1, 1, 100},
+		{"off, one busy", busy(self, 60), 1, 1, 60, 100},
+		{"off, past the SMs", busy(other, 90), 1, 1, 100, 100},
 		{"on, past the SMs: each its share less one switch", func() error {
 			return s.SetContention(uuid, &gpu.SimContention{SwitchCost: 0.1})
-		}, 100.0 / 150 * 0.9, 100.0 / 150 * 0.9, 90},
-		{"on, within the SMs", busy(other, 40), 1, 1, 100},
+		}, 100.0 / 150 * 0.9, 100.0 / 150 * 0.9, 90, 100},
+		{"on, within the SMs", busy(other, 40), 1, 1, 100, 100},
 		{"on, the other stops computing", func() error {
 			return errors.Join(busy(other, 90)(), s.SetProcess(uuid, other, size.GiB, false))
-		}, 1, 1, 60},
+		}, 1, 1, 60, 100},
 		{"on, no switching cost", func() error {
 			return errors.Join(s.SetContention(uuid, &gpu.SimContention{}), busy(self, 100)(), busy(other, 100)())
-		}, 0.5, 0.5, 100},
-		{"off again", func() error { return s.SetContention(uuid, nil) }, 1, 1, 100},
+		}, 0.5, 0.5, 100, 100},
+		// Time-sliced: one process's kernels at a time, each keeping 90% of the SMs active.
+		{"time-sliced, past the GPU's time: each its share less one switch", func() error {
+			return errors.Join(s.SetContention(uuid, &gpu.SimContention{SwitchCost: 0.1, KernelSM: 0.9}), busy(self, 60)(), busy(other, 90)())
+		}, 100 / (150 / 0.9) * 0.9, 100 / (150 / 0.9) * 0.9, 90 * 0.9, 100},
+		{"time-sliced, within the GPU's time", func() error {
+			return errors.Join(busy(self, 36)(), busy(other, 54)())
+		}, 1, 1, 90, 100},
+		{"time-sliced, SM demands within the SMs but not within the GPU's time", func() error {
+			return errors.Join(busy(self, 40)(), busy(other, 54)())
+		}, 100 / (94 / 0.9) * 0.9, 100 / (94 / 0.9) * 0.9, 90 * 0.9, 100},
+		{"time-sliced, one computing: the GPU busy half its time", func() error {
+			return errors.Join(busy(self, 45)(), s.SetProcess(uuid, other, size.GiB, false))
+		}, 1, 1, 45, 50},
+		// A setting written before time-slicing was modelled: the switch cost alone.
+		{"an old setting: the SMs shared", func() error {
+			return errors.Join(os.WriteFile(filepath.Join(s.Dir(), uuid, "contention"), []byte("0.1\n"), 0o644), busy(other, 54)())
+		}, 1, 1, 99, 100},
+		{"off again", func() error { return s.SetContention(uuid, nil) }, 1, 1, 99, 100},
 	}
 	for _, st := range steps {
 		if err := st.do(); err != nil {
@@ -256,6 +277,9 @@ func TestSimulatedContention(t *testing.T) {
 		if err != nil || math.Abs(r.SMUtil-st.util) > 1e-9 {
 			t.Errorf("%s: GPM SM util %g%%, %v; want %g%%", st.name, r.SMUtil, err, st.util)
 		}
+		if u, err := s.Utilization(ctx, uuid); err != nil || u != st.gpuBusy {
+			t.Errorf("%s: Utilization %d%%, %v; want %d%%", st.name, u, err, st.gpuBusy)
+		}
 	}
 }
 
@@ -268,6 +292,12 @@ func TestSimContentionErrors(t *testing.T) {
 		err := s.SetContention(uuid, &gpu.SimContention{SwitchCost: c})
 		if err == nil || !strings.Contains(err.Error(), "switch cost") {
 			t.Errorf("SetContention(%g) = %v, want an error naming the switch cost", c, err)
+		}
+	}
+	for _, k := range []float64{-0.5, 1.5, math.NaN()} {
+		err := s.SetContention(uuid, &gpu.SimContention{KernelSM: k})
+		if err == nil || !strings.Contains(err.Error(), "kernel SM share") || !strings.Contains(err.Error(), fmt.Sprint(k)) {
+			t.Errorf("SetContention(kernel SM %g) = %v, want an error naming the share", k, err)
 		}
 	}
 	if err := s.SetContention("GPU-nope", &gpu.SimContention{}); !errors.Is(err, gpu.ErrUnknownDevice) {

@@ -125,6 +125,7 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	simDir := fs.String("sim-dir", "", "simulated backend state directory (default: OUT/.../sim)")
 	simScale := fs.Float64("sim-scale", 0.1, "duration scale of simulated jobs")
 	simContention := fs.Float64("sim-contention", -1, fmt.Sprintf("simulated backend: SM contention, with this switching cost per extra busy context (%g is the documented assumption); negative: none, every job works at full speed", gpu.DefaultSimSwitchCost))
+	simKernelSM := fs.Float64("sim-kernel-sm", gpu.DefaultSimKernelSM, "simulated backend, with --sim-contention: the share of the SMs one job's kernels keep active; the GPU time-slices, running one job's kernels at a time (the H200 without MPS); 0: jobs share the SMs themselves, as their kernels running at once would (MPS)")
 	probeWindow := fs.Duration("probe-window", 0, "make cold probes windows of this length (0: whole-run probes)")
 	probeCap := fs.String("probe-cap", "", "protective cap of every template's in-place probe, e.g. 35GiB (default: half the GPU's budget)")
 	borrow := fs.String("borrow", node.BorrowAuto, "borrowing of the packed arms: auto, wait, now, lend or off (gpufrac run --borrow); an arm may name its own (packed-isolated-warm-lend)")
@@ -249,7 +250,7 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 		return 1
 	}
 	if *simContention >= 0 {
-		if err := setContention(b, devs, *simContention); err != nil {
+		if err := setContention(b, devs, gpu.SimContention{SwitchCost: *simContention, KernelSM: *simKernelSM}); err != nil {
 			fmt.Fprintf(stderr, "gpufrac-bench: --sim-contention %g: %v\n", *simContention, err)
 			return 2
 		}
@@ -420,15 +421,15 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// setContention turns SM contention on for every simulated GPU: jobs whose SM demands sum past
-// a GPU's SMs slow down (gpu.SimContention). A real GPU contends by itself.
-func setContention(b gpu.Backend, devs []gpu.Device, cost float64) error {
+// setContention turns SM contention on for every simulated GPU: jobs whose demands sum past
+// what a GPU can serve slow down (gpu.SimContention). A real GPU contends by itself.
+func setContention(b gpu.Backend, devs []gpu.Device, c gpu.SimContention) error {
 	sim, ok := b.(*gpu.Simulated)
 	if !ok {
 		return fmt.Errorf("the %s backend's GPUs contend for real: --sim-contention is for the simulated backend", b.Kind())
 	}
 	for _, d := range devs {
-		if err := sim.SetContention(d.UUID, &gpu.SimContention{SwitchCost: cost}); err != nil {
+		if err := sim.SetContention(d.UUID, &c); err != nil {
 			return err
 		}
 	}
