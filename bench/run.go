@@ -220,6 +220,8 @@ type Config struct {
 	// Profiles are measured footprints a warm arm starts from when no cold arm of its mode ran
 	// before it in this invocation (profiles measured by an earlier probe of each template).
 	Profiles []ledger.Profile
+	// BeforeArm, when set, runs before each arm starts; an error skips the arm (noted).
+	BeforeArm func(ArmSpec) error
 	// Summary fields recorded as given.
 	Command, Machine, GPU, Driver, Backend string
 	Logger                                 hclog.Logger
@@ -273,6 +275,13 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 			log.Warn("deadline passed: skipping arm", "arm", spec.Label)
 			sum.Skipped = append(sum.Skipped, spec.Label)
 			continue
+		}
+		if c.BeforeArm != nil {
+			if err := c.BeforeArm(spec); err != nil {
+				sum.Notes = append(sum.Notes, fmt.Sprintf("%s skipped: %v", spec.Label, err))
+				sum.Skipped = append(sum.Skipped, spec.Label)
+				continue
+			}
 		}
 		armDir := filepath.Join(c.OutDir, spec.Label)
 		resDir := filepath.Join(armDir, "results")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -187,6 +188,36 @@ func TestRunDeadlineSkipsArms(t *testing.T) {
 	}
 	if _, _, err := Run(context.Background(), Config{Arms: arms}); err == nil {
 		t.Fatal("a config without runner and workloads should fail")
+	}
+}
+
+// BeforeArm sees every arm before it starts, in order, and an arm it refuses is skipped and
+// noted while the others run.
+func TestRunBeforeArm(t *testing.T) {
+	arms := mustArms(t, "exclusive,packed-mps,packed-isolated", "mps")
+	fake := &fakeArms{states: map[string]string{}}
+	var seen []string
+	sum, runs, err := Run(context.Background(), Config{Seed: 3, Arms: arms, Runner: fake, OutDir: t.TempDir(),
+		Workloads: PythonWorkloads{Dir: "/w"}, BeforeArm: func(spec ArmSpec) error {
+			seen = append(seen, spec.Label+"/"+spec.Mode)
+			if spec.Mode == "mps" {
+				return errors.New("no contention model for mps")
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"exclusive/", "packed-mps/mps", "packed-isolated/isolated"}; !reflect.DeepEqual(seen, want) {
+		t.Errorf("BeforeArm saw %q, want %q", seen, want)
+	}
+	var ran []string
+	for _, r := range runs {
+		ran = append(ran, r.Label)
+	}
+	if !reflect.DeepEqual(ran, []string{"exclusive", "packed-isolated"}) || !reflect.DeepEqual(sum.Skipped, []string{"packed-mps"}) ||
+		!slices.ContainsFunc(sum.Notes, func(n string) bool { return strings.Contains(n, "packed-mps skipped: no contention model for mps") }) {
+		t.Fatalf("ran %q, skipped %q, notes %q", ran, sum.Skipped, sum.Notes)
 	}
 }
 

@@ -279,6 +279,11 @@ func cmdRun(args []string, stdout, stderr io.Writer, calibrate bool) int {
 	if *deadline > 0 {
 		cfg.Deadline = start.Add(*deadline)
 	}
+	if *simContention >= 0 {
+		cfg.BeforeArm = func(spec bench.ArmSpec) error {
+			return setContention(b, devs, armContention(spec, *simContention, *simKernelSM))
+		}
+	}
 	if calibrate {
 		if cfg.Queue, err = bench.CalibrationQueueOf(*only); err != nil {
 			fmt.Fprintf(stderr, "gpufrac-bench: --templates: %v\n", err)
@@ -419,6 +424,15 @@ func cmdCompare(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// armContention is the simulated contention of an arm: an mps arm's jobs share the SMs
+// themselves, as MPS runs their kernels at once; the others' GPUs time-slice with kernelSM.
+func armContention(spec bench.ArmSpec, cost, kernelSM float64) gpu.SimContention {
+	if spec.Mode == string(policy.ModeMPS) {
+		kernelSM = 0
+	}
+	return gpu.SimContention{SwitchCost: cost, KernelSM: kernelSM}
 }
 
 // setContention turns SM contention on for every simulated GPU: jobs whose demands sum past

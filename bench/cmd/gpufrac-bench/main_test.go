@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/bench"
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/record"
 )
 
 func call(args ...string) (int, string, string) {
@@ -193,5 +196,22 @@ func TestCalibrateSimulated(t *testing.T) {
 	}
 	if rc, _, errs := call("run", "--profile", "startup", "--profiles", filepath.Join(dir, "profiles-busy.json"), "--workloads", "sim", "--backend", "simulated", "--out", out); rc != 2 || !strings.Contains(errs, "busy profile's jobs") {
 		t.Errorf("busy footprints for a startup run: rc %d %q", rc, errs)
+	}
+}
+
+// An mps arm's simulated jobs share the SMs (their kernels run at once); every other arm's GPU
+// time-slices at the kernel SM share given.
+func TestArmContention(t *testing.T) {
+	for _, tc := range []struct {
+		spec bench.ArmSpec
+		want gpu.SimContention
+	}{
+		{bench.ArmSpec{Label: "exclusive", Arm: record.ArmExclusive}, gpu.SimContention{SwitchCost: 0.02, KernelSM: 0.91}},
+		{bench.ArmSpec{Label: "packed-isolated-warm", Arm: record.ArmPacked, Mode: string(policy.ModeIsolated)}, gpu.SimContention{SwitchCost: 0.02, KernelSM: 0.91}},
+		{bench.ArmSpec{Label: "packed-mps-warm", Arm: record.ArmPacked, Mode: string(policy.ModeMPS)}, gpu.SimContention{SwitchCost: 0.02}},
+	} {
+		if got := armContention(tc.spec, 0.02, 0.91); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.spec.Label, got, tc.want)
+		}
 	}
 }
