@@ -371,24 +371,18 @@ func (s *Simulated) SetContention(uuid string, c *SimContention) error {
 	})
 }
 
-// parseContention reads a contention file: "<switch cost> <kernel SM share>", or the switch cost
-// alone (the SMs shared), as files written before time-slicing was modelled hold.
+// parseContention reads a contention file: "<switch cost> <kernel SM share>".
 func parseContention(s string) (SimContention, error) {
 	f := strings.Fields(s)
-	if len(f) == 0 || len(f) > 2 {
-		return SimContention{}, fmt.Errorf("want 1 or 2 fields, got %d", len(f))
+	if len(f) != 2 {
+		return SimContention{}, fmt.Errorf("want 2 fields, got %d", len(f))
 	}
-	var c SimContention
-	var err error
-	if c.SwitchCost, err = strconv.ParseFloat(f[0], 64); err != nil {
+	cost, err1 := strconv.ParseFloat(f[0], 64)
+	kernel, err2 := strconv.ParseFloat(f[1], 64)
+	if err := errors.Join(err1, err2); err != nil {
 		return SimContention{}, err
 	}
-	if len(f) == 2 {
-		if c.KernelSM, err = strconv.ParseFloat(f[1], 64); err != nil {
-			return SimContention{}, err
-		}
-	}
-	return c, nil
+	return SimContention{SwitchCost: cost, KernelSM: kernel}, nil
 }
 
 // contention is GPU uuid's contention setting, and whether it is on.

@@ -254,9 +254,9 @@ func TestSimulatedContention(t *testing.T) {
 		{"time-sliced, one computing: the GPU busy half its time", func() error {
 			return errors.Join(busy(self, 45)(), s.SetProcess(uuid, other, size.GiB, false))
 		}, 1, 1, 45, 50},
-		// A setting written before time-slicing was modelled: the switch cost alone.
-		{"an old setting: the SMs shared", func() error {
-			return errors.Join(os.WriteFile(filepath.Join(s.Dir(), uuid, "contention"), []byte("0.1\n"), 0o644), busy(other, 54)())
+		// The setting as another process sharing the state directory writes it.
+		{"a setting from another process: the SMs shared", func() error {
+			return errors.Join(os.WriteFile(filepath.Join(s.Dir(), uuid, "contention"), []byte("0.1 0\n"), 0o644), busy(other, 54)())
 		}, 1, 1, 99, 100},
 		{"off again", func() error { return s.SetContention(uuid, nil) }, 1, 1, 99, 100},
 	}
