@@ -33,23 +33,14 @@ type BusyBound struct {
 // seed and profile that sampled GPU utilization (b weighted by wall time, as SetBounds pools
 // the SM fraction). Run it after SetRatios.
 func SetBusyBounds(scores []Score) {
-	busy := map[baselineKey]float64{}
-	wall := map[baselineKey]float64{}
-	for _, s := range scores {
-		if s.Arm != record.ArmExclusive || s.unfinished() || s.BusyFraction <= 0 || s.Makespan <= 0 {
-			continue
-		}
-		busy[keyOf(s)] += s.BusyFraction * s.Makespan.Seconds()
-		wall[keyOf(s)] += s.Makespan.Seconds()
-	}
+	pooled := pooledFraction(scores, func(s Score) float64 { return s.BusyFraction })
 	for i := range scores {
 		s := &scores[i]
 		s.Busy = nil
-		k := keyOf(*s)
-		if busy[k] == 0 {
+		b := pooled[keyOf(*s)]
+		if b == 0 {
 			continue
 		}
-		b := busy[k] / wall[k]
 		bb := BusyBound{Bound: 1 / b, Binds: s.Mode != string(policy.ModeMPS)}
 		if s.Ratio > 0 {
 			bb.OfBound = s.Ratio * b

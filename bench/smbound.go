@@ -50,31 +50,47 @@ func noiseKeyOf(s Score) noiseKey { return noiseKey{s.Seed, s.Workload.orStartup
 // seed and profile that have SM figures: f is their SM-active seconds over their wall time
 // (weighted by wall time, as the ratio's baseline pools their jobs). Run it after SetRatios.
 func SetBounds(scores []Score) {
-	active := map[baselineKey]float64{}
-	wall := map[baselineKey]float64{}
-	for _, s := range scores {
-		if s.Arm != record.ArmExclusive || s.unfinished() || s.SM == nil || s.SM.Coverage == 0 || s.Makespan <= 0 {
-			continue
+	pooled := pooledFraction(scores, func(s Score) float64 {
+		if s.SM == nil || s.SM.Coverage == 0 {
+			return 0
 		}
-		active[keyOf(s)] += s.SM.Fraction * s.Makespan.Seconds()
-		wall[keyOf(s)] += s.Makespan.Seconds()
-	}
+		return s.SM.Fraction
+	})
 	for i := range scores {
 		sm := scores[i].SM
 		if sm == nil {
 			continue
 		}
 		sm.Bound, sm.OfBound = 0, 0
-		k := keyOf(scores[i])
-		if wall[k] == 0 || active[k] == 0 {
+		f := pooled[keyOf(scores[i])]
+		if f == 0 {
 			continue
 		}
-		f := active[k] / wall[k]
 		sm.Bound = 1 / f
 		if scores[i].Ratio > 0 {
 			sm.OfBound = scores[i].Ratio * f
 		}
 	}
+}
+
+// pooledFraction is, per baseline, the fraction (of its makespan) that frac gives each complete
+// exclusive run, pooled over those runs weighted by their makespans: their SM-active or busy
+// seconds over their wall time. A run frac gives 0 has no such figure and is left out.
+func pooledFraction(scores []Score, frac func(Score) float64) map[baselineKey]float64 {
+	part := map[baselineKey]float64{}
+	wall := map[baselineKey]float64{}
+	for _, s := range scores {
+		f := frac(s)
+		if s.Arm != record.ArmExclusive || s.unfinished() || f <= 0 || s.Makespan <= 0 {
+			continue
+		}
+		part[keyOf(s)] += f * s.Makespan.Seconds()
+		wall[keyOf(s)] += s.Makespan.Seconds()
+	}
+	for k := range part {
+		part[k] /= wall[k]
+	}
+	return part
 }
 
 // AANoise is, for each seed and profile with at least two complete exclusive runs of the same
