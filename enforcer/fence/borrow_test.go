@@ -2,6 +2,7 @@ package fence_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,6 +35,16 @@ func attach(t *testing.T, dir, token string) *fence.Client {
 	}
 	t.Cleanup(c.Detach)
 	return c
+}
+
+// refusedFor checks the reason the client's last refusal gives (the preload library prints it
+// to the task's log): the words that name the cause, and a wait at least min long.
+func refusedFor(t *testing.T, c *fence.Client, cause string, minWait time.Duration) {
+	t.Helper()
+	why, waited := c.Refusal()
+	if !strings.Contains(why, cause) || waited < minWait {
+		t.Fatalf("refused because %q after %s; want %q after %s at least", why, waited, cause, minWait)
+	}
 }
 
 // waitFor polls the table until cond holds; the charge under test runs on another goroutine.
@@ -110,6 +121,7 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 		if u := snap(t, tb, tokA); u.Waits != 0 || u.Refused != 1 {
 			t.Fatalf("A: %+v, want refused without a wait", u)
 		}
+		refusedFor(t, a, "waiting cannot help", 0)
 	})
 	t.Run("borrowers waiting on each other", func(t *testing.T) {
 		dir, tb := table(t, 4*size.GiB)
@@ -131,6 +143,7 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 		if u := snap(t, tb, tokB); u.Waits != 0 {
 			t.Fatalf("B waited: %+v", u)
 		}
+		refusedFor(t, b, "every other task holding memory waits itself", 0)
 		b.Uncharge(2 * size.GiB) // B's process fails and frees what it borrowed
 		if r := <-got; r != fence.Charged {
 			t.Fatalf("A after B freed its borrowing: %v", r)
@@ -151,6 +164,7 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 		if u := snap(t, tb, tokA); u.Waits != 1 || u.Refused != 1 || u.Waiting {
 			t.Fatalf("A after its wait: %+v", u)
 		}
+		refusedFor(t, a, "came free within its wait", 50*time.Millisecond)
 	})
 	t.Run("no wait configured", func(t *testing.T) {
 		tb, a, b := waitingTable(t, 0)
@@ -163,6 +177,7 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 		if u := snap(t, tb, tokA); u.Waits != 0 {
 			t.Fatalf("A waited with no wait set: %+v", u)
 		}
+		refusedFor(t, a, "borrowers do not wait", 0)
 	})
 }
 

@@ -191,12 +191,53 @@ static void retract(struct gf_task *k, struct gf_proc *p, uint64_t n)
 	__atomic_store_n(&k->used, k->used - n, __ATOMIC_SEQ_CST);
 }
 
+/* refusal names a refusal's cause from the verdict that ended the charge. */
+static int refusal(int verdict, int at_once, int out_of_time, int hopeless)
+{
+	if (at_once != GF_WHY_NONE)
+		return at_once;
+	switch (verdict) {
+	case PAST_LIMIT:
+		return GF_WHY_LIMIT;
+	case RECLAIM:
+		return GF_WHY_RECLAIM;
+	case OWED:
+		return GF_WHY_OWED;
+	}
+	if (hopeless)
+		return GF_WHY_HOPELESS;
+	return out_of_time ? GF_WHY_WAITED : GF_WHY_NO_WAIT;
+}
+
+const char *gf_why_text(int why)
+{
+	switch (why) {
+	case GF_WHY_LIMIT:
+		return "past its limit";
+	case GF_WHY_NO_WAIT:
+		return "no borrowable memory is free, and borrowers do not wait";
+	case GF_WHY_HOPELESS:
+		return "no borrowable memory is free, and waiting cannot help: every other task holding memory waits itself, or only an emptier GPU could hold it";
+	case GF_WHY_WAITED:
+		return "no borrowable memory came free within its wait";
+	case GF_WHY_RECLAIM:
+		return "an owner waits for its guarantee, which borrowers hold: nothing is lent until it is back";
+	case GF_WHY_LOCKED:
+		return "another borrower kept the borrowers' lock past its bound";
+	case GF_WHY_UNREAD:
+		return "the other tasks' use could not be read";
+	case GF_WHY_OWED:
+		return "its guarantee was not given back by borrowers within its wait";
+	}
+	return "no reason recorded";
+}
+
 int gf_charge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	uint64_t deadline = 0;
-	int owed = 0, reaped = 0;
+	uint64_t deadline = 0, waited_from = 0;
+	int owed = 0, reaped = 0, why_at_once = GF_WHY_NONE;
 	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0) {
@@ -232,6 +273,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		} else if (want > k->cap && want <= k->limit && borrow_lock(m) != 0) {
 			verdict = NO_ROOM; /* another borrower keeps the borrowers' lock: refused, never waited */
 			at_once = 1;
+			why_at_once = GF_WHY_LOCKED;
 		} else {
 			int borrowing = want > k->cap && want <= k->limit; /* it holds the borrowers' lock */
 			claim(k, p, n);
@@ -240,6 +282,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 				/* a guarantee holds whatever it cannot read; a borrow is refused */
 				verdict = want <= k->cap ? FIT : NO_ROOM;
 				at_once = 1;
+				why_at_once = GF_WHY_UNREAD;
 			} else {
 				verdict = judge(view, budget, m->task, want);
 			}
@@ -266,9 +309,13 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		uint64_t now = 0;
 		if (verdict == OWED || (verdict == NO_ROOM && t->h.wait_ns > 0))
 			now = gf_now_ns();
-		if (now != 0 && deadline == 0)
+		if (now != 0 && deadline == 0) {
 			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
-		if (at_once || now == 0 || now >= deadline || (verdict == NO_ROOM && !can_wait(view, budget, m->task, want))) {
+			waited_from = now;
+		}
+		int hopeless = verdict == NO_ROOM && !at_once && now != 0 && now < deadline &&
+			       !can_wait(view, budget, m->task, want);
+		if (at_once || now == 0 || now >= deadline || hopeless) {
 			if (!reaped && !at_once) {
 				/* Before a refusal, once: the dead may hold the room (an exited process's bytes
 				 * stay charged until its slot is reaped), and one refusal counts once. */
@@ -280,6 +327,8 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
 			p->refused++;
+			m->why = refusal(verdict, at_once ? why_at_once : GF_WHY_NONE, now != 0 && now >= deadline, hopeless);
+			m->waited_ns = waited_from != 0 ? gf_now_ns() - waited_from : 0;
 			gf_unlock(m);
 			return GF_REFUSED;
 		}

@@ -358,6 +358,17 @@ func (c *Client) Charge(n size.Bytes) Result {
 	return r
 }
 
+// Refusal says why the client's last refused charge was refused, in the words the preload
+// library's message uses, and how long it waited first.
+func (c *Client) Refusal() (why string, waited time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		return "", 0
+	}
+	return C.GoString(C.gf_why_text(c.m.why)), time.Duration(c.m.waited_ns)
+}
+
 // Uncharge gives n bytes back.
 func (c *Client) Uncharge(n size.Bytes) {
 	c.mu.Lock()

@@ -302,15 +302,19 @@ func TestBorrowingNeverTakesAGuarantee(t *testing.T) {
 		c    *fence.Client
 		n    size.Bytes
 		want fence.Result
+		why  string // what the refusal says
 	}{
-		{a, 2 * size.GiB, fence.Charged}, // 1 GiB borrowed: the budget's unpromised part
-		{a, 1, fence.Refused},            // the rest is B's guarantee
-		{b, size.GiB, fence.Charged},     // B's guarantee is whole
-		{b, 1, fence.Refused},            // B has no limit above its cap
+		{a, 2 * size.GiB, fence.Charged, ""},           // 1 GiB borrowed: the budget's unpromised part
+		{a, 1, fence.Refused, "borrowers do not wait"}, // the rest is B's guarantee
+		{b, size.GiB, fence.Charged, ""},               // B's guarantee is whole
+		{b, 1, fence.Refused, "past its limit"},        // B has no limit above its cap
 	}
 	for i, s := range steps {
 		if got := s.c.Charge(s.n); got != s.want {
 			t.Fatalf("step %d: charge %s = %v, want %v", i, s.n, got, s.want)
+		}
+		if s.why != "" {
+			refusedFor(t, s.c, s.why, 0)
 		}
 	}
 	a.Uncharge(2 * size.GiB)

@@ -99,6 +99,7 @@ func TestOwnerGetsItsGuaranteeBack(t *testing.T) {
 	if r := a.Charge(size.MiB); r != fence.Refused {
 		t.Fatalf("A borrowing while B is owed: %v, want Refused at once", r)
 	}
+	refusedFor(t, a, "an owner waits for its guarantee", 0)
 	select {
 	case r := <-got:
 		t.Fatalf("B's charge returned %v before A gave anything back", r)

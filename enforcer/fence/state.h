@@ -198,7 +198,25 @@ struct gf_map {
 	uint32_t pgen;
 	uint64_t pending; /* bytes freed while the lock could not be had, given back at the next */
 	int unwait;       /* a wait ended without the lock: its flag is cleared at the next */
+	int why;          /* why the last refusal refused (GF_WHY_*), for the process's message */
+	uint64_t waited_ns; /* how long the refused allocation waited before it */
 };
+
+/* Why gf_charge refused: a task's message says it, so an operator (and a test) can tell a
+ * borrower that waited out its bound from one refused because an owner needed the memory back. */
+enum {
+	GF_WHY_NONE = 0,
+	GF_WHY_LIMIT,     /* past the task's limit (its cap, where it may not borrow) */
+	GF_WHY_NO_WAIT,   /* nothing borrowable is free and borrowers do not wait */
+	GF_WHY_HOPELESS,  /* nothing borrowable is free and no task that could free some is running */
+	GF_WHY_WAITED,    /* it waited its whole bound for borrowable memory */
+	GF_WHY_RECLAIM,   /* an owner waits for memory borrowers took: nothing is lent meanwhile */
+	GF_WHY_LOCKED,    /* another borrower kept the borrowers' lock past its bound */
+	GF_WHY_UNREAD,    /* the other tasks' use could not be read */
+	GF_WHY_OWED,      /* an owner waited its whole bound for borrowers to give its guarantee back */
+};
+/* gf_why_text says a GF_WHY_* in words. */
+const char *gf_why_text(int why);
 
 enum { GF_READ_SETTLED = 0, GF_READ_UNSETTLED = 1, GF_READ_BAD = 2 };
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/gpufrac/gpufrac/taskenv"
@@ -18,6 +19,8 @@ type Fence interface {
 	Uncharge(n size.Bytes)
 	// View is the task's cap and what all its processes hold.
 	View() (capBytes, used size.Bytes, ok bool)
+	// Refusal says why the last refused charge was refused and how long it waited first.
+	Refusal() (why string, waited time.Duration)
 	Detach()
 }
 
@@ -86,8 +89,9 @@ func (j *job) charge(want size.Bytes) int {
 	case next > have:
 		if !j.fence.Charge(next - have) {
 			capBytes, used, _ := j.fence.View()
-			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; the task holds %s of its %s cap (gpufrac fence)\n",
-				next-have, used, capBytes)
+			why, waited := j.fence.Refusal()
+			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; the task holds %s of its %s cap (gpufrac fence: %s, after %.1fs of waiting)\n",
+				next-have, used, capBytes, why, waited.Seconds())
 			return ExitFail
 		}
 	case next < have:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/gpufrac/gpufrac/taskenv"
@@ -25,6 +26,9 @@ func (f *fakeFence) Charge(n size.Bytes) bool {
 func (f *fakeFence) Uncharge(n size.Bytes)                { f.used -= n }
 func (f *fakeFence) View() (size.Bytes, size.Bytes, bool) { return f.capBytes, f.used, true }
 func (f *fakeFence) Detach()                              {}
+func (f *fakeFence) Refusal() (string, time.Duration) {
+	return "past its limit", 1500 * time.Millisecond
+}
 
 // useFence sets how this test's jobs reach the fence (nil: none) and puts back what the test
 // binary had: its external tests link enforcer/fence, which hands over the real one.
@@ -99,7 +103,7 @@ func TestChargeGoesThroughTheFence(t *testing.T) {
 	if code := j.charge(2 * size.GiB); code != ExitFail || fake.used != 500*size.MiB {
 		t.Fatalf("past the cap: exit %d, charged %s", code, fake.used)
 	}
-	if !strings.Contains(stderr.String(), "CUDA out of memory") {
+	if !strings.Contains(stderr.String(), "CUDA out of memory") || !strings.Contains(stderr.String(), "past its limit, after 1.5s of waiting") {
 		t.Fatalf("a refusal says nothing: %q", stderr.String())
 	}
 	if code := j.charge(600 * size.MiB); code != ExitOK || fake.used != 100*size.MiB {

@@ -95,8 +95,8 @@ int charge(struct dev *d, uint64_t n)
 	if (r == GF_REFUSED && !__atomic_exchange_n(&d->warned_refusal, 1, __ATOMIC_RELAXED)) {
 		uint64_t cap = 0, used = 0;
 		gf_view(&d->m, &cap, &used);
-		say("refused %.1f MiB on %s: the task holds %.1f MiB of its %.1f MiB cap", mib(n), d->uuid, mib(used),
-		    mib(cap));
+		say("refused %.1f MiB on %s: the task holds %.1f MiB of its %.1f MiB cap: %s (after %.1f s of waiting)",
+		    mib(n), d->uuid, mib(used), mib(cap), gf_why_text(d->m.why), (double)d->m.waited_ns / 1e9);
 	}
 	if (r == GF_NOTASK) {
 		static int warned;
