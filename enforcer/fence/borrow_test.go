@@ -205,3 +205,43 @@ func TestNoGuaranteeOverBorrowedMemory(t *testing.T) {
 		t.Fatalf("C: %+v", u)
 	}
 }
+
+// A borrower that waits for memory polls the table; an owner allocating within its guarantee
+// meanwhile must never mistake the waiting borrower's probe for memory it holds: that made the
+// owner "owed", which refuses every borrower at once, and on the H200 the benchmark's leaker
+// died inside itself seconds into a wait that had 60 s to run, as its neighbours loaded.
+func TestOwnerDoesNotSeeAWaitingBorrowersProbe(t *testing.T) {
+	tb, a, b := waitingTable(t, time.Minute)
+	// 3 GiB fit beside B's 1 GiB guarantee: 2 GiB of it borrowed, the budget full.
+	if r := a.Charge(3 * size.GiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	got := make(chan fence.Result, 1)
+	go func() { got <- a.Charge(size.GiB) }() // waits: the rest is B's
+	waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
+	// B loads: small allocations within its guarantee while A waits, for long enough to meet
+	// hundreds of A's polls (one every 2 ms).
+	end := time.Now().Add(time.Second)
+	for i := 0; time.Now().Before(end); i++ {
+		if r := b.Charge(size.MiB); r != fence.Charged {
+			t.Fatalf("B within its guarantee, allocation %d: %v", i, r)
+		}
+		b.Uncharge(size.MiB)
+		select {
+		case r := <-got:
+			why, waited := a.Refusal()
+			t.Fatalf("A's wait ended with %v after B's allocation %d (%s after %s)", r, i, why, waited)
+		default:
+		}
+	}
+	if u := snap(t, tb, tokB); u.OwedWaits != 0 {
+		t.Fatalf("B waited as owed %d times: %+v", u.OwedWaits, u)
+	}
+	// B ends: A is served.
+	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("A after B ended: %v", r)
+	}
+}

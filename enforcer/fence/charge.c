@@ -237,7 +237,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
 	uint64_t deadline = 0, waited_from = 0;
-	int owed = 0, reaped = 0, why_at_once = GF_WHY_NONE;
+	int owed = 0, owed_looks = 0, reaped = 0, why_at_once = GF_WHY_NONE;
 	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0) {
@@ -270,6 +270,11 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		} else if (budget == 0 || !m->c) {
 			/* Borrowing off: the task's own file says all. */
 			verdict = want <= k->cap ? FIT : PAST_LIMIT;
+		} else if (polls > 0 && want > k->cap && want <= k->limit && gf_peers_view(m, view) == 0 &&
+			   (verdict = judge(view, budget, m->task, want)) != FIT) {
+			/* A waiting borrower looks before it claims: a claim is seen by every owner that
+			 * judges meanwhile, and one that found its guarantee short by a borrower's passing
+			 * claim would be owed, which refuses every borrower on the GPU at once. */
 		} else if (want > k->cap && want <= k->limit && borrow_lock(m) != 0) {
 			verdict = NO_ROOM; /* another borrower keeps the borrowers' lock: refused, never waited */
 			at_once = 1;
@@ -304,6 +309,15 @@ int gf_charge(struct gf_map *m, uint64_t n)
 				p->peak = p->used;
 			gf_unlock(m);
 			return owed ? GF_OK_OWED : GF_OK;
+		}
+		if (verdict == OWED && !owed_looks) {
+			/* Owed refuses every borrower on the GPU: look twice, a poll apart, so a borrower's
+			 * claim that its own check takes back at once (claim before check) is not it. */
+			owed_looks = 1;
+			gf_unlock(m);
+			struct timespec d = {0, GF_WAIT_POLL_NS};
+			nanosleep(&d, NULL);
+			continue;
 		}
 		owed |= verdict == OWED;
 		uint64_t now = 0;
