@@ -108,6 +108,8 @@ type Score struct {
 	Loss *Loss `json:"loss,omitempty"`
 	// Workload is the queue's workload profile ("" before profiles existed: startup).
 	Workload WorkloadProfile `json:"workload,omitempty"`
+	// WorkloadsDigest is its invocation's (Summary.WorkloadsDigest), on a reference run only.
+	WorkloadsDigest string `json:"workloads_digest,omitempty"`
 	// SM is the arm's use of the SMs over its makespan and its distance to the SM bound; nil
 	// when no GPM was read.
 	SM *SMScore `json:"sm,omitempty"`

@@ -28,8 +28,11 @@ type Summary struct {
 	Queue   []Entry `json:"queue"`
 	// Workload is the jobs' size profile ("" in summaries written before profiles: startup).
 	Workload WorkloadProfile `json:"workload,omitempty"`
-	Scores   []Score         `json:"scores"`
-	Notes    []string        `json:"notes,omitempty"`
+	// WorkloadsDigest says what the jobs were (Digester): a later run checked against this
+	// one's exclusive arm must have the same ("" before 2026-12-04, and for simulated jobs).
+	WorkloadsDigest string   `json:"workloads_digest,omitempty"`
+	Scores          []Score  `json:"scores"`
+	Notes           []string `json:"notes,omitempty"`
 	// Skipped lists the arms that did not start (deadline passed, run interrupted).
 	Skipped []string `json:"skipped,omitempty"`
 	// Ref is the earlier invocation's exclusive run the arms were checked and scored against

@@ -251,6 +251,11 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 	}
 	sum := Summary{Seed: c.Seed, Started: time.Now().UTC(), Command: c.Command, Machine: c.Machine,
 		GPU: c.GPU, Driver: c.Driver, Backend: c.Backend, Queue: queue, Workload: c.Workload.orStartup()}
+	digest, note := workloadsDigest(c.Workloads)
+	sum.WorkloadsDigest = digest
+	if note != "" {
+		sum.Notes = append(sum.Notes, note)
+	}
 	var runs []ArmRun
 	refDir := filepath.Join(c.OutDir, c.Arms[0].Label, "results")
 	if c.RefDir != "" {
@@ -258,6 +263,13 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 		_, ref, err := loadRef(c.RefDir)
 		if err != nil {
 			return sum, nil, err
+		}
+		note, err := checkRefDigest(c.RefDir, ref.WorkloadsDigest, digest)
+		if err != nil {
+			return sum, nil, err
+		}
+		if note != "" {
+			sum.Notes = append(sum.Notes, note)
 		}
 		sum.Ref = &ref
 		sum.Notes = append(sum.Notes, fmt.Sprintf("results checked against, and ratios taken over, the exclusive run in %s (%s, %d of %d jobs)",
@@ -488,6 +500,6 @@ func loadRef(dir string) (string, Score, error) {
 		return "", Score{}, fmt.Errorf("reference %s: %q is not an exclusive arm of that run", dir, label)
 	}
 	ref := sum.Scores[i]
-	ref.Seed, ref.Workload = sum.Seed, sum.Workload.orStartup()
+	ref.Seed, ref.Workload, ref.WorkloadsDigest = sum.Seed, sum.Workload.orStartup(), sum.WorkloadsDigest
 	return res, ref, nil
 }

@@ -182,7 +182,9 @@ func TestRunDeadlineSkipsArms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(runs) != 0 || len(sum.Notes) != 2 || !strings.Contains(sum.Notes[0], "deadline") ||
+	// /w holds no scripts: the first note says no digest was recorded, then one per skipped arm.
+	if len(runs) != 0 || len(sum.Notes) != 3 || !strings.Contains(sum.Notes[0], "no workloads digest") ||
+		!strings.Contains(sum.Notes[1], "exclusive skipped: the deadline") || !strings.Contains(sum.Notes[2], "packed-mps skipped") ||
 		!reflect.DeepEqual(sum.Skipped, []string{"exclusive", "packed-mps"}) {
 		t.Fatalf("runs %d notes %q", len(runs), sum.Notes)
 	}
@@ -373,5 +375,61 @@ func TestArmOptionsOneGPMReader(t *testing.T) {
 		if metered := o.GPMInterval >= 0; metered != tc.metered {
 			t.Errorf("benchmark GPM interval %s: the runner's is %s, metering %v, want %v", tc.bench, o.GPMInterval, metered, tc.metered)
 		}
+	}
+}
+
+// Arms checked against an earlier call's exclusive run must run the jobs it ran: a reference
+// whose workload scripts, sizes or extra environment differ is refused before any arm starts,
+// and one that recorded no digest passes with a note.
+func TestRefOfOtherWorkloadsIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "common.py"), []byte("deterministic = True\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wl := PythonWorkloads{Dir: dir, Profile: ProfileBusy}
+	fake := &fakeArms{states: map[string]string{}}
+	first := t.TempDir()
+	sum1, _, err := Run(context.Background(), Config{Seed: 4, Arms: mustArms(t, "exclusive", "isolated"), Runner: fake, OutDir: first,
+		Workloads: wl, Workload: ProfileBusy})
+	if err != nil || !strings.HasPrefix(sum1.WorkloadsDigest, "sha256:") {
+		t.Fatalf("exclusive run: digest %q, %v", sum1.WorkloadsDigest, err)
+	}
+	ref, err := CheckRef(filepath.Join(first, "exclusive"), 4, ProfileBusy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	packed, _ := ParseArmsWithRef("packed-isolated", "isolated")
+	run := func(w PythonWorkloads) (Summary, error) {
+		sum, _, err := Run(context.Background(), Config{Seed: 4, Arms: packed, Runner: fake, OutDir: t.TempDir(), RefDir: ref,
+			Workloads: w, Workload: ProfileBusy})
+		return sum, err
+	}
+	if sum, err := run(wl); err != nil || sum.WorkloadsDigest != sum1.WorkloadsDigest || len(sum.Scores) != 1 {
+		t.Fatalf("the same workloads: digest %q, %d scores, %v", sum.WorkloadsDigest, len(sum.Scores), err)
+	}
+	changed := []struct {
+		name string
+		w    PythonWorkloads
+		edit func()
+	}{
+		{"--job-env", PythonWorkloads{Dir: dir, Profile: ProfileBusy, Env: map[string]string{"GPUFRAC_STEPS": "4"}}, nil},
+		{"a script", wl, func() {
+			if err := os.WriteFile(filepath.Join(dir, "common.py"), []byte("deterministic = False\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range changed {
+		if tc.edit != nil {
+			tc.edit()
+		}
+		sum, err := run(tc.w)
+		if err == nil || !strings.Contains(err.Error(), "ran other workloads (digest "+sum1.WorkloadsDigest) || len(sum.Scores) != 0 {
+			t.Errorf("%s changed: %d arms ran, error %v; want refused before any arm, naming the reference's digest", tc.name, len(sum.Scores), err)
+		}
+	}
+	// A reference from before digests: it runs, and the summary says what it could not check.
+	if note, err := checkRefDigest("old/exclusive", "", sum1.WorkloadsDigest); err != nil || !strings.Contains(note, "recorded no workloads digest") {
+		t.Errorf("a reference without a digest: note %q, %v", note, err)
 	}
 }
