@@ -70,9 +70,15 @@ func (r BorrowRule) Check() error {
 	return fmt.Errorf("borrow %q: want %s, %s, %s or %s", string(r), BorrowOff, BorrowNow, BorrowWait, BorrowLend)
 }
 
-// DefaultBorrowWait bounds a borrower's wait: long enough for the tasks beside it to end (the
-// benchmark's run 15-30 s), short enough that a borrower that cannot be served fails soon.
-const DefaultBorrowWait = 60 * time.Second
+// DefaultBorrowWait bounds one allocation's wait for borrowable memory. A wait only runs while
+// other tasks that could free memory run (otherwise the allocation fails at once), and new
+// guarantees on the GPU pause for at most the hold's 30 s at a time, so a long bound holds up
+// only the borrower, which would otherwise fail and lose its work: long enough for a wave of
+// GPU-busy jobs beside it to end (on the H200's busy queue the leaker waited 105 s for its first
+// wave, served only because PyTorch asks again after a refusal; a simulated borrower with 60 s
+// failed twice and ran last, 1.254x against 1.390x with 5 min, 2026-12-04), short enough that
+// one outlived by long neighbours climbs the ladder within minutes.
+const DefaultBorrowWait = 5 * time.Minute
 
 // DefaultLendKeep is what a task's guarantee keeps from borrowers before its first allocation:
 // the CUDA contexts it makes first, which the fence does not see (the watchdog's per-process

@@ -152,7 +152,7 @@ func TestPlanBorrowing(t *testing.T) {
 		rule   string
 		note   string
 	}{
-		{"", true, policy.ModeIsolated, "", node.BorrowWait, "waits up to 1m0s"},
+		{"", true, policy.ModeIsolated, "", node.BorrowWait, "waits up to 5m0s"},
 		{node.BorrowAuto, true, "", "", node.BorrowWait, "borrowing: on"},
 		{node.DefaultBorrow, false, policy.ModeIsolated, "", node.BorrowOff, "the allocation fence is off"},
 		{node.BorrowNow, true, policy.ModeIsolated, "", node.BorrowNow, "fails inside the job"},
