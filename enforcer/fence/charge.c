@@ -191,6 +191,12 @@ static void retract(struct gf_task *k, struct gf_proc *p, uint64_t n)
 	__atomic_store_n(&k->used, k->used - n, __ATOMIC_SEQ_CST);
 }
 
+/* A wait that lasts this long (or a quarter of its bound, when that is shorter) is said once in
+ * the task's log: a job blocked for minutes inside an allocation must not look hung. */
+#define GF_WAIT_NOTE_NS (10ull * 1000000000ull)
+
+#pragma weak gf_wait_note
+
 /* refusal names a refusal's cause from the verdict that ended the charge. */
 static int refusal(int verdict, int at_once, int out_of_time, int hopeless)
 {
@@ -237,7 +243,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
 	uint64_t deadline = 0, waited_from = 0;
-	int owed = 0, owed_looks = 0, reaped = 0, why_at_once = GF_WHY_NONE;
+	int owed = 0, owed_looks = 0, reaped = 0, noted = 0, why_at_once = GF_WHY_NONE;
 	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0) {
@@ -354,7 +360,13 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			else
 				k->waits++;
 		}
+		uint64_t note_ns = deadline - waited_from < 4 * GF_WAIT_NOTE_NS ? (deadline - waited_from) / 4 : GF_WAIT_NOTE_NS;
 		gf_unlock(m);
+		if (!noted && now - waited_from >= note_ns) {
+			noted = 1;
+			if (gf_wait_note)
+				gf_wait_note(m, n, now - waited_from);
+		}
 		if (polls % GF_WAIT_REAP_EVERY == GF_WAIT_REAP_EVERY - 1)
 			gf_reap(m, -1);
 		struct timespec d = {0, GF_WAIT_POLL_NS};

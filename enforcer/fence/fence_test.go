@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
@@ -139,8 +140,29 @@ func TestProcessesOfOneTaskShareTheCap(t *testing.T) {
 	if u := snap(t, tb, tokA); u.Used != 1000*size.MiB || u.Procs != 2 || u.Peak != 1000*size.MiB {
 		t.Fatalf("task A: %+v", u)
 	}
-	if !strings.Contains(b.Stderr(), "refused 600.0 MiB") || strings.Count(b.Stderr(), "refused") != 1 {
-		t.Fatalf("the first refusal should be said once on stderr, got %q", b.Stderr())
+	if !strings.Contains(b.Stderr(), "refused 600.0 MiB") || strings.Count(b.Stderr(), "refused") != 1 ||
+		!strings.Contains(b.Stderr(), "of its 1024.0 MiB cap: past its limit (after 0.0 s of waiting)") {
+		t.Fatalf("the first refusal should be said once on stderr, with its cause, got %q", b.Stderr())
+	}
+}
+
+// A borrower's allocation that waits long says so once in the task's log (after a quarter of
+// its bound here, 10 s at most), and its refusal says the wait ran out.
+func TestALongWaitIsSaid(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 2*size.GiB)
+	tb.SetWait(2 * time.Second) // published by the next SetTasks
+	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, {Token: tokB, Cap: size.GiB}}, 2*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	a := k.Start(t, k.Env(dir, tokA))
+	// B's guarantee covers the other half of the budget: A's 1.5 GiB waits for it, in vain.
+	want(t, a.Do("alloc 1500M"), "err 2", "a borrow that B's guarantee blocks")
+	a.WaitStderr("within its wait")
+	got := a.Stderr()
+	if strings.Count(got, "has waited") != 1 || !strings.Contains(got, "an allocation of 1500.0 MiB") ||
+		!strings.Contains(got, "no borrowable memory came free within its wait (after 2.") {
+		t.Fatalf("stderr %q: want one line about the wait, then the refusal's cause", got)
 	}
 }
 

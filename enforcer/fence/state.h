@@ -271,6 +271,10 @@ int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size
  * process stays charged until reaped: the driver frees its memory only in its teardown). */
 int gf_charge(struct gf_map *m, uint64_t n);
 void gf_uncharge(struct gf_map *m, uint64_t n);
+/* gf_wait_note, where the program defines it (the preload library does: a line in the task's
+ * log; the Go package does not), is told once, outside the lock, that an allocation of n bytes
+ * has waited waited_ns for memory, so a job blocked for minutes does not look hung. */
+void gf_wait_note(struct gf_map *m, uint64_t n, uint64_t waited_ns);
 /* gf_view is the task's cap and what its processes hold. */
 int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used);
 /* gf_reap gives back the slots of dead processes in m's file (of one task slot, or all with -1). */

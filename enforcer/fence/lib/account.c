@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,6 +87,15 @@ struct dev *device(int ordinal)
 		pthread_mutex_unlock(&mu);
 	}
 	return st == DEV_FENCED ? d : NULL;
+}
+
+/* gf_wait_note (charge.c) says once that an allocation has waited a while for memory. */
+void gf_wait_note(struct gf_map *m, uint64_t n, uint64_t waited_ns)
+{
+	struct dev *d = (struct dev *)((char *)m - offsetof(struct dev, m));
+	say("an allocation of %.1f MiB on %s has waited %.1f s for memory that other tasks hold; it goes on when they free it, or "
+	    "is refused when its wait runs out",
+	    mib(n), d->uuid, (double)waited_ns / 1e9);
 }
 
 /* charge asks the table for n bytes (which reaps the dead before it refuses). */
