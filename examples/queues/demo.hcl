@@ -37,7 +37,7 @@
 # run starts from the declared peaks.
 profiles = "cold"
 
-# How long a borrower's allocation waits for memory to come free (gpufrac run's default is 60s).
+# How long a borrower's allocation waits for memory to come free (gpufrac run's default is 5m).
 borrow_wait = "2s"
 
 gpus {

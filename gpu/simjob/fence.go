@@ -73,6 +73,16 @@ func (j *job) refund(want size.Bytes) {
 	}
 }
 
+// ask charges n bytes, asking as often as the job's allocator does before it gives up.
+func (j *job) ask(n size.Bytes) bool {
+	for i := 0; i < max(j.c.asks, 1); i++ {
+		if j.fence.Charge(n) {
+			return true
+		}
+	}
+	return false
+}
+
 // charge moves the fenced part of the job's use (all but the context) to want's.
 func (j *job) charge(want size.Bytes) int {
 	if !j.ctxSet {
@@ -87,7 +97,7 @@ func (j *job) charge(want size.Bytes) int {
 	}
 	switch {
 	case next > have:
-		if !j.fence.Charge(next - have) {
+		if !j.ask(next - have) {
 			capBytes, used, _ := j.fence.View()
 			why, waited := j.fence.Refusal()
 			fmt.Fprintf(j.stderr, "CUDA out of memory: tried to allocate %s; the task holds %s of its %s cap (gpufrac fence: %s, after %.1fs of waiting)\n",

@@ -3,6 +3,8 @@ package simjob
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +13,19 @@ import (
 	"github.com/gpufrac/gpufrac/taskenv"
 )
 
-// fakeFence grants up to capBytes and records what it was told.
+// fakeFence grants up to capBytes and records what it was told; it refuses the next refuse
+// charges whatever they ask.
 type fakeFence struct {
 	capBytes, used size.Bytes
+	refuse, asked  int
 }
 
 func (f *fakeFence) Charge(n size.Bytes) bool {
+	f.asked++
+	if f.refuse > 0 {
+		f.refuse--
+		return false
+	}
 	if f.used+n > f.capBytes {
 		return false
 	}
@@ -108,5 +117,40 @@ func TestChargeGoesThroughTheFence(t *testing.T) {
 	}
 	if code := j.charge(600 * size.MiB); code != ExitOK || fake.used != 100*size.MiB {
 		t.Fatalf("a shrink gives back: exit %d, charged %s", code, fake.used)
+	}
+}
+
+// A job that asks twice (PyTorch's caching allocator frees its cache and asks again) lives
+// through one refusal; one that asks once fails at it.
+func TestAsksAfterARefusal(t *testing.T) {
+	for _, tc := range []struct {
+		asks, refuse, wantAsked int
+		want                    int
+	}{
+		{asks: 1, refuse: 1, wantAsked: 1, want: ExitFail},
+		{asks: 2, refuse: 1, wantAsked: 2, want: ExitOK},
+		{asks: 2, refuse: 2, wantAsked: 2, want: ExitFail},
+	} {
+		fake := &fakeFence{capBytes: size.GiB, refuse: tc.refuse}
+		var stderr bytes.Buffer
+		j := &job{c: &config{gpu: "GPU-1", asks: tc.asks}, stderr: &stderr, fence: fake, fenceTried: true, ctx: 500 * size.MiB, ctxSet: true}
+		if code := j.charge(600 * size.MiB); code != tc.want || fake.asked != tc.wantAsked {
+			t.Errorf("asks %d, %d refused: exit %d after %d asks; want exit %d after %d", tc.asks, tc.refuse, code, fake.asked, tc.want, tc.wantAsked)
+		}
+	}
+}
+
+func TestParseAsks(t *testing.T) {
+	for _, tc := range []struct {
+		arg  string
+		want string // error text; "" accepted
+	}{{"1", ""}, {"2", ""}, {"0", "--asks 0: want 1 to 8"}, {"9", "--asks 9: want 1 to 8"}} {
+		c, err := parse([]string{"--dir", "/d", "--gpu", "GPU-1", "--asks", tc.arg}, io.Discard)
+		switch {
+		case tc.want == "" && (err != nil || fmt.Sprint(c.asks) != tc.arg):
+			t.Errorf("--asks %s: %v", tc.arg, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("--asks %s: %v, want an error with %q", tc.arg, err, tc.want)
+		}
 	}
 }

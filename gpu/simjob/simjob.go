@@ -64,7 +64,9 @@ type config struct {
 	outsideFence, poolSlack size.Bytes
 	seed                    int64
 	procs                   int
-	child, mpsFault         bool
+	// asks is how often an allocation the fence refused is asked for before the job fails.
+	asks            int
+	child, mpsFault bool
 	// mark is created once the job holds its context; the job waits for every file in after
 	// before it takes its own.
 	mark  string
@@ -72,7 +74,7 @@ type config struct {
 }
 
 func parse(args []string, stderr io.Writer) (*config, error) {
-	c := &config{ctxBytes: 500 * size.MiB, leakRate: size.GiB}
+	c := &config{ctxBytes: 500 * size.MiB, leakRate: size.GiB, asks: 1}
 	fs := flag.NewFlagSet("simjob", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.dir, "dir", os.Getenv(gpu.EnvSimDir), "simulated GPU state directory (default $"+gpu.EnvSimDir+")")
@@ -86,6 +88,7 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.result, "result", "", "write a deterministic JSON result computed from --seed to this file")
 	fs.Int64Var(&c.seed, "seed", 1, "seed of the result")
 	fs.IntVar(&c.procs, "procs", 1, "processes in the job: N-1 extra child processes hold memory too")
+	fs.IntVar(&c.asks, "asks", 1, "how often an allocation the fence refused is asked for before the job fails (PyTorch's and CuPy's caching allocators ask twice: they free their cache and try again)")
 	fs.DurationVar(&c.failAfter, "fail-after", 0, "crash (exit 1) after this long")
 	fs.BoolVar(&c.mpsFault, "mps-fault", false, "as an MPS client (pinned limit set), fail with cudaErrorIllegalAddress when another client of the GPU is stopped by a signal")
 	fs.StringVar(&c.mark, "mark", "", "create this file once the job holds its context")
@@ -111,6 +114,8 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("--gpu %q: a simulated job uses exactly one GPU UUID", c.gpu)
 	case c.procs < 1 || c.procs > 64:
 		return nil, fmt.Errorf("--procs %d: want 1 to 64", c.procs)
+	case c.asks < 1 || c.asks > 8:
+		return nil, fmt.Errorf("--asks %d: want 1 to 8", c.asks)
 	case c.ramp < 0 || c.hold < 0 || c.failAfter < 0:
 		return nil, errors.New("--ramp, --hold and --fail-after must not be negative")
 	}
