@@ -197,7 +197,7 @@ static void retract(struct gf_task *k, struct gf_proc *p, uint64_t n)
 
 #pragma weak gf_wait_note
 
-/* refusal names a refusal's cause from the verdict that ended the charge. */
+/* refusal names a refusal's cause from the verdict that ended the charge, or at_once's. */
 static int refusal(int verdict, int at_once, int out_of_time, int hopeless)
 {
 	if (at_once != GF_WHY_NONE)
@@ -242,8 +242,8 @@ int gf_charge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	uint64_t deadline = 0, waited_from = 0;
-	int owed = 0, owed_looks = 0, reaped = 0, noted = 0, why_at_once = GF_WHY_NONE;
+	uint64_t deadline = 0, waited_from = 0, note_at = UINT64_MAX;
+	int owed = 0, owed_looks = 0, reaped = 0;
 	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0) {
@@ -270,7 +270,8 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		struct gf_proc *p = &t->procs[m->slot];
 		gf_test_point("charge-enter");
 		uint64_t want = k->used + n, budget = m->c ? m->budget : t->h.budget;
-		int verdict, claimed = 0, at_once = 0; /* at_once: refused without a wait */
+		/* at_once: why it is refused without a wait (GF_WHY_*), or GF_WHY_NONE */
+		int verdict, claimed = 0, at_once = GF_WHY_NONE;
 		if (want < k->used) {
 			verdict = PAST_LIMIT;
 		} else if (budget == 0 || !m->c) {
@@ -283,8 +284,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			 * claim would be owed, which refuses every borrower on the GPU at once. */
 		} else if (want > k->cap && want <= k->limit && borrow_lock(m) != 0) {
 			verdict = NO_ROOM; /* another borrower keeps the borrowers' lock: refused, never waited */
-			at_once = 1;
-			why_at_once = GF_WHY_LOCKED;
+			at_once = GF_WHY_LOCKED;
 		} else {
 			int borrowing = want > k->cap && want <= k->limit; /* it holds the borrowers' lock */
 			claim(k, p, n);
@@ -292,8 +292,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			if (gf_peers_view(m, view) != 0) {
 				/* a guarantee holds whatever it cannot read; a borrow is refused */
 				verdict = want <= k->cap ? FIT : NO_ROOM;
-				at_once = 1;
-				why_at_once = GF_WHY_UNREAD;
+				at_once = GF_WHY_UNREAD;
 			} else {
 				verdict = judge(view, budget, m->task, want);
 			}
@@ -332,6 +331,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		if (now != 0 && deadline == 0) {
 			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
 			waited_from = now;
+			note_at = now + (deadline - now < 4 * GF_WAIT_NOTE_NS ? (deadline - now) / 4 : GF_WAIT_NOTE_NS);
 		}
 		int hopeless = verdict == NO_ROOM && !at_once && now != 0 && now < deadline &&
 			       !can_wait(view, budget, m->task, want);
@@ -347,7 +347,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
 			p->refused++;
-			m->why = refusal(verdict, at_once ? why_at_once : GF_WHY_NONE, now != 0 && now >= deadline, hopeless);
+			m->why = refusal(verdict, at_once, now != 0 && now >= deadline, hopeless);
 			m->waited_ns = waited_from != 0 ? gf_now_ns() - waited_from : 0;
 			gf_unlock(m);
 			return GF_REFUSED;
@@ -360,10 +360,9 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			else
 				k->waits++;
 		}
-		uint64_t note_ns = deadline - waited_from < 4 * GF_WAIT_NOTE_NS ? (deadline - waited_from) / 4 : GF_WAIT_NOTE_NS;
 		gf_unlock(m);
-		if (!noted && now - waited_from >= note_ns) {
-			noted = 1;
+		if (now >= note_at) {
+			note_at = UINT64_MAX;
 			if (gf_wait_note)
 				gf_wait_note(m, n, now - waited_from);
 		}

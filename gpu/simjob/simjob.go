@@ -74,7 +74,7 @@ type config struct {
 }
 
 func parse(args []string, stderr io.Writer) (*config, error) {
-	c := &config{ctxBytes: 500 * size.MiB, leakRate: size.GiB, asks: 1}
+	c := &config{ctxBytes: 500 * size.MiB, leakRate: size.GiB}
 	fs := flag.NewFlagSet("simjob", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.dir, "dir", os.Getenv(gpu.EnvSimDir), "simulated GPU state directory (default $"+gpu.EnvSimDir+")")
