@@ -168,7 +168,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			if msg := err.Error(); msg != failing {
+			if msg := err.Error(); msg != failing && !errors.Is(err, errNotYet) {
 				c.emit(Event{Kind: EventError, Message: msg})
 				failing = msg
 			}
@@ -201,6 +201,7 @@ func (c *Controller) Pass(ctx context.Context, index uint64) (uint64, error) {
 		return 0, fmt.Errorf("listing %s in namespace %s: %w", violations.PathPrefix, c.cfg.Namespace, err)
 	}
 	var errs []error
+	undecided := false
 	for _, v := range list {
 		c.mu.Lock()
 		done := c.done[v.Path]
@@ -208,13 +209,18 @@ func (c *Controller) Pass(ctx context.Context, index uint64) (uint64, error) {
 		if done {
 			continue
 		}
-		if err := c.Handle(ctx, v.Path); err != nil {
+		if err := c.Handle(ctx, v.Path); errors.Is(err, errNotYet) {
+			undecided = true
+		} else if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
 		// A failed violation is tried again on the next pass, not at the next change.
 		return 0, errors.Join(errs...)
+	}
+	if undecided {
+		return 0, errNotYet
 	}
 	return meta.LastIndex, nil
 }

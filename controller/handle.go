@@ -73,6 +73,14 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 		return "", fmt.Errorf("reading allocation %s: %w", rec.AllocID, err)
 	}
 	ev.Namespace, ev.Job, ev.Group = alloc.Namespace, alloc.JobID, alloc.TaskGroup
+	if rec.Action == violations.ActionOOMInProcess {
+		switch f, why := fateOf(alloc, rec, time.Now()); f {
+		case fateCompleted:
+			return skip(why)
+		case fateRunning:
+			return "", fmt.Errorf("%w: task %s of allocation %s has not ended since the fence refused it", errNotYet, rec.Task, rec.AllocID)
+		}
+	}
 	wq := (&api.WriteOptions{Namespace: alloc.Namespace}).WithContext(ctx)
 	job, _, err := c.cfg.Client.Jobs().Info(alloc.JobID, (&api.QueryOptions{Namespace: alloc.Namespace}).WithContext(ctx))
 	if statusOf(err) == http.StatusNotFound {

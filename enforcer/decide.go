@@ -480,8 +480,9 @@ func (p *pass) settle() {
 			"(the watchdog cannot see exit statuses)", 100*float64(n.peak)/float64(n.capBytes))
 		if n.fenced {
 			held = ledger.HeldByFence
-			detail = fmt.Sprintf("the allocation fence refused %d allocations past the cap (the task held %s of %s); the task "+
-				"failed inside its own process, no signal sent", n.refused, n.peak, n.capBytes)
+			detail = fmt.Sprintf("the allocation fence refused %d allocations past the cap (the task held %s of %s), then the task "+
+				"left the GPU, no signal sent: it failed inside its own process, or its framework asked again and it finished "+
+				"(its exit status says which)", n.refused, n.peak, n.capBytes)
 		}
 		p.do(recordViolation{ledger.Violation{Token: tok, GPU: o.gpu, Task: n.task, Mode: n.mode, CapBytes: n.capBytes, PeakBytes: n.peak,
 			Action: ActionOOMInProcess, HeldBy: held, CrossedAt: n.since, ContainedAt: o.now, Detail: detail}})

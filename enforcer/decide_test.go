@@ -11,6 +11,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/violations"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -381,4 +382,12 @@ func TestStopNamesEveryProcess(t *testing.T) {
 		}
 	}
 	t.Fatalf("no stop in %v", acts)
+}
+
+// The controller decides "oom-in-process" violations by the task's exit (policy/violations has
+// the same action string, without importing the enforcer).
+func TestOOMInProcessActionIsTheControllers(t *testing.T) {
+	if ActionOOMInProcess != violations.ActionOOMInProcess {
+		t.Fatalf("enforcer %q, violations %q", ActionOOMInProcess, violations.ActionOOMInProcess)
+	}
 }

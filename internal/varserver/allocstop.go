@@ -60,6 +60,14 @@ func (s *Server) Alloc(id string) (*api.Allocation, bool) {
 	return a, ok
 }
 
+// AllocReads counts the reads of allocation id through the API: a test waits on it for a
+// client's pass that read it.
+func (s *Server) AllocReads(id string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.jobsLocked().allocReads[id]
+}
+
 // Stops counts the allocations stopped through the API.
 func (s *Server) Stops() int {
 	s.mu.Lock()

@@ -26,12 +26,13 @@ const (
 
 // jobsState is kept apart from the variables so the two do not share a table index.
 type jobsState struct {
-	jobs      map[key]*api.Job
-	allocs    map[string]*api.Allocation
-	events    []nsEvent
-	evChanged chan struct{}
-	registers int
-	stops     int
+	jobs       map[key]*api.Job
+	allocs     map[string]*api.Allocation
+	events     []nsEvent
+	evChanged  chan struct{}
+	registers  int
+	stops      int
+	allocReads map[string]int
 }
 
 func (s *Server) jobsLocked() *jobsState {
@@ -292,6 +293,12 @@ func (s *Server) readAlloc(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	a, found, idx := lookup(s, allocsOf, id)
+	s.mu.Lock()
+	if s.jobsLocked().allocReads == nil {
+		s.js.allocReads = map[string]int{}
+	}
+	s.js.allocReads[id]++
+	s.mu.Unlock()
 	queryHeaders(w, idx)
 	// Allocation IDs are global; the namespace check applies to the one the allocation is in.
 	if !found {

@@ -16,6 +16,11 @@ import (
 // else), and the controller's to read, list and write.
 const PathPrefix = "gpufrac/violations/"
 
+// ActionOOMInProcess is the enforcer's action for a task that the fence (or an MPS pinned limit)
+// refused and that then left the GPU: it failed inside itself, or its framework asked again
+// and it went on (enforcer.ActionOOMInProcess, the same string).
+const ActionOOMInProcess = "oom-in-process"
+
 // Record is one published violation.
 type Record struct {
 	AllocID, Job, Task, Template string
