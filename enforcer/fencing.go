@@ -37,6 +37,9 @@ type FenceConfig struct {
 	// took of it: the fence refuses them more and the watchdog stops one that holds on
 	// (reclaim). 0 = a guarantee is never lent.
 	LendKeep size.Bytes
+	// LendGrace is how long that first allocation waits quietly before the reclaim: a borrower
+	// that ends within it keeps its run (fence.Task.Grace). 0 = reclaim at once.
+	LendGrace time.Duration
 }
 
 // BorrowRule is how far past its guarantee (its cap) a task may allocate, where the fence holds
@@ -54,8 +57,9 @@ const (
 	// memory to come free while no new guarantee is placed on its GPU.
 	BorrowWait BorrowRule = "wait"
 	// BorrowLend is BorrowWait where a borrower may also use the guarantee of a task that has
-	// not allocated yet (its CPU start-up) but for DefaultLendKeep; when that task allocates,
-	// borrowers give back what it needs (FenceConfig.LendKeep says how).
+	// not allocated yet (its CPU start-up) but for DefaultLendKeep; when that task allocates and
+	// borrowers hold what it needs, it waits DefaultLendGrace for them to end on their own, then
+	// they give it back (FenceConfig.LendKeep and LendGrace say how).
 	BorrowLend BorrowRule = "lend"
 )
 
@@ -85,11 +89,18 @@ const DefaultBorrowWait = 5 * time.Minute
 // allowance is the same measure).
 const DefaultLendKeep = DefaultAllowance
 
+// DefaultLendGrace is how long a task's first allocation waits for borrowers that hold its lent
+// guarantee to end before they must give it back: the bound of the borrower hold, which is what
+// the same task would have waited to be admitted under BorrowWait. A borrower that fills the GPU
+// (the benchmark's leaker) loses its whole run to a reclaim, so the owner's bounded wait is the
+// cheaper loss.
+const DefaultLendGrace = 30 * time.Second
+
 // Borrow sets the fence's side of rule: how long a borrower's allocation waits (wait, 0 =
 // DefaultBorrowWait, for BorrowWait and BorrowLend) and what of a starting task's guarantee is
 // lent (BorrowLend). Which tasks may borrow is their reservations' limits.
 func (c *FenceConfig) Borrow(rule BorrowRule, wait time.Duration) {
-	c.BorrowWait, c.LendKeep = 0, 0
+	c.BorrowWait, c.LendKeep, c.LendGrace = 0, 0, 0
 	if rule != BorrowWait && rule != BorrowLend {
 		return
 	}
@@ -98,7 +109,7 @@ func (c *FenceConfig) Borrow(rule BorrowRule, wait time.Duration) {
 		c.BorrowWait = DefaultBorrowWait
 	}
 	if rule == BorrowLend {
-		c.LendKeep = DefaultLendKeep
+		c.LendKeep, c.LendGrace = DefaultLendKeep, DefaultLendGrace
 	}
 }
 
@@ -246,7 +257,7 @@ func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, e
 	var sig strings.Builder
 	fmt.Fprintf(&sig, "%d", st.BudgetBytes)
 	for _, r := range st.Reservations {
-		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit(), Keep: f.cfg.LendKeep})
+		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit(), Keep: f.cfg.LendKeep, Grace: f.cfg.LendGrace})
 		fmt.Fprintf(&sig, ",%s=%d/%d", r.Token, r.CapBytes, r.Limit())
 	}
 	if f.synced[st.UUID] == sig.String() {

@@ -85,3 +85,35 @@ func snapTask(r *rig, token string) (u fence.TaskUse, ok bool) {
 	}
 	return s.Task(token)
 }
+
+// With a grace, the same borrower that ends while the owner's first allocation waits keeps its
+// run: nobody is stopped, nothing is recorded against it, and the owner is served when the
+// borrower's memory comes back.
+func TestBorrowerThatEndsWithinTheGraceKeepsItsRun(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) {
+		c.Fence, c.Allowance = FenceConfig{Dir: dir, BorrowWait: time.Minute, LendKeep: 256 * size.MiB, LendGrace: time.Minute}, 640*size.MiB
+	})
+	r.start()
+	borrower, owner, _ := borrowerBesideOwner(r)
+	b := r.run(borrower, "borrower", "--peak", "60GiB", "--ramp", "200ms", "--hold", "3s")
+	testutil.Eventually(t, waitLong, "the borrower holding 60 GiB", func() bool {
+		tu, ok := snapTask(r, borrower.Token)
+		return ok && tu.Used >= 59*size.GiB
+	})
+	o := r.run(owner, "owner", "--peak", "30GiB", "--ramp", "200ms", "--hold", "100ms", "--seed", "5")
+	testutil.Eventually(t, waitLong, "the owner waiting out its grace", func() bool {
+		tu, ok := snapTask(r, owner.Token)
+		return ok && tu.Waiting && !tu.Owed
+	})
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("borrower: exit %d (signal %v), want 0; output:\n%s", code, b.killedBy(), b.out.String())
+	}
+	o.checkResult(t, 5)
+	if tu, ok := snapTask(r, owner.Token); ok && tu.OwedWaits != 0 {
+		t.Fatalf("the owner was owed: %+v; want served within its grace", tu)
+	}
+	for _, v := range r.led.Violations() {
+		t.Fatalf("a violation was recorded: %+v", v)
+	}
+}

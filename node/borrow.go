@@ -89,8 +89,8 @@ func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Durati
 	}
 	if asked == BorrowLend {
 		return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
-			"and a starting job's guarantee but for %s until it allocates, when borrowers give it back; "+
-			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", enforcer.DefaultLendKeep, wait)}
+			"and a starting job's guarantee but for %s until it allocates; that allocation waits up to %s for the borrowers to end, then they give it back; "+
+			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", enforcer.DefaultLendKeep, enforcer.DefaultLendGrace, wait)}
 	}
 	return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
 		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)}

@@ -18,10 +18,10 @@
  * processes. Called under the lock. */
 static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 {
-	if ((p->waiting != GF_WAIT_NONE) != (why != GF_WAIT_NONE) && p->task < GF_TASKS) {
+	if (gf_blocks(p->waiting) != gf_blocks(why) && p->task < GF_TASKS) {
 		struct gf_task *k = &t->tasks[p->task];
 		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			if (why != GF_WAIT_NONE)
+			if (gf_blocks(why))
 				k->nwait++;
 			else if (k->nwait > 0)
 				k->nwait--;
@@ -82,6 +82,13 @@ static uint64_t in_use(const struct gf_task *k)
 {
 	uint64_t ctx = k->used + k->keep < k->used ? UINT64_MAX : k->used + k->keep;
 	return ctx < gf_held(k) ? ctx : gf_held(k);
+}
+
+/* arm marks task k on the GPU: from now on borrowers may not use its guarantee. */
+static void arm(struct gf_task *k)
+{
+	if (!k->armed)
+		__atomic_store_n(&k->armed, 1, __ATOMIC_SEQ_CST);
 }
 
 /* borrows says whether any task but me holds more than its guarantee. */
@@ -242,7 +249,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	uint64_t deadline = 0, waited_from = 0, note_at = UINT64_MAX;
+	uint64_t deadline = 0, waited_from = 0, note_at = UINT64_MAX, grace_end = 0;
 	int owed = 0, owed_looks = 0, reaped = 0;
 	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
@@ -270,23 +277,31 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		struct gf_proc *p = &t->procs[m->slot];
 		gf_test_point("charge-enter");
 		uint64_t want = k->used + n, budget = m->c ? m->budget : t->h.budget;
-		/* at_once: why it is refused without a wait (GF_WHY_*), or GF_WHY_NONE */
-		int verdict, claimed = 0, at_once = GF_WHY_NONE;
+		/* at_once: why it is refused without a wait (GF_WHY_*), or GF_WHY_NONE. provisional:
+		 * this charge armed the task, and takes that back if it is not served. */
+		int verdict, claimed = 0, at_once = GF_WHY_NONE, provisional = 0;
 		if (want < k->used) {
 			verdict = PAST_LIMIT;
 		} else if (budget == 0 || !m->c) {
 			/* Borrowing off: the task's own file says all. */
 			verdict = want <= k->cap ? FIT : PAST_LIMIT;
-		} else if (polls > 0 && want > k->cap && want <= k->limit && gf_peers_view(m, view) == 0 &&
-			   (verdict = judge(view, budget, m->task, want)) != FIT) {
-			/* A waiting borrower looks before it claims: a claim is seen by every owner that
-			 * judges meanwhile, and one that found its guarantee short by a borrower's passing
-			 * claim would be owed, which refuses every borrower on the GPU at once. */
+			arm(k);
+		} else if (polls > 0 && ((want > k->cap && want <= k->limit) || grace_end != 0) &&
+			   gf_peers_view(m, view) == 0 && (verdict = judge(view, budget, m->task, want)) != FIT) {
+			/* A waiting borrower, or an owner waiting out its grace, looks before it claims: a
+			 * claim is seen by every task that judges meanwhile. An owner that found its
+			 * guarantee short by a borrower's passing claim would be owed, which refuses every
+			 * borrower on the GPU at once; a borrower that saw a waiting owner's passing arm
+			 * would wait a poll for nothing. */
 		} else if (want > k->cap && want <= k->limit && borrow_lock(m) != 0) {
 			verdict = NO_ROOM; /* another borrower keeps the borrowers' lock: refused, never waited */
 			at_once = GF_WHY_LOCKED;
 		} else {
 			int borrowing = want > k->cap && want <= k->limit; /* it holds the borrowers' lock */
+			/* Armed before the claim, as the claim before the check: a borrower that claims
+			 * meanwhile sees the whole guarantee held, or is seen by this check. */
+			provisional = !k->armed;
+			arm(k);
 			claim(k, p, n);
 			claimed = 1;
 			if (gf_peers_view(m, view) != 0) {
@@ -299,12 +314,15 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			if (verdict != FIT) {
 				retract(k, p, n);
 				claimed = 0;
+				if (provisional && k->used == 0)
+					__atomic_store_n(&k->armed, 0, __ATOMIC_SEQ_CST); /* still in its start-up */
 			}
 			if (borrowing)
 				flock(m->cfd, LOCK_UN);
 		}
 		if (verdict == FIT) {
 			set_waiting(t, p, GF_WAIT_NONE);
+			arm(k);
 			if (!claimed)
 				claim(k, p, n);
 			p->allocs++;
@@ -323,6 +341,28 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			struct timespec d = {0, GF_WAIT_POLL_NS};
 			nanosleep(&d, NULL);
 			continue;
+		}
+		if (verdict == OWED && k->keep < k->cap && m->grace_ns > 0 && !m->graced) {
+			/* Borrowers hold what was lent of the guarantee in the task's start-up. For a grace,
+			 * once in this process's life, it waits quietly: borrowers keep what they hold,
+			 * nobody is refused, and one that ends meanwhile gives it all back and loses
+			 * nothing. A task not served yet stays unarmed, so they may go on growing into its
+			 * guarantee (but for its keep). Past the grace it is owed, as below. */
+			uint64_t now = gf_now_ns();
+			if (grace_end == 0) {
+				grace_end = now + m->grace_ns;
+				waited_from = now;
+			}
+			owed = 1; /* the driver may still be releasing what the borrowers freed */
+			if (now < grace_end) {
+				set_waiting(t, p, GF_WAIT_GRACE);
+				gf_unlock(m);
+				struct timespec d = {0, GF_WAIT_POLL_NS};
+				nanosleep(&d, NULL);
+				continue;
+			}
+			m->graced = 1;
+			arm(k);
 		}
 		owed |= verdict == OWED;
 		uint64_t now = 0;

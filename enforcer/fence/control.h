@@ -14,6 +14,7 @@ struct gf_control_task {
 	uint64_t cap;
 	uint64_t limit;
 	uint64_t keep;
+	uint64_t grace_ns; /* see gf_task_spec.grace_ns */
 	uint8_t token_hash[GF_HASH_LEN];
 };
 

@@ -143,6 +143,7 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 		view[i].cap = C.uint64_t(k.Cap)
 		view[i].limit = C.uint64_t(k.Limit)
 		view[i].keep = C.uint64_t(k.Keep)
+		view[i].grace_ns = C.uint64_t(max(k.Grace, 0))
 	}
 	defer func() {
 		for i := range n {

@@ -105,8 +105,15 @@ func TestHeldBorrowLockFailsBorrowsNotGuarantees(t *testing.T) {
 // Claim, then check: an owner arming its guarantee and a borrower taking the same memory,
 // racing, never both hold it. Each round places a fresh owner (unarmed, so its guarantee is lent
 // but for a keep), then its first allocation of its whole guarantee races a borrow of most of
-// it; whichever wins, the other is refused or waits for the winner to give it back.
+// it; whichever wins, the other is refused or waits for the winner to give it back. With a
+// grace the owner's first charge arms, finds the memory borrowed and disarms again, each poll.
 func TestOwnerAndBorrowerRacingNeverOvercommit(t *testing.T) {
+	for _, grace := range []time.Duration{0, time.Second} {
+		t.Run(fmt.Sprintf("grace %v", grace), func(t *testing.T) { raceOwnerAndBorrower(t, grace) })
+	}
+}
+
+func raceOwnerAndBorrower(t *testing.T, grace time.Duration) {
 	dir, tb := table(t, 2*size.GiB)
 	tb.SetWait(0)
 	borrower := fence.Task{Token: tokB, Cap: 512 * size.MiB, Limit: 2 * size.GiB}
@@ -121,7 +128,7 @@ func TestOwnerAndBorrowerRacingNeverOvercommit(t *testing.T) {
 			t.Fatalf("%d rounds in 60s: a charge waited for nothing", i)
 		}
 		tok := fmt.Sprintf("owner-%04d-%s", i, tokA[:8])
-		owner := fence.Task{Token: tok, Cap: size.GiB, Keep: size.MiB}
+		owner := fence.Task{Token: tok, Cap: size.GiB, Keep: size.MiB, Grace: grace}
 		if err := tb.SetTasks([]fence.Task{borrower, owner}, 2*size.GiB); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +142,7 @@ func TestOwnerAndBorrowerRacingNeverOvercommit(t *testing.T) {
 		hold := func(c *fence.Client, n size.Bytes, count *atomic.Int64, other string, most size.Bytes) {
 			defer wg.Done()
 			if c == nil {
-				// The owner's attach arms its guarantee: it races the borrow too.
+				// The owner's attach races the borrow too (its first charge arms it).
 				if o, attachErr = fence.Attach(dir, fencetest.FakeUUID, tok); attachErr != nil {
 					return
 				}

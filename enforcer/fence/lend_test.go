@@ -11,13 +11,20 @@ import (
 )
 
 // lendingTable is a 4 GiB budget where A may borrow up to all of it and B holds a 2 GiB
-// guarantee of which it keeps keep from borrowers until it allocates. A is attached (armed); B
-// is not, so its guarantee is lent but for keep. A borrowing allocation may wait for wait.
+// guarantee of which it keeps keep from borrowers until it allocates, with no grace. A is
+// attached; B is not, so its guarantee is lent but for keep. A borrowing allocation may wait
+// for wait.
 func lendingTable(t *testing.T, keep size.Bytes, wait time.Duration) (string, *fence.Table, *fence.Client) {
+	t.Helper()
+	return graceTable(t, keep, wait, 0)
+}
+
+// graceTable is lendingTable where B's first allocation waits out grace quietly.
+func graceTable(t *testing.T, keep size.Bytes, wait, grace time.Duration) (string, *fence.Table, *fence.Client) {
 	t.Helper()
 	dir, tb := table(t, 4*size.GiB)
 	tb.SetWait(wait)
-	tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: 2 * size.GiB, Keep: keep}}
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: 2 * size.GiB, Keep: keep, Grace: grace}}
 	if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
 		t.Fatal(err)
 	}
@@ -181,5 +188,114 @@ func TestOwnerWaitsWhenTheBudgetShrankUnderABorrower(t *testing.T) {
 	a.Uncharge(size.GiB)
 	if r := <-got; r != fence.Charged {
 		t.Fatalf("B once A gave back: %v", r)
+	}
+}
+
+// With a grace, an owner whose first allocation finds its lent guarantee held waits quietly:
+// unarmed, not owed, nobody refused, the borrower free to go on growing into what is still
+// lent. A borrower that ends within the grace gives it everything and loses nothing.
+func TestOwnerWaitsOutItsGraceQuietly(t *testing.T) {
+	dir, tb, a := graceTable(t, 256*size.MiB, time.Minute, time.Minute)
+	if r := a.Charge(3 * size.GiB); r != fence.Charged { // 1 GiB of B's guarantee lent
+		t.Fatal(r)
+	}
+	b := attach(t, dir, tokB)
+	got := make(chan fence.Result, 1)
+	go func() { got <- b.Charge(1536 * size.MiB) }() // with its keep, 0.75 GiB more than is free
+	s := waitFor(t, tb, "B waiting", fence.Snapshot.Waiting)
+	if u, _ := s.Task(tokB); u.Owed || u.Armed || u.OwedWaits != 0 || u.Used != 0 {
+		t.Fatalf("B in its grace: %+v, want waiting unarmed, not owed, holding nothing", u)
+	}
+	if s.Owed() {
+		t.Fatalf("an owner is owed during the grace: %+v", s.Tasks)
+	}
+	// The borrower goes on growing into what B has not taken (all but its keep).
+	if r := a.Charge(512 * size.MiB); r != fence.Charged {
+		t.Fatalf("A growing during B's grace: %v, want Charged", r)
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("B's charge returned %v while A held its guarantee", r)
+	default:
+	}
+	a.Uncharge(3*size.GiB + 512*size.MiB) // the borrower ends
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("B once A ended: %v, want Charged", r)
+	}
+	u := snap(t, tb, tokB)
+	if !u.Armed || u.Waiting || u.Used != 1536*size.MiB || u.OwedWaits != 0 {
+		t.Fatalf("B served after its grace: %+v", u)
+	}
+	if ua := snap(t, tb, tokA); ua.Refused != 0 {
+		t.Fatalf("A was refused %d times during B's grace", ua.Refused)
+	}
+}
+
+// Past its grace the owner is owed, as without one: borrowers are refused more and give back.
+func TestGraceRunsOut(t *testing.T) {
+	dir, tb, a := graceTable(t, 256*size.MiB, time.Minute, 50*time.Millisecond)
+	if r := a.Charge(3*size.GiB + 512*size.MiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	b := attach(t, dir, tokB)
+	got := make(chan fence.Result, 1)
+	start := time.Now()
+	go func() { got <- b.Charge(size.GiB) }()
+	s := waitFor(t, tb, "B owed", fence.Snapshot.Owed)
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("B owed after %v, within its 50ms grace", waited)
+	}
+	if u, _ := s.Task(tokB); !u.Armed || u.OwedWaits != 1 {
+		t.Fatalf("B past its grace: %+v, want armed and owed", u)
+	}
+	if r := a.Charge(size.MiB); r != fence.Refused {
+		t.Fatalf("A borrowing while B is owed: %v, want Refused", r)
+	}
+	refusedFor(t, a, "an owner waits for its guarantee", 0)
+	a.Uncharge(2 * size.GiB)
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("B once A gave back: %v", r)
+	}
+}
+
+// An owner already served has its grace too, when a later allocation finds what was lent of
+// its guarantee held; a grace runs out once in a process's life: its later owed waits (here the
+// budget shrinks under a borrower) begin at once.
+func TestAnArmedOwnerHasItsGraceOnce(t *testing.T) {
+	dir, tb, a := graceTable(t, 256*size.MiB, time.Minute, 50*time.Millisecond)
+	if r := a.Charge(3 * size.GiB); r != fence.Charged { // 1 GiB of B's guarantee lent
+		t.Fatal(r)
+	}
+	b := attach(t, dir, tokB)
+	if r := b.Charge(256 * size.MiB); r != fence.Charged {
+		t.Fatalf("B's first allocation, with its bytes free: %v", r)
+	}
+	if u := snap(t, tb, tokB); !u.Armed || u.Waiting {
+		t.Fatalf("B after its first allocation: %+v, want armed, not waiting", u)
+	}
+	got := make(chan fence.Result, 1)
+	start := time.Now()
+	go func() { got <- b.Charge(size.GiB) }() // the lent GiB, which A holds
+	waitFor(t, tb, "B owed", fence.Snapshot.Owed)
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("armed B owed after %v, within its 50ms grace", waited)
+	}
+	a.Uncharge(size.GiB)
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("B once A gave back: %v", r)
+	}
+	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB},
+		{Token: tokB, Cap: 2 * size.GiB, Keep: 256 * size.MiB, Grace: time.Minute}}, 3*size.GiB+512*size.MiB); err != nil {
+		t.Fatal(err)
+	}
+	// A minute's grace now, but this process's ran out: owed at once (waitFor gives up at 30 s).
+	go func() { got <- b.Charge(512 * size.MiB) }() // 1.75 GiB and its keep beside A's 2 GiB
+	s := waitFor(t, tb, "B owed again", fence.Snapshot.Owed)
+	if u, _ := s.Task(tokB); u.OwedWaits != 2 {
+		t.Fatalf("B owed again: %+v, want its second owed wait", u)
+	}
+	a.Uncharge(size.GiB)
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("B once A gave back again: %v", r)
 	}
 }

@@ -106,7 +106,7 @@ void gf_recount(struct gf_table *t)
 			continue;
 		k->used += p->used;
 		k->procs++;
-		if (p->waiting)
+		if (gf_blocks(p->waiting))
 			k->nwait++;
 		if (p->waiting == GF_WAIT_OWED)
 			k->nowed++;

@@ -50,7 +50,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 5
+#define GF_VERSION 6
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -68,7 +68,17 @@
 
 enum { GF_FREE = 0, GF_LIVE = 1 };
 
-enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2 };
+/* What a process's allocation waits for. GF_WAIT_GRACE: an owner's first allocation found its
+ * guarantee lent (lend) and waits quietly, unarmed, for the borrowers to end on their own (charge.c):
+ * it refuses nobody and holds nothing, so borrowers' can_wait does not count it among the stuck. */
+enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2, GF_WAIT_GRACE = 3 };
+
+/* gf_blocks says whether a wait counts in its task's nwait: one that holds memory still. */
+static inline int gf_blocks(uint32_t waiting)
+{
+	return waiting == GF_WAIT_BORROW || waiting == GF_WAIT_OWED;
+}
+
 
 /* How long an allocation within its task's guarantee may wait for borrowers to give the memory
  * back: the enforcer stops a borrower that does not within a watchdog pass or two, so this only
@@ -190,6 +200,8 @@ struct gf_map {
 	struct gf_peers *peers; /* the other tasks' files, read-only (peers.c), or NULL */
 	uint64_t wait_ns;       /* how long gf_lock waits for a live holder; 0 = GF_LOCK_WAIT_NS */
 	uint64_t budget;        /* the control copy's, as the last restore read it */
+	uint64_t grace_ns;      /* its task's, from the control copy, as the last restore read it */
+	int graced;             /* a grace ran out in this process: later owed waits begin at once */
 	uint64_t me;   /* what the lock word holds while this map holds the lock */
 	int owner;     /* the owner index whose byte it holds */
 	int slot;      /* the proc slot this process owns, or -1 */
@@ -226,6 +238,10 @@ struct gf_task_spec {
 	uint64_t cap;
 	uint64_t limit;
 	uint64_t keep; /* see gf_task.keep; 0 = the whole guarantee is kept */
+	/* How long the task's first allocation, finding borrowers on what of its guarantee was lent,
+	 * waits quietly for them to end before they must give it back (charge.c); 0 = they give it
+	 * back at once. Only with keep below cap: nothing else is lent. */
+	uint64_t grace_ns;
 };
 
 /* The enforcer's handle on one GPU: the control copy it writes, and a descriptor of each placed

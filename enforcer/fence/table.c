@@ -28,7 +28,7 @@ void gf_give_back(struct gf_table *t, int i)
 			gf_lower(t, &k->used, p->used);
 			if (k->procs > 0)
 				k->procs--;
-			if (p->waiting && k->nwait > 0)
+			if (gf_blocks(p->waiting) && k->nwait > 0)
 				k->nwait--;
 			if (p->waiting == GF_WAIT_OWED && k->nowed > 0)
 				k->nowed--;
@@ -201,9 +201,8 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	__atomic_store_n(&p->state, GF_LIVE, __ATOMIC_RELEASE);
 	gf_test_point("claim-live");
 	t->tasks[k].procs++;
-	/* a process attaches at its first allocation: the task is on the GPU. Borrowers read it
-	 * after their claim, and this process reads their claims after it (charge.c). */
-	__atomic_store_n(&t->tasks[k].armed, 1, __ATOMIC_SEQ_CST);
+	/* The task is armed by its first charge (charge.c), not here: an owner whose lent guarantee
+	 * borrowers still hold waits unarmed for a grace. */
 	m->slot = i;
 	m->task_gen = p->task_gen;
 	m->pgen = p->pgen;

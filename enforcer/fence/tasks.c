@@ -275,6 +275,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		k->cap = specs[s].cap;
 		k->limit = specs[s].limit > specs[s].cap ? specs[s].limit : specs[s].cap;
 		k->keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
+		k->grace_ns = k->keep < k->cap ? specs[s].grace_ns : 0;
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one

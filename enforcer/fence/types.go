@@ -62,8 +62,13 @@ type Task struct {
 	// Keep is what of its guarantee borrowers may not use before the task's first allocation
 	// (what its CUDA contexts take unseen by the fence); 0 or Cap and above = all of it, so
 	// nothing is lent. Once it allocates, its whole guarantee is its own, and borrowers give
-	// back at once what they took of it.
+	// back what they took of it: at once, or after Grace.
 	Keep size.Bytes
+	// Grace, where something is lent (Keep below Cap), is how long the task's first allocation
+	// waits quietly when borrowers hold what it needs of its guarantee: they keep it and may go
+	// on growing, and one that ends meanwhile loses nothing; past Grace they must give it back.
+	// 0 = at once.
+	Grace time.Duration
 }
 
 // TaskUse is one task as the fence saw it.
