@@ -123,7 +123,7 @@ func (l *Ledger) admitIDs(ids []string, task Task) (Reservation, error) {
 }
 
 // checkGPU is the admission rule shared by both paths: healthy, below max tasks, fits the budget,
-// and fits beside what borrowers hold with no allocation waiting.
+// and, unless guarantees are lent, fits beside what borrowers hold with no allocation waiting.
 func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
 	if !gs.Healthy {
 		return denied(ReasonUnhealthy, "GPU %s is unhealthy: %s", gs.UUID, gs.HealthReason)
@@ -134,6 +134,9 @@ func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
 	if gs.ReservedBytes+capBytes > gs.BudgetBytes || gs.ReservedBytes+capBytes < capBytes {
 		return denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: %s already reserved of a %s budget (%s free)",
 			capBytes, units, gs.UUID, gs.ReservedBytes, gs.BudgetBytes, subFloor(gs.BudgetBytes, gs.ReservedBytes))
+	}
+	if gs.Lending {
+		return nil
 	}
 	if gs.BorrowWaiting {
 		return denied(ReasonBorrowed, "GPU %s: %s", gs.UUID, descBorrowWait)

@@ -103,16 +103,21 @@ func TestBorrowedUnits(t *testing.T) {
 		name     string
 		borrowed size.Bytes
 		waiting  bool
+		lending  bool
 		want     string // per unit: r reserved, h healthy, w withheld
 		why      string
 	}{
-		{"nothing borrowed", 0, false, "rhhhhh", ""},
-		{"2.5GiB borrowed", 2*size.GiB + 512*size.MiB, false, "rhhwww", "held by tasks borrowing past their guarantees ("},
-		{"more than is free", 40 * size.GiB, false, "rwwwww", "borrowing past their guarantees"},
-		{"an allocation waits", size.MiB, true, "rwwwww", "a task's allocation waits for memory to come free"},
+		{"nothing borrowed", 0, false, false, "rhhhhh", ""},
+		{"2.5GiB borrowed", 2*size.GiB + 512*size.MiB, false, false, "rhhwww", "held by tasks borrowing past their guarantees ("},
+		{"more than is free", 40 * size.GiB, false, false, "rwwwww", "borrowing past their guarantees"},
+		{"an allocation waits", size.MiB, true, false, "rwwwww", "a task's allocation waits for memory to come free"},
+		{"lending: nothing withheld", 40 * size.GiB, true, true, "rhhhhh", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, _ := newTest(t, Options{})
+			if err := l.SetLending(tc.lending); err != nil {
+				t.Fatal(err)
+			}
 			mustReserve(t, l, Task{JobName: "j"}, InstanceID(gpuB, 0))
 			if err := l.SetBorrowed(gpuB, tc.borrowed, tc.waiting); err != nil {
 				t.Fatal(err)
@@ -147,21 +152,29 @@ func TestBorrowedUnits(t *testing.T) {
 
 // Admission never admits onto borrowed memory: a cap that fits the budget but for what
 // borrowers hold, or any cap while an allocation waits, is refused as borrowed, on both paths.
+// Where guarantees are lent it counts guarantees alone: the fence places them on what borrowers
+// hold and lends them back.
 func TestAdmissionCountsBorrowed(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		borrowed size.Bytes
 		waiting  bool
+		lending  bool
 		cap      size.Bytes
 		reason   Reason // "" = admitted
 	}{
-		{"fits beside the loan", 4 * size.GiB, false, 6 * size.GiB, ""},
-		{"only without the loan", 5 * size.GiB, false, 6 * size.GiB, ReasonBorrowed},
-		{"an allocation waits", 0, true, size.GiB, ReasonBorrowed},
+		{"fits beside the loan", 4 * size.GiB, false, false, 6 * size.GiB, ""},
+		{"only without the loan", 5 * size.GiB, false, false, 6 * size.GiB, ReasonBorrowed},
+		{"an allocation waits", 0, true, false, size.GiB, ReasonBorrowed},
+		{"lending: on the loan", 9 * size.GiB, true, true, 6 * size.GiB, ""},
+		{"lending: the whole budget on the loan", 9 * size.GiB, false, true, 10 * size.GiB, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, path := range []string{"bytes", "ids"} {
 				l, _ := newTest(t, Options{})
+				if err := l.SetLending(tc.lending); err != nil {
+					t.Fatal(err)
+				}
 				if err := l.SetBorrowed(gpuA, tc.borrowed, tc.waiting); err != nil {
 					t.Fatal(err)
 				}

@@ -16,6 +16,25 @@ import (
 // so a timer takes that look and wakes the subscribers: the plugin offers the units again then,
 // not at the next unrelated change.
 
+// SetLending says whether guarantees are lent (enforcer.BorrowLend): then admission counts
+// guarantees alone, advertises no free unit as held by borrowers, and pauses for no borrower's
+// wait or hold. The fence places a new guarantee on what borrowers hold (its keep must be free,
+// which borrowers leave) and lends all but its keep back to them until its task allocates; a
+// guarantee it cannot place undoes the admission, as before.
+func (l *Ledger) SetLending(on bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	if l.st.lend != on {
+		l.st.lend = on
+		l.cache = nil
+		l.changed.Publish(struct{}{})
+	}
+	return nil
+}
+
 // SetBorrowHold makes r the rule for pausing admissions on a GPU where a borrower waited;
 // policy.NoHold (the zero rule, and the default) pauses them only while an allocation waits.
 func (l *Ledger) SetBorrowHold(r policy.HoldRule) error {

@@ -61,6 +61,8 @@ type state struct {
 	// gpuDamage is what readState found unsound in the state file's GPUs and repaired in
 	// memory, one sentence each naming the file, the GPU and the value (not persisted).
 	gpuDamage []string
+	// lend: guarantees are lent (SetLending; not persisted).
+	lend bool
 }
 
 // damageReport is every damage readState found, for Snapshot.Damage.
@@ -159,6 +161,7 @@ func (s *state) capacity(uuid string) GPUState {
 	}
 	st.MaxTasks = p.MaxTasksPerGPU
 	st.BorrowedBytes, st.BorrowWaiting, st.BorrowHeld = g.Borrowed, g.BorrowWaiting, g.hold.Held()
+	st.Lending = s.lend
 	st.Reservations = s.reservationsOn(uuid)
 	for _, r := range st.Reservations {
 		st.ReservedBytes += r.CapBytes
@@ -188,6 +191,7 @@ func (s *state) fillInstances(st *GPUState) {
 	// the fence would refuse a guarantee placed over either.
 	lent, lentWhy := 0, ""
 	switch {
+	case st.Lending:
 	case st.BorrowWaiting:
 		lent, lentWhy = free, descBorrowWait
 	case st.BorrowHeld:

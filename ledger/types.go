@@ -113,7 +113,11 @@ type GPUState struct {
 	// BorrowHeld: admissions pause for a borrower that waited here until it is served
 	// (policy.HoldRule, SetBorrowHold); like a wait, it admits nothing and withholds every
 	// free unit.
-	BorrowHeld   bool          `json:"borrow_held,omitempty"`
+	BorrowHeld bool `json:"borrow_held,omitempty"`
+	// Lending: guarantees are lent (SetLending): admission counts guarantees alone and pauses
+	// for no borrower, since the fence places a new guarantee on what borrowers hold and lends
+	// it back to them until its task allocates.
+	Lending      bool          `json:"lending,omitempty"`
 	MaxTasks     int           `json:"max_tasks"`
 	Reservations []Reservation `json:"reservations"`
 	// Instances is every ID to advertise: 0..Units-1, plus reserved IDs beyond the budget

@@ -56,6 +56,10 @@ type EnforcerConfig struct {
 func NewEnforcer(b gpu.Backend, led *ledger.Ledger, c EnforcerConfig) (*enforcer.Enforcer, error) {
 	fc := c.Fence
 	fc.Borrow(enforcer.BorrowRule(c.Borrow.Rule), c.Borrow.Wait)
+	// Both front ends build their enforcer here: the ledger admits as the fence places.
+	if err := led.SetLending(fc.LendKeep > 0); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
 	return enforcer.New(enforcer.Config{Backend: b, Ledger: led, Logger: c.Logger, MPS: c.MPS, Fence: fc})
 }
 

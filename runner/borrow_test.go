@@ -103,3 +103,41 @@ func TestBorrowerThatCannotWaitReRunsWithMoreRoom(t *testing.T) {
 		}
 	}
 }
+
+// Where guarantees are lent, a job is admitted onto memory a growing borrower holds: it starts
+// while the borrower still grows, its first allocation waits out the grace until the borrower
+// ends, and nobody fails. Under wait the same job starts only once the borrower ended (the
+// borrower hold keeps admissions off while it grows).
+func TestLentGuaranteeStartsBesideAGrowingBorrower(t *testing.T) {
+	t.Parallel()
+	q := queue.Queue{
+		Jobs: []queue.Job{
+			// n1 ends while the leaker waits for its memory, at about 4 s; the leaker then
+			// grows from about 28 GiB to 70 at 10 GiB a second.
+			simJob(t, "n1", "big", "--peak", "50GiB", "--ramp", "50ms", "--hold", "4s"),
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "70GiB", "--leak-rate", "10GiB"),
+			simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"),
+		},
+		Templates: map[string]queue.TemplateSpec{
+			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+			"big":  {Name: "big", PeakBytes: 50 * size.GiB},
+			"good": {Name: "good", PeakBytes: 20 * size.GiB},
+		},
+	}
+	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+	o.Borrow, o.Policy.MaxTasksPerGPU = node.BorrowLend, 2
+	res := runAll(t, q, o)
+	lk, late := attemptsOf(res, "lk"), attemptsOf(res, "late")
+	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].PeakBytes < 68*size.GiB {
+		t.Fatalf("leaker: want one attempt that grew to 70GiB, got %+v", lk)
+	}
+	if len(late) != 1 || late[0].Outcome != record.OutcomeOK || late[0].Violation != nil {
+		t.Fatalf("late: want one clean attempt, got %+v", late)
+	}
+	if !late[0].Start.Before(lk[0].End) {
+		t.Fatalf("late started at %s, after the leaker ended (%s): its guarantee was not placed on borrowed memory", late[0].Start, lk[0].End)
+	}
+	if n1 := attemptsOf(res, "n1"); len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
+		t.Fatalf("n1 was harmed: %+v", n1)
+	}
+}

@@ -28,6 +28,9 @@ func (s *Sched) lend(states map[string]ledger.GPUState) {
 		if err != nil {
 			continue
 		}
+		if st.Lending {
+			continue // guarantees go on what borrowers hold, which they lend back
+		}
 		st.ReservedBytes += st.BorrowedBytes
 		states[g] = st
 		if st.BorrowWaiting || st.BorrowHeld {

@@ -136,7 +136,11 @@ static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want
 	for (int i = 0; i < GF_TASKS; i++)
 		if (i != me && v[i].state == GF_LIVE)
 			others += lent_held(&v[i]);
-	return others <= budget && want <= budget - others ? FIT : NO_ROOM;
+	/* Where guarantees are lent, borrowers leave a keep free: a new guarantee may be placed on
+	 * what they hold (gf_set_tasks), and its task's contexts take that much before the fence
+	 * sees them. */
+	uint64_t slack = k->keep < k->cap ? k->keep : 0;
+	return others <= budget && want <= budget - others && slack <= budget - others - want ? FIT : NO_ROOM;
 }
 
 /* can_wait says whether waiting may let task slot me reach want: some other task that is not

@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -297,5 +298,68 @@ func TestAnArmedOwnerHasItsGraceOnce(t *testing.T) {
 	a.Uncharge(size.GiB)
 	if r := <-got; r != fence.Charged {
 		t.Fatalf("B once A gave back again: %v", r)
+	}
+}
+
+// lendingPair places, on a 4 GiB budget where guarantees are lent (every task keeps 256 MiB), a
+// borrower A (1 GiB guarantee, may reach the budget) and returns its client.
+func lendingPair(t *testing.T) (string, *fence.Table, *fence.Client, []fence.Task) {
+	t.Helper()
+	dir, tb := table(t, 4*size.GiB)
+	tb.SetWait(0)
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB, Keep: 256 * size.MiB}}
+	if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	return dir, tb, attach(t, dir, tokA), tasks
+}
+
+// Where guarantees are lent, a borrower leaves a keep free: room for the contexts of a task
+// whose guarantee is placed on what it holds.
+func TestBorrowersLeaveAKeepFree(t *testing.T) {
+	_, _, a, _ := lendingPair(t)
+	if r := a.Charge(4*size.GiB - 256*size.MiB); r != fence.Charged {
+		t.Fatalf("A borrowing all but a keep: %v", r)
+	}
+	if r := a.Charge(1); r != fence.Refused {
+		t.Fatalf("A taking a byte of the keep it leaves free: %v, want Refused", r)
+	}
+}
+
+// A new guarantee that lends is placed on what borrowers hold when all the guarantees fit the
+// budget and its keep is free; the borrower keeps the memory, and the owner's first allocation
+// waits out its grace until the borrower ends. A guarantee that would pass the budget beside the
+// others is refused, and so is one that lends nothing (the rule before lending).
+func TestLentGuaranteeIsPlacedOnBorrowedMemory(t *testing.T) {
+	dir, tb, a, tasks := lendingPair(t)
+	if r := a.Charge(3*size.GiB + 512*size.MiB); r != fence.Charged { // all but the keep left free
+		t.Fatal(r)
+	}
+	whole := fence.Task{Token: tokB, Cap: 2 * size.GiB}
+	var nr *fence.NoRoomError
+	if err := tb.SetTasks(append(tasks, whole), 4*size.GiB); !errors.As(err, &nr) {
+		t.Fatalf("a 2 GiB guarantee that lends nothing on borrowed memory: %v, want a NoRoomError", err)
+	}
+	b := fence.Task{Token: tokB, Cap: 2 * size.GiB, Keep: 256 * size.MiB, Grace: time.Minute}
+	if err := tb.SetTasks(append(tasks, b), 4*size.GiB); err != nil {
+		t.Fatalf("a 2 GiB guarantee that lends all but its keep, on borrowed memory: %v", err)
+	}
+	if u := snap(t, tb, tokA); u.Used != 3*size.GiB+512*size.MiB {
+		t.Fatalf("the borrower after the placement: %+v, want what it held", u)
+	}
+	over := fence.Task{Token: tokC, Cap: 1536 * size.MiB, Keep: 256 * size.MiB}
+	if err := tb.SetTasks(append(tasks, b, over), 4*size.GiB); !errors.As(err, &nr) {
+		t.Fatalf("guarantees of 4.5 GiB on a 4 GiB budget: %v, want a NoRoomError", err)
+	}
+	ob := attach(t, dir, tokB)
+	got := make(chan fence.Result, 1)
+	go func() { got <- ob.Charge(size.GiB) }()
+	waitFor(t, tb, "B waiting out its grace", fence.Snapshot.Waiting)
+	a.Uncharge(3*size.GiB + 512*size.MiB) // the borrower ends
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("B once the borrower ended: %v", r)
+	}
+	if u := snap(t, tb, tokA); u.Refused != 0 {
+		t.Fatalf("the borrower was refused: %+v", u)
 	}
 }

@@ -45,8 +45,9 @@ int gf_file_valid(const struct gf_table *t);
  * process slots): GF_READ_SETTLED, GF_READ_UNSETTLED (a copy as it was after
  * GF_ENFORCER_WAIT_NS) or GF_READ_BAD (short, or not a table of this layout). */
 int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out, int *nprocs);
-/* gf_file_used is what slot i's file says its task uses (0 where it cannot be read). */
-uint64_t gf_file_used(const struct gf_gpu *g, int i);
+/* gf_file_used is what slot i's file says its task uses (0 where it cannot be read), and armed
+ * whether it says the task has allocated (1 where it cannot be read: nothing of it is lent). */
+uint64_t gf_file_used(const struct gf_gpu *g, int i, int *armed);
 /* gf_file_view is one reading of slot i's file into out, settled or not (gf_file_read says
  * what it copies): the process slots read, or -1. */
 int gf_file_view(const struct gf_gpu *g, int i, struct gf_table *out);

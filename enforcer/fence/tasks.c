@@ -147,19 +147,48 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 /* used_of is what slot i's file says its task holds (0 without a readable file). */
 static uint64_t used_of(const struct gf_gpu *g, int i)
 {
-	return gf_file_used(g, i);
+	int armed;
+	return gf_file_used(g, i, &armed);
 }
+
+static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
 /* committed is what every task's guarantee or use, whichever is more, covers. */
 static uint64_t committed(const struct gf_gpu *g, const struct gf_control *c)
 {
 	uint64_t sum = 0;
 	for (int i = 0; i < GF_TASKS; i++)
-		if (c->tasks[i].state == GF_LIVE) {
-			uint64_t u = used_of(g, i);
-			sum += u > c->tasks[i].cap ? u : c->tasks[i].cap;
-		}
+		if (c->tasks[i].state == GF_LIVE)
+			sum += max64(used_of(g, i), c->tasks[i].cap);
 	return sum;
+}
+
+/* taken is what the tasks take of the GPU now, where guarantees are lent: a task that has
+ * allocated its guarantee or use, whichever is more; one that has not, its use or its keep (the
+ * rest of its guarantee borrowers may hold, and give back when it allocates). guarantees is the
+ * sum of the guarantees alone. A task whose keep is its guarantee lends nothing: its guarantee
+ * counts whole, as in committed. */
+static void taken(const struct gf_gpu *g, const struct gf_control *c, uint64_t *now, uint64_t *guarantees)
+{
+	*now = *guarantees = 0;
+	for (int i = 0; i < GF_TASKS; i++) {
+		const struct gf_control_task *k = &c->tasks[i];
+		if (k->state != GF_LIVE)
+			continue;
+		int armed;
+		uint64_t u = gf_file_used(g, i, &armed);
+		*now += max64(u, armed ? k->cap : k->keep);
+		*guarantees += k->cap;
+	}
+}
+
+/* over says whether the tasks of c do not fit the budget: their guarantees together, or what
+ * they take now (taken). Without lending that is committed. */
+static int over(const struct gf_gpu *g, const struct gf_control *c)
+{
+	uint64_t now, guarantees;
+	taken(g, c, &now, &guarantees);
+	return now > c->budget || guarantees > c->budget;
 }
 
 /* anyone_waits says whether a process of a placed task waits for memory. A slot left of a task
@@ -197,13 +226,24 @@ static int find_slot(const struct gf_control *c, const uint8_t *hash)
 
 /* room says whether slot i (-1: a new one) may hold guarantee cap from now: a guarantee never
  * covers memory that borrowers hold, and none is placed or raised while an allocation waits for
- * memory to come free (it would take what the waiter waits for). */
-static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t cap, int waiting)
+ * memory to come free (it would take what the waiter waits for). A new task whose guarantee is
+ * lent (keep below cap) is the exception: it may be placed on what borrowers hold, which they
+ * keep until it allocates (charge.c), when all the guarantees fit the budget and its keep fits
+ * beside what the tasks take now; a waiter loses nothing to it but that keep, which borrowers
+ * leave free. */
+static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t cap, uint64_t keep, int waiting)
 {
+	if (c->budget == 0)
+		return 1;
+	if (i < 0 && keep < cap) {
+		uint64_t now, guarantees;
+		taken(g, c, &now, &guarantees);
+		return guarantees <= c->budget && cap <= c->budget - guarantees && now <= c->budget && keep <= c->budget - now;
+	}
 	uint64_t used = i >= 0 ? used_of(g, i) : 0;
-	uint64_t before = i >= 0 ? (used > c->tasks[i].cap ? used : c->tasks[i].cap) : 0;
-	uint64_t after = used > cap ? used : cap;
-	if (c->budget == 0 || after <= before)
+	uint64_t before = i >= 0 ? max64(used, c->tasks[i].cap) : 0;
+	uint64_t after = max64(used, cap);
+	if (after <= before)
 		return 1;
 	return !waiting && committed(g, c) - before + after <= c->budget;
 }
@@ -249,7 +289,8 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 	int waiting = anyone_waits(g, &next);
 	for (int s = 0; s < n; s++) {
 		int i = find_slot(&next, hashes[s]);
-		if (!room(g, &next, i, specs[s].cap, waiting)) {
+		uint64_t keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
+		if (!room(g, &next, i, specs[s].cap, keep, waiting)) {
 			noroom = 1;
 			continue;
 		}
@@ -274,7 +315,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		k = &next.tasks[i];
 		k->cap = specs[s].cap;
 		k->limit = specs[s].limit > specs[s].cap ? specs[s].limit : specs[s].cap;
-		k->keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
+		k->keep = keep;
 		k->grace_ns = k->keep < k->cap ? specs[s].grace_ns : 0;
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
@@ -307,7 +348,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 	 * covers a borrower's memory goes back. */
 	if (budget != 0) {
 		int retracted = 0;
-		for (int i = GF_TASKS - 1; i >= 0 && committed(g, &next) > budget; i--) {
+		for (int i = GF_TASKS - 1; i >= 0 && over(g, &next); i--) {
 			if (!changed[i])
 				continue;
 			struct gf_control_task *k = &next.tasks[i];
