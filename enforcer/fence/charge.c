@@ -36,6 +36,15 @@ static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 				k->nowed--;
 		}
 	}
+	if ((p->waiting == GF_WAIT_GRACE) != (why == GF_WAIT_GRACE) && p->task < GF_TASKS) {
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			if (why == GF_WAIT_GRACE)
+				k->ngrace++;
+			else if (k->ngrace > 0)
+				k->ngrace--;
+		}
+	}
 	p->waiting = why;
 }
 
@@ -96,6 +105,18 @@ static int borrows(const struct gf_task *v, int me)
 {
 	for (int i = 0; i < GF_TASKS; i++)
 		if (i != me && v[i].state == GF_LIVE && v[i].used > v[i].cap)
+			return 1;
+	return 0;
+}
+
+/* anyone_moves says whether some task but me holds memory and waits for nothing: it computes,
+ * and may end or free. Without one, an owner waiting out its grace waits for borrowers that wait
+ * themselves (for memory the owners' guarantees cover, or for each other): a tie only a
+ * reclaim ends. */
+static int anyone_moves(const struct gf_task *v, int me)
+{
+	for (int i = 0; i < GF_TASKS; i++)
+		if (i != me && v[i].state == GF_LIVE && v[i].used > 0 && v[i].nwait == 0 && v[i].ngrace == 0)
 			return 1;
 	return 0;
 }
@@ -202,6 +223,11 @@ static void retract(struct gf_task *k, struct gf_proc *p, uint64_t n)
 	__atomic_store_n(&k->used, k->used - n, __ATOMIC_SEQ_CST);
 }
 
+/* How long an owner waiting out its grace sees no task that could free memory before it stops
+ * waiting quietly: a neighbour's end takes a moment to show (its slot is reaped, its bytes given
+ * back), so a tie is believed only after this. */
+#define GF_TIE_NS (1000000000ull)
+
 /* A wait that lasts this long (or a quarter of its bound, when that is shorter) is said once in
  * the task's log: a job blocked for minutes inside an allocation must not look hung. */
 #define GF_WAIT_NOTE_NS (10ull * 1000000000ull)
@@ -253,7 +279,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	uint64_t deadline = 0, waited_from = 0, note_at = UINT64_MAX, grace_end = 0;
+	uint64_t deadline = 0, waited_from = 0, note_at = UINT64_MAX, grace_end = 0, tie_from = 0;
 	int owed = 0, owed_looks = 0, reaped = 0;
 	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
@@ -358,7 +384,12 @@ int gf_charge(struct gf_map *m, uint64_t n)
 				waited_from = now;
 			}
 			owed = 1; /* the driver may still be releasing what the borrowers freed */
-			if (now < grace_end) {
+			/* A tie that lasts GF_TIE_NS ends the grace: nothing that could free memory runs. */
+			if (anyone_moves(view, m->task))
+				tie_from = 0;
+			else if (tie_from == 0)
+				tie_from = now;
+			if (now < grace_end && (tie_from == 0 || now - tie_from < GF_TIE_NS)) {
 				set_waiting(t, p, GF_WAIT_GRACE);
 				gf_unlock(m);
 				struct timespec d = {0, GF_WAIT_POLL_NS};

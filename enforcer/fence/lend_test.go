@@ -363,3 +363,36 @@ func TestLentGuaranteeIsPlacedOnBorrowedMemory(t *testing.T) {
 		t.Fatalf("the borrower was refused: %+v", u)
 	}
 }
+
+// An owner waiting out its grace on a borrower that waits itself (for memory the owner's
+// guarantee covers) is a tie nothing but a reclaim ends: after a second of it the owner is owed,
+// well within its minute's grace, and the borrower is refused and gives back.
+func TestATieEndsTheGrace(t *testing.T) {
+	dir, tb, a := graceTable(t, 256*size.MiB, time.Minute, time.Minute)
+	if r := a.Charge(3 * size.GiB); r != fence.Charged { // 1 GiB of B's guarantee lent
+		t.Fatal(r)
+	}
+	b := attach(t, dir, tokB)
+	if r := b.Charge(512 * size.MiB); r != fence.Charged { // served from what is free: B armed
+		t.Fatalf("B's first allocation: %v", r)
+	}
+	// A wants the rest of the budget, which B's armed guarantee covers: it waits (a minute).
+	aGot := make(chan fence.Result, 1)
+	go func() { aGot <- a.Charge(512 * size.MiB) }()
+	waitFor(t, tb, "A waiting", func(s fence.Snapshot) bool { u, _ := s.Task(tokA); return u.Waiting })
+	// B wants its lent GiB, which A holds: each waits for the other.
+	bGot := make(chan fence.Result, 1)
+	start := time.Now()
+	go func() { bGot <- b.Charge(size.GiB) }()
+	if r := <-aGot; r != fence.Refused {
+		t.Fatalf("A in the tie: %v, want Refused once B is owed", r)
+	}
+	if waited := time.Since(start); waited > 30*time.Second {
+		t.Fatalf("the tie lasted %v: B waited out its grace", waited)
+	}
+	refusedFor(t, a, "an owner waits for its guarantee", 0)
+	a.Uncharge(3 * size.GiB) // the borrower fails and frees
+	if r := <-bGot; r != fence.Charged {
+		t.Fatalf("B once A gave back: %v", r)
+	}
+}

@@ -96,6 +96,7 @@ void gf_recount(struct gf_table *t)
 		t->tasks[i].procs = 0;
 		t->tasks[i].nwait = 0;
 		t->tasks[i].nowed = 0;
+		t->tasks[i].ngrace = 0;
 	}
 	for (int i = 0; i < GF_PROCS; i++) {
 		struct gf_proc *p = &t->procs[i];
@@ -110,6 +111,8 @@ void gf_recount(struct gf_table *t)
 			k->nwait++;
 		if (p->waiting == GF_WAIT_OWED)
 			k->nowed++;
+		if (p->waiting == GF_WAIT_GRACE)
+			k->ngrace++;
 	}
 	t->h.epoch++;
 	t->h.recoveries++;

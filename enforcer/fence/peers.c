@@ -117,6 +117,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			k->armed = own->armed;
 			k->nwait = own->nwait;
 			k->nowed = own->nowed;
+			k->ngrace = own->ngrace;
 			continue;
 		}
 		look(ps, i, ck);
@@ -126,7 +127,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			/* A file it cannot read: the task holds all its guarantee, as far as anyone knows,
 			 * and borrows nothing, waits for nothing. */
 			drop(&ps->p[i]);
-			k->used = k->nwait = k->nowed = 0;
+			k->used = k->nwait = k->nowed = k->ngrace = 0;
 			k->armed = 1;
 			k->keep = k->cap;
 			continue;
@@ -135,6 +136,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		k->armed = f.armed != 0;
 		k->nwait = f.nwait;
 		k->nowed = f.nowed;
+		k->ngrace = f.ngrace;
 	}
 	return 0;
 }

@@ -50,7 +50,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 6
+#define GF_VERSION 7
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -136,6 +136,7 @@ struct gf_task {
 	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
 	uint64_t nwait; /* its live processes with a waiting allocation: can_wait reads it, not 512 slots */
 	uint64_t nowed; /* ... of which wait for borrowers to give its guarantee back (GF_WAIT_OWED) */
+	uint64_t ngrace; /* its live processes waiting out a grace (GF_WAIT_GRACE; not in nwait) */
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all */
 	uint64_t unlocked;

@@ -32,6 +32,8 @@ void gf_give_back(struct gf_table *t, int i)
 				k->nwait--;
 			if (p->waiting == GF_WAIT_OWED && k->nowed > 0)
 				k->nowed--;
+			if (p->waiting == GF_WAIT_GRACE && k->ngrace > 0)
+				k->ngrace--;
 		}
 	}
 	uint32_t pgen = p->pgen + 1;

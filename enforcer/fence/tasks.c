@@ -409,6 +409,7 @@ static void merge(const struct gf_table *t, int i, int nprocs, struct gf_table *
 	k->owed = f->owed;
 	k->nwait = f->nwait;
 	k->nowed = f->nowed;
+	k->ngrace = f->ngrace;
 	out->h.recoveries += t->h.recoveries;
 	out->h.underflows += t->h.underflows;
 	out->h.reaped += t->h.reaped;
