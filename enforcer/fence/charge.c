@@ -14,35 +14,28 @@
 #include <sys/file.h>
 #include <time.h>
 
-/* set_waiting changes what a process waits for and keeps its task's count of waiting
+/* move_count keeps a task's count of processes in one kind of wait as one process leaves it
+ * (was) or enters it (is). */
+static void move_count(uint64_t *n, int was, int is)
+{
+	if (was == is)
+		return;
+	if (is)
+		(*n)++;
+	else if (*n > 0)
+		(*n)--;
+}
+
+/* set_waiting changes what a process waits for and keeps its task's counts of waiting
  * processes. Called under the lock. */
 static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 {
-	if (gf_blocks(p->waiting) != gf_blocks(why) && p->task < GF_TASKS) {
+	if (p->task < GF_TASKS) {
 		struct gf_task *k = &t->tasks[p->task];
 		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			if (gf_blocks(why))
-				k->nwait++;
-			else if (k->nwait > 0)
-				k->nwait--;
-		}
-	}
-	if ((p->waiting == GF_WAIT_OWED) != (why == GF_WAIT_OWED) && p->task < GF_TASKS) {
-		struct gf_task *k = &t->tasks[p->task];
-		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			if (why == GF_WAIT_OWED)
-				k->nowed++;
-			else if (k->nowed > 0)
-				k->nowed--;
-		}
-	}
-	if ((p->waiting == GF_WAIT_GRACE) != (why == GF_WAIT_GRACE) && p->task < GF_TASKS) {
-		struct gf_task *k = &t->tasks[p->task];
-		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			if (why == GF_WAIT_GRACE)
-				k->ngrace++;
-			else if (k->ngrace > 0)
-				k->ngrace--;
+			move_count(&k->nwait, gf_blocks(p->waiting), gf_blocks(why));
+			move_count(&k->nowed, p->waiting == GF_WAIT_OWED, why == GF_WAIT_OWED);
+			move_count(&k->ngrace, p->waiting == GF_WAIT_GRACE, why == GF_WAIT_GRACE);
 		}
 	}
 	p->waiting = why;
