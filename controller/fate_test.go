@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 
 	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/violations"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -135,5 +136,26 @@ func TestUndecidedViolationIsDecidedWhenItsTaskEnds(t *testing.T) {
 	}
 	for _, e := range r.events(EventError) {
 		t.Fatalf("an error event while the task ran: %+v", e)
+	}
+}
+
+// A task the fence refused one large allocation climbs to what that allocation would have taken
+// it to (AskedBytes), not to the little it held: its next count covers what it asked for.
+func TestLadderCoversTheRefusedAllocation(t *testing.T) {
+	r := newRig(t)
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	at := time.Now().Add(-time.Minute)
+	rec := violations.Record{AllocID: alloc1, Job: "train", Task: "main", GPU: gpuA, GPUUnits: 78, UnitBytes: size.GiB,
+		CapBytes: 3 * size.GiB, PeakBytes: 2 * size.GiB, AskedBytes: 20 * size.GiB, Action: violations.ActionOOMInProcess,
+		Mode: "isolated", CrossedAt: at, ContainedAt: at.Add(time.Second)}
+	if _, err := violations.Publish(r.api.Variables(), "default", rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.pass(r.controller(nil)); err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(policy.Default().Units(policy.Default().Cap(20 * size.GiB)))
+	if got := r.count(0); got != want {
+		t.Fatalf("count %d, want %d: the cap formula over the 20GiB asked for", got, want)
 	}
 }

@@ -237,7 +237,7 @@ func (c *Controller) raiseTemplate(ctx context.Context, rec violations.Record, e
 		c.emit(ev)
 		return
 	}
-	raised := max(rec.PeakBytes, rec.CapBytes)
+	raised := max(rec.Reached(), rec.CapBytes)
 	if raised <= t.PeakBytes {
 		return
 	}

@@ -50,7 +50,7 @@ func (c *Controller) step(ctx context.Context, job *api.Job, group string, rec v
 	fixed, _ := strconv.ParseBool(meta(MetaCapFixed))
 	unit := rec.UnitBytes
 	f := policy.Failure{Attempt: attempt, MaxAttempts: maxA, CapBytes: size.Bytes(had) * unit, Whole: had >= uint64(rec.GPUUnits),
-		ReachedBytes: max(rec.PeakBytes, rec.CapBytes), Fixed: fixed, WholeBytes: size.Bytes(rec.GPUUnits) * unit, UnitBytes: unit}
+		ReachedBytes: max(rec.Reached(), rec.CapBytes), Fixed: fixed, WholeBytes: size.Bytes(rec.GPUUnits) * unit, UnitBytes: unit}
 	return c.policyOf(ctx, rec.Template).Next(f)
 }
 

@@ -136,8 +136,9 @@ type nearCap struct {
 	capBytes size.Bytes
 	since    time.Time
 	peak     size.Bytes
-	fenced   bool   // the allocation fence refused it: no guess involved
-	refused  uint64 // allocations the fence refused
+	fenced   bool       // the allocation fence refused it: no guess involved
+	refused  uint64     // allocations the fence refused
+	asked    size.Bytes // the most a refused allocation would have taken it to
 }
 
 type procKey struct {
@@ -291,6 +292,7 @@ func (p *pass) fence() {
 		n.fenced = true
 		n.peak = max(n.peak, u.Peak)
 		n.refused = u.Refused
+		n.asked = max(n.asked, u.Asked)
 		p.do(emitEvent{Event{Kind: EventViolation, Stage: StageFenced, GPU: o.gpu, Token: r.Token, Task: r.Task, Bytes: u.Peak,
 			Message: fmt.Sprintf("the allocation fence refused an allocation past the cap (%s of %s held at most); it fails inside itself, no signal sent", u.Peak, r.CapBytes)}})
 	}
@@ -480,12 +482,16 @@ func (p *pass) settle() {
 			"(the watchdog cannot see exit statuses)", 100*float64(n.peak)/float64(n.capBytes))
 		if n.fenced {
 			held = ledger.HeldByFence
-			detail = fmt.Sprintf("the allocation fence refused %d allocations past the cap (the task held %s of %s), then the task "+
+			asked := ""
+			if n.asked > n.peak {
+				asked = fmt.Sprintf("; the largest refused allocation would have taken it to %s", n.asked)
+			}
+			detail = fmt.Sprintf("the allocation fence refused %d allocations past the cap (the task held %s of %s%s), then the task "+
 				"left the GPU, no signal sent: it failed inside its own process, or its framework asked again and it finished "+
-				"(its exit status says which)", n.refused, n.peak, n.capBytes)
+				"(its exit status says which)", n.refused, n.peak, n.capBytes, asked)
 		}
 		p.do(recordViolation{ledger.Violation{Token: tok, GPU: o.gpu, Task: n.task, Mode: n.mode, CapBytes: n.capBytes, PeakBytes: n.peak,
-			Action: ActionOOMInProcess, HeldBy: held, CrossedAt: n.since, ContainedAt: o.now, Detail: detail}})
+			AskedBytes: n.asked, Action: ActionOOMInProcess, HeldBy: held, CrossedAt: n.since, ContainedAt: o.now, Detail: detail}})
 	})
 }
 

@@ -142,8 +142,16 @@ type Violation struct {
 	// HeldBy names what held a task that failed inside itself at its cap (Action
 	// "oom-in-process"); empty for a task the watchdog stopped.
 	HeldBy HeldBy `json:"held_by,omitempty"`
-	Detail string `json:"detail,omitempty"`
+	// AskedBytes, for a task the fence refused, is the most a refused allocation would have
+	// taken it to: its use then plus the bytes asked for. A task refused one large allocation
+	// reached far less than it needs (PeakBytes), and a re-run sized from that is refused again.
+	AskedBytes size.Bytes `json:"asked_bytes,omitempty"`
+	Detail     string     `json:"detail,omitempty"`
 }
+
+// Reached is what the violation proves its task needs: what it held at its peak, or what a
+// refused allocation would have taken it to, whichever is more.
+func (v Violation) Reached() size.Bytes { return max(v.PeakBytes, v.AskedBytes) }
 
 // HeldBy is what refused a task's allocations at its cap.
 type HeldBy string

@@ -141,3 +141,30 @@ func TestLentGuaranteeStartsBesideAGrowingBorrower(t *testing.T) {
 		t.Fatalf("n1 was harmed: %+v", n1)
 	}
 }
+
+// A job the fence refused one large allocation reached far less than it needs: its next
+// attempt is sized from what the refused allocation would have taken it to (the violation's
+// AskedBytes), so it completes at its second attempt, beside others, not after a third.
+func TestReRunCoversTheRefusedAllocation(t *testing.T) {
+	t.Parallel()
+	q := queue.Queue{
+		Jobs: []queue.Job{simJob(t, "big", "small", "--peak", "30GiB", "--ramp", "0s", "--hold", "200ms")},
+		Templates: map[string]queue.TemplateSpec{
+			"small": {Name: "small", PeakBytes: 2 * size.GiB},
+		},
+	}
+	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+	o.Borrow = node.BorrowOff
+	res := runAll(t, q, o)
+	at := attemptsOf(res, "big")
+	if got := outcomes(at); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
+		t.Fatalf("attempts %v, want [cap-violation ok]: %+v", got, at)
+	}
+	v := at[0].Violation
+	if v == nil || v.AskedBytes < 29*size.GiB || v.PeakBytes >= 29*size.GiB {
+		t.Fatalf("the first attempt's violation should say what it asked for (about 29.5GiB) beside the little it held: %+v", v)
+	}
+	if at[1].WholeGPU || at[1].CapBytes < 30*size.GiB {
+		t.Fatalf("the re-run should get a guarantee that covers the 30GiB it asked for, beside others: %+v", at[1])
+	}
+}

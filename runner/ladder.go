@@ -38,7 +38,7 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 		// jobs get more room from now on.
 		raised := max(at.PeakBytes, at.CapBytes)
 		if a.violation != nil {
-			raised = max(raised, a.violation.PeakBytes)
+			raised = max(raised, a.violation.Reached())
 		}
 		r.s.Raised(t, raised)
 		r.recordProfile(t, raised, at, ledger.ProfileViolation)
@@ -66,7 +66,7 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 func (r *run) climb(j *sched.Job, a *active, at *record.Attempt) policy.Step {
 	reached := at.PeakBytes
 	if a.violation != nil {
-		reached = max(reached, a.violation.PeakBytes)
+		reached = max(reached, a.violation.Reached())
 	}
 	var whole, unit size.Bytes
 	if st, err := r.led.State(a.l.GPU); err == nil {

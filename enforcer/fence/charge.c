@@ -414,6 +414,9 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			}
 			set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
+			uint64_t would = want < k->used ? UINT64_MAX : want; /* a want past 2^64 wraps */
+			if (would > k->asked)
+				k->asked = would;
 			p->refused++;
 			m->why = refusal(verdict, at_once, now != 0 && now >= deadline, hopeless);
 			m->waited_ns = waited_from != 0 ? gf_now_ns() - waited_from : 0;

@@ -345,6 +345,32 @@ func TestBorrowingNeverTakesAGuarantee(t *testing.T) {
 	}
 }
 
+// A refusal records what the task asked for in all (its use then plus the bytes refused), the
+// largest of its refusals: a task refused one large allocation reached far less than it needs,
+// and a re-run sized from what it reached would be refused again.
+func TestRefusalRecordsWhatWasAsked(t *testing.T) {
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+	c := attach(t, dir, tokA)
+	if r := c.Charge(512 * size.MiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	for _, tc := range []struct {
+		ask  size.Bytes
+		want size.Bytes
+	}{
+		{6 * size.GiB, 6*size.GiB + 512*size.MiB},
+		{2 * size.GiB, 6*size.GiB + 512*size.MiB}, // a smaller refusal lowers nothing
+		{^size.Bytes(0), ^size.Bytes(0)},          // past 2^64 in all: as much as can be said
+	} {
+		if r := c.Charge(tc.ask); r != fence.Refused {
+			t.Fatalf("asking for %d bytes: %v, want Refused", tc.ask, r)
+		}
+		if u := snap(t, tb, tokA); u.Asked != tc.want || u.Used != 512*size.MiB {
+			t.Fatalf("after asking for %d bytes: %+v, want asked %d", tc.ask, u, tc.want)
+		}
+	}
+}
+
 func TestUnderflowIsCountedNotWrapped(t *testing.T) {
 	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
 	c, err := fence.Attach(dir, fencetest.FakeUUID, tokA)

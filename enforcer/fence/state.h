@@ -125,6 +125,9 @@ struct gf_task {
 	uint64_t used;  /* bytes its live processes hold through fenced calls */
 	uint64_t peak;
 	uint64_t refused; /* allocations refused */
+	/* the most a refused allocation would have taken the task to (its use then plus the bytes
+	 * asked for): what a re-run needs, where the use it reached says less */
+	uint64_t asked;
 	uint64_t procs;   /* live process slots */
 	uint64_t waits;   /* allocations that waited for borrowable memory */
 	/* Until a process of the task attaches (its first allocation), borrowers may use its

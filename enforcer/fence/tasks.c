@@ -403,6 +403,7 @@ static void merge(const struct gf_table *t, int i, int nprocs, struct gf_table *
 	k->used = f->used;
 	k->peak = f->peak;
 	k->refused = f->refused;
+	k->asked = f->asked;
 	k->procs = f->procs;
 	k->waits = f->waits;
 	k->armed = f->armed;

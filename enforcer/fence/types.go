@@ -77,7 +77,10 @@ type TaskUse struct {
 	Cap, Limit size.Bytes
 	Used, Peak size.Bytes
 	Refused    uint64
-	Procs      int
+	// Asked is the most a refused allocation would have taken the task to: its use then plus
+	// the bytes asked for (what a re-run needs; its use reached less).
+	Asked size.Bytes
+	Procs int
 	// Waiting: an allocation of one of its processes waits for borrowable memory to come free,
 	// or (Owed too) for borrowers to give back its guarantee; Waits and OwedWaits count the
 	// allocations that ever waited so.

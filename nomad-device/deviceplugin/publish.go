@@ -79,7 +79,7 @@ func (rt *runtime) startPublisher(enf *enforcer.Enforcer, l *ledger.Ledger) {
 // controller's re-run on a whole GPU.
 func record(v ledger.Violation, l *ledger.Ledger, node string) violations.Record {
 	r := violations.Record{AllocID: v.Task.AllocID, Job: v.Task.JobName, Task: v.Task.TaskName, Template: v.Task.Template,
-		GPU: v.GPU, Node: node, CapBytes: v.CapBytes, PeakBytes: v.PeakBytes, Action: v.Action, Mode: string(v.Mode),
+		GPU: v.GPU, Node: node, CapBytes: v.CapBytes, PeakBytes: v.PeakBytes, AskedBytes: v.AskedBytes, Action: v.Action, Mode: string(v.Mode),
 		CrossedAt: v.CrossedAt, ContainedAt: v.ContainedAt}
 	if st, err := l.State(v.GPU); err == nil {
 		r.GPUUnits, r.UnitBytes = st.Units, st.UnitBytes

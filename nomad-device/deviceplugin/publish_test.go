@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy/violations"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -100,5 +101,24 @@ func TestViolationsArePublishedOnceThroughOutagesAndRestarts(t *testing.T) {
 	after := published(vs)
 	if len(after) != 1 || after[0].Path != v.Path || after[0].ModifyIndex != handled.ModifyIndex || after[0].Items[violations.KeyHandled] != items[violations.KeyHandled] {
 		t.Fatalf("after the republish: %+v; want the one variable as the controller left it", after)
+	}
+}
+
+// A violation publishes what its task asked for beside what it held: the controller sizes the
+// next allocation's units from the larger.
+func TestPublishedRecordCarriesWhatWasAsked(t *testing.T) {
+	l, err := ledger.Open("", ledger.Options{NoPersist: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	v := ledger.Violation{GPU: "GPU-x", Task: ledger.Task{AllocID: "a1", JobName: "j", TaskName: "t"}, CapBytes: 3 * size.GiB,
+		PeakBytes: size.GiB, AskedBytes: 20 * size.GiB, Action: "oom-in-process", CrossedAt: time.Now()}
+	r := record(v, l, "n1")
+	if r.AskedBytes != v.AskedBytes || r.PeakBytes != v.PeakBytes || r.Reached() != 20*size.GiB {
+		t.Fatalf("record %+v from %+v", r, v)
+	}
+	if got := r.Items()[violations.KeyAskedBytes]; got != "21474836480" {
+		t.Fatalf("item %s = %q, want 21474836480", violations.KeyAskedBytes, got)
 	}
 }

@@ -28,10 +28,12 @@ type Record struct {
 	Node                         string // the node's host name
 	// GPUUnits is how many units the GPU's whole budget holds: the count a re-run on a whole
 	// GPU asks for.
-	GPUUnits           int
-	UnitBytes          size.Bytes
-	CapBytes           size.Bytes
-	PeakBytes          size.Bytes
+	GPUUnits  int
+	UnitBytes size.Bytes
+	CapBytes  size.Bytes
+	PeakBytes size.Bytes
+	// AskedBytes: what a refused allocation would have taken the task to (ledger.Violation's).
+	AskedBytes         size.Bytes
 	Action, Mode       string
 	CrossedAt          time.Time
 	ContainedAt        time.Time
@@ -51,6 +53,7 @@ const (
 	KeyUnitBytes   = "unit_bytes"
 	KeyCapBytes    = "cap_bytes"
 	KeyPeakBytes   = "peak_bytes"
+	KeyAskedBytes  = "asked_bytes"
 	KeyAction      = "action"
 	KeyMode        = "mode"
 	KeyCrossedAt   = "crossed_at"
@@ -96,7 +99,8 @@ func (r Record) Items() map[string]string {
 		KeyAlloc: r.AllocID, KeyJob: r.Job, KeyTask: r.Task, KeyTemplate: r.Template, KeyGPU: r.GPU, KeyNode: r.Node,
 		KeyGPUUnits: strconv.Itoa(r.GPUUnits), KeyUnitBytes: bytesItem(r.UnitBytes), KeyCapBytes: bytesItem(r.CapBytes),
 		KeyPeakBytes: bytesItem(r.PeakBytes), KeyAction: r.Action, KeyMode: r.Mode,
-		KeyCrossedAt: timeItem(r.CrossedAt), KeyContainedAt: timeItem(r.ContainedAt),
+		KeyAskedBytes: askedItem(r.AskedBytes),
+		KeyCrossedAt:  timeItem(r.CrossedAt), KeyContainedAt: timeItem(r.ContainedAt),
 	}
 	if r.Handled != "" {
 		it[KeyHandled], it[KeyHandledBy], it[KeyHandledAt] = r.Handled, r.HandledBy, timeItem(r.HandledAt)
@@ -110,6 +114,18 @@ func (r Record) Items() map[string]string {
 }
 
 func bytesItem(b size.Bytes) string { return strconv.FormatUint(uint64(b), 10) }
+
+// askedItem leaves the item out where nothing was refused (and for a watchdog's stop).
+func askedItem(b size.Bytes) string {
+	if b == 0 {
+		return ""
+	}
+	return bytesItem(b)
+}
+
+// Reached is what the violation proves the task needs: its peak, or what a refused allocation
+// would have taken it to, whichever is more.
+func (r Record) Reached() size.Bytes { return max(r.PeakBytes, r.AskedBytes) }
 
 func timeItem(t time.Time) string {
 	if t.IsZero() {
@@ -153,6 +169,7 @@ func Decode(items map[string]string) (Record, error) {
 	}
 	r.GPUUnits = int(units)
 	r.UnitBytes, r.CapBytes, r.PeakBytes = size.Bytes(num(KeyUnitBytes)), size.Bytes(num(KeyCapBytes)), size.Bytes(num(KeyPeakBytes))
+	r.AskedBytes = size.Bytes(num(KeyAskedBytes))
 	r.CrossedAt, r.ContainedAt, r.HandledAt = when(KeyCrossedAt), when(KeyContainedAt), when(KeyHandledAt)
 	if err := errors.Join(errs...); err != nil {
 		return Record{}, fmt.Errorf("violation record: %w", err)

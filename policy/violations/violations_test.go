@@ -12,7 +12,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 123456789, time.UTC)
 	r := Record{AllocID: "0b5c2a1e-7d3f-4c2b-9a8e-1f2e3d4c5b6a", Job: "train", Task: "main/py", Template: "lora", GPU: "GPU-abc",
 		Node: "n1", GPUUnits: 78, UnitBytes: size.GiB, CapBytes: 3 * size.GiB, PeakBytes: 5 * size.GiB,
-		Action: "sigkill", Mode: "isolated", CrossedAt: at, ContainedAt: at.Add(time.Second)}
+		AskedBytes: 9 * size.GiB, Action: "oom-in-process", Mode: "isolated", CrossedAt: at, ContainedAt: at.Add(time.Second)}
 	got, err := Decode(r.Items())
 	if err != nil {
 		t.Fatal(err)
@@ -32,6 +32,7 @@ func TestRecordRoundTrip(t *testing.T) {
 func TestDecodeNamesTheBadItem(t *testing.T) {
 	for _, tc := range []struct{ key, val string }{
 		{KeyCapBytes, "3GiB"},
+		{KeyAskedBytes, "-5"},
 		{KeyGPUUnits, "-1"},
 		{KeyCrossedAt, "yesterday"},
 	} {
