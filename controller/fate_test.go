@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
 	"github.com/gpufrac/gpufrac/policy/violations"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -140,22 +141,35 @@ func TestUndecidedViolationIsDecidedWhenItsTaskEnds(t *testing.T) {
 }
 
 // A task the fence refused one large allocation climbs to what that allocation would have taken
-// it to (AskedBytes), not to the little it held: its next count covers what it asked for.
+// it to (AskedBytes), not to the little it held: its next count covers what it asked for. Its
+// template is raised only to what it held: the asked figure is the task's own word, and a
+// template is other tasks' footprint too.
 func TestLadderCoversTheRefusedAllocation(t *testing.T) {
 	r := newRig(t)
+	store, err := nomadvars.New(nomadvars.Config{Address: r.vs.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := store.PutTemplateUnchecked(ctx, policy.Template{Name: "lora", Policy: "default", PeakBytes: size.GiB}); err != nil {
+		t.Fatal(err)
+	}
 	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
 	at := time.Now().Add(-time.Minute)
-	rec := violations.Record{AllocID: alloc1, Job: "train", Task: "main", GPU: gpuA, GPUUnits: 78, UnitBytes: size.GiB,
+	rec := violations.Record{AllocID: alloc1, Job: "train", Task: "main", Template: "lora", GPU: gpuA, GPUUnits: 78, UnitBytes: size.GiB,
 		CapBytes: 3 * size.GiB, PeakBytes: 2 * size.GiB, AskedBytes: 20 * size.GiB, Action: violations.ActionOOMInProcess,
 		Mode: "isolated", CrossedAt: at, ContainedAt: at.Add(time.Second)}
 	if _, err := violations.Publish(r.api.Variables(), "default", rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.pass(r.controller(nil)); err != nil {
+	if err := r.pass(r.controller(func(c *Config) { c.Templates = store })); err != nil {
 		t.Fatal(err)
 	}
 	want := uint64(policy.Default().Units(policy.Default().Cap(20 * size.GiB)))
 	if got := r.count(0); got != want {
 		t.Fatalf("count %d, want %d: the cap formula over the 20GiB asked for", got, want)
+	}
+	if tpl, _, err := store.GetTemplate(ctx, "lora"); err != nil || tpl.PeakBytes != 3*size.GiB {
+		t.Fatalf("template after the violation: %v, %v; want its footprint raised to the 3GiB cap it held, not to the 20GiB asked", tpl.PeakBytes, err)
 	}
 }

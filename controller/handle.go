@@ -237,7 +237,9 @@ func (c *Controller) raiseTemplate(ctx context.Context, rec violations.Record, e
 		c.emit(ev)
 		return
 	}
-	raised := max(rec.Reached(), rec.CapBytes)
+	// What it held, not what it asked for (the task's own word, from its fence file): a
+	// template is other tasks' footprint too, and no task may change what another is granted.
+	raised := max(rec.PeakBytes, rec.CapBytes)
 	if raised <= t.PeakBytes {
 		return
 	}

@@ -145,6 +145,8 @@ type Violation struct {
 	// AskedBytes, for a task the fence refused, is the most a refused allocation would have
 	// taken it to: its use then plus the bytes asked for. A task refused one large allocation
 	// reached far less than it needs (PeakBytes), and a re-run sized from that is refused again.
+	// It is the task's own word (its fence file): it sizes the task's own next attempt, never a
+	// template's footprint, which other tasks start from.
 	AskedBytes size.Bytes `json:"asked_bytes,omitempty"`
 	Detail     string     `json:"detail,omitempty"`
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
@@ -154,7 +155,7 @@ func TestReRunCoversTheRefusedAllocation(t *testing.T) {
 		},
 	}
 	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
-	o.Borrow = node.BorrowOff
+	o.Borrow, o.StateDir = node.BorrowOff, t.TempDir()
 	res := runAll(t, q, o)
 	at := attemptsOf(res, "big")
 	if got := outcomes(at); !slices.Equal(got, []record.Outcome{record.OutcomeCapViolation, record.OutcomeOK}) {
@@ -166,5 +167,16 @@ func TestReRunCoversTheRefusedAllocation(t *testing.T) {
 	}
 	if at[1].WholeGPU || at[1].CapBytes < 30*size.GiB {
 		t.Fatalf("the re-run should get a guarantee that covers the 30GiB it asked for, beside others: %+v", at[1])
+	}
+	// The template's footprint is raised from what the job held, not from what it asked for:
+	// that figure is the task's own word (its fence file), and other jobs start from a template.
+	snap, err := ledger.ReadSnapshot(o.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range snap.Profiles {
+		if p.Template == "small" && p.PeakBytes >= 29*size.GiB {
+			t.Fatalf("template small raised to %s, what the job asked for", p.PeakBytes)
+		}
 	}
 }

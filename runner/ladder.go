@@ -35,10 +35,12 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 		}
 	case record.OutcomeCapViolation:
 		// The violation proves the template needs at least what the job reached: its other
-		// jobs get more room from now on.
+		// jobs get more room from now on. What it held, not what it asked for: that figure is
+		// the task's own word (its fence file), good for its own next attempt, never for
+		// another job's.
 		raised := max(at.PeakBytes, at.CapBytes)
 		if a.violation != nil {
-			raised = max(raised, a.violation.Reached())
+			raised = max(raised, a.violation.PeakBytes)
 		}
 		r.s.Raised(t, raised)
 		r.recordProfile(t, raised, at, ledger.ProfileViolation)
