@@ -94,8 +94,7 @@ func TestOwnerGetsItsGuaranteeBack(t *testing.T) {
 	if u := snap(t, tb, tokB); u.OwedWaits != 0 {
 		t.Fatalf("B waited for free memory: %+v", u)
 	}
-	got := make(chan fence.Result, 1)
-	go func() { got <- b.Charge(size.GiB) }() // its guarantee's last GiB is A's now
+	got := charging(b, size.GiB) // its guarantee's last GiB is A's now
 	s := waitFor(t, tb, "B owed", fence.Snapshot.Owed)
 	if u, _ := s.Task(tokB); !u.Owed || u.OwedWaits != 1 || u.Refused != 0 {
 		t.Fatalf("B while it waits: %+v", u)
@@ -113,10 +112,7 @@ func TestOwnerGetsItsGuaranteeBack(t *testing.T) {
 		t.Fatalf("B's charge returned %v before A gave anything back", r)
 	default:
 	}
-	a.Uncharge(2 * size.GiB) // A fails and frees (or the enforcer stops it)
-	if r := <-got; r != fence.Charged {
-		t.Fatalf("B once A gave back: %v, want Charged", r)
-	}
+	servedOnceFreed(t, a, 2*size.GiB, got, "B once A gave back") // A fails and frees (or the enforcer stops it)
 	if u := snap(t, tb, tokB); u.Used != 1536*size.MiB || u.Waiting || u.Owed {
 		t.Fatalf("B served: %+v", u)
 	}
@@ -134,8 +130,7 @@ func TestOwnerServedWhenTheBorrowerLeaves(t *testing.T) {
 		t.Fatal(r)
 	}
 	b := attach(t, dir, tokB)
-	got := make(chan fence.Result, 1)
-	go func() { got <- b.Charge(size.GiB) }()
+	got := charging(b, size.GiB)
 	waitFor(t, tb, "B owed", fence.Snapshot.Owed)
 	a.Detach() // the borrower's process leaves: its bytes go back to nobody
 	if r := <-got; r != fence.Charged {
@@ -180,16 +175,12 @@ func TestOwnerWaitsWhenTheBudgetShrankUnderABorrower(t *testing.T) {
 	if err := tb.SetTasks(tasks, 3*size.GiB); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan fence.Result, 1)
-	go func() { got <- b.Charge(1536 * size.MiB) }()
+	got := charging(b, 1536*size.MiB)
 	waitFor(t, tb, "B owed", fence.Snapshot.Owed)
 	if r := a.Charge(size.MiB); r != fence.Refused {
 		t.Fatalf("A borrowing while B waits: %v", r)
 	}
-	a.Uncharge(size.GiB)
-	if r := <-got; r != fence.Charged {
-		t.Fatalf("B once A gave back: %v", r)
-	}
+	servedOnceFreed(t, a, size.GiB, got, "B once A gave back")
 }
 
 // With a grace, an owner whose first allocation finds its lent guarantee held waits quietly:
@@ -201,8 +192,7 @@ func TestOwnerWaitsOutItsGraceQuietly(t *testing.T) {
 		t.Fatal(r)
 	}
 	b := attach(t, dir, tokB)
-	got := make(chan fence.Result, 1)
-	go func() { got <- b.Charge(1536 * size.MiB) }() // with its keep, 0.75 GiB more than is free
+	got := charging(b, 1536*size.MiB) // with its keep, 0.75 GiB more than is free
 	s := waitFor(t, tb, "B waiting", fence.Snapshot.Waiting)
 	if u, _ := s.Task(tokB); u.Owed || u.Armed || u.OwedWaits != 0 || u.Used != 0 {
 		t.Fatalf("B in its grace: %+v, want waiting unarmed, not owed, holding nothing", u)
@@ -219,10 +209,7 @@ func TestOwnerWaitsOutItsGraceQuietly(t *testing.T) {
 		t.Fatalf("B's charge returned %v while A held its guarantee", r)
 	default:
 	}
-	a.Uncharge(3*size.GiB + 512*size.MiB) // the borrower ends
-	if r := <-got; r != fence.Charged {
-		t.Fatalf("B once A ended: %v, want Charged", r)
-	}
+	servedOnceFreed(t, a, 3*size.GiB+512*size.MiB, got, "B once A ended") // the borrower ends
 	u := snap(t, tb, tokB)
 	if !u.Armed || u.Waiting || u.Used != 1536*size.MiB || u.OwedWaits != 0 {
 		t.Fatalf("B served after its grace: %+v", u)
@@ -253,10 +240,7 @@ func TestGraceRunsOut(t *testing.T) {
 		t.Fatalf("A borrowing while B is owed: %v, want Refused", r)
 	}
 	refusedFor(t, a, "an owner waits for its guarantee", 0)
-	a.Uncharge(2 * size.GiB)
-	if r := <-got; r != fence.Charged {
-		t.Fatalf("B once A gave back: %v", r)
-	}
+	servedOnceFreed(t, a, 2*size.GiB, got, "B once A gave back")
 }
 
 // An owner already served has its grace too, when a later allocation finds what was lent of
@@ -281,10 +265,7 @@ func TestAnArmedOwnerHasItsGraceOnce(t *testing.T) {
 	if waited := time.Since(start); waited < 50*time.Millisecond {
 		t.Fatalf("armed B owed after %v, within its 50ms grace", waited)
 	}
-	a.Uncharge(size.GiB)
-	if r := <-got; r != fence.Charged {
-		t.Fatalf("B once A gave back: %v", r)
-	}
+	servedOnceFreed(t, a, size.GiB, got, "B once A gave back")
 	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB},
 		{Token: tokB, Cap: 2 * size.GiB, Keep: 256 * size.MiB, Grace: time.Minute}}, 3*size.GiB+512*size.MiB); err != nil {
 		t.Fatal(err)
@@ -295,10 +276,7 @@ func TestAnArmedOwnerHasItsGraceOnce(t *testing.T) {
 	if u, _ := s.Task(tokB); u.OwedWaits != 2 {
 		t.Fatalf("B owed again: %+v, want its second owed wait", u)
 	}
-	a.Uncharge(size.GiB)
-	if r := <-got; r != fence.Charged {
-		t.Fatalf("B once A gave back again: %v", r)
-	}
+	servedOnceFreed(t, a, size.GiB, got, "B once A gave back again")
 }
 
 // lendingPair places, on a 4 GiB budget where guarantees are lent (every task keeps 256 MiB), a
@@ -352,13 +330,9 @@ func TestLentGuaranteeIsPlacedOnBorrowedMemory(t *testing.T) {
 		t.Fatalf("guarantees of 4.5 GiB on a 4 GiB budget: %v, want a NoRoomError", err)
 	}
 	ob := attach(t, dir, tokB)
-	got := make(chan fence.Result, 1)
-	go func() { got <- ob.Charge(size.GiB) }()
+	got := charging(ob, size.GiB)
 	waitFor(t, tb, "B waiting out its grace", fence.Snapshot.Waiting)
-	a.Uncharge(3*size.GiB + 512*size.MiB) // the borrower ends
-	if r := <-got; r != fence.Charged {
-		t.Fatalf("B once the borrower ended: %v", r)
-	}
+	servedOnceFreed(t, a, 3*size.GiB+512*size.MiB, got, "B once the borrower ended") // the borrower ends
 	if u := snap(t, tb, tokA); u.Refused != 0 {
 		t.Fatalf("the borrower was refused: %+v", u)
 	}
@@ -377,8 +351,7 @@ func TestATieEndsTheGrace(t *testing.T) {
 		t.Fatalf("B's first allocation: %v", r)
 	}
 	// A wants the rest of the budget, which B's armed guarantee covers: it waits (a minute).
-	aGot := make(chan fence.Result, 1)
-	go func() { aGot <- a.Charge(512 * size.MiB) }()
+	aGot := charging(a, 512*size.MiB)
 	waitFor(t, tb, "A waiting", func(s fence.Snapshot) bool { u, _ := s.Task(tokA); return u.Waiting })
 	// B wants its lent GiB, which A holds: each waits for the other.
 	bGot := make(chan fence.Result, 1)
@@ -391,8 +364,22 @@ func TestATieEndsTheGrace(t *testing.T) {
 		t.Fatalf("the tie lasted %v: B waited out its grace", waited)
 	}
 	refusedFor(t, a, "an owner waits for its guarantee", 0)
-	a.Uncharge(3 * size.GiB) // the borrower fails and frees
-	if r := <-bGot; r != fence.Charged {
-		t.Fatalf("B once A gave back: %v", r)
+	servedOnceFreed(t, a, 3*size.GiB, bGot, "B once A gave back") // the borrower fails and frees
+}
+
+// charging starts c's charge of n; its result comes on the channel.
+func charging(c *fence.Client, n size.Bytes) <-chan fence.Result {
+	got := make(chan fence.Result, 1)
+	go func() { got <- c.Charge(n) }()
+	return got
+}
+
+// servedOnceFreed frees n of borrower a (it ends, or gives back) and wants the pending charge
+// got served.
+func servedOnceFreed(t *testing.T, a *fence.Client, n size.Bytes, got <-chan fence.Result, what string) {
+	t.Helper()
+	a.Uncharge(n)
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("%s: %v, want Charged", what, r)
 	}
 }
