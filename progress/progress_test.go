@@ -88,9 +88,11 @@ func TestSummaryNamesJobsStartedDuringABorrowersWait(t *testing.T) {
 	}
 	leaker := att("j08-leaker", "G0", 0, 0, 202.5)
 	leaker.BorrowWait, leaker.BorrowWaitAt = 174500*time.Millisecond, 20.2
+	owner := att("j02-lora-0.6b", "G0", 0, 92.4, 136.3)
+	owner.GuaranteeWait, owner.GuaranteeWaitAt = 3*time.Second, 101.5
 	res := &record.Result{Start: t0, End: at(408.1), Attempts: []record.Attempt{
 		att("j01-lora-1.7b", "G0", 0, 0, 92.2), leaker,
-		att("j02-lora-0.6b", "G0", 0, 92.4, 136.3), att("j04-generate-1.7b", "G0", 0, 136.4, 161.7),
+		owner, att("j04-generate-1.7b", "G0", 0, 136.4, 161.7),
 		att("j99-other-gpu", "G1", 1, 100, 120), att("j03-lora-1.7b", "G0", 0, 202.5, 243.8),
 	}}
 	var b strings.Builder
@@ -98,6 +100,10 @@ func TestSummaryNamesJobsStartedDuringABorrowersWait(t *testing.T) {
 	want := "borrower waited: j08-leaker attempt 1 waited 174.5s in all for memory to borrow (first at 20.2s); started on GPU0 from then to its end: j02-lora-0.6b at 92.4s, j04-generate-1.7b at 136.4s\n"
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("summary\n%s\nwant the line\n%s", b.String(), want)
+	}
+	// An owner's wait (lend) is said apart: it waited for its guarantee, not to borrow.
+	if own := "owner waited: j02-lora-0.6b attempt 1 waited 3.0s in all for borrowers to give back its guarantee (first at 101.5s)\n"; !strings.Contains(b.String(), own) {
+		t.Errorf("summary\n%s\nwant the line\n%s", b.String(), own)
 	}
 	res.Attempts = res.Attempts[:2]
 	b.Reset()

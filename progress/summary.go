@@ -69,6 +69,10 @@ func WriteSummary(w io.Writer, res *record.Result) {
 			fmt.Fprintf(w, "borrower waited: %s attempt %d waited %.1fs in all for memory to borrow (first at %.1fs); %s\n",
 				a.Job, a.Number, a.BorrowWait.Seconds(), a.BorrowWaitAt, startedBeside(res, a))
 		}
+		if a.GuaranteeWait > 0 {
+			fmt.Fprintf(w, "owner waited: %s attempt %d waited %.1fs in all for borrowers to give back its guarantee (first at %.1fs)\n",
+				a.Job, a.Number, a.GuaranteeWait.Seconds(), a.GuaranteeWaitAt)
+		}
 	}
 	for _, j := range res.Jobs {
 		if j.Attempts > 1 || j.Outcome == record.OutcomeExhausted {

@@ -28,13 +28,17 @@ type Attempt struct {
 	// of the sampling period), from BorrowWaitAt, in seconds since the run started.
 	BorrowWait   time.Duration `json:"borrow_wait_ns,omitempty"`
 	BorrowWaitAt float64       `json:"borrow_wait_at,omitempty"`
-	Capped       bool          `json:"capped"`
-	WholeGPU     bool          `json:"whole_gpu"`
-	Probe        bool          `json:"probe"`
-	Start        time.Time     `json:"start"`
-	End          time.Time     `json:"end"`
-	ExitCode     int           `json:"exit_code"`
-	Outcome      Outcome       `json:"outcome"`
+	// GuaranteeWait is how long its allocations within its guarantee waited for borrowers that
+	// held it (lend: the grace, then the reclaim), from GuaranteeWaitAt, sampled the same way.
+	GuaranteeWait   time.Duration `json:"guarantee_wait_ns,omitempty"`
+	GuaranteeWaitAt float64       `json:"guarantee_wait_at,omitempty"`
+	Capped          bool          `json:"capped"`
+	WholeGPU        bool          `json:"whole_gpu"`
+	Probe           bool          `json:"probe"`
+	Start           time.Time     `json:"start"`
+	End             time.Time     `json:"end"`
+	ExitCode        int           `json:"exit_code"`
+	Outcome         Outcome       `json:"outcome"`
 	// PeakBytes is the highest memory of the job's whole process tree, sampled at 50 Hz.
 	PeakBytes size.Bytes `json:"peak_bytes"`
 	Detail    string     `json:"detail,omitempty"`

@@ -40,7 +40,7 @@ func TestLadderAndBorrowColumns(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	atts := []Attempt{
 		{Job: "lk", Number: 1, Capped: true, CapBytes: 3 * size.GiB, LimitBytes: 78 * size.GiB, PeakBytes: 5 * size.GiB, BorrowedBytes: 2 * size.GiB,
-			BorrowWait: 1500 * time.Millisecond, Start: t0, End: t0.Add(time.Second), Outcome: OutcomeCapViolation,
+			BorrowWait: 1500 * time.Millisecond, GuaranteeWait: 2500 * time.Millisecond, Start: t0, End: t0.Add(time.Second), Outcome: OutcomeCapViolation,
 			Next: "attempt 2 of 3 with a 8GiB guarantee (x)", NextKind: "raise", NextCapBytes: 8 * size.GiB},
 		{Job: "n1", Number: 1, Capped: true, CapBytes: 6 * size.GiB, Start: t0, End: t0.Add(time.Second), Outcome: OutcomeOK},
 		{Job: "lk", Number: 2, Capped: true, CapBytes: 8 * size.GiB, Start: t0.Add(time.Second), End: t0.Add(2 * time.Second), Outcome: OutcomeCapViolation},
@@ -71,7 +71,7 @@ func TestLadderAndBorrowColumns(t *testing.T) {
 	col := func(name string) int { return slices.Index(rows[0], name) }
 	r := rows[1]
 	for name, want := range map[string]string{"cap_bytes": "3221225472", "limit_bytes": "83751862272", "borrowed_at_peak_bytes": "2147483648",
-		"borrow_wait_s": "1.500", "next": atts[0].Next, "outcome": "cap-violation"} {
+		"borrow_wait_s": "1.500", "next": atts[0].Next, "outcome": "cap-violation", "guarantee_wait_s": "2.500"} {
 		if i := col(name); i < 0 || r[i] != want {
 			t.Errorf("attempts.csv column %s = %v, want %q (header %v)", name, i, want, rows[0])
 		}

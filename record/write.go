@@ -20,10 +20,11 @@ const (
 // CSVHeader is the first row of attempts.csv.
 // cap_bytes is the guarantee; limit_bytes and borrowed_at_peak_bytes are 0 for an attempt that
 // could not borrow, borrow_wait_s how long it waited for memory to borrow; next is what the run
-// did after a failed attempt (Attempt.Next).
+// did after a failed attempt (Attempt.Next); guarantee_wait_s how long it waited for borrowers to
+// give back its guarantee (last, so the columns before keep their places).
 var CSVHeader = []string{"job", "template", "attempt", "gpu_index", "gpu", "cap_bytes", "limit_bytes", "borrowed_at_peak_bytes",
 	"capped", "whole_gpu", "probe", "start", "end", "duration_s", "exit_code", "outcome", "peak_bytes", "violation_action",
-	"containment_s", "borrow_wait_s", "detail", "next"}
+	"containment_s", "borrow_wait_s", "detail", "next", "guarantee_wait_s"}
 
 // Write writes res as ResultsFile (all of it) and AttemptsFile (one row per attempt) into dir.
 func Write(res *Result, dir string) error {
@@ -54,7 +55,8 @@ func Write(res *Result, dir string) error {
 			strconv.FormatBool(a.Probe), a.Start.UTC().Format(time.RFC3339Nano), a.End.UTC().Format(time.RFC3339Nano),
 			strconv.FormatFloat(a.Duration().Seconds(), 'f', 3, 64), strconv.Itoa(a.ExitCode), string(a.Outcome),
 			strconv.FormatUint(uint64(a.PeakBytes), 10), action, contain,
-			strconv.FormatFloat(a.BorrowWait.Seconds(), 'f', 3, 64), a.Detail, a.Next})
+			strconv.FormatFloat(a.BorrowWait.Seconds(), 'f', 3, 64), a.Detail, a.Next,
+			strconv.FormatFloat(a.GuaranteeWait.Seconds(), 'f', 3, 64)})
 	}
 	w.Flush()
 	if err := w.Error(); err != nil {

@@ -58,8 +58,12 @@ type active struct {
 	snaps []record.MemSample
 	// wait is how long an allocation of the job waited for memory to borrow, in samples that
 	// found it waiting; waitAt the first such sample, in seconds since the run started.
-	wait     time.Duration
-	waitAt   float64
+	wait   time.Duration
+	waitAt float64
+	// owed is the same for an allocation within its guarantee that waited for borrowers to
+	// give it back (lend), owedAt its first sample.
+	owed     time.Duration
+	owedAt   float64
 	reported *ledger.Violation
 }
 
@@ -73,15 +77,19 @@ func (a *active) contain(v ledger.Violation) {
 	a.reported = &v
 }
 
-// waited notes a sample, at t, that found one of the attempt's allocations waiting for memory
-// to borrow.
-func (a *active) waited(d time.Duration, t float64) {
+// waited notes a sample, at t, that found one of the attempt's allocations waiting: for memory
+// to borrow, or (owed) for borrowers to give back its guarantee.
+func (a *active) waited(d time.Duration, t float64, owed bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.wait == 0 {
-		a.waitAt = t
+	sum, at := &a.wait, &a.waitAt
+	if owed {
+		sum, at = &a.owed, &a.owedAt
 	}
-	a.wait += d
+	if *sum == 0 {
+		*at = t
+	}
+	*sum += d
 }
 
 func (a *active) record(b size.Bytes, t float64) {
@@ -410,6 +418,7 @@ func (r *run) finish(a *active) {
 	a.mu.Lock()
 	at.PeakBytes, at.Samples = a.peak, a.snaps
 	at.BorrowWait, at.BorrowWaitAt = a.wait, a.waitAt
+	at.GuaranteeWait, at.GuaranteeWaitAt = a.owed, a.owedAt
 	a.mu.Unlock()
 	if a.violation == nil && a.l.Capped && r.guard != nil {
 		a.violation = r.violationOf(a)

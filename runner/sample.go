@@ -92,7 +92,7 @@ func (r *run) take(g string, use func(token string) (size.Bytes, bool), d time.D
 		a.record(b, t)
 		if a.l.Borrowing && r.guard != nil {
 			if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
-				a.waited(d, t)
+				a.waited(d, t, u.Owed || u.Grace)
 			}
 		}
 	}

@@ -295,12 +295,13 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		}
 		s.Procs = append(s.Procs, ProcUse{Token: tok, PID: int(p.pid), Used: size.Bytes(p.used), Peak: size.Bytes(p.peak),
 			Allocs: uint64(p.allocs), Refused: uint64(p.refused), Waiting: p.waiting != C.GF_WAIT_NONE,
-			Owed: p.waiting == C.GF_WAIT_OWED})
+			Owed: p.waiting == C.GF_WAIT_OWED, Grace: p.waiting == C.GF_WAIT_GRACE})
 		if p.waiting != C.GF_WAIT_NONE && tok != "" {
 			for i := range s.Tasks {
 				if s.Tasks[i].Token == tok {
 					s.Tasks[i].Waiting = true
 					s.Tasks[i].Owed = s.Tasks[i].Owed || p.waiting == C.GF_WAIT_OWED
+					s.Tasks[i].Grace = s.Tasks[i].Grace || p.waiting == C.GF_WAIT_GRACE
 				}
 			}
 		}

@@ -84,8 +84,10 @@ type TaskUse struct {
 	// Waiting: an allocation of one of its processes waits for borrowable memory to come free,
 	// or (Owed too) for borrowers to give back its guarantee; Waits and OwedWaits count the
 	// allocations that ever waited so.
-	Waiting   bool
-	Owed      bool
+	Waiting bool
+	Owed    bool
+	// Grace: one waits quietly for borrowers to end before they must give its guarantee back.
+	Grace     bool
 	Waits     uint64
 	OwedWaits uint64
 	// Keep is what borrowers may not use of its guarantee while it is not Armed (it has not
@@ -118,9 +120,11 @@ type ProcUse struct {
 	Used, Peak size.Bytes
 	Allocs     uint64
 	Refused    uint64
-	// Waiting for memory to borrow, or Owed: waiting for borrowers to give back its guarantee.
+	// Waiting for memory to borrow, or Owed: waiting for borrowers to give back its guarantee,
+	// or Grace: waiting quietly for them to end first (lend's grace).
 	Waiting bool
 	Owed    bool
+	Grace   bool
 }
 
 // Snapshot is one GPU's control copy and its tasks' accounting files, merged; each file is
