@@ -14,33 +14,6 @@
 #include <sys/file.h>
 #include <time.h>
 
-/* move_count keeps a task's count of processes in one kind of wait as one process leaves it
- * (was) or enters it (is). */
-static void move_count(uint64_t *n, int was, int is)
-{
-	if (was == is)
-		return;
-	if (is)
-		(*n)++;
-	else if (*n > 0)
-		(*n)--;
-}
-
-/* set_waiting changes what a process waits for and keeps its task's counts of waiting
- * processes. Called under the lock. */
-static void set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
-{
-	if (p->task < GF_TASKS) {
-		struct gf_task *k = &t->tasks[p->task];
-		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			move_count(&k->nwait, gf_blocks(p->waiting), gf_blocks(why));
-			move_count(&k->nowed, p->waiting == GF_WAIT_OWED, why == GF_WAIT_OWED);
-			move_count(&k->ngrace, p->waiting == GF_WAIT_GRACE, why == GF_WAIT_GRACE);
-		}
-	}
-	p->waiting = why;
-}
-
 static void give_back_bytes(struct gf_map *m, uint64_t n);
 
 /* settle_pending gives back what this process freed while it could not take the lock. Called
@@ -52,7 +25,7 @@ static void settle_pending(struct gf_map *m)
 		m->unwait = 0;
 		struct gf_proc *p = &m->t->procs[m->slot];
 		if (p->state == GF_LIVE && p->pgen == m->pgen)
-			set_waiting(m->t, p, GF_WAIT_NONE);
+			gf_set_waiting(m->t, p, GF_WAIT_NONE);
 	}
 	if (m->pending > 0 && m->slot >= 0) {
 		uint64_t n = m->pending;
@@ -291,7 +264,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		settle_pending(m);
 		if (!mine(m)) {
 			if (m->t->procs[m->slot].pgen == m->pgen)
-				set_waiting(m->t, &m->t->procs[m->slot], GF_WAIT_NONE);
+				gf_set_waiting(m->t, &m->t->procs[m->slot], GF_WAIT_NONE);
 			gf_unlock(m);
 			return GF_NOTASK;
 		}
@@ -344,7 +317,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 				flock(m->cfd, LOCK_UN);
 		}
 		if (verdict == FIT) {
-			set_waiting(t, p, GF_WAIT_NONE);
+			gf_set_waiting(t, p, GF_WAIT_NONE);
 			arm(k);
 			if (!claimed)
 				claim(k, p, n);
@@ -383,7 +356,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			else if (tie_from == 0)
 				tie_from = now;
 			if (now < grace_end && (tie_from == 0 || now - tie_from < GF_TIE_NS)) {
-				set_waiting(t, p, GF_WAIT_GRACE);
+				gf_set_waiting(t, p, GF_WAIT_GRACE);
 				gf_unlock(m);
 				struct timespec d = {0, GF_WAIT_POLL_NS};
 				nanosleep(&d, NULL);
@@ -412,7 +385,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 				gf_reap(m, -1);
 				continue;
 			}
-			set_waiting(t, p, GF_WAIT_NONE);
+			gf_set_waiting(t, p, GF_WAIT_NONE);
 			k->refused++;
 			uint64_t would = want < k->used ? UINT64_MAX : want; /* a want past 2^64 wraps */
 			if (would > k->asked)
@@ -425,7 +398,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		}
 		uint32_t why = verdict == OWED ? GF_WAIT_OWED : GF_WAIT_BORROW;
 		if (p->waiting != why) {
-			set_waiting(t, p, why);
+			gf_set_waiting(t, p, why);
 			if (why == GF_WAIT_OWED)
 				k->owed++;
 			else

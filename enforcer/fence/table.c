@@ -17,6 +17,31 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* move_count keeps a task's count of processes in one kind of wait as one process leaves it
+ * (was) or enters it (is). */
+static void move_count(uint64_t *n, int was, int is)
+{
+	if (was == is)
+		return;
+	if (is)
+		(*n)++;
+	else if (*n > 0)
+		(*n)--;
+}
+
+void gf_set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
+{
+	if (p->task < GF_TASKS) {
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			move_count(&k->nwait, gf_blocks(p->waiting), gf_blocks(why));
+			move_count(&k->nowed, p->waiting == GF_WAIT_OWED, why == GF_WAIT_OWED);
+			move_count(&k->ngrace, p->waiting == GF_WAIT_GRACE, why == GF_WAIT_GRACE);
+		}
+	}
+	p->waiting = why;
+}
+
 void gf_give_back(struct gf_table *t, int i)
 {
 	struct gf_proc *p = &t->procs[i];
@@ -28,14 +53,9 @@ void gf_give_back(struct gf_table *t, int i)
 			gf_lower(t, &k->used, p->used);
 			if (k->procs > 0)
 				k->procs--;
-			if (gf_blocks(p->waiting) && k->nwait > 0)
-				k->nwait--;
-			if (p->waiting == GF_WAIT_OWED && k->nowed > 0)
-				k->nowed--;
-			if (p->waiting == GF_WAIT_GRACE && k->ngrace > 0)
-				k->ngrace--;
 		}
 	}
+	gf_set_waiting(t, p, GF_WAIT_NONE);
 	uint32_t pgen = p->pgen + 1;
 	memset(p, 0, sizeof *p);
 	p->pgen = pgen;

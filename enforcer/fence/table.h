@@ -24,6 +24,10 @@ static inline uint64_t gf_lower(struct gf_table *t, uint64_t *used, uint64_t n)
 	return n;
 }
 
+/* gf_set_waiting changes what process p waits for (GF_WAIT_*) and keeps its task's counts of
+ * waiting processes (nwait, nowed, ngrace). Called under the lock. */
+void gf_set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why);
+
 /* gf_find_task is the live task slot whose token hash is hash, or -1. */
 int gf_find_task(const struct gf_table *t, const uint8_t *hash);
 
