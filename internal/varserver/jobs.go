@@ -37,7 +37,8 @@ type jobsState struct {
 
 func (s *Server) jobsLocked() *jobsState {
 	if s.js == nil {
-		s.js = &jobsState{jobs: map[key]*api.Job{}, allocs: map[string]*api.Allocation{}, evChanged: make(chan struct{})}
+		s.js = &jobsState{jobs: map[key]*api.Job{}, allocs: map[string]*api.Allocation{}, evChanged: make(chan struct{}),
+			allocReads: map[string]int{}}
 	}
 	return s.js
 }
@@ -294,10 +295,7 @@ func (s *Server) readAlloc(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	a, found, idx := lookup(s, allocsOf, id)
 	s.mu.Lock()
-	if s.jobsLocked().allocReads == nil {
-		s.js.allocReads = map[string]int{}
-	}
-	s.js.allocReads[id]++
+	s.jobsLocked().allocReads[id]++
 	s.mu.Unlock()
 	queryHeaders(w, idx)
 	// Allocation IDs are global; the namespace check applies to the one the allocation is in.
