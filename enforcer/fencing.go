@@ -37,7 +37,7 @@ type FenceConfig struct {
 	// took of it: the fence refuses them more and the watchdog stops one that holds on
 	// (reclaim). 0 = a guarantee is never lent.
 	LendKeep size.Bytes
-	// LendGrace is how long that first allocation waits quietly before the reclaim: a borrower
+	// LendGrace is how long that task's allocation waits quietly before the reclaim: a borrower
 	// that ends within it keeps its run (fence.Task.Grace). 0 = reclaim at once.
 	LendGrace time.Duration
 }
@@ -89,8 +89,8 @@ const DefaultBorrowWait = 5 * time.Minute
 // allowance is the same measure).
 const DefaultLendKeep = DefaultAllowance
 
-// DefaultLendGrace is how long a task's first allocation waits for borrowers that hold its lent
-// guarantee to end before they must give it back: the bound of the borrower hold, which is what
+// DefaultLendGrace is how long a task's allocation waits for borrowers that hold its lent
+// guarantee to end before they must give it back (policy.DefaultHold's Bound, tested equal): the bound of the borrower hold, which is what
 // the same task would have waited to be admitted under BorrowWait. A borrower that fills the GPU
 // (the benchmark's leaker) loses its whole run to a reclaim, so the owner's bounded wait is the
 // cheaper loss.

@@ -328,3 +328,11 @@ func TestBorrowRuleAndFenceModeCheck(t *testing.T) {
 		}
 	}
 }
+
+// Lend's grace is the borrower hold's bound: an owner waits for a borrower no longer than the
+// same job would have waited to be admitted under wait.
+func TestLendGraceIsTheHoldsBound(t *testing.T) {
+	if DefaultLendGrace != policy.DefaultHold.Bound {
+		t.Fatalf("DefaultLendGrace %s, policy.DefaultHold.Bound %s", DefaultLendGrace, policy.DefaultHold.Bound)
+	}
+}

@@ -68,9 +68,10 @@
 
 enum { GF_FREE = 0, GF_LIVE = 1 };
 
-/* What a process's allocation waits for. GF_WAIT_GRACE: an owner's first allocation found its
- * guarantee lent (lend) and waits quietly, unarmed, for the borrowers to end on their own (charge.c):
- * it refuses nobody and holds nothing, so borrowers' can_wait does not count it among the stuck. */
+/* What a process's allocation waits for. GF_WAIT_GRACE: an owner's allocation found what was lent
+ * of its guarantee held by borrowers (lend) and waits quietly for them to end on their own, unarmed
+ * while its task has been served nothing (charge.c): it refuses nobody, and borrowers' can_wait
+ * does not count it among the stuck (nwait); ngrace counts it. */
 enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2, GF_WAIT_GRACE = 3 };
 
 /* gf_blocks says whether a wait counts in its task's nwait: one that holds memory still. */
@@ -242,9 +243,9 @@ struct gf_task_spec {
 	uint64_t cap;
 	uint64_t limit;
 	uint64_t keep; /* see gf_task.keep; 0 = the whole guarantee is kept */
-	/* How long the task's first allocation, finding borrowers on what of its guarantee was lent,
-	 * waits quietly for them to end before they must give it back (charge.c); 0 = they give it
-	 * back at once. Only with keep below cap: nothing else is lent. */
+	/* How long an allocation of the task, finding borrowers on what of its guarantee was lent,
+	 * waits quietly for them to end before they must give it back, once in a process's life
+	 * (charge.c); 0 = they give it back at once. Only with keep below cap: nothing else is lent. */
 	uint64_t grace_ns;
 };
 

@@ -64,10 +64,10 @@ type Task struct {
 	// nothing is lent. Once it allocates, its whole guarantee is its own, and borrowers give
 	// back what they took of it: at once, or after Grace.
 	Keep size.Bytes
-	// Grace, where something is lent (Keep below Cap), is how long the task's first allocation
-	// waits quietly when borrowers hold what it needs of its guarantee: they keep it and may go
-	// on growing, and one that ends meanwhile loses nothing; past Grace they must give it back.
-	// 0 = at once.
+	// Grace, where something is lent (Keep below Cap), is how long an allocation of the task
+	// waits quietly when borrowers hold what it needs of its guarantee (once in a process's
+	// life): they keep it, and one that ends meanwhile loses nothing; past Grace, or a second
+	// after nothing that could free memory still runs, they must give it back. 0 = at once.
 	Grace time.Duration
 }
 
