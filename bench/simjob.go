@@ -32,6 +32,11 @@ import (
 type simShape struct {
 	peak                string
 	startup, ramp, hold time.Duration
+	// loading is the end of the start-up, after the CUDA context: the workloads make it and a
+	// first 2 MiB block (torch.zeros(1) on the device, which arms the task in the fence), then
+	// import and load the model on the CPU (the mean of their imports and import-model timings
+	// on the H200) before their first large allocation.
+	loading time.Duration
 	// leakFraction, when set, makes the job keep growing after its hold, to this share of its
 	// GPU's memory, at leakPerSec. Its hold then ends startup+ramp+hold after the process
 	// started, whatever its start-up took, as leaker.py's small phase does.
@@ -49,6 +54,10 @@ type simShape struct {
 // co-location without caps meets it. examples/workloads/leaker.py has the same default.
 const LeakerFraction = 0.93
 
+// firstBlock is a workload's first allocation, with its context (the caching allocator's
+// smallest segment).
+const firstBlock = 2 * size.MiB
+
 // rise is the time a template takes from its CUDA context to its peak (checkpoint load and
 // first steps: 0.4-1.1 s of loading on the H200, then the first step's activations).
 const rise = 1500 * time.Millisecond
@@ -64,13 +73,13 @@ var (
 // rise; hold is the mean time from there to its end (H200, exclusive arms of seeds 1-3,
 // 2026-12-03, 3 to 8 runs a template).
 var simShapes = map[string]simShape{
-	LoRA06B:   {peak: "18.7GiB", startup: 15000 * time.Millisecond, ramp: rise, hold: 3900 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
-	LoRA17B:   {peak: "24.6GiB", startup: 13900 * time.Millisecond, ramp: rise, hold: 4100 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
-	FullFT06B: {peak: "28.9GiB", startup: 15400 * time.Millisecond, ramp: rise, hold: 3700 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
-	Eval17B:   {peak: "16.9GiB", startup: 14800 * time.Millisecond, ramp: rise, hold: 2200 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
-	Embed06B:  {peak: "4.3GiB", startup: 15200 * time.Millisecond, ramp: rise, hold: 3100 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
-	Gen17B:    {peak: "4.3GiB", startup: 12100 * time.Millisecond, ramp: rise, hold: 6400 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
-	ResNet50:  {peak: "4.3GiB", startup: 8500 * time.Millisecond, ramp: rise, hold: 2900 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	LoRA06B:   {peak: "18.7GiB", startup: 15000 * time.Millisecond, loading: 4760 * time.Millisecond, ramp: rise, hold: 3900 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	LoRA17B:   {peak: "24.6GiB", startup: 13900 * time.Millisecond, loading: 4280 * time.Millisecond, ramp: rise, hold: 4100 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	FullFT06B: {peak: "28.9GiB", startup: 15400 * time.Millisecond, loading: 4640 * time.Millisecond, ramp: rise, hold: 3700 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
+	Eval17B:   {peak: "16.9GiB", startup: 14800 * time.Millisecond, loading: 4890 * time.Millisecond, ramp: rise, hold: 2200 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	Embed06B:  {peak: "4.3GiB", startup: 15200 * time.Millisecond, loading: 4370 * time.Millisecond, ramp: rise, hold: 3100 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	Gen17B:    {peak: "4.3GiB", startup: 12100 * time.Millisecond, loading: 4130 * time.Millisecond, ramp: rise, hold: 6400 * time.Millisecond, resultKind: KindExact, resultCount: 8, load: startupLoad},
+	ResNet50:  {peak: "4.3GiB", startup: 8500 * time.Millisecond, loading: 150 * time.Millisecond, ramp: rise, hold: 2900 * time.Millisecond, resultKind: KindLosses, resultCount: 12, load: startupLoad},
 	// The leaker holds about 1 GiB from its CUDA context (9.7 s after its start on the H200)
 	// until 20 s after its start (leaker.py's default small phase, which outlasts every other
 	// template's rise, so a probe window that sees their peaks still sees a small leaker), then
@@ -86,13 +95,13 @@ var simShapes = map[string]simShape{
 // decode-bound and the leaker computes only in its small phase, which ends 20 s after its start
 // as leaker.py's does (its shape is from the run before, at the same leaker sizes).
 var busySimShapes = map[string]simShape{
-	LoRA06B:   {peak: "35.6GiB", startup: 11500 * time.Millisecond, ramp: rise, hold: 20400 * time.Millisecond, resultKind: KindLosses, resultCount: 48, load: gpu.SimLoad{SMUtil: 79, SMOccupancy: 47}},
-	LoRA17B:   {peak: "45.3GiB", startup: 10800 * time.Millisecond, ramp: rise, hold: 25600 * time.Millisecond, resultKind: KindLosses, resultCount: 32, load: gpu.SimLoad{SMUtil: 85, SMOccupancy: 47}},
-	FullFT06B: {peak: "49GiB", startup: 13100 * time.Millisecond, ramp: rise, hold: 26500 * time.Millisecond, resultKind: KindLosses, resultCount: 36, load: gpu.SimLoad{SMUtil: 81, SMOccupancy: 50}},
-	Eval17B:   {peak: "29.8GiB", startup: 11100 * time.Millisecond, ramp: rise, hold: 23800 * time.Millisecond, resultKind: KindExact, resultCount: 96, load: gpu.SimLoad{SMUtil: 88, SMOccupancy: 49}},
-	Embed06B:  {peak: "11.6GiB", startup: 9500 * time.Millisecond, ramp: rise, hold: 27500 * time.Millisecond, resultKind: KindExact, resultCount: 64, load: gpu.SimLoad{SMUtil: 90, SMOccupancy: 59}},
-	Gen17B:    {peak: "18.5GiB", startup: 11700 * time.Millisecond, ramp: rise, hold: 4400 * time.Millisecond, resultKind: KindExact, resultCount: 32, load: gpu.SimLoad{SMUtil: 22, SMOccupancy: 10}},
-	ResNet50:  {peak: "14GiB", startup: 6800 * time.Millisecond, ramp: rise, hold: 22300 * time.Millisecond, resultKind: KindLosses, resultCount: 200, load: gpu.SimLoad{SMUtil: 83, SMOccupancy: 48}},
+	LoRA06B:   {peak: "35.6GiB", startup: 11500 * time.Millisecond, loading: 4100 * time.Millisecond, ramp: rise, hold: 20400 * time.Millisecond, resultKind: KindLosses, resultCount: 48, load: gpu.SimLoad{SMUtil: 79, SMOccupancy: 47}},
+	LoRA17B:   {peak: "45.3GiB", startup: 10800 * time.Millisecond, loading: 4230 * time.Millisecond, ramp: rise, hold: 25600 * time.Millisecond, resultKind: KindLosses, resultCount: 32, load: gpu.SimLoad{SMUtil: 85, SMOccupancy: 47}},
+	FullFT06B: {peak: "49GiB", startup: 13100 * time.Millisecond, loading: 4370 * time.Millisecond, ramp: rise, hold: 26500 * time.Millisecond, resultKind: KindLosses, resultCount: 36, load: gpu.SimLoad{SMUtil: 81, SMOccupancy: 50}},
+	Eval17B:   {peak: "29.8GiB", startup: 11100 * time.Millisecond, loading: 4440 * time.Millisecond, ramp: rise, hold: 23800 * time.Millisecond, resultKind: KindExact, resultCount: 96, load: gpu.SimLoad{SMUtil: 88, SMOccupancy: 49}},
+	Embed06B:  {peak: "11.6GiB", startup: 9500 * time.Millisecond, loading: 3560 * time.Millisecond, ramp: rise, hold: 27500 * time.Millisecond, resultKind: KindExact, resultCount: 64, load: gpu.SimLoad{SMUtil: 90, SMOccupancy: 59}},
+	Gen17B:    {peak: "18.5GiB", startup: 11700 * time.Millisecond, loading: 4170 * time.Millisecond, ramp: rise, hold: 4400 * time.Millisecond, resultKind: KindExact, resultCount: 32, load: gpu.SimLoad{SMUtil: 22, SMOccupancy: 10}},
+	ResNet50:  {peak: "14GiB", startup: 6800 * time.Millisecond, loading: 130 * time.Millisecond, ramp: rise, hold: 22300 * time.Millisecond, resultKind: KindLosses, resultCount: 200, load: gpu.SimLoad{SMUtil: 83, SMOccupancy: 48}},
 	Leaker:    {peak: "3.7GiB", startup: 8600 * time.Millisecond, ramp: rise, hold: 9900 * time.Millisecond, leakFraction: LeakerFraction, leakPerSec: "18.4GiB", resultKind: KindExact, resultCount: 2, load: gpu.SimLoad{SMUtil: 48, SMOccupancy: 7}},
 }
 
@@ -212,7 +221,8 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	}
 	defer board.leave()
 	cont := contentionOf(prof)
-	took, rc := startUp(*template, time.Duration(float64(shape.startup)**scale), cont, board, stdout, stderr)
+	before := time.Duration(float64(shape.startup-shape.loading) * *scale)
+	took, rc := startUp(*template, before, cont, board, stdout, stderr)
 	if rc != 0 {
 		return rc
 	}
@@ -227,6 +237,14 @@ func SimJobMain(args []string, stdout, stderr io.Writer) int {
 	// before it fails (on the H200 the busy queue's leaker lived through a refusal so).
 	sargs := append([]string{"--peak", shape.peak, "--ramp", scaled(shape.ramp, *scale), "--hold", hold.String(),
 		"--result", raw, "--seed", fmt.Sprint(seed), "--asks", "2"}, leakArgs...)
+	if shape.loading > 0 {
+		// The loading is CPU work too: it stretches as the start-up before it did.
+		settle := time.Duration(float64(shape.loading) * *scale)
+		if before > 0 {
+			settle = time.Duration(float64(settle) * float64(took) / float64(before))
+		}
+		sargs = append(sargs, "--first", firstBlock.String(), "--settle", settle.String())
+	}
 	workStart := time.Now()
 	if rc := simjob.Main(sargs, stdout, stderr); rc != 0 {
 		return rc

@@ -78,8 +78,9 @@ func TestLeakerScriptFraction(t *testing.T) {
 	}
 }
 
-// A simulated job holds no GPU memory during its start-up (on the H200 mostly CPU work), then
-// takes its memory; the first memory it reports comes no earlier than its scaled start-up.
+// A simulated job holds no GPU memory during its start-up (on the H200 mostly CPU work) until
+// its CUDA context and first small block, which it holds through its loading, then takes its
+// memory: each comes no earlier than its scaled time.
 func TestSimJobStartUpHoldsNoMemory(t *testing.T) {
 	sim, dir, uuid := simGPU(t, "H200=140GiB")
 	const scale = 0.1
@@ -91,19 +92,36 @@ func TestSimJobStartUpHoldsNoMemory(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var first time.Duration
-	for first == 0 {
+	const settled = 500*size.MiB + firstBlock
+	var first, large time.Duration
+	var sawSettled bool
+	for large == 0 {
 		select {
 		case err := <-done:
-			t.Fatalf("the job ended (%v) before it reported any GPU memory", err)
+			t.Fatalf("the job ended (%v) before it took its memory", err)
 		case <-time.After(5 * time.Millisecond):
 		}
-		if procs, err := sim.Processes(t.Context(), uuid); err == nil && len(procs) > 0 {
+		procs, err := sim.Processes(t.Context(), uuid)
+		if err != nil || len(procs) == 0 {
+			continue
+		}
+		if first == 0 {
 			first = time.Since(start)
 		}
+		sawSettled = sawSettled || procs[0].UsedBytes == settled
+		if procs[0].UsedBytes > settled {
+			large = time.Since(start)
+		}
 	}
-	if want := time.Duration(float64(simShapes[LoRA06B].startup) * scale); first < want {
+	sh := simShapes[LoRA06B]
+	if want := time.Duration(float64(sh.startup-sh.loading) * scale); first < want {
 		t.Errorf("first GPU memory %v after start, want none before the start-up's %v", first, want)
+	}
+	if want := time.Duration(float64(sh.startup) * scale); large < want {
+		t.Errorf("memory past the context %v after start, want none before the loading ends at %v", large, want)
+	}
+	if !sawSettled {
+		t.Errorf("never saw the job hold its context and first block (%s) alone", settled)
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("job: %v", err)

@@ -59,6 +59,12 @@ type config struct {
 	ctxBytes, peak        size.Bytes
 	leakTo, leakRate      size.Bytes
 	ramp, hold, failAfter time.Duration
+	// first and settle are a PyTorch job's first seconds on the GPU: its first small allocation
+	// (torch.zeros(1) on the device takes a 2 MiB block) arms its task in the fence, then it
+	// imports and loads on the CPU for settle, holding only that and its context, before it
+	// grows. A neighbour that borrows meanwhile meets an armed guarantee, as on the H200.
+	first  size.Bytes
+	settle time.Duration
 	// outsideFence and poolSlack are memory NVML counts for the job that the fence never
 	// charged (unfenced.go).
 	outsideFence, poolSlack size.Bytes
@@ -81,7 +87,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.gpu, "gpu", os.Getenv(taskenv.CUDADevices), "UUID of the one simulated GPU to use (default $CUDA_VISIBLE_DEVICES)")
 	fs.Var(sizeFlag{&c.ctxBytes}, "context", "memory of the simulated CUDA context, taken at start (default 500MiB)")
 	fs.Var(sizeFlag{&c.peak}, "peak", "the process's peak memory including the context, as NVML would report it")
-	fs.DurationVar(&c.ramp, "ramp", 0, "time to grow linearly from the context to --peak")
+	fs.Var(sizeFlag{&c.first}, "first", "a first fenced allocation taken with the context, held through --settle (default none)")
+	fs.DurationVar(&c.settle, "settle", 0, "time to hold the context and --first, computing nothing, before the ramp")
+	fs.DurationVar(&c.ramp, "ramp", 0, "time to grow linearly from the context and --first to --peak")
 	fs.DurationVar(&c.hold, "hold", 0, "time to stay at --peak")
 	fs.Var(sizeFlag{&c.leakTo}, "leak-to", "after --hold keep growing toward this size (a leaking job), then finish")
 	fs.Var(sizeFlag{&c.leakRate}, "leak-rate", "growth per second while leaking (default 1GiB)")
@@ -116,11 +124,14 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("--procs %d: want 1 to 64", c.procs)
 	case c.asks < 1 || c.asks > 8:
 		return nil, fmt.Errorf("--asks %d: want 1 to 8", c.asks)
-	case c.ramp < 0 || c.hold < 0 || c.failAfter < 0:
-		return nil, errors.New("--ramp, --hold and --fail-after must not be negative")
+	case c.ramp < 0 || c.hold < 0 || c.failAfter < 0 || c.settle < 0:
+		return nil, errors.New("--ramp, --hold, --settle and --fail-after must not be negative")
 	}
 	if c.peak < c.ctxBytes {
 		c.peak = c.ctxBytes
+	}
+	if c.first > c.peak-c.ctxBytes {
+		return nil, fmt.Errorf("--first %s: the context (%s) and it pass the peak %s", c.first, c.ctxBytes, c.peak)
 	}
 	if c.leakTo != 0 && c.leakTo <= c.peak {
 		return nil, fmt.Errorf("--leak-to %s must be above the peak %s", c.leakTo, c.peak)
@@ -134,8 +145,9 @@ func parse(args []string, stderr io.Writer) (*config, error) {
 // target is the memory the job wants elapsed after its start, and whether it has finished.
 func (c *config) target(elapsed time.Duration) (size.Bytes, bool) {
 	if elapsed < c.ramp {
-		grow := float64(c.peak-c.ctxBytes) * float64(elapsed) / float64(c.ramp)
-		return c.ctxBytes + size.Bytes(grow), false
+		base := c.ctxBytes + c.first
+		grow := float64(c.peak-base) * float64(elapsed) / float64(c.ramp)
+		return base + size.Bytes(grow), false
 	}
 	leakStart := c.ramp + c.hold
 	if elapsed < leakStart {
@@ -306,6 +318,8 @@ func (j *job) run() int {
 	// than skip its hold (and a watchdog or a probe on a loaded machine would miss its peak).
 	var worked time.Duration
 	lastTick := time.Now()
+	// The settle is CPU work: it runs on the wall clock, with no kernel running.
+	settleEnd := lastTick.Add(c.settle)
 	for {
 		select {
 		case s := <-sigs:
@@ -328,11 +342,15 @@ func (j *job) run() int {
 				return ExitFail
 			}
 			now := time.Now()
-			worked += j.work.Advance(min(now.Sub(lastTick), 2*tick))
+			want, done, busy := c.ctxBytes+c.first, false, false
+			if !now.Before(settleEnd) {
+				worked += j.work.Advance(min(now.Sub(lastTick), 2*tick))
+				want, done = c.target(worked)
+				busy = !done
+			}
 			lastTick = now
-			want, done := c.target(worked)
 			if want != j.used || time.Since(lastWrite) >= heartbeat {
-				if code := j.allocate(want, !done); code != ExitOK {
+				if code := j.allocate(want, busy); code != ExitOK {
 					j.stopChildren(syscall.SIGTERM)
 					return code
 				}

@@ -166,6 +166,39 @@ func TestRampHoldResult(t *testing.T) {
 	}
 }
 
+// With --first and --settle the job holds its context and a first small allocation, computing
+// nothing, for the settle, then ramps from there to its peak: a PyTorch job's import and
+// load after its CUDA context.
+func TestSettleHoldsTheFirstAllocation(t *testing.T) {
+	s, uuid := newSim(t)
+	r := start(t, nil, "--dir", s.Dir(), "--gpu", uuid, "--context", "500MiB", "--first", "2MiB",
+		"--settle", "3s", "--peak", "4GiB", "--ramp", "200ms", "--hold", "200ms")
+	pid := r.cmd.Process.Pid
+	settled := func() bool {
+		for _, p := range procs(t, s, uuid) {
+			if p.PID == pid && p.UsedBytes == 502*size.MiB {
+				return true
+			}
+		}
+		return false
+	}
+	testutil.Eventually(t, waitLong, "the job to hold its context and first allocation", settled)
+	if u, _ := s.Utilization(context.Background(), uuid); u != 0 {
+		t.Errorf("Utilization while settling = %d, want 0: nothing computes yet", u)
+	}
+	testutil.Eventually(t, waitLong, "the job to reach its peak after the settle", func() bool {
+		for _, p := range procs(t, s, uuid) {
+			if p.PID == pid && p.UsedBytes == 4*size.GiB {
+				return true
+			}
+		}
+		return false
+	})
+	if code := r.wait(t); code != simjob.ExitOK {
+		t.Fatalf("exit %d, stderr: %s", code, r.stderr.String())
+	}
+}
+
 func TestKill(t *testing.T) {
 	s, uuid := newSim(t)
 	tests := []struct {
@@ -322,6 +355,8 @@ func TestUsageErrors(t *testing.T) {
 		{"bad size", []string{"--dir", s.Dir(), "--gpu", uuid, "--peak", "lots"}, `"lots"`},
 		{"leak below peak", []string{"--dir", s.Dir(), "--gpu", uuid, "--peak", "2GiB", "--leak-to", "1GiB"}, "--leak-to 1GiB"},
 		{"bad procs", []string{"--dir", s.Dir(), "--gpu", uuid, "--procs", "0"}, "--procs 0"},
+		{"first past peak", []string{"--dir", s.Dir(), "--gpu", uuid, "--peak", "1GiB", "--first", "600MiB"}, "--first 600MiB"},
+		{"negative settle", []string{"--dir", s.Dir(), "--gpu", uuid, "--settle", "-1s"}, "--settle"},
 		{"extra arg", []string{"--dir", s.Dir(), "--gpu", uuid, "oops"}, `"oops"`},
 	}
 	for _, tc := range tests {
