@@ -143,6 +143,42 @@ func TestLentGuaranteeStartsBesideAGrowingBorrower(t *testing.T) {
 	}
 }
 
+// A job placed on a growing borrower's memory makes its context and a first small block long
+// before it loads anything (the workloads' torch.zeros(1) on the device, 4-5 s before their
+// model): that block stays within its keep, so the borrower goes on growing into the rest of its
+// guarantee and ends first. When the first block armed the job (until 2026-12-04), the borrower
+// stopped short of its end and waited for the job to end.
+func TestFirstBlockDoesNotStopAGrowingBorrower(t *testing.T) {
+	t.Parallel()
+	q := queue.Queue{
+		Jobs: []queue.Job{
+			simJob(t, "n1", "big", "--peak", "50GiB", "--ramp", "50ms", "--hold", "4s"),
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "70GiB", "--leak-rate", "10GiB"),
+			// Its first block at its start, its 20 GiB 6 s later: the leaker grows 4.2 s.
+			simJob(t, "late", "good", "--first", "2MiB", "--settle", "6s", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"),
+		},
+		Templates: map[string]queue.TemplateSpec{
+			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+			"big":  {Name: "big", PeakBytes: 50 * size.GiB},
+			"good": {Name: "good", PeakBytes: 20 * size.GiB},
+		},
+	}
+	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+	o.Borrow, o.Policy.MaxTasksPerGPU = node.BorrowLend, 2
+	res := runAll(t, q, o)
+	lk, late := attemptsOf(res, "lk"), attemptsOf(res, "late")
+	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].PeakBytes < 68*size.GiB {
+		t.Fatalf("leaker: want one attempt that grew to 70GiB, got %+v", lk)
+	}
+	if len(late) != 1 || late[0].Outcome != record.OutcomeOK || late[0].Violation != nil {
+		t.Fatalf("late: want one clean attempt, got %+v", late)
+	}
+	if !late[0].Start.Before(lk[0].End) || !lk[0].End.Before(late[0].End) {
+		t.Fatalf("late ran %s-%s, the leaker ended at %s: want late started while the leaker grew, and the leaker done first",
+			late[0].Start, late[0].End, lk[0].End)
+	}
+}
+
 // A job the fence refused one large allocation reached far less than it needs: its next
 // attempt is sized from what the refused allocation would have taken it to (the violation's
 // AskedBytes), so it completes at its second attempt, beside others, not after a third.

@@ -43,23 +43,41 @@ static int mine(const struct gf_map *m)
 	return p->state == GF_LIVE && p->pgen == m->pgen && k->state == GF_LIVE && k->gen == m->task_gen;
 }
 
-/* lent is what task k keeps from borrowers: all it holds once armed; before that, only keep of
- * its guarantee (its contexts' memory, which the fence does not see). */
-static uint64_t lent_held(const struct gf_task *k)
-{
-	if (k->armed)
-		return gf_held(k);
-	return k->keep < k->cap ? k->keep : k->cap;
-}
+static uint64_t add_sat(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
 
 /* in_use is what task k takes of the GPU now: its allocations and contexts, at most its hold. */
 static uint64_t in_use(const struct gf_task *k)
 {
-	uint64_t ctx = k->used + k->keep < k->used ? UINT64_MAX : k->used + k->keep;
+	uint64_t ctx = add_sat(k->used, k->keep);
 	return ctx < gf_held(k) ? ctx : gf_held(k);
 }
 
-/* arm marks task k on the GPU: from now on borrowers may not use its guarantee. */
+/* lent_held is what task k keeps from borrowers: its guarantee, or its use where that is more.
+ * A task that lends (keep below its guarantee) keeps only what it takes now (in_use; the keep
+ * covers the contexts the fence does not see) until its use passes its keep, which arms it: on
+ * the H200 the workloads' first allocation (torch.zeros(1), a 2 MiB block) comes with their
+ * CUDA context, seconds before they load a model. It keeps only that again while it waits out
+ * a grace: it lets borrowers keep its guarantee for the grace, and one that still grows had
+ * better finish within it than wait beside it for memory neither gets (the tie that lost the
+ * H200's leaker its run, 2026-12-04). What its waits ask for (grace_ask) goes to it first where
+ * it fits (judge). */
+static uint64_t lent_held(const struct gf_task *k)
+{
+	if (k->keep < k->cap && (!k->armed || k->ngrace > 0))
+		return in_use(k);
+	return gf_held(k);
+}
+
+/* grace_ask is what task k's waits out a grace ask for, within what lent_held lends of it. */
+static uint64_t grace_ask(const struct gf_task *k)
+{
+	if (k->ngrace == 0)
+		return 0;
+	uint64_t lent = gf_held(k) - lent_held(k);
+	return k->gwant < lent ? k->gwant : lent;
+}
+
+/* arm marks task k past its keep: from now on borrowers may not use its guarantee. */
 static void arm(struct gf_task *k)
 {
 	if (!k->armed)
@@ -122,12 +140,26 @@ static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want
 	uint64_t others = 0;
 	for (int i = 0; i < GF_TASKS; i++)
 		if (i != me && v[i].state == GF_LIVE)
-			others += lent_held(&v[i]);
+			others = add_sat(others, lent_held(&v[i]));
+	if (others > budget)
+		return NO_ROOM;
 	/* Where guarantees are lent, borrowers leave a keep free: a new guarantee may be placed on
 	 * what they hold (gf_set_tasks), and its task's contexts take that much before the fence
 	 * sees them. */
 	uint64_t slack = k->keep < k->cap ? k->keep : 0;
-	return others <= budget && want <= budget - others && slack <= budget - others - want ? FIT : NO_ROOM;
+	uint64_t room = budget - others, now = add_sat(k->used, slack);
+	uint64_t free_now = room > now ? room - now : 0;
+	/* An owner waiting out its grace is served first where its ask fits beside what this task
+	 * holds now: it takes it at its next look. One whose ask does not fit waits for borrowers to
+	 * end, and they may grow meanwhile. */
+	for (int i = 0; i < GF_TASKS; i++) {
+		uint64_t ask = i != me && v[i].state == GF_LIVE ? grace_ask(&v[i]) : 0;
+		if (ask > 0 && ask <= free_now) {
+			free_now -= ask;
+			room -= ask;
+		}
+	}
+	return want <= room && slack <= room - want ? FIT : NO_ROOM;
 }
 
 /* can_wait says whether waiting may let task slot me reach want: some other task that is not
@@ -294,10 +326,12 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			at_once = GF_WHY_LOCKED;
 		} else {
 			int borrowing = want > k->cap && want <= k->limit; /* it holds the borrowers' lock */
-			/* Armed before the claim, as the claim before the check: a borrower that claims
-			 * meanwhile sees the whole guarantee held, or is seen by this check. */
-			provisional = !k->armed;
-			arm(k);
+			/* A charge that takes the task past its keep arms it, before the claim as the claim
+			 * before the check: a borrower that claims meanwhile sees the whole guarantee held,
+			 * or is seen by this check. Within its keep the claim alone is seen (lent_held). */
+			provisional = !k->armed && want > k->keep;
+			if (provisional)
+				arm(k);
 			claim(k, p, n);
 			claimed = 1;
 			if (gf_peers_view(m, view) != 0) {
@@ -310,7 +344,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			if (verdict != FIT) {
 				retract(k, p, n);
 				claimed = 0;
-				if (provisional && k->used == 0)
+				if (provisional && k->used <= k->keep)
 					__atomic_store_n(&k->armed, 0, __ATOMIC_SEQ_CST); /* still in its start-up */
 			}
 			if (borrowing)
@@ -318,7 +352,8 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		}
 		if (verdict == FIT) {
 			gf_set_waiting(t, p, GF_WAIT_NONE);
-			arm(k);
+			if (want > k->keep)
+				arm(k);
 			if (!claimed)
 				claim(k, p, n);
 			p->allocs++;
@@ -342,8 +377,9 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			/* Borrowers hold what was lent of the guarantee in the task's start-up. For a grace,
 			 * once in this process's life, it waits quietly: borrowers keep what they hold,
 			 * nobody is refused, and one that ends meanwhile gives it all back and loses
-			 * nothing. A task not served yet stays unarmed, so they may go on growing into its
-			 * guarantee (but for its keep). Past the grace it is owed, as below. */
+			 * nothing. Meanwhile they may go on growing into its guarantee but for what it holds,
+			 * its keep and what it asks (lent_held); a task not served yet also stays unarmed.
+			 * Past the grace it is owed, as below. */
 			uint64_t now = gf_now_ns();
 			if (grace_end == 0) {
 				grace_end = now + m->grace_ns;
@@ -356,7 +392,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			else if (tie_from == 0)
 				tie_from = now;
 			if (now < grace_end && (tie_from == 0 || now - tie_from < GF_TIE_NS)) {
-				gf_set_waiting(t, p, GF_WAIT_GRACE);
+				gf_set_grace(t, p, n);
 				gf_unlock(m);
 				struct timespec d = {0, GF_WAIT_POLL_NS};
 				nanosleep(&d, NULL);

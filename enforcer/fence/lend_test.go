@@ -60,21 +60,29 @@ func TestUnarmedGuaranteeIsLent(t *testing.T) {
 	}
 }
 
-// Once a task allocates, its whole guarantee is its own: nothing more of it is lent.
+// A task's first small allocations, within its keep, leave the rest of its guarantee lent (the
+// workloads make their CUDA context and a 2 MiB block seconds before they load a model); once its
+// use passes its keep, its whole guarantee is its own: nothing more of it is lent.
 func TestArmedGuaranteeIsNotLent(t *testing.T) {
 	dir, tb, a := lendingTable(t, 256*size.MiB, 0)
 	b := attach(t, dir, tokB)
-	if r := b.Charge(size.MiB); r != fence.Charged {
+	if r := b.Charge(2 * size.MiB); r != fence.Charged {
 		t.Fatal(r)
 	}
-	if u := snap(t, tb, tokB); !u.Armed {
-		t.Fatalf("B after its first allocation: %+v, want armed", u)
+	if u := snap(t, tb, tokB); u.Armed {
+		t.Fatalf("B after 2 MiB, within its 256 MiB keep: %+v, want unarmed", u)
 	}
-	if r := a.Charge(2 * size.GiB); r != fence.Charged {
-		t.Fatalf("A within what no guarantee covers: %v", r)
+	if r := a.Charge(3 * size.GiB); r != fence.Charged { // 1 GiB of B's guarantee
+		t.Fatalf("A borrowing what B's guarantee covers past its use and keep: %v", r)
+	}
+	if r := b.Charge(256 * size.MiB); r != fence.Charged {
+		t.Fatalf("B past its keep, with its bytes free: %v", r)
+	}
+	if u := snap(t, tb, tokB); !u.Armed {
+		t.Fatalf("B past its keep: %+v, want armed", u)
 	}
 	if r := a.Charge(1); r != fence.Refused {
-		t.Fatalf("A reaching into B's armed guarantee: %v, want Refused", r)
+		t.Fatalf("A reaching further into B's armed guarantee: %v, want Refused", r)
 	}
 }
 
@@ -252,7 +260,7 @@ func TestAnArmedOwnerHasItsGraceOnce(t *testing.T) {
 		t.Fatal(r)
 	}
 	b := attach(t, dir, tokB)
-	if r := b.Charge(256 * size.MiB); r != fence.Charged {
+	if r := b.Charge(384 * size.MiB); r != fence.Charged { // past its keep
 		t.Fatalf("B's first allocation, with its bytes free: %v", r)
 	}
 	if u := snap(t, tb, tokB); !u.Armed || u.Waiting {
@@ -271,7 +279,7 @@ func TestAnArmedOwnerHasItsGraceOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A minute's grace now, but this process's ran out: owed at once (waitFor gives up at 30 s).
-	go func() { got <- b.Charge(512 * size.MiB) }() // 1.75 GiB and its keep beside A's 2 GiB
+	go func() { got <- b.Charge(512 * size.MiB) }() // 1.875 GiB and its keep beside A's 2 GiB
 	s := waitFor(t, tb, "B owed again", fence.Snapshot.Owed)
 	if u, _ := s.Task(tokB); u.OwedWaits != 2 {
 		t.Fatalf("B owed again: %+v, want its second owed wait", u)
@@ -365,6 +373,86 @@ func TestATieEndsTheGrace(t *testing.T) {
 	}
 	refusedFor(t, a, "an owner waits for its guarantee", 0)
 	servedOnceFreed(t, a, 3*size.GiB, bGot, "B once A gave back") // the borrower fails and frees
+}
+
+// A borrower that still grows goes on growing into the guarantee of an owner that waits out
+// its grace, but for what the owner holds, its keep and an ask that fits: the owner has let it
+// keep what it holds for the grace, and one that ends within it leaves nobody waiting (on the
+// H200, seed 3, 2026-12-04, owners armed with their first small block stopped a growing leaker
+// short of its end, each waiting for the other until the leaker was stopped).
+func TestBorrowerGrowsDuringAGrace(t *testing.T) {
+	// No wait: a borrow that does not fit is refused at once.
+	dir, tb, a := graceTable(t, 256*size.MiB, 0, time.Minute)
+	if r := a.Charge(3 * size.GiB); r != fence.Charged { // 1 GiB of B's guarantee lent
+		t.Fatal(r)
+	}
+	b := attach(t, dir, tokB)
+	if r := b.Charge(384 * size.MiB); r != fence.Charged { // served from what is free: B armed
+		t.Fatalf("B's first allocation: %v", r)
+	}
+	if r := a.Charge(size.MiB); r != fence.Refused {
+		t.Fatalf("A reaching into B's armed guarantee: %v, want Refused", r)
+	}
+	// B asks 1 GiB, which does not fit beside what A holds: it waits out its grace, and A grows
+	// into what B neither holds nor keeps.
+	bGot := charging(b, size.GiB)
+	waitFor(t, tb, "B waiting out its grace", func(s fence.Snapshot) bool { u, _ := s.Task(tokB); return u.Waiting })
+	if r := a.Charge(384 * size.MiB); r != fence.Charged {
+		t.Fatalf("A growing during B's grace: %v, want Charged", r)
+	}
+	if r := a.Charge(1); r != fence.Refused {
+		t.Fatalf("A taking a byte of what B holds and keeps: %v, want Refused", r)
+	}
+	if u := snap(t, tb, tokB); u.Owed || !u.Waiting || u.OwedWaits != 0 {
+		t.Fatalf("B while A grew: %+v, want waiting out its grace, not owed", u)
+	}
+	servedOnceFreed(t, a, 3*size.GiB+384*size.MiB, bGot, "B once A ended") // the borrower ends
+	if u := snap(t, tb, tokB); u.OwedWaits != 0 || u.Used != 1408*size.MiB {
+		t.Fatalf("B after its grace: %+v, want 1.375 GiB and no owed wait", u)
+	}
+}
+
+// An owner waiting out its grace whose ask fits beside what a waiting borrower holds is served
+// first: the borrower may not take the memory that ask needs. The owner's wait is written into
+// its file here, as its own process could (tablectl), so that it never looks itself and the
+// borrower's rule alone decides; a task that says it waits out a grace lends only its own
+// guarantee.
+func TestGraceAskIsServedFirst(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 4*size.GiB)
+	tb.SetWait(time.Minute)
+	owner := fence.Task{Token: tokB, Cap: 2 * size.GiB, Keep: 256 * size.MiB, Grace: time.Minute}
+	a, d := fence.Task{Token: tokA, Cap: 512 * size.MiB, Limit: 4 * size.GiB}, fence.Task{Token: tokC, Cap: 512 * size.MiB, Limit: 4 * size.GiB}
+	if err := tb.SetTasks([]fence.Task{a, d, owner}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	ca, cd, cb := attach(t, dir, tokA), attach(t, dir, tokC), attach(t, dir, tokB)
+	for _, c := range []*fence.Client{ca, cd} {
+		if r := c.Charge(1536 * size.MiB); r != fence.Charged { // 1.75 GiB of B's guarantee lent
+			t.Fatal(r)
+		}
+	}
+	if r := cb.Charge(384 * size.MiB); r != fence.Charged { // past its keep: B armed
+		t.Fatalf("B's first allocation: %v", r)
+	}
+	aGot := charging(ca, size.GiB) // 2.5 GiB: past what B's guarantee leaves
+	waitFor(t, tb, "A waiting", func(s fence.Snapshot) bool { u, _ := s.Task(tokA); return u.Waiting })
+	tenant := k.StartTool(t)
+	path := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
+	want(t, tenant.Do("tamper "+path+" ngrace 1 "+tokB), "ok", "tamper")
+	want(t, tenant.Do("tamper "+path+" gwant 768M "+tokB), "ok", "tamper")
+	// D frees 1 GiB: room for B's ask (768 MiB beside A's 1.5 GiB) or for A's, not both.
+	cd.Uncharge(size.GiB)
+	select {
+	case r := <-aGot:
+		t.Fatalf("A's charge returned %v: it took what B's ask needs", r)
+	case <-time.After(300 * time.Millisecond): // a hundred of A's looks
+	}
+	// B asks nothing more: what it does not hold or keep is lent, and A is served.
+	want(t, tenant.Do("tamper "+path+" gwant 0 "+tokB), "ok", "tamper")
+	if r := <-aGot; r != fence.Charged {
+		t.Fatalf("A once B asked for nothing: %v, want Charged", r)
+	}
 }
 
 // charging starts c's charge of n; its result comes on the channel.

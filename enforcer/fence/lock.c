@@ -97,6 +97,7 @@ void gf_recount(struct gf_table *t)
 		t->tasks[i].nwait = 0;
 		t->tasks[i].nowed = 0;
 		t->tasks[i].ngrace = 0;
+		t->tasks[i].gwant = 0;
 	}
 	for (int i = 0; i < GF_PROCS; i++) {
 		struct gf_proc *p = &t->procs[i];
@@ -111,8 +112,10 @@ void gf_recount(struct gf_table *t)
 			k->nwait++;
 		if (p->waiting == GF_WAIT_OWED)
 			k->nowed++;
-		if (p->waiting == GF_WAIT_GRACE)
+		if (p->waiting == GF_WAIT_GRACE) {
 			k->ngrace++;
+			k->gwant = k->gwant + p->wanted < k->gwant ? UINT64_MAX : k->gwant + p->wanted;
+		}
 	}
 	t->h.epoch++;
 	t->h.recoveries++;

@@ -118,6 +118,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			k->nwait = own->nwait;
 			k->nowed = own->nowed;
 			k->ngrace = own->ngrace;
+			k->gwant = own->gwant;
 			continue;
 		}
 		look(ps, i, ck);
@@ -127,7 +128,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			/* A file it cannot read: the task holds all its guarantee, as far as anyone knows,
 			 * and borrows nothing, waits for nothing. */
 			drop(&ps->p[i]);
-			k->used = k->nwait = k->nowed = k->ngrace = 0;
+			k->used = k->nwait = k->nowed = k->ngrace = k->gwant = 0;
 			k->armed = 1;
 			k->keep = k->cap;
 			continue;
@@ -137,6 +138,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		k->nwait = f.nwait;
 		k->nowed = f.nowed;
 		k->ngrace = f.ngrace;
+		k->gwant = f.gwant;
 	}
 	return 0;
 }

@@ -50,7 +50,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 7
+#define GF_VERSION 8
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -131,16 +131,17 @@ struct gf_task {
 	uint64_t asked;
 	uint64_t procs;   /* live process slots */
 	uint64_t waits;   /* allocations that waited for borrowable memory */
-	/* Until a process of the task attaches (its first allocation), borrowers may use its
-	 * guarantee but for keep bytes (what its CUDA contexts take before the fence sees them);
-	 * armed is set from then on. An owner that then finds its guarantee taken waits, and the
-	 * borrowers give it back (gf_charge). keep >= cap means nothing of it is lent. */
+	/* Until the task's use passes keep bytes (what its CUDA contexts take, which the fence does
+	 * not see, and a first small allocation), borrowers may use its guarantee but for its use
+	 * and keep; armed is set from then on. An owner that then finds its guarantee taken waits,
+	 * and the borrowers give it back (gf_charge). keep >= cap means nothing of it is lent. */
 	uint64_t keep;
 	uint64_t armed;
 	uint64_t owed; /* allocations within the guarantee that waited for borrowers to give back */
 	uint64_t nwait; /* its live processes with a waiting allocation: can_wait reads it, not 512 slots */
 	uint64_t nowed; /* ... of which wait for borrowers to give its guarantee back (GF_WAIT_OWED) */
 	uint64_t ngrace; /* its live processes waiting out a grace (GF_WAIT_GRACE; not in nwait) */
+	uint64_t gwant;  /* what those waits ask for, together: borrowers leave it free (charge.c) */
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all */
 	uint64_t unlocked;
@@ -158,6 +159,7 @@ struct gf_proc {
 	/* GF_WAIT_BORROW while an allocation of this process waits for borrowable memory,
 	 * GF_WAIT_OWED while one within its guarantee waits for borrowers to give that back */
 	uint32_t waiting;
+	uint64_t wanted; /* while it waits out a grace, the bytes it asks for (its task's gwant) */
 	uint64_t used;
 	uint64_t peak;
 	uint64_t allocs;

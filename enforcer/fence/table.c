@@ -37,9 +37,26 @@ void gf_set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 			move_count(&k->nwait, gf_blocks(p->waiting), gf_blocks(why));
 			move_count(&k->nowed, p->waiting == GF_WAIT_OWED, why == GF_WAIT_OWED);
 			move_count(&k->ngrace, p->waiting == GF_WAIT_GRACE, why == GF_WAIT_GRACE);
+			if (why != GF_WAIT_GRACE)
+				k->gwant -= p->wanted < k->gwant ? p->wanted : k->gwant;
 		}
 	}
+	if (why != GF_WAIT_GRACE)
+		p->wanted = 0;
 	p->waiting = why;
+}
+
+void gf_set_grace(struct gf_table *t, struct gf_proc *p, uint64_t n)
+{
+	gf_set_waiting(t, p, GF_WAIT_GRACE);
+	if (p->task < GF_TASKS) {
+		struct gf_task *k = &t->tasks[p->task];
+		if (k->state == GF_LIVE && k->gen == p->task_gen) {
+			k->gwant -= p->wanted < k->gwant ? p->wanted : k->gwant;
+			k->gwant = k->gwant + n < k->gwant ? UINT64_MAX : k->gwant + n;
+		}
+	}
+	p->wanted = n;
 }
 
 void gf_give_back(struct gf_table *t, int i)

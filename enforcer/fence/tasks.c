@@ -163,11 +163,12 @@ static uint64_t committed(const struct gf_gpu *g, const struct gf_control *c)
 	return sum;
 }
 
-/* taken is what the tasks take of the GPU now, where guarantees are lent: a task that has
- * allocated its guarantee or use, whichever is more; one that has not, its use or its keep (the
- * rest of its guarantee borrowers may hold, and give back when it allocates). guarantees is the
- * sum of the guarantees alone. A task whose keep is its guarantee lends nothing: its guarantee
- * counts whole, as in committed. */
+/* taken is what the tasks take of the GPU now, where guarantees are lent: an armed task (its use
+ * passed its keep) its guarantee or use, whichever is more; one that is not, its use and its
+ * keep (the rest of its guarantee borrowers may hold, and give back when it allocates more).
+ * guarantees is the sum of the guarantees alone. A task whose keep is its guarantee lends
+ * nothing: its guarantee counts whole, as in committed. A task waiting out a grace counts whole
+ * here though borrowers may grow into it meanwhile (charge.c): nothing new is placed on it. */
 static void taken(const struct gf_gpu *g, const struct gf_control *c, uint64_t *now, uint64_t *guarantees)
 {
 	*now = *guarantees = 0;
@@ -177,7 +178,8 @@ static void taken(const struct gf_gpu *g, const struct gf_control *c, uint64_t *
 			continue;
 		int armed;
 		uint64_t u = gf_file_used(g, i, &armed);
-		*now += max64(u, armed ? k->cap : k->keep);
+		uint64_t keeps = u + k->keep < u ? UINT64_MAX : u + k->keep;
+		*now += armed ? max64(u, k->cap) : (keeps < max64(u, k->cap) ? keeps : max64(u, k->cap));
 		*guarantees += k->cap;
 	}
 }
@@ -411,6 +413,7 @@ static void merge(const struct gf_table *t, int i, int nprocs, struct gf_table *
 	k->nwait = f->nwait;
 	k->nowed = f->nowed;
 	k->ngrace = f->ngrace;
+	k->gwant = f->gwant;
 	out->h.recoveries += t->h.recoveries;
 	out->h.underflows += t->h.underflows;
 	out->h.reaped += t->h.reaped;

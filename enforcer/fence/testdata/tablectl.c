@@ -13,8 +13,9 @@
  *   view                    -> view CAP USED | notask
  *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
  *   tamper FILE FIELD N [TOKEN] -> ok | err MSG: writes an accounting FILE as a hostile tenant
- *                              would, around the API: FIELD cap, limit, keep, state, used, nowed
- *                              or lock of TOKEN's task (else every task slot), or budget
+ *                              would, around the API: FIELD cap, limit, keep, state, used, nowed,
+ *                              ngrace, gwant or lock of TOKEN's task (else every task slot), or
+ *                              budget
  *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
  *                              job of the same Unix user can do under gpufrac run)
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
@@ -88,6 +89,10 @@ static int tamper_account(const char *path, const char *field, uint64_t v, const
 			k->used = v;
 		else if (!strcmp(field, "nowed"))
 			k->nowed = v;
+		else if (!strcmp(field, "ngrace"))
+			k->ngrace = v;
+		else if (!strcmp(field, "gwant"))
+			k->gwant = v;
 	}
 	if (!strcmp(field, "budget"))
 		t->h.budget = v;
