@@ -31,10 +31,10 @@ type FenceConfig struct {
 	// BorrowWait is how long an allocation of a task with a limit above its cap may wait for
 	// borrowable memory to come free; 0 = it fails at once.
 	BorrowWait time.Duration
-	// LendKeep, when set, lends borrowers the guarantee of a task that has not allocated yet
-	// (its first seconds are CPU start-up) but for this much, which covers the CUDA contexts it
-	// makes before its first allocation. When it allocates, borrowers give back what they
-	// took of it: the fence refuses them more and the watchdog stops one that holds on
+	// LendKeep, when set, lends borrowers the guarantee of a starting task (its first seconds
+	// are CPU start-up) but for what it uses and this much, which covers its CUDA contexts and
+	// first small blocks, until its use passes this. When it needs what they took, borrowers
+	// give it back: the fence refuses them more and the watchdog stops one that holds on
 	// (reclaim). 0 = a guarantee is never lent.
 	LendKeep size.Bytes
 	// LendGrace is how long that task's allocation waits quietly before the reclaim: a borrower
@@ -84,9 +84,10 @@ func (r BorrowRule) Check() error {
 // one outlived by long neighbours climbs the ladder within minutes.
 const DefaultBorrowWait = 5 * time.Minute
 
-// DefaultLendKeep is what a task's guarantee keeps from borrowers before its first allocation:
+// DefaultLendKeep is what a starting task's guarantee keeps from borrowers beside what it uses:
 // the CUDA contexts it makes first, which the fence does not see (the watchdog's per-process
-// allowance is the same measure).
+// allowance is the same measure). A task arms, and lends nothing more, once its use passes it:
+// the workloads' first block (torch.zeros(1), 2 MiB) comes seconds before their model.
 const DefaultLendKeep = DefaultAllowance
 
 // DefaultLendGrace is how long a task's allocation waits for borrowers that hold its lent

@@ -89,7 +89,7 @@ func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Durati
 	}
 	if asked == BorrowLend {
 		return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
-			"and a starting job's guarantee but for %s until it allocates; that allocation waits up to %s for the borrowers to end, then they give it back; "+
+			"and a starting job's guarantee but for what it uses and %s, until its use passes that; an allocation of the job that finds its guarantee held waits up to %s for the borrowers to end, then they give it back; "+
 			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", enforcer.DefaultLendKeep, enforcer.DefaultLendGrace, wait)}
 	}
 	return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+

@@ -12,9 +12,9 @@ import (
 )
 
 // lendingTable is a 4 GiB budget where A may borrow up to all of it and B holds a 2 GiB
-// guarantee of which it keeps keep from borrowers until it allocates, with no grace. A is
-// attached; B is not, so its guarantee is lent but for keep. A borrowing allocation may wait
-// for wait.
+// guarantee of which it keeps its use and keep from borrowers until its use passes keep, with no
+// grace. A is attached; B is not, so its guarantee is lent but for keep. A borrowing allocation
+// may wait for wait.
 func lendingTable(t *testing.T, keep size.Bytes, wait time.Duration) (string, *fence.Table, *fence.Client) {
 	t.Helper()
 	return graceTable(t, keep, wait, 0)
