@@ -72,9 +72,14 @@ func TestArmedGuaranteeIsNotLent(t *testing.T) {
 	if u := snap(t, tb, tokB); u.Armed {
 		t.Fatalf("B after 2 MiB, within its 256 MiB keep: %+v, want unarmed", u)
 	}
-	if r := a.Charge(3 * size.GiB); r != fence.Charged { // 1 GiB of B's guarantee
+	// A may take all but what B uses and keeps: B's 2 MiB count beside its keep.
+	if r := a.Charge(4*size.GiB - 258*size.MiB); r != fence.Charged {
 		t.Fatalf("A borrowing what B's guarantee covers past its use and keep: %v", r)
 	}
+	if r := a.Charge(1); r != fence.Refused {
+		t.Fatalf("A taking a byte of what B uses or keeps: %v, want Refused", r)
+	}
+	a.Uncharge(size.GiB - 258*size.MiB) // A holds 3 GiB: 1 GiB of B's guarantee
 	if r := b.Charge(256 * size.MiB); r != fence.Charged {
 		t.Fatalf("B past its keep, with its bytes free: %v", r)
 	}
