@@ -351,6 +351,44 @@ func TestLentGuaranteeIsPlacedOnBorrowedMemory(t *testing.T) {
 	}
 }
 
+// A borrower that waits for memory is not lent against: a new guarantee is not placed on what it
+// holds while it waits (the rule without lending), and is once its wait is over.
+func TestLentGuaranteeIsNotPlacedBesideAWaitingBorrower(t *testing.T) {
+	dir, tb := table(t, 4*size.GiB)
+	tb.SetWait(time.Minute)
+	borrower := fence.Task{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB, Keep: 256 * size.MiB}
+	other := fence.Task{Token: tokC, Cap: 512 * size.MiB} // holds memory that may come free
+	if err := tb.SetTasks([]fence.Task{borrower, other}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	a, c := attach(t, dir, tokA), attach(t, dir, tokC)
+	if r := c.Charge(256 * size.MiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	if r := a.Charge(3*size.GiB + 256*size.MiB); r != fence.Charged { // all but C's and a keep
+		t.Fatal(r)
+	}
+	got := charging(a, 256*size.MiB) // the keep it leaves free: it waits
+	waitFor(t, tb, "A waiting", func(s fence.Snapshot) bool { u, _ := s.Task(tokA); return u.Waiting })
+	b := fence.Task{Token: tokB, Cap: 2 * size.GiB, Keep: 256 * size.MiB, Grace: time.Minute}
+	var nr *fence.NoRoomError
+	if err := tb.SetTasks([]fence.Task{borrower, other, b}, 4*size.GiB); !errors.As(err, &nr) || !nr.Waiting {
+		t.Fatalf("a lent guarantee on a waiting borrower's memory: %v, want a NoRoomError naming the wait", err)
+	}
+	// A's limit cut to its guarantee: its waiting charge is refused, and nothing waits.
+	cut := borrower
+	cut.Limit = borrower.Cap
+	if err := tb.SetTasks([]fence.Task{cut, other}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r != fence.Refused {
+		t.Fatalf("A's wait past its new limit: %v, want Refused", r)
+	}
+	if err := tb.SetTasks([]fence.Task{borrower, other, b}, 4*size.GiB); err != nil {
+		t.Fatalf("the same guarantee once nothing waits: %v", err)
+	}
+}
+
 // An owner waiting out its grace on a borrower that waits itself (for memory the owner's
 // guarantee covers) is a tie nothing but a reclaim ends: after a second of it the owner is owed,
 // well within its minute's grace, and the borrower is refused and gives back.

@@ -229,15 +229,17 @@ static int find_slot(const struct gf_control *c, const uint8_t *hash)
 /* room says whether slot i (-1: a new one) may hold guarantee cap from now: a guarantee never
  * covers memory that borrowers hold, and none is placed or raised while an allocation waits for
  * memory to come free (it would take what the waiter waits for). A new task whose guarantee is
- * lent (keep below cap) is the exception: it may be placed on what borrowers hold, which they
- * keep until it allocates (charge.c), when all the guarantees fit the budget and its keep fits
- * beside what the tasks take now; a waiter loses nothing to it but that keep, which borrowers
- * leave free. */
+ * lent (keep below cap) is the exception where nothing waits: it may be placed on what borrowers
+ * hold, which they keep until its use passes its keep (charge.c), when all the guarantees fit
+ * the budget and its keep fits beside what the tasks take now. A borrower that grows may end
+ * before the new task loads anything; one that waits is stuck already, and a guarantee placed on
+ * its memory would only make it wait longer and then be reclaimed (the busy queue, simulated,
+ * 2026-12-04: its leaker waited 118 s, then lost its run to two owners placed beside it). */
 static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t cap, uint64_t keep, int waiting)
 {
 	if (c->budget == 0)
 		return 1;
-	if (i < 0 && keep < cap) {
+	if (i < 0 && keep < cap && !waiting) {
 		uint64_t now, guarantees;
 		taken(g, c, &now, &guarantees);
 		return guarantees <= c->budget && cap <= c->budget - guarantees && now <= c->budget && keep <= c->budget - now;
