@@ -111,35 +111,9 @@ func TestBorrowerThatCannotWaitReRunsWithMoreRoom(t *testing.T) {
 // borrower hold keeps admissions off while it grows).
 func TestLentGuaranteeStartsBesideAGrowingBorrower(t *testing.T) {
 	t.Parallel()
-	q := queue.Queue{
-		Jobs: []queue.Job{
-			// n1 ends while the leaker waits for its memory, at about 4 s; the leaker then
-			// grows from about 28 GiB to 70 at 10 GiB a second.
-			simJob(t, "n1", "big", "--peak", "50GiB", "--ramp", "50ms", "--hold", "4s"),
-			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "70GiB", "--leak-rate", "10GiB"),
-			simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"),
-		},
-		Templates: map[string]queue.TemplateSpec{
-			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
-			"big":  {Name: "big", PeakBytes: 50 * size.GiB},
-			"good": {Name: "good", PeakBytes: 20 * size.GiB},
-		},
-	}
-	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
-	o.Borrow, o.Policy.MaxTasksPerGPU = node.BorrowLend, 2
-	res := runAll(t, q, o)
-	lk, late := attemptsOf(res, "lk"), attemptsOf(res, "late")
-	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].PeakBytes < 68*size.GiB {
-		t.Fatalf("leaker: want one attempt that grew to 70GiB, got %+v", lk)
-	}
-	if len(late) != 1 || late[0].Outcome != record.OutcomeOK || late[0].Violation != nil {
-		t.Fatalf("late: want one clean attempt, got %+v", late)
-	}
-	if !late[0].Start.Before(lk[0].End) {
-		t.Fatalf("late started at %s, after the leaker ended (%s): its guarantee was not placed on borrowed memory", late[0].Start, lk[0].End)
-	}
-	if n1 := attemptsOf(res, "n1"); len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
-		t.Fatalf("n1 was harmed: %+v", n1)
+	lk, late := lateBesideALeaker(t)
+	if !late.Start.Before(lk.End) {
+		t.Fatalf("late started at %s, after the leaker ended (%s): its guarantee was not placed on borrowed memory", late.Start, lk.End)
 	}
 }
 
@@ -150,12 +124,25 @@ func TestLentGuaranteeStartsBesideAGrowingBorrower(t *testing.T) {
 // stopped short of its end and waited for the job to end.
 func TestFirstBlockDoesNotStopAGrowingBorrower(t *testing.T) {
 	t.Parallel()
+	// Its first block at its start, its 20 GiB 6 s later: the leaker grows 4.2 s.
+	lk, late := lateBesideALeaker(t, "--first", "2MiB", "--settle", "6s")
+	if !late.Start.Before(lk.End) || !lk.End.Before(late.End) {
+		t.Fatalf("late ran %s-%s, the leaker ended at %s: want late started while the leaker grew, and the leaker done first",
+			late.Start, late.End, lk.End)
+	}
+}
+
+// lateBesideALeaker runs, under lend with two jobs a GPU (80 GiB), n1 (50 GiB for about 4 s), a
+// leaker that waits for n1's memory and then grows from about 28 GiB to 70 at 10 GiB a second,
+// and a 20 GiB job late (with lateArgs for simjob) admitted when n1 ends. It wants every job's
+// one attempt to complete, the leaker's at 70 GiB, and returns the leaker's and late's.
+func lateBesideALeaker(t *testing.T, lateArgs ...string) (lk, late record.Attempt) {
+	t.Helper()
 	q := queue.Queue{
 		Jobs: []queue.Job{
 			simJob(t, "n1", "big", "--peak", "50GiB", "--ramp", "50ms", "--hold", "4s"),
 			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "70GiB", "--leak-rate", "10GiB"),
-			// Its first block at its start, its 20 GiB 6 s later: the leaker grows 4.2 s.
-			simJob(t, "late", "good", "--first", "2MiB", "--settle", "6s", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"),
+			simJob(t, "late", "good", append(lateArgs, "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms")...),
 		},
 		Templates: map[string]queue.TemplateSpec{
 			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
@@ -166,17 +153,17 @@ func TestFirstBlockDoesNotStopAGrowingBorrower(t *testing.T) {
 	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
 	o.Borrow, o.Policy.MaxTasksPerGPU = node.BorrowLend, 2
 	res := runAll(t, q, o)
-	lk, late := attemptsOf(res, "lk"), attemptsOf(res, "late")
-	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].PeakBytes < 68*size.GiB {
-		t.Fatalf("leaker: want one attempt that grew to 70GiB, got %+v", lk)
+	lks, lates := attemptsOf(res, "lk"), attemptsOf(res, "late")
+	if len(lks) != 1 || lks[0].Outcome != record.OutcomeOK || lks[0].PeakBytes < 68*size.GiB {
+		t.Fatalf("leaker: want one attempt that grew to 70GiB, got %+v", lks)
 	}
-	if len(late) != 1 || late[0].Outcome != record.OutcomeOK || late[0].Violation != nil {
-		t.Fatalf("late: want one clean attempt, got %+v", late)
+	if len(lates) != 1 || lates[0].Outcome != record.OutcomeOK || lates[0].Violation != nil {
+		t.Fatalf("late: want one clean attempt, got %+v", lates)
 	}
-	if !late[0].Start.Before(lk[0].End) || !lk[0].End.Before(late[0].End) {
-		t.Fatalf("late ran %s-%s, the leaker ended at %s: want late started while the leaker grew, and the leaker done first",
-			late[0].Start, late[0].End, lk[0].End)
+	if n1 := attemptsOf(res, "n1"); len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
+		t.Fatalf("n1 was harmed: %+v", n1)
 	}
+	return lks[0], lates[0]
 }
 
 // A job the fence refused one large allocation reached far less than it needs: its next

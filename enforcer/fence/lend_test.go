@@ -354,22 +354,8 @@ func TestLentGuaranteeIsPlacedOnBorrowedMemory(t *testing.T) {
 // A borrower that waits for memory is not lent against: a new guarantee is not placed on what it
 // holds while it waits (the rule without lending), and is once its wait is over.
 func TestLentGuaranteeIsNotPlacedBesideAWaitingBorrower(t *testing.T) {
-	dir, tb := table(t, 4*size.GiB)
-	tb.SetWait(time.Minute)
-	borrower := fence.Task{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB, Keep: 256 * size.MiB}
-	other := fence.Task{Token: tokC, Cap: 512 * size.MiB} // holds memory that may come free
-	if err := tb.SetTasks([]fence.Task{borrower, other}, 4*size.GiB); err != nil {
-		t.Fatal(err)
-	}
-	a, c := attach(t, dir, tokA), attach(t, dir, tokC)
-	if r := c.Charge(256 * size.MiB); r != fence.Charged {
-		t.Fatal(r)
-	}
-	if r := a.Charge(3*size.GiB + 256*size.MiB); r != fence.Charged { // all but C's and a keep
-		t.Fatal(r)
-	}
-	got := charging(a, 256*size.MiB) // the keep it leaves free: it waits
-	waitFor(t, tb, "A waiting", func(s fence.Snapshot) bool { u, _ := s.Task(tokA); return u.Waiting })
+	tb, tasks, got := waitingBorrower(t)
+	borrower, other := tasks[0], tasks[1]
 	b := fence.Task{Token: tokB, Cap: 2 * size.GiB, Keep: 256 * size.MiB, Grace: time.Minute}
 	var nr *fence.NoRoomError
 	if err := tb.SetTasks([]fence.Task{borrower, other, b}, 4*size.GiB); !errors.As(err, &nr) || !nr.Waiting {
@@ -387,6 +373,31 @@ func TestLentGuaranteeIsNotPlacedBesideAWaitingBorrower(t *testing.T) {
 	if err := tb.SetTasks([]fence.Task{borrower, other, b}, 4*size.GiB); err != nil {
 		t.Fatalf("the same guarantee once nothing waits: %v", err)
 	}
+}
+
+// waitingBorrower places, on a 4 GiB budget where a borrow may wait a minute, a borrower A (1 GiB
+// guarantee, keep 256 MiB, up to the budget) and C (256 MiB, borrowing too: it holds 512 MiB and
+// may give some back), A holding all but C's memory and its keep free; A's next 256 MiB waits
+// (got). It returns the table and both tasks.
+func waitingBorrower(t *testing.T) (*fence.Table, []fence.Task, <-chan fence.Result) {
+	t.Helper()
+	dir, tb := table(t, 4*size.GiB)
+	tb.SetWait(time.Minute)
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB, Keep: 256 * size.MiB},
+		{Token: tokC, Cap: 256 * size.MiB, Limit: 4 * size.GiB}}
+	if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	a, c := attach(t, dir, tokA), attach(t, dir, tokC)
+	if r := c.Charge(512 * size.MiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	if r := a.Charge(3*size.GiB + 256*size.MiB); r != fence.Charged {
+		t.Fatal(r)
+	}
+	got := charging(a, 256*size.MiB) // the keep it leaves free: it waits
+	waitFor(t, tb, "A waiting", func(s fence.Snapshot) bool { u, _ := s.Task(tokA); return u.Waiting })
+	return tb, tasks, got
 }
 
 // An owner waiting out its grace on a borrower that waits itself (for memory the owner's
