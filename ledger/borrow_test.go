@@ -257,3 +257,66 @@ func TestSetBorrowedIsVolatileAndCoalesced(t *testing.T) {
 		t.Fatalf("SetBorrowed on a closed ledger: %v, want ErrClosed", err)
 	}
 }
+
+// Under lending a borrower's short waits do not pause admission (the start-up queue's leaker
+// waits 1-2 s while jobs are placed on its memory); one that waits StuckWait at a stretch stops
+// lending on its GPU, and admission follows the rules without it (here: what borrowers hold is
+// taken, and while it waits nothing is admitted) until the GPU's borrowers hold nothing.
+func TestLendingStopsBesideAStuckBorrower(t *testing.T) {
+	clock := newClock()
+	l, _ := newTest(t, Options{Now: clock.Now})
+	if err := l.SetLending(true); err != nil {
+		t.Fatal(err)
+	}
+	state := func() GPUState {
+		t.Helper()
+		st, err := l.State(gpuA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	reserve := func(b size.Bytes) error {
+		_, err := l.ReserveBytes(gpuA, b, Task{JobName: "j"})
+		return err
+	}
+	if err := l.SetBorrowed(gpuA, 4*size.GiB, true); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(StuckWait - time.Second)
+	if st := state(); !st.Lending || st.BorrowStuck {
+		t.Fatalf("a borrower waiting %s: lending %v, stuck %v; want lending", StuckWait-time.Second, st.Lending, st.BorrowStuck)
+	}
+	if err := reserve(2 * size.GiB); err != nil {
+		t.Fatalf("lending beside a short wait: %v", err)
+	}
+	clock.Advance(time.Second)
+	if st := state(); st.Lending || !st.BorrowStuck {
+		t.Fatalf("a borrower waiting %s: lending %v, stuck %v; want stuck", StuckWait, st.Lending, st.BorrowStuck)
+	}
+	var d *DeniedError
+	if err := reserve(size.GiB); !errors.As(err, &d) || d.Reason != ReasonBorrowed {
+		t.Fatalf("beside a stuck borrower that waits: %v, want ReasonBorrowed", err)
+	}
+	// Served, it still holds borrowed memory: still stuck, and what it holds is taken (10 GiB
+	// budget, 2 GiB reserved, 7 GiB borrowed).
+	if err := l.SetBorrowed(gpuA, 7*size.GiB, false); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute) // past any hold
+	if st := state(); st.Lending || !st.BorrowStuck {
+		t.Fatalf("the stuck borrower served: lending %v, stuck %v; want still stuck", st.Lending, st.BorrowStuck)
+	}
+	if err := reserve(2 * size.GiB); !errors.As(err, &d) || d.Reason != ReasonBorrowed {
+		t.Fatalf("2 GiB beside 7 GiB borrowed and 2 reserved of 10: %v, want ReasonBorrowed", err)
+	}
+	if err := reserve(size.GiB); err != nil {
+		t.Fatalf("1 GiB beside 7 GiB borrowed and 2 reserved of 10: %v", err)
+	}
+	if err := l.SetBorrowed(gpuA, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if st := state(); !st.Lending || st.BorrowStuck {
+		t.Fatalf("borrowers holding nothing: lending %v, stuck %v; want lending", st.Lending, st.BorrowStuck)
+	}
+}

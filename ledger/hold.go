@@ -54,6 +54,31 @@ func (l *Ledger) SetBorrowHold(r policy.HoldRule) error {
 	return nil
 }
 
+// StuckWait is how long a borrower's wait lasts before lending stops on its GPU (BorrowStuck):
+// the lend grace's bound (enforcer.DefaultLendGrace, policy.DefaultHold's), what an owner placed
+// on its memory would wait before the reclaim took its run. On the start-up queue the leaker's
+// waits took 1-2 s; on the busy queue, simulated, 61 s at a stretch, and jobs placed on the
+// memory each first-wave end had just given it cost it its run (docs/bench/results.md).
+const StuckWait = 30 * time.Second
+
+// lookStuck carries rec's stuck mark to now: a wait that lasted StuckWait sets it, and it holds
+// until the GPU's borrowers hold nothing and wait for nothing. It says whether the mark changed.
+func lookStuck(rec *gpuRec, now time.Time) bool {
+	switch {
+	case !rec.BorrowWaiting:
+		rec.waitFrom = time.Time{}
+	case rec.waitFrom.IsZero():
+		rec.waitFrom = now
+	}
+	stuck := rec.stuck || !rec.waitFrom.IsZero() && now.Sub(rec.waitFrom) >= StuckWait
+	if rec.Borrowed == 0 && !rec.BorrowWaiting {
+		stuck = false
+	}
+	changed := stuck != rec.stuck
+	rec.stuck = stuck
+	return changed
+}
+
 // advanceHold takes a look at uuid's borrowers at now: it carries the GPU's hold forward,
 // invalidates the cache and wakes subscribers when the hold began or ended, and arms the timer
 // for the instant it may end. Called with l.mu held.
@@ -69,7 +94,16 @@ func (l *Ledger) lookHold(uuid string, now time.Time, freed bool) {
 	h, _ := l.holdRule.Hold(rec.hold, policy.BorrowSeen{Borrowed: rec.Borrowed, Waiting: rec.BorrowWaiting, Freed: freed}, now)
 	was := rec.hold.Held()
 	rec.hold = h
+	stuckChanged := lookStuck(&rec, now)
 	l.st.gpus[uuid] = rec
+	if stuckChanged {
+		l.cache = nil
+		l.changed.Publish(struct{}{})
+		l.log.Debug("borrower stuck", "gpu", uuid, "stuck", rec.stuck, "borrowed", rec.Borrowed.String())
+	}
+	if rec.BorrowWaiting && !rec.stuck {
+		l.wakeHoldAt(rec.waitFrom.Add(StuckWait), now)
+	}
 	if h.Held() != was {
 		l.cache = nil
 		l.changed.Publish(struct{}{})

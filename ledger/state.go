@@ -42,6 +42,10 @@ type gpuRec struct {
 	// hold is the borrower hold carried from one look to the next (hold.go), not written to
 	// disk either: a restart begins with none, as the fence's next pass reports a wait again.
 	hold policy.BorrowHold
+	// waitFrom is when the wait BorrowWaiting reports began (zero: none), and stuck whether one
+	// lasted StuckWait since the GPU's borrowers last held nothing (hold.go); not on disk.
+	waitFrom time.Time
+	stuck    bool
 }
 
 // state is everything the ledger commits, in one value so that a failed write can be rolled
@@ -161,7 +165,8 @@ func (s *state) capacity(uuid string) GPUState {
 	}
 	st.MaxTasks = p.MaxTasksPerGPU
 	st.BorrowedBytes, st.BorrowWaiting, st.BorrowHeld = g.Borrowed, g.BorrowWaiting, g.hold.Held()
-	st.Lending = s.lend
+	st.BorrowStuck = s.lend && g.stuck
+	st.Lending = s.lend && !g.stuck
 	st.Reservations = s.reservationsOn(uuid)
 	for _, r := range st.Reservations {
 		st.ReservedBytes += r.CapBytes

@@ -116,8 +116,13 @@ type GPUState struct {
 	BorrowHeld bool `json:"borrow_held,omitempty"`
 	// Lending: guarantees are lent (SetLending): admission counts guarantees alone and pauses
 	// for no borrower, since the fence places a new guarantee on what borrowers hold and lends
-	// it back to them until its task allocates.
-	Lending      bool          `json:"lending,omitempty"`
+	// it back to them until its task's use passes its keep. Not while BorrowStuck.
+	Lending bool `json:"lending,omitempty"`
+	// BorrowStuck: guarantees are lent, but a borrower here waited StuckWait at a stretch and
+	// its GPU's borrowers still hold memory: admission follows the rules without lending (the
+	// wait, the hold, what borrowers hold counted as taken) until they hold nothing, so the
+	// memory that comes free goes to it first.
+	BorrowStuck  bool          `json:"borrow_stuck,omitempty"`
 	MaxTasks     int           `json:"max_tasks"`
 	Reservations []Reservation `json:"reservations"`
 	// Instances is every ID to advertise: 0..Units-1, plus reserved IDs beyond the budget
