@@ -43,14 +43,8 @@ static int mine(const struct gf_map *m)
 	return p->state == GF_LIVE && p->pgen == m->pgen && k->state == GF_LIVE && k->gen == m->task_gen;
 }
 
-static uint64_t add_sat(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
-
 /* in_use is what task k takes of the GPU now: its allocations and contexts, at most its hold. */
-static uint64_t in_use(const struct gf_task *k)
-{
-	uint64_t ctx = add_sat(k->used, k->keep);
-	return ctx < gf_held(k) ? ctx : gf_held(k);
-}
+static uint64_t in_use(const struct gf_task *k) { return gf_takes(k->used, k->cap, k->keep); }
 
 /* lent_held is what task k keeps from borrowers: its guarantee, or its use where that is more.
  * A task that lends (keep below its guarantee) keeps only what it takes now (in_use; the keep
@@ -140,14 +134,14 @@ static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want
 	uint64_t others = 0;
 	for (int i = 0; i < GF_TASKS; i++)
 		if (i != me && v[i].state == GF_LIVE)
-			others = add_sat(others, lent_held(&v[i]));
+			others = gf_add_sat(others, lent_held(&v[i]));
 	if (others > budget)
 		return NO_ROOM;
 	/* Where guarantees are lent, borrowers leave a keep free: a new guarantee may be placed on
 	 * what they hold (gf_set_tasks), and its task's contexts take that much before the fence
 	 * sees them. */
 	uint64_t slack = k->keep < k->cap ? k->keep : 0;
-	uint64_t room = budget - others, now = add_sat(k->used, slack);
+	uint64_t room = budget - others, now = gf_add_sat(k->used, slack);
 	uint64_t free_now = room > now ? room - now : 0;
 	/* An owner waiting out its grace is served first where its ask fits beside what this task
 	 * holds now: it takes it at its next look. One whose ask does not fit waits for borrowers to

@@ -2,6 +2,7 @@
  * this way). */
 #define _GNU_SOURCE
 #include "lock.h"
+#include "table.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -114,7 +115,7 @@ void gf_recount(struct gf_table *t)
 			k->nowed++;
 		if (p->waiting == GF_WAIT_GRACE) {
 			k->ngrace++;
-			k->gwant = k->gwant + p->wanted < k->gwant ? UINT64_MAX : k->gwant + p->wanted;
+			k->gwant = gf_add_sat(k->gwant, p->wanted);
 		}
 	}
 	t->h.epoch++;

@@ -29,34 +29,41 @@ static void move_count(uint64_t *n, int was, int is)
 		(*n)--;
 }
 
+/* live_task is p's task while it is the one p was claimed for, or NULL. */
+static struct gf_task *live_task(struct gf_table *t, const struct gf_proc *p)
+{
+	struct gf_task *k = p->task < GF_TASKS ? &t->tasks[p->task] : NULL;
+	return k && k->state == GF_LIVE && k->gen == p->task_gen ? k : NULL;
+}
+
+/* set_wanted makes n what p's grace wait asks for, in its task's gwant too. */
+static void set_wanted(struct gf_table *t, struct gf_proc *p, uint64_t n)
+{
+	struct gf_task *k = live_task(t, p);
+	if (k) {
+		k->gwant -= p->wanted < k->gwant ? p->wanted : k->gwant;
+		k->gwant = gf_add_sat(k->gwant, n);
+	}
+	p->wanted = n;
+}
+
 void gf_set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 {
-	if (p->task < GF_TASKS) {
-		struct gf_task *k = &t->tasks[p->task];
-		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			move_count(&k->nwait, gf_blocks(p->waiting), gf_blocks(why));
-			move_count(&k->nowed, p->waiting == GF_WAIT_OWED, why == GF_WAIT_OWED);
-			move_count(&k->ngrace, p->waiting == GF_WAIT_GRACE, why == GF_WAIT_GRACE);
-			if (why != GF_WAIT_GRACE)
-				k->gwant -= p->wanted < k->gwant ? p->wanted : k->gwant;
-		}
+	struct gf_task *k = live_task(t, p);
+	if (k) {
+		move_count(&k->nwait, gf_blocks(p->waiting), gf_blocks(why));
+		move_count(&k->nowed, p->waiting == GF_WAIT_OWED, why == GF_WAIT_OWED);
+		move_count(&k->ngrace, p->waiting == GF_WAIT_GRACE, why == GF_WAIT_GRACE);
 	}
 	if (why != GF_WAIT_GRACE)
-		p->wanted = 0;
+		set_wanted(t, p, 0);
 	p->waiting = why;
 }
 
 void gf_set_grace(struct gf_table *t, struct gf_proc *p, uint64_t n)
 {
 	gf_set_waiting(t, p, GF_WAIT_GRACE);
-	if (p->task < GF_TASKS) {
-		struct gf_task *k = &t->tasks[p->task];
-		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			k->gwant -= p->wanted < k->gwant ? p->wanted : k->gwant;
-			k->gwant = k->gwant + n < k->gwant ? UINT64_MAX : k->gwant + n;
-		}
-	}
-	p->wanted = n;
+	set_wanted(t, p, n);
 }
 
 void gf_give_back(struct gf_table *t, int i)
@@ -64,13 +71,11 @@ void gf_give_back(struct gf_table *t, int i)
 	struct gf_proc *p = &t->procs[i];
 	if (p->state != GF_LIVE)
 		return;
-	if (p->task < GF_TASKS) {
-		struct gf_task *k = &t->tasks[p->task];
-		if (k->state == GF_LIVE && k->gen == p->task_gen) {
-			gf_lower(t, &k->used, p->used);
-			if (k->procs > 0)
-				k->procs--;
-		}
+	struct gf_task *k = live_task(t, p);
+	if (k) {
+		gf_lower(t, &k->used, p->used);
+		if (k->procs > 0)
+			k->procs--;
 	}
 	gf_set_waiting(t, p, GF_WAIT_NONE);
 	uint32_t pgen = p->pgen + 1;

@@ -8,8 +8,19 @@
 
 #include "state.h"
 
+/* gf_add_sat is a + b, or UINT64_MAX where that wraps: sums of what tasks write themselves. */
+static inline uint64_t gf_add_sat(uint64_t a, uint64_t b) { return a + b < a ? UINT64_MAX : a + b; }
+
 /* gf_held is what task k holds of the GPU: its guarantee, or its use where that is more. */
 static inline uint64_t gf_held(const struct gf_task *k) { return k->used > k->cap ? k->used : k->cap; }
+
+/* gf_takes is what a task that uses used, with guarantee cap and keep, takes of the GPU now: its
+ * allocations and the contexts its keep covers, at most what it holds (gf_held). */
+static inline uint64_t gf_takes(uint64_t used, uint64_t cap, uint64_t keep)
+{
+	uint64_t held = used > cap ? used : cap, ctx = gf_add_sat(used, keep);
+	return ctx < held ? ctx : held;
+}
 
 /* gf_lower takes n from *used, or all it holds when n is more, counting the underflow in t's
  * header (a free of more than was charged: a bug somewhere, counted not hidden). It returns what

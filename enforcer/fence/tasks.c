@@ -178,8 +178,7 @@ static void taken(const struct gf_gpu *g, const struct gf_control *c, uint64_t *
 			continue;
 		int armed;
 		uint64_t u = gf_file_used(g, i, &armed);
-		uint64_t keeps = u + k->keep < u ? UINT64_MAX : u + k->keep;
-		*now += armed ? max64(u, k->cap) : (keeps < max64(u, k->cap) ? keeps : max64(u, k->cap));
+		*now += armed ? max64(u, k->cap) : gf_takes(u, k->cap, k->keep);
 		*guarantees += k->cap;
 	}
 }
