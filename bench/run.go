@@ -37,6 +37,9 @@ type ArmSpec struct {
 	// SMBudget is the packed arm's compute budget when the entry names one ("sm150": the
 	// policy's sm_budget_percent 150); 0 = the policy's (off by default).
 	SMBudget float64
+	// Stage is how many jobs the packed arm may stage on a GPU when the entry names it
+	// ("stage4": gpufrac run --stage 4); 0 = none.
+	Stage int
 }
 
 var (
@@ -44,7 +47,7 @@ var (
 	borrowNames = []string{node.BorrowOff, node.BorrowNow, node.BorrowWait, node.BorrowLend}
 )
 
-// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW][-HOLD[-AFTER]]:
+// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW][-HOLD[-AFTER]][-SMN][-STAGEN]:
 // "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-retry",
 // "packed-isolated-warm-lend", "packed-isolated-warm-wait-hold30s". MODE defaults to defMode,
 // PROFILES to cold (they mean nothing for exclusive), BORROW and HOLD (packed only) to the
@@ -122,8 +125,15 @@ func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 				spec.SMBudget, rest = b, rest[1:]
 			}
 		}
+		if len(rest) > 0 && spec.Arm == record.ArmPacked && strings.HasPrefix(rest[0], "stage") {
+			n, err := strconv.Atoi(strings.TrimPrefix(rest[0], "stage"))
+			if err != nil || n < 1 || n > 16 {
+				return nil, fmt.Errorf("arm %q: %q: want stage and a count of jobs a GPU from 1 to 16, as in stage4", e, rest[0])
+			}
+			spec.Stage, rest = n, rest[1:]
+		}
 		if len(rest) > 0 {
-			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q, a packed arm's borrowing %q, its hold (instant, holdN) nor its compute budget (smN)",
+			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q, a packed arm's borrowing %q, its hold (instant, holdN), its compute budget (smN) nor its staging (stageN)",
 				e, strings.Join(rest, "-"), modeNames, record.ProfileChoices, borrowNames)
 		}
 		if spec.Arm == record.ArmExclusive {

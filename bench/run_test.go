@@ -19,7 +19,7 @@ import (
 )
 
 func TestParseArms(t *testing.T) {
-	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s,packed-isolated-warm-sm150,packed-warm-lend-hold10s-sm62.5", "isolated")
+	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s,packed-isolated-warm-sm150,packed-warm-lend-hold10s-sm62.5,packed-isolated-warm-stage6", "isolated")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +43,7 @@ func TestParseArms(t *testing.T) {
 		{Label: "packed-isolated-warm-sm150", Arm: "packed", Mode: "isolated", Profiles: "warm", SMBudget: 150},
 		{Label: "packed-warm-lend-hold10s-sm62.5", Arm: "packed", Mode: "isolated", Profiles: "warm", Borrow: "lend",
 			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 10 * time.Second}, SMBudget: 62.5},
+		{Label: "packed-isolated-warm-stage6", Arm: "packed", Mode: "isolated", Profiles: "warm", Stage: 6},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
@@ -66,6 +67,9 @@ func TestParseArms(t *testing.T) {
 		"exclusive,packed-sm7000":          "sm_budget_percent = 7000",
 		"exclusive,packed-smx":             `"smx"`,
 		"exclusive,uncapped-sm150":         `"sm150"`,
+		"exclusive,packed-stage0":          `"stage0"`,
+		"exclusive,packed-stage17":         `"stage17"`,
+		"exclusive,uncapped-stage4":        `"stage4"`,
 	} {
 		if _, err := ParseArms(list, "mps"); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseArms(%q): error %v, want one containing %s", list, err, wantErr)

@@ -50,9 +50,10 @@ func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]s
 	env := map[string]string{
 		EnvCUDADevices: g.UUID,
 		EnvReservation: r.Token,
-		EnvCapBytes:    strconv.FormatUint(uint64(r.CapBytes), 10),
-		EnvGPUUUID:     g.UUID,
-		EnvMode:        string(g.Mode),
+		// A staged task is told the cap it is promised: it sizes itself at its start.
+		EnvCapBytes: strconv.FormatUint(uint64(r.Promised()), 10),
+		EnvGPUUUID:  g.UUID,
+		EnvMode:     string(g.Mode),
 
 		ReservationKey(g.UUID): r.Token,
 	}
@@ -65,7 +66,7 @@ func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]s
 	if g.TotalBytes > 0 || preloaded {
 		share := 1.0
 		if !preloaded {
-			share = fraction(r.CapBytes, g.TotalBytes)
+			share = fraction(r.Promised(), g.TotalBytes)
 		}
 		env[EnvMemoryFraction] = formatFraction(share)
 		// JAX preallocates this fraction of the total: its own default share (the rest is for

@@ -258,8 +258,13 @@ func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, e
 	var sig strings.Builder
 	fmt.Fprintf(&sig, "%d", st.BudgetBytes)
 	for _, r := range st.Reservations {
-		tasks = append(tasks, fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit(), Keep: f.cfg.LendKeep, Grace: f.cfg.LendGrace})
-		fmt.Fprintf(&sig, ",%s=%d/%d", r.Token, r.CapBytes, r.Limit())
+		k := fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit(), Keep: f.cfg.LendKeep, Grace: f.cfg.LendGrace}
+		if r.StagedFor > r.CapBytes {
+			// Staged: it holds its small cap whole, borrows nothing, and waits past it.
+			k = fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.CapBytes, Stage: r.StagedFor}
+		}
+		tasks = append(tasks, k)
+		fmt.Fprintf(&sig, ",%s=%d/%d/%d", r.Token, k.Cap, k.Limit, k.Stage)
 	}
 	if f.synced[st.UUID] == sig.String() {
 		return nil
@@ -363,6 +368,26 @@ func (e *Enforcer) FenceUse(uuid string) (borrowed size.Bytes, waiting bool) {
 		return 0, false
 	}
 	return s.Borrowed(), s.Waiting()
+}
+
+// FenceWaiters are the tokens of GPU uuid's tasks one of whose allocations waits for memory
+// other tasks hold (not a staged task's wait for its own grant): gpufrac run stops a staged job
+// that is all that stands between them and the memory they wait for.
+func (e *Enforcer) FenceWaiters(uuid string) []string {
+	if e.fence == nil {
+		return nil
+	}
+	s, ok := e.fence.settled(uuid)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, t := range s.Tasks {
+		if t.Waiting && t.Token != "" {
+			out = append(out, t.Token)
+		}
+	}
+	return out
 }
 
 // fenceNote is what the fence saw of a task, for a violation's detail.

@@ -125,10 +125,19 @@ func (l *Ledger) admitIDs(ids []string, task Task) (Reservation, error) {
 // checkGPU is the admission rule shared by both paths: healthy, below max tasks, fits the budget,
 // and, unless guarantees are lent, fits beside what borrowers hold with no allocation waiting.
 func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
+	return checkRoom(gs, capBytes, units, true, false)
+}
+
+// checkRoom is checkGPU for capBytes more on the GPU: for a new task (newTask), or for one it
+// already counts (a staged task's grant), which adds no task. A staged start (staged) takes only
+// what is free beside borrowers, waiting or held for or not: what it holds is its CUDA
+// context's, its guarantee waits for its grant under the whole rule, and gpufrac run stops it
+// where it alone keeps a borrower waiting (sched/stage.go).
+func checkRoom(gs GPUState, capBytes size.Bytes, units int, newTask, staged bool) error {
 	if !gs.Healthy {
 		return denied(ReasonUnhealthy, "GPU %s is unhealthy: %s", gs.UUID, gs.HealthReason)
 	}
-	if len(gs.Reservations) >= gs.MaxTasks {
+	if newTask && len(gs.Reservations) >= gs.MaxTasks {
 		return denied(ReasonTooMany, "GPU %s already runs %d tasks (max_tasks_per_gpu = %d)", gs.UUID, len(gs.Reservations), gs.MaxTasks)
 	}
 	if gs.ReservedBytes+capBytes > gs.BudgetBytes || gs.ReservedBytes+capBytes < capBytes {
@@ -138,10 +147,10 @@ func checkGPU(gs GPUState, capBytes size.Bytes, units int) error {
 	if gs.Lending {
 		return nil
 	}
-	if gs.BorrowWaiting {
+	if gs.BorrowWaiting && !staged {
 		return denied(ReasonBorrowed, "GPU %s: %s", gs.UUID, descBorrowWait)
 	}
-	if gs.BorrowHeld {
+	if gs.BorrowHeld && !staged {
 		return denied(ReasonBorrowed, "GPU %s: %s", gs.UUID, descBorrowHold)
 	}
 	if capBytes > gs.Free() {
@@ -199,10 +208,20 @@ func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task, opts 
 		return Reservation{}, denied(ReasonNoFit, "a cap of %s does not fit GPU %s: its budget is %s", capBytes, uuid, gs.BudgetBytes)
 	}
 	rounded := size.Bytes(units) * gs.UnitBytes
-	if err := checkGPU(gs, rounded, units); err != nil {
+	var asked Reservation
+	asked.CapBytes = rounded
+	for _, o := range opts {
+		o(&asked)
+	}
+	if err := checkRoom(gs, rounded, units, true, asked.StagedFor > 0); err != nil {
 		return Reservation{}, err
 	}
 	var ids []string
+	if asked.StagedFor > 0 {
+		// Its units are free but need not look placeable: a borrower's wait withholds them
+		// from Nomad, not from a staged start (checkRoom).
+		ids = l.st.freeIDs(uuid, gs.Units, units, nil)
+	}
 	for _, in := range gs.Instances {
 		if len(ids) == units {
 			break
@@ -217,6 +236,15 @@ func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task, opts 
 	r := Reservation{GPU: uuid, InstanceIDs: ids, CapBytes: rounded, Task: task, Source: SourceRunner, Holder: l.opts.Holder}
 	for _, o := range opts {
 		o(&r)
+	}
+	if r.StagedFor > 0 {
+		// Promised in whole units, as Grant grants it: what the task is told is what it gets.
+		su, ok := unitsFor(r.StagedFor, gs.UnitBytes)
+		if !ok || su > gs.Units {
+			l.restore(prev)
+			return Reservation{}, denied(ReasonNoFit, "a staged cap of %s does not fit GPU %s: its budget is %s", r.StagedFor, uuid, gs.BudgetBytes)
+		}
+		r.StagedFor = size.Bytes(su) * gs.UnitBytes
 	}
 	if r.LimitBytes > gs.TotalBytes {
 		l.restore(prev)

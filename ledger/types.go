@@ -60,7 +60,11 @@ type Reservation struct {
 	// LimitBytes, above CapBytes, lets the task borrow memory that no other task's guarantee
 	// covers, up to it, where the allocation fence holds it (docs/enforcement.md); 0 = CapBytes.
 	LimitBytes size.Bytes `json:"limit_bytes,omitempty"`
-	Task       Task       `json:"task"`
+	// StagedFor, above CapBytes, marks a job started early (staged, gpufrac run): it holds
+	// CapBytes (what its start-up needs) until Grant raises its cap to StagedFor, and the fence
+	// holds its allocations past CapBytes until then; 0 = not staged.
+	StagedFor size.Bytes `json:"staged_for,omitempty"`
+	Task      Task       `json:"task"`
 	// Source is "nomad" for Reserve calls and "runner" for gpufrac run.
 	Source    string    `json:"source"`
 	CreatedAt time.Time `json:"created_at"`
@@ -80,6 +84,9 @@ type Holder struct {
 
 // Limit is the most the task may hold: its limit, or its cap when it borrows nothing.
 func (r Reservation) Limit() size.Bytes { return max(r.CapBytes, r.LimitBytes) }
+
+// Promised is the cap the task is told: its cap, or the one a staged task will be granted.
+func (r Reservation) Promised() size.Bytes { return max(r.CapBytes, r.StagedFor) }
 
 func (h Holder) String() string { return fmt.Sprintf("pid %d", h.PID) }
 

@@ -33,6 +33,7 @@ type Enforcer interface {
 	EnvOptions(uuid string) enforcer.EnvOptions
 	SyncFence(st ledger.GPUState) error
 	FenceUse(uuid string) (size.Bytes, bool)
+	FenceWaiters(uuid string) []string
 	Fenced() bool
 }
 
@@ -90,6 +91,9 @@ func (n *Node) Borrows() bool { return n.cfg.Borrow != BorrowOff && n.fenced() }
 
 func (n *Node) fenced() bool { return n.enf != nil && n.enf.Fenced() }
 
+// Fenced says whether the allocation fence holds tasks' allocations here: what staging needs.
+func (n *Node) Fenced() bool { return n.fenced() }
+
 // Request is one task to admit: Nomad's instance IDs, or a cap in bytes on a GPU.
 type Request struct {
 	// IDs are the instance IDs Nomad's scheduler assigned (the plugin); else GPU and Cap.
@@ -105,6 +109,9 @@ type Request struct {
 	Alone bool
 	// Unfenced leaves the fence out of the environment (an attempt that holds no cap).
 	Unfenced bool
+	// Stage, above Cap, starts the task staged (ledger.WithStage): it holds Cap until Grant
+	// raises it to Stage. Only where the fence holds its allocations: elsewhere nothing would.
+	Stage size.Bytes
 	// EnvLater leaves Admission.Env, Mounts and GPU empty: the caller builds the environment
 	// when the task starts (Env), as gpufrac run does for the attempts a round admits.
 	EnvLater bool
@@ -138,6 +145,12 @@ func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 	}
 	n.RefreshBorrowing(uuid)
 	opts := n.limit(uuid, req.Borrow)
+	if req.Stage > 0 {
+		if !n.fenced() {
+			return Admission{}, fmt.Errorf("%w: staging a task needs the allocation fence, which is off", ErrUnavailable)
+		}
+		opts = append(opts, ledger.WithStage(req.Stage))
+	}
 	var res ledger.Reservation
 	var err error
 	if len(req.IDs) > 0 {

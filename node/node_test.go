@@ -50,6 +50,7 @@ func (d *dirs) EnvOptions(string) enforcer.EnvOptions {
 }
 func (d *dirs) SyncFence(st ledger.GPUState) error { d.synced = append(d.synced, st); return nil }
 func (d *dirs) FenceUse(string) (size.Bytes, bool) { return 0, false }
+func (d *dirs) FenceWaiters(string) []string       { return nil }
 func (d *dirs) Fenced() bool                       { return true }
 
 // A task gets the fence's directory read-only with its own accounting directory writable on

@@ -24,6 +24,8 @@ type Start struct {
 	Window     time.Duration
 	// ReRun is the ladder's rung that sent it ("alone ...", "raised ..."), for a re-run.
 	ReRun string
+	// Staged is the guarantee a staged start waits for (sched/stage.go); 0: not staged.
+	Staged size.Bytes
 }
 
 // Started prints the line of an attempt's start.
@@ -46,6 +48,8 @@ func (p *Printer) Started(s Start) {
 		what = fmt.Sprintf("PROBE alone for %s to measure %q", s.Window, s.Template)
 	case s.Probe:
 		what = fmt.Sprintf("PROBE alone: its whole run measures %q", s.Template)
+	case s.Staged > 0:
+		what = fmt.Sprintf("STAGED on %s: starts up now, its first allocation past that waits for its %s guarantee", s.Cap, s.Staged)
 	case s.ReRun != "":
 		what = "RE-RUN " + s.ReRun
 	case s.Whole:
@@ -81,6 +85,9 @@ func (p *Printer) Finished(at record.Attempt, window time.Duration, capLabel str
 		if at.Next != "" {
 			msg += "; next: " + at.Next
 		}
+	case record.OutcomeUnstaged:
+		tag = "unstaged"
+		msg = fmt.Sprintf("after %.1fs: %s", at.Duration().Seconds(), at.Detail)
 	case record.OutcomeFailed:
 		tag = "FAILED"
 		msg = fmt.Sprintf("exit %d after %.1fs: %s (log %s)", at.ExitCode, at.Duration().Seconds(), at.Detail, at.Log)

@@ -16,6 +16,10 @@ const (
 	// OutcomeProbe is a probe window that ended: the job runs again under its cap.
 	OutcomeProbe    Outcome = "probe"
 	OutcomeCanceled Outcome = "canceled"
+	// OutcomeUnstaged is a staged start stopped before its guarantee was granted: a borrower's
+	// wait was blocked by staged jobs alone (sched.Unstage). The job is queued again as it was;
+	// the attempt does not count, and it lost CPU start-up, no GPU work.
+	OutcomeUnstaged Outcome = "unstaged"
 	// OutcomeCollateral is a failure that a GPU-wide event explains: the job failed on a GPU
 	// the enforcer had marked unhealthy while it ran (under MPS, stopping one client can fault
 	// the others). The job runs again; its neighbour's stop, not the job, was at fault.
@@ -26,7 +30,7 @@ const (
 )
 
 // Outcomes lists every outcome.
-var Outcomes = []Outcome{OutcomeOK, OutcomeCapViolation, OutcomeFailed, OutcomeProbe, OutcomeCanceled, OutcomeCollateral, OutcomeExhausted}
+var Outcomes = []Outcome{OutcomeOK, OutcomeCapViolation, OutcomeFailed, OutcomeProbe, OutcomeCanceled, OutcomeCollateral, OutcomeExhausted, OutcomeUnstaged}
 
 // Check says whether o is one of Outcomes.
 func (o Outcome) Check() error { return check("outcome", o, Outcomes) }

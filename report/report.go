@@ -29,6 +29,7 @@ var outcomeColour = map[record.Outcome]string{
 	record.OutcomeCanceled:     "#757575",
 	record.OutcomeCollateral:   "#f9a825",
 	record.OutcomeExhausted:    "#b71c1c",
+	record.OutcomeUnstaged:     "#9e9e9e",
 }
 
 // templatePalette colours templates in the memory chart: blues, teals and browns, none of
@@ -137,7 +138,7 @@ func Render(res *record.Result) ([]byte, error) {
 		}
 		d.Events = append(d.Events, fmt.Sprintf("GPU%d at %.1fs for %s: %s", e.GPUIndex, e.Start.Sub(res.Start).Seconds(), end, e.Reason))
 	}
-	for _, o := range []record.Outcome{record.OutcomeOK, record.OutcomeCapViolation, record.OutcomeFailed, record.OutcomeCollateral, record.OutcomeProbe, record.OutcomeCanceled} {
+	for _, o := range []record.Outcome{record.OutcomeOK, record.OutcomeCapViolation, record.OutcomeFailed, record.OutcomeCollateral, record.OutcomeProbe, record.OutcomeCanceled, record.OutcomeUnstaged} {
 		name := string(o)
 		if o == record.OutcomeProbe {
 			name = "probe (ended well)"

@@ -19,6 +19,9 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 		r.s.ProbeEnded(t, j)
 	}
 	switch at.Outcome {
+	case record.OutcomeUnstaged:
+		r.s.Unstaged(j)
+		return // queued again as it was
 	case record.OutcomeProbe:
 		j.ProbeStops++
 		r.learn(t, at, ledger.ProfileProbe)

@@ -39,7 +39,11 @@ type active struct {
 	exitedAt      time.Time // when the runner saw the process end
 	windowStopped bool
 	stopped       bool
-	violation     *ledger.Violation
+	// unstaged: the job was stopped while staged, for a borrower (sched.Unstage); set by the
+	// main loop before it closes stop.
+	unstaged  bool
+	closeStop sync.Once
+	violation *ledger.Violation
 	// sm meters the GPU's SM activity while the attempt runs alone (probe.Shares); smPct is
 	// what it measured, set before the attempt reports on run.done.
 	sm    *probe.SMMeter
@@ -119,29 +123,38 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 	r.prog.Begin(r.header())
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
-	stopping := false
+	stopping, givingUp := false, false
 	idleSince := time.Time{}
 	var runErr error
 	for {
 		r.retryReleases()
-		if !stopping {
+		if !stopping && !givingUp {
+			r.stageRound()
 			for _, l := range r.s.Next() {
 				r.launch(l)
 			}
 		}
-		r.mu.Lock()
-		n := len(r.active)
-		r.mu.Unlock()
-		if n == 0 {
-			if stopping || r.allDone() {
+		n, staged := r.activeCount()
+		// Staged jobs wait for memory; while nothing else of the run holds any, the run is as
+		// stuck as with nothing running.
+		if n == staged {
+			if n == 0 && (stopping || r.allDone()) {
+				break
+			}
+			if n == 0 && givingUp {
+				r.giveUp()
 				break
 			}
 			if idleSince.IsZero() {
 				idleSince = r.o.Now()
 				r.prog.Line("%-8s %s", "waiting", r.s.Waiting(idleSince.Add(stuckAfter)))
-			} else if r.o.Now().Sub(idleSince) > stuckAfter {
-				r.giveUp()
-				break
+			} else if r.o.Now().Sub(idleSince) > stuckAfter && !givingUp {
+				givingUp = true
+				if n == 0 {
+					r.giveUp()
+					break
+				}
+				r.stopStaged() // they come back queued; then the run gives up on them
 			}
 		} else {
 			idleSince = time.Time{}
@@ -160,7 +173,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 				r.prog.Line("interrupted: stopping %d running job(s)", n)
 				r.mu.Lock()
 				for a := range r.active {
-					close(a.stop)
+					a.halt()
 				}
 				r.mu.Unlock()
 			}
@@ -432,6 +445,9 @@ func (r *run) finish(a *active) {
 	borrowedAt(&at, a.l.Res, a.l.Borrowing)
 	oom := a.tail.OutOfMemory()
 	switch {
+	case a.unstaged:
+		at.Outcome = record.OutcomeUnstaged
+		at.Detail = "stopped while staged: a borrower waited for memory only staged jobs held; queued again"
 	case a.stopped:
 		at.Outcome = record.OutcomeCanceled
 	case a.windowStopped:

@@ -38,7 +38,7 @@ func (r *run) header() []string {
 		gpus = append(gpus, fmt.Sprintf("GPU%d %s %s (budget %s)", gr.Index, gr.Model, gr.TotalBytes, gr.BudgetBytes))
 	}
 	h = append(h, strings.Join(gpus, "; "))
-	for _, note := range []string{r.fenceNote, r.borrowNote} {
+	for _, note := range []string{r.fenceNote, r.borrowNote, r.stageNote} {
 		if note != "" {
 			h = append(h, note)
 		}
@@ -50,7 +50,7 @@ func (r *run) header() []string {
 func (r *run) started(a *active) {
 	l := a.l
 	s := progress.Start{Job: l.Job.Name, Template: l.Job.Template, GPUIndex: r.gpus[l.GPU].Index, Cap: l.Res.CapBytes, Limit: l.Res.Limit(),
-		Capped: l.Capped, Whole: l.Whole, Borrowing: l.Borrowing, Probe: l.Probe, InPlace: l.InPlace, Window: l.Window}
+		Capped: l.Capped, Whole: l.Whole, Borrowing: l.Borrowing, Probe: l.Probe, InPlace: l.InPlace, Window: l.Window, Staged: l.Res.StagedFor}
 	switch {
 	case l.Whole && l.Job.Whole:
 		s.ReRun = policy.Rung(policy.StepAlone, l.Job.Attempts, l.Job.Limit(), 0)

@@ -87,6 +87,10 @@ type Options struct {
 	// BorrowHold is how long admissions on a GPU pause for a borrower that waited there;
 	// nil = policy.DefaultHold.
 	BorrowHold *policy.HoldRule
+	// Stage is how many jobs may start staged on a GPU at once: before the memory their caps
+	// stand for is free, on a small reservation, their first large allocation waiting for the
+	// rest (sched/stage.go). Packed arm, isolated GPUs with the fence, not under lend; 0: none.
+	Stage int
 	// Now is the run's clock where time decides or is recorded: attempts' starts and ends, the
 	// give-up after stuckAfter with nothing running, a probe's cap change, the progress published
 	// for gpufrac status (once a second), an enforcer event that carries no time; nil = time.Now.
@@ -153,6 +157,9 @@ func (o *Options) fill(q queue.Queue) error {
 	}
 	if o.BorrowWait < 0 {
 		return fmt.Errorf("%w: borrow wait %s is negative", ErrOptions, o.BorrowWait)
+	}
+	if o.Stage < 0 || o.Stage > maxStage {
+		return fmt.Errorf("%w: stage %d: want 0 (none) to %d jobs a GPU", ErrOptions, o.Stage, maxStage)
 	}
 	if o.BorrowHold == nil {
 		h := policy.DefaultHold
@@ -256,8 +263,12 @@ type run struct {
 	// fenceNote says whether the allocation fence is on and why; borrowNote the same of
 	// borrowing.
 	fenceNote, borrowNote string
-	borrows               bool
-	start                 time.Time
+	// stage is how many jobs a GPU may be staged (Options.Stage, where staging can work), and
+	// stageNote says so, or why not, when it was asked for.
+	stage     int
+	stageNote string
+	borrows   bool
+	start     time.Time
 	// shares learns templates' SM-active shares from attempts alone on their GPU.
 	shares *probe.Shares
 
@@ -293,6 +304,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	r.node, r.led = n.Node, n.Ledger()
 	r.shares = probe.NewShares(o.Backend, r.led, o.GPMInterval < 0)
 	r.fenceNote, r.borrowNote, r.borrows = notes.fence, notes.borrow.Note, notes.borrow.On()
+	r.stage, r.stageNote = stagePlan(o, r.node.Fenced(), notes.borrow.Rule)
 	if e := n.Enforcer(); e != nil {
 		r.guard = e
 	}
@@ -333,6 +345,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	sc := sched.Config{Admission: o.Admission, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
 		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{}, SMActive: map[string]float64{},
 		ProbeInPlace: o.Arm == record.ArmPacked && o.modeOf() == policy.ModeIsolated && r.guard != nil}
+	sc.Stage = r.stage
 	for name, t := range q.Templates {
 		if t.PeakBytes > 0 {
 			sc.Peaks[name] = t.PeakBytes

@@ -26,8 +26,8 @@ func NewJobs(q queue.Queue) []*Job {
 }
 
 // Limit is the job's bound in attempt numbers: a probe window the runner ended is not a
-// failure, so it does not use one up.
-func (j *Job) Limit() int { return j.maxAttempts + j.ProbeStops }
+// failure, nor a staged start stopped for a borrower, so neither uses one up.
+func (j *Job) Limit() int { return j.maxAttempts + j.ProbeStops + j.Unstages }
 
 // Grow records that a job of template t needed a guarantee of c: the template's jobs that start
 // from now on start there too (a declared cap is where a job starts, not a ceiling), except

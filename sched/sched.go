@@ -32,11 +32,13 @@ type Job struct {
 	// The ladder: whether the cap is a ceiling, the guarantee the next attempt was promised (0:
 	// the template's), what was announced before it, why the job was stopped, and how many probe
 	// windows the runner ended (not counted against its bound, maxAttempts).
-	FixedCap    bool
-	Room        size.Bytes
-	Next        policy.Step
-	Reason      string
-	ProbeStops  int
+	FixedCap   bool
+	Room       size.Bytes
+	Next       policy.Step
+	Reason     string
+	ProbeStops int
+	// Unstages counts its staged starts stopped for a borrower (stage.go), not counted either.
+	Unstages    int
 	maxAttempts int
 }
 
@@ -67,6 +69,8 @@ type Launch struct {
 	Borrowing bool
 	// SMDemand is what the job counts for against the compute budget while it runs (compute.go).
 	SMDemand float64
+	// Staged: the job starts on a small reservation and waits for its guarantee (stage.go).
+	Staged bool
 }
 
 // Sched decides which jobs start where. It touches the ledger but no processes, so its cost is
@@ -115,6 +119,19 @@ type Sched struct {
 	// GPU (compute.go).
 	smActive map[string]float64
 	smOn     map[string]float64
+	// stageMax is how many jobs may be staged on a GPU at once (0: none); staged their small
+	// reservations, stageSeq the order they were staged in, unstaging those being stopped,
+	// blocked since when a borrower's wait on a GPU is blocked by staged jobs alone (stage.go).
+	stageMax  int
+	staged    map[*Job]ledger.Reservation
+	stageSeq  []*Job
+	unstaging map[*Job]bool
+	blocked   map[string]time.Time
+	// stalled are the GPUs where a staged job's grant did not fit in the last Grants: no new
+	// job is admitted there before it, as none overtakes a job that drains a GPU.
+	stalled map[string]bool
+	// noStage are the GPUs where a staged job was stopped for a borrower that still waits.
+	noStage map[string]bool
 }
 
 // Config is what a scheduler is built from; the run fills it once, and from then on the
@@ -143,6 +160,8 @@ type Config struct {
 	// SMActive are the templates' SM-active shares alone known before the run (percent), for
 	// the policy's compute budget (compute.go).
 	SMActive map[string]float64
+	// Stage is how many jobs may start staged on a GPU at once (stage.go); 0: none.
+	Stage int
 }
 
 // New builds the scheduler of a run over its jobs (NewJobs). Without a Node it admits through
@@ -154,6 +173,8 @@ func New(c Config, jobs []*Job) *Sched {
 		templates: maps.Clone(c.Templates), peaks: maps.Clone(c.Peaks), prober: map[string]*Job{}, running: map[string]int{},
 		wholeOn: map[string]bool{}, drainFor: map[string]*Job{}, warned: map[string]bool{}, frozen: map[string]bool{},
 		refused: map[string]error{}, grown: map[string]size.Bytes{}, smActive: maps.Clone(c.SMActive), smOn: map[string]float64{},
+		stageMax: c.Stage, staged: map[*Job]ledger.Reservation{}, unstaging: map[*Job]bool{}, blocked: map[string]time.Time{}, stalled: map[string]bool{},
+		noStage: map[string]bool{},
 	}
 	if s.smActive == nil {
 		s.smActive = map[string]float64{}
@@ -246,6 +267,7 @@ func (s *Sched) Next() []Launch {
 		maxBudget = max(maxBudget, WholeBytes(states[u]))
 	}
 	var out []Launch
+	var waiting []waitingJob
 	for _, j := range s.jobs {
 		if j.Done || j.Running {
 			continue
@@ -297,6 +319,7 @@ func (s *Sched) Next() []Launch {
 			s.start(&l)
 			out = append(out, l)
 		case needCapped, needSlot:
+			placed := false
 			for _, g := range s.candidates(states) {
 				if !s.smFits(g, j.Template) {
 					continue
@@ -320,8 +343,22 @@ func (s *Sched) Next() []Launch {
 				l := Launch{Job: j, GPU: g, Res: res, Capped: capped, Borrowing: res.LimitBytes > res.CapBytes}
 				s.start(&l)
 				out = append(out, l)
+				placed = true
 				break
 			}
+			if !placed && kind == needCapped {
+				waiting = append(waiting, waitingJob{j, capBytes})
+			}
+		}
+	}
+	// Staged last: a job that fits takes a slot before one that only starts up in it.
+	for _, w := range waiting {
+		if s.maxTotal > 0 && s.total >= s.maxTotal {
+			break
+		}
+		if l, ok := s.stageJob(w.job, w.cap, states); ok {
+			s.start(&l)
+			out = append(out, l)
 		}
 	}
 	return out
@@ -342,7 +379,7 @@ func (s *Sched) candidates(states map[string]ledger.GPUState) []string {
 	var out []string
 	for _, g := range s.gpus {
 		st := states[g]
-		if s.drainFor[g] != nil || s.wholeOn[g] || s.running[g] >= s.perGPU || !st.Healthy || s.frozen[g] {
+		if s.drainFor[g] != nil || s.wholeOn[g] || s.running[g] >= s.perGPU || !st.Healthy || s.frozen[g] || s.stalled[g] {
 			continue
 		}
 		out = append(out, g)
@@ -425,6 +462,7 @@ func (s *Sched) start(l *Launch) {
 // Finished returns a launch's slot; the caller releases the reservation.
 func (s *Sched) Finished(l *Launch) {
 	l.Job.Running = false
+	s.stageEnded(l.Job)
 	s.running[l.GPU]--
 	s.smEnd(l)
 	s.total--

@@ -108,6 +108,8 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"run", "--mode", "turbo", "x.hcl"}, 2, `--mode "turbo"`},
 		{[]string{"run", "--probe-window", "-1s", "x.hcl"}, 2, "--probe-window -1s"},
 		{[]string{"run", "--max-concurrent", "many", "x.hcl"}, 2, `"many"`},
+		{[]string{"run", "--stage", "-1", "x.hcl"}, 2, "--stage -1"},
+		{[]string{"run", "--stage", "17", "x.hcl"}, 2, "--stage 17"},
 		{[]string{"run", "missing.hcl"}, 1, "missing.hcl"},
 		{[]string{"status", "--simulated-gpus", "H100=80XB"}, 2, `"80XB"`},
 		{[]string{"units", "--peak", "-1GiB"}, 2, "negative"},

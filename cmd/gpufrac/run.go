@@ -42,6 +42,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	ff.register(fs)
 	borrow := fs.String("borrow", node.BorrowAuto, "past its cap a job may use memory no other job's guarantee covers: auto (wait where the fence holds caps in isolated mode), wait, now (fail at once when none is free), lend (wait, and also use a starting job's guarantee until its use passes a small keep) or off")
 	borrowWait := fs.Duration("borrow-wait", 0, "how long a borrower's allocation may wait for memory to come free (default 5m)")
+	stage := fs.Int("stage", 0, "start up to this many jobs a GPU before their memory is free (staged): each holds 1GiB for its CUDA context while it starts up, and its first large allocation waits for its guarantee (0: none; isolated mode with the fence, not with --borrow lend)")
 	g.defaultLevel = "error"
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
@@ -54,6 +55,9 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	}
 	if *borrowWait < 0 {
 		return usagef("--borrow-wait %s: want a duration of 0 or more", *borrowWait)
+	}
+	if *stage < 0 || *stage > 16 {
+		return usagef("--stage %d: want 0 (none) to 16 jobs a GPU", *stage)
 	}
 	if fs.NArg() != 1 {
 		return usagef("want exactly one queue file, got %d arguments %q", fs.NArg(), fs.Args())
@@ -90,7 +94,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		Arm: record.Arm(*arm), Mode: policy.Mode(*mode), Profiles: record.Profiles(*profiles), Backend: b,
 		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
 		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
-		Fence: enforcer.FenceMode(*ff.mode), FenceLibrary: *ff.library, Borrow: *borrow, BorrowWait: *borrowWait,
+		Fence: enforcer.FenceMode(*ff.mode), FenceLibrary: *ff.library, Borrow: *borrow, BorrowWait: *borrowWait, Stage: *stage,
 	}
 	o.ProbeCap = pcap
 	if sf.explicit() {

@@ -50,9 +50,11 @@ type statusReservation struct {
 	CapBytes size.Bytes  `json:"cap_bytes"` // its guarantee
 	// LimitBytes is the most it may hold when it may borrow past its guarantee; 0 when not.
 	LimitBytes size.Bytes `json:"limit_bytes"`
-	Units      int        `json:"units"`
-	Source     string     `json:"source"`
-	CreatedAt  time.Time  `json:"created_at"`
+	// StagedForBytes is the guarantee a staged job (gpufrac run --stage) waits for; 0 when not.
+	StagedForBytes size.Bytes `json:"staged_for_bytes,omitempty"`
+	Units          int        `json:"units"`
+	Source         string     `json:"source"`
+	CreatedAt      time.Time  `json:"created_at"`
 	// SeenAt is when a live process last carried it, as stored (it lags by up to a quarter of
 	// the grace period); zero when none has yet.
 	SeenAt time.Time `json:"seen_at"`
@@ -138,8 +140,8 @@ func showStatus(ctx context.Context, g *globals, asJSON, noUsage bool, stdout, s
 		usage := usageByToken(ctx, b, attr, gs)
 		for _, r := range gs.Reservations {
 			sr := statusReservation{Token: tokenPrefix(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
-				LimitBytes: r.LimitBytes,
-				Source:     r.Source, CreatedAt: r.CreatedAt, SeenAt: r.SeenAt}
+				LimitBytes: r.LimitBytes, StagedForBytes: r.StagedFor,
+				Source: r.Source, CreatedAt: r.CreatedAt, SeenAt: r.SeenAt}
 			if usage != nil {
 				u := usage[r.Token]
 				sr.UsageBytes = &u
@@ -223,8 +225,13 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 		fmt.Fprintln(tw, "  TOKEN\tTASK\tTEMPLATE\tGUARANTEE\tLIMIT\tUNITS\tUSAGE\tSOURCE\tAGE\tSEEN\tEXPIRES")
 		for _, r := range g.Reservations {
 			seen, expires := expiry(r.CreatedAt, r.SeenAt, time.Now())
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Token, taskLabel(r.Task), dash(r.Task.Template), r.CapBytes,
-				max(r.CapBytes, r.LimitBytes), r.Units, reservationUsage(r), r.Source, ago(r.CreatedAt), seen, expires)
+			guarantee, limit := r.CapBytes.String(), max(r.CapBytes, r.LimitBytes)
+			if r.StagedForBytes > 0 {
+				// It borrows nothing until its guarantee is granted.
+				guarantee, limit = fmt.Sprintf("%s (staged for %s)", r.CapBytes, r.StagedForBytes), r.CapBytes
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Token, taskLabel(r.Task), dash(r.Task.Template), guarantee,
+				limit, r.Units, reservationUsage(r), r.Source, ago(r.CreatedAt), seen, expires)
 		}
 		tw.Flush()
 		w.Write(buf.Bytes())

@@ -107,7 +107,7 @@ static int anyone_owed(const struct gf_task *v)
 	return 0;
 }
 
-enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2, OWED = 3, RECLAIM = 4 };
+enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2, OWED = 3, RECLAIM = 4, STAGED = 5 };
 
 /* judge is the rule, over every task of the GPU (v, budget) for task me reaching want: a task
  * may always reach its guarantee; past it, up to its limit, it may borrow only memory that no
@@ -199,6 +199,9 @@ static int borrow_lock(struct gf_map *m)
 #define GF_WAIT_POLL_NS 2000000L
 /* ... and gives back the slots of dead processes (a syscall a slot) this much less often. */
 #define GF_WAIT_REAP_EVERY 50
+/* A staged allocation waits for the run's next round, which comes every few hundred
+ * milliseconds at most: it looks every 10 ms. */
+#define GF_STAGE_POLL_NS 10000000L
 
 /* claim moves n bytes onto this process and its task (back off with retract). Under the lock. */
 static void claim(struct gf_task *k, struct gf_proc *p, uint64_t n)
@@ -238,6 +241,8 @@ static int refusal(int verdict, int at_once, int out_of_time, int hopeless)
 		return GF_WHY_RECLAIM;
 	case OWED:
 		return GF_WHY_OWED;
+	case STAGED:
+		return GF_WHY_STAGED;
 	}
 	if (hopeless)
 		return GF_WHY_HOPELESS;
@@ -263,6 +268,8 @@ const char *gf_why_text(int why)
 		return "the other tasks' use could not be read";
 	case GF_WHY_OWED:
 		return "its guarantee was not given back by borrowers within its wait";
+	case GF_WHY_STAGED:
+		return "its task was started early (staged) and its guarantee was not granted within its wait";
 	}
 	return "no reason recorded";
 }
@@ -271,8 +278,8 @@ int gf_charge(struct gf_map *m, uint64_t n)
 {
 	if (!m->t || m->slot < 0)
 		return GF_NOTASK;
-	uint64_t deadline = 0, waited_from = 0, note_at = UINT64_MAX, grace_end = 0, tie_from = 0;
-	int owed = 0, owed_looks = 0, reaped = 0;
+	uint64_t deadline = 0, waited_from = 0, note_at = UINT64_MAX, grace_end = 0, tie_from = 0, staged_from = 0;
+	int owed = 0, owed_looks = 0, reaped = 0, stage_noted = 0;
 	struct gf_task view[GF_TASKS];
 	for (unsigned polls = 0;; polls++) {
 		if (gf_lock(m) != 0) {
@@ -304,6 +311,9 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		int verdict, claimed = 0, at_once = GF_WHY_NONE, provisional = 0;
 		if (want < k->used) {
 			verdict = PAST_LIMIT;
+		} else if (m->stage > k->cap && want > k->cap) {
+			/* Staged: what it needs past its small guarantee is granted, not borrowed. */
+			verdict = STAGED;
 		} else if (budget == 0 || !m->c) {
 			/* Borrowing off: the task's own file says all. */
 			verdict = want <= k->cap ? FIT : PAST_LIMIT;
@@ -357,6 +367,31 @@ int gf_charge(struct gf_map *m, uint64_t n)
 				p->peak = p->used;
 			gf_unlock(m);
 			return owed ? GF_OK_OWED : GF_OK;
+		}
+		if (verdict == STAGED) {
+			/* It waits for its task's guarantee, however long the run takes to grant it, and
+			 * blocks nobody meanwhile: no borrower counts it, and no guarantee waits for it. */
+			uint64_t now = gf_now_ns();
+			if (staged_from == 0)
+				staged_from = now;
+			if (now - staged_from < GF_STAGE_WAIT_NS) {
+				if (p->waiting != GF_WAIT_STAGE)
+					gf_set_waiting(t, p, GF_WAIT_STAGE);
+				gf_unlock(m);
+				if (!stage_noted && now - staged_from >= GF_WAIT_NOTE_NS && gf_wait_note) {
+					stage_noted = 1;
+					gf_wait_note(m, n, now - staged_from);
+				}
+				struct timespec d = {0, GF_STAGE_POLL_NS};
+				nanosleep(&d, NULL);
+				continue;
+			}
+			waited_from = staged_from;
+			at_once = GF_WHY_STAGED;
+			reaped = 1;
+		} else if (staged_from != 0) {
+			staged_from = 0; /* granted: what follows is judged as any task's, from now */
+			waited_from = 0;
 		}
 		if (verdict == OWED && !owed_looks) {
 			/* Owed refuses every borrower on the GPU: look twice, a poll apart, so a borrower's
@@ -483,7 +518,10 @@ int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used)
 	gf_test_point("view");
 	int ok = gf_control_restore(m) == 0 && mine(m);
 	if (ok) {
-		*cap = m->t->tasks[m->task].cap;
+		/* A staged task is told the guarantee it is promised: a framework that sizes its pool
+		 * from the memory it is shown at start (JAX) must not size it from the small one. */
+		const struct gf_task *k = &m->t->tasks[m->task];
+		*cap = m->stage > k->cap ? m->stage : k->cap;
 		*used = m->t->tasks[m->task].used;
 	}
 	gf_unlock(m);

@@ -246,7 +246,9 @@ int gf_control_restore(struct gf_map *m)
 	PUT(k->cap, ck.cap);
 	PUT(k->limit, ck.limit);
 	PUT(k->keep, ck.keep);
+	PUT(k->stage, ck.stage);
 	m->grace_ns = ck.grace_ns;
+	m->stage = ck.stage;
 	if (memcmp(k->token_hash, ck.token_hash, GF_HASH_LEN) != 0)
 		memcpy(k->token_hash, ck.token_hash, GF_HASH_LEN);
 	m->budget = budget;

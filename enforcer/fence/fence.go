@@ -144,6 +144,7 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 		view[i].limit = C.uint64_t(k.Limit)
 		view[i].keep = C.uint64_t(k.Keep)
 		view[i].grace_ns = C.uint64_t(max(k.Grace, 0))
+		view[i].stage = C.uint64_t(k.Stage)
 	}
 	defer func() {
 		for i := range n {
@@ -281,7 +282,7 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		tokens[i] = tok
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
 			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Asked: size.Bytes(k.asked), Procs: int(k.procs),
-			Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0,
+			Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0, Stage: size.Bytes(k.stage),
 			Unlocked: k.unlocked != C.GF_READ_SETTLED, Unreadable: k.unlocked == C.GF_READ_BAD})
 	}
 	for i := range C.GF_PROCS {
@@ -294,11 +295,13 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 			tok = tokens[int(p.task)]
 		}
 		s.Procs = append(s.Procs, ProcUse{Token: tok, PID: int(p.pid), Used: size.Bytes(p.used), Peak: size.Bytes(p.peak),
-			Allocs: uint64(p.allocs), Refused: uint64(p.refused), Waiting: p.waiting != C.GF_WAIT_NONE,
-			Owed: p.waiting == C.GF_WAIT_OWED, Grace: p.waiting == C.GF_WAIT_GRACE})
+			Allocs: uint64(p.allocs), Refused: uint64(p.refused), Waiting: waitsForMemory(p.waiting),
+			Owed: p.waiting == C.GF_WAIT_OWED, Grace: p.waiting == C.GF_WAIT_GRACE, Staged: p.waiting == C.GF_WAIT_STAGE})
 		if p.waiting != C.GF_WAIT_NONE && tok != "" {
 			for i := range s.Tasks {
-				if s.Tasks[i].Token == tok {
+				if s.Tasks[i].Token == tok && p.waiting == C.GF_WAIT_STAGE {
+					s.Tasks[i].StageWaiting = true
+				} else if s.Tasks[i].Token == tok {
 					s.Tasks[i].Waiting = true
 					s.Tasks[i].Owed = s.Tasks[i].Owed || p.waiting == C.GF_WAIT_OWED
 					s.Tasks[i].Grace = s.Tasks[i].Grace || p.waiting == C.GF_WAIT_GRACE
@@ -308,6 +311,10 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 	}
 	return s
 }
+
+// waitsForMemory says whether a process's wait is for memory other tasks hold: a staged task's
+// waits for its own guarantee, which admission grants, and must not stop admission on its GPU.
+func waitsForMemory(w C.uint32_t) bool { return w != C.GF_WAIT_NONE && w != C.GF_WAIT_STAGE }
 
 // Result is what the fence said to one charge.
 type Result int

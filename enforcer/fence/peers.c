@@ -111,6 +111,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		k->cap = ck->cap;
 		k->limit = ck->limit > ck->cap ? ck->limit : ck->cap;
 		k->keep = ck->keep;
+		k->stage = ck->stage;
 		if (i == m->task) {
 			const struct gf_task *own = &m->t->tasks[i];
 			k->used = own->used;

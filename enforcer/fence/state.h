@@ -50,7 +50,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 8
+#define GF_VERSION 9
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -68,11 +68,13 @@
 
 enum { GF_FREE = 0, GF_LIVE = 1 };
 
-/* What a process's allocation waits for. GF_WAIT_GRACE: an owner's allocation found what was lent
+/* What a process's allocation waits for. GF_WAIT_STAGE: its task is staged (gf_task.stage) and
+ * the allocation would pass what it holds so far; it waits for the enforcer to grant the rest, and
+ * holds nobody up meanwhile (not in nwait). GF_WAIT_GRACE: an owner's allocation found what was lent
  * of its guarantee held by borrowers (lend) and waits quietly for them to end on their own, unarmed
  * while its task has been served nothing (charge.c): it refuses nobody, and borrowers' can_wait
  * does not count it among the stuck (nwait); ngrace counts it. */
-enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2, GF_WAIT_GRACE = 3 };
+enum { GF_WAIT_NONE = 0, GF_WAIT_BORROW = 1, GF_WAIT_OWED = 2, GF_WAIT_GRACE = 3, GF_WAIT_STAGE = 4 };
 
 /* gf_blocks says whether a wait counts in its task's nwait: one that holds memory still. */
 static inline int gf_blocks(uint32_t waiting)
@@ -85,6 +87,11 @@ static inline int gf_blocks(uint32_t waiting)
  * back: the enforcer stops a borrower that does not within a watchdog pass or two, so this only
  * bounds a wait nobody serves (no enforcer running). */
 #define GF_OWED_WAIT_NS (120ull * 1000000000ull)
+
+/* How long an allocation of a staged task waits for its guarantee: gpufrac run grants it as soon
+ * as the memory is free, or stops a staged job that blocks a borrower, so this only bounds a wait
+ * nobody serves (the run died). */
+#define GF_STAGE_WAIT_NS (3600ull * 1000000000ull)
 
 /* Failures of gf_create and gf_attach besides -1 (a system call failed). */
 #define GF_ERR_CORRUPT (-2)
@@ -142,6 +149,12 @@ struct gf_task {
 	uint64_t nowed; /* ... of which wait for borrowers to give its guarantee back (GF_WAIT_OWED) */
 	uint64_t ngrace; /* its live processes waiting out a grace (GF_WAIT_GRACE; not in nwait) */
 	uint64_t gwant;  /* what those waits ask for, together: borrowers leave it free (charge.c) */
+	/* A staged task (gpufrac run's early start) was placed with a small guarantee (cap) so that
+	 * its process does its CPU start-up while the memory it needs is still taken; stage is the
+	 * guarantee it is promised, which memory-info calls report. An allocation past cap waits
+	 * (GF_WAIT_STAGE) until the enforcer raises cap and clears stage: never refused for it,
+	 * never borrowing. 0: placed in full. From the control copy only. */
+	uint64_t stage;
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all */
 	uint64_t unlocked;
@@ -208,6 +221,7 @@ struct gf_map {
 	uint64_t wait_ns;       /* how long gf_lock waits for a live holder; 0 = GF_LOCK_WAIT_NS */
 	uint64_t budget;        /* the control copy's, as the last restore read it */
 	uint64_t grace_ns;      /* its task's, from the control copy, as the last restore read it */
+	uint64_t stage;         /* its task's stage (gf_task.stage), as the last restore read it */
 	int graced;             /* a grace ran out in this process: later owed waits begin at once */
 	uint64_t me;   /* what the lock word holds while this map holds the lock */
 	int owner;     /* the owner index whose byte it holds */
@@ -233,6 +247,7 @@ enum {
 	GF_WHY_LOCKED,    /* another borrower kept the borrowers' lock past its bound */
 	GF_WHY_UNREAD,    /* the other tasks' use could not be read */
 	GF_WHY_OWED,      /* an owner waited its whole bound for borrowers to give its guarantee back */
+	GF_WHY_STAGED,    /* its task stayed staged for GF_STAGE_WAIT_NS: nobody granted its guarantee */
 };
 /* gf_why_text says a GF_WHY_* in words. */
 const char *gf_why_text(int why);
@@ -249,6 +264,8 @@ struct gf_task_spec {
 	 * waits quietly for them to end before they must give it back, once in a process's life
 	 * (charge.c); 0 = they give it back at once. Only with keep below cap: nothing else is lent. */
 	uint64_t grace_ns;
+	/* Staged: the guarantee the task is promised (see gf_task.stage), above cap; 0 = none. */
+	uint64_t stage;
 };
 
 /* The enforcer's handle on one GPU: the control copy it writes, and a descriptor of each placed

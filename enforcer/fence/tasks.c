@@ -192,7 +192,8 @@ static int over(const struct gf_gpu *g, const struct gf_control *c)
 	return now > c->budget || guarantees > c->budget;
 }
 
-/* anyone_waits says whether a process of a placed task waits for memory. A slot left of a task
+/* anyone_waits says whether a process of a placed task waits for memory (a staged task's wait
+ * waits for its own guarantee, which this is to grant: not counted). A slot left of a task
  * that ended waits for nothing a guarantee could take: its process, if alive, finds its task
  * gone at its next look (GF_NOTASK). */
 static int anyone_waits(const struct gf_gpu *g, const struct gf_control *c)
@@ -202,7 +203,7 @@ static int anyone_waits(const struct gf_gpu *g, const struct gf_control *c)
 		int n = c->tasks[i].state == GF_LIVE ? gf_file_view(g, i, &g->scratch[0]) : -1;
 		for (int j = 0; j < n; j++) {
 			const struct gf_proc *p = &procs[j];
-			if (p->state == GF_LIVE && p->waiting && p->task == (uint32_t)i && p->task_gen == c->tasks[i].gen)
+			if (p->state == GF_LIVE && p->waiting && p->waiting != GF_WAIT_STAGE && p->task == (uint32_t)i && p->task_gen == c->tasks[i].gen)
 				return 1;
 		}
 	}
@@ -293,7 +294,10 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 	for (int s = 0; s < n; s++) {
 		int i = find_slot(&next, hashes[s]);
 		uint64_t keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
-		if (!room(g, &next, i, specs[s].cap, keep, waiting)) {
+		/* A staged start is placed beside a wait: it holds no more than its contexts take, and
+		 * its grant (a raise, judged like any) waits. */
+		int staged = specs[s].stage > specs[s].cap;
+		if (!room(g, &next, i, specs[s].cap, keep, waiting && !staged)) {
 			noroom = 1;
 			continue;
 		}
@@ -320,6 +324,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		k->limit = specs[s].limit > specs[s].cap ? specs[s].limit : specs[s].cap;
 		k->keep = keep;
 		k->grace_ns = k->keep < k->cap ? specs[s].grace_ns : 0;
+		k->stage = specs[s].stage > k->cap ? specs[s].stage : 0;
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one
@@ -332,6 +337,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 			fresh.cap = k->cap;
 			fresh.limit = k->limit;
 			fresh.keep = k->keep;
+			fresh.stage = k->stage;
 			memcpy(fresh.token_hash, k->token_hash, GF_HASH_LEN);
 			if ((fresh_file || open_task(g, i, k->token_hash) != 0) && new_task(g, i, &fresh) != 0) {
 				/* No file: the task's processes run under the watchdog alone. */
@@ -451,6 +457,7 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		k->cap = ck->cap;
 		k->limit = ck->limit;
 		k->keep = ck->keep;
+		k->stage = ck->stage;
 		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
 		if (g->tasks[i].fd < 0)
 			continue;

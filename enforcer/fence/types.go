@@ -69,6 +69,10 @@ type Task struct {
 	// life): they keep it, and one that ends meanwhile loses nothing; past Grace, or a second
 	// after nothing that could free memory still runs, they must give it back. 0 = at once.
 	Grace time.Duration
+	// Stage, above Cap, marks a task started early (staged): Cap is what it may hold until
+	// admission grants it Stage, and an allocation past Cap waits for that grant (no borrowing,
+	// no refusal) instead of failing; memory-info calls report Stage. 0 = placed in full.
+	Stage size.Bytes
 }
 
 // TaskUse is one task as the fence saw it.
@@ -94,6 +98,10 @@ type TaskUse struct {
 	// allocated yet).
 	Keep  size.Bytes
 	Armed bool
+	// Stage is the guarantee a staged task is promised (Task.Stage), and StageWaiting whether
+	// an allocation of it waits for that grant (not Waiting: it waits for no other task).
+	Stage        size.Bytes
+	StageWaiting bool
 	// Unlocked: its task kept its lock past the enforcer's bound, and its file was read without
 	// it: its sums may be mid-update.
 	Unlocked bool
@@ -121,10 +129,12 @@ type ProcUse struct {
 	Allocs     uint64
 	Refused    uint64
 	// Waiting for memory to borrow, or Owed: waiting for borrowers to give back its guarantee,
-	// or Grace: waiting quietly for them to end first (lend's grace).
+	// or Grace: waiting quietly for them to end first (lend's grace); Staged: its task is
+	// staged and it waits for the task's guarantee (not Waiting).
 	Waiting bool
 	Owed    bool
 	Grace   bool
+	Staged  bool
 }
 
 // Snapshot is one GPU's control copy and its tasks' accounting files, merged; each file is

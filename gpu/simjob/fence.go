@@ -75,6 +75,7 @@ func (j *job) refund(want size.Bytes) {
 
 // ask charges n bytes, asking as often as the job's allocator does before it gives up.
 func (j *job) ask(n size.Bytes) bool {
+	defer j.idleWhileWaiting()()
 	for i := 0; i < max(j.c.asks, 1); i++ {
 		if j.fence.Charge(n) {
 			return true
@@ -82,6 +83,28 @@ func (j *job) ask(n size.Bytes) bool {
 	}
 	return false
 }
+
+// idleWhileWaiting reports the process not busy once a charge has waited waitIdleAfter: a
+// process blocked inside an allocation runs no kernel, and a neighbour's work must not be
+// slowed by it (SM contention). The returned func ends it; the caller's next report says busy
+// again.
+func (j *job) idleWhileWaiting() func() {
+	shown, done := j.shown, make(chan struct{})
+	t := time.AfterFunc(waitIdleAfter, func() {
+		defer close(done)
+		_ = j.sim.SetProcess(j.c.gpu, j.pid, shown, false)
+	})
+	return func() {
+		if t.Stop() {
+			close(done)
+		}
+		<-done
+	}
+}
+
+// waitIdleAfter is how long a charge waits before its process counts as idle: longer than a
+// charge that is served at once takes, shorter than the 200 ms a neighbour's work rate is read.
+const waitIdleAfter = 50 * time.Millisecond
 
 // charge moves the fenced part of the job's use (all but the context) to want's.
 func (j *job) charge(want size.Bytes) int {

@@ -37,6 +37,7 @@ type Fence struct {
 	noRoom   bool
 	prepErr  error
 	synced   int
+	waiters  []string
 }
 
 // NewFence is a fence that shows borrowed bytes and a waiting allocation as given, and whose
@@ -83,6 +84,20 @@ func (f *Fence) FenceUse(string) (size.Bytes, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.borrowed, f.waiting
+}
+
+// SetWaiters names the tasks (by token) whose allocations wait, as FenceWaiters reports them.
+func (f *Fence) SetWaiters(tokens ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.waiters = tokens
+}
+
+// FenceWaiters are the tasks SetWaiters named.
+func (f *Fence) FenceWaiters(string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waiters
 }
 
 // Fenced is true: the fence holds caps.

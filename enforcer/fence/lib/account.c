@@ -93,6 +93,12 @@ struct dev *device(int ordinal)
 void gf_wait_note(struct gf_map *m, uint64_t n, uint64_t waited_ns)
 {
 	struct dev *d = (struct dev *)((char *)m - offsetof(struct dev, m));
+	if (m->stage > 0) {
+		say("an allocation of %.1f MiB on %s has waited %.1f s for its task's guarantee: the task was started "
+		    "early (staged) while the memory it needs is still in use, and goes on once gpufrac run grants it",
+		    mib(n), d->uuid, (double)waited_ns / 1e9);
+		return;
+	}
 	say("an allocation of %.1f MiB on %s has waited %.1f s for memory that other tasks hold; it goes on when they free it, or "
 	    "is refused when its wait runs out",
 	    mib(n), d->uuid, (double)waited_ns / 1e9);

@@ -1,0 +1,112 @@
+package ledger
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A staged reservation holds its small cap until Grant raises it to its promise, under the
+// admission rule (it adds no task, so a GPU at max_tasks still grants it); Ungrant takes a
+// grant back; what is stored survives a reopen.
+func TestGrantRaisesAStagedReservation(t *testing.T) {
+	l, dir := newTest(t, Options{}) // 10 GiB budget
+	big, err := l.ReserveBytes(gpuA, 6*size.GiB, Task{JobName: "running"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := l.ReserveBytes(gpuA, size.GiB, Task{JobName: "staged"}, WithStage(5*size.GiB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if staged.CapBytes != size.GiB || staged.StagedFor != 5*size.GiB || staged.Promised() != 5*size.GiB {
+		t.Fatalf("staged: %+v", staged)
+	}
+	if st := mustState(t, l, gpuA); st.ReservedBytes != 7*size.GiB {
+		t.Fatalf("reserved %s with a staged job, want 7GiB (it holds its small cap only)", st.ReservedBytes)
+	}
+	_, err = l.Grant(staged.Token)
+	wantDenied(t, err, ReasonNoFit, "4GiB", "does not fit")
+	if r, _ := l.Reservation(staged.Token); r.CapBytes != size.GiB || r.StagedFor != 5*size.GiB {
+		t.Fatalf("after a refused grant: %+v, want still staged", r)
+	}
+	if err := l.Release(big.Token, "done"); err != nil {
+		t.Fatal(err)
+	}
+	withPolicy(t, l, func(p *policy.Policy) { p.MaxTasksPerGPU = 1 })
+	granted, err := l.Grant(staged.Token)
+	if err != nil {
+		t.Fatalf("Grant with the memory free, on a GPU at its task limit: %v", err)
+	}
+	if granted.Token != staged.Token || granted.CapBytes != 5*size.GiB || granted.StagedFor != 0 || len(granted.InstanceIDs) != 5 {
+		t.Fatalf("granted: %+v", granted)
+	}
+	st := mustState(t, l, gpuA)
+	checkInvariants(t, st, false)
+	if st.ReservedBytes != 5*size.GiB {
+		t.Fatalf("reserved %s after the grant, want 5GiB", st.ReservedBytes)
+	}
+	if _, err := l.Grant(staged.Token); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("a second grant: %v, want ErrBadInput", err)
+	}
+	if err := l.Ungrant(staged); err != nil {
+		t.Fatalf("Ungrant: %v", err)
+	}
+	if r, _ := l.Reservation(staged.Token); r.CapBytes != size.GiB || r.StagedFor != 5*size.GiB || len(r.InstanceIDs) != 1 {
+		t.Fatalf("after Ungrant: %+v, want staged again on its one unit", r)
+	}
+	checkInvariants(t, mustState(t, l, gpuA), false)
+	l.Close()
+	back, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if r, ok := back.Reservation(staged.Token); !ok || r.StagedFor != 5*size.GiB {
+		t.Fatalf("reopened: %+v (found %v), want it staged", r, ok)
+	}
+}
+
+// A grant waits, like an admission, while an allocation waits for borrowed memory: what comes
+// free goes to the borrower first.
+func TestGrantWaitsForAWaitingBorrower(t *testing.T) {
+	l, _ := newTest(t, Options{})
+	staged, err := l.ReserveBytes(gpuA, size.GiB, Task{JobName: "staged"}, WithStage(3*size.GiB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetBorrowed(gpuA, 2*size.GiB, true); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Grant(staged.Token)
+	wantDenied(t, err, ReasonBorrowed)
+	if err := l.SetBorrowed(gpuA, 2*size.GiB, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grant(staged.Token); err != nil {
+		t.Fatalf("Grant once the borrower is served: %v", err)
+	}
+}
+
+// A staged start takes what is free beside borrowers even while one waits (its grant does not):
+// an ordinary admission is refused then, and a staged one that does not fit beside what
+// borrowers hold is refused too.
+func TestStagedStartBesideAWaitingBorrower(t *testing.T) {
+	l, _ := newTest(t, Options{}) // 10 GiB budget
+	if err := l.SetBorrowed(gpuA, 8*size.GiB, true); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.ReserveBytes(gpuA, size.GiB, Task{JobName: "plain"})
+	wantDenied(t, err, ReasonBorrowed)
+	r, err := l.ReserveBytes(gpuA, size.GiB, Task{JobName: "staged"}, WithStage(4*size.GiB))
+	if err != nil {
+		t.Fatalf("a staged start beside a waiting borrower: %v", err)
+	}
+	if r.StagedFor != 4*size.GiB || len(r.InstanceIDs) != 1 {
+		t.Fatalf("staged: %+v", r)
+	}
+	_, err = l.ReserveBytes(gpuA, 2*size.GiB, Task{JobName: "staged2"}, WithStage(4*size.GiB))
+	wantDenied(t, err, ReasonBorrowed, "beside what borrowers hold")
+}

@@ -1,0 +1,55 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/ledger"
+)
+
+// Grant gives a staged task (ledger.WithStage) the cap it was promised: what borrowers hold is
+// brought up to date, the ledger grants it under the admission rule, and the fence's table
+// raises its guarantee, which lets its waiting allocation go on. Where the table has no room
+// (a borrower took the memory since the ledger last heard), the grant is taken back and the
+// task stays staged; the error says which step refused (ledger.ErrDenied, ErrBorrowed, ErrFence).
+func (n *Node) Grant(staged ledger.Reservation) (ledger.Reservation, error) {
+	n.RefreshBorrowing(staged.GPU)
+	res, err := n.led.Grant(staged.Token)
+	if err != nil {
+		var d *ledger.DeniedError
+		if errors.As(err, &d) && d.Reason == ledger.ReasonBorrowed {
+			err = fmt.Errorf("%w: %w", ErrBorrowed, err)
+		}
+		return staged, err
+	}
+	if n.enf == nil {
+		return res, nil
+	}
+	st, err := n.led.State(res.GPU)
+	if err == nil {
+		err = n.enf.SyncFence(st)
+	}
+	if err == nil {
+		return res, nil
+	}
+	if errors.Is(err, fence.ErrNoRoom) {
+		err = fmt.Errorf("%w: %w", ErrBorrowed, err)
+	}
+	err = fmt.Errorf("%w: %w", ErrFence, err)
+	if uerr := n.led.Ungrant(staged); uerr != nil {
+		return staged, errors.Join(err, uerr)
+	}
+	// The table still holds the task staged; written again so it matches the ledger.
+	_ = n.SyncFence(staged.GPU)
+	return staged, err
+}
+
+// Waiters are the reservation tokens on GPU uuid whose allocations wait for memory other tasks
+// hold, as the fence's table says now (none without the fence).
+func (n *Node) Waiters(uuid string) []string {
+	if !n.fenced() {
+		return nil
+	}
+	return n.enf.FenceWaiters(uuid)
+}

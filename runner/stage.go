@@ -1,0 +1,107 @@
+package runner
+
+import (
+	"fmt"
+
+	"github.com/gpufrac/gpufrac/node"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/sched"
+)
+
+// stagePlan is how many jobs a GPU the run stages, and the line that says so or why it stages
+// none though asked to: a --stage that cannot work must not pass unnoticed.
+func stagePlan(o Options, fenced bool, borrowRule string) (int, string) {
+	if o.Stage == 0 {
+		return 0, ""
+	}
+	why := ""
+	switch {
+	case o.Arm != record.ArmPacked:
+		why = "the " + string(o.Arm) + " arm"
+	case !fenced:
+		why = "no allocation fence: nothing would hold a staged job's allocations"
+	case o.modeOf() != policy.ModeIsolated:
+		why = string(o.modeOf()) + " mode: a client's pinned limit is fixed when it starts"
+	case borrowRule == node.BorrowLend:
+		why = "--borrow lend admits jobs onto borrowed memory already"
+	}
+	if why != "" {
+		return 0, "staging: off (" + why + ")"
+	}
+	return o.Stage, fmt.Sprintf("staging: up to %d job(s) a GPU start before their memory is free, on 1GiB each, "+
+		"their first large allocation waiting for their guarantee", o.Stage)
+}
+
+// stageRound serves the staged jobs (sched/stage.go) before a round admits new ones: those whose
+// guarantees fit now are granted them, and a staged job that alone blocks a borrower's wait is
+// stopped.
+func (r *run) stageRound() {
+	for _, g := range r.s.Grants() {
+		if a := r.activeOf(g.Job); a != nil {
+			r.granted(a, g)
+		}
+	}
+	for _, j := range r.s.Unstage(r.o.Now()) {
+		if a := r.activeOf(j); a != nil {
+			a.unstaged = true
+			a.halt()
+		}
+	}
+}
+
+// granted moves a staged attempt onto its granted reservation: the cap its record shows from
+// now on, and a line that says when.
+func (r *run) granted(a *active, g sched.Granted) {
+	from := a.l.Res.CapBytes
+	a.l.Res, a.l.Staged = g.Res, false
+	a.l.Borrowing = g.Res.LimitBytes > g.Res.CapBytes
+	now := r.o.Now()
+	a.a.CapBytes = g.Res.CapBytes
+	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: now, From: from, To: g.Res.CapBytes})
+	a.a.Detail = fmt.Sprintf("staged on %s for %.1fs, then granted %s", from, now.Sub(a.a.Start).Seconds(), g.Res.CapBytes)
+	r.prog.Line("%-8s %-20s GPU%d  guarantee %s granted after %.1fs staged", "granted", g.Job.Name, a.a.GPUIndex,
+		g.Res.CapBytes, now.Sub(a.a.Start).Seconds())
+}
+
+// activeCount is how many attempts run, and how many of them are staged.
+func (r *run) activeCount() (n, staged int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for a := range r.active {
+		if a.l.Staged {
+			staged++
+		}
+	}
+	return len(r.active), staged
+}
+
+// stopStaged stops every staged attempt, queued again as it was (the run gives up after).
+func (r *run) stopStaged() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for a := range r.active {
+		if a.l.Staged {
+			a.unstaged = true
+			a.halt()
+		}
+	}
+}
+
+// activeOf is the running attempt of job j, or nil.
+func (r *run) activeOf(j *sched.Job) *active {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for a := range r.active {
+		if a.l.Job == j {
+			return a
+		}
+	}
+	return nil
+}
+
+// halt stops the attempt, once, whoever asks first (an interrupt, an unstage).
+func (a *active) halt() { a.closeStop.Do(func() { close(a.stop) }) }
+
+// maxStage bounds Options.Stage: each staged job holds a process, a CUDA context and CPU.
+const maxStage = 16

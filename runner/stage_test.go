@@ -1,0 +1,138 @@
+package runner
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/node"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A job whose guarantee does not fit beside a running one starts staged (gpufrac run --stage):
+// its process starts up at once on a unit, its first small block passes, its large allocation
+// waits for its guarantee, which is granted when the other job ends; its record shows the
+// grant, and nobody fails. Without staging it starts only after the other job ended.
+func TestStagedJobStartsUpBeforeItsMemoryIsFree(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		stage int
+	}{{"staged", 2}, {"not staged", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			q := queue.Queue{
+				Jobs: []queue.Job{
+					simJob(t, "n1", "big", "--peak", "60GiB", "--ramp", "50ms", "--hold", "3s"),
+					simJob(t, "late", "good", "--first", "2MiB", "--settle", "1s", "--peak", "30GiB", "--ramp", "50ms", "--hold", "100ms"),
+				},
+				Templates: map[string]queue.TemplateSpec{
+					"big":  {Name: "big", PeakBytes: 60 * size.GiB, CapBytes: 60 * size.GiB},
+					"good": {Name: "good", PeakBytes: 30 * size.GiB, CapBytes: 30 * size.GiB},
+				},
+			}
+			o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+			o.Borrow, o.Stage = node.BorrowWait, tc.stage
+			res := runAll(t, q, o)
+			n1, late := attemptsOf(res, "n1"), attemptsOf(res, "late")
+			if len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
+				t.Fatalf("n1 was harmed: %+v", n1)
+			}
+			if len(late) != 1 || late[0].Outcome != record.OutcomeOK || late[0].Violation != nil || late[0].PeakBytes < 30*size.GiB {
+				t.Fatalf("late: want one clean attempt that reached 30GiB, got %+v", late)
+			}
+			l := late[0]
+			if tc.stage == 0 {
+				if l.Start.Before(n1[0].End) || len(l.CapChanges) != 0 {
+					t.Fatalf("without staging late started at %s, before n1 ended (%s), or changed cap: %+v", l.Start, n1[0].End, l)
+				}
+				return
+			}
+			if !l.Start.Before(n1[0].End) {
+				t.Fatalf("staged, late started at %s, after n1 ended (%s)", l.Start, n1[0].End)
+			}
+			if len(l.CapChanges) != 1 || l.CapChanges[0].From != size.GiB || l.CapChanges[0].To != 30*size.GiB || l.CapBytes != 30*size.GiB {
+				t.Fatalf("late's record: cap %s, changes %+v; want staged on 1GiB, granted 30GiB", l.CapBytes, l.CapChanges)
+			}
+			if l.CapChanges[0].At.Before(n1[0].End) {
+				t.Fatalf("late granted at %s, before n1 ended at %s", l.CapChanges[0].At, n1[0].End)
+			}
+		})
+	}
+}
+
+// A borrower whose wait only a staged job's unit stands in the way of is not left waiting: the
+// staged job is stopped (its attempt "unstaged", not counted), the borrower grows to its end,
+// and the job then runs as it would have. Nobody fails.
+func TestStagedJobMakesWayForABlockedBorrower(t *testing.T) {
+	t.Parallel()
+	q := queue.Queue{
+		Jobs: []queue.Job{
+			simJob(t, "n1", "big", "--peak", "50GiB", "--ramp", "50ms", "--hold", "2s"),
+			// 77.5 GiB fenced at its end: beside a staged job's 1 GiB unit it cannot fit the
+			// 78 GiB budget, alone it does.
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "78GiB", "--leak-rate", "20GiB"),
+			simJob(t, "late", "good", "--peak", "30GiB", "--ramp", "50ms", "--hold", "100ms"),
+		},
+		Templates: map[string]queue.TemplateSpec{
+			"big":  {Name: "big", PeakBytes: 50 * size.GiB, CapBytes: 50 * size.GiB},
+			"leak": {Name: "leak", PeakBytes: size.GiB},
+			"good": {Name: "good", PeakBytes: 30 * size.GiB, CapBytes: 30 * size.GiB},
+		},
+	}
+	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+	o.Borrow, o.Stage = node.BorrowWait, 1
+	res := runAll(t, q, o)
+	if n1 := attemptsOf(res, "n1"); len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
+		t.Fatalf("n1 was harmed: %+v", n1)
+	}
+	lk := attemptsOf(res, "lk")
+	if len(lk) != 1 || lk[0].Outcome != record.OutcomeOK || lk[0].PeakBytes < 77*size.GiB {
+		t.Fatalf("leaker: want one attempt that grew to 78GiB, got %+v", lk)
+	}
+	late := attemptsOf(res, "late")
+	// Once stopped, it is not staged again beside the borrower it made way for.
+	if got := outcomes(late); !slices.Equal(got, []record.Outcome{record.OutcomeUnstaged, record.OutcomeOK}) {
+		t.Fatalf("late: attempts %v, want [unstaged ok]: %+v", got, late)
+	}
+	if late[0].End.After(lk[0].End) {
+		t.Fatalf("late's staged start was stopped at %s, after the leaker ended at %s", late[0].End, lk[0].End)
+	}
+	for _, j := range res.Jobs {
+		if j.Name == "late" && j.Outcome != record.OutcomeOK {
+			t.Fatalf("late's result: %+v", j)
+		}
+	}
+}
+
+// A --stage that cannot work says why in the run's first lines, and stages nothing.
+func TestStagePlanSaysWhyNot(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		o      Options
+		fenced bool
+		rule   string
+		want   int
+		note   string
+	}{
+		{"not asked", Options{Arm: record.ArmPacked}, true, node.BorrowWait, 0, ""},
+		{"on", Options{Arm: record.ArmPacked, Stage: 3}, true, node.BorrowWait, 3, "up to 3 job(s) a GPU"},
+		{"a baseline", Options{Arm: record.ArmStatic, Stage: 3}, true, node.BorrowOff, 0, "the static arm"},
+		{"no fence", Options{Arm: record.ArmPacked, Stage: 3}, false, node.BorrowOff, 0, "no allocation fence"},
+		{"mps", Options{Arm: record.ArmPacked, Stage: 3, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowOff, 0, "mps mode"},
+		{"lend", Options{Arm: record.ArmPacked, Stage: 3}, true, node.BorrowLend, 0, "--borrow lend"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.o.Policy.Mode == "" {
+				tc.o.Policy.Mode = policy.ModeIsolated
+			}
+			n, note := stagePlan(tc.o, tc.fenced, tc.rule)
+			if n != tc.want || !strings.Contains(note, tc.note) || (tc.note == "") != (note == "") {
+				t.Fatalf("stagePlan: %d, %q; want %d and a note with %q", n, note, tc.want, tc.note)
+			}
+		})
+	}
+}

@@ -1,0 +1,186 @@
+package sched
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// Staging (Config.Stage): a job whose guarantee does not fit now starts anyway on a small
+// reservation (StageBytes), does its CPU start-up (imports, reading its model: 8-14 s of the
+// benchmark's jobs on the H200, docs/bench/results.md) beside the jobs whose memory it waits
+// for, and its first allocation past that waits in the fence until the scheduler grants its
+// guarantee under the ordinary rule (Grants). Nobody lends it anything and nobody is stopped
+// for it: where a borrower's wait is blocked by staged jobs alone, the newest of them is
+// stopped instead and queued again (Unstage). Isolated GPUs with the fence only, and not where
+// guarantees are lent (lend places jobs on borrowed memory already).
+
+// StageBytes is what a staged job holds until its grant: its CUDA context and first small
+// blocks (the fence's DefaultLendKeep, the watchdog's per-process allowance), rounded up to
+// whole units by the ledger.
+const StageBytes = 768 * size.MiB
+
+// unstageAfter is how long a borrower's wait must be blocked by staged jobs alone before one
+// is stopped: the fence's table and the ledger settle a moment after a job ends.
+const unstageAfter = time.Second
+
+// waitingJob is a job a round could not place, and the cap it waits for.
+type waitingJob struct {
+	job *Job
+	cap size.Bytes
+}
+
+// Granted is a staged job whose guarantee was granted: its reservation now.
+type Granted struct {
+	Job *Job
+	Res ledger.Reservation
+}
+
+// stageJob starts j staged on the first GPU that takes it, when nothing else placed it.
+func (s *Sched) stageJob(j *Job, c size.Bytes, states map[string]ledger.GPUState) (Launch, bool) {
+	if s.stageMax == 0 || s.adm != nil || !s.node.Fenced() {
+		return Launch{}, false
+	}
+	for _, g := range s.stageCandidates(states) {
+		st := states[g]
+		if st.Mode != policy.ModeIsolated || st.Lending || s.noStage[g] || s.stagedOn(g) >= s.stageMax || !s.smFits(g, j.Template) {
+			continue
+		}
+		small := max(StageBytes, st.UnitBytes)
+		if small >= c || small+st.ReservedBytes > st.BudgetBytes {
+			continue
+		}
+		a, err := s.node.Admit(context.Background(), node.Request{GPU: g, Cap: small, Stage: c, Borrow: s.borrows, EnvLater: true,
+			Task: ledger.Task{JobName: j.Name, TaskName: j.Name, Template: j.Template}})
+		if err != nil {
+			s.log.Debug("not staged", "job", j.Name, "gpu", g, "why", err)
+			continue
+		}
+		st.ReservedBytes += a.Reservation.CapBytes
+		states[g] = st
+		s.staged[j] = a.Reservation
+		s.stageSeq = append(s.stageSeq, j)
+		return Launch{Job: j, GPU: g, Res: a.Reservation, Capped: true, Staged: true,
+			Borrowing: a.Reservation.LimitBytes > a.Reservation.CapBytes}, true
+	}
+	return Launch{}, false
+}
+
+// stageCandidates are candidates, where a borrower waits or is held for too, or a staged job
+// waits for its grant: a staged start takes only what is free beside them (ledger.WithStage),
+// and Unstage stops one that keeps a borrower waiting.
+func (s *Sched) stageCandidates(states map[string]ledger.GPUState) []string {
+	frozen, stalled := s.frozen, s.stalled
+	s.frozen, s.stalled = nil, nil
+	defer func() { s.frozen, s.stalled = frozen, stalled }()
+	return s.candidates(states)
+}
+
+func (s *Sched) stagedOn(g string) int {
+	n := 0
+	for _, r := range s.staged {
+		if r.GPU == g {
+			n++
+		}
+	}
+	return n
+}
+
+// Grants grants the staged jobs whose guarantees fit now, in queue order, before any new job
+// is admitted: they are ahead of it in the queue, and their start-up is done or under way.
+func (s *Sched) Grants() []Granted {
+	var out []Granted
+	clear(s.stalled)
+	for _, j := range s.jobs {
+		staged, ok := s.staged[j]
+		if !ok || s.unstaging[j] || s.stalled[staged.GPU] {
+			continue // in queue order: none is granted past one that waits on its GPU
+		}
+		res, err := s.node.Grant(staged)
+		if err != nil {
+			// Its start-up is under way or done: no new job overtakes it on its GPU (a later
+			// one that fits would take the memory it waits for, and the staged units beside it
+			// would keep it short by a unit or two: the busy queue, simulated, 2026-12-05).
+			s.stalled[staged.GPU] = true
+			continue
+		}
+		delete(s.staged, j)
+		s.stageSeq = slices.DeleteFunc(s.stageSeq, func(o *Job) bool { return o == j })
+		out = append(out, Granted{Job: j, Res: res})
+	}
+	return out
+}
+
+// Unstage names the staged jobs to stop now: on a GPU where an allocation waits for memory and
+// every task that holds memory there is staged or waits itself, nothing but the staged jobs'
+// small reservations can come free, so the newest of them goes (one a second), and is queued
+// again as it was.
+func (s *Sched) Unstage(now time.Time) []*Job {
+	var out []*Job
+	for _, g := range s.gpus {
+		if s.noStage[g] && len(s.node.Waiters(g)) == 0 {
+			delete(s.noStage, g) // the borrower it made way for is served
+		}
+		if s.stagedOn(g) == 0 || !s.stagedBlock(g) {
+			delete(s.blocked, g)
+			continue
+		}
+		since, ok := s.blocked[g]
+		if !ok {
+			s.blocked[g] = now
+			continue
+		}
+		if now.Sub(since) < unstageAfter {
+			continue
+		}
+		for i := len(s.stageSeq) - 1; i >= 0; i-- {
+			j := s.stageSeq[i]
+			if s.staged[j].GPU == g && !s.unstaging[j] {
+				s.unstaging[j] = true
+				s.blocked[g] = now
+				s.noStage[g] = true // nothing is staged there again until the borrower is served
+				s.log.Info("stopping a staged job: a borrower's wait is blocked by staged jobs alone", "job", j.Name, "gpu", g)
+				out = append(out, j)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// stagedBlock says whether GPU g has a waiting allocation and no task that could free memory
+// but staged ones.
+func (s *Sched) stagedBlock(g string) bool {
+	waiters := s.node.Waiters(g)
+	if len(waiters) == 0 {
+		return false
+	}
+	st, err := s.led.State(g)
+	if err != nil {
+		return false
+	}
+	for _, r := range st.Reservations {
+		if r.StagedFor == 0 && !slices.Contains(waiters, r.Token) {
+			return false
+		}
+	}
+	return true
+}
+
+// Unstaged puts a stopped staged job back in the queue as it was: its attempt does not count
+// against its bound.
+func (s *Sched) Unstaged(j *Job) {
+	delete(s.unstaging, j)
+	j.Unstages++
+}
+
+// stageEnded forgets a staged job that ended (stopped, failed while staged).
+func (s *Sched) stageEnded(j *Job) {
+	delete(s.staged, j)
+	s.stageSeq = slices.DeleteFunc(s.stageSeq, func(o *Job) bool { return o == j })
+}

@@ -1,0 +1,151 @@
+package sched
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/node/nodetest"
+	"github.com/gpufrac/gpufrac/queue"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// stagedNames are the staged launches of a round.
+func stagedNames(ls []Launch) []string {
+	var out []string
+	for _, l := range ls {
+		if l.Staged {
+			out = append(out, l.Job.Name)
+		}
+	}
+	return out
+}
+
+// Jobs that do not fit start staged on a unit each, up to the GPU's staging bound, told the cap
+// they will get; a staged job is granted its guarantee once it fits, in queue order, and not
+// while a borrower's allocation waits.
+func TestSchedStagesJobsThatDoNotFitYet(t *testing.T) {
+	lend := &nodetest.Fence{}
+	s, led, uuid := borrowSched(t, lend, known("a", "b", "c", "d", "e", "f")...)
+	s.stageMax = 2
+	got := s.Next() // 3 x 20 GiB of a 78 GiB budget; d, e staged, f waits
+	if n, st := fmt.Sprint(names(got)), fmt.Sprint(stagedNames(got)); n != "[a b c d e]" || st != "[d e]" {
+		t.Fatalf("admitted %s, staged %s; want [a b c d e], [d e]", n, st)
+	}
+	for _, l := range got[3:] {
+		if l.Res.CapBytes != size.GiB || l.Res.StagedFor != 20*size.GiB || l.Res.Promised() != 20*size.GiB {
+			t.Fatalf("%s staged: %+v", l.Job.Name, l.Res)
+		}
+	}
+	if g := s.Grants(); len(g) != 0 {
+		t.Fatalf("granted %d with 18 GiB free", len(g))
+	}
+	var a Launch
+	for _, l := range got {
+		if l.Job.Name == "a" {
+			a = l
+		}
+	}
+	if err := led.Release(a.Res.Token, "done"); err != nil {
+		t.Fatal(err)
+	}
+	s.Finished(&a)
+	a.Job.Done = true
+	lend.Set(0, true) // a borrower waits: what came free is its first
+	if g := s.Grants(); len(g) != 0 {
+		t.Fatalf("granted %d while a borrower waits", len(g))
+	}
+	lend.Set(0, false)
+	g := s.Grants()
+	if len(g) != 1 || g[0].Job.Name != "d" || g[0].Res.CapBytes != 20*size.GiB || g[0].Res.StagedFor != 0 {
+		t.Fatalf("grants once a ended: %+v, want d alone at 20GiB", g)
+	}
+	st, err := led.State(uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.ReservedBytes != 61*size.GiB {
+		t.Fatalf("reserved %s, want b, c, d (60 GiB) and e staged (1 GiB)", st.ReservedBytes)
+	}
+	// d's staging slot is free again: f is staged in the next round.
+	if n := fmt.Sprint(stagedNames(s.Next())); n != "[f]" {
+		t.Fatalf("staged %s in the next round, want [f]", n)
+	}
+}
+
+// Where a borrower's wait is blocked by staged jobs alone (every other task there waits too),
+// the newest staged job is stopped after a second, one a second; while another task could
+// still free memory, nothing is.
+func TestSchedUnstagesForABlockedBorrower(t *testing.T) {
+	lend := &nodetest.Fence{}
+	s, _, _ := borrowSched(t, lend, known("a", "b", "c", "d", "e")...)
+	s.stageMax = 2
+	got := s.Next()
+	tokens := map[string]string{}
+	for _, l := range got {
+		tokens[l.Job.Name] = l.Res.Token
+	}
+	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	lend.SetWaiters(tokens["a"], tokens["b"]) // c runs on: it will free memory
+	if u := s.Unstage(at(0)); len(u) != 0 {
+		t.Fatalf("unstaged %d while c runs", len(u))
+	}
+	if u := s.Unstage(at(2000)); len(u) != 0 {
+		t.Fatalf("unstaged %d while c runs", len(u))
+	}
+	lend.SetWaiters(tokens["a"], tokens["b"], tokens["c"])
+	for _, step := range []struct {
+		ms   int
+		want string
+	}{{3000, "[]"}, {3500, "[]"}, {4000, "[e]"}, {4500, "[]"}, {5000, "[d]"}, {7000, "[]"}} {
+		var n []string
+		for _, j := range s.Unstage(at(step.ms)) {
+			n = append(n, j.Name)
+		}
+		if fmt.Sprint(n) != step.want && !(step.want == "[]" && n == nil) {
+			t.Fatalf("at %d ms unstaged %v, want %s", step.ms, n, step.want)
+		}
+	}
+	if g := s.Grants(); len(g) != 0 {
+		t.Fatalf("a job being unstaged was granted: %+v", g)
+	}
+	j := got[4].Job
+	limit := j.Limit()
+	s.Finished(&got[4])
+	s.Unstaged(j)
+	if j.Limit() != limit+1 || j.Running || j.Done {
+		t.Fatalf("unstaged job: limit %d (was %d), %+v; want its attempt not counted, queued again", j.Limit(), limit, j)
+	}
+}
+
+// A staged job that waits for its grant is not overtaken on its GPU: a later job that would fit
+// waits until the staged one is granted.
+func TestSchedAdmitsNothingPastAStagedJob(t *testing.T) {
+	lend := &nodetest.Fence{}
+	small := &Job{Job: queue.Job{Name: "x", Template: "s"}}
+	s, led, _ := borrowSched(t, lend, append(known("a", "b", "c", "d"), small)...)
+	s.peaks["s"] = 4 * size.GiB // a 6.1 GiB cap: fits the 17 GiB left beside a, b, c and d's unit
+	s.stageMax = 1
+	got := s.Next()
+	if n, st := fmt.Sprint(names(got)), fmt.Sprint(stagedNames(got)); n != "[a b c x d]" || st != "[d]" {
+		t.Fatalf("first round admitted %s, staged %s; want [a b c x d], [d]", n, st)
+	}
+	// x ends; another job like it comes (x again); d still does not fit.
+	var x Launch
+	for _, l := range got {
+		if l.Job == small {
+			x = l
+		}
+	}
+	if err := led.Release(x.Res.Token, "done"); err != nil {
+		t.Fatal(err)
+	}
+	s.Finished(&x)
+	if g := s.Grants(); len(g) != 0 {
+		t.Fatalf("granted %+v with 17 GiB free", g)
+	}
+	if n := names(s.Next()); len(n) != 0 {
+		t.Fatalf("admitted %v past the staged d", n)
+	}
+}
