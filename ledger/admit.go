@@ -297,11 +297,7 @@ func (l *Ledger) end(tok string) {
 	r := l.st.res[tok]
 	delete(l.st.res, tok)
 	delete(l.seenStored, tok)
-	for _, id := range r.InstanceIDs {
-		if l.st.byID[id] == tok {
-			delete(l.st.byID, id)
-		}
-	}
+	l.st.dropIDs(tok, r.InstanceIDs)
 	if g, ok := l.st.gpus[r.GPU]; ok && !g.Detected && len(l.st.reservationsOn(r.GPU)) == 0 {
 		delete(l.st.gpus, r.GPU)
 		l.log.Info("forgetting undetected GPU: its last reservation ended", "gpu", r.GPU)
@@ -487,13 +483,9 @@ func (l *Ledger) ReleaseOrphans(alive func(Holder) bool) ([]Reservation, error) 
 func (l *Ledger) Shrink(token string, capBytes size.Bytes) (Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prev, err := l.begin()
+	prev, r, err := l.beginOn(token)
 	if err != nil {
 		return Reservation{}, err
-	}
-	r, ok := l.st.res[token]
-	if !ok {
-		return Reservation{}, fmt.Errorf("%w: token %s", ErrNoReservation, RedactToken(token))
 	}
 	if r.Source != SourceRunner {
 		return Reservation{}, fmt.Errorf("%w: reservation %s comes from %s; only runner reservations shrink", ErrBadInput, RedactToken(token), r.Source)
@@ -511,11 +503,7 @@ func (l *Ledger) Shrink(token string, capBytes size.Bytes) (Reservation, error) 
 		return cloneRes(r), nil
 	}
 	next := cloneRes(r)
-	for _, id := range next.InstanceIDs[units:] {
-		if l.st.byID[id] == token {
-			delete(l.st.byID, id)
-		}
-	}
+	l.st.dropIDs(token, next.InstanceIDs[units:])
 	next.InstanceIDs = next.InstanceIDs[:units]
 	next.CapBytes = size.Bytes(units) * unit
 	l.st.res[token] = next

@@ -29,13 +29,9 @@ func WithStage(promised size.Bytes) ReserveOption {
 func (l *Ledger) Grant(token string) (Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prev, err := l.begin()
+	prev, r, err := l.beginOn(token)
 	if err != nil {
 		return Reservation{}, err
-	}
-	r, ok := l.st.res[token]
-	if !ok {
-		return Reservation{}, fmt.Errorf("%w: token %s", ErrNoReservation, RedactToken(token))
 	}
 	if r.StagedFor <= r.CapBytes {
 		return Reservation{}, fmt.Errorf("%w: reservation %s is not staged", ErrBadInput, RedactToken(token))
@@ -78,22 +74,14 @@ func (l *Ledger) Grant(token string) (Reservation, error) {
 func (l *Ledger) Ungrant(staged Reservation) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	prev, err := l.begin()
+	prev, r, err := l.beginOn(staged.Token)
 	if err != nil {
 		return err
-	}
-	r, ok := l.st.res[staged.Token]
-	if !ok {
-		return fmt.Errorf("%w: token %s", ErrNoReservation, RedactToken(staged.Token))
 	}
 	if staged.StagedFor == 0 || len(staged.InstanceIDs) > len(r.InstanceIDs) {
 		return fmt.Errorf("%w: reservation %s was not staged with fewer units than it holds", ErrBadInput, RedactToken(staged.Token))
 	}
-	for _, id := range r.InstanceIDs[len(staged.InstanceIDs):] {
-		if l.st.byID[id] == staged.Token {
-			delete(l.st.byID, id)
-		}
-	}
+	l.st.dropIDs(staged.Token, r.InstanceIDs[len(staged.InstanceIDs):])
 	next := cloneRes(r)
 	next.InstanceIDs = next.InstanceIDs[:len(staged.InstanceIDs)]
 	next.CapBytes, next.StagedFor = staged.CapBytes, staged.StagedFor
@@ -110,4 +98,26 @@ func (s *state) freeIDs(uuid string, units, want int, have []string) []string {
 		}
 	}
 	return have
+}
+
+// beginOn begins a change to the reservation token holds (begin), under l.mu.
+func (l *Ledger) beginOn(token string) (*state, Reservation, error) {
+	prev, err := l.begin()
+	if err != nil {
+		return nil, Reservation{}, err
+	}
+	r, ok := l.st.res[token]
+	if !ok {
+		return nil, Reservation{}, fmt.Errorf("%w: token %s", ErrNoReservation, RedactToken(token))
+	}
+	return prev, r, nil
+}
+
+// dropIDs frees the instance IDs of ids that token holds.
+func (s *state) dropIDs(token string, ids []string) {
+	for _, id := range ids {
+		if s.byID[id] == token {
+			delete(s.byID, id)
+		}
+	}
 }
