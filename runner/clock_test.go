@@ -3,12 +3,14 @@ package runner
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
@@ -17,6 +19,7 @@ import (
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/runstatus"
 	"github.com/gpufrac/gpufrac/sched"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // testClock is the wall clock plus an offset the test moves forward.
@@ -62,14 +65,38 @@ func (w *onLine) Write(p []byte) (int, error) {
 // of waiting that the injected clock proves in the time of a few rounds of the loop.
 func TestRunGivesUpWhenStuck(t *testing.T) {
 	sim := newSim(t, "H100=80GiB")
+	o := testOptions(t, sim, record.ArmPacked)
+	o.Arm, o.Admission = "", testRule{arm: record.ArmExclusive, alone: true} // no enforcer; the job needs the whole budget
+	o.StateDir = t.TempDir()
+	holdElsewhere(t, sim, o, 0)
+	clock := &testClock{}
+	o.Now = clock.Now
+	o.Progress = &onLine{want: "nothing can be admitted", f: func() { clock.advance(stuckAfter + time.Second) }}
+	q := queue.Queue{Jobs: []queue.Job{simJob(t, "a", "t", "--peak", "1GiB", "--hold", "100ms")}}
+	began := time.Now()
+	res, err := Run(context.Background(), q, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took > stuckAfter/2 {
+		t.Errorf("the run gave up after %s of wall time; the injected clock should have decided", took)
+	}
+	if len(res.Attempts) != 1 || res.Attempts[0].Outcome != record.OutcomeFailed || !strings.Contains(res.Attempts[0].Detail, "not admitted for") {
+		t.Fatalf("attempts %+v; want one failed attempt saying it was not admitted", res.Attempts)
+	}
+	if res.Jobs[0].Outcome != record.OutcomeFailed || res.Completed != 0 {
+		t.Errorf("job %+v, completed %d; want it failed", res.Jobs[0], res.Completed)
+	}
+}
+
+// holdElsewhere leaves in the run's ledger (o.StateDir) a reservation by this live process of
+// the first GPU's whole budget but free: another process's, which the run waits for.
+func holdElsewhere(t *testing.T, sim *gpu.Simulated, o Options, free size.Bytes) {
+	t.Helper()
 	devs, err := sim.Devices(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := testOptions(t, sim, record.ArmPacked)
-	o.Arm, o.Admission = "", testRule{arm: record.ArmExclusive, alone: true} // no enforcer; the job needs the whole budget
-	o.StateDir = t.TempDir()
-	// A reservation of the whole budget by this (live) process, left in the run's ledger.
 	led, err := ledger.Open(o.StateDir, ledger.Options{Holder: node.SelfHolder()})
 	if err != nil {
 		t.Fatal(err)
@@ -88,27 +115,39 @@ func TestRunGivesUpWhenStuck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := led.ReserveBytes(devs[0].UUID, sched.WholeBytes(st), ledger.Task{JobName: "other", TaskName: "other", Template: "other"}); err != nil {
+	if _, err := led.ReserveBytes(devs[0].UUID, sched.WholeBytes(st)-free, ledger.Task{JobName: "other", TaskName: "other", Template: "other"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := led.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
 
+// Staged jobs alone do not keep a stuck run alive: with only a staged job running, whose
+// guarantee another process's reservation keeps out, the run gives up as with nothing running,
+// after stopping it.
+func TestRunGivesUpWithOnlyStagedJobs(t *testing.T) {
+	sim := newSim(t, "H100=80GiB")
+	o := testOptions(t, sim, record.ArmPacked)
+	o.StateDir, o.Stage, o.Borrow = t.TempDir(), 2, node.BorrowWait
+	holdElsewhere(t, sim, o, 5*size.GiB)
 	clock := &testClock{}
 	o.Now = clock.Now
 	o.Progress = &onLine{want: "nothing can be admitted", f: func() { clock.advance(stuckAfter + time.Second) }}
-	q := queue.Queue{Jobs: []queue.Job{simJob(t, "a", "t", "--peak", "1GiB", "--hold", "100ms")}}
-	began := time.Now()
-	res, err := Run(context.Background(), q, o)
+	q := queue.Queue{
+		Jobs:      []queue.Job{simJob(t, "a", "t", "--peak", "30GiB", "--ramp", "50ms", "--hold", "100ms")},
+		Templates: map[string]queue.TemplateSpec{"t": {Name: "t", PeakBytes: 30 * size.GiB, CapBytes: 30 * size.GiB}},
+	}
+	// A run that took the staged job for work under way would wait for it forever.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := Run(ctx, q, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(began); took > stuckAfter/2 {
-		t.Errorf("the run gave up after %s of wall time; the injected clock should have decided", took)
-	}
-	if len(res.Attempts) != 1 || res.Attempts[0].Outcome != record.OutcomeFailed || !strings.Contains(res.Attempts[0].Detail, "not admitted for") {
-		t.Fatalf("attempts %+v; want one failed attempt saying it was not admitted", res.Attempts)
+	got := outcomes(res.Attempts)
+	if !slices.Equal(got, []record.Outcome{record.OutcomeUnstaged, record.OutcomeFailed}) || !strings.Contains(res.Attempts[1].Detail, "not admitted for") {
+		t.Fatalf("attempts %v (%+v); want the staged start stopped, then a failure saying it was not admitted", got, res.Attempts)
 	}
 	if res.Jobs[0].Outcome != record.OutcomeFailed || res.Completed != 0 {
 		t.Errorf("job %+v, completed %d; want it failed", res.Jobs[0], res.Completed)
