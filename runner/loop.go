@@ -300,7 +300,11 @@ wait:
 			break wait
 		case <-a.stop:
 			a.stopped = true
-			a.proc.Stop(r.o.StopGrace)
+			grace := r.o.StopGrace
+			if a.unstaged {
+				grace = unstageGrace
+			}
+			a.proc.Stop(grace)
 			break wait
 		}
 	}

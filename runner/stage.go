@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
@@ -102,6 +103,12 @@ func (r *run) activeOf(j *sched.Job) *active {
 
 // halt stops the attempt, once, whoever asks first (an interrupt, an unstage).
 func (a *active) halt() { a.closeStop.Do(func() { close(a.stop) }) }
+
+// unstageGrace is how long a staged job stopped for a borrower has after SIGINT: it has done CPU
+// start-up only, and a Python job blocked in its allocation (inside the fence's wait, in C) does
+// not run its handler until the call returns, so the full StopGrace would keep the borrower
+// waiting 10 s for nothing. Isolated GPUs only: a SIGKILL there faults no neighbour.
+const unstageGrace = 500 * time.Millisecond
 
 // maxStage bounds Options.Stage: each staged job holds a process, a CUDA context and CPU.
 const maxStage = 16
