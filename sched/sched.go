@@ -320,7 +320,7 @@ func (s *Sched) Next() []Launch {
 			out = append(out, l)
 		case needCapped, needSlot:
 			placed := false
-			for _, g := range s.candidates(states) {
+			for _, g := range s.candidates(states, false) {
 				if !s.smFits(g, j.Template) {
 					continue
 				}
@@ -374,12 +374,18 @@ func (s *Sched) capsAlone(st ledger.GPUState) bool {
 	return capped
 }
 
-// candidates are the GPUs that take a shared job now, most free budget first.
-func (s *Sched) candidates(states map[string]ledger.GPUState) []string {
+// candidates are the GPUs that take a shared job now, most free budget first. A staged start
+// may go where a borrower waits or is held for, or a staged job waits for its grant (frozen,
+// stalled): it takes only what is free beside them (ledger.WithStage), and Unstage stops one
+// that keeps a borrower waiting.
+func (s *Sched) candidates(states map[string]ledger.GPUState, staging bool) []string {
 	var out []string
 	for _, g := range s.gpus {
 		st := states[g]
-		if s.drainFor[g] != nil || s.wholeOn[g] || s.running[g] >= s.perGPU || !st.Healthy || s.frozen[g] || s.stalled[g] {
+		if s.drainFor[g] != nil || s.wholeOn[g] || s.running[g] >= s.perGPU || !st.Healthy {
+			continue
+		}
+		if !staging && (s.frozen[g] || s.stalled[g]) {
 			continue
 		}
 		out = append(out, g)
@@ -505,7 +511,7 @@ func (s *Sched) probeBeside(j *Job, states map[string]ledger.GPUState) (Launch, 
 // (probeGuarantee) and a limit of the GPU's budget: it measures its footprint on memory nobody
 // was promised, so it holds back no job whose footprint is known.
 func (s *Sched) probeBorrowing(j *Job, states map[string]ledger.GPUState) (Launch, bool) {
-	for _, g := range s.candidates(states) {
+	for _, g := range s.candidates(states, false) {
 		if !s.smFits(g, j.Template) {
 			continue
 		}

@@ -46,7 +46,7 @@ func (s *Sched) stageJob(j *Job, c size.Bytes, states map[string]ledger.GPUState
 	if s.stageMax == 0 || s.adm != nil || !s.node.Fenced() {
 		return Launch{}, false
 	}
-	for _, g := range s.stageCandidates(states) {
+	for _, g := range s.candidates(states, true) {
 		st := states[g]
 		if st.Mode != policy.ModeIsolated || st.Lending || s.noStage[g] || s.stagedOn(g) >= s.stageMax || !s.smFits(g, j.Template) {
 			continue
@@ -69,16 +69,6 @@ func (s *Sched) stageJob(j *Job, c size.Bytes, states map[string]ledger.GPUState
 			Borrowing: a.Reservation.LimitBytes > a.Reservation.CapBytes}, true
 	}
 	return Launch{}, false
-}
-
-// stageCandidates are candidates, where a borrower waits or is held for too, or a staged job
-// waits for its grant: a staged start takes only what is free beside them (ledger.WithStage),
-// and Unstage stops one that keeps a borrower waiting.
-func (s *Sched) stageCandidates(states map[string]ledger.GPUState) []string {
-	frozen, stalled := s.frozen, s.stalled
-	s.frozen, s.stalled = nil, nil
-	defer func() { s.frozen, s.stalled = frozen, stalled }()
-	return s.candidates(states)
 }
 
 func (s *Sched) stagedOn(g string) int {
@@ -123,10 +113,16 @@ func (s *Sched) Grants() []Granted {
 func (s *Sched) Unstage(now time.Time) []*Job {
 	var out []*Job
 	for _, g := range s.gpus {
-		if s.noStage[g] && len(s.node.Waiters(g)) == 0 {
+		staged := s.stagedOn(g)
+		if staged == 0 && !s.noStage[g] {
+			delete(s.blocked, g)
+			continue
+		}
+		waiters := s.node.Waiters(g) // the fence's table, read once a GPU a round
+		if s.noStage[g] && len(waiters) == 0 {
 			delete(s.noStage, g) // the borrower it made way for is served
 		}
-		if s.stagedOn(g) == 0 || !s.stagedBlock(g) {
+		if staged == 0 || !s.stagedBlock(g, waiters) {
 			delete(s.blocked, g)
 			continue
 		}
@@ -153,10 +149,9 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 	return out
 }
 
-// stagedBlock says whether GPU g has a waiting allocation and no task that could free memory
-// but staged ones.
-func (s *Sched) stagedBlock(g string) bool {
-	waiters := s.node.Waiters(g)
+// stagedBlock says whether GPU g, whose fence names waiters as its waiting allocations' tokens,
+// has a waiting allocation and no task that could free memory but staged ones.
+func (s *Sched) stagedBlock(g string, waiters []string) bool {
 	if len(waiters) == 0 {
 		return false
 	}
