@@ -17,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/runner"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -37,9 +38,11 @@ type ArmSpec struct {
 	// SMBudget is the packed arm's compute budget when the entry names one ("sm150": the
 	// policy's sm_budget_percent 150); 0 = the policy's (off by default).
 	SMBudget float64
-	// Stage is how many jobs the packed arm may stage on a GPU when the entry names it
-	// ("stage4": gpufrac run --stage 4); 0 = none.
-	Stage int
+	// Stage is how many jobs the packed arm may stage on a GPU: gpufrac run's default
+	// (runner.DefaultStage) unless the entry names it ("stage4": gpufrac run --stage 4;
+	// "stage0": none, the packed arm before 2026-12-05); StageNamed says the entry named it.
+	Stage      int
+	StageNamed bool
 }
 
 var (
@@ -84,6 +87,9 @@ func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 			return nil, fmt.Errorf("arm %q: %q is not one of %q", e, strings.Split(e, "-")[0], record.Arms)
 		}
 		spec := ArmSpec{Arm: record.Arm(arm), Mode: defMode, Profiles: record.ProfilesCold}
+		if spec.Arm == record.ArmPacked {
+			spec.Stage = runner.DefaultStage
+		}
 		var rest []string
 		if e != arm {
 			rest = strings.Split(strings.TrimPrefix(e, arm+"-"), "-")
@@ -127,10 +133,10 @@ func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 		}
 		if len(rest) > 0 && spec.Arm == record.ArmPacked && strings.HasPrefix(rest[0], "stage") {
 			n, err := strconv.Atoi(strings.TrimPrefix(rest[0], "stage"))
-			if err != nil || n < 1 || n > 16 {
-				return nil, fmt.Errorf("arm %q: %q: want stage and a count of jobs a GPU from 1 to 16, as in stage4", e, rest[0])
+			if err != nil || n < 0 || n > 16 {
+				return nil, fmt.Errorf("arm %q: %q: want stage and a count of jobs a GPU from 0 (none) to 16, as in stage4", e, rest[0])
 			}
-			spec.Stage, rest = n, rest[1:]
+			spec.Stage, spec.StageNamed, rest = n, true, rest[1:]
 		}
 		if len(rest) > 0 {
 			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q, a packed arm's borrowing %q, its hold (instant, holdN), its compute budget (smN) nor its staging (stageN)",

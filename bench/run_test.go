@@ -16,34 +16,36 @@ import (
 
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/runner"
 )
 
 func TestParseArms(t *testing.T) {
-	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s,packed-isolated-warm-sm150,packed-warm-lend-hold10s-sm62.5,packed-isolated-warm-stage6", "isolated")
+	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s,packed-isolated-warm-sm150,packed-warm-lend-hold10s-sm62.5,packed-isolated-warm-stage2,packed-isolated-warm-stage0", "isolated")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []ArmSpec{
 		{Label: "exclusive", Arm: "exclusive"},
-		{Label: "packed-mps", Arm: "packed", Mode: "mps", Profiles: "cold"},
-		{Label: "packed-isolated", Arm: "packed", Mode: "isolated", Profiles: "cold"},
+		{Label: "packed-mps", Arm: "packed", Stage: runner.DefaultStage, Mode: "mps", Profiles: "cold"},
+		{Label: "packed-isolated", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "cold"},
 		{Label: "exclusive-2", Arm: "exclusive"},
-		{Label: "packed-warm", Arm: "packed", Mode: "isolated", Profiles: "warm"},
+		{Label: "packed-warm", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "warm"},
 		{Label: "static", Arm: "static", Mode: "isolated", Profiles: "cold"},
 		{Label: "uncapped-mps", Arm: "uncapped", Mode: "mps", Profiles: "cold"},
 		{Label: "uncapped-retry", Arm: "uncapped-retry", Mode: "isolated", Profiles: "cold"},
 		{Label: "uncapped-retry-isolated", Arm: "uncapped-retry", Mode: "isolated", Profiles: "cold"},
-		{Label: "packed-isolated-warm-lend", Arm: "packed", Mode: "isolated", Profiles: "warm", Borrow: "lend"},
-		{Label: "packed-wait", Arm: "packed", Mode: "isolated", Profiles: "cold", Borrow: "wait"},
-		{Label: "packed-warm-wait-instant", Arm: "packed", Mode: "isolated", Profiles: "warm", Borrow: "wait", Hold: &policy.NoHold},
-		{Label: "packed-warm-hold10s", Arm: "packed", Mode: "isolated", Profiles: "warm",
+		{Label: "packed-isolated-warm-lend", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "warm", Borrow: "lend"},
+		{Label: "packed-wait", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "cold", Borrow: "wait"},
+		{Label: "packed-warm-wait-instant", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "warm", Borrow: "wait", Hold: &policy.NoHold},
+		{Label: "packed-warm-hold10s", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "warm",
 			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 10 * time.Second}},
-		{Label: "packed-hold30s-after5s", Arm: "packed", Mode: "isolated", Profiles: "cold",
+		{Label: "packed-hold30s-after5s", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "cold",
 			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 30 * time.Second, After: 5 * time.Second}},
-		{Label: "packed-isolated-warm-sm150", Arm: "packed", Mode: "isolated", Profiles: "warm", SMBudget: 150},
-		{Label: "packed-warm-lend-hold10s-sm62.5", Arm: "packed", Mode: "isolated", Profiles: "warm", Borrow: "lend",
+		{Label: "packed-isolated-warm-sm150", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "warm", SMBudget: 150},
+		{Label: "packed-warm-lend-hold10s-sm62.5", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "warm", Borrow: "lend",
 			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 10 * time.Second}, SMBudget: 62.5},
-		{Label: "packed-isolated-warm-stage6", Arm: "packed", Mode: "isolated", Profiles: "warm", Stage: 6},
+		{Label: "packed-isolated-warm-stage2", Arm: "packed", Mode: "isolated", Profiles: "warm", Stage: 2, StageNamed: true},
+		{Label: "packed-isolated-warm-stage0", Arm: "packed", Mode: "isolated", Profiles: "warm", StageNamed: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
@@ -67,7 +69,7 @@ func TestParseArms(t *testing.T) {
 		"exclusive,packed-sm7000":          "sm_budget_percent = 7000",
 		"exclusive,packed-smx":             `"smx"`,
 		"exclusive,uncapped-sm150":         `"sm150"`,
-		"exclusive,packed-stage0":          `"stage0"`,
+		"exclusive,packed-stage-1":         `"stage"`,
 		"exclusive,packed-stage17":         `"stage17"`,
 		"exclusive,uncapped-stage4":        `"stage4"`,
 	} {

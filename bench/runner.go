@@ -97,7 +97,7 @@ func (r RunnerArms) options(spec ArmSpec, stateDir, outDir string) (runner.Optio
 	if spec.Borrow != "" {
 		o.Borrow = spec.Borrow
 	}
-	o.Stage = spec.Stage
+	o.Stage, o.StageByDefault = spec.Stage, !spec.StageNamed
 	if spec.SMBudget > 0 {
 		if o.Policy.Name == "" {
 			o.Policy = policy.Default()

@@ -90,7 +90,11 @@ type Options struct {
 	// Stage is how many jobs may start staged on a GPU at once: before the memory their caps
 	// stand for is free, on a small reservation, their first large allocation waiting for the
 	// rest (sched/stage.go). Packed arm, isolated GPUs with the fence, not under lend; 0: none.
+	// gpufrac run stages DefaultStage unless told otherwise.
 	Stage int
+	// StageByDefault says Stage is a default, not asked for: where staging cannot work (another
+	// arm, mps mode, no fence, lend) the run stages none without a line saying why.
+	StageByDefault bool
 	// Now is the run's clock where time decides or is recorded: attempts' starts and ends, the
 	// give-up after stuckAfter with nothing running, a probe's cap change, the progress published
 	// for gpufrac status (once a second), an enforcer event that carries no time; nil = time.Now.

@@ -27,7 +27,10 @@ func stagePlan(o Options, fenced bool, borrowRule string) (int, string) {
 	case borrowRule == node.BorrowLend:
 		why = "--borrow lend admits jobs onto borrowed memory already"
 	}
-	if why != "" {
+	switch {
+	case why != "" && o.StageByDefault:
+		return 0, ""
+	case why != "":
 		return 0, "staging: off (" + why + ")"
 	}
 	return o.Stage, fmt.Sprintf("staging: up to %d job(s) a GPU start before their memory is free, on 1GiB each, "+
@@ -109,6 +112,10 @@ func (a *active) halt() { a.closeStop.Do(func() { close(a.stop) }) }
 // not run its handler until the call returns, so the full StopGrace would keep the borrower
 // waiting 10 s for nothing. Isolated GPUs only: a SIGKILL there faults no neighbour.
 const unstageGrace = 500 * time.Millisecond
+
+// DefaultStage is how many jobs a GPU gpufrac run stages unless told otherwise: on the H200 six
+// covered the next wave of the benchmark's queues (docs/benchmarks.md, 2026-12-05).
+const DefaultStage = 6
 
 // maxStage bounds Options.Stage: each staged job holds a process, a CUDA context and CPU.
 const maxStage = 16

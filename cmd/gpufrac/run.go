@@ -42,7 +42,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	ff.register(fs)
 	borrow := fs.String("borrow", node.BorrowAuto, "past its cap a job may use memory no other job's guarantee covers: auto (wait where the fence holds caps in isolated mode), wait, now (fail at once when none is free), lend (wait, and also use a starting job's guarantee until its use passes a small keep) or off")
 	borrowWait := fs.Duration("borrow-wait", 0, "how long a borrower's allocation may wait for memory to come free (default 5m)")
-	stage := fs.Int("stage", 0, "start up to this many jobs a GPU before their memory is free (staged): each holds 1GiB for its CUDA context while it starts up, and its first large allocation waits for its guarantee (0: none; isolated mode with the fence, not with --borrow lend)")
+	stage := fs.Int("stage", runner.DefaultStage, "start up to this many jobs a GPU before their memory is free (staged): each holds 1GiB for its CUDA context while it starts up, and its first large allocation waits for its guarantee (0: none; isolated mode with the fence, not with --borrow lend)")
 	g.defaultLevel = "error"
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
@@ -95,6 +95,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
 		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
 		Fence: enforcer.FenceMode(*ff.mode), FenceLibrary: *ff.library, Borrow: *borrow, BorrowWait: *borrowWait, Stage: *stage,
+		StageByDefault: !flagSet(fs, "stage"),
 	}
 	o.ProbeCap = pcap
 	if sf.explicit() {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -88,9 +87,7 @@ func cmdStatus(ctx context.Context, g *globals, args []string, stdout, stderr io
 		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if !*watch {
-		set := false
-		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "interval" })
-		if set {
+		if flagSet(fs, "interval") {
 			return usagef("--interval %s: it is how often --watch redraws; add --watch, or leave --interval out for one status", *interval)
 		}
 		return showStatus(ctx, g, *asJSON, *noUsage, stdout, stderr)
