@@ -385,10 +385,12 @@ func (p *pass) check(r ledger.Reservation, ps []seenProc) {
 	}
 	tr := m.tracks[r.Token]
 	if tr == nil {
-		if o.mode == policy.ModeMPS && float64(used) >= nearFraction*float64(r.CapBytes) {
+		// The pinned limit is the cap, or for a borrower under MPS what it may borrow up to (its
+		// cap is the fence's): near that, a task that leaves most likely failed at it.
+		if pinned := max(r.CapBytes, r.LimitBytes); o.mode == policy.ModeMPS && float64(used) >= nearFraction*float64(pinned) {
 			n := m.near[r.Token]
 			if n == nil {
-				n = &nearCap{gpu: o.gpu, task: r.Task, mode: o.mode, capBytes: r.CapBytes, since: o.now}
+				n = &nearCap{gpu: o.gpu, task: r.Task, mode: o.mode, capBytes: pinned, since: o.now}
 				m.near[r.Token] = n
 			}
 			n.peak = max(n.peak, used)

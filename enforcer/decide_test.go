@@ -189,6 +189,24 @@ func TestDecide(t *testing.T) {
 				procs: []seenProc{pinnedProc(101, "A", 3*gib, 4*gib)}},
 			want: []string{"event violation/crossed A", "signal A [101] interrupt", "event violation/stopping A", "unhealthy: " + reasonStopped},
 		},
+		{name: "MPS: a borrower is near its pinned limit, not its cap, and leaves unjudged", rules: r,
+			obs: observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 10*gib)},
+				procs: []seenProc{pinnedProc(101, "A", 6*gib, 10*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("A", 2*gib, 10*gib, 6*gib)}}},
+			after: func(t *testing.T, m *memory) {
+				if n := m.near["A"]; n != nil {
+					t.Fatalf("near %+v: a borrower at 6GiB of a 10GiB pinned limit is not near it", n)
+				}
+			}},
+		{name: "MPS: a borrower near its pinned limit is remembered at that limit", rules: r,
+			obs: observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 10*gib)},
+				procs: []seenProc{pinnedProc(101, "A", 9728*size.MiB, 10*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("A", 2*gib, 10*gib, 9728*size.MiB)}}},
+			after: func(t *testing.T, m *memory) {
+				if n := m.near["A"]; n == nil || n.capBytes != 10*gib {
+					t.Fatalf("near %+v: want it remembered at its 10GiB pinned limit", n)
+				}
+			}},
 		{name: "MPS: a task that left near its cap failed at its pinned limit", rules: r,
 			before: func(m *memory) {
 				m.near["A"] = &nearCap{gpu: "G", mode: policy.ModeMPS, capBytes: 2 * gib, since: at0.Add(-time.Second), peak: 2 * gib}

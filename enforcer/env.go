@@ -93,7 +93,8 @@ func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]s
 		if o.MPSLogDir != "" {
 			env[EnvMPSLogDir] = o.MPSLogDir
 		}
-		env[EnvMPSMemLimit] = MPSLimit(g.UUID, r.CapBytes)
+		// A borrower's pinned limit is what it may borrow up to: the fence holds its cap.
+		env[EnvMPSMemLimit] = MPSLimit(g.UUID, max(r.CapBytes, r.LimitBytes))
 	}
 	return env
 }

@@ -17,6 +17,7 @@ func TestTaskEnv(t *testing.T) {
 	cases := []struct {
 		name    string
 		mode    policy.Mode
+		limit   size.Bytes // the reservation's borrowing limit
 		opts    EnvOptions
 		want    map[string]string
 		missing []string
@@ -40,10 +41,21 @@ func TestTaskEnv(t *testing.T) {
 				EnvMPSPipeDir: "/run/gpufrac/mps/GPU-aaaa/pipe", EnvMPSLogDir: "/run/gpufrac/mps/GPU-aaaa/log",
 			},
 		},
+		{
+			// Its cap is the fence's; the pinned limit is what it may borrow up to, or the driver
+			// would refuse its first borrowed byte.
+			name:  "mps borrower",
+			mode:  policy.ModeMPS,
+			limit: 78 * size.GiB,
+			opts:  EnvOptions{MPSPipeDir: "/run/gpufrac/mps/GPU-aaaa/pipe"},
+			want:  map[string]string{EnvMPSMemLimit: "GPU-aaaa=79872M", EnvCapBytes: "10737418240"},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			env := TaskEnv(res, gpuState(tc.mode), tc.opts)
+			r := res
+			r.LimitBytes = tc.limit
+			env := TaskEnv(r, gpuState(tc.mode), tc.opts)
 			for k, v := range tc.want {
 				if env[k] != v {
 					t.Errorf("%s = %q, want %q", k, env[k], v)

@@ -43,6 +43,8 @@ type Config struct {
 	// Borrow is the borrowing rule PlanBorrowing decided (BorrowOff, BorrowNow, BorrowWait,
 	// BorrowLend); "" = off.
 	Borrow string
+	// BorrowMPS lets tasks on mps-mode GPUs borrow too (Borrowing.MPS: asked for by name).
+	BorrowMPS bool
 	// NoMPSDaemon readies no MPS daemon: simulated GPUs, whose jobs apply the pinned limit from
 	// their environment themselves, as MPS clients do.
 	NoMPSDaemon bool
@@ -197,14 +199,14 @@ func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 }
 
 // limit is the reservation option that lets a task borrow: up to the GPU's budget, where the
-// rule is on, the fence holds caps and the GPU is isolated (under MPS a client's pinned limit is
-// fixed when it starts).
+// rule is on, the fence holds caps and the GPU is isolated, or in mps mode where borrowing there
+// was asked for (a client's pinned limit is fixed when it starts: it is then the budget).
 func (n *Node) limit(uuid string, borrow bool) []ledger.ReserveOption {
 	if !borrow || !n.Borrows() {
 		return nil
 	}
 	st, err := n.led.State(uuid)
-	if err != nil || st.Mode != policy.ModeIsolated {
+	if err != nil || (st.Mode != policy.ModeIsolated && !(st.Mode == policy.ModeMPS && n.cfg.BorrowMPS)) {
 		return nil
 	}
 	return []ledger.ReserveOption{ledger.WithLimit(st.BudgetBytes)}

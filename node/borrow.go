@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -51,6 +52,10 @@ type Borrowing struct {
 	Wait time.Duration
 	// Note says what was decided and why, for a command's first lines.
 	Note string
+	// MPS: tasks borrow on mps-mode GPUs too, asked for by name (never by auto): the fence holds
+	// their caps and borrowing, and each client's pinned limit is the GPU's budget instead of
+	// its cap. Not yet measured on a GPU (docs/enforcement.md, "Borrowing under MPS").
+	MPS bool
 }
 
 // On says whether tasks may borrow.
@@ -59,13 +64,16 @@ func (b Borrowing) On() bool { return b.Rule != "" && b.Rule != BorrowOff }
 // PlanBorrowing decides borrowing from what was asked ("" = DefaultBorrow). Borrowing needs the
 // fence: only it can refuse an allocation that would reach into a neighbour's guarantee (the
 // watchdog only sees use after it happened). Under MPS a client's pinned limit is fixed when it
-// starts, so a cap there stays the most a task may use: mode is the GPUs' mode where one is
-// known for all of them, or "" where each GPU's is (Admit then lends on isolated GPUs only).
+// starts, so auto leaves a cap there the most a task may use; wait or now asked for by name
+// borrow under MPS too, the pinned limit raised to the budget and the fence holding the rest.
+// mode is the GPUs' mode where one is known for all of them, or "" where each GPU's is (Admit
+// then lends on isolated GPUs only).
 // offWhy, when set, turns borrowing off for that reason (the benchmark's arms without it).
 func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Duration, offWhy string) Borrowing {
 	if asked == "" {
 		asked = DefaultBorrow
 	}
+	named := asked != BorrowAuto
 	if asked == BorrowAuto {
 		asked = BorrowWait
 	}
@@ -77,10 +85,19 @@ func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Durati
 		return off("asked for")
 	case offWhy != "":
 		return off(offWhy)
-	case mode == policy.ModeMPS:
-		return off("mps mode: a client's pinned limit is fixed at its start")
 	case !fenced:
 		return off("the allocation fence is off")
+	case mode == policy.ModeMPS && !named:
+		return off("mps mode: a client's pinned limit is fixed at its start; --borrow wait asks for it")
+	case mode == policy.ModeMPS && asked == BorrowLend:
+		return off("mps mode: lend stops borrowers, and a stop under MPS can fault their neighbours")
+	case mode == policy.ModeMPS:
+		b := Borrowing{Rule: asked, MPS: true, Note: "borrowing: on under mps, asked for (the fence holds each job's cap and what it borrows; " +
+			"each client's pinned limit is the GPU's budget; " + mpsRule(asked) + "); not yet measured on a GPU"}
+		if asked == BorrowWait {
+			b.Wait = cmp.Or(max(wait, 0), DefaultBorrowWait)
+		}
+		return b
 	case asked == BorrowNow:
 		return Borrowing{Rule: asked, Note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
 	}
@@ -94,4 +111,12 @@ func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Durati
 	}
 	return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
 		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)}
+}
+
+// mpsRule says a borrowing rule's wait in the words of PlanBorrowing's notes.
+func mpsRule(rule string) string {
+	if rule == BorrowNow {
+		return "an allocation that finds none free fails inside the job"
+	}
+	return "an allocation that finds none free waits while nothing new starts on its GPU"
 }

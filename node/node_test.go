@@ -158,7 +158,11 @@ func TestPlanBorrowing(t *testing.T) {
 		{node.DefaultBorrow, false, policy.ModeIsolated, "", node.BorrowOff, "the allocation fence is off"},
 		{node.BorrowNow, true, policy.ModeIsolated, "", node.BorrowNow, "fails inside the job"},
 		{node.BorrowLend, true, policy.ModeIsolated, "", node.BorrowLend, "lending"},
-		{node.BorrowWait, true, policy.ModeMPS, "", node.BorrowOff, "mps mode"},
+		{node.BorrowAuto, true, policy.ModeMPS, "", node.BorrowOff, "mps mode"},
+		{node.BorrowWait, true, policy.ModeMPS, "", node.BorrowWait, "on under mps, asked for"},
+		{node.BorrowNow, true, policy.ModeMPS, "", node.BorrowNow, "fails inside the job"},
+		{node.BorrowLend, true, policy.ModeMPS, "", node.BorrowOff, "lend stops borrowers"},
+		{node.BorrowWait, false, policy.ModeMPS, "", node.BorrowOff, "the allocation fence is off"},
 		{node.BorrowWait, true, policy.ModeIsolated, "the static arm", node.BorrowOff, "the static arm"},
 		{node.BorrowOff, true, policy.ModeIsolated, "", node.BorrowOff, "asked for"},
 	} {
@@ -168,6 +172,9 @@ func TestPlanBorrowing(t *testing.T) {
 		}
 		if b.On() && tc.rule != node.BorrowNow && b.Wait != node.DefaultBorrowWait {
 			t.Errorf("%q: wait %s, want the default %s", tc.asked, b.Wait, node.DefaultBorrowWait)
+		}
+		if b.MPS != (b.On() && tc.mode == policy.ModeMPS) {
+			t.Errorf("PlanBorrowing(%q, %q): MPS %v, want it only where it borrows under mps", tc.asked, tc.mode, b.MPS)
 		}
 	}
 	for _, bad := range []string{"always", "Wait"} {

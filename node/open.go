@@ -128,7 +128,7 @@ func Open(ctx context.Context, o Options) (*Opened, error) {
 		}
 	}
 	cfg := o.Node
-	cfg.Borrow = o.Enforcer.Borrow.Rule
+	cfg.Borrow, cfg.BorrowMPS = o.Enforcer.Borrow.Rule, o.Enforcer.Borrow.MPS
 	if cfg.Logger == nil {
 		cfg.Logger = o.Logger
 	}

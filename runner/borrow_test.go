@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
@@ -204,5 +205,44 @@ func TestReRunCoversTheRefusedAllocation(t *testing.T) {
 		if p.Template == "small" && p.PeakBytes >= 29*size.GiB {
 			t.Fatalf("template small raised to %s, what the job asked for", p.PeakBytes)
 		}
+	}
+}
+
+// Under MPS, borrowing asked for by name: the pinned limit is the budget, the fence holds the
+// caps, so a job that grows past its cap borrows and completes in one attempt beside a
+// neighbour that is never touched, and its growth is not mistaken for an out-of-memory exit at a
+// pinned limit. Without it (auto) the cap is the most the job may use: it fails there first.
+func TestBorrowingUnderMPSWhenAskedFor(t *testing.T) {
+	t.Parallel()
+	for _, borrow := range []string{node.BorrowWait, node.BorrowAuto} {
+		t.Run(borrow, func(t *testing.T) {
+			t.Parallel()
+			q := queue.Queue{
+				Jobs: []queue.Job{
+					simJob(t, "n1", "good", "--peak", "18GiB", "--ramp", "50ms", "--hold", "1200ms"),
+					simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "30GiB", "--leak-rate", "40GiB"),
+				},
+				Templates: map[string]queue.TemplateSpec{
+					"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+					"good": {Name: "good", PeakBytes: 18 * size.GiB},
+				},
+			}
+			o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+			o.Mode, o.Borrow = policy.ModeMPS, borrow
+			res := runAll(t, q, o)
+			lk := attemptsOf(res, "lk")
+			if len(lk) == 0 || lk[len(lk)-1].Outcome != record.OutcomeOK {
+				t.Fatalf("leaker under mps, --borrow %s: want it completed, got %+v", borrow, lk)
+			}
+			if borrow == node.BorrowWait && (len(lk) != 1 || lk[0].CapBytes >= 10*size.GiB || lk[0].PeakBytes < 20*size.GiB || lk[0].Violation != nil) {
+				t.Fatalf("leaker: want one clean attempt far past a small cap, got %+v", lk)
+			}
+			if borrow == node.BorrowAuto && (len(lk) < 2 || lk[0].Outcome != record.OutcomeCapViolation) {
+				t.Fatalf("leaker without borrowing: want it stopped at its cap first, got %+v", lk)
+			}
+			if a := attemptsOf(res, "n1"); len(a) != 1 || a[0].Outcome != record.OutcomeOK || a[0].Violation != nil {
+				t.Fatalf("n1 was harmed: %+v", a)
+			}
+		})
 	}
 }

@@ -23,7 +23,9 @@ func stagePlan(o Options, fenced bool, borrowRule string) (int, string) {
 	case !fenced:
 		why = "no allocation fence: nothing would hold a staged job's allocations"
 	case o.modeOf() != policy.ModeIsolated:
-		why = string(o.modeOf()) + " mode: a client's pinned limit is fixed when it starts"
+		// Without borrowing a client's pinned limit is fixed at its start; with it, a staged job
+		// may have to be stopped for a borrower, and a stop under MPS can fault its neighbours.
+		why = string(o.modeOf()) + " mode: a staged client may have to be stopped, and a stop there can fault its neighbours"
 	case borrowRule == node.BorrowLend:
 		why = "--borrow lend admits jobs onto borrowed memory already"
 	}

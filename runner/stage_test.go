@@ -123,6 +123,7 @@ func TestStagePlanSaysWhyNot(t *testing.T) {
 		{"a baseline", Options{Arm: record.ArmStatic, Stage: 3}, true, node.BorrowOff, 0, "the static arm"},
 		{"no fence", Options{Arm: record.ArmPacked, Stage: 3}, false, node.BorrowOff, 0, "no allocation fence"},
 		{"mps", Options{Arm: record.ArmPacked, Stage: 3, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowOff, 0, "mps mode"},
+		{"mps, borrowing", Options{Arm: record.ArmPacked, Stage: 3, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowWait, 0, "mps mode"},
 		{"lend", Options{Arm: record.ArmPacked, Stage: 3}, true, node.BorrowLend, 0, "--borrow lend"},
 		{"the default", Options{Arm: record.ArmPacked, Stage: DefaultStage, StageByDefault: true}, true, node.BorrowWait, DefaultStage, "up to 6 job(s)"},
 		{"the default, mps", Options{Arm: record.ArmPacked, Stage: DefaultStage, StageByDefault: true, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowOff, 0, ""},
