@@ -24,22 +24,26 @@ import (
 // the first three to end); every job must complete.
 func runBesideLeaker(t *testing.T, borrow, peak, hold, leakTo string, extra ...queue.Job) (Options, *record.Result) {
 	t.Helper()
-	q := queue.Queue{
-		Jobs: []queue.Job{
-			simJob(t, "n1", "good", "--peak", peak, "--ramp", "50ms", "--hold", hold),
-			simJob(t, "n2", "good", "--peak", peak, "--ramp", "50ms", "--hold", hold),
-			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", leakTo, "--leak-rate", "40GiB"),
-		},
-		Templates: map[string]queue.TemplateSpec{
-			"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
-			"good": {Name: "good", PeakBytes: size.MustParse(peak)},
-		},
-	}
+	q := leakerQueue(t, peak, hold, leakTo, "n1", "n2")
 	q.Jobs = append(q.Jobs, extra...)
 	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
 	o.Borrow, o.Policy.MaxTasksPerGPU = borrow, 3
 	res := runAll(t, q, o)
 	return o, res
+}
+
+// leakerQueue is the neighbours named (template "good": peak, hold), then a leaker "lk" of
+// template "leak" declared at 1 GiB that grows to leakTo at 40GiB/s.
+func leakerQueue(t *testing.T, peak, hold, leakTo string, neighbours ...string) queue.Queue {
+	q := queue.Queue{Templates: map[string]queue.TemplateSpec{
+		"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
+		"good": {Name: "good", PeakBytes: size.MustParse(peak)},
+	}}
+	for _, n := range neighbours {
+		q.Jobs = append(q.Jobs, simJob(t, n, "good", "--peak", peak, "--ramp", "50ms", "--hold", hold))
+	}
+	q.Jobs = append(q.Jobs, simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", leakTo, "--leak-rate", "40GiB"))
+	return q
 }
 
 // A job that grows far past its cap borrows what nobody was promised and completes in one
@@ -217,16 +221,7 @@ func TestBorrowingUnderMPSWhenAskedFor(t *testing.T) {
 	for _, borrow := range []string{node.BorrowWait, node.BorrowAuto} {
 		t.Run(borrow, func(t *testing.T) {
 			t.Parallel()
-			q := queue.Queue{
-				Jobs: []queue.Job{
-					simJob(t, "n1", "good", "--peak", "18GiB", "--ramp", "50ms", "--hold", "1200ms"),
-					simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "30GiB", "--leak-rate", "40GiB"),
-				},
-				Templates: map[string]queue.TemplateSpec{
-					"leak": {Name: "leak", PeakBytes: 1 * size.GiB},
-					"good": {Name: "good", PeakBytes: 18 * size.GiB},
-				},
-			}
+			q := leakerQueue(t, "18GiB", "1200ms", "30GiB", "n1")
 			o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
 			o.Mode, o.Borrow = policy.ModeMPS, borrow
 			res := runAll(t, q, o)
