@@ -293,7 +293,6 @@ func newFlagSet(name, usage string, g *globals, stderr io.Writer) *flag.FlagSet 
 	return fs
 }
 
-// parseFlags parses a command's flags and checks the global ones.
 // flagSet says whether the command line named flag name (a default is not the user's choice).
 func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
@@ -301,6 +300,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
+// parseFlags parses a command's flags and checks the global ones.
 func parseFlags(fs *flag.FlagSet, g *globals, args []string, stderr io.Writer) error {
 	if err := parseHelpful(fs, args, g.stdout, stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
