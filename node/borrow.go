@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
@@ -91,32 +92,28 @@ func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Durati
 		return off("mps mode: a client's pinned limit is fixed at its start; --borrow wait asks for it")
 	case mode == policy.ModeMPS && asked == BorrowLend:
 		return off("mps mode: lend stops borrowers, and a stop under MPS can fault their neighbours")
-	case mode == policy.ModeMPS:
-		b := Borrowing{Rule: asked, MPS: true, Note: "borrowing: on under mps, asked for (the fence holds each job's cap and what it borrows; " +
-			"each client's pinned limit is the GPU's budget; " + mpsRule(asked) + "); not yet measured on a GPU"}
-		if asked == BorrowWait {
-			b.Wait = cmp.Or(max(wait, 0), DefaultBorrowWait)
-		}
-		return b
-	case asked == BorrowNow:
-		return Borrowing{Rule: asked, Note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
 	}
-	if wait <= 0 {
-		wait = DefaultBorrowWait
+	b := onRule(asked, wait)
+	if mode == policy.ModeMPS {
+		// The same rule, with the fence holding each cap where a pinned limit held it.
+		b.MPS = true
+		b.Note = strings.Replace(b.Note, "borrowing: on", "borrowing: on under mps, asked for, not yet measured on a GPU", 1) +
+			"; each client's pinned limit is the GPU's budget, and the fence holds its cap"
 	}
-	if asked == BorrowLend {
-		return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
+	return b
+}
+
+// onRule is the Borrowing of a rule that borrows (wait, now or lend), with its note.
+func onRule(rule string, wait time.Duration) Borrowing {
+	if rule == BorrowNow {
+		return Borrowing{Rule: rule, Note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
+	}
+	wait = cmp.Or(max(wait, 0), DefaultBorrowWait)
+	if rule == BorrowLend {
+		return Borrowing{Rule: rule, Wait: wait, Note: fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
 			"and a starting job's guarantee but for what it uses and %s, until its use passes that; an allocation of the job that finds its guarantee held waits up to %s for the borrowers to end, then they give it back; "+
 			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", enforcer.DefaultLendKeep, enforcer.DefaultLendGrace, wait)}
 	}
-	return Borrowing{Rule: asked, Wait: wait, Note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
+	return Borrowing{Rule: rule, Wait: wait, Note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
 		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)}
-}
-
-// mpsRule says a borrowing rule's wait in the words of PlanBorrowing's notes.
-func mpsRule(rule string) string {
-	if rule == BorrowNow {
-		return "an allocation that finds none free fails inside the job"
-	}
-	return "an allocation that finds none free waits while nothing new starts on its GPU"
 }
