@@ -107,14 +107,46 @@ static int anyone_owed(const struct gf_task *v)
 	return 0;
 }
 
-enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2, OWED = 3, RECLAIM = 4, STAGED = 5 };
+/* borrowed is what task k holds past its guarantee. */
+static uint64_t borrowed(const struct gf_task *k) { return k->used > k->cap ? k->used - k->cap : 0; }
 
-/* judge is the rule, over every task of the GPU (v, budget) for task me reaching want: a task
- * may always reach its guarantee; past it, up to its limit, it may borrow only memory that no
- * armed task's guarantee covers and no other borrower holds. Within its guarantee it gets its
- * bytes at once unless borrowers took them while it was unarmed (OWED: it waits for them); past
- * it nothing is lent while any owner waits (RECLAIM). */
-static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want)
+/* ahead is what task i's waiting borrows ask for where they go before a borrow of task me, which
+ * held mine before it asked (else 0): the task holding less borrowed memory goes first, the
+ * lower slot between equals, so two waiting borrowers never leave room for each other. A task
+ * growing without pause would otherwise take each neighbour's freed memory before a waiting
+ * one's next look (2 ms): on the H200 a growing leaker held two starting probes' loads up for
+ * 17 s (docs/bench/results.md). An ask is believed up to what the task's limit leaves it. */
+static uint64_t ahead(const struct gf_task *v, int i, int me, uint64_t mine)
+{
+	const struct gf_task *k = &v[i];
+	uint64_t theirs = borrowed(k), own = mine > v[me].cap ? mine - v[me].cap : 0;
+	if (k->bwant == 0 || theirs > own || (theirs == own && i > me))
+		return 0;
+	uint64_t left = k->limit > k->used ? k->limit - k->used : 0;
+	return k->bwant < left ? k->bwant : left;
+}
+
+/* leave sets ask aside from what a borrower may take (free_now, and room, of which it is part)
+ * where it fits: its asker takes it at its next look. */
+static void leave(uint64_t ask, uint64_t *free_now, uint64_t *room)
+{
+	if (ask > 0 && ask <= *free_now) {
+		*free_now -= ask;
+		*room -= ask;
+	}
+}
+
+/* YIELD is NO_ROOM because what a waiting owner or borrower ahead of it asks for was set aside:
+ * that one is served at its next look and moves on, so this wait is never hopeless. */
+enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2, OWED = 3, RECLAIM = 4, STAGED = 5, YIELD = 6 };
+
+/* judge is the rule, over every task of the GPU (v, budget) for task me reaching want with an
+ * allocation of n bytes: a task may always reach its guarantee; past it, up to its limit, it may
+ * borrow only memory that no armed task's guarantee covers and no other borrower holds. Within
+ * its guarantee it gets its bytes at once unless borrowers took them while it was unarmed (OWED:
+ * it waits for them); past it nothing is lent while any owner waits (RECLAIM), and what waits
+ * ahead of it is served first (YIELD). */
+static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want, uint64_t n)
 {
 	const struct gf_task *k = &v[me];
 	if (want <= k->cap) {
@@ -143,17 +175,19 @@ static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want
 	uint64_t slack = k->keep < k->cap ? k->keep : 0;
 	uint64_t room = budget - others, now = gf_add_sat(k->used, slack);
 	uint64_t free_now = room > now ? room - now : 0;
-	/* An owner waiting out its grace is served first where its ask fits beside what this task
-	 * holds now: it takes it at its next look. One whose ask does not fit waits for borrowers to
-	 * end, and they may grow meanwhile. */
-	for (int i = 0; i < GF_TASKS; i++) {
-		uint64_t ask = i != me && v[i].state == GF_LIVE ? grace_ask(&v[i]) : 0;
-		if (ask > 0 && ask <= free_now) {
-			free_now -= ask;
-			room -= ask;
-		}
-	}
-	return want <= room && slack <= room - want ? FIT : NO_ROOM;
+	/* An owner waiting out its grace, then a borrower waiting ahead of this one (ahead), is
+	 * served first where its ask fits beside what this task holds now. One whose ask does not
+	 * fit waits for borrowers to end, and they may grow meanwhile. */
+	uint64_t all = room;
+	for (int i = 0; i < GF_TASKS; i++)
+		if (i != me && v[i].state == GF_LIVE)
+			leave(grace_ask(&v[i]), &free_now, &room);
+	for (int i = 0; i < GF_TASKS; i++)
+		if (i != me && v[i].state == GF_LIVE)
+			leave(ahead(v, i, me, want - n), &free_now, &room);
+	if (want <= room && slack <= room - want)
+		return FIT;
+	return want <= all && slack <= all - want ? YIELD : NO_ROOM;
 }
 
 /* can_wait says whether waiting may let task slot me reach want: some other task that is not
@@ -319,7 +353,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			verdict = want <= k->cap ? FIT : PAST_LIMIT;
 			arm(k);
 		} else if (polls > 0 && ((want > k->cap && want <= k->limit) || grace_end != 0) &&
-			   gf_peers_view(m, view) == 0 && (verdict = judge(view, budget, m->task, want)) != FIT) {
+			   gf_peers_view(m, view) == 0 && (verdict = judge(view, budget, m->task, want, n)) != FIT) {
 			/* A waiting borrower, or an owner waiting out its grace, looks before it claims: a
 			 * claim is seen by every task that judges meanwhile. An owner that found its
 			 * guarantee short by a borrower's passing claim would be owed, which refuses every
@@ -343,7 +377,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 				verdict = want <= k->cap ? FIT : NO_ROOM;
 				at_once = GF_WHY_UNREAD;
 			} else {
-				verdict = judge(view, budget, m->task, want);
+				verdict = judge(view, budget, m->task, want, n);
 			}
 			if (verdict != FIT) {
 				retract(k, p, n);
@@ -421,7 +455,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			else if (tie_from == 0)
 				tie_from = now;
 			if (now < grace_end && (tie_from == 0 || now - tie_from < GF_TIE_NS)) {
-				gf_set_grace(t, p, n);
+				gf_set_asking(t, p, GF_WAIT_GRACE, n);
 				gf_unlock(m);
 				struct timespec d = {0, GF_WAIT_POLL_NS};
 				nanosleep(&d, NULL);
@@ -432,7 +466,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		}
 		owed |= verdict == OWED;
 		uint64_t now = 0;
-		if (verdict == OWED || (verdict == NO_ROOM && t->h.wait_ns > 0))
+		if (verdict == OWED || ((verdict == NO_ROOM || verdict == YIELD) && t->h.wait_ns > 0))
 			now = gf_now_ns();
 		if (now != 0 && deadline == 0) {
 			deadline = now + (verdict == OWED ? GF_OWED_WAIT_NS : t->h.wait_ns);
@@ -463,12 +497,12 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		}
 		uint32_t why = verdict == OWED ? GF_WAIT_OWED : GF_WAIT_BORROW;
 		if (p->waiting != why) {
-			gf_set_waiting(t, p, why);
 			if (why == GF_WAIT_OWED)
 				k->owed++;
 			else
 				k->waits++;
 		}
+		gf_set_asking(t, p, why, n);
 		gf_unlock(m);
 		if (now >= note_at) {
 			note_at = UINT64_MAX;

@@ -99,6 +99,7 @@ void gf_recount(struct gf_table *t)
 		t->tasks[i].nowed = 0;
 		t->tasks[i].ngrace = 0;
 		t->tasks[i].gwant = 0;
+		t->tasks[i].bwant = 0;
 	}
 	for (int i = 0; i < GF_PROCS; i++) {
 		struct gf_proc *p = &t->procs[i];
@@ -117,6 +118,8 @@ void gf_recount(struct gf_table *t)
 			k->ngrace++;
 			k->gwant = gf_add_sat(k->gwant, p->wanted);
 		}
+		if (p->waiting == GF_WAIT_BORROW)
+			k->bwant = gf_add_sat(k->bwant, p->wanted);
 	}
 	t->h.epoch++;
 	t->h.recoveries++;

@@ -120,6 +120,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			k->nowed = own->nowed;
 			k->ngrace = own->ngrace;
 			k->gwant = own->gwant;
+			k->bwant = own->bwant;
 			continue;
 		}
 		look(ps, i, ck);
@@ -129,7 +130,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			/* A file it cannot read: the task holds all its guarantee, as far as anyone knows,
 			 * and borrows nothing, waits for nothing. */
 			drop(&ps->p[i]);
-			k->used = k->nwait = k->nowed = k->ngrace = k->gwant = 0;
+			k->used = k->nwait = k->nowed = k->ngrace = k->gwant = k->bwant = 0;
 			k->armed = 1;
 			k->keep = k->cap;
 			continue;
@@ -140,6 +141,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		k->nowed = f.nowed;
 		k->ngrace = f.ngrace;
 		k->gwant = f.gwant;
+		k->bwant = f.bwant;
 	}
 	return 0;
 }

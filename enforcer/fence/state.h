@@ -50,7 +50,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 9
+#define GF_VERSION 10
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -149,6 +149,9 @@ struct gf_task {
 	uint64_t nowed; /* ... of which wait for borrowers to give its guarantee back (GF_WAIT_OWED) */
 	uint64_t ngrace; /* its live processes waiting out a grace (GF_WAIT_GRACE; not in nwait) */
 	uint64_t gwant;  /* what those waits ask for, together: borrowers leave it free (charge.c) */
+	/* what its processes' waiting borrows ask for, together: a borrower holding more borrowed
+	 * memory leaves it free where it fits (charge.c) */
+	uint64_t bwant;
 	/* A staged task (gpufrac run's early start) was placed with a small guarantee (cap) so that
 	 * its process does its CPU start-up while the memory it needs is still taken; stage is the
 	 * guarantee it is promised, which memory-info calls report. An allocation past cap waits
@@ -172,7 +175,7 @@ struct gf_proc {
 	/* GF_WAIT_BORROW while an allocation of this process waits for borrowable memory,
 	 * GF_WAIT_OWED while one within its guarantee waits for borrowers to give that back */
 	uint32_t waiting;
-	uint64_t wanted; /* while it waits out a grace, the bytes it asks for (its task's gwant) */
+	uint64_t wanted; /* while it waits out a grace or to borrow, the bytes it asks for (gwant, bwant) */
 	uint64_t used;
 	uint64_t peak;
 	uint64_t allocs;

@@ -36,15 +36,26 @@ static struct gf_task *live_task(struct gf_table *t, const struct gf_proc *p)
 	return k && k->state == GF_LIVE && k->gen == p->task_gen ? k : NULL;
 }
 
-/* set_wanted makes n what p's grace wait asks for, in its task's gwant too. */
+/* asks is the sum of task k's asks that a process waiting for why adds to: gwant for a grace,
+ * bwant for a borrow, none for the other waits. */
+static uint64_t *asks(struct gf_task *k, uint32_t why)
+{
+	if (!k)
+		return NULL;
+	if (why == GF_WAIT_GRACE)
+		return &k->gwant;
+	return why == GF_WAIT_BORROW ? &k->bwant : NULL;
+}
+
+/* set_wanted makes n what p's wait asks for, in its task's sum for that wait too. */
 static void set_wanted(struct gf_table *t, struct gf_proc *p, uint64_t n)
 {
-	struct gf_task *k = live_task(t, p);
-	if (k) {
-		k->gwant -= p->wanted < k->gwant ? p->wanted : k->gwant;
-		k->gwant = gf_add_sat(k->gwant, n);
+	uint64_t *sum = asks(live_task(t, p), p->waiting);
+	if (sum) {
+		*sum -= p->wanted < *sum ? p->wanted : *sum;
+		*sum = gf_add_sat(*sum, n);
 	}
-	p->wanted = n;
+	p->wanted = sum ? n : 0;
 }
 
 void gf_set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
@@ -55,15 +66,16 @@ void gf_set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)
 		move_count(&k->nowed, p->waiting == GF_WAIT_OWED, why == GF_WAIT_OWED);
 		move_count(&k->ngrace, p->waiting == GF_WAIT_GRACE, why == GF_WAIT_GRACE);
 	}
-	if (why != GF_WAIT_GRACE)
+	if (why != p->waiting)
 		set_wanted(t, p, 0);
 	p->waiting = why;
 }
 
-void gf_set_grace(struct gf_table *t, struct gf_proc *p, uint64_t n)
+void gf_set_asking(struct gf_table *t, struct gf_proc *p, uint32_t why, uint64_t n)
 {
-	gf_set_waiting(t, p, GF_WAIT_GRACE);
-	set_wanted(t, p, n);
+	gf_set_waiting(t, p, why);
+	if (p->wanted != n)
+		set_wanted(t, p, n);
 }
 
 void gf_give_back(struct gf_table *t, int i)

@@ -39,9 +39,10 @@ static inline uint64_t gf_lower(struct gf_table *t, uint64_t *used, uint64_t n)
  * waiting processes (nwait, nowed, ngrace). Called under the lock. */
 void gf_set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why);
 
-/* gf_set_grace is gf_set_waiting(GF_WAIT_GRACE) for an allocation of n bytes, kept in its
- * task's gwant. Called under the lock. */
-void gf_set_grace(struct gf_table *t, struct gf_proc *p, uint64_t n);
+/* gf_set_asking is gf_set_waiting(why) for an allocation of n bytes, kept in its task's sum of
+ * what such waits ask for: gwant for GF_WAIT_GRACE, bwant for GF_WAIT_BORROW. Called under the
+ * lock. */
+void gf_set_asking(struct gf_table *t, struct gf_proc *p, uint32_t why, uint64_t n);
 
 /* gf_find_task is the live task slot whose token hash is hash, or -1. */
 int gf_find_task(const struct gf_table *t, const uint8_t *hash);

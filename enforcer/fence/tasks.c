@@ -421,6 +421,7 @@ static void merge(const struct gf_table *t, int i, int nprocs, struct gf_table *
 	k->nowed = f->nowed;
 	k->ngrace = f->ngrace;
 	k->gwant = f->gwant;
+	k->bwant = f->bwant;
 	out->h.recoveries += t->h.recoveries;
 	out->h.underflows += t->h.underflows;
 	out->h.reaped += t->h.reaped;

@@ -91,7 +91,10 @@ type TaskUse struct {
 	Waiting bool
 	Owed    bool
 	// Grace: one waits quietly for borrowers to end before they must give its guarantee back.
-	Grace     bool
+	Grace bool
+	// Asking is what its waiting allocations ask for, those that wait to borrow or out a
+	// grace: what the fence sets aside for them first.
+	Asking    size.Bytes
 	Waits     uint64
 	OwedWaits uint64
 	// Keep is what borrowers may not use of its guarantee while it is not Armed (it has not

@@ -14,7 +14,7 @@
  *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
  *   tamper FILE FIELD N [TOKEN] -> ok | err MSG: writes an accounting FILE as a hostile tenant
  *                              would, around the API: FIELD cap, limit, keep, state, used, nowed,
- *                              ngrace, gwant or lock of TOKEN's task (else every task slot), or
+ *                              ngrace, gwant, nwait, bwant or lock of TOKEN's task (else every task slot), or
  *                              budget
  *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
  *                              job of the same Unix user can do under gpufrac run)
@@ -93,6 +93,10 @@ static int tamper_account(const char *path, const char *field, uint64_t v, const
 			k->ngrace = v;
 		else if (!strcmp(field, "gwant"))
 			k->gwant = v;
+		else if (!strcmp(field, "nwait"))
+			k->nwait = v;
+		else if (!strcmp(field, "bwant"))
+			k->bwant = v;
 	}
 	if (!strcmp(field, "budget"))
 		t->h.budget = v;
