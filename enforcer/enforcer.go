@@ -165,6 +165,9 @@ func New(cfg Config) (*Enforcer, error) {
 	}
 	log := cfg.Logger.Named("enforcer")
 	procs := attribution.New(cfg.Procs)
+	if cfg.Fence.Context == 0 {
+		cfg.Fence.Context = cfg.Allowance
+	}
 	f, err := newFences(cfg.Fence, log)
 	if err != nil {
 		return nil, err

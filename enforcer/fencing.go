@@ -40,6 +40,10 @@ type FenceConfig struct {
 	// LendGrace is how long that task's allocation waits quietly before the reclaim: a borrower
 	// that ends within it keeps its run (fence.Task.Grace). 0 = reclaim at once.
 	LendGrace time.Duration
+	// Context is what a borrower leaves free for each process whose task's guarantee does not
+	// cover its CUDA context (fence.Table.SetContext); New sets the watchdog's allowance, the
+	// same per-process memory no fenced call shows.
+	Context size.Bytes
 }
 
 // BorrowRule is how far past its guarantee (its cap) a task may allocate, where the fence holds
@@ -255,8 +259,13 @@ func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, e
 		st = cur
 	}
 	tasks := make([]fence.Task, 0, len(st.Reservations))
+	// What the GPU holds past the budget: the headroom, where contexts no guarantee covers go.
+	var spare size.Bytes
+	if st.TotalBytes > st.UnmanagedBytes+st.BudgetBytes {
+		spare = st.TotalBytes - st.UnmanagedBytes - st.BudgetBytes
+	}
 	var sig strings.Builder
-	fmt.Fprintf(&sig, "%d", st.BudgetBytes)
+	fmt.Fprintf(&sig, "%d/%d/%d", st.BudgetBytes, f.cfg.Context, spare)
 	for _, r := range st.Reservations {
 		k := fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit(), Keep: f.cfg.LendKeep, Grace: f.cfg.LendGrace}
 		if r.StagedFor > r.CapBytes {
@@ -271,6 +280,7 @@ func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, e
 	}
 	t, err := f.table(st)
 	if err == nil {
+		t.SetContext(f.cfg.Context, spare)
 		err = t.SetTasks(tasks, st.BudgetBytes)
 	}
 	if err != nil {

@@ -336,3 +336,23 @@ func TestLendGraceIsTheHoldsBound(t *testing.T) {
 		t.Fatalf("DefaultLendGrace %s, policy.DefaultHold.Bound %s", DefaultLendGrace, policy.DefaultHold.Bound)
 	}
 }
+
+// The fence learns what a process's context is taken to hold (the watchdog's allowance) and
+// what the GPU holds past its budget (the headroom, less nothing: no unmanaged use here), so its
+// borrowers leave the GPU room for the contexts no guarantee covers.
+func TestFenceKnowsContextsAndSpare(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir, BorrowWait: time.Minute} })
+	borrowerBesideOwner(r)
+	st, err := r.led.State(r.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := r.enf.fence.view(r.uuid)
+	if !ok {
+		t.Fatal("no fence table after a sync")
+	}
+	if s.Context != r.cfg.Allowance || s.Spare != st.TotalBytes-st.BudgetBytes || s.Spare == 0 {
+		t.Fatalf("fence context %s, spare %s; want the allowance %s and the headroom %s", s.Context, s.Spare, r.cfg.Allowance, st.TotalBytes-st.BudgetBytes)
+	}
+}

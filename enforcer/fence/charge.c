@@ -46,6 +46,27 @@ static int mine(const struct gf_map *m)
 /* in_use is what task k takes of the GPU now: its allocations and contexts, at most its hold. */
 static uint64_t in_use(const struct gf_task *k) { return gf_takes(k->used, k->cap, k->keep); }
 
+/* contexts is what task k's processes' CUDA contexts take, at ctx each. */
+static uint64_t contexts(const struct gf_task *k, uint64_t ctx) { return gf_contexts(k->procs, ctx); }
+
+/* The GPU's figures the rules read, from the control copy: the budget, what a process's context
+ * is taken to hold, and what the GPU holds past the budget (its headroom). The allocations must
+ * fit the budget; with the contexts no guarantee covers they must fit budget and spare. Without
+ * the second rule a cold run's probes, each on a 2 GiB guarantee, left six contexts (3 GiB) to
+ * a 2 GiB headroom in the simulator, and the leaker borrowing up to the budget met the GPU's
+ * end instead of a wait. */
+struct gpu {
+	uint64_t budget, ctx, spare;
+};
+
+/* held_whole is what task k holds of the GPU where its guarantee is its own: the guarantee, or
+ * its allocations and its contexts (at ctx each) where they are more. With ctx 0 it is gf_held. */
+static uint64_t held_whole(const struct gf_task *k, uint64_t ctx)
+{
+	uint64_t all = gf_add_sat(k->used, contexts(k, ctx));
+	return all > k->cap ? all : k->cap;
+}
+
 /* lent_held is what task k keeps from borrowers: its guarantee, or its use where that is more.
  * A task that lends (keep below its guarantee) keeps only what it takes now (in_use; the keep
  * covers the contexts the fence does not see) until its use passes its keep, which arms it: on
@@ -55,11 +76,11 @@ static uint64_t in_use(const struct gf_task *k) { return gf_takes(k->used, k->ca
  * better finish within it than wait beside it for memory neither gets (the tie that lost the
  * H200's leaker its run, 2026-12-04). What its waits ask for (grace_ask) goes to it first where
  * it fits (judge). */
-static uint64_t lent_held(const struct gf_task *k)
+static uint64_t lent_held(const struct gf_task *k, uint64_t ctx)
 {
 	if (k->keep < k->cap && (!k->armed || k->ngrace > 0))
-		return in_use(k);
-	return gf_held(k);
+		return in_use(k); /* its keep covers its contexts */
+	return held_whole(k, ctx);
 }
 
 /* grace_ask is what task k's waits out a grace ask for, within what lent_held lends of it. */
@@ -67,7 +88,7 @@ static uint64_t grace_ask(const struct gf_task *k)
 {
 	if (k->ngrace == 0)
 		return 0;
-	uint64_t lent = gf_held(k) - lent_held(k);
+	uint64_t lent = gf_held(k) - lent_held(k, 0);
 	return k->gwant < lent ? k->gwant : lent;
 }
 
@@ -140,14 +161,15 @@ static void leave(uint64_t ask, uint64_t *free_now, uint64_t *room)
  * that one is served at its next look and moves on, so this wait is never hopeless. */
 enum { FIT = 0, PAST_LIMIT = 1, NO_ROOM = 2, OWED = 3, RECLAIM = 4, STAGED = 5, YIELD = 6 };
 
-/* judge is the rule, over every task of the GPU (v, budget) for task me reaching want with an
+/* judge is the rule, over every task of the GPU (v, g) for task me reaching want with an
  * allocation of n bytes: a task may always reach its guarantee; past it, up to its limit, it may
  * borrow only memory that no armed task's guarantee covers and no other borrower holds. Within
  * its guarantee it gets its bytes at once unless borrowers took them while it was unarmed (OWED:
  * it waits for them); past it nothing is lent while any owner waits (RECLAIM), and what waits
  * ahead of it is served first (YIELD). */
-static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want, uint64_t n)
+static int judge(const struct gf_task *v, const struct gpu *g, int me, uint64_t want, uint64_t n)
 {
+	uint64_t budget = g->budget;
 	const struct gf_task *k = &v[me];
 	if (want <= k->cap) {
 		if (budget == 0 || !borrows(v, me))
@@ -163,17 +185,22 @@ static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want
 		return PAST_LIMIT;
 	if (anyone_owed(v))
 		return RECLAIM;
-	uint64_t others = 0;
+	uint64_t others = 0, whole = 0;
 	for (int i = 0; i < GF_TASKS; i++)
-		if (i != me && v[i].state == GF_LIVE)
-			others = gf_add_sat(others, lent_held(&v[i]));
-	if (others > budget)
+		if (i != me && v[i].state == GF_LIVE) {
+			others = gf_add_sat(others, lent_held(&v[i], 0));
+			whole = gf_add_sat(whole, lent_held(&v[i], g->ctx));
+		}
+	/* A borrower's own contexts lie past its guarantee, which its allocations fill. */
+	uint64_t gpu = gf_add_sat(budget, g->spare), own = contexts(k, g->ctx);
+	if (others > budget || whole > gpu || own > gpu - whole)
 		return NO_ROOM;
 	/* Where guarantees are lent, borrowers leave a keep free: a new guarantee may be placed on
 	 * what they hold (gf_set_tasks), and its task's contexts take that much before the fence
 	 * sees them. */
 	uint64_t slack = k->keep < k->cap ? k->keep : 0;
-	uint64_t room = budget - others, now = gf_add_sat(k->used, slack);
+	uint64_t room = budget - others < gpu - whole - own ? budget - others : gpu - whole - own;
+	uint64_t now = gf_add_sat(k->used, slack);
 	uint64_t free_now = room > now ? room - now : 0;
 	/* An owner waiting out its grace, then a borrower waiting ahead of this one (ahead), is
 	 * served first where its ask fits beside what this task holds now. One whose ask does not
@@ -194,20 +221,23 @@ static int judge(const struct gf_task *v, uint64_t budget, int me, uint64_t want
  * waiting itself holds memory (it ends, or frees, and nothing new is placed meanwhile), and what
  * the waiting tasks hold leaves room for want. Borrowers waiting on each other, or a want that
  * only an empty GPU could hold, fail at once instead: the task is re-run with more room. */
-static int can_wait(const struct gf_task *v, uint64_t budget, int me, uint64_t want)
+static int can_wait(const struct gf_task *v, const struct gpu *g, int me, uint64_t want)
 {
-	uint64_t stuck = 0;
+	uint64_t stuck = 0, whole = 0, gpu = gf_add_sat(g->budget, g->spare);
+	uint64_t all = gf_add_sat(want, contexts(&v[me], g->ctx));
 	int movers = 0;
 	for (int i = 0; i < GF_TASKS; i++) {
 		const struct gf_task *k = &v[i];
 		if (i == me || k->state != GF_LIVE || gf_held(k) == 0)
 			continue;
-		if (k->nwait > 0)
-			stuck += gf_held(k);
-		else
+		if (k->nwait > 0) {
+			stuck = gf_add_sat(stuck, gf_held(k));
+			whole = gf_add_sat(whole, held_whole(k, g->ctx));
+		} else {
 			movers++;
+		}
 	}
-	return movers > 0 && stuck <= budget && want <= budget - stuck;
+	return movers > 0 && stuck <= g->budget && want <= g->budget - stuck && whole <= gpu && all <= gpu - whole;
 }
 
 /* borrow_lock takes the borrowers' flock on the control copy's read-only descriptor, waiting
@@ -340,6 +370,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 		struct gf_proc *p = &t->procs[m->slot];
 		gf_test_point("charge-enter");
 		uint64_t want = k->used + n, budget = m->c ? m->budget : t->h.budget;
+		struct gpu g = {budget, m->c ? m->ctx : 0, m->c ? m->spare : 0};
 		/* at_once: why it is refused without a wait (GF_WHY_*), or GF_WHY_NONE. provisional:
 		 * this charge armed the task, and takes that back if it is not served. */
 		int verdict, claimed = 0, at_once = GF_WHY_NONE, provisional = 0;
@@ -353,7 +384,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			verdict = want <= k->cap ? FIT : PAST_LIMIT;
 			arm(k);
 		} else if (polls > 0 && ((want > k->cap && want <= k->limit) || grace_end != 0) &&
-			   gf_peers_view(m, view) == 0 && (verdict = judge(view, budget, m->task, want, n)) != FIT) {
+			   gf_peers_view(m, view) == 0 && (verdict = judge(view, &g, m->task, want, n)) != FIT) {
 			/* A waiting borrower, or an owner waiting out its grace, looks before it claims: a
 			 * claim is seen by every task that judges meanwhile. An owner that found its
 			 * guarantee short by a borrower's passing claim would be owed, which refuses every
@@ -377,7 +408,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 				verdict = want <= k->cap ? FIT : NO_ROOM;
 				at_once = GF_WHY_UNREAD;
 			} else {
-				verdict = judge(view, budget, m->task, want, n);
+				verdict = judge(view, &g, m->task, want, n);
 			}
 			if (verdict != FIT) {
 				retract(k, p, n);
@@ -474,7 +505,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			note_at = now + (deadline - now < 4 * GF_WAIT_NOTE_NS ? (deadline - now) / 4 : GF_WAIT_NOTE_NS);
 		}
 		int hopeless = verdict == NO_ROOM && !at_once && now != 0 && now < deadline &&
-			       !can_wait(view, budget, m->task, want);
+			       !can_wait(view, &g, m->task, want);
 		if (at_once || now == 0 || now >= deadline || hopeless) {
 			if (!reaped && !at_once) {
 				/* Before a refusal, once: the dead may hold the room (an exited process's bytes

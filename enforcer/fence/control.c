@@ -212,12 +212,14 @@ int gf_control_read(const struct gf_control *c, struct gf_control *out)
 }
 
 int gf_control_task(const struct gf_control *c, int i, struct gf_control_task *k, uint64_t *budget,
-		    uint64_t *wait_ns)
+		    uint64_t *wait_ns, uint64_t *ctx, uint64_t *spare)
 {
 	SEQ_READ(c, {
 		*k = c->tasks[i];
 		*budget = c->budget;
 		*wait_ns = c->wait_ns;
+		*ctx = c->ctx;
+		*spare = c->spare;
 	});
 }
 
@@ -234,8 +236,9 @@ int gf_control_restore(struct gf_map *m)
 	if (!m->c)
 		return 0; /* a private table: its own values are the only ones */
 	struct gf_control_task ck;
-	uint64_t budget, wait_ns;
-	if (m->task < 0 || m->task >= GF_TASKS || gf_control_task(m->c, m->task, &ck, &budget, &wait_ns) != 0)
+	uint64_t budget, wait_ns, ctx, spare;
+	if (m->task < 0 || m->task >= GF_TASKS ||
+	    gf_control_task(m->c, m->task, &ck, &budget, &wait_ns, &ctx, &spare) != 0)
 		return -1;
 	struct gf_table *t = m->t;
 	struct gf_task *k = &t->tasks[m->task];
@@ -252,5 +255,7 @@ int gf_control_restore(struct gf_map *m)
 	if (memcmp(k->token_hash, ck.token_hash, GF_HASH_LEN) != 0)
 		memcpy(k->token_hash, ck.token_hash, GF_HASH_LEN);
 	m->budget = budget;
+	m->ctx = ctx;
+	m->spare = spare;
 	return 0;
 }

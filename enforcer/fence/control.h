@@ -29,6 +29,11 @@ struct gf_control {
 	uint64_t total;
 	uint64_t budget;
 	uint64_t wait_ns;
+	/* What a process's CUDA context takes of the GPU, which no fenced call shows, and what the
+	 * GPU holds past the budget (its headroom): the contexts no guarantee covers must fit the
+	 * two together with everything else, as the allocations must fit the budget (charge.c). */
+	uint64_t ctx;
+	uint64_t spare;
 	uint64_t recoveries; /* writes an enforcer died in the middle of, made whole by the next */
 	struct gf_control_task tasks[GF_TASKS];
 };
@@ -55,9 +60,9 @@ int gf_control_create(struct gf_gpu *g, const char *cpath, char *err, size_t err
 /* gf_control_read copies the whole copy between two equal even sequence reads: 0, or -1 when
  * none came within GF_LOCK_WAIT_NS (an enforcer died writing; the next one makes it whole). */
 int gf_control_read(const struct gf_control *c, struct gf_control *out);
-/* gf_control_task is gf_control_read for one task slot and the budget and wait. */
+/* gf_control_task is gf_control_read for one task slot and the budget, wait, context and spare. */
 int gf_control_task(const struct gf_control *c, int i, struct gf_control_task *k, uint64_t *budget,
-		    uint64_t *wait_ns);
+		    uint64_t *wait_ns, uint64_t *ctx, uint64_t *spare);
 /* The enforcer's write: everything between begin and end is seen whole or not at all. */
 void gf_control_begin(struct gf_control *c);
 void gf_control_end(struct gf_control *c);

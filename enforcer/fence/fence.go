@@ -39,6 +39,12 @@ func cError(rc C.int, buf *C.char) error {
 	return errors.New("fence: " + msg)
 }
 
+// MaxProcs must be GF_PROCS: a negative length fails the build where they differ.
+var (
+	_ [MaxProcs - C.GF_PROCS]struct{}
+	_ [C.GF_PROCS - MaxProcs]struct{}
+)
+
 // Table is the enforcer's handle on one GPU: the control copy it writes and the tasks'
 // accounting files, read as one table. Safe for concurrent use.
 type Table struct {
@@ -46,6 +52,8 @@ type Table struct {
 	m    *C.struct_gf_gpu
 	path string
 	wait time.Duration
+	// ctx and spare: SetContext's
+	ctx, spare size.Bytes
 	// names turns the files' token hashes back into the tokens SetTasks was given: they hold
 	// hashes only, since every task reads them.
 	names map[[hashLen]byte]string
@@ -114,6 +122,17 @@ func (t *Table) SetWait(d time.Duration) {
 	t.wait = max(d, 0)
 }
 
+// SetContext makes ctx what each process's CUDA context is taken to hold (no fenced call shows
+// it), and spare what the GPU holds past the budget (its headroom), from the next SetTasks:
+// beside the budget rule, the contexts no guarantee covers must fit budget + spare with every
+// task's allocations and guarantees, for a borrow and a new guarantee alike. A ctx of 0 (the
+// default) counts none.
+func (t *Table) SetContext(ctx, spare size.Bytes) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ctx, t.spare = ctx, spare
+}
+
 // SetTasks makes tasks the GPU's whole set: new tokens get a slot and a fresh accounting file
 // (AccountDir), known ones their new cap and limit, and tokens not listed leave, their files
 // removed (their processes then pass through unfenced). A new or raised guarantee that would cover memory borrowers hold, or that would be placed while an
@@ -156,11 +175,11 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 		t.names[tokenHash(k.Token)] = k.Token
 	}
 	t.set, t.budget = slices.Clone(tasks), budget
-	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
+	rc := int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds()), C.uint64_t(t.ctx), C.uint64_t(t.spare)))
 	// What left a guarantee no room may be a dead process's: one killed while its allocation
 	// waited, or one that held borrowed bytes, until a reaper comes by. Reaped, it is asked again.
 	if rc == C.GF_SET_NOROOM && C.gf_reap_all(t.m) > 0 {
-		rc = int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds())))
+		rc = int(C.gf_set_tasks(t.m, specs, C.int(n), C.uint64_t(budget), C.uint64_t(t.wait.Nanoseconds()), C.uint64_t(t.ctx), C.uint64_t(t.spare)))
 	}
 	t.expect = nil
 	if placed, err := t.snapshot(); err == nil {
@@ -255,7 +274,9 @@ func (t *Table) snapshot() (Snapshot, error) {
 	if C.gf_snapshot(t.m, raw) != 0 {
 		return Snapshot{}, fmt.Errorf("%w: %s", ErrLocked, t.path)
 	}
-	return snapshotOf(raw, t.names), nil
+	s := snapshotOf(raw, t.names)
+	s.Context, s.Spare = t.ctx, t.spare
+	return s, nil
 }
 
 // snapshotOf copies raw; a task whose hash names does not know (one a previous enforcer placed,

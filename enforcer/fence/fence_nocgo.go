@@ -29,6 +29,9 @@ func (t *Table) Close() error { return nil }
 // SetWait does nothing.
 func (t *Table) SetWait(time.Duration) {}
 
+// SetContext does nothing.
+func (t *Table) SetContext(ctx, spare size.Bytes) {}
+
 // SetTasks fails without cgo.
 func (t *Table) SetTasks([]Task, size.Bytes) error { return errNoCgo }
 
@@ -68,3 +71,6 @@ func (c *Client) View() (size.Bytes, size.Bytes, bool) { return 0, 0, false }
 
 // Detach does nothing.
 func (c *Client) Detach() {}
+
+// Refusal has nothing to say: nothing is refused.
+func (c *Client) Refusal() (string, time.Duration) { return "", 0 }

@@ -121,6 +121,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			k->ngrace = own->ngrace;
 			k->gwant = own->gwant;
 			k->bwant = own->bwant;
+			k->procs = own->procs;
 			continue;
 		}
 		look(ps, i, ck);
@@ -130,7 +131,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			/* A file it cannot read: the task holds all its guarantee, as far as anyone knows,
 			 * and borrows nothing, waits for nothing. */
 			drop(&ps->p[i]);
-			k->used = k->nwait = k->nowed = k->ngrace = k->gwant = k->bwant = 0;
+			k->used = k->nwait = k->nowed = k->ngrace = k->gwant = k->bwant = k->procs = 0;
 			k->armed = 1;
 			k->keep = k->cap;
 			continue;
@@ -142,6 +143,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		k->ngrace = f.ngrace;
 		k->gwant = f.gwant;
 		k->bwant = f.bwant;
+		k->procs = f.procs;
 	}
 	return 0;
 }

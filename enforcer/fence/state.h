@@ -223,6 +223,7 @@ struct gf_map {
 	struct gf_peers *peers; /* the other tasks' files, read-only (peers.c), or NULL */
 	uint64_t wait_ns;       /* how long gf_lock waits for a live holder; 0 = GF_LOCK_WAIT_NS */
 	uint64_t budget;        /* the control copy's, as the last restore read it */
+	uint64_t ctx, spare;    /* the control copy's context per process and spare, likewise */
 	uint64_t grace_ns;      /* its task's, from the control copy, as the last restore read it */
 	uint64_t stage;         /* its task's stage (gf_task.stage), as the last restore read it */
 	int graced;             /* a grace ran out in this process: later owed waits begin at once */
@@ -327,7 +328,8 @@ int gf_reap(struct gf_map *m, int task);
  * GF_SET_FULL, or GF_SET_NOROOM when a new guarantee (or a raised one) would cover memory that
  * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
  * reservation back. A task placed anew gets a fresh accounting file. */
-int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns);
+int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns,
+		 uint64_t ctx, uint64_t spare);
 /* gf_rebuild rebuilds each task's sums from its processes' under its lock, in a child process
  * (taskfile.c): 0, or -1 when a task's lock could not be had or its file faulted (that task is
  * left for the next time). */

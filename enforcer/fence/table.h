@@ -14,6 +14,14 @@ static inline uint64_t gf_add_sat(uint64_t a, uint64_t b) { return a + b < a ? U
 /* gf_held is what task k holds of the GPU: its guarantee, or its use where that is more. */
 static inline uint64_t gf_held(const struct gf_task *k) { return k->used > k->cap ? k->used : k->cap; }
 
+/* gf_contexts is what procs processes' CUDA contexts take at ctx each (no fenced call shows
+ * it); the count is what a task wrote itself, so at most GF_PROCS count. */
+static inline uint64_t gf_contexts(uint64_t procs, uint64_t ctx)
+{
+	uint64_t n = procs < GF_PROCS ? procs : GF_PROCS;
+	return ctx > UINT64_MAX / GF_PROCS ? UINT64_MAX : n * ctx;
+}
+
 /* gf_takes is what a task that uses used, with guarantee cap and keep, takes of the GPU now: its
  * allocations and the contexts its keep covers, at most what it holds (gf_held). */
 static inline uint64_t gf_takes(uint64_t used, uint64_t cap, uint64_t keep)
@@ -65,9 +73,10 @@ int gf_file_valid(const struct gf_table *t);
  * process slots): GF_READ_SETTLED, GF_READ_UNSETTLED (a copy as it was after
  * GF_ENFORCER_WAIT_NS) or GF_READ_BAD (short, or not a table of this layout). */
 int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out, int *nprocs);
-/* gf_file_used is what slot i's file says its task uses (0 where it cannot be read), and armed
- * whether it says the task has allocated (1 where it cannot be read: nothing of it is lent). */
-uint64_t gf_file_used(const struct gf_gpu *g, int i, int *armed);
+/* gf_file_used is what slot i's file says its task uses (0 where it cannot be read), armed
+ * whether it says the task has allocated (1 where it cannot be read: nothing of it is lent), and
+ * procs how many processes it says it has (0 where it cannot be read). */
+uint64_t gf_file_used(const struct gf_gpu *g, int i, int *armed, uint64_t *procs);
 /* gf_file_view is one reading of slot i's file into out, settled or not (gf_file_read says
  * what it copies): the process slots read, or -1. */
 int gf_file_view(const struct gf_gpu *g, int i, struct gf_table *out);

@@ -120,15 +120,17 @@ int gf_file_read(struct gf_gpu *g, int i, struct gf_table *out, int *nprocs)
 	}
 }
 
-uint64_t gf_file_used(const struct gf_gpu *g, int i, int *armed)
+uint64_t gf_file_used(const struct gf_gpu *g, int i, int *armed, uint64_t *procs)
 {
 	struct gf_task k;
 	int fd = g->tasks[i].fd;
 	off_t at = (off_t)(offsetof(struct gf_table, tasks) + (size_t)i * sizeof k);
 	*armed = 1;
+	*procs = 0;
 	if (fd < 0 || read_all(fd, &k, sizeof k, at) != 0)
 		return 0;
 	*armed = k.armed != 0;
+	*procs = k.procs;
 	return k.used;
 }
 

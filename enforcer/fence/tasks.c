@@ -144,22 +144,26 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	return 0;
 }
 
-/* used_of is what slot i's file says its task holds (0 without a readable file). */
-static uint64_t used_of(const struct gf_gpu *g, int i)
+/* used_of is what slot i's file says its task takes of the GPU (0 without a readable file): its
+ * allocations, and its processes' contexts at ctx each (charge.c, struct gpu). */
+static uint64_t used_of(const struct gf_gpu *g, int i, uint64_t ctx)
 {
+	uint64_t procs;
 	int armed;
-	return gf_file_used(g, i, &armed);
+	uint64_t u = gf_file_used(g, i, &armed, &procs);
+	return gf_add_sat(u, gf_contexts(procs, ctx));
 }
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-/* committed is what every task's guarantee or use, whichever is more, covers. */
-static uint64_t committed(const struct gf_gpu *g, const struct gf_control *c)
+/* committed is what every task's guarantee or use (its processes' contexts at ctx each
+ * included), whichever is more, covers. */
+static uint64_t committed(const struct gf_gpu *g, const struct gf_control *c, uint64_t ctx)
 {
 	uint64_t sum = 0;
 	for (int i = 0; i < GF_TASKS; i++)
 		if (c->tasks[i].state == GF_LIVE)
-			sum += max64(used_of(g, i), c->tasks[i].cap);
+			sum = gf_add_sat(sum, max64(used_of(g, i, ctx), c->tasks[i].cap));
 	return sum;
 }
 
@@ -177,7 +181,7 @@ static void taken(const struct gf_gpu *g, const struct gf_control *c, uint64_t *
 		if (k->state != GF_LIVE)
 			continue;
 		int armed;
-		uint64_t u = gf_file_used(g, i, &armed);
+		uint64_t procs, u = gf_file_used(g, i, &armed, &procs);
 		*now += armed ? max64(u, k->cap) : gf_takes(u, k->cap, k->keep);
 		*guarantees += k->cap;
 	}
@@ -226,6 +230,16 @@ static int find_slot(const struct gf_control *c, const uint8_t *hash)
 	return -1;
 }
 
+/* fits says whether slot i (-1: a new one) may hold guarantee cap beside what every other task
+ * holds, processes' contexts at ctx each (committed), within limit. */
+static int fits(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t cap, uint64_t ctx, uint64_t limit)
+{
+	uint64_t used = i >= 0 ? used_of(g, i, ctx) : 0;
+	uint64_t before = i >= 0 ? max64(used, c->tasks[i].cap) : 0;
+	uint64_t after = max64(used, cap), all = committed(g, c, ctx);
+	return all >= before && all - before + after <= limit && all - before + after >= after;
+}
+
 /* room says whether slot i (-1: a new one) may hold guarantee cap from now: a guarantee never
  * covers memory that borrowers hold, and none is placed or raised while an allocation waits for
  * memory to come free (it would take what the waiter waits for). A new task whose guarantee is
@@ -244,12 +258,10 @@ static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint6
 		taken(g, c, &now, &guarantees);
 		return guarantees <= c->budget && cap <= c->budget - guarantees && now <= c->budget && keep <= c->budget - now;
 	}
-	uint64_t used = i >= 0 ? used_of(g, i) : 0;
-	uint64_t before = i >= 0 ? max64(used, c->tasks[i].cap) : 0;
-	uint64_t after = max64(used, cap);
-	if (after <= before)
-		return 1;
-	return !waiting && committed(g, c) - before + after <= c->budget;
+	uint64_t used = i >= 0 ? used_of(g, i, 0) : 0;
+	if (i >= 0 && max64(used, cap) <= max64(used, c->tasks[i].cap))
+		return 1; /* it covers no more than it holds */
+	return !waiting && fits(g, c, i, cap, 0, c->budget) && fits(g, c, i, cap, c->ctx, gf_add_sat(c->budget, c->spare));
 }
 
 /* publish makes next the control copy, whole or not at all to every reader. */
@@ -259,11 +271,14 @@ static void publish(struct gf_control *c, const struct gf_control *next)
 	gf_test_point("set-tasks");
 	c->budget = next->budget;
 	c->wait_ns = next->wait_ns;
+	c->ctx = next->ctx;
+	c->spare = next->spare;
 	memcpy(c->tasks, next->tasks, sizeof c->tasks);
 	gf_control_end(c);
 }
 
-int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns)
+int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns,
+		 uint64_t ctx, uint64_t spare)
 {
 	int placed = 0, full = 0, noroom = 0;
 	if (n > GF_TASKS)
@@ -278,6 +293,8 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 	int changed[GF_TASKS] = {0};
 	next.budget = budget;
 	next.wait_ns = wait_ns;
+	next.ctx = ctx;
+	next.spare = spare;
 	/* Tasks that ended leave first, so their slots serve the new ones. */
 	for (int i = 0; i < GF_TASKS; i++) {
 		struct gf_control_task *k = &next.tasks[i];

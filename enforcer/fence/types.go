@@ -46,6 +46,9 @@ var (
 // MaxTasks is how many tasks one GPU's table holds.
 const MaxTasks = 64 // GF_TASKS in state.h; a test keeps them equal
 
+// MaxProcs is how many processes of a GPU's tasks the fence counts.
+const MaxProcs = 512 // GF_PROCS in state.h; a test keeps them equal
+
 // Path names GPU uuid for the fence directory dir, as the C side does: its control copy and each
 // task's accounting file are that name in ControlDir(dir) and in AccountDir(dir, token). No file
 // lies at Path itself.
@@ -153,15 +156,23 @@ type Snapshot struct {
 	Recoveries, Underflows, Reaped uint64
 	// Wait is how long an allocation may wait for borrowable memory.
 	Wait time.Duration
+	// Context is what each attached process's CUDA context is taken to hold, and Spare what
+	// the GPU holds past the budget (Table.SetContext).
+	Context, Spare size.Bytes
 }
 
-// Borrowed is what every task holds past its guarantee: memory admission must count as taken.
+// Borrowed is what every task holds past its guarantee, and what its processes' contexts take
+// past their guarantees beyond the spare (the fence's rules count them the same way): memory
+// admission must count as taken.
 func (s Snapshot) Borrowed() size.Bytes {
-	var b size.Bytes
+	var b, contexts size.Bytes
 	for _, t := range s.Tasks {
-		b += t.Borrowed()
+		used := min(t.Used, max(t.Limit, t.Cap))
+		held := max(used, t.Cap)
+		b += held - t.Cap
+		contexts += max(used+s.Context*size.Bytes(min(t.Procs, MaxProcs)), t.Cap) - held
 	}
-	return b
+	return b + max(contexts, s.Spare) - s.Spare
 }
 
 // Waiting says whether an allocation waits for borrowable memory: no new guarantee is placed

@@ -158,7 +158,7 @@ int main(void)
 				printf("ok\n");
 		} else if (!strcmp(cmd, "set")) {
 			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0};
-			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0));
+			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0, 0, 0));
 		} else if (!strcmp(cmd, "snapshot")) {
 			if (gf_snapshot(&ctl, &snap) != 0) {
 				printf("err locked\n");
