@@ -53,7 +53,14 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 		j.Done, j.Final = true, record.OutcomeExhausted
 		return
 	case record.OutcomeOK:
-		if a.l.Probe {
+		if a.l.Probe && a.windowPeak > 0 && r.o.Policy.Cap(a.windowPeak) < at.PeakBytes {
+			// It grew past the cap its window earned on borrowed memory, and finished: its
+			// template keeps the window's footprint, a guarantee beside which its jobs borrow
+			// the rest as this one did (one that then finds none climbs the ladder). Its whole
+			// peak would make a leaker a whole-GPU job: on the H200 that doubled a warm run
+			// (docs/bench/results.md, "Cold start-up, simulated").
+			at.Detail += fmt.Sprintf("; its template keeps the %s its window showed (it reached %s borrowing)", a.windowPeak, at.PeakBytes)
+		} else if a.l.Probe {
 			r.learn(t, at, ledger.ProfileProbe)
 		} else if a.l.Whole && j.Whole {
 			// The re-run alone measured the real footprint; the ledger never lowers a raised one.

@@ -41,6 +41,7 @@ func (r *run) recapProbe(a *active) {
 	capBytes := r.o.Policy.Cap(peak)
 	if a.l.Borrowing {
 		// It ran on what it borrowed and goes on so; its template's other jobs get the cap.
+		a.windowPeak = peak
 		r.s.Recapped(&a.l, a.l.Res, peak)
 		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.Window, a.l.Res.CapBytes)
 		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)

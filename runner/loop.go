@@ -39,6 +39,9 @@ type active struct {
 	exitedAt      time.Time // when the runner saw the process end
 	windowStopped bool
 	stopped       bool
+	// windowPeak: the footprint an in-place probe showed when its window ended while it
+	// borrowed (recapProbe), which its template keeps (settle).
+	windowPeak size.Bytes
 	// unstaged: the job was stopped while staged, for a borrower (sched.Unstage); set by the
 	// main loop before it closes stop.
 	unstaged  bool

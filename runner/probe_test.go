@@ -233,3 +233,44 @@ func TestProbeCap(t *testing.T) {
 		}
 	})
 }
+
+// A probe that borrows past the cap its window earned and finishes leaves its template the
+// window's footprint, not its whole peak: the template's next job gets the window's cap and
+// borrows the rest as the probe did, where the whole peak would have made a growing job a
+// whole-GPU one.
+func TestBorrowingProbeLeavesItsWindowsFootprint(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	leaker := func(name string) queue.Job {
+		return simJob(t, name, "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "30GiB", "--leak-rate", "20GiB")
+	}
+	q := queue.Queue{
+		Jobs: []queue.Job{
+			simJob(t, "n1", "known", "--peak", "4GiB", "--ramp", "50ms", "--hold", "1500ms"),
+			leaker("lk1"), leaker("lk2"),
+		},
+		Templates: map[string]queue.TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
+	}
+	o := testOptions(t, sim, record.ArmPacked)
+	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
+	res := runAll(t, q, o)
+	lk1, lk2 := attemptsOf(res, "lk1"), attemptsOf(res, "lk2")
+	if len(lk1) != 1 || lk1[0].Outcome != record.OutcomeOK || !lk1[0].Probe || lk1[0].PeakBytes < 25*size.GiB {
+		t.Fatalf("lk1: want one probe that borrowed past 25GiB and finished, got %+v", lk1)
+	}
+	if !strings.Contains(lk1[0].Detail, "keeps the") {
+		t.Errorf("lk1's detail %q does not say what its template keeps", lk1[0].Detail)
+	}
+	snap, err := ledger.ReadSnapshot(o.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(snap.Profiles, func(p ledger.Profile) bool { return p.Template == "leak" })
+	if i < 0 || snap.Profiles[i].PeakBytes > 2*size.GiB {
+		t.Fatalf("profiles %+v: want the window's footprint (about 1GiB) for template leak", snap.Profiles)
+	}
+	windowCap := size.Bytes(o.Policy.Units(o.Policy.Cap(snap.Profiles[i].PeakBytes))) * o.Policy.UnitBytes
+	if len(lk2) != 1 || lk2[0].Outcome != record.OutcomeOK || lk2[0].WholeGPU || lk2[0].CapBytes != windowCap {
+		t.Fatalf("lk2: want one attempt under the window's %s cap, borrowing the rest, got %+v", windowCap, lk2)
+	}
+}
