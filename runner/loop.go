@@ -454,7 +454,7 @@ func (r *run) finish(a *active) {
 	switch {
 	case a.unstaged:
 		at.Outcome = record.OutcomeUnstaged
-		at.Detail = "stopped while staged: a borrower waited for memory only staged jobs held; queued again"
+		at.Detail = "stopped while staged: only staged jobs held the GPU, and a borrower or the first staged job waited for their memory; queued again"
 	case a.stopped:
 		at.Outcome = record.OutcomeCanceled
 	case a.windowStopped:

@@ -16,8 +16,8 @@ import (
 // benchmark's jobs on the H200, docs/bench/results.md) beside the jobs whose memory it waits
 // for, and its first allocation past that waits in the fence until the scheduler grants its
 // guarantee under the ordinary rule (Grants). Nobody lends it anything and nobody is stopped
-// for it: where a borrower's wait is blocked by staged jobs alone, the newest of them is
-// stopped instead and queued again (Unstage). Isolated GPUs with the fence only, and not where
+// for it: where a borrower's wait, or the grant of the first staged job, is blocked by staged
+// jobs alone, the newest of them is stopped instead and queued again (Unstage). Isolated GPUs with the fence only, and not where
 // guarantees are lent (lend places jobs on borrowed memory already).
 
 // StageBytes is what a staged job holds until its grant: its CUDA context and first small
@@ -119,10 +119,10 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 			continue
 		}
 		waiters := s.node.Waiters(g) // the fence's table, read once a GPU a round
-		if s.noStage[g] && len(waiters) == 0 {
-			delete(s.noStage, g) // the borrower it made way for is served
+		if s.noStage[g] && len(waiters) == 0 && !s.stalled[g] {
+			delete(s.noStage, g) // the borrower, or the staged job, it made way for is served
 		}
-		if staged == 0 || !s.stagedBlock(g, waiters) {
+		if staged == 0 || !(s.stagedBlock(g, waiters) || s.headBlocked(g)) {
 			delete(s.blocked, g)
 			continue
 		}
@@ -140,13 +140,34 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 				s.unstaging[j] = true
 				s.blocked[g] = now
 				s.noStage[g] = true // nothing is staged there again until the borrower is served
-				s.log.Info("stopping a staged job: a borrower's wait is blocked by staged jobs alone", "job", j.Name, "gpu", g)
+				s.log.Info("stopping a staged job: a borrower's wait or the first staged job's grant is blocked by staged jobs alone", "job", j.Name, "gpu", g)
 				out = append(out, j)
 				break
 			}
 		}
 	}
 	return out
+}
+
+// headBlocked says whether GPU g's first staged job in queue order was refused its grant this
+// round (Grants) while every task there is staged: no job ends to make the room, so without a
+// stop the staged jobs behind it, which it keeps from their grants, wait for ever. A promise of
+// nearly the whole budget does not fit beside the others' units (the simulator's cold run,
+// 2026-12-05: a leaker re-run for 134 GiB of 138 beside four staged jobs stalled the run 150 s).
+func (s *Sched) headBlocked(g string) bool {
+	if !s.stalled[g] {
+		return false
+	}
+	st, err := s.led.State(g)
+	if err != nil {
+		return false
+	}
+	for _, r := range st.Reservations {
+		if r.StagedFor == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // stagedBlock says whether GPU g, whose fence names waiters as its waiting allocations' tokens,

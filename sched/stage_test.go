@@ -149,3 +149,70 @@ func TestSchedAdmitsNothingPastAStagedJob(t *testing.T) {
 		t.Fatalf("admitted %v past the staged d", n)
 	}
 }
+
+// Where the first staged job's promise cannot fit beside the other staged jobs' units and only
+// staged jobs are left on the GPU, the newest staged job is stopped (one a second) until it
+// fits: nothing else ends to make the room, and the jobs it stalls would wait for ever.
+func TestSchedUnstagesForAStalledHead(t *testing.T) {
+	big := &Job{Job: queue.Job{Name: "big", Template: "big"}}
+	s, led, _ := borrowSched(t, &nodetest.Fence{}, append(append(known("a", "b", "c"), big), known("d", "e")...)...)
+	s.peaks["big"] = 65 * size.GiB // a 77 GiB cap of the 78 GiB budget
+	s.stageMax = 3
+	got := s.Next()
+	if n, st := fmt.Sprint(names(got)), fmt.Sprint(stagedNames(got)); n != "[a b c big d e]" || st != "[big d e]" {
+		t.Fatalf("admitted %s, staged %s; want [a b c big d e], [big d e]", n, st)
+	}
+	byName := map[string]*Launch{}
+	for i := range got {
+		byName[got[i].Job.Name] = &got[i]
+	}
+	end := func(name string) {
+		t.Helper()
+		l := byName[name]
+		if err := led.Release(l.Res.Token, "done"); err != nil {
+			t.Fatal(err)
+		}
+		s.Finished(l)
+	}
+	t0 := time.Date(2026, 12, 5, 8, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	// a, b and c run: they will end and free memory, so nothing is stopped.
+	if g := s.Grants(); len(g) != 0 {
+		t.Fatalf("granted %+v beside a, b and c", g)
+	}
+	if u := s.Unstage(at(0)); len(u) != 0 {
+		t.Fatalf("unstaged %d while a, b and c run", len(u))
+	}
+	if u := s.Unstage(at(2000)); len(u) != 0 {
+		t.Fatalf("unstaged %d while a, b and c run", len(u))
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		end(n)
+		byName[n].Job.Done = true
+	}
+	// Only staged jobs are left: big's 77 GiB does not fit beside d's and e's units.
+	for _, step := range []struct {
+		ms   int
+		want string
+	}{{3000, "[]"}, {3500, "[]"}, {4000, "[e]"}} {
+		if g := s.Grants(); len(g) != 0 {
+			t.Fatalf("at %d ms granted %+v", step.ms, g)
+		}
+		var n []string
+		for _, j := range s.Unstage(at(step.ms)) {
+			n = append(n, j.Name)
+		}
+		if fmt.Sprint(n) != step.want && !(step.want == "[]" && n == nil) {
+			t.Fatalf("at %d ms unstaged %v, want %s", step.ms, n, step.want)
+		}
+	}
+	end("e")
+	s.Unstaged(byName["e"].Job)
+	g := s.Grants()
+	if len(g) != 1 || g[0].Job != big || g[0].Res.CapBytes != 77*size.GiB {
+		t.Fatalf("grants once e stopped: %+v, want big at 77GiB", g)
+	}
+	if u := s.Unstage(at(6000)); len(u) != 0 {
+		t.Fatalf("unstaged %d once big was granted", len(u))
+	}
+}

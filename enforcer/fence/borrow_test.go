@@ -130,13 +130,13 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 			t.Fatal(err)
 		}
 		a, b := attach(t, dir, tokA), attach(t, dir, tokB)
-		if a.Charge(2*size.GiB) != fence.Charged || b.Charge(2*size.GiB) != fence.Charged {
-			t.Fatal("the budget's halves")
+		if a.Charge(1536*size.MiB) != fence.Charged || b.Charge(2560*size.MiB) != fence.Charged {
+			t.Fatal("the budget, B borrowing the more")
 		}
-		got := make(chan fence.Result, 1)
-		go func() { got <- a.Charge(size.GiB) }()
+		got := charging(a, size.GiB)
 		waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
-		// B's wait could only be served by A, who waits for B: B fails inside itself at once.
+		// B's wait could only be served by A, who waits for B, and B has borrowed the more:
+		// B fails inside itself at once.
 		if r := b.Charge(size.GiB); r != fence.Refused {
 			t.Fatalf("B waiting on A waiting on B: %v, want Refused", r)
 		}
@@ -144,9 +144,38 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 			t.Fatalf("B waited: %+v", u)
 		}
 		refusedFor(t, b, "every other task holding memory waits itself", 0)
-		b.Uncharge(2 * size.GiB) // B's process fails and frees what it borrowed
+		b.Uncharge(2560 * size.MiB) // B's process fails and frees what it borrowed
 		if r := <-got; r != fence.Charged {
 			t.Fatalf("A after B freed its borrowing: %v", r)
+		}
+	})
+	t.Run("the larger borrower loses the tie", func(t *testing.T) {
+		dir, tb := table(t, 4*size.GiB)
+		tb.SetWait(time.Minute)
+		if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: size.GiB, Limit: 4 * size.GiB}}, 4*size.GiB); err != nil {
+			t.Fatal(err)
+		}
+		a, b := attach(t, dir, tokA), attach(t, dir, tokB)
+		if a.Charge(2560*size.MiB) != fence.Charged || b.Charge(1536*size.MiB) != fence.Charged {
+			t.Fatal("the budget, A borrowing the more")
+		}
+		gotA := charging(a, size.GiB)
+		waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
+		// B asks second, but A has borrowed the more: A fails, and B waits for what it frees,
+		// where before whoever asked into the tie failed (a loading job as often as a leaker).
+		gotB := charging(b, 512*size.MiB)
+		if r := <-gotA; r != fence.Refused {
+			t.Fatalf("A, the larger borrower in the tie: %v, want Refused", r)
+		}
+		refusedFor(t, a, "every other task holding memory waits itself", 0)
+		select {
+		case r := <-gotB:
+			t.Fatalf("B's charge returned %v before A freed anything", r)
+		default:
+		}
+		a.Uncharge(2560 * size.MiB) // A's process fails and frees what it borrowed
+		if r := <-gotB; r != fence.Charged {
+			t.Fatalf("B after A freed its borrowing: %v", r)
 		}
 	})
 	t.Run("the wait is bounded", func(t *testing.T) {

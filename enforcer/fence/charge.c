@@ -217,15 +217,20 @@ static int judge(const struct gf_task *v, const struct gpu *g, int me, uint64_t 
 	return want <= all && slack <= all - want ? YIELD : NO_ROOM;
 }
 
-/* can_wait says whether waiting may let task slot me reach want: some other task that is not
- * waiting itself holds memory (it ends, or frees, and nothing new is placed meanwhile), and what
- * the waiting tasks hold leaves room for want. Borrowers waiting on each other, or a want that
- * only an empty GPU could hold, fail at once instead: the task is re-run with more room. */
-static int can_wait(const struct gf_task *v, const struct gpu *g, int me, uint64_t want)
+/* can_wait says whether waiting may let task slot me (which held mine before it asked) reach
+ * want: some other task that is not waiting itself holds memory (it ends, or frees, and nothing
+ * new is placed meanwhile), and what the waiting tasks hold leaves room for want. Where every
+ * task that holds memory waits (a tie), the one that has borrowed the most (the lower slot
+ * between equals) fails at once and the others wait for what it frees: in a cold run every job
+ * borrows past a 2 GiB guarantee, and a leaker growing while they load left ties the first
+ * waiter to look lost, a loading job as often as the leaker (the simulator, 2026-12-05). A want
+ * that only an emptier GPU could hold fails at once too: the task is re-run with more room. */
+static int can_wait(const struct gf_task *v, const struct gpu *g, int me, uint64_t mine, uint64_t want)
 {
 	uint64_t stuck = 0, whole = 0, gpu = gf_add_sat(g->budget, g->spare);
 	uint64_t all = gf_add_sat(want, contexts(&v[me], g->ctx));
-	int movers = 0;
+	uint64_t most = mine > v[me].cap ? mine - v[me].cap : 0;
+	int movers = 0, victim = me;
 	for (int i = 0; i < GF_TASKS; i++) {
 		const struct gf_task *k = &v[i];
 		if (i == me || k->state != GF_LIVE || gf_held(k) == 0)
@@ -233,11 +238,23 @@ static int can_wait(const struct gf_task *v, const struct gpu *g, int me, uint64
 		if (k->nwait > 0) {
 			stuck = gf_add_sat(stuck, gf_held(k));
 			whole = gf_add_sat(whole, held_whole(k, g->ctx));
+			/* only a borrower loses a tie: an owner's wait ends in a reclaim */
+			if (borrowed(k) > most || (borrowed(k) == most && most > 0 && i < victim)) {
+				most = borrowed(k);
+				victim = i;
+			}
 		} else {
 			movers++;
 		}
 	}
-	return movers > 0 && stuck <= g->budget && want <= g->budget - stuck && whole <= gpu && all <= gpu - whole;
+	if (movers == 0 && victim == me)
+		return 0;
+	if (movers == 0) {
+		/* What the tie's loser holds comes free. */
+		stuck -= gf_held(&v[victim]);
+		whole -= held_whole(&v[victim], g->ctx);
+	}
+	return stuck <= g->budget && want <= g->budget - stuck && whole <= gpu && all <= gpu - whole;
 }
 
 /* borrow_lock takes the borrowers' flock on the control copy's read-only descriptor, waiting
@@ -505,7 +522,7 @@ int gf_charge(struct gf_map *m, uint64_t n)
 			note_at = now + (deadline - now < 4 * GF_WAIT_NOTE_NS ? (deadline - now) / 4 : GF_WAIT_NOTE_NS);
 		}
 		int hopeless = verdict == NO_ROOM && !at_once && now != 0 && now < deadline &&
-			       !can_wait(view, &g, m->task, want);
+			       !can_wait(view, &g, m->task, want - n, want);
 		if (at_once || now == 0 || now >= deadline || hopeless) {
 			if (!reaped && !at_once) {
 				/* Before a refusal, once: the dead may hold the room (an exited process's bytes
