@@ -37,6 +37,22 @@ func attach(t *testing.T, dir, token string) *fence.Client {
 	return c
 }
 
+// twoBorrowers is a 4 GiB budget, full, of A and B, each on a 1 GiB guarantee with the whole
+// budget for a limit, holding aUse and bUse; borrowers wait up to a minute.
+func twoBorrowers(t *testing.T, aUse, bUse size.Bytes) (*fence.Table, *fence.Client, *fence.Client) {
+	t.Helper()
+	dir, tb := table(t, 4*size.GiB)
+	tb.SetWait(time.Minute)
+	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: size.GiB, Limit: 4 * size.GiB}}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	a, b := attach(t, dir, tokA), attach(t, dir, tokB)
+	if a.Charge(aUse) != fence.Charged || b.Charge(bUse) != fence.Charged {
+		t.Fatal("filling the budget")
+	}
+	return tb, a, b
+}
+
 // refusedFor checks the reason the client's last refusal gives (the preload library prints it
 // to the task's log): the words that name the cause, and a wait at least min long.
 func refusedFor(t *testing.T, c *fence.Client, cause string, minWait time.Duration) {
@@ -124,15 +140,7 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 		refusedFor(t, a, "waiting cannot help", 0)
 	})
 	t.Run("borrowers waiting on each other", func(t *testing.T) {
-		dir, tb := table(t, 4*size.GiB)
-		tb.SetWait(time.Minute)
-		if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: size.GiB, Limit: 4 * size.GiB}}, 4*size.GiB); err != nil {
-			t.Fatal(err)
-		}
-		a, b := attach(t, dir, tokA), attach(t, dir, tokB)
-		if a.Charge(1536*size.MiB) != fence.Charged || b.Charge(2560*size.MiB) != fence.Charged {
-			t.Fatal("the budget, B borrowing the more")
-		}
+		tb, a, b := twoBorrowers(t, 1536*size.MiB, 2560*size.MiB) // B borrowing the more
 		got := charging(a, size.GiB)
 		waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
 		// B's wait could only be served by A, who waits for B, and B has borrowed the more:
@@ -144,21 +152,10 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 			t.Fatalf("B waited: %+v", u)
 		}
 		refusedFor(t, b, "every other task holding memory waits itself", 0)
-		b.Uncharge(2560 * size.MiB) // B's process fails and frees what it borrowed
-		if r := <-got; r != fence.Charged {
-			t.Fatalf("A after B freed its borrowing: %v", r)
-		}
+		servedOnceFreed(t, b, 2560*size.MiB, got, "A after B freed its borrowing") // B's process fails
 	})
 	t.Run("the larger borrower loses the tie", func(t *testing.T) {
-		dir, tb := table(t, 4*size.GiB)
-		tb.SetWait(time.Minute)
-		if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: size.GiB, Limit: 4 * size.GiB}}, 4*size.GiB); err != nil {
-			t.Fatal(err)
-		}
-		a, b := attach(t, dir, tokA), attach(t, dir, tokB)
-		if a.Charge(2560*size.MiB) != fence.Charged || b.Charge(1536*size.MiB) != fence.Charged {
-			t.Fatal("the budget, A borrowing the more")
-		}
+		tb, a, b := twoBorrowers(t, 2560*size.MiB, 1536*size.MiB) // A borrowing the more
 		gotA := charging(a, size.GiB)
 		waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
 		// B asks second, but A has borrowed the more: A fails, and B waits for what it frees,
@@ -168,15 +165,10 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 			t.Fatalf("A, the larger borrower in the tie: %v, want Refused", r)
 		}
 		refusedFor(t, a, "every other task holding memory waits itself", 0)
-		select {
-		case r := <-gotB:
-			t.Fatalf("B's charge returned %v before A freed anything", r)
-		default:
+		if len(gotB) != 0 {
+			t.Fatalf("B's charge returned %v before A freed anything", <-gotB)
 		}
-		a.Uncharge(2560 * size.MiB) // A's process fails and frees what it borrowed
-		if r := <-gotB; r != fence.Charged {
-			t.Fatalf("B after A freed its borrowing: %v", r)
-		}
+		servedOnceFreed(t, a, 2560*size.MiB, gotB, "B after A freed its borrowing") // A's process fails
 	})
 	t.Run("the wait is bounded", func(t *testing.T) {
 		tb, a, b := waitingTable(t, 50*time.Millisecond)
