@@ -15,10 +15,11 @@ import (
 // reservation (StageBytes), does its CPU start-up (imports, reading its model: 8-14 s of the
 // benchmark's jobs on the H200, docs/bench/results.md) beside the jobs whose memory it waits
 // for, and its first allocation past that waits in the fence until the scheduler grants its
-// guarantee under the ordinary rule (Grants). Nobody lends it anything and nobody is stopped
-// for it: where a borrower's wait, or the grant of the first staged job, is blocked by staged
-// jobs alone, the newest of them is stopped instead and queued again (Unstage). Isolated GPUs with the fence only, and not where
-// guarantees are lent (lend places jobs on borrowed memory already).
+// guarantee under the ordinary rule (Grants). Nobody lends it anything and no running job is
+// stopped for it: where a borrower's wait, or the grant of the first staged job, is blocked by
+// staged jobs alone, the newest of them is stopped instead and queued again (Unstage).
+// Isolated GPUs with the fence only, and not where guarantees are lent (lend places jobs on
+// borrowed memory already).
 
 // StageBytes is what a staged job holds until its grant: its CUDA context and first small
 // blocks (the fence's DefaultLendKeep, the watchdog's per-process allowance), rounded up to
