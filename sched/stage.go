@@ -107,10 +107,10 @@ func (s *Sched) Grants() []Granted {
 	return out
 }
 
-// Unstage names the staged jobs to stop now: on a GPU where an allocation waits for memory and
-// every task that holds memory there is staged or waits itself, nothing but the staged jobs'
-// small reservations can come free, so the newest of them goes (one a second), and is queued
-// again as it was.
+// Unstage names the staged jobs to stop now: on a GPU where an allocation, or the first staged
+// job's grant, waits for memory and every task that holds memory there is staged or waits
+// itself (stagedBlock), nothing but the staged jobs' small reservations can come free, so the
+// newest of them goes (one a second), and is queued again as it was.
 func (s *Sched) Unstage(now time.Time) []*Job {
 	var out []*Job
 	for _, g := range s.gpus {
@@ -123,7 +123,7 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 		if s.noStage[g] && len(waiters) == 0 && !s.stalled[g] {
 			delete(s.noStage, g) // the borrower, or the staged job, it made way for is served
 		}
-		if staged == 0 || !(s.stagedBlock(g, waiters) || s.headBlocked(g)) {
+		if staged == 0 || !s.stagedBlock(g, waiters) {
 			delete(s.blocked, g)
 			continue
 		}
@@ -150,31 +150,15 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 	return out
 }
 
-// headBlocked says whether GPU g's first staged job in queue order was refused its grant this
-// round (Grants) while every task there is staged: no job ends to make the room, so without a
-// stop the staged jobs behind it, which it keeps from their grants, wait for ever. A promise of
-// nearly the whole budget does not fit beside the others' units (the simulator's cold run,
-// 2026-12-05: a leaker re-run for 134 GiB of 138 beside four staged jobs stalled the run 150 s).
-func (s *Sched) headBlocked(g string) bool {
-	if !s.stalled[g] {
-		return false
-	}
-	st, err := s.led.State(g)
-	if err != nil {
-		return false
-	}
-	for _, r := range st.Reservations {
-		if r.StagedFor == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// stagedBlock says whether GPU g, whose fence names waiters as its waiting allocations' tokens,
-// has a waiting allocation and no task that could free memory but staged ones.
+// stagedBlock says whether staged jobs alone stand in the way on GPU g: something waits for
+// memory (an allocation, whose tokens the fence names as waiters, or the first staged job in
+// queue order, refused its grant this round by Grants) and no task there that could free memory
+// is left but staged ones and the waiters. No job ends to make the room, so without a stop the
+// wait lasts for ever: a promise of nearly the whole budget does not fit beside the other staged
+// jobs' units (the simulator's cold run, 2026-12-05: a leaker re-run for 134 GiB of 138 beside
+// four staged jobs stalled the run 150 s).
 func (s *Sched) stagedBlock(g string, waiters []string) bool {
-	if len(waiters) == 0 {
+	if len(waiters) == 0 && !s.stalled[g] {
 		return false
 	}
 	st, err := s.led.State(g)
