@@ -144,27 +144,31 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	return 0;
 }
 
-/* used_of is what slot i's file says its task takes of the GPU (0 without a readable file): its
- * allocations, and its processes' contexts at ctx each (charge.c, struct gpu). */
-static uint64_t used_of(const struct gf_gpu *g, int i, uint64_t ctx)
+/* used_of reads what slot i's file says its task takes of the GPU (0 without a readable file):
+ * its allocations (*alloc), and with its processes' contexts at c's context each (*whole;
+ * charge.c, struct gpu). */
+static void used_of(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t *alloc, uint64_t *whole)
 {
 	uint64_t procs;
 	int armed;
-	uint64_t u = gf_file_used(g, i, &armed, &procs);
-	return gf_add_sat(u, gf_contexts(procs, ctx));
+	*alloc = gf_file_used(g, i, &armed, &procs);
+	*whole = gf_add_sat(*alloc, gf_contexts(procs, c->ctx));
 }
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-/* committed is what every task's guarantee or use (its processes' contexts at ctx each
- * included), whichever is more, covers. */
-static uint64_t committed(const struct gf_gpu *g, const struct gf_control *c, uint64_t ctx)
+/* committed sums what every task's guarantee or use, whichever is more, covers: by its
+ * allocations (*alloc) and with its processes' contexts (*whole), one read of each file. */
+static void committed(const struct gf_gpu *g, const struct gf_control *c, uint64_t *alloc, uint64_t *whole)
 {
-	uint64_t sum = 0;
+	*alloc = *whole = 0;
 	for (int i = 0; i < GF_TASKS; i++)
-		if (c->tasks[i].state == GF_LIVE)
-			sum = gf_add_sat(sum, max64(used_of(g, i, ctx), c->tasks[i].cap));
-	return sum;
+		if (c->tasks[i].state == GF_LIVE) {
+			uint64_t a, w;
+			used_of(g, c, i, &a, &w);
+			*alloc = gf_add_sat(*alloc, max64(a, c->tasks[i].cap));
+			*whole = gf_add_sat(*whole, max64(w, c->tasks[i].cap));
+		}
 }
 
 /* taken is what the tasks take of the GPU now, where guarantees are lent: an armed task (its use
@@ -230,13 +234,10 @@ static int find_slot(const struct gf_control *c, const uint8_t *hash)
 	return -1;
 }
 
-/* fits says whether slot i (-1: a new one) may hold guarantee cap beside what every other task
- * holds, processes' contexts at ctx each (committed), within limit. */
-static int fits(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t cap, uint64_t ctx, uint64_t limit)
+/* fits says whether a sum of what the tasks hold (all) stays within limit when one task's part of
+ * it goes from before to after. */
+static int fits(uint64_t all, uint64_t before, uint64_t after, uint64_t limit)
 {
-	uint64_t used = i >= 0 ? used_of(g, i, ctx) : 0;
-	uint64_t before = i >= 0 ? max64(used, c->tasks[i].cap) : 0;
-	uint64_t after = max64(used, cap), all = committed(g, c, ctx);
 	return all >= before && all - before + after <= limit && all - before + after >= after;
 }
 
@@ -258,10 +259,18 @@ static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint6
 		taken(g, c, &now, &guarantees);
 		return guarantees <= c->budget && cap <= c->budget - guarantees && now <= c->budget && keep <= c->budget - now;
 	}
-	uint64_t used = i >= 0 ? used_of(g, i, 0) : 0;
-	if (i >= 0 && max64(used, cap) <= max64(used, c->tasks[i].cap))
+	uint64_t used = 0, whole = 0, old = i >= 0 ? c->tasks[i].cap : 0;
+	if (i >= 0)
+		used_of(g, c, i, &used, &whole);
+	if (i >= 0 && max64(used, cap) <= max64(used, old))
 		return 1; /* it covers no more than it holds */
-	return !waiting && fits(g, c, i, cap, 0, c->budget) && fits(g, c, i, cap, c->ctx, gf_add_sat(c->budget, c->spare));
+	if (waiting)
+		return 0;
+	/* A new task's part is nothing before; its contexts are inside its guarantee. */
+	uint64_t all_alloc, all_whole;
+	committed(g, c, &all_alloc, &all_whole);
+	return fits(all_alloc, i >= 0 ? max64(used, old) : 0, max64(used, cap), c->budget) &&
+	       fits(all_whole, i >= 0 ? max64(whole, old) : 0, max64(whole, cap), gf_add_sat(c->budget, c->spare));
 }
 
 /* publish makes next the control copy, whole or not at all to every reader. */
