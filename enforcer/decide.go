@@ -387,7 +387,7 @@ func (p *pass) check(r ledger.Reservation, ps []seenProc) {
 	if tr == nil {
 		// The pinned limit is the cap, or for a borrower under MPS what it may borrow up to (its
 		// cap is the fence's): near that, a task that leaves most likely failed at it.
-		if pinned := max(r.CapBytes, r.LimitBytes); o.mode == policy.ModeMPS && float64(used) >= nearFraction*float64(pinned) {
+		if pinned := r.Limit(); o.mode == policy.ModeMPS && float64(used) >= nearFraction*float64(pinned) {
 			n := m.near[r.Token]
 			if n == nil {
 				n = &nearCap{gpu: o.gpu, task: r.Task, mode: o.mode, capBytes: pinned, since: o.now}

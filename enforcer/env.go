@@ -94,7 +94,7 @@ func TaskEnv(r ledger.Reservation, g ledger.GPUState, o EnvOptions) map[string]s
 			env[EnvMPSLogDir] = o.MPSLogDir
 		}
 		// A borrower's pinned limit is what it may borrow up to: the fence holds its cap.
-		env[EnvMPSMemLimit] = MPSLimit(g.UUID, max(r.CapBytes, r.LimitBytes))
+		env[EnvMPSMemLimit] = MPSLimit(g.UUID, r.Limit())
 	}
 	return env
 }

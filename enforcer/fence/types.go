@@ -167,10 +167,9 @@ type Snapshot struct {
 func (s Snapshot) Borrowed() size.Bytes {
 	var b, contexts size.Bytes
 	for _, t := range s.Tasks {
-		used := min(t.Used, max(t.Limit, t.Cap))
-		held := max(used, t.Cap)
-		b += held - t.Cap
-		contexts += max(used+s.Context*size.Bytes(min(t.Procs, MaxProcs)), t.Cap) - held
+		used := min(t.Used, t.Cap) + t.Borrowed() // its use as the fence believes it
+		b += t.Borrowed()
+		contexts += max(used+s.Context*size.Bytes(min(t.Procs, MaxProcs)), t.Cap) - max(used, t.Cap)
 	}
 	return b + max(contexts, s.Spare) - s.Spare
 }
