@@ -259,11 +259,9 @@ func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, e
 		st = cur
 	}
 	tasks := make([]fence.Task, 0, len(st.Reservations))
-	// What the GPU holds past the budget: the headroom, where contexts no guarantee covers go.
-	var spare size.Bytes
-	if st.TotalBytes > st.UnmanagedBytes+st.BudgetBytes {
-		spare = st.TotalBytes - st.UnmanagedBytes - st.BudgetBytes
-	}
+	// What the GPU holds past the budget is its headroom, where contexts no guarantee covers go
+	// (a budget floored at nothing borrows nothing, whatever the spare).
+	spare := st.HeadroomBytes
 	var sig strings.Builder
 	fmt.Fprintf(&sig, "%d/%d/%d", st.BudgetBytes, f.cfg.Context, spare)
 	for _, r := range st.Reservations {
