@@ -3,7 +3,6 @@ package node
 import (
 	"cmp"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
@@ -93,27 +92,27 @@ func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Durati
 	case mode == policy.ModeMPS && asked == BorrowLend:
 		return off("mps mode: lend stops borrowers, and a stop under MPS can fault their neighbours")
 	}
-	b := onRule(asked, wait)
-	if mode == policy.ModeMPS {
-		// The same rule, with the fence holding each cap where a pinned limit held it.
-		b.MPS = true
-		b.Note = strings.Replace(b.Note, "borrowing: on", "borrowing: on under mps, asked for, not yet measured on a GPU", 1) +
-			"; each client's pinned limit is the GPU's budget, and the fence holds its cap"
+	if mode != policy.ModeMPS {
+		return onRule(asked, wait, "borrowing: on")
 	}
+	// The same rule, with the fence holding each cap where a pinned limit held it.
+	b := onRule(asked, wait, "borrowing: on under mps, asked for, not yet measured on a GPU")
+	b.MPS = true
+	b.Note += "; each client's pinned limit is the GPU's budget, and the fence holds its cap"
 	return b
 }
 
-// onRule is the Borrowing of a rule that borrows (wait, now or lend), with its note.
-func onRule(rule string, wait time.Duration) Borrowing {
+// onRule is the Borrowing of a rule that borrows (wait, now or lend), with its note after on.
+func onRule(rule string, wait time.Duration, on string) Borrowing {
 	if rule == BorrowNow {
-		return Borrowing{Rule: rule, Note: "borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
+		return Borrowing{Rule: rule, Note: on + " (a job may use memory no other job's guarantee covers, up to the GPU's budget; an allocation that finds none free fails inside the job)"}
 	}
 	wait = cmp.Or(max(wait, 0), DefaultBorrowWait)
 	if rule == BorrowLend {
-		return Borrowing{Rule: rule, Wait: wait, Note: fmt.Sprintf("borrowing: on, lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
+		return Borrowing{Rule: rule, Wait: wait, Note: fmt.Sprintf(on+", lending (a job may use memory no started job's guarantee covers, up to the GPU's budget, "+
 			"and a starting job's guarantee but for what it uses and %s, until its use passes that; an allocation of the job that finds its guarantee held waits up to %s for the borrowers to end, then they give it back; "+
 			"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", enforcer.DefaultLendKeep, enforcer.DefaultLendGrace, wait)}
 	}
-	return Borrowing{Rule: rule, Wait: wait, Note: fmt.Sprintf("borrowing: on (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
+	return Borrowing{Rule: rule, Wait: wait, Note: fmt.Sprintf(on+" (a job may use memory no other job's guarantee covers, up to the GPU's budget; "+
 		"an allocation that finds none free waits up to %s while nothing new starts on its GPU)", wait)}
 }
