@@ -40,9 +40,9 @@ type FenceConfig struct {
 	// LendGrace is how long that task's allocation waits quietly before the reclaim: a borrower
 	// that ends within it keeps its run (fence.Task.Grace). 0 = reclaim at once.
 	LendGrace time.Duration
-	// Context is what a borrower leaves free for each process whose task's guarantee does not
-	// cover its CUDA context (fence.Table.SetContext); New sets the watchdog's allowance, the
-	// same per-process memory no fenced call shows.
+	// Context is what a borrower leaves free for each process's CUDA context on top of its
+	// task's guarantee (fence.Table.SetContext); New sets the watchdog's allowance, the same
+	// per-process memory no fenced call shows.
 	Context size.Bytes
 }
 

@@ -50,22 +50,22 @@ static uint64_t in_use(const struct gf_task *k) { return gf_takes(k->used, k->ca
 static uint64_t contexts(const struct gf_task *k, uint64_t ctx) { return gf_contexts(k->procs, ctx); }
 
 /* The GPU's figures the rules read, from the control copy: the budget, what a process's context
- * is taken to hold, and what the GPU holds past the budget (its headroom). The allocations must
- * fit the budget; with the contexts no guarantee covers they must fit budget and spare. Without
- * the second rule a cold run's probes, each on a 2 GiB guarantee, left six contexts (3 GiB) to
- * a 2 GiB headroom in the simulator, and the leaker borrowing up to the budget met the GPU's
- * end instead of a wait. */
+ * is taken to hold, and what the GPU holds past the budget (its headroom). A borrow must leave
+ * the allocations within the budget, and every task's contexts on top of what it may hold
+ * (held_whole) within budget and spare. Without the second rule a cold run's probes, each on a
+ * 2 GiB guarantee, left six contexts (3 GiB) to a 2 GiB headroom in the simulator, and the
+ * leaker borrowing up to the budget met the GPU's end instead of a wait. */
 struct gpu {
 	uint64_t budget, ctx, spare;
 };
 
-/* held_whole is what task k holds of the GPU where its guarantee is its own: the guarantee, or
- * its allocations and its contexts (at ctx each) where they are more. With ctx 0 it is gf_held. */
-static uint64_t held_whole(const struct gf_task *k, uint64_t ctx)
-{
-	uint64_t all = gf_add_sat(k->used, contexts(k, ctx));
-	return all > k->cap ? all : k->cap;
-}
+/* held_whole is what task k may come to hold of the GPU with its contexts at ctx each
+ * (gf_whole). With ctx 0 it is gf_held. An owner's contexts count on top of its whole guarantee
+ * even while its allocations leave room for them inside it: they may fill it. Counted only where
+ * they stuck out, a borrower took the room an owner's context needed once the owner's
+ * allocations grew within its guarantee, and in the simulator an innocent probe met the GPU's
+ * end with 1.78 of its 2 GiB guarantee allocated (docs/bench/results.md). */
+static uint64_t held_whole(const struct gf_task *k, uint64_t ctx) { return gf_whole(k->used, k->cap, k->procs, ctx); }
 
 /* lent_held is what task k keeps from borrowers: its guarantee, or its use where that is more.
  * A task that lends (keep below its guarantee) keeps only what it takes now (in_use; the keep

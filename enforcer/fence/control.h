@@ -30,8 +30,9 @@ struct gf_control {
 	uint64_t budget;
 	uint64_t wait_ns;
 	/* What a process's CUDA context takes of the GPU, which no fenced call shows, and what the
-	 * GPU holds past the budget (its headroom): the contexts no guarantee covers must fit the
-	 * two together with everything else, as the allocations must fit the budget (charge.c). */
+	 * GPU holds past the budget (its headroom): a borrow leaves every process's context, on top
+	 * of what its task may hold, within the two together, as it leaves the allocations within
+	 * the budget (charge.c). */
 	uint64_t ctx;
 	uint64_t spare;
 	uint64_t recoveries; /* writes an enforcer died in the middle of, made whole by the next */

@@ -124,9 +124,9 @@ func (t *Table) SetWait(d time.Duration) {
 
 // SetContext makes ctx what each process's CUDA context is taken to hold (no fenced call shows
 // it), and spare what the GPU holds past the budget (its headroom), from the next SetTasks:
-// beside the budget rule, the contexts no guarantee covers must fit budget + spare with every
-// task's allocations and guarantees, for a borrow and a new guarantee alike. A ctx of 0 (the
-// default) counts none.
+// beside the budget rule, a borrow leaves every process's context, on top of its task's
+// guarantee or use, within budget + spare, and while anyone borrows a new guarantee fits the
+// same sum (Snapshot.Borrowed). A ctx of 0 (the default) counts none.
 func (t *Table) SetContext(ctx, spare size.Bytes) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

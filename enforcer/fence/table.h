@@ -22,6 +22,16 @@ static inline uint64_t gf_contexts(uint64_t procs, uint64_t ctx)
 	return ctx > UINT64_MAX / GF_PROCS ? UINT64_MAX : n * ctx;
 }
 
+/* gf_whole is what a task with guarantee cap, using used through procs processes, may come to
+ * hold of the GPU with its contexts at ctx each: its guarantee or its use, whichever is more
+ * (its allocations may always reach its guarantee), and a context on top for each process, or
+ * for the one it will have where it has none yet. Every cap the fence holds is one of
+ * allocations; the contexts lie past it (the watchdog allows for them the same way). */
+static inline uint64_t gf_whole(uint64_t used, uint64_t cap, uint64_t procs, uint64_t ctx)
+{
+	return gf_add_sat(used > cap ? used : cap, gf_contexts(procs > 0 ? procs : 1, ctx));
+}
+
 /* gf_takes is what a task that uses used, with guarantee cap and keep, takes of the GPU now: its
  * allocations and the contexts its keep covers, at most what it holds (gf_held). */
 static inline uint64_t gf_takes(uint64_t used, uint64_t cap, uint64_t keep)

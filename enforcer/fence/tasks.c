@@ -144,30 +144,30 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	return 0;
 }
 
-/* used_of reads what slot i's file says its task takes of the GPU (0 without a readable file):
- * its allocations (*alloc), and with its processes' contexts at c's context each (*whole;
- * charge.c, struct gpu). */
-static void used_of(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t *alloc, uint64_t *whole)
+/* used_of reads what slot i's file says its task allocates (0 without a readable file), and
+ * through how many processes (*procs). */
+static uint64_t used_of(const struct gf_gpu *g, int i, uint64_t *procs)
 {
-	uint64_t procs;
 	int armed;
-	*alloc = gf_file_used(g, i, &armed, &procs);
-	*whole = gf_add_sat(*alloc, gf_contexts(procs, c->ctx));
+	return gf_file_used(g, i, &armed, procs);
 }
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-/* committed sums what every task's guarantee or use, whichever is more, covers: by its
- * allocations (*alloc) and with its processes' contexts (*whole), one read of each file. */
-static void committed(const struct gf_gpu *g, const struct gf_control *c, uint64_t *alloc, uint64_t *whole)
+static uint64_t past64(uint64_t used, uint64_t cap) { return used > cap ? used - cap : 0; }
+
+/* committed sums, with one read of each file, what every task's guarantee or use, whichever is
+ * more, covers (*alloc), that with every task's contexts on top (*whole, gf_whole: charge.c's
+ * sum), and what tasks hold past their guarantees (*borrowed). */
+static void committed(const struct gf_gpu *g, const struct gf_control *c, uint64_t *alloc, uint64_t *whole, uint64_t *borrowed)
 {
-	*alloc = *whole = 0;
+	*alloc = *whole = *borrowed = 0;
 	for (int i = 0; i < GF_TASKS; i++)
 		if (c->tasks[i].state == GF_LIVE) {
-			uint64_t a, w;
-			used_of(g, c, i, &a, &w);
-			*alloc = gf_add_sat(*alloc, max64(a, c->tasks[i].cap));
-			*whole = gf_add_sat(*whole, max64(w, c->tasks[i].cap));
+			uint64_t procs, a = used_of(g, i, &procs), cap = c->tasks[i].cap;
+			*alloc = gf_add_sat(*alloc, max64(a, cap));
+			*whole = gf_add_sat(*whole, gf_whole(a, cap, procs, c->ctx));
+			*borrowed = gf_add_sat(*borrowed, past64(a, cap));
 		}
 }
 
@@ -259,18 +259,24 @@ static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint6
 		taken(g, c, &now, &guarantees);
 		return guarantees <= c->budget && cap <= c->budget - guarantees && now <= c->budget && keep <= c->budget - now;
 	}
-	uint64_t used = 0, whole = 0, old = i >= 0 ? c->tasks[i].cap : 0;
+	uint64_t used = 0, procs = 0, old = i >= 0 ? c->tasks[i].cap : 0;
 	if (i >= 0)
-		used_of(g, c, i, &used, &whole);
+		used = used_of(g, i, &procs);
 	if (i >= 0 && max64(used, cap) <= max64(used, old))
 		return 1; /* it covers no more than it holds */
 	if (waiting)
 		return 0;
-	/* A new task's part is nothing before; its contexts are inside its guarantee. */
-	uint64_t all_alloc, all_whole;
-	committed(g, c, &all_alloc, &all_whole);
-	return fits(all_alloc, i >= 0 ? max64(used, old) : 0, max64(used, cap), c->budget) &&
-	       fits(all_whole, i >= 0 ? max64(whole, old) : 0, max64(whole, cap), gf_add_sat(c->budget, c->spare));
+	uint64_t all_alloc, all_whole, borrowed;
+	committed(g, c, &all_alloc, &all_whole, &borrowed);
+	if (!fits(all_alloc, i >= 0 ? max64(used, old) : 0, max64(used, cap), c->budget))
+		return 0;
+	/* With its contexts: a new task's part counts its first process's. Where nobody borrows,
+	 * guarantees' contexts past the spare are the headroom policy's to answer (admission placed
+	 * them); where someone does, the borrower holds what they need, and nothing is placed on it. */
+	if (borrowed - past64(used, old) + past64(used, cap) == 0)
+		return 1;
+	return fits(all_whole, i >= 0 ? gf_whole(used, old, procs, c->ctx) : 0, gf_whole(used, cap, procs, c->ctx),
+		    gf_add_sat(c->budget, c->spare));
 }
 
 /* publish makes next the control copy, whole or not at all to every reader. */

@@ -161,17 +161,21 @@ type Snapshot struct {
 	Context, Spare size.Bytes
 }
 
-// Borrowed is what every task holds past its guarantee, and what its processes' contexts take
-// past their guarantees beyond the spare (the fence's rules count them the same way): memory
-// admission must count as taken.
+// Borrowed is what admission must count as taken: what every task holds past its guarantee
+// and, while any does, the contexts past the spare of every task's processes (one for a task
+// with none yet) and of the next task's first, as the fence places a guarantee only where all
+// of them fit beside the borrowers. Where nobody borrows, guarantees' contexts are the headroom
+// policy's.
 func (s Snapshot) Borrowed() size.Bytes {
 	var b, contexts size.Bytes
 	for _, t := range s.Tasks {
-		used := min(t.Used, t.Cap) + t.Borrowed() // its use as the fence believes it
 		b += t.Borrowed()
-		contexts += max(used+s.Context*size.Bytes(min(t.Procs, MaxProcs)), t.Cap) - max(used, t.Cap)
+		contexts += s.Context * size.Bytes(max(min(t.Procs, MaxProcs), 1))
 	}
-	return b + max(contexts, s.Spare) - s.Spare
+	if b == 0 {
+		return 0
+	}
+	return b + max(contexts+s.Context, s.Spare) - s.Spare
 }
 
 // Waiting says whether an allocation waits for borrowable memory: no new guarantee is placed
