@@ -339,7 +339,7 @@ func TestLendGraceIsTheHoldsBound(t *testing.T) {
 
 // The fence learns what a process's context is taken to hold (the watchdog's allowance) and
 // what the GPU holds past its budget (the headroom, less nothing: no unmanaged use here), so its
-// borrowers leave the GPU room for the contexts no guarantee covers.
+// borrowers leave the GPU room for the contexts on top of the guarantees.
 func TestFenceKnowsContextsAndSpare(t *testing.T) {
 	dir := t.TempDir()
 	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir, BorrowWait: time.Minute} })
@@ -354,5 +354,45 @@ func TestFenceKnowsContextsAndSpare(t *testing.T) {
 	}
 	if s.Context != r.cfg.Allowance || s.Spare != st.TotalBytes-st.BudgetBytes || s.Spare == 0 {
 		t.Fatalf("fence context %s, spare %s; want the allowance %s and the headroom %s", s.Context, s.Spare, r.cfg.Allowance, st.TotalBytes-st.BudgetBytes)
+	}
+}
+
+// A staged reservation holds its process's context and first blocks, and the fence counts the
+// context on top of the guarantee it is given: the fence's guarantee is the reservation less the
+// context, so a borrower's sums count the staged job at its reservation, not a context more.
+func TestStagedGuaranteeLeavesTheContextOut(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir, BorrowWait: time.Minute} })
+	res, err := r.led.ReserveBytes(r.uuid, size.GiB, ledger.Task{}, ledger.WithStage(20*size.GiB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.led.State(r.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.enf.SyncFence(st); err != nil {
+		t.Fatal(err)
+	}
+	u, ok := snapTask(r, res.Token)
+	if !ok {
+		t.Fatal("the staged task is not in the fence's table")
+	}
+	if want := res.CapBytes - r.cfg.Allowance; u.Cap != want || u.Limit != want || u.Stage != 20*size.GiB {
+		t.Fatalf("staged task in the fence: cap %s, limit %s, stage %s; want %s, %s, 20GiB", u.Cap, u.Limit, u.Stage, want, want)
+	}
+}
+
+func TestStagedCap(t *testing.T) {
+	cases := []struct{ cap, ctx, want size.Bytes }{
+		{size.GiB, 768 * size.MiB, 256 * size.MiB},
+		{768 * size.MiB, 768 * size.MiB, 768 * size.MiB}, // nothing left for a first block: whole
+		{768*size.MiB + stagedFirst, 768 * size.MiB, stagedFirst},
+		{size.GiB, 0, size.GiB},
+	}
+	for _, c := range cases {
+		if got := stagedCap(c.cap, c.ctx); got != c.want {
+			t.Errorf("stagedCap(%s, %s) = %s, want %s", c.cap, c.ctx, got, c.want)
+		}
 	}
 }

@@ -72,9 +72,10 @@ func TestStagedJobMakesWayForABlockedBorrower(t *testing.T) {
 	q := queue.Queue{
 		Jobs: []queue.Job{
 			simJob(t, "n1", "big", "--peak", "50GiB", "--ramp", "50ms", "--hold", "2s"),
-			// 77.5 GiB fenced at its end: beside a staged job's 1 GiB unit it cannot fit the
-			// 78 GiB budget, alone it does.
-			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "78GiB", "--leak-rate", "20GiB"),
+			// 77.9 GiB fenced at its end (its 500 MiB context is not): beside a staged job,
+			// whose 1 GiB unit gives the fence a 256 MiB guarantee with its context on top, it
+			// cannot fit the 78 GiB budget; alone it does.
+			simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "200ms", "--leak-to", "80280MiB", "--leak-rate", "20GiB"),
 			simJob(t, "late", "good", "--peak", "30GiB", "--ramp", "50ms", "--hold", "100ms"),
 		},
 		Templates: map[string]queue.TemplateSpec{
