@@ -184,6 +184,9 @@ type fences struct {
 	mu     sync.Mutex
 	tables map[string]*fence.Table
 	synced map[string]string // GPU -> what its table was last set to
+	// seen is, by GPU and token, how many processes of each task the watchdog's last pass saw
+	// on the GPU (fence.Task.Seen): the fence counts their contexts, not what a task writes.
+	seen map[string]map[string]int
 }
 
 func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
@@ -219,7 +222,7 @@ func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
 		}
 	}
 	return &fences{cfg: cfg, lib: lib, log: log.Named("fence"), tables: map[string]*fence.Table{},
-		synced: map[string]string{}}, nil
+		synced: map[string]string{}, seen: map[string]map[string]int{}}, nil
 }
 
 // table opens a GPU's fence files. A control copy that cannot be read is moved aside (processes
@@ -289,8 +292,9 @@ func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, e
 			c := stagedCap(r.CapBytes, f.cfg.Context)
 			k = fence.Task{Token: r.Token, Cap: c, Limit: c, Stage: r.StagedFor}
 		}
+		k.Seen = f.seen[st.UUID][r.Token]
 		tasks = append(tasks, k)
-		fmt.Fprintf(&sig, ",%s=%d/%d/%d", r.Token, k.Cap, k.Limit, k.Stage)
+		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d", r.Token, k.Cap, k.Limit, k.Stage, k.Seen)
 	}
 	if f.synced[st.UUID] == sig.String() {
 		return nil
@@ -368,6 +372,18 @@ func (f *fences) close() {
 		delete(f.tables, uuid)
 	}
 	clear(f.synced)
+	clear(f.seen)
+}
+
+// saw keeps how many processes of each task a pass saw on GPU uuid, for the next sync.
+func (f *fences) saw(uuid string, byToken map[string][]seenProc) {
+	n := make(map[string]int, len(byToken))
+	for tok, ps := range byToken {
+		n[tok] = len(ps)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen[uuid] = n
 }
 
 // SyncFence writes a GPU's reservations into its fence table. Callers that just reserved call it
@@ -425,12 +441,14 @@ func fenceNote(u fence.TaskUse, seen bool) string {
 	return fmt.Sprintf("the allocation fence saw %s at most of its %s cap and refused %d allocations", u.Peak, u.Cap, u.Refused)
 }
 
-// watchFence keeps one GPU's table in step with the ledger and reads it as the fence sees it,
-// for the watchdog's pass: false without a fence or when the table cannot be read.
-func (e *Enforcer) watchFence(st ledger.GPUState) (fence.Snapshot, bool) {
+// watchFence keeps one GPU's table in step with the ledger and with the task processes the pass
+// saw there (procs), and reads it as the fence sees it, for the watchdog's pass: false without a
+// fence or when the table cannot be read.
+func (e *Enforcer) watchFence(st ledger.GPUState, procs []seenProc) (fence.Snapshot, bool) {
 	if e.fence == nil {
 		return fence.Snapshot{}, false
 	}
+	e.fence.saw(st.UUID, byToken(procs))
 	if err := e.fence.sync(st, e.cfg.Ledger.State); err != nil {
 		e.sayOnce(st.UUID, "fence", err)
 	}

@@ -396,3 +396,26 @@ func TestStagedCap(t *testing.T) {
 		}
 	}
 }
+
+// The fence counts a task's contexts by the processes the watchdog sees of it on the GPU
+// (fence.Task.Seen), which its pass hands the fence's table: a task writes its own count.
+func TestFenceCountsTheProcessesTheWatchdogSaw(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir, BorrowWait: time.Minute} })
+	res := r.reserve(4*size.GiB, "two")
+	for range 2 {
+		r.run(res, "two", "--peak", "1GiB", "--ramp", "10ms", "--hold", "1m")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r.enf.Tick(t.Context())
+		if u, ok := snapTask(r, res.Token); ok && u.Seen == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			u, _ := snapTask(r, res.Token)
+			t.Fatalf("the fence's task after the watchdog's passes: %+v, want 2 processes seen", u)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

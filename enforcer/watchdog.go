@@ -45,7 +45,7 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 		o.procs = append(o.procs, e.see(p, uuid, tasks))
 	}
 	e.followers.see(e.publish(o))
-	o.snap, o.fenced = e.watchFence(st)
+	o.snap, o.fenced = e.watchFence(st, o.procs)
 	r := rules{allowance: e.cfg.Allowance, stopGrace: e.cfg.StopGrace,
 		stopUnmanaged: e.cfg.Ledger.Policy().Unmanaged == policy.UnmanagedStop}
 	for _, a := range decide(r, e.mem, o) {

@@ -250,6 +250,7 @@ int gf_control_restore(struct gf_map *m)
 	PUT(k->limit, ck.limit);
 	PUT(k->keep, ck.keep);
 	PUT(k->stage, ck.stage);
+	PUT(k->seen, ck.seen);
 	m->grace_ns = ck.grace_ns;
 	m->stage = ck.stage;
 	if (memcmp(k->token_hash, ck.token_hash, GF_HASH_LEN) != 0)

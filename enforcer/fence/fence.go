@@ -39,10 +39,13 @@ func cError(rc C.int, buf *C.char) error {
 	return errors.New("fence: " + msg)
 }
 
-// MaxProcs must be GF_PROCS: a negative length fails the build where they differ.
+// MaxProcs must be GF_PROCS and NewProcs GF_NEW_PROCS: a negative length fails the build where
+// they differ.
 var (
 	_ [MaxProcs - C.GF_PROCS]struct{}
 	_ [C.GF_PROCS - MaxProcs]struct{}
+	_ [NewProcs - C.GF_NEW_PROCS]struct{}
+	_ [C.GF_NEW_PROCS - NewProcs]struct{}
 )
 
 // Table is the enforcer's handle on one GPU: the control copy it writes and the tasks'
@@ -164,6 +167,7 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 		view[i].keep = C.uint64_t(k.Keep)
 		view[i].grace_ns = C.uint64_t(max(k.Grace, 0))
 		view[i].stage = C.uint64_t(k.Stage)
+		view[i].seen = C.uint64_t(max(k.Seen, 0))
 	}
 	defer func() {
 		for i := range n {
@@ -274,9 +278,7 @@ func (t *Table) snapshot() (Snapshot, error) {
 	if C.gf_snapshot(t.m, raw) != 0 {
 		return Snapshot{}, fmt.Errorf("%w: %s", ErrLocked, t.path)
 	}
-	s := snapshotOf(raw, t.names)
-	s.Context, s.Spare = t.ctx, t.spare
-	return s, nil
+	return snapshotOf(raw, t.names), nil
 }
 
 // snapshotOf copies raw; a task whose hash names does not know (one a previous enforcer placed,
@@ -290,6 +292,8 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		Underflows: uint64(raw.h.underflows),
 		Reaped:     uint64(raw.h.reaped),
 		Wait:       time.Duration(raw.h.wait_ns),
+		Context:    size.Bytes(raw.h.ctx),
+		Spare:      size.Bytes(raw.h.spare),
 	}
 	tokens := map[int]string{}
 	for i := range C.GF_TASKS {
@@ -302,7 +306,7 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		tok := names[h]
 		tokens[i] = tok
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
-			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Asked: size.Bytes(k.asked), Procs: int(k.procs),
+			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Asked: size.Bytes(k.asked), Procs: int(k.procs), Seen: int(k.seen),
 			Asking: size.Bytes(k.gwant) + size.Bytes(k.bwant), Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0, Stage: size.Bytes(k.stage),
 			Unlocked: k.unlocked != C.GF_READ_SETTLED, Unreadable: k.unlocked == C.GF_READ_BAD})
 	}

@@ -3,7 +3,8 @@
  * when a slot gets a new task. Read with pread, never mapped: a task may truncate its own file,
  * and a neighbour that had it mapped would fault (SIGBUS) at its next borrow; a short read only
  * makes the file unreadable. What only the enforcer writes comes from the control copy; what a
- * task's file says of its use is believed up to the task's limit, which the enforcer set. */
+ * task's file says of its use is believed up to the task's limit, which the enforcer set, and of
+ * its processes as far as gf_counted believes it beside those the enforcer saw. */
 #define _GNU_SOURCE
 #include "state.h"
 #include "control.h"
@@ -121,7 +122,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			k->ngrace = own->ngrace;
 			k->gwant = own->gwant;
 			k->bwant = own->bwant;
-			k->procs = own->procs;
+			k->procs = gf_counted(own->procs, ck->seen);
 			continue;
 		}
 		look(ps, i, ck);
@@ -131,7 +132,8 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			/* A file it cannot read: the task holds all its guarantee, as far as anyone knows,
 			 * and borrows nothing, waits for nothing. */
 			drop(&ps->p[i]);
-			k->used = k->nwait = k->nowed = k->ngrace = k->gwant = k->bwant = k->procs = 0;
+			k->used = k->nwait = k->nowed = k->ngrace = k->gwant = k->bwant = 0;
+			k->procs = gf_counted(0, ck->seen);
 			k->armed = 1;
 			k->keep = k->cap;
 			continue;
@@ -143,7 +145,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		k->ngrace = f.ngrace;
 		k->gwant = f.gwant;
 		k->bwant = f.bwant;
-		k->procs = f.procs;
+		k->procs = gf_counted(f.procs, ck->seen);
 	}
 	return 0;
 }

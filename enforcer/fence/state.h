@@ -50,7 +50,10 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 10
+#define GF_VERSION 11
+/* How many processes a task may have started since the enforcer last saw its processes on the
+ * GPU (a watchdog pass): its file's count is believed up to that many more (gf_task.seen). */
+#define GF_NEW_PROCS 4
 #define GF_TASKS 64
 #define GF_PROCS 512
 #define GF_TOKEN_MAX 72
@@ -158,6 +161,10 @@ struct gf_task {
 	 * (GF_WAIT_STAGE) until the enforcer raises cap and clears stage: never refused for it,
 	 * never borrowing. 0: placed in full. From the control copy only. */
 	uint64_t stage;
+	/* The processes of the task the enforcer saw on the GPU at its last look (NVML): its
+	 * contexts are counted by them, whatever procs says (gf_counted). From the control copy
+	 * only. */
+	uint64_t seen;
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all */
 	uint64_t unlocked;
@@ -201,6 +208,8 @@ struct gf_header {
 	/* How long an allocation that would borrow memory that is not free may wait for it; 0 = it
 	 * fails at once. While one waits, no new guarantee is placed (gf_set_tasks). */
 	uint64_t wait_ns;
+	/* in gf_snapshot's table only: the control copy's context per process and spare */
+	uint64_t ctx, spare;
 	char uuid[GF_UUID_MAX];
 };
 
@@ -270,6 +279,7 @@ struct gf_task_spec {
 	uint64_t grace_ns;
 	/* Staged: the guarantee the task is promised (see gf_task.stage), above cap; 0 = none. */
 	uint64_t stage;
+	uint64_t seen; /* see gf_task.seen */
 };
 
 /* The enforcer's handle on one GPU: the control copy it writes, and a descriptor of each placed

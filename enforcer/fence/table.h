@@ -22,6 +22,17 @@ static inline uint64_t gf_contexts(uint64_t procs, uint64_t ctx)
 	return ctx > UINT64_MAX / GF_PROCS ? UINT64_MAX : n * ctx;
 }
 
+/* gf_counted is how many processes' contexts a task is counted for: what its file says
+ * (procs), at least what the enforcer last saw of it on the GPU (seen), at most GF_NEW_PROCS
+ * more. A task writes its own file: fewer would leave its contexts to whoever allocates at the
+ * GPU's end, more would keep borrowers and new guarantees off memory nobody uses. */
+static inline uint64_t gf_counted(uint64_t procs, uint64_t seen)
+{
+	if (procs <= seen)
+		return seen;
+	return procs - seen > GF_NEW_PROCS ? seen + GF_NEW_PROCS : procs;
+}
+
 /* gf_whole is what a task with guarantee cap, using used through procs processes, may come to
  * hold of the GPU with its contexts at ctx each: its guarantee or its use, whichever is more
  * (its allocations may always reach its guarantee), and a context on top for each process, or

@@ -11,14 +11,16 @@ import (
 
 // Tasks get the control copies read-only, but under gpufrac run every job is the same Unix user
 // as the enforcer and can write them: a job that raises its own limit, cuts a neighbour's
-// guarantee, drops a task or moves the budget there is found out by the enforcer's next Verify,
-// which writes back what it set.
+// guarantee, drops a task, moves the budget, or changes how its contexts are counted (the
+// processes seen of it, the context, the spare) there is found out by the enforcer's next
+// Verify, which writes back what it set.
 func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 	k := fencetest.Build(t)
-	for _, field := range []string{"cap", "limit", "keep", "state", "budget"} {
+	for _, field := range []string{"cap", "limit", "keep", "state", "budget", "seen", "ctx", "spare"} {
 		t.Run(field, func(t *testing.T) {
 			dir, tb := table(t, 4*size.GiB)
-			tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB, Keep: 512 * size.MiB}, {Token: tokB, Cap: size.GiB}}
+			tb.SetContext(256*size.MiB, 512*size.MiB)
+			tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB, Keep: 512 * size.MiB, Seen: 2}, {Token: tokB, Cap: size.GiB}}
 			if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
 				t.Fatal(err)
 			}
@@ -34,8 +36,9 @@ func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 			t.Logf("seen: %v", diffs)
 			s, _ := tb.Snapshot()
 			u, ok := s.Task(tokA)
-			if !ok || u.Cap != size.GiB || u.Limit != 2*size.GiB || u.Keep != 512*size.MiB || s.Budget != 4*size.GiB {
-				t.Fatalf("not restored: %+v, budget %s", s.Tasks, s.Budget)
+			if !ok || u.Cap != size.GiB || u.Limit != 2*size.GiB || u.Keep != 512*size.MiB || u.Seen != 2 || s.Budget != 4*size.GiB ||
+				s.Context != 256*size.MiB || s.Spare != 512*size.MiB {
+				t.Fatalf("not restored: %+v, budget %s, context %s, spare %s", s.Tasks, s.Budget, s.Context, s.Spare)
 			}
 			if diffs, err := tb.Verify(); diffs != nil || err != nil {
 				t.Fatalf("after the restore: %v %v", diffs, err)

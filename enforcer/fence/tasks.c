@@ -145,11 +145,13 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 }
 
 /* used_of reads what slot i's file says its task allocates (0 without a readable file), and
- * through how many processes (*procs). */
-static uint64_t used_of(const struct gf_gpu *g, int i, uint64_t *procs)
+ * through how many processes its contexts are counted (*procs, gf_counted). */
+static uint64_t used_of(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t *procs)
 {
 	int armed;
-	return gf_file_used(g, i, &armed, procs);
+	uint64_t used = gf_file_used(g, i, &armed, procs);
+	*procs = gf_counted(*procs, c->tasks[i].seen);
+	return used;
 }
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -164,7 +166,7 @@ static void committed(const struct gf_gpu *g, const struct gf_control *c, uint64
 	*alloc = *whole = *borrowed = 0;
 	for (int i = 0; i < GF_TASKS; i++)
 		if (c->tasks[i].state == GF_LIVE) {
-			uint64_t procs, a = used_of(g, i, &procs), cap = c->tasks[i].cap;
+			uint64_t procs, a = used_of(g, c, i, &procs), cap = c->tasks[i].cap;
 			*alloc = gf_add_sat(*alloc, max64(a, cap));
 			*whole = gf_add_sat(*whole, gf_whole(a, cap, procs, c->ctx));
 			*borrowed = gf_add_sat(*borrowed, past64(a, cap));
@@ -261,7 +263,7 @@ static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint6
 	}
 	uint64_t used = 0, procs = 0, old = i >= 0 ? c->tasks[i].cap : 0;
 	if (i >= 0)
-		used = used_of(g, i, &procs);
+		used = used_of(g, c, i, &procs);
 	if (i >= 0 && max64(used, cap) <= max64(used, old))
 		return 1; /* it covers no more than it holds */
 	if (waiting)
@@ -325,6 +327,8 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 	int waiting = anyone_waits(g, &next);
 	for (int s = 0; s < n; s++) {
 		int i = find_slot(&next, hashes[s]);
+		if (i >= 0)
+			next.tasks[i].seen = specs[s].seen; /* what the enforcer saw holds, placed or not */
 		uint64_t keep = specs[s].keep == 0 || specs[s].keep > specs[s].cap ? specs[s].cap : specs[s].keep;
 		/* A staged start is placed beside a wait: it holds no more than its contexts take, and
 		 * its grant (a raise, judged like any) waits. */
@@ -357,6 +361,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		k->keep = keep;
 		k->grace_ns = k->keep < k->cap ? specs[s].grace_ns : 0;
 		k->stage = specs[s].stage > k->cap ? specs[s].stage : 0;
+		k->seen = specs[s].seen;
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one
@@ -370,6 +375,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 			fresh.limit = k->limit;
 			fresh.keep = k->keep;
 			fresh.stage = k->stage;
+			fresh.seen = k->seen;
 			memcpy(fresh.token_hash, k->token_hash, GF_HASH_LEN);
 			if ((fresh_file || open_task(g, i, k->token_hash) != 0) && new_task(g, i, &fresh) != 0) {
 				/* No file: the task's processes run under the watchdog alone. */
@@ -477,6 +483,8 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 	out->h.total = c.total;
 	out->h.budget = c.budget;
 	out->h.wait_ns = c.wait_ns;
+	out->h.ctx = c.ctx;
+	out->h.spare = c.spare;
 	out->h.recoveries = c.recoveries;
 	snprintf(out->h.uuid, sizeof out->h.uuid, "%s", g->uuid);
 	int np = 0;
@@ -491,6 +499,7 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		k->limit = ck->limit;
 		k->keep = ck->keep;
 		k->stage = ck->stage;
+		k->seen = ck->seen;
 		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
 		if (g->tasks[i].fd < 0)
 			continue;

@@ -49,6 +49,21 @@ const MaxTasks = 64 // GF_TASKS in state.h; a test keeps them equal
 // MaxProcs is how many processes of a GPU's tasks the fence counts.
 const MaxProcs = 512 // GF_PROCS in state.h; a test keeps them equal
 
+// NewProcs is how many processes a task may have started since the enforcer last saw its
+// processes on the GPU: its file's count is believed up to that many past Task.Seen.
+const NewProcs = 4 // GF_NEW_PROCS in state.h; the build keeps them equal
+
+// contexts is how many processes' contexts a task is counted for (gf_counted): what its file
+// says, at least what the enforcer saw, at most NewProcs more, at most MaxProcs, and one for a
+// task with none yet (gf_whole).
+func (u TaskUse) contexts() size.Bytes {
+	n := max(u.Procs, u.Seen)
+	if u.Procs > u.Seen+NewProcs {
+		n = u.Seen + NewProcs
+	}
+	return size.Bytes(max(min(n, MaxProcs), 1))
+}
+
 // Path names GPU uuid for the fence directory dir, as the C side does: its control copy and each
 // task's accounting file are that name in ControlDir(dir) and in AccountDir(dir, token). No file
 // lies at Path itself.
@@ -76,6 +91,10 @@ type Task struct {
 	// admission grants it Stage, and an allocation past Cap waits for that grant (no borrowing,
 	// no refusal) instead of failing; memory-info calls report Stage. 0 = placed in full.
 	Stage size.Bytes
+	// Seen is how many of the task's processes the enforcer saw on the GPU at its last look
+	// (NVML). The fence counts a context for each of them whatever the task's own file says, and
+	// believes the file for NewProcs more: a task writes its own file.
+	Seen int
 }
 
 // TaskUse is one task as the fence saw it.
@@ -87,7 +106,8 @@ type TaskUse struct {
 	// Asked is the most a refused allocation would have taken the task to: its use then plus
 	// the bytes asked for (what a re-run needs; its use reached less).
 	Asked size.Bytes
-	Procs int
+	// Procs is how many processes its file says it has; Seen what the enforcer set (Task.Seen).
+	Procs, Seen int
 	// Waiting: an allocation of one of its processes waits for borrowable memory to come free,
 	// or (Owed too) for borrowers to give back its guarantee; Waits and OwedWaits count the
 	// allocations that ever waited so.
@@ -170,7 +190,7 @@ func (s Snapshot) Borrowed() size.Bytes {
 	var b, contexts size.Bytes
 	for _, t := range s.Tasks {
 		b += t.Borrowed()
-		contexts += s.Context * size.Bytes(max(min(t.Procs, MaxProcs), 1))
+		contexts += s.Context * t.contexts()
 	}
 	if b == 0 {
 		return 0
@@ -223,18 +243,18 @@ func (e *NoRoomError) Is(target error) bool { return target == ErrNoRoom }
 // last SetTasks, and only SetTasks changes guarantees, limits, keeps, tasks and the header.
 func (s Snapshot) differs(set Snapshot) []string {
 	var d []string
-	if s.Total != set.Total || s.Budget != set.Budget || s.Wait != set.Wait {
-		d = append(d, fmt.Sprintf("header total %s budget %s wait %s, set %s %s %s", s.Total, s.Budget, s.Wait,
-			set.Total, set.Budget, set.Wait))
+	if s.Total != set.Total || s.Budget != set.Budget || s.Wait != set.Wait || s.Context != set.Context || s.Spare != set.Spare {
+		d = append(d, fmt.Sprintf("header total %s budget %s wait %s context %s spare %s, set %s %s %s %s %s", s.Total, s.Budget, s.Wait,
+			s.Context, s.Spare, set.Total, set.Budget, set.Wait, set.Context, set.Spare))
 	}
 	for _, u := range s.Tasks {
 		w, ok := set.Task(u.Token)
 		switch {
 		case u.Token == "" || !ok:
 			d = append(d, "a task the enforcer did not set")
-		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep:
-			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s, set %s %s %s", short(u.Token),
-				u.Cap, u.Limit, u.Keep, w.Cap, w.Limit, w.Keep))
+		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep || u.Stage != w.Stage || u.Seen != w.Seen:
+			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d, set %s %s %s %s %d", short(u.Token),
+				u.Cap, u.Limit, u.Keep, u.Stage, u.Seen, w.Cap, w.Limit, w.Keep, w.Stage, w.Seen))
 		}
 	}
 	for _, w := range set.Tasks {

@@ -14,10 +14,11 @@
  *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
  *   tamper FILE FIELD N [TOKEN] -> ok | err MSG: writes an accounting FILE as a hostile tenant
  *                              would, around the API: FIELD cap, limit, keep, state, used, nowed,
- *                              ngrace, gwant, nwait, bwant or lock of TOKEN's task (else every task slot), or
- *                              budget
+ *                              ngrace, gwant, nwait, bwant, procs or lock of TOKEN's task (else every
+ *                              task slot), or budget
  *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
- *                              job of the same Unix user can do under gpufrac run)
+ *                              job of the same Unix user can do under gpufrac run), and seen,
+ *                              ctx or spare
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
  * Sizes are bytes with an optional K, M or G (binary) suffix.
  */
@@ -97,6 +98,8 @@ static int tamper_account(const char *path, const char *field, uint64_t v, const
 			k->nwait = v;
 		else if (!strcmp(field, "bwant"))
 			k->bwant = v;
+		else if (!strcmp(field, "procs"))
+			k->procs = v;
 	}
 	if (!strcmp(field, "budget"))
 		t->h.budget = v;
@@ -119,10 +122,15 @@ static int tamper_control(const char *path, const char *field, uint64_t v, const
 		struct gf_control_task *k = &t->tasks[i];
 		if (other_task(token, k->token_hash, h) || (!token[0] && k->state != GF_LIVE))
 			continue;
-		set_limits(field, v, &k->state, &k->cap, &k->limit, &k->keep);
+		if (!set_limits(field, v, &k->state, &k->cap, &k->limit, &k->keep) && !strcmp(field, "seen"))
+			k->seen = v;
 	}
 	if (!strcmp(field, "budget"))
 		t->budget = v;
+	else if (!strcmp(field, "ctx"))
+		t->ctx = v;
+	else if (!strcmp(field, "spare"))
+		t->spare = v;
 	munmap(t, sizeof *t);
 	return 1;
 }
@@ -157,7 +165,7 @@ int main(void)
 			else
 				printf("ok\n");
 		} else if (!strcmp(cmd, "set")) {
-			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0};
+			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0, 0};
 			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0, 0, 0));
 		} else if (!strcmp(cmd, "snapshot")) {
 			if (gf_snapshot(&ctl, &snap) != 0) {
