@@ -229,7 +229,7 @@ type NoRoomError struct {
 }
 
 func (e *NoRoomError) Error() string {
-	why := fmt.Sprintf("tasks borrow %s past their guarantees", e.Borrowed)
+	why := fmt.Sprintf("tasks borrow past their guarantees: with the CUDA contexts the headroom does not hold beside them, %s", e.Borrowed)
 	if e.Waiting {
 		why = "an allocation waits for borrowed memory to come free"
 	}
