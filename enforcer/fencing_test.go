@@ -42,13 +42,7 @@ func TestFencedLeakerFailsInsideItself(t *testing.T) {
 			r.start()
 			nb, _ := r.neighbour("7")
 			res := r.reserve(2*size.GiB, "leaker")
-			st, err := r.led.State(r.uuid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.enf.SyncFence(st); err != nil {
-				t.Fatal(err)
-			}
+			r.syncFence()
 			if o := r.enf.EnvOptions(r.uuid); (o.FenceLibrary != "") != (tc.library != "") {
 				t.Fatalf("env options %+v: the task's LD_PRELOAD should follow the library (%q)", o, tc.library)
 			}
@@ -84,10 +78,7 @@ func TestFenceTableFollowsTheLedger(t *testing.T) {
 	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir} })
 	a := r.reserve(2*size.GiB, "a")
 	b := r.reserve(3*size.GiB, "b")
-	st, _ := r.led.State(r.uuid)
-	if err := r.enf.SyncFence(st); err != nil {
-		t.Fatal(err)
-	}
+	r.syncFence()
 	if o := r.enf.EnvOptions(r.uuid); o.FenceDir != dir || o.FenceLibrary != "" {
 		t.Fatalf("env options %+v: want the fence directory and no library (simulated GPUs)", o)
 	}
@@ -272,13 +263,7 @@ func TestBorrowerThatLiesInTheFenceTableIsStillStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.led.State(r.uuid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.enf.SyncFence(st); err != nil {
-		t.Fatal(err)
-	}
+	r.syncFence()
 	tenant := k.StartTool(t)
 	if got := tenant.Do("tamper " + fence.AccountPath(dir, liar.Token, r.uuid) + " used 60G " + liar.Token); got != "ok" {
 		t.Fatalf("tamper: %q", got)
@@ -367,13 +352,7 @@ func TestStagedGuaranteeLeavesTheContextOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.led.State(r.uuid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.enf.SyncFence(st); err != nil {
-		t.Fatal(err)
-	}
+	r.syncFence()
 	u, ok := snapTask(r, res.Token)
 	if !ok {
 		t.Fatal("the staged task is not in the fence's table")

@@ -132,6 +132,20 @@ func (r *rig) start() { r.runner.Start(r.enf.Subscribe, r.enf.Run) }
 
 func (r *rig) stop() { r.runner.Stop() }
 
+// syncFence writes the rig GPU's reservations into its fence table, as a caller that just
+// reserved does, and returns the state it wrote.
+func (r *rig) syncFence() ledger.GPUState {
+	r.t.Helper()
+	st, err := r.led.State(r.uuid)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.enf.SyncFence(st); err != nil {
+		r.t.Fatal(err)
+	}
+	return st
+}
+
 func (r *rig) reserve(capBytes size.Bytes, job string) ledger.Reservation {
 	r.t.Helper()
 	return r.reserveOn(r.uuid, capBytes, job)

@@ -68,13 +68,7 @@ func borrowerBesideOwner(r *rig) (borrower, owner ledger.Reservation, st ledger.
 		r.t.Fatal(err)
 	}
 	owner = r.reserve(40*size.GiB, "owner")
-	if st, err = r.led.State(r.uuid); err != nil {
-		r.t.Fatal(err)
-	}
-	if err := r.enf.SyncFence(st); err != nil {
-		r.t.Fatal(err)
-	}
-	return borrower, owner, st
+	return borrower, owner, r.syncFence()
 }
 
 // snapTask is one task of the rig's GPU as the fence sees it now.
