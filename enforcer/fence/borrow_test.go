@@ -170,6 +170,32 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 		}
 		servedOnceFreed(t, a, 2560*size.MiB, gotB, "B after A freed its borrowing") // A's process fails
 	})
+	t.Run("the larger borrower loses beside a task that computes", func(t *testing.T) {
+		dir, tb := table(t, 6*size.GiB)
+		tb.SetWait(time.Minute)
+		tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 6 * size.GiB}, {Token: tokB, Cap: size.GiB, Limit: 6 * size.GiB}, {Token: tokC, Cap: size.GiB}}
+		if err := tb.SetTasks(tasks, 6*size.GiB); err != nil {
+			t.Fatal(err)
+		}
+		a, b, c := attach(t, dir, tokA), attach(t, dir, tokB), attach(t, dir, tokC)
+		if a.Charge(3*size.GiB) != fence.Charged || b.Charge(2*size.GiB) != fence.Charged || c.Charge(size.GiB) != fence.Charged {
+			t.Fatal("filling the budget")
+		}
+		gotA := charging(a, 2*size.GiB)
+		waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
+		// C computes and may end, but B's want has no room beside what A holds even then, nor
+		// A's beside B's. A has borrowed the more: A fails and B waits for what it frees, where
+		// before B, asking second, failed at once and A grew on into its memory.
+		gotB := charging(b, 2*size.GiB)
+		if r := <-gotA; r != fence.Refused {
+			t.Fatalf("A, the larger borrower: %v, want Refused", r)
+		}
+		refusedFor(t, a, "waiting cannot help", 0)
+		if len(gotB) != 0 {
+			t.Fatalf("B's charge returned %v before A freed anything", <-gotB)
+		}
+		servedOnceFreed(t, a, 3*size.GiB, gotB, "B after A freed its borrowing") // A's process fails
+	})
 	t.Run("the wait is bounded", func(t *testing.T) {
 		tb, a, b := waitingTable(t, 50*time.Millisecond)
 		if b.Charge(size.GiB) != fence.Charged || a.Charge(3*size.GiB) != fence.Charged {

@@ -220,14 +220,20 @@ static int judge(const struct gf_task *v, const struct gpu *g, int me, uint64_t 
 	return want <= all && slack <= all - want ? YIELD : NO_ROOM;
 }
 
+/* beside says whether n fits beside held within limit. */
+static int beside(uint64_t limit, uint64_t held, uint64_t n) { return held <= limit && n <= limit - held; }
+
 /* can_wait says whether waiting may let task slot me (which held mine before it asked) reach
  * want: some other task that is not waiting itself holds memory (it ends, or frees, and nothing
  * new is placed meanwhile), and what the waiting tasks hold leaves room for want. Where every
- * task that holds memory waits (a tie), the one that has borrowed the most (the lower slot
- * between equals) fails at once and the others wait for what it frees: in a cold run every job
- * borrows past a 2 GiB guarantee, and a leaker growing while they load left ties the first
- * waiter to look lost, a loading job as often as the leaker (the simulator, 2026-12-05). A want
- * that only an emptier GPU could hold fails at once too: the task is re-run with more room. */
+ * task that holds memory waits (a tie), or what the waiting tasks hold leaves no room for want,
+ * the one of them and me that has borrowed the most (the lower slot between equals) fails at
+ * once and the others wait for what it frees. In a cold run every job borrows past a 2 GiB
+ * guarantee, and a leaker growing while they load left ties the first waiter to look lost, a
+ * loading job as often as the leaker (the simulator, 2026-12-05); on an H100 a loading probe
+ * holding 15 GiB found the waiting leaker's 62 GiB left its want no room, and failed while the
+ * leaker grew on into what it freed (2026-12-05). A want that only an emptier GPU could
+ * hold, with nobody borrowing more, fails at once too: the task is re-run with more room. */
 static int can_wait(const struct gf_task *v, const struct gpu *g, int me, uint64_t mine, uint64_t want)
 {
 	uint64_t stuck = 0, whole = 0, gpu = gf_add_sat(g->budget, g->spare);
@@ -250,14 +256,14 @@ static int can_wait(const struct gf_task *v, const struct gpu *g, int me, uint64
 			movers++;
 		}
 	}
-	if (movers == 0 && victim == me)
+	if (movers > 0 && beside(g->budget, stuck, want) && beside(gpu, whole, all))
+		return 1;
+	if (victim == me)
 		return 0;
-	if (movers == 0) {
-		/* What the tie's loser holds comes free. */
-		stuck -= gf_held(&v[victim]);
-		whole -= held_whole(&v[victim], g->ctx);
-	}
-	return stuck <= g->budget && want <= g->budget - stuck && whole <= gpu && all <= gpu - whole;
+	/* What the loser holds comes free: it fails at its next look. */
+	stuck -= gf_held(&v[victim]);
+	whole -= held_whole(&v[victim], g->ctx);
+	return beside(g->budget, stuck, want) && beside(gpu, whole, all);
 }
 
 /* borrow_lock takes the borrowers' flock on the control copy's read-only descriptor, waiting
