@@ -53,6 +53,24 @@ func twoBorrowers(t *testing.T, aUse, bUse size.Bytes) (*fence.Table, *fence.Cli
 	return tb, a, b
 }
 
+// largerLoses has A, the larger borrower, wait for aMore, then B ask for bMore: A's charge is
+// refused for cause at once, and B's waits until A's process fails (it frees aHeld) and is then
+// served.
+func largerLoses(t *testing.T, tb *fence.Table, a, b *fence.Client, aMore, bMore, aHeld size.Bytes, cause string) {
+	t.Helper()
+	gotA := charging(a, aMore)
+	waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
+	gotB := charging(b, bMore)
+	if r := <-gotA; r != fence.Refused {
+		t.Fatalf("A, the larger borrower: %v, want Refused", r)
+	}
+	refusedFor(t, a, cause, 0)
+	if len(gotB) != 0 {
+		t.Fatalf("B's charge returned %v before A freed anything", <-gotB)
+	}
+	servedOnceFreed(t, a, aHeld, gotB, "B after A freed its borrowing")
+}
+
 // refusedFor checks the reason the client's last refusal gives (the preload library prints it
 // to the task's log): the words that name the cause, and a wait at least min long.
 func refusedFor(t *testing.T, c *fence.Client, cause string, minWait time.Duration) {
@@ -156,19 +174,9 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 	})
 	t.Run("the larger borrower loses the tie", func(t *testing.T) {
 		tb, a, b := twoBorrowers(t, 2560*size.MiB, 1536*size.MiB) // A borrowing the more
-		gotA := charging(a, size.GiB)
-		waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
 		// B asks second, but A has borrowed the more: A fails, and B waits for what it frees,
 		// where before whoever asked into the tie failed (a loading job as often as a leaker).
-		gotB := charging(b, 512*size.MiB)
-		if r := <-gotA; r != fence.Refused {
-			t.Fatalf("A, the larger borrower in the tie: %v, want Refused", r)
-		}
-		refusedFor(t, a, "every other task holding memory waits itself", 0)
-		if len(gotB) != 0 {
-			t.Fatalf("B's charge returned %v before A freed anything", <-gotB)
-		}
-		servedOnceFreed(t, a, 2560*size.MiB, gotB, "B after A freed its borrowing") // A's process fails
+		largerLoses(t, tb, a, b, size.GiB, 512*size.MiB, 2560*size.MiB, "every other task holding memory waits itself")
 	})
 	t.Run("the larger borrower loses beside a task that computes", func(t *testing.T) {
 		dir, tb := table(t, 6*size.GiB)
@@ -181,20 +189,10 @@ func TestBorrowerFailsWhenWaitingCannotHelp(t *testing.T) {
 		if a.Charge(3*size.GiB) != fence.Charged || b.Charge(2*size.GiB) != fence.Charged || c.Charge(size.GiB) != fence.Charged {
 			t.Fatal("filling the budget")
 		}
-		gotA := charging(a, 2*size.GiB)
-		waitFor(t, tb, "A waiting", fence.Snapshot.Waiting)
 		// C computes and may end, but B's want has no room beside what A holds even then, nor
 		// A's beside B's. A has borrowed the more: A fails and B waits for what it frees, where
 		// before B, asking second, failed at once and A grew on into its memory.
-		gotB := charging(b, 2*size.GiB)
-		if r := <-gotA; r != fence.Refused {
-			t.Fatalf("A, the larger borrower: %v, want Refused", r)
-		}
-		refusedFor(t, a, "waiting cannot help", 0)
-		if len(gotB) != 0 {
-			t.Fatalf("B's charge returned %v before A freed anything", <-gotB)
-		}
-		servedOnceFreed(t, a, 3*size.GiB, gotB, "B after A freed its borrowing") // A's process fails
+		largerLoses(t, tb, a, b, 2*size.GiB, 2*size.GiB, 3*size.GiB, "waiting cannot help")
 	})
 	t.Run("the wait is bounded", func(t *testing.T) {
 		tb, a, b := waitingTable(t, 50*time.Millisecond)
