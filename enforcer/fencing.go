@@ -250,29 +250,29 @@ func (f *fences) table(st ledger.GPUState) (*fence.Table, error) {
 	return t, nil
 }
 
-// sync makes a GPU's table hold exactly its reservations' caps, as the ledger has them when the
-// table is written (fresh): a caller's state may be older (a watchdog pass reads every GPU's
-// state first), and written as it is it would drop a task admitted since, whose process then
-// finds no task in the table and runs under the watchdog alone. Every writer takes f.mu, so the
-// last one writes the ledger's latest state.
 // stagedFirst is what a staged task's allocations may always reach before its grant: a PyTorch
 // job's first block (torch.zeros(1) on the device) is 2 MiB, and it must not wait, or the job's
 // CPU start-up, which staging overlaps, waits with it.
 const stagedFirst = 64 * size.MiB
 
-// stagedCap is the fence's guarantee for a staged reservation of cap: a staged reservation holds
-// its process's CUDA context and first small blocks (sched.StageBytes), and the fence counts each
-// process's context (ctx) on top of a guarantee, so the context is taken off. Counted twice, the
-// staged jobs beside a waiting leaker kept it waiting 12.9 s instead of 2.1 s, and two were
-// stopped for it (the simulator's cold seed 3, 2026-12-05). A cap too small to leave stagedFirst
-// stays whole.
-func stagedCap(cap, ctx size.Bytes) size.Bytes {
-	if cap >= ctx+stagedFirst {
-		return cap - ctx
+// stagedCap is the fence's guarantee for a staged reservation of held bytes: a staged
+// reservation holds its process's CUDA context and first small blocks (sched.StageBytes), and
+// the fence counts each process's context (ctx) on top of a guarantee, so the context is taken
+// off. Counted twice, the staged jobs beside a waiting leaker kept it waiting 12.9 s instead of
+// 2.1 s, and two were stopped for it (the simulator's cold seed 3, 2026-12-05). A reservation too
+// small to leave stagedFirst stays whole.
+func stagedCap(held, ctx size.Bytes) size.Bytes {
+	if held >= ctx+stagedFirst {
+		return held - ctx
 	}
-	return cap
+	return held
 }
 
+// sync makes a GPU's table hold exactly its reservations' caps, as the ledger has them when the
+// table is written (fresh): a caller's state may be older (a watchdog pass reads every GPU's
+// state first), and written as it is it would drop a task admitted since, whose process then
+// finds no task in the table and runs under the watchdog alone. Every writer takes f.mu, so the
+// last one writes the ledger's latest state.
 func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
