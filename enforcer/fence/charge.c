@@ -128,11 +128,8 @@ static int anyone_owed(const struct gf_task *v)
 	return 0;
 }
 
-/* past is what a use of used holds past a guarantee of cap. */
-static uint64_t past(uint64_t used, uint64_t cap) { return used > cap ? used - cap : 0; }
-
 /* borrowed is what task k holds past its guarantee. */
-static uint64_t borrowed(const struct gf_task *k) { return past(k->used, k->cap); }
+static uint64_t borrowed(const struct gf_task *k) { return gf_past(k->used, k->cap); }
 
 /* ahead is what task i's waiting borrows ask for where they go before a borrow of task me, which
  * held mine before it asked (else 0): the task holding less borrowed memory goes first, the
@@ -143,7 +140,7 @@ static uint64_t borrowed(const struct gf_task *k) { return past(k->used, k->cap)
 static uint64_t ahead(const struct gf_task *v, int i, int me, uint64_t mine)
 {
 	const struct gf_task *k = &v[i];
-	uint64_t theirs = borrowed(k), own = past(mine, v[me].cap);
+	uint64_t theirs = borrowed(k), own = gf_past(mine, v[me].cap);
 	if (k->bwant == 0 || theirs > own || (theirs == own && i > me))
 		return 0;
 	uint64_t left = k->limit > k->used ? k->limit - k->used : 0;
@@ -238,7 +235,7 @@ static int can_wait(const struct gf_task *v, const struct gpu *g, int me, uint64
 {
 	uint64_t stuck = 0, whole = 0, gpu = gf_add_sat(g->budget, g->spare);
 	uint64_t all = gf_add_sat(want, contexts(&v[me], g->ctx));
-	uint64_t most = past(mine, v[me].cap);
+	uint64_t most = gf_past(mine, v[me].cap);
 	int movers = 0, victim = me;
 	for (int i = 0; i < GF_TASKS; i++) {
 		const struct gf_task *k = &v[i];

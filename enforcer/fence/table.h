@@ -22,6 +22,9 @@ static inline uint64_t gf_contexts(uint64_t procs, uint64_t ctx)
 	return ctx > UINT64_MAX / GF_PROCS ? UINT64_MAX : n * ctx;
 }
 
+/* gf_past is what a use of used holds past a guarantee of cap: what it borrows. */
+static inline uint64_t gf_past(uint64_t used, uint64_t cap) { return used > cap ? used - cap : 0; }
+
 /* gf_counted is how many processes' contexts a task is counted for: what its file says
  * (procs), at least what the enforcer last saw of it on the GPU (seen), at most GF_NEW_PROCS
  * more. A task writes its own file: fewer would leave its contexts to whoever allocates at the

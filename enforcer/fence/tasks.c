@@ -156,8 +156,6 @@ static uint64_t used_of(const struct gf_gpu *g, const struct gf_control *c, int 
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-static uint64_t past64(uint64_t used, uint64_t cap) { return used > cap ? used - cap : 0; }
-
 /* committed sums, with one read of each file, what every task's guarantee or use, whichever is
  * more, covers (*alloc), that with every task's contexts on top (*whole, gf_whole: charge.c's
  * sum), and what tasks hold past their guarantees (*borrowed). */
@@ -169,7 +167,7 @@ static void committed(const struct gf_gpu *g, const struct gf_control *c, uint64
 			uint64_t procs, a = used_of(g, c, i, &procs), cap = c->tasks[i].cap;
 			*alloc = gf_add_sat(*alloc, max64(a, cap));
 			*whole = gf_add_sat(*whole, gf_whole(a, cap, procs, c->ctx));
-			*borrowed = gf_add_sat(*borrowed, past64(a, cap));
+			*borrowed = gf_add_sat(*borrowed, gf_past(a, cap));
 		}
 }
 
@@ -275,7 +273,7 @@ static int room(const struct gf_gpu *g, const struct gf_control *c, int i, uint6
 	/* With its contexts: a new task's part counts its first process's. Where nobody borrows,
 	 * guarantees' contexts past the spare are the headroom policy's to answer (admission placed
 	 * them); where someone does, the borrower holds what they need, and nothing is placed on it. */
-	if (borrowed - past64(used, old) + past64(used, cap) == 0)
+	if (borrowed - gf_past(used, old) + gf_past(used, cap) == 0)
 		return 1;
 	return fits(all_whole, i >= 0 ? gf_whole(used, old, procs, c->ctx) : 0, gf_whole(used, cap, procs, c->ctx),
 		    gf_add_sat(c->budget, c->spare));
