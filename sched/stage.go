@@ -120,10 +120,11 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 			continue
 		}
 		waiters := s.node.Waiters(g) // the fence's table, read once a GPU a round
-		if s.noStage[g] && len(waiters) == 0 && !s.stalled[g] {
+		waits := len(waiters) > 0 || s.stalled[g]
+		if s.noStage[g] && !waits {
 			delete(s.noStage, g) // the borrower, or the staged job, it made way for is served
 		}
-		if staged == 0 || !s.stagedBlock(g, waiters) {
+		if staged == 0 || !waits || !s.stagedBlock(g, waiters) {
 			delete(s.blocked, g)
 			continue
 		}
@@ -150,17 +151,14 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 	return out
 }
 
-// stagedBlock says whether staged jobs alone stand in the way on GPU g: something waits for
+// stagedBlock says whether staged jobs alone stand in the way on GPU g where something waits for
 // memory (an allocation, whose tokens the fence names as waiters, or the first staged job in
-// queue order, refused its grant this round by Grants) and no task there that could free memory
-// is left but staged ones and the waiters. No job ends to make the room, so without a stop the
+// queue order, refused its grant this round by Grants): no task there that could free memory is
+// left but staged ones and the waiters. No job ends to make the room, so without a stop the
 // wait lasts for ever: a promise of nearly the whole budget does not fit beside the other staged
 // jobs' units (the simulator's cold run, 2026-12-05: a leaker re-run for 134 GiB of 138 beside
 // four staged jobs stalled the run 150 s).
 func (s *Sched) stagedBlock(g string, waiters []string) bool {
-	if len(waiters) == 0 && !s.stalled[g] {
-		return false
-	}
 	st, err := s.led.State(g)
 	if err != nil {
 		return false
