@@ -23,7 +23,7 @@
 #
 # 3. A job stopped where it would reach a neighbour's guarantee, re-run with more room.
 #    "leaker-1" declares 3 GiB (a 5 GiB guarantee) and grows towards 50 GiB while the eval jobs
-#    hold their guarantees. Its allocation waits for memory to come free (borrow_wait, 2s here),
+#    hold their guarantees. Its allocation waits for memory to come free (borrow_wait, 1.5s here),
 #    then fails inside the job; no neighbour is touched. It climbs the ladder: a guarantee of
 #    the cap formula over what it reached, where it finishes:
 #      > CAP      leaker-1             GPU0  out of memory inside the job at peak ...: past its 5GiB guarantee only other jobs' guarantees were left (it waited ...s in all for memory to come free), contained in ...s; neighbours untouched; next: attempt 2 of 3 with a ...GiB guarantee (...)
@@ -38,7 +38,7 @@
 profiles = "cold"
 
 # How long a borrower's allocation waits for memory to come free (gpufrac run's default is 5m).
-borrow_wait = "2s"
+borrow_wait = "1500ms"
 
 gpus {
   # Used when no NVIDIA GPU is found (or with --gpu-backend simulated).
