@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -127,11 +128,27 @@ func TestFenceEscapeIsTheWatchdogs(t *testing.T) {
 
 // The scene of gpu-facts.md: five honest jobs growing to their caps and a runaway, caps summing
 // to nearly the budget. With the fence no neighbour is harmed and the runaway fails inside itself.
+// In the borrowing row (mps mode, `--borrow wait`) the runaway's MPS pinned limit is the whole
+// budget, so the fence is the only thing between it and the honest jobs' guarantees: it may
+// borrow what no guarantee holds, wait for more, and must then fail inside itself.
 func TestFenceFullGPU(t *testing.T) {
-	for _, mode := range []policy.Mode{policy.ModeIsolated, policy.ModeMPS} {
-		t.Run(string(mode), func(t *testing.T) {
-			h := newHarnessFence(t, mode, 10*time.Millisecond, true)
-			if mode == policy.ModeMPS {
+	const honestCap, runawayCap = 24 * size.GiB, 8 * size.GiB
+	for _, tc := range []struct {
+		name   string
+		mode   policy.Mode
+		borrow bool
+	}{
+		{"isolated", policy.ModeIsolated, false},
+		{"mps", policy.ModeMPS, false},
+		{"mps-borrow", policy.ModeMPS, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessFenceWith(t, tc.mode, 10*time.Millisecond, true, func(fc *enforcer.FenceConfig) {
+				if tc.borrow {
+					fc.Borrow(enforcer.BorrowWait, 5*time.Second)
+				}
+			})
+			if tc.mode == policy.ModeMPS {
 				if err := h.enf.PrepareGPU(context.Background(), h.uuid); err != nil {
 					t.Fatal(err)
 				}
@@ -141,10 +158,21 @@ func TestFenceFullGPU(t *testing.T) {
 			var honest []*job
 			for i := range 5 {
 				name := fmt.Sprintf("honest%d", i)
-				honest = append(honest, h.runScript(h.reserve(24*size.GiB, name), name, "fence.py", nil,
+				honest = append(honest, h.runScript(h.reserve(honestCap, name), name, "fence.py", nil,
 					"grow", "--to-mb", "21504", "--step-mb", "512", "--interval", "0.2", "--seconds", "6"))
 			}
-			rr := h.reserve(8*size.GiB, "runaway")
+			st, err := h.led.State(h.uuid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var opts []ledger.ReserveOption
+			if tc.borrow {
+				opts = append(opts, ledger.WithLimit(st.BudgetBytes))
+			}
+			rr, err := h.led.ReserveBytes(h.uuid, runawayCap, ledger.Task{JobName: "runaway", TaskName: "main"}, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
 			run := h.runScript(rr, "runaway", "fence.py", nil, "runaway", "--after", "4", "--chunk-mb", "2048")
 			harmed := 0
 			for _, j := range honest {
@@ -155,13 +183,26 @@ func TestFenceFullGPU(t *testing.T) {
 			}
 			code, sig := run.wait(t, 60*time.Second)
 			res := run.fenceResult(t)
-			v := h.violation(rr.Token, 10*time.Second)
-			over := v.PeakBytes - min(v.PeakBytes, rr.CapBytes)
-			record(t, map[string]any{"mode": mode, "harmed": harmed, "runaway_exit": code, "runaway_mb": res.AllocatedMB,
-				"runaway_ms": res.MS, "peak_mb": v.PeakBytes / size.MiB, "overshoot_mb": over / size.MiB, "action": v.Action})
+			line := map[string]any{"mode": tc.mode, "borrow": tc.borrow, "harmed": harmed, "runaway_exit": code,
+				"runaway_mb": res.AllocatedMB, "runaway_ms": res.MS}
 			if code != 1 || sig != 0 || res.Outcome != "oom" {
 				t.Errorf("the runaway should fail inside itself: exit %d %v %+v", code, sig, res)
 			}
+			if tc.borrow {
+				// What nobody was promised: the budget less every guarantee. The fence also keeps
+				// the tasks' contexts out of it, so the runaway's tensors stay well under this.
+				free := st.BudgetBytes - 5*honestCap
+				line["borrowable_mb"] = free / size.MiB
+				if got := size.Bytes(res.AllocatedMB) * size.MiB; got > free {
+					t.Errorf("the runaway allocated %s: more than the %s no guarantee holds", got, free)
+				}
+				record(t, line)
+				return
+			}
+			v := h.violation(rr.Token, 10*time.Second)
+			over := v.PeakBytes - min(v.PeakBytes, rr.CapBytes)
+			line["peak_mb"], line["overshoot_mb"], line["action"] = v.PeakBytes/size.MiB, over/size.MiB, v.Action
+			record(t, line)
 			if over > enforcer.DefaultAllowance {
 				t.Errorf("the runaway reached %s past its %s cap: more than the context allowance", over, rr.CapBytes)
 			}
