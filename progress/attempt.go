@@ -35,6 +35,9 @@ func (p *Printer) Started(s Start) {
 		what = "cap " + s.Cap.String()
 	}
 	switch {
+	case s.Probe && s.Staged > 0:
+		what = fmt.Sprintf("PROBE STAGED on %s: starts up now; once its %s guarantee is granted it borrows the rest, "+
+			"and its first %s measures %q", s.Cap, s.Staged, s.Window, s.Template)
 	case s.Probe && s.InPlace:
 		span := "its whole run"
 		if s.Window > 0 {

@@ -54,6 +54,9 @@ type active struct {
 
 	// onGPU closes at the first sample with GPU memory: a probe's window starts there.
 	onGPU chan struct{}
+	// grant closes when a staged probe is granted its guarantee (nil for any other attempt):
+	// its window starts at the later of the two, not in its wait.
+	grant chan struct{}
 	// contained closes when the enforcer reports a violation of the attempt's reservation
 	// contained (its event, onEvent); reported is the latest such violation.
 	contained chan struct{}
@@ -219,6 +222,9 @@ func (r *run) launch(l sched.Launch) {
 	}
 	a := &active{l: l, token: token, stop: make(chan struct{}), onGPU: make(chan struct{}), contained: make(chan struct{}),
 		tail: probe.NewTail(8192)}
+	if l.Staged && l.Probe {
+		a.grant = make(chan struct{})
+	}
 	a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: j.Attempts, GPU: l.GPU, GPUIndex: r.gpus[l.GPU].Index,
 		Capped: l.Capped, WholeGPU: l.Whole, Probe: l.Probe, Result: r.resultPath(j)}
 	if l.Capped {
@@ -271,12 +277,24 @@ func (r *run) launch(l sched.Launch) {
 func (r *run) wait(a *active) {
 	// A probe's window opens at the job's first GPU memory, not at its launch: what a job does
 	// before it touches the GPU (imports, reading data; a slow start on a loaded machine) says
-	// nothing about its footprint, and a window spent there measured nothing.
+	// nothing about its footprint, and a window spent there measured nothing. A staged probe's
+	// opens no earlier than its grant: before it, its allocations past the stage wait.
 	var onGPU <-chan struct{}
+	grant := a.grant
 	if a.l.Window > 0 {
 		onGPU = a.onGPU
 	}
 	var window <-chan time.Time
+	var timer *time.Timer
+	openWindow := func() {
+		timer = time.NewTimer(a.l.Window)
+		window = timer.C
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	smTick, smStop := a.sm.Ticks(r.o.GPMInterval) // never ticks for an attempt not metered
 	defer smStop()
 wait:
@@ -288,9 +306,14 @@ wait:
 			a.sm.Read(context.Background())
 		case <-onGPU:
 			onGPU = nil
-			t := time.NewTimer(a.l.Window)
-			defer t.Stop()
-			window = t.C
+			if grant == nil {
+				openWindow()
+			}
+		case <-grant:
+			grant = nil
+			if onGPU == nil && a.l.Window > 0 {
+				openWindow()
+			}
 		case <-window:
 			window = nil
 			if a.l.InPlace {

@@ -61,6 +61,9 @@ func (r *run) stageRound() {
 func (r *run) granted(a *active, g sched.Granted) {
 	from := a.l.Res.CapBytes
 	a.l.Res, a.l.Staged = g.Res, false
+	if a.grant != nil {
+		close(a.grant)
+	}
 	a.l.Borrowing = g.Res.LimitBytes > g.Res.CapBytes
 	now := r.o.Now()
 	a.a.CapBytes = g.Res.CapBytes

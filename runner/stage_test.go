@@ -4,7 +4,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
@@ -106,6 +108,50 @@ func TestStagedJobMakesWayForABlockedBorrower(t *testing.T) {
 		if j.Name == "late" && j.Outcome != record.OutcomeOK {
 			t.Fatalf("late's result: %+v", j)
 		}
+	}
+}
+
+// A probe that borrows, whose small guarantee does not fit now, starts staged like any job, and
+// its window opens at its grant, not while its allocations wait: the footprint its template
+// keeps is what it used once it ran. A window opened at its first memory would have closed
+// during the wait, on its stage's few MiB.
+func TestStagedProbeMeasuresAfterItsGrant(t *testing.T) {
+	t.Parallel()
+	q := queue.Queue{
+		Jobs: []queue.Job{
+			simJob(t, "n1", "big", "--peak", "60GiB", "--ramp", "50ms", "--hold", "3s"),
+			simJob(t, "n2", "mid", "--peak", "16GiB", "--ramp", "50ms", "--hold", "1s"),
+			// Guarantees of 60 and 17 GiB leave 1 GiB of the 78 GiB budget: a stage, not the
+			// probe's 2 GiB.
+			simJob(t, "p", "cold", "--first", "2MiB", "--settle", "100ms", "--peak", "6GiB", "--ramp", "50ms", "--hold", "1s"),
+		},
+		Templates: map[string]queue.TemplateSpec{
+			"big": {Name: "big", PeakBytes: 60 * size.GiB, CapBytes: 60 * size.GiB},
+			"mid": {Name: "mid", PeakBytes: 16 * size.GiB, CapBytes: 17 * size.GiB},
+		},
+	}
+	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+	o.Borrow, o.Stage = node.BorrowWait, 2
+	o.StateDir, o.ProbeWindow = t.TempDir(), 400*time.Millisecond
+	res := runAll(t, q, o)
+	n2, p := attemptsOf(res, "n2"), attemptsOf(res, "p")
+	if len(n2) != 1 || n2[0].Outcome != record.OutcomeOK {
+		t.Fatalf("n2 was harmed: %+v", n2)
+	}
+	if len(p) != 1 || p[0].Outcome != record.OutcomeOK || !p[0].Probe || p[0].PeakBytes < 6*size.GiB {
+		t.Fatalf("p: want one probe that reached 6GiB and finished, got %+v", p)
+	}
+	if !p[0].Start.Before(n2[0].End) || len(p[0].CapChanges) == 0 || p[0].CapChanges[0].From != size.GiB {
+		t.Fatalf("p started at %s (n2 ended %s), cap changes %+v: want staged on 1GiB before n2 ended",
+			p[0].Start, n2[0].End, p[0].CapChanges)
+	}
+	snap, err := ledger.ReadSnapshot(o.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(snap.Profiles, func(pr ledger.Profile) bool { return pr.Template == "cold" })
+	if i < 0 || snap.Profiles[i].PeakBytes < 6*size.GiB {
+		t.Fatalf("profiles %+v: want the 6GiB the probe used after its grant for template cold", snap.Profiles)
 	}
 }
 

@@ -286,6 +286,8 @@ func (s *Sched) Next() []Launch {
 					if l, ok := s.probeBorrowing(j, states); ok {
 						s.start(&l)
 						out = append(out, l)
+					} else {
+						waiting = append(waiting, waitingJob{job: j, probe: true})
 					}
 					continue
 				}
@@ -347,7 +349,7 @@ func (s *Sched) Next() []Launch {
 				break
 			}
 			if !placed && kind == needCapped {
-				waiting = append(waiting, waitingJob{j, capBytes})
+				waiting = append(waiting, waitingJob{job: j, cap: capBytes})
 			}
 		}
 	}
@@ -356,7 +358,7 @@ func (s *Sched) Next() []Launch {
 		if s.maxTotal > 0 && s.total >= s.maxTotal {
 			break
 		}
-		if l, ok := s.stageJob(w.job, w.cap, states); ok {
+		if l, ok := s.stageJob(w, states); ok {
 			s.start(&l)
 			out = append(out, l)
 		}

@@ -30,10 +30,12 @@ const StageBytes = 768 * size.MiB
 // is stopped: the fence's table and the ledger settle a moment after a job ends.
 const unstageAfter = time.Second
 
-// waitingJob is a job a round could not place, and the cap it waits for.
+// waitingJob is a job a round could not place, and the cap it waits for; or a probe that
+// borrows, whose small guarantee (probeGuarantee) is the GPU's to say.
 type waitingJob struct {
-	job *Job
-	cap size.Bytes
+	job   *Job
+	cap   size.Bytes
+	probe bool
 }
 
 // Granted is a staged job whose guarantee was granted: its reservation now.
@@ -42,15 +44,24 @@ type Granted struct {
 	Res ledger.Reservation
 }
 
-// stageJob starts j staged on the first GPU that takes it, when nothing else placed it.
-func (s *Sched) stageJob(j *Job, c size.Bytes, states map[string]ledger.GPUState) (Launch, bool) {
+// stageJob starts a waiting job staged on the first GPU that takes it, when nothing else placed
+// it. A probe that borrows is staged too: on the H200 (cold start-up seed 3, 2026-12-05) the
+// last probe of a queue waited 19 s unstaged while a borrower's wait held admissions, and ended
+// 12 s after the warm run's whole queue. Its window opens at its grant (the runner), so it
+// measures the job's work, not its wait.
+func (s *Sched) stageJob(w waitingJob, states map[string]ledger.GPUState) (Launch, bool) {
 	if s.stageMax == 0 || s.adm != nil || !s.node.Fenced() {
 		return Launch{}, false
 	}
+	j := w.job
 	for _, g := range s.candidates(states, true) {
 		st := states[g]
 		if st.Mode != policy.ModeIsolated || st.Lending || s.noStage[g] || s.stagedOn(g) >= s.stageMax || !s.smFits(g, j.Template) {
 			continue
+		}
+		c := w.cap
+		if w.probe {
+			c = s.probeGuarantee(st)
 		}
 		small := max(StageBytes, st.UnitBytes)
 		if small >= c || small+st.ReservedBytes > st.BudgetBytes {
@@ -66,8 +77,12 @@ func (s *Sched) stageJob(j *Job, c size.Bytes, states map[string]ledger.GPUState
 		states[g] = st
 		s.staged[j] = a.Reservation
 		s.stageSeq = append(s.stageSeq, j)
-		return Launch{Job: j, GPU: g, Res: a.Reservation, Capped: true, Staged: true,
-			Borrowing: a.Reservation.LimitBytes > a.Reservation.CapBytes}, true
+		l := Launch{Job: j, GPU: g, Res: a.Reservation, Capped: true, Staged: true,
+			Borrowing: a.Reservation.LimitBytes > a.Reservation.CapBytes}
+		if w.probe {
+			l.Probe, l.InPlace, l.Window = true, true, s.probeWindow(j.Template)
+		}
+		return l, true
 	}
 	return Launch{}, false
 }

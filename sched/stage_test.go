@@ -216,3 +216,27 @@ func TestSchedUnstagesForAStalledHead(t *testing.T) {
 		t.Fatalf("unstaged %d once big was granted", len(u))
 	}
 }
+
+// A probe that borrows is staged where a borrower's wait freezes admissions, like a job whose
+// cap is known, on a unit and told the probe's guarantee; once nothing waits it is granted that
+// guarantee and may borrow the rest.
+func TestSchedStagesAProbeWhereABorrowerWaits(t *testing.T) {
+	lend := &nodetest.Fence{}
+	p := &Job{Job: queue.Job{Name: "p", Template: "p"}}
+	s, _, _ := borrowSched(t, lend, append(known("a"), p)...)
+	s.stageMax, s.window = 2, 19*time.Second
+	lend.Set(40*size.GiB, true)
+	got := s.Next()
+	if n, st := fmt.Sprint(names(got)), fmt.Sprint(stagedNames(got)); n != "[a p]" || st != "[a p]" {
+		t.Fatalf("admitted %s, staged %s while a borrower waits; want [a p] both staged", n, st)
+	}
+	l := got[1]
+	if !l.Probe || !l.InPlace || l.Window != 19*time.Second || l.Res.CapBytes != size.GiB || l.Res.StagedFor != 2*size.GiB {
+		t.Fatalf("p staged as %+v, reservation %+v: want an in-place probe on 1GiB, told 2GiB", l, l.Res)
+	}
+	lend.Set(40*size.GiB, false)
+	g := s.Grants()
+	if len(g) != 2 || g[1].Job != p || g[1].Res.CapBytes != 2*size.GiB || g[1].Res.LimitBytes <= g[1].Res.CapBytes {
+		t.Fatalf("grants once nothing waits: %+v; want a, then p on 2GiB borrowing", g)
+	}
+}
