@@ -34,15 +34,15 @@ func (p *Printer) Started(s Start) {
 	if !s.Borrowing {
 		what = "cap " + s.Cap.String()
 	}
+	span := "its whole run"
+	if s.Window > 0 {
+		span = "its first " + s.Window.String()
+	}
 	switch {
 	case s.Probe && s.Staged > 0:
 		what = fmt.Sprintf("PROBE STAGED on %s: starts up now; once its %s guarantee is granted it borrows the rest, "+
-			"and its first %s measures %q", s.Cap, s.Staged, s.Window, s.Template)
+			"and %s from then measures %q", s.Cap, s.Staged, span, s.Template)
 	case s.Probe && s.InPlace:
-		span := "its whole run"
-		if s.Window > 0 {
-			span = "its first " + s.Window.String()
-		}
 		what = fmt.Sprintf("PROBE in place (protective cap %s) for %s to measure %q", s.Cap, span, s.Template)
 		if s.Borrowing {
 			what = fmt.Sprintf("PROBE in place (a %s guarantee, borrowing the rest) for %s to measure %q", s.Cap, span, s.Template)

@@ -44,6 +44,12 @@ func TestAttemptLines(t *testing.T) {
 		{"probe in place", func(p *Printer) {
 			p.Started(Start{Job: "a", Template: "t", Cap: 39 * G, Probe: true, InPlace: true, Window: 20 * time.Second})
 		}, `PROBE in place (protective cap 39GiB) for its first 20s to measure "t"`},
+		{"staged probe", func(p *Printer) {
+			p.Started(Start{Job: "a", Template: "t", Cap: G, Staged: 2 * G, Probe: true, InPlace: true, Borrowing: true, Window: 19 * time.Second})
+		}, `PROBE STAGED on 1GiB: starts up now; once its 2GiB guarantee is granted it borrows the rest, and its first 19s from then measures "t"`},
+		{"staged probe of a whole run", func(p *Printer) {
+			p.Started(Start{Job: "a", Template: "t", Cap: G, Staged: 2 * G, Probe: true, InPlace: true, Borrowing: true})
+		}, `and its whole run from then measures "t"`},
 		{"re-run", func(p *Printer) { p.Started(Start{Job: "a", Whole: true, ReRun: "attempt 2 of 3 alone"}) }, "RE-RUN attempt 2 of 3 alone"},
 		{"uncapped", func(p *Printer) { p.Started(Start{Job: "a"}) }, "no cap"},
 		{"collateral, nothing next", func(p *Printer) {
