@@ -240,3 +240,20 @@ func TestSchedStagesAProbeWhereABorrowerWaits(t *testing.T) {
 		t.Fatalf("grants once nothing waits: %+v; want a, then p on 2GiB borrowing", g)
 	}
 }
+
+// Of the jobs a round stages, those whose caps are known take the slots before probes, even
+// probes ahead of them in the queue.
+func TestSchedStagesKnownJobsBeforeProbes(t *testing.T) {
+	lend := &nodetest.Fence{}
+	p := &Job{Job: queue.Job{Name: "p", Template: "p"}}
+	s, _, _ := borrowSched(t, lend, append([]*Job{p}, known("a")...)...)
+	s.stageMax = 1
+	lend.Set(40*size.GiB, true)
+	if st := fmt.Sprint(stagedNames(s.Next())); st != "[a]" {
+		t.Fatalf("staged %s with one slot; want [a], the job whose cap is known", st)
+	}
+	s.stageMax = 2
+	if st := fmt.Sprint(stagedNames(s.Next())); st != "[p]" {
+		t.Fatalf("staged %s once a second slot is there; want [p]", st)
+	}
+}
