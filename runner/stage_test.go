@@ -14,6 +14,21 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
+// besideBig is a queue of n1, a job of known 60 GiB cap that holds its memory 3 s, then jobs;
+// templates gets big's.
+func besideBig(t *testing.T, templates map[string]queue.TemplateSpec, jobs ...queue.Job) queue.Queue {
+	templates["big"] = queue.TemplateSpec{Name: "big", PeakBytes: 60 * size.GiB, CapBytes: 60 * size.GiB}
+	n1 := simJob(t, "n1", "big", "--peak", "60GiB", "--ramp", "50ms", "--hold", "3s")
+	return queue.Queue{Jobs: append([]queue.Job{n1}, jobs...), Templates: templates}
+}
+
+// stagingOptions is a packed run on a simulated 80 GiB GPU, borrowing (wait), staging stage jobs.
+func stagingOptions(t *testing.T, stage int) Options {
+	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
+	o.Borrow, o.Stage = node.BorrowWait, stage
+	return o
+}
+
 // A job whose guarantee does not fit beside a running one starts staged (gpufrac run --stage):
 // its process starts up at once on a unit, its first small block passes, its large allocation
 // waits for its guarantee, which is granted when the other job ends; its record shows the
@@ -26,18 +41,9 @@ func TestStagedJobStartsUpBeforeItsMemoryIsFree(t *testing.T) {
 	}{{"staged", 2}, {"not staged", 0}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			q := queue.Queue{
-				Jobs: []queue.Job{
-					simJob(t, "n1", "big", "--peak", "60GiB", "--ramp", "50ms", "--hold", "3s"),
-					simJob(t, "late", "good", "--first", "2MiB", "--settle", "1s", "--peak", "30GiB", "--ramp", "50ms", "--hold", "100ms"),
-				},
-				Templates: map[string]queue.TemplateSpec{
-					"big":  {Name: "big", PeakBytes: 60 * size.GiB, CapBytes: 60 * size.GiB},
-					"good": {Name: "good", PeakBytes: 30 * size.GiB, CapBytes: 30 * size.GiB},
-				},
-			}
-			o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
-			o.Borrow, o.Stage = node.BorrowWait, tc.stage
+			q := besideBig(t, map[string]queue.TemplateSpec{"good": {Name: "good", PeakBytes: 30 * size.GiB, CapBytes: 30 * size.GiB}},
+				simJob(t, "late", "good", "--first", "2MiB", "--settle", "1s", "--peak", "30GiB", "--ramp", "50ms", "--hold", "100ms"))
+			o := stagingOptions(t, tc.stage)
 			res := runAll(t, q, o)
 			n1, late := attemptsOf(res, "n1"), attemptsOf(res, "late")
 			if len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
@@ -86,8 +92,7 @@ func TestStagedJobMakesWayForABlockedBorrower(t *testing.T) {
 			"good": {Name: "good", PeakBytes: 30 * size.GiB, CapBytes: 30 * size.GiB},
 		},
 	}
-	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
-	o.Borrow, o.Stage = node.BorrowWait, 1
+	o := stagingOptions(t, 1)
 	res := runAll(t, q, o)
 	if n1 := attemptsOf(res, "n1"); len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
 		t.Fatalf("n1 was harmed: %+v", n1)
@@ -117,21 +122,12 @@ func TestStagedJobMakesWayForABlockedBorrower(t *testing.T) {
 // during the wait, on its stage's few MiB.
 func TestStagedProbeMeasuresAfterItsGrant(t *testing.T) {
 	t.Parallel()
-	q := queue.Queue{
-		Jobs: []queue.Job{
-			simJob(t, "n1", "big", "--peak", "60GiB", "--ramp", "50ms", "--hold", "3s"),
-			simJob(t, "n2", "mid", "--peak", "16GiB", "--ramp", "50ms", "--hold", "1s"),
-			// Guarantees of 60 and 17 GiB leave 1 GiB of the 78 GiB budget: a stage, not the
-			// probe's 2 GiB.
-			simJob(t, "p", "cold", "--first", "2MiB", "--settle", "100ms", "--peak", "6GiB", "--ramp", "50ms", "--hold", "1s"),
-		},
-		Templates: map[string]queue.TemplateSpec{
-			"big": {Name: "big", PeakBytes: 60 * size.GiB, CapBytes: 60 * size.GiB},
-			"mid": {Name: "mid", PeakBytes: 16 * size.GiB, CapBytes: 17 * size.GiB},
-		},
-	}
-	o := testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked)
-	o.Borrow, o.Stage = node.BorrowWait, 2
+	// Guarantees of 60 and 17 GiB leave 1 GiB of the 78 GiB budget: a stage, not the probe's
+	// 2 GiB.
+	q := besideBig(t, map[string]queue.TemplateSpec{"mid": {Name: "mid", PeakBytes: 16 * size.GiB, CapBytes: 17 * size.GiB}},
+		simJob(t, "n2", "mid", "--peak", "16GiB", "--ramp", "50ms", "--hold", "1s"),
+		simJob(t, "p", "cold", "--first", "2MiB", "--settle", "100ms", "--peak", "6GiB", "--ramp", "50ms", "--hold", "1s"))
+	o := stagingOptions(t, 2)
 	o.StateDir, o.ProbeWindow = t.TempDir(), 400*time.Millisecond
 	res := runAll(t, q, o)
 	n2, p := attemptsOf(res, "n2"), attemptsOf(res, "p")
