@@ -442,13 +442,13 @@ func fenceNote(u fence.TaskUse, seen bool) string {
 }
 
 // watchFence keeps one GPU's table in step with the ledger and with the task processes the pass
-// saw there (procs), and reads it as the fence sees it, for the watchdog's pass: false without a
-// fence or when the table cannot be read.
-func (e *Enforcer) watchFence(st ledger.GPUState, procs []seenProc) (fence.Snapshot, bool) {
+// saw there (tasks, by token), and reads it as the fence sees it, for the watchdog's pass: false
+// without a fence or when the table cannot be read.
+func (e *Enforcer) watchFence(st ledger.GPUState, tasks map[string][]seenProc) (fence.Snapshot, bool) {
 	if e.fence == nil {
 		return fence.Snapshot{}, false
 	}
-	e.fence.saw(st.UUID, byToken(procs))
+	e.fence.saw(st.UUID, tasks)
 	if err := e.fence.sync(st, e.cfg.Ledger.State); err != nil {
 		e.sayOnce(st.UUID, "fence", err)
 	}

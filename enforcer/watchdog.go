@@ -44,8 +44,9 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	for _, p := range procs {
 		o.procs = append(o.procs, e.see(p, uuid, tasks))
 	}
-	e.followers.see(e.publish(o))
-	o.snap, o.fenced = e.watchFence(st, o.procs)
+	byTok := byToken(o.procs)
+	e.followers.see(e.publish(o, byTok))
+	o.snap, o.fenced = e.watchFence(st, byTok)
 	r := rules{allowance: e.cfg.Allowance, stopGrace: e.cfg.StopGrace,
 		stopUnmanaged: e.cfg.Ledger.Policy().Unmanaged == policy.UnmanagedStop}
 	for _, a := range decide(r, e.mem, o) {
@@ -109,9 +110,9 @@ func (e *Enforcer) apply(a action) {
 	}
 }
 
-// publish stores the sample and the per-task sums for TaskUsage and LastSample, and returns the
-// sample for the followers.
-func (e *Enforcer) publish(o observation) Sample {
+// publish stores the sample and the per-task sums for TaskUsage and LastSample (tasks: the
+// sample's processes by token), and returns the sample for the followers.
+func (e *Enforcer) publish(o observation, tasks map[string][]seenProc) Sample {
 	s := Sample{GPU: o.gpu, Time: o.now, Mode: o.mode}
 	for _, sp := range o.procs {
 		s.Processes = append(s.Processes, sp.ProcUsage)
@@ -119,7 +120,6 @@ func (e *Enforcer) publish(o observation) Sample {
 			s.UnmanagedBytes += sp.Bytes
 		}
 	}
-	tasks := byToken(o.procs)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.samples[o.gpu] = s
