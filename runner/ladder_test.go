@@ -52,6 +52,13 @@ func TestEveryFailureClimbsTheLadder(t *testing.T) {
 			lk: []string{"--peak", "3GiB", "--ramp", "50ms", "--hold", "2s", "--pool-slack", "2GiB"}, bound: 3, want: record.OutcomeOK, action: enforcer.ActionSIGKILL, minTries: 2},
 		{name: "a borrower whose wait ran out", borrow: node.BorrowWait, wait: 200 * time.Millisecond,
 			lk: leak("--leak-to", "75GiB", "--leak-rate", "80GiB"), nHold: "4s", bound: 3, want: record.OutcomeOK, action: enforcer.ActionOOMInProcess, minTries: 2},
+		// Under MPS with borrowing a client's pinned limit is the GPU's budget, so the fence and
+		// the watchdog alone hold its cap: the same rungs as in isolated mode (the watchdog's stop
+		// is SIGINT there, a GPU-wide event).
+		{name: "a borrower whose wait ran out, under MPS", mode: policy.ModeMPS, borrow: node.BorrowWait, wait: 200 * time.Millisecond,
+			lk: leak("--leak-to", "75GiB", "--leak-rate", "80GiB"), nHold: "4s", bound: 3, want: record.OutcomeOK, action: enforcer.ActionOOMInProcess, minTries: 2},
+		{name: "watchdog kill of a borrower holding memory outside the fence, under MPS", mode: policy.ModeMPS, borrow: node.BorrowWait,
+			lk: []string{"--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--outside-fence", "3GiB"}, bound: 3, want: record.OutcomeOK, action: enforcer.ActionSIGINT, minTries: 2},
 		{name: "a declared cap is raised", borrow: node.BorrowOff, lk: leak("--leak-to", "6GiB", "--leak-rate", "8GiB"),
 			spec: queue.TemplateSpec{CapBytes: 3 * size.GiB}, bound: 3, want: record.OutcomeOK, minTries: 2},
 		{name: "cap_fixed", borrow: node.BorrowOff, lk: leak("--leak-to", "6GiB", "--leak-rate", "8GiB"),

@@ -6,7 +6,8 @@
 #
 #   make build   # here: bin/gpufrac and bin/libgpufrac-fence.so; carry them
 #   OUT=/tmp/l bash acctest/gpu/testdata/leakers.sh   # there: python3 with torch, an idle GPU
-#   (LEAKERS_BORROW="wait" runs one borrowing rule only)
+#   (LEAKERS_BORROW="wait" runs one borrowing rule only; LEAKERS_MODE=mps runs them under MPS,
+#   whose daemon gpufrac run starts and stops)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 out=${OUT:?set OUT to a directory for the logs}
@@ -16,12 +17,13 @@ cd "$root/acctest/gpu/testdata"
 for s in 1 2; do
 	timeout 90 python3 workload.py matmul --size 8192 --iters 600 --hold-mb 2048 --seed $s --out "$out/solo-$s.json" >/dev/null 2>>"$out/solo.err"
 done
+mode=${LEAKERS_MODE:-isolated}
 for b in ${LEAKERS_BORROW:-wait off}; do
-	dir=/tmp/leakers-$b
+	dir=/tmp/leakers-$mode-$b
 	rm -rf "$dir"
 	start=$(date +%s)
-	timeout 300 "$bin" run --gpu-backend nvml --borrow $b --state-dir "$dir/state" --out "$dir/out" leakers.hcl >"$out/run-$b.log" 2>&1
-	echo "== borrow $b: exit $? after $(($(date +%s) - start)) s"
+	timeout 300 "$bin" run --gpu-backend nvml --mode "$mode" --borrow $b --state-dir "$dir/state" --out "$dir/out" leakers.hcl >"$out/run-$mode-$b.log" 2>&1
+	echo "== mode $mode, borrow $b: exit $? after $(($(date +%s) - start)) s"
 	python3 - "$dir/out" "$out" <<'PY'
 import json, sys, os
 res, out = sys.argv[1], sys.argv[2]
@@ -39,5 +41,5 @@ for j in r["jobs"]:
             line += "  result unreadable: %s" % e
     print(line)
 PY
-	tar czf "$out/leakers-$b.tgz" -C "$dir" out 2>/dev/null
+	tar czf "$out/leakers-$mode-$b.tgz" -C "$dir" out 2>/dev/null
 done
