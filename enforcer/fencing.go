@@ -287,8 +287,11 @@ func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, e
 	fmt.Fprintf(&sig, "%d/%d/%d", st.BudgetBytes, f.cfg.Context, spare)
 	for _, r := range st.Reservations {
 		k := fence.Task{Token: r.Token, Cap: r.CapBytes, Limit: r.Limit(), Keep: f.cfg.LendKeep, Grace: f.cfg.LendGrace}
-		if r.StagedFor > r.CapBytes {
+		if r.StagedFor > r.CapBytes || r.Withdrawn {
 			// Staged: it holds its small cap whole, borrows nothing, and waits past it.
+			// Withdrawn: the same cap, and nothing to wait for (ledger.Withdraw): a cap raised
+			// to the whole unit now would be a new guarantee, which the table refuses while a
+			// borrower waits, the very moment a staged job is withdrawn.
 			c := stagedCap(r.CapBytes, f.cfg.Context)
 			k = fence.Task{Token: r.Token, Cap: c, Limit: c, Stage: r.StagedFor}
 		}
@@ -414,23 +417,28 @@ func (e *Enforcer) FenceUse(uuid string) (borrowed size.Bytes, waiting bool) {
 }
 
 // FenceWaiters are the tokens of GPU uuid's tasks one of whose allocations waits for memory
-// other tasks hold (not a staged task's wait for its own grant): gpufrac run stops a staged job
-// that is all that stands between them and the memory they wait for.
-func (e *Enforcer) FenceWaiters(uuid string) []string {
+// other tasks hold, and of its staged tasks one of whose allocations waits for their own grant:
+// gpufrac run stops a staged job that is all that stands between the first and the memory they
+// wait for, and under MPS only one of the second (it is blocked in its allocation, no kernel in
+// flight).
+func (e *Enforcer) FenceWaiters(uuid string) (waiting, staged []string) {
 	if e.fence == nil {
-		return nil
+		return nil, nil
 	}
 	s, ok := e.fence.settled(uuid)
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	var out []string
 	for _, t := range s.Tasks {
-		if t.Waiting && t.Token != "" {
-			out = append(out, t.Token)
+		switch {
+		case t.Token == "":
+		case t.Waiting:
+			waiting = append(waiting, t.Token)
+		case t.StageWaiting:
+			staged = append(staged, t.Token)
 		}
 	}
-	return out
+	return waiting, staged
 }
 
 // fenceNote is what the fence saw of a task, for a violation's detail.

@@ -398,3 +398,59 @@ func TestFenceCountsTheProcessesTheWatchdogSaw(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A staged task whose promise is withdrawn (ledger.Withdraw: gpufrac run under MPS, before it
+// stops a staged job for a borrower) keeps its guarantee in the fence, so the table takes the
+// change while a borrower waits (a whole unit would be a new guarantee, refused then), and the
+// allocation it waits with fails inside its process: it exits by itself, unsignalled, and the
+// borrower is served once it is gone.
+func TestWithdrawnStagedTaskFailsItsWaitInsideItself(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) {
+		c.Fence, c.Allowance = FenceConfig{Dir: dir, BorrowWait: time.Minute}, 640*size.MiB // a simulated process's context fits
+	})
+	r.start()
+	st, err := r.led.State(r.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := r.led.ReserveBytes(r.uuid, size.GiB, ledger.Task{}, ledger.WithStage(20*size.GiB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	borrower, err := r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(st.BudgetBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.syncFence()
+	before, _ := snapTask(r, staged.Token)
+	s := r.run(staged, "staged", "--peak", "10GiB", "--ramp", "50ms", "--hold", "100ms")
+	testutil.Eventually(t, waitLong, "the staged task waiting for its grant", func() bool {
+		tu, ok := snapTask(r, staged.Token)
+		return ok && tu.StageWaiting
+	})
+	// The whole budget (its context unfenced): it waits for what the staged task holds.
+	b := r.run(borrower, "borrower", "--peak", st.BudgetBytes.String(), "--ramp", "200ms", "--hold", "100ms", "--seed", "3")
+	testutil.Eventually(t, waitLong, "the borrower waiting", func() bool {
+		tu, ok := snapTask(r, borrower.Token)
+		return ok && tu.Waiting
+	})
+	if _, err := r.led.Withdraw(staged.Token); err != nil {
+		t.Fatal(err)
+	}
+	r.syncFence()
+	if u, ok := snapTask(r, staged.Token); !ok || u.Cap != before.Cap || u.Limit != before.Cap || u.Stage != 0 {
+		t.Fatalf("withdrawn in the fence: %+v; want its staged guarantee %s, nothing to wait for", u, before.Cap)
+	}
+	if code := s.wait(t); code == 0 || s.killedBy() != 0 {
+		t.Fatalf("the withdrawn task: exit %d, signal %v; want a failure inside itself; output:\n%s", code, s.killedBy(), s.out.String())
+	}
+	if sig := r.sent(s.cmd.Process.Pid); len(sig) != 0 {
+		t.Fatalf("the withdrawn task was signalled: %v", sig)
+	}
+	if err := r.led.Release(staged.Token, "unstaged"); err != nil {
+		t.Fatal(err)
+	}
+	r.syncFence()
+	b.checkResult(t, 3)
+}

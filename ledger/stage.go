@@ -121,3 +121,33 @@ func (s *state) dropIDs(token string, ids []string) {
 		}
 	}
 }
+
+// Withdraw takes back a staged reservation's promise and lets it borrow nothing: it keeps its
+// small cap, and the fence refuses at once, inside the process, the allocation that waits for
+// the promise. gpufrac run withdraws a staged job under MPS before it stops it for a borrower,
+// so that the job ends through its own out-of-memory error, with no kernel in flight, and not
+// by a forced stop, which can fault the other clients of the GPU (docs/enforcement.md). Withdrawn
+// again, it is unchanged.
+func (l *Ledger) Withdraw(token string) (Reservation, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	prev, r, err := l.beginOn(token)
+	if err != nil {
+		return Reservation{}, err
+	}
+	if r.Withdrawn {
+		return cloneRes(r), nil // a fence sync that failed after it is tried again
+	}
+	if r.StagedFor <= r.CapBytes {
+		return Reservation{}, fmt.Errorf("%w: reservation %s is not staged", ErrBadInput, RedactToken(token))
+	}
+	next := cloneRes(r)
+	next.StagedFor, next.LimitBytes, next.Withdrawn = 0, 0, true
+	l.st.res[token] = next
+	if err := l.commit(prev, true); err != nil {
+		return Reservation{}, err
+	}
+	l.log.Info("staged reservation withdrawn", "token", RedactToken(token), "gpu", r.GPU, "cap", r.CapBytes.String(),
+		"promised", r.StagedFor.String(), "task", r.Task.String())
+	return cloneRes(next), nil
+}

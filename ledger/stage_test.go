@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/policy"
@@ -66,6 +67,50 @@ func TestGrantRaisesAStagedReservation(t *testing.T) {
 	defer back.Close()
 	if r, ok := back.Reservation(staged.Token); !ok || r.StagedFor != 5*size.GiB {
 		t.Fatalf("reopened: %+v (found %v), want it staged", r, ok)
+	}
+}
+
+// Withdraw takes a staged reservation's promise back and its borrowing with it, keeps its small
+// cap, leaves a withdrawn one as it is, and refuses a reservation that was never staged; what it
+// stores survives a reopen.
+func TestWithdrawTakesThePromiseBack(t *testing.T) {
+	l, dir := newTest(t, Options{})
+	staged, err := l.ReserveBytes(gpuA, size.GiB, Task{JobName: "staged"}, WithStage(5*size.GiB), WithLimit(9*size.GiB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if staged.Limit() != 9*size.GiB {
+		t.Fatalf("staged: %+v, want a 9GiB limit", staged)
+	}
+	plain, err := l.ReserveBytes(gpuA, 2*size.GiB, Task{JobName: "plain"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := l.Withdraw(staged.Token)
+	if err != nil {
+		t.Fatalf("Withdraw: %v", err)
+	}
+	if w.CapBytes != size.GiB || w.StagedFor != 0 || w.Limit() != size.GiB || len(w.InstanceIDs) != 1 || !w.Withdrawn {
+		t.Fatalf("withdrawn: %+v, want its 1GiB cap, no promise, no borrowing", w)
+	}
+	if again, err := l.Withdraw(staged.Token); err != nil || again.Withdrawn != true || again.CapBytes != size.GiB {
+		t.Errorf("Withdraw again: %+v, %v; want it unchanged", again, err)
+	}
+	if _, err := l.Withdraw(plain.Token); !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "not staged") {
+		t.Errorf("Withdraw of a reservation not staged: %v, want ErrBadInput", err)
+	}
+	if _, err := l.Withdraw("no-such-token"); !errors.Is(err, ErrNoReservation) {
+		t.Errorf("Withdraw of an unknown token: %v, want ErrNoReservation", err)
+	}
+	checkInvariants(t, mustState(t, l, gpuA), false)
+	l.Close()
+	back, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if r, ok := back.Reservation(staged.Token); !ok || r.StagedFor != 0 || r.Limit() != size.GiB || !r.Withdrawn {
+		t.Fatalf("reopened: %+v (found %v), want it withdrawn", r, ok)
 	}
 }
 

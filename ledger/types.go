@@ -64,6 +64,9 @@ type Reservation struct {
 	// CapBytes (what its start-up needs) until Grant raises its cap to StagedFor, and the fence
 	// holds its allocations past CapBytes until then; 0 = not staged.
 	StagedFor size.Bytes `json:"staged_for,omitempty"`
+	// Withdrawn marks a staged reservation whose promise was taken back (Withdraw): it keeps
+	// its small cap, borrows nothing, and its allocations past that fail.
+	Withdrawn bool `json:"withdrawn,omitempty"`
 	Task      Task       `json:"task"`
 	// Source is "nomad" for Reserve calls and "runner" for gpufrac run.
 	Source    string    `json:"source"`

@@ -33,7 +33,7 @@ type Enforcer interface {
 	EnvOptions(uuid string) enforcer.EnvOptions
 	SyncFence(st ledger.GPUState) error
 	FenceUse(uuid string) (size.Bytes, bool)
-	FenceWaiters(uuid string) []string
+	FenceWaiters(uuid string) (waiting, staged []string)
 	Fenced() bool
 }
 

@@ -45,11 +45,23 @@ func (n *Node) Grant(staged ledger.Reservation) (ledger.Reservation, error) {
 	return staged, err
 }
 
+// Withdraw takes back a staged task's promise and its borrowing (ledger.Withdraw) and writes
+// the fence's table, so that the allocation it waits with is refused inside its process at the
+// fence's next poll: under MPS gpufrac run ends a staged job so before it stops it.
+func (n *Node) Withdraw(staged ledger.Reservation) error {
+	res, err := n.led.Withdraw(staged.Token)
+	if err != nil {
+		return err
+	}
+	return n.SyncFence(res.GPU)
+}
+
 // Waiters are the reservation tokens on GPU uuid whose allocations wait for memory other tasks
-// hold, as the fence's table says now (none without the fence).
-func (n *Node) Waiters(uuid string) []string {
+// hold, and those of staged tasks whose allocations wait for their grants, as the fence's table
+// says now (none without the fence).
+func (n *Node) Waiters(uuid string) (waiting, staged []string) {
 	if !n.fenced() {
-		return nil
+		return nil, nil
 	}
 	return n.enf.FenceWaiters(uuid)
 }

@@ -43,7 +43,7 @@ type active struct {
 	// borrowed (recapProbe), which its template keeps (settle).
 	windowPeak size.Bytes
 	// unstaged: the job was stopped while staged, for a borrower (sched.Unstage); set by the
-	// main loop before it closes stop.
+	// main loop, under r.mu, before it closes stop.
 	unstaged  bool
 	closeStop sync.Once
 	violation *ledger.Violation
@@ -327,7 +327,7 @@ wait:
 		case <-a.stop:
 			a.stopped = true
 			grace := r.o.StopGrace
-			if a.unstaged {
+			if a.unstaged && r.o.modeOf() != policy.ModeMPS {
 				grace = unstageGrace
 			}
 			a.proc.Stop(grace)
@@ -421,13 +421,13 @@ func (r *run) onEvent(ev enforcer.Event) {
 		name, idx := "?", -1
 		r.mu.Lock()
 		for a := range r.active {
-			if a.token == ev.Token {
+			if a.token == ev.Token && !a.unstaged {
 				name, idx = a.l.Job.Name, a.a.GPUIndex
 			}
 		}
 		r.mu.Unlock()
 		if idx < 0 {
-			return
+			return // not a job of this run, or one unstaged under MPS, refused by design
 		}
 		r.prog.Line("%-8s %-20s GPU%d  %s", "CAP!", name, idx, ev.Message)
 	case enforcer.EventGPUHealth:
@@ -478,6 +478,9 @@ func (r *run) finish(a *active) {
 	case a.unstaged:
 		at.Outcome = record.OutcomeUnstaged
 		at.Detail = "stopped while staged: only staged jobs held the GPU, and a borrower or the first staged job waited for their memory; queued again"
+		if r.o.modeOf() == policy.ModeMPS {
+			at.Detail += " (under MPS its promise was withdrawn, and the fence refused its waiting allocation inside it: no forced stop)"
+		}
 	case a.stopped:
 		at.Outcome = record.OutcomeCanceled
 	case a.windowStopped:

@@ -22,10 +22,11 @@ func stagePlan(o Options, fenced bool, borrowRule string) (int, string) {
 		why = "the " + string(o.Arm) + " arm"
 	case !fenced:
 		why = "no allocation fence: nothing would hold a staged job's allocations"
-	case o.modeOf() != policy.ModeIsolated:
-		// Without borrowing a client's pinned limit is fixed at its start; with it, a staged job
-		// may have to be stopped for a borrower, and a stop under MPS can fault its neighbours.
-		why = string(o.modeOf()) + " mode: a staged client may have to be stopped, and a stop there can fault its neighbours"
+	case o.modeOf() == policy.ModeMPS && borrowRule != node.BorrowWait && borrowRule != node.BorrowNow:
+		// Without borrowing a client's pinned limit is its cap, fixed at its start: a staged
+		// client could never take the guarantee it is granted later. With borrowing the pinned
+		// limit is the budget and the fence holds the caps, as in isolated mode.
+		why = "mps mode without borrowing: a client's pinned limit is fixed at its start"
 	case borrowRule == node.BorrowLend:
 		why = "--borrow lend admits jobs onto borrowed memory already"
 	}
@@ -49,8 +50,13 @@ func (r *run) stageRound() {
 		}
 	}
 	for _, j := range r.s.Unstage(r.o.Now()) {
-		if a := r.activeOf(j); a != nil {
-			a.unstaged = true
+		r.mu.Lock()
+		a := r.activeLocked(j)
+		if a != nil {
+			a.unstaged = true // under r.mu: onEvent reads it
+		}
+		r.mu.Unlock()
+		if a != nil {
 			a.halt()
 		}
 	}
@@ -101,6 +107,11 @@ func (r *run) stopStaged() {
 func (r *run) activeOf(j *sched.Job) *active {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.activeLocked(j)
+}
+
+// activeLocked is activeOf, under r.mu.
+func (r *run) activeLocked(j *sched.Job) *active {
 	for a := range r.active {
 		if a.l.Job == j {
 			return a
@@ -115,7 +126,9 @@ func (a *active) halt() { a.closeStop.Do(func() { close(a.stop) }) }
 // unstageGrace is how long a staged job stopped for a borrower has after SIGINT: it has done CPU
 // start-up only, and a Python job blocked in its allocation (inside the fence's wait, in C) does
 // not run its handler until the call returns, so the full StopGrace would keep the borrower
-// waiting 10 s for nothing. Isolated GPUs only: a SIGKILL there faults no neighbour.
+// waiting 10 s for nothing. Isolated GPUs only: a SIGKILL there faults no neighbour. Under MPS
+// the staged job's promise is withdrawn first (sched.unstageOn), which ends its waiting
+// allocation inside it, and it has the whole StopGrace to leave by itself.
 const unstageGrace = 500 * time.Millisecond
 
 // DefaultStage is how many jobs a GPU gpufrac run stages unless told otherwise: on the H200 six

@@ -116,6 +116,51 @@ func TestStagedJobMakesWayForABlockedBorrower(t *testing.T) {
 	}
 }
 
+// Where the first staged job's grant is refused beside the other staged jobs' units alone, the
+// newest staged job makes way (unstaged, queued again), in isolated mode and under MPS with
+// borrowing. Under MPS it is the newest that waits in the fence, blocked in its allocation, and
+// it ends by a refusal inside it (its promise withdrawn), not by a forced stop: no GPU-wide
+// event, no neighbour touched.
+func TestStagedJobMakesWayForTheFirstStagedJob(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []policy.Mode{policy.ModeIsolated, policy.ModeMPS} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			// head's 77.5 GiB cap takes 78 of the budget's 78 units: beside late's staged unit
+			// it is never granted; its 76 GiB and context fit an MPS client's pinned limit.
+			q := besideBig(t, map[string]queue.TemplateSpec{
+				"huge": {Name: "huge", PeakBytes: 76 * size.GiB, CapBytes: 77*size.GiB + 512*size.MiB},
+				"good": {Name: "good", PeakBytes: 20 * size.GiB, CapBytes: 20 * size.GiB},
+			},
+				simJob(t, "head", "huge", "--peak", "76GiB", "--ramp", "50ms", "--hold", "100ms"),
+				simJob(t, "late", "good", "--peak", "20GiB", "--ramp", "50ms", "--hold", "100ms"))
+			o := stagingOptions(t, 2)
+			o.Mode = mode
+			var out strings.Builder
+			o.Progress = &out
+			res := runAll(t, q, o)
+			if n1 := attemptsOf(res, "n1"); len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
+				t.Errorf("n1 was harmed: %+v", n1)
+			}
+			head, late := attemptsOf(res, "head"), attemptsOf(res, "late")
+			if len(head) != 1 || head[0].Outcome != record.OutcomeOK || len(head[0].CapChanges) != 1 {
+				t.Errorf("head: want one attempt, staged then granted, got %+v", head)
+			}
+			if got := outcomes(late); !slices.Equal(got, []record.Outcome{record.OutcomeUnstaged, record.OutcomeOK}) {
+				t.Errorf("late: attempts %v, want [unstaged ok]: %+v", got, late)
+			} else if len(head) == 1 && late[1].Start.Before(head[0].End) {
+				t.Errorf("late ran again at %s, before head ended at %s", late[1].Start, head[0].End)
+			}
+			if strings.Contains(out.String(), "unhealthy") || strings.Contains(out.String(), "SIGKILL") {
+				t.Errorf("a forced stop, or a GPU-wide event")
+			}
+			if t.Failed() || testing.Verbose() {
+				t.Logf("progress:\n%s", out.String())
+			}
+		})
+	}
+}
+
 // A probe that borrows, whose small guarantee does not fit now, starts staged like any job, and
 // its window opens at its grant, not while its allocations wait: the footprint its template
 // keeps is what it used once it ran. A window opened at its first memory would have closed
@@ -166,7 +211,9 @@ func TestStagePlanSaysWhyNot(t *testing.T) {
 		{"a baseline", Options{Arm: record.ArmStatic, Stage: 3}, true, node.BorrowOff, 0, "the static arm"},
 		{"no fence", Options{Arm: record.ArmPacked, Stage: 3}, false, node.BorrowOff, 0, "no allocation fence"},
 		{"mps", Options{Arm: record.ArmPacked, Stage: 3, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowOff, 0, "mps mode"},
-		{"mps, borrowing", Options{Arm: record.ArmPacked, Stage: 3, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowWait, 0, "mps mode"},
+		{"mps, borrowing", Options{Arm: record.ArmPacked, Stage: 3, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowWait, 3, "up to 3 job(s) a GPU"},
+		{"mps, borrowing now", Options{Arm: record.ArmPacked, Stage: 3, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowNow, 3, "up to 3 job(s) a GPU"},
+		{"the default, mps, borrowing", Options{Arm: record.ArmPacked, Stage: DefaultStage, StageByDefault: true, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowWait, DefaultStage, "up to 6 job(s)"},
 		{"lend", Options{Arm: record.ArmPacked, Stage: 3}, true, node.BorrowLend, 0, "--borrow lend"},
 		{"the default", Options{Arm: record.ArmPacked, Stage: DefaultStage, StageByDefault: true}, true, node.BorrowWait, DefaultStage, "up to 6 job(s)"},
 		{"the default, mps", Options{Arm: record.ArmPacked, Stage: DefaultStage, StageByDefault: true, Policy: policy.Policy{Mode: policy.ModeMPS}}, true, node.BorrowOff, 0, ""},

@@ -56,7 +56,7 @@ func (s *Sched) stageJob(w waitingJob, states map[string]ledger.GPUState) (Launc
 	j := w.job
 	for _, g := range s.candidates(states, true) {
 		st := states[g]
-		if st.Mode != policy.ModeIsolated || st.Lending || s.noStage[g] || s.stagedOn(g) >= s.stageMax || !s.smFits(g, j.Template) {
+		if !s.stagesOn(st) || st.Lending || s.noStage[g] || s.stagedOn(g) >= s.stageMax || !s.smFits(g, j.Template) {
 			continue
 		}
 		c := w.cap
@@ -85,6 +85,13 @@ func (s *Sched) stageJob(w waitingJob, states map[string]ledger.GPUState) (Launc
 		return l, true
 	}
 	return Launch{}, false
+}
+
+// stagesOn says whether a GPU's mode lets jobs start staged there: isolated, or MPS where the
+// run borrows (each client's pinned limit is then the budget, so a staged client can take its
+// guarantee once granted, and the fence holds every cap).
+func (s *Sched) stagesOn(st ledger.GPUState) bool {
+	return st.Mode == policy.ModeIsolated || st.Mode == policy.ModeMPS && s.borrows
 }
 
 func (s *Sched) stagedOn(g string) int {
@@ -134,7 +141,7 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 			delete(s.blocked, g)
 			continue
 		}
-		waiters := s.node.Waiters(g) // the fence's table, read once a GPU a round
+		waiters, stageWaiters := s.node.Waiters(g) // the fence's table, read once a GPU a round
 		waits := len(waiters) > 0 || s.stalled[g]
 		if s.noStage[g] && !waits {
 			delete(s.noStage, g) // the borrower, or the staged job, it made way for is served
@@ -151,19 +158,47 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 		if now.Sub(since) < unstageAfter {
 			continue
 		}
-		for i := len(s.stageSeq) - 1; i >= 0; i-- {
-			j := s.stageSeq[i]
-			if s.staged[j].GPU == g && !s.unstaging[j] {
-				s.unstaging[j] = true
-				s.blocked[g] = now
-				s.noStage[g] = true // nothing is staged there again until the borrower is served
-				s.log.Info("stopping a staged job: a borrower's wait or the first staged job's grant is blocked by staged jobs alone", "job", j.Name, "gpu", g)
-				out = append(out, j)
-				break
-			}
+		if j := s.unstageOn(g, stageWaiters); j != nil {
+			s.unstaging[j] = true
+			s.blocked[g] = now
+			s.noStage[g] = true // nothing is staged there again until the borrower is served
+			s.log.Info("stopping a staged job: a borrower's wait or the first staged job's grant is blocked by staged jobs alone", "job", j.Name, "gpu", g)
+			out = append(out, j)
 		}
 	}
 	return out
+}
+
+// unstageOn picks the staged job on GPU g to stop: the newest. Under MPS a forced stop of a
+// client with kernels in flight can fault every client of the GPU (docs/enforcement.md), so
+// there it is the newest whose allocation waits in the fence (it runs no kernel: it is blocked
+// in its allocation), and its promise is withdrawn first (node.Withdraw): the fence refuses
+// that allocation inside the process, which ends through its own out-of-memory error. A staged
+// job that does not wait yet is left to start up; it waits, or ends, soon.
+func (s *Sched) unstageOn(g string, stageWaiters []string) *Job {
+	mps := false
+	if st, err := s.led.State(g); err == nil {
+		mps = st.Mode == policy.ModeMPS
+	}
+	for i := len(s.stageSeq) - 1; i >= 0; i-- {
+		j := s.stageSeq[i]
+		r := s.staged[j]
+		if r.GPU != g || s.unstaging[j] {
+			continue
+		}
+		if !mps {
+			return j
+		}
+		if !slices.Contains(stageWaiters, r.Token) {
+			continue
+		}
+		if err := s.node.Withdraw(r); err != nil {
+			s.log.Warn("a staged job's promise could not be withdrawn: it is not stopped", "job", j.Name, "gpu", g, "error", err)
+			continue
+		}
+		return j
+	}
+	return nil
 }
 
 // stagedBlock says whether staged jobs alone stand in the way on GPU g where something waits for

@@ -2,6 +2,8 @@ package sched
 
 import (
 	"fmt"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
 	"testing"
 	"time"
 
@@ -116,6 +118,66 @@ func TestSchedUnstagesForABlockedBorrower(t *testing.T) {
 	s.Unstaged(j)
 	if j.Limit() != limit+1 || j.Running || j.Done {
 		t.Fatalf("unstaged job: limit %d (was %d), %+v; want its attempt not counted, queued again", j.Limit(), limit, j)
+	}
+}
+
+// Under MPS (with borrowing, where jobs are staged there) the staged job stopped for a blocked
+// borrower is the newest one whose allocation waits in the fence, never one that may be running
+// kernels, and its promise is withdrawn first so the fence refuses that allocation inside it.
+func TestSchedUnstagesUnderMPSOnlyAStagedJobThatWaits(t *testing.T) {
+	lend := &nodetest.Fence{}
+	s, led, uuid := borrowSched(t, lend, known("a", "b", "c", "d", "e")...)
+	if err := led.SetMode(uuid, policy.ModeMPS); err != nil {
+		t.Fatal(err)
+	}
+	s.stageMax = 2
+	got := s.Next()
+	if n := fmt.Sprint(stagedNames(got)); n != "[d e]" {
+		t.Fatalf("staged %s under MPS with borrowing, want [d e]", n)
+	}
+	tokens := map[string]string{}
+	res := map[string]ledger.Reservation{}
+	launch := map[string]*Launch{}
+	for i, l := range got {
+		tokens[l.Job.Name], res[l.Job.Name], launch[l.Job.Name] = l.Res.Token, l.Res, &got[i]
+	}
+	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	lend.SetWaiters(tokens["a"], tokens["b"], tokens["c"])
+	for _, step := range []struct {
+		ms     int
+		stages []string // the staged jobs whose allocations wait for their grants
+		want   string
+		end    string // a job whose process ends before the round
+	}{
+		{ms: 0, want: "[]"}, {ms: 1500, want: "[]"}, // e and d start up: neither waits in the fence
+		{ms: 2000, stages: []string{"d"}, want: "[d]"},
+		{ms: 3500, stages: []string{"d", "e"}, want: "[]"}, // d, withdrawn, is on its way out
+		{ms: 4000, stages: []string{"e"}, want: "[]", end: "d"},
+		{ms: 5000, stages: []string{"e"}, want: "[e]"},
+	} {
+		if l := launch[step.end]; l != nil {
+			if err := led.Release(l.Res.Token, "unstaged"); err != nil {
+				t.Fatal(err)
+			}
+			s.Finished(l)
+			s.Unstaged(l.Job)
+		}
+		var w []string
+		for _, n := range step.stages {
+			w = append(w, tokens[n])
+		}
+		lend.SetStageWaiters(w...)
+		var n []string
+		for _, j := range s.Unstage(at(step.ms)) {
+			n = append(n, j.Name)
+			if r, ok := led.Reservation(tokens[j.Name]); !ok || r.StagedFor != 0 || r.Limit() != res[j.Name].CapBytes {
+				t.Errorf("%s unstaged: %+v, want its promise and borrowing withdrawn (was %+v)", j.Name, r, res[j.Name])
+			}
+		}
+		if fmt.Sprint(n) != step.want && !(step.want == "[]" && n == nil) {
+			t.Fatalf("at %d ms, staged jobs waiting %v: unstaged %v, want %s", step.ms, step.stages, n, step.want)
+		}
 	}
 }
 

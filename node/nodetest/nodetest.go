@@ -31,13 +31,14 @@ const (
 
 // Fence is the enforcer as admission sees it, with the fence's answers set by the case.
 type Fence struct {
-	mu       sync.Mutex
-	borrowed size.Bytes
-	waiting  bool
-	noRoom   bool
-	prepErr  error
-	synced   int
-	waiters  []string
+	mu           sync.Mutex
+	borrowed     size.Bytes
+	waiting      bool
+	noRoom       bool
+	prepErr      error
+	synced       int
+	waiters      []string
+	stageWaiters []string
 }
 
 // NewFence is a fence that shows borrowed bytes and a waiting allocation as given, and whose
@@ -93,11 +94,18 @@ func (f *Fence) SetWaiters(tokens ...string) {
 	f.waiters = tokens
 }
 
-// FenceWaiters are the tasks SetWaiters named.
-func (f *Fence) FenceWaiters(string) []string {
+// SetStageWaiters names the staged tasks (by token) whose allocations wait for their grants.
+func (f *Fence) SetStageWaiters(tokens ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.waiters
+	f.stageWaiters = tokens
+}
+
+// FenceWaiters are the tasks SetWaiters and SetStageWaiters named.
+func (f *Fence) FenceWaiters(string) ([]string, []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waiters, f.stageWaiters
 }
 
 // Fenced is true: the fence holds caps.
