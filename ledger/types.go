@@ -67,7 +67,7 @@ type Reservation struct {
 	// Withdrawn marks a staged reservation whose promise was taken back (Withdraw): it keeps
 	// its small cap, borrows nothing, and its allocations past that fail.
 	Withdrawn bool `json:"withdrawn,omitempty"`
-	Task      Task       `json:"task"`
+	Task      Task `json:"task"`
 	// Source is "nomad" for Reserve calls and "runner" for gpufrac run.
 	Source    string    `json:"source"`
 	CreatedAt time.Time `json:"created_at"`
