@@ -349,7 +349,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	sc := sched.Config{Admission: o.Admission, Policy: o.Policy, Ledger: r.led, Node: r.node, Borrows: r.borrows, GPUs: uuids, MaxTotal: o.MaxConcurrent,
 		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{}, SMActive: map[string]float64{},
 		ProbeInPlace: o.Arm == record.ArmPacked && r.guard != nil && (o.modeOf() == policy.ModeIsolated || r.borrows)}
-	sc.Stage, sc.Now = r.stage, o.Now
+	sc.Stage = r.stage
 	for name, t := range q.Templates {
 		if t.PeakBytes > 0 {
 			sc.Peaks[name] = t.PeakBytes

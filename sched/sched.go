@@ -132,10 +132,6 @@ type Sched struct {
 	stalled map[string]bool
 	// noStage are the GPUs where a staged job was stopped for a borrower that still waits.
 	noStage map[string]bool
-	// freedAt is when a job last ended on each GPU (Finished), at now: what it freed goes to a
-	// waiting borrower before a staged start (stage.go).
-	freedAt map[string]time.Time
-	now     func() time.Time
 }
 
 // Config is what a scheduler is built from; the run fills it once, and from then on the
@@ -166,8 +162,6 @@ type Config struct {
 	SMActive map[string]float64
 	// Stage is how many jobs may start staged on a GPU at once (stage.go); 0: none.
 	Stage int
-	// Now is the run's clock; nil: time.Now.
-	Now func() time.Time
 }
 
 // New builds the scheduler of a run over its jobs (NewJobs). Without a Node it admits through
@@ -180,10 +174,7 @@ func New(c Config, jobs []*Job) *Sched {
 		wholeOn: map[string]bool{}, drainFor: map[string]*Job{}, warned: map[string]bool{}, frozen: map[string]bool{},
 		refused: map[string]error{}, grown: map[string]size.Bytes{}, smActive: maps.Clone(c.SMActive), smOn: map[string]float64{},
 		stageMax: c.Stage, staged: map[*Job]ledger.Reservation{}, unstaging: map[*Job]bool{}, blocked: map[string]time.Time{}, stalled: map[string]bool{},
-		noStage: map[string]bool{}, freedAt: map[string]time.Time{}, now: c.Now,
-	}
-	if s.now == nil {
-		s.now = time.Now
+		noStage: map[string]bool{},
 	}
 	if s.smActive == nil {
 		s.smActive = map[string]float64{}
@@ -488,7 +479,6 @@ func (s *Sched) start(l *Launch) {
 // Finished returns a launch's slot; the caller releases the reservation.
 func (s *Sched) Finished(l *Launch) {
 	l.Job.Running = false
-	s.freedAt[l.GPU] = s.now()
 	s.stageEnded(l.Job)
 	s.running[l.GPU]--
 	s.smEnd(l)

@@ -26,14 +26,6 @@ import (
 // whole units by the ledger.
 const StageBytes = 768 * size.MiB
 
-// stageSettle is how long after a job ended on a GPU where a borrower waits nothing is staged
-// there: the borrower, whose allocation looks again every 2 ms in the fence, takes what the job
-// freed first, as the hold gives it to the borrower before any admission (issue 25: memory that
-// comes free while a borrower waits is the borrower's first). A staged start holds only its
-// context and first blocks, but taken the instant a job ends that can be what a waiting
-// borrower's next allocation needed.
-const stageSettle = time.Second
-
 // unstageAfter is how long a borrower's wait must be blocked by staged jobs alone before one
 // is stopped: the fence's table and the ledger settle a moment after a job ends.
 const unstageAfter = time.Second
@@ -66,9 +58,6 @@ func (s *Sched) stageJob(w waitingJob, states map[string]ledger.GPUState) (Launc
 		st := states[g]
 		if !s.stagesOn(st) || st.Lending || s.noStage[g] || s.stagedOn(g) >= s.stageMax || !s.smFits(g, j.Template) {
 			continue
-		}
-		if (st.BorrowWaiting || st.BorrowHeld) && s.now().Sub(s.freedAt[g]) < stageSettle {
-			continue // what a job just freed is the waiting borrower's first
 		}
 		c := w.cap
 		if w.probe {

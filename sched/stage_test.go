@@ -121,55 +121,6 @@ func TestSchedUnstagesForABlockedBorrower(t *testing.T) {
 	}
 }
 
-// What a job frees on a GPU where a borrower waits is the borrower's first: nothing is staged
-// there for a second after the job ended (the borrower's allocation looks again every 2 ms),
-// then staging goes on as before. Where nobody waits, the freed memory admits the next job.
-func TestSchedStagesNothingOnMemoryJustFreedForAWaitingBorrower(t *testing.T) {
-	t0 := time.Date(2026, 12, 5, 22, 0, 0, 0, time.UTC)
-	for _, tc := range []struct {
-		name    string
-		waits   bool
-		steps   []int // ms after a ended, one round each
-		want    []string
-		started string // how b starts once it does
-	}{
-		{"a borrower waits", true, []int{0, 900, 1000}, []string{"[]", "[]", "[b]"}, "staged"},
-		{"nobody waits", false, []int{0}, []string{"[b]"}, "admitted"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			now := t0
-			led, uuid := memLedgerOpts(t, 80*size.GiB, ledger.Options{Now: func() time.Time { return now }})
-			lend := &nodetest.Fence{}
-			x := &Job{Job: queue.Job{Name: "x", Template: "big"}}
-			s := borrowSchedOn(led, uuid, lend, append([]*Job{x}, known("a", "b")...)...)
-			s.now = func() time.Time { return now }
-			s.peaks["big"] = 40 * size.GiB // a 47.5 GiB cap: beside a's 20 GiB, b's does not fit
-			got := s.Next()
-			if n := fmt.Sprint(names(got)); n != "[x a]" {
-				t.Fatalf("first round %s, want [x a]", n)
-			}
-			s.stageMax = 1
-			lend.Set(2*size.GiB, tc.waits)
-			now = t0.Add(5 * time.Second)
-			if err := led.Release(got[1].Res.Token, "done"); err != nil {
-				t.Fatal(err)
-			}
-			got[1].Job.Done = true
-			s.Finished(&got[1])
-			for i, ms := range tc.steps {
-				now = t0.Add(5*time.Second + time.Duration(ms)*time.Millisecond)
-				ls := s.Next()
-				if n := fmt.Sprint(names(ls)); n != tc.want[i] {
-					t.Fatalf("%d ms after a ended: started %s, want %s", ms, n, tc.want[i])
-				}
-				if len(ls) == 1 && ls[0].Staged != (tc.started == "staged") {
-					t.Fatalf("b %+v, want it %s", ls[0], tc.started)
-				}
-			}
-		})
-	}
-}
-
 // Under MPS (with borrowing, where jobs are staged there) the staged job stopped for a blocked
 // borrower is the newest one whose allocation waits in the fence, never one that may be running
 // kernels, and its promise is withdrawn first so the fence refuses that allocation inside it.
