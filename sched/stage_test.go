@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"testing"
 	"time"
@@ -130,10 +131,16 @@ func TestSchedUnstagesUnderMPSOnlyAStagedJobThatWaits(t *testing.T) {
 	if err := led.SetMode(uuid, policy.ModeMPS); err != nil {
 		t.Fatal(err)
 	}
+	s.node = node.New(led, lend, node.Config{Borrow: node.BorrowWait, BorrowMPS: true}) // --mode mps --borrow wait
 	s.stageMax = 2
 	got := s.Next()
 	if n := fmt.Sprint(stagedNames(got)); n != "[d e]" {
 		t.Fatalf("staged %s under MPS with borrowing, want [d e]", n)
+	}
+	for _, l := range got[3:] {
+		if l.Res.Limit() != 78*size.GiB {
+			t.Fatalf("%s staged with a %s limit: an MPS client's pinned limit is fixed at its start, and must be the budget", l.Job.Name, l.Res.Limit())
+		}
 	}
 	tokens := map[string]string{}
 	res := map[string]ledger.Reservation{}
