@@ -58,15 +58,8 @@ func TestGrantRaisesAStagedReservation(t *testing.T) {
 	if r, _ := l.Reservation(staged.Token); r.CapBytes != size.GiB || r.StagedFor != 5*size.GiB || len(r.InstanceIDs) != 1 {
 		t.Fatalf("after Ungrant: %+v, want staged again on its one unit", r)
 	}
-	checkInvariants(t, mustState(t, l, gpuA), false)
-	l.Close()
-	back, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer back.Close()
-	if r, ok := back.Reservation(staged.Token); !ok || r.StagedFor != 5*size.GiB {
-		t.Fatalf("reopened: %+v (found %v), want it staged", r, ok)
+	if r := reopened(t, l, dir, staged.Token); r.StagedFor != 5*size.GiB {
+		t.Fatalf("reopened: %+v, want it staged", r)
 	}
 }
 
@@ -102,16 +95,27 @@ func TestWithdrawTakesThePromiseBack(t *testing.T) {
 	if _, err := l.Withdraw("no-such-token"); !errors.Is(err, ErrNoReservation) {
 		t.Errorf("Withdraw of an unknown token: %v, want ErrNoReservation", err)
 	}
+	if r := reopened(t, l, dir, staged.Token); r.StagedFor != 0 || r.Limit() != size.GiB || !r.Withdrawn {
+		t.Fatalf("reopened: %+v, want it withdrawn", r)
+	}
+}
+
+// reopened checks l's invariants, closes it, opens the ledger in dir again and returns token's
+// reservation there.
+func reopened(t *testing.T, l *Ledger, dir, token string) Reservation {
+	t.Helper()
 	checkInvariants(t, mustState(t, l, gpuA), false)
 	l.Close()
 	back, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer back.Close()
-	if r, ok := back.Reservation(staged.Token); !ok || r.StagedFor != 0 || r.Limit() != size.GiB || !r.Withdrawn {
-		t.Fatalf("reopened: %+v (found %v), want it withdrawn", r, ok)
+	t.Cleanup(func() { back.Close() })
+	r, ok := back.Reservation(token)
+	if !ok {
+		t.Fatalf("reopened: reservation %s lost", RedactToken(token))
 	}
+	return r
 }
 
 // A grant waits, like an admission, while an allocation waits for borrowed memory: what comes
