@@ -17,9 +17,10 @@ import (
 // for, and its first allocation past that waits in the fence until the scheduler grants its
 // guarantee under the ordinary rule (Grants). Nobody lends it anything and no running job is
 // stopped for it: where a borrower's wait, or the grant of the first staged job, is blocked by
-// staged jobs alone, the newest of them is stopped instead and queued again (Unstage).
-// Isolated GPUs with the fence only, and not where guarantees are lent (lend places jobs on
-// borrowed memory already).
+// staged jobs alone, the newest of them is stopped instead and queued again (Unstage; under
+// MPS by a refusal inside it, unstageOn). With the fence only, on isolated GPUs or on MPS GPUs
+// where jobs borrow (stagesOn), and not where guarantees are lent (lend places jobs on borrowed
+// memory already).
 
 // StageBytes is what a staged job holds until its grant: its CUDA context and first small
 // blocks (the fence's DefaultLendKeep, the watchdog's per-process allowance), rounded up to
