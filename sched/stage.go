@@ -194,6 +194,12 @@ func (s *Sched) unstageOn(g string, stageWaiters []string) *Job {
 			continue
 		}
 		if err := s.node.Withdraw(r); err != nil {
+			if now, ok := s.led.Reservation(r.Token); ok && now.Withdrawn {
+				// Withdrawn in the ledger, not yet in the fence's table: the watchdog's next
+				// pass writes it, and the job's stop comes with the grace a job has under MPS.
+				s.log.Warn("a staged job's withdrawal is not in the fence's table yet", "job", j.Name, "gpu", g, "error", err)
+				return j
+			}
 			s.log.Warn("a staged job's promise could not be withdrawn: it is not stopped", "job", j.Name, "gpu", g, "error", err)
 			continue
 		}

@@ -188,6 +188,35 @@ func TestSchedUnstagesUnderMPSOnlyAStagedJobThatWaits(t *testing.T) {
 	}
 }
 
+// A withdrawal the ledger took but the fence's table did not (the sync failed) still stops the
+// job: the watchdog's next pass writes the table, and a job left staged in the ledger's eyes but
+// never stopped would hold the borrower up for good.
+func TestSchedUnstagesUnderMPSWhenTheTableLagsTheWithdrawal(t *testing.T) {
+	lend := &nodetest.Fence{}
+	s, led, uuid := borrowSched(t, lend, known("a", "b", "c", "d")...)
+	if err := led.SetMode(uuid, policy.ModeMPS); err != nil {
+		t.Fatal(err)
+	}
+	s.node = node.New(led, lend, node.Config{Borrow: node.BorrowWait, BorrowMPS: true})
+	s.stageMax = 1
+	got := s.Next()
+	if n := fmt.Sprint(stagedNames(got)); n != "[d]" {
+		t.Fatalf("staged %s, want [d]", n)
+	}
+	lend.SetWaiters(got[0].Res.Token, got[1].Res.Token, got[2].Res.Token)
+	lend.SetStageWaiters(got[3].Res.Token)
+	lend.SetNoRoom(true)
+	t0 := time.Date(2026, 12, 5, 1, 0, 0, 0, time.UTC)
+	s.Unstage(t0)
+	u := s.Unstage(t0.Add(time.Second))
+	if len(u) != 1 || u[0].Name != "d" {
+		t.Fatalf("unstaged %v with the table refusing, want [d]", u)
+	}
+	if r, _ := led.Reservation(got[3].Res.Token); !r.Withdrawn {
+		t.Fatalf("d: %+v, want withdrawn in the ledger", r)
+	}
+}
+
 // A staged job that waits for its grant is not overtaken on its GPU: a later job that would fit
 // waits until the staged one is granted.
 func TestSchedAdmitsNothingPastAStagedJob(t *testing.T) {
