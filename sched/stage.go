@@ -147,7 +147,12 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 		if s.noStage[g] && !waits {
 			delete(s.noStage, g) // the borrower, or the staged job, it made way for is served
 		}
-		if staged == 0 || !waits || !s.stagedBlock(g, waiters) {
+		if staged == 0 || !waits {
+			delete(s.blocked, g)
+			continue
+		}
+		st, err := s.led.State(g) // read once: for stagedBlock and for unstageOn's mode
+		if err != nil || !stagedBlock(st, waiters) {
 			delete(s.blocked, g)
 			continue
 		}
@@ -159,7 +164,7 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 		if now.Sub(since) < unstageAfter {
 			continue
 		}
-		if j := s.unstageOn(g, stageWaiters); j != nil {
+		if j := s.unstageOn(g, st.Mode == policy.ModeMPS, stageWaiters); j != nil {
 			s.unstaging[j] = true
 			s.blocked[g] = now
 			s.noStage[g] = true // nothing is staged there again until the borrower is served
@@ -176,11 +181,7 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 // in its allocation), and its promise is withdrawn first (node.Withdraw): the fence refuses
 // that allocation inside the process, which ends through its own out-of-memory error. A staged
 // job that does not wait yet is left to start up; it waits, or ends, soon.
-func (s *Sched) unstageOn(g string, stageWaiters []string) *Job {
-	mps := false
-	if st, err := s.led.State(g); err == nil {
-		mps = st.Mode == policy.ModeMPS
-	}
+func (s *Sched) unstageOn(g string, mps bool, stageWaiters []string) *Job {
 	for i := len(s.stageSeq) - 1; i >= 0; i-- {
 		j := s.stageSeq[i]
 		r := s.staged[j]
@@ -208,18 +209,14 @@ func (s *Sched) unstageOn(g string, stageWaiters []string) *Job {
 	return nil
 }
 
-// stagedBlock says whether staged jobs alone stand in the way on GPU g where something waits for
+// stagedBlock says whether staged jobs alone stand in the way on GPU st where something waits for
 // memory (an allocation, whose tokens the fence names as waiters, or the first staged job in
 // queue order, refused its grant this round by Grants): no task there that could free memory is
 // left but staged ones and the waiters. No job ends to make the room, so without a stop the
 // wait lasts for ever: a promise of nearly the whole budget does not fit beside the other staged
 // jobs' units (the simulator's cold run, 2026-12-05: a leaker re-run for 134 GiB of 138 beside
 // four staged jobs stalled the run 150 s).
-func (s *Sched) stagedBlock(g string, waiters []string) bool {
-	st, err := s.led.State(g)
-	if err != nil {
-		return false
-	}
+func stagedBlock(st ledger.GPUState, waiters []string) bool {
 	for _, r := range st.Reservations {
 		if r.StagedFor == 0 && !slices.Contains(waiters, r.Token) {
 			return false
