@@ -160,6 +160,24 @@ func TestRereadsAfterExec(t *testing.T) {
 	}
 }
 
+// Within a pass a process is read once; Fresh reads it again, so a caller outside the passes
+// (the plugin's Holders, before it ends a reservation) sees the token a task carries once it has
+// exec'd, not the parent's environment this pass read before the exec.
+func TestFreshReadsPastThePass(t *testing.T) {
+	procs := procfs.NewTable(procfs.Proc{PID: 30, PPID: 1, Start: 100, Env: []string{"PARENT=1"}, Argv: []string{"runner"}})
+	a := New(procs)
+	if id, _ := a.Identity(30); id.Token != "" {
+		t.Fatalf("token %q before the exec", id.Token)
+	}
+	procs.Set(procfs.Proc{PID: 30, PPID: 1, Start: 100, Env: []string{tok("tok")}, Argv: []string{"sleep", "600"}})
+	if id, _ := a.Identity(30); id.Token != "" {
+		t.Fatalf("the same pass read %q: want its one read, from before the exec", id.Token)
+	}
+	if id, _ := a.Fresh(30); id.Token != "tok" {
+		t.Fatalf("Fresh: token %q, want tok", id.Token)
+	}
+}
+
 // execAfterEnviron is a process table in which process 30 execs the moment its environment has
 // been read once: the read sees the parent's environment and, next, the new command line.
 type execAfterEnviron struct {

@@ -121,6 +121,13 @@ func (a *Attributor) Identity(pid int) (Identity, error) {
 	return id, err
 }
 
+// Fresh is pid's identity read now, past this pass's reads (Identity): for a caller outside the
+// sampler's passes, which must not take a process read before its exec, in the pass still
+// running, for what it is now.
+func (a *Attributor) Fresh(pid int) (Identity, error) {
+	return a.read(pid)
+}
+
 // Prune forgets processes that are no longer alive.
 func (a *Attributor) Prune(live map[int]bool) {
 	a.mu.Lock()

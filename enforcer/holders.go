@@ -15,7 +15,7 @@ func (e *Enforcer) Holders(token string) ([]int, error) {
 	}
 	var out []int
 	for _, pid := range pids {
-		id, err := e.procs.Identity(pid)
+		id, err := e.procs.Fresh(pid) // not this pass's read: it may predate the task's exec
 		if err != nil {
 			continue // exited while we looked, or not readable: it cannot be shown to hold it
 		}
