@@ -26,6 +26,15 @@ func WithStage(promised size.Bytes) ReserveOption {
 // units), keeping its token and its units, when the rest fits under the admission rule: healthy,
 // within the budget, and (unless guarantees are lent) beside what borrowers hold with none of
 // their allocations waiting. A refusal is a *DeniedError and leaves it staged.
+//
+// Healthy here means the GPU's own verdict (the backend's, a GPU still listed): a mark set with
+// SetHealth does not refuse a grant. Those marks (a drain after a stop under MPS, a dead MPS
+// daemon, processes the enforcer cannot read) keep new tasks off the GPU, and a grant adds no
+// task: the staged task's process is already one of the GPU's clients, exposed to whatever the
+// mark is about. A drain lasts until those clients have exited, and a staged client cannot exit
+// while its allocation waits for this grant, so refusing it held the drain open on the staged
+// job itself: on an H100 under MPS with borrowing two staged jobs waited 47-49 s that way,
+// until they were unstaged and started again (leakers.sh, 2026-12-06).
 func (l *Ledger) Grant(token string) (Reservation, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -38,6 +47,10 @@ func (l *Ledger) Grant(token string) (Reservation, error) {
 	}
 	l.advanceHold(r.GPU, l.now())
 	gs := l.st.capacity(r.GPU)
+	if g := l.st.gpus[r.GPU]; g.Unhealthy {
+		g.Unhealthy = false
+		gs.Healthy, gs.HealthReason = health(g)
+	}
 	units, ok := unitsFor(r.StagedFor, gs.UnitBytes)
 	if !ok || gs.UnitBytes == 0 {
 		return Reservation{}, denied(ReasonNoFit, "a cap of %s does not fit GPU %s: its budget is %s", r.StagedFor, r.GPU, gs.BudgetBytes)

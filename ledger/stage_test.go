@@ -118,6 +118,62 @@ func reopened(t *testing.T, l *Ledger, dir, token string) Reservation {
 	return r
 }
 
+// A staged task is one of its GPU's clients already: a mark the enforcer set (a drain until the
+// clients exit) refuses new tasks but not its grant, which the drain would otherwise wait on;
+// the GPU's own fault (the backend's verdict) refuses both.
+func TestGrantPassesTheEnforcersMarkNotTheGPUsFault(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mark  func(*testing.T, *Ledger)
+		grant bool
+	}{
+		{"drained after a stop under MPS", func(t *testing.T, l *Ledger) {
+			if err := l.SetHealth(gpuA, false, "a task was stopped under MPS: other clients may fault; GPU drained until they exit"); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"the backend's fault", func(t *testing.T, l *Ledger) {
+			g := info(gpuA, 0, 12*size.GiB)
+			g.Healthy, g.HealthReason = false, "XID 79: fallen off the bus"
+			if err := l.SyncGPUs([]GPUInfo{g, info(gpuB, 1, 8*size.GiB)}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+		{"both", func(t *testing.T, l *Ledger) {
+			if err := l.SetHealth(gpuA, false, "MPS control daemon died"); err != nil {
+				t.Fatal(err)
+			}
+			g := info(gpuA, 0, 12*size.GiB)
+			g.Healthy, g.HealthReason = false, "XID 79: fallen off the bus"
+			if err := l.SyncGPUs([]GPUInfo{g, info(gpuB, 1, 8*size.GiB)}); err != nil {
+				t.Fatal(err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := newTest(t, Options{})
+			staged, err := l.ReserveBytes(gpuA, size.GiB, Task{JobName: "staged"}, WithStage(3*size.GiB))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.mark(t, l)
+			_, err = l.ReserveBytes(gpuA, size.GiB, Task{JobName: "new"})
+			wantDenied(t, err, ReasonUnhealthy)
+			granted, err := l.Grant(staged.Token)
+			if !tc.grant {
+				wantDenied(t, err, ReasonUnhealthy, "XID 79")
+				return
+			}
+			if err != nil || granted.CapBytes != 3*size.GiB || granted.StagedFor != 0 {
+				t.Fatalf("Grant on a GPU the enforcer drains: %+v, %v; want its 3GiB", granted, err)
+			}
+			if st := mustState(t, l, gpuA); st.Healthy || st.ReservedBytes != 3*size.GiB {
+				t.Fatalf("after the grant: healthy %v, reserved %s; want still marked, 3GiB reserved", st.Healthy, st.ReservedBytes)
+			}
+		})
+	}
+}
+
 // A grant waits, like an admission, while an allocation waits for borrowed memory: what comes
 // free goes to the borrower first.
 func TestGrantWaitsForAWaitingBorrower(t *testing.T) {

@@ -161,6 +161,52 @@ func TestStagedJobMakesWayForTheFirstStagedJob(t *testing.T) {
 	}
 }
 
+// Under MPS with borrowing a stop of a borrower that holds memory outside the fence is a
+// GPU-wide event: the GPU is drained until the clients it had then are gone, and a staged job is
+// one of them. Its grant passes the drain's mark (it adds no task), so it runs once the memory
+// is free, the drain ends with it, and it is neither left waiting on a drain that waits for it
+// nor unstaged and started again: what an H100 did before (leakers.sh, 2026-12-06).
+func TestStagedJobIsGrantedThroughADrainItHolds(t *testing.T) {
+	t.Parallel()
+	q := besideBig(t, map[string]queue.TemplateSpec{
+		"leak": {Name: "leak", PeakBytes: size.GiB},
+		"good": {Name: "good", PeakBytes: 20 * size.GiB, CapBytes: 30 * size.GiB},
+	},
+		simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--outside-fence", "3GiB"),
+		simJob(t, "late", "good", "--first", "2MiB", "--settle", "200ms", "--peak", "20GiB", "--ramp", "50ms", "--hold", "300ms"))
+	o := stagingOptions(t, 2)
+	o.Mode = policy.ModeMPS
+	var out strings.Builder
+	o.Progress = &out
+	res := runAll(t, q, o)
+	defer func() {
+		if t.Failed() || testing.Verbose() {
+			t.Logf("progress:\n%s", out.String())
+		}
+	}()
+	if len(res.GPUEvents) == 0 {
+		t.Fatal("no GPU-wide event: the borrower outside the fence was not stopped under MPS")
+	}
+	if n1 := attemptsOf(res, "n1"); len(n1) != 1 || n1[0].Outcome != record.OutcomeOK {
+		t.Errorf("n1 was harmed: %+v", n1)
+	}
+	late := attemptsOf(res, "late")
+	if got := outcomes(late); !slices.Equal(got, []record.Outcome{record.OutcomeOK}) {
+		t.Fatalf("late: attempts %v, want one, ok: %+v", got, late)
+	}
+	l, ev := late[0], res.GPUEvents[0]
+	if len(l.CapChanges) != 1 || l.CapChanges[0].From != size.GiB || l.CapChanges[0].To != 30*size.GiB || l.Start.After(ev.Start) {
+		t.Fatalf("late: started %s (event %s), cap changes %+v; want staged on 1GiB before the event, then granted 30GiB",
+			l.Start, ev.Start, l.CapChanges)
+	}
+	if at := l.CapChanges[0].At; at.Before(ev.Start) || !ev.End.IsZero() && !at.Before(ev.End) {
+		t.Errorf("late granted at %s, want during the drain (%s to %s)", at, ev.Start, ev.End)
+	}
+	if strings.Contains(out.String(), "unstaged") {
+		t.Errorf("a staged job was unstaged")
+	}
+}
+
 // A probe that borrows, whose small guarantee does not fit now, starts staged like any job, and
 // its window opens at its grant, not while its allocations wait: the footprint its template
 // keeps is what it used once it ran. A window opened at its first memory would have closed
