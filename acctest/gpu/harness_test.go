@@ -33,11 +33,30 @@ func needGPU(tb testing.TB) {
 	}
 }
 
-func outDir() string {
-	if d := os.Getenv("GPUFRAC_GPU_OUT"); d != "" {
-		return d
+// outDir is GPUFRAC_GPU_OUT, made if it is missing (a fresh GPU machine has none: on an H100
+// on 2026-12-06 a missing one failed the test before it ran), or the system's temporary folder.
+func outDir(tb testing.TB) string {
+	tb.Helper()
+	d := os.Getenv("GPUFRAC_GPU_OUT")
+	if d == "" {
+		return os.TempDir()
 	}
-	return os.TempDir()
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		tb.Fatalf("GPUFRAC_GPU_OUT=%s: %v", d, err)
+	}
+	return d
+}
+
+// The harness's output folder needs no GPU: a GPUFRAC_GPU_OUT that does not exist yet is made,
+// so a fresh machine's first call records its figures.
+func TestOutDirIsMade(t *testing.T) {
+	d := filepath.Join(t.TempDir(), "not", "yet")
+	t.Setenv("GPUFRAC_GPU_OUT", d)
+	record(t, map[string]any{"figure": 1})
+	b, err := os.ReadFile(filepath.Join(d, "results.jsonl"))
+	if err != nil || !strings.Contains(string(b), `"figure":1`) {
+		t.Fatalf("results.jsonl in a GPUFRAC_GPU_OUT made on demand: %q, %v", b, err)
+	}
 }
 
 // record appends one JSON line of figures to results.jsonl.
@@ -47,7 +66,7 @@ func record(tb testing.TB, v map[string]any) {
 	v["time"] = time.Now().UTC().Format(time.RFC3339)
 	b, _ := json.Marshal(v)
 	tb.Log(string(b))
-	f, err := os.OpenFile(filepath.Join(outDir(), "results.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(filepath.Join(outDir(tb), "results.jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -91,7 +110,7 @@ func newHarnessFenceWith(tb testing.TB, mode policy.Mode, interval time.Duration
 			adjust(&fc)
 		}
 	}
-	logf, err := os.OpenFile(filepath.Join(outDir(), "enforcer.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	logf, err := os.OpenFile(filepath.Join(outDir(tb), "enforcer.log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		tb.Fatal(err)
 	}
