@@ -139,15 +139,23 @@ func TestRecycledPID(t *testing.T) {
 	}
 }
 
-// A process first read between its fork and its exec has its parent's environment; once it has
-// exec'd it is read again, and its token is found.
-func TestRereadsAfterExec(t *testing.T) {
+// readBeforeExec reads process 30 between its fork and its exec (its parent's environment, no
+// token), then lets it exec with token "tok", within the same pass.
+func readBeforeExec(t *testing.T) (*procfs.Table, *Attributor) {
+	t.Helper()
 	procs := procfs.NewTable(procfs.Proc{PID: 30, PPID: 1, Start: 100, Env: []string{"PARENT=1"}, Argv: []string{"runner"}})
 	a := New(procs)
 	if id, _ := a.Identity(30); id.Token != "" {
 		t.Fatalf("token %q before the exec", id.Token)
 	}
 	procs.Set(procfs.Proc{PID: 30, PPID: 1, Start: 100, Env: []string{tok("tok")}, Argv: []string{"python3", "train.py"}})
+	return procs, a
+}
+
+// A process first read between its fork and its exec has its parent's environment; once it has
+// exec'd it is read again, and its token is found.
+func TestRereadsAfterExec(t *testing.T) {
+	procs, a := readBeforeExec(t)
 	a.NewPass()
 	if id, _ := a.Identity(30); id.Token != "tok" {
 		t.Fatalf("after the exec the token is %q, want tok", id.Token)
@@ -164,12 +172,7 @@ func TestRereadsAfterExec(t *testing.T) {
 // (the plugin's Holders, before it ends a reservation) sees the token a task carries once it has
 // exec'd, not the parent's environment this pass read before the exec.
 func TestFreshReadsPastThePass(t *testing.T) {
-	procs := procfs.NewTable(procfs.Proc{PID: 30, PPID: 1, Start: 100, Env: []string{"PARENT=1"}, Argv: []string{"runner"}})
-	a := New(procs)
-	if id, _ := a.Identity(30); id.Token != "" {
-		t.Fatalf("token %q before the exec", id.Token)
-	}
-	procs.Set(procfs.Proc{PID: 30, PPID: 1, Start: 100, Env: []string{tok("tok")}, Argv: []string{"sleep", "600"}})
+	_, a := readBeforeExec(t)
 	if id, _ := a.Identity(30); id.Token != "" {
 		t.Fatalf("the same pass read %q: want its one read, from before the exec", id.Token)
 	}

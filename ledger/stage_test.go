@@ -122,6 +122,13 @@ func reopened(t *testing.T, l *Ledger, dir, token string) Reservation {
 // clients exit) refuses new tasks but not its grant, which the drain would otherwise wait on;
 // the GPU's own fault (the backend's verdict) refuses both.
 func TestGrantPassesTheEnforcersMarkNotTheGPUsFault(t *testing.T) {
+	backendFault := func(t *testing.T, l *Ledger) {
+		g := info(gpuA, 0, 12*size.GiB)
+		g.Healthy, g.HealthReason = false, "XID 79: fallen off the bus"
+		if err := l.SyncGPUs([]GPUInfo{g, info(gpuB, 1, 8*size.GiB)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		mark  func(*testing.T, *Ledger)
@@ -132,22 +139,12 @@ func TestGrantPassesTheEnforcersMarkNotTheGPUsFault(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, true},
-		{"the backend's fault", func(t *testing.T, l *Ledger) {
-			g := info(gpuA, 0, 12*size.GiB)
-			g.Healthy, g.HealthReason = false, "XID 79: fallen off the bus"
-			if err := l.SyncGPUs([]GPUInfo{g, info(gpuB, 1, 8*size.GiB)}); err != nil {
-				t.Fatal(err)
-			}
-		}, false},
+		{"the backend's fault", backendFault, false},
 		{"both", func(t *testing.T, l *Ledger) {
 			if err := l.SetHealth(gpuA, false, "MPS control daemon died"); err != nil {
 				t.Fatal(err)
 			}
-			g := info(gpuA, 0, 12*size.GiB)
-			g.Healthy, g.HealthReason = false, "XID 79: fallen off the bus"
-			if err := l.SyncGPUs([]GPUInfo{g, info(gpuB, 1, 8*size.GiB)}); err != nil {
-				t.Fatal(err)
-			}
+			backendFault(t, l)
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
