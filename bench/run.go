@@ -43,14 +43,21 @@ type ArmSpec struct {
 	// "stage0": none, the packed arm before 2026-12-05); StageNamed says the entry named it.
 	Stage      int
 	StageNamed bool
+	// ProbeKnown is the packed arm's --probe-guarantee known, when the entry ends in
+	// "probeknown" (runner.Options.ProbeKnown).
+	ProbeKnown bool
 }
+
+// probeKnownWord ends a packed arm's entry whose probes are offered the known caps' median
+// (ArmSpec.ProbeKnown).
+const probeKnownWord = "probeknown"
 
 var (
 	modeNames   = []string{"mps", "isolated"}
 	borrowNames = []string{node.BorrowOff, node.BorrowNow, node.BorrowWait, node.BorrowLend}
 )
 
-// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW][-HOLD[-AFTER]][-SMN][-STAGEN]:
+// ParseArms reads a comma-separated arm list. Each entry is ARM[-MODE][-PROFILES][-BORROW][-HOLD[-AFTER]][-SMN][-STAGEN][-probeknown]:
 // "exclusive", "packed-mps", "packed-isolated-warm", "static", "uncapped-retry",
 // "packed-isolated-warm-lend", "packed-isolated-warm-wait-hold30s". MODE defaults to defMode,
 // PROFILES to cold (they mean nothing for exclusive), BORROW and HOLD (packed only) to the
@@ -138,9 +145,12 @@ func parseArms(list, defMode string, exclusiveFirst bool) ([]ArmSpec, error) {
 			}
 			spec.Stage, spec.StageNamed, rest = n, true, rest[1:]
 		}
+		if len(rest) > 0 && spec.Arm == record.ArmPacked && rest[0] == probeKnownWord {
+			spec.ProbeKnown, rest = true, rest[1:]
+		}
 		if len(rest) > 0 {
-			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q, a packed arm's borrowing %q, its hold (instant, holdN), its compute budget (smN) nor its staging (stageN)",
-				e, strings.Join(rest, "-"), modeNames, record.ProfileChoices, borrowNames)
+			return nil, fmt.Errorf("arm %q: %q is neither a mode %q, profiles %q, a packed arm's borrowing %q, its hold (instant, holdN), its compute budget (smN), its staging (stageN) nor %s",
+				e, strings.Join(rest, "-"), modeNames, record.ProfileChoices, borrowNames, probeKnownWord)
 		}
 		if spec.Arm == record.ArmExclusive {
 			spec.Mode, spec.Profiles = "", ""

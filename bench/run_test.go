@@ -20,7 +20,7 @@ import (
 )
 
 func TestParseArms(t *testing.T) {
-	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s,packed-isolated-warm-sm150,packed-warm-lend-hold10s-sm62.5,packed-isolated-warm-stage2,packed-isolated-warm-stage0", "isolated")
+	got, err := ParseArms("exclusive, packed-mps,packed-isolated,exclusive,packed-warm,static,uncapped-mps,uncapped-retry,uncapped-retry-isolated,packed-isolated-warm-lend,packed-wait,packed-warm-wait-instant,packed-warm-hold10s,packed-hold30s-after5s,packed-isolated-warm-sm150,packed-warm-lend-hold10s-sm62.5,packed-isolated-warm-stage2,packed-isolated-warm-stage0,packed-isolated-cold-probeknown,packed-mps-cold-wait-stage0-probeknown", "isolated")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +46,8 @@ func TestParseArms(t *testing.T) {
 			Hold: &policy.HoldRule{Quiet: policy.DefaultHold.Quiet, Bound: 10 * time.Second}, SMBudget: 62.5},
 		{Label: "packed-isolated-warm-stage2", Arm: "packed", Mode: "isolated", Profiles: "warm", Stage: 2, StageNamed: true},
 		{Label: "packed-isolated-warm-stage0", Arm: "packed", Mode: "isolated", Profiles: "warm", StageNamed: true},
+		{Label: "packed-isolated-cold-probeknown", Arm: "packed", Stage: runner.DefaultStage, Mode: "isolated", Profiles: "cold", ProbeKnown: true},
+		{Label: "packed-mps-cold-wait-stage0-probeknown", Arm: "packed", Mode: "mps", Profiles: "cold", Borrow: "wait", StageNamed: true, ProbeKnown: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got  %+v\nwant %+v", got, want)
@@ -72,6 +74,8 @@ func TestParseArms(t *testing.T) {
 		"exclusive,packed-stage-1":         `"stage"`,
 		"exclusive,packed-stage17":         `"stage17"`,
 		"exclusive,uncapped-stage4":        `"stage4"`,
+		"exclusive,uncapped-probeknown":    `"probeknown"`,
+		"exclusive,packed-probeknown-warm": `"warm" is neither`,
 	} {
 		if _, err := ParseArms(list, "mps"); err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("ParseArms(%q): error %v, want one containing %s", list, err, wantErr)

@@ -98,6 +98,7 @@ func (r RunnerArms) options(spec ArmSpec, stateDir, outDir string) (runner.Optio
 		o.Borrow = spec.Borrow
 	}
 	o.Stage, o.StageByDefault = spec.Stage, !spec.StageNamed
+	o.ProbeKnown = spec.ProbeKnown
 	if spec.SMBudget > 0 {
 		if o.Policy.Name == "" {
 			o.Policy = policy.Default()

@@ -172,6 +172,50 @@ func TestLeakerSmallPhase(t *testing.T) {
 	}
 }
 
+// GPUFRAC_SIM_STARTUP scales a simulated job's CPU start-up and loading; the leaker's small
+// phase still ends when it did after its process started. Bad factors are refused, named.
+func TestStartupScaled(t *testing.T) {
+	lora, leak := simShapes[LoRA06B], simShapes[Leaker]
+	leakEnd := leak.startup + leak.ramp + leak.hold
+	for _, tc := range []struct {
+		name, f          string
+		sh               simShape
+		startup, loading time.Duration
+		end              time.Duration // startup+ramp+hold, where it must not move
+		err              bool
+	}{
+		{"unset", "", lora, lora.startup, lora.loading, 0, false},
+		{"faster", "0.75", lora, 11250 * time.Millisecond, 3570 * time.Millisecond, 0, false},
+		{"slower", "2", lora, 30 * time.Second, 9520 * time.Millisecond, 0, false},
+		{"the leaker keeps its growth's start", "0.5", leak, 4100 * time.Millisecond, 0, leakEnd, false},
+		{"zero", "0", lora, 0, 0, 0, true},
+		{"too large", "4.5", lora, 0, 0, 0, true},
+		{"not a number", "fast", lora, 0, 0, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sh, err := startupScaled(tc.sh, tc.f)
+			if (err != nil) != tc.err {
+				t.Fatalf("error %v, want one: %v", err, tc.err)
+			}
+			if err != nil {
+				if !strings.Contains(err.Error(), strconv.Quote(tc.f)) {
+					t.Fatalf("error %v does not name %q", err, tc.f)
+				}
+				return
+			}
+			if sh.startup != tc.startup || sh.loading != tc.loading {
+				t.Fatalf("start-up %s loading %s, want %s and %s", sh.startup, sh.loading, tc.startup, tc.loading)
+			}
+			if tc.end > 0 && sh.startup+sh.ramp+sh.hold != tc.end {
+				t.Fatalf("the leaker's growth starts %s after its start, want %s", sh.startup+sh.ramp+sh.hold, tc.end)
+			}
+			if tc.end == 0 && sh.hold != tc.sh.hold {
+				t.Fatalf("hold %s changed from %s", sh.hold, tc.sh.hold)
+			}
+		})
+	}
+}
+
 // A start-up advances at 1 / (1 + k x others starting beside it): alone it takes its length,
 // beside others it stretches for as long as they are there.
 func TestStartupPace(t *testing.T) {

@@ -95,6 +95,10 @@ type Options struct {
 	// StageByDefault says Stage is a default, not asked for: where staging cannot work (another
 	// arm, mps mode, no fence, lend) the run stages none without a line saying why.
 	StageByDefault bool
+	// ProbeKnown offers a probe that borrows, on a GPU where a job already borrows, a guarantee
+	// of the median of the caps known then (sched.Config.ProbeKnown; gpufrac run
+	// --probe-guarantee known); false: the small guarantee alone.
+	ProbeKnown bool
 	// Now is the run's clock where time decides or is recorded: attempts' starts and ends, the
 	// give-up after stuckAfter with nothing running, a probe's cap change, the progress published
 	// for gpufrac status (once a second), an enforcer event that carries no time; nil = time.Now.
@@ -268,6 +272,8 @@ type run struct {
 	// borrowing.
 	fenceNote, borrowNote string
 	// stage is how many jobs a GPU may be staged (Options.Stage, where staging can work), and
+	// probeNote says what ProbeKnown does in this run, when it was asked for.
+	probeNote string
 	// stageNote says so, or why not, when it was asked for.
 	stage     int
 	stageNote string
@@ -309,6 +315,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	r.shares = probe.NewShares(o.Backend, r.led, o.GPMInterval < 0)
 	r.fenceNote, r.borrowNote, r.borrows = notes.fence, notes.borrow.Note, notes.borrow.On()
 	r.stage, r.stageNote = stagePlan(o, r.node.Fenced(), notes.borrow.Rule)
+	r.probeNote = probeKnownNote(o, r.borrows)
 	if e := n.Enforcer(); e != nil {
 		r.guard = e
 	}
@@ -350,6 +357,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		Logger: log, Window: o.ProbeWindow, ProbeCap: o.ProbeCap, Templates: q.Templates, Peaks: map[string]size.Bytes{}, SMActive: map[string]float64{},
 		ProbeInPlace: o.Arm == record.ArmPacked && r.guard != nil && (o.modeOf() == policy.ModeIsolated || r.borrows)}
 	sc.Stage = r.stage
+	sc.ProbeKnown = o.ProbeKnown && r.borrows
 	for name, t := range q.Templates {
 		if t.PeakBytes > 0 {
 			sc.Peaks[name] = t.PeakBytes

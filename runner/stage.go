@@ -40,6 +40,19 @@ func stagePlan(o Options, fenced bool, borrowRule string) (int, string) {
 		"their first large allocation waiting for their guarantee", o.Stage)
 }
 
+// probeKnownNote is the run's line on Options.ProbeKnown, when it was asked for: what it does, or
+// why it does nothing here (a probe borrows only where jobs may borrow).
+func probeKnownNote(o Options, borrows bool) string {
+	switch {
+	case !o.ProbeKnown:
+		return ""
+	case !borrows:
+		return "probes: --probe-guarantee known does nothing here (nobody borrows, so no probe starts on a small guarantee)"
+	}
+	return "probes: a probe that starts where a job borrows is guaranteed the median of the caps known then " +
+		"(at most half the budget, where it fits), and borrows past it"
+}
+
 // stageRound serves the staged jobs (sched/stage.go) before a round admits new ones: those whose
 // guarantees fit now are granted them, and a staged job that alone blocks a borrower's wait is
 // stopped.

@@ -3,6 +3,7 @@ package sched
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
@@ -71,6 +72,41 @@ func (s *Sched) reserve(g string, c size.Bytes, j *Job, borrow bool) (ledger.Res
 // what it borrows, so it keeps no memory from jobs whose caps are known.
 func (s *Sched) probeGuarantee(st ledger.GPUState) size.Bytes {
 	return max(s.pol.Cap(0), st.UnitBytes)
+}
+
+// probePrior is the guarantee a probe that borrows is offered first under Config.ProbeKnown,
+// where some job on its GPU already holds memory past its guarantee: the median of the caps
+// known now (every template's, this run's probes included), at most half the budget; 0 where
+// nothing is known or nobody borrows. On a small guarantee a probe loads on memory it must
+// borrow, and a borrower that is already growing takes what comes free before the probe asks:
+// on the H200 (cold start-up, 2026-12-06) two probes beside the growing leaker waited 9.3 s and
+// 6.6 s for memory to borrow, and a third tied with it and cost the leaker its attempt; their
+// warm runs, on guarantees near their footprints, waited for none. Where the prior does not fit
+// now the probe starts on the small guarantee, as without it.
+func (s *Sched) probePrior(st ledger.GPUState) size.Bytes {
+	if !s.probeKnown || st.BorrowedBytes == 0 {
+		return 0
+	}
+	var caps []size.Bytes
+	for t := range s.peaks {
+		if c, ok := s.CapOf(t); ok {
+			caps = append(caps, c)
+		}
+	}
+	for t, spec := range s.templates {
+		if _, seen := s.peaks[t]; !seen && spec.CapBytes > 0 {
+			caps = append(caps, spec.CapBytes)
+		}
+	}
+	if len(caps) == 0 {
+		return 0
+	}
+	slices.Sort(caps)
+	m := caps[len(caps)/2]
+	if len(caps)%2 == 0 {
+		m = caps[len(caps)/2-1] + (caps[len(caps)/2]-caps[len(caps)/2-1])/2
+	}
+	return min(m, st.BudgetBytes/2)
 }
 
 // FenceSync brings a GPU's fence table up to date at once when jobs may borrow: a borrower

@@ -140,3 +140,45 @@ func TestStuckOnTheFenceSaysSo(t *testing.T) {
 		t.Fatalf("once the fence has room: admitted %v, refusal still standing %v", names(got), s.refused[uuid])
 	}
 }
+
+// Under ProbeKnown a probe that borrows where others borrow is first offered the median of the
+// caps known then, at most half the budget; where that does not fit, where nobody borrows or
+// nothing is known, it starts on the small guarantee as without it.
+func TestSchedProbeKnownGuarantee(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		on       bool
+		borrowed size.Bytes
+		caps     map[string]size.Bytes // declared caps beside "t"'s 20 GiB
+		noT      bool                  // "t" unknown too
+		want     size.Bytes
+	}{
+		{"off", false, 4 * size.GiB, nil, false, 2 * size.GiB},
+		{"nobody borrows", true, 0, nil, false, 2 * size.GiB},
+		{"one cap known", true, 4 * size.GiB, nil, false, 20 * size.GiB},
+		{"median of three", true, 4 * size.GiB, map[string]size.Bytes{"x": 10 * size.GiB, "y": 30 * size.GiB}, false, 20 * size.GiB},
+		{"median of two", true, 4 * size.GiB, map[string]size.Bytes{"x": 10 * size.GiB}, false, 15 * size.GiB},
+		{"at most half the budget", true, 4 * size.GiB, map[string]size.Bytes{"x": 70 * size.GiB}, false, 39 * size.GiB},
+		{"does not fit: the small guarantee", true, 70 * size.GiB, nil, false, 2 * size.GiB},
+		{"nothing known", true, 4 * size.GiB, nil, true, 2 * size.GiB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, _, _ := borrowSched(t, nodetest.NewFence(tc.borrowed, false, false), &Job{Job: queue.Job{Name: "p", Template: "p"}})
+			s.probeKnown = tc.on
+			if tc.noT {
+				delete(s.peaks, "t")
+			}
+			s.templates = map[string]queue.TemplateSpec{}
+			for name, c := range tc.caps {
+				s.templates[name] = queue.TemplateSpec{CapBytes: c}
+			}
+			got := s.Next()
+			if len(got) != 1 || !got[0].Probe || !got[0].Borrowing {
+				t.Fatalf("launched %+v, want the probe, borrowing", got)
+			}
+			if got[0].Res.CapBytes != tc.want {
+				t.Fatalf("probe's guarantee %s, want %s", got[0].Res.CapBytes, tc.want)
+			}
+		})
+	}
+}

@@ -132,6 +132,8 @@ type Sched struct {
 	stalled map[string]bool
 	// noStage are the GPUs where a staged job was stopped for a borrower that still waits.
 	noStage map[string]bool
+	// probeKnown: Config.ProbeKnown.
+	probeKnown bool
 }
 
 // Config is what a scheduler is built from; the run fills it once, and from then on the
@@ -162,6 +164,9 @@ type Config struct {
 	SMActive map[string]float64
 	// Stage is how many jobs may start staged on a GPU at once (stage.go); 0: none.
 	Stage int
+	// ProbeKnown guarantees a probe that borrows, where others already borrow, what the caps
+	// known now suggest (probePrior); false: the small guarantee alone.
+	ProbeKnown bool
 }
 
 // New builds the scheduler of a run over its jobs (NewJobs). Without a Node it admits through
@@ -174,7 +179,7 @@ func New(c Config, jobs []*Job) *Sched {
 		wholeOn: map[string]bool{}, drainFor: map[string]*Job{}, warned: map[string]bool{}, frozen: map[string]bool{},
 		refused: map[string]error{}, grown: map[string]size.Bytes{}, smActive: maps.Clone(c.SMActive), smOn: map[string]float64{},
 		stageMax: c.Stage, staged: map[*Job]ledger.Reservation{}, unstaging: map[*Job]bool{}, blocked: map[string]time.Time{}, stalled: map[string]bool{},
-		noStage: map[string]bool{},
+		noStage: map[string]bool{}, probeKnown: c.ProbeKnown,
 	}
 	if s.smActive == nil {
 		s.smActive = map[string]float64{}
@@ -526,7 +531,14 @@ func (s *Sched) probeBorrowing(j *Job, states map[string]ledger.GPUState) (Launc
 		if !s.smFits(g, j.Template) {
 			continue
 		}
-		res, ok := s.admit(g, s.probeGuarantee(states[g]), j, states, true)
+		var res ledger.Reservation
+		ok := false
+		if pr := s.probePrior(states[g]); pr > s.probeGuarantee(states[g]) {
+			res, ok = s.admit(g, pr, j, states, true)
+		}
+		if !ok {
+			res, ok = s.admit(g, s.probeGuarantee(states[g]), j, states, true)
+		}
 		if !ok {
 			continue
 		}

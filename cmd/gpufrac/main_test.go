@@ -110,6 +110,7 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"run", "--max-concurrent", "many", "x.hcl"}, 2, `"many"`},
 		{[]string{"run", "--stage", "-1", "x.hcl"}, 2, "--stage -1"},
 		{[]string{"run", "--stage", "17", "x.hcl"}, 2, "--stage 17"},
+		{[]string{"run", "--probe-guarantee", "median", "x.hcl"}, 2, `--probe-guarantee "median"`},
 		{[]string{"run", "missing.hcl"}, 1, "missing.hcl"},
 		{[]string{"status", "--simulated-gpus", "H100=80XB"}, 2, `"80XB"`},
 		{[]string{"units", "--peak", "-1GiB"}, 2, "negative"},

@@ -43,6 +43,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	borrow := fs.String("borrow", node.BorrowAuto, "past its cap a job may use memory no other job's guarantee covers: auto (wait where the fence holds caps in isolated mode), wait, now (fail at once when none is free), lend (wait, and also use a starting job's guarantee until its use passes a small keep) or off")
 	borrowWait := fs.Duration("borrow-wait", 0, "how long a borrower's allocation may wait for memory to come free (default 5m)")
 	stage := fs.Int("stage", runner.DefaultStage, "start up to this many jobs a GPU before their memory is free (staged): each holds 1GiB for its CUDA context while it starts up, and its first large allocation waits for its guarantee (0: none; isolated mode with the fence, not with --borrow lend)")
+	probeGuarantee := fs.String("probe-guarantee", "small", "what a probe that borrows is guaranteed: small (its CUDA context's margin, borrowing the rest) or known (where a job already borrows on its GPU, the median of the caps known then, at most half the budget, where it fits)")
 	g.defaultLevel = "error"
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
@@ -58,6 +59,9 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	}
 	if *stage < 0 || *stage > 16 {
 		return usagef("--stage %d: want 0 (none) to 16 jobs a GPU", *stage)
+	}
+	if *probeGuarantee != "small" && *probeGuarantee != "known" {
+		return usagef("--probe-guarantee %q: want small or known", *probeGuarantee)
 	}
 	if fs.NArg() != 1 {
 		return usagef("want exactly one queue file, got %d arguments %q", fs.NArg(), fs.Args())
@@ -95,7 +99,7 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 		StateDir: expandHome(g.stateDir), OutDir: *out, Logger: g.logger, Progress: progress,
 		MaxConcurrent: *maxConc, ProbeWindow: *window, MPS: runner.MPSOptions{ControlBinary: *mpsControl},
 		Fence: enforcer.FenceMode(*ff.mode), FenceLibrary: *ff.library, Borrow: *borrow, BorrowWait: *borrowWait, Stage: *stage,
-		StageByDefault: !flagSet(fs, "stage"),
+		StageByDefault: !flagSet(fs, "stage"), ProbeKnown: *probeGuarantee == "known",
 	}
 	o.ProbeCap = pcap
 	if sf.explicit() {
