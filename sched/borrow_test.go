@@ -161,9 +161,14 @@ func TestSchedProbeKnownGuarantee(t *testing.T) {
 		{"at most half the budget", true, 4 * size.GiB, map[string]size.Bytes{"x": 70 * size.GiB}, false, 39 * size.GiB},
 		{"does not fit: the small guarantee", true, 70 * size.GiB, nil, false, 2 * size.GiB},
 		{"nothing known", true, 4 * size.GiB, nil, true, 2 * size.GiB},
+		{"the fence has no room for it: the small guarantee", true, 4 * size.GiB, nil, false, 2 * size.GiB},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, _, _ := borrowSched(t, nodetest.NewFence(tc.borrowed, false, false), &Job{Job: queue.Job{Name: "p", Template: "p"}})
+			lend := nodetest.NewFence(tc.borrowed, false, false)
+			if strings.HasPrefix(tc.name, "the fence has no room") {
+				lend.SetRoom(10 * size.GiB)
+			}
+			s, _, uuid := borrowSched(t, lend, &Job{Job: queue.Job{Name: "p", Template: "p"}})
 			s.probeKnown = tc.on
 			if tc.noT {
 				delete(s.peaks, "t")
@@ -178,6 +183,9 @@ func TestSchedProbeKnownGuarantee(t *testing.T) {
 			}
 			if got[0].Res.CapBytes != tc.want {
 				t.Fatalf("probe's guarantee %s, want %s", got[0].Res.CapBytes, tc.want)
+			}
+			if err := s.refused[uuid]; err != nil {
+				t.Fatalf("the probe started, but the GPU is marked refused by the fence: %v", err)
 			}
 		})
 	}

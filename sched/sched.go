@@ -533,8 +533,12 @@ func (s *Sched) probeBorrowing(j *Job, states map[string]ledger.GPUState) (Launc
 		}
 		var res ledger.Reservation
 		ok := false
+		// A prior the fence has no room for is no refusal of the probe: the small guarantee
+		// that follows says whether the fence left this GPU's guarantees out.
+		refused := s.refused[g]
 		if pr := s.probePrior(states[g]); pr > s.probeGuarantee(states[g]) {
 			res, ok = s.admit(g, pr, j, states, true)
+			s.refused[g] = refused
 		}
 		if !ok {
 			res, ok = s.admit(g, s.probeGuarantee(states[g]), j, states, true)

@@ -35,6 +35,7 @@ type Fence struct {
 	borrowed     size.Bytes
 	waiting      bool
 	noRoom       bool
+	room         size.Bytes // > 0: a table whose guarantees pass it has no room
 	prepErr      error
 	synced       int
 	waiters      []string
@@ -61,6 +62,13 @@ func (f *Fence) SetNoRoom(noRoom bool) {
 	f.noRoom = noRoom
 }
 
+// SetRoom makes the table refuse a sync whose guarantees together pass n (0: no such bound).
+func (f *Fence) SetRoom(n size.Bytes) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.room = n
+}
+
 // PrepareGPU fails with the case's error.
 func (f *Fence) PrepareGPU(context.Context, string) error { return f.prepErr }
 
@@ -70,11 +78,15 @@ func (f *Fence) EnvOptions(string) enforcer.EnvOptions {
 }
 
 // SyncFence counts the call and has no room when the case says so.
-func (f *Fence) SyncFence(ledger.GPUState) error {
+func (f *Fence) SyncFence(st ledger.GPUState) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.synced++
-	if f.noRoom {
+	var held size.Bytes
+	for _, r := range st.Reservations {
+		held += r.CapBytes
+	}
+	if f.noRoom || f.room > 0 && held > f.room {
 		return &fence.NoRoomError{Path: "nodetest", Tokens: []string{"t"}, Borrowed: f.borrowed}
 	}
 	return nil
