@@ -162,7 +162,7 @@ func leakerSmall(sh simShape, small string) (simShape, error) {
 }
 
 // EnvSimStartup scales every simulated job's CPU start-up (its import, CUDA context and
-// model loading) by a factor, at any duration scale: the H200's start-ups ran 23-37% shorter
+// model loading) by a factor, at any duration scale: the H200's start-ups ran 14-37% shorter
 // from 2026-12-05 than on the days the shapes were fitted to (docs/bench/results.md), and which
 // job meets the leaker's growth depends on it. The leaker's small phase still ends when it did
 // after its process started, as leaker.py's does.

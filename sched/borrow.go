@@ -93,9 +93,11 @@ func (s *Sched) probePrior(st ledger.GPUState) size.Bytes {
 			caps = append(caps, c)
 		}
 	}
-	for t, spec := range s.templates {
-		if _, seen := s.peaks[t]; !seen && spec.CapBytes > 0 {
-			caps = append(caps, spec.CapBytes)
+	for t := range s.templates {
+		if _, counted := s.peaks[t]; !counted {
+			if c, ok := s.CapOf(t); ok {
+				caps = append(caps, c)
+			}
 		}
 	}
 	if len(caps) == 0 {

@@ -524,30 +524,31 @@ func (s *Sched) probeBeside(j *Job, states map[string]ledger.GPUState) (Launch, 
 }
 
 // probeBorrowing starts a probe like any job with a known cap, on a small guarantee
-// (probeGuarantee) and a limit of the GPU's budget: it measures its footprint on memory nobody
-// was promised, so it holds back no job whose footprint is known.
+// (probeGuarantee, or first the known caps' median: probePrior) and a limit of the GPU's budget:
+// it measures its footprint on memory nobody was promised, so it holds back no job whose
+// footprint is known.
 func (s *Sched) probeBorrowing(j *Job, states map[string]ledger.GPUState) (Launch, bool) {
+	launch := func(g string, res ledger.Reservation) (Launch, bool) {
+		return Launch{Job: j, GPU: g, Res: res, Capped: true, Probe: true, InPlace: true, Borrowing: true,
+			Window: s.probeWindow(j.Template)}, true
+	}
 	for _, g := range s.candidates(states, false) {
 		if !s.smFits(g, j.Template) {
 			continue
 		}
-		var res ledger.Reservation
-		ok := false
-		// A prior the fence has no room for is no refusal of the probe: the small guarantee
-		// that follows says whether the fence left this GPU's guarantees out.
-		refused := s.refused[g]
-		if pr := s.probePrior(states[g]); pr > s.probeGuarantee(states[g]) {
-			res, ok = s.admit(g, pr, j, states, true)
+		small := s.probeGuarantee(states[g])
+		if pr := s.probePrior(states[g]); pr > small {
+			// A prior the fence has no room for is no refusal of the probe: the small guarantee
+			// that follows says whether the fence left this GPU's guarantees out.
+			refused := s.refused[g]
+			if res, ok := s.admit(g, pr, j, states, true); ok {
+				return launch(g, res)
+			}
 			s.refused[g] = refused
 		}
-		if !ok {
-			res, ok = s.admit(g, s.probeGuarantee(states[g]), j, states, true)
+		if res, ok := s.admit(g, small, j, states, true); ok {
+			return launch(g, res)
 		}
-		if !ok {
-			continue
-		}
-		return Launch{Job: j, GPU: g, Res: res, Capped: true, Probe: true, InPlace: true, Borrowing: true,
-			Window: s.probeWindow(j.Template)}, true
 	}
 	return Launch{}, false
 }
