@@ -2,9 +2,12 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -447,7 +450,7 @@ func LoadSummary(path string) (Summary, error) { return readJSON[Summary](path, 
 // readJSON reads one of the files WriteRaw writes; what names it in errors.
 func readJSON[T any](path, what string) (T, error) {
 	var v T
-	data, err := os.ReadFile(path)
+	data, err := readMaybeGzipped(path)
 	if err != nil {
 		return v, fmt.Errorf("%s: %w", what, err)
 	}
@@ -455,6 +458,34 @@ func readJSON[T any](path, what string) (T, error) {
 		return v, fmt.Errorf("%s %s: %w", what, path, err)
 	}
 	return v, nil
+}
+
+// readMaybeGzipped reads path, or path.gz where only that exists: bench-collect.sh gzips the
+// committed runs' runs.json (114 KB a run), since a device call copies the whole tracked tree
+// with what it carries, at most 64 MiB. Where neither exists the error is path's own.
+func readMaybeGzipped(path string) ([]byte, error) {
+	data, err := os.ReadFile(path)
+	if !errors.Is(err, os.ErrNotExist) {
+		return data, err
+	}
+	f, gzErr := os.Open(path + ".gz")
+	if errors.Is(gzErr, os.ErrNotExist) {
+		return nil, err
+	}
+	if gzErr != nil {
+		return nil, gzErr
+	}
+	defer f.Close()
+	zr, gzErr := gzip.NewReader(f)
+	if gzErr != nil {
+		return nil, fmt.Errorf("%s.gz: %w", path, gzErr)
+	}
+	defer zr.Close()
+	data, gzErr = io.ReadAll(zr)
+	if gzErr != nil {
+		return nil, fmt.Errorf("%s.gz: %w", path, gzErr)
+	}
+	return data, nil
 }
 
 // SectionHeading is the heading of the section of docs/bench/results.md (the results journal)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"compress/gzip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,5 +82,50 @@ func TestLoadResultsFillsOldSummaries(t *testing.T) {
 	}
 	if _, err := LoadResults(dir); err == nil || !strings.Contains(err.Error(), runs) {
 		t.Fatalf("broken runs.json: %v, want an error naming %s", err, runs)
+	}
+}
+
+// A committed run keeps its runs.json gzipped (bench-collect.sh): LoadResults reads it so,
+// and a damaged archive is an error that names it.
+func TestLoadResultsReadsGzippedRuns(t *testing.T) {
+	dir := t.TempDir()
+	run := exclusiveRun(Draw(1))
+	if err := WriteRaw(dir, Summary{Seed: 1, Scores: []Score{{Label: "exclusive", Makespan: 120 * time.Second}}}, []ArmRun{run}); err != nil {
+		t.Fatal(err)
+	}
+	runs := filepath.Join(dir, "runs.json")
+	raw, err := os.ReadFile(runs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(runs + ".gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := gzip.NewWriter(f)
+	if _, err := zw.Write(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(runs); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := LoadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sum.Scores[0].Use; got.MeanRunning != 1 || got.Whole != 120*time.Second {
+		t.Fatalf("use from runs.json.gz %+v, want 1 job running, 120 s alone", got)
+	}
+	if err := os.WriteFile(runs+".gz", raw, 0o644); err != nil { // not gzip
+		t.Fatal(err)
+	}
+	if _, err := LoadResults(dir); err == nil || !strings.Contains(err.Error(), runs+".gz") {
+		t.Fatalf("damaged runs.json.gz: %v, want an error naming %s.gz", err, runs)
 	}
 }

@@ -27,9 +27,10 @@ for t in "${tgzs[@]}"; do
   # The ledger state directories are working files, not results.
   tar xzf "$t" -C "$dest" --exclude='*/state' --exclude='*/state/*'
   # The runner's own results.json and report.html are most of a run's bytes (0.3-0.9 MB an arm
-  # on the busy profile) and no tool reads them back: kept gzipped, so the tracked tree stays
+  # on the busy profile) and no tool reads them back, and the run's runs.json (about 114 KB)
+  # only the report reads, which takes it gzipped: kept gzipped, so the tracked tree stays
   # small enough for a device call to copy (64 MiB with the carried binary). zcat reads them.
-  find "$dest/$top" -type f \( -path '*/runner/results.json' -o -path '*/runner/report.html' \) -exec gzip -9 -n {} +
+  find "$dest/$top" -type f \( -path '*/runner/results.json' -o -path '*/runner/report.html' -o -path "$dest/$top/runs.json" \) -exec gzip -9 -n {} +
   from=$(dirname "$t")
   log="$from/$(basename "$t" .tgz).log"
   if [ -f "$log" ]; then cp "$log" "$dest/$top/device.log"; fi
