@@ -358,6 +358,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		ProbeInPlace: o.Arm == record.ArmPacked && r.guard != nil && (o.modeOf() == policy.ModeIsolated || r.borrows)}
 	sc.Stage = r.stage
 	sc.ProbeKnown = o.ProbeKnown && r.borrows
+	sc.Now = o.Now
 	for name, t := range q.Templates {
 		if t.PeakBytes > 0 {
 			sc.Peaks[name] = t.PeakBytes

@@ -134,6 +134,9 @@ type Sched struct {
 	noStage map[string]bool
 	// probeKnown: Config.ProbeKnown.
 	probeKnown bool
+	// now is Config.Now; stagedAt when each staged job was staged (probeHeld).
+	now      func() time.Time
+	stagedAt map[*Job]time.Time
 }
 
 // Config is what a scheduler is built from; the run fills it once, and from then on the
@@ -167,6 +170,9 @@ type Config struct {
 	// ProbeKnown guarantees a probe that borrows, where others already borrow, what the caps
 	// known now suggest (probePrior); false: the small guarantee alone.
 	ProbeKnown bool
+	// Now is the run's clock (time.Now where nil): how long a probe has waited staged for
+	// nobody to borrow (stage.go, probeHeld).
+	Now func() time.Time
 }
 
 // New builds the scheduler of a run over its jobs (NewJobs). Without a Node it admits through
@@ -179,7 +185,10 @@ func New(c Config, jobs []*Job) *Sched {
 		wholeOn: map[string]bool{}, drainFor: map[string]*Job{}, warned: map[string]bool{}, frozen: map[string]bool{},
 		refused: map[string]error{}, grown: map[string]size.Bytes{}, smActive: maps.Clone(c.SMActive), smOn: map[string]float64{},
 		stageMax: c.Stage, staged: map[*Job]ledger.Reservation{}, unstaging: map[*Job]bool{}, blocked: map[string]time.Time{}, stalled: map[string]bool{},
-		noStage: map[string]bool{}, probeKnown: c.ProbeKnown,
+		noStage: map[string]bool{}, probeKnown: c.ProbeKnown, now: c.Now, stagedAt: map[*Job]time.Time{},
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	if s.smActive == nil {
 		s.smActive = map[string]float64{}
@@ -533,7 +542,7 @@ func (s *Sched) probeBorrowing(j *Job, states map[string]ledger.GPUState) (Launc
 			Window: s.probeWindow(j.Template)}, true
 	}
 	for _, g := range s.candidates(states, false) {
-		if !s.smFits(g, j.Template) {
+		if !s.smFits(g, j.Template) || s.stageProbe(g, states[g]) {
 			continue
 		}
 		small := s.probeGuarantee(states[g])

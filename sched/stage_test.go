@@ -332,11 +332,72 @@ func TestSchedStagesAProbeWhereABorrowerWaits(t *testing.T) {
 	if !l.Probe || !l.InPlace || l.Window != 19*time.Second || l.Res.CapBytes != size.GiB || l.Res.StagedFor != 2*size.GiB {
 		t.Fatalf("p staged as %+v, reservation %+v: want an in-place probe on 1GiB, told 2GiB", l, l.Res)
 	}
-	lend.Set(40*size.GiB, false)
+	lend.Set(0, false)
 	g := s.Grants()
 	if len(g) != 2 || g[1].Job != p || g[1].Res.CapBytes != 2*size.GiB || g[1].Res.LimitBytes <= g[1].Res.CapBytes {
 		t.Fatalf("grants once nothing waits: %+v; want a, then p on 2GiB borrowing", g)
 	}
+}
+
+// One unknown footprint grows at a time: a probe that would load where a job borrows (and
+// waits for nothing) starts staged, a known job behind it is granted all the same, and the
+// probe is granted once nobody borrows, or once it has waited two of its windows.
+func TestSchedProbeWaitsStagedWhileAJobBorrows(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		stage    int
+		after    time.Duration // the clock's step before the second Grants
+		borrowed size.Bytes    // what is borrowed then
+		want     string        // jobs granted by the second Grants
+	}{
+		{name: "nobody borrows any more", stage: 2, borrowed: 0, want: "[p]"},
+		{name: "still borrowed, within the bound", stage: 2, after: 37 * time.Second, borrowed: 40 * size.GiB, want: "[]"},
+		{name: "still borrowed, past the bound", stage: 2, after: 38 * time.Second, borrowed: 40 * size.GiB, want: "[p]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lend := &nodetest.Fence{}
+			p := &Job{Job: queue.Job{Name: "p", Template: "p"}}
+			s, _, _ := borrowSched(t, lend, append([]*Job{p}, known("a")...)...)
+			now := time.Date(2026, 12, 6, 7, 0, 0, 0, time.UTC)
+			s.now = func() time.Time { return now }
+			s.stageMax, s.window = tc.stage, 19*time.Second
+			lend.Set(40*size.GiB, false)
+			got := s.Next()
+			if n, st := fmt.Sprint(names(got)), fmt.Sprint(stagedNames(got)); n != "[a p]" || st != "[p]" {
+				t.Fatalf("admitted %s, staged %s beside a borrower; want [a p], p staged", n, st)
+			}
+			if g := s.Grants(); len(g) != 0 {
+				t.Fatalf("granted %s while a job borrows, before any wait; want none", grantedNames(g))
+			}
+			now = now.Add(tc.after)
+			lend.Set(tc.borrowed, false)
+			if g := fmt.Sprint(grantedNames(s.Grants())); g != tc.want {
+				t.Fatalf("granted %s; want %s", g, tc.want)
+			}
+		})
+	}
+}
+
+// Where the probe cannot start staged, it loads beside the borrower as before: no slot, or a
+// GPU that does not stage.
+func TestSchedProbeLoadsBesideABorrowerWithoutStaging(t *testing.T) {
+	lend := &nodetest.Fence{}
+	p := &Job{Job: queue.Job{Name: "p", Template: "p"}}
+	s, _, _ := borrowSched(t, lend, p)
+	s.window = 19 * time.Second
+	lend.Set(40*size.GiB, false)
+	got := s.Next()
+	if n, st := fmt.Sprint(names(got)), fmt.Sprint(stagedNames(got)); n != "[p]" || st != "[]" {
+		t.Fatalf("admitted %s, staged %s with staging off; want p admitted, unstaged", n, st)
+	}
+}
+
+func grantedNames(g []Granted) []string {
+	out := []string{}
+	for _, x := range g {
+		out = append(out, x.Job.Name)
+	}
+	return out
 }
 
 // Of the jobs a round stages, those whose caps are known take the slots before probes, even
