@@ -340,19 +340,18 @@ func TestSchedStagesAProbeWhereABorrowerWaits(t *testing.T) {
 }
 
 // One unknown footprint grows at a time: a probe that would load where a job borrows (and
-// waits for nothing) starts staged, a known job behind it is granted all the same, and the
-// probe is granted once nobody borrows, or once it has waited two of its windows.
+// waits for nothing) starts staged, a known job behind it starts all the same, and the probe
+// is granted once nobody borrows, or once it has waited two of its windows.
 func TestSchedProbeWaitsStagedWhileAJobBorrows(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
-		stage    int
 		after    time.Duration // the clock's step before the second Grants
 		borrowed size.Bytes    // what is borrowed then
 		want     string        // jobs granted by the second Grants
 	}{
-		{name: "nobody borrows any more", stage: 2, borrowed: 0, want: "[p]"},
-		{name: "still borrowed, within the bound", stage: 2, after: 37 * time.Second, borrowed: 40 * size.GiB, want: "[]"},
-		{name: "still borrowed, past the bound", stage: 2, after: 38 * time.Second, borrowed: 40 * size.GiB, want: "[p]"},
+		{name: "nobody borrows any more", borrowed: 0, want: "[p]"},
+		{name: "still borrowed, within the bound", after: 37 * time.Second, borrowed: 40 * size.GiB, want: "[]"},
+		{name: "still borrowed, past the bound", after: 38 * time.Second, borrowed: 40 * size.GiB, want: "[p]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lend := &nodetest.Fence{}
@@ -360,7 +359,7 @@ func TestSchedProbeWaitsStagedWhileAJobBorrows(t *testing.T) {
 			s, _, _ := borrowSched(t, lend, append([]*Job{p}, known("a")...)...)
 			now := time.Date(2026, 12, 6, 7, 0, 0, 0, time.UTC)
 			s.now = func() time.Time { return now }
-			s.stageMax, s.window = tc.stage, 19*time.Second
+			s.stageMax, s.window = 2, 19*time.Second
 			lend.Set(40*size.GiB, false)
 			got := s.Next()
 			if n, st := fmt.Sprint(names(got)), fmt.Sprint(stagedNames(got)); n != "[a p]" || st != "[p]" {
