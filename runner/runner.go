@@ -272,11 +272,11 @@ type run struct {
 	// borrowing.
 	fenceNote, borrowNote string
 	// stage is how many jobs a GPU may be staged (Options.Stage, where staging can work), and
-	// probeNote says what ProbeKnown does in this run, when it was asked for.
-	probeNote string
 	// stageNote says so, or why not, when it was asked for.
 	stage     int
 	stageNote string
+	// probeNote says what ProbeKnown does in this run, when it was asked for.
+	probeNote string
 	borrows   bool
 	start     time.Time
 	// shares learns templates' SM-active shares from attempts alone on their GPU.

@@ -3,7 +3,6 @@ package sched
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
@@ -100,15 +99,7 @@ func (s *Sched) probePrior(st ledger.GPUState) size.Bytes {
 			}
 		}
 	}
-	if len(caps) == 0 {
-		return 0
-	}
-	slices.Sort(caps)
-	m := caps[len(caps)/2]
-	if len(caps)%2 == 0 {
-		m = caps[len(caps)/2-1] + (caps[len(caps)/2]-caps[len(caps)/2-1])/2
-	}
-	return min(m, st.BudgetBytes/2)
+	return min(median(caps), st.BudgetBytes/2)
 }
 
 // FenceSync brings a GPU's fence table up to date at once when jobs may borrow: a borrower

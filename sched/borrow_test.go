@@ -151,23 +151,22 @@ func TestSchedProbeKnownGuarantee(t *testing.T) {
 		borrowed size.Bytes
 		caps     map[string]size.Bytes // declared caps beside "t"'s 20 GiB
 		noT      bool                  // "t" unknown too
+		room     size.Bytes            // > 0: the fence's table takes guarantees up to this
 		want     size.Bytes
 	}{
-		{"off", false, 4 * size.GiB, nil, false, 2 * size.GiB},
-		{"nobody borrows", true, 0, nil, false, 2 * size.GiB},
-		{"one cap known", true, 4 * size.GiB, nil, false, 20 * size.GiB},
-		{"median of three", true, 4 * size.GiB, map[string]size.Bytes{"x": 10 * size.GiB, "y": 30 * size.GiB}, false, 20 * size.GiB},
-		{"median of two", true, 4 * size.GiB, map[string]size.Bytes{"x": 10 * size.GiB}, false, 15 * size.GiB},
-		{"at most half the budget", true, 4 * size.GiB, map[string]size.Bytes{"x": 70 * size.GiB}, false, 39 * size.GiB},
-		{"does not fit: the small guarantee", true, 70 * size.GiB, nil, false, 2 * size.GiB},
-		{"nothing known", true, 4 * size.GiB, nil, true, 2 * size.GiB},
-		{"the fence has no room for it: the small guarantee", true, 4 * size.GiB, nil, false, 2 * size.GiB},
+		{"off", false, 4 * size.GiB, nil, false, 0, 2 * size.GiB},
+		{"nobody borrows", true, 0, nil, false, 0, 2 * size.GiB},
+		{"one cap known", true, 4 * size.GiB, nil, false, 0, 20 * size.GiB},
+		{"median of three", true, 4 * size.GiB, map[string]size.Bytes{"x": 10 * size.GiB, "y": 30 * size.GiB}, false, 0, 20 * size.GiB},
+		{"median of two", true, 4 * size.GiB, map[string]size.Bytes{"x": 10 * size.GiB}, false, 0, 15 * size.GiB},
+		{"at most half the budget", true, 4 * size.GiB, map[string]size.Bytes{"x": 70 * size.GiB}, false, 0, 39 * size.GiB},
+		{"does not fit: the small guarantee", true, 70 * size.GiB, nil, false, 0, 2 * size.GiB},
+		{"nothing known", true, 4 * size.GiB, nil, true, 0, 2 * size.GiB},
+		{"the fence has no room for it: the small guarantee", true, 4 * size.GiB, nil, false, 10 * size.GiB, 2 * size.GiB},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			lend := nodetest.NewFence(tc.borrowed, false, false)
-			if strings.HasPrefix(tc.name, "the fence has no room") {
-				lend.SetRoom(10 * size.GiB)
-			}
+			lend.SetRoom(tc.room)
 			s, _, uuid := borrowSched(t, lend, &Job{Job: queue.Job{Name: "p", Template: "p"}})
 			s.probeKnown = tc.on
 			if tc.noT {

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"maps"
 	"slices"
 )
 
@@ -34,13 +35,13 @@ func (s *Sched) SMDemand(t string) (float64, bool) {
 	return s.smMedian(), false
 }
 
-func (s *Sched) smMedian() float64 {
-	if len(s.smActive) == 0 {
+func (s *Sched) smMedian() float64 { return median(slices.Collect(maps.Values(s.smActive))) }
+
+// median is the middle of v (the mean of the two middles of an even count; 0 of none). It
+// sorts v.
+func median[T ~uint64 | ~float64](v []T) T {
+	if len(v) == 0 {
 		return 0
-	}
-	v := make([]float64, 0, len(s.smActive))
-	for _, d := range s.smActive {
-		v = append(v, d)
 	}
 	slices.Sort(v)
 	n := len(v)

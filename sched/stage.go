@@ -114,12 +114,13 @@ func (s *Sched) stagedOn(g string) int {
 func (s *Sched) Grants() []Granted {
 	var out []Granted
 	clear(s.stalled)
+	borrowing := map[string]bool{} // probeHeld's reading of a GPU's fence table, once a call
 	for _, j := range s.jobs {
 		staged, ok := s.staged[j]
 		if !ok || s.unstaging[j] || s.stalled[staged.GPU] {
 			continue // in queue order: none is granted past one that waits on its GPU
 		}
-		if s.probeHeld(j, staged.GPU) {
+		if s.probeHeld(j, staged.GPU, borrowing) {
 			continue // it holds up no job behind it: they have guarantees of their own
 		}
 		res, err := s.node.Grant(staged)
@@ -266,8 +267,9 @@ func (s *Sched) stageProbe(g string, st ledger.GPUState) bool {
 }
 
 // probeHeld says whether staged job j, a probe, waits on for its grant on GPU g: a job there
-// borrows, and j has not waited probeHoldWindows of its window yet.
-func (s *Sched) probeHeld(j *Job, g string) bool {
+// borrows, and j has not waited probeHoldWindows of its window yet. borrowing keeps what the
+// GPUs' tables said for the rest of the caller's pass.
+func (s *Sched) probeHeld(j *Job, g string, borrowing map[string]bool) bool {
 	if s.prober[j.Template] != j {
 		return false // a job of known cap: its guarantee covers it
 	}
@@ -275,7 +277,12 @@ func (s *Sched) probeHeld(j *Job, g string) bool {
 	if since, ok := s.stagedAt[j]; !ok || s.now().Sub(since) >= hold {
 		return false
 	}
-	s.node.RefreshBorrowing(g) // the round's view is a round old: a borrower may have ended
-	st, err := s.led.State(g)
-	return err == nil && st.BorrowedBytes > 0
+	b, read := borrowing[g]
+	if !read {
+		s.node.RefreshBorrowing(g) // the round's view is a round old: a borrower may have ended
+		st, err := s.led.State(g)
+		b = err == nil && st.BorrowedBytes > 0
+		borrowing[g] = b
+	}
+	return b
 }
