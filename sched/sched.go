@@ -130,8 +130,11 @@ type Sched struct {
 	// stalled are the GPUs where a staged job's grant did not fit in the last Grants: no new
 	// job is admitted there before it, as none overtakes a job that drains a GPU.
 	stalled map[string]bool
-	// noStage are the GPUs where a staged job was stopped for a borrower that still waits.
+	// noStage are the GPUs where a staged job was stopped for a wait that staged jobs alone
+	// still block.
 	noStage map[string]bool
+	// blockSeen is blockedNow's reading of each GPU during a round of Next (nil outside one).
+	blockSeen map[string]bool
 	// probeKnown: Config.ProbeKnown.
 	probeKnown bool
 	// now is Config.Now; stagedAt when each staged job was staged (probeHeld).
@@ -271,6 +274,8 @@ func WholeBytes(g ledger.GPUState) size.Bytes {
 // fit is skipped and later jobs may start, but a job that needs a whole GPU drains one (no new
 // admissions there) so it cannot be starved.
 func (s *Sched) Next() []Launch {
+	s.blockSeen = map[string]bool{}
+	defer func() { s.blockSeen = nil }()
 	states := map[string]ledger.GPUState{}
 	var maxBudget size.Bytes
 	for _, g := range s.led.States() {

@@ -122,6 +122,81 @@ func TestSchedUnstagesForABlockedBorrower(t *testing.T) {
 	}
 }
 
+// No job is staged where something waits for memory and staged jobs alone stand in its way:
+// it would be the next one Unstage stops, its start-up thrown away. Once a task there could
+// free memory again, staging goes on.
+func TestSchedStagesNothingWhereStagedJobsAloneBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		waiters []string // of a, b, c: the tasks holding memory that are not staged
+		stalled bool     // the first staged job's grant did not fit
+		staged  bool     // f is staged
+	}{
+		{"every holder waits", []string{"a", "b", "c"}, false, false},
+		{"a grant stalls and every holder waits", []string{"a", "b", "c"}, true, false},
+		{"c runs on", []string{"a", "b"}, false, true},
+		{"a grant stalls, c runs on", []string{"a", "b"}, true, true},
+		{"nothing waits", nil, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lend := &nodetest.Fence{}
+			s, _, uuid := borrowSched(t, lend, known("a", "b", "c", "d", "e", "f")...)
+			s.stageMax = 2
+			tokens := map[string]string{}
+			for _, l := range s.Next() { // a, b, c admitted; d, e staged; f waits for a slot
+				tokens[l.Job.Name] = l.Res.Token
+			}
+			var w []string
+			for _, n := range tc.waiters {
+				w = append(w, tokens[n])
+			}
+			lend.SetWaiters(w...)
+			s.stalled[uuid] = tc.stalled
+			s.stageMax = 3
+			want := "[]"
+			if tc.staged {
+				want = "[f]"
+			}
+			if got := fmt.Sprint(stagedNames(s.Next())); got != want {
+				t.Fatalf("staged %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+// A job stopped for a blocked wait is staged again as soon as the block is over, not only once
+// nothing waits: here a task that can free memory runs beside the waiting ones again.
+func TestSchedStagesAgainOnceTheBlockIsOver(t *testing.T) {
+	lend := &nodetest.Fence{}
+	s, led, _ := borrowSched(t, lend, known("a", "b", "c", "d", "e")...)
+	s.stageMax = 2
+	got := s.Next() // a, b, c admitted; d, e staged
+	tokens := map[string]string{}
+	for _, l := range got {
+		tokens[l.Job.Name] = l.Res.Token
+	}
+	t0 := time.Date(2026, 12, 6, 8, 0, 0, 0, time.UTC)
+	lend.SetWaiters(tokens["a"], tokens["b"], tokens["c"])
+	s.Unstage(t0)
+	u := s.Unstage(t0.Add(time.Second))
+	if len(u) != 1 || u[0].Name != "e" {
+		t.Fatalf("unstaged %v, want [e]", u)
+	}
+	if err := led.Release(got[4].Res.Token, "unstaged"); err != nil {
+		t.Fatal(err)
+	}
+	s.Finished(&got[4])
+	s.Unstaged(u[0])
+	if n := stagedNames(s.Next()); len(n) != 0 {
+		t.Fatalf("staged %v while the block lasts", n)
+	}
+	lend.SetWaiters(tokens["a"], tokens["b"]) // c runs again: it will free memory
+	s.Unstage(t0.Add(2 * time.Second))
+	if n := fmt.Sprint(stagedNames(s.Next())); n != "[e]" {
+		t.Fatalf("staged %s once c runs, want [e]", n)
+	}
+}
+
 // Under MPS (with borrowing, where jobs are staged there) the staged job stopped for a blocked
 // borrower is the newest one whose allocation waits in the fence, never one that may be running
 // kernels, and its promise is withdrawn first so the fence refuses that allocation inside it.
