@@ -152,6 +152,12 @@ if [ "$deadline_s" -le 0 ]; then
   say "FAILED: no time left for the benchmark after prepare"
   exit 5
 fi
+# Arms after the first start by the deadline or not at all: one that leaves them under a minute
+# would spend the call on the first arm alone (three H100 calls of 2026-12-06 did, at 150-170 s).
+if [ "$deadline_s" -lt 60 ] && [ "${arms#*,}" != "$arms" ]; then
+  say "FAILED: BENCH_BUDGET_S=$budget leaves ${deadline_s}s after prepare for arms to start: those after the first in $arms would be skipped; raise it (about 120 s an arm of the start-up profile, more for a cold one)"
+  exit 5
+fi
 say "benchmark: ${run_s}s at most, no arm starts after ${deadline_s}s"
 flags=(--workloads "$workloads" --workloads-dir examples/workloads --cache "$cache" --backend "$backend"
   --profile "$workload" --probe-window "$window" --deadline "${deadline_s}s" --out "$work" --suffix "${BENCH_SUFFIX:-}")
