@@ -96,9 +96,8 @@ func (s *Sched) canStage(g string, st ledger.GPUState) bool {
 // stand in its way (stagedBlock), the scene Unstage ends by stopping the newest staged job: a
 // job staged there would be that job, its start-up thrown away. On an H100 (start-up seed 2,
 // warm, 2026-12-06) a job staged the moment a neighbour ended, beside four staged jobs and the
-// leaker waiting for nearly the whole GPU, was stopped 3.7 s later and staged again only 7 s
-// after the leaker's end, in three runs of three; the queue ended 11-20 s after the morning's.
-// The fence's table is read once a GPU in a round of Next (blockSeen).
+// leaker waiting for nearly the whole GPU, was stopped 3.7 s later. The fence's table is read
+// once a GPU in a round of Next (blockSeen).
 func (s *Sched) blockedNow(g string, st ledger.GPUState) bool {
 	if b, ok := s.blockSeen[g]; ok {
 		return b
@@ -178,8 +177,8 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 		}
 		if !block {
 			// What waited is served, or a task that can free memory runs beside it again: on an
-			// H100 (2026-12-06) a job stopped for the leaker was staged again only 5 s after the
-			// leaker's end, once a grant that waited for an ordinary job's end went through.
+			// H100 (2026-12-06) jobs stopped for the leaker were staged again only 5-9 s after
+			// its end, once a grant that waited for an ordinary job's end had gone through.
 			delete(s.noStage, g)
 		}
 		if staged == 0 || !block {
