@@ -93,7 +93,7 @@ func (s *Sched) canStage(g string, st ledger.GPUState) bool {
 }
 
 // blockedNow says whether on GPU g (state st) something waits for memory and staged jobs alone
-// stand in its way (stagedBlock), the scene Unstage ends by stopping the newest staged job: a
+// stand in its way (waitBlocked), the scene Unstage ends by stopping the newest staged job: a
 // job staged there would be that job, its start-up thrown away. On an H100 (start-up seed 2,
 // warm, 2026-12-06) a job staged the moment a neighbour ended, beside four staged jobs and the
 // leaker waiting for nearly the whole GPU, was stopped 3.7 s later. The fence's table is read
@@ -103,7 +103,7 @@ func (s *Sched) blockedNow(g string, st ledger.GPUState) bool {
 		return b
 	}
 	waiters, _ := s.node.Waiters(g)
-	b := (len(waiters) > 0 || s.stalled[g]) && stagedBlock(st, waiters)
+	b := s.waitBlocked(g, st, waiters)
 	if s.blockSeen != nil {
 		s.blockSeen[g] = b
 	}
@@ -168,13 +168,8 @@ func (s *Sched) Unstage(now time.Time) []*Job {
 			continue
 		}
 		waiters, stageWaiters := s.node.Waiters(g) // the fence's table, read once a GPU a round
-		var st ledger.GPUState
-		block := false
-		if len(waiters) > 0 || s.stalled[g] {
-			var err error
-			st, err = s.led.State(g) // read once: for stagedBlock and for unstageOn's mode
-			block = err == nil && stagedBlock(st, waiters)
-		}
+		st, err := s.led.State(g)                  // read once: for waitBlocked and for unstageOn's mode
+		block := err == nil && s.waitBlocked(g, st, waiters)
 		if !block {
 			// What waited is served, or a task that can free memory runs beside it again: on an
 			// H100 (2026-12-06) jobs stopped for the leaker were staged again only 5-9 s after
@@ -236,6 +231,13 @@ func (s *Sched) unstageOn(g string, mps bool, stageWaiters []string) *Job {
 		return j
 	}
 	return nil
+}
+
+// waitBlocked says whether on GPU g (state st) something waits for memory (an allocation the
+// fence names among waiters, or the first staged job's grant, stalled in the last Grants) and
+// staged jobs alone stand in its way (stagedBlock).
+func (s *Sched) waitBlocked(g string, st ledger.GPUState, waiters []string) bool {
+	return (len(waiters) > 0 || s.stalled[g]) && stagedBlock(st, waiters)
 }
 
 // stagedBlock says whether staged jobs alone stand in the way on GPU st where something waits for
