@@ -274,3 +274,66 @@ func TestBorrowingProbeLeavesItsWindowsFootprint(t *testing.T) {
 		t.Fatalf("lk2: want one attempt under the window's %s cap, borrowing the rest, got %+v", windowCap, lk2)
 	}
 }
+
+// A probe's window is held open for the time its allocations waited in the fence inside it,
+// at most one more window in all, and not for a wait shorter than a sample.
+func TestWindowOwed(t *testing.T) {
+	t.Parallel()
+	const w, tick = 19 * time.Second, 20 * time.Millisecond
+	for _, c := range []struct {
+		name              string
+		blocked, extended time.Duration
+		want              time.Duration
+	}{
+		{"never waited", 0, 0, 0},
+		{"waited less than a sample", 10 * time.Millisecond, 0, 0},
+		{"waited 6s", 6 * time.Second, 0, 6 * time.Second},
+		{"waited 2s more in the 6s it was held open", 8 * time.Second, 6 * time.Second, 2 * time.Second},
+		{"held open for all it waited", 8 * time.Second, 8 * time.Second, 0},
+		{"waited past a window", 30 * time.Second, 0, w},
+		{"held open a whole window already", 40 * time.Second, w, 0},
+		{"bound reached part way", 25 * time.Second, 15 * time.Second, 4 * time.Second},
+	} {
+		if got := windowOwed(c.blocked, c.extended, w, tick); got != c.want {
+			t.Errorf("%s: windowOwed(%s, %s) = %s, want %s", c.name, c.blocked, c.extended, got, c.want)
+		}
+	}
+}
+
+// A borrowing probe whose growth waits in the fence for part of its window (its neighbour's
+// guarantee leaves it 10GiB to borrow until the neighbour ends) has its window held open for
+// that wait, and its template keeps the footprint it grows to once the neighbour is gone, not
+// the 12GiB the fence held it to.
+func TestProbeWindowDoesNotCountItsWait(t *testing.T) {
+	t.Parallel()
+	sim := newSim(t, "H100=80GiB")
+	q := queue.Queue{
+		Jobs: []queue.Job{
+			// peak 56GiB: a 66GiB guarantee of the 78GiB budget, beside the probe's 2GiB.
+			simJob(t, "n1", "known", "--peak", "56GiB", "--ramp", "50ms", "--hold", "1500ms"),
+			simJob(t, "p1", "new", "--peak", "30GiB", "--ramp", "50ms", "--hold", "1500ms"),
+		},
+		Templates: map[string]queue.TemplateSpec{"known": {Name: "known", PeakBytes: 56 * size.GiB}},
+	}
+	o := testOptions(t, sim, record.ArmPacked)
+	o.StateDir, o.ProbeWindow = t.TempDir(), time.Second
+	res := runAll(t, q, o)
+	n1, p1 := attemptsOf(res, "n1"), attemptsOf(res, "p1")
+	if len(p1) != 1 || !p1[0].Probe || p1[0].Outcome != record.OutcomeOK || len(n1) != 1 {
+		t.Fatalf("want one attempt each and p1 an in-place probe that finished, got n1 %+v p1 %+v", n1, p1)
+	}
+	if !p1[0].Start.Before(n1[0].End) {
+		t.Fatalf("p1 started at %s, after n1 ended (%s): nothing made it wait", p1[0].Start, n1[0].End)
+	}
+	if !strings.Contains(p1[0].Detail, "waiting in the fence") {
+		t.Errorf("p1's detail %q does not say its window was held open for its wait", p1[0].Detail)
+	}
+	snap, err := ledger.ReadSnapshot(o.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(snap.Profiles, func(p ledger.Profile) bool { return p.Template == "new" })
+	if i < 0 || snap.Profiles[i].PeakBytes < 29*size.GiB {
+		t.Fatalf("profiles %+v: want template new's whole 30GiB footprint, not what the fence held it to", snap.Profiles)
+	}
+}
