@@ -43,10 +43,10 @@ func (r *run) recapProbe(a *active) {
 		// It ran on what it borrowed and goes on so; its template's other jobs get the cap.
 		a.windowPeak = peak
 		r.s.Recapped(&a.l, a.l.Res, peak)
-		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.windowSpan(), a.l.Res.CapBytes)
+		a.a.Detail = fmt.Sprintf("probed in place for %s, borrowing past its %s guarantee", a.l.Window, a.l.Res.CapBytes)
 		r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
 		r.prog.Line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s for its template; runs on, borrowing", "probed", j.Name,
-			a.a.GPUIndex, peak, a.windowSpan(), progress.UnitsLabel(r.o.Policy, capBytes))
+			a.a.GPUIndex, peak, a.l.Window, progress.UnitsLabel(r.o.Policy, capBytes))
 		return
 	}
 	res, err := r.led.Shrink(a.l.Res.Token, min(capBytes, a.l.Res.CapBytes))
@@ -63,10 +63,10 @@ func (r *run) recapProbe(a *active) {
 	r.s.Recapped(&a.l, res, peak)
 	a.a.CapBytes = res.CapBytes
 	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: r.o.Now(), From: from, To: res.CapBytes})
-	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.windowSpan(), from, res.CapBytes)
+	a.a.Detail = fmt.Sprintf("probed in place for %s: cap lowered from %s to %s", a.l.Window, from, res.CapBytes)
 	r.recordProfile(j.Template, peak, &record.Attempt{Start: a.a.Start, End: r.o.Now(), Samples: samples}, ledger.ProfileProbe)
 	r.prog.Line("%-8s %-20s GPU%d  peak %s in its first %s -> cap %s; runs on in place", "probed", j.Name, a.a.GPUIndex,
-		peak, a.windowSpan(), res.CapBytes)
+		peak, a.l.Window, res.CapBytes)
 }
 
 func (r *run) learn(t string, at *record.Attempt, source string) {

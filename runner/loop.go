@@ -39,10 +39,6 @@ type active struct {
 	exitedAt      time.Time // when the runner saw the process end
 	windowStopped bool
 	stopped       bool
-	// windowExtra: how much longer the probe's window stayed open than its length, for the
-	// time its allocations waited in the fence inside it (windowOwed). Written by the
-	// attempt's goroutine before the window's end reaches the main loop.
-	windowExtra time.Duration
 	// windowPeak: the footprint an in-place probe showed when its window ended while it
 	// borrowed (recapProbe), which its template keeps (settle).
 	windowPeak size.Bytes
@@ -65,8 +61,13 @@ type active struct {
 	// contained (its event, onEvent); reported is the latest such violation.
 	contained chan struct{}
 
-	mu    sync.Mutex
-	peak  size.Bytes
+	mu   sync.Mutex
+	peak size.Bytes
+	// level is the use the attempt rose to last (more than levelSlack above the one before);
+	// held is how long it has stayed at it since, in samples where none of its allocations
+	// waited in the fence (heldFootprint).
+	level size.Bytes
+	held  time.Duration
 	now   size.Bytes // the latest sample
 	lastT float64
 	snaps []record.MemSample
@@ -91,38 +92,11 @@ func (a *active) contain(v ledger.Violation) {
 	a.reported = &v
 }
 
-// windowSpan says how long the probe's window was open: its length, and what it was held
-// open for its waits (windowOwed).
-func (a *active) windowSpan() string {
-	if a.windowExtra <= 0 {
-		return a.l.Window.String()
-	}
-	return fmt.Sprintf("%s (+%s waiting in the fence)", a.l.Window, a.windowExtra.Round(100*time.Millisecond))
-}
-
-// blocked is how long the attempt's allocations have waited in the fence, for memory to
-// borrow or for its guarantee.
-func (a *active) blocked() time.Duration {
+// heldAtLevel is how long the attempt has held the level it rose to last, running.
+func (a *active) heldAtLevel() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.wait + a.owed
-}
-
-// windowOwed says how much longer a probe's window stays open when its timer fires: a window
-// measures what the job grows to while it runs, and the time its allocations waited in the
-// fence (blocked, inside the window so far) it did not run but grew only to what its
-// neighbours let it. In the simulated busy queue's cold first wave, probes that grew into each
-// other closed their windows while they waited and left caps of half their footprints
-// (fullft-0.6b 29 GiB for a 49 GiB job: docs/bench/results.md). extended is what the window
-// has been held open already; in all it stays open at most one more window, so a probe that
-// waits for good (a leaker with nothing left to borrow) still ends its window. A wait shorter
-// than one sample (tick) cannot be told from none.
-func windowOwed(blocked, extended, window, tick time.Duration) time.Duration {
-	owed := min(blocked, window) - extended
-	if owed < max(tick, time.Millisecond) {
-		return 0
-	}
-	return owed
+	return a.held
 }
 
 // waited notes a sample, at t, that found one of the attempt's allocations waiting: for memory
@@ -140,7 +114,9 @@ func (a *active) waited(d time.Duration, t float64, owed bool) {
 	*sum += d
 }
 
-func (a *active) record(b size.Bytes, t float64) {
+// record notes a sample at t of what the attempt holds (b), d after the GPU's previous one;
+// waiting says whether one of its allocations was found waiting in the fence.
+func (a *active) record(b size.Bytes, t float64, d time.Duration, waiting bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if b > 0 && a.peak == 0 {
@@ -149,6 +125,12 @@ func (a *active) record(b size.Bytes, t float64) {
 	a.now = b
 	if b > a.peak {
 		a.peak = b
+	}
+	switch {
+	case b > a.level+a.level/levelSlack:
+		a.level, a.held = b, 0
+	case b >= a.level-a.level/levelSlack && !waiting:
+		a.held += d
 	}
 	// Keep about 10 points a second for the report; the peak above keeps the full rate.
 	if len(a.snaps) == 0 || t-a.lastT >= 0.1 {
@@ -324,9 +306,7 @@ func (r *run) wait(a *active) {
 	}
 	var window <-chan time.Time
 	var timer *time.Timer
-	var blocked0 time.Duration
 	openWindow := func() {
-		blocked0 = a.blocked()
 		timer = time.NewTimer(a.l.Window)
 		window = timer.C
 	}
@@ -356,14 +336,6 @@ wait:
 			}
 		case <-window:
 			window = nil
-			if more := windowOwed(a.blocked()-blocked0, a.windowExtra, a.l.Window, r.o.SampleInterval); more > 0 {
-				a.windowExtra += more
-				timer = time.NewTimer(more)
-				window = timer.C
-				r.log.Debug("probe window held open for the time its allocations waited in it", "job", a.l.Job.Name,
-					"by", more, "in_all", a.windowExtra)
-				continue
-			}
 			if a.l.InPlace {
 				// The main loop lowers the cap; the job runs on.
 				r.recap <- a
@@ -533,7 +505,7 @@ func (r *run) finish(a *active) {
 		at.Outcome = record.OutcomeCanceled
 	case a.windowStopped:
 		at.Outcome = record.OutcomeProbe
-		at.Detail = fmt.Sprintf("probe window of %s over", a.windowSpan())
+		at.Detail = fmt.Sprintf("probe window of %s over", a.l.Window)
 	case a.violation != nil:
 		at.Outcome = record.OutcomeCapViolation
 		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, at.PeakBytes, a.violation.CapBytes)

@@ -89,12 +89,14 @@ func (r *run) take(g string, use func(token string) (size.Bytes, bool), d time.D
 	t := r.o.Now().Sub(r.start).Seconds()
 	for _, a := range here {
 		b, _ := use(a.token)
-		a.record(b, t)
+		waiting := false
 		if a.l.Borrowing && r.guard != nil {
 			if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
+				waiting = true
 				a.waited(d, t, u.Owed || u.Grace)
 			}
 		}
+		a.record(b, t, d, waiting)
 	}
 	r.mu.Lock()
 	r.samples[g]++
