@@ -63,7 +63,7 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 			// warm run (docs/bench/results.md, "Cold start-up, simulated").
 			at.Detail += fmt.Sprintf("; its template keeps the %s its window showed (it reached %s borrowing)", a.windowPeak, at.PeakBytes)
 		} else if a.l.Probe && a.windowPeak > 0 && r.o.Policy.Cap(a.windowPeak) < at.PeakBytes {
-			at.Detail += fmt.Sprintf("; its template takes the %s it reached after its window and held for %s to its end (its window showed %s)",
+			at.Detail += fmt.Sprintf("; its template takes the %s it reached after its window and held, running, for %s (its window showed %s)",
 				at.PeakBytes, held.Round(100*time.Millisecond), a.windowPeak)
 			r.learn(t, at, ledger.ProfileProbe)
 		} else if a.l.Probe {
