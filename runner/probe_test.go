@@ -51,14 +51,23 @@ func TestProbeInPlace(t *testing.T) {
 		t.Errorf("p2 (cap %s) started at %s; want the earned cap %s, after p1's window (%s) and before p1's end (%s)",
 			p2[0].CapBytes, p2[0].Start, earned, p1[0].Start.Add(o.ProbeWindow), p1[0].End)
 	}
-	snap, err := ledger.ReadSnapshot(o.StateDir)
+	if p, all := storedProfile(t, o.StateDir, "new"); p.Source != ledger.ProfileProbe || p.PeakBytes < 2*size.GiB-64*size.MiB {
+		t.Fatalf("profiles %+v: want a probe profile of about 2GiB for template new", all)
+	}
+}
+
+// storedProfile is template's footprint profile in the ledger's state in dir (its zero value
+// when there is none), and every profile there, for a failure's message.
+func storedProfile(t *testing.T, dir, template string) (ledger.Profile, []ledger.Profile) {
+	t.Helper()
+	snap, err := ledger.ReadSnapshot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(snap.Profiles, func(p ledger.Profile) bool { return p.Template == "new" })
-	if i < 0 || snap.Profiles[i].Source != ledger.ProfileProbe || snap.Profiles[i].PeakBytes < 2*size.GiB-64*size.MiB {
-		t.Fatalf("profiles %+v: want a probe profile of about 2GiB for template new", snap.Profiles)
+	if i := slices.IndexFunc(snap.Profiles, func(p ledger.Profile) bool { return p.Template == template }); i >= 0 {
+		return snap.Profiles[i], snap.Profiles
 	}
+	return ledger.Profile{}, snap.Profiles
 }
 
 // Under MPS a stopped client can fault its neighbours, so a probe (which may have to be
@@ -261,15 +270,11 @@ func TestBorrowingProbeLeavesItsWindowsFootprint(t *testing.T) {
 	if !strings.Contains(lk1[0].Detail, "keeps the") {
 		t.Errorf("lk1's detail %q does not say what its template keeps", lk1[0].Detail)
 	}
-	snap, err := ledger.ReadSnapshot(o.StateDir)
-	if err != nil {
-		t.Fatal(err)
+	leak, all := storedProfile(t, o.StateDir, "leak")
+	if leak.PeakBytes == 0 || leak.PeakBytes > 2*size.GiB {
+		t.Fatalf("profiles %+v: want the window's footprint (about 1GiB) for template leak", all)
 	}
-	i := slices.IndexFunc(snap.Profiles, func(p ledger.Profile) bool { return p.Template == "leak" })
-	if i < 0 || snap.Profiles[i].PeakBytes > 2*size.GiB {
-		t.Fatalf("profiles %+v: want the window's footprint (about 1GiB) for template leak", snap.Profiles)
-	}
-	windowCap := size.Bytes(o.Policy.Units(o.Policy.Cap(snap.Profiles[i].PeakBytes))) * o.Policy.UnitBytes
+	windowCap := size.Bytes(o.Policy.Units(o.Policy.Cap(leak.PeakBytes))) * o.Policy.UnitBytes
 	if len(lk2) != 1 || lk2[0].Outcome != record.OutcomeOK || lk2[0].WholeGPU || lk2[0].CapBytes != windowCap {
 		t.Fatalf("lk2: want one attempt under the window's %s cap, borrowing the rest, got %+v", windowCap, lk2)
 	}
@@ -305,13 +310,8 @@ func TestBlockedProbeWindowLeavesTheFootprintItHeld(t *testing.T) {
 	if !strings.Contains(p1[0].Detail, "its template takes the") {
 		t.Errorf("p1's detail %q does not say its template takes the footprint it held", p1[0].Detail)
 	}
-	snap, err := ledger.ReadSnapshot(o.StateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(snap.Profiles, func(p ledger.Profile) bool { return p.Template == "new" })
-	if i < 0 || snap.Profiles[i].PeakBytes < 29*size.GiB {
-		t.Fatalf("profiles %+v: want template new's whole 30GiB footprint, not what the fence held it to", snap.Profiles)
+	if p, all := storedProfile(t, o.StateDir, "new"); p.PeakBytes < 29*size.GiB {
+		t.Fatalf("profiles %+v: want template new's whole 30GiB footprint, not what the fence held it to", all)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/queue"
@@ -232,13 +231,8 @@ func TestStagedProbeMeasuresAfterItsGrant(t *testing.T) {
 		t.Fatalf("p started at %s (n2 ended %s), cap changes %+v: want staged on 1GiB before n2 ended",
 			p[0].Start, n2[0].End, p[0].CapChanges)
 	}
-	snap, err := ledger.ReadSnapshot(o.StateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := slices.IndexFunc(snap.Profiles, func(pr ledger.Profile) bool { return pr.Template == "cold" })
-	if i < 0 || snap.Profiles[i].PeakBytes < 6*size.GiB {
-		t.Fatalf("profiles %+v: want the 6GiB the probe used after its grant for template cold", snap.Profiles)
+	if pr, all := storedProfile(t, o.StateDir, "cold"); pr.PeakBytes < 6*size.GiB {
+		t.Fatalf("profiles %+v: want the 6GiB the probe used after its grant for template cold", all)
 	}
 }
 
