@@ -54,15 +54,16 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 		j.Done, j.Final = true, record.OutcomeExhausted
 		return
 	case record.OutcomeOK:
+		// A probe that grew past the cap its window earned, on borrowed memory, and finished.
+		grewPast := a.l.Probe && a.windowPeak > 0 && r.o.Policy.Cap(a.windowPeak) < at.PeakBytes
 		held := a.heldAtLevel()
-		if a.l.Probe && a.windowPeak > 0 && r.o.Policy.Cap(a.windowPeak) < at.PeakBytes && !heldFootprint(held, a.l.Window, at.Duration()) {
-			// It grew past the cap its window earned on borrowed memory, to its end, and
-			// finished: its template keeps the window's footprint, a guarantee beside which its
-			// jobs borrow the rest as this one did (one that then finds none climbs the ladder).
-			// Its whole peak would make a leaker a whole-GPU job: on the H200 that doubled a
-			// warm run (docs/bench/results.md, "Cold start-up, simulated").
+		if grewPast && !heldFootprint(held, a.l.Window, at.Duration()) {
+			// It grew to its end: its template keeps the window's footprint, a guarantee beside
+			// which its jobs borrow the rest as this one did (one that then finds none climbs
+			// the ladder). Its whole peak would make a leaker a whole-GPU job: on the H200 that
+			// doubled a warm run (docs/bench/results.md, "Cold start-up, simulated").
 			at.Detail += fmt.Sprintf("; its template keeps the %s its window showed (it reached %s borrowing)", a.windowPeak, at.PeakBytes)
-		} else if a.l.Probe && a.windowPeak > 0 && r.o.Policy.Cap(a.windowPeak) < at.PeakBytes {
+		} else if grewPast {
 			at.Detail += fmt.Sprintf("; its template takes the %s it reached after its window and held, running, for %s (its window showed %s)",
 				at.PeakBytes, held.Round(100*time.Millisecond), a.windowPeak)
 			r.learn(t, at, ledger.ProfileProbe)
