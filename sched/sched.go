@@ -498,7 +498,7 @@ func (s *Sched) start(l *Launch) {
 // Finished returns a launch's slot; the caller releases the reservation.
 func (s *Sched) Finished(l *Launch) {
 	l.Job.Running = false
-	s.stageEnded(l.Job)
+	s.forgetStage(l.Job)
 	s.running[l.GPU]--
 	s.smEnd(l)
 	s.total--

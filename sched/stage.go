@@ -263,9 +263,8 @@ func (s *Sched) Unstaged(j *Job) {
 	j.Unstages++
 }
 
-// stageEnded forgets a staged job that ended (stopped, failed while staged).
-func (s *Sched) stageEnded(j *Job) { s.forgetStage(j) }
-
+// forgetStage forgets that j is staged: it was granted, or it ended (stopped, failed while
+// staged).
 func (s *Sched) forgetStage(j *Job) {
 	delete(s.staged, j)
 	delete(s.stagedAt, j)
