@@ -61,7 +61,7 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 			// It grew to its end: its template keeps the window's footprint, a guarantee beside
 			// which its jobs borrow the rest as this one did (one that then finds none climbs
 			// the ladder). Its whole peak would make a leaker a whole-GPU job: on the H200 that
-			// doubled a warm run (docs/bench/results.md, "Cold start-up, simulated").
+			// doubled a warm run (docs/bench/packing-2026-12-05.md, "Cold start-up, simulated").
 			at.Detail += fmt.Sprintf("; its template keeps the %s its window showed (it reached %s borrowing)", a.windowPeak, at.PeakBytes)
 		} else if grewPast {
 			at.Detail += fmt.Sprintf("; its template takes the %s it reached after its window and held, running, for %s (its window showed %s)",

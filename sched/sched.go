@@ -376,7 +376,7 @@ func (s *Sched) Next() []Launch {
 	// the staged, jobs whose caps are known before probes. In queue order a probe took the
 	// slot of a known job behind it, which then started up unstaged and ended the simulator's
 	// cold seed 2 2.0 s later; known first, the early-leaker scene ended 1.9 s sooner too
-	// (docs/bench/results.md, "Staged probes, simulated").
+	// (docs/bench/packing-2026-12-05.md, "Staged probes, simulated").
 	for _, probes := range []bool{false, true} {
 		for _, w := range waiting {
 			if w.probe != probes {
