@@ -50,8 +50,8 @@ func (r *run) sampleGPU(ctx context.Context, g string) {
 		case <-tick.C:
 		}
 		var jobs []attribution.Task
-		for _, a := range r.on(g) {
-			jobs = append(jobs, attribution.Task{Token: a.token, GPU: g, Root: a.proc.PID})
+		for _, o := range r.on(g) {
+			jobs = append(jobs, attribution.Task{Token: o.a.token, GPU: g, Root: o.a.proc.PID})
 		}
 		if len(jobs) == 0 {
 			continue
@@ -69,14 +69,21 @@ func (r *run) sampleGPU(ctx context.Context, g string) {
 	}
 }
 
+// onGPU is an attempt running on a GPU, as a sampler sees it: whether it borrows changes when a
+// staged attempt is granted (granted, on the main loop), so it is read under r.mu.
+type onGPU struct {
+	a         *active
+	borrowing bool
+}
+
 // on lists the attempts running on GPU g.
-func (r *run) on(g string) []*active {
+func (r *run) on(g string) []onGPU {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var here []*active
+	var here []onGPU
 	for a := range r.active {
 		if a.l.GPU == g && a.proc != nil {
-			here = append(here, a)
+			here = append(here, onGPU{a, a.l.Borrowing})
 		}
 	}
 	return here
@@ -87,10 +94,11 @@ func (r *run) on(g string) []*active {
 func (r *run) take(g string, use func(token string) (size.Bytes, bool), d time.Duration) {
 	here := r.on(g)
 	t := r.o.Now().Sub(r.start).Seconds()
-	for _, a := range here {
+	for _, o := range here {
+		a := o.a
 		b, _ := use(a.token)
 		waiting := false
-		if a.l.Borrowing && r.guard != nil {
+		if o.borrowing && r.guard != nil {
 			if u, ok := r.guard.FenceTask(g, a.token); ok && u.Waiting {
 				waiting = true
 				a.waited(d, t, u.Owed || u.Grace)

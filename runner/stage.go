@@ -79,11 +79,13 @@ func (r *run) stageRound() {
 // now on, and a line that says when.
 func (r *run) granted(a *active, g sched.Granted) {
 	from := a.l.Res.CapBytes
+	r.mu.Lock() // the samplers read a.l under it (on)
 	a.l.Res, a.l.Staged = g.Res, false
+	a.l.Borrowing = g.Res.LimitBytes > g.Res.CapBytes
+	r.mu.Unlock()
 	if a.grant != nil {
 		close(a.grant)
 	}
-	a.l.Borrowing = g.Res.LimitBytes > g.Res.CapBytes
 	now := r.o.Now()
 	a.a.CapBytes = g.Res.CapBytes
 	a.a.CapChanges = append(a.a.CapChanges, record.CapChange{At: now, From: from, To: g.Res.CapBytes})
