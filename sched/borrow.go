@@ -35,6 +35,10 @@ func (s *Sched) lend(states map[string]ledger.GPUState) {
 		states[g] = st
 		if st.BorrowWaiting || st.BorrowHeld {
 			s.frozen[g] = true
+			if s.stageMax > 0 {
+				w, _ := s.node.Waiters(g)
+				s.lately(w) // who waits, for blockedNow's staging decision
+			}
 		}
 	}
 }

@@ -133,8 +133,10 @@ type Sched struct {
 	// noStage are the GPUs where a staged job was stopped for a wait that staged jobs alone
 	// still block.
 	noStage map[string]bool
-	// blockSeen is blockedNow's reading of each GPU during a round of Next (nil outside one).
+	// blockSeen is blockedNow's reading of each GPU during a round of Next (nil outside one);
+	// waitedAt when blockedNow last saw each reservation's allocation wait in the fence.
 	blockSeen map[string]bool
+	waitedAt  map[string]time.Time
 	// probeKnown: Config.ProbeKnown.
 	probeKnown bool
 	// now is Config.Now; stagedAt when each staged job was staged (probeHeld).
@@ -185,7 +187,7 @@ func New(c Config, jobs []*Job) *Sched {
 		pol: c.Policy, led: c.Ledger, gpus: c.GPUs, jobs: jobs, maxTotal: c.MaxTotal, log: c.Logger, perGPU: c.Policy.MaxTasksPerGPU,
 		window: c.Window, probeCap: c.ProbeCap, probeInPlace: c.ProbeInPlace, node: c.Node, borrows: c.Borrows,
 		templates: maps.Clone(c.Templates), peaks: maps.Clone(c.Peaks), prober: map[string]*Job{}, running: map[string]int{},
-		wholeOn: map[string]bool{}, drainFor: map[string]*Job{}, warned: map[string]bool{}, frozen: map[string]bool{},
+		wholeOn: map[string]bool{}, drainFor: map[string]*Job{}, warned: map[string]bool{}, frozen: map[string]bool{}, waitedAt: map[string]time.Time{},
 		refused: map[string]error{}, grown: map[string]size.Bytes{}, smActive: maps.Clone(c.SMActive), smOn: map[string]float64{},
 		stageMax: c.Stage, staged: map[*Job]ledger.Reservation{}, unstaging: map[*Job]bool{}, blocked: map[string]time.Time{}, stalled: map[string]bool{},
 		noStage: map[string]bool{}, probeKnown: c.ProbeKnown, now: c.Now, stagedAt: map[*Job]time.Time{},

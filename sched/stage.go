@@ -96,18 +96,48 @@ func (s *Sched) canStage(g string, st ledger.GPUState) bool {
 // stand in its way (waitBlocked), the scene Unstage ends by stopping the newest staged job: a
 // job staged there would be that job, its start-up thrown away. On an H100 (start-up seed 2,
 // warm, 2026-12-06) a job staged the moment a neighbour ended, beside four staged jobs and the
-// leaker waiting for nearly the whole GPU, was stopped 3.7 s later. The fence's table is read
-// once a GPU in a round of Next (blockSeen).
+// leaker waiting for nearly the whole GPU, was stopped 3.7 s later. A job that waited within
+// the last waitedLately counts as waiting (lately): the moment a neighbour ends is the moment
+// the waiters are served what it freed, and between two of a growing job's waits its table
+// entry says it waits for nothing. The fence's table is read once a GPU in a round of Next
+// (blockSeen).
 func (s *Sched) blockedNow(g string, st ledger.GPUState) bool {
 	if b, ok := s.blockSeen[g]; ok {
 		return b
 	}
 	waiters, _ := s.node.Waiters(g)
-	b := s.waitBlocked(g, st, waiters)
+	b := s.waitBlocked(g, st, s.lately(waiters))
 	if s.blockSeen != nil {
 		s.blockSeen[g] = b
 	}
 	return b
+}
+
+// waitedLately is how long a job that waited in the fence counts as waiting when a job is to be
+// staged (blockedNow). In the simulator's busy seed 1 cold run (2026-12-06) five first-wave
+// probes waited from 14 s, resnet50 the only job computing; at its end (33.3 s) they were being
+// served its memory, so lora-1.7b was staged beside them. The fence counted the staged job as
+// one that could free memory until the runner stopped it 8.3 s later, and only then failed the
+// largest borrower of the tie its waits had become: 8.3 s of that job's work lost for nothing.
+const waitedLately = time.Second
+
+// lately is waiters, the tokens whose allocations wait now, with those seen waiting within
+// waitedLately; it remembers the ones that wait now.
+func (s *Sched) lately(waiters []string) []string {
+	now := s.now()
+	for _, t := range waiters {
+		s.waitedAt[t] = now
+	}
+	out := slices.Clone(waiters)
+	for t, at := range s.waitedAt {
+		switch {
+		case now.Sub(at) >= waitedLately:
+			delete(s.waitedAt, t)
+		case !slices.Contains(out, t):
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // stagesOn says whether a GPU's mode lets jobs start staged there: isolated, or MPS where the

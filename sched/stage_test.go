@@ -164,6 +164,42 @@ func TestSchedStagesNothingWhereStagedJobsAloneBlock(t *testing.T) {
 	}
 }
 
+// A job that waited a moment ago still counts as waiting when a job is to be staged: the moment a
+// neighbour ends, the jobs that waited for its memory are being served it, and none of them
+// waits for that instant. Staged there, a job would take what they wait for, and the fence
+// would count it as one that may free memory, which hides their tie until the run stops it.
+func TestSchedStagesNothingWhereEveryHolderWaitedJustNow(t *testing.T) {
+	lend := &nodetest.Fence{}
+	s, _, _ := borrowSched(t, lend, known("a", "b", "c", "d", "e")...)
+	now := time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return now }
+	tokens := map[string]string{}
+	for _, l := range s.Next() { // nothing is staged yet: a, b, c admitted; d, e wait
+		tokens[l.Job.Name] = l.Res.Token
+	}
+	s.stageMax = 2
+	for _, step := range []struct {
+		after   time.Duration
+		waiters []string
+		want    string
+	}{
+		{0, []string{"a", "b", "c"}, "[]"},               // every holder waits
+		{400 * time.Millisecond, nil, "[]"},              // served a moment ago
+		{400 * time.Millisecond, []string{"b"}, "[]"},    // b waits again; a and c waited 0.8 s ago
+		{500 * time.Millisecond, []string{"b"}, "[d e]"}, // a and c have not waited for 1.3 s
+	} {
+		now = now.Add(step.after)
+		var w []string
+		for _, n := range step.waiters {
+			w = append(w, tokens[n])
+		}
+		lend.SetWaiters(w...)
+		if got := fmt.Sprint(stagedNames(s.Next())); got != step.want {
+			t.Fatalf("%v in, waiting %v: staged %s, want %s", now.Sub(time.Date(2026, 12, 6, 14, 0, 0, 0, time.UTC)), step.waiters, got, step.want)
+		}
+	}
+}
+
 // A job stopped for a blocked wait is staged again as soon as the block is over, not only once
 // nothing waits: here a task that can free memory runs beside the waiting ones again.
 func TestSchedStagesAgainOnceTheBlockIsOver(t *testing.T) {
