@@ -134,7 +134,7 @@ type Sched struct {
 	// still block.
 	noStage map[string]bool
 	// blockSeen is blockedNow's reading of each GPU during a round of Next (nil outside one);
-	// waitedAt when blockedNow last saw each reservation's allocation wait in the fence.
+	// waitedAt when a round last saw each reservation's allocation wait in the fence (lately).
 	blockSeen map[string]bool
 	waitedAt  map[string]time.Time
 	// probeKnown: Config.ProbeKnown.
