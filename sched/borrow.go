@@ -36,8 +36,7 @@ func (s *Sched) lend(states map[string]ledger.GPUState) {
 		if st.BorrowWaiting || st.BorrowHeld {
 			s.frozen[g] = true
 			if s.stageMax > 0 {
-				w, _ := s.node.Waiters(g)
-				s.lately(w) // who waits, for blockedNow's staging decision
+				s.blockedNow(g, st) // reads who waits once this round, for lately and staging
 			}
 		}
 	}
