@@ -67,6 +67,10 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 			at.Detail += fmt.Sprintf("; its template takes the %s it reached after its window and held, running, for %s (its window showed %s)",
 				at.PeakBytes, held.Round(100*time.Millisecond), a.windowPeak)
 			r.learn(t, at, ledger.ProfileProbe)
+		} else if fp := r.heldBeforeRise(a, at); fp > 0 {
+			at.Detail += fmt.Sprintf("; its template takes the %s it held before it rose, borrowing, to %s at its end: a cap on that would run its jobs alone, and it ran beside others",
+				fp, at.PeakBytes)
+			r.learnBytes(t, fp, at, ledger.ProfileProbe)
 		} else if a.l.Probe {
 			r.learn(t, at, ledger.ProfileProbe)
 		} else if a.l.Whole && j.Whole {
@@ -94,6 +98,41 @@ func heldFootprint(held, window, run time.Duration) bool {
 	return held > 0 && held >= min(window, run/4)
 }
 
+// heldBeforeRise is the footprint a borrowing probe that finished inside its window keeps for
+// its template when its peak, reached at its end and not held (heldFootprint), would make the
+// template's jobs whole-GPU jobs: the highest level it held, running, for a probe window or a
+// quarter of its run, if a cap on that fits a GPU; 0 where the peak stands. Where the window closes first, the window's
+// footprint stands instead (recapProbe); which of the two happens is a matter of speed: on the
+// H100 (start-up seed 1, 2026-12-06) the leaker filled its 74 GiB and ended 1.2 s before its
+// window would have closed, its template took the whole peak, and the warm run that followed
+// ran it alone for 25.6 s (79.8 s against the cold run's 45.0 s).
+func (r *run) heldBeforeRise(a *active, at *record.Attempt) size.Bytes {
+	if !a.l.Probe || !a.l.Borrowing || a.windowPeak > 0 || heldFootprint(a.heldAtLevel(), a.l.Window, at.Duration()) {
+		return 0
+	}
+	whole := r.largestWhole()
+	if whole == 0 || r.o.Policy.Cap(at.PeakBytes) <= whole {
+		return 0
+	}
+	fp := a.levelHeldFor(min(a.l.Window, at.Duration()/4))
+	if fp == 0 || fp >= at.PeakBytes || r.o.Policy.Cap(fp) > whole {
+		return 0
+	}
+	return fp
+}
+
+// largestWhole is the largest cap any of the run's GPUs can grant (sched.WholeBytes); 0 if the
+// ledger answers for none.
+func (r *run) largestWhole() size.Bytes {
+	var whole size.Bytes
+	for _, g := range r.s.GPUs() {
+		if st, err := r.led.State(g); err == nil {
+			whole = max(whole, sched.WholeBytes(st))
+		}
+	}
+	return whole
+}
+
 // climb applies the ladder after a failed attempt of j and says the step in the attempt's
 // record: a larger guarantee, the GPU alone (after the rest of the queue), or a stop. The step
 // decides the next attempt's room, so what the run prints before it is what it starts with.
@@ -102,15 +141,11 @@ func (r *run) climb(j *sched.Job, a *active, at *record.Attempt) policy.Step {
 	if a.violation != nil {
 		reached = max(reached, a.violation.Reached())
 	}
-	var whole, unit size.Bytes
+	var unit size.Bytes
 	if st, err := r.led.State(a.l.GPU); err == nil {
-		whole, unit = sched.WholeBytes(st), st.UnitBytes
+		unit = st.UnitBytes
 	}
-	for _, g := range r.s.GPUs() {
-		if st, err := r.led.State(g); err == nil {
-			whole = max(whole, sched.WholeBytes(st))
-		}
-	}
+	whole := r.largestWhole()
 	// A baseline's caps are its own (Admission.Share): the ladder raises only the packed rule's.
 	f := policy.Failure{Attempt: j.Attempts, MaxAttempts: j.Limit(), CapBytes: at.CapBytes, Whole: a.l.Whole,
 		ReachedBytes: reached, Fixed: j.FixedCap, WholeBytes: whole, UnitBytes: unit, NoRaise: r.o.Admission != nil}

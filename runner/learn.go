@@ -70,7 +70,11 @@ func (r *run) recapProbe(a *active) {
 }
 
 func (r *run) learn(t string, at *record.Attempt, source string) {
-	peak := at.PeakBytes
+	r.learnBytes(t, at.PeakBytes, at, source)
+}
+
+// learnBytes makes peak, which at measured, template t's footprint.
+func (r *run) learnBytes(t string, peak size.Bytes, at *record.Attempt, source string) {
 	if peak == 0 {
 		// A job that never touches the GPU (or one whose memory is not attributed to it) would
 		// be probed again on every job of its template, one at a time; a footprint of nothing

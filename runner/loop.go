@@ -68,6 +68,9 @@ type active struct {
 	// waited in the fence (heldFootprint).
 	level size.Bytes
 	held  time.Duration
+	// holds are the levels it rose past before level, each with how long it held it (rising,
+	// so in increasing order): what a probe that ended inside its window held before its end.
+	holds []levelHold
 	now   size.Bytes // the latest sample
 	lastT float64
 	snaps []record.MemSample
@@ -99,6 +102,27 @@ func (a *active) heldAtLevel() time.Duration {
 	return a.held
 }
 
+// levelHold is a level an attempt rose to and how long it held it, running.
+type levelHold struct {
+	level size.Bytes
+	held  time.Duration
+}
+
+// levelHeldFor is the highest level the attempt held, running, for at least d; 0 if none.
+func (a *active) levelHeldFor(d time.Duration) size.Bytes {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.held >= d {
+		return a.level
+	}
+	for i := len(a.holds) - 1; i >= 0; i-- {
+		if a.holds[i].held >= d {
+			return a.holds[i].level
+		}
+	}
+	return 0
+}
+
 // waited notes a sample, at t, that found one of the attempt's allocations waiting: for memory
 // to borrow, or (owed) for borrowers to give back its guarantee.
 func (a *active) waited(d time.Duration, t float64, owed bool) {
@@ -128,6 +152,9 @@ func (a *active) record(b size.Bytes, t float64, d time.Duration, waiting bool) 
 	}
 	switch {
 	case b > a.level+a.level/levelSlack:
+		if a.held > 0 {
+			a.holds = append(a.holds, levelHold{a.level, a.held})
+		}
 		a.level, a.held = b, 0
 	case b >= a.level-a.level/levelSlack && !waiting:
 		a.held += d
