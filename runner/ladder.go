@@ -98,16 +98,18 @@ func heldFootprint(held, window, run time.Duration) bool {
 	return held > 0 && held >= min(window, run/4)
 }
 
-// heldBeforeRise is the footprint a borrowing probe that finished inside its window keeps for
-// its template when its peak, reached at its end and not held (heldFootprint), would make the
-// template's jobs whole-GPU jobs: the highest level it held, running, for a probe window or a
-// quarter of its run, if a cap on that fits a GPU; 0 where the peak stands. Where the window closes first, the window's
-// footprint stands instead (recapProbe); which of the two happens is a matter of speed: on the
-// H100 (start-up seed 1, 2026-12-06) the leaker filled its 74 GiB and ended 1.2 s before its
-// window would have closed, its template took the whole peak, and the warm run that followed
-// ran it alone for 25.6 s (79.8 s against the cold run's 45.0 s).
+// heldBeforeRise is the footprint a borrowing probe that finished keeps for its template when
+// its window saw its peak (it ended inside the window, or the window closed after its rise), the
+// peak was not held (heldFootprint), and a cap on it would make the template's jobs whole-GPU
+// jobs: the highest level it held, running, for a probe window or a quarter of its run, if a cap
+// on that fits a GPU; 0 where the peak stands. A window that closes during the rise leaves the
+// window's footprint (settle's grewPast), so which rule applies is a matter of speed: on the
+// H100 (start-up seed 1, 2026-12-06) the leaker filled its 74 GiB 1.2 s before its window
+// would have closed in one run and 0.1 s after it closed in another; its template took the
+// whole 75.4 GiB, and each warm run that followed ran it alone for 25.4-25.6 s (79.8 s and 82.0
+// s, against the cold runs' 45.0 s and 48.6 s).
 func (r *run) heldBeforeRise(a *active, at *record.Attempt) size.Bytes {
-	if !a.l.Probe || !a.l.Borrowing || a.windowPeak > 0 || heldFootprint(a.heldAtLevel(), a.l.Window, at.Duration()) {
+	if !a.l.Probe || !a.l.Borrowing || heldFootprint(a.heldAtLevel(), a.l.Window, at.Duration()) {
 		return 0
 	}
 	whole := r.largestWhole()

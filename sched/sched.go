@@ -342,6 +342,7 @@ func (s *Sched) Next() []Launch {
 			s.start(&l)
 			out = append(out, l)
 		case needCapped, needSlot:
+			s.undrain(j)
 			placed := false
 			for _, g := range s.candidates(states, false) {
 				if !s.smFits(g, j.Template) {
@@ -440,6 +441,17 @@ func (s *Sched) candidates(states map[string]ledger.GPUState, staging bool) []st
 		return s.running[a] - s.running[b]
 	})
 	return out
+}
+
+// undrain ends a drain held for j, which no longer needs a whole GPU: its template's footprint
+// came down after it asked for one (the runner's heldBeforeRise), and a GPU drained for a job
+// admits nobody else, so the job itself would wait there for ever.
+func (s *Sched) undrain(j *Job) {
+	for g, d := range s.drainFor {
+		if d == j {
+			delete(s.drainFor, g)
+		}
+	}
 }
 
 // drainTarget is the GPU a job that needs a whole GPU waits for: the one already drained for it,

@@ -95,6 +95,28 @@ func TestSchedDrainsForAWholeGPUJob(t *testing.T) {
 	}
 }
 
+// A job that asked for a whole GPU and drained one, whose template's footprint then comes down
+// to a cap that fits, is admitted under that cap, and the drain ends.
+func TestSchedUndrainsAJobThatNoLongerNeedsAWholeGPU(t *testing.T) {
+	jobs := []*Job{
+		{Job: queue.Job{Name: "a", Template: "t"}},
+		{Job: queue.Job{Name: "big", Template: "big"}},
+		{Job: queue.Job{Name: "c", Template: "t"}},
+	}
+	s, _, uuid := schedOn(t, 80*size.GiB, 0, jobs)
+	s.peaks["t"] = 10 * size.GiB
+	s.peaks["big"] = 70 * size.GiB // cap 82GiB: more than the 78GiB budget
+	if got := fmt.Sprint(names(s.Next())); got != "[a]" || s.drainFor[uuid] != jobs[1] {
+		t.Fatalf("first round admitted %s, drain for %v: want [a] and the GPU drained for big", got, s.drainFor[uuid])
+	}
+	s.Learned("big", 2*size.GiB)
+	got := s.Next()
+	if fmt.Sprint(names(got)) != "[big c]" || got[0].Whole || s.drainFor[uuid] != nil {
+		t.Fatalf("after big's footprint came down: admitted %v (whole %v), drain for %v; want [big c] capped, no drain",
+			names(got), len(got) > 0 && got[0].Whole, s.drainFor[uuid])
+	}
+}
+
 func TestSchedBackfillsSmallerJobs(t *testing.T) {
 	s, _, _ := schedOn(t, 40*size.GiB, 0, []*Job{ // budget 38GiB
 		{Job: queue.Job{Name: "m1", Template: "m"}},
