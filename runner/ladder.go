@@ -57,20 +57,19 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 		// A probe that grew past the cap its window earned, on borrowed memory, and finished.
 		grewPast := a.l.Probe && a.windowPeak > 0 && r.o.Policy.Cap(a.windowPeak) < at.PeakBytes
 		held := a.heldAtLevel()
-		if grewPast && !heldFootprint(held, a.l.Window, at.Duration()) {
-			// It grew to its end: its template keeps the window's footprint, a guarantee beside
-			// which its jobs borrow the rest as this one did (one that then finds none climbs
-			// the ladder). Its whole peak would make a leaker a whole-GPU job: on the H200 that
-			// doubled a warm run (docs/bench/packing-2026-12-05.md, "Cold start-up, simulated").
-			at.Detail += fmt.Sprintf("; its template keeps the %s its window showed (it reached %s borrowing)", a.windowPeak, at.PeakBytes)
-		} else if grewPast {
+		if grewPast && heldFootprint(held, a.l.Window, at.Duration()) {
 			at.Detail += fmt.Sprintf("; its template takes the %s it reached after its window and held, running, for %s (its window showed %s)",
 				at.PeakBytes, held.Round(100*time.Millisecond), a.windowPeak)
 			r.learn(t, at, ledger.ProfileProbe)
-		} else if fp := r.heldBeforeRise(a, at); fp > 0 {
-			at.Detail += fmt.Sprintf("; its template takes the %s it held before it rose, borrowing, to %s at its end: a cap on that would run its jobs alone, and it ran beside others",
-				fp, at.PeakBytes)
+		} else if fp := r.heldBeforeRise(a, at, grewPast); fp > 0 {
+			// It rose to its end: its template takes what it held before, a guarantee beside
+			// which its jobs borrow the rest as this one did (one that then finds none climbs
+			// the ladder).
+			at.Detail += fmt.Sprintf("; its template takes the %s it held before it rose, borrowing, to %s at its end", fp, at.PeakBytes)
 			r.learnBytes(t, fp, at, ledger.ProfileProbe)
+		} else if grewPast {
+			// It held no level long: the window's footprint stands (recapProbe recorded it).
+			at.Detail += fmt.Sprintf("; its template keeps the %s its window showed (it reached %s borrowing)", a.windowPeak, at.PeakBytes)
 		} else if a.l.Probe {
 			r.learn(t, at, ledger.ProfileProbe)
 		} else if a.l.Whole && j.Whole {
@@ -99,21 +98,26 @@ func heldFootprint(held, window, run time.Duration) bool {
 }
 
 // heldBeforeRise is the footprint a borrowing probe that finished keeps for its template when
-// its window saw its peak (it ended inside the window, or the window closed after its rise), the
-// peak was not held (heldFootprint), and a cap on it would make the template's jobs whole-GPU
-// jobs: the highest level it held, running, for a probe window or a quarter of its run, if a cap
-// on that fits a GPU; 0 where the peak stands. A window that closes during the rise leaves the
-// window's footprint (settle's grewPast), so which rule applies is a matter of speed: on the
-// H100 (start-up seed 1, 2026-12-06) the leaker filled its 74 GiB 1.2 s before its window
-// would have closed in one run and 0.1 s after it closed in another; its template took the
-// whole 75.4 GiB, and each warm run that followed ran it alone for 25.4-25.6 s (79.8 s and 82.0
-// s, against the cold runs' 45.0 s and 48.6 s).
-func (r *run) heldBeforeRise(a *active, at *record.Attempt) size.Bytes {
+// it rose at its end and did not hold that peak (heldFootprint): where it grew past the cap its
+// window earned (grewPast), or its window saw the rise and a cap on the peak is more than any GPU
+// grants (its template's jobs would run alone). It is the highest level the probe held, running,
+// for a probe window or a quarter of its run, if a cap on that fits a GPU; 0 where the peak (or,
+// with nothing held that long, the window's footprint) stands.
+//
+// Neither the peak nor the window's figure is a footprint there. Where the window closes during
+// the rise it catches the rise mid-way: the simulated H200's leaker left 108 GiB on start-up seed
+// 1 and the next, warm run staged it for a 126 GiB guarantee (58.0 s against the cold run's 41.9
+// s); the H200's own left 27.9 GiB. Where the window sees the whole rise, the template is a
+// whole-GPU one: on the H100 (start-up seed 1, 2026-12-06) the leaker filled its 74 GiB 1.2 s
+// before its window would have closed in one run and 0.1 s after it closed in another, and each
+// warm run that followed ran it alone for about 25 s (79.8 s and 82.0 s, against 45.0 s and
+// 48.6 s cold). Which of these happens is a matter of speed.
+func (r *run) heldBeforeRise(a *active, at *record.Attempt, grewPast bool) size.Bytes {
 	if !a.l.Probe || !a.l.Borrowing || heldFootprint(a.heldAtLevel(), a.l.Window, at.Duration()) {
 		return 0
 	}
 	whole := r.largestWhole()
-	if whole == 0 || r.o.Policy.Cap(at.PeakBytes) <= whole {
+	if whole == 0 || !grewPast && r.o.Policy.Cap(at.PeakBytes) <= whole {
 		return 0
 	}
 	fp := a.levelHeldFor(min(a.l.Window, at.Duration()/4))

@@ -243,48 +243,70 @@ func TestProbeCap(t *testing.T) {
 	})
 }
 
-// A probe that borrows past the cap its window earned and finishes leaves its template the
-// window's footprint, not its whole peak: the template's next job gets the window's cap and
-// borrows the rest as the probe did, where the whole peak would have made a growing job a
-// whole-GPU one.
-func TestBorrowingProbeLeavesItsWindowsFootprint(t *testing.T) {
+// A probe that borrows past the cap its window earned and finishes, having risen to its end,
+// leaves its template the level it held before the rise, not its whole peak nor what its window
+// caught of the rise: the template's next job gets that level's cap and borrows the rest as the
+// probe did, where the whole peak would have made a growing job a whole-GPU one.
+func TestBorrowingProbeThatRoseLeavesWhatItHeld(t *testing.T) {
 	t.Parallel()
-	sim := newSim(t, "H100=80GiB")
-	leaker := func(name string) queue.Job {
-		return simJob(t, name, "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "30GiB", "--leak-rate", "20GiB")
-	}
-	q := queue.Queue{
-		Jobs: []queue.Job{
-			simJob(t, "n1", "known", "--peak", "4GiB", "--ramp", "50ms", "--hold", "1500ms"),
-			leaker("lk1"), leaker("lk2"),
-		},
-		Templates: map[string]queue.TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
-	}
-	o := testOptions(t, sim, record.ArmPacked)
-	o.StateDir, o.ProbeWindow = t.TempDir(), 300*time.Millisecond
-	res := runAll(t, q, o)
-	lk1, lk2 := attemptsOf(res, "lk1"), attemptsOf(res, "lk2")
-	if len(lk1) != 1 || lk1[0].Outcome != record.OutcomeOK || !lk1[0].Probe || lk1[0].PeakBytes < 25*size.GiB {
-		t.Fatalf("lk1: want one probe that borrowed past 25GiB and finished, got %+v", lk1)
-	}
-	if !strings.Contains(lk1[0].Detail, "keeps the") {
-		t.Errorf("lk1's detail %q does not say what its template keeps", lk1[0].Detail)
-	}
-	leak, all := storedProfile(t, o.StateDir, "leak")
-	if leak.PeakBytes == 0 || leak.PeakBytes > 2*size.GiB {
-		t.Fatalf("profiles %+v: want the window's footprint (about 1GiB) for template leak", all)
-	}
-	windowCap := size.Bytes(o.Policy.Units(o.Policy.Cap(leak.PeakBytes))) * o.Policy.UnitBytes
-	if len(lk2) != 1 || lk2[0].Outcome != record.OutcomeOK || lk2[0].WholeGPU || lk2[0].CapBytes != windowCap {
-		t.Fatalf("lk2: want one attempt under the window's %s cap, borrowing the rest, got %+v", windowCap, lk2)
+	for _, tc := range []struct {
+		name   string
+		window time.Duration
+	}{
+		{"window closed before the rise", 300 * time.Millisecond},
+		// The leak runs from about 750 ms to 2.2 s: the window closes mid-way, near 10GiB.
+		{"window closed during the rise", 1200 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := newSim(t, "H100=80GiB")
+			leaker := func(name string) queue.Job {
+				return simJob(t, name, "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "30GiB", "--leak-rate", "20GiB")
+			}
+			q := queue.Queue{
+				Jobs: []queue.Job{
+					simJob(t, "n1", "known", "--peak", "4GiB", "--ramp", "50ms", "--hold", "1500ms"),
+					leaker("lk1"), leaker("lk2"),
+				},
+				Templates: map[string]queue.TemplateSpec{"known": {Name: "known", PeakBytes: 4 * size.GiB}},
+			}
+			o := testOptions(t, sim, record.ArmPacked)
+			o.StateDir, o.ProbeWindow = t.TempDir(), tc.window
+			res := runAll(t, q, o)
+			lk1, lk2 := attemptsOf(res, "lk1"), attemptsOf(res, "lk2")
+			if len(lk1) != 1 || lk1[0].Outcome != record.OutcomeOK || !lk1[0].Probe || lk1[0].PeakBytes < 25*size.GiB {
+				t.Fatalf("lk1: want one probe that borrowed past 25GiB and finished, got %+v", lk1)
+			}
+			if !strings.Contains(lk1[0].Detail, "held before it rose") {
+				t.Errorf("lk1's detail %q does not say what its template takes", lk1[0].Detail)
+			}
+			leak, all := storedProfile(t, o.StateDir, "leak")
+			if leak.PeakBytes == 0 || leak.PeakBytes > 2*size.GiB {
+				t.Fatalf("profiles %+v: want the level lk1 held before its rise (about 1GiB) for template leak", all)
+			}
+			if len(lk2) != 1 || lk2[0].Outcome != record.OutcomeOK || lk2[0].WholeGPU {
+				t.Fatalf("lk2: want one attempt, borrowing beside others, got %+v", lk2)
+			}
+			// A job of the template admitted while the probe ran on past its window gets the
+			// window's cap, far under the probe's peak; one admitted after its end, the held
+			// level's (the stored profile above is what the next run starts from).
+			heldCap := size.Bytes(o.Policy.Units(o.Policy.Cap(leak.PeakBytes))) * o.Policy.UnitBytes
+			if lk2[0].Start.Before(lk1[0].End) {
+				if lk2[0].CapBytes >= 20*size.GiB {
+					t.Fatalf("lk2, admitted beside lk1: cap %s, want the window's, far under lk1's %s", lk2[0].CapBytes, lk1[0].PeakBytes)
+				}
+			} else if lk2[0].CapBytes != heldCap {
+				t.Fatalf("lk2, admitted after lk1's end: cap %s, want the held level's %s", lk2[0].CapBytes, heldCap)
+			}
+		})
 	}
 }
 
 // A borrowing probe whose window closes while the fence holds its growth back (its
 // neighbour's guarantee leaves it 10GiB to borrow until the neighbour ends) then reaches its
 // footprint and holds it to its end: its template takes that footprint, not the 12GiB its
-// window showed. A leaker's growth to its end keeps its window's figure
-// (TestBorrowingProbeLeavesItsWindowsFootprint).
+// window showed. A leaker's growth to its end leaves what it held before
+// (TestBorrowingProbeThatRoseLeavesWhatItHeld).
 func TestBlockedProbeWindowLeavesTheFootprintItHeld(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
