@@ -254,14 +254,15 @@ func TestBorrowingProbeThatRoseLeavesWhatItHeld(t *testing.T) {
 		window time.Duration
 	}{
 		{"window closed before the rise", 300 * time.Millisecond},
-		// The leak runs from about 750 ms to 2.2 s: the window closes mid-way, near 10GiB.
-		{"window closed during the rise", 1200 * time.Millisecond},
+		// The leak runs from about 2.05 s to 3.5 s: the window closes mid-way, near 13GiB. The
+		// 2 s held before it passes a quarter of the run even on a slow machine.
+		{"window closed during the rise", 2700 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			sim := newSim(t, "H100=80GiB")
 			leaker := func(name string) queue.Job {
-				return simJob(t, name, "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "30GiB", "--leak-rate", "20GiB")
+				return simJob(t, name, "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--leak-to", "30GiB", "--leak-rate", "20GiB")
 			}
 			q := queue.Queue{
 				Jobs: []queue.Job{
@@ -373,8 +374,8 @@ func TestProbeWhoseWindowSawItsRiseKeepsWhatItHeld(t *testing.T) {
 		window    time.Duration
 		wantWhole bool
 	}{
-		// 1GiB held 700 ms of a 1.4 s run, then a leak to its end, all inside the window.
-		{"rose at its end inside its window", []string{"--peak", "1GiB", "--ramp", "50ms", "--hold", "700ms", "--leak-to", "70GiB", "--leak-rate", "100GiB"}, 30 * time.Second, false},
+		// 1GiB held 2 s of a 2.8 s run, then a leak to its end, all inside the window.
+		{"rose at its end inside its window", []string{"--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--leak-to", "70GiB", "--leak-rate", "100GiB"}, 30 * time.Second, false},
 		// 1GiB held 6 s, a rise in 400 ms, the peak held 1.6 s (under a quarter of the run); the
 		// window closes 800 ms after the rise.
 		{"window closed after its rise", []string{"--first", "512MiB", "--settle", "6s", "--peak", "70GiB", "--ramp", "400ms", "--hold", "1600ms"}, 7200 * time.Millisecond, false},
