@@ -69,7 +69,7 @@ type active struct {
 	level size.Bytes
 	held  time.Duration
 	// holds are the levels it rose past before level, each with how long it held it (rising,
-	// so in increasing order): what a probe that ended inside its window held before its end.
+	// so in increasing order): what a probe that rose at its end held before (heldBeforeRise).
 	holds []levelHold
 	now   size.Bytes // the latest sample
 	lastT float64
