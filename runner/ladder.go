@@ -57,11 +57,16 @@ func (r *run) settle(j *sched.Job, a *active, at *record.Attempt) {
 		// A probe that grew past the cap its window earned, on borrowed memory, and finished.
 		grewPast := a.l.Probe && a.windowPeak > 0 && r.o.Policy.Cap(a.windowPeak) < at.PeakBytes
 		held := a.heldAtLevel()
-		if grewPast && heldFootprint(held, a.l.Window, at.Duration()) {
+		heldPeak := heldFootprint(held, a.l.Window, at.Duration())
+		var fp size.Bytes
+		if !heldPeak {
+			fp = r.heldBeforeRise(a, at, grewPast)
+		}
+		if grewPast && heldPeak {
 			at.Detail += fmt.Sprintf("; its template takes the %s it reached after its window and held, running, for %s (its window showed %s)",
 				at.PeakBytes, held.Round(100*time.Millisecond), a.windowPeak)
 			r.learn(t, at, ledger.ProfileProbe)
-		} else if fp := r.heldBeforeRise(a, at, grewPast); fp > 0 {
+		} else if fp > 0 {
 			// It rose to its end: its template takes what it held before, a guarantee beside
 			// which its jobs borrow the rest as this one did (one that then finds none climbs
 			// the ladder).
@@ -98,7 +103,7 @@ func heldFootprint(held, window, run time.Duration) bool {
 }
 
 // heldBeforeRise is the footprint a borrowing probe that finished keeps for its template when
-// it rose at its end and did not hold that peak (heldFootprint): where it grew past the cap its
+// it rose at its end and did not hold that peak (settle asks only then: heldFootprint): where it grew past the cap its
 // window earned (grewPast), or its window saw the rise and a cap on the peak is more than any GPU
 // grants (its template's jobs would run alone). It is the highest level the probe held, running,
 // for a probe window or a quarter of its run, if a cap on that fits a GPU; 0 where the peak (or,
@@ -113,7 +118,7 @@ func heldFootprint(held, window, run time.Duration) bool {
 // warm run that followed ran it alone for about 25 s (79.8 s and 82.0 s, against 45.0 s and
 // 48.6 s cold). Which of these happens is a matter of speed.
 func (r *run) heldBeforeRise(a *active, at *record.Attempt, grewPast bool) size.Bytes {
-	if !a.l.Probe || !a.l.Borrowing || heldFootprint(a.heldAtLevel(), a.l.Window, at.Duration()) {
+	if !a.l.Probe || !a.l.Borrowing {
 		return 0
 	}
 	whole := r.largestWhole()
