@@ -329,12 +329,16 @@ func Run(ctx context.Context, c Config) (Summary, []ArmRun, error) {
 		}
 		if spec.Profiles == record.ProfilesWarm {
 			if from, ok := lastCold[spec.Mode]; ok {
-				// Said even where --profiles was given: the command line names the stored file,
-				// and a reader of the summary must learn that this arm did not start from it.
 				if err := copyDir(from, stateDir); err != nil {
 					sum.Notes = append(sum.Notes, fmt.Sprintf("%s: could not reuse the profiles of %s: %v", spec.Label, from, err))
 				} else {
-					sum.Notes = append(sum.Notes, fmt.Sprintf("%s: starts from the footprints the cold %s arm before it learned (%s), not from --profiles", spec.Label, spec.Mode, filepath.Base(filepath.Dir(from))))
+					// Where --profiles was given the command line names a stored file this arm
+					// never read: the summary must say so.
+					unread := ""
+					if len(c.Profiles) > 0 {
+						unread = ", not from --profiles"
+					}
+					sum.Notes = append(sum.Notes, fmt.Sprintf("%s: starts from the footprints the cold %s arm before it learned (%s)%s", spec.Label, spec.Mode, filepath.Base(filepath.Dir(from)), unread))
 				}
 			} else if len(c.Profiles) > 0 {
 				if err := seedProfiles(stateDir, c.Profiles); err != nil {

@@ -176,7 +176,7 @@ func TestRunScoresAgainstFirstExclusive(t *testing.T) {
 	if _, err := os.Stat(warm); err != nil {
 		t.Fatalf("the warm arm did not get the cold arm's profiles: %v", err)
 	}
-	if !strings.Contains(strings.Join(sum.Notes, "\n"), "packed-mps-warm: starts from the footprints the cold mps arm before it learned (packed-mps), not from --profiles") {
+	if !strings.Contains(strings.Join(sum.Notes, "\n"), "packed-mps-warm: starts from the footprints the cold mps arm before it learned (packed-mps)") {
 		t.Fatalf("notes %q do not say where the warm arm's footprints came from", sum.Notes)
 	}
 	if !strings.Contains(strings.Join(sum.Notes, "\n"), "exclusive-2 vs exclusive: 12 of 12") {
