@@ -99,14 +99,20 @@ const levelSlack = 20
 // showed 8.19 GiB of its 11.61 and lora-1.7b's 31.33 of 45.3, each job then held its peak to its
 // end; the benchmark's leaker grows to its end and holds its top for half a second.
 func heldFootprint(held, window, run time.Duration) bool {
-	return held > 0 && held >= min(window, run/4)
+	return held > 0 && held >= footprintHold(window, run)
+}
+
+// footprintHold is how long a level must be held, running, to count as a footprint rather
+// than a moment of growth: a probe window, or a quarter of the run where that is less.
+func footprintHold(window, run time.Duration) time.Duration {
+	return min(window, run/4)
 }
 
 // heldBeforeRise is the footprint a borrowing probe that finished keeps for its template when
-// it rose at its end and did not hold that peak (settle asks only then: heldFootprint): where it grew past the cap its
-// window earned (grewPast), or its window saw the rise and a cap on the peak is more than any GPU
-// grants (its template's jobs would run alone). It is the highest level the probe held, running,
-// for a probe window or a quarter of its run, if a cap on that fits a GPU; 0 where the peak (or,
+// it rose at its end and did not hold that peak (settle asks only then: heldFootprint): where
+// it grew past the cap its window earned (grewPast), or its window saw the rise and a cap on
+// the peak is more than any GPU grants (its template's jobs would run alone). It is the highest
+// level the probe held for footprintHold, if a cap on that fits a GPU; 0 where the peak (or,
 // with nothing held that long, the window's footprint) stands.
 //
 // Neither the peak nor the window's figure is a footprint there. Where the window closes during
@@ -125,7 +131,7 @@ func (r *run) heldBeforeRise(a *active, at *record.Attempt, grewPast bool) size.
 	if whole == 0 || !grewPast && r.o.Policy.Cap(at.PeakBytes) <= whole {
 		return 0
 	}
-	fp := a.levelHeldFor(min(a.l.Window, at.Duration()/4))
+	fp := a.levelHeldFor(footprintHold(a.l.Window, at.Duration()))
 	if fp == 0 || fp >= at.PeakBytes || r.o.Policy.Cap(fp) > whole {
 		return 0
 	}
