@@ -206,14 +206,16 @@ func (id *Identity) readEnv(env []string) {
 		switch k {
 		case taskenv.Reservation:
 			id.Token = v
+		// The task sets its own environment: its names may be any bytes, and they go into
+		// the ledger, the metrics' labels and the stats Nomad reads, which all want text.
 		case EnvNomadAlloc:
-			id.Task.AllocID = v
+			id.Task.AllocID = ledger.ValidText(v)
 		case EnvNomadJob:
-			id.Task.JobName = v
+			id.Task.JobName = ledger.ValidText(v)
 		case EnvNomadTask:
-			id.Task.TaskName = v
+			id.Task.TaskName = ledger.ValidText(v)
 		case taskenv.Template:
-			id.Task.Template = v
+			id.Task.Template = ledger.ValidText(v)
 		case taskenv.MPSPipeDir:
 			id.PipeDir = v
 		case taskenv.MPSMemLimit:

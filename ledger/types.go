@@ -3,7 +3,9 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -41,13 +43,30 @@ func (t Task) String() string {
 	}
 	s := t.JobName + "/" + t.TaskName
 	if t.AllocID != "" {
+		// Cut between characters: the ID comes from the task's environment, and this label
+		// goes into the stats Nomad reads, which protobuf refuses to send unless UTF-8.
 		id := t.AllocID
-		if len(id) > 8 {
-			id = id[:8]
+		if r := []rune(id); len(r) > 8 {
+			id = string(r[:8])
 		}
 		s += " (alloc " + id + ")"
 	}
 	return s
+}
+
+// ValidText is s with each byte that is not part of UTF-8 replaced by U+FFFD, as encoding/json
+// writes it into the ledger file. Names read from a task's environment may be any bytes; made
+// valid where they are read, they are the same in memory as after a restart, and Prometheus
+// labels and protobuf strings, which must be UTF-8, take them.
+func ValidText(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s { // a bad byte comes as one utf8.RuneError
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // Reservation is memory promised to one task on one GPU.

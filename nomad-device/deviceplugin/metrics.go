@@ -84,6 +84,12 @@ func (c collector) collectGPUs(ch chan<- prometheus.Metric, b gpu.Backend, l *le
 		g := &states[i]
 		lv := []string{g.UUID, g.Model, strconv.Itoa(g.Index)}
 		gauge := func(d *prometheus.Desc, v float64, labels []string) {
+			// A label that is not UTF-8 makes MustNewConstMetric panic in the scrape, which
+			// ends the plugin: task names are made text where they are read (attribution),
+			// and what else reaches a label (the backend's model) is made text here.
+			for j, s := range labels {
+				labels[j] = ledger.ValidText(s)
+			}
 			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 		}
 		c.rt.viol.zero(g.UUID)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -253,6 +254,31 @@ func TestScrapeDuringTwoUnstartedTasks(t *testing.T) {
 	}
 	if series[0][1] == series[1][1] {
 		t.Errorf("the two reservations share the labels %s", series[0][1])
+	}
+}
+
+// A task's Nomad names are read from its processes' environment, which the task may fill with
+// any bytes: a name that is not UTF-8 reaches the labels with U+FFFD for each bad byte (as the
+// ledger file stores it), the scrape answers 200 instead of crashing the plugin, and the stats
+// Nomad reads still encode.
+func TestScrapeWithTaskNamesThatAreNotUTF8(t *testing.T) {
+	port := testutil.FreePort(t)
+	s, _ := newSim(t, "H100=80GiB", `metrics_addr = "127.0.0.1:`+port+`"`)
+	m, _ := firstFingerprint(t, s)
+	res := mustReserve(t, s, ids(m.DeviceGroup[0], 2))
+	testutil.StartTask(t, res.GetEnvs(), "NOMAD_JOB_NAME=tr\xffain", "NOMAD_TASK_NAME=ma\xc3in", "NOMAD_ALLOC_ID=\xfe\xfe")
+	_, l, _ := s.runtime().parts()
+	testutil.Eventually(t, 20*time.Second, "the watchdog to learn the task's names", func() bool {
+		rs := l.Reservations()
+		return len(rs) == 1 && rs[0].Task.JobName != ""
+	})
+	body := scrape(t, "http://127.0.0.1:"+port+"/metrics")
+	if want := "alloc_id=\"\uFFFD\uFFFD\",gpu=\"" + uuidOf(m.DeviceGroup[0]) + "\",job=\"tr\uFFFDain\",reservation=\"" +
+		ids(m.DeviceGroup[0], 1)[0] + "\",task=\"ma\uFFFDin\""; !strings.Contains(body, "gpufrac_task_cap_bytes{"+want+"}") {
+		t.Errorf("no cap series labelled %s:\n%s", want, body)
+	}
+	if _, err := proto.Marshal(s.runtime().stats(context.Background())); err != nil {
+		t.Errorf("the stats message cannot be sent to Nomad: %v", err)
 	}
 }
 

@@ -3,6 +3,7 @@ package deviceplugin
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,6 +126,30 @@ func TestUnusablePathsRefusedAtSetConfig(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("SetConfig left %d entries in %s, want the test's 2 (a file and a directory)", len(entries), dir)
+	}
+}
+
+// A metrics_addr whose host is no address of this node (another host's IP, a misspelt name)
+// could never be served: SetConfig refuses it, naming the key and the value, as `gpufrac
+// controller --metrics-addr` does, instead of the running plugin logging it. A port another
+// process holds still passes: that is only logged, units must keep being advertised.
+func TestMetricsAddrOfNoLocalAddressRefusedAtSetConfig(t *testing.T) {
+	wantConfigRefused(t, `state_dir = "`+t.TempDir()+`"
+		metrics_addr = "192.0.2.1:9410"`, []string{"metrics_addr", `"192.0.2.1:9410"`, "cannot be listened on", "192.0.2.1"})
+
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	s := NewServer(Options{})
+	defer s.Shutdown()
+	if err := s.SetConfig(encode(t, `config {
+		gpu_backend  = "simulated"
+		state_dir    = "`+t.TempDir()+`"
+		metrics_addr = "`+held.Addr().String()+`"
+	}`), APIVersion); err != nil {
+		t.Errorf("SetConfig with metrics_addr on a port in use: %v, want it accepted (only logged)", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,8 +35,9 @@ func gpuRef(ref string) string {
 
 // checkPaths refuses, at SetConfig, a state_dir the plugin cannot create or write and a
 // policy_file it cannot read: every later part depends on them, and an agent that starts with
-// them unusable would only show it as unhealthy units. It creates nothing (Nomad's validation
-// launches must leave no trace).
+// them unusable would only show it as unhealthy units. It also refuses a metrics_addr whose
+// host cannot be listened on, which the running plugin could only log. It creates nothing
+// (Nomad's validation launches must leave no trace).
 func checkPaths(c Config) error {
 	var errs []error
 	bad := func(key, val, reason string) {
@@ -61,10 +63,36 @@ func checkPaths(c Config) error {
 			}
 		}
 	}
+	if c.MetricsAddr != "" {
+		if why := listenable(c.MetricsAddr); why != "" {
+			bad(KeyMetricsAddr, c.MetricsAddr, why)
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gpufrac config: %w", err)
 	}
 	return nil
+}
+
+// listenable says why the host of addr ("host:port", its form checked by ParseConfig) cannot be
+// listened on here, or "": a misspelt name, an address of another node. It binds the host on a
+// port the system picks and lets it go: a port another process holds is no reason to stop the
+// agent (startMetrics logs it), and the next launch must find the port free.
+func listenable(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err.Error()
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) {
+			err = op.Err // without "listen tcp host:0", a port that is not the operator's
+		}
+		return "cannot be listened on: " + err.Error()
+	}
+	ln.Close()
+	return ""
 }
 
 // writableDir says why dir cannot be used as a directory this process writes in (created if
