@@ -16,9 +16,12 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/gpu/simjob"
 	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -359,5 +362,97 @@ func TestOwnFailureIsNotCollateral(t *testing.T) {
 	}
 	if res.Collateral != 0 || len(res.GPUEvents) != 0 || res.Completed != 1 {
 		t.Fatalf("collateral %d, events %v, completed %d: want 0, none, 1", res.Collateral, res.GPUEvents, res.Completed)
+	}
+}
+
+// An honest job that runs out of memory while a neighbour is over its cap (memory the fence
+// never saw fills the GPU until the watchdog's kill) is collateral, re-run as it was, however
+// near its own cap it was: not a violator, its template's footprint not raised, its ladder not
+// climbed. On the simulated GPU (borrowing on) a job holding 14.5GiB of a 25GiB guarantee was
+// refused 5.5GiB by the full GPU beside a job holding 60GiB outside the fence, and was recorded
+// "out of memory inside the job near its cap", re-run with a 26GiB guarantee; with
+// max_attempts = 1 it would have ended exhausted. An out-of-memory exit near its cap that no
+// neighbour explains stays its own (a framework that limits itself to its cap).
+func TestOutOfMemoryBesideAViolatorIsCollateral(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// the window of a job over its cap, relative to n1's exit, and whose it is
+		from, to time.Duration
+		token    string
+		want     record.Outcome
+		wantNext bool
+	}{
+		{name: "a neighbour over its cap", from: -100 * time.Millisecond, to: 20 * time.Millisecond, token: "lk",
+			want: record.OutcomeCollateral},
+		{name: "a neighbour over its cap seen just after", from: 100 * time.Millisecond, to: 120 * time.Millisecond, token: "lk",
+			want: record.OutcomeCollateral},
+		{name: "no neighbour over its cap", want: record.OutcomeCapViolation, wantNext: true},
+		{name: "a neighbour over its cap long before", from: -10 * time.Second, to: -9 * time.Second, token: "lk",
+			want: record.OutcomeCapViolation, wantNext: true},
+		{name: "its own window", from: -100 * time.Millisecond, to: 20 * time.Millisecond, token: "n1",
+			want: record.OutcomeCapViolation, wantNext: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := newSim(t, "H100=80GiB")
+			q := queue.Queue{
+				Jobs:      []queue.Job{simJob(t, "n1", "good", "--peak", "20GiB")},
+				Templates: map[string]queue.TemplateSpec{"good": {Name: "good", PeakBytes: 20 * size.GiB}},
+			}
+			o := testOptions(t, sim, record.ArmPacked)
+			if err := o.fill(q); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(o.OutDir, "logs"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			r, err := newRun(context.Background(), q, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.close()
+			uuid := r.s.GPUs()[0]
+			capBefore, _ := r.s.CapOf("good")
+
+			exited := o.Now()
+			if tc.token != "" {
+				for _, ev := range []struct {
+					stage enforcer.Stage
+					at    time.Duration
+				}{{enforcer.StageCrossed, tc.from}, {enforcer.StageContained, tc.to}} {
+					r.onEvent(enforcer.Event{Kind: enforcer.EventViolation, Stage: ev.stage, GPU: uuid, Token: tc.token,
+						Task: ledger.Task{JobName: tc.token}, Bytes: 62 * size.GiB, Time: exited.Add(ev.at)})
+				}
+			}
+			j := r.s.Jobs()[0]
+			j.Attempts, j.Running = 1, true
+			res := ledger.Reservation{GPU: uuid, CapBytes: capBefore}
+			a := &active{l: sched.Launch{Job: j, GPU: uuid, Res: res, Capped: true}, token: "n1", tail: probe.NewTail(8192),
+				proc: &probe.Proc{}, contained: make(chan struct{}), exit: simjob.ExitFail, exitedAt: exited, peak: 14*size.GiB + size.GiB/2}
+			a.a = record.Attempt{Job: j.Name, Template: j.Template, Number: 1, GPU: uuid, Capped: true, CapBytes: capBefore,
+				Start: exited.Add(-2 * time.Second)}
+			if _, err := a.tail.Write([]byte("CUDA out of memory: tried to allocate 5.51GiB (GPU has a total capacity of 80GiB of which 3.02GiB is free)\n")); err != nil {
+				t.Fatal(err)
+			}
+			r.finish(a)
+
+			at := r.attempts[len(r.attempts)-1]
+			if at.Outcome != tc.want || (at.Next != "") != tc.wantNext {
+				t.Fatalf("n1's attempt: %s (%s), next %q; want %s, a next step %v", at.Outcome, at.Detail, at.Next, tc.want, tc.wantNext)
+			}
+			if tc.want != record.OutcomeCollateral {
+				return
+			}
+			if j.Done || j.Whole || j.Room != 0 {
+				t.Errorf("n1 done %v, whole %v, room %s: want it queued again as it was", j.Done, j.Whole, j.Room)
+			}
+			if c, _ := r.s.CapOf("good"); c != capBefore {
+				t.Errorf("template good's cap went from %s to %s: the neighbour's doing is not its footprint", capBefore, c)
+			}
+			if ps := r.led.Profiles(); len(ps) != 0 {
+				t.Errorf("profiles %+v recorded for a harmed job", ps)
+			}
+		})
 	}
 }

@@ -536,12 +536,7 @@ func (r *run) finish(a *active) {
 	case a.violation != nil:
 		at.Outcome = record.OutcomeCapViolation
 		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, at.PeakBytes, a.violation.CapBytes)
-	case a.exit != 0 && a.l.Capped && oom && (r.o.modeOf() == policy.ModeMPS || at.PeakBytes*2 >= at.CapBytes):
-		// Under MPS the allocation that crosses the cap fails inside the job, which exits
-		// with CUDA's own message; the watchdog may never see usage above the cap, and one
-		// large allocation can fail long before the sampled use comes near it. Caps fit the
-		// budget, so an OOM under MPS is the job's own limit. Without MPS an OOM far below the
-		// cap means the GPU itself was full: a harmed job, not a violator.
+	case a.exit != 0 && a.l.Capped && oom && r.ownOOM(a, &at):
 		at.Outcome = record.OutcomeCapViolation
 		at.Detail = "out of memory inside the job near its cap"
 	case a.exit == 0:
@@ -569,6 +564,29 @@ func (r *run) finish(a *active) {
 	r.mu.Unlock()
 	r.prog.Finished(at, a.l.Window, r.capLabel(at.Template))
 	r.learnShare(a, &at)
+}
+
+// ownOOM says whether an out-of-memory exit of an attempt that no violation explains was the
+// attempt's own cap. Under MPS the allocation that crosses the cap fails inside the job, which
+// exits with CUDA's own message; the watchdog may never see usage above the cap, and one large
+// allocation can fail long before the sampled use comes near it. Caps fit the budget, so an OOM
+// under MPS is the job's own limit. Without MPS an OOM far below the cap means the GPU itself was
+// full: a harmed job, not a violator; and so does one near the cap while a neighbour was over
+// its own or a GPU-wide event was on (the GPU was full of memory the fence never saw): the
+// failure is collateral (collateral.Events.Judge), never a rung of the job's ladder.
+func (r *run) ownOOM(a *active, at *record.Attempt) bool {
+	if r.o.modeOf() == policy.ModeMPS {
+		return true
+	}
+	if at.PeakBytes*2 < at.CapBytes {
+		return false
+	}
+	exited := a.exitedAt
+	if exited.IsZero() {
+		exited = at.End
+	}
+	_, harmed := r.wide.Covering(at.GPU, a.token, true, at.Start, exited, r.collateralAfter())
+	return !harmed
 }
 
 // release ends a finished attempt's reservation. One the ledger cannot record (a full disk)

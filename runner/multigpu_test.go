@@ -121,3 +121,38 @@ func TestPackingAcrossTwoGPUs(t *testing.T) {
 		t.Logf("progress:\n%s", out)
 	}
 }
+
+// A job whose ladder reaches the GPU alone gets the largest GPU of the run, the most room there
+// is: on an 80GiB H100 beside a 141GiB H200, a job that needs 100GiB finishes alone on the H200.
+// The GPUs are listed smallest first, so a drain of the first idle GPU ran it alone on the H100's
+// 78GiB and stopped it "exhausted: it failed alone with the whole GPU (78GiB), the most room
+// there is".
+func TestAloneTakesTheLargestGPU(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		gpus []string
+	}{
+		{"smaller GPU first", []string{"H100=80GiB", "H200=141GiB"}},
+		{"larger GPU first", []string{"H200=141GiB", "H100=80GiB"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sim := newSim(t, tc.gpus...)
+			q := queue.Queue{
+				Jobs: []queue.Job{simJob(t, "big", "big", "--peak", "4GiB", "--ramp", "50ms", "--hold", "200ms",
+					"--leak-to", "100GiB", "--leak-rate", "200GiB")},
+				Templates: map[string]queue.TemplateSpec{"big": {Name: "big", PeakBytes: 4 * size.GiB}},
+			}
+			res := runQueue(t, q, withoutBorrowing(testOptions(t, sim, record.ArmPacked)))
+			checkLadder(t, res, "big", 3, record.OutcomeOK)
+			atts := attemptsOf(res, "big")
+			last := atts[len(atts)-1]
+			for _, g := range res.GPUs {
+				if g.UUID == last.GPU && g.BudgetBytes < 100*size.GiB {
+					t.Errorf("big's last attempt (whole GPU %v) ran on GPU%d, budget %s: want the 139GiB one", last.WholeGPU, g.Index, g.BudgetBytes)
+				}
+			}
+		})
+	}
+}

@@ -325,7 +325,13 @@ func (s *Sched) Next() []Launch {
 				// drains once, at the end, instead of idling half-empty in the middle.
 				continue
 			}
-			g := s.drainTarget(j, states)
+			// The GPU alone is the most room there is: the largest of the run's GPUs. A probe (or a
+			// baseline's job, alone by its rule) takes any.
+			var least size.Bytes
+			if kind == needWhole && (s.adm == nil || j.Whole) {
+				least = maxBudget
+			}
+			g := s.drainTarget(j, states, least)
 			if g == "" || s.running[g] > 0 {
 				continue
 			}
@@ -455,10 +461,11 @@ func (s *Sched) undrain(j *Job) {
 }
 
 // drainTarget is the GPU a job that needs a whole GPU waits for: the one already drained for it,
-// else an idle GPU, else the busy GPU with the fewest jobs (drained from now on). An unhealthy GPU
-// (the enforcer marked it after a GPU-wide event) is not picked anew; one drained already stays
-// the target, and the ledger refuses the reservation there until it is healthy again.
-func (s *Sched) drainTarget(j *Job, states map[string]ledger.GPUState) string {
+// else an idle GPU, else the busy GPU with the fewest jobs (drained from now on), of those whose
+// whole budget is at least least. An unhealthy GPU (the enforcer marked it after a GPU-wide event)
+// is not picked anew; one drained already stays the target, and the ledger refuses the
+// reservation there until it is healthy again.
+func (s *Sched) drainTarget(j *Job, states map[string]ledger.GPUState, least size.Bytes) string {
 	for _, g := range s.gpus {
 		if s.drainFor[g] == j {
 			return g
@@ -466,7 +473,7 @@ func (s *Sched) drainTarget(j *Job, states map[string]ledger.GPUState) string {
 	}
 	best := ""
 	for _, g := range s.gpus {
-		if s.drainFor[g] != nil || s.wholeOn[g] || !states[g].Healthy || s.frozen[g] {
+		if s.drainFor[g] != nil || s.wholeOn[g] || !states[g].Healthy || s.frozen[g] || WholeBytes(states[g]) < least {
 			continue
 		}
 		if s.running[g] == 0 {
@@ -535,7 +542,7 @@ func (s *Sched) probeWindow(t string) time.Duration {
 // that much to be free, and admissions on its GPU stop meanwhile (as for a job that needs the
 // GPU alone), so it is never starved by later jobs yet never waits for the GPU to empty.
 func (s *Sched) probeBeside(j *Job, states map[string]ledger.GPUState) (Launch, bool) {
-	g := s.drainTarget(j, states)
+	g := s.drainTarget(j, states, 0)
 	if g == "" || s.running[g] >= s.perGPU || !s.smFits(g, j.Template) {
 		return Launch{}, false
 	}
