@@ -132,14 +132,21 @@ func brokeCap(at record.Attempt) string {
 	return msg + "; next: " + at.Next
 }
 
-// neighbours says what a cap violation meant for the other jobs of its GPU: under MPS a stop by
-// signal is a GPU-wide event (their failures count as collateral and re-run); otherwise the
-// violator failed alone.
+// neighbours says what a cap violation meant for the other jobs of its GPU. An allocation the
+// fence refused never reached them. Under MPS a stop by signal is a GPU-wide event (their
+// failures count as collateral and re-run). A job the watchdog stopped outside MPS held memory
+// the fence never saw until the stop, so a neighbour may have been refused memory meanwhile:
+// saying "untouched" there would be a claim nobody checked.
 func neighbours(at record.Attempt) string {
-	if v := at.Violation; v != nil && v.Mode == policy.ModeMPS && v.Action != enforcer.ActionOOMInProcess {
+	v := at.Violation
+	switch {
+	case v == nil || v.Action == enforcer.ActionOOMInProcess:
+		return "neighbours untouched"
+	case v.Mode == policy.ModeMPS:
 		return "stopped under MPS: a GPU-wide event, a neighbour that fails now is re-run"
+	default:
+		return "a neighbour that ran out of memory before the stop is re-run as it was"
 	}
-	return "neighbours untouched"
 }
 
 // UnitsLabel says a cap as the ledger grants it, in whole units, and the formula's figure it

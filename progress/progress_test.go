@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
@@ -61,6 +63,13 @@ func TestAttemptLines(t *testing.T) {
 		{"broken cap without a violation", func(p *Printer) {
 			p.Finished(record.Attempt{Job: "a", Outcome: record.OutcomeCapViolation, CapBytes: 4 * G, PeakBytes: 4 * G, Detail: "oom", Next: "attempt 2 of 3 alone"}, 0, "")
 		}, "CAP      a                    GPU0  broke its 4GiB cap (peak 4GiB): oom; neighbours untouched; next: attempt 2 of 3 alone"},
+		// What a violation meant for the neighbours depends on who stopped it: the fence's
+		// refusal reached none, a stop by signal came after memory the fence never saw.
+		{"refused by the fence", func(p *Printer) { p.Finished(violated(policy.ModeIsolated, enforcer.ActionOOMInProcess), 0, "") }, "; neighbours untouched; next:"},
+		{"stopped by the watchdog", func(p *Printer) { p.Finished(violated(policy.ModeIsolated, enforcer.ActionSIGKILL), 0, "") },
+			"sigkill; a neighbour that ran out of memory before the stop is re-run as it was; next:"},
+		{"stopped under MPS", func(p *Printer) { p.Finished(violated(policy.ModeMPS, enforcer.ActionSIGINT), 0, "") },
+			"sigint; stopped under MPS: a GPU-wide event, a neighbour that fails now is re-run; next:"},
 	}
 	for _, c := range cases {
 		var b strings.Builder
@@ -71,6 +80,13 @@ func TestAttemptLines(t *testing.T) {
 			t.Errorf("%s: %q, want it to contain %q", c.name, b.String(), c.want)
 		}
 	}
+}
+
+// violated is an attempt the enforcer recorded breaking its 4GiB cap, in mode, by action.
+func violated(mode policy.Mode, action string) record.Attempt {
+	v := &ledger.Violation{Mode: mode, Action: action, CapBytes: 4 * size.GiB}
+	return record.Attempt{Job: "a", Outcome: record.OutcomeCapViolation, CapBytes: 4 * size.GiB, PeakBytes: 6 * size.GiB,
+		Violation: v, Next: "attempt 2 of 3 alone"}
 }
 
 func TestUnitsLabel(t *testing.T) {
