@@ -66,12 +66,25 @@ func (p *Proc) ExitCode() int {
 	}
 	var ee *exec.ExitError
 	if errors.As(p.err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
+		if sig, ok := p.Signaled(); ok {
+			return 128 + int(sig)
 		}
 		return ee.ExitCode()
 	}
 	return -1
+}
+
+// Signaled is the signal that ended the root, after Done, if one did. ExitCode says 137 both
+// for a SIGKILL and for a wrapper that exits 137; what a user reads should tell them apart.
+func (p *Proc) Signaled() (syscall.Signal, bool) {
+	<-p.done
+	var ee *exec.ExitError
+	if errors.As(p.err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return ws.Signal(), true
+		}
+	}
+	return 0, false
 }
 
 // Signal sends sig to the job's whole process group.

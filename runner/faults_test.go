@@ -456,3 +456,32 @@ func TestOutOfMemoryBesideAViolatorIsCollateral(t *testing.T) {
 		})
 	}
 }
+
+// A job ended by a signal says which, where its exit status alone (137) reads the same as a
+// wrapper that exits 137 itself, and the last line it wrote to stderr, if any, follows.
+func TestFailureSaysTheSignalThatEndedIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, script, want string
+	}{
+		{"killed", `kill -KILL $$`, "killed by signal 9 (killed)"},
+		{"killed after a line", `echo "loading shards" >&2; kill -TERM $$`, "killed by signal 15 (terminated): loading shards"},
+		{"exits 137 itself", `echo "wrapper gave up" >&2; exit 137`, "wrapper gave up"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			q := queue.Queue{
+				Jobs:      []queue.Job{{Name: "a", Template: "a", Command: []string{"sh", "-c", tc.script}}},
+				Templates: map[string]queue.TemplateSpec{"a": {Name: "a", PeakBytes: 2 * size.GiB}},
+			}
+			res := runQueue(t, q, testOptions(t, newSim(t, "H100=80GiB"), record.ArmPacked))
+			atts := attemptsOf(res, "a")
+			if len(atts) != 1 {
+				t.Fatalf("%d attempts, want 1: %+v", len(atts), atts)
+			}
+			if at := atts[0]; at.Outcome != record.OutcomeFailed || at.Detail != tc.want {
+				t.Errorf("attempt: %s, exit %d, detail %q; want failed with %q", at.Outcome, at.ExitCode, at.Detail, tc.want)
+			}
+		})
+	}
+}

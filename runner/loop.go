@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
@@ -36,7 +38,8 @@ type active struct {
 	stop  chan struct{}
 	// set by the attempt's goroutine before it reports on run.done
 	exit          int
-	exitedAt      time.Time // when the runner saw the process end
+	signal        syscall.Signal // what ended the root, if a signal did: 137 alone says too little
+	exitedAt      time.Time      // when the runner saw the process end
 	windowStopped bool
 	stopped       bool
 	// windowPeak: the footprint an in-place probe showed when its window ended while it
@@ -387,6 +390,7 @@ wait:
 	}
 	n := r.sampleCount(a.l.GPU)
 	a.exit = a.proc.ExitCode()
+	a.signal, _ = a.proc.Signaled()
 	a.proc.Reap()
 	// The wall clock, not r.o.Now: the samplers pace themselves by it.
 	r.sampleAfter(a.l.GPU, n, time.Second+3*r.o.Policy.WatchdogInterval)
@@ -545,6 +549,9 @@ func (r *run) finish(a *active) {
 		at.Outcome = record.OutcomeFailed
 		if at.Detail == "" {
 			at.Detail = a.tail.LastLine()
+			if a.signal != 0 {
+				at.Detail = strings.TrimSuffix(fmt.Sprintf("killed by signal %d (%s): %s", int(a.signal), a.signal, at.Detail), ": ")
+			}
 		}
 		if a.proc != nil {
 			// A GPU-wide event, or a neighbour over its cap, may explain it: then it runs again.
