@@ -261,8 +261,9 @@ func TestRunThroughAGPUFault(t *testing.T) {
 	}
 }
 
-// A neighbour faulted by a GPU-wide event under MPS is re-run and completes; the GPU takes no new
-// job while it is marked unhealthy; a job that fails on its own stays failed.
+// A neighbour faulted by a GPU-wide event under MPS is re-run and completes, though it allows
+// itself one attempt; the GPU takes no new job while it is marked unhealthy; a job that fails
+// on its own stays failed.
 func TestCollateralFailureIsRerun(t *testing.T) {
 	t.Parallel()
 	sim := newSim(t, "H100=80GiB")
@@ -293,6 +294,9 @@ func TestCollateralFailureIsRerun(t *testing.T) {
 	}
 	q.Jobs[0].Result = "results/steady.json"
 	q.Jobs[1].Result = "results/victim.json"
+	// A neighbour's doing uses up none of the victim's attempts: with one allowed it still
+	// runs again (it ended exhausted before).
+	q.Jobs[1].MaxAttempts = 1
 	o := testOptions(t, sim, record.ArmPacked)
 	o.Mode = policy.ModeMPS
 	// Without the fence the pair's sum is only seen by the watchdog, whose stop is GPU-wide.

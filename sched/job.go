@@ -26,8 +26,10 @@ func NewJobs(q queue.Queue) []*Job {
 }
 
 // Limit is the job's bound in attempt numbers: a probe window the runner ended is not a
-// failure, nor a staged start stopped for a borrower, so neither uses one up.
-func (j *Job) Limit() int { return j.maxAttempts + j.ProbeStops + j.Unstages }
+// failure, nor a staged start stopped for a borrower, nor a failure a neighbour's violation or a
+// GPU-wide event caused (collateral, re-run at most collateral.MaxReruns times), so none uses
+// one up: a job with max_attempts = 1 must not end exhausted for what another job did.
+func (j *Job) Limit() int { return j.maxAttempts + j.ProbeStops + j.Unstages + j.Collateral }
 
 // Grow records that a job of template t needed a guarantee of c: the template's jobs that start
 // from now on start there too (a declared cap is where a job starts, not a ceiling), except
