@@ -121,6 +121,9 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"probe", "--template", "bad name", "--", "true"}, 2, `"bad name"`},
 		{[]string{"probe", "--template", "t"}, 2, "no command"},
 		{[]string{"status", "extra"}, 2, `"extra"`},
+		// A GPU that is not there is refused with the ones that are, by index and UUID.
+		{[]string{"run", "--gpus", "0,7", "../../examples/queues/demo.hcl"}, 2, `--gpus: "7" is neither the index nor the UUID of one of the 1 GPUs (0 = GPU-`},
+		{[]string{"probe", "--template", "t", "--gpu", "7", "--", "true"}, 2, `--gpu "7" is neither the index nor the UUID of one of the 1 GPUs (0 = GPU-`},
 		{[]string{"status", "--interval", "5s"}, 2, "--interval 5s: it is how often --watch redraws; add --watch"},
 	}
 	for _, tc := range tests {

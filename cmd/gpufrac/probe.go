@@ -233,7 +233,11 @@ func pickProbeGPU(led *ledger.Ledger, sel string) (ledger.GPUState, error) {
 				return s, nil
 			}
 		}
-		return ledger.GPUState{}, usagef("--gpu %q is neither the index nor the UUID of one of the %d GPUs", sel, len(states))
+		var here []string
+		for _, s := range states {
+			here = append(here, gpuName(s.Index, s.UUID))
+		}
+		return ledger.GPUState{}, usagef("--gpu %q is neither the index nor the UUID of one of the %d GPUs (%s)", sel, len(states), strings.Join(here, ", "))
 	}
 	var ok []ledger.GPUState
 	for _, s := range states {

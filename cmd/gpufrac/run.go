@@ -219,6 +219,9 @@ func templatesFromStore(ctx context.Context, g *globals, sf *storeFlags, q *queu
 	return nil
 }
 
+// gpuName is how a bad GPU selection lists the GPUs there are, so the next try can be right.
+func gpuName(index int, uuid string) string { return fmt.Sprintf("%d = %s", index, uuid) }
+
 // resolveGPUs turns "0,1" or UUIDs into UUIDs, naming a bad entry.
 func resolveGPUs(ctx context.Context, b gpu.Backend, spec string) ([]string, error) {
 	devs, err := b.Devices(ctx)
@@ -235,7 +238,11 @@ func resolveGPUs(ctx context.Context, b gpu.Backend, spec string) ([]string, err
 			}
 		}
 		if found == "" {
-			return nil, usagef("--gpus: %q is neither the index nor the UUID of one of the %d GPUs", s, len(devs))
+			var here []string
+			for _, d := range devs {
+				here = append(here, gpuName(d.Index, d.UUID))
+			}
+			return nil, usagef("--gpus: %q is neither the index nor the UUID of one of the %d GPUs (%s)", s, len(devs), strings.Join(here, ", "))
 		}
 		out = append(out, found)
 	}
