@@ -125,6 +125,7 @@ type track struct {
 	forced    bool
 	detail    string
 	fence     string // what the allocation fence saw of the task
+	reclaimed bool   // stopped because an owner needed back what it borrowed
 }
 
 // nearCap remembers a task that met its cap at allocation time, to record a violation when it
@@ -426,6 +427,7 @@ func (p *pass) check(r ledger.Reservation, ps []seenProc) {
 		tr.action = ActionSIGKILL
 		tr.detail = "SIGKILL at once (isolated mode: separate CUDA contexts, a kill harms no neighbour)"
 		if p.evicting == r.Token {
+			tr.reclaimed = true
 			tr.detail = "SIGKILL at once: it held borrowed memory that a neighbour's guarantee needed back " +
 				"(isolated mode: separate CUDA contexts, a kill harms no neighbour)"
 		}
@@ -475,7 +477,7 @@ func (p *pass) settle() {
 			detail += "; " + tr.fence
 		}
 		p.do(recordViolation{ledger.Violation{Token: tok, GPU: o.gpu, Task: tr.task, Mode: tr.mode, CapBytes: tr.capBytes, PeakBytes: tr.peak,
-			Action: tr.action, CrossedAt: tr.crossedAt, ContainedAt: o.now, Detail: detail}})
+			Action: tr.action, CrossedAt: tr.crossedAt, ContainedAt: o.now, Reclaimed: tr.reclaimed, Detail: detail}})
 	})
 	settleGone(p, p.m.near, func(n *nearCap) string { return n.gpu }, func(tok string, n *nearCap) {
 		held := ledger.HeldByMPSLimit

@@ -42,7 +42,7 @@ func TestBorrowerThatHoldsALoanIsStopped(t *testing.T) {
 		t.Fatalf("borrower: exit %d, signal %v; want stopped by SIGKILL; output:\n%s", code, b.killedBy(), b.out.String())
 	}
 	v := r.violation(borrower.Token)
-	if v.Action != ActionSIGKILL || !strings.Contains(v.Detail, "guarantee needed back") {
+	if v.Action != ActionSIGKILL || !v.Reclaimed || !strings.Contains(v.Detail, "guarantee needed back") {
 		t.Fatalf("the borrower's violation: %+v", v)
 	}
 	if s := r.sent(o.cmd.Process.Pid); len(s) != 0 {

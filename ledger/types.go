@@ -182,7 +182,10 @@ type Violation struct {
 	// It is the task's own word (its fence file): it sizes the task's own next attempt, never a
 	// template's footprint, which other tasks start from.
 	AskedBytes size.Bytes `json:"asked_bytes,omitempty"`
-	Detail     string     `json:"detail,omitempty"`
+	// Reclaimed: the watchdog stopped a borrower because a neighbour's guarantee needed back
+	// the memory it had borrowed (borrowing "lend"), not for memory the fence never saw.
+	Reclaimed bool   `json:"reclaimed,omitempty"`
+	Detail    string `json:"detail,omitempty"`
 }
 
 // Reached is what the violation proves its task needs: what it held at its peak, or what a

@@ -115,6 +115,8 @@ func brokeCap(at record.Attempt) string {
 			}
 		case v.Action == enforcer.ActionOOMInProcess:
 			msg = fmt.Sprintf("hit its %s cap (%s): out of memory inside the job, peak %s", v.CapBytes, v.HeldBy, at.PeakBytes)
+		case at.LimitBytes > at.CapBytes && v.Reclaimed:
+			msg = fmt.Sprintf("held %s, past its %s guarantee, and a neighbour's guarantee needed back what it borrowed: %s", at.PeakBytes, v.CapBytes, v.Action)
 		case at.LimitBytes > at.CapBytes:
 			// A borrower the watchdog stopped held more than its guarantee and its loans:
 			// memory the fence never charged (a process without its token, a pool's slack).

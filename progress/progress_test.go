@@ -68,6 +68,11 @@ func TestAttemptLines(t *testing.T) {
 		{"refused by the fence", func(p *Printer) { p.Finished(violated(policy.ModeIsolated, enforcer.ActionOOMInProcess), 0, "") }, "; neighbours untouched; next:"},
 		{"stopped by the watchdog", func(p *Printer) { p.Finished(violated(policy.ModeIsolated, enforcer.ActionSIGKILL), 0, "") },
 			"sigkill; a neighbour that ran out of memory before the stop is re-run as it was; next:"},
+		{"reclaimed from a borrower", func(p *Printer) {
+			at := violated(policy.ModeIsolated, enforcer.ActionSIGKILL)
+			at.LimitBytes, at.Violation.Reclaimed = 78*G, true
+			p.Finished(at, 0, "")
+		}, "held 6GiB, past its 4GiB guarantee, and a neighbour's guarantee needed back what it borrowed: sigkill"},
 		{"stopped under MPS", func(p *Printer) { p.Finished(violated(policy.ModeMPS, enforcer.ActionSIGINT), 0, "") },
 			"sigint; stopped under MPS: a GPU-wide event, a neighbour that fails now is re-run; next:"},
 	}
