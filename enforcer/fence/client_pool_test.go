@@ -88,3 +88,36 @@ func TestPoolGrowthPastTheCapFailsInsideTheProcess(t *testing.T) {
 		}
 	}
 }
+
+// An honest stream-ordered job that does not borrow: its pool keeps what it frees (PyTorch's
+// cudaMallocAsync backend), and its next step allocates as much again, served from what the
+// pool keeps. The fence charges the pool what the driver holds, so that allocation takes no new
+// memory and must not be charged again on top: charged twice, the job was refused its second
+// step within its cap. What the pool must grow by is still charged, and refused past the cap.
+func TestPoolReuseWithinTheCap(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		args []string
+	}{{"runtime", nil}, {"direct", []string{"direct"}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			k := fencetest.Build(t)
+			dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+			c := k.Start(t, k.Env(dir, tokA, fmt.Sprintf("FAKE_CUDA_POOL_GRAIN=%d", 32*size.MiB)), mode.args...)
+			for _, s := range []struct{ cmd, reply string }{
+				{"poolkeep 64G", "ok"},
+				{"async 900M", "ok 0"}, // 928 MiB reserved of a 1 GiB guarantee
+				{"free 0", "ok"},       // the pool keeps it
+				{"async 900M", "ok 1"}, // the next step, from what the pool keeps
+				{"free 1", "ok"},
+				{"async 950M", "ok 2"},  // 22 MiB past what it keeps: the pool grows to 960 MiB
+				{"async 100M", "err 2"}, // past the cap
+				{"async 40M", "ok 3"},   // within it: 1024 MiB reserved
+			} {
+				want(t, c.Do(s.cmd), s.reply, s.cmd)
+				if held, u := deviceHolds(t, c), snap(t, tb, tokA); u.Used != held || held > size.GiB {
+					t.Fatalf("after %q the device holds %s and the fence charges %s (cap 1GiB)", s.cmd, held, u.Used)
+				}
+			}
+		})
+	}
+}

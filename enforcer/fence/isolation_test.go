@@ -496,3 +496,64 @@ func TestHalfWrittenControlCopyDecidesNothing(t *testing.T) {
 		t.Fatalf("after the half-written copy: task %+v, recoveries %d", u, s.Recoveries)
 	}
 }
+
+// A task reads the other tasks' accounting files to borrow, and a descriptor opened only for
+// reading may still take read locks on any byte of them. An owner (a live process's slot, a
+// lock holder's owner index) holds its byte for writing, which only its own task can: a
+// neighbour's read lock on a dead owner's byte must keep nothing alive. Before, it kept a
+// neighbour's exited process charged for good, so that task was refused its own guarantee and
+// the enforcer never reaped it, and it kept a dead lock holder alive, so that task's next
+// process waited a second and ran unfenced.
+func TestNeighboursReadLocksKeepNoDeadOwnerAlive(t *testing.T) {
+	k := fencetest.Build(t)
+	tenant := func(t *testing.T, dir string) *fencetest.Proc {
+		var ro, rw []string
+		for _, m := range fence.TaskMounts(dir, "", tokA) {
+			if m.ReadOnly {
+				ro = append(ro, m.Path)
+			} else {
+				rw = append(rw, m.Path)
+			}
+		}
+		return k.StartToolMounted(t, ro, rw)
+	}
+	t.Run("exited process", func(t *testing.T) {
+		dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+		file := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
+		a := tenant(t, dir)
+		for i, slot := range []string{"0", "1"} {
+			c := k.Start(t, k.Env(dir, tokB))
+			want(t, c.Do("alloc 900M"), "ok", "B's process")
+			c.Exit()
+			want(t, a.DoWithin("rdlock "+file+" live "+slot, bound), "ok", "A read-locks the byte of B's exited process")
+			if i == 0 {
+				continue // B's next process reaps it before it would refuse
+			}
+			if n := tb.Reap(); n != 1 {
+				t.Fatalf("the enforcer reaped %d of B's exited processes, want 1", n)
+			}
+		}
+		if u := snap(t, tb, tokB); u.Used != 0 || u.Procs != 0 {
+			t.Fatalf("B's exited processes are still charged: %+v", u)
+		}
+	})
+	t.Run("lock holder", func(t *testing.T) {
+		dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+		file := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
+		attachB := "attach " + fence.Path(dir, fencetest.FakeUUID) + " " + tokB
+		victim := k.StartTool(t, "GF_TEST_STALL=charge")
+		want(t, victim.Do(attachB), "ok", "B's process attaches")
+		victim.Send("charge 100M")
+		victim.WaitStderr("gf-test: stalled at charge")
+		victim.Kill()
+		a := tenant(t, dir)
+		want(t, a.DoWithin("rdlock "+file+" holder", bound), "ok", "A read-locks the dead holder's owner byte")
+		next := k.StartTool(t)
+		start := time.Now()
+		want(t, next.DoWithin(attachB, bound), "ok ", "B's next process attaches")
+		want(t, next.DoWithin("charge 200M", bound), "ok", "and charges")
+		if d := time.Since(start); d > underAWait {
+			t.Fatalf("B's next process took %s: it waited for a dead holder a neighbour kept alive", d)
+		}
+	})
+}

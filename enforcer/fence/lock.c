@@ -45,6 +45,23 @@ int gf_byte_lock(int fd, off_t at, short type)
 	return fcntl(fd, F_OFD_SETLK, &fl);
 }
 
+int gf_byte_owned(int fd, off_t at)
+{
+	/* Asked as a read lock, only a write lock conflicts: a neighbour's read lock on a dead
+	 * owner's byte kept it alive, and with it a dead lock holder (its task's every allocation
+	 * waited a second and went on unfenced) or an exited process's charge (its task refused its
+	 * own guarantee for good). */
+	struct flock fl;
+	memset(&fl, 0, sizeof fl);
+	fl.l_type = F_RDLCK;
+	fl.l_whence = SEEK_SET;
+	fl.l_start = at;
+	fl.l_len = 1;
+	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+		return -1;
+	return fl.l_type != F_UNLCK;
+}
+
 /* gf_take_owner gives the map an owner index (its byte locked for the map's life) and a nonce no
  * other map of this file drew before, before it ever takes the table's lock. */
 int gf_take_owner(struct gf_map *m)
@@ -67,9 +84,9 @@ int gf_take_owner(struct gf_map *m)
 }
 
 /* holder_dead says whether the lock word w names a map that is gone: nobody holds its owner
- * index (for this map's own index the kernel answers unlocked, and w is a predecessor's), or
- * the index's holder now drew another nonce. A holder that only took its index and has not
- * written its nonce yet reads as the dead one's successor a moment later. */
+ * index for writing (gf_byte_owned; for this map's own index the kernel answers unlocked, and w
+ * is a predecessor's), or the index's holder now drew another nonce. A holder that only took its
+ * index and has not written its nonce yet reads as the dead one's successor a moment later. */
 static int holder_dead(const struct gf_map *m, uint64_t w)
 {
 	if (w == m->me)
@@ -77,15 +94,10 @@ static int holder_dead(const struct gf_map *m, uint64_t w)
 	uint32_t nonce = (uint32_t)(w >> 32), idx = (uint32_t)w - 1;
 	if (idx >= GF_OWNERS)
 		return 1; /* no map can hold such a word */
-	struct flock fl;
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = F_WRLCK;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = GF_OWNER_BASE + (off_t)idx;
-	fl.l_len = 1;
-	if (fcntl(m->fd, F_OFD_GETLK, &fl) != 0)
+	int owned = gf_byte_owned(m->fd, GF_OWNER_BASE + (off_t)idx);
+	if (owned < 0)
 		return 0; /* cannot tell: assume alive and keep waiting */
-	if (fl.l_type == F_UNLCK)
+	if (!owned)
 		return 1;
 	return __atomic_load_n(&m->t->owners[idx], __ATOMIC_SEQ_CST) != nonce;
 }

@@ -376,21 +376,27 @@ int gf_reap(struct gf_map *m, int task)
 			continue;
 		if (task >= 0 && __atomic_load_n(&p->task, __ATOMIC_RELAXED) != (uint32_t)task)
 			continue;
-		/* Holding the byte proves its owner is gone and keeps claimants off until it is free. */
-		if (gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+		/* Holding the byte proves its owner is gone and keeps claimants off until it is free.
+		 * Another task's read lock may keep us from it (gf_byte_owned): then the owner is gone
+		 * where nobody holds the byte for writing, asked again under the lock, which a claimant
+		 * takes too before it touches the slot. */
+		int held = gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) == 0;
+		if (!held && gf_byte_owned(m->fd, GF_LIVE_BASE + i) != 0)
 			continue;
 		if (gf_lock(m) != 0) {
-			gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+			if (held)
+				gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 			break;
 		}
-		if (p->state == GF_LIVE) {
+		if (p->state == GF_LIVE && (held || gf_byte_owned(m->fd, GF_LIVE_BASE + i) == 0)) {
 			gf_give_back(m->t, i);
 			m->t->h.reaped++;
 			n++;
 			gf_test_point("reap");
 		}
 		gf_unlock(m);
-		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		if (held)
+			gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
 	}
 	return n;
 }

@@ -222,17 +222,11 @@ int gf_file_reap(struct gf_gpu *g, int i)
 	struct gf_proc *procs = g->scratch[0].procs;
 	int fd = g->tasks[i].fd;
 	int n = gf_file_view(g, i, &g->scratch[0]);
-	/* A live slot whose byte nobody holds belongs to a dead process (state.h). */
+	/* A live slot whose byte nobody holds for writing belongs to a dead process (state.h). */
 	for (int j = 0; j < n; j++) {
 		if (procs[j].state != GF_LIVE)
 			continue;
-		struct flock fl;
-		memset(&fl, 0, sizeof fl);
-		fl.l_type = F_WRLCK;
-		fl.l_whence = SEEK_SET;
-		fl.l_start = GF_LIVE_BASE + j;
-		fl.l_len = 1;
-		if (fcntl(fd, F_OFD_GETLK, &fl) == 0 && fl.l_type == F_UNLCK) {
+		if (gf_byte_owned(fd, GF_LIVE_BASE + j) == 0) {
 			int n = in_child(g, i, DO_REAP);
 			return n > 0 ? n : 0;
 		}

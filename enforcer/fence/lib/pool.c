@@ -172,9 +172,20 @@ static CUresult pooled(int api, int s, CUdeviceptr *p, size_t n, CUmemoryPool pl
 			pl = NULL;
 	}
 	int i = pl ? pool_index(d, pl) : -1;
-	if (i >= 0)
+	uint64_t need = n;
+	if (i >= 0) {
 		settle_pool(i); /* what the pool gave back since counts before this is judged */
-	int c = charge(d, n);
+		/* What the pool keeps and no allocation uses is charged already (held) and serves this
+		 * allocation first: only the rest may be new memory. Charged again, an honest job whose
+		 * pool kept its last step's memory (PyTorch's cudaMallocAsync keeps it all) was refused
+		 * its next step within its cap. A pool that grows past this anyway is charged for it by
+		 * the settle below, and refused there. */
+		pthread_mutex_lock(&pmu);
+		uint64_t idle = pools[i].held > pools[i].live ? pools[i].held - pools[i].live : 0;
+		pthread_mutex_unlock(&pmu);
+		need = n > idle ? n - idle : 0;
+	}
+	int c = need > 0 ? charge(d, need) : GF_OK;
 	if (c == GF_REFUSED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUresult r = call(api, s, p, n, pl, st);
@@ -185,7 +196,7 @@ static CUresult pooled(int api, int s, CUdeviceptr *p, size_t n, CUmemoryPool pl
 	if (c != GF_OK && c != GF_OK_OWED)
 		return r;
 	if (r != CUDA_SUCCESS) {
-		gf_uncharge(&d->m, n);
+		gf_uncharge(&d->m, need);
 		return r;
 	}
 	struct freed stale;
@@ -196,7 +207,7 @@ static CUresult pooled(int api, int s, CUdeviceptr *p, size_t n, CUmemoryPool pl
 	}
 	pthread_mutex_lock(&pmu);
 	pools[i].live += n;
-	pools[i].held += n;
+	pools[i].held += need;
 	pthread_mutex_unlock(&pmu);
 	if (track(d, K_PTR, *p, n, i, &stale))
 		give_freed(&stale);

@@ -20,6 +20,10 @@
  *                              job of the same Unix user can do under gpufrac run), and seen,
  *                              ctx or spare
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
+ *   rdlock FILE live N | rdlock FILE holder -> ok | err MSG: opens an accounting FILE read-only,
+ *                              as another task may, and takes an OFD read lock on process slot
+ *                              N's liveness byte, or on the owner byte of whoever the lock word
+ *                              names, and keeps it
  * Sizes are bytes with an optional K, M or G (binary) suffix.
  */
 #define _GNU_SOURCE
@@ -212,6 +216,17 @@ int main(void)
 		} else if (!strcmp(cmd, "flock")) {
 			int fd = open(a, O_RDONLY);
 			if (fd < 0 || flock(fd, LOCK_EX) != 0)
+				printf("err %s\n", strerror(errno));
+			else
+				printf("ok\n");
+		} else if (!strcmp(cmd, "rdlock")) {
+			int fd = open(a, O_RDONLY);
+			struct gf_header h;
+			off_t at = GF_LIVE_BASE + atoi(c);
+			if (fd >= 0 && !strcmp(b, "holder") && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h)
+				at = GF_OWNER_BASE + (off_t)(uint32_t)h.lock - 1;
+			struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+			if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) != 0)
 				printf("err %s\n", strerror(errno));
 			else
 				printf("ok\n");
