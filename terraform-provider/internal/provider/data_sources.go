@@ -66,6 +66,7 @@ func (d *policyDataSource) Schema(_ context.Context, _ datasource.SchemaRequest,
 			"mode":               str("`\"mps\"` or `\"isolated\"`."),
 			"watchdog_interval":  str("How often the watchdog samples GPU memory use."),
 			"unmanaged":          str("`\"report\"` or `\"stop\"`."),
+			"sm_budget_percent":  schema.Float64Attribute{Computed: true, MarkdownDescription: "The compute budget of `gpufrac run`, in percent of one GPU's SMs; 0 is off."},
 			"sizing": schema.ObjectAttribute{
 				Computed: true, AttributeTypes: sizingAttrTypes, MarkdownDescription: sizingDoc,
 			},
@@ -117,7 +118,8 @@ func (d *templateDataSource) Schema(_ context.Context, _ datasource.SchemaReques
 			"cap_override":       str("A cap that replaces the computed one, if set."),
 			"cap_override_bytes": i64("`cap_override` in bytes."),
 			"description":        str("Free text for people."),
-			"cap_bytes":          i64("The memory cap a task of this template gets."),
+			"sm_active_percent":  schema.Float64Attribute{Computed: true, MarkdownDescription: "The share of its run the job kept the SMs active alone (0-100); null when never measured."},
+			"cap_bytes":          i64("The memory cap this template needs; a task that requests `units` is given `units x unit_bytes` of the policy."),
 			"cap":                str("`cap_bytes` for people, rounded to two decimals."),
 			"units":              i64("Memory units a Nomad job of this template must request."),
 			"policy_sizing": schema.ObjectAttribute{

@@ -2,6 +2,8 @@ package provider
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -130,8 +132,13 @@ func TestPolicyValidationDiagnostics(t *testing.T) {
 
 func TestClampIntKeepsOutOfRangeInvalid(t *testing.T) {
 	m := policyModel{Name: types.StringValue("x"), MaxTasksPerGPU: types.Int64Value(1<<32 + 3)}
-	if err := m.toPolicy().Validate(); !errors.Is(err, policy.ErrInvalid) {
+	err := m.toPolicy().Validate()
+	if !errors.Is(err, policy.ErrInvalid) {
 		t.Errorf("max_tasks_per_gpu 2^32+3 passed validation (wrapped to a small int?)")
+	}
+	// The error names the value as written, where int can hold it.
+	if strconv.IntSize == 64 && !strings.Contains(fmt.Sprint(err), "max_tasks_per_gpu = 4294967299:") {
+		t.Errorf("error %q does not name the value written, 4294967299", err)
 	}
 }
 
@@ -178,6 +185,8 @@ func TestTemplateValidation(t *testing.T) {
 		{templateModel{Name: types.StringValue("x"), Peak: types.StringUnknown()}, ""},
 		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("12 GiBs")}, ""}, // the size validator reports it
 		{templateModel{Name: types.StringValue("x"), CapOverride: types.StringValue("4GiB")}, ""},
+		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("1GiB"), SMActivePercent: types.Float64Value(150)},
+			"sm_active_percent = 150: must be a percentage from 0 to 100"},
 		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("1GiB"), Description: types.StringValue(strings.Repeat("d", 4097))}, "must be at most 4096 characters"},
 	}
 	for i, tt := range tests {

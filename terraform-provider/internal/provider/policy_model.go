@@ -2,6 +2,7 @@ package provider
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 
@@ -30,6 +31,7 @@ type policyModel struct {
 	Mode             types.String  `tfsdk:"mode"`
 	WatchdogInterval types.String  `tfsdk:"watchdog_interval"`
 	Unmanaged        types.String  `tfsdk:"unmanaged"`
+	SMBudgetPercent  types.Float64 `tfsdk:"sm_budget_percent"`
 	ModifyIndex      types.Int64   `tfsdk:"modify_index"`
 	Sizing           types.Object  `tfsdk:"sizing"`
 }
@@ -38,7 +40,7 @@ type policyModel struct {
 // plugin cannot disagree about what an unset attribute means.
 var policyDefaults = struct {
 	Headroom, CapMargin, Unit, Watchdog, Mode, Unmanaged string
-	CapMarginPercent                                     float64
+	CapMarginPercent, SMBudgetPercent                    float64
 	MaxTasksPerGPU                                       int64
 }{
 	Headroom:         humanSize(policy.Default().HeadroomBytes),
@@ -48,6 +50,7 @@ var policyDefaults = struct {
 	Mode:             string(policy.Default().Mode),
 	Unmanaged:        string(policy.Default().Unmanaged),
 	CapMarginPercent: policy.Default().CapMarginPercent,
+	SMBudgetPercent:  policy.Default().SMBudgetPercent,
 	MaxTasksPerGPU:   int64(policy.Default().MaxTasksPerGPU),
 }
 
@@ -86,6 +89,9 @@ func (m policyModel) toPolicy() policy.Policy {
 	if known(m.Unmanaged) {
 		p.Unmanaged = policy.Unmanaged(m.Unmanaged.ValueString())
 	}
+	if !m.SMBudgetPercent.IsNull() && !m.SMBudgetPercent.IsUnknown() {
+		p.SMBudgetPercent = m.SMBudgetPercent.ValueFloat64()
+	}
 	return p
 }
 
@@ -107,6 +113,7 @@ func (m *policyModel) setFromPolicy(p policy.Policy, namespace string, modifyInd
 	m.Mode = types.StringValue(string(p.Mode))
 	m.WatchdogInterval = keepSpelling(m.WatchdogInterval, p.WatchdogInterval, parseDuration, p.WatchdogInterval.String())
 	m.Unmanaged = types.StringValue(string(p.Unmanaged))
+	m.SMBudgetPercent = types.Float64Value(p.SMBudgetPercent)
 	m.ModifyIndex = types.Int64Value(int64(modifyIndex))
 	m.Sizing = sizingOf(p, namespace).object()
 }
@@ -181,14 +188,14 @@ func knownSize(v types.String) (size.Bytes, bool) {
 }
 
 // clampInt keeps an out-of-range int64 out of range after conversion to int, so validation
-// still rejects it instead of wrapping around to something valid.
+// still rejects it instead of wrapping around to something valid. Only values int cannot hold
+// are clamped, so a validation error names the value as written wherever int is 64 bits.
 func clampInt(v int64) int {
-	const maxInt32, minInt32 = 1<<31 - 1, -1 << 31
 	switch {
-	case v > maxInt32:
-		return maxInt32
-	case v < minInt32:
-		return minInt32
+	case v > math.MaxInt:
+		return math.MaxInt
+	case v < math.MinInt:
+		return math.MinInt
 	}
 	return int(v)
 }

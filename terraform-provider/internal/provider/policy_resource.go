@@ -14,6 +14,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
+
+	"github.com/gpufrac/gpufrac/policy"
 )
 
 var (
@@ -98,6 +100,15 @@ func (r *policyResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 				Optional: true, Computed: true,
 				MarkdownDescription: "What happens to GPU processes that hold no reservation: `\"report\"` (measured, subtracted from the budget, reported) or `\"stop\"` (also stopped). Default `\"" + d.Unmanaged + "\"`.",
 				Default:             stringdefault.StaticString(d.Unmanaged),
+			},
+			// Every item of the policy's encoding is an attribute: one the provider did not
+			// model would be invisible as drift and erased by the next update.
+			"sm_budget_percent": schema.Float64Attribute{
+				Optional: true, Computed: true,
+				MarkdownDescription: fmt.Sprintf("The compute budget of `gpufrac run`: the most SM demand (templates' `sm_active_percent`, summed) "+
+					"the jobs on one GPU may have at once, in percent of one GPU's SMs; `0` is off, else between 1 and %d. "+
+					"The device plugin reads it but does not apply it yet. Default `%g`.", policy.MaxSMBudgetPercent, d.SMBudgetPercent),
+				Default: float64default.StaticFloat64(d.SMBudgetPercent),
 			},
 			"modify_index": modifyIndexAttr(),
 			"sizing": schema.ObjectAttribute{

@@ -52,6 +52,7 @@ var (
 // Permission denied is always an error: it must never be mistaken for "the object is gone".
 func storeError(diags *diag.Diagnostics, op string, k kind, namespace, name string, err error) {
 	where := fmt.Sprintf("Nomad Variable %q in namespace %q", k.path(name), namespace)
+	var conflict *policy.ConflictError
 	switch {
 	case errors.Is(err, policy.ErrPermissionDenied):
 		diags.AddError("Permission denied",
@@ -65,6 +66,15 @@ func storeError(diags *diag.Diagnostics, op string, k kind, namespace, name stri
 		diags.AddError(k.resource+" already exists",
 			fmt.Sprintf("%s already exists, so it was not overwritten. Bring it under Terraform with "+
 				"`terraform import %s.<label> %s`, or choose another name. (%v)", where, k.resource, objectID(name, namespace), err))
+	case errors.As(err, &conflict) && !conflict.Exists():
+		// Nomad answers a checked write of a variable someone else holds a lock on with the
+		// same conflict as a missing variable, so both are said: "plan again" alone would loop
+		// for as long as the lock is held.
+		diags.AddError(k.resource+" changed outside Terraform or locked",
+			fmt.Sprintf("Could not %s %s: it was deleted outside Terraform since it was last read, or another holder has "+
+				"locked it (a Nomad variable lock: only the lock holder may write or delete it). Run `terraform plan` "+
+				"again: a deleted variable is planned for creation; if the plan still shows this change, apply once the "+
+				"lock is released. (%v)", op, where, err))
 	case errors.Is(err, policy.ErrConflict):
 		diags.AddError(k.resource+" changed outside Terraform",
 			fmt.Sprintf("Could not %s %s: it was changed or deleted outside Terraform since it was last read "+

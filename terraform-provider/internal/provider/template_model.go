@@ -12,20 +12,21 @@ import (
 
 // templateModel is gpufrac_template in state and in the gpufrac_template data source.
 type templateModel struct {
-	ID               types.String `tfsdk:"id"`
-	Name             types.String `tfsdk:"name"`
-	Namespace        types.String `tfsdk:"namespace"`
-	Policy           types.String `tfsdk:"policy"`
-	Peak             types.String `tfsdk:"peak"`
-	PeakBytes        types.Int64  `tfsdk:"peak_bytes"`
-	CapOverride      types.String `tfsdk:"cap_override"`
-	CapOverrideBytes types.Int64  `tfsdk:"cap_override_bytes"`
-	Description      types.String `tfsdk:"description"`
-	CapBytes         types.Int64  `tfsdk:"cap_bytes"`
-	Cap              types.String `tfsdk:"cap"`
-	Units            types.Int64  `tfsdk:"units"`
-	ModifyIndex      types.Int64  `tfsdk:"modify_index"`
-	PolicySizing     types.Object `tfsdk:"policy_sizing"`
+	ID               types.String  `tfsdk:"id"`
+	Name             types.String  `tfsdk:"name"`
+	Namespace        types.String  `tfsdk:"namespace"`
+	Policy           types.String  `tfsdk:"policy"`
+	Peak             types.String  `tfsdk:"peak"`
+	PeakBytes        types.Int64   `tfsdk:"peak_bytes"`
+	CapOverride      types.String  `tfsdk:"cap_override"`
+	CapOverrideBytes types.Int64   `tfsdk:"cap_override_bytes"`
+	Description      types.String  `tfsdk:"description"`
+	SMActivePercent  types.Float64 `tfsdk:"sm_active_percent"`
+	CapBytes         types.Int64   `tfsdk:"cap_bytes"`
+	Cap              types.String  `tfsdk:"cap"`
+	Units            types.Int64   `tfsdk:"units"`
+	ModifyIndex      types.Int64   `tfsdk:"modify_index"`
+	PolicySizing     types.Object  `tfsdk:"policy_sizing"`
 }
 
 // toTemplate converts known values to a policy.Template; unknown or unparsable values are left
@@ -46,6 +47,10 @@ func (m templateModel) toTemplate() policy.Template {
 	}
 	if known(m.Description) {
 		t.Description = m.Description.ValueString()
+	}
+	if !m.SMActivePercent.IsNull() && !m.SMActivePercent.IsUnknown() {
+		v := m.SMActivePercent.ValueFloat64()
+		t.SMActivePercent = &v
 	}
 	return t
 }
@@ -105,6 +110,11 @@ func (m *templateModel) setFromTemplate(t policy.Template, namespace string, mod
 	}
 	if t.Description != "" || !m.Description.IsNull() {
 		m.Description = types.StringValue(t.Description)
+	}
+	// Absent is "never measured", which is not 0.
+	m.SMActivePercent = types.Float64Null()
+	if t.SMActivePercent != nil {
+		m.SMActivePercent = types.Float64Value(*t.SMActivePercent)
 	}
 	m.ModifyIndex = types.Int64Value(int64(modifyIndex))
 }

@@ -80,9 +80,17 @@ func (r *templateResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 				Computed: true, MarkdownDescription: "`cap_override` in bytes, as stored in Nomad.",
 			},
 			"description": schema.StringAttribute{Optional: true, MarkdownDescription: "Free text for people (at most 4096 characters)."},
+			"sm_active_percent": schema.Float64Attribute{
+				Optional: true,
+				MarkdownDescription: "The share of its run (0-100) the job kept the GPU's SMs active alone, as `gpufrac probe` measures it: " +
+					"its demand for a policy's `sm_budget_percent`. Unset is unknown, which is not 0. `gpufrac probe` stores it " +
+					"(with `peak`) in the template's variable; a value stored there and not in the configuration shows as drift, " +
+					"so let the probe own both with `lifecycle { ignore_changes = [peak, sm_active_percent] }`.",
+			},
 			"cap_bytes": schema.Int64Attribute{
-				Computed:            true,
-				MarkdownDescription: "The memory cap a task of this template gets: `cap_override`, or `peak x (1 + cap_margin_percent/100) + cap_margin` of the policy.",
+				Computed: true,
+				MarkdownDescription: "The memory cap this template needs: `cap_override`, or `peak x (1 + cap_margin_percent/100) + cap_margin` of the policy. " +
+					"A task that requests `units` is given `units x unit_bytes` of the policy, the fewest whole units that hold this.",
 			},
 			"cap":          schema.StringAttribute{Computed: true, MarkdownDescription: "`cap_bytes` for people, rounded to two decimals (e.g. `\"24.5GiB\"`)."},
 			"units":        schema.Int64Attribute{Computed: true, MarkdownDescription: "Memory units a Nomad job of this template must request: `ceil(cap_bytes / unit_bytes)` of the policy."},
