@@ -13,6 +13,10 @@ chunks and reports what it was granted and how it ended, as one JSON line (also 
   neighbour holds --hold-mb of a known pattern and, every 0.25 s, allocates and frees --probe-mb
             inside its guarantee and checks the pattern; writes one line to --events per failure,
             until --stop-file appears
+  steps     PyTorch, three training-like steps: each allocates 3/4 of what mem_get_info says the
+            GPU holds and frees it, keeping the allocator's memory between steps (no empty_cache:
+            a stream-ordered pool keeps it for the next step, which must reuse it, not be charged
+            for it twice); "finished" when every step got its memory
   cost      --n cudaMalloc/cudaFree pairs and --n cudaMallocAsync/cudaFreeAsync pairs of 64 KiB
             through ctypes: microseconds a pair
 --dry-run checks the arguments and prints the plan without importing a framework (no GPU needed).
@@ -22,7 +26,7 @@ went on running: it allocated again after freeing), "failed" (anything else).
 import argparse, ctypes, json, os, subprocess, sys, time
 
 MiB = 2**20
-MODES = ("torch", "raw", "jax", "cupy", "dropchild", "twoproc", "neighbour", "cost")
+MODES = ("torch", "steps", "raw", "jax", "cupy", "dropchild", "twoproc", "neighbour", "cost")
 
 
 def emit(a, **kw):
@@ -86,6 +90,33 @@ def torch_mode(a):
                              lambda: (torch.cuda.empty_cache(), torch.ones(MiB, device="cuda").sum().item()))
     emit(a, info_free=free, info_total=total, total_memory=tm, granted_mb=got, error=err, outcome=outcome,
          alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+
+
+def steps_mode(a):
+    import torch
+    torch.cuda.init()
+    free, total = torch.cuda.mem_get_info()
+    step = total * 3 // 4 // MiB * MiB
+    done, err = 0, ""
+    for _ in range(3):
+        try:
+            t = torch.empty(step, dtype=torch.uint8, device="cuda")
+            t.fill_(1)
+            torch.cuda.synchronize()
+            del t
+            done += 1
+        except Exception as e:
+            err = (type(e).__name__ + ": " + str(e).splitlines()[0])[:200]
+            break
+    emit(a, info_free=free, info_total=total, total_memory=torch.cuda.get_device_properties(0).total_memory,
+         granted_mb=step // MiB if done else 0, steps=done, error=err,
+         outcome="finished" if done == 3 else ("oom-inside" if is_oom_text(err) else "failed"),
+         alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+
+
+def is_oom_text(s):
+    s = s.lower()
+    return "out of memory" in s or "outofmemory" in s
 
 
 def raw_mode(a):
@@ -237,7 +268,7 @@ def main():
     if a.dry_run:
         emit(a, outcome="dry-run", target_mb=a.target_mb, chunk_mb=a.chunk_mb)
         return
-    {"torch": torch_mode, "raw": raw_mode, "jax": jax_mode, "cupy": cupy_mode,
+    {"torch": torch_mode, "steps": steps_mode, "raw": raw_mode, "jax": jax_mode, "cupy": cupy_mode,
      "dropchild": lambda a: child_mode(a, True), "twoproc": lambda a: child_mode(a, False),
      "neighbour": neighbour_mode, "cost": cost_mode}[a.mode](a)
 
