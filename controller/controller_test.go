@@ -335,6 +335,64 @@ func TestTwoGPUFracDevicesRaisesTheOneThatBroke(t *testing.T) {
 	}
 }
 
+// A group of two allocations that both break their caps: the first raises the count and is
+// stopped; the second finds the job already asking for more, and is stopped too, or Nomad would
+// restart its task in place under the units it broke until the update reached it.
+func TestSecondAllocationOfTheGroupIsStoppedToo(t *testing.T) {
+	r := newRig(t)
+	job := r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	const sibling = "22222222-2222-4222-8222-222222222222"
+	r.putAlloc(sibling, job, api.AllocClientStatusRunning, []*api.AllocatedDeviceResource{{DeviceIDs: []string{
+		ledger.InstanceID(gpuB, 0), ledger.InstanceID(gpuB, 1), ledger.InstanceID(gpuB, 2)}}})
+	c := r.controller(nil)
+	r.violate(alloc1, gpuA, t0)
+	if err := r.pass(c); err != nil {
+		t.Fatal(err)
+	}
+	path := r.violate(sibling, gpuB, t0.Add(time.Second))
+	if err := r.pass(c); err != nil {
+		t.Fatal(err)
+	}
+	if n := r.vs.Registrations(); n != 1 {
+		t.Errorf("%d registrations, want 1", n)
+	}
+	if h := r.handled(path); !strings.Contains(h, "already asks for") {
+		t.Errorf("sibling's violation marked %q", h)
+	}
+	if a, _ := r.vs.Alloc(sibling); a.DesiredStatus != api.AllocDesiredStatusStop || r.vs.Stops() != 2 {
+		t.Errorf("sibling allocation desired status %q after %d stops: want it stopped", a.DesiredStatus, r.vs.Stops())
+	}
+}
+
+// Every node's plugin token may write violations: a record whose figures no plugin writes is
+// skipped with the reason, never a crash (a controller that panics on it would crash again on
+// every restart) and never a smaller count.
+func TestDamagedFiguresAreSkipped(t *testing.T) {
+	for _, tc := range []struct{ name, unit, want string }{
+		{"no unit", "", "unit size"},
+		{"unit of 0", "0", "unit size"},
+		{"unit that overflows", "4611686018427387904", "give 1 units for a task that had 3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+			path := r.violate(alloc1, gpuA, t0)
+			v, _ := r.vs.Get("default", path)
+			delete(v.Items, violations.KeyUnitBytes)
+			if tc.unit != "" {
+				v.Items[violations.KeyUnitBytes] = tc.unit
+			}
+			r.vs.Put("default", path, v.Items)
+			if err := r.pass(r.controller(nil)); err != nil {
+				t.Fatal(err)
+			}
+			if h := r.handled(path); r.vs.Registrations() != 0 || !strings.HasPrefix(h, "skipped") || !strings.Contains(h, tc.want) {
+				t.Errorf("violation marked %q after %d registrations, want skipped: ...%s and none", h, r.vs.Registrations(), tc.want)
+			}
+		})
+	}
+}
+
 func TestDryRunWritesNothing(t *testing.T) {
 	r := newRig(t)
 	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})

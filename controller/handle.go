@@ -119,8 +119,20 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 	if whole == 0 {
 		return skip("the violation does not say how many units the GPU has")
 	}
+	if rec.UnitBytes == 0 {
+		// Any node's plugin token may write here: a record without a unit must not stop the
+		// controller (the ladder's count is a cap divided by it).
+		return skip("the violation does not say the GPU's unit size (item " + violations.KeyUnitBytes + ")")
+	}
 	if cur > had {
-		return skip(fmt.Sprintf("the job already asks for %d units (the allocation had %d)", cur, had))
+		out, err := skip(fmt.Sprintf("the job already asks for %d units (the allocation had %d)", cur, had))
+		if !c.cfg.DryRun {
+			// Another allocation of the group broke its cap first and raised the count: this one
+			// would be restarted in place under the units it broke until the update reaches it.
+			ev.ToUnits = cur
+			c.stopInPlace(ctx, alloc, *ev, wq)
+		}
+		return out, err
 	}
 	step := c.step(ctx, job, alloc.TaskGroup, rec, had)
 	if step.Kind == policy.StepExhausted {
@@ -132,6 +144,12 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 	to := whole
 	if step.Kind == policy.StepRaise {
 		to = uint64(step.CapBytes / rec.UnitBytes)
+	}
+	if to <= had || to > whole {
+		// Only figures no plugin writes get here (sizes that overflow): never re-register a
+		// job with less room than it broke, or more units than its GPU has.
+		return skip(fmt.Sprintf("the violation's figures (unit %s, %d units on the GPU, cap %s) give %d units for a task that had %d",
+			rec.UnitBytes, whole, rec.CapBytes, to, had))
 	}
 	c.raiseTemplate(ctx, rec, *ev)
 	ev.ToUnits = to

@@ -17,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/ledger"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/violations"
 	"github.com/gpufrac/gpufrac/size"
@@ -99,6 +100,86 @@ func TestEscalationLoopEndToEnd(t *testing.T) {
 	_, res2 := place(t, c, int(raised))
 	if got, want := res2.GetEnvs()[enforcer.EnvCapBytes], strconv.FormatUint(raised*uint64(size.GiB), 10); got != want {
 		t.Errorf("cap of the re-run %s, want %s", got, want)
+	}
+}
+
+// TestEscalationToAWholeGPUEndToEnd is the ladder's top through the real plugin: a job allowed
+// two attempts breaks its 3 units, the controller re-registers it with the whole GPU (its last
+// attempt gets the most room), the next Reserve of that count is granted with the whole budget
+// as its cap, and when the re-run breaks a whole GPU too the controller reports it and
+// registers nothing more.
+func TestEscalationToAWholeGPUEndToEnd(t *testing.T) {
+	vs := nomadAPI(t)
+	dir := t.TempDir()
+	c, ids, res := reservePublishing(t, vs, dir, "")
+	count := uint64(3)
+	job := vs.PutJob(&api.Job{ID: strPtr("train"), Name: strPtr("train"), Type: strPtr("batch"),
+		Meta: map[string]string{controller.MetaMaxAttempts: "2"}, TaskGroups: []*api.TaskGroup{{
+			Name: strPtr("g"), Tasks: []*api.Task{{Name: "main", Driver: "exec",
+				Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpumem", Count: &count}}}}},
+		}}})
+	putAlloc := func(id string, job *api.Job, ids []string) {
+		vs.PutAlloc(&api.Allocation{ID: id, Namespace: "default", JobID: "train", TaskGroup: "g", Job: job, ClientStatus: api.AllocClientStatusRunning,
+			AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"main": {
+				Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids}}}}}})
+	}
+	// leak runs the task of allocation allocID and takes it past its cap to used.
+	leak := func(allocID string, res *devicepb.ContainerReservation, used size.Bytes) {
+		t.Helper()
+		task := testutil.StartTask(t, res.GetEnvs(), nomadEnv(allocID)...)
+		testutil.Eventually(t, 20*time.Second, "the reservation to learn its allocation", func() bool {
+			snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
+			if err != nil {
+				return false
+			}
+			for _, r := range snap.Reservations {
+				if r.Token == res.GetEnvs()[enforcer.EnvReservation] {
+					return r.Task.AllocID == allocID
+				}
+			}
+			return false
+		})
+		if err := simAt(t, dir).SetUsage(res.GetEnvs()[enforcer.EnvGPUUUID], task.PID(), used); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-task.Exited():
+		case <-time.After(30 * time.Second):
+			t.Fatal("the enforcer did not stop the task that broke its cap")
+		}
+	}
+	const first, second = "5e1c0a9b-4d2e-4f3a-9b8c-7d6e5f4a3b2c", "6f2d1b0c-5e3f-4a4b-8c9d-8e7f6a5b4c3d"
+	putAlloc(first, job, ids)
+	leak(first, res, 5*size.GiB)
+	runController(t, vs)
+
+	units := uint64(attr(c.Latest().GetDeviceGroup()[0], "units"))
+	var j *api.Job
+	testutil.Eventually(t, 30*time.Second, "the job re-registered", func() bool {
+		var ok bool
+		j, ok = vs.Job("default", "train")
+		return ok && *j.Version > 0
+	})
+	if got := *j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count; got != units {
+		t.Fatalf("re-registered with %d units, want the whole GPU's %d (the last of 2 attempts)", got, units)
+	}
+	c.Unschedule(ids)
+	ids2, res2 := place(t, c, int(units))
+	if got, want := res2.GetEnvs()[enforcer.EnvCapBytes], strconv.FormatUint(units*uint64(size.GiB), 10); got != want {
+		t.Fatalf("cap of the whole-GPU re-run %s, want %s", got, want)
+	}
+	putAlloc(second, j, ids2)
+	leak(second, res2, size.Bytes(units+1)*size.GiB)
+	testutil.Eventually(t, 30*time.Second, "the whole-GPU violation reported exhausted", func() bool {
+		for _, v := range vs.List() {
+			if v.Items[violations.KeyAlloc] == second && strings.HasPrefix(v.Items[violations.KeyHandled], "exhausted") {
+				return true
+			}
+		}
+		return false
+	})
+	if j, _ := vs.Job("default", "train"); *j.Version != 1 {
+		t.Errorf("job version %d after the whole GPU broke, want still 1", *j.Version)
 	}
 }
 

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -188,7 +191,7 @@ func TestSplitWithNomadDeviceNvidia(t *testing.T) {
 		t.Fatalf("whole GPU through gpufrac: %v", err)
 	}
 	// The nvidia plugin's GPUs cannot be reserved through gpufrac, even by a hand-made call.
-	if _, err := c.ReserveRaw([]string{uuid2 + "-0"}); err == nil || !strings.Contains(err.Error(), "no known GPU") {
-		t.Errorf("Reserve on an ignored GPU: %v, want an unknown-GPU refusal", err)
+	if _, err := c.ReserveRaw([]string{uuid2 + "-0"}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "is listed in ignored_gpu_ids") {
+		t.Errorf("Reserve on an ignored GPU: %v, want an InvalidArgument refusal naming ignored_gpu_ids", err)
 	}
 }

@@ -21,6 +21,8 @@ var (
 	ErrInUse = errors.New("instance held by a running task")
 	// ErrBorrowed: tasks borrowing past their guarantees hold the memory the units stand for.
 	ErrBorrowed = node.ErrBorrowed
+	// ErrIgnored: an instance ID of the request is on a GPU that ignored_gpu_ids names.
+	ErrIgnored = errors.New("ignored GPU")
 )
 
 // grpcCode says what happened in the code Nomad's client logs and shows in the task event:
@@ -33,6 +35,8 @@ func grpcCode(err error) codes.Code {
 		return codes.OK
 	case errors.Is(err, ErrDisabled), errors.Is(err, ErrUnavailable):
 		return codes.Unavailable
+	case errors.Is(err, ErrIgnored):
+		return codes.InvalidArgument // never, while the configuration stands
 	case errors.Is(err, ErrInUse), errors.Is(err, ErrBorrowed):
 		return codes.ResourceExhausted
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):

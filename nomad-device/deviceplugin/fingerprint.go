@@ -102,7 +102,7 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 		vanished = append(vanished, d)
 	}
 	rt.mu.Unlock()
-	info := groupInfo{unavailable: rt.unavailable(), policy: policyName, gpuDown: rt.gpuDown()}
+	info := groupInfo{unavailable: rt.unavailable(), policy: policyName, gpuDown: rt.gpuDown(), ignored: rt.ignoredUUIDs()}
 	if b != nil {
 		info.backend, info.driver = b.Kind(), b.DriverVersion()
 	}
@@ -155,6 +155,8 @@ type groupInfo struct {
 	// gpuDown marks the units of one mps-mode GPU not held by a task unhealthy, with its reason.
 	// (The units borrowers hold come withheld from the ledger: ledger.SetBorrowed.)
 	gpuDown map[string]string
+	// ignored marks the GPUs that ignored_gpu_ids names: every unit unhealthy, saying so.
+	ignored map[string]bool
 }
 
 // buildFingerprint is one group per GPU, one instance per unit, in the ledger's order.
@@ -196,10 +198,18 @@ func buildFingerprint(states []ledger.GPUState, info groupInfo) *devicepb.Finger
 		devs := make([]*devicepb.DetectedDevice, len(g.Instances))
 		for j, in := range g.Instances {
 			d := &devicepb.DetectedDevice{ID: in.ID, Healthy: in.Healthy, HealthDescription: in.HealthDescription, HwLocality: loc}
-			if down != "" && in.Token == "" {
+			switch {
+			case info.ignored[g.UUID]:
+				// The ledger keeps an ignored GPU only for the tasks still on it, as a GPU it no
+				// longer sees: that reason would send the operator to nvidia-smi.
+				d.Healthy, d.HealthDescription = false, descIgnored
+			case down != "" && in.Token == "":
 				d.Healthy, d.HealthDescription = false, down
 			}
 			devs[j] = d
+		}
+		if info.ignored[g.UUID] {
+			attrs["status"] = str(descIgnored)
 		}
 		if len(devs) == 0 {
 			// An instance list is the only place Nomad shows a health description, so a GPU

@@ -33,6 +33,9 @@ func (s *Server) Reserve(ctx context.Context, ids []string) (*devicepb.Container
 	if why := rt.vanishedIn(ids); why != "" {
 		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w: %s", strings.Join(ids, ","), ErrUnavailable, why)
 	}
+	if why := rt.ignoredIn(ids); why != "" {
+		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w: %s", strings.Join(ids, ","), ErrIgnored, why)
+	}
 	b, l, enf := rt.parts()
 	if err := rt.checkHolders(l, enf, ids); err != nil {
 		return nil, fmt.Errorf("gpufrac: cannot reserve %s: %w", strings.Join(ids, ","), err)

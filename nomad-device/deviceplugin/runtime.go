@@ -56,6 +56,10 @@ type runtime struct {
 	// it holds no reservation, and the plugin must still say why its units went and refuse
 	// a Reserve that Nomad placed there from an older fingerprint.
 	vanished map[string]gpu.Device
+	// ignoredNow holds the GPUs of the last listing that ignored_gpu_ids names, by UUID: the
+	// ledger keeps one that tasks still held units on when it was ignored (and calls it no
+	// longer detected), and Reserve must say why it refuses its IDs.
+	ignoredNow map[string]gpu.Device
 	// enforcerErr is why the enforcer could not start (no task is admitted without it).
 	enforcerErr error
 	// cfgErr is set when the first GPU listing shows that ignored_gpu_ids or gpu_modes name a
@@ -241,9 +245,12 @@ func (rt *runtime) relist() {
 		}
 	}
 	byUUID := make(map[string]gpu.Device, len(devs))
+	ignored := map[string]gpu.Device{}
 	for _, d := range devs {
 		if !rt.ignored(d) {
 			byUUID[d.UUID] = d
+		} else {
+			ignored[d.UUID] = d
 		}
 	}
 	if len(byUUID) == 0 {
@@ -263,7 +270,7 @@ func (rt *runtime) relist() {
 			rt.log.Info("GPU detected again", "gpu", u)
 		}
 	}
-	rt.devices = byUUID
+	rt.devices, rt.ignoredNow = byUUID, ignored
 	rt.mu.Unlock()
 	if l == nil {
 		// The GPUs still show (without units) so operators see why in the group's status.
@@ -392,6 +399,37 @@ func (rt *runtime) vanishedIn(ids []string) string {
 		}
 	}
 	return ""
+}
+
+// descIgnored is what the fingerprint says about every unit of a GPU in ignored_gpu_ids that
+// the ledger still lists, because tasks held units on it when it was ignored.
+const descIgnored = "listed in ignored_gpu_ids: gpufrac admits nothing here; units held by running tasks stay listed until they end"
+
+// ignoredIn says why ids name a GPU of the last listing that ignored_gpu_ids names, or "".
+func (rt *runtime) ignoredIn(ids []string) string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	for _, id := range ids {
+		u, _, err := ledger.ParseInstanceID(id)
+		if err != nil {
+			continue // admission names the malformed ID
+		}
+		if d, ok := rt.ignoredNow[u]; ok {
+			return fmt.Sprintf("GPU %s (index %d, %s) is listed in ignored_gpu_ids: gpufrac admits nothing on it", u, d.Index, d.Model)
+		}
+	}
+	return ""
+}
+
+// ignoredUUIDs is the set of GPUs of the last listing that ignored_gpu_ids names.
+func (rt *runtime) ignoredUUIDs() map[string]bool {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	out := make(map[string]bool, len(rt.ignoredNow))
+	for u := range rt.ignoredNow {
+		out[u] = true
+	}
+	return out
 }
 
 // gpuDown is a copy of the per-GPU reasons units of a GPU cannot be placed now.
