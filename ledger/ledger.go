@@ -74,6 +74,8 @@ type Ledger struct {
 	changed *hub.Hub[struct{}]
 	// repairs are what Open found damaged and repaired (Repairs).
 	repairs []string
+	// failing is the error of the last commit that failed, until one succeeds (commitFailed).
+	failing string
 	// holdRule is the borrower hold's rule; holdTimer takes the look that ends a hold by time,
 	// due at holdWake (zero: not armed). hold.go.
 	holdRule  policy.HoldRule
@@ -217,9 +219,10 @@ func (l *Ledger) commit(prev *state, notify bool) error {
 	l.cache = nil
 	l.st.gen++
 	if err := l.persist(prev, StateFile, func() ([]byte, error) { return l.st.encode(l.opts.Now()) }); err != nil {
-		l.log.Error("commit failed; change rolled back", "error", err)
+		l.commitFailed("commit failed; change rolled back", err)
 		return err
 	}
+	l.commitSucceeded()
 	if notify {
 		l.changed.Publish(struct{}{})
 	}
@@ -229,10 +232,32 @@ func (l *Ledger) commit(prev *state, notify bool) error {
 // commitViolations writes the violations file; on failure the previous state comes back.
 func (l *Ledger) commitViolations(prev *state) error {
 	if err := l.persist(prev, ViolationsFile, l.st.encodeViolations); err != nil {
-		l.log.Error("commit of violations failed; change rolled back", "error", err)
+		l.commitFailed("commit of violations failed; change rolled back", err)
 		return err
 	}
+	l.commitSucceeded()
 	return nil
+}
+
+// commitFailed logs a failed commit as an error once, and again only for another cause or after
+// a commit succeeded: a full disk fails every commit its callers retry (the runner each round,
+// several a round, the watchdog each scan), and a line for each buried the terminal in the same
+// line five times every 200 ms. Each caller still gets its error.
+func (l *Ledger) commitFailed(msg string, err error) {
+	if err.Error() == l.failing {
+		l.log.Debug(msg, "error", err)
+		return
+	}
+	l.failing = err.Error()
+	l.log.Error(msg+" (said once until the cause changes or a commit succeeds)", "error", err)
+}
+
+// commitSucceeded says that commits succeed again after one failed.
+func (l *Ledger) commitSucceeded() {
+	if l.failing != "" {
+		l.log.Info("commits succeed again", "after", l.failing)
+		l.failing = ""
+	}
 }
 
 // persist writes what encode makes to file, unless the ledger keeps nothing on disk; on

@@ -75,13 +75,18 @@ func salvageViolations(b []byte) []Violation {
 // Open finds a sound file and the damaged one stays for a person to read.
 func (l *Ledger) repairViolations(damage string) error {
 	vpath := filepath.Join(l.dir, ViolationsFile)
-	if err := os.Rename(vpath, vpath+DamagedSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+	// A missing file leaves nothing to keep: saying it was kept would send a person looking
+	// for a file that is not there.
+	kept := "; the damaged file is kept as " + vpath + DamagedSuffix
+	if err := os.Rename(vpath, vpath+DamagedSuffix); errors.Is(err, os.ErrNotExist) {
+		kept = ""
+	} else if err != nil {
 		return fmt.Errorf("ledger: move the damaged %s aside: %w", vpath, err)
 	}
 	if err := l.commitViolations(nil); err != nil {
 		return err
 	}
-	l.repairs = append(l.repairs, damage+"; the damaged file is kept as "+vpath+DamagedSuffix)
+	l.repairs = append(l.repairs, damage+kept)
 	l.log.Warn("damaged violations file repaired", "detail", damage)
 	return nil
 }

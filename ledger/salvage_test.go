@@ -74,8 +74,13 @@ func TestDamagedViolationsKeepTheLedger(t *testing.T) {
 				t.Fatalf("Open: %v", err)
 			}
 			defer l.Close()
-			if rep := l.Repairs(); len(rep) != 1 || !strings.Contains(rep[0], tc.wantLost) || !strings.Contains(rep[0], vpath+DamagedSuffix) {
-				t.Fatalf("repairs %q: want what was lost and where the damaged file went", rep)
+			// A missing file leaves nothing aside, and the repair must not send anyone looking for it.
+			aside := tc.name != "missing"
+			if rep := l.Repairs(); len(rep) != 1 || !strings.Contains(rep[0], tc.wantLost) || strings.Contains(rep[0], vpath+DamagedSuffix) != aside {
+				t.Fatalf("repairs %q: want what was lost and where the damaged file went (kept aside: %v)", rep, aside)
+			}
+			if _, err := os.Stat(vpath + DamagedSuffix); os.IsNotExist(err) == aside {
+				t.Errorf("%s: kept aside %v, want %v", vpath+DamagedSuffix, err == nil, aside)
 			}
 			if _, ok := l.Reservation(res.Token); !ok || len(l.Violations()) != tc.kept {
 				t.Fatalf("after Open: reservation kept %v, %d violations; want it kept and %d", ok, len(l.Violations()), tc.kept)

@@ -309,6 +309,11 @@ func ReadSnapshot(dir string) (Snapshot, error) {
 	s, written, err := readState(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
+			// As for Open: recorded violations without a state file mean the state file was
+			// removed, which a reader must not show as a fresh, empty ledger either.
+			if verr := orphanViolations(dir); verr != nil {
+				return Snapshot{}, verr
+			}
 			return Snapshot{}, fmt.Errorf("ledger: no ledger in %s yet (nothing has been recorded): %w", dir, err)
 		}
 		return Snapshot{}, err

@@ -16,18 +16,32 @@ import (
 
 // OpenLedger opens the ledger in dir and releases the reservations whose holder is gone (a
 // `gpufrac run` or `gpufrac probe` killed outright took its jobs with it but left its
-// reservations: they go now, not after the grace). It returns those it released; failing to
-// release them is logged, not fatal: the grace ends them later.
+// reservations: they go now, not after the grace), and stops what those jobs left running
+// (StopLeftBehind). It returns those it released; failing to release them is logged, not fatal:
+// the grace ends them later.
 func OpenLedger(dir string, opts ledger.Options) (*ledger.Ledger, []ledger.Reservation, error) {
+	led, gone, _, err := openLedger(dir, opts)
+	return led, gone, err
+}
+
+// openLedger is OpenLedger, with the PIDs of the left-behind processes it stopped, by token.
+func openLedger(dir string, opts ledger.Options) (*ledger.Ledger, []ledger.Reservation, map[string][]int, error) {
 	led, err := ledger.Open(dir, opts)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	gone, err := led.ReleaseOrphans(HolderAlive)
 	if err != nil && opts.Logger != nil {
 		opts.Logger.Named("node").Warn("cannot release the reservations of a gpufrac process that is gone", "error", err)
 	}
-	return led, gone, nil
+	stopped := StopLeftBehind(gone)
+	if opts.Logger != nil {
+		for tok, pids := range stopped {
+			opts.Logger.Named("node").Warn("stopped the processes a job of a gpufrac process that is gone left running",
+				"token", ledger.RedactToken(tok), "pids", pids)
+		}
+	}
+	return led, gone, stopped, nil
 }
 
 // SyncGPUs records the GPUs the backend lists, minus those skip names, in the ledger.
@@ -91,6 +105,9 @@ type Opened struct {
 	Devices []gpu.Device
 	// Released are the reservations of holders found gone.
 	Released []ledger.Reservation
+	// LeftBehind are the PIDs, by reservation token, of the processes Released jobs left
+	// running, which Open stopped (StopLeftBehind).
+	LeftBehind map[string][]int
 }
 
 // Open opens the ledger, releases orphans, sets the policy, records the GPUs and builds the
@@ -101,7 +118,7 @@ func Open(ctx context.Context, o Options) (*Opened, error) {
 	if o.Hold && !lopts.NoPersist {
 		lopts.Holder = SelfHolder()
 	}
-	led, gone, err := OpenLedger(o.StateDir, lopts)
+	led, gone, stopped, err := openLedger(o.StateDir, lopts)
 	if err != nil {
 		return nil, fmt.Errorf("ledger in %q: %w", o.StateDir, err)
 	}
@@ -138,7 +155,7 @@ func Open(ctx context.Context, o Options) (*Opened, error) {
 	}
 	n := New(led, e, cfg)
 	n.own, n.closeLedger = enf, true
-	return &Opened{Node: n, Devices: devs, Released: gone}, nil
+	return &Opened{Node: n, Devices: devs, Released: gone, LeftBehind: stopped}, nil
 }
 
 // Prepare readies each GPU's daemon for its mode before tasks start (Admit does it again per

@@ -2,9 +2,13 @@ package record
 
 import (
 	"encoding/csv"
+	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,5 +79,52 @@ func TestLadderAndBorrowColumns(t *testing.T) {
 		if i := col(name); i < 0 || r[i] != want {
 			t.Errorf("attempts.csv column %s = %v, want %q (header %v)", name, i, want, rows[0])
 		}
+	}
+}
+
+// A results directory that cannot take a run's outputs (a full disk: the temp file each output
+// is written through links to /dev/full) keeps what it held, the earlier run's files whole and
+// no partial file beside them, and the error says which file and why. Written in place, the
+// earlier file was cut short instead: a results.json that no longer reads.
+func TestWriteOnAFullDiskKeepsTheEarlierOutputs(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full to stand in for a full disk")
+	}
+	earlier := &Result{Attempts: []Attempt{{Job: "a", Number: 1, Outcome: OutcomeOK}}, Jobs: []JobResult{{Name: "a", Outcome: OutcomeOK}}}
+	later := &Result{Attempts: []Attempt{{Job: "b", Number: 1, Outcome: OutcomeOK}}, Jobs: []JobResult{{Name: "b", Outcome: OutcomeOK}}}
+	for _, full := range []string{ResultsFile, AttemptsFile} {
+		t.Run(full, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := Write(earlier, dir); err != nil {
+				t.Fatal(err)
+			}
+			read := func() map[string]string {
+				got := map[string]string{}
+				for _, name := range []string{ResultsFile, AttemptsFile} {
+					b, err := os.ReadFile(filepath.Join(dir, name))
+					if err != nil {
+						t.Fatal(err)
+					}
+					got[name] = string(b)
+				}
+				return got
+			}
+			before := read()
+			if err := os.Symlink("/dev/full", filepath.Join(dir, full+".tmp")); err != nil {
+				t.Fatal(err)
+			}
+			err := Write(later, dir)
+			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), filepath.Join(dir, full)) {
+				t.Fatalf("Write on a full disk: %v; want ENOSPC naming %s", err, full)
+			}
+			if after := read(); !maps.Equal(after, before) {
+				t.Errorf("the earlier outputs changed:\nbefore %q\nafter  %q", before, after)
+			}
+			for _, name := range []string{ResultsFile, AttemptsFile} {
+				if _, err := os.Lstat(filepath.Join(dir, name+".tmp")); !os.IsNotExist(err) {
+					t.Errorf("the temp file of %s is left behind (%v)", name, err)
+				}
+			}
+		})
 	}
 }

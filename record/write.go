@@ -4,9 +4,11 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -27,44 +29,81 @@ var CSVHeader = []string{"job", "template", "attempt", "gpu_index", "gpu", "cap_
 	"containment_s", "borrow_wait_s", "detail", "next", "guarantee_wait_s"}
 
 // Write writes res as ResultsFile (all of it) and AttemptsFile (one row per attempt) into dir.
+// Both are written whole before either replaces what was there (writeTemp): a full disk, or a
+// run killed while it writes, leaves the files that were there before (an earlier run's in the
+// same directory) or none, never a truncated one that reads as a damaged result, nor one run's
+// results beside another's attempts.
 func Write(res *Result, dir string) error {
 	data, err := json.MarshalIndent(res, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, ResultsFile), append(data, '\n'), 0o644); err != nil {
+	results, err := writeTemp(filepath.Join(dir, ResultsFile), func(w io.Writer) error {
+		_, err := w.Write(append(data, '\n'))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("writing results: %w", err)
 	}
-	f, err := os.Create(filepath.Join(dir, AttemptsFile))
-	if err != nil {
-		return fmt.Errorf("writing attempts: %w", err)
-	}
-	w := csv.NewWriter(f)
-	_ = w.Write(CSVHeader)
-	for _, a := range res.Attempts {
-		action, contain := "", ""
-		if v := a.Violation; v != nil {
-			action = v.Action
-			if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
-				contain = strconv.FormatFloat(v.ContainedAt.Sub(v.CrossedAt).Seconds(), 'f', 3, 64)
+	attempts, err := writeTemp(filepath.Join(dir, AttemptsFile), func(f io.Writer) error {
+		w := csv.NewWriter(f)
+		_ = w.Write(CSVHeader)
+		for _, a := range res.Attempts {
+			action, contain := "", ""
+			if v := a.Violation; v != nil {
+				action = v.Action
+				if !v.ContainedAt.IsZero() && !v.CrossedAt.IsZero() {
+					contain = strconv.FormatFloat(v.ContainedAt.Sub(v.CrossedAt).Seconds(), 'f', 3, 64)
+				}
 			}
+			_ = w.Write([]string{a.Job, a.Template, strconv.Itoa(a.Number), strconv.Itoa(a.GPUIndex), a.GPU,
+				strconv.FormatUint(uint64(a.CapBytes), 10), strconv.FormatUint(uint64(a.LimitBytes), 10),
+				strconv.FormatUint(uint64(a.BorrowedBytes), 10), strconv.FormatBool(a.Capped), strconv.FormatBool(a.WholeGPU),
+				strconv.FormatBool(a.Probe), a.Start.UTC().Format(time.RFC3339Nano), a.End.UTC().Format(time.RFC3339Nano),
+				strconv.FormatFloat(a.Duration().Seconds(), 'f', 3, 64), strconv.Itoa(a.ExitCode), string(a.Outcome),
+				strconv.FormatUint(uint64(a.PeakBytes), 10), action, contain,
+				strconv.FormatFloat(a.BorrowWait.Seconds(), 'f', 3, 64), a.Detail, a.Next,
+				strconv.FormatFloat(a.GuaranteeWait.Seconds(), 'f', 3, 64)})
 		}
-		_ = w.Write([]string{a.Job, a.Template, strconv.Itoa(a.Number), strconv.Itoa(a.GPUIndex), a.GPU,
-			strconv.FormatUint(uint64(a.CapBytes), 10), strconv.FormatUint(uint64(a.LimitBytes), 10),
-			strconv.FormatUint(uint64(a.BorrowedBytes), 10), strconv.FormatBool(a.Capped), strconv.FormatBool(a.WholeGPU),
-			strconv.FormatBool(a.Probe), a.Start.UTC().Format(time.RFC3339Nano), a.End.UTC().Format(time.RFC3339Nano),
-			strconv.FormatFloat(a.Duration().Seconds(), 'f', 3, 64), strconv.Itoa(a.ExitCode), string(a.Outcome),
-			strconv.FormatUint(uint64(a.PeakBytes), 10), action, contain,
-			strconv.FormatFloat(a.BorrowWait.Seconds(), 'f', 3, 64), a.Detail, a.Next,
-			strconv.FormatFloat(a.GuaranteeWait.Seconds(), 'f', 3, 64)})
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
+		w.Flush()
+		return w.Error()
+	})
+	if err != nil {
+		_ = os.Remove(results)
 		return fmt.Errorf("writing attempts: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing attempts: %w", err)
+	for _, tmp := range []string{attempts, results} {
+		if err := os.Rename(tmp, strings.TrimSuffix(tmp, tempSuffix)); err != nil {
+			_ = os.Remove(results)
+			_ = os.Remove(attempts)
+			return fmt.Errorf("writing results: %w", err)
+		}
 	}
 	return nil
+}
+
+// tempSuffix names the file an output is written to before it replaces the output.
+const tempSuffix = ".tmp"
+
+// writeTemp writes what path will hold to a temp file beside it and syncs it (a file system out
+// of room may say so only then); the caller renames it over path, which within a directory is
+// atomic. A temp file that could not be completed is removed. It returns the temp file's path.
+func writeTemp(path string, write func(io.Writer) error) (string, error) {
+	tmp := path + tempSuffix
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return "", err
+	}
+	err = write(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
 }

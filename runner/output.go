@@ -1,7 +1,12 @@
 package runner
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/report"
@@ -58,4 +63,40 @@ func writeOutputs(res *record.Result, dir string) error {
 		return err
 	}
 	return report.Write(res, dir)
+}
+
+// finishOutputs writes the run's outputs and prints its summary. Where the outputs could not be
+// written (a full disk), the summary is the only record of what the jobs did, so it is printed
+// still, without the paths of files that are not there.
+func (r *run) finishOutputs(res *record.Result) error {
+	err := writeOutputs(res, r.o.OutDir)
+	if err != nil {
+		shown := *res
+		shown.OutDir = ""
+		r.prog.Summary(&shown)
+		return err
+	}
+	r.prog.Summary(res)
+	return nil
+}
+
+// earlierOutputs says what an earlier run left in the results directory dir, which this run
+// replaces, file by file: a run does not resume one that was stopped or killed, it runs its queue
+// from the first job again, and a user who gave the same --out should not find that out from
+// overwritten logs. Empty when dir holds nothing of a run.
+func earlierOutputs(dir string) string {
+	const again = "this run does not resume it: it runs the queue from its first job and replaces them"
+	if data, err := os.ReadFile(filepath.Join(dir, record.ResultsFile)); err == nil {
+		var prev record.Result
+		if err := json.Unmarshal(data, &prev); err != nil {
+			return fmt.Sprintf("%s holds an earlier run's outputs, its %s unreadable (%v); %s", dir, record.ResultsFile, err, again)
+		}
+		return fmt.Sprintf("%s holds an earlier run's outputs (%d of %d jobs completed, ended %s); %s", dir, prev.Completed,
+			len(prev.Jobs), prev.End.Local().Format(time.DateTime), again)
+	}
+	// Logs without results: a run killed outright, which writes its results only at its end.
+	if logs, _ := os.ReadDir(filepath.Join(dir, "logs")); len(logs) > 0 {
+		return fmt.Sprintf("%s holds the logs of an earlier run that wrote no results (it was killed outright); %s", dir, again)
+	}
+	return ""
 }

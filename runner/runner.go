@@ -246,10 +246,9 @@ func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) 
 		defer runstatus.Remove(o.StateDir)
 	}
 	res, runErr := r.loop(ctx)
-	if err := writeOutputs(res, o.OutDir); err != nil {
+	if err := r.finishOutputs(res); err != nil {
 		return res, errors.Join(runErr, err)
 	}
-	r.prog.Summary(res)
 	return res, runErr
 }
 
@@ -324,8 +323,11 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 		r.prog.Line("%-8s %s", "ledger", rep)
 	}
 	for _, res := range n.Released {
-		r.prog.Line("%-8s reservation of %s on %s (cap %s): its gpufrac run (%s) is gone", "released", res.Task.JobName, res.GPU,
-			res.CapBytes, res.Holder)
+		r.prog.Line("%-8s reservation of %s on %s (cap %s): its gpufrac run (%s) is gone%s", "released", res.Task.JobName, res.GPU,
+			res.CapBytes, res.Holder, node.LeftBehindNote(n.LeftBehind[res.Token]))
+	}
+	if prev := earlierOutputs(o.OutDir); prev != "" {
+		r.prog.Line("%-8s %s", "results", prev)
 	}
 	ok := false
 	defer func() {

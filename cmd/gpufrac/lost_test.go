@@ -17,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/record"
 )
 
@@ -197,27 +198,111 @@ template "t" {
 	}
 }
 
-// A damaged policy.json in the state directory is refused by run as by probe and units, not
-// passed over for the defaults.
+// A damaged policy.json in the state directory, the whole file or the policy in it, is refused
+// by run as by probe and units, not passed over for the defaults.
 func TestDamagedPolicyFileIsRefusedEverywhere(t *testing.T) {
-	c := newCLI(t)
-	pf := filepath.Join(c.state, PolicyFileName)
-	if err := os.WriteFile(pf, []byte(`{"schema_version":1,`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	q := writeQueue(t, `
+	for _, tc := range []struct{ name, file, want string }{
+		{"truncated", `{"schema_version":1,`, ""},
+		{"a bad value in the policy", `{"schema_version": "1", "name": "default", "headroom_bytes": "lots", "cap_margin_percent": "15",
+  "cap_margin_bytes": "1500000000", "max_tasks_per_gpu": "6", "unit_bytes": "1073741824", "mode": "isolated",
+  "watchdog_interval": "100ms", "unmanaged": "report"}`, `"lots"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			pf := filepath.Join(c.state, PolicyFileName)
+			if err := os.WriteFile(pf, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			q := writeQueue(t, `
 job "a" {
   command = ["gpufrac", "simjob", "--peak", "1GiB"]
 }
 `)
-	for _, args := range [][]string{
-		{"run", "--out", filepath.Join(t.TempDir(), "out"), q},
-		{"units", "--peak", "1GiB"},
-		{"probe", "--template", "t", "--", "true"},
-	} {
-		code, _, errs := c.run(args...)
-		if code != 1 || !strings.Contains(errs, pf) {
-			t.Errorf("%v: exit %d, stderr %q: want 1 naming %s", args, code, errs, pf)
-		}
+			for _, args := range [][]string{
+				{"run", "--out", filepath.Join(t.TempDir(), "out"), q},
+				{"units", "--peak", "1GiB"},
+				{"probe", "--template", "t", "--", "true"},
+			} {
+				code, _, errs := c.run(args...)
+				if code != 1 || !strings.Contains(errs, pf) || !strings.Contains(errs, tc.want) {
+					t.Errorf("%v: exit %d, stderr %q: want 1 naming %s and %s", args, code, errs, pf, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// A job whose GPU process is not its first (a shell script, a launcher's workers) leaves that
+// process running when its runner is killed outright: the parent-death signal reaches the first
+// process alone. The next run, releasing the reservation, stops it and says so; else it would
+// run on with its GPU memory, no watchdog and no reservation.
+func TestNextRunStopsWhatAKilledRunsJobLeftRunning(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to wrap the job in")
+	}
+	c := newCLI(t)
+	// "; true" keeps sh from exec'ing the job in its own place: the GPU process is sh's child.
+	b := c.startRun(t, "--out", filepath.Join(t.TempDir(), "out"), writeQueue(t, `
+job "wrapped" {
+  template = "t"
+  command  = ["sh", "-c", "`+exe+` simjob --peak 2GiB --hold 5m; true"]
+}
+template "t" {
+  peak = "2GiB"
+}
+`))
+	left := c.jobOnGPU(t)
+	t.Cleanup(func() { _ = syscall.Kill(left, syscall.SIGKILL) })
+	if err := b.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t)
+	code, stdout, errs := c.run("run", "--out", filepath.Join(t.TempDir(), "out2"), writeQueue(t, `
+job "next" {
+  command = ["gpufrac", "simjob", "--peak", "1GiB", "--hold", "100ms"]
+}
+`))
+	want := fmt.Sprintf("stopped the 1 process(es) its job left running without it (pid %d)", left)
+	if code != 0 || !strings.Contains(stdout, want) {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant the next run to say %q", code, stdout, errs, want)
+	}
+	// Reparented to init, it may stay a zombie a while: a zombie holds no memory and runs nothing.
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("pid %d, left running by the killed run's job, to end", left), func() bool {
+		_, running, err := procfs.Running(procfs.Linux(""), left)
+		return err == nil && !running
+	})
+}
+
+// A relative --state-dir or --sim-dir names the same place for a job that runs in another
+// directory (its dir) as for gpufrac: the allocation fence inside the job finds its tables there
+// and a simulated job its GPU. Passed on as given, they named places under the job's dir, and
+// the fence left the job to the watchdog alone.
+func TestRelativeDirsHoldInAJobsDir(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to run the job")
+	}
+	newCLI(t)
+	base := t.TempDir()
+	t.Chdir(base)
+	seen := filepath.Join(base, "seen")
+	q := writeQueue(t, `
+job "elsewhere" {
+  dir     = "/"
+  command = ["sh", "-c", "echo \"$GPUFRAC_FENCE_DIR\" > `+seen+` && echo \"$GPUFRAC_SIM_DIR\" >> `+seen+`"]
+}
+`)
+	var out, errs strings.Builder
+	if code := realMain([]string{"--state-dir", "state", "--sim-dir", "sim", "--gpu-backend", "simulated", "--simulated-gpus", "H100=80GiB",
+		"run", "--out", "out", q}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errs.String())
+	}
+	got := strings.Fields(readFile(t, seen))
+	want := []string{filepath.Join(base, "state", "fence"), filepath.Join(base, "sim")}
+	if !slices.Equal(got, want) {
+		t.Errorf("the job in / saw GPUFRAC_FENCE_DIR and GPUFRAC_SIM_DIR %q, want %q", got, want)
 	}
 }

@@ -121,6 +121,20 @@ func (g *globals) setup(stderr io.Writer) error {
 			return usagef("--simulated-gpus: %w", err)
 		}
 	}
+	// Jobs, the allocation fence inside them and simulated jobs find the ledger's fence tables
+	// and the simulated GPUs by these paths, from their own working directory (a job's dir): a
+	// relative path names another place there, and the fence, not finding its tables, left the
+	// job to the watchdog alone.
+	for _, p := range []*string{&g.stateDir, &g.simDir} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(expandHome(*p))
+		if err != nil {
+			return usagef("%q: %w", *p, err)
+		}
+		*p = abs
+	}
 	g.logger = hclog.New(&hclog.LoggerOptions{Name: "gpufrac", Level: lvl, Output: stderr})
 	return nil
 }

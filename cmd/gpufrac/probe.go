@@ -112,7 +112,8 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 	}
 	defer n.Close(context.Background())
 	for _, r := range n.Released {
-		fmt.Fprintf(stderr, "gpufrac probe: released the reservation of %s on %s: its holder (%s) is gone\n", r.Task.JobName, r.GPU, r.Holder)
+		fmt.Fprintf(stderr, "gpufrac probe: released the reservation of %s on %s: its holder (%s) is gone%s\n", r.Task.JobName, r.GPU, r.Holder,
+			node.LeftBehindNote(n.LeftBehind[r.Token]))
 	}
 	led := n.Ledger()
 	st, err := pickProbeGPU(led, *gpuSel)

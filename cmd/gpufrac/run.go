@@ -72,7 +72,11 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	var pcap size.Bytes
 	if *probeCap != "" {
 		c, err := size.Parse(*probeCap)
-		if err != nil || c == 0 {
+		if err != nil {
+			// The parser says why (negative, a fraction of a byte, an unknown unit), as for --peak.
+			return usagef("--probe-cap: %w", err)
+		}
+		if c == 0 {
 			return usagef("--probe-cap %q: want a size such as 30GiB", *probeCap)
 		}
 		pcap = c
@@ -108,6 +112,11 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 			return err
 		}
 		o.Policy = p
+	} else if _, _, err := sf.loadPolicy(ctx, g); err != nil {
+		// The state directory's policy file is not this run's policy (the queue's block is,
+		// docs/run.md), but a damaged policy in it is refused here as by probe and units,
+		// which use it, not passed over.
+		return err
 	}
 	if err := templatesFromStore(ctx, g, &sf, &q); err != nil {
 		return err

@@ -36,6 +36,9 @@ type statusOutput struct {
 	Profiles   []statusProfile   `json:"profiles"`
 	// Run is the progress of a gpufrac run on this state directory, while one runs.
 	Run *runstatus.Status `json:"run,omitempty"`
+	// RunGone says that the run of Run has ended without removing its progress (it was killed
+	// outright): its figures are its last, and nothing of it runs.
+	RunGone bool `json:"run_gone,omitempty"`
 }
 
 type statusGPU struct {
@@ -119,7 +122,7 @@ func showStatus(ctx context.Context, g *globals, asJSON, noUsage bool, stdout, s
 	if rs, ok, err := runstatus.Read(dir); err != nil {
 		fmt.Fprintf(stderr, "gpufrac status: %v\n", err)
 	} else if ok {
-		out.Run = &rs
+		out.Run, out.RunGone = &rs, runGone(rs)
 	}
 	var b gpu.Backend
 	if !noUsage {
@@ -409,8 +412,10 @@ func lockHolder(dir string) string {
 	if err != nil {
 		return "  writer: the lock file names no pid (" + strconv.Quote(pid) + ")"
 	}
-	cmd, err := procfs.Linux("").Cmdline(n)
-	if err != nil {
+	// A zombie has no command line and holds no lock: it has exited, whatever its parent does.
+	_, running, err := procfs.Running(procfs.Linux(""), n)
+	cmd, cerr := procfs.Linux("").Cmdline(n)
+	if err != nil || !running || cerr != nil {
 		return "  writer: none now (the last was pid " + pid + ", which has exited)"
 	}
 	args := strings.Fields(strings.Join(cmd, " "))
@@ -454,8 +459,15 @@ func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw 
 // the jobs the ladder stopped; and what the waiting ones wait for. Memory a job holds past its
 // guarantee is shown as borrowed, apart from the guarantee, so that a borrower never reads as a
 // job over its cap; only use past the limit (the most it may hold) is called that.
+// runGone says whether the run whose progress rs is has ended without removing it (killed
+// outright, or a zombie its parent has not reaped yet): then nothing of it runs.
+func runGone(rs runstatus.Status) bool {
+	_, running, err := procfs.Running(procfs.Linux(""), rs.PID)
+	return err != nil || !running
+}
+
 func writeRun(w io.Writer, rs runstatus.Status) {
-	if _, err := procfs.Linux("").Stat(rs.PID); err != nil {
+	if runGone(rs) {
 		fmt.Fprintf(w, "  run of %s: pid %d left its progress %s ago and is gone (it ended without cleaning up)\n",
 			rs.Queue, rs.PID, ago(rs.UpdatedAt))
 		return

@@ -17,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/runstatus"
@@ -332,5 +333,65 @@ func TestStatusWatchRedraws(t *testing.T) {
 	}
 	if err := cmdStatus(context.Background(), g, []string{"--watch", "--json"}, out, &errb); err == nil {
 		t.Error("--watch --json was accepted")
+	}
+}
+
+// A run killed outright leaves its progress behind. status says it is gone in words and in
+// --json (where a script would otherwise read a run with jobs running), and so for a zombie
+// whose parent has not reaped it yet: a zombie runs nothing and holds no lock.
+func TestStatusOfARunThatIsGone(t *testing.T) {
+	zombie := exec.Command("sleep", "60")
+	if err := zombie.Start(); err != nil {
+		t.Skipf("no sleep to start: %v", err)
+	}
+	t.Cleanup(func() { _ = zombie.Process.Kill(); _ = zombie.Wait() })
+	if err := zombie.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped (no Wait) until the cleanup: a zombie once the kernel has ended it.
+	testutil.Eventually(t, 10*time.Second, "the killed sleep to be a zombie", func() bool {
+		st, err := procfs.Linux("").Stat(zombie.Process.Pid)
+		return err == nil && st.Dead()
+	})
+	for _, tc := range []struct {
+		name string
+		pid  int
+		gone bool
+	}{
+		{"running", os.Getpid(), false},
+		{"exited", deadPID(t), true},
+		{"a zombie", zombie.Process.Pid, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			l, err := ledger.Open(c.state, ledger.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Close()
+			data, err := json.Marshal(runstatus.Status{PID: tc.pid, Queue: "q.hcl", Jobs: 2, Running: 1, UpdatedAt: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, content := range map[string][]byte{runstatus.File: data, ledger.LockFile: []byte(strconv.Itoa(tc.pid) + "\n")} {
+				if err := os.WriteFile(filepath.Join(c.state, name), content, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, _ := runJSON[statusOutput](t, c, "status", "--json", "--no-usage")
+			if got.Run == nil || got.RunGone != tc.gone {
+				t.Errorf("status --json: run %+v, run_gone %v; want the run's progress, gone %v", got.Run, got.RunGone, tc.gone)
+			}
+			code, out, errs := c.run("status", "--no-usage")
+			if code != 0 {
+				t.Fatalf("status: exit %d: %s", code, errs)
+			}
+			if said := strings.Contains(out, "is gone (it ended without cleaning up)"); said != tc.gone {
+				t.Errorf("status says the run is gone: %v, want %v:\n%s", said, tc.gone, out)
+			}
+			if said := strings.Contains(out, "which has exited"); said != tc.gone {
+				t.Errorf("status says the lock's holder has exited: %v, want %v:\n%s", said, tc.gone, out)
+			}
+		})
 	}
 }
