@@ -133,7 +133,7 @@ func TestFenceEscapeIsTheWatchdogs(t *testing.T) {
 // budget, so the fence is the only thing between it and the honest jobs' guarantees: it may
 // borrow what no guarantee holds, wait for more, and must then fail inside itself.
 func TestFenceFullGPU(t *testing.T) {
-	const honestCap, runawayCap = 24 * size.GiB, 8 * size.GiB
+	const runawayCap = 8 * size.GiB
 	for _, tc := range []struct {
 		name   string
 		mode   policy.Mode
@@ -156,15 +156,16 @@ func TestFenceFullGPU(t *testing.T) {
 				defer func() { _ = h.enf.Shutdown(context.Background()) }()
 			}
 			h.start()
+			st, err := h.led.State(h.uuid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			honestCap := fullGPUHonestCap(st.BudgetBytes, runawayCap)
 			var honest []*job
 			for i := range 5 {
 				name := fmt.Sprintf("honest%d", i)
 				honest = append(honest, h.runScript(h.reserve(honestCap, name), name, "fence.py", nil,
-					"grow", "--to-mb", "21504", "--step-mb", "512", "--interval", "0.2", "--seconds", "6"))
-			}
-			st, err := h.led.State(h.uuid)
-			if err != nil {
-				t.Fatal(err)
+					"grow", "--to-mb", fmt.Sprint(int64(honestCap*7/8/size.MiB)), "--step-mb", "512", "--interval", "0.2", "--seconds", "6"))
 			}
 			var opts []ledger.ReserveOption
 			if tc.borrow {
@@ -209,6 +210,15 @@ func TestFenceFullGPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fullGPUHonestCap is each of the five honest jobs' cap in the full-GPU scene: 24 GiB, as
+// measured on the H200 (gpu-facts.md), or on a smaller GPU the whole GiB that lets five of them
+// and the runaway fill the budget but for 2 GiB (an H100's 77.65 GiB gives 13 GiB); each job
+// grows to 7/8 of it.
+func fullGPUHonestCap(budget, runawayCap size.Bytes) size.Bytes {
+	fit := (budget - runawayCap - 2*size.GiB) / 5 / size.GiB * size.GiB
+	return min(24*size.GiB, fit)
 }
 
 // BenchmarkFenceAllocFree is the fence's cost on the allocation path: cudaMalloc/cudaFree pairs
@@ -315,5 +325,20 @@ func TestMPSWithdrawnStagedJobEndsInsideItself(t *testing.T) {
 	}
 	if !okA || !okB {
 		t.Errorf("neighbours harmed: %s; %s", whyA, whyB)
+	}
+}
+
+// The full-GPU scene fits the GPU it runs on: the H200's 24 GiB jobs, an H100's 13 GiB ones.
+func TestFullGPUSceneFitsTheBudget(t *testing.T) {
+	for _, tc := range []struct {
+		budget, want size.Bytes
+	}{
+		{budget: 139 * size.GiB, want: 24 * size.GiB},
+		{budget: 77*size.GiB + 665*size.MiB, want: 13 * size.GiB},
+	} {
+		got := fullGPUHonestCap(tc.budget, 8*size.GiB)
+		if got != tc.want || 5*got+8*size.GiB > tc.budget {
+			t.Errorf("budget %s: honest cap %s, want %s, five of them and the runaway within the budget", tc.budget, got, tc.want)
+		}
 	}
 }
