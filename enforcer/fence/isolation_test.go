@@ -26,14 +26,7 @@ func TestTaskCannotWriteAnotherTasksAccounting(t *testing.T) {
 	if r := b.Charge(512 * size.MiB); r != fence.Charged {
 		t.Fatalf("the neighbour's charge: %v", r)
 	}
-	var ro, rw []string
-	for _, m := range fence.TaskMounts(dir, "", tokA) {
-		if m.ReadOnly {
-			ro = append(ro, m.Path)
-		} else {
-			rw = append(rw, m.Path)
-		}
-	}
+	ro, rw := taskMountPaths(dir, tokA)
 	tenant := k.StartToolMounted(t, ro, rw)
 	neighbour := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
 	for _, c := range []string{
@@ -507,14 +500,7 @@ func TestHalfWrittenControlCopyDecidesNothing(t *testing.T) {
 func TestNeighboursReadLocksKeepNoDeadOwnerAlive(t *testing.T) {
 	k := fencetest.Build(t)
 	tenant := func(t *testing.T, dir string) *fencetest.Proc {
-		var ro, rw []string
-		for _, m := range fence.TaskMounts(dir, "", tokA) {
-			if m.ReadOnly {
-				ro = append(ro, m.Path)
-			} else {
-				rw = append(rw, m.Path)
-			}
-		}
+		ro, rw := taskMountPaths(dir, tokA)
 		return k.StartToolMounted(t, ro, rw)
 	}
 	t.Run("exited process", func(t *testing.T) {
@@ -556,4 +542,17 @@ func TestNeighboursReadLocksKeepNoDeadOwnerAlive(t *testing.T) {
 			t.Fatalf("B's next process took %s: it waited for a dead holder a neighbour kept alive", d)
 		}
 	})
+}
+
+// taskMountPaths are the paths Reserve mounts into task tok's container, read-only and
+// read-write: what a tenant under them can reach of the fence directory dir.
+func taskMountPaths(dir, tok string) (ro, rw []string) {
+	for _, m := range fence.TaskMounts(dir, "", tok) {
+		if m.ReadOnly {
+			ro = append(ro, m.Path)
+		} else {
+			rw = append(rw, m.Path)
+		}
+	}
+	return ro, rw
 }

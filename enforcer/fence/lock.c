@@ -34,7 +34,8 @@ void gf_test_point(const char *at)
 }
 #endif
 
-int gf_byte_lock(int fd, off_t at, short type)
+/* one_byte is an OFD lock request of the given type on the byte at. */
+static struct flock one_byte(off_t at, short type)
 {
 	struct flock fl;
 	memset(&fl, 0, sizeof fl);
@@ -42,6 +43,12 @@ int gf_byte_lock(int fd, off_t at, short type)
 	fl.l_whence = SEEK_SET;
 	fl.l_start = at;
 	fl.l_len = 1;
+	return fl;
+}
+
+int gf_byte_lock(int fd, off_t at, short type)
+{
+	struct flock fl = one_byte(at, type);
 	return fcntl(fd, F_OFD_SETLK, &fl);
 }
 
@@ -51,12 +58,7 @@ int gf_byte_owned(int fd, off_t at)
 	 * owner's byte kept it alive, and with it a dead lock holder (its task's every allocation
 	 * waited a second and went on unfenced) or an exited process's charge (its task refused its
 	 * own guarantee for good). */
-	struct flock fl;
-	memset(&fl, 0, sizeof fl);
-	fl.l_type = F_RDLCK;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = at;
-	fl.l_len = 1;
+	struct flock fl = one_byte(at, F_RDLCK);
 	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
 		return -1;
 	return fl.l_type != F_UNLCK;
