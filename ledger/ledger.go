@@ -219,7 +219,7 @@ func (l *Ledger) commit(prev *state, notify bool) error {
 	l.cache = nil
 	l.st.gen++
 	if err := l.persist(prev, StateFile, func() ([]byte, error) { return l.st.encode(l.opts.Now()) }); err != nil {
-		l.commitFailed("commit failed; change rolled back", err)
+		l.commitFailed(StateFile, err)
 		return err
 	}
 	l.commitSucceeded()
@@ -232,7 +232,7 @@ func (l *Ledger) commit(prev *state, notify bool) error {
 // commitViolations writes the violations file; on failure the previous state comes back.
 func (l *Ledger) commitViolations(prev *state) error {
 	if err := l.persist(prev, ViolationsFile, l.st.encodeViolations); err != nil {
-		l.commitFailed("commit of violations failed; change rolled back", err)
+		l.commitFailed(ViolationsFile, err)
 		return err
 	}
 	l.commitSucceeded()
@@ -243,13 +243,13 @@ func (l *Ledger) commitViolations(prev *state) error {
 // a commit succeeded: a full disk fails every commit its callers retry (the runner each round,
 // several a round, the watchdog each scan), and a line for each buried the terminal in the same
 // line five times every 200 ms. Each caller still gets its error.
-func (l *Ledger) commitFailed(msg string, err error) {
+func (l *Ledger) commitFailed(file string, err error) {
 	if err.Error() == l.failing {
-		l.log.Debug(msg, "error", err)
+		l.log.Debug("commit failed; change rolled back", "file", file, "error", err)
 		return
 	}
 	l.failing = err.Error()
-	l.log.Error(msg+" (said once until the cause changes or a commit succeeds)", "error", err)
+	l.log.Error("commit failed; change rolled back (said once until the cause changes or a commit succeeds)", "file", file, "error", err)
 }
 
 // commitSucceeded says that commits succeed again after one failed.
