@@ -199,7 +199,7 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 	}
 	fmt.Fprintln(w, lockHolder(out.StateDir))
 	if out.Run != nil {
-		writeRun(w, *out.Run)
+		writeRun(w, *out.Run, out.RunGone)
 	}
 	for _, g := range out.GPUs {
 		health := "healthy"
@@ -454,11 +454,6 @@ func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw 
 	}
 }
 
-// writeRun shows a running queue's progress: jobs done, running and waiting; per GPU the
-// guarantees held, what is borrowed past them and what is free, with each attempt running there;
-// the jobs the ladder stopped; and what the waiting ones wait for. Memory a job holds past its
-// guarantee is shown as borrowed, apart from the guarantee, so that a borrower never reads as a
-// job over its cap; only use past the limit (the most it may hold) is called that.
 // runGone says whether the run whose progress rs is has ended without removing it (killed
 // outright, or a zombie its parent has not reaped yet): then nothing of it runs.
 func runGone(rs runstatus.Status) bool {
@@ -466,8 +461,14 @@ func runGone(rs runstatus.Status) bool {
 	return err != nil || !running
 }
 
-func writeRun(w io.Writer, rs runstatus.Status) {
-	if runGone(rs) {
+// writeRun shows a running queue's progress (gone: its run has ended without removing it, as
+// runGone found): jobs done, running and waiting; per GPU the guarantees held, what is borrowed
+// past them and what is free, with each attempt running there; the jobs the ladder stopped; and
+// what the waiting ones wait for. Memory a job holds past its guarantee is shown as borrowed,
+// apart from the guarantee, so that a borrower never reads as a job over its cap; only use past
+// the limit (the most it may hold) is called that.
+func writeRun(w io.Writer, rs runstatus.Status, gone bool) {
+	if gone {
 		fmt.Fprintf(w, "  run of %s: pid %d left its progress %s ago and is gone (it ended without cleaning up)\n",
 			rs.Queue, rs.PID, ago(rs.UpdatedAt))
 		return

@@ -133,7 +133,7 @@ func TestStatusShowsTheRunsLadderAndBorrowing(t *testing.T) {
 				t.Fatalf("ReadRunStatus: ok %v, %v", ok, err)
 			}
 			var b strings.Builder
-			writeRun(&b, rs)
+			writeRun(&b, rs, runGone(rs))
 			lines := strings.Split(b.String(), "\n")
 			for _, want := range tc.want {
 				re := regexp.MustCompile(`^\s*` + strings.Join(strings.Fields(regexp.QuoteMeta(want)), `\s+`) + `\s*$`)
