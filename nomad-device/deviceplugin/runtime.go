@@ -387,11 +387,12 @@ const descVanished = "GPU no longer detected by the GPU backend: nothing is admi
 
 // vanishedIn says why ids name a GPU that the backend no longer lists, or "".
 func (rt *runtime) vanishedIn(ids []string) string {
-	return rt.namedIn(ids, rt.vanished, ": "+descVanished)
+	return rt.namedIn(ids, &rt.vanished, ": "+descVanished)
 }
 
-// namedIn says why ids name a GPU of set: the first such GPU, with why after it; or "".
-func (rt *runtime) namedIn(ids []string, set map[string]gpu.Device, why string) string {
+// namedIn says why ids name a GPU of *set, one of rt's maps that relist replaces under rt.mu
+// (read here under it too): the first such GPU, with why after it; or "".
+func (rt *runtime) namedIn(ids []string, set *map[string]gpu.Device, why string) string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	for _, id := range ids {
@@ -399,7 +400,7 @@ func (rt *runtime) namedIn(ids []string, set map[string]gpu.Device, why string) 
 		if err != nil {
 			continue // admission names the malformed ID
 		}
-		if d, ok := set[u]; ok {
+		if d, ok := (*set)[u]; ok {
 			return fmt.Sprintf("GPU %s (index %d, %s)%s", u, d.Index, d.Model, why)
 		}
 	}
@@ -412,7 +413,7 @@ const descIgnored = "listed in ignored_gpu_ids: gpufrac admits nothing here; uni
 
 // ignoredIn says why ids name a GPU of the last listing that ignored_gpu_ids names, or "".
 func (rt *runtime) ignoredIn(ids []string) string {
-	return rt.namedIn(ids, rt.ignoredNow, " is listed in ignored_gpu_ids: gpufrac admits nothing on it")
+	return rt.namedIn(ids, &rt.ignoredNow, " is listed in ignored_gpu_ids: gpufrac admits nothing on it")
 }
 
 // ignoredUUIDs is the set of GPUs of the last listing that ignored_gpu_ids names.
