@@ -94,14 +94,20 @@ func (g *Events) Covering(gpu, token string, oom bool, start, end time.Time, aft
 	return record.GPUEvent{}, false
 }
 
+// Explaining is the event that explains the failure of attempt at, whose process ended at
+// exited (at's end where that is unknown): Covering over the attempt's run.
+func (g *Events) Explaining(at *record.Attempt, token string, oom bool, exited time.Time, after time.Duration) (record.GPUEvent, bool) {
+	if exited.IsZero() {
+		exited = at.End
+	}
+	return g.Covering(at.GPU, token, oom, at.Start, exited, after)
+}
+
 // Judge makes a failed attempt, whose process ended at exited, collateral damage of the event
 // that explains it (Covering), its outcome and detail saying so, and says whether it did. A job
 // re-run MaxReruns times already (reruns) stays failed, its detail naming the last event.
 func (g *Events) Judge(at *record.Attempt, token string, oom bool, exited time.Time, after time.Duration, reruns int) bool {
-	if exited.IsZero() {
-		exited = at.End
-	}
-	e, ok := g.Covering(at.GPU, token, oom, at.Start, exited, after)
+	e, ok := g.Explaining(at, token, oom, exited, after)
 	if !ok {
 		return false
 	}

@@ -588,11 +588,7 @@ func (r *run) ownOOM(a *active, at *record.Attempt) bool {
 	if at.PeakBytes*2 < at.CapBytes {
 		return false
 	}
-	exited := a.exitedAt
-	if exited.IsZero() {
-		exited = at.End
-	}
-	_, harmed := r.wide.Covering(at.GPU, a.token, true, at.Start, exited, r.collateralAfter())
+	_, harmed := r.wide.Explaining(at, a.token, true, a.exitedAt, r.collateralAfter())
 	return !harmed
 }
 
