@@ -234,11 +234,8 @@ func pickProbeGPU(led *ledger.Ledger, sel string) (ledger.GPUState, error) {
 				return s, nil
 			}
 		}
-		var here []string
-		for _, s := range states {
-			here = append(here, gpuName(s.Index, s.UUID))
-		}
-		return ledger.GPUState{}, usagef("--gpu %q is neither the index nor the UUID of one of the %d GPUs (%s)", sel, len(states), strings.Join(here, ", "))
+		return ledger.GPUState{}, usagef("--gpu %q is neither the index nor the UUID of one of the %d GPUs (%s)", sel, len(states),
+			gpusThere(states, func(s ledger.GPUState) (int, string) { return s.Index, s.UUID }))
 	}
 	var ok []ledger.GPUState
 	for _, s := range states {

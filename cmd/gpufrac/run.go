@@ -228,8 +228,16 @@ func templatesFromStore(ctx context.Context, g *globals, sf *storeFlags, q *queu
 	return nil
 }
 
-// gpuName is how a bad GPU selection lists the GPUs there are, so the next try can be right.
-func gpuName(index int, uuid string) string { return fmt.Sprintf("%d = %s", index, uuid) }
+// gpusThere lists the GPUs there are ("0 = GPU-..., 1 = GPU-..."), for an error about a GPU
+// selection that names none of them, so the next try can be right.
+func gpusThere[T any](gpus []T, id func(T) (int, string)) string {
+	here := make([]string, len(gpus))
+	for i, g := range gpus {
+		index, uuid := id(g)
+		here[i] = fmt.Sprintf("%d = %s", index, uuid)
+	}
+	return strings.Join(here, ", ")
+}
 
 // resolveGPUs turns "0,1" or UUIDs into UUIDs, naming a bad entry.
 func resolveGPUs(ctx context.Context, b gpu.Backend, spec string) ([]string, error) {
@@ -247,11 +255,8 @@ func resolveGPUs(ctx context.Context, b gpu.Backend, spec string) ([]string, err
 			}
 		}
 		if found == "" {
-			var here []string
-			for _, d := range devs {
-				here = append(here, gpuName(d.Index, d.UUID))
-			}
-			return nil, usagef("--gpus: %q is neither the index nor the UUID of one of the %d GPUs (%s)", s, len(devs), strings.Join(here, ", "))
+			return nil, usagef("--gpus: %q is neither the index nor the UUID of one of the %d GPUs (%s)", s, len(devs),
+				gpusThere(devs, func(d gpu.Device) (int, string) { return d.Index, d.UUID }))
 		}
 		out = append(out, found)
 	}
