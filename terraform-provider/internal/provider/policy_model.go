@@ -66,13 +66,13 @@ func (m policyModel) toPolicy() policy.Policy {
 	if b, ok := knownSize(m.Headroom); ok {
 		p.HeadroomBytes = b
 	}
-	if !m.CapMarginPercent.IsNull() && !m.CapMarginPercent.IsUnknown() {
+	if known(m.CapMarginPercent) {
 		p.CapMarginPercent = m.CapMarginPercent.ValueFloat64()
 	}
 	if b, ok := knownSize(m.CapMargin); ok {
 		p.CapMarginBytes = b
 	}
-	if !m.MaxTasksPerGPU.IsNull() && !m.MaxTasksPerGPU.IsUnknown() {
+	if known(m.MaxTasksPerGPU) {
 		p.MaxTasksPerGPU = clampInt(m.MaxTasksPerGPU.ValueInt64())
 	}
 	if b, ok := knownSize(m.Unit); ok {
@@ -89,7 +89,7 @@ func (m policyModel) toPolicy() policy.Policy {
 	if known(m.Unmanaged) {
 		p.Unmanaged = policy.Unmanaged(m.Unmanaged.ValueString())
 	}
-	if !m.SMBudgetPercent.IsNull() && !m.SMBudgetPercent.IsUnknown() {
+	if known(m.SMBudgetPercent) {
 		p.SMBudgetPercent = m.SMBudgetPercent.ValueFloat64()
 	}
 	return p
@@ -177,7 +177,8 @@ func attributeNames(model any) map[string]bool {
 	return names
 }
 
-func known(v types.String) bool { return !v.IsNull() && !v.IsUnknown() }
+// known says whether a configured value is there to read: neither null nor unknown at plan.
+func known(v attr.Value) bool { return !v.IsNull() && !v.IsUnknown() }
 
 func knownSize(v types.String) (size.Bytes, bool) {
 	if !known(v) {

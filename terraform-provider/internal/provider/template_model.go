@@ -48,7 +48,7 @@ func (m templateModel) toTemplate() policy.Template {
 	if known(m.Description) {
 		t.Description = m.Description.ValueString()
 	}
-	if !m.SMActivePercent.IsNull() && !m.SMActivePercent.IsUnknown() {
+	if known(m.SMActivePercent) {
 		v := m.SMActivePercent.ValueFloat64()
 		t.SMActivePercent = &v
 	}
