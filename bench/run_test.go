@@ -14,9 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/runner"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 func TestParseArms(t *testing.T) {
@@ -176,8 +178,21 @@ func TestRunScoresAgainstFirstExclusive(t *testing.T) {
 	if _, err := os.Stat(warm); err != nil {
 		t.Fatalf("the warm arm did not get the cold arm's profiles: %v", err)
 	}
-	if !strings.Contains(strings.Join(sum.Notes, "\n"), "packed-mps-warm: starts from the footprints the cold mps arm before it learned (packed-mps)") {
+	// No --profiles here: the note ends at the cold arm's name (", not from --profiles" would
+	// name a file nobody gave).
+	if !slices.Contains(sum.Notes, "packed-mps-warm: starts from the footprints the cold mps arm before it learned (packed-mps)") {
 		t.Fatalf("notes %q do not say where the warm arm's footprints came from", sum.Notes)
+	}
+	// With --profiles the note says the stored file was not read.
+	pf := &fakeArms{states: map[string]string{}}
+	psum, _, err := Run(context.Background(), Config{Seed: 1, Arms: mustArms(t, "exclusive,packed-mps,packed-mps-warm", "isolated"), Runner: pf,
+		OutDir: t.TempDir(), Workloads: PythonWorkloads{Dir: "/w"}, Command: "test",
+		Profiles: []ledger.Profile{{Template: Eval17B, PeakBytes: size.GiB}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(psum.Notes, "packed-mps-warm: starts from the footprints the cold mps arm before it learned (packed-mps), not from --profiles") {
+		t.Fatalf("with --profiles, notes %q do not say the stored file was not read", psum.Notes)
 	}
 	if !strings.Contains(strings.Join(sum.Notes, "\n"), "exclusive-2 vs exclusive: 12 of 12") {
 		t.Fatalf("notes %q lack the exclusive agreement", sum.Notes)
