@@ -146,18 +146,29 @@ uint64_t gf_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* taken counts one more taking of the lock, by its holder: waiters read the count without the
+ * lock, so it is written whole. */
+static void taken(struct gf_table *t)
+{
+	__atomic_store_n(&t->h.takes, __atomic_load_n(&t->h.takes, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
 /* gf_lock takes the file's lock: 0, or -1 when one live holder kept it GF_LOCK_WAIT_NS (stopped
  * by SIGSTOP or a debugger, or a hostile tenant that took it to keep it): the caller then goes
- * on without the file, as where there is no fence, instead of hanging. A map with its own wait
- * (the enforcer's) waits that long at most from the start, however the lock changes hands. */
+ * on without the file, as where there is no fence, instead of hanging. A holder seen twice that
+ * took the lock again in between did not keep it: under contention one process may win it many
+ * times running, and its waiters must wait their turn, not go on unfenced. A map with its own
+ * wait (the enforcer's) waits that long at most from the start, however the lock changes hands. */
 int gf_lock(struct gf_map *m)
 {
 	uint64_t *w = &m->t->h.lock;
-	uint64_t deadline = 0, last = 0, hard = m->wait_ns ? gf_now_ns() + m->wait_ns : 0;
+	uint64_t deadline = 0, last = 0, last_takes = 0, hard = m->wait_ns ? gf_now_ns() + m->wait_ns : 0;
 	for (unsigned long spins = 0;; spins++) {
 		uint64_t holder = 0;
-		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		if (__atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+			taken(m->t);
 			return 0;
+		}
 		if (spins < 128) {
 			gf_relax();
 			continue;
@@ -167,14 +178,16 @@ int gf_lock(struct gf_map *m)
 		if (spins % 256 == 0) {
 			if (holder_dead(m, holder) &&
 			    __atomic_compare_exchange_n(w, &holder, m->me, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+				taken(m->t);
 				gf_recount(m->t);
 				return 0;
 			}
-			uint64_t now = gf_now_ns();
+			uint64_t now = gf_now_ns(), takes = __atomic_load_n(&m->t->h.takes, __ATOMIC_RELAXED);
 			if (hard && now >= hard)
 				return -1;
-			if (holder != last) {
-				last = holder; /* the lock changes hands: nobody keeps it */
+			if (holder != last || takes != last_takes) {
+				last = holder; /* the lock changes hands, or its holder let go and took it again */
+				last_takes = takes;
 				deadline = now + GF_LOCK_WAIT_NS;
 			} else if (now >= deadline) {
 				return -1;

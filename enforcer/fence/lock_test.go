@@ -309,3 +309,34 @@ func TestLiveHolderThatKeepsTheLock(t *testing.T) {
 		t.Fatalf("the free made while the lock was kept must count: task %+v, underflows %d", u, s.Underflows)
 	}
 }
+
+// A lock its holder takes again and again is not kept: under heavy contention inside one task
+// one process may win it many times running, and its task's other processes wait their turn
+// instead of going on unfenced after GF_LOCK_WAIT_NS. Only a holder that stops taking it is
+// waited out. The stalled holder stands for the winner: the lock word names it throughout, and
+// the tool counts its takings in the header as each would.
+func TestLockTakenAgainIsNotKept(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+	path := fence.Path(dir, fencetest.FakeUUID)
+	attachCmd := "attach " + path + " " + tokA
+	waiter := k.StartTool(t)
+	want(t, waiter.Do(attachCmd), "ok", "the waiter attaches")
+	holder := k.StartTool(t, "GF_TEST_STALL=charge")
+	want(t, holder.Do(attachCmd), "ok", "the holder attaches")
+	holder.Send("charge 10M")
+	holder.WaitStderr("gf-test: stalled at charge")
+
+	waiter.Send("charge 1M")
+	// Three times the 1 s a kept lock is waited for.
+	want(t, k.StartTool(t).DoWithin("takes "+fence.AccountPath(dir, tokA, fencetest.FakeUUID)+" 3000", bound), "took ", "the holder's takings")
+	if got, ok := waiter.Answered(); ok {
+		t.Fatalf("the waiter answered %q while the holder took the lock again every 10 ms: it took a lock in use for a kept one", got)
+	}
+	// The takings stop: now the holder keeps the lock, and the waiter goes on without it.
+	if got := waiter.Reply(); got != "busy" {
+		t.Fatalf("the waiter's charge once the holder kept the lock: got %q, want busy", got)
+	}
+	holder.Kill()
+	want(t, waiter.DoWithin("charge 1M", bound), "ok", "charge once the holder is gone")
+}

@@ -30,7 +30,9 @@
  *   belongs to a dead process, and its bytes go back to its task.
  * - A live holder that keeps the lock (stopped, or hostile) is waited for GF_LOCK_WAIT_NS by its
  *   own task's processes, then the waiter goes on without the file; the enforcer never takes it
- *   to read (below). Nothing hangs on it.
+ *   to read (below). Nothing hangs on it. A lock that is taken again and again, even by the
+ *   same holder, is not kept: a counter in the header tells the two apart, so heavy contention
+ *   inside one task makes its processes wait their turn instead of going on unfenced.
  * - The enforcer never maps a task's file: a task may truncate its own, and a mapping would fault
  *   (SIGBUS) and end every tenant's enforcement. It reads with pread, and what it writes under a
  *   task's lock a child process it forks writes (taskfile.c).
@@ -50,7 +52,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 11
+#define GF_VERSION 12
 /* How many processes a task may have started since the enforcer last saw its processes on the
  * GPU (a watchdog pass): its file's count is believed up to that many more (gf_task.seen). */
 #define GF_NEW_PROCS 4
@@ -205,6 +207,9 @@ struct gf_header {
 	uint64_t recoveries;
 	uint64_t underflows; /* frees of more than was charged: a bug somewhere, counted not hidden */
 	uint64_t reaped;     /* slots of dead processes given back */
+	/* Bumped by every taking of the lock: a waiter that sees the same holder twice tells one
+	 * that keeps the lock from one that took it again since (gf_lock). */
+	uint64_t takes;
 	/* How long an allocation that would borrow memory that is not free may wait for it; 0 = it
 	 * fails at once. While one waits, no new guarantee is placed (gf_set_tasks). */
 	uint64_t wait_ns;

@@ -298,6 +298,17 @@ func (p *Proc) reply(cmd string, wait time.Duration) string {
 	return ""
 }
 
+// Answered is the answer to the command Send sent last, if it has come: false while the
+// command still blocks.
+func (p *Proc) Answered() (string, bool) {
+	select {
+	case l, ok := <-p.lines:
+		return l, ok
+	default:
+		return "", false
+	}
+}
+
 // Send writes a command without waiting for an answer (for one that blocks).
 func (p *Proc) Send(cmd string) {
 	p.t.Helper()

@@ -19,6 +19,8 @@
  *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
  *                              job of the same Unix user can do under gpufrac run), and seen,
  *                              ctx or spare
+ *   takes FILE MS           -> took N: counts the lock taken again every 10 ms, MS ms long, as a
+ *                              holder that wins it time after time would, without the lock
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
  *   rdlock FILE live N | rdlock FILE holder -> ok | err MSG: opens an accounting FILE read-only,
  *                              as another task may, and takes an OFD read lock on process slot
@@ -213,6 +215,17 @@ int main(void)
 		} else if (!strcmp(cmd, "tamper-control")) {
 			if (tamper_control(a, b, parse_size(c), d))
 				printf("ok\n");
+		} else if (!strcmp(cmd, "takes")) {
+			struct gf_table *t = map_rw(a, sizeof *t);
+			unsigned long n = 0;
+			for (long ms = 0; t && ms < atol(b); ms += 10, n++) {
+				__atomic_add_fetch(&t->h.takes, 1, __ATOMIC_RELAXED);
+				usleep(10000);
+			}
+			if (t) {
+				munmap(t, sizeof *t);
+				printf("took %lu\n", n);
+			}
 		} else if (!strcmp(cmd, "flock")) {
 			int fd = open(a, O_RDONLY);
 			if (fd < 0 || flock(fd, LOCK_EX) != 0)
