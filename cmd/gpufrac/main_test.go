@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -128,6 +129,10 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"run", "--gpus", "0,7", "../../examples/queues/demo.hcl"}, 2, `--gpus: "7" is neither the index nor the UUID of one of the 1 GPUs (0 = GPU-`},
 		{[]string{"probe", "--template", "t", "--gpu", "7", "--", "true"}, 2, `--gpu "7" is neither the index nor the UUID of one of the 1 GPUs (0 = GPU-`},
 		{[]string{"status", "--interval", "5s"}, 2, "--interval 5s: it is how often --watch redraws; add --watch"},
+		// A policy name that is not there is refused, not run with the defaults under its name.
+		{[]string{"units", "--policy", "nosuch", "--peak", "1GiB"}, 1, `--policy "nosuch" is not in the policy file `},
+		{[]string{"probe", "--policy", "nosuch", "--template", "t", "--", "true"}, 1, `--policy "nosuch" is not in the policy file `},
+		{[]string{"run", "--policy", "nosuch", "../../examples/queues/demo.hcl"}, 1, `--policy "nosuch" is not in the policy file `},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -247,6 +252,25 @@ job "b" {
 		if _, err := os.Stat(filepath.Join(outDir, f)); err != nil {
 			t.Error(err)
 		}
+	}
+	// A named policy in the state directory's file is the run's policy, not the queue's block.
+	team := policy.Default()
+	team.Name, team.CapMarginBytes = "team", 3*size.GB
+	if _, err := policy.NewFileStore(filepath.Join(c.state, PolicyFileName), policy.FileOptions{}).PutPolicy(context.Background(), team, 0); err != nil {
+		t.Fatal(err)
+	}
+	teamOut := filepath.Join(dir, "team")
+	if code, out, errs := c.run("run", "--policy", "team", "--out", teamOut, q); code != 0 {
+		t.Fatalf("run --policy team exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	var res record.Result
+	if data, err := os.ReadFile(filepath.Join(teamOut, record.ResultsFile)); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(data, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Policy.Name != "team" || res.Policy.CapMarginBytes != 3*size.GB {
+		t.Errorf("run --policy team ran under %q (cap margin %s), want team's 3GB", res.Policy.Name, res.Policy.CapMarginBytes)
 	}
 	// A queue error names the file and line.
 	bad := filepath.Join(dir, "bad.hcl")

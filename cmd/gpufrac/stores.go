@@ -34,8 +34,11 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.nomadNamespace, "nomad-namespace", os.Getenv("NOMAD_NAMESPACE"), "Nomad namespace with --nomad (default $NOMAD_NAMESPACE or default)")
 }
 
-// explicit says whether the user pointed at a store, rather than relying on the default file.
-func (s *storeFlags) explicit() bool { return s.nomad || s.policyFile != "" }
+// explicit says whether the user asked for a policy from a store (a store, or a policy by a
+// name other than the default), rather than relying on the default file's default.
+func (s *storeFlags) explicit() bool {
+	return s.nomad || s.policyFile != "" || s.policyName != policy.DefaultName
+}
 
 // open returns the store and a phrase that names it for people.
 func (s *storeFlags) open(g *globals) (policy.Store, string, error) {
@@ -58,8 +61,9 @@ func (s *storeFlags) open(g *globals) (policy.Store, string, error) {
 	return policy.NewFileStore(expandHome(path), policy.FileOptions{}), "policy file " + path, nil
 }
 
-// loadPolicy reads the named policy; a missing one gives the defaults (named as asked) unless
-// the user pointed at a store explicitly.
+// loadPolicy reads the named policy. A missing "default" gives the built-in defaults; any other
+// missing name is an error, wherever it was looked for: a misspelt --policy used to run with the
+// defaults under the name asked for, and nothing said so.
 func (s *storeFlags) loadPolicy(ctx context.Context, g *globals) (policy.Policy, bool, error) {
 	st, where, err := s.open(g)
 	if err != nil {
@@ -69,12 +73,11 @@ func (s *storeFlags) loadPolicy(ctx context.Context, g *globals) (policy.Policy,
 	switch {
 	case err == nil:
 		return p, true, nil
-	case errors.Is(err, policy.ErrNotFound) && (!s.explicit() || s.policyName == policy.DefaultName):
-		d := policy.Default()
-		d.Name = s.policyName
-		return d, false, nil
+	case errors.Is(err, policy.ErrNotFound) && s.policyName == policy.DefaultName:
+		return policy.Default(), false, nil
 	case errors.Is(err, policy.ErrNotFound):
-		return policy.Policy{}, false, fmt.Errorf("policy %q is not in the %s: %w", s.policyName, where, err)
+		return policy.Policy{}, false, fmt.Errorf("--policy %q is not in the %s (only %q may be missing: it means the built-in defaults): %w",
+			s.policyName, where, policy.DefaultName, err)
 	case errors.Is(err, os.ErrNotExist) && !s.explicit():
 		return policy.Default(), false, nil
 	}
