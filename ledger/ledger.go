@@ -53,6 +53,9 @@ type Options struct {
 	BorrowHold policy.HoldRule
 }
 
+// Holder is the process this Ledger marks its reservations with (Options.Holder), or nil.
+func (l *Ledger) Holder() *Holder { return l.opts.Holder }
+
 // Ledger is one node's admission ledger. All methods are safe for concurrent use.
 type Ledger struct {
 	mu     sync.Mutex

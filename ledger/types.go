@@ -112,6 +112,10 @@ func (r Reservation) Promised() size.Bytes { return max(r.CapBytes, r.StagedFor)
 
 func (h Holder) String() string { return fmt.Sprintf("pid %d", h.PID) }
 
+// HeldBy says whether h made the reservation: false for a reservation without a holder, or
+// where h is nil.
+func (r Reservation) HeldBy(h *Holder) bool { return h != nil && r.Holder != nil && *r.Holder == *h }
+
 // Instance is one memory unit of one GPU as the fingerprint advertises it.
 type Instance struct {
 	ID      string `json:"id"`

@@ -3,7 +3,9 @@ package runner
 import (
 	"context"
 	"errors"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
@@ -88,18 +91,35 @@ func TestWaitingRunSaysForWhat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Another gpufrac run, alive (this process), holds the whole budget.
-	other, err := ledger.Open(o.StateDir, ledger.Options{Holder: node.SelfHolder()})
+	// Another gpufrac run, alive (a child process stands for it), holds most of the budget, and
+	// this one's own reservation that a full disk kept it from releasing the rest: each is
+	// named for what it is.
+	sleeper := exec.Command("sleep", "600")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sleeper.Process.Kill(); sleeper.Wait() })
+	st, err := procfs.Linux("").Stat(sleeper.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := other.SyncGPUs([]ledger.GPUInfo{{UUID: devs[0].UUID, Model: devs[0].Model, TotalBytes: devs[0].MemoryBytes, Healthy: true}}); err != nil {
-		t.Fatal(err)
+	for _, r := range []struct {
+		holder *ledger.Holder
+		job    string
+		bytes  size.Bytes
+	}{{&ledger.Holder{PID: sleeper.Process.Pid, StartTicks: st.StartTicks}, "big", 70 * size.GiB}, {node.SelfHolder(), "left", 8 * size.GiB}} {
+		l, err := ledger.Open(o.StateDir, ledger.Options{Holder: r.holder})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SyncGPUs([]ledger.GPUInfo{{UUID: devs[0].UUID, Model: devs[0].Model, TotalBytes: devs[0].MemoryBytes, Healthy: true}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.ReserveBytes(devs[0].UUID, r.bytes, ledger.Task{JobName: r.job}); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
 	}
-	if _, err := other.ReserveBytes(devs[0].UUID, 78*size.GiB, ledger.Task{JobName: "big"}); err != nil {
-		t.Fatal(err)
-	}
-	other.Close()
 	w := &watchWriter{want: "nothing can be admitted", seen: make(chan struct{})}
 	seen := w.seen
 	o.Progress = w
@@ -122,7 +142,8 @@ func TestWaitingRunSaysForWhat(t *testing.T) {
 	w.mu.Lock()
 	out := w.b.String()
 	w.mu.Unlock()
-	for _, want := range []string{"GPU0: 78GiB of its 78GiB budget held by 1 reservation(s)", "big/ of gpufrac run pid", "waiting for them to end until "} {
+	for _, want := range []string{"GPU0: 78GiB of its 78GiB budget held by 1 reservation(s) of other processes (big/ of gpufrac run pid " + strconv.Itoa(sleeper.Process.Pid) + ")",
+		"and 1 reservation(s) of this run's ended jobs that were not released (left/)", "waiting for them to end until "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("progress lacks %q:\n%s", want, out)
 		}

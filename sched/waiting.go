@@ -8,21 +8,34 @@ import (
 )
 
 // Waiting says, when nothing runs and nothing can be admitted, what the run waits for (the
-// budget other processes hold on each GPU) and until when it waits before the jobs left fail.
+// budget other processes hold on each GPU, or its own reservations that were not released) and
+// until when it waits before the jobs left fail.
 func (s *Sched) Waiting(until time.Time) string {
 	var parts []string
+	self := s.led.Holder()
 	for _, g := range s.gpus {
 		st, err := s.led.State(g)
 		if err != nil {
 			continue
 		}
-		var who []string
+		var who, mine []string
 		for _, res := range st.Reservations {
 			w := res.Task.String()
-			if res.Holder != nil {
-				w += " of gpufrac run " + res.Holder.String()
+			switch {
+			case res.HeldBy(self):
+				// Nothing of this run is running: a release the ledger could not record
+				// (a full disk) left it, and blaming other processes would send the
+				// operator looking for one that is not there.
+				mine = append(mine, w)
+			case res.Holder != nil:
+				who = append(who, w+" of gpufrac run "+res.Holder.String())
+			default:
+				who = append(who, w)
 			}
-			who = append(who, w)
+		}
+		unreleased := ""
+		if len(mine) > 0 {
+			unreleased = fmt.Sprintf("%d reservation(s) of this run's ended jobs that were not released (%s)", len(mine), strings.Join(mine, ", "))
 		}
 		switch {
 		case s.refused[g] != nil:
@@ -31,8 +44,14 @@ func (s *Sched) Waiting(until time.Time) string {
 		case !st.Healthy:
 			parts = append(parts, fmt.Sprintf("GPU%d is unhealthy (%s)", st.Index, st.HealthReason))
 		case len(who) > 0:
-			parts = append(parts, fmt.Sprintf("GPU%d: %s of its %s budget held by %d reservation(s) of other processes (%s)",
-				st.Index, st.ReservedBytes, st.BudgetBytes, len(who), strings.Join(who, ", ")))
+			p := fmt.Sprintf("GPU%d: %s of its %s budget held by %d reservation(s) of other processes (%s)",
+				st.Index, st.ReservedBytes, st.BudgetBytes, len(who), strings.Join(who, ", "))
+			if unreleased != "" {
+				p += " and " + unreleased
+			}
+			parts = append(parts, p)
+		case unreleased != "":
+			parts = append(parts, fmt.Sprintf("GPU%d: %s of its %s budget held by %s", st.Index, st.ReservedBytes, st.BudgetBytes, unreleased))
 		default:
 			parts = append(parts, fmt.Sprintf("GPU%d: %s free of %s", st.Index, st.BudgetBytes-min(st.BudgetBytes, st.ReservedBytes), st.BudgetBytes))
 		}
