@@ -203,6 +203,14 @@ func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
 	if err := fence.EnsureDir(fence.ControlDir(cfg.Dir), true); err != nil {
 		return nil, fmt.Errorf("enforcer: %w", err)
 	}
+	// Each task reaches its own lock directory, through its mount or, run as another user
+	// without one, through this; the enforcer's claims on the GPUs are its alone.
+	if err := fence.EnsureDir(fence.LiveRoot(cfg.Dir), cfg.Shared); err != nil {
+		return nil, fmt.Errorf("enforcer: %w", err)
+	}
+	if err := fence.EnsureDir(fence.EnforcerDir(cfg.Dir), false); err != nil {
+		return nil, fmt.Errorf("enforcer: %w", err)
+	}
 	// Without a library (simulated GPUs, whose jobs charge the tables themselves) tasks get
 	// the tables' directory alone. The library goes into a directory of its own, which tasks
 	// get read-only; a copy that earlier versions put beside the tables, where tasks could

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
 	"github.com/gpufrac/gpufrac/internal/testutil"
@@ -453,4 +455,32 @@ func TestWithdrawnStagedTaskFailsItsWaitInsideItself(t *testing.T) {
 	}
 	r.syncFence()
 	b.checkResult(t, 3)
+}
+
+// The fence's directories get the modes their readers need and no more: the tables and the
+// tasks' lock directories private to the enforcer's user under gpufrac run and open to tasks of
+// other users under the plugin (Shared), and the enforcer's claims on the GPUs private always, so
+// no other user can hold a lock there that keeps the next enforcer off a GPU.
+func TestFenceDirectoryModes(t *testing.T) {
+	if !fence.Available {
+		t.Skip("the fence needs cgo")
+	}
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared %v", shared), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "fence")
+			if _, err := newFences(FenceConfig{Dir: dir, Shared: shared}, hclog.NewNullLogger()); err != nil {
+				t.Fatal(err)
+			}
+			open := os.FileMode(0o700)
+			if shared {
+				open = 0o755
+			}
+			for d, want := range map[string]os.FileMode{dir: open, fence.LiveRoot(dir): open,
+				fence.ControlDir(dir): 0o755, fence.EnforcerDir(dir): 0o700} {
+				if st, err := os.Stat(d); err != nil || st.Mode().Perm() != want {
+					t.Errorf("%s: %v %v, want mode %v", d, st, err, want)
+				}
+			}
+		})
+	}
 }

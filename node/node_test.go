@@ -54,7 +54,7 @@ func (d *dirs) FenceWaiters(string) ([]string, []string) { return nil, nil }
 func (d *dirs) Fenced() bool                             { return true }
 
 // A task gets the fence's directory read-only with its own accounting directory writable on
-// top, the control copies and its library read-only as mounts, the MPS pipe
+// top, its own lock directory writable, the control copies and its library read-only as mounts, the MPS pipe
 // in mps mode only, and an environment that names them; a probe (Alone) no MPS settings; and
 // an attempt with no cap no fence.
 func TestAdmitEnvAndMounts(t *testing.T) {
@@ -62,15 +62,15 @@ func TestAdmitEnvAndMounts(t *testing.T) {
 		name   string
 		mode   policy.Mode
 		req    node.Request
-		mounts []string // task paths, ro marked; "own" is the task's accounting directory
+		mounts []string // task paths, ro marked; "own" is the task's accounting directory, "live" its lock directory
 		has    []string
 		lacks  []string
 	}{
-		{"isolated", policy.ModeIsolated, node.Request{}, []string{"/f/tables ro", "own", "/f/tables-caps ro", "/f/lib ro"},
+		{"isolated", policy.ModeIsolated, node.Request{}, []string{"/f/tables ro", "own", "live", "/f/tables-caps ro", "/f/lib ro"},
 			[]string{"LD_PRELOAD", "GPUFRAC_RESERVATION", "NVIDIA_VISIBLE_DEVICES"}, []string{"CUDA_MPS_PIPE_DIRECTORY"}},
-		{"mps", policy.ModeMPS, node.Request{}, []string{"/m/pipe", "/f/tables ro", "own", "/f/tables-caps ro", "/f/lib ro"},
+		{"mps", policy.ModeMPS, node.Request{}, []string{"/m/pipe", "/f/tables ro", "own", "live", "/f/tables-caps ro", "/f/lib ro"},
 			[]string{"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"}, nil},
-		{"mps, alone", policy.ModeMPS, node.Request{Alone: true}, []string{"/f/tables ro", "own", "/f/tables-caps ro", "/f/lib ro"},
+		{"mps, alone", policy.ModeMPS, node.Request{Alone: true}, []string{"/f/tables ro", "own", "live", "/f/tables-caps ro", "/f/lib ro"},
 			[]string{"LD_PRELOAD"}, []string{"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"}},
 		{"unfenced", policy.ModeIsolated, node.Request{Unfenced: true}, nil,
 			[]string{"GPUFRAC_RESERVATION"}, []string{"LD_PRELOAD", "GPUFRAC_FENCE_DIR"}},
@@ -102,6 +102,9 @@ func TestAdmitEnvAndMounts(t *testing.T) {
 			want := slices.Clone(tc.mounts)
 			if i := slices.Index(want, "own"); i >= 0 {
 				want[i] = filepath.ToSlash(fence.AccountDir("/f/tables", a.Reservation.Token))
+			}
+			if i := slices.Index(want, "live"); i >= 0 {
+				want[i] = filepath.ToSlash(fence.LiveDir("/f/tables", a.Reservation.Token))
 			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("mounts %v, want %v", got, want)

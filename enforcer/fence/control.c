@@ -40,12 +40,48 @@ int gf_control_path(const char *path, char *out, size_t n)
 	return r < 0 || (size_t)r >= n ? -1 : 0;
 }
 
+static void hex_of(const uint8_t *hash, char hex[2 * GF_HASH_LEN + 1])
+{
+	for (int i = 0; i < GF_HASH_LEN; i++)
+		snprintf(hex + 2 * i, 3, "%02x", hash[i]);
+}
+
 int gf_account_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n)
 {
 	char hex[2 * GF_HASH_LEN + 1];
-	for (int i = 0; i < GF_HASH_LEN; i++)
-		snprintf(hex + 2 * i, 3, "%02x", hash[i]);
+	hex_of(hash, hex);
 	int r = file ? snprintf(out, n, "%s/%s/%s", dir, hex, file) : snprintf(out, n, "%s/%s", dir, hex);
+	return r < 0 || (size_t)r >= n ? -1 : 0;
+}
+
+/* uuid_len is how much of a GPU's file name "<uuid>.fence" is its UUID. */
+static int uuid_len(const char *file)
+{
+	size_t l = strlen(file), s = strlen(".fence");
+	return (int)(l > s && strcmp(file + l - s, ".fence") == 0 ? l - s : l);
+}
+
+int gf_live_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n)
+{
+	char hex[2 * GF_HASH_LEN + 1];
+	int r;
+	if (!hash) {
+		r = snprintf(out, n, "%s-live", dir);
+	} else {
+		hex_of(hash, hex);
+		r = file ? snprintf(out, n, "%s-live/%s/%.*s.live", dir, hex, uuid_len(file), file)
+			 : snprintf(out, n, "%s-live/%s", dir, hex);
+	}
+	return r < 0 || (size_t)r >= n ? -1 : 0;
+}
+
+int gf_enforcer_path(const char *path, int dirname, char *out, size_t n)
+{
+	char dir[4096], file[GF_UUID_MAX + 16];
+	if (gf_split_name(path, dir, sizeof dir, file, sizeof file) != 0)
+		return -1;
+	int r = dirname ? snprintf(out, n, "%s-enforcer", dir)
+			: snprintf(out, n, "%s-enforcer/%.*s.lock", dir, uuid_len(file), file);
 	return r < 0 || (size_t)r >= n ? -1 : 0;
 }
 

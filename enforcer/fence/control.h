@@ -47,6 +47,13 @@ int gf_control_path(const char *path, char *out, size_t n);
 /* gf_account_path is the accounting file of the task whose token hashes to hash:
  * "<dir>/<hex of hash>/<file>"; with file NULL, its directory. */
 int gf_account_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n);
+/* gf_live_path is the lock file beside it, which holds its owner and liveness bytes:
+ * "<dir>-live/<hex of hash>/<uuid>.live" for file "<uuid>.fence"; with file NULL, its directory,
+ * and with hash NULL too, "<dir>-live". */
+int gf_live_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n);
+/* gf_enforcer_path is the file whose lock marks the enforcer of the GPU named path:
+ * "<dir>-enforcer/<uuid>.lock"; with dirname set, its directory. */
+int gf_enforcer_path(const char *path, int dirname, char *out, size_t n);
 
 /* gf_open_file opens path when it is a regular file, never through a symbolic link, a FIFO or a
  * device: an accounting file lies in a directory its task writes, and the enforcer (root on the

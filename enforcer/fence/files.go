@@ -42,6 +42,29 @@ func AccountPath(dir, token, uuid string) string {
 	return filepath.Join(AccountDir(dir, token), uuid+".fence")
 }
 
+// LiveRoot holds every task's LiveDir. No task is given it: each gets its own LiveDir alone.
+func LiveRoot(dir string) string { return filepath.Clean(dir) + "-live" }
+
+// LiveDir holds the lock files of the task whose reservation token is token (LivePath): the
+// bytes its processes lock to say they are alive. They are not in its accounting files because
+// every task may open those read-only, and a read-only descriptor may still take read locks:
+// a neighbour could lock every free byte and keep the task's processes from attaching. Only
+// that task's mount reaches this directory; state.h names it the same way.
+func LiveDir(dir, token string) string {
+	h := tokenHashOf(token)
+	return filepath.Join(LiveRoot(dir), hex.EncodeToString(h[:]))
+}
+
+// LivePath is the lock file of token's task on GPU uuid.
+func LivePath(dir, token, uuid string) string {
+	return filepath.Join(LiveDir(dir, token), uuid+".live")
+}
+
+// EnforcerDir holds the files whose locks are the enforcer's claim on each GPU: a second
+// enforcer is refused. No task is given it, so no task can hold a lock there that refuses the
+// next enforcer (the control copies, which every task reads, once held that lock).
+func EnforcerDir(dir string) string { return filepath.Clean(dir) + "-enforcer" }
+
 // EnsureDir creates dir. shared makes it traversable by every user (0755), for tasks that
 // run as other users than the enforcer (Nomad's exec driver runs them as nobody); the
 // accounting files in it are 0666 either way (a task's own mount is what lets it write its
@@ -122,15 +145,16 @@ type Mount struct {
 // there: the one place that decides (docs/enforcement.md, "Threat model"). The fence directory,
 // where every task's accounting files lie, read-only: a task reads the others' to borrow and may
 // write none of them; on top of it, writable, the accounting directory of the task's own
-// reservation (token; "" for none: nothing writable). The control copies, which only the
-// enforcer writes, and the library (at library, empty for none), which every task's processes
-// run, read-only. Separate mounts at the paths the environment names, parents before what lies
-// in them; raw_exec tasks and gpufrac run's jobs see the host's paths anyway.
+// reservation (token; "" for none: nothing writable), and its own lock directory (LiveDir),
+// nothing else of LiveRoot. The control copies, which only the enforcer writes, and the library
+// (at library, empty for none), which every task's processes run, read-only. Never EnforcerDir.
+// Separate mounts at the paths the environment names, parents before what lies in them;
+// raw_exec tasks and gpufrac run's jobs see the host's paths anyway.
 func TaskMounts(dir, library, token string) []Mount {
 	dir = filepath.Clean(dir)
 	m := []Mount{{Path: dir, ReadOnly: true}}
 	if token != "" {
-		m = append(m, Mount{Path: AccountDir(dir, token)})
+		m = append(m, Mount{Path: AccountDir(dir, token)}, Mount{Path: LiveDir(dir, token)})
 	}
 	m = append(m, Mount{Path: ControlDir(dir), ReadOnly: true})
 	if library != "" {

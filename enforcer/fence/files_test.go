@@ -11,19 +11,22 @@ import (
 
 // What a tenant may write must hold neither the library other tenants run, nor the control
 // copies that decide their allocations, nor another task's accounting: TaskMounts is the one
-// place that says. A task writes its own reservation's accounting directory and nothing else.
+// place that says. A task writes its own reservation's accounting and lock directories and
+// nothing else, and reaches, even read-only, neither another task's lock file (it would
+// read-lock the bytes that task's processes need to attach) nor the enforcer's claims on the
+// GPUs (it would read-lock one and keep the next enforcer off that GPU).
 func TestTaskMounts(t *testing.T) {
 	const dir = "/var/lib/gpufrac/fence"
 	const token, other = "6f1c2a9e-0d7b-4a55-9a3e-2b8f1c7d4e60", "0a7e5d2c-9b1f-4c3e-8d6a-5f4b3c2a1e09"
 	lib := filepath.Join(LibraryDir(dir), LibraryName)
-	own := AccountDir(dir, token)
+	own, live := AccountDir(dir, token), LiveDir(dir, token)
 	tests := []struct {
 		name           string
 		library, token string
 		want           []Mount
 	}{
-		{"with the library", lib, token, []Mount{{Path: dir, ReadOnly: true}, {Path: own}, {Path: ControlDir(dir), ReadOnly: true}, {Path: LibraryDir(dir), ReadOnly: true}}},
-		{"without", "", token, []Mount{{Path: dir, ReadOnly: true}, {Path: own}, {Path: ControlDir(dir), ReadOnly: true}}},
+		{"with the library", lib, token, []Mount{{Path: dir, ReadOnly: true}, {Path: own}, {Path: live}, {Path: ControlDir(dir), ReadOnly: true}, {Path: LibraryDir(dir), ReadOnly: true}}},
+		{"without", "", token, []Mount{{Path: dir, ReadOnly: true}, {Path: own}, {Path: live}, {Path: ControlDir(dir), ReadOnly: true}}},
 		{"no reservation", "", "", []Mount{{Path: dir, ReadOnly: true}, {Path: ControlDir(dir), ReadOnly: true}}},
 	}
 	for _, tt := range tests {
@@ -33,6 +36,11 @@ func TestTaskMounts(t *testing.T) {
 				t.Fatalf("TaskMounts = %v, want %v", got, tt.want)
 			}
 			for _, w := range got {
+				for _, r := range []string{LivePath(dir, other, "GPU-x"), filepath.Join(EnforcerDir(dir), "GPU-x.lock")} {
+					if within(r, w.Path) {
+						t.Errorf("%s reaches the task and holds %s", w.Path, r)
+					}
+				}
 				if w.ReadOnly {
 					continue
 				}
@@ -41,16 +49,16 @@ func TestTaskMounts(t *testing.T) {
 						t.Errorf("%s is writable and holds %s", w.Path, r)
 					}
 				}
-				if !within(AccountPath(dir, tt.token, "GPU-x"), w.Path) {
-					t.Errorf("%s is writable but holds none of the task's own accounting", w.Path)
+				if !within(AccountPath(dir, tt.token, "GPU-x"), w.Path) && !within(LivePath(dir, tt.token, "GPU-x"), w.Path) {
+					t.Errorf("%s is writable but holds none of the task's own accounting or lock files", w.Path)
 				}
 			}
 		})
 	}
 }
 
-// An accounting directory is named by the token's SHA-256, as the C side names it, and holds
-// no token.
+// An accounting directory and a lock directory are named by the token's SHA-256, as the C side
+// names them, and hold no token.
 func TestAccountDirIsTheTokensHash(t *testing.T) {
 	const token = "6f1c2a9e-0d7b-4a55-9a3e-2b8f1c7d4e60"
 	d := AccountDir("/f/", token)
@@ -60,6 +68,9 @@ func TestAccountDirIsTheTokensHash(t *testing.T) {
 	}
 	if got, want := AccountPath("/f", token, "GPU-x"), filepath.Join(d, "GPU-x.fence"); got != want {
 		t.Fatalf("AccountPath = %s, want %s", got, want)
+	}
+	if got, want := LivePath("/f/", token, "GPU-x"), "/f-live/"+hex.EncodeToString(h[:])+"/GPU-x.live"; got != want {
+		t.Fatalf("LivePath = %s, want %s", got, want)
 	}
 }
 

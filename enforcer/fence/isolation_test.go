@@ -1,6 +1,7 @@
 package fence_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,7 +19,9 @@ import (
 
 // A task sees the host through the mounts fence.TaskMounts gives it. There it writes its own
 // accounting and allocates (borrowing reads the neighbour's file read-only), and the file
-// system refuses it the neighbour's accounting, the control copy, and the fence directory.
+// system refuses it the neighbour's accounting, the control copy, and the fence directory. The
+// neighbour's lock file and the enforcer's claim on the GPU it cannot open at all, so it can
+// take no lock on them, not even a read lock.
 func TestTaskCannotWriteAnotherTasksAccounting(t *testing.T) {
 	k := fencetest.Build(t)
 	dir, tb := table(t, 4*size.GiB, fence.Task{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
@@ -37,6 +40,14 @@ func TestTaskCannotWriteAnotherTasksAccounting(t *testing.T) {
 	} {
 		if got := tenant.DoWithin(c, bound); !strings.Contains(got, "Read-only file system") {
 			t.Fatalf("%s: %q, want the file system to refuse it", c, got)
+		}
+	}
+	for _, f := range []string{fence.LivePath(dir, tokB, fencetest.FakeUUID), filepath.Join(fence.EnforcerDir(dir), fencetest.FakeUUID+".lock")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("%s must exist on the host: %v", f, err)
+		}
+		if got := tenant.DoWithin("rdlock "+f+" all", bound); !strings.Contains(got, "No such file or directory") {
+			t.Fatalf("rdlock %s: %q, want the task not to find it", f, got)
 		}
 	}
 	if got := tenant.DoWithin("tamper "+fence.AccountPath(dir, tokA, fencetest.FakeUUID)+" used 0 "+tokA, bound); got != "ok" {
@@ -308,7 +319,8 @@ func TestEachPlacementGetsAFreshFile(t *testing.T) {
 	if err := tb.SetTasks([]fence.Task{{Token: tokB, Cap: size.GiB}}, 0); err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{fence.AccountPath(dir, tokA, fencetest.FakeUUID), fence.AccountDir(dir, tokA)} {
+	for _, p := range []string{fence.AccountPath(dir, tokA, fencetest.FakeUUID), fence.AccountDir(dir, tokA),
+		fence.LivePath(dir, tokA, fencetest.FakeUUID), fence.LiveDir(dir, tokA)} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Fatalf("%s after its task ended: %v, want it removed", p, err)
 		}
@@ -316,8 +328,10 @@ func TestEachPlacementGetsAFreshFile(t *testing.T) {
 	if r := a.Charge(size.MiB); r != fence.NoTask {
 		t.Fatalf("a process of the ended task: %v, want NoTask", r)
 	}
-	if st, err := os.Stat(fence.AccountPath(dir, tokB, fencetest.FakeUUID)); err != nil || st.Mode().Perm() != 0o666 {
-		t.Fatalf("the successor's file: %v %v, want 0666 in its own directory", st, err)
+	for _, p := range []string{fence.AccountPath(dir, tokB, fencetest.FakeUUID), fence.LivePath(dir, tokB, fencetest.FakeUUID)} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o666 {
+			t.Fatalf("the successor's file %s: %v %v, want 0666 in its own directory", p, st, err)
+		}
 	}
 	if d := fence.AccountDir(dir, tokB); d == fence.AccountDir(dir, tokA) || !strings.HasPrefix(d, dir+"/") {
 		t.Fatalf("the successor's directory %s", d)
@@ -400,36 +414,40 @@ func TestTruncatedNeighbourFaultsNoBorrower(t *testing.T) {
 	want(t, a.DoWithin("charge 1G", bound), "refused", "but not into the neighbour's guarantee")
 }
 
-// An accounting directory is its task's to write, and the enforcer (root on the host) and the
-// other tasks' processes open what lies in it by name: a symbolic link there is never followed
-// (a tenant would have the enforcer write a host file) and a FIFO never opened (a borrowing
-// neighbour would hang on it).
+// An accounting directory, and a lock directory, is its task's to write, and the enforcer (root on
+// the host) and the other tasks' processes open what lies in it by name: a symbolic link there is
+// never followed (a tenant would have the enforcer write a host file) and a FIFO never opened (a
+// borrowing neighbour, or the enforcer, would hang on it).
 func TestNothingFollowsWhatATaskLeftInItsDirectory(t *testing.T) {
 	dir, tb := table(t, 4*size.GiB, fence.Task{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
 	victim := filepath.Join(t.TempDir(), "host-file")
 	if err := os.WriteFile(victim, []byte("a host file"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	own := fence.AccountPath(dir, tokA, fencetest.FakeUUID)
+	own, ownLive := fence.AccountPath(dir, tokA, fencetest.FakeUUID), fence.LivePath(dir, tokA, fencetest.FakeUUID)
 	if err := tb.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// The tenant of A swaps its file for a link to the host file and plants another where the
-	// enforcer writes a fresh file; B's file becomes a FIFO.
-	if err := os.Remove(own); err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range []string{own, fmt.Sprintf("%s.new.%d", own, os.Getpid())} {
-		if err := os.Symlink(victim, l); err != nil {
+	// The tenant of A swaps its files for links to the host file and plants others where the
+	// enforcer writes fresh files; B's files become FIFOs.
+	for _, f := range []string{own, ownLive} {
+		if err := os.Remove(f); err != nil {
 			t.Fatal(err)
 		}
+		for _, l := range []string{f, fmt.Sprintf("%s.new.%d", f, os.Getpid())} {
+			if err := os.Symlink(victim, l); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	fifo := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
-	if err := os.Remove(fifo); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
-		t.Fatal(err)
+	fifos := []string{fence.AccountPath(dir, tokB, fencetest.FakeUUID), fence.LivePath(dir, tokB, fencetest.FakeUUID)}
+	for _, fifo := range fifos {
+		if err := os.Remove(fifo); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var err error
 	within(t, bound, "an enforcer starting over the planted files", func() {
@@ -444,8 +462,10 @@ func TestNothingFollowsWhatATaskLeftInItsDirectory(t *testing.T) {
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "a host file" {
 		t.Fatalf("the host file behind the link: %q %v", b, err)
 	}
-	if st, err := os.Lstat(own); err != nil || !st.Mode().IsRegular() {
-		t.Fatalf("A's accounting: %v %v, want a fresh regular file in place of the link", st, err)
+	for _, f := range append([]string{own, ownLive}, fifos...) {
+		if st, err := os.Lstat(f); err != nil || !st.Mode().IsRegular() {
+			t.Fatalf("%s: %v %v, want a fresh regular file in place of what the task left", f, st, err)
+		}
 	}
 	a := attach(t, dir, tokA)
 	var r fence.Result
@@ -490,28 +510,25 @@ func TestHalfWrittenControlCopyDecidesNothing(t *testing.T) {
 	}
 }
 
-// A task reads the other tasks' accounting files to borrow, and a descriptor opened only for
-// reading may still take read locks on any byte of them. An owner (a live process's slot, a
-// lock holder's owner index) holds its byte for writing, which only its own task can: a
-// neighbour's read lock on a dead owner's byte must keep nothing alive. Before, it kept a
-// neighbour's exited process charged for good, so that task was refused its own guarantee and
-// the enforcer never reaped it, and it kept a dead lock holder alive, so that task's next
+// Only its own task's mount reaches a task's lock file (TestTaskCannotWriteAnotherTasksAccounting),
+// but a descriptor opened only for reading may take read locks on any byte of a file. An owner (a
+// live process's slot, a lock holder's owner index) holds its byte for writing: a read lock on a
+// dead owner's byte, by whoever may open the file to read it, must keep nothing alive. Before
+// (when the bytes lay in the accounting files, which every task reads), a neighbour's read lock
+// kept a task's exited process charged for good, so that task was refused its own guarantee
+// and the enforcer never reaped it, and it kept a dead lock holder alive, so that task's next
 // process waited a second and ran unfenced.
 func TestNeighboursReadLocksKeepNoDeadOwnerAlive(t *testing.T) {
 	k := fencetest.Build(t)
-	tenant := func(t *testing.T, dir string) *fencetest.Proc {
-		ro, rw := taskMountPaths(dir, tokA)
-		return k.StartToolMounted(t, ro, rw)
-	}
 	t.Run("exited process", func(t *testing.T) {
 		dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
-		file := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
-		a := tenant(t, dir)
+		file := fence.LivePath(dir, tokB, fencetest.FakeUUID)
+		a := k.StartTool(t)
 		for i, slot := range []string{"0", "1"} {
 			c := k.Start(t, k.Env(dir, tokB))
 			want(t, c.Do("alloc 900M"), "ok", "B's process")
 			c.Exit()
-			want(t, a.DoWithin("rdlock "+file+" live "+slot, bound), "ok", "A read-locks the byte of B's exited process")
+			want(t, a.DoWithin("rdlock "+file+" live "+slot, bound), "ok", "a reader read-locks the byte of B's exited process")
 			if i == 0 {
 				continue // B's next process reaps it before it would refuse
 			}
@@ -525,15 +542,16 @@ func TestNeighboursReadLocksKeepNoDeadOwnerAlive(t *testing.T) {
 	})
 	t.Run("lock holder", func(t *testing.T) {
 		dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
-		file := fence.AccountPath(dir, tokB, fencetest.FakeUUID)
+		file := fence.LivePath(dir, tokB, fencetest.FakeUUID)
 		attachB := "attach " + fence.Path(dir, fencetest.FakeUUID) + " " + tokB
 		victim := k.StartTool(t, "GF_TEST_STALL=charge")
 		want(t, victim.Do(attachB), "ok", "B's process attaches")
 		victim.Send("charge 100M")
 		victim.WaitStderr("gf-test: stalled at charge")
 		victim.Kill()
-		a := tenant(t, dir)
-		want(t, a.DoWithin("rdlock "+file+" holder", bound), "ok", "A read-locks the dead holder's owner byte")
+		a := k.StartTool(t)
+		want(t, a.DoWithin("rdlock "+file+" holder "+fence.AccountPath(dir, tokB, fencetest.FakeUUID), bound), "ok",
+			"a reader read-locks the dead holder's owner byte")
 		next := k.StartTool(t)
 		start := time.Now()
 		want(t, next.DoWithin(attachB, bound), "ok ", "B's next process attaches")
@@ -542,6 +560,62 @@ func TestNeighboursReadLocksKeepNoDeadOwnerAlive(t *testing.T) {
 			t.Fatalf("B's next process took %s: it waited for a dead holder a neighbour kept alive", d)
 		}
 	})
+}
+
+// A task reads the others' accounting files to borrow, and a read-only descriptor may take read
+// locks on every byte of them. The bytes a process write-locks to attach (an owner index, a
+// process slot's liveness) lie in a file only its own task reaches, so a neighbour that
+// read-locks the whole of a task's accounting file keeps none of that task's processes from
+// attaching: the next one is fenced, refused inside itself past its cap. Before, it found no
+// byte it could lock, could not attach, and ran under the watchdog alone.
+func TestReadLockedNeighbourStillAttaches(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
+	ro, rw := taskMountPaths(dir, tokA)
+	a := k.StartToolMounted(t, ro, rw)
+	want(t, a.DoWithin("rdlock "+fence.AccountPath(dir, tokB, fencetest.FakeUUID)+" all", bound), "ok",
+		"A read-locks every byte of B's accounting file")
+	c := k.Start(t, k.Env(dir, tokB))
+	want(t, c.DoWithin("alloc 900M", bound), "ok", "B's new process within its cap")
+	want(t, c.DoWithin("alloc 200M", bound), "err 2", "B's new process past its cap, refused inside itself")
+	if strings.Contains(c.Stderr(), "watchdog alone") {
+		t.Fatalf("B's process did not attach: %s", c.Stderr())
+	}
+	if u := snap(t, tb, tokB); u.Used != 900*size.MiB || u.Procs != 1 {
+		t.Fatalf("B as the enforcer sees it: %+v, want its process's 900 MiB", u)
+	}
+}
+
+// The enforcer's claim on a GPU (what refuses a second enforcer) is a lock on a file no task can
+// open. A tenant that read-locks every byte of the control copy, which it may read, while the
+// enforcer is down (a restart, an upgrade) keeps no enforcer that starts again from the GPU:
+// before, that enforcer was refused (ErrBusy), and no task's allocations there were fenced while
+// the tenant lived. A second live enforcer is still refused.
+func TestReadLockedControlCopyKeepsNoEnforcerOut(t *testing.T) {
+	k := fencetest.Build(t)
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB}, {Token: tokB, Cap: size.GiB}}
+	dir, tb := table(t, 0, tasks...)
+	ro, rw := taskMountPaths(dir, tokA)
+	a := k.StartToolMounted(t, ro, rw)
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want(t, a.DoWithin("rdlock "+fence.ControlPath(dir, fencetest.FakeUUID)+" all", bound), "ok",
+		"A read-locks every byte of the control copy")
+	again, err := fence.Create(dir, fencetest.FakeUUID, 80*size.GiB, 0)
+	if err != nil {
+		t.Fatalf("an enforcer that starts again while a tenant read-locks the control copy: %v", err)
+	}
+	t.Cleanup(func() { again.Close() })
+	if _, err := fence.Create(dir, fencetest.FakeUUID, 80*size.GiB, 0); !errors.Is(err, fence.ErrBusy) {
+		t.Fatalf("a second enforcer beside a live one: %v, want ErrBusy", err)
+	}
+	if err := again.SetTasks(tasks, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := k.Start(t, k.Env(dir, tokB))
+	want(t, c.DoWithin("alloc 900M", bound), "ok", "B within its cap")
+	want(t, c.DoWithin("alloc 200M", bound), "err 2", "B past its cap")
 }
 
 // taskMountPaths are the paths Reserve mounts into task tok's container, read-only and

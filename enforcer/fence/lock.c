@@ -54,24 +54,25 @@ int gf_byte_lock(int fd, off_t at, short type)
 
 int gf_byte_owned(int fd, off_t at)
 {
-	/* Asked as a read lock, only a write lock conflicts: a neighbour's read lock on a dead
-	 * owner's byte kept it alive, and with it a dead lock holder (its task's every allocation
-	 * waited a second and went on unfenced) or an exited process's charge (its task refused its
-	 * own guarantee for good). */
+	/* Asked as a read lock, only a write lock conflicts: a read lock on a dead owner's byte, by
+	 * anyone who may open the file to read it, kept it alive, and with it a dead lock holder (its
+	 * task's every allocation waited a second and went on unfenced) or an exited process's
+	 * charge (its task refused its own guarantee for good). */
 	struct flock fl = one_byte(at, F_RDLCK);
 	if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
 		return -1;
 	return fl.l_type != F_UNLCK;
 }
 
-/* gf_take_owner gives the map an owner index (its byte locked for the map's life) and a nonce no
- * other map of this file drew before, before it ever takes the table's lock. */
+/* gf_take_owner gives the map an owner index (its byte of the lock file locked for the map's
+ * life) and a nonce no other map of this file drew before, before it ever takes the table's
+ * lock. */
 int gf_take_owner(struct gf_map *m)
 {
 	unsigned start = (unsigned)getpid() * 2654435761u;
 	for (unsigned n = 0; n < GF_OWNERS; n++) {
 		unsigned i = (start + n) % GF_OWNERS;
-		if (gf_byte_lock(m->fd, GF_OWNER_BASE + (off_t)i, F_WRLCK) != 0)
+		if (gf_byte_lock(m->lfd, GF_OWNER_BASE + (off_t)i, F_WRLCK) != 0)
 			continue;
 		uint32_t nonce;
 		do
@@ -96,7 +97,7 @@ static int holder_dead(const struct gf_map *m, uint64_t w)
 	uint32_t nonce = (uint32_t)(w >> 32), idx = (uint32_t)w - 1;
 	if (idx >= GF_OWNERS)
 		return 1; /* no map can hold such a word */
-	int owned = gf_byte_owned(m->fd, GF_OWNER_BASE + (off_t)idx);
+	int owned = gf_byte_owned(m->lfd, GF_OWNER_BASE + (off_t)idx);
 	if (owned < 0)
 		return 0; /* cannot tell: assume alive and keep waiting */
 	if (!owned)

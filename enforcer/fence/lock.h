@@ -9,10 +9,10 @@
 
 /* gf_byte_lock takes (F_WRLCK) or drops (F_UNLCK) one byte's OFD lock without waiting. */
 int gf_byte_lock(int fd, off_t at, short type);
-/* gf_byte_owned says whether a live owner holds one byte: 1, 0, or -1 when the kernel cannot
- * say. An owner holds its byte with a write lock, which only a descriptor opened for writing can
- * take (its task's processes, the enforcer's child). A read lock is no owner: every other task
- * opens the file read-only (it reads it to borrow) and may take read locks on any byte of it. */
+/* gf_byte_owned says whether a live owner holds one byte of a lock file: 1, 0, or -1 when the
+ * kernel cannot say. An owner holds its byte with a write lock, which only a descriptor opened
+ * for writing can take (its task's processes, the enforcer's child). A read lock is no owner:
+ * whoever may open the file only to read it may take read locks on any byte of it. */
 int gf_byte_owned(int fd, off_t at);
 /* gf_take_owner gives a new map its owner index and nonce, before it ever locks. */
 int gf_take_owner(struct gf_map *m);

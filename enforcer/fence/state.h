@@ -3,8 +3,10 @@
  * (each task's guarantee, limit, keep, generation and token hash, the budget, the wait), and
  * per task placed on it an accounting file of its own, "<dir>/<token hash>/<GPU>.fence", that
  * only that task's processes and the enforcer write (its process slots, its sums, its waiting
- * flags, its lock). Tasks get the fence directory read-only with their own accounting
- * directory writable on top (fence.TaskMounts): a task can change only its own accounting. The
+ * flags, its lock), and a lock file, "<dir>-live/<token hash>/<GPU>.live", whose byte locks say
+ * which of its processes are alive. Tasks get the fence directory read-only with their own
+ * accounting directory writable on top, and their own lock directory alone of "<dir>-live"
+ * (fence.TaskMounts): a task can change only its own accounting, and lock only its own bytes. The
  * same code serves both sides (the LD_PRELOAD library and, through cgo, the Go enforcer), so
  * the layout has one definition. It is split by what each part owns: table.c a task's file and
  * its process slots, charge.c the allocation rules, peers.c the other tasks' files as the rules
@@ -24,10 +26,16 @@
  *   whoever holds it now drew another nonce; a process that dies anywhere inside a critical
  *   section, whatever slot it had or was giving back, leaves a lock the next locker takes over.
  * - Liveness comes from the kernel, not from PIDs: a process that owns a slot holds an
- *   open-file-description (OFD) write lock on one byte of the file, which the kernel drops when
- *   the process dies, however it dies, and which means the same thing in every PID namespace
- *   (a task in a container sees other PIDs than the host). A slot whose byte can be locked
- *   belongs to a dead process, and its bytes go back to its task.
+ *   open-file-description (OFD) write lock on one byte of its task's lock file, which the kernel
+ *   drops when the process dies, however it dies, and which means the same thing in every PID
+ *   namespace (a task in a container sees other PIDs than the host). A slot whose byte can be
+ *   locked belongs to a dead process, and its bytes go back to its task.
+ * - The bytes live in a file of their own because every task may open every accounting file
+ *   read-only (it reads them to borrow), and a read-only descriptor may still take read locks:
+ *   a neighbour that read-locked every free byte kept the task's new processes from attaching.
+ *   Only the task's own mount reaches its lock file. For the same reason the enforcer's claim
+ *   on a GPU is a lock on "<dir>-enforcer/<GPU>.lock", which no task is given, not on the
+ *   control copy that every task reads.
  * - A live holder that keeps the lock (stopped, or hostile) is waited for GF_LOCK_WAIT_NS by its
  *   own task's processes, then the waiter goes on without the file; the enforcer never takes it
  *   to read (below). Nothing hangs on it. A lock that is taken again and again, even by the
@@ -52,7 +60,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 12
+#define GF_VERSION 13
 /* How many processes a task may have started since the enforcer last saw its processes on the
  * GPU (a watchdog pass): its file's count is believed up to that many more (gf_task.seen). */
 #define GF_NEW_PROCS 4
@@ -61,15 +69,14 @@
 #define GF_TOKEN_MAX 72
 #define GF_UUID_MAX 64
 
-/* Byte offsets whose OFD locks mark a live slot owner: GF_LIVE_BASE + slot for processes, and
- * GF_LIVE_BASE - 1 for the enforcer that manages the file. They lie past the end of the file,
- * which locks allow. */
-#define GF_LIVE_BASE (1LL << 30)
-/* Owner indexes: each map of the file (a process's, the enforcer's) holds the OFD lock of one
- * byte GF_OWNER_BASE + index for its whole life; the lock word names that index. More than the
- * process slots: an enforcer, and attaches in flight, map the file without a slot. */
+/* The bytes of a task's lock file whose OFD write locks mark a live owner (the file is empty:
+ * locks past its end are allowed). Owner indexes: each map of the accounting file (a process's,
+ * the enforcer's child's) holds byte GF_OWNER_BASE + index for its whole life; the lock word
+ * names that index. More than the process slots: attaches in flight map the file without a
+ * slot. A process that owns slot i holds byte GF_LIVE_BASE + i. */
 #define GF_OWNERS 1024
-#define GF_OWNER_BASE (GF_LIVE_BASE + 65536)
+#define GF_OWNER_BASE 0LL
+#define GF_LIVE_BASE ((long long)GF_OWNERS)
 
 enum { GF_FREE = 0, GF_LIVE = 1 };
 
@@ -231,6 +238,7 @@ struct gf_peers;
 /* One process's (or the enforcer's) view of one accounting file. */
 struct gf_map {
 	int fd;
+	int lfd; /* its task's lock file: the owner and liveness bytes (read-write where it locks) */
 	struct gf_table *t;
 	struct gf_control *c; /* the control copy (control.c), or NULL: a private table */
 	int cfd;              /* the control copy's read-only descriptor, which borrowers flock */
@@ -292,25 +300,31 @@ struct gf_task_spec {
  * may truncate its own file, and a mapping would fault (taskfile.c). */
 struct gf_gpu {
 	int cfd;
+	int lfd; /* "<dir>-enforcer/<uuid>.lock", whose lock is this enforcer's claim on the GPU */
 	struct gf_control *c;
 	char dir[4096]; /* the fence directory: accounting files are "<dir>/<hash>/<uuid>.fence" */
 	char uuid[GF_UUID_MAX];
-	struct gf_map tasks[GF_TASKS]; /* fd -1 where the slot has no file open; t always NULL */
+	/* fd and lfd (read-only: the enforcer only asks who holds a byte) -1 where the slot has no
+	 * files open; t always NULL */
+	struct gf_map tasks[GF_TASKS];
 	struct gf_table *scratch;      /* two tables' room for reading the files (taskfile.c) */
 	int *shared;                   /* a page shared with the child that writes a file */
 };
 
 /* A GPU is named by "<dir>/<uuid>.fence" in the calls below: its control copy is that name in
- * "<dir>-caps", a task's accounting file that name in "<dir>/<hex of its token's hash>". */
+ * "<dir>-caps", a task's accounting file that name in "<dir>/<hex of its token's hash>", and its
+ * lock file "<uuid>.live" in "<dir>-live/<hex of its token's hash>". */
 
-/* gf_create opens (creating it if needed, mode 0644) the control copy of a GPU for the enforcer
- * and takes its control byte: a second enforcer on the same GPU is refused (GF_ERR_BUSY). A copy
- * of another layout is GF_ERR_CORRUPT; one an enforcer died writing is made whole. */
+/* gf_create takes the GPU for the enforcer, a lock on "<dir>-enforcer/<uuid>.lock" (created 0600
+ * in a 0700 directory; a second enforcer on the same GPU is refused, GF_ERR_BUSY), and opens
+ * (creating it if needed, mode 0644) its control copy. A copy of another layout is
+ * GF_ERR_CORRUPT; one an enforcer died writing is made whole. */
 int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_gpu *g,
 	      char *err, size_t errlen);
 void gf_close(struct gf_gpu *g);
-/* gf_attach maps the accounting file of token's task on the GPU at path for a task process and
- * claims a process slot in it. GF_ERR_NOTASK: the control copy places no task with token. */
+/* gf_attach maps the accounting file of token's task on the GPU at path for a task process, opens
+ * its lock file, and claims a process slot. GF_ERR_NOTASK: the control copy places no task with
+ * token. */
 int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen);
 void gf_detach(struct gf_map *m);
 /* gf_unmap closes everything m holds without giving its slot back (a forked child's copy of its
@@ -342,7 +356,7 @@ int gf_reap(struct gf_map *m, int task);
 /* Enforcer side. gf_set_tasks makes specs the GPU's tasks and returns how many it placed, or
  * GF_SET_FULL, or GF_SET_NOROOM when a new guarantee (or a raised one) would cover memory that
  * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
- * reservation back. A task placed anew gets a fresh accounting file. */
+ * reservation back. A task placed anew gets a fresh accounting file and lock file. */
 int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns,
 		 uint64_t ctx, uint64_t spare);
 /* gf_rebuild rebuilds each task's sums from its processes' under its lock, in a child process

@@ -154,6 +154,7 @@ void gf_reset(struct gf_map *m)
 {
 	memset(m, 0, sizeof *m);
 	m->fd = -1;
+	m->lfd = -1;
 	m->cfd = -1;
 	m->slot = -1;
 	m->task = -1;
@@ -172,20 +173,57 @@ static void init_table(struct gf_table *t, const char *uuid)
 	snprintf(t->h.uuid, sizeof t->h.uuid, "%s", uuid);
 }
 
-/* gf_file_create writes a fresh accounting file for task slot i under a temporary name and
- * renames it into place (over any file of an earlier placement, whose processes keep the one
- * they mapped): no reader ever maps a half-written header. */
-int gf_file_create(const char *path, const char *uuid, int i, const struct gf_task *k, char *err, size_t errlen)
+/* fresh_file creates a new file named tmp ("<path>.new.<pid>"), mode 0666: tasks run as other
+ * users than the enforcer, and their own files must be theirs to write. The directory is the
+ * task's to write: whatever it left under that name goes, and the file is made new, never opened
+ * through a link it planted. */
+static int fresh_file(const char *path, char *tmp, size_t n, char *err, size_t errlen)
 {
-	char tmp[4200];
-	if (snprintf(tmp, sizeof tmp, "%s.new.%d", path, (int)getpid()) >= (int)sizeof tmp)
+	if (snprintf(tmp, n, "%s.new.%d", path, (int)getpid()) >= (int)n)
 		return fail(err, errlen, "create", path, ENAMETOOLONG);
-	/* The directory is the task's to write: whatever it left under this name goes, and the
-	 * file is made new, never opened through a link it planted. */
 	unlink(tmp);
 	int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
 	if (fd < 0)
 		return fail(err, errlen, "create", tmp, errno);
+	if (fchmod(fd, 0666) != 0) {
+		int e = errno;
+		close(fd);
+		unlink(tmp);
+		return fail(err, errlen, "create", tmp, e);
+	}
+	return fd;
+}
+
+/* into_place renames tmp to path, over any file of an earlier placement, whose processes keep
+ * the one they opened. */
+static int into_place(const char *tmp, const char *path, char *err, size_t errlen)
+{
+	if (rename(tmp, path) != 0) {
+		int e = errno;
+		unlink(tmp);
+		return fail(err, errlen, "create", path, e);
+	}
+	return 0;
+}
+
+int gf_live_create(const char *path, char *err, size_t errlen)
+{
+	char tmp[4200];
+	int fd = fresh_file(path, tmp, sizeof tmp, err, errlen);
+	if (fd < 0)
+		return -1;
+	close(fd);
+	return into_place(tmp, path, err, errlen);
+}
+
+/* gf_file_create writes a fresh accounting file for task slot i under a temporary name and
+ * renames it into place: no reader ever maps a half-written header. */
+int gf_file_create(const char *path, const char *uuid, int i, const struct gf_task *k, char *err, size_t errlen)
+{
+	char tmp[4200];
+	int fd = fresh_file(path, tmp, sizeof tmp, err, errlen);
+	if (fd < 0)
+		return -1;
 	/* Written, never mapped: the file is in the task's directory, and a task that cut it
 	 * while it was being written would fault a mapping of the enforcer's (taskfile.c). */
 	struct gf_table *t = calloc(1, sizeof *t);
@@ -195,9 +233,6 @@ int gf_file_create(const char *path, const char *uuid, int i, const struct gf_ta
 		init_table(t, uuid);
 		t->tasks[i] = *k;
 	}
-	/* Tasks run as other users than the enforcer: their own file must be theirs to write. */
-	if (rc == 0 && (rc = fchmod(fd, 0666)) != 0)
-		e = errno;
 	if (rc == 0) {
 		ssize_t w = pwrite(fd, t, sizeof *t, 0);
 		if (w != (ssize_t)sizeof *t) {
@@ -211,12 +246,7 @@ int gf_file_create(const char *path, const char *uuid, int i, const struct gf_ta
 		unlink(tmp);
 		return fail(err, errlen, "create", tmp, e);
 	}
-	if (rename(tmp, path) != 0) {
-		int e = errno;
-		unlink(tmp);
-		return fail(err, errlen, "create", path, e);
-	}
-	return 0;
+	return into_place(tmp, path, err, errlen);
 }
 
 int gf_find_task(const struct gf_table *t, const uint8_t *hash)
@@ -230,10 +260,10 @@ int gf_find_task(const struct gf_table *t, const uint8_t *hash)
 /* try_claim takes slot i if its byte is free (a free slot, or one whose owner died). */
 static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 {
-	if (gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) != 0)
+	if (gf_byte_lock(m->lfd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 		return 0;
 	if (gf_lock(m) != 0) {
-		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		gf_byte_lock(m->lfd, GF_LIVE_BASE + i, F_UNLCK);
 		return -2;
 	}
 	struct gf_table *t = m->t;
@@ -241,7 +271,7 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	int k = m->task;
 	if (gf_control_restore(m) != 0 || gf_find_task(t, hash) != k) {
 		gf_unlock(m);
-		gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+		gf_byte_lock(m->lfd, GF_LIVE_BASE + i, F_UNLCK);
 		return -1;
 	}
 	if (t->procs[i].state == GF_LIVE) {
@@ -281,11 +311,11 @@ static int control_slot(const struct gf_map *m, const uint8_t *hash)
 int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen)
 {
 	gf_reset(m);
-	char dir[4096], file[GF_UUID_MAX + 16], cpath[4200], apath[4200];
+	char dir[4096], file[GF_UUID_MAX + 16], cpath[4200], apath[4200], lpath[4200];
 	uint8_t hash[GF_HASH_LEN];
 	gf_sha256(token, strlen(token), hash);
 	if (gf_split_name(path, dir, sizeof dir, file, sizeof file) != 0 || gf_control_path(path, cpath, sizeof cpath) != 0 ||
-	    gf_account_path(dir, hash, file, apath, sizeof apath) != 0)
+	    gf_account_path(dir, hash, file, apath, sizeof apath) != 0 || gf_live_path(dir, hash, file, lpath, sizeof lpath) != 0)
 		return fail(err, errlen, "name", path, ENAMETOOLONG);
 	int rc = gf_control_open(m, cpath, err, errlen);
 	if (rc != 0)
@@ -300,6 +330,13 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 	m->fd = gf_open_file(apath, O_RDWR);
 	if (m->fd < 0) {
 		rc = fail(err, errlen, "open", apath, errno);
+		goto out;
+	}
+	/* Opened after the accounting file, which the enforcer places after it: a process that
+	 * found a placement's accounting file finds that placement's lock file, or a later one. */
+	m->lfd = gf_open_file(lpath, O_RDWR);
+	if (m->lfd < 0) {
+		rc = fail(err, errlen, "open", lpath, errno);
 		goto out;
 	}
 	rc = gf_map_file(m->fd, apath, m, err, errlen);
@@ -349,7 +386,7 @@ void gf_detach(struct gf_map *m)
 			gf_give_back(m->t, m->slot);
 		gf_test_point("detach");
 		gf_unlock(m);
-		gf_byte_lock(m->fd, GF_LIVE_BASE + m->slot, F_UNLCK);
+		gf_byte_lock(m->lfd, GF_LIVE_BASE + m->slot, F_UNLCK);
 	}
 	gf_unmap(m);
 }
@@ -362,6 +399,8 @@ void gf_unmap(struct gf_map *m)
 		munmap(m->t, sizeof *m->t);
 	if (m->fd >= 0)
 		close(m->fd);
+	if (m->lfd >= 0)
+		close(m->lfd);
 	gf_reset(m);
 }
 
@@ -377,18 +416,18 @@ int gf_reap(struct gf_map *m, int task)
 		if (task >= 0 && __atomic_load_n(&p->task, __ATOMIC_RELAXED) != (uint32_t)task)
 			continue;
 		/* Holding the byte proves its owner is gone and keeps claimants off until it is free.
-		 * Another task's read lock may keep us from it (gf_byte_owned): then the owner is gone
+		 * A read lock may keep us from it (gf_byte_owned): then the owner is gone
 		 * where nobody holds the byte for writing, asked again under the lock, which a claimant
 		 * takes too before it touches the slot. */
-		int held = gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_WRLCK) == 0;
-		if (!held && gf_byte_owned(m->fd, GF_LIVE_BASE + i) != 0)
+		int held = gf_byte_lock(m->lfd, GF_LIVE_BASE + i, F_WRLCK) == 0;
+		if (!held && gf_byte_owned(m->lfd, GF_LIVE_BASE + i) != 0)
 			continue;
 		if (gf_lock(m) != 0) {
 			if (held)
-				gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+				gf_byte_lock(m->lfd, GF_LIVE_BASE + i, F_UNLCK);
 			break;
 		}
-		if (p->state == GF_LIVE && (held || gf_byte_owned(m->fd, GF_LIVE_BASE + i) == 0)) {
+		if (p->state == GF_LIVE && (held || gf_byte_owned(m->lfd, GF_LIVE_BASE + i) == 0)) {
 			gf_give_back(m->t, i);
 			m->t->h.reaped++;
 			n++;
@@ -396,7 +435,7 @@ int gf_reap(struct gf_map *m, int task)
 		}
 		gf_unlock(m);
 		if (held)
-			gf_byte_lock(m->fd, GF_LIVE_BASE + i, F_UNLCK);
+			gf_byte_lock(m->lfd, GF_LIVE_BASE + i, F_UNLCK);
 	}
 	return n;
 }
@@ -413,7 +452,15 @@ int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size
 		close(fd);
 		return fail(err, errlen, "size", "a private table", e);
 	}
+	/* Its lock bytes on the same file: no other process ever opens it. */
+	int lfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (lfd < 0) {
+		int e = errno;
+		close(fd);
+		return fail(err, errlen, "open", "a private table", e);
+	}
 	m->fd = fd;
+	m->lfd = lfd;
 	int rc = -1;
 	struct gf_table *t = mmap(NULL, sizeof *t, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (t == MAP_FAILED) {
@@ -437,6 +484,7 @@ out:
 	if (m->t)
 		munmap(m->t, sizeof *m->t);
 	close(fd);
+	close(lfd);
 	gf_reset(m);
 	return rc ? rc : -1;
 }

@@ -5,9 +5,10 @@
  * maps a task's file: it reads it with pread into its own memory (a short file is a short read)
  * and judges a copy settled when the file's lock was free and two reads agree, the way a seqlock
  * reader does. What must be written under a task's lock (a dead process's slot given back, sums
- * rebuilt) is written by a child process forked for it, which alone maps the file: a fault there
- * kills the child, and the enforcer counts the file as its task's lie. The child is forked only
- * where there is work (a dead slot, a sum to rebuild), never on a quiet pass. */
+ * rebuilt) is written by a child process forked for it, which alone maps the file and locks
+ * bytes of the task's lock file, as the task's processes do: a fault there kills the child, and
+ * the enforcer counts the file as its task's lie. The child is forked only where there is work
+ * (a dead slot, a sum to rebuild), never on a quiet pass. */
 #define _GNU_SOURCE
 #include "state.h"
 #include "control.h"
@@ -138,11 +139,12 @@ uint64_t gf_file_used(const struct gf_gpu *g, int i, int *armed, uint64_t *procs
 enum { DO_REAP, DO_REBUILD };
 
 /* child_work is what the child does with the file mapped; a fault ends the child. */
-static int child_work(struct gf_gpu *g, int i, int fd, int what)
+static int child_work(struct gf_gpu *g, int i, int fd, int lfd, int what)
 {
 	struct gf_map m;
 	gf_reset(&m);
 	m.fd = fd;
+	m.lfd = lfd;
 	if (gf_map_file(fd, "a task's accounting file", &m, NULL, 0) != 0)
 		return -1;
 	m.c = g->c;
@@ -164,16 +166,22 @@ static int child_work(struct gf_gpu *g, int i, int fd, int what)
 static int in_child(struct gf_gpu *g, int i, int what)
 {
 	char proc[64];
-	if (!g->shared || g->tasks[i].fd < 0)
+	if (!g->shared || g->tasks[i].fd < 0 || g->tasks[i].lfd < 0)
 		return -1;
-	/* A description of its own: the byte locks the child takes (its owner index, a slot it
+	/* Descriptions of its own: the byte locks the child takes (its owner index, a slot it
 	 * reaps) are the kernel's to drop when it ends, whatever the enforcer holds. The
-	 * descriptor names the file the enforcer checked when it opened it, not whatever the path
-	 * holds now. */
+	 * descriptors name the files the enforcer checked when it opened them, not whatever the
+	 * paths hold now. */
 	snprintf(proc, sizeof proc, "/proc/self/fd/%d", g->tasks[i].fd);
 	int fd = open(proc, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
+	snprintf(proc, sizeof proc, "/proc/self/fd/%d", g->tasks[i].lfd);
+	int lfd = open(proc, O_RDWR | O_CLOEXEC);
+	if (lfd < 0) {
+		close(fd);
+		return -1;
+	}
 	volatile int *res = g->shared;
 	*res = -1;
 	pid_t parent = getpid();
@@ -189,10 +197,11 @@ static int in_child(struct gf_gpu *g, int i, int what)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(1);
-		*res = child_work(g, i, fd, what);
+		*res = child_work(g, i, fd, lfd, what);
 		_exit(0);
 	}
 	close(fd);
+	close(lfd);
 	if (pid < 0)
 		return -1;
 	uint64_t hard = gf_now_ns() + CHILD_WAIT_NS;
@@ -220,13 +229,13 @@ static int in_child(struct gf_gpu *g, int i, int what)
 int gf_file_reap(struct gf_gpu *g, int i)
 {
 	struct gf_proc *procs = g->scratch[0].procs;
-	int fd = g->tasks[i].fd;
+	int lfd = g->tasks[i].lfd;
 	int n = gf_file_view(g, i, &g->scratch[0]);
 	/* A live slot whose byte nobody holds for writing belongs to a dead process (state.h). */
 	for (int j = 0; j < n; j++) {
 		if (procs[j].state != GF_LIVE)
 			continue;
-		if (gf_byte_owned(fd, GF_LIVE_BASE + j) == 0) {
+		if (gf_byte_owned(lfd, GF_LIVE_BASE + j) == 0) {
 			int n = in_child(g, i, DO_REAP);
 			return n > 0 ? n : 0;
 		}

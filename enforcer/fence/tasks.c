@@ -16,29 +16,31 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The byte of the control copy whose lock marks the enforcer that manages the GPU. */
-#define CONTROL_BYTE (GF_LIVE_BASE - 1)
-
 static void drop_task(struct gf_map *m)
 {
 	if (m->fd >= 0)
 		close(m->fd);
+	if (m->lfd >= 0)
+		close(m->lfd);
 	gf_reset(m);
 }
 
-/* open_task opens slot i's accounting file, read-only: the enforcer reads it with pread and never
- * maps it (taskfile.c). */
+/* open_task opens slot i's accounting file and lock file, read-only: the enforcer reads the one
+ * with pread and never maps it, and only asks who holds the other's bytes (taskfile.c). */
 static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
 {
-	char file[GF_UUID_MAX + 16], path[4200];
+	char file[GF_UUID_MAX + 16], path[4200], lpath[4200];
 	struct gf_map *m = &g->tasks[i];
 	drop_task(m);
 	snprintf(file, sizeof file, "%s.fence", g->uuid);
-	if (gf_account_path(g->dir, hash, file, path, sizeof path) != 0)
+	if (gf_account_path(g->dir, hash, file, path, sizeof path) != 0 ||
+	    gf_live_path(g->dir, hash, file, lpath, sizeof lpath) != 0)
 		return -1;
 	m->fd = gf_open_file(path, O_RDONLY);
+	m->lfd = gf_open_file(lpath, O_RDONLY);
 	struct gf_header h;
-	if (m->fd < 0 || pread(m->fd, &h, sizeof h, 0) != (ssize_t)sizeof h || !gf_file_valid((struct gf_table *)&h)) {
+	if (m->fd < 0 || m->lfd < 0 || pread(m->fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+	    !gf_file_valid((struct gf_table *)&h)) {
 		drop_task(m);
 		return -1;
 	}
@@ -46,23 +48,37 @@ static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
 	return 0;
 }
 
-/* new_task writes a fresh accounting file for slot i, placed as k, and maps it. */
+/* task_dir makes a directory of the task's, which its mount gives it: it writes the files in
+ * it, never the directory (so the mode is the enforcer's). */
+static int task_dir(const char *dir)
+{
+	return mkdir(dir, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* new_task writes a fresh lock file and accounting file for slot i, placed as k, and opens them.
+ * The lock file comes first: a process that finds the new accounting file finds its lock file. */
 static int new_task(struct gf_gpu *g, int i, const struct gf_task *k)
 {
-	char file[GF_UUID_MAX + 16], dir[4200], path[4200];
+	char file[GF_UUID_MAX + 16], root[4200], dir[4200], path[4200], ldir[4200], lpath[4200];
 	snprintf(file, sizeof file, "%s.fence", g->uuid);
 	if (gf_account_path(g->dir, k->token_hash, NULL, dir, sizeof dir) != 0 ||
-	    gf_account_path(g->dir, k->token_hash, file, path, sizeof path) != 0)
+	    gf_account_path(g->dir, k->token_hash, file, path, sizeof path) != 0 ||
+	    gf_live_path(g->dir, NULL, NULL, root, sizeof root) != 0 ||
+	    gf_live_path(g->dir, k->token_hash, NULL, ldir, sizeof ldir) != 0 ||
+	    gf_live_path(g->dir, k->token_hash, file, lpath, sizeof lpath) != 0)
 		return -1;
-	/* The task's mount: it writes its file, never the directory (so the mode is the enforcer's). */
-	if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+	/* Private unless the enforcer's caller opened it to tasks of other users (fence.EnsureDir):
+	 * a task's own directory in it reaches the task through its mount. */
+	if (mkdir(root, 0700) != 0 && errno != EEXIST)
 		return -1;
-	if (gf_file_create(path, g->uuid, i, k, NULL, 0) != 0)
+	if (task_dir(ldir) != 0 || gf_live_create(lpath, NULL, 0) != 0)
+		return -1;
+	if (task_dir(dir) != 0 || gf_file_create(path, g->uuid, i, k, NULL, 0) != 0)
 		return -1;
 	return open_task(g, i, k->token_hash);
 }
 
-/* remove_task lets slot i's file go: its processes keep what they mapped, and find their task
+/* remove_task lets slot i's files go: its processes keep what they opened, and find their task
  * gone in the control copy at their next look. */
 static void remove_task(struct gf_gpu *g, const uint8_t *hash)
 {
@@ -72,6 +88,48 @@ static void remove_task(struct gf_gpu *g, const uint8_t *hash)
 		unlink(path);
 	if (gf_account_path(g->dir, hash, NULL, path, sizeof path) == 0)
 		rmdir(path);
+	if (gf_live_path(g->dir, hash, file, path, sizeof path) == 0)
+		unlink(path);
+	if (gf_live_path(g->dir, hash, NULL, path, sizeof path) == 0)
+		rmdir(path);
+}
+
+/* claim takes the GPU for this enforcer: a write lock on a file of its own, in a directory no task
+ * is given (fence.TaskMounts), so that no task can hold a lock there that refuses the next
+ * enforcer. 0, GF_ERR_BUSY, or -1. */
+static int claim(struct gf_gpu *g, const char *path, char *err, size_t errlen)
+{
+	char dir[4200], lpath[4200];
+	struct stat st;
+	const char *what = "create", *name = dir;
+	if (gf_enforcer_path(path, 1, dir, sizeof dir) != 0 || gf_enforcer_path(path, 0, lpath, sizeof lpath) != 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "fence state name %s is too long", path);
+		return -1;
+	}
+	if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+		goto failed;
+	what = "open";
+	name = lpath;
+	g->lfd = open(lpath, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+	if (g->lfd < 0 || fstat(g->lfd, &st) != 0)
+		goto failed;
+	if (!S_ISREG(st.st_mode)) {
+		errno = EINVAL;
+		goto failed;
+	}
+	what = "lock";
+	if (gf_byte_lock(g->lfd, 0, F_WRLCK) == 0)
+		return 0;
+	if (errno == EAGAIN || errno == EACCES) {
+		if (err && errlen)
+			snprintf(err, errlen, "GPU %s is managed by another gpufrac process (it holds %s)", g->uuid, lpath);
+		return GF_ERR_BUSY;
+	}
+failed:
+	if (err && errlen)
+		snprintf(err, errlen, "%s %s: %s", what, name, strerror(errno));
+	return -1;
 }
 
 void gf_close(struct gf_gpu *g)
@@ -87,8 +145,11 @@ void gf_close(struct gf_gpu *g)
 		munmap(g->c, sizeof *g->c);
 	if (g->cfd >= 0)
 		close(g->cfd);
+	if (g->lfd >= 0)
+		close(g->lfd);
 	g->c = NULL;
 	g->cfd = -1;
+	g->lfd = -1;
 }
 
 int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budget, struct gf_gpu *g,
@@ -96,6 +157,7 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 {
 	memset(g, 0, sizeof *g);
 	g->cfd = -1;
+	g->lfd = -1;
 	for (int i = 0; i < GF_TASKS; i++)
 		gf_reset(&g->tasks[i]);
 	char file[GF_UUID_MAX + 16], cpath[4200];
@@ -115,18 +177,9 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 		gf_close(g);
 		return -1;
 	}
-	int rc = gf_control_create(g, cpath, err, errlen);
-	if (rc == 0 && gf_byte_lock(g->cfd, CONTROL_BYTE, F_WRLCK) != 0) {
-		if (errno == EAGAIN || errno == EACCES) {
-			if (err && errlen)
-				snprintf(err, errlen, "fence state %s is managed by another gpufrac process", cpath);
-			rc = GF_ERR_BUSY;
-		} else {
-			if (err && errlen)
-				snprintf(err, errlen, "lock %s: %s", cpath, strerror(errno));
-			rc = -1;
-		}
-	}
+	int rc = claim(g, path, err, errlen);
+	if (rc == 0)
+		rc = gf_control_create(g, cpath, err, errlen);
 	if (rc != 0) {
 		gf_close(g);
 		return rc;

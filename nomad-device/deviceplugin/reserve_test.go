@@ -14,9 +14,11 @@ import (
 )
 
 // A task gets the fence's directory read-only with its own accounting directory writable on top
-// (the only path it may write), the library, which every task's processes run, and the control
-// copies in separate mounts: all but its own accounting read-only, so no tenant can rewrite what
-// the others load, what decides their allocations, or what they count.
+// and its own lock directory writable (the only paths it may write), the library, which every
+// task's processes run, and the control copies in separate mounts: all but its own accounting and
+// lock directories read-only, so no tenant can rewrite what the others load, what decides their
+// allocations, or what they count. Nothing reaches it of the other tasks' lock directories or of
+// the enforcer's claims on the GPUs.
 func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
 	lib := filepath.Join(t.TempDir(), fence.LibraryName)
 	if err := os.WriteFile(lib, []byte("stands for the library"), 0o755); err != nil {
@@ -29,14 +31,17 @@ func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
 	if tables == "" || preload == "" {
 		t.Fatalf("the task is not fenced: %v", res.Envs)
 	}
-	own := fence.AccountDir(tables, res.Envs[enforcer.EnvReservation])
-	var sawTables, sawOwn, sawLib, sawCaps bool
+	token := res.Envs[enforcer.EnvReservation]
+	own, live := fence.AccountDir(tables, token), fence.LiveDir(tables, token)
+	var sawTables, sawOwn, sawLive, sawLib, sawCaps bool
 	for _, mt := range res.Mounts {
 		switch {
 		case mt.TaskPath == tables:
 			sawTables = mt.ReadOnly && mt.HostPath == mt.TaskPath
 		case mt.TaskPath == own:
 			sawOwn = !mt.ReadOnly && mt.HostPath == mt.TaskPath
+		case mt.TaskPath == live:
+			sawLive = !mt.ReadOnly && mt.HostPath == mt.TaskPath
 		case mt.TaskPath == fence.ControlDir(tables):
 			sawCaps = mt.ReadOnly && mt.HostPath == mt.TaskPath
 		case mt.TaskPath == filepath.Dir(preload):
@@ -45,14 +50,19 @@ func TestReserveMountsTheLibraryReadOnly(t *testing.T) {
 		if strings.HasPrefix(preload, mt.TaskPath+"/") && !mt.ReadOnly {
 			t.Fatalf("the library %s reaches the task through a writable mount %+v", preload, mt)
 		}
-		if !mt.ReadOnly && mt.TaskPath != own {
-			t.Fatalf("a writable mount %+v besides the task's own accounting %s", mt, own)
+		if !mt.ReadOnly && mt.TaskPath != own && mt.TaskPath != live {
+			t.Fatalf("a writable mount %+v besides the task's own accounting %s and lock directory %s", mt, own, live)
+		}
+		for _, d := range []string{fence.LiveRoot(tables), fence.EnforcerDir(tables)} {
+			if mt.TaskPath == d || (strings.HasPrefix(mt.TaskPath, d+"/") && mt.TaskPath != live) {
+				t.Fatalf("the mount %+v reaches the task and holds what only the enforcer or another task may reach", mt)
+			}
 		}
 	}
-	if !sawTables || !sawOwn || !sawLib || !sawCaps {
-		t.Fatalf("want the fence directory %s, the library's %s and the control copies' read-only, the task's accounting %s writable, got %v", tables, filepath.Dir(preload), own, res.Mounts)
+	if !sawTables || !sawOwn || !sawLive || !sawLib || !sawCaps {
+		t.Fatalf("want the fence directory %s, the library's %s and the control copies' read-only, the task's accounting %s and lock directory %s writable, got %v", tables, filepath.Dir(preload), own, live, res.Mounts)
 	}
-	for _, d := range []string{own, fence.ControlDir(tables)} {
+	for _, d := range []string{own, live, fence.ControlDir(tables)} {
 		if st, err := os.Stat(d); err != nil || !st.IsDir() {
 			t.Fatalf("%s must exist before the task mounts it: %v", d, err)
 		}

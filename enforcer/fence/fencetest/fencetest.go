@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -189,27 +190,67 @@ func (k Kit) StartTool(t testing.TB, env ...string) *Proc {
 
 // StartToolMounted runs the table tool as a task in a container sees the host: in a mount
 // namespace of its own (unshare; a user namespace makes the caller root there, as a tenant is in
-// its container), where each path in rw is bind-mounted writable and then each path in ro
-// read-only over itself, keeping what was mounted under it (so a writable directory inside a
-// read-only one stays writable, as Docker layers a task's mounts). It skips where the kernel
-// lends no user namespaces.
+// its container), where the directory that holds every path in ro and rw is replaced by an empty
+// one (a tmpfs) in which only those paths appear, parents first, each in ro read-only and each in
+// rw writable (a writable directory inside a read-only one stays writable, as Docker layers a
+// task's mounts). What the task is not given it cannot find, as in a container. It skips where
+// the kernel lends no user namespaces.
 func (k Kit) StartToolMounted(t testing.TB, ro, rw []string, env ...string) *Proc {
 	t.Helper()
 	if out, err := exec.Command("unshare", "-rm", "true").CombinedOutput(); err != nil {
 		t.Skipf("no user and mount namespaces here (unshare -rm: %v %s): the mounts cannot be tried", err, out)
 	}
-	var script strings.Builder
-	for _, p := range rw {
-		fmt.Fprintf(&script, "mount --bind '%s' '%s' || exit 1\n", p, p)
-	}
+	readOnly := map[string]bool{}
+	var paths []string
 	for _, p := range ro {
-		fmt.Fprintf(&script, "mount --rbind '%s' '%s' && mount -o remount,bind,ro '%s' || exit 1\n", p, p, p)
+		readOnly[filepath.Clean(p)] = true
+		paths = append(paths, filepath.Clean(p))
 	}
-	fmt.Fprintf(&script, "exec '%s'\n", k.Tool)
+	for _, p := range rw {
+		paths = append(paths, filepath.Clean(p))
+	}
+	if len(paths) == 0 {
+		t.Fatal("StartToolMounted: no paths to give the task")
+	}
+	top := filepath.Dir(paths[0])
+	for _, p := range paths[1:] {
+		top = commonDir(top, filepath.Dir(p))
+	}
+	if top == "/" || inside(k.Tool, top) {
+		t.Fatalf("StartToolMounted: the paths %v share only %s, which the task cannot be shown empty", paths, top)
+	}
+	// Parents first: a path's depth is its count of separators.
+	slices.SortStableFunc(paths, func(a, b string) int { return strings.Count(a, "/") - strings.Count(b, "/") })
+	var script strings.Builder
+	// Descriptor 3 keeps the directory reachable once the tmpfs hides it; mount -c takes the
+	// path through it as it is, instead of resolving it to the hidden name.
+	fmt.Fprintf(&script, "exec 3< '%s' || exit 1\nmount -t tmpfs tmpfs '%s' || exit 1\n", top, top)
+	for _, p := range paths {
+		rel, _ := filepath.Rel(top, p)
+		fmt.Fprintf(&script, "mkdir -p '%s' && mount -c --bind '/proc/self/fd/3/%s' '%s' || exit 1\n", p, rel, p)
+		if readOnly[p] {
+			fmt.Fprintf(&script, "mount -o remount,bind,ro '%s' || exit 1\n", p)
+		}
+	}
+	fmt.Fprintf(&script, "exec 3<&-\nexec '%s'\n", k.Tool)
 	if len(env) > 0 {
 		env = append(env, "PATH="+os.Getenv("PATH"))
 	}
 	return start(t, "unshare", env, []string{"-rm", "sh", "-c", script.String()})
+}
+
+// commonDir is the deepest directory that holds both a and b (clean, absolute).
+func commonDir(a, b string) string {
+	for !inside(b, a) {
+		a = filepath.Dir(a)
+	}
+	return a
+}
+
+// inside says whether path is dir or lies under it.
+func inside(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 func start(t testing.TB, bin string, env, args []string) *Proc {

@@ -22,10 +22,11 @@
  *   takes FILE MS           -> took N: counts the lock taken again every 10 ms, MS ms long, as a
  *                              holder that wins it time after time would, without the lock
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
- *   rdlock FILE live N | rdlock FILE holder -> ok | err MSG: opens an accounting FILE read-only,
- *                              as another task may, and takes an OFD read lock on process slot
- *                              N's liveness byte, or on the owner byte of whoever the lock word
- *                              names, and keeps it
+ *   rdlock FILE all | rdlock FILE live N | rdlock FILE holder TABLE -> ok | err MSG: opens FILE
+ *                              read-only, as a process that may only read it can, and takes an
+ *                              OFD read lock on every byte of it (past its end too), on process
+ *                              slot N's liveness byte, or on the owner byte of whoever the lock
+ *                              word of the accounting file TABLE names, and keeps it
  * Sizes are bytes with an optional K, M or G (binary) suffix.
  */
 #define _GNU_SOURCE
@@ -161,8 +162,8 @@ int main(void)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	m.fd = ctl.cfd = -1;
 	while (fgets(line, sizeof line, stdin)) {
-		char cmd[32] = "", a[4096] = "", b[128] = "", c[64] = "", d[128] = "";
-		if (sscanf(line, "%31s %4095s %127s %63s %127s", cmd, a, b, c, d) < 1)
+		char cmd[32] = "", a[4096] = "", b[128] = "", c[4096] = "", d[128] = "";
+		if (sscanf(line, "%31s %4095s %127s %4095s %127s", cmd, a, b, c, d) < 1)
 			continue;
 		if (!strcmp(cmd, "create")) {
 			int rc = gf_create(a, b, parse_size(c), 0, &ctl, err, sizeof err);
@@ -235,10 +236,18 @@ int main(void)
 		} else if (!strcmp(cmd, "rdlock")) {
 			int fd = open(a, O_RDONLY);
 			struct gf_header h;
-			off_t at = GF_LIVE_BASE + atoi(c);
-			if (fd >= 0 && !strcmp(b, "holder") && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h)
-				at = GF_OWNER_BASE + (off_t)(uint32_t)h.lock - 1;
-			struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+			struct flock fl = {.l_type = F_RDLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+			if (!strcmp(b, "live")) {
+				fl.l_start = GF_LIVE_BASE + atoi(c);
+				fl.l_len = 1;
+			} else if (!strcmp(b, "holder")) {
+				int tfd = open(c, O_RDONLY);
+				if (tfd >= 0 && pread(tfd, &h, sizeof h, 0) == (ssize_t)sizeof h)
+					fl.l_start = GF_OWNER_BASE + (off_t)(uint32_t)h.lock - 1;
+				if (tfd >= 0)
+					close(tfd);
+				fl.l_len = 1;
+			}
 			if (fd < 0 || fcntl(fd, F_OFD_SETLK, &fl) != 0)
 				printf("err %s\n", strerror(errno));
 			else
