@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,7 +127,7 @@ func TestEscalationToAWholeGPUEndToEnd(t *testing.T) {
 		t.Helper()
 		task := testutil.StartTask(t, res.GetEnvs(), nomadEnv(allocID)...)
 		testutil.Eventually(t, 20*time.Second, "the reservation to learn its allocation", func() bool {
-			snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
+			snap, err := ledger.ReadSnapshot(dir)
 			if err != nil {
 				return false
 			}
@@ -220,7 +219,7 @@ func nomadEnv(allocID string) []string {
 func waitAllocLearnt(t *testing.T, dir, allocID string) {
 	t.Helper()
 	testutil.Eventually(t, 20*time.Second, "the reservation to learn its allocation", func() bool {
-		snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
+		snap, err := ledger.ReadSnapshot(dir)
 		return err == nil && len(snap.Reservations) == 1 && snap.Reservations[0].Task.AllocID == allocID
 	})
 }

@@ -285,7 +285,7 @@ func testRestart(t *testing.T, restart func(*emulator.Client) error) {
 	if _, err := c.ReserveRaw([]string{free}); err == nil || !strings.Contains(err.Error(), string(ledger.ReasonTooMany)) {
 		t.Errorf("third task after restart: %v, want a %s refusal", err, ledger.ReasonTooMany)
 	}
-	snap, err := ledger.ReadSnapshot(filepath.Join(dir, "ledger"))
+	snap, err := ledger.ReadSnapshot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,8 +193,15 @@ type NomadPolicy struct {
 	Name string
 }
 
-// LedgerDir is where the ledger keeps its state file and lock.
-func (c Config) LedgerDir() string { return filepath.Join(c.StateDir, "ledger") }
+// LedgerDir is where the ledger keeps its state file and lock: state_dir itself, the node's state
+// directory as `gpufrac status`, `gpufrac run` and `gpufrac probe` take it (--state-dir, whose
+// default for root is the plugin's). In a directory of its own they found no ledger, or opened a
+// second one that admitted onto GPUs the plugin's tasks held. A ledger an earlier version kept in
+// legacyLedgerDir is moved here at start (adoptLedger).
+func (c Config) LedgerDir() string { return c.StateDir }
+
+// legacyLedgerDir is where versions before the node's one ledger kept the plugin's.
+func (c Config) legacyLedgerDir() string { return filepath.Join(c.StateDir, "ledger") }
 
 // ConfigSpec is the schema returned from ConfigSchema: an Object whose entries are
 // Default(Attr, Literal), and a Block for the policy.

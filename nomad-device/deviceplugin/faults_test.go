@@ -212,7 +212,7 @@ func TestReserveOnAFullDisk(t *testing.T) {
 	g := m.DeviceGroup[0]
 	kept, next := ids(g, 2), ids(g, 4)[2:]
 	mustReserve(t, s, kept)
-	state := filepath.Join(dir, "ledger", ledger.StateFile)
+	state := filepath.Join(dir, ledger.StateFile)
 	before, err := os.ReadFile(state)
 	if err != nil {
 		t.Fatal(err)

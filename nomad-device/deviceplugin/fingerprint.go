@@ -83,12 +83,15 @@ func (s *Server) Fingerprint(ctx context.Context, send func(*devicepb.Fingerprin
 // ledger cannot be opened, so units held by running tasks never disappear from Nomad's view.
 func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 	b, l, _ := rt.parts()
+	rt.mu.Lock()
+	dir := rt.ledgerDir
+	rt.mu.Unlock()
 	var states []ledger.GPUState
 	var policyName string
 	if l != nil {
 		states = l.States()
 		policyName = l.Policy().Name
-	} else if snap, err := ledger.ReadSnapshot(rt.cfg.LedgerDir()); err == nil {
+	} else if snap, err := ledger.ReadSnapshot(dir); err == nil {
 		states = snap.GPUs
 		policyName = snap.Policy.Name
 	}

@@ -45,8 +45,11 @@ type runtime struct {
 	backendErr error
 	led        *ledger.Ledger
 	ledgerErr  error
-	enf        taskEnforcer
-	enforcer   *enforcer.Enforcer // the same as enf; kept for Shutdown
+	// ledgerDir is where the ledger is (cfg.LedgerDir, or the earlier version's directory
+	// while its ledger cannot be moved: adoptLedger).
+	ledgerDir string
+	enf       taskEnforcer
+	enforcer  *enforcer.Enforcer // the same as enf; kept for Shutdown
 	// nd admits tasks: the ledger and the enforcer joined, set once both run.
 	nd       *node.Node
 	fenceErr error                 // why the configured allocation fence cannot run
@@ -128,11 +131,12 @@ func (rt *runtime) open() {
 	}
 	openedLedger := false
 	if rt.led == nil {
-		l, _, err := node.OpenLedger(rt.cfg.LedgerDir(), ledger.Options{Logger: rt.log, Grace: rt.cfg.ReservationGrace, BorrowHold: rt.cfg.borrowHold()})
+		rt.ledgerDir = adoptLedger(rt.cfg, rt.log)
+		l, _, err := node.OpenLedger(rt.ledgerDir, ledger.Options{Logger: rt.log, Grace: rt.cfg.ReservationGrace, BorrowHold: rt.cfg.borrowHold()})
 		rt.led, rt.ledgerErr = l, err
 		if err != nil {
 			rt.log.Error("ledger unavailable: GPU units are advertised unhealthy until it opens; retrying every fingerprint_period",
-				"dir", rt.cfg.LedgerDir(), "error", err, "retry", rt.cfg.FingerprintPeriod)
+				"dir", rt.ledgerDir, "error", err, "retry", rt.cfg.FingerprintPeriod)
 		} else {
 			openedLedger = true
 		}
@@ -480,7 +484,7 @@ func (rt *runtime) unavailable() string {
 		// The ledger may still list GPUs from before a restart; none can be used unseen.
 		return fmt.Sprintf("GPU backend %q unavailable: %v", rt.cfg.GPUBackend, rt.backendErr)
 	case rt.led == nil:
-		return fmt.Sprintf("gpufrac ledger in %s unavailable: %v", rt.cfg.LedgerDir(), rt.ledgerErr)
+		return fmt.Sprintf("gpufrac ledger in %s unavailable: %v", rt.ledgerDir, rt.ledgerErr)
 	case !rt.policyReady:
 		msg := "waiting for the first valid policy from " + policySourceName(rt.cfg)
 		if rt.policyErr != nil {

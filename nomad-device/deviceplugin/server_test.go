@@ -333,7 +333,7 @@ func TestSetConfigTouchesNothing(t *testing.T) {
 
 func TestLockedLedgerStillFingerprints(t *testing.T) {
 	s, dir := newSim(t, "H100=80GiB", `fingerprint_period = "1s"`)
-	other, err := ledger.Open(filepath.Join(dir, "ledger"), ledger.Options{})
+	other, err := ledger.Open(dir, ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
