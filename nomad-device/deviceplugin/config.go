@@ -1,8 +1,10 @@
 package deviceplugin
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/ext/typeexpr"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	vmsgpack "github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/msgpack"
@@ -315,7 +319,7 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	if len(msgpackConfig) > 0 {
 		v, err := msgpack.Unmarshal(msgpackConfig, schema.typ)
 		if err != nil {
-			return Config{}, fmt.Errorf("gpufrac config: cannot decode the plugin config (%d bytes of msgpack): %w", len(msgpackConfig), err)
+			return Config{}, fmt.Errorf("gpufrac config: cannot decode the plugin config (%d bytes of msgpack): %w", len(msgpackConfig), nameKeys(msgpackConfig, schema.typ, err))
 		}
 		if !v.IsWhollyKnown() {
 			// msgpack can carry cty's "unknown" marker, which no agent sends; reading it panics.
@@ -492,4 +496,90 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	}
 	slices.Sort(c.IgnoredGPUIDs)
 	return c, nil
+}
+
+// nameKeys says which keys of a config that does not decode are wrong: go-cty's errors name
+// no key ("unsupported attribute", "an object with 24 attributes is required (25 given)"),
+// and an operator must not have to go through every key. Such a config reaches the plugin when
+// its schema is not the one the agent decoded with (a binary replaced in plugin_dir while the
+// agent runs is relaunched after a crash with the config decoded at agent start) or from a
+// hand-made call. Values are never printed: a mistyped key may hold a token.
+func nameKeys(b []byte, ty cty.Type, err error) error {
+	dec := vmsgpack.NewDecoder(bytes.NewReader(b))
+	if errs, ok := keyErrors(dec, ty, ""); ok && len(errs) > 0 {
+		return fmt.Errorf("%w (%w)", errors.Join(errs...), err)
+	}
+	// The keys are right: a value is of the wrong type, and the error's path says where.
+	var pe cty.PathError
+	if errors.As(err, &pe) && len(pe.Path) > 0 {
+		return fmt.Errorf("%s: %w", pathName(pe.Path), err)
+	}
+	return err
+}
+
+// keyErrors reads the msgpack map at dec and names its keys that object type ty lacks and those
+// of ty that it lacks, in nested blocks too; false when dec holds no well-formed map. It reads
+// key by key, skipping values, so a length field of garbage costs no allocation.
+func keyErrors(dec *vmsgpack.Decoder, ty cty.Type, prefix string) ([]error, bool) {
+	n, err := dec.DecodeMapLen()
+	if err != nil || n < 0 {
+		return nil, false
+	}
+	seen := map[string]bool{}
+	var errs []error
+	for i := 0; i < n; i++ {
+		k, err := dec.DecodeString()
+		if err != nil {
+			return nil, false
+		}
+		seen[k] = true
+		switch {
+		case !ty.HasAttribute(k):
+			errs = append(errs, fmt.Errorf("%s%s: not a key of this plugin's config (a typo, or a config decoded with another version's schema: restart the Nomad agent after replacing the plugin)", prefix, k))
+		case ty.AttributeType(k).IsObjectType():
+			if code, err := dec.PeekCode(); err == nil && code == msgpcode.Nil {
+				break // an absent block
+			}
+			nested, ok := keyErrors(dec, ty.AttributeType(k), prefix+k+".")
+			if !ok {
+				return nil, false
+			}
+			errs = append(errs, nested...)
+			continue
+		}
+		if err := dec.Skip(); err != nil {
+			return nil, false
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(ty.AttributeTypes())) {
+		if !seen[k] {
+			errs = append(errs, fmt.Errorf("%s%s: missing (a config decoded with another version's schema: restart the Nomad agent after replacing the plugin)", prefix, k))
+		}
+	}
+	return errs, true
+}
+
+// pathName writes a cty path as the config's keys read: policy.address, ignored_gpu_ids[1].
+func pathName(p cty.Path) string {
+	var b strings.Builder
+	for _, step := range p {
+		var key cty.Value
+		switch s := step.(type) {
+		case cty.GetAttrStep:
+			key = cty.StringVal(s.Name)
+		case cty.IndexStep:
+			key = s.Key
+		}
+		switch {
+		case key.IsNull() || !key.IsKnown():
+		case key.Type() == cty.String:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(key.AsString())
+		case key.Type() == cty.Number:
+			b.WriteString("[" + key.AsBigFloat().Text('f', -1) + "]")
+		}
+	}
+	return b.String()
 }

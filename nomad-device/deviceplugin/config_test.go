@@ -2,12 +2,16 @@ package deviceplugin
 
 import (
 	"errors"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/hcl/v2/hcldec"
+	"github.com/zclconf/go-cty/cty"
+	ctymsgpack "github.com/zclconf/go-cty/cty/msgpack"
 
 	"github.com/gpufrac/gpufrac/acctest/nomad/emulator"
 	"github.com/gpufrac/gpufrac/node"
@@ -219,5 +223,66 @@ func TestSetConfigIdempotent(t *testing.T) {
 	}
 	if got := s.config().GPUBackend; got != "simulated" {
 		t.Errorf("backend %q after SetConfig", got)
+	}
+}
+
+// msgpackConfig is the plugin's config object with every key null but those of set, and the keys
+// of drop left out: what an agent sends whose schema is not this binary's (one replaced in
+// plugin_dir while the agent runs, relaunched after a crash with the config decoded at agent
+// start) or a hand-made SetConfig.
+func msgpackConfig(t *testing.T, set map[string]cty.Value, drop ...string) []byte {
+	t.Helper()
+	vals := map[string]cty.Value{}
+	for k, ty := range ConfigType().AttributeTypes() {
+		if !slices.Contains(drop, k) {
+			vals[k] = cty.NullVal(ty)
+		}
+	}
+	maps.Copy(vals, set)
+	obj := cty.ObjectVal(vals)
+	b, err := ctymsgpack.Marshal(obj, obj.Type())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A config the schema did not shape is refused naming each key that is wrong, as Nomad's own
+// decoding does for the agent file: "unsupported attribute" alone sends the operator through
+// every key.
+func TestSetConfigNamesKeysTheSchemaDoesNotHave(t *testing.T) {
+	policyType := ConfigType().AttributeType(KeyPolicy)
+	policyVals := map[string]cty.Value{}
+	for k, ty := range policyType.AttributeTypes() {
+		policyVals[k] = cty.NullVal(ty)
+	}
+	policyVals["adress"] = cty.StringVal("http://nomad:4646")
+	tests := []struct {
+		name string
+		b    []byte
+		want []string
+	}{
+		{"unknown key beside all others", msgpackConfig(t, map[string]cty.Value{"enabeld": cty.False}), []string{"enabeld"}},
+		{"unknown key instead of one", msgpackConfig(t, map[string]cty.Value{"enabeld": cty.False}, KeyEnabled), []string{"enabeld", KeyEnabled}},
+		{"missing key", msgpackConfig(t, nil, KeyBorrowWait), []string{KeyBorrowWait}},
+		{"wrong type", msgpackConfig(t, map[string]cty.Value{KeyUnit: cty.NumberIntVal(5)}), []string{KeyUnit, "string"}},
+		{"wrong type in a list", msgpackConfig(t, map[string]cty.Value{KeyIgnoredGPUIDs: cty.TupleVal([]cty.Value{cty.StringVal("0"), cty.True})}), []string{KeyIgnoredGPUIDs + "[1]"}},
+		{"unknown key in a block", msgpackConfig(t, map[string]cty.Value{KeyPolicy: cty.ObjectVal(policyVals)}), []string{"policy.adress"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := NewServer(Options{}).SetConfig(tt.b, APIVersion)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %s", err, w)
+				}
+			}
+			if strings.Contains(err.Error(), "nomad:4646") {
+				t.Errorf("error %q prints a value: a mistyped key may hold a token", err)
+			}
+		})
 	}
 }
