@@ -51,14 +51,15 @@ func TestMPSModeReservation(t *testing.T) {
 		t.Errorf("%s = %q, want %q", enforcer.EnvMPSMemLimit, env[enforcer.EnvMPSMemLimit], want)
 	}
 	// The MPS pipe directory, the fence's directory (read-only) with the task's own accounting
-	// directory (writable) on top, and the control copies (read-only: only the enforcer writes
-	// them), each at the host's path.
+	// directory (writable) on top, its own lock directory (writable), and the control copies
+	// (read-only: only the enforcer writes them), each at the host's path.
 	own := fence.AccountDir(env[fence.EnvDir], env[enforcer.EnvReservation])
-	if err := samePathMounts(res.GetMounts(), pipe, env[fence.EnvDir], own, fence.ControlDir(env[fence.EnvDir])); err != nil {
+	live := fence.LiveDir(env[fence.EnvDir], env[enforcer.EnvReservation])
+	if err := samePathMounts(res.GetMounts(), pipe, env[fence.EnvDir], own, live, fence.ControlDir(env[fence.EnvDir])); err != nil {
 		t.Error(err)
 	}
 	for _, m := range res.GetMounts() {
-		if want := m.GetHostPath() != pipe && m.GetHostPath() != own; m.GetReadOnly() != want {
+		if want := m.GetHostPath() != pipe && m.GetHostPath() != own && m.GetHostPath() != live; m.GetReadOnly() != want {
 			t.Errorf("mount %v: read-only %v, want %v", m, m.GetReadOnly(), want)
 		}
 	}

@@ -114,7 +114,7 @@ func TestFourGPUNode(t *testing.T) {
 					t.Errorf("GPU %d: MPS control daemon running %v", i, running)
 				}
 			}
-			mounts := []string{env[fence.EnvDir], fence.AccountDir(env[fence.EnvDir], tok), fence.ControlDir(env[fence.EnvDir])}
+			mounts := []string{env[fence.EnvDir], fence.AccountDir(env[fence.EnvDir], tok), fence.LiveDir(env[fence.EnvDir], tok), fence.ControlDir(env[fence.EnvDir])}
 			if mode == "mps" {
 				mounts = append([]string{pipe}, mounts...)
 			}
