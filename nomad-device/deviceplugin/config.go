@@ -21,6 +21,7 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/msgpack"
 
+	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/node"
 	hclspecpb "github.com/gpufrac/gpufrac/nomad-device/proto/hclspec"
@@ -102,7 +103,7 @@ var options = []option{
 	{Name: KeyGPUBackend, Type: "string", Default: `"nvml"`},
 	{Name: KeySimulatedGPUs, Type: "list(string)", Default: "[]"},
 	{Name: KeySimulatedDir, Type: "string", Default: `""`},
-	{Name: KeyUnit, Type: "string", Default: `"1GiB"`},
+	{Name: KeyUnit, Type: "string", Default: `"` + policy.DefaultUnitBytes.String() + `"`},
 	{Name: KeyStateDir, Type: "string", Default: `"` + DefaultStateDir + `"`},
 	{Name: KeyPolicyFile, Type: "string", Default: `""`},
 	{Name: KeyPolicyName, Type: "string", Default: `"` + policy.DefaultName + `"`},
@@ -114,7 +115,7 @@ var options = []option{
 	// A list of maps because Nomad parses agent files with HCL1, which turns `gpu_modes = {...}`
 	// (and `gpu_modes { ... }`) into a list holding one map.
 	{Name: KeyGPUModes, Type: "list(map(string))", Default: "[]"},
-	{Name: KeyMPSRoot, Type: "string", Default: `"/run/gpufrac/mps"`},
+	{Name: KeyMPSRoot, Type: "string", Default: `"` + mps.DefaultRoot + `"`},
 	{Name: KeyMPSControl, Type: "string", Default: `""`},
 	{Name: KeyDeviceNodes, Type: "bool", Default: "true"},
 	{Name: KeyReservationGrace, Type: "string", Default: `"` + DefaultReservationGrace.String() + `"`},
