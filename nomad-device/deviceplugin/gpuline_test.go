@@ -153,3 +153,20 @@ func TestReadingFaultsAreLoggedOnce(t *testing.T) {
 		}
 	}
 }
+
+// Stats streams at the interval Nomad asks for, 1s where it asks for none, and never faster
+// than minStatsInterval, which a nanosecond interval would otherwise make it.
+func TestStatsInterval(t *testing.T) {
+	for _, tc := range []struct{ asked, want time.Duration }{
+		{0, time.Second},
+		{-time.Second, time.Second},
+		{time.Nanosecond, minStatsInterval},
+		{minStatsInterval - 1, minStatsInterval},
+		{minStatsInterval, minStatsInterval},
+		{5 * time.Second, 5 * time.Second},
+	} {
+		if got := statsInterval(tc.asked); got != tc.want {
+			t.Errorf("statsInterval(%s) = %s, want %s", tc.asked, got, tc.want)
+		}
+	}
+}

@@ -28,17 +28,28 @@ const (
 	StatPower  = "Power usage"
 )
 
-// Stats streams usage every interval (0 means 1s) until ctx ends. One line per task: the first
+// minStatsInterval is the shortest interval Stats streams at: every message reads every GPU
+// through the backend, and an interval of a few nanoseconds (the protocol allows any) sent
+// hundreds a second and kept NVML busy for nothing a person could read.
+const minStatsInterval = 100 * time.Millisecond
+
+// statsInterval is the interval Stats streams at when asked for d: 0 or less means 1s, and
+// nothing shorter than minStatsInterval.
+func statsInterval(d time.Duration) time.Duration {
+	if d <= 0 {
+		return time.Second
+	}
+	return max(d, minStatsInterval)
+}
+
+// Stats streams usage every interval (statsInterval) until ctx ends. One line per task: the first
 // unit of a reservation carries the task's memory in use against its cap; its other units say
 // which unit that is, and free units say they are free, so that no figure reads as per-unit use.
 // Every unit also carries its GPU's readings (memory, utilisation, temperature, power), each
 // N/A with its reason when the backend cannot read it.
 func (s *Server) Stats(ctx context.Context, interval time.Duration, send func(*devicepb.StatsResponse) error) error {
-	if interval <= 0 {
-		interval = time.Second
-	}
 	rt := s.runtime()
-	t := time.NewTicker(interval)
+	t := time.NewTicker(statsInterval(interval))
 	defer t.Stop()
 	for {
 		if msg := rt.stats(ctx); len(msg.Groups) > 0 {
