@@ -293,16 +293,21 @@ func outcomeName(a record.Attempt) string {
 // fileLink is a link to a file of the run: relative to the results directory when it lies
 // under it (the report sits there, and the directory can be moved or served as a whole), else
 // a file: URL.
+//
+// The path is escaped as a URL path: a result path comes from the queue file, and unescaped a
+// first segment such as "javascript:..." would be a scheme the link runs, and a '#' or '?' in
+// a name would cut the link short.
 func fileLink(outDir, p string) string {
-	if !filepath.IsAbs(p) {
-		return filepath.ToSlash(p)
-	}
-	if outDir != "" {
-		if rel, err := filepath.Rel(outDir, p); err == nil && !strings.HasPrefix(rel, "..") {
-			return filepath.ToSlash(rel)
+	if filepath.IsAbs(p) && outDir != "" {
+		if rel, err := filepath.Rel(outDir, p); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			p = rel
 		}
 	}
-	return (&url.URL{Scheme: "file", Path: filepath.ToSlash(p)}).String()
+	if filepath.IsAbs(p) {
+		return (&url.URL{Scheme: "file", Path: filepath.ToSlash(p)}).String()
+	}
+	// url.URL writes "./" before a first segment with a colon, so it cannot read as a scheme.
+	return (&url.URL{Path: filepath.ToSlash(p)}).String()
 }
 
 // gpuHourLabel names the run's rate and, with several GPUs, what it is divided by.

@@ -101,6 +101,13 @@ func TestFileLink(t *testing.T) {
 		{"/out/run", "/out/run/results/a.json", "results/a.json"},
 		{"/out/run", "/elsewhere/a b.json", "file:///elsewhere/a%20b.json"},
 		{"", "/out/run/a.json", "file:///out/run/a.json"},
+		// A result path is whatever the queue file says: a first segment with a colon must not
+		// read as a URL scheme (a click would run it), and '#', '?', '%' and spaces must reach
+		// the file instead of ending or changing the link.
+		{"/out/run", "/out/run/javascript:alert(1)", "./javascript:alert%281%29"},
+		{"/out/run", "javascript:alert(1)", "./javascript:alert%281%29"},
+		{"/out/run", "/out/run/r/x#y ?%41.json", "r/x%23y%20%3F%2541.json"},
+		{"/out/run", "/out/run/..x.json", "..x.json"},
 	}
 	for _, tt := range tests {
 		if got := fileLink(tt.dir, tt.p); got != tt.want {
