@@ -115,9 +115,40 @@ func TestWaitReasonNamesTheComputeBudget(t *testing.T) {
 		j := &Job{Job: queue.Job{Name: "j", Template: tc.template}}
 		s := New(Config{Policy: pol, Ledger: led, GPUs: []string{uuid},
 			Peaks: map[string]size.Bytes{tc.template: size.GiB}, SMActive: map[string]float64{"lora": 60}}, []*Job{j})
-		want := strings.Replace(tc.want, "%s", pol.Cap(size.GiB).String(), 1)
+		want := strings.Replace(tc.want, "%s", (size.Bytes(pol.Units(pol.Cap(size.GiB))) * pol.UnitBytes).String(), 1)
 		if got := s.WaitReason(j, 138*size.GiB); !strings.Contains(got, want) || (tc.budget == 0 && strings.Contains(got, "SM")) {
 			t.Errorf("budget %g%%, %s: %q, want it to contain %q", tc.budget, tc.template, got, want)
 		}
+	}
+}
+
+// TestWaitReasonNamesTheGuaranteeItGets: the guarantee a waiting job is said to wait for is the
+// one it is granted, in whole units: `gpufrac status` once said "room for its 8.3GiB guarantee"
+// for a job the run then started with "guarantee 9GiB".
+func TestWaitReasonNamesTheGuaranteeItGets(t *testing.T) {
+	for _, peak := range []size.Bytes{6 * size.GiB, 500 * size.MiB, 16 * size.GiB} {
+		t.Run(peak.String(), func(t *testing.T) {
+			jobs := []*Job{{Job: queue.Job{Name: "a", Template: "t"}}, {Job: queue.Job{Name: "b", Template: "t"}}}
+			s, led, _ := schedOn(t, 80*size.GiB, 1, jobs)
+			s.peaks["t"] = peak
+			first := s.Next()
+			if len(first) != 1 {
+				t.Fatalf("first round admitted %v, want one job (at most 1 at once)", names(first))
+			}
+			why := s.WaitReason(jobs[1], 78*size.GiB)
+			s.Finished(&first[0])
+			first[0].Job.Done = true
+			if err := led.Release(first[0].Res.Token, "test"); err != nil {
+				t.Fatal(err)
+			}
+			second := s.Next()
+			if len(second) != 1 || second[0].Job != jobs[1] {
+				t.Fatalf("second round admitted %v, want [b]", names(second))
+			}
+			want := fmt.Sprintf("room for its %s guarantee", second[0].Res.CapBytes)
+			if !strings.Contains(why, want) {
+				t.Errorf("b waited for %q; it was granted %s, want the reason to contain %q", why, second[0].Res.CapBytes, want)
+			}
+		})
 	}
 }

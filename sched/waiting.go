@@ -76,6 +76,10 @@ func (s *Sched) WaitReason(j *Job, maxBudget size.Bytes) string {
 		if j.Room > 0 {
 			return fmt.Sprintf("room for %s beside the jobs running", j.Next.Head()) + s.smWaitNote(j.Template)
 		}
+		// The ledger grants whole units: say the guarantee the job will be started with.
+		if u := s.pol.UnitBytes; u > 0 {
+			c = size.Bytes(s.pol.Units(c)) * u
+		}
 		return fmt.Sprintf("room for its %s guarantee beside the jobs running", c) + s.smWaitNote(j.Template)
 	case needWhole:
 		if j.Whole {
