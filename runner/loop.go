@@ -50,6 +50,9 @@ type active struct {
 	unstaged  bool
 	closeStop sync.Once
 	violation *ledger.Violation
+	// resultBefore is the job's result file as the attempt found it (nil: none): a file it left
+	// unchanged is not its result (an earlier run's, in a results directory used again).
+	resultBefore os.FileInfo
 	// sm meters the GPU's SM activity while the attempt runs alone (probe.Shares); smPct is
 	// what it measured, set before the attempt reports on run.done.
 	sm    *probe.SMMeter
@@ -291,6 +294,7 @@ func (r *run) launch(l sched.Launch) {
 	}
 	if p := r.resultPath(j); p != "" {
 		_ = os.MkdirAll(filepath.Dir(p), 0o755)
+		a.resultBefore, _ = os.Stat(p)
 	}
 	env := r.env(l, token, j)
 	a.a.Start = r.o.Now()
@@ -518,6 +522,9 @@ func (r *run) finish(a *active) {
 		a.violation = r.violationOf(a)
 	}
 	at.Violation = a.violation
+	if at.Result != "" && !wrote(a.resultBefore, at.Result) {
+		at.Result = ""
+	}
 	if v := a.violation; v != nil && v.PeakBytes > at.PeakBytes {
 		// One figure per fact: the watchdog's sample (or the fence's refused total) was higher
 		// than the runner's own; the detail, the CSV and the report all say this one.
@@ -571,6 +578,15 @@ func (r *run) finish(a *active) {
 	r.mu.Unlock()
 	r.prog.Finished(at, a.l.Window, r.capLabel(at.Template))
 	r.learnShare(a, &at)
+}
+
+// wrote says whether the file at p is not the one before was: created, replaced or modified.
+func wrote(before os.FileInfo, p string) bool {
+	after, err := os.Stat(p)
+	if err != nil {
+		return false
+	}
+	return before == nil || !os.SameFile(before, after) || !before.ModTime().Equal(after.ModTime()) || before.Size() != after.Size()
 }
 
 // ownOOM says whether an out-of-memory exit of an attempt that no violation explains was the

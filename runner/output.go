@@ -40,11 +40,12 @@ func (r *run) result() *record.Result {
 		res.BusyFraction = busySum / busyN / 100
 	}
 	for _, j := range r.s.Jobs() {
-		jr := record.JobResult{Name: j.Name, Template: j.Template, Outcome: j.Final, Attempts: j.Attempts, ExitCode: -1, Result: r.resultPath(j),
+		jr := record.JobResult{Name: j.Name, Template: j.Template, Outcome: j.Final, Attempts: j.Attempts, ExitCode: -1,
 			MaxAttempts: j.Limit(), Reason: j.Reason, Ladder: record.Ladder(res.Attempts, j.Name)}
 		for _, a := range res.Attempts {
 			if a.Job == j.Name {
-				jr.ExitCode = a.ExitCode
+				// The last attempt's result: it names the file only if that attempt wrote it.
+				jr.ExitCode, jr.Result = a.ExitCode, a.Result
 			}
 		}
 		if !j.Done {

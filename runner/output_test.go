@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/queue"
 	"github.com/gpufrac/gpufrac/record"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // A results directory that fills before the run writes its outputs: the run fails saying which
@@ -72,6 +73,50 @@ func TestRunSaysItReplacesAnEarlierRunsOutputs(t *testing.T) {
 		said := strings.Contains(progress.String(), "this run does not resume it")
 		if said != (step.want != "") || !strings.Contains(progress.String(), step.want) {
 			t.Errorf("%s: want %q said (%v):\n%s", step.name, step.want, step.want != "", progress.String())
+		}
+	}
+}
+
+// A job's result is named in results.json and linked from the report only when this run wrote
+// it: a re-run into the directory of an earlier run, where a job now fails or writes nothing,
+// once named and linked the earlier run's file as this run's result.
+func TestResultNamesOnlyAFileThisRunWrote(t *testing.T) {
+	sim := newSim(t, "H100=80GiB")
+	o := testOptions(t, sim, record.ArmPacked)
+	q := queue.Queue{
+		Jobs: []queue.Job{
+			simJob(t, "writes", "t", "--peak", "1GiB", "--hold", "50ms", "--result", "$GPUFRAC_RESULT"),
+			{Name: "fails", Template: "t", Command: []string{"sh", "-c", "exit 3"}},
+			{Name: "silent", Template: "t", Command: []string{"true"}},
+		},
+		Templates: map[string]queue.TemplateSpec{"t": {Name: "t", PeakBytes: size.GiB}},
+	}
+	for i := range q.Jobs {
+		q.Jobs[i].Result = filepath.Join("results", q.Jobs[i].Name+".json")
+		// What an earlier run into the same directory left.
+		p := filepath.Join(o.OutDir, q.Jobs[i].Result)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(`{"earlier": true}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := runQueue(t, q, o)
+	page, err := os.ReadFile(filepath.Join(o.OutDir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range res.Jobs {
+		named := j.Name == "writes"
+		atts := attemptsOf(res, j.Name)
+		last := atts[len(atts)-1]
+		if (j.Result != "") != named || (last.Result != "") != named {
+			t.Errorf("%s (%s): result %q, its last attempt's %q; want a result named: %v", j.Name, j.Outcome, j.Result, last.Result, named)
+		}
+		link := `href="results/` + j.Name + `.json"`
+		if strings.Contains(string(page), link) != named {
+			t.Errorf("%s (%s): report links %s: %v, want %v", j.Name, j.Outcome, link, !named, named)
 		}
 	}
 }
