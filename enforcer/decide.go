@@ -294,8 +294,18 @@ func (p *pass) fence() {
 		n.peak = max(n.peak, u.Peak)
 		n.refused = u.Refused
 		n.asked = max(n.asked, u.Asked)
+		why := fmt.Sprintf("past the cap (%s of %s held at most)", u.Peak, r.CapBytes)
+		switch {
+		case r.LimitBytes > r.CapBytes && u.Asked > r.LimitBytes:
+			// A borrower alone, or with room to spare, meets its own limit.
+			why = fmt.Sprintf("past its %s limit (%s held at most, %s asked)", r.LimitBytes, u.Peak, u.Asked)
+		case r.LimitBytes > r.CapBytes:
+			// Below its limit a borrower is refused only where the memory left is neighbours'
+			// guarantees; "past the cap" would read as a broken cap.
+			why = fmt.Sprintf("past its %s guarantee: only other tasks' guarantees were left (%s held at most, limit %s)", r.CapBytes, u.Peak, r.LimitBytes)
+		}
 		p.do(emitEvent{Event{Kind: EventViolation, Stage: StageFenced, GPU: o.gpu, Token: r.Token, Task: r.Task, Bytes: u.Peak,
-			Message: fmt.Sprintf("the allocation fence refused an allocation past the cap (%s of %s held at most); it fails inside itself, no signal sent", u.Peak, r.CapBytes)}})
+			Message: "the allocation fence refused an allocation " + why + "; it fails inside itself, no signal sent"}})
 	}
 	for tok, c := range m.refused {
 		if _, ok := p.res[tok]; !ok && c.gpu == o.gpu {

@@ -409,3 +409,43 @@ func TestOOMInProcessActionIsTheControllers(t *testing.T) {
 		t.Fatalf("enforcer %q, violations %q", ActionOOMInProcess, violations.ActionOOMInProcess)
 	}
 }
+
+// The line the fence's refusal prints says which rule refused: a task without borrowing was
+// refused past its cap; a borrower, whose limit is far above its guarantee, was refused where only
+// other tasks' guarantees were left. The demo's leaker once read "refused an allocation past the
+// cap (36.4GiB of 5GiB held at most)", a broken cap, while it was borrowing as allowed.
+func TestFencedEventSaysWhichRuleRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		limit       size.Bytes
+		asked       size.Bytes
+		want, never string
+	}{
+		{"no borrowing", 0, 3 * gib, "refused an allocation past the cap (2GiB of 2GiB held at most)", "guarantee"},
+		{"limit equals the cap", 2 * gib, 3 * gib, "refused an allocation past the cap (2GiB of 2GiB held at most)", "guarantee"},
+		{"a borrower", 78 * gib, 37 * gib, "refused an allocation past its 2GiB guarantee: only other tasks' guarantees were left (36GiB held at most, limit 78GiB)", "past the cap"},
+		// Alone on the GPU a runaway meets its limit, not its neighbours' guarantees.
+		{"a borrower at its limit", 37 * gib, 38 * gib, "refused an allocation past its 37GiB limit (36GiB held at most, 38GiB asked)", "guarantees were left"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			held := 2 * gib
+			if tc.limit > 2*gib {
+				held = 36 * gib
+			}
+			m := newMemory()
+			o := observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("A", 2*gib, tc.limit)},
+				procs: []seenProc{taskProc(101, "A", held)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "A", Cap: 2 * gib, Limit: tc.limit, Used: held, Peak: held, Refused: 1, Asked: tc.asked}}}}
+			o.gpu, o.now = "G", at0
+			var msg string
+			for _, a := range decide(rules{allowance: 256 * size.MiB, stopGrace: 2 * time.Second}, m, o) {
+				if e, ok := a.(emitEvent); ok && e.ev.Stage == StageFenced {
+					msg = e.ev.Message
+				}
+			}
+			if !strings.Contains(msg, tc.want) || strings.Contains(msg, tc.never) {
+				t.Errorf("fenced event %q: want it to contain %q and not %q", msg, tc.want, tc.never)
+			}
+		})
+	}
+}
