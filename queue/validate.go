@@ -12,8 +12,10 @@ import (
 
 // RunOutputs are the names a run writes at the top of its results directory (runner.Options.OutDir):
 // a job's result there would be overwritten by the run, or overwrite it. ".fence" holds the
-// allocation fence's tables when the ledger is in memory.
-var RunOutputs = []string{record.ResultsFile, record.AttemptsFile, record.ReportFile, "logs", ".fence"}
+// allocation fence's tables when the ledger is in memory; the records are written to their temp
+// files first and renamed over the old ones, which would take a result there away.
+var RunOutputs = []string{record.ResultsFile, record.AttemptsFile, record.ReportFile, "logs", ".fence",
+	record.ResultsFile + record.TempSuffix, record.AttemptsFile + record.TempSuffix}
 
 // Warning is a problem in a queue file that does not stop the run, with its position.
 type Warning struct {

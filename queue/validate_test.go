@@ -73,6 +73,20 @@ job "a" {
   result  = "attempts.csv"
 }
 `, `q.hcl:4,13: Result overwrites the run's outputs: job "a": result = "attempts.csv" is the run's own attempts.csv in the results directory; choose another path, e.g. "results/a.json"`},
+		// The run writes its records to these first and renames them over results.json and
+		// attempts.csv: a job's result there was truncated, then renamed away.
+		{"result is results.json's temp file", `
+job "a" {
+  command = ["x"]
+  result  = "results.json.tmp"
+}
+`, `q.hcl:4,13: Result overwrites the run's outputs: job "a": result = "results.json.tmp" is the run's own results.json.tmp in the results directory; choose another path, e.g. "results/a.json"`},
+		{"result is attempts.csv's temp file", `
+job "a" {
+  command = ["x"]
+  result  = "attempts.csv.tmp"
+}
+`, `q.hcl:4,13: Result overwrites the run's outputs: job "a": result = "attempts.csv.tmp" is the run's own attempts.csv.tmp in the results directory; choose another path, e.g. "results/a.json"`},
 		{"two absolute results", `
 job "a" {
   command = ["x"]

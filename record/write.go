@@ -73,7 +73,7 @@ func Write(res *Result, dir string) error {
 		return fmt.Errorf("writing attempts: %w", err)
 	}
 	for _, tmp := range []string{attempts, results} {
-		if err := os.Rename(tmp, strings.TrimSuffix(tmp, tempSuffix)); err != nil {
+		if err := os.Rename(tmp, strings.TrimSuffix(tmp, TempSuffix)); err != nil {
 			_ = os.Remove(results)
 			_ = os.Remove(attempts)
 			return fmt.Errorf("writing results: %w", err)
@@ -82,14 +82,15 @@ func Write(res *Result, dir string) error {
 	return nil
 }
 
-// tempSuffix names the file an output is written to before it replaces the output.
-const tempSuffix = ".tmp"
+// TempSuffix names the file an output is written to before it replaces the output. It is
+// exported because those files are the run's outputs too: a queue may not name one as a result.
+const TempSuffix = ".tmp"
 
 // writeTemp writes what path will hold to a temp file beside it and syncs it (a file system out
 // of room may say so only then); the caller renames it over path, which within a directory is
 // atomic. A temp file that could not be completed is removed. It returns the temp file's path.
 func writeTemp(path string, write func(io.Writer) error) (string, error) {
-	tmp := path + tempSuffix
+	tmp := path + TempSuffix
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return "", err
