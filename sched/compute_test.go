@@ -129,13 +129,16 @@ func TestWaitReasonNamesTheGuaranteeItGets(t *testing.T) {
 	for _, peak := range []size.Bytes{6 * size.GiB, 500 * size.MiB, 16 * size.GiB} {
 		t.Run(peak.String(), func(t *testing.T) {
 			jobs := []*Job{{Job: queue.Job{Name: "a", Template: "t"}}, {Job: queue.Job{Name: "b", Template: "t"}}}
-			s, led, _ := schedOn(t, 80*size.GiB, 1, jobs)
+			// A GPU whose budget holds one guarantee and a half: b waits for memory.
+			p := policy.Default()
+			g := size.Bytes(p.Units(p.Cap(peak))) * p.UnitBytes
+			s, led, _ := schedOn(t, p.HeadroomBytes+g+g/2, 0, jobs)
 			s.peaks["t"] = peak
 			first := s.Next()
 			if len(first) != 1 {
-				t.Fatalf("first round admitted %v, want one job (at most 1 at once)", names(first))
+				t.Fatalf("first round admitted %v, want one job (room for one guarantee)", names(first))
 			}
-			why := s.WaitReason(jobs[1], 78*size.GiB)
+			why := s.WaitReason(jobs[1], g+g/2)
 			s.Finished(&first[0])
 			first[0].Job.Done = true
 			if err := led.Release(first[0].Res.Token, "test"); err != nil {
@@ -148,6 +151,40 @@ func TestWaitReasonNamesTheGuaranteeItGets(t *testing.T) {
 			want := fmt.Sprintf("room for its %s guarantee", second[0].Res.CapBytes)
 			if !strings.Contains(why, want) {
 				t.Errorf("b waited for %q; it was granted %s, want the reason to contain %q", why, second[0].Res.CapBytes, want)
+			}
+		})
+	}
+}
+
+// TestWaitReasonNamesAFullSlotCount: a job held back by the number of jobs at once, not by
+// memory, says so. The demo's status once showed four jobs "waiting for room for" guarantees of
+// 5-20GiB beside 30GiB free, while max_tasks_per_gpu (4) held them.
+func TestWaitReasonNamesAFullSlotCount(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		perGPU, maxTotal int
+		total            size.Bytes
+		want             string
+	}{
+		{"max_tasks_per_gpu", 1, 0, 80 * size.GiB, "a free slot (at most 1 job at once on a GPU: max_tasks_per_gpu)"},
+		{"the run's bound", 4, 1, 80 * size.GiB, "a free slot (at most 1 job at once in this run)"},
+		{"memory", 4, 0, 2*size.GiB + 6*size.GiB, "room for its 5GiB guarantee beside the jobs running"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			jobs := []*Job{{Job: queue.Job{Name: "a", Template: "t"}}, {Job: queue.Job{Name: "b", Template: "t"}}}
+			led, uuid := memLedger(t, tc.total)
+			pol := policy.Default()
+			pol.MaxTasksPerGPU = tc.perGPU
+			if err := led.SetPolicy(pol); err != nil {
+				t.Fatal(err)
+			}
+			s := New(Config{Policy: pol, Ledger: led, GPUs: []string{uuid}, MaxTotal: tc.maxTotal,
+				Peaks: map[string]size.Bytes{"t": 3 * size.GiB}}, jobs)
+			if got := s.Next(); len(got) != 1 {
+				t.Fatalf("first round admitted %v, want [a]", names(got))
+			}
+			if got := s.WaitReason(jobs[1], tc.total-2*size.GiB); !strings.HasPrefix(got, tc.want) {
+				t.Errorf("b waits for %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -70,6 +70,9 @@ func (s *Sched) WaitReason(j *Job, maxBudget size.Bytes) string {
 	case needWait:
 		return fmt.Sprintf("the probe of its template %q to finish", j.Template)
 	case needCapped:
+		if why := s.slotWait(); why != "" {
+			return why
+		}
 		if c == 0 {
 			return "half a GPU's budget to fit beside the jobs running"
 		}
@@ -91,6 +94,27 @@ func (s *Sched) WaitReason(j *Job, maxBudget size.Bytes) string {
 	default:
 		return "a free slot"
 	}
+}
+
+// slotWait is what every job beside others waits for when the count of jobs at once, not
+// memory, holds them: the run's bound, or every GPU at max_tasks_per_gpu. "" when a GPU has a
+// slot. Said as room, it sent an operator looking for memory that was free.
+func (s *Sched) slotWait() string {
+	jobs := func(n int) string {
+		if n == 1 {
+			return "1 job"
+		}
+		return fmt.Sprintf("%d jobs", n)
+	}
+	if s.maxTotal > 0 && s.total >= s.maxTotal {
+		return fmt.Sprintf("a free slot (at most %s at once in this run)", jobs(s.maxTotal))
+	}
+	for _, g := range s.gpus {
+		if s.running[g] < s.perGPU {
+			return ""
+		}
+	}
+	return fmt.Sprintf("a free slot (at most %s at once on a GPU: max_tasks_per_gpu)", jobs(s.perGPU))
 }
 
 // Stuck is why the jobs left fail when nothing was admitted for after with nothing running:
