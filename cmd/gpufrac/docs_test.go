@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The docs quote what gpufrac prints. These tests run the quoted commands on the simulated
@@ -425,5 +426,48 @@ func TestMakeDemoKeepsItsOwnState(t *testing.T) {
 	}
 	if runs == 0 {
 		t.Fatalf("no gpufrac command in the demo recipe %q", recipe)
+	}
+}
+
+// The demo's borrow_wait as the docs give it is the one demo.hcl sets: docs/run.md once said
+// "2 s in the demo" of a queue that waits 1.5 s.
+func TestDocsGiveTheDemosBorrowWait(t *testing.T) {
+	src, err := os.ReadFile("../../examples/queues/demo.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := regexp.MustCompile(`(?m)^borrow_wait\s*=\s*"([^"]+)"`).FindSubmatch(src)
+	if set == nil {
+		t.Fatal("demo.hcl sets no borrow_wait")
+	}
+	want, err := time.ParseDuration(string(set[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	said := regexp.MustCompile("`borrow_wait`, ([0-9.]+) ?s in the demo|waits? ([0-9.]+) ?s \\(`borrow_wait = \"([^\"]+)\"`\\)")
+	n := 0
+	for _, doc := range []string{"../../README.md", "../../docs/run.md", "../../docs/cli.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range said.FindAllStringSubmatch(strings.Join(strings.Fields(string(text)), " "), -1) {
+			n++
+			for _, v := range m[1:] {
+				if v == "" {
+					continue
+				}
+				d, err := time.ParseDuration(v)
+				if err != nil {
+					d, err = time.ParseDuration(v + "s")
+				}
+				if err != nil || d != want {
+					t.Errorf("%s: %q gives the demo's borrow_wait as %s; demo.hcl sets %s", doc, m[0], v, want)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no doc gives the demo's borrow_wait: the pattern no longer matches the docs")
 	}
 }
