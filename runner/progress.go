@@ -79,11 +79,14 @@ func (r *run) status() {
 	}
 	r.mu.Lock()
 	perGPU := map[string]int{}
-	used := map[string]size.Bytes{}
+	used, borrowed := map[string]size.Bytes{}, map[string]size.Bytes{}
 	for a := range r.active {
 		perGPU[a.l.GPU]++
 		a.mu.Lock()
 		used[a.l.GPU] += a.now
+		if a.l.Borrowing && a.now > a.l.Res.CapBytes {
+			borrowed[a.l.GPU] += a.now - a.l.Res.CapBytes
+		}
 		a.mu.Unlock()
 	}
 	r.mu.Unlock()
@@ -110,8 +113,10 @@ func (r *run) status() {
 		if _, ok := r.gpus[st.UUID]; !ok {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("GPU%d: %d running, using %s, guarantees %s of %s", st.Index, perGPU[st.UUID],
-			used[st.UUID], st.ReservedBytes, st.BudgetBytes))
+		// The words of gpufrac status: use above the guarantees is what borrowers borrow.
+		g := runstatus.GPU{Index: st.Index, Running: perGPU[st.UUID], UsedBytes: used[st.UUID], ReservedBytes: st.ReservedBytes,
+			BudgetBytes: st.BudgetBytes, BorrowedBytes: borrowed[st.UUID]}
+		parts = append(parts, g.String())
 	}
 	r.prog.Status(fmt.Sprintf("done %d/%d, waiting %d | %s", done, len(r.s.Jobs()), waiting, strings.Join(parts, " | ")))
 }
