@@ -338,3 +338,30 @@ func TestRunTakesABaselineArm(t *testing.T) {
 		})
 	}
 }
+
+// A probe whose job fails says that it failed, with its exit code, whether or not it took GPU
+// memory first: a job that died at start-up (a typo, a missing module) once read "no GPU memory
+// was attributed to the job", which sends its user looking for an attribution problem.
+func TestProbeOfAFailedJobSaysItFailed(t *testing.T) {
+	exe, err := os.Executable() // gpufrac, under envCLI
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cmd  []string
+		want string
+	}{
+		{"before any GPU memory", []string{"sh", "-c", "exit 4"}, "the job exited with code 4 after"},
+		{"after GPU memory", []string{"sh", "-c", "\"$0\" simjob --peak 1GiB --ramp 50ms --hold 50ms; exit 5", exe}, "the job exited with code 5 after"},
+		{"ok but no GPU memory", []string{"true"}, "no GPU memory was attributed to the job"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLI(t)
+			code, _, errs := c.run(append([]string{"probe", "--template", "t", "--"}, tc.cmd...)...)
+			if code != 1 || !strings.Contains(errs, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit 1 and %q", code, errs, tc.want)
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -165,10 +166,13 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		},
 	})
 	line.done()
-	if perr != nil {
+	// A job that failed is told as a failure first, even before it took GPU memory: there the
+	// probe's own error ("no GPU memory was attributed") would hide a job that never ran.
+	failed := result.ExitCode != 0 && !result.Stopped
+	if perr != nil && !(failed && errors.Is(perr, probe.ErrNoMemory)) {
 		return perr
 	}
-	if result.ExitCode != 0 && !result.Stopped {
+	if failed {
 		return fmt.Errorf("the job exited with code %d after %.1fs (peak so far %s): a failed run is no footprint; nothing was stored",
 			result.ExitCode, result.Duration.Seconds(), result.Peak)
 	}
