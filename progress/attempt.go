@@ -106,6 +106,9 @@ func brokeCap(at record.Attempt) string {
 		// one figure the detail, attempts.csv and the report give too.
 		msg = fmt.Sprintf("broke its %s cap at %s: %s", v.CapBytes, at.PeakBytes, v.Action)
 		switch {
+		case v.Action == enforcer.ActionOOMInProcess && at.LimitBytes > at.CapBytes && v.AskedBytes > at.LimitBytes:
+			// Alone, or with room to spare, a borrower meets its own limit, not a neighbour.
+			msg = fmt.Sprintf("out of memory inside the job at peak %s: it asked for %s, past its %s limit", at.PeakBytes, v.AskedBytes, at.LimitBytes)
 		case v.Action == enforcer.ActionOOMInProcess && at.LimitBytes > at.CapBytes:
 			// A borrower is refused where more would reach into a neighbour's guarantee,
 			// not at its own.

@@ -73,6 +73,17 @@ func TestAttemptLines(t *testing.T) {
 			at.LimitBytes, at.Violation.Reclaimed = 78*G, true
 			p.Finished(at, 0, "")
 		}, "held 6GiB, past its 4GiB guarantee, and a neighbour's guarantee needed back what it borrowed: sigkill"},
+		{"a borrower refused by the fence below its limit", func(p *Printer) {
+			at := violated(policy.ModeIsolated, enforcer.ActionOOMInProcess)
+			at.LimitBytes, at.Violation.AskedBytes = 78*G, 7*G
+			p.Finished(at, 0, "")
+		}, "out of memory inside the job at peak 6GiB: past its 4GiB guarantee only other jobs' guarantees were left"},
+		// A runaway alone on the GPU meets its limit (the budget), not a neighbour's guarantee.
+		{"a borrower refused by the fence at its limit", func(p *Printer) {
+			at := violated(policy.ModeIsolated, enforcer.ActionOOMInProcess)
+			at.LimitBytes, at.Violation.AskedBytes = 78*G, 79*G
+			p.Finished(at, 0, "")
+		}, "out of memory inside the job at peak 6GiB: it asked for 79GiB, past its 78GiB limit"},
 		{"stopped under MPS", func(p *Printer) { p.Finished(violated(policy.ModeMPS, enforcer.ActionSIGINT), 0, "") },
 			"sigint; stopped under MPS: a GPU-wide event, a neighbour that fails now is re-run; next:"},
 	}
