@@ -86,7 +86,11 @@ func (r *run) finishOutputs(res *record.Result) error {
 // from the first job again, and a user who gave the same --out should not find that out from
 // overwritten logs. Empty when dir holds nothing of a run.
 func earlierOutputs(dir string) string {
-	const again = "this run does not resume it: it runs the queue from its first job and replaces them"
+	// Logs are named by job and attempt: an earlier run's that this one does not write again
+	// (an attempt it no longer needs) stay, and saying "replaces them" left them to be read as
+	// this run's.
+	const again = "this run does not resume it: it runs the queue from its first job and replaces its results, attempts and report; " +
+		"earlier logs this run does not write again stay in logs/ (the report links only this run's)"
 	if data, err := os.ReadFile(filepath.Join(dir, record.ResultsFile)); err == nil {
 		var prev record.Result
 		if err := json.Unmarshal(data, &prev); err != nil {

@@ -70,7 +70,8 @@ func TestRunSaysItReplacesAnEarlierRunsOutputs(t *testing.T) {
 		var progress bytes.Buffer
 		o.Progress, o.OutDir = &progress, step.out
 		runAll(t, q, o)
-		said := strings.Contains(progress.String(), "this run does not resume it")
+		said := strings.Contains(progress.String(), "this run does not resume it") &&
+			strings.Contains(progress.String(), "earlier logs this run does not write again stay in logs/")
 		if said != (step.want != "") || !strings.Contains(progress.String(), step.want) {
 			t.Errorf("%s: want %q said (%v):\n%s", step.name, step.want, step.want != "", progress.String())
 		}
