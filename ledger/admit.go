@@ -141,8 +141,8 @@ func checkRoom(gs GPUState, capBytes size.Bytes, units int, newTask, staged bool
 		return denied(ReasonTooMany, "GPU %s already runs %d tasks (max_tasks_per_gpu = %d)", gs.UUID, len(gs.Reservations), gs.MaxTasks)
 	}
 	if gs.ReservedBytes+capBytes > gs.BudgetBytes || gs.ReservedBytes+capBytes < capBytes {
-		return denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: %s already reserved of a %s budget (%s free)",
-			capBytes, units, gs.UUID, gs.ReservedBytes, gs.BudgetBytes, subFloor(gs.BudgetBytes, gs.ReservedBytes))
+		return denied(ReasonNoFit, "a cap of %s (%d units) does not fit GPU %s: %s already reserved of %s budget (%s free)",
+			capBytes, units, gs.UUID, gs.ReservedBytes, gs.BudgetBytes.A(), subFloor(gs.BudgetBytes, gs.ReservedBytes))
 	}
 	if gs.Lending {
 		return nil
@@ -154,8 +154,8 @@ func checkRoom(gs GPUState, capBytes size.Bytes, units int, newTask, staged bool
 		return denied(ReasonBorrowed, "GPU %s: %s", gs.UUID, descBorrowHold)
 	}
 	if capBytes > gs.Free() {
-		return denied(ReasonBorrowed, "a cap of %s (%d units) does not fit GPU %s beside what borrowers hold: %s reserved and %s borrowed of a %s budget (%s free)",
-			capBytes, units, gs.UUID, gs.ReservedBytes, gs.BorrowedBytes, gs.BudgetBytes, gs.Free())
+		return denied(ReasonBorrowed, "a cap of %s (%d units) does not fit GPU %s beside what borrowers hold: %s reserved and %s borrowed of %s budget (%s free)",
+			capBytes, units, gs.UUID, gs.ReservedBytes, gs.BorrowedBytes, gs.BudgetBytes.A(), gs.Free())
 	}
 	return nil
 }

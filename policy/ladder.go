@@ -73,7 +73,7 @@ func (s Step) Head() string {
 func Rung(kind string, attempt, maxAttempts int, capBytes size.Bytes) string {
 	switch kind {
 	case StepRaise:
-		return fmt.Sprintf("attempt %d of %d with a %s guarantee", attempt, maxAttempts, capBytes)
+		return fmt.Sprintf("attempt %d of %d with %s guarantee", attempt, maxAttempts, capBytes.A())
 	case StepAlone:
 		return fmt.Sprintf("attempt %d of %d alone with the GPU", attempt, maxAttempts)
 	}
@@ -112,17 +112,17 @@ func (p Policy) Next(f Failure) Step {
 	case f.NoRaise:
 		next.Why = fmt.Sprintf("it reached %s in its %s slot", f.ReachedBytes, f.CapBytes)
 	case f.WholeBytes > 0 && want >= f.WholeBytes:
-		next.Why = fmt.Sprintf("it reached %s with a %s guarantee; %s does not fit beside others", f.ReachedBytes, f.CapBytes, want)
+		next.Why = fmt.Sprintf("it reached %s with %s guarantee; %s does not fit beside others", f.ReachedBytes, f.CapBytes.A(), want)
 	case next.Attempt >= maxA:
 		// The last attempt the bound allows gets the most room there is.
-		next.Why = fmt.Sprintf("it reached %s with a %s guarantee; its last attempt gets the most room", f.ReachedBytes, f.CapBytes)
+		next.Why = fmt.Sprintf("it reached %s with %s guarantee; its last attempt gets the most room", f.ReachedBytes, f.CapBytes.A())
 	}
 	if next.Why != "" {
 		next.Kind, next.CapBytes = StepAlone, f.WholeBytes
 		return next
 	}
 	next.Kind, next.CapBytes = StepRaise, want
-	next.Why = fmt.Sprintf("it reached %s with a %s guarantee; cap = %s", f.ReachedBytes, f.CapBytes, p.CapFormula(f.ReachedBytes.String()))
+	next.Why = fmt.Sprintf("it reached %s with %s guarantee; cap = %s", f.ReachedBytes, f.CapBytes.A(), p.CapFormula(f.ReachedBytes.String()))
 	return next
 }
 

@@ -45,7 +45,7 @@ func (p *Printer) Started(s Start) {
 	case s.Probe && s.InPlace:
 		what = fmt.Sprintf("PROBE in place (protective cap %s) for %s to measure %q", s.Cap, span, s.Template)
 		if s.Borrowing {
-			what = fmt.Sprintf("PROBE in place (a %s guarantee, borrowing the rest) for %s to measure %q", s.Cap, span, s.Template)
+			what = fmt.Sprintf("PROBE in place (%s guarantee, borrowing the rest) for %s to measure %q", s.Cap.A(), span, s.Template)
 		}
 	case s.Probe && s.Window > 0:
 		what = fmt.Sprintf("PROBE alone for %s to measure %q", s.Window, s.Template)

@@ -45,7 +45,7 @@ func TestLadderAndBorrowColumns(t *testing.T) {
 	atts := []Attempt{
 		{Job: "lk", Number: 1, Capped: true, CapBytes: 3 * size.GiB, LimitBytes: 78 * size.GiB, PeakBytes: 5 * size.GiB, BorrowedBytes: 2 * size.GiB,
 			BorrowWait: 1500 * time.Millisecond, GuaranteeWait: 2500 * time.Millisecond, Start: t0, End: t0.Add(time.Second), Outcome: OutcomeCapViolation,
-			Next: "attempt 2 of 3 with a 8GiB guarantee (x)", NextKind: "raise", NextCapBytes: 8 * size.GiB},
+			Next: "attempt 2 of 3 with an 8GiB guarantee (x)", NextKind: "raise", NextCapBytes: 8 * size.GiB},
 		{Job: "n1", Number: 1, Capped: true, CapBytes: 6 * size.GiB, Start: t0, End: t0.Add(time.Second), Outcome: OutcomeOK},
 		{Job: "lk", Number: 2, Capped: true, CapBytes: 8 * size.GiB, Start: t0.Add(time.Second), End: t0.Add(2 * time.Second), Outcome: OutcomeCapViolation},
 		{Job: "lk", Number: 3, Capped: true, WholeGPU: true, CapBytes: 78 * size.GiB, Start: t0.Add(2 * time.Second), End: t0.Add(3 * time.Second), Outcome: OutcomeOK},

@@ -546,7 +546,7 @@ func (r *run) finish(a *active) {
 		at.Detail = fmt.Sprintf("probe window of %s over", a.l.Window)
 	case a.violation != nil:
 		at.Outcome = record.OutcomeCapViolation
-		at.Detail = fmt.Sprintf("%s at %s over a %s cap", a.violation.Action, at.PeakBytes, a.violation.CapBytes)
+		at.Detail = fmt.Sprintf("%s at %s over %s cap", a.violation.Action, at.PeakBytes, a.violation.CapBytes.A())
 	case a.exit != 0 && a.l.Capped && oom && r.ownOOM(a, &at):
 		at.Outcome = record.OutcomeCapViolation
 		at.Detail = "out of memory inside the job near its cap"

@@ -95,6 +95,25 @@ func (b Bytes) String() string {
 	return format(b, []Bytes{PiB, TiB, GiB, MiB, KiB}, []string{"PiB", "TiB", "GiB", "MiB", "KiB"})
 }
 
+// A is String after the article it is read with: "a 9GiB", but "an 8GiB", "an 11GiB", "an
+// 80GiB" (eight, eleven, eighty are said with a vowel first), for messages that put a size
+// where a noun goes.
+func (b Bytes) A() string {
+	s := b.String()
+	whole := strings.TrimLeft(s, "-")
+	if i := strings.IndexFunc(whole, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		whole = whole[:i]
+	}
+	// Digits are said in groups of three: the first group's length is what decides "eleven
+	// thousand" against "one hundred and ten".
+	vowel := strings.HasPrefix(whole, "8") ||
+		len(whole)%3 == 2 && (strings.HasPrefix(whole, "11") || strings.HasPrefix(whole, "18"))
+	if vowel && !strings.HasPrefix(s, "-") {
+		return "an " + s
+	}
+	return "a " + s
+}
+
 // SI prints the size in SI units: "1.5GB", "16GB".
 func (b Bytes) SI() string {
 	return format(b, []Bytes{PB, TB, GB, MB, KB}, []string{"PB", "TB", "GB", "MB", "kB"})

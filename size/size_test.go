@@ -155,3 +155,28 @@ func TestText(t *testing.T) {
 		t.Fatalf("UnmarshalText(lots) = %v", err)
 	}
 }
+
+// A picks the article a size is said with.
+func TestArticle(t *testing.T) {
+	for _, tc := range []struct {
+		b    Bytes
+		want string
+	}{
+		{9 * GiB, "a 9GiB"},
+		{8 * GiB, "an 8GiB"},
+		{11 * GiB, "an 11GiB"},
+		{18 * GiB, "an 18GiB"},
+		{80 * GiB, "an 80GiB"},
+		{MustParse("8.5GiB"), "an 8.5GiB"},
+		{110 * GiB, "a 110GiB"},
+		{180 * GiB, "a 180GiB"},
+		{512 * MiB, "a 512MiB"},
+		{1 * GiB, "a 1GiB"},
+		{800 * MiB, "an 800MiB"},
+		{0, "a 0B"},
+	} {
+		if got := tc.b.A(); got != tc.want {
+			t.Errorf("%d bytes: %q, want %q", int64(tc.b), got, tc.want)
+		}
+	}
+}
