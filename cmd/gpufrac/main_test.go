@@ -14,6 +14,7 @@ import (
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/report"
+	"github.com/gpufrac/gpufrac/runstatus"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -156,6 +157,17 @@ func TestStatusOnAFreshStateDir(t *testing.T) {
 	var got statusOutput
 	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.StateDir != c.state || got.GPUs == nil || len(got.GPUs) != 0 {
 		t.Fatalf("--json: exit %d, stdout %q, stderr %q: want 0 and an empty ledger", code, out, errs)
+	}
+	// A damaged run.json beside no ledger is named, as it is beside one.
+	if err := os.MkdirAll(c.state, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.state, runstatus.File), []byte("{half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = c.run("status", "--no-usage")
+	if code != 0 || !strings.Contains(out, "empty (nothing recorded yet") || !strings.Contains(errs, filepath.Join(c.state, runstatus.File)) {
+		t.Fatalf("damaged run.json: exit %d, stdout %q, stderr %q: want the empty ledger and the file named", code, out, errs)
 	}
 }
 

@@ -109,7 +109,12 @@ func showStatus(ctx context.Context, g *globals, asJSON, noUsage bool, stdout, s
 	dir := expandHome(g.stateDir)
 	snap, err := ledger.ReadSnapshot(dir)
 	if errors.Is(err, os.ErrNotExist) {
-		return emptyStatus(stdout, dir, asJSON) // a fresh state directory: an empty ledger is an answer
+		// A fresh state directory: an empty ledger is an answer, but a damaged run.json beside it
+		// is said as it is where the ledger has entries.
+		if _, _, err := runstatus.Read(dir); err != nil {
+			fmt.Fprintf(stderr, "gpufrac status: %v\n", err)
+		}
+		return emptyStatus(stdout, dir, asJSON)
 	}
 	if err != nil {
 		return err
