@@ -81,6 +81,23 @@ func (w *watchWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// A job's result inside the state directory (over the ledger's own files) is refused before
+// anything runs; one in a results directory that itself lies in the state directory is not.
+func TestRunRefusesAResultInTheStateDir(t *testing.T) {
+	sim := newSim(t, "H100=80GiB")
+	o := testOptions(t, sim, record.ArmPacked)
+	o.StateDir = t.TempDir()
+	j := simJob(t, "a", "t", "--peak", "1GiB")
+	j.Result = filepath.Join(o.StateDir, "ledger.json")
+	_, err := Run(context.Background(), queue.Queue{Jobs: []queue.Job{j}}, o)
+	if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), `job "a": result = "`+j.Result+`" is inside the state directory`) {
+		t.Fatalf("Run: %v; want an options error naming job a's result", err)
+	}
+	o.OutDir = filepath.Join(o.StateDir, "results")
+	j.Result = "results/a.json"
+	runAll(t, queue.Queue{Jobs: []queue.Job{j}}, o)
+}
+
 // A run that can admit nothing because another live process holds the GPU's budget says what it
 // waits for and until when, instead of waiting in silence.
 func TestWaitingRunSaysForWhat(t *testing.T) {

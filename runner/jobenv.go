@@ -32,15 +32,28 @@ func (r *run) command(c []string, env map[string]string) []string {
 }
 
 // resultPath is where a job's result goes: relative paths live in the results directory.
-func (r *run) resultPath(j *sched.Job) string {
-	if j.Result == "" || filepath.IsAbs(j.Result) {
-		return j.Result
+func (r *run) resultPath(j *sched.Job) string { return resultIn(r.o.OutDir, j.Result) }
+
+// resultIn is where a result named result goes with the results directory outDir ("" for none).
+func resultIn(outDir, result string) string {
+	if result == "" || filepath.IsAbs(result) {
+		return result
 	}
-	abs, err := filepath.Abs(filepath.Join(r.o.OutDir, j.Result))
+	abs, err := filepath.Abs(filepath.Join(outDir, result))
 	if err != nil {
-		return filepath.Join(r.o.OutDir, j.Result)
+		return filepath.Join(outDir, result)
 	}
 	return abs
+}
+
+// within says whether path p is dir or lies under it.
+func within(dir, p string) bool {
+	d, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(d, filepath.Clean(p))
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 func (r *run) env(l sched.Launch, token string, j *sched.Job) map[string]string {

@@ -227,6 +227,12 @@ func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) 
 		if len(j.Command) == 0 {
 			return nil, fmt.Errorf("%w: job %q has no command", ErrOptions, j.Name)
 		}
+		if p := resultIn(o.OutDir, j.Result); p != "" && o.StateDir != "" && within(o.StateDir, p) && !within(o.OutDir, p) {
+			// The queue checks results against the results directory; the state directory is
+			// the ledger's, and a job's result over ledger.json or run.json would lose it.
+			return nil, fmt.Errorf("%w: job %q: result = %q is inside the state directory %s, which holds the ledger; choose a path outside it",
+				ErrOptions, j.Name, j.Result, o.StateDir)
+		}
 		if j.Dir != "" {
 			// Else the sched.Launch fails with a fork/exec error that blames the program.
 			if fi, err := os.Stat(j.Dir); err != nil || !fi.IsDir() {
