@@ -141,7 +141,7 @@ func resultProblems(jobs []Job, outDir string) hcl.Diagnostics {
 		key := filepath.Clean(j.Result)
 		inOut := !filepath.IsAbs(key)
 		if outDir != "" && filepath.IsAbs(key) {
-			if rel, err := filepath.Rel(outDir, key); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+			if rel, ok := record.Within(outDir, key); ok {
 				key, inOut = rel, true
 			}
 		}

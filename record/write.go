@@ -19,6 +19,16 @@ const (
 	ReportFile   = "report.html"
 )
 
+// Within is p relative to dir, and whether p is dir or lies under it (both absolute, or both
+// relative): whether a path named in a queue file lands in a run's results directory.
+func Within(dir, p string) (string, bool) {
+	rel, err := filepath.Rel(dir, p)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", false
+	}
+	return rel, true
+}
+
 // CSVHeader is the first row of attempts.csv.
 // cap_bytes is the guarantee; limit_bytes and borrowed_at_peak_bytes are 0 for an attempt that
 // could not borrow, borrow_wait_s how long it waited for memory to borrow; next is what the run

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/record"
@@ -299,7 +298,7 @@ func outcomeName(a record.Attempt) string {
 // a name would cut the link short.
 func fileLink(outDir, p string) string {
 	if filepath.IsAbs(p) && outDir != "" {
-		if rel, err := filepath.Rel(outDir, p); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		if rel, ok := record.Within(outDir, p); ok {
 			p = rel
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/sched"
 	"github.com/gpufrac/gpufrac/taskenv"
 )
@@ -46,14 +47,14 @@ func resultIn(outDir, result string) string {
 	return abs
 }
 
-// within says whether path p is dir or lies under it.
+// within says whether the absolute path p is dir (absolute or not) or lies under it.
 func within(dir, p string) bool {
 	d, err := filepath.Abs(dir)
 	if err != nil {
 		return false
 	}
-	rel, err := filepath.Rel(d, filepath.Clean(p))
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	_, ok := record.Within(d, p)
+	return ok
 }
 
 func (r *run) env(l sched.Launch, token string, j *sched.Job) map[string]string {
