@@ -165,6 +165,11 @@ func (p Policy) Units(capBytes size.Bytes) int {
 	return int((capBytes + p.UnitBytes - 1) / p.UnitBytes)
 }
 
+// Granted is what the ledger grants for capBytes: its Units whole.
+func (p Policy) Granted(capBytes size.Bytes) size.Bytes {
+	return size.Bytes(p.Units(capBytes)) * p.UnitBytes
+}
+
 // Template is a kind of job with a measured footprint.
 type Template struct {
 	// Name identifies the template; it is the last segment of its Nomad Variable path.

@@ -158,8 +158,7 @@ func neighbours(at record.Attempt) string {
 // was rounded up from: "3GiB (2.55GiB rounded up to 3 units of 1GiB)". A small footprint's cap
 // is mostly the margin and the rounding, and this says so where the cap shows.
 func UnitsLabel(pol policy.Policy, c size.Bytes) string {
-	u := pol.Units(c)
-	granted := size.Bytes(u) * pol.UnitBytes
+	u, granted := pol.Units(c), pol.Granted(c)
 	if granted == c {
 		return fmt.Sprintf("%s (%d units of %s)", c, u, pol.UnitBytes)
 	}

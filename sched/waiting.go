@@ -80,8 +80,8 @@ func (s *Sched) WaitReason(j *Job, maxBudget size.Bytes) string {
 			return fmt.Sprintf("room for %s beside the jobs running", j.Next.Head()) + s.smWaitNote(j.Template)
 		}
 		// The ledger grants whole units: say the guarantee the job will be started with.
-		if u := s.pol.UnitBytes; u > 0 {
-			c = size.Bytes(s.pol.Units(c)) * u
+		if s.pol.UnitBytes > 0 {
+			c = s.pol.Granted(c)
 		}
 		return fmt.Sprintf("room for its %s guarantee beside the jobs running", c) + s.smWaitNote(j.Template)
 	case needWhole:
