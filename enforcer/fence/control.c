@@ -61,7 +61,7 @@ static int uuid_len(const char *file)
 	return (int)(l > s && strcmp(file + l - s, ".fence") == 0 ? l - s : l);
 }
 
-int gf_live_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n)
+int gf_live_path(const char *dir, const uint8_t *hash, const char *file, uint64_t ino, char *out, size_t n)
 {
 	char hex[2 * GF_HASH_LEN + 1];
 	int r;
@@ -69,7 +69,8 @@ int gf_live_path(const char *dir, const uint8_t *hash, const char *file, char *o
 		r = snprintf(out, n, "%s-live", dir);
 	} else {
 		hex_of(hash, hex);
-		r = file ? snprintf(out, n, "%s-live/%s/%.*s.live", dir, hex, uuid_len(file), file)
+		r = file ? snprintf(out, n, "%s-live/%s/%.*s.%llu.live", dir, hex, uuid_len(file), file,
+				    (unsigned long long)ino)
 			 : snprintf(out, n, "%s-live/%s", dir, hex);
 	}
 	return r < 0 || (size_t)r >= n ? -1 : 0;

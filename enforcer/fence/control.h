@@ -47,10 +47,12 @@ int gf_control_path(const char *path, char *out, size_t n);
 /* gf_account_path is the accounting file of the task whose token hashes to hash:
  * "<dir>/<hex of hash>/<file>"; with file NULL, its directory. */
 int gf_account_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n);
-/* gf_live_path is the lock file beside it, which holds its owner and liveness bytes:
- * "<dir>-live/<hex of hash>/<uuid>.live" for file "<uuid>.fence"; with file NULL, its directory,
- * and with hash NULL too, "<dir>-live". */
-int gf_live_path(const char *dir, const uint8_t *hash, const char *file, char *out, size_t n);
+/* gf_live_path is the lock file of the accounting file whose inode is ino, which holds its owner
+ * and liveness bytes: "<dir>-live/<hex of hash>/<uuid>.<ino>.live" for file "<uuid>.fence"; with
+ * file NULL, its directory, and with hash NULL too, "<dir>-live". Named for the inode, a lock file
+ * pairs with one accounting file alone: a process that opened an earlier placement's accounting
+ * file cannot lock the bytes of a later one's (gf_attach). */
+int gf_live_path(const char *dir, const uint8_t *hash, const char *file, uint64_t ino, char *out, size_t n);
 /* gf_enforcer_path is the file whose lock marks the enforcer of the GPU named path:
  * "<dir>-enforcer/<uuid>.lock"; with dirname set, its directory. */
 int gf_enforcer_path(const char *path, int dirname, char *out, size_t n);

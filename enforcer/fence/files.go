@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // ErrNoLibrary is returned when the preload library is not where it was looked for.
@@ -55,9 +56,24 @@ func LiveDir(dir, token string) string {
 	return filepath.Join(LiveRoot(dir), hex.EncodeToString(h[:]))
 }
 
-// LivePath is the lock file of token's task on GPU uuid.
-func LivePath(dir, token, uuid string) string {
-	return filepath.Join(LiveDir(dir, token), uuid+".live")
+// LivePath is the lock file of token's task on GPU uuid, as placed now. It is named for the
+// inode of the accounting file it pairs with (liveName), so it is found through that file: a
+// process that opened an earlier placement's accounting file never locks a later one's bytes.
+func LivePath(dir, token, uuid string) (string, error) {
+	fi, err := os.Stat(AccountPath(dir, token, uuid))
+	if err != nil {
+		return "", fmt.Errorf("fence: the lock file is named for its accounting file: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", fmt.Errorf("fence: no inode for %s", AccountPath(dir, token, uuid))
+	}
+	return liveName(dir, token, uuid, st.Ino), nil
+}
+
+// liveName is "<uuid>.<inode>.live" in the task's LiveDir, as control.c names it.
+func liveName(dir, token, uuid string, ino uint64) string {
+	return filepath.Join(LiveDir(dir, token), fmt.Sprintf("%s.%d.live", uuid, ino))
 }
 
 // EnforcerDir holds the files whose locks are the enforcer's claim on each GPU: a second

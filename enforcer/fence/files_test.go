@@ -36,7 +36,7 @@ func TestTaskMounts(t *testing.T) {
 				t.Fatalf("TaskMounts = %v, want %v", got, tt.want)
 			}
 			for _, w := range got {
-				for _, r := range []string{LivePath(dir, other, "GPU-x"), filepath.Join(EnforcerDir(dir), "GPU-x.lock")} {
+				for _, r := range []string{liveName(dir, other, "GPU-x", 7), filepath.Join(EnforcerDir(dir), "GPU-x.lock")} {
 					if within(r, w.Path) {
 						t.Errorf("%s reaches the task and holds %s", w.Path, r)
 					}
@@ -49,7 +49,7 @@ func TestTaskMounts(t *testing.T) {
 						t.Errorf("%s is writable and holds %s", w.Path, r)
 					}
 				}
-				if !within(AccountPath(dir, tt.token, "GPU-x"), w.Path) && !within(LivePath(dir, tt.token, "GPU-x"), w.Path) {
+				if !within(AccountPath(dir, tt.token, "GPU-x"), w.Path) && !within(liveName(dir, tt.token, "GPU-x", 7), w.Path) {
 					t.Errorf("%s is writable but holds none of the task's own accounting or lock files", w.Path)
 				}
 			}
@@ -69,8 +69,8 @@ func TestAccountDirIsTheTokensHash(t *testing.T) {
 	if got, want := AccountPath("/f", token, "GPU-x"), filepath.Join(d, "GPU-x.fence"); got != want {
 		t.Fatalf("AccountPath = %s, want %s", got, want)
 	}
-	if got, want := LivePath("/f/", token, "GPU-x"), "/f-live/"+hex.EncodeToString(h[:])+"/GPU-x.live"; got != want {
-		t.Fatalf("LivePath = %s, want %s", got, want)
+	if got, want := liveName("/f/", token, "GPU-x", 42), "/f-live/"+hex.EncodeToString(h[:])+"/GPU-x.42.live"; got != want {
+		t.Fatalf("liveName = %s, want %s", got, want)
 	}
 }
 

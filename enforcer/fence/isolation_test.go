@@ -17,6 +17,16 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
+// livePath is the lock file of token's task as placed now, which must be there.
+func livePath(t *testing.T, dir, token string) string {
+	t.Helper()
+	p, err := fence.LivePath(dir, token, fencetest.FakeUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // A task sees the host through the mounts fence.TaskMounts gives it. There it writes its own
 // accounting and allocates (borrowing reads the neighbour's file read-only), and the file
 // system refuses it the neighbour's accounting, the control copy, and the fence directory. The
@@ -42,7 +52,7 @@ func TestTaskCannotWriteAnotherTasksAccounting(t *testing.T) {
 			t.Fatalf("%s: %q, want the file system to refuse it", c, got)
 		}
 	}
-	for _, f := range []string{fence.LivePath(dir, tokB, fencetest.FakeUUID), filepath.Join(fence.EnforcerDir(dir), fencetest.FakeUUID+".lock")} {
+	for _, f := range []string{livePath(t, dir, tokB), filepath.Join(fence.EnforcerDir(dir), fencetest.FakeUUID+".lock")} {
 		if _, err := os.Stat(f); err != nil {
 			t.Fatalf("%s must exist on the host: %v", f, err)
 		}
@@ -292,6 +302,65 @@ func TestBorrowersRacingNeverOvercommit(t *testing.T) {
 	}
 }
 
+// A process that attaches while its task is placed anew (ended and placed again under the same
+// token) ends up in the new placement's files, whichever step of its attach the placement came
+// at, so the enforcer sees what it charges. It once locked the new placement's bytes beside the
+// old placement's accounting file, or claimed a slot in a file the enforcer had let go, and
+// charged where nobody reads: past its task's cap, and out of its neighbours' sight.
+func TestAttachDuringAPlacementAnewLandsInTheNewFiles(t *testing.T) {
+	k := fencetest.Build(t)
+	for _, point := range []string{"attach-opened", "attach-mapped"} {
+		t.Run(point, func(t *testing.T) {
+			dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+			before := livePath(t, dir, tokA)
+			p := k.StartTool(t, "GF_TEST_PAUSE="+point)
+			p.Send("attach " + fence.Path(dir, fencetest.FakeUUID) + " " + tokA)
+			p.WaitStderr("gf-test: paused at " + point)
+			waitStopped(t, p.PID())
+			if err := tb.SetTasks(nil, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}}, 0); err != nil {
+				t.Fatal(err)
+			}
+			if now := livePath(t, dir, tokA); now == before {
+				t.Fatalf("placed anew, the task kept its lock file %s", now)
+			}
+			if err := syscall.Kill(p.PID(), syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			want(t, p.Reply(), "ok ", "attach across the placement")
+			want(t, p.DoWithin("charge 100M", bound), "ok", "charge")
+			if u := snap(t, tb, tokA); u.Used != 100*size.MiB || u.Procs != 1 {
+				t.Fatalf("charged 100M after attaching across a placement anew: the enforcer sees %+v", u)
+			}
+			if _, err := os.Stat(before); !os.IsNotExist(err) {
+				t.Fatalf("the earlier placement's lock file %s: %v, want it removed", before, err)
+			}
+		})
+	}
+}
+
+// waitStopped waits until the process pid is stopped (a SIGCONT sent before would be lost).
+func waitStopped(t *testing.T, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The state follows the command name's closing parenthesis.
+		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] == "T" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d did not stop within %s", pid, bound)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // Every placement gets a fresh accounting file in a directory of its own token's hash, and an
 // ended task's is removed: a container still holding the mount of an ended task's directory
 // reaches nothing of its successor's. An enforcer that starts again keeps the files of the tasks
@@ -299,6 +368,7 @@ func TestBorrowersRacingNeverOvercommit(t *testing.T) {
 func TestEachPlacementGetsAFreshFile(t *testing.T) {
 	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
 	a := attach(t, dir, tokA)
+	liveA := livePath(t, dir, tokA)
 	if r := a.Charge(100 * size.MiB); r != fence.Charged {
 		t.Fatal(r)
 	}
@@ -320,7 +390,7 @@ func TestEachPlacementGetsAFreshFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range []string{fence.AccountPath(dir, tokA, fencetest.FakeUUID), fence.AccountDir(dir, tokA),
-		fence.LivePath(dir, tokA, fencetest.FakeUUID), fence.LiveDir(dir, tokA)} {
+		liveA, fence.LiveDir(dir, tokA)} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Fatalf("%s after its task ended: %v, want it removed", p, err)
 		}
@@ -328,7 +398,7 @@ func TestEachPlacementGetsAFreshFile(t *testing.T) {
 	if r := a.Charge(size.MiB); r != fence.NoTask {
 		t.Fatalf("a process of the ended task: %v, want NoTask", r)
 	}
-	for _, p := range []string{fence.AccountPath(dir, tokB, fencetest.FakeUUID), fence.LivePath(dir, tokB, fencetest.FakeUUID)} {
+	for _, p := range []string{fence.AccountPath(dir, tokB, fencetest.FakeUUID), livePath(t, dir, tokB)} {
 		if st, err := os.Stat(p); err != nil || st.Mode().Perm() != 0o666 {
 			t.Fatalf("the successor's file %s: %v %v, want 0666 in its own directory", p, st, err)
 		}
@@ -424,7 +494,7 @@ func TestNothingFollowsWhatATaskLeftInItsDirectory(t *testing.T) {
 	if err := os.WriteFile(victim, []byte("a host file"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	own, ownLive := fence.AccountPath(dir, tokA, fencetest.FakeUUID), fence.LivePath(dir, tokA, fencetest.FakeUUID)
+	own, ownLive := fence.AccountPath(dir, tokA, fencetest.FakeUUID), livePath(t, dir, tokA)
 	if err := tb.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -440,7 +510,7 @@ func TestNothingFollowsWhatATaskLeftInItsDirectory(t *testing.T) {
 			}
 		}
 	}
-	fifos := []string{fence.AccountPath(dir, tokB, fencetest.FakeUUID), fence.LivePath(dir, tokB, fencetest.FakeUUID)}
+	fifos := []string{fence.AccountPath(dir, tokB, fencetest.FakeUUID), livePath(t, dir, tokB)}
 	for _, fifo := range fifos {
 		if err := os.Remove(fifo); err != nil {
 			t.Fatal(err)
@@ -462,9 +532,15 @@ func TestNothingFollowsWhatATaskLeftInItsDirectory(t *testing.T) {
 	if b, err := os.ReadFile(victim); err != nil || string(b) != "a host file" {
 		t.Fatalf("the host file behind the link: %q %v", b, err)
 	}
-	for _, f := range append([]string{own, ownLive}, fifos...) {
+	for _, f := range []string{own, livePath(t, dir, tokA), fifos[0], livePath(t, dir, tokB)} {
 		if st, err := os.Lstat(f); err != nil || !st.Mode().IsRegular() {
 			t.Fatalf("%s: %v %v, want a fresh regular file in place of what the task left", f, st, err)
+		}
+	}
+	// The new files' lock files are named for their inodes, which may be the old ones'.
+	for _, f := range []string{ownLive, fifos[1]} {
+		if st, err := os.Lstat(f); err == nil && !st.Mode().IsRegular() {
+			t.Fatalf("%s: %v, want what the task left under its lock file's name gone", f, st.Mode())
 		}
 	}
 	a := attach(t, dir, tokA)
@@ -522,7 +598,7 @@ func TestNeighboursReadLocksKeepNoDeadOwnerAlive(t *testing.T) {
 	k := fencetest.Build(t)
 	t.Run("exited process", func(t *testing.T) {
 		dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
-		file := fence.LivePath(dir, tokB, fencetest.FakeUUID)
+		file := livePath(t, dir, tokB)
 		a := k.StartTool(t)
 		for i, slot := range []string{"0", "1"} {
 			c := k.Start(t, k.Env(dir, tokB))
@@ -542,7 +618,7 @@ func TestNeighboursReadLocksKeepNoDeadOwnerAlive(t *testing.T) {
 	})
 	t.Run("lock holder", func(t *testing.T) {
 		dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB}, fence.Task{Token: tokB, Cap: size.GiB})
-		file := fence.LivePath(dir, tokB, fencetest.FakeUUID)
+		file := livePath(t, dir, tokB)
 		attachB := "attach " + fence.Path(dir, fencetest.FakeUUID) + " " + tokB
 		victim := k.StartTool(t, "GF_TEST_STALL=charge")
 		want(t, victim.Do(attachB), "ok", "B's process attaches")

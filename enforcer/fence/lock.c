@@ -6,6 +6,7 @@
 
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,12 +24,18 @@
 #ifdef GF_TESTING
 void gf_test_point(const char *at)
 {
-	const char *s = getenv("GF_TEST_STALL");
-	if (!s || strcmp(s, at) != 0)
+	const char *s = getenv("GF_TEST_STALL"), *p = getenv("GF_TEST_PAUSE");
+	int stall = s && strcmp(s, at) == 0, paused = p && strcmp(p, at) == 0;
+	if (!stall && !paused)
 		return;
 	char msg[64];
-	int n = snprintf(msg, sizeof msg, "gf-test: stalled at %s\n", at);
+	int n = snprintf(msg, sizeof msg, "gf-test: %s at %s\n", stall ? "stalled" : "paused", at);
 	(void)!write(2, msg, (size_t)n);
+	if (paused) {
+		unsetenv("GF_TEST_PAUSE"); /* once: a retry passes the point again */
+		raise(SIGSTOP);
+		return;
+	}
 	for (;;)
 		pause();
 }

@@ -28,7 +28,8 @@ uint64_t gf_now_ns(void);
 
 #ifdef GF_TESTING
 /* gf_test_point stops the process at a named point inside a critical section, so a test can
- * kill it there (GF_TEST_STALL=<point>). Test builds only. */
+ * kill it there (GF_TEST_STALL=<point>), or stops it there until a SIGCONT, so a test can change
+ * what the process will find next (GF_TEST_PAUSE=<point>). Test builds only. */
 void gf_test_point(const char *at);
 #else
 #define gf_test_point(at) ((void)0)

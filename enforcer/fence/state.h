@@ -3,8 +3,9 @@
  * (each task's guarantee, limit, keep, generation and token hash, the budget, the wait), and
  * per task placed on it an accounting file of its own, "<dir>/<token hash>/<GPU>.fence", that
  * only that task's processes and the enforcer write (its process slots, its sums, its waiting
- * flags, its lock), and a lock file, "<dir>-live/<token hash>/<GPU>.live", whose byte locks say
- * which of its processes are alive. Tasks get the fence directory read-only with their own
+ * flags, its lock), and a lock file, "<dir>-live/<token hash>/<GPU>.<inode>.live", named for
+ * the inode of the accounting file it pairs with, whose byte locks say which of its processes
+ * are alive. Tasks get the fence directory read-only with their own
  * accounting directory writable on top, and their own lock directory alone of "<dir>-live"
  * (fence.TaskMounts): a task can change only its own accounting, and lock only its own bytes. The
  * same code serves both sides (the LD_PRELOAD library and, through cgo, the Go enforcer), so
@@ -60,7 +61,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 13
+#define GF_VERSION 14
 /* How many processes a task may have started since the enforcer last saw its processes on the
  * GPU (a watchdog pass): its file's count is believed up to that many more (gf_task.seen). */
 #define GF_NEW_PROCS 4
@@ -313,7 +314,7 @@ struct gf_gpu {
 
 /* A GPU is named by "<dir>/<uuid>.fence" in the calls below: its control copy is that name in
  * "<dir>-caps", a task's accounting file that name in "<dir>/<hex of its token's hash>", and its
- * lock file "<uuid>.live" in "<dir>-live/<hex of its token's hash>". */
+ * lock file "<uuid>.<inode of that file>.live" in "<dir>-live/<hex of its token's hash>". */
 
 /* gf_create takes the GPU for the enforcer, a lock on "<dir>-enforcer/<uuid>.lock" (created 0600
  * in a 0700 directory; a second enforcer on the same GPU is refused, GF_ERR_BUSY), and opens

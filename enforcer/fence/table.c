@@ -206,7 +206,7 @@ static int into_place(const char *tmp, const char *path, char *err, size_t errle
 	return 0;
 }
 
-int gf_live_create(const char *path, char *err, size_t errlen)
+static int live_create(const char *path, char *err, size_t errlen)
 {
 	char tmp[4200];
 	int fd = fresh_file(path, tmp, sizeof tmp, err, errlen);
@@ -216,19 +216,32 @@ int gf_live_create(const char *path, char *err, size_t errlen)
 	return into_place(tmp, path, err, errlen);
 }
 
-/* gf_file_create writes a fresh accounting file for task slot i under a temporary name and
- * renames it into place: no reader ever maps a half-written header. */
-int gf_file_create(const char *path, const char *uuid, int i, const struct gf_task *k, char *err, size_t errlen)
+int gf_file_create(const char *dir, const uint8_t *hash, const char *file, const char *uuid, int i,
+		   const struct gf_task *k, uint64_t *ino, char *err, size_t errlen)
 {
-	char tmp[4200];
+	char path[4200], tmp[4200], lpath[4200];
+	if (gf_account_path(dir, hash, file, path, sizeof path) != 0)
+		return fail(err, errlen, "create", file, ENAMETOOLONG);
 	int fd = fresh_file(path, tmp, sizeof tmp, err, errlen);
 	if (fd < 0)
 		return -1;
+	/* The lock file is named for the new file's inode and is in place before the file: a
+	 * process that opens the file finds its lock file (gf_attach). */
+	struct stat st;
+	int e = fstat(fd, &st) != 0 ? errno : 0;
+	if (e == 0 && gf_live_path(dir, hash, file, (uint64_t)st.st_ino, lpath, sizeof lpath) != 0)
+		e = ENAMETOOLONG;
+	if (e != 0 || live_create(lpath, err, errlen) != 0) {
+		close(fd);
+		unlink(tmp);
+		return e != 0 ? fail(err, errlen, "create", tmp, e) : -1;
+	}
+	*ino = (uint64_t)st.st_ino;
 	/* Written, never mapped: the file is in the task's directory, and a task that cut it
 	 * while it was being written would fault a mapping of the enforcer's (taskfile.c). */
 	struct gf_table *t = calloc(1, sizeof *t);
 	int rc = t ? 0 : -1;
-	int e = ENOMEM;
+	e = ENOMEM;
 	if (t) {
 		init_table(t, uuid);
 		t->tasks[i] = *k;
@@ -244,9 +257,14 @@ int gf_file_create(const char *path, const char *uuid, int i, const struct gf_ta
 	close(fd);
 	if (rc != 0) {
 		unlink(tmp);
+		unlink(lpath);
 		return fail(err, errlen, "create", tmp, e);
 	}
-	return into_place(tmp, path, err, errlen);
+	if (into_place(tmp, path, err, errlen) != 0) {
+		unlink(lpath);
+		return -1;
+	}
+	return 0;
 }
 
 int gf_find_task(const struct gf_table *t, const uint8_t *hash)
@@ -308,14 +326,22 @@ static int control_slot(const struct gf_map *m, const uint8_t *hash)
 	return -1;
 }
 
-int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen)
+/* placed says whether the accounting file open at fd is still the one at path: the enforcer
+ * renames a new placement's file into place before its control copy says so. */
+static int placed(int fd, const char *path)
+{
+	struct stat a, b;
+	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* attach_once is one try of gf_attach: 1 when the slot it claimed is in a file that a later
+ * placement of the task replaced meanwhile (m is then empty, and the caller tries again). */
+static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, char *err, size_t errlen)
 {
 	gf_reset(m);
 	char dir[4096], file[GF_UUID_MAX + 16], cpath[4200], apath[4200], lpath[4200];
-	uint8_t hash[GF_HASH_LEN];
-	gf_sha256(token, strlen(token), hash);
 	if (gf_split_name(path, dir, sizeof dir, file, sizeof file) != 0 || gf_control_path(path, cpath, sizeof cpath) != 0 ||
-	    gf_account_path(dir, hash, file, apath, sizeof apath) != 0 || gf_live_path(dir, hash, file, lpath, sizeof lpath) != 0)
+	    gf_account_path(dir, hash, file, apath, sizeof apath) != 0)
 		return fail(err, errlen, "name", path, ENAMETOOLONG);
 	int rc = gf_control_open(m, cpath, err, errlen);
 	if (rc != 0)
@@ -328,20 +354,27 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 		goto out;
 	}
 	m->fd = gf_open_file(apath, O_RDWR);
-	if (m->fd < 0) {
+	struct stat fs;
+	if (m->fd < 0 || fstat(m->fd, &fs) != 0) {
 		rc = fail(err, errlen, "open", apath, errno);
 		goto out;
 	}
-	/* Opened after the accounting file, which the enforcer places after it: a process that
-	 * found a placement's accounting file finds that placement's lock file, or a later one. */
+	gf_test_point("attach-opened");
+	/* The lock file of this very file (gf_live_path), not of whichever placement is now. */
+	if (gf_live_path(dir, hash, file, (uint64_t)fs.st_ino, lpath, sizeof lpath) != 0) {
+		rc = fail(err, errlen, "name", path, ENAMETOOLONG);
+		goto out;
+	}
 	m->lfd = gf_open_file(lpath, O_RDWR);
 	if (m->lfd < 0) {
-		rc = fail(err, errlen, "open", lpath, errno);
+		/* Gone with its file, which a later placement replaced since it was opened. */
+		rc = errno == ENOENT && !placed(m->fd, apath) ? 1 : fail(err, errlen, "open", lpath, errno);
 		goto out;
 	}
 	rc = gf_map_file(m->fd, apath, m, err, errlen);
 	if (rc != 0)
 		goto out;
+	gf_test_point("attach-mapped");
 	/* Free slots first; then slots whose byte is free, which belong to dead processes. */
 	for (int pass = 0; pass < 2; pass++) {
 		for (int i = 0; i < GF_PROCS; i++) {
@@ -350,6 +383,13 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 				continue;
 			int r = try_claim(m, i, hash);
 			if (r > 0) {
+				/* The claim read the control copy; a placement it names is in place. A
+				 * slot in a file replaced before that read is in a file the enforcer
+				 * no longer reads: give it back and take one in the new file. */
+				if (!placed(m->fd, apath)) {
+					gf_detach(m);
+					return 1;
+				}
 				gf_peers_open(m, dir, file);
 				return 0;
 			}
@@ -374,6 +414,23 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 out:
 	gf_unmap(m); /* no peers yet: they are opened once a slot is claimed */
 	return rc;
+}
+
+int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, size_t errlen)
+{
+	uint8_t hash[GF_HASH_LEN];
+	gf_sha256(token, strlen(token), hash);
+	/* Each retry follows a placement of the task's that came after the last one: the enforcer
+	 * does not place one task many times in a row, and a task that keeps being re-placed gets
+	 * its processes an error rather than a loop. */
+	for (int tries = 0; tries < 8; tries++) {
+		int rc = attach_once(path, hash, m, err, errlen);
+		if (rc != 1)
+			return rc;
+	}
+	if (err && errlen)
+		snprintf(err, errlen, "fence state of %s was placed anew at each of 8 tries to attach", path);
+	return -1;
 }
 
 void gf_detach(struct gf_map *m)

@@ -87,10 +87,12 @@ void gf_reset(struct gf_map *m);
 /* gf_map_file maps the accounting file open at fd read-write and gives m an owner index in the
  * lock file open read-write at m->lfd. */
 int gf_map_file(int fd, const char *path, struct gf_map *m, char *err, size_t errlen);
-/* gf_file_create writes a fresh accounting file at path whose slot i is k. */
-int gf_file_create(const char *path, const char *uuid, int i, const struct gf_task *k, char *err, size_t errlen);
-/* gf_live_create makes a fresh, empty lock file at path. */
-int gf_live_create(const char *path, char *err, size_t errlen);
+/* gf_file_create writes a fresh accounting file "file" of the task whose token hashes to hash,
+ * whose slot i is k, and its empty lock file (gf_live_path), and gives the file's inode. The file
+ * is written under a temporary name and renamed into place, over any earlier placement's (whose
+ * processes keep what they opened): no reader ever maps a half-written header. */
+int gf_file_create(const char *dir, const uint8_t *hash, const char *file, const char *uuid, int i,
+		   const struct gf_task *k, uint64_t *ino, char *err, size_t errlen);
 
 /* taskfile.c: the enforcer's reading and writing of the tasks' files, none of it through a
  * mapping of them. */

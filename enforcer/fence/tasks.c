@@ -7,6 +7,7 @@
 #include "lock.h"
 #include "table.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,21 +26,22 @@ static void drop_task(struct gf_map *m)
 	gf_reset(m);
 }
 
-/* open_task opens slot i's accounting file and lock file, read-only: the enforcer reads the one
- * with pread and never maps it, and only asks who holds the other's bytes (taskfile.c). */
+/* open_task opens slot i's accounting file and its lock file, read-only: the enforcer reads the
+ * one with pread and never maps it, and only asks who holds the other's bytes (taskfile.c). */
 static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
 {
 	char file[GF_UUID_MAX + 16], path[4200], lpath[4200];
 	struct gf_map *m = &g->tasks[i];
 	drop_task(m);
 	snprintf(file, sizeof file, "%s.fence", g->uuid);
-	if (gf_account_path(g->dir, hash, file, path, sizeof path) != 0 ||
-	    gf_live_path(g->dir, hash, file, lpath, sizeof lpath) != 0)
+	if (gf_account_path(g->dir, hash, file, path, sizeof path) != 0)
 		return -1;
 	m->fd = gf_open_file(path, O_RDONLY);
-	m->lfd = gf_open_file(lpath, O_RDONLY);
+	struct stat st;
 	struct gf_header h;
-	if (m->fd < 0 || m->lfd < 0 || pread(m->fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
+	if (m->fd < 0 || fstat(m->fd, &st) != 0 ||
+	    gf_live_path(g->dir, hash, file, (uint64_t)st.st_ino, lpath, sizeof lpath) != 0 ||
+	    (m->lfd = gf_open_file(lpath, O_RDONLY)) < 0 || pread(m->fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
 	    !gf_file_valid((struct gf_table *)&h)) {
 		drop_task(m);
 		return -1;
@@ -55,26 +57,46 @@ static int task_dir(const char *dir)
 	return mkdir(dir, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* new_task writes a fresh lock file and accounting file for slot i, placed as k, and opens them.
- * The lock file comes first: a process that finds the new accounting file finds its lock file. */
+/* sweep_locks removes from the task's lock directory ldir the lock files of this GPU's earlier
+ * placements, all but the one of the accounting file whose inode is keep (0: none). Their
+ * processes keep what they opened. */
+static void sweep_locks(struct gf_gpu *g, const char *ldir, uint64_t keep)
+{
+	char prefix[GF_UUID_MAX + 2], mine[64];
+	int n = snprintf(prefix, sizeof prefix, "%s.", g->uuid);
+	snprintf(mine, sizeof mine, "%llu.live", (unsigned long long)keep);
+	DIR *d = opendir(ldir);
+	if (!d)
+		return;
+	for (struct dirent *e; (e = readdir(d)) != NULL;) {
+		size_t l = strlen(e->d_name);
+		if (strncmp(e->d_name, prefix, (size_t)n) != 0 || l < 5 || strcmp(e->d_name + l - 5, ".live") != 0 ||
+		    (keep != 0 && strcmp(e->d_name + n, mine) == 0))
+			continue;
+		unlinkat(dirfd(d), e->d_name, 0);
+	}
+	closedir(d);
+}
+
+/* new_task writes a fresh accounting file and its lock file for slot i, placed as k, and opens
+ * them. */
 static int new_task(struct gf_gpu *g, int i, const struct gf_task *k)
 {
-	char file[GF_UUID_MAX + 16], root[4200], dir[4200], path[4200], ldir[4200], lpath[4200];
+	char file[GF_UUID_MAX + 16], root[4200], dir[4200], ldir[4200];
 	snprintf(file, sizeof file, "%s.fence", g->uuid);
 	if (gf_account_path(g->dir, k->token_hash, NULL, dir, sizeof dir) != 0 ||
-	    gf_account_path(g->dir, k->token_hash, file, path, sizeof path) != 0 ||
-	    gf_live_path(g->dir, NULL, NULL, root, sizeof root) != 0 ||
-	    gf_live_path(g->dir, k->token_hash, NULL, ldir, sizeof ldir) != 0 ||
-	    gf_live_path(g->dir, k->token_hash, file, lpath, sizeof lpath) != 0)
+	    gf_live_path(g->dir, NULL, NULL, 0, root, sizeof root) != 0 ||
+	    gf_live_path(g->dir, k->token_hash, NULL, 0, ldir, sizeof ldir) != 0)
 		return -1;
 	/* Private unless the enforcer's caller opened it to tasks of other users (fence.EnsureDir):
 	 * a task's own directory in it reaches the task through its mount. */
 	if (mkdir(root, 0700) != 0 && errno != EEXIST)
 		return -1;
-	if (task_dir(ldir) != 0 || gf_live_create(lpath, NULL, 0) != 0)
+	uint64_t ino;
+	if (task_dir(ldir) != 0 || task_dir(dir) != 0 ||
+	    gf_file_create(g->dir, k->token_hash, file, g->uuid, i, k, &ino, NULL, 0) != 0)
 		return -1;
-	if (task_dir(dir) != 0 || gf_file_create(path, g->uuid, i, k, NULL, 0) != 0)
-		return -1;
+	sweep_locks(g, ldir, ino);
 	return open_task(g, i, k->token_hash);
 }
 
@@ -88,10 +110,10 @@ static void remove_task(struct gf_gpu *g, const uint8_t *hash)
 		unlink(path);
 	if (gf_account_path(g->dir, hash, NULL, path, sizeof path) == 0)
 		rmdir(path);
-	if (gf_live_path(g->dir, hash, file, path, sizeof path) == 0)
-		unlink(path);
-	if (gf_live_path(g->dir, hash, NULL, path, sizeof path) == 0)
+	if (gf_live_path(g->dir, hash, NULL, 0, path, sizeof path) == 0) {
+		sweep_locks(g, path, 0);
 		rmdir(path);
+	}
 }
 
 /* claim takes the GPU for this enforcer: a write lock on a file of its own, in a directory no task

@@ -3,7 +3,7 @@
  * task's image may carry an older glibc than the machine that built the library: a preloaded
  * object that needs a symbol version its process's glibc lacks stops the process at start
  * ("version `GLIBC_2.34' not found"). So on x86_64 the library binds the first versions of what
- * it calls (dlopen and friends moved into libc in 2.34, fstat became a symbol in 2.33; both are
+ * it calls (dlopen and friends moved into libc in 2.34, fstat and stat became symbols in 2.33; both are
  * still exported under their old versions) and names libdl and libpthread, where older glibcs
  * keep them: it needs GLIBC_2.17 at most (TestLibraryNeedsNoNewGlibc). The build passes this file
  * to every source with -include, the table's files included.
@@ -30,6 +30,11 @@ extern int __fxstat(int ver, int fd, struct stat *st);
 __asm__(".symver __fxstat,__fxstat@GLIBC_2.2.5");
 static inline int gf_fstat(int fd, struct stat *st) { return __fxstat(1, fd, st); }
 #define fstat gf_fstat
+/* stat likewise: __xstat. */
+extern int __xstat(int ver, const char *path, struct stat *st);
+__asm__(".symver __xstat,__xstat@GLIBC_2.2.5");
+static inline int gf_stat(const char *path, struct stat *st) { return __xstat(1, path, st); }
+#define stat(path, st) gf_stat(path, st)
 #endif
 
 #endif
