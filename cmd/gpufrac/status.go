@@ -246,7 +246,7 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 		fmt.Fprintln(w, "  none")
 	} else {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  WHEN\tGPU\tTASK\tMODE\tCAP\tPEAK\tACTION\tCONTAINED IN")
+		fmt.Fprintln(tw, "  WHEN\tGPU\tTASK\tMODE\tCAP\tPEAK SEEN\tACTION\tCONTAINED IN")
 		from := max(0, len(out.Violations)-10)
 		for _, v := range out.Violations[from:] {
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.CrossedAt.Local().Format("01-02 15:04:05"), shortGPU(v.GPU),

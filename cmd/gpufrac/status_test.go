@@ -395,3 +395,31 @@ func TestStatusOfARunThatIsGone(t *testing.T) {
 		})
 	}
 }
+
+// A violation's row gives the peak as the enforcer saw it at its samples, labelled so: the
+// attempt's own record (attempts.csv) has the runner's finer sample, often higher, and the two
+// once carried the same label.
+func TestStatusViolationPeakIsTheEnforcers(t *testing.T) {
+	c := newCLI(t)
+	l, err := ledger.Open(c.state, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Minute)
+	if err := l.RecordViolation(ledger.Violation{Token: "tok", GPU: "GPU-x", Task: ledger.Task{JobName: "grower", TaskName: "grower"}, Action: "sigkill",
+		CapBytes: size.GiB, PeakBytes: 2 * size.GiB, CrossedAt: at, ContainedAt: at.Add(1500 * time.Millisecond)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := c.run("status", "--no-usage")
+	if code != 0 {
+		t.Fatalf("status: exit %d: %s", code, stderr)
+	}
+	header := regexp.MustCompile(`(?m)^  WHEN +GPU +TASK +MODE +CAP +PEAK SEEN +ACTION +CONTAINED IN$`)
+	row := regexp.MustCompile(`(?m)^  \S+ \S+ +GPU-x +grower +(\S+ +)?1GiB +2GiB +sigkill +1\.50s$`)
+	if !strings.Contains(stdout, "violations (1 kept):") || !header.MatchString(stdout) || !row.MatchString(stdout) {
+		t.Fatalf("status:\n%s\nwant the violation under a PEAK SEEN column", stdout)
+	}
+}
