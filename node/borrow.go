@@ -54,7 +54,8 @@ type Borrowing struct {
 	Note string
 	// MPS: tasks borrow on mps-mode GPUs too, asked for by name (never by auto): the fence holds
 	// their caps and borrowing, and each client's pinned limit is the GPU's budget instead of
-	// its cap. Not yet measured on a GPU (docs/enforcement.md, "Borrowing under MPS").
+	// its cap. Opt-in because the driver's limit then no longer backs the fence up
+	// (docs/enforcement.md, "Borrowing under MPS", with what the H200 and H100 measured).
 	MPS bool
 }
 
@@ -96,7 +97,7 @@ func PlanBorrowing(asked string, fenced bool, mode policy.Mode, wait time.Durati
 		return onRule(asked, wait, "borrowing: on")
 	}
 	// The same rule, with the fence holding each cap where a pinned limit held it.
-	b := onRule(asked, wait, "borrowing: on under mps, asked for, not yet measured on a GPU")
+	b := onRule(asked, wait, "borrowing: on under mps, asked for (the driver's pinned limit no longer backs the fence up)")
 	b.MPS = true
 	b.Note += "; each client's pinned limit is the GPU's budget, and the fence holds its cap"
 	return b
