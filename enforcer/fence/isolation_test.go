@@ -304,40 +304,59 @@ func TestBorrowersRacingNeverOvercommit(t *testing.T) {
 
 // A process that attaches while its task is placed anew (ended and placed again under the same
 // token) ends up in the new placement's files, whichever step of its attach the placement came
-// at, so the enforcer sees what it charges. It once locked the new placement's bytes beside the
-// old placement's accounting file, or claimed a slot in a file the enforcer had let go, and
-// charged where nobody reads: past its task's cap, and out of its neighbours' sight.
+// at, and whichever slot of the control copy the new placement took, so the enforcer sees what
+// it charges. It once locked the new placement's bytes beside the old placement's accounting
+// file, or claimed a slot in a file the enforcer had let go, and charged where nobody reads:
+// past its task's cap, and out of its neighbours' sight. And one that had read the control copy
+// before a placement anew in another slot found that slot held by someone else and gave up
+// (no task for its reservation): it was held to the unplaced allowance while its task was placed.
 func TestAttachDuringAPlacementAnewLandsInTheNewFiles(t *testing.T) {
 	k := fencetest.Build(t)
-	for _, point := range []string{"attach-opened", "attach-mapped"} {
-		t.Run(point, func(t *testing.T) {
-			dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
-			before := livePath(t, dir, tokA)
-			p := k.StartTool(t, "GF_TEST_PAUSE="+point)
-			p.Send("attach " + fence.Path(dir, fencetest.FakeUUID) + " " + tokA)
-			p.WaitStderr("gf-test: paused at " + point)
-			waitStopped(t, p.PID())
-			if err := tb.SetTasks(nil, 0); err != nil {
-				t.Fatal(err)
-			}
-			if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB}}, 0); err != nil {
-				t.Fatal(err)
-			}
-			if now := livePath(t, dir, tokA); now == before {
-				t.Fatalf("placed anew, the task kept its lock file %s", now)
-			}
-			if err := syscall.Kill(p.PID(), syscall.SIGCONT); err != nil {
-				t.Fatal(err)
-			}
-			want(t, p.Reply(), "ok ", "attach across the placement")
-			want(t, p.DoWithin("charge 100M", bound), "ok", "charge")
-			if u := snap(t, tb, tokA); u.Used != 100*size.MiB || u.Procs != 1 {
-				t.Fatalf("charged 100M after attaching across a placement anew: the enforcer sees %+v", u)
-			}
-			if _, err := os.Stat(before); !os.IsNotExist(err) {
-				t.Fatalf("the earlier placement's lock file %s: %v, want it removed", before, err)
-			}
-		})
+	for _, point := range []string{"attach-found", "attach-opened", "attach-mapped"} {
+		for _, tt := range []struct {
+			name string
+			// anew ends task A and places it again; the second placement is what A is now.
+			anew [][]fence.Task
+		}{
+			{"same slot", [][]fence.Task{nil, {{Token: tokA, Cap: size.GiB}}}},
+			{"another slot", [][]fence.Task{nil, {{Token: tokB, Cap: size.GiB}},
+				{{Token: tokB, Cap: size.GiB}, {Token: tokA, Cap: size.GiB}}}},
+		} {
+			t.Run(point+"/"+tt.name, func(t *testing.T) {
+				dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+				before := livePath(t, dir, tokA)
+				p := k.StartTool(t, "GF_TEST_PAUSE="+point)
+				p.Send("attach " + fence.Path(dir, fencetest.FakeUUID) + " " + tokA)
+				p.WaitStderr("gf-test: paused at " + point)
+				waitStopped(t, p.PID())
+				// Held open as a process of the earlier placement would: its inode is not
+				// free for the new file to take, so the new lock file has another name.
+				held, err := os.Open(fence.AccountPath(dir, tokA, fencetest.FakeUUID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer held.Close()
+				for _, tasks := range tt.anew {
+					if err := tb.SetTasks(tasks, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if now := livePath(t, dir, tokA); now == before {
+					t.Fatalf("placed anew, the task kept its lock file %s", now)
+				}
+				if err := syscall.Kill(p.PID(), syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+				want(t, p.Reply(), "ok ", "attach across the placement")
+				want(t, p.DoWithin("charge 100M", bound), "ok", "charge")
+				if u := snap(t, tb, tokA); u.Used != 100*size.MiB || u.Procs != 1 {
+					t.Fatalf("charged 100M after attaching across a placement anew: the enforcer sees %+v", u)
+				}
+				if _, err := os.Stat(before); !os.IsNotExist(err) {
+					t.Fatalf("the earlier placement's lock file %s: %v, want it removed", before, err)
+				}
+			})
+		}
 	}
 }
 

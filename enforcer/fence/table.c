@@ -314,15 +314,18 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	return 1;
 }
 
-/* control_slot is the live slot of the control copy whose token hash is hash, or -1. */
-static int control_slot(const struct gf_map *m, const uint8_t *hash)
+/* control_slot is the live slot of the control copy whose token hash is hash, or -1, and the
+ * generation of its placement there (*gen). */
+static int control_slot(const struct gf_map *m, const uint8_t *hash, uint32_t *gen)
 {
 	struct gf_control c;
 	if (gf_control_read(m->c, &c) != 0)
 		return -1;
 	for (int i = 0; i < GF_TASKS; i++)
-		if (c.tasks[i].state == GF_LIVE && memcmp(c.tasks[i].token_hash, hash, GF_HASH_LEN) == 0)
+		if (c.tasks[i].state == GF_LIVE && memcmp(c.tasks[i].token_hash, hash, GF_HASH_LEN) == 0) {
+			*gen = c.tasks[i].gen;
 			return i;
+		}
 	return -1;
 }
 
@@ -334,8 +337,9 @@ static int placed(int fd, const char *path)
 	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
 }
 
-/* attach_once is one try of gf_attach: 1 when the slot it claimed is in a file that a later
- * placement of the task replaced meanwhile (m is then empty, and the caller tries again). */
+/* attach_once is one try of gf_attach: 1 when a later placement of the task came meanwhile (the
+ * slot it claimed is in a file that placement replaced, or the control copy's slot it started
+ * from is no longer the task's); m is then empty, and the caller tries again. */
 static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, char *err, size_t errlen)
 {
 	gf_reset(m);
@@ -346,13 +350,15 @@ static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, 
 	int rc = gf_control_open(m, cpath, err, errlen);
 	if (rc != 0)
 		return rc;
-	m->task = control_slot(m, hash);
+	uint32_t gen = 0;
+	m->task = control_slot(m, hash, &gen);
 	if (m->task < 0) {
 		if (err && errlen)
 			snprintf(err, errlen, "fence state %s places no task for this reservation", cpath);
 		rc = GF_ERR_NOTASK;
 		goto out;
 	}
+	gf_test_point("attach-found");
 	m->fd = gf_open_file(apath, O_RDWR);
 	struct stat fs;
 	if (m->fd < 0 || fstat(m->fd, &fs) != 0) {
@@ -401,6 +407,16 @@ static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, 
 				goto out;
 			}
 			if (r < 0) {
+				/* The slot the control copy named at the start is not the task's any
+				 * more. Where the task is placed anew meanwhile (in another slot, or
+				 * ended and placed again), that placement is the one to attach to:
+				 * its processes are not the unplaced ones. */
+				uint32_t now_gen = 0;
+				int now = control_slot(m, hash, &now_gen);
+				if (now >= 0 && (now != m->task || now_gen != gen)) {
+					rc = 1;
+					goto out;
+				}
 				if (err && errlen)
 					snprintf(err, errlen, "fence state %s has no task for this reservation", apath);
 				rc = GF_ERR_NOTASK;
