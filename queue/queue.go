@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -477,7 +478,13 @@ func (d *decoder) policy(fp *filePolicy) policy.Policy {
 	}
 	if f, ok := d.number(fp.MaxTasksPerGPU, "max_tasks_per_gpu"); ok {
 		ranges["max_tasks_per_gpu"] = fp.MaxTasksPerGPU.Range()
-		p.MaxTasksPerGPU = int(f)
+		// A fraction is no count of tasks: 2.5 must not quietly become 2, nor 1e30 a
+		// negative number that the policy's check then names instead of what was written.
+		if f != math.Trunc(f) || math.Abs(f) > math.MaxInt32 {
+			d.add(fp.MaxTasksPerGPU.Range(), "Invalid policy", fmt.Sprintf("max_tasks_per_gpu = %v: must be a whole number of tasks", f))
+		} else {
+			p.MaxTasksPerGPU = int(f)
+		}
 	}
 	if f, ok := d.number(fp.SMBudgetPercent, "sm_budget_percent"); ok {
 		ranges["sm_budget_percent"] = fp.SMBudgetPercent.Range()

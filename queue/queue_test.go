@@ -39,6 +39,10 @@ func TestParseQueueErrors(t *testing.T) {
 		{"bad window", "template \"t\" {\n  probe_window = \"soon\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"soon"`}},
 		{"env not a map", "job \"a\" {\n  command = [\"x\"]\n  env = [\"A=1\"]\n}\n", []string{"q.hcl:3", "env must be a map"}},
 		{"policy value", "policy {\n  max_tasks_per_gpu = 0\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 0"}},
+		// A fraction is no count of tasks, and a huge one must be named as written.
+		{"policy task count a fraction", "policy {\n  max_tasks_per_gpu = 2.5\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 2.5", "whole number"}},
+		{"policy task count below one", "policy {\n  max_tasks_per_gpu = 0.9\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 0.9"}},
+		{"policy task count huge", "policy {\n  max_tasks_per_gpu = 1e30\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 1e+30"}},
 		{"policy mode", "policy {\n  mode = \"mig\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"mig"`}},
 		{"policy sm budget", "policy {\n  sm_budget_percent = 0.5\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "sm_budget_percent = 0.5"}},
 		{"result climbs out", "job \"a\" {\n  command = [\"x\"]\n  result = \"../../etc/x\"\n}\n", []string{"q.hcl:3", `"../../etc/x" leaves the results directory`}},
