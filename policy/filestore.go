@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -84,6 +85,12 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 	if len(bytes.TrimSpace(data)) == 0 {
 		return doc, nil
 	}
+	// Walked first: Unmarshal's errors say neither the line nor, for an item that is no
+	// string, the item, and it keeps the last of a key written twice without a word.
+	vals, err := walkJSON(path, data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: policy file %w", ErrInvalid, err)
+	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(data, &top); err != nil {
 		return nil, fmt.Errorf("%w: policy file %s: not a JSON object: %w", ErrInvalid, path, err)
@@ -92,6 +99,11 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 	_, hasPolicies := top["policies"]
 	_, hasTemplates := top["templates"]
 	if !hasFormat && !hasPolicies && !hasTemplates {
+		if err := itemKinds(path, data, vals, func(keys []string) (string, bool) {
+			return "policy", len(keys) == 1
+		}); err != nil {
+			return nil, fmt.Errorf("%w: policy file %w (so neither the store form, with \"policies\", nor one policy's items)", ErrInvalid, err)
+		}
 		var items map[string]string
 		if err := json.Unmarshal(data, &items); err != nil {
 			return nil, fmt.Errorf("%w: policy file %s: neither the store form (with \"policies\") nor one policy's items (all string values): %w", ErrInvalid, path, err)
@@ -100,6 +112,14 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 		doc.single, doc.Index = true, 1
 		doc.Policies[name] = &fileEntry{Items: items, CreateIndex: 1, ModifyIndex: 1, ModifyTime: mtime}
 		return doc, nil
+	}
+	if err := itemKinds(path, data, vals, func(keys []string) (string, bool) {
+		if len(keys) != 4 || keys[2] != "items" || (keys[0] != "policies" && keys[0] != "templates") {
+			return "", false
+		}
+		return map[string]string{"policies": "policy", "templates": "template"}[keys[0]] + " " + strconv.Quote(keys[1]), true
+	}); err != nil {
+		return nil, fmt.Errorf("%w: policy file %w", ErrInvalid, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

@@ -169,3 +169,41 @@ func TestFileStoreBadJSONKeepsTheCause(t *testing.T) {
 		t.Fatalf("GetPolicy of a truncated file = %v, want ErrInvalid naming %s and wrapping the *json.SyntaxError", err, path)
 	}
 }
+
+// A policy file written by hand that is wrong says where: the line and column of a syntax
+// error, the item whose value is not a string (Unmarshal's message named a Go type and no
+// item), and a key written twice, which Unmarshal read as the last one without a word.
+func TestFileStoreErrorsSayWhere(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      []string
+	}{
+		{"a missing comma", "{\n  \"schema_version\": \"1\",\n  \"name\": \"default\"\n  \"unit_bytes\": \"1073741824\"\n}\n",
+			[]string{"p.json:4,3", "invalid character"}},
+		{"cut short", "{\"policies\": ", []string{"p.json:1,13", "unexpected end"}},
+		{"a number item, single form", "{\n  \"schema_version\": \"1\",\n  \"name\": \"default\",\n  \"max_tasks_per_gpu\": 6\n}\n",
+			[]string{"p.json:4,3", `item "max_tasks_per_gpu" is a number`, `write "6"`}},
+		{"a number item, store form", "{\n \"format\": \"gpufrac-policy-file\",\n \"policies\": {\n  \"default\": {\"items\": {\"schema_version\": 1}}\n }\n}\n",
+			[]string{"p.json:4,25", `policy "default" item "schema_version" is a number`}},
+		{"a key written twice", "{\n  \"schema_version\": \"1\",\n  \"headroom_bytes\": \"1\",\n  \"headroom_bytes\": \"2\"\n}\n",
+			[]string{"p.json:4,3", `"headroom_bytes" is written twice`, "line 3, column 3"}},
+		{"an entry written twice", "{\n \"format\": \"gpufrac-policy-file\",\n \"policies\": {\n  \"default\": {\"items\": {}},\n  \"default\": {\"items\": {}}\n }\n}\n",
+			[]string{"p.json:5,3", `"default" is written twice`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "p.json")
+			if err := os.WriteFile(path, []byte(tc.src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := NewFileStore(path, FileOptions{}).GetPolicy(context.Background(), "default")
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("GetPolicy = %v, want ErrInvalid", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
