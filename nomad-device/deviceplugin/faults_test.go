@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -287,5 +288,45 @@ func TestNVMLErrorMidRun(t *testing.T) {
 	}
 	if n := len(l.Reservations()); n != 2 {
 		t.Errorf("%d reservations, want the one from before and the new one", n)
+	}
+}
+
+// A GPU the backend reports faulty (an error reading it, MIG turned on) or no longer lists
+// shows in the fingerprint within seconds under the default fingerprint_period of a minute,
+// with the backend's reason, and comes back as quickly once the backend lists it healthy:
+// Nomad must not place tasks for a minute on a GPU already known bad.
+func TestBackendFaultShowsWithoutWaitingForTheFingerprintPeriod(t *testing.T) {
+	for _, tc := range []struct {
+		name, reason string
+		fault        func(sim *gpu.Simulated, uuid string, on bool) error
+	}{
+		{"reported unhealthy", "XID 48: double bit ECC error", func(sim *gpu.Simulated, uuid string, on bool) error {
+			return sim.SetHealth(uuid, !on, "XID 48: double bit ECC error")
+		}},
+		{"no longer listed", "no longer detected", func(sim *gpu.Simulated, uuid string, on bool) error {
+			return sim.SetRemoved(uuid, on, "XID 79: GPU has fallen off the bus")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, dir := newSim(t, "H100=80GiB", "")
+			if p := s.config().FingerprintPeriod; p != time.Minute {
+				t.Fatalf("fingerprint_period %s, want the default 1m: the test must not lean on a short one", p)
+			}
+			m, ch := firstFingerprint(t, s)
+			uuid := uuidOf(m.DeviceGroup[0])
+			sim := simOf(t, dir)
+			if err := tc.fault(sim, uuid, true); err != nil {
+				t.Fatal(err)
+			}
+			waitFP(t, ch, "every unit says "+tc.reason, func(m *devicepb.FingerprintResponse) bool {
+				return allUnhealthy(group(m, uuid), tc.reason)
+			})
+			if err := tc.fault(sim, uuid, false); err != nil {
+				t.Fatal(err)
+			}
+			waitFP(t, ch, "the GPU offers its units again", func(m *devicepb.FingerprintResponse) bool {
+				return emulator.HealthyCount(group(m, uuid)) == 78
+			})
+		})
 	}
 }

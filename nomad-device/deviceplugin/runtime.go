@@ -167,15 +167,27 @@ func (rt *runtime) open() {
 	rt.relist()
 }
 
-// loop re-lists GPUs and retries failed parts every fingerprint_period.
+// healthPeriod is how often the GPU backend is asked whether a GPU's health changed (a fault
+// it reports, MIG turned on, a GPU it no longer lists), between the full re-listings of
+// fingerprint_period: a GPU going bad must not stay placeable for a minute.
+const healthPeriod = time.Second
+
+// loop re-lists GPUs and retries failed parts every fingerprint_period, and re-lists at once
+// when a look every healthPeriod finds a GPU's health or presence changed.
 func (rt *runtime) loop() {
 	defer rt.wg.Done()
 	t := time.NewTicker(rt.cfg.FingerprintPeriod)
 	defer t.Stop()
+	h := time.NewTicker(min(healthPeriod, rt.cfg.FingerprintPeriod))
+	defer h.Stop()
 	for {
 		select {
 		case <-rt.ctx.Done():
 			return
+		case <-h.C:
+			if rt.healthChanged() {
+				rt.relist()
+			}
 		case <-t.C:
 			rt.mu.Lock()
 			missing := rt.backend == nil || rt.led == nil || rt.enf == nil
@@ -187,6 +199,42 @@ func (rt *runtime) loop() {
 			}
 		}
 	}
+}
+
+// healthChanged lists the GPUs and says whether one the plugin advertises changed its health
+// or its reason, appeared or went since the last listing. A failed listing is no change: the
+// re-listing every fingerprint_period logs it.
+func (rt *runtime) healthChanged() bool {
+	b := rt.backendOrNil()
+	if b == nil || rt.configErr() != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(rt.ctx, readingTimeout)
+	defer cancel()
+	devs, err := b.Devices(ctx)
+	if err != nil {
+		return false
+	}
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	n := 0
+	for _, d := range devs {
+		if rt.ignored(d) {
+			continue
+		}
+		n++
+		was, ok := rt.devices[d.UUID]
+		if !ok || was.Healthy != d.Healthy || was.HealthReason != d.HealthReason {
+			return true
+		}
+	}
+	return n != len(rt.devices)
+}
+
+func (rt *runtime) backendOrNil() gpu.Backend {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return rt.backend
 }
 
 func (rt *runtime) forwardLedger(ch <-chan struct{}, cancel func()) {
