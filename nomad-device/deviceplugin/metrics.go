@@ -69,6 +69,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if l != nil {
 		c.collectGPUs(ch, b, l, enf)
 		c.rt.viol.sync(l.Violations())
+	} else {
+		c.collectUnavailable(ch, b)
 	}
 	c.rt.viol.total.Collect(ch)
 	c.rt.viol.contain.Collect(ch)
@@ -83,15 +85,7 @@ func (c collector) collectGPUs(ch chan<- prometheus.Metric, b gpu.Backend, l *le
 	for i := range states {
 		g := &states[i]
 		lv := []string{g.UUID, g.Model, strconv.Itoa(g.Index)}
-		gauge := func(d *prometheus.Desc, v float64, labels []string) {
-			// A label that is not UTF-8 makes MustNewConstMetric panic in the scrape, which
-			// ends the plugin: task names are made text where they are read (attribution),
-			// and what else reaches a label (the backend's model) is made text here.
-			for j, s := range labels {
-				labels[j] = ledger.ValidText(s)
-			}
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
-		}
+		gauge := gaugeTo(ch)
 		c.rt.viol.zero(g.UUID)
 		lent := g.BorrowedBytes // as the watchdog last read the fence's table into the ledger
 		gauge(descMemory, float64(g.TotalBytes), lv)
@@ -118,6 +112,38 @@ func (c collector) collectGPUs(ch chan<- prometheus.Metric, b gpu.Backend, l *le
 				gauge(descTaskUsed, float64(used), tl)
 				gauge(descTaskLent, float64(min(sub(used, r.CapBytes), sub(r.Limit(), r.CapBytes))), tl)
 			}
+		}
+	}
+}
+
+// gaugeTo sends gauges to ch.
+func gaugeTo(ch chan<- prometheus.Metric) func(d *prometheus.Desc, v float64, labels []string) {
+	return func(d *prometheus.Desc, v float64, labels []string) {
+		// A label that is not UTF-8 makes MustNewConstMetric panic in the scrape, which ends
+		// the plugin: task names are made text where they are read (attribution), and what
+		// else reaches a label (the backend's model) is made text here.
+		for j, s := range labels {
+			labels[j] = ledger.ValidText(s)
+		}
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+}
+
+// collectUnavailable reports the GPUs while the ledger cannot be opened (another gpufrac holds
+// its lock, its directory is unwritable): those the fingerprint shows, from the ledger's last
+// committed file or else the backend's listing, each unhealthy (no unit of it is placeable),
+// with its memory and the backend's readings. An alert on gpufrac_gpu_healthy == 0 must fire
+// now, not find the series gone. The ledger's figures (reserved, free...) are left out: no
+// ledger answers for them.
+func (c collector) collectUnavailable(ch chan<- prometheus.Metric, b gpu.Backend) {
+	gauge := gaugeTo(ch)
+	for _, g := range c.rt.knownGPUs() {
+		lv := []string{g.UUID, g.Model, strconv.Itoa(g.Index)}
+		c.rt.viol.zero(g.UUID)
+		gauge(descMemory, float64(g.MemoryBytes), lv)
+		gauge(descHealthy, 0, lv)
+		if b != nil {
+			c.readings(b, g.UUID, lv, gauge)
 		}
 	}
 }

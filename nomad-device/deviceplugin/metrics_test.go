@@ -482,3 +482,45 @@ func TestTaskBorrowedMetric(t *testing.T) {
 		return false
 	})
 }
+
+// While another gpufrac holds the ledger's lock the plugin admits nothing, and its metrics say
+// so: each GPU the fingerprint shows is still reported, gpufrac_gpu_healthy 0 beside its memory
+// and the backend's readings, so that an alert on the health fires instead of finding the
+// series gone; the violation counters stay at 0 for it. Once the lock is free and the ledger
+// opens, the GPU is healthy again.
+func TestMetricsWhileTheLedgerIsLocked(t *testing.T) {
+	port := testutil.FreePort(t)
+	s, dir := newSim(t, "H100=80GiB", `metrics_addr = "127.0.0.1:`+port+`"
+		fingerprint_period = "1s"`)
+	holder, err := ledger.Open(dir, ledger.Options{}) // gpufrac run on the node's state directory
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := firstFingerprint(t, s)
+	uuid := uuidOf(m.DeviceGroup[0])
+	if msg := s.runtime().unavailable(); !strings.Contains(msg, "ledger") {
+		holder.Close()
+		t.Fatalf("the plugin is not held back by the locked ledger: %q", msg)
+	}
+	labels := `{gpu="` + uuid + `",index="0",model="H100"}`
+	body := scrape(t, "http://127.0.0.1:"+port+"/metrics")
+	for _, want := range []string{
+		"gpufrac_gpu_healthy" + labels + " 0",
+		"gpufrac_gpu_memory_bytes" + labels + " 8.589934592e+10",
+		"gpufrac_gpu_temperature_celsius" + labels + " ",
+		`gpufrac_violations_total{action="sigint",gpu="` + uuid + `"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics while the ledger is locked lack %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "gpufrac_gpu_reserved_bytes") {
+		t.Errorf("a ledger figure is reported while no ledger answers:\n%s", body)
+	}
+	if err := holder.Close(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the GPU healthy once the ledger opens", func() bool {
+		return strings.Contains(scrape(t, "http://127.0.0.1:"+port+"/metrics"), "gpufrac_gpu_healthy"+labels+" 1")
+	})
+}

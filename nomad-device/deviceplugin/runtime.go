@@ -1,12 +1,15 @@
 package deviceplugin
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,6 +232,23 @@ func (rt *runtime) healthChanged() bool {
 		}
 	}
 	return n != len(rt.devices)
+}
+
+// knownGPUs are the GPUs the fingerprint shows while the ledger is not open: those of the
+// ledger's last committed file, else those the backend lists, in index order.
+func (rt *runtime) knownGPUs() []gpu.Device {
+	rt.mu.Lock()
+	dir := rt.ledgerDir
+	devs := slices.Collect(maps.Values(rt.devices))
+	rt.mu.Unlock()
+	if snap, err := ledger.ReadSnapshot(dir); err == nil && len(snap.GPUs) > 0 {
+		devs = devs[:0]
+		for _, g := range snap.GPUs {
+			devs = append(devs, gpu.Device{UUID: g.UUID, Model: g.Model, Index: g.Index, MemoryBytes: g.TotalBytes})
+		}
+	}
+	slices.SortFunc(devs, func(a, b gpu.Device) int { return cmp.Or(a.Index-b.Index, strings.Compare(a.UUID, b.UUID)) })
+	return devs
 }
 
 func (rt *runtime) backendOrNil() gpu.Backend {
