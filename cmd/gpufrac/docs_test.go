@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"maps"
 	"os"
@@ -469,5 +470,31 @@ func TestDocsGiveTheDemosBorrowWait(t *testing.T) {
 	}
 	if n == 0 {
 		t.Error("no doc gives the demo's borrow_wait: the pattern no longer matches the docs")
+	}
+}
+
+// Every flag a command's help lists is in docs/cli.md: an operator reading the reference
+// must not meet a flag only in --help (--probe-guarantee was missing).
+func TestEveryFlagIsInTheCLIReference(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "docs/cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
+	for _, c := range commands {
+		if c.hidden || c.name == "version" {
+			continue
+		}
+		var out, errb bytes.Buffer
+		realMain([]string{c.name, "-h"}, &out, &errb)
+		flags := flagLine.FindAllStringSubmatch(out.String()+errb.String(), -1)
+		if len(flags) == 0 {
+			t.Errorf("gpufrac %s -h lists no flag:\n%s%s", c.name, out.String(), errb.String())
+		}
+		for _, f := range flags {
+			if !bytes.Contains(data, []byte("`--"+f[1])) {
+				t.Errorf("gpufrac %s --%s is not in docs/cli.md", c.name, f[1])
+			}
+		}
 	}
 }
