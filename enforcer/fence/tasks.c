@@ -57,6 +57,12 @@ static int task_dir(const char *dir)
 	return mkdir(dir, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* How many entries of a task's lock directory sweep_locks reads: an honest task has one lock file
+ * per GPU it holds, and one more during a placement anew. The directory is the task's to fill,
+ * and the sweep runs under the lock every GPU's sync takes: a tenant that planted a million
+ * entries, or kept adding them, would stall them all. What it leaves stays in its own directory. */
+#define GF_SWEEP_MAX 256
+
 /* sweep_locks removes from the task's lock directory ldir the lock files of this GPU's earlier
  * placements, all but the one of the accounting file whose inode is keep (0: none). Their
  * processes keep what they opened. */
@@ -68,7 +74,8 @@ static void sweep_locks(struct gf_gpu *g, const char *ldir, uint64_t keep)
 	DIR *d = opendir(ldir);
 	if (!d)
 		return;
-	for (struct dirent *e; (e = readdir(d)) != NULL;) {
+	int seen = 0;
+	for (struct dirent *e; seen < GF_SWEEP_MAX && (e = readdir(d)) != NULL; seen++) {
 		size_t l = strlen(e->d_name);
 		if (strncmp(e->d_name, prefix, (size_t)n) != 0 || l < 5 || strcmp(e->d_name + l - 5, ".live") != 0 ||
 		    (keep != 0 && strcmp(e->d_name + n, mine) == 0))
