@@ -3,6 +3,7 @@ package queue
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
@@ -198,7 +200,7 @@ func Parse(src []byte, filename string) (Queue, error) {
 			d.add(j.DefRange, "Duplicate job", fmt.Sprintf("job %q is declared twice; job names must be unique", j.Name))
 		}
 		seen[j.Name] = true
-		job := Job{Name: j.Name, Template: d.str(j.Template, "template"), Env: d.strMap(j.Env, "env")}
+		job := Job{Name: j.Name, Template: d.str(j.Template, "template"), Env: d.env(j.Env)}
 		if job.Template == "" {
 			job.Template = j.Name
 		} else if !policy.ValidName(job.Template) {
@@ -406,6 +408,27 @@ func (d *decoder) strMap(expr hcl.Expression, name string) map[string]string {
 		}
 	}
 	return out
+}
+
+// env is a job's environment: names a process can be given, and none that gpufrac sets for
+// every attempt (taskenv.Owned), which would replace the job's value without a word.
+func (d *decoder) env(expr hcl.Expression) map[string]string {
+	env := d.strMap(expr, "env")
+	keys := slices.Sorted(maps.Keys(env))
+	for _, k := range keys {
+		switch {
+		case k == "" || strings.ContainsAny(k, "=\x00"):
+			d.add(expr.Range(), "Invalid env", fmt.Sprintf("env[%q]: a variable's name must be non-empty, without '=' or NUL", k))
+		case strings.ContainsRune(env[k], 0):
+			d.add(expr.Range(), "Invalid env", fmt.Sprintf("env[%q]: its value holds a NUL byte, which no process environment can", k))
+		case taskenv.Owned(k):
+			d.add(expr.Range(), "Invalid env", fmt.Sprintf("env[%q]: gpufrac sets it for each attempt (its GPU, cap, fence or reservation), so the job's value would be lost; leave it out", k))
+		default:
+			continue
+		}
+		delete(env, k)
+	}
+	return env
 }
 
 func (d *decoder) size(expr hcl.Expression, name string) size.Bytes {

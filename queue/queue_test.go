@@ -38,6 +38,12 @@ func TestParseQueueErrors(t *testing.T) {
 		{"bad probe cap", "template \"t\" {\n  probe_cap = \"half\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "probe_cap", `"half"`}},
 		{"bad window", "template \"t\" {\n  probe_window = \"soon\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"soon"`}},
 		{"env not a map", "job \"a\" {\n  command = [\"x\"]\n  env = [\"A=1\"]\n}\n", []string{"q.hcl:3", "env must be a map"}},
+		// A name with '=' would set another variable; one gpufrac sets would be replaced silently.
+		{"env name with =", "job \"a\" {\n  command = [\"x\"]\n  env = { \"A=B\" = \"1\" }\n}\n", []string{"q.hcl:3", `env["A=B"]`, "without '='"}},
+		{"env empty name", "job \"a\" {\n  command = [\"x\"]\n  env = { \"\" = \"1\" }\n}\n", []string{"q.hcl:3", `env[""]`}},
+		{"env NUL value", "job \"a\" {\n  command = [\"x\"]\n  env = { A = \"x\\u0000y\" }\n}\n", []string{"q.hcl:3", `env["A"]`, "NUL"}},
+		{"env gpufrac sets", "job \"a\" {\n  command = [\"x\"]\n  env = { CUDA_VISIBLE_DEVICES = \"1\" }\n}\n", []string{"q.hcl:3", `env["CUDA_VISIBLE_DEVICES"]`, "gpufrac sets it"}},
+		{"env a reservation key", "job \"a\" {\n  command = [\"x\"]\n  env = { GPUFRAC_RESERVATION_GPU_1 = \"t\" }\n}\n", []string{"q.hcl:3", "GPUFRAC_RESERVATION_GPU_1", "gpufrac sets it"}},
 		{"policy value", "policy {\n  max_tasks_per_gpu = 0\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 0"}},
 		// A fraction is no count of tasks, and a huge one must be named as written.
 		{"policy task count a fraction", "policy {\n  max_tasks_per_gpu = 2.5\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "max_tasks_per_gpu = 2.5", "whole number"}},

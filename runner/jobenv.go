@@ -73,10 +73,27 @@ func (r *run) env(l sched.Launch, token string, j *sched.Job) map[string]string 
 		r.log.Warn("GPU state for the job's environment", "gpu", l.GPU, "error", err)
 	}
 	maps.Copy(env, tenv)
+	env[taskenv.Preload] = preloads(tenv[taskenv.Preload], j.Env[taskenv.Preload])
+	if env[taskenv.Preload] == "" {
+		delete(env, taskenv.Preload)
+	}
 	env[taskenv.Template] = j.Template
 	env[taskenv.Job] = j.Name
 	if p := r.resultPath(j); p != "" {
 		env[taskenv.Result] = p
 	}
 	return env
+}
+
+// preloads is LD_PRELOAD for a job whose attempt gpufrac preloads fence into (empty: none) and
+// that asked for own itself: the fence first, so it sees the CUDA calls before any library the
+// job preloads, and the job's own kept (a job's env once lost its LD_PRELOAD to the fence's).
+func preloads(fence, own string) string {
+	switch {
+	case fence == "":
+		return own
+	case own == "":
+		return fence
+	}
+	return fence + ":" + own
 }

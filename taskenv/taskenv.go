@@ -68,3 +68,16 @@ func TokenFor(uuid string, getenv func(string) string) string {
 	}
 	return ""
 }
+
+// Owned says whether gpufrac sets key itself for every attempt of a job, over whatever the job
+// asked for: a job's own value would be lost without a word, so a queue refuses it. LD_PRELOAD
+// is not owned: a job's own preload is kept after the fence's. Variables only read from a task
+// (GPUFRAC_FENCE_DEBUG) or set for simulated jobs by the caller are not owned either.
+func Owned(key string) bool {
+	switch key {
+	case Reservation, CapBytes, GPUUUID, MemoryFraction, Mode, XLAFraction, CUDADevices, NVIDIADevices,
+		MPSPipeDir, MPSLogDir, MPSMemLimit, FenceDir, FenceLibrary, Template, Job, Result, SimDir:
+		return true
+	}
+	return strings.HasPrefix(key, ReservationPrefix)
+}
