@@ -51,6 +51,10 @@ const (
 	EventError           = "error"
 )
 
+// EventKinds are the kinds an Event may have.
+var EventKinds = []string{EventReregistered, EventWouldReregister, EventTemplateRaised, EventExhausted, EventSkipped,
+	EventReplaced, EventStopped, EventError}
+
 // Event is one thing the controller did or found.
 type Event struct {
 	Time      time.Time `json:"time"`
@@ -119,6 +123,11 @@ func New(cfg Config) (*Controller, error) {
 		contain: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpufrac_controller_violation_containment_seconds",
 			Help:    "Time from a task passing its cap to its containment, for each violation the controller acted on.",
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30}}),
+	}
+	// Every kind starts at 0, so rate() and increase() see its first event, and a dashboard
+	// shows a kind that has not happened as 0, not as no data.
+	for _, k := range EventKinds {
+		c.events.WithLabelValues(k)
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(c.events); err != nil {

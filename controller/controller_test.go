@@ -635,3 +635,33 @@ func TestTheTemplatesPolicySizesTheNextGuarantee(t *testing.T) {
 		t.Errorf("count %d, want %d (policy wide's formula over 5GiB; the default's gives %d)", got, want, firstStep)
 	}
 }
+
+// Every kind of event is a series from the start, at 0: rate() and increase() then count a
+// kind's first event, which they miss on a series that appears with it.
+func TestEveryEventKindStartsAtZero(t *testing.T) {
+	r := newRig(t)
+	reg := prometheus.NewRegistry()
+	r.controller(func(cfg *Config) { cfg.Registerer = reg })
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "gpufrac_controller_events_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" {
+					seen[l.GetValue()] = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	for _, k := range EventKinds {
+		if v, ok := seen[k]; !ok || v != 0 {
+			t.Errorf("kind %q: present %v, value %v; want a series at 0 before any event", k, ok, v)
+		}
+	}
+}

@@ -42,6 +42,8 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 		return usagef("--retry %s: must be between 100ms and 1h", *retry)
 	}
 	var reg *prometheus.Registry
+	serve, stop := func() {}, func() {}
+	defer func() { stop() }()
 	if *metricsAddr != "" {
 		// ":port" listens on every interface, as Prometheus exporters do: Prometheus scrapes
 		// from another host.
@@ -55,12 +57,17 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 		}
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		g.logger.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
+		// Listening now, so a taken port fails before anything else; serving once the
+		// controller's metrics are registered, so no scrape sees the runtime's alone.
+		defer ln.Close()
+		serve = func() {
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			go func() { _ = srv.Serve(ln) }()
+			stop = func() { srv.Close() }
+			g.logger.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
+		}
 	}
 	cfg := nomadvars.Config{Address: *addr, Token: os.Getenv("NOMAD_TOKEN"), TokenFile: *tokenFile, Namespace: *ns, Logger: g.logger}
 	conn, err := nomadvars.NewAPIClient(cfg)
@@ -86,6 +93,7 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
+	serve()
 	g.logger.Info("controller following violations", "address", conn.Address, "namespace", conn.Namespace, "dry_run", *dryRun)
 	if err := c.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
