@@ -434,15 +434,22 @@ func lockHolder(dir string) string {
 }
 
 // watchStatus draws the status every interval until ctx ends, like watch(1): on a terminal
-// each frame replaces the last; otherwise frames follow one another under a time stamp.
+// each frame replaces the last; otherwise frames follow one another under a time stamp. A first
+// frame that cannot be drawn ends it with the error (a wrong state directory); a later one is
+// shown as that frame, and the watch goes on: the ledger's writer may be repairing or replacing
+// a file at that moment, and an operator watching a node wants the next frame, not a prompt.
 func watchStatus(ctx context.Context, interval time.Duration, w io.Writer, draw func(io.Writer) error) error {
 	tty := progress.IsTerminal(w)
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	for {
+	for first := true; ; first = false {
 		var frame bytes.Buffer
 		if err := draw(&frame); err != nil {
-			return err
+			if first {
+				return err
+			}
+			frame.Reset()
+			fmt.Fprintf(&frame, "cannot read the status now: %v\n(trying again every %s)\n", err, interval)
 		}
 		head := fmt.Sprintf("every %s: gpufrac status    %s\n\n", interval, time.Now().Format("2006-01-02 15:04:05"))
 		if tty {

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -421,5 +424,34 @@ func TestStatusViolationPeakIsTheEnforcers(t *testing.T) {
 	row := regexp.MustCompile(`(?m)^  \S+ \S+ +GPU-x +grower +(\S+ +)?1GiB +2GiB +sigkill +1\.50s$`)
 	if !strings.Contains(stdout, "violations (1 kept):") || !header.MatchString(stdout) || !row.MatchString(stdout) {
 		t.Fatalf("status:\n%s\nwant the violation under a PEAK SEEN column", stdout)
+	}
+}
+
+// A frame that cannot be drawn once the watch is running is shown as that frame, and the watch
+// goes on to the next; only a first frame that fails ends it. It once ended at the first
+// failed read, leaving an operator at a prompt while the ledger's writer replaced a file.
+func TestWatchShowsAFailedFrameAndGoesOn(t *testing.T) {
+	bad := errors.New("state.json: renamed aside")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := 0
+	var out strings.Builder
+	err := watchStatus(ctx, time.Millisecond, &out, func(w io.Writer) error {
+		n++
+		switch n {
+		case 2:
+			return bad
+		case 3:
+			cancel()
+		}
+		fmt.Fprintf(w, "frame %d\n", n)
+		return nil
+	})
+	if err != nil || n != 3 || !strings.Contains(out.String(), "frame 1") || !strings.Contains(out.String(), "cannot read the status now: "+bad.Error()) ||
+		!strings.Contains(out.String(), "frame 3") {
+		t.Fatalf("watch: err %v after %d frames:\n%s\nwant the failed frame shown between frames 1 and 3", err, n, out.String())
+	}
+	if err := watchStatus(context.Background(), time.Millisecond, io.Discard, func(io.Writer) error { return bad }); !errors.Is(err, bad) {
+		t.Fatalf("a first frame that fails: %v, want the error", err)
 	}
 }
