@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/gpufrac/gpufrac/attribution"
@@ -38,6 +39,7 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	}
 	delete(e.lastErr, uuid)
 	e.healIf(uuid, reasonUnreadable)
+	o.reservations = e.raisedSince(st)
 	e.procs.NewPass()
 	o.now = e.now()
 	tasks := attribution.Reserved(st.Reservations)
@@ -52,6 +54,36 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	for _, a := range decide(r, e.mem, o) {
 		e.apply(a)
 	}
+}
+
+// raisedSince is st's reservations with the caps the ledger holds now, where they were raised
+// since st was read: a staged task granted in between (ledger.Grant, then the fence's table)
+// allocates what it was granted before the sample this pass judges, and judged by st's cap it
+// was stopped for memory it had been given. Under MPS that stop is a GPU-wide event; on an H100
+// it struck the runaway of leakers.sh the moment it was granted (2026-12-07). Only raises are
+// taken: a task the ledger no longer holds, or holds with less, is judged as st found it, and
+// reservations made since stay out, as attribution left them.
+func (e *Enforcer) raisedSince(st ledger.GPUState) []ledger.Reservation {
+	now, err := e.cfg.Ledger.State(st.UUID)
+	if err != nil {
+		return st.Reservations
+	}
+	caps := make(map[string]ledger.Reservation, len(now.Reservations))
+	for _, r := range now.Reservations {
+		caps[r.Token] = r
+	}
+	out, cloned := st.Reservations, false
+	for i, r := range st.Reservations {
+		n, ok := caps[r.Token]
+		if !ok || n.CapBytes <= r.CapBytes {
+			continue
+		}
+		if !cloned {
+			out, cloned = slices.Clone(st.Reservations), true // st's slice is the caller's
+		}
+		out[i].CapBytes, out[i].LimitBytes, out[i].StagedFor, out[i].InstanceIDs = n.CapBytes, n.LimitBytes, n.StagedFor, n.InstanceIDs
+	}
+	return out
 }
 
 // see reads what the process table says of one GPU process.

@@ -1,0 +1,68 @@
+package enforcer
+
+import (
+	"context"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
+)
+
+// A pass judges a task by its cap as the ledger holds it when the GPU is sampled, not when the
+// pass read the GPU's state: a staged task granted in between allocates what it was granted
+// before the sample. It was once stopped for that memory, judged by its staged cap; under MPS
+// the stop is a GPU-wide event (leakers.sh's runaway on an H100, 2026-12-07: "4.85GiB used, cap
+// 1GiB", at the instant of its grant).
+func TestGrantBetweenStateAndSampleIsNoViolation(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, nil)
+	staged, err := r.led.ReserveBytes(r.uuid, size.GiB, ledger.Task{}, ledger.WithStage(8*size.GiB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := r.led.State(r.uuid) // the pass reads the GPU's state...
+	if err != nil {
+		t.Fatal(err)
+	}
+	granted, err := r.led.Grant(staged.Token) // ...the grant comes...
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := r.run(granted, "granted", "--peak", "5GiB", "--ramp", "10ms", "--hold", "1m")
+	testutil.Eventually(t, waitLong, "the granted task holding 5 GiB", func() bool { // ...and the task uses it
+		ps, err := r.sim.Processes(context.Background(), r.uuid)
+		return err == nil && len(ps) == 1 && ps[0].UsedBytes >= 5*size.GiB
+	})
+	r.enf.watch(context.Background(), stale)
+	if tr := r.enf.mem.tracks[staged.Token]; tr != nil {
+		t.Fatalf("a task within its granted %s judged past its staged %s: %+v", granted.CapBytes, staged.CapBytes, tr)
+	}
+	if sig := r.sent(j.cmd.Process.Pid); len(sig) != 0 {
+		t.Fatalf("the granted task was signalled: %v", sig)
+	}
+	// A task past the cap it holds now is still stopped: the pass judged the raise, not a pardon.
+	over, err := r.led.ReserveBytes(r.uuid, size.GiB, ledger.Task{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, _ = r.led.State(r.uuid)
+	o := r.run(over, "over", "--peak", "3GiB", "--ramp", "10ms", "--hold", "1m", "--seed", "2")
+	testutil.Eventually(t, waitLong, "the other task holding 3 GiB", func() bool {
+		ps, err := r.sim.Processes(context.Background(), r.uuid)
+		if err != nil {
+			return false
+		}
+		var used size.Bytes
+		for _, p := range ps {
+			if p.PID == o.cmd.Process.Pid {
+				used = p.UsedBytes
+			}
+		}
+		return used >= 3*size.GiB
+	})
+	r.enf.watch(context.Background(), stale)
+	if r.enf.mem.tracks[over.Token] == nil {
+		t.Fatalf("a task at 3 GiB under a 1 GiB cap was not judged past it")
+	}
+}
