@@ -66,3 +66,35 @@ func TestGrantBetweenStateAndSampleIsNoViolation(t *testing.T) {
 		t.Fatalf("a task at 3 GiB under a 1 GiB cap was not judged past it")
 	}
 }
+
+// A task reserved after a pass read the GPU's state may be on the GPU when the pass samples it:
+// its processes are the task's, not strays. Outside the state the pass had read they were
+// nobody's, and policy unmanaged = stop killed them.
+func TestReservedBetweenStateAndSampleIsNoStray(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, nil)
+	p := testPolicy(policy.ModeIsolated)
+	p.Unmanaged = policy.UnmanagedStop
+	if err := r.led.SetPolicy(p); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := r.led.State(r.uuid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.led.ReserveBytes(r.uuid, 4*size.GiB, ledger.Task{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := r.run(res, "new", "--peak", "2GiB", "--ramp", "10ms", "--hold", "1m")
+	testutil.Eventually(t, waitLong, "the new task holding 2 GiB", func() bool {
+		ps, err := r.sim.Processes(context.Background(), r.uuid)
+		return err == nil && len(ps) == 1 && ps[0].UsedBytes >= 2*size.GiB
+	})
+	r.enf.watch(context.Background(), stale)
+	if sig := r.sent(j.cmd.Process.Pid); len(sig) != 0 {
+		t.Fatalf("a task reserved just before the sample was stopped as a stray: %v", sig)
+	}
+	if st, _ := r.led.State(r.uuid); st.UnmanagedBytes != 0 {
+		t.Fatalf("its memory recorded as unmanaged: %s", st.UnmanagedBytes)
+	}
+}

@@ -39,10 +39,10 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	}
 	delete(e.lastErr, uuid)
 	e.healIf(uuid, reasonUnreadable)
-	o.reservations = e.raisedSince(st)
+	o.reservations = e.reservationsAt(st)
 	e.procs.NewPass()
 	o.now = e.now()
-	tasks := attribution.Reserved(st.Reservations)
+	tasks := attribution.Reserved(o.reservations)
 	for _, p := range procs {
 		o.procs = append(o.procs, e.see(p, uuid, tasks))
 	}
@@ -56,32 +56,33 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	}
 }
 
-// raisedSince is st's reservations with the caps the ledger holds now, where they were raised
-// since st was read: a staged task granted in between (ledger.Grant, then the fence's table)
-// allocates what it was granted before the sample this pass judges, and judged by st's cap it
-// was stopped for memory it had been given. Under MPS that stop is a GPU-wide event; on an H100
-// it struck the runaway of leakers.sh the moment it was granted (2026-12-07). Only raises are
-// taken: a task the ledger no longer holds, or holds with less, is judged as st found it, and
-// reservations made since stay out, as attribution left them.
-func (e *Enforcer) raisedSince(st ledger.GPUState) []ledger.Reservation {
+// reservationsAt is st's reservations with what the ledger holds now, for a pass whose sample
+// of the GPU came after st was read. A staged task granted in between (ledger.Grant, then the
+// fence's table) allocates what it was granted before the sample, and judged by st's cap it was
+// stopped for memory it had been given: under MPS a GPU-wide event, which struck leakers.sh's
+// runaway on an H100 at the instant of its grant (2026-12-07). A task reserved in between may be
+// on the GPU already, and outside st its processes were nobody's, which policy unmanaged = stop
+// kills. So a cap raised since is taken, and a reservation made since is added; one released
+// since stays as st had it (its processes may still be leaving the GPU), and a cap lowered since
+// (a grant taken back, which the fence never let through) is judged as st found it.
+func (e *Enforcer) reservationsAt(st ledger.GPUState) []ledger.Reservation {
 	now, err := e.cfg.Ledger.State(st.UUID)
 	if err != nil {
 		return st.Reservations
 	}
-	caps := make(map[string]ledger.Reservation, len(now.Reservations))
-	for _, r := range now.Reservations {
-		caps[r.Token] = r
+	out := slices.Clone(st.Reservations) // st's slice is the caller's
+	at := make(map[string]int, len(out))
+	for i, r := range out {
+		at[r.Token] = i
 	}
-	out, cloned := st.Reservations, false
-	for i, r := range st.Reservations {
-		n, ok := caps[r.Token]
-		if !ok || n.CapBytes <= r.CapBytes {
-			continue
+	for _, n := range now.Reservations {
+		i, ok := at[n.Token]
+		switch {
+		case !ok:
+			out = append(out, n)
+		case n.CapBytes > out[i].CapBytes:
+			out[i] = n
 		}
-		if !cloned {
-			out, cloned = slices.Clone(st.Reservations), true // st's slice is the caller's
-		}
-		out[i].CapBytes, out[i].LimitBytes, out[i].StagedFor, out[i].InstanceIDs = n.CapBytes, n.LimitBytes, n.StagedFor, n.InstanceIDs
 	}
 	return out
 }
