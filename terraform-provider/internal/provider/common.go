@@ -49,17 +49,49 @@ func settleModifyIndex[M any](planned, prior *M, index func(*M) *types.Int64) {
 	}
 }
 
-// modelsEqual compares two models attribute by attribute.
+// modelsEqual compares two models attribute by attribute with semEqual.
 func modelsEqual(a, b any) bool {
 	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
 	for i := 0; i < va.NumField(); i++ {
 		x, ok1 := va.Field(i).Interface().(attr.Value)
 		y, ok2 := vb.Field(i).Interface().(attr.Value)
-		if !ok1 || !ok2 || !x.Equal(y) {
+		if !ok1 || !ok2 || !semEqual(x, y) {
 			return false
 		}
 	}
 	return true
+}
+
+// semEqual is Equal, except that known numbers of type Float64, also inside objects, are
+// compared as the float64 the provider uses, as the framework's semantic equality does. A number
+// read back from state holds the decimal Terraform wrote ("12.3" at arbitrary precision) while
+// one the provider computes holds the float64 nearest to it: Equal calls those different, which
+// would plan a write of an unchanged object after every apply.
+func semEqual(x, y attr.Value) bool {
+	switch a := x.(type) {
+	case types.Float64:
+		b, ok := y.(types.Float64)
+		if !ok || !known(a) || !known(b) {
+			return ok && a.Equal(b)
+		}
+		return a.ValueFloat64() == b.ValueFloat64()
+	case types.Object:
+		b, ok := y.(types.Object)
+		if !ok || !known(a) || !known(b) {
+			return ok && a.Equal(b)
+		}
+		ax, bx := a.Attributes(), b.Attributes()
+		if len(ax) != len(bx) {
+			return false
+		}
+		for k, v := range ax {
+			if w, ok := bx[k]; !ok || !semEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	}
+	return x.Equal(y)
 }
 
 // planIdentity fills a planned object's namespace, the provider's (c's) when the configuration

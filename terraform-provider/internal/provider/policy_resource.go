@@ -170,6 +170,11 @@ func (r *policyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 	if !req.State.Raw.IsNull() {
 		var prior policyModel
 		resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+		// The same sizing, computed again, is planned as the prior value itself: a float64
+		// computed here need not be the very number state holds (see semEqual).
+		if semEqual(m.Sizing, prior.Sizing) {
+			m.Sizing = prior.Sizing
+		}
 		settleModifyIndex(&m, &prior, func(x *policyModel) *types.Int64 { return &x.ModifyIndex })
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &m)...)

@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/gpufrac/gpufrac/policy"
@@ -266,4 +268,52 @@ watchdog_interval = "fast"`, `"fast" is not a duration`),
 	if n := len(s.List()); n != 0 {
 		t.Errorf("bad input wrote %d variables", n)
 	}
+}
+
+// Percentages with no exact float64 (12.3) come back from state as the decimal Terraform wrote
+// and from the provider as the nearest float64: the same value, so the plan after apply is
+// empty and nothing is written again.
+func TestAccPolicy_decimalPercentsPlanNothingAfterApply(t *testing.T) {
+	s := accServer(t)
+	cfg := providerBlock(s, mgmtToken) + `
+resource "gpufrac_policy" "main" {
+  name               = "main"
+  cap_margin_percent = 12.3
+  sm_budget_percent  = 133.7
+}
+
+resource "gpufrac_template" "llama" {
+  name              = "llama"
+  policy            = gpufrac_policy.main.name
+  policy_sizing     = gpufrac_policy.main.sizing
+  peak              = "10GiB"
+  sm_active_percent = 33.3
+}`
+	want := withPolicy(func(p *policy.Policy) { p.CapMarginPercent, p.SMBudgetPercent = 12.3, 133.7 })
+	var written uint64
+	accTest(t, s, []resource.TestStep{
+		{
+			// The harness plans again after the apply and fails on anything but an empty plan.
+			Config: cfg,
+			Check: resource.ComposeAggregateTestCheckFunc(
+				storedPolicy(s, "default", want),
+				func(*terraform.State) error {
+					v, _ := s.Get("default", policy.PolicyPath("main"))
+					written = v.ModifyIndex
+					return nil
+				},
+			),
+		},
+		{
+			Config:           cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			Check: func(*terraform.State) error {
+				if v, _ := s.Get("default", policy.PolicyPath("main")); v.ModifyIndex != written {
+					return fmt.Errorf("an unchanged policy was written again: modify index %d, was %d", v.ModifyIndex, written)
+				}
+				return nil
+			},
+		},
+		importStep("", policyAddr, "main@default"),
+	})
 }
