@@ -185,6 +185,13 @@ func TestTemplateValidation(t *testing.T) {
 		{templateModel{Name: types.StringValue("x"), Peak: types.StringUnknown()}, ""},
 		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("12 GiBs")}, ""}, // the size validator reports it
 		{templateModel{Name: types.StringValue("x"), CapOverride: types.StringValue("4GiB")}, ""},
+		// 0 is how the variable says "no override": it would read back as unset.
+		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("1GiB"), CapOverride: types.StringValue("0")},
+			`cap_override = "0": must be more than 0 bytes; leave cap_override unset`},
+		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("1GiB"), CapOverride: types.StringValue("0 GiB")},
+			`cap_override = "0 GiB": must be more than 0 bytes`},
+		{templateModel{Name: types.StringValue("x"), CapOverride: types.StringValue("0")}, "peak = 0B: must be set"},
+		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("1GiB"), CapOverride: types.StringUnknown()}, ""},
 		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("1GiB"), SMActivePercent: types.Float64Value(150)},
 			"sm_active_percent = 150: must be a percentage from 0 to 100"},
 		{templateModel{Name: types.StringValue("x"), Peak: types.StringValue("1GiB"), Description: types.StringValue(strings.Repeat("d", 4097))}, "must be at most 4096 characters"},

@@ -120,6 +120,8 @@ func TestPlanTimeValidation(t *testing.T) {
 		{"gpufrac_template", map[string]tftypes.Value{"name": tstr("llama"), "peak": tstr("twenty gigs")},
 			[]string{`invalid size "twenty gigs"`}},
 		{"gpufrac_template", map[string]tftypes.Value{"name": tstr("llama"), "cap_override": tstr("8GiB")}, nil},
+		{"gpufrac_template", map[string]tftypes.Value{"name": tstr("llama"), "peak": tstr("20GiB"), "cap_override": tstr("0")},
+			[]string{`cap_override = "0": must be more than 0 bytes`}},
 		{"gpufrac_template", map[string]tftypes.Value{"name": tstr("llama"), "peak": unknown(tftypes.String)}, nil},
 	}
 	for i, tt := range tests {

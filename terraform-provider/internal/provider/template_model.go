@@ -81,7 +81,21 @@ func (m templateModel) validate() diag.Diagnostics {
 			t.PeakBytes = 1
 		}
 	}
-	return validationDiags(t.Validate(), templateModel{})
+	diags := validationDiags(t.Validate(), templateModel{})
+	diags.Append(m.zeroCapOverride()...)
+	return diags
+}
+
+// zeroCapOverride refuses cap_override = "0". The variable stores no override as 0, so a zero
+// override would read back as unset: apply would fail with "inconsistent result" after writing.
+func (m templateModel) zeroCapOverride() diag.Diagnostics {
+	var diags diag.Diagnostics
+	if b, ok := knownSize(m.CapOverride); ok && b == 0 {
+		diags.AddAttributeError(pathCapOverride, "Invalid cap_override",
+			fmt.Sprintf("cap_override = %q: must be more than 0 bytes; leave cap_override unset (null) to use the computed cap.",
+				m.CapOverride.ValueString()))
+	}
+	return diags
 }
 
 // setFromTemplate writes a stored template into the model, keeping the spelling of sizes that

@@ -28,6 +28,7 @@ var (
 var (
 	pathPolicy       = path.Root("policy")
 	pathPolicySizing = path.Root("policy_sizing")
+	pathCapOverride  = path.Root("cap_override")
 )
 
 type templateResource struct{ client *client }
@@ -75,7 +76,7 @@ func (r *templateResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			},
 			"peak":         optionalSize("Measured peak GPU memory of the whole job (all its processes), e.g. from `gpufrac probe`. Required unless `cap_override` is set."),
 			"peak_bytes":   schema.Int64Attribute{Computed: true, MarkdownDescription: "`peak` in bytes, as stored in Nomad."},
-			"cap_override": optionalSize("A cap that replaces the computed one."),
+			"cap_override": optionalSize("A cap that replaces the computed one, more than 0 (leave it unset to use the computed cap)."),
 			"cap_override_bytes": schema.Int64Attribute{
 				Computed: true, MarkdownDescription: "`cap_override` in bytes, as stored in Nomad.",
 			},
@@ -204,6 +205,10 @@ func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint
 	t := m.toTemplate()
 	if err := t.Validate(); err != nil {
 		diags.Append(validationDiags(err, templateModel{})...)
+		return
+	}
+	if d := m.zeroCapOverride(); d.HasError() {
+		diags.Append(d...)
 		return
 	}
 	ns := m.Namespace.ValueString()
