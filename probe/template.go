@@ -28,19 +28,34 @@ func Earned(p policy.Policy, peak size.Bytes) Footprint {
 // performance monitor learns nothing of the SMs). A template st already holds keeps what else it
 // says (description, cap override, policy): a person or Terraform wrote those, and a new
 // measurement does not make them wrong. One st does not hold is made under the policy polName.
+//
+// The write is a check-and-set on the version read, so a change someone else (terraform apply,
+// another probe) makes between the read and the write is not overwritten: the template is read
+// again and the measurement applied to what is there now.
 func StoreTemplate(ctx context.Context, st policy.Store, name, polName string, peak size.Bytes, smActive *float64) error {
-	t, _, err := st.GetTemplate(ctx, name)
-	switch {
-	case errors.Is(err, policy.ErrNotFound):
-		t = policy.Template{Name: name, Policy: polName, Description: "measured by gpufrac probe"}
-	case err != nil:
-		return fmt.Errorf("reading template %q: %w", name, err)
+	const attempts = 5
+	var err error
+	for range attempts {
+		var t policy.Template
+		var m policy.Meta
+		t, m, err = st.GetTemplate(ctx, name)
+		switch {
+		case errors.Is(err, policy.ErrNotFound):
+			// m.ModifyIndex is 0: create it only if it is still absent.
+			t = policy.Template{Name: name, Policy: polName, Description: "measured by gpufrac probe"}
+		case err != nil:
+			return fmt.Errorf("reading template %q: %w", name, err)
+		}
+		t.PeakBytes = peak
+		if smActive != nil {
+			t.SMActivePercent = smActive
+		}
+		_, err = st.PutTemplate(ctx, t, m.ModifyIndex)
+		if !errors.Is(err, policy.ErrConflict) {
+			break
+		}
 	}
-	t.PeakBytes = peak
-	if smActive != nil {
-		t.SMActivePercent = smActive
-	}
-	if _, err := st.PutTemplateUnchecked(ctx, t); err != nil {
+	if err != nil {
 		return fmt.Errorf("storing template %q: %w", name, err)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"context"
 	"errors"
 	"path/filepath"
 	"testing"
@@ -63,5 +64,64 @@ func TestStoreTemplate(t *testing.T) {
 
 	if err := StoreTemplate(ctx, st, "gpu.pool", "pool", size.GiB, nil); !errors.Is(err, policy.ErrInvalid) {
 		t.Errorf("a name the store refuses: error %v, want one wrapping policy.ErrInvalid", err)
+	}
+}
+
+// racingStore writes over the template once, between StoreTemplate's read and its write, as a
+// terraform apply running at the same moment would.
+type racingStore struct {
+	policy.Store
+	race func()
+}
+
+func (r *racingStore) PutTemplate(ctx context.Context, t policy.Template, cas uint64) (policy.Meta, error) {
+	if r.race != nil {
+		r.race()
+		r.race = nil
+	}
+	return r.Store.PutTemplate(ctx, t, cas)
+}
+
+func (r *racingStore) PutTemplateUnchecked(ctx context.Context, t policy.Template) (policy.Meta, error) {
+	if r.race != nil {
+		r.race()
+		r.race = nil
+	}
+	return r.Store.PutTemplateUnchecked(ctx, t)
+}
+
+// A change someone else makes between the probe's read and its write survives the write, and
+// the probe's measurement lands on top of it.
+func TestStoreTemplateKeepsAConcurrentWrite(t *testing.T) {
+	ctx := t.Context()
+	for _, exists := range []bool{true, false} {
+		t.Run(map[bool]string{true: "existing", false: "absent"}[exists], func(t *testing.T) {
+			st := policy.NewFileStore(filepath.Join(t.TempDir(), "policy.json"), policy.FileOptions{})
+			before := policy.Template{Name: "llama", Policy: "main", Description: "v1", PeakBytes: size.GiB}
+			if exists {
+				if _, err := st.PutTemplateUnchecked(ctx, before); err != nil {
+					t.Fatal(err)
+				}
+			}
+			theirs := before
+			theirs.Description, theirs.CapOverrideBytes = "v2 by terraform", 9*size.GiB
+			rs := &racingStore{Store: st, race: func() {
+				if _, err := st.PutTemplateUnchecked(ctx, theirs); err != nil {
+					t.Fatal(err)
+				}
+			}}
+			if err := StoreTemplate(ctx, rs, "llama", "pool", 4*size.GiB, nil); err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := st.GetTemplate(ctx, "llama")
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := theirs
+			want.PeakBytes = 4 * size.GiB
+			if got != want {
+				t.Errorf("template after a concurrent write = %+v, want %+v (the other writer's change with the probe's peak)", got, want)
+			}
+		})
 	}
 }
