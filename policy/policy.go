@@ -202,6 +202,9 @@ func CheckSMActive(field string, v float64) error {
 }
 
 // Validate returns every problem at once, each naming its field and value.
+// maxTemplateBytes bounds a template's peak and cap override.
+const maxTemplateBytes = 64 * size.TiB
+
 func (t Template) Validate() error {
 	var errs []error
 	if !ValidName(t.Name) {
@@ -213,8 +216,12 @@ func (t Template) Validate() error {
 	if t.PeakBytes == 0 && t.CapOverrideBytes == 0 {
 		errs = append(errs, &FieldError{"peak", t.PeakBytes, "must be set (measure it with `gpufrac probe`) unless cap_override is"})
 	}
-	if t.PeakBytes > 64*size.TiB {
+	// No GPU holds 64TiB: past it a value is a typo (80TB for 80GB), not a footprint.
+	if t.PeakBytes > maxTemplateBytes {
 		errs = append(errs, &FieldError{"peak", t.PeakBytes, "must be at most 64TiB"})
+	}
+	if t.CapOverrideBytes > maxTemplateBytes {
+		errs = append(errs, &FieldError{"cap_override", t.CapOverrideBytes, "must be at most 64TiB"})
 	}
 	if t.SMActivePercent != nil {
 		if err := CheckSMActive("sm_active_percent", *t.SMActivePercent); err != nil {

@@ -106,3 +106,26 @@ func TestConflictErrorText(t *testing.T) {
 		}
 	}
 }
+
+// A template's peak and cap override are bounded alike: "80TB" for "80GB" is a typo, refused
+// with the field and the value, not a cap no GPU could give.
+func TestTemplateSizesAreBounded(t *testing.T) {
+	tests := []struct {
+		name string
+		tpl  Template
+		want string // "" = valid
+	}{
+		{"peak at the bound", Template{Name: "a", PeakBytes: 64 * size.TiB}, ""},
+		{"peak past it", Template{Name: "a", PeakBytes: 80 * size.TB}, "peak = 72.76TiB"},
+		{"override at the bound", Template{Name: "a", CapOverrideBytes: 64 * size.TiB}, ""},
+		{"override past it", Template{Name: "a", CapOverrideBytes: 80 * size.TB}, "cap_override = 72.76TiB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.tpl.Validate()
+			if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+				t.Fatalf("Validate() = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
