@@ -284,6 +284,31 @@ func stagedCap(held, ctx size.Bytes) size.Bytes {
 func (f *fences) sync(st ledger.GPUState, fresh func(string) (ledger.GPUState, error)) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.syncLocked(st, fresh)
+}
+
+// syncOr is sync for a change in the ledger that the caller takes back (undo) when the table
+// cannot take it; undo runs, and the table is written again from the ledger after it, before
+// any other writer's turn. Every writer writes the ledger's latest state, so between a failed
+// write and its undo the next one (a watchdog pass, once the memory came free) wrote the change
+// that was being taken back, and the task it raised went on at the raise.
+func (f *fences) syncOr(st ledger.GPUState, fresh func(string) (ledger.GPUState, error), undo func(error) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	err := f.syncLocked(st, fresh)
+	if err == nil {
+		return nil
+	}
+	if uerr := undo(err); uerr != nil {
+		return errors.Join(err, uerr)
+	}
+	// The ledger as it stands after the undo: the watchdog's next pass writes it too, should this fail.
+	_ = f.syncLocked(st, fresh)
+	return err
+}
+
+// syncLocked is sync with f.mu held.
+func (f *fences) syncLocked(st ledger.GPUState, fresh func(string) (ledger.GPUState, error)) error {
 	if cur, err := fresh(st.UUID); err == nil {
 		st = cur
 	}
@@ -405,6 +430,19 @@ func (e *Enforcer) SyncFence(st ledger.GPUState) error {
 		return nil
 	}
 	return e.fence.sync(st, e.cfg.Ledger.State)
+}
+
+// SyncFenceOr is SyncFence for a change the caller takes back when the table cannot take it
+// (node.Grant: a grant the table has no room for; node.Admit: a reservation): undo runs with the
+// write's error, and the table is written from the ledger after it, before any other write of
+// the table, so the change the table refused is never written, not even by a watchdog pass that
+// finds the memory come free before the undo. It returns the write's error (joined with undo's).
+// A no-op without a fence.
+func (e *Enforcer) SyncFenceOr(st ledger.GPUState, undo func(error) error) error {
+	if e.fence == nil {
+		return nil
+	}
+	return e.fence.syncOr(st, e.cfg.Ledger.State, undo)
 }
 
 // Fenced says whether this enforcer runs the allocation fence.

@@ -32,6 +32,7 @@ type Enforcer interface {
 	PrepareGPU(ctx context.Context, uuid string) error
 	EnvOptions(uuid string) enforcer.EnvOptions
 	SyncFence(st ledger.GPUState) error
+	SyncFenceOr(st ledger.GPUState, undo func(error) error) error
 	FenceUse(uuid string) (size.Bytes, bool)
 	FenceWaiters(uuid string) (waiting, staged []string)
 	Fenced() bool
@@ -182,12 +183,7 @@ func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 	if n.enf != nil {
 		// The task's first allocation must find its cap in the fence's table.
 		if err := n.enf.SyncFence(st); err != nil {
-			if errors.Is(err, fence.ErrNoRoom) {
-				// Borrowers took the memory since the ledger last heard: it comes back
-				// when they give it back.
-				err = fmt.Errorf("%w: %w", ErrBorrowed, err)
-			}
-			return Admission{}, n.undo(res, fmt.Errorf("%w: %w", ErrFence, err))
+			return Admission{}, n.undo(res, fenceRefused(err))
 		}
 	}
 	a := Admission{Reservation: res}
@@ -196,6 +192,16 @@ func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 		a.Env, a.Mounts = n.task(res, st, req)
 	}
 	return a, nil
+}
+
+// fenceRefused is the fence's table's refusal of a cap, as admission and grants report it.
+func fenceRefused(err error) error {
+	if errors.Is(err, fence.ErrNoRoom) {
+		// Borrowers took the memory since the ledger last heard: it comes back when they give
+		// it back.
+		err = fmt.Errorf("%w: %w", ErrBorrowed, err)
+	}
+	return fmt.Errorf("%w: %w", ErrFence, err)
 }
 
 // limit is the reservation option that lets a task borrow: up to the GPU's budget, where the

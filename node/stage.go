@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
 )
 
@@ -27,22 +26,21 @@ func (n *Node) Grant(staged ledger.Reservation) (ledger.Reservation, error) {
 		return res, nil
 	}
 	st, err := n.led.State(res.GPU)
-	if err == nil {
-		err = n.enf.SyncFence(st)
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrFence, err)
+		if uerr := n.led.Ungrant(staged); uerr != nil {
+			return staged, errors.Join(err, uerr)
+		}
+		return staged, err
 	}
-	if err == nil {
-		return res, nil
+	// Taken back before any other write of the table: the watchdog's, between the two, would
+	// write the grant from the ledger, the task's waiting allocation would go through, and the
+	// undo would leave it holding that past its staged cap, which the watchdog stops.
+	ungrant := func(error) error { return n.led.Ungrant(staged) }
+	if err := n.enf.SyncFenceOr(st, ungrant); err != nil {
+		return staged, fenceRefused(err)
 	}
-	if errors.Is(err, fence.ErrNoRoom) {
-		err = fmt.Errorf("%w: %w", ErrBorrowed, err)
-	}
-	err = fmt.Errorf("%w: %w", ErrFence, err)
-	if uerr := n.led.Ungrant(staged); uerr != nil {
-		return staged, errors.Join(err, uerr)
-	}
-	// The table still holds the task staged; written again so it matches the ledger.
-	_ = n.SyncFence(staged.GPU)
-	return staged, err
+	return res, nil
 }
 
 // Withdraw takes back a staged task's promise and its borrowing (ledger.Withdraw) and writes

@@ -92,6 +92,19 @@ func (f *Fence) SyncFence(st ledger.GPUState) error {
 	return nil
 }
 
+// SyncFenceOr is SyncFence, with undo run and the table written again where it has no room.
+func (f *Fence) SyncFenceOr(st ledger.GPUState, undo func(error) error) error {
+	err := f.SyncFence(st)
+	if err == nil {
+		return nil
+	}
+	if uerr := undo(err); uerr != nil {
+		return errors.Join(err, uerr)
+	}
+	_ = f.SyncFence(st)
+	return err
+}
+
 // FenceUse is what the case's borrowers hold.
 func (f *Fence) FenceUse(string) (size.Bytes, bool) {
 	f.mu.Lock()
