@@ -181,9 +181,15 @@ func (n *Node) Admit(ctx context.Context, req Request) (Admission, error) {
 		}
 	}
 	if n.enf != nil {
-		// The task's first allocation must find its cap in the fence's table.
-		if err := n.enf.SyncFence(st); err != nil {
-			return Admission{}, n.undo(res, fenceRefused(err))
+		// The task's first allocation must find its cap in the fence's table. Where the table
+		// cannot take it, the reservation is given back before any other write of the table:
+		// the watchdog's, between the two, would place the guarantee of a task that never
+		// starts, against which borrowers are refused until its next pass.
+		release := func(why error) error {
+			return n.led.Release(res.Token, "admission failed: "+fenceRefused(why).Error())
+		}
+		if err := n.enf.SyncFenceOr(st, release); err != nil {
+			return Admission{}, fenceRefused(err)
 		}
 	}
 	a := Admission{Reservation: res}

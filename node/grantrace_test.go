@@ -1,6 +1,7 @@
 package node_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -212,5 +213,33 @@ func TestGrantTakenBackIsNeverInTheFence(t *testing.T) {
 	}
 	if res := <-charged; res != fence.Charged {
 		t.Fatalf("the staged allocation after its grant: %d", res)
+	}
+}
+
+// An admission whose guarantee the fence's table has no room for is given back (node.Admit), and
+// the table must not keep that guarantee: a watchdog pass between the failed write and the
+// release, a borrower having freed the memory in between, wrote it, and nothing wrote the table
+// again until the next pass. Meanwhile the guarantee of a task that never starts held the memory
+// against the borrowers, whose allocations were refused for it.
+func TestRefusedAdmissionLeavesNoGuaranteeInTheFence(t *testing.T) {
+	r := newRaceRig(t)
+	stale := r.attachBorrower(t)
+	borrowed := r.budget - 4*size.GiB // beside the borrower's guarantee, no room for 8 GiB more
+	watchdog := r.race(t, borrowed, stale, nil)
+	_, err := r.n.Admit(context.Background(), node.Request{GPU: r.uuid, Cap: 8 * size.GiB})
+	if r.g.between != nil {
+		t.Fatalf("the admission's write never failed (%v): the test drove nothing", err)
+	}
+	if !errors.Is(err, node.ErrBorrowed) {
+		t.Fatalf("the admission: %v, want ErrBorrowed", err)
+	}
+	if err := <-watchdog; err != nil {
+		t.Fatalf("the watchdog's write: %v", err)
+	}
+	if n := len(r.led.Reservations()); n != 1 {
+		t.Fatalf("%d reservations after a refused admission, want the borrower's alone", n)
+	}
+	if got := r.b.Charge(borrowed); got != fence.Charged {
+		t.Fatalf("the borrower's allocation of the memory the refused task was to have: %d, want it charged", got)
 	}
 }
