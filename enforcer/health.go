@@ -91,6 +91,22 @@ const (
 func (e *Enforcer) setUnhealthy(uuid, reason string) {
 	e.sickMu.Lock()
 	defer e.sickMu.Unlock()
+	e.markLocked(uuid, reason)
+}
+
+// markUnlessSick marks the GPU unhealthy for reason unless this enforcer already marked it for
+// another: the check and the mark are one step, so a mark the MPS check sets in between (its
+// daemon died) is not replaced by this one, whose heal would then clear it.
+func (e *Enforcer) markUnlessSick(uuid, reason string) {
+	e.sickMu.Lock()
+	defer e.sickMu.Unlock()
+	if e.sick[uuid] == "" {
+		e.markLocked(uuid, reason)
+	}
+}
+
+// markLocked is setUnhealthy with e.sickMu held.
+func (e *Enforcer) markLocked(uuid, reason string) {
 	if err := e.cfg.Ledger.SetHealth(uuid, false, reason); err != nil {
 		e.log.Error("cannot mark GPU unhealthy", "gpu", uuid, "error", err)
 		return

@@ -32,8 +32,8 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 			e.log.Warn("cannot list GPU processes", "gpu", uuid, "error", err)
 		}
 		// Unseen, tasks here are held to nothing: admit no more until the GPU can be read.
-		if ctx.Err() == nil && e.sickReason(uuid) == "" {
-			e.setUnhealthy(uuid, reasonUnreadable)
+		if ctx.Err() == nil {
+			e.markUnlessSick(uuid, reasonUnreadable)
 		}
 		return
 	}

@@ -167,3 +167,24 @@ func TestUnreadableGPUAdmitsNothingUntilItReads(t *testing.T) {
 		t.Fatalf("ReserveBytes after recovery: %v", err)
 	}
 }
+
+// A GPU this enforcer marked for a dead MPS daemon keeps that mark through an unreadable stretch:
+// the unreadable mark is set only on a GPU with no mark, in one step with the check, and its heal
+// then leaves the daemon's mark alone. (The MPS check runs beside the watchdog; between a check
+// and a mark made apart, its mark was replaced and then healed with the unreadable one.)
+func TestUnreadableGPUKeepsAnEarlierMark(t *testing.T) {
+	r := newRig(t, policy.ModeIsolated, nil)
+	r.enf.Tick(t.Context())
+	r.enf.setUnhealthy(r.uuid, reasonMPSDied)
+	if err := r.sim.SetProcessesFault(r.uuid, "NVML_ERROR_UNKNOWN"); err != nil {
+		t.Fatal(err)
+	}
+	r.enf.Tick(t.Context())
+	if err := r.sim.SetProcessesFault(r.uuid, ""); err != nil {
+		t.Fatal(err)
+	}
+	r.enf.Tick(t.Context())
+	if st, _ := r.led.State(r.uuid); st.Healthy || st.HealthReason != reasonMPSDied {
+		t.Fatalf("GPU after an unreadable stretch: healthy %v (%q), want still drained: %s", st.Healthy, st.HealthReason, reasonMPSDied)
+	}
+}
