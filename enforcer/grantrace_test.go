@@ -2,8 +2,11 @@ package enforcer
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -30,10 +33,7 @@ func TestGrantBetweenStateAndSampleIsNoViolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := r.run(granted, "granted", "--peak", "5GiB", "--ramp", "10ms", "--hold", "1m")
-	testutil.Eventually(t, waitLong, "the granted task holding 5 GiB", func() bool { // ...and the task uses it
-		ps, err := r.sim.Processes(context.Background(), r.uuid)
-		return err == nil && len(ps) == 1 && ps[0].UsedBytes >= 5*size.GiB
-	})
+	r.waitHolding(t, j, 5*size.GiB) // ...and the task uses it
 	r.enf.watch(context.Background(), stale)
 	if tr := r.enf.mem.tracks[staged.Token]; tr != nil {
 		t.Fatalf("a task within its granted %s judged past its staged %s: %+v", granted.CapBytes, staged.CapBytes, tr)
@@ -48,19 +48,7 @@ func TestGrantBetweenStateAndSampleIsNoViolation(t *testing.T) {
 	}
 	stale, _ = r.led.State(r.uuid)
 	o := r.run(over, "over", "--peak", "3GiB", "--ramp", "10ms", "--hold", "1m", "--seed", "2")
-	testutil.Eventually(t, waitLong, "the other task holding 3 GiB", func() bool {
-		ps, err := r.sim.Processes(context.Background(), r.uuid)
-		if err != nil {
-			return false
-		}
-		var used size.Bytes
-		for _, p := range ps {
-			if p.PID == o.cmd.Process.Pid {
-				used = p.UsedBytes
-			}
-		}
-		return used >= 3*size.GiB
-	})
+	r.waitHolding(t, o, 3*size.GiB)
 	r.enf.watch(context.Background(), stale)
 	if r.enf.mem.tracks[over.Token] == nil {
 		t.Fatalf("a task at 3 GiB under a 1 GiB cap was not judged past it")
@@ -86,10 +74,7 @@ func TestReservedBetweenStateAndSampleIsNoStray(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := r.run(res, "new", "--peak", "2GiB", "--ramp", "10ms", "--hold", "1m")
-	testutil.Eventually(t, waitLong, "the new task holding 2 GiB", func() bool {
-		ps, err := r.sim.Processes(context.Background(), r.uuid)
-		return err == nil && len(ps) == 1 && ps[0].UsedBytes >= 2*size.GiB
-	})
+	r.waitHolding(t, j, 2*size.GiB)
 	r.enf.watch(context.Background(), stale)
 	if sig := r.sent(j.cmd.Process.Pid); len(sig) != 0 {
 		t.Fatalf("a task reserved just before the sample was stopped as a stray: %v", sig)
@@ -97,4 +82,13 @@ func TestReservedBetweenStateAndSampleIsNoStray(t *testing.T) {
 	if st, _ := r.led.State(r.uuid); st.UnmanagedBytes != 0 {
 		t.Fatalf("its memory recorded as unmanaged: %s", st.UnmanagedBytes)
 	}
+}
+
+// waitHolding waits until the simulated GPU lists j's process holding at least n.
+func (r *rig) waitHolding(t *testing.T, j *job, n size.Bytes) {
+	t.Helper()
+	testutil.Eventually(t, waitLong, fmt.Sprintf("pid %d holding %s", j.cmd.Process.Pid, n), func() bool {
+		ps, err := r.sim.Processes(context.Background(), r.uuid)
+		return err == nil && slices.ContainsFunc(ps, func(p gpu.Process) bool { return p.PID == j.cmd.Process.Pid && p.UsedBytes >= n })
+	})
 }
