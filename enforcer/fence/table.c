@@ -329,12 +329,13 @@ static int control_slot(const struct gf_map *m, const uint8_t *hash, uint32_t *g
 	return -1;
 }
 
-/* placed says whether the accounting file open at fd is still the one at path: the enforcer
- * renames a new placement's file into place before its control copy says so. */
-static int placed(int fd, const char *path)
+/* placed says whether the accounting file whose status is opened (as fstat gave it once it was
+ * opened) is still the one at path: the enforcer renames a new placement's file into place
+ * before its control copy says so. */
+static int placed(const struct stat *opened, const char *path)
 {
-	struct stat a, b;
-	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+	struct stat now;
+	return stat(path, &now) == 0 && now.st_dev == opened->st_dev && now.st_ino == opened->st_ino;
 }
 
 /* attach_once is one try of gf_attach: 1 when a later placement of the task came meanwhile (the
@@ -374,7 +375,7 @@ static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, 
 	m->lfd = gf_open_file(lpath, O_RDWR);
 	if (m->lfd < 0) {
 		/* Gone with its file, which a later placement replaced since it was opened. */
-		rc = errno == ENOENT && !placed(m->fd, apath) ? 1 : fail(err, errlen, "open", lpath, errno);
+		rc = errno == ENOENT && !placed(&fs, apath) ? 1 : fail(err, errlen, "open", lpath, errno);
 		goto out;
 	}
 	rc = gf_map_file(m->fd, apath, m, err, errlen);
@@ -392,7 +393,7 @@ static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, 
 				/* The claim read the control copy; a placement it names is in place. A
 				 * slot in a file replaced before that read is in a file the enforcer
 				 * no longer reads: give it back and take one in the new file. */
-				if (!placed(m->fd, apath)) {
+				if (!placed(&fs, apath)) {
 					gf_detach(m);
 					return 1;
 				}
