@@ -42,8 +42,7 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 		return usagef("--retry %s: must be between 100ms and 1h", *retry)
 	}
 	var reg *prometheus.Registry
-	serve, stop := func() {}, func() {}
-	defer func() { stop() }()
+	var ln net.Listener
 	if *metricsAddr != "" {
 		// ":port" listens on every interface, as Prometheus exporters do: Prometheus scrapes
 		// from another host.
@@ -51,23 +50,14 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 		if err != nil || port == "" {
 			return usagef("--metrics-addr %q: want host:port or :port", *metricsAddr)
 		}
-		ln, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
+		// Listening now, so a taken port fails before anything else; served once the
+		// controller's metrics are registered, so no scrape sees the runtime's alone.
+		if ln, err = net.Listen("tcp", *metricsAddr); err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
+		defer ln.Close()
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		// Listening now, so a taken port fails before anything else; serving once the
-		// controller's metrics are registered, so no scrape sees the runtime's alone.
-		defer ln.Close()
-		serve = func() {
-			mux := http.NewServeMux()
-			mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-			go func() { _ = srv.Serve(ln) }()
-			stop = func() { srv.Close() }
-			g.logger.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
-		}
 	}
 	cfg := nomadvars.Config{Address: *addr, Token: os.Getenv("NOMAD_TOKEN"), TokenFile: *tokenFile, Namespace: *ns, Logger: g.logger}
 	conn, err := nomadvars.NewAPIClient(cfg)
@@ -93,7 +83,14 @@ func cmdController(ctx context.Context, g *globals, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	serve()
+	if ln != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		g.logger.Info("serving metrics", "address", "http://"+ln.Addr().String()+"/metrics")
+	}
 	g.logger.Info("controller following violations", "address", conn.Address, "namespace", conn.Namespace, "dry_run", *dryRun)
 	if err := c.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return err
