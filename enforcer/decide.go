@@ -162,7 +162,7 @@ type emitEvent struct{ ev Event }
 // turns the violation's action into "reported" (the shell says so in memory).
 type stopTask struct {
 	gpu, token string
-	pids       []int
+	procs      []procKey // by PID
 	sig        syscall.Signal
 }
 
@@ -429,7 +429,7 @@ func (p *pass) check(r ledger.Reservation, ps []seenProc) {
 	if r.Task != (ledger.Task{}) {
 		tr.task = r.Task
 	}
-	stop := func(sig syscall.Signal) { p.do(stopTask{gpu: o.gpu, token: r.Token, pids: pids(ps), sig: sig}) }
+	stop := func(sig syscall.Signal) { p.do(stopTask{gpu: o.gpu, token: r.Token, procs: keys(ps), sig: sig}) }
 	// A violator is stopped whole: once over, every process of the task goes, even if its sum
 	// dips back under the cap while it is being stopped.
 	switch {
@@ -585,6 +585,16 @@ func sum(ps []seenProc) size.Bytes {
 		b += p.Bytes
 	}
 	return b
+}
+
+// keys names each of ps by PID and start time (0 where its stat could not be read), by PID.
+func keys(ps []seenProc) []procKey {
+	out := make([]procKey, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, procKey{p.PID, p.start})
+	}
+	slices.SortFunc(out, func(a, b procKey) int { return a.pid - b.pid })
+	return out
 }
 
 func pids(ps []seenProc) []int {

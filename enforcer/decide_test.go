@@ -25,7 +25,7 @@ func describe(a action) string {
 	case emitEvent:
 		return fmt.Sprintf("event %s/%s %s", a.ev.Kind, a.ev.Stage, a.ev.Token)
 	case stopTask:
-		return fmt.Sprintf("signal %s %v %s", a.token, a.pids, a.sig)
+		return fmt.Sprintf("signal %s %v %s", a.token, keyPIDs(a.procs), a.sig)
 	case stopProc:
 		return fmt.Sprintf("signal unmanaged %d %s", a.key.pid, a.sig)
 	case recordViolation:
@@ -387,14 +387,15 @@ func TestExitingBorrowerIsJudgedByWhatItWasLent(t *testing.T) {
 	}
 }
 
-// A stop decided for every process of a task names all of them, in order.
+// A stop decided for every process of a task names all of them, in order, each with the start
+// time it was seen with, so that the signal cannot reach a later process reusing its PID.
 func TestStopNamesEveryProcess(t *testing.T) {
 	acts := decide(rules{allowance: 0}, newMemory(), observation{gpu: "G", now: at0, mode: policy.ModeIsolated,
 		reservations: []ledger.Reservation{resv("A", gib, 0)}, procs: []seenProc{taskProc(9, "A", gib), taskProc(3, "A", 1)}})
 	for _, a := range acts {
 		if s, ok := a.(stopTask); ok {
-			if !slices.Equal(s.pids, []int{3, 9}) || s.sig != syscall.SIGKILL {
-				t.Fatalf("stop %+v: want SIGKILL to 3 and 9", s)
+			if !slices.Equal(s.procs, []procKey{{3, 30}, {9, 90}}) || s.sig != syscall.SIGKILL {
+				t.Fatalf("stop %+v: want SIGKILL to 3 (started at 30) and 9 (at 90)", s)
 			}
 			return
 		}
@@ -448,4 +449,12 @@ func TestFencedEventSaysWhichRuleRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+func keyPIDs(ks []procKey) []int {
+	out := make([]int, 0, len(ks))
+	for _, k := range ks {
+		out = append(out, k.pid)
+	}
+	return out
 }

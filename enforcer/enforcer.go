@@ -48,8 +48,10 @@ type Config struct {
 	Logger  hclog.Logger
 	// Procs reads the process table; nil = LinuxProcs("/proc").
 	Procs ProcSource
-	// Signal sends a signal to a host PID; nil = syscall.Kill.
-	Signal func(pid int, sig syscall.Signal) error
+	// Signal sends a signal to the host process pid that started at startTicks (0 when its
+	// start could not be read); nil = procfs.Signal, which never hits a later process that
+	// reuses the PID.
+	Signal func(pid int, startTicks uint64, sig syscall.Signal) error
 	MPS    MPSOptions
 	// Allowance per CUDA process of a task on top of its cap; 0 = DefaultAllowance.
 	Allowance size.Bytes
@@ -149,7 +151,7 @@ func New(cfg Config) (*Enforcer, error) {
 		cfg.Procs = LinuxProcs("")
 	}
 	if cfg.Signal == nil {
-		cfg.Signal = func(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }
+		cfg.Signal = procfs.Signal
 	}
 	if cfg.Allowance == 0 {
 		cfg.Allowance = DefaultAllowance

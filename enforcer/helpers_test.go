@@ -20,6 +20,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -90,11 +91,11 @@ func newRigGPUs(t testing.TB, mode policy.Mode, gpus []string, tweak func(*Confi
 		Allowance: 256 * size.MiB, StopGrace: 300 * time.Millisecond, ScanInterval: 50 * time.Millisecond,
 		MPS: MPSOptions{ControlBinary: testutil.FakeMPSControl(t), Root: testutil.MPSRoot(t), Timeout: 2 * time.Second},
 	}
-	r.cfg.Signal = func(pid int, sig syscall.Signal) error {
+	r.cfg.Signal = func(pid int, start uint64, sig syscall.Signal) error {
 		r.mu.Lock()
 		r.signals[pid] = append(r.signals[pid], sig)
 		r.mu.Unlock()
-		return syscall.Kill(pid, sig)
+		return procfs.Signal(pid, start, sig)
 	}
 	if tweak != nil {
 		tweak(&r.cfg)

@@ -45,7 +45,7 @@ func TestTickBesideRun(t *testing.T) {
 // A violator the watchdog cannot signal is recorded as reported, with why, not as stopped.
 func TestViolatorThatCannotBeSignalledIsReported(t *testing.T) {
 	r := newRig(t, policy.ModeIsolated, func(c *Config) {
-		c.Signal = func(int, syscall.Signal) error { return syscall.EPERM }
+		c.Signal = func(int, uint64, syscall.Signal) error { return syscall.EPERM }
 	})
 	res := r.reserve(2*size.GiB, "task")
 	h := r.helper(t, res.Token, "task")

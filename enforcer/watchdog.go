@@ -110,8 +110,9 @@ func (e *Enforcer) apply(a action) {
 	case emitEvent:
 		e.emit(a.ev)
 	case stopTask:
-		for _, pid := range a.pids {
-			err := e.cfg.Signal(pid, a.sig)
+		for _, k := range a.procs {
+			pid := k.pid
+			err := e.cfg.Signal(pid, k.start, a.sig)
 			if err == nil || errors.Is(err, syscall.ESRCH) {
 				continue
 			}
@@ -121,7 +122,7 @@ func (e *Enforcer) apply(a action) {
 			e.log.Error("cannot stop a violator", "gpu", a.gpu, "pid", pid, "signal", a.sig.String(), "error", err)
 		}
 	case stopProc:
-		err := e.cfg.Signal(a.key.pid, a.sig)
+		err := e.cfg.Signal(a.key.pid, a.key.start, a.sig)
 		if u := e.mem.unmanaged[a.key]; u != nil && a.sig == syscall.SIGKILL && (err == nil || errors.Is(err, syscall.ESRCH)) {
 			u.killed = true
 		}

@@ -24,7 +24,7 @@ func StopLeftBehind(gone []ledger.Reservation) map[string][]int {
 	return stopLeftBehind(procfs.Linux(""), gone, killGroup)
 }
 
-func stopLeftBehind(src procfs.Source, gone []ledger.Reservation, kill func(pid, pgrp int)) map[string][]int {
+func stopLeftBehind(src procfs.Source, gone []ledger.Reservation, kill func(id attribution.Identity)) map[string][]int {
 	if len(gone) == 0 {
 		return nil
 	}
@@ -44,7 +44,7 @@ func stopLeftBehind(src procfs.Source, gone []ledger.Reservation, kill func(pid,
 		}
 		for _, tok := range id.Tokens() {
 			if slices.ContainsFunc(gone, func(r ledger.Reservation) bool { return r.Token == tok }) {
-				kill(pid, id.PGRP)
+				kill(id)
 				stopped[tok] = append(stopped[tok], pid)
 				break
 			}
@@ -53,11 +53,12 @@ func stopLeftBehind(src procfs.Source, gone []ledger.Reservation, kill func(pid,
 	return stopped
 }
 
-// killGroup SIGKILLs pid and its process group, never this process's own group.
-func killGroup(pid, pgrp int) {
-	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if pgrp > 1 && pgrp != syscall.Getpgrp() {
-		_ = syscall.Kill(-pgrp, syscall.SIGKILL)
+// killGroup SIGKILLs the process id names (never a later one reusing its PID) and its process
+// group, never this process's own group.
+func killGroup(id attribution.Identity) {
+	_ = procfs.Signal(id.PID, id.Start, syscall.SIGKILL)
+	if id.PGRP > 1 && id.PGRP != syscall.Getpgrp() {
+		_ = syscall.Kill(-id.PGRP, syscall.SIGKILL)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/taskenv"
@@ -31,7 +32,7 @@ func TestStopLeftBehindStopsOnlyTheReleasedJobs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var killed [][2]int
-			got := stopLeftBehind(procs, tc.released, func(pid, pgrp int) { killed = append(killed, [2]int{pid, pgrp}) })
+			got := stopLeftBehind(procs, tc.released, func(id attribution.Identity) { killed = append(killed, [2]int{id.PID, id.PGRP}) })
 			for tok := range got {
 				slices.Sort(got[tok])
 			}
