@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 )
 
 // jsonValue is one value of a policy file met while walking it: where its key starts (the
@@ -135,4 +138,38 @@ func itemKinds(path string, data []byte, vals []jsonValue, isItem func(keys []st
 			pos(path, data, v.at), what, k, v.kind, hint))
 	}
 	return errors.Join(errs...)
+}
+
+// The store form's keys: encoding/json's DisallowUnknownFields refuses others, but its error
+// names neither the line nor, for a key inside an entry, the entry.
+var (
+	storeKeys = []string{"format", "index", "policies", "templates"}
+	entryKeys = []string{"items", "create_index", "modify_index", "modify_time"}
+)
+
+// unknownKeys refuses a key the store form does not have, with where it is, which entry it is
+// in, and the keys that are: a misspelt "policies" or "items" would otherwise be lost whole.
+func unknownKeys(path string, data []byte, vals []jsonValue) error {
+	var errs []error
+	for _, v := range vals {
+		k := v.keys
+		switch {
+		case len(k) == 1 && !slices.Contains(storeKeys, k[0]):
+			errs = append(errs, fmt.Errorf("%s: unknown field %q at the top of the store form; its fields are %s",
+				pos(path, data, v.at), k[0], quoted(storeKeys)))
+		case len(k) == 3 && (k[0] == "policies" || k[0] == "templates") && !slices.Contains(entryKeys, k[2]):
+			what := map[string]string{"policies": "policy", "templates": "template"}[k[0]]
+			errs = append(errs, fmt.Errorf("%s: unknown field %q in %s %q; an entry's fields are %s",
+				pos(path, data, v.at), k[2], what, k[1], quoted(entryKeys)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func quoted(keys []string) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = strconv.Quote(k)
+	}
+	return strings.Join(q[:len(q)-1], ", ") + " and " + q[len(q)-1]
 }

@@ -86,7 +86,8 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 		return doc, nil
 	}
 	// Walked first: Unmarshal's errors say neither the line nor, for an item that is no
-	// string, the item, and it keeps the last of a key written twice without a word.
+	// string or a field it does not know, where it is, and it keeps the last of a key written
+	// twice without a word.
 	vals, err := walkJSON(path, data)
 	if err != nil {
 		return nil, fmt.Errorf("%w: policy file %w", ErrInvalid, err)
@@ -119,6 +120,9 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 		}
 		return map[string]string{"policies": "policy", "templates": "template"}[keys[0]] + " " + strconv.Quote(keys[1]), true
 	}); err != nil {
+		return nil, fmt.Errorf("%w: policy file %w", ErrInvalid, err)
+	}
+	if err := unknownKeys(path, data, vals); err != nil {
 		return nil, fmt.Errorf("%w: policy file %w", ErrInvalid, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
