@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -43,6 +44,7 @@ type Config struct {
 // "destroy".
 type Store struct {
 	vars      *api.Variables
+	raw       *api.Raw
 	namespace string
 	address   string
 	wait      time.Duration
@@ -63,7 +65,7 @@ func New(cfg Config) (*Store, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &Store{vars: c.Variables(), namespace: c.Namespace, address: c.Address, wait: wait,
+	return &Store{vars: c.Variables(), raw: c.Raw(), namespace: c.Namespace, address: c.Address, wait: wait,
 		log: log.Named("nomad-store")}, nil
 }
 
@@ -83,14 +85,25 @@ func (s *Store) w(ctx context.Context) *api.WriteOptions {
 	return (&api.WriteOptions{Namespace: s.namespace}).WithContext(ctx)
 }
 
-// mapErr turns api errors into the Store's: 404 is ErrNotFound, 403 ErrPermissionDenied,
-// a CAS miss a *ConflictError.
+// ErrNoVariablesAPI is wrapped by a 404 that is not Nomad's answer for a missing variable:
+// what answered is not Nomad's Variables API (see variableNotFound). Such an error never wraps
+// policy.ErrNotFound.
+var ErrNoVariablesAPI = errors.New("no Nomad Variables API answers there")
+
+// variableNotFound is the whole body of Nomad's 404 for a GET of a variable that does not exist
+// (command/agent/variable_endpoint.go: CodedError(http.StatusNotFound, "variable not found")).
+// Any other 404 comes from something else: a proxy or another server at the address, or a Nomad
+// older than 1.4, which has no /v1/var/ route (today's agent answers a route it lacks with an
+// empty 404). And a write or a delete never gets a 404 from Nomad: a delete of a missing
+// variable succeeds (204). Taking those for "absent" would make Terraform drop every object from
+// state and plan to create them again, and a probe take the path for free.
+const variableNotFound = "variable not found"
+
+// mapErr turns api errors into the Store's: a read's 404 "variable not found" is ErrNotFound,
+// any other 404 ErrNoVariablesAPI, 403 ErrPermissionDenied, a CAS miss a *ConflictError.
 func (s *Store) mapErr(op, path string, cas uint64, err error) error {
 	if err == nil {
 		return nil
-	}
-	if errors.Is(err, api.ErrVariablePathNotFound) {
-		return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, policy.ErrNotFound)
 	}
 	var c api.ErrCASConflict
 	if errors.As(err, &c) {
@@ -107,10 +120,39 @@ func (s *Store) mapErr(op, path string, cas uint64, err error) error {
 			return fmt.Errorf("%s %s in namespace %s at %s: %w (%s): the token lacks the variables capability for this path",
 				op, path, s.namespace, s.address, policy.ErrPermissionDenied, strings.TrimSpace(ure.Body()))
 		case http.StatusNotFound:
-			return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, policy.ErrNotFound)
+			if op == "read" && strings.TrimSpace(ure.Body()) == variableNotFound {
+				return fmt.Errorf("%s %s in namespace %s: %w", op, path, s.namespace, policy.ErrNotFound)
+			}
+			return s.noVariablesAPI(op, path, ure.Body())
 		}
 	}
 	return fmt.Errorf("%s %s in namespace %s at %s: %w", op, path, s.namespace, s.address, err)
+}
+
+// noVariablesAPI is the error of a 404 that is not Nomad's "variable not found": it names the
+// request that got it and what to check.
+func (s *Store) noVariablesAPI(op, path, body string) error {
+	method, endpoint := http.MethodGet, "/v1/var/"+path
+	switch op {
+	case "write":
+		method = http.MethodPut
+	case "delete":
+		method = http.MethodDelete
+	case "list":
+		endpoint = "/v1/vars?prefix=" + path
+	}
+	body = strings.TrimSpace(body)
+	if len(body) > 200 {
+		body = body[:200] + "..."
+	}
+	hint := "check that the address is a Nomad agent's HTTP API, of Nomad 1.4 or later (the first with Variables)"
+	if u, err := url.Parse(s.address); err == nil && strings.Trim(u.Path, "/") != "" {
+		// The api client keeps only the scheme and host of the address.
+		hint += fmt.Sprintf("; the Nomad API client ignores the path %q of the address and sends %s to the root of %s, "+
+			"so Nomad behind a proxy must be reachable at the root of a host", u.Path, endpoint, u.Host)
+	}
+	return fmt.Errorf("%s %s in namespace %s at %s: %s %s answered 404 with %q, not Nomad's %q for a missing variable: %w; %s",
+		op, path, s.namespace, s.address, method, endpoint, body, variableNotFound, ErrNoVariablesAPI, hint)
 }
 
 func metaOf(create, modify uint64, modifyNanos int64) policy.Meta {
@@ -122,8 +164,10 @@ func metaOf(create, modify uint64, modifyNanos int64) policy.Meta {
 }
 
 func (s *Store) read(ctx context.Context, path string) (map[string]string, policy.Meta, error) {
-	v, _, err := s.vars.Read(path, s.q(ctx))
-	if err != nil {
+	// Not s.vars.Read: it takes every 404 for a missing variable and drops the body that tells
+	// the two apart (see variableNotFound).
+	var v api.Variable
+	if _, err := s.raw.Query("/v1/var/"+path, &v, s.q(ctx)); err != nil {
 		return nil, policy.Meta{}, s.mapErr("read", path, 0, err)
 	}
 	return v.Items, metaOf(v.CreateIndex, v.ModifyIndex, v.ModifyTime), nil
@@ -271,14 +315,26 @@ func (s *Store) WaitPolicy(ctx context.Context, name string, after uint64) (poli
 	if err != nil {
 		return policy.Policy{}, policy.Meta{}, 0, s.mapErr("read", path, 0, err)
 	}
-	if v == nil {
-		return policy.Policy{}, policy.Meta{}, qm.LastIndex, fmt.Errorf("read %s in namespace %s: %w", path, s.namespace, policy.ErrNotFound)
-	}
-	m := metaOf(v.CreateIndex, v.ModifyIndex, v.ModifyTime)
+	var items map[string]string
+	var m policy.Meta
 	idx := qm.LastIndex
-	if idx == 0 {
-		idx = v.ModifyIndex // a server that sends no X-Nomad-Index
+	if v == nil {
+		// Peek takes every 404 for a missing variable, and only its answer carries the index to
+		// block on next; a read without blocking tells which 404 it was.
+		items, m, err = s.read(ctx, path)
+		switch {
+		case errors.Is(err, policy.ErrNotFound):
+			return policy.Policy{}, policy.Meta{}, qm.LastIndex, err
+		case err != nil:
+			return policy.Policy{}, policy.Meta{}, 0, err
+		}
+		idx = m.ModifyIndex // written since Peek's answer
+	} else {
+		items, m = v.Items, metaOf(v.CreateIndex, v.ModifyIndex, v.ModifyTime)
 	}
-	p, err := policy.PolicyKind.DecodeAt(path, name, v.Items)
+	if idx == 0 {
+		idx = m.ModifyIndex // a server that sends no X-Nomad-Index
+	}
+	p, err := policy.PolicyKind.DecodeAt(path, name, items)
 	return p, m, idx, err
 }

@@ -53,7 +53,12 @@ func accServer(t *testing.T) *varserver.Server {
 
 // providerBlock configures the provider for s with the given token.
 func providerBlock(s *varserver.Server, token string) string {
-	return fmt.Sprintf("provider \"gpufrac\" {\n  address = %q\n  token   = %q\n}\n", s.URL(), token)
+	return providerAt(s.URL(), token)
+}
+
+// providerAt configures the provider for the Nomad address addr with the given token.
+func providerAt(addr, token string) string {
+	return fmt.Sprintf("provider \"gpufrac\" {\n  address = %q\n  token   = %q\n}\n", addr, token)
 }
 
 // requiredProviders is needed to call provider functions; the source must be the address the

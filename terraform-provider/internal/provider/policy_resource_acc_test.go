@@ -2,6 +2,8 @@ package provider
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -315,5 +317,40 @@ resource "gpufrac_template" "llama" {
 			},
 		},
 		importStep("", policyAddr, "main@default"),
+	})
+}
+
+// A provider pointed at something that answers 404 but is not Nomad's Variables API (a proxy, a
+// wrong address or base path) fails the refresh with an error that names the address and the
+// request, and keeps every object in state: taking that 404 for "deleted" would drop them all
+// and plan to create them again.
+func TestAccPolicy_404FromElsewhereIsAnError(t *testing.T) {
+	s := accServer(t)
+	elsewhere := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(elsewhere.Close)
+	cfg := `
+resource "gpufrac_policy" "main" {
+  name = "main"
+}
+
+resource "gpufrac_template" "llama" {
+  name   = "llama"
+  policy = gpufrac_policy.main.name
+  peak   = "20GiB"
+}`
+	accTest(t, s, []resource.TestStep{
+		{Config: providerBlock(s, mgmtToken) + cfg},
+		{
+			Config:   providerAt(elsewhere.URL, mgmtToken) + cfg,
+			PlanOnly: true,
+			ExpectError: words(`Could not read gpufrac_policy Nomad Variable "gpufrac/policy/main" in namespace "default": ` +
+				`read gpufrac/policy/main in namespace default at ` + elsewhere.URL +
+				`: GET /v1/var/gpufrac/policy/main answered 404 with "404 page not found"`),
+		},
+		{
+			// Back at Nomad: nothing left state, so there is nothing to do.
+			Config:           providerBlock(s, mgmtToken) + cfg,
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+		},
 	})
 }

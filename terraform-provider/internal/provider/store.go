@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
 )
 
 // objectStore is what the provider needs from policy's Nomad Variables store: typed reads and
@@ -59,6 +60,11 @@ func storeError(diags *diag.Diagnostics, op string, k kind, namespace, name stri
 			fmt.Sprintf("Could not %s %s %s: permission denied by Nomad ACLs. The token needs a policy with "+
 				"path \"gpufrac/*\" { capabilities = [\"read\", \"list\", \"write\", \"destroy\"] } in the variables "+
 				"block of namespace %q. (%v)", op, k.resource, where, namespace, err))
+	case errors.Is(err, nomadvars.ErrNoVariablesAPI):
+		// Said apart from "not found": the object may well be there, behind the right address.
+		diags.AddError("No Nomad Variables API at the provider's address",
+			fmt.Sprintf("Could not %s %s %s: %v. Terraform state is left as it was; check the provider's address "+
+				"(or NOMAD_ADDR).", op, k.resource, where, err))
 	case errors.Is(err, policy.ErrNotFound) && !errors.Is(err, policy.ErrPermissionDenied):
 		diags.AddError(k.resource+" not found",
 			fmt.Sprintf("%s does not exist. Check the name and namespace, or create it with a %s resource. (%v)", where, k.resource, err))

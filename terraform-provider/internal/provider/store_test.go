@@ -1,9 +1,13 @@
 package provider
 
 import (
+	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 
@@ -34,6 +38,39 @@ func TestStoreErrorSaysWhatHappened(t *testing.T) {
 		storeError(&diags, tt.op, policyKind, "default", "main", tt.err)
 		if len(diags) != 1 || diags[0].Summary() != tt.summary || !strings.Contains(diags[0].Detail(), tt.want) {
 			t.Errorf("%s, %v: got %v, want %q saying %q", tt.op, tt.err, diags, tt.summary, tt.want)
+		}
+	}
+}
+
+// The store the provider builds takes only Nomad's own "variable not found" for a missing
+// object: a 404 from anything else at the address fails every operation, naming the address and
+// the path, and is never isNotFound, which would drop a resource from state (Read) or pretend a
+// delete was done (Delete).
+func TestStoreTakesOnlyNomadsNotFoundForAbsent(t *testing.T) {
+	elsewhere := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(elsewhere.Close)
+	st, err := newNomadStore(storeConfig{Address: elsewhere.URL, Namespace: "default", Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p := policy.Default()
+	p.Name = "main"
+	for name, call := range map[string]func() error{
+		"read":   func() error { _, _, err := st.GetPolicy(ctx, "default", "main"); return err },
+		"write":  func() error { _, err := st.PutPolicy(ctx, "default", p, 0); return err },
+		"delete": func() error { return st.DeletePolicy(ctx, "default", "main") },
+	} {
+		err := call()
+		if err == nil || isNotFound(err) {
+			t.Errorf("%s against a server that is not Nomad: %v, want an error that is not \"not found\"", name, err)
+			continue
+		}
+		var diags diag.Diagnostics
+		storeError(&diags, name, policyKind, "default", "main", err)
+		if len(diags) != 1 || diags[0].Summary() != "No Nomad Variables API at the provider's address" ||
+			!strings.Contains(diags[0].Detail(), elsewhere.URL) || !strings.Contains(diags[0].Detail(), "/v1/var/gpufrac/policy/main") {
+			t.Errorf("%s: %v, want an error naming the address and the path", name, diags)
 		}
 	}
 }
