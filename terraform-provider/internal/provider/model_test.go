@@ -233,3 +233,37 @@ func TestValidationDiagsMapsItemKeysToAttributes(t *testing.T) {
 		t.Errorf("plain error: %v", d)
 	}
 }
+
+// A template plans a write only when what its variable holds changes: a new unit count, cap or
+// policy_sizing, or a size spelt another way, stores the same items.
+func TestTemplateStoresSameAs(t *testing.T) {
+	sm := 40.0
+	var prior templateModel
+	prior.setFromTemplate(policy.Template{Name: "llama", Policy: "main", PeakBytes: 20 * size.GiB, Description: "d", SMActivePercent: &sm}, "default", 7)
+	prior.setCap(policy.Template{Name: "llama", Policy: "main", PeakBytes: 20 * size.GiB}, policy.Default())
+	tests := []struct {
+		name string
+		mut  func(*templateModel)
+		same bool
+	}{
+		{"unchanged", func(*templateModel) {}, true},
+		{"units, cap and policy_sizing", func(m *templateModel) {
+			m.Units, m.CapBytes, m.Cap = types.Int64Value(49), types.Int64Unknown(), types.StringUnknown()
+			m.PolicySizing = sizingOf(policy.Default(), "default").object()
+		}, true},
+		{"peak spelt another way", func(m *templateModel) { m.Peak = types.StringValue("20480MiB") }, true},
+		{"peak", func(m *templateModel) { m.Peak = types.StringValue("24GiB") }, false},
+		{"peak unknown", func(m *templateModel) { m.Peak = types.StringUnknown() }, false},
+		{"cap_override", func(m *templateModel) { m.CapOverride = types.StringValue("8GiB") }, false},
+		{"description", func(m *templateModel) { m.Description = types.StringValue("e") }, false},
+		{"sm_active_percent", func(m *templateModel) { m.SMActivePercent = types.Float64Null() }, false},
+		{"policy", func(m *templateModel) { m.Policy = types.StringValue("other") }, false},
+	}
+	for _, tt := range tests {
+		m := prior
+		tt.mut(&m)
+		if got := m.storesSameAs(prior); got != tt.same {
+			t.Errorf("%s: storesSameAs = %v, want %v", tt.name, got, tt.same)
+		}
+	}
+}

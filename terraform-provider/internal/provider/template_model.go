@@ -3,7 +3,9 @@ package provider
 import (
 	"context"
 	"fmt"
+	"maps"
 
+	"github.com/hashicorp/terraform-plugin-framework/attr"
 	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
@@ -53,6 +55,22 @@ func (m templateModel) toTemplate() policy.Template {
 		t.SMActivePercent = &v
 	}
 	return t
+}
+
+// storesSameAs says whether m, planned, stores what prior does: the same items in the variable.
+// Unknown values may store anything.
+func (m templateModel) storesSameAs(prior templateModel) bool {
+	for _, v := range []attr.Value{m.Name, m.Namespace, m.Policy, m.Peak, m.CapOverride, m.Description, m.SMActivePercent} {
+		if v.IsUnknown() {
+			return false
+		}
+	}
+	if !m.Namespace.Equal(prior.Namespace) {
+		return false
+	}
+	a, errA := policy.EncodeTemplate(m.toTemplate())
+	b, errB := policy.EncodeTemplate(prior.toTemplate())
+	return errA == nil && errB == nil && maps.Equal(a, b)
 }
 
 // validateTemplateConfig runs Template.Validate on configuration, skipping the "peak or

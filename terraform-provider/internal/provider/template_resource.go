@@ -132,13 +132,19 @@ func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	planIdentity(ctx, r.client, req.Config, m.Name, &m.Namespace, &m.ID, &resp.Diagnostics)
 	m.PeakBytes = bytesOf(m.Peak)
 	m.CapOverrideBytes = bytesOf(m.CapOverride)
+	var prior *templateModel
+	if !req.State.Raw.IsNull() {
+		prior = new(templateModel)
+		resp.Diagnostics.Append(req.State.Get(ctx, prior)...)
+		if resp.Diagnostics.HasError() {
+			return
+		}
+	}
 	if m.PolicySizing.IsNull() {
 		// The cap and units depend only on these inputs and the stored policy, which the refresh
 		// before this plan has already read. When the inputs are unchanged, the refreshed values
 		// stand; otherwise they are computed at apply.
-		if !req.State.Raw.IsNull() {
-			var prior templateModel
-			resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+		if prior != nil {
 			if prior.PeakBytes.Equal(m.PeakBytes) && prior.CapOverrideBytes.Equal(m.CapOverrideBytes) &&
 				prior.Policy.Equal(m.Policy) && prior.Namespace.Equal(m.Namespace) {
 				m.CapBytes, m.Cap, m.Units = prior.CapBytes, prior.Cap, prior.Units
@@ -149,10 +155,15 @@ func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 	} else {
 		r.planFromSizing(ctx, &m, &resp.Diagnostics)
 	}
-	if !req.State.Raw.IsNull() {
-		var prior templateModel
-		resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
-		settleModifyIndex(&m, &prior, func(x *templateModel) *types.Int64 { return &x.ModifyIndex })
+	if prior != nil {
+		// The variable holds the template's own fields: cap_bytes, cap and units are computed from
+		// them and the policy, and policy_sizing is not stored at all. A plan that changes only
+		// those (a policy changed here or elsewhere) records them in state and writes nothing
+		// (see Update): it neither wakes the plugin nor collides with a probe writing the variable.
+		m.ModifyIndex = prior.ModifyIndex
+		if !m.storesSameAs(*prior) {
+			m.ModifyIndex = types.Int64Unknown()
+		}
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &m)...)
 }
@@ -188,20 +199,23 @@ func (r *templateResource) planFromSizing(ctx context.Context, m *templateModel,
 
 func (r *templateResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m templateModel
-	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() { r.write(ctx, &m, 0, "create", &resp.Diagnostics) })
+	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() { r.write(ctx, &m, 0, "create", true, &resp.Diagnostics) })
 }
 
 func (r *templateResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var m, prior templateModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
 	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() {
-		r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", &resp.Diagnostics)
+		// ModifyPlan leaves modify_index unknown exactly when the stored fields change.
+		put := m.ModifyIndex.IsUnknown()
+		r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", put, &resp.Diagnostics)
 	})
 }
 
 // write reads the named policy (so a template never points at a policy that is not there),
-// stores the template with check-and-set and fills the model.
-func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint64, op string, diags *diag.Diagnostics) {
+// stores the template with check-and-set when put is set (else the stored version is cas, which
+// the plan left alone) and fills the model.
+func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint64, op string, put bool, diags *diag.Diagnostics) {
 	t := m.toTemplate()
 	if err := t.Validate(); err != nil {
 		diags.Append(validationDiags(err, templateModel{})...)
@@ -226,10 +240,13 @@ func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint
 	} else {
 		diags.Append(d...)
 	}
-	idx, err := r.client.store.PutTemplate(ctx, ns, t, cas)
-	if err != nil {
-		storeError(diags, op, templateKind, ns, t.Name, err)
-		return
+	idx := cas
+	if put {
+		var err error
+		if idx, err = r.client.store.PutTemplate(ctx, ns, t, cas); err != nil {
+			storeError(diags, op, templateKind, ns, t.Name, err)
+			return
+		}
 	}
 	m.setFromTemplate(t, ns, idx)
 	// Values already known in the plan are kept: the plan promised them (see ModifyPlan).

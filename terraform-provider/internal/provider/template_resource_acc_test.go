@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -8,9 +9,11 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/knownvalue"
 	"github.com/hashicorp/terraform-plugin-testing/plancheck"
 	"github.com/hashicorp/terraform-plugin-testing/statecheck"
+	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/storetest"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -295,6 +298,98 @@ func TestAccTemplate_policySizingSamePlan(t *testing.T) {
 			Config:      p + sizingConfig("512MiB", "other"),
 			PlanOnly:    true,
 			ExpectError: words(`policy = "main", but policy_sizing is the sizing of policy "other"`),
+		},
+	})
+}
+
+// A template's variable holds its own fields, not the units, cap or policy_sizing computed or
+// passed beside them. A plan that changes only those, because the policy's unit changed outside
+// Terraform or through it, records them in state and writes nothing to the template, where a
+// probe may be writing at the time; a peak the probe stores refreshes the units with an empty
+// plan.
+func TestAccTemplate_computedChangesWriteNothing(t *testing.T) {
+	s := accServer(t)
+	cfg := func(unit string) string {
+		return providerBlock(s, mgmtToken) + mainPolicy(unit) + `
+resource "gpufrac_template" "llama" {
+  name          = "llama"
+  policy        = gpufrac_policy.main.name
+  policy_sizing = gpufrac_policy.main.sizing
+  peak          = "20GiB"
+  lifecycle {
+    ignore_changes = [peak, sm_active_percent]
+  }
+}`
+	}
+	pol := withPolicy(func(*policy.Policy) {})
+	pol512 := withPolicy(func(p *policy.Policy) { p.UnitBytes = 512 * size.MiB })
+	tmpl := policy.Template{Name: "llama", Policy: "main", PeakBytes: 20 * size.GiB}
+	sm := 51.3
+	probed := tmpl
+	probed.PeakBytes, probed.SMActivePercent = 24*size.GiB, &sm
+	units := func(t policy.Template, p policy.Policy) knownvalue.Check {
+		return knownvalue.Int64Exact(int64(t.Units(p)))
+	}
+	var written uint64 // the template variable's modify index after its last expected write
+	recordWrite := func(*terraform.State) error {
+		v, _ := s.Get("default", policy.TemplatePath("llama"))
+		written = v.ModifyIndex
+		return nil
+	}
+	noWrite := func(*terraform.State) error {
+		if v, _ := s.Get("default", policy.TemplatePath("llama")); v.ModifyIndex != written {
+			return fmt.Errorf("the template's variable was written again (modify index %d, was %d) though none of its fields changed",
+				v.ModifyIndex, written)
+		}
+		return nil
+	}
+	planNoWrite := func(action plancheck.ResourceActionType, u knownvalue.Check) resource.ConfigPlanChecks {
+		return resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+			plancheck.ExpectResourceAction(templateAddr, action),
+			plancheck.ExpectKnownValue(templateAddr, tfjsonpath.New("units"), u),
+			plancheck.ExpectKnownValue(templateAddr, tfjsonpath.New("modify_index"), knownvalue.Int64Func(func(v int64) error {
+				if uint64(v) != written {
+					return fmt.Errorf("planned modify_index %d, stored %d: the plan writes the template", v, written)
+				}
+				return nil
+			})),
+		}}
+	}
+	accTest(t, s, []resource.TestStep{
+		{
+			Config: cfg("1GiB"),
+			Check:  resource.ComposeAggregateTestCheckFunc(storedTemplate(s, "default", tmpl), recordWrite),
+		},
+		{
+			// The unit changed by hand: the apply puts the policy back, and the template's units
+			// with it, in state alone.
+			PreConfig:         func() { s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, pol512)) },
+			Config:            cfg("1GiB"),
+			ConfigPlanChecks:  planNoWrite(plancheck.ResourceActionUpdate, units(tmpl, pol)),
+			ConfigStateChecks: []statecheck.StateCheck{tmplAttr(templateAddr, "units", units(tmpl, pol))},
+			Check: resource.ComposeAggregateTestCheckFunc(noWrite, storedPolicy(s, "default", pol),
+				stateMatchesStore(s, templateAddr, "default", policy.TemplatePath("llama"))),
+		},
+		{
+			// The unit changed through Terraform: the same.
+			Config:            cfg("512MiB"),
+			ConfigPlanChecks:  planNoWrite(plancheck.ResourceActionUpdate, units(tmpl, pol512)),
+			ConfigStateChecks: []statecheck.StateCheck{tmplAttr(templateAddr, "units", units(tmpl, pol512))},
+			Check:             resource.ComposeAggregateTestCheckFunc(noWrite, storedPolicy(s, "default", pol512)),
+		},
+		{
+			// The probe stores a new peak: the refresh brings its units, and nothing is written.
+			PreConfig: func() {
+				items, err := policy.EncodeTemplate(probed)
+				if err != nil {
+					t.Fatal(err)
+				}
+				written = s.Put("default", policy.TemplatePath("llama"), items).ModifyIndex
+			},
+			Config:            cfg("512MiB"),
+			ConfigPlanChecks:  resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			ConfigStateChecks: []statecheck.StateCheck{tmplAttr(templateAddr, "units", units(probed, pol512))},
+			Check:             resource.ComposeAggregateTestCheckFunc(noWrite, storedTemplate(s, "default", probed)),
 		},
 	})
 }
