@@ -162,7 +162,8 @@ func TestTemplateConversionAndCap(t *testing.T) {
 	if m.CapBytes.ValueInt64() != int64(wantCap) || m.Units.ValueInt64() != int64(tp.Units(p)) || m.Units.ValueInt64() != 25 {
 		t.Errorf("cap %s units %s, want %d and 25", m.CapBytes, m.Units, uint64(wantCap))
 	}
-	if m.Cap.ValueString() != wantCap.String() || !m.CapOverride.IsNull() || !m.Description.IsNull() {
+	// No description reads as "", the schema's default: the variable cannot tell it from unset.
+	if m.Cap.ValueString() != wantCap.String() || !m.CapOverride.IsNull() || m.Description != types.StringValue("") {
 		t.Errorf("cap %s override %s description %s", m.Cap, m.CapOverride, m.Description)
 	}
 	// cap_override wins.

@@ -140,9 +140,7 @@ func (m *templateModel) setFromTemplate(t policy.Template, namespace string, mod
 		m.CapOverride = keepSpelling(m.CapOverride, t.CapOverrideBytes, parseSize, humanSize(t.CapOverrideBytes))
 		m.CapOverrideBytes = types.Int64Value(int64(t.CapOverrideBytes))
 	}
-	if t.Description != "" || !m.Description.IsNull() {
-		m.Description = types.StringValue(t.Description)
-	}
+	m.Description = types.StringValue(t.Description)
 	// Absent is "never measured", which is not 0.
 	m.SMActivePercent = types.Float64Null()
 	if t.SMActivePercent != nil {

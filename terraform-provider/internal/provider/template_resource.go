@@ -80,7 +80,14 @@ func (r *templateResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"cap_override_bytes": schema.Int64Attribute{
 				Computed: true, MarkdownDescription: "`cap_override` in bytes, as stored in Nomad.",
 			},
-			"description": schema.StringAttribute{Optional: true, MarkdownDescription: "Free text for people (at most 4096 characters)."},
+			// Optional and computed with an empty default: the variable stores no item for an empty
+			// description, so a read cannot tell "" from unset, and both must plan nothing after an
+			// import.
+			"description": schema.StringAttribute{
+				Optional: true, Computed: true,
+				MarkdownDescription: "Free text for people (at most 4096 characters). Default `\"\"`, none: the variable keeps no item for an empty description, so unset and `\"\"` are the same.",
+				Default:             stringdefault.StaticString(""),
+			},
 			"sm_active_percent": schema.Float64Attribute{
 				Optional: true,
 				MarkdownDescription: "The share of its run (0-100) the job kept the GPU's SMs active alone, as `gpufrac probe` measures it: " +

@@ -394,6 +394,45 @@ resource "gpufrac_template" "llama" {
 	})
 }
 
+// A policy and a template imported from variables someone else wrote plan nothing, whether the
+// template's configuration says description = "" or leaves it out: the variable stores neither.
+func TestAccTemplate_importWithoutDescriptionPlansNothing(t *testing.T) {
+	s := accServer(t)
+	p := providerBlock(s, mgmtToken)
+	cfg := func(description string) string {
+		return p + mainPolicy("1GiB") + `
+resource "gpufrac_template" "llama" {
+  name   = "llama"
+  policy = gpufrac_policy.main.name
+  peak   = "20GiB"
+` + description + `}`
+	}
+	put := func() {
+		s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, withPolicy(func(*policy.Policy) {})))
+		items, err := policy.EncodeTemplate(policy.Template{Name: "llama", Policy: "main", PeakBytes: 20 * size.GiB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Put("default", policy.TemplatePath("llama"), items)
+	}
+	importPersisted := func(config, addr, id string) resource.TestStep {
+		return resource.TestStep{Config: config, ResourceName: addr, ImportState: true, ImportStateId: id, ImportStatePersist: true}
+	}
+	var steps []resource.TestStep
+	for _, description := range []string{"  description = \"\"\n", ""} {
+		withPut := importPersisted(cfg(description), policyAddr, "main@default")
+		withPut.PreConfig = put
+		steps = append(steps,
+			// Nothing in state (the second time round, this destroys what was imported before).
+			resource.TestStep{Config: p},
+			withPut,
+			importPersisted(cfg(description), templateAddr, "llama@default"),
+			resource.TestStep{Config: cfg(description), PlanOnly: true},
+		)
+	}
+	accTest(t, s, steps)
+}
+
 // Under OpenTofu each error of units() is reported against the argument at fault, not the
 // first one.
 func TestAccUnitsFunction_errorNamesTheArgument(t *testing.T) {
