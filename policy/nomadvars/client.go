@@ -2,6 +2,7 @@ package nomadvars
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -56,6 +57,12 @@ func NewAPIClient(cfg Config) (Conn, error) {
 		if cfg.ClientCert != "" || cfg.ClientKey != "" {
 			ac.TLSConfig.ClientCert, ac.TLSConfig.ClientKey = cfg.ClientCert, cfg.ClientKey
 		}
+	}
+	if u, err := url.Parse(ac.Address); err == nil && u.Scheme != "unix" && strings.Trim(u.Path, "/") != "" {
+		// The API client keeps the scheme and host alone: every request would go to the host's
+		// root, and whatever answers there (a proxy's other routes) would be taken for Nomad.
+		return Conn{}, fmt.Errorf("nomad address %q has a path, %q, which the Nomad API client does not use: "+
+			"it would send /v1/... to the root of %s; give an address that serves Nomad's API at its root", ac.Address, u.Path, u.Host)
 	}
 	c, err := api.NewClient(ac)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -145,12 +144,8 @@ func (s *Store) noVariablesAPI(op, path, body string) error {
 	if len(body) > 200 {
 		body = body[:200] + "..."
 	}
+	// An address with a path never gets here (NewAPIClient refuses it).
 	hint := "check that the address is a Nomad agent's HTTP API, of Nomad 1.4 or later (the first with Variables)"
-	if u, err := url.Parse(s.address); err == nil && strings.Trim(u.Path, "/") != "" {
-		// The api client keeps only the scheme and host of the address.
-		hint += fmt.Sprintf("; the Nomad API client ignores the path %q of the address and sends %s to the root of %s, "+
-			"so Nomad behind a proxy must be reachable at the root of a host", u.Path, endpoint, u.Host)
-	}
 	return fmt.Errorf("%s %s in namespace %s at %s: %s %s answered 404 with %q, not Nomad's %q for a missing variable: %w; %s",
 		op, path, s.namespace, s.address, method, endpoint, body, variableNotFound, ErrNoVariablesAPI, hint)
 }

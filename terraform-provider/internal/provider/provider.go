@@ -76,7 +76,7 @@ func (p *gpufracProvider) Schema(_ context.Context, _ provider.SchemaRequest, re
 		Attributes: map[string]schema.Attribute{
 			"address": schema.StringAttribute{
 				Optional:            true,
-				MarkdownDescription: "Nomad HTTP API address. Falls back to `NOMAD_ADDR`, then `http://127.0.0.1:4646`.",
+				MarkdownDescription: "Nomad HTTP API address, scheme and host (a path is refused: the Nomad API client sends every request to the host's root). Falls back to `NOMAD_ADDR`, then `http://127.0.0.1:4646`.",
 			},
 			"token": schema.StringAttribute{
 				Optional:            true,
