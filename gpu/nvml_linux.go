@@ -23,6 +23,10 @@ type nvmlBackend struct {
 	logger    hclog.Logger
 	driver    string
 	closeOnce sync.Once
+	// marks are the XID and ECC events seen since Open; watch (nil when no GPU reports events)
+	// records them.
+	marks healthMarks
+	watch *eventWatch
 
 	mu      sync.Mutex
 	handles map[string]nvml.Device
@@ -30,9 +34,16 @@ type nvmlBackend struct {
 
 // NewNVML initialises NVML. When the library is missing, no driver is loaded or no GPU is
 // present, the error wraps ErrNoNVML and carries NVML's own message.
-func NewNVML(logger hclog.Logger) (b Backend, err error) {
+func NewNVML(logger hclog.Logger) (Backend, error) { return NewNVMLWith(logger, HealthOptions{}) }
+
+// NewNVMLWith is NewNVML with options for how GPU events mark GPUs unhealthy. It starts the
+// goroutine that waits for XID and ECC events; Close stops it.
+func NewNVMLWith(logger hclog.Logger, health HealthOptions) (b Backend, err error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
+	}
+	if err := health.check(); err != nil {
+		return nil, err
 	}
 	// A broken libnvidia-ml must not take the plugin down with it.
 	defer func() {
@@ -58,7 +69,9 @@ func NewNVML(logger hclog.Logger) (b Backend, err error) {
 	}
 	l := logger.Named("gpu-nvml")
 	l.Debug("NVML initialised", "driver", driver, "gpus", n)
-	return &nvmlBackend{logger: l, driver: driver, handles: map[string]nvml.Device{}}, nil
+	nb := &nvmlBackend{logger: l, driver: driver, handles: map[string]nvml.Device{}}
+	nb.watch = startEventWatch(l, &nb.marks, health)
+	return nb, nil
 }
 
 func initHint(ret nvml.Return) string {
@@ -79,6 +92,7 @@ func (n *nvmlBackend) DriverVersion() string { return n.driver }
 func (n *nvmlBackend) Close() error {
 	var err error
 	n.closeOnce.Do(func() {
+		n.watch.close()
 		if ret := nvml.Shutdown(); ret != nvml.SUCCESS {
 			err = fmt.Errorf("nvml.Shutdown: %s", ret.Error())
 		}
@@ -147,6 +161,16 @@ func (n *nvmlBackend) describe(i int) Device {
 	}
 	if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
 		d.Healthy, d.HealthReason = false, MIGReason
+	}
+	if !d.Healthy {
+		return d // the memory queries would only cost time: the GPU is out of service already
+	}
+	if mark := n.marks.get(uuid); mark != "" {
+		d.Healthy, d.HealthReason = false, mark
+	} else if m, what, ret := memoryErrors(h); ret != nvml.SUCCESS {
+		fail(what, ret)
+	} else if reason := m.reason(); reason != "" {
+		d.Healthy, d.HealthReason = false, reason
 	}
 	return d
 }

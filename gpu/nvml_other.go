@@ -13,7 +13,10 @@ import (
 const MIGReason = "MIG is enabled: gpufrac shares whole GPUs; disable MIG or ignore this GPU"
 
 // NewNVML needs Linux and cgo; elsewhere it always fails with ErrNoNVML.
-func NewNVML(logger hclog.Logger) (Backend, error) {
+func NewNVML(logger hclog.Logger) (Backend, error) { return NewNVMLWith(logger, HealthOptions{}) }
+
+// NewNVMLWith needs Linux and cgo too; elsewhere it always fails with ErrNoNVML.
+func NewNVMLWith(logger hclog.Logger, health HealthOptions) (Backend, error) {
 	return nil, fmt.Errorf("%w: this gpufrac was built for %s/%s without cgo; NVML needs a Linux build with cgo",
 		ErrNoNVML, runtime.GOOS, runtime.GOARCH)
 }

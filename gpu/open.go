@@ -18,6 +18,8 @@ type OpenOptions struct {
 	// SimDir is the simulated backend's state directory; empty means DefaultSimDir().
 	SimDir string
 	Logger hclog.Logger
+	// Health tunes how either backend turns XID and ECC events into GPU health.
+	Health HealthOptions
 }
 
 // Open returns the backend of the given kind: "nvml", "simulated", or "auto" (also ""): NVML
@@ -32,7 +34,7 @@ func Open(kind string, opts OpenOptions) (Backend, error) {
 		if len(gpus) == 0 {
 			gpus = DefaultSimGPUs
 		}
-		s, err := NewSimulated(SimConfig{GPUs: gpus, Dir: opts.SimDir, Logger: logger})
+		s, err := NewSimulated(SimConfig{GPUs: gpus, Dir: opts.SimDir, Logger: logger, Health: opts.Health})
 		if err != nil {
 			// A typed nil inside a non-nil interface would pass callers' nil checks and panic later.
 			return nil, err
@@ -41,11 +43,11 @@ func Open(kind string, opts OpenOptions) (Backend, error) {
 	}
 	switch kind {
 	case KindNVML:
-		return NewNVML(logger)
+		return NewNVMLWith(logger, opts.Health)
 	case KindSimulated:
 		return sim()
 	case KindAuto, "":
-		b, err := NewNVML(logger)
+		b, err := NewNVMLWith(logger, opts.Health)
 		if err == nil {
 			return b, nil
 		}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpufrac/gpufrac/size"
 	"github.com/gpufrac/gpufrac/taskenv"
@@ -44,6 +45,8 @@ type SimConfig struct {
 	// else gpufrac-sim-<uid> in the system temporary directory.
 	Dir    string
 	Logger hclog.Logger
+	// Health tunes how raised events mark a GPU, as for the NVML backend.
+	Health HealthOptions
 }
 
 // Simulated is a GPU backend whose state lives in files under one directory, so that several
@@ -52,6 +55,7 @@ type SimConfig struct {
 //
 //	Dir/gpus.json           the devices (index, UUID, model, memory)
 //	Dir/<uuid>/health       present when the GPU is unhealthy; holds the reason
+//	Dir/<uuid>/events       the XID and ECC events raised on it, one a line (simhealth.go)
 //	Dir/<uuid>/procs/<pid>  "<used bytes> <busy 0|1> <process start time>", replaced atomically
 //
 // A process entry counts only while that process is alive and not a zombie, and while its start
@@ -62,6 +66,10 @@ type Simulated struct {
 	dir     string
 	devices []Device // immutable after construction; health is read from files on each call
 	logger  hclog.Logger
+	// opened is when this handle opened: it sees the events raised since, as an NVML process
+	// sees those after it registered for them.
+	opened  time.Time
+	ignored map[uint64]bool
 }
 
 var _ Backend = (*Simulated)(nil)
@@ -92,7 +100,11 @@ func NewSimulated(cfg SimConfig) (*Simulated, error) {
 	if dir == "" {
 		dir = DefaultSimDir()
 	}
-	s := &Simulated{dir: dir, logger: logger.Named("gpu-sim")}
+	if err := cfg.Health.check(); err != nil {
+		return nil, err
+	}
+	// Without its monotonic reading: events carry wall-clock times, written by other processes.
+	s := &Simulated{dir: dir, logger: logger.Named("gpu-sim"), opened: time.Now().Round(0), ignored: xidSet(cfg.Health.IgnoredXIDs)}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("simulated GPU directory %q: %w", dir, err)
 	}
@@ -300,6 +312,14 @@ func (s *Simulated) Devices(ctx context.Context) ([]Device, error) {
 		} else if !errors.Is(err, os.ErrNotExist) {
 			out[i].Healthy = false
 			out[i].HealthReason = "cannot read simulated health: " + err.Error()
+		}
+		if !out[i].Healthy {
+			continue
+		}
+		if reason, err := s.backendHealth(out[i].UUID); err != nil {
+			out[i].Healthy, out[i].HealthReason = false, "cannot read simulated health: "+err.Error()
+		} else if reason != "" {
+			out[i].Healthy, out[i].HealthReason = false, reason
 		}
 	}
 	return out, nil

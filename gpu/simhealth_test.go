@@ -1,0 +1,129 @@
+package gpu_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
+)
+
+// health lists the GPUs through b and returns each one's reason, "" for a healthy one.
+func health(t *testing.T, b *gpu.Simulated) []string {
+	t.Helper()
+	devs, err := b.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]string, len(devs))
+	for i, d := range devs {
+		if d.Healthy != (d.HealthReason == "") {
+			t.Fatalf("GPU %d: healthy %v with reason %q", i, d.Healthy, d.HealthReason)
+		}
+		out[i] = d.HealthReason
+	}
+	return out
+}
+
+// Raised events reach every handle open before them, as NVML's reach the processes registered
+// for them: an application's XID leaves the GPU in service, a critical one or a double-bit ECC
+// error marks only the GPU that raised it, the first mark stays, and a handle opened after the
+// events (a gpufrac process started after them) sees none.
+func TestSimulatedXIDMarks(t *testing.T) {
+	s, devs := testutil.NewSim(t, "2xH100=80GiB")
+	other := testutil.AttachSim(t, s.Dir())
+	g0, g1 := devs[0].UUID, devs[1].UUID
+
+	for _, code := range gpu.ApplicationXIDs() {
+		if err := s.RaiseXID(g0, code); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := health(t, other); h[0] != "" || h[1] != "" {
+		t.Fatalf("after application XIDs: %q; want both GPUs in service", h)
+	}
+	if err := s.RaiseXID(g0, 79); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RaiseXID(g0, 48); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string]*gpu.Simulated{"the raising handle": s, "another process's": other} {
+		h := health(t, b)
+		if !strings.HasPrefix(h[0], "XID 79 at ") || !strings.Contains(h[0], "GPU has fallen off the bus; kept until this gpufrac process restarts") {
+			t.Errorf("%s: GPU0 %q, want the first critical XID's mark (79)", name, h[0])
+		}
+		if h[1] != "" {
+			t.Errorf("%s: GPU1 %q, want it untouched", name, h[1])
+		}
+	}
+	if err := other.RaiseDoubleBitECC(g1); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(t, s); !strings.HasPrefix(h[1], "double-bit ECC error at ") {
+		t.Errorf("GPU1 after a double-bit ECC error: %q", h[1])
+	}
+	if h := health(t, testutil.AttachSim(t, s.Dir())); h[0] != "" || h[1] != "" {
+		t.Errorf("a handle opened after the events: %q; want no mark (marks live as long as the process that saw them)", h)
+	}
+
+	if err := s.RaiseXID(g0, 0); err == nil || !strings.Contains(err.Error(), "XID 0") {
+		t.Errorf("RaiseXID(0): %v, want an error naming XID 0", err)
+	}
+	if err := s.RaiseXID("GPU-51m99999-none", 79); !errors.Is(err, gpu.ErrUnknownDevice) {
+		t.Errorf("RaiseXID on an unknown GPU: %v, want ErrUnknownDevice", err)
+	}
+}
+
+// A handle that ignores an XID leaves its GPU in service where another handle marks it; an
+// application XID cannot be ignored (it never marks).
+func TestSimulatedIgnoredXIDs(t *testing.T) {
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	ignoring, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir(), Health: gpu.HealthOptions{IgnoredXIDs: []uint64{92}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RaiseXID(devs[0].UUID, 92); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(t, ignoring); h[0] != "" {
+		t.Errorf("the handle ignoring XID 92: %q, want the GPU in service", h[0])
+	}
+	if h := health(t, s); !strings.HasPrefix(h[0], "XID 92 at ") {
+		t.Errorf("the handle ignoring nothing: %q, want XID 92's mark", h[0])
+	}
+	_, err = gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir(), Health: gpu.HealthOptions{IgnoredXIDs: []uint64{13}}})
+	if err == nil || !strings.Contains(err.Error(), "XID 13") {
+		t.Errorf("ignoring XID 13: %v, want an error naming it", err)
+	}
+}
+
+// What the memory says of itself is read at each listing, by every handle, whenever it opened
+// (the driver's counters), and clears with them.
+func TestSimulatedMemoryErrors(t *testing.T) {
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	uuid := devs[0].UUID
+	for _, tc := range []struct {
+		m    gpu.MemoryErrors
+		want string
+	}{
+		{gpu.MemoryErrors{RemapPending: true}, "row remapping pending: reset the GPU to apply it"},
+		{gpu.MemoryErrors{RemapFailed: true}, "row remapping failed"},
+		{gpu.MemoryErrors{Uncorrectable: 2}, "uncorrectable ECC errors since the driver loaded (2)"},
+	} {
+		if err := s.SetMemoryErrors(uuid, &tc.m); err != nil {
+			t.Fatal(err)
+		}
+		if h := health(t, testutil.AttachSim(t, s.Dir())); !strings.HasPrefix(h[0], tc.want) {
+			t.Errorf("%+v: %q, want %q", tc.m, h[0], tc.want)
+		}
+	}
+	if err := s.SetMemoryErrors(uuid, nil); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(t, s); h[0] != "" {
+		t.Errorf("after the reset: %q, want the GPU in service", h[0])
+	}
+}
