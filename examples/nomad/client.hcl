@@ -44,6 +44,12 @@ plugin "nomad-device-gpufrac" {
     # Keep GPU 7 out of gpufrac (for example, reserved for a whole-GPU workload).
     ignored_gpu_ids = ["7"]
 
+    # A GPU that raises a critical XID takes no new task until it is reset and the plugin
+    # restarts; the XIDs a task raises by faulting its own context (13, 31, 43, 45, 68, 109)
+    # never mark it. List here a critical XID known to be benign on your fleet
+    # (docs/gpu-backends.md, "GPU health").
+    # ignored_xids = [63]
+
     # Re-list GPUs this often; policy and reservation changes are pushed at once anyway.
     fingerprint_period = "1m"
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/big"
 	"net"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,7 @@ const (
 	KeyPolicyName        = "policy_name"
 	KeyPolicy            = "policy"
 	KeyIgnoredGPUIDs     = "ignored_gpu_ids"
+	KeyIgnoredXIDs       = "ignored_xids"
 	KeyFingerprintPeriod = "fingerprint_period"
 	KeyDockerRuntime     = "docker_runtime"
 	KeyGPUModes          = "gpu_modes"
@@ -110,6 +112,7 @@ var options = []option{
 	{Name: KeyPolicy, Nested: append(slices.Clone(nomadTargetOptions),
 		option{Name: "name", Type: "string", Default: `"` + policy.DefaultName + `"`})},
 	{Name: KeyIgnoredGPUIDs, Type: "list(string)", Default: "[]"},
+	{Name: KeyIgnoredXIDs, Type: "list(number)", Default: "[]"},
 	{Name: KeyFingerprintPeriod, Type: "string", Default: `"1m"`},
 	{Name: KeyDockerRuntime, Type: "bool", Default: "false"},
 	// A list of maps because Nomad parses agent files with HCL1, which turns `gpu_modes = {...}`
@@ -145,8 +148,10 @@ type Config struct {
 	// PolicyName is the policy read from PolicyFile.
 	PolicyName string
 	// Nomad, when non-nil, reads the policy from Nomad Variables.
-	Nomad             *NomadPolicy
-	IgnoredGPUIDs     []string
+	Nomad         *NomadPolicy
+	IgnoredGPUIDs []string
+	// IgnoredXIDs are critical XIDs that leave a GPU in service (gpu.HealthOptions), sorted.
+	IgnoredXIDs       []uint64
 	FingerprintPeriod time.Duration
 	DockerRuntime     bool
 	// GPUModes maps a GPU UUID or index (as a decimal string) to its enforcement mode.
@@ -478,6 +483,7 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 			bad(KeyIgnoredGPUIDs, strconv.Quote(id), why)
 		}
 	}
+	c.IgnoredXIDs = ignoredXIDs(schema.get(obj, KeyIgnoredXIDs), bad)
 	if a := s(KeyMetricsAddr); a != "" {
 		// ":port" listens on every interface, as every Prometheus exporter does: Prometheus
 		// scrapes from another host. "127.0.0.1:port" keeps the metrics on the node.
@@ -497,6 +503,32 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	}
 	slices.Sort(c.IgnoredGPUIDs)
 	return c, nil
+}
+
+// ignoredXIDs reads ignored_xids, each a whole number that gpu.CheckIgnoredXID accepts, into a
+// sorted list without repeats.
+func ignoredXIDs(list cty.Value, bad func(key string, val any, reason string)) []uint64 {
+	var out []uint64
+	for _, v := range list.AsValueSlice() {
+		if v.IsNull() {
+			continue
+		}
+		f := v.AsBigFloat()
+		code, acc := f.Uint64()
+		if !f.IsInt() || acc != big.Exact {
+			bad(KeyIgnoredXIDs, f.Text('g', -1), "not an XID: want a whole number such as 63")
+			continue
+		}
+		if err := gpu.CheckIgnoredXID(code); err != nil {
+			bad(KeyIgnoredXIDs, code, err.Error())
+			continue
+		}
+		if !slices.Contains(out, code) {
+			out = append(out, code)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // nameKeys says which keys of a config that does not decode are wrong: go-cty's errors name

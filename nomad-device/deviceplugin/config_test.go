@@ -107,6 +107,9 @@ func TestParseConfig(t *testing.T) {
 		}`, func(c Config) bool {
 			return !c.Enabled && c.DockerRuntime && !c.DeviceNodes && reflect.DeepEqual(c.IgnoredGPUIDs, []string{"1", "GPU-bbbbbbbb-1f2a-4b5c-8d9e-0123456789ab"})
 		}},
+		{"ignored XIDs", `config {
+			ignored_xids = [92, 63, 92]
+		}`, func(c Config) bool { return reflect.DeepEqual(c.IgnoredXIDs, []uint64{63, 92}) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -172,6 +175,10 @@ func TestParseConfigRejects(t *testing.T) {
 		}`, []string{"borrow", `"wait"`, "fence = true"}},
 		{`config { borrow_wait = "-1s" }`, []string{"borrow_wait", `"-1s"`, "between 0s and 10m"}},
 		{`config { borrow_wait = "a while" }`, []string{"borrow_wait", `"a while"`}},
+		{`config { ignored_xids = [63, 13] }`, []string{"ignored_xids = 13", "graphics engine exception", "never marks a GPU unhealthy"}},
+		{`config { ignored_xids = [0] }`, []string{"ignored_xids = 0", "XID 0 does not exist"}},
+		{`config { ignored_xids = [4.5] }`, []string{"ignored_xids = 4.5", "whole number"}},
+		{`config { ignored_xids = [-79] }`, []string{"ignored_xids = -79", "whole number"}},
 		{`config { policy_name = "gpu.pool" }`, []string{"policy_name", `"gpu.pool"`, "must be " + policy.NameRule}},
 	}
 	for _, tt := range tests {

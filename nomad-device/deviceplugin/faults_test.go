@@ -291,10 +291,11 @@ func TestNVMLErrorMidRun(t *testing.T) {
 	}
 }
 
-// A GPU the backend reports faulty (an error reading it, MIG turned on) or no longer lists
-// shows in the fingerprint within seconds under the default fingerprint_period of a minute,
-// with the backend's reason, and comes back as quickly once the backend lists it healthy:
-// Nomad must not place tasks for a minute on a GPU already known bad.
+// A GPU the backend reports faulty (an error reading it, MIG turned on, a row remapping that
+// waits for a reset) or no longer lists shows in the fingerprint within seconds under the
+// default fingerprint_period of a minute, with the backend's reason, and comes back as quickly
+// once the backend lists it healthy: Nomad must not place tasks for a minute on a GPU already
+// known bad.
 func TestBackendFaultShowsWithoutWaitingForTheFingerprintPeriod(t *testing.T) {
 	for _, tc := range []struct {
 		name, reason string
@@ -305,6 +306,13 @@ func TestBackendFaultShowsWithoutWaitingForTheFingerprintPeriod(t *testing.T) {
 		}},
 		{"no longer listed", "no longer detected", func(sim *gpu.Simulated, uuid string, on bool) error {
 			return sim.SetRemoved(uuid, on, "XID 79: GPU has fallen off the bus")
+		}},
+		// Polled, not an event: it clears when the GPU is reset.
+		{"row remapping pending", "row remapping pending: reset the GPU to apply it", func(sim *gpu.Simulated, uuid string, on bool) error {
+			if !on {
+				return sim.SetMemoryErrors(uuid, nil)
+			}
+			return sim.SetMemoryErrors(uuid, &gpu.MemoryErrors{RemapPending: true})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -318,9 +326,12 @@ func TestBackendFaultShowsWithoutWaitingForTheFingerprintPeriod(t *testing.T) {
 			if err := tc.fault(sim, uuid, true); err != nil {
 				t.Fatal(err)
 			}
-			waitFP(t, ch, "every unit says "+tc.reason, func(m *devicepb.FingerprintResponse) bool {
+			m = waitFP(t, ch, "every unit says "+tc.reason, func(m *devicepb.FingerprintResponse) bool {
 				return allUnhealthy(group(m, uuid), tc.reason)
 			})
+			if tc.name == "row remapping pending" { // the others' reasons are the test's own words
+				wantDocumentedHealth(t, unhealthyDescs(group(m, uuid))...)
+			}
 			if err := tc.fault(sim, uuid, false); err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
@@ -147,6 +149,32 @@ func TestEveryHealthDescriptionIsDocumented(t *testing.T) {
 		t.Run(name, func(t *testing.T) { wantDocumentedHealth(t, noUnitsReason(&st)) })
 	}
 	wantDocumentedHealth(t, descVanished, gpu.MIGReason)
+
+	// The backend's reasons from a GPU's events and its memory, as the simulated backend gives
+	// them by the rules the NVML backend shares.
+	sim, devs := testutil.NewSim(t, "6xH100=80GiB")
+	for i, fault := range []func(uuid string) error{
+		func(u string) error { return sim.RaiseXID(u, 79) },
+		func(u string) error { return sim.RaiseXID(u, 150) }, // a code gpufrac has no name for
+		sim.RaiseDoubleBitECC,
+		func(u string) error { return sim.SetMemoryErrors(u, &gpu.MemoryErrors{RemapFailed: true}) },
+		func(u string) error { return sim.SetMemoryErrors(u, &gpu.MemoryErrors{RemapPending: true}) },
+		func(u string) error { return sim.SetMemoryErrors(u, &gpu.MemoryErrors{Uncorrectable: 1}) },
+	} {
+		if err := fault(devs[i].UUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	devs, err := sim.Devices(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range devs {
+		if d.Healthy {
+			t.Errorf("GPU %d is healthy after its fault: the test no longer reaches its reason", d.Index)
+		}
+		wantDocumentedHealth(t, d.HealthReason)
+	}
 
 	// The ledger's own descriptions of units, from a ledger brought into each state.
 	led, err := ledger.Open("", ledger.Options{NoPersist: true})

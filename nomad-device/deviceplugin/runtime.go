@@ -119,7 +119,8 @@ func startRuntime(parent context.Context, cfg Config, log hclog.Logger, devRoot 
 func (rt *runtime) open() {
 	rt.mu.Lock()
 	if rt.backend == nil {
-		b, err := gpu.Open(rt.cfg.GPUBackend, gpu.OpenOptions{SimGPUs: rt.cfg.SimulatedGPUs, SimDir: rt.cfg.SimulatedDir, Logger: rt.log})
+		b, err := gpu.Open(rt.cfg.GPUBackend, gpu.OpenOptions{SimGPUs: rt.cfg.SimulatedGPUs, SimDir: rt.cfg.SimulatedDir, Logger: rt.log,
+			Health: gpu.HealthOptions{IgnoredXIDs: rt.cfg.IgnoredXIDs}})
 		rt.backendErr = err
 		if err == nil {
 			// Only on success: on error Open may hand back a typed nil inside the interface.
