@@ -155,6 +155,7 @@ func Open(ctx context.Context, o Options) (*Opened, error) {
 	}
 	n := New(led, e, cfg)
 	n.own, n.closeLedger = enf, true
+	n.backend, n.devices = o.Backend, devs
 	return &Opened{Node: n, Devices: devs, Released: gone, LeftBehind: stopped}, nil
 }
 
@@ -170,17 +171,22 @@ func (n *Node) Prepare(ctx context.Context, gpus []string) error {
 }
 
 // Start runs the enforcer's watchdog until Close: caps, unmanaged use, the token scan, expiry,
-// and what borrowers hold written into the ledger.
+// and what borrowers hold written into the ledger; and the look at the GPU backend's health
+// every HealthPeriod.
 func (n *Node) Start() {
 	if n.own == nil || n.stop != nil {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
 		_ = n.own.Run(ctx)
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.watchHealth(ctx, n.backend, n.devices)
 	}()
 }
 
@@ -206,6 +212,9 @@ func (n *Node) Close(ctx context.Context) error {
 type nodeRun struct {
 	own         *enforcer.Enforcer // the enforcer Open built, nil otherwise
 	closeLedger bool
-	stop        context.CancelFunc
-	wg          sync.WaitGroup
+	// backend and devices are what Open listed the GPUs with; Start watches their health.
+	backend gpu.Backend
+	devices []gpu.Device
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
 }

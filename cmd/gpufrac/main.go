@@ -62,6 +62,8 @@ type globals struct {
 	backend       string
 	simulatedGPUs string
 	simDir        string
+	ignoredXIDs   string
+	xids          []uint64 // ignoredXIDs, parsed by setup
 	logLevel      string
 	// defaultLevel applies when --log-level is not given; commands may change it.
 	defaultLevel string
@@ -91,6 +93,7 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.backend, "gpu-backend", g.backend, "GPU backend: auto (NVML, else simulated), nvml or simulated")
 	fs.StringVar(&g.simulatedGPUs, "simulated-gpus", g.simulatedGPUs, `simulated GPUs, e.g. "H100=80GiB" or "2xH100=80GiB"`)
 	fs.StringVar(&g.simDir, "sim-dir", g.simDir, "state directory of the simulated GPUs (default $GPUFRAC_SIM_DIR or a temp dir)")
+	fs.StringVar(&g.ignoredXIDs, "ignored-xids", g.ignoredXIDs, "critical XIDs that leave a GPU in service, comma-separated, e.g. 63,92 (default none)")
 	fs.StringVar(&g.logLevel, "log-level", g.logLevel, "log level: error, warn, info, debug or trace (default warn; error for run, whose progress lines already report violations)")
 	if g.shown == nil {
 		g.shown = map[string]string{}
@@ -121,6 +124,11 @@ func (g *globals) setup(stderr io.Writer) error {
 			return usagef("--simulated-gpus: %w", err)
 		}
 	}
+	xids, err := gpu.ParseXIDs(g.ignoredXIDs)
+	if err != nil {
+		return usagef("--ignored-xids: %w", err)
+	}
+	g.xids = xids
 	// Jobs, the allocation fence inside them and simulated jobs find the ledger's fence tables
 	// and the simulated GPUs by these paths, from their own working directory (a job's dir): a
 	// relative path names another place there, and the fence, not finding its tables, left the
@@ -157,7 +165,8 @@ func (g *globals) openBackend(sim []string) (gpu.Backend, error) {
 			gpus = append(gpus, e...)
 		}
 	}
-	return gpu.Open(g.backend, gpu.OpenOptions{SimGPUs: gpus, SimDir: g.simDir, Logger: g.logger})
+	return gpu.Open(g.backend, gpu.OpenOptions{SimGPUs: gpus, SimDir: g.simDir, Logger: g.logger,
+		Health: gpu.HealthOptions{IgnoredXIDs: g.xids}})
 }
 
 func realMain(args []string, stdout, stderr io.Writer) int {
