@@ -83,14 +83,12 @@ func ApplicationXIDs() []uint64 {
 }
 
 // CheckIgnoredXID says why code cannot be in an operator's list of ignored XIDs, or nil. An
-// application XID is refused rather than accepted silently: listing it suggests the operator
-// believes it would otherwise drain the GPU, and the error tells them it never does.
+// application XID is accepted, and changes nothing (it never marks a GPU): operators copy the
+// skip lists of NVIDIA's own tools, which name those XIDs, and a list that is right in effect
+// is not bad input.
 func CheckIgnoredXID(code uint64) error {
-	switch {
-	case code == 0:
+	if code == 0 {
 		return errors.New("XID 0 does not exist (XIDs start at 1)")
-	case ClassifyXID(code) == XIDApplication:
-		return fmt.Errorf("XID %d (%s) is an application's own fault and never marks a GPU unhealthy: there is nothing to ignore", code, XIDName(code))
 	}
 	return nil
 }

@@ -77,8 +77,8 @@ func TestSimulatedXIDMarks(t *testing.T) {
 	}
 }
 
-// A handle that ignores an XID leaves its GPU in service where another handle marks it; an
-// application XID cannot be ignored (it never marks).
+// A handle that ignores an XID leaves its GPU in service where another handle marks it; XID 0,
+// which does not exist, is refused by name.
 func TestSimulatedIgnoredXIDs(t *testing.T) {
 	s, devs := testutil.NewSim(t, "H100=80GiB")
 	ignoring, err := gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir(), Health: gpu.HealthOptions{IgnoredXIDs: []uint64{92}}})
@@ -94,9 +94,9 @@ func TestSimulatedIgnoredXIDs(t *testing.T) {
 	if h := health(t, s); !strings.HasPrefix(h[0], "XID 92 at ") {
 		t.Errorf("the handle ignoring nothing: %q, want XID 92's mark", h[0])
 	}
-	_, err = gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir(), Health: gpu.HealthOptions{IgnoredXIDs: []uint64{13}}})
-	if err == nil || !strings.Contains(err.Error(), "XID 13") {
-		t.Errorf("ignoring XID 13: %v, want an error naming it", err)
+	_, err = gpu.NewSimulated(gpu.SimConfig{Dir: s.Dir(), Health: gpu.HealthOptions{IgnoredXIDs: []uint64{0}}})
+	if err == nil || !strings.Contains(err.Error(), "XID 0") {
+		t.Errorf("ignoring XID 0: %v, want an error naming it", err)
 	}
 }
 

@@ -115,7 +115,7 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"run", "--probe-guarantee", "median", "x.hcl"}, 2, `--probe-guarantee "median"`},
 		{[]string{"run", "missing.hcl"}, 1, "missing.hcl"},
 		{[]string{"status", "--simulated-gpus", "H100=80XB"}, 2, `"80XB"`},
-		{[]string{"--ignored-xids", "63,13", "status"}, 2, "--ignored-xids: XID 13 (graphics engine exception) is an application's own fault"},
+		{[]string{"--ignored-xids", "63,0", "status"}, 2, "--ignored-xids: XID 0 does not exist"},
 		{[]string{"run", "--ignored-xids", "63,x", "x.hcl"}, 2, `--ignored-xids: XID "x"`},
 		{[]string{"units", "--peak", "-1GiB"}, 2, "negative"},
 		{[]string{"units", "--peak", "1.5"}, 2, "a fraction of a byte"},

@@ -175,7 +175,6 @@ func TestParseConfigRejects(t *testing.T) {
 		}`, []string{"borrow", `"wait"`, "fence = true"}},
 		{`config { borrow_wait = "-1s" }`, []string{"borrow_wait", `"-1s"`, "between 0s and 10m"}},
 		{`config { borrow_wait = "a while" }`, []string{"borrow_wait", `"a while"`}},
-		{`config { ignored_xids = [63, 13] }`, []string{"ignored_xids = 13", "graphics engine exception", "never marks a GPU unhealthy"}},
 		{`config { ignored_xids = [0] }`, []string{"ignored_xids = 0", "XID 0 does not exist"}},
 		{`config { ignored_xids = [4.5] }`, []string{"ignored_xids = 4.5", "whole number"}},
 		{`config { ignored_xids = [-79] }`, []string{"ignored_xids = -79", "whole number"}},
