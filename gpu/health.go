@@ -202,8 +202,9 @@ func (m *healthMarks) get(uuid string) string {
 
 // MemoryErrors is what a GPU's memory says of itself when asked (no event carries it).
 type MemoryErrors struct {
-	// Uncorrectable counts the uncorrectable ECC errors since the driver loaded (the volatile
-	// counter: a GPU reset or driver reload zeroes it).
+	// Uncorrectable counts uncorrectable ECC errors: as the driver reports them, its volatile
+	// counter since it loaded; as a backend judges them, those since it first read the counter
+	// (eccBaseline).
 	Uncorrectable uint64
 	// RemapPending: a bad row is waiting for a GPU reset to be remapped (Ampere and newer).
 	RemapPending bool
@@ -220,7 +221,7 @@ func (m MemoryErrors) reason() string {
 	case m.RemapPending:
 		return "row remapping pending: reset the GPU to apply it"
 	case m.Uncorrectable > 0:
-		return fmt.Sprintf("uncorrectable ECC errors since the driver loaded (%d): reset the GPU", m.Uncorrectable)
+		return fmt.Sprintf("uncorrectable ECC errors since gpufrac started (%d): reset the GPU", m.Uncorrectable)
 	}
 	return ""
 }
@@ -233,4 +234,30 @@ func (h HealthOptions) check() error {
 		}
 	}
 	return nil
+}
+
+// eccBaseline turns the driver's volatile uncorrectable ECC counter of each GPU into the errors
+// counted since this process first read it. What the counter held before is history that the
+// GPU has served through since: on a GPU with a row remapper (Ampere and newer) an error that
+// still needs a reset shows as a pending remapping, which is judged on its own, and a GPU whose
+// count alone stood above 0 at start would be drained for good, with every job that could use
+// it, by a restart of gpufrac. A counter that went down (a reset) starts a new baseline.
+type eccBaseline struct {
+	mu   sync.Mutex
+	base map[string]uint64
+}
+
+// since is how many of count, GPU uuid's counter now, came after the first reading.
+func (b *eccBaseline) since(uuid string, count uint64) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	base, ok := b.base[uuid]
+	if !ok || count < base {
+		if b.base == nil {
+			b.base = map[string]uint64{}
+		}
+		b.base[uuid] = count
+		return 0
+	}
+	return count - base
 }

@@ -117,7 +117,7 @@ func TestMemoryErrorsReason(t *testing.T) {
 		{"remap pending", MemoryErrors{RemapPending: true}, "row remapping pending: reset the GPU"},
 		{"remap failed", MemoryErrors{RemapFailed: true}, "row remapping failed"},
 		{"failed outranks pending", MemoryErrors{RemapPending: true, RemapFailed: true, Uncorrectable: 2}, "row remapping failed"},
-		{"uncorrectable errors", MemoryErrors{Uncorrectable: 3}, "uncorrectable ECC errors since the driver loaded (3)"},
+		{"uncorrectable errors", MemoryErrors{Uncorrectable: 3}, "uncorrectable ECC errors since gpufrac started (3)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,5 +142,26 @@ func TestHealthMarksKeepTheFirst(t *testing.T) {
 	}
 	if m.get("GPU-b") != "" {
 		t.Fatal("another GPU's mark leaked")
+	}
+}
+
+func TestECCBaseline(t *testing.T) {
+	var b eccBaseline
+	steps := []struct {
+		uuid        string
+		count, want uint64
+	}{
+		{"A", 5, 0}, // history at the first reading
+		{"A", 5, 0},
+		{"A", 7, 2},
+		{"B", 0, 0},
+		{"B", 1, 1},
+		{"A", 0, 0}, // a reset zeroed the counter: a new baseline
+		{"A", 1, 1},
+	}
+	for i, s := range steps {
+		if got := b.since(s.uuid, s.count); got != s.want {
+			t.Fatalf("step %d: since(%s, %d) = %d, want %d", i, s.uuid, s.count, got, s.want)
+		}
 	}
 }

@@ -27,6 +27,7 @@ type nvmlBackend struct {
 	// records them.
 	marks healthMarks
 	watch *eventWatch
+	ecc   eccBaseline
 
 	mu      sync.Mutex
 	handles map[string]nvml.Device
@@ -167,9 +168,15 @@ func (n *nvmlBackend) describe(i int) Device {
 	}
 	if mark := n.marks.get(uuid); mark != "" {
 		d.Healthy, d.HealthReason = false, mark
-	} else if m, what, ret := memoryErrors(h); ret != nvml.SUCCESS {
+		return d
+	}
+	m, what, ret := memoryErrors(h)
+	if ret != nvml.SUCCESS {
 		fail(what, ret)
-	} else if reason := m.reason(); reason != "" {
+		return d
+	}
+	m.Uncorrectable = n.ecc.since(uuid, m.Uncorrectable)
+	if reason := m.reason(); reason != "" {
 		d.Healthy, d.HealthReason = false, reason
 	}
 	return d

@@ -70,6 +70,7 @@ type Simulated struct {
 	// sees those after it registered for them.
 	opened  time.Time
 	ignored map[uint64]bool
+	ecc     eccBaseline
 }
 
 var _ Backend = (*Simulated)(nil)

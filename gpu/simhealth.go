@@ -75,6 +75,7 @@ func (s *Simulated) backendHealth(uuid string) (string, error) {
 		return mark, err
 	}
 	m, err := s.memoryErrors(uuid)
+	m.Uncorrectable = s.ecc.since(uuid, m.Uncorrectable)
 	return m.reason(), err
 }
 

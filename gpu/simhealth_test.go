@@ -101,29 +101,55 @@ func TestSimulatedIgnoredXIDs(t *testing.T) {
 }
 
 // What the memory says of itself is read at each listing, by every handle, whenever it opened
-// (the driver's counters), and clears with them.
+// (the driver's counters), and clears with them; uncorrectable errors count from a handle's
+// first reading, so a count a GPU already had when gpufrac started does not drain it.
 func TestSimulatedMemoryErrors(t *testing.T) {
 	s, devs := testutil.NewSim(t, "H100=80GiB")
 	uuid := devs[0].UUID
+	early := testutil.AttachSim(t, s.Dir())
+	if h := health(t, early); h[0] != "" {
+		t.Fatalf("a clean GPU: %q", h[0])
+	}
 	for _, tc := range []struct {
 		m    gpu.MemoryErrors
 		want string
 	}{
 		{gpu.MemoryErrors{RemapPending: true}, "row remapping pending: reset the GPU to apply it"},
 		{gpu.MemoryErrors{RemapFailed: true}, "row remapping failed"},
-		{gpu.MemoryErrors{Uncorrectable: 2}, "uncorrectable ECC errors since the driver loaded (2)"},
+		{gpu.MemoryErrors{Uncorrectable: 2}, "uncorrectable ECC errors since gpufrac started (2)"},
 	} {
 		if err := s.SetMemoryErrors(uuid, &tc.m); err != nil {
 			t.Fatal(err)
 		}
-		if h := health(t, testutil.AttachSim(t, s.Dir())); !strings.HasPrefix(h[0], tc.want) {
+		if h := health(t, early); !strings.HasPrefix(h[0], tc.want) {
 			t.Errorf("%+v: %q, want %q", tc.m, h[0], tc.want)
 		}
+		// A handle opened now sees the remapper's state, but errors counted before it are history.
+		late := health(t, testutil.AttachSim(t, s.Dir()))[0]
+		if tc.m.Uncorrectable > 0 && late != "" {
+			t.Errorf("%+v, a handle opened after the errors: %q, want the GPU in service", tc.m, late)
+		}
+		if tc.m.Uncorrectable == 0 && !strings.HasPrefix(late, tc.want) {
+			t.Errorf("%+v, a handle opened after: %q, want %q", tc.m, late, tc.want)
+		}
+	}
+	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(t, early); !strings.HasPrefix(h[0], "uncorrectable ECC errors since gpufrac started (3)") {
+		t.Errorf("one more error: %q", h[0])
 	}
 	if err := s.SetMemoryErrors(uuid, nil); err != nil {
 		t.Fatal(err)
 	}
-	if h := health(t, s); h[0] != "" {
+	if h := health(t, early); h[0] != "" {
 		t.Errorf("after the reset: %q, want the GPU in service", h[0])
+	}
+	// Counting starts again from the reset.
+	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(t, early); !strings.HasPrefix(h[0], "uncorrectable ECC errors since gpufrac started (1)") {
+		t.Errorf("an error after the reset: %q", h[0])
 	}
 }
