@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -167,12 +168,17 @@ func TestStagedJobMakesWayForTheFirstStagedJob(t *testing.T) {
 // nor unstaged and started again: what an H100 did before (leakers.sh, 2026-12-06).
 func TestStagedJobIsGrantedThroughADrainItHolds(t *testing.T) {
 	t.Parallel()
+	// The borrower goes past its cap only once the others hold their contexts: they are the
+	// clients the drain waits for, however slowly a loaded machine starts them.
+	marks := t.TempDir()
+	n1Mark, lateMark := filepath.Join(marks, "n1"), filepath.Join(marks, "late")
 	q := besideBig(t, map[string]queue.TemplateSpec{
 		"leak": {Name: "leak", PeakBytes: size.GiB},
 		"good": {Name: "good", PeakBytes: 20 * size.GiB, CapBytes: 30 * size.GiB},
 	},
-		simJob(t, "lk", "leak", "--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--outside-fence", "3GiB"),
-		simJob(t, "late", "good", "--first", "2MiB", "--settle", "200ms", "--peak", "20GiB", "--ramp", "50ms", "--hold", "300ms"))
+		simJob(t, "lk", "leak", "--after", n1Mark+","+lateMark, "--peak", "1GiB", "--ramp", "50ms", "--hold", "2s", "--outside-fence", "3GiB"),
+		simJob(t, "late", "good", "--mark", lateMark, "--first", "2MiB", "--settle", "200ms", "--peak", "20GiB", "--ramp", "50ms", "--hold", "300ms"))
+	q.Jobs[0].Command = append(q.Jobs[0].Command, "--mark", n1Mark) // besideBig puts n1 first
 	o := stagingOptions(t, 2)
 	o.Mode = policy.ModeMPS
 	var out strings.Builder
