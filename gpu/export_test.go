@@ -24,3 +24,18 @@ const (
 	SimDefaultPowerLimit = simDefaultPowerLimit
 	SimSensorsFile       = simSensorsFile
 )
+
+// watchedGPUs is how many GPUs b's event watch registered: 0 for a backend without one.
+func watchedGPUs(b Backend) int {
+	w, ok := b.(interface{ watchedGPUs() int })
+	if !ok {
+		return 0
+	}
+	return w.watchedGPUs()
+}
+
+// WatchesEvents says whether b registered a GPU for XID and ECC events; GPUTests whether this is
+// the GPU machine (GPUFRAC_GPU_TESTS=1).
+func WatchesEvents(b Backend) bool { return watchedGPUs(b) > 0 }
+
+var GPUTests = gpuTests

@@ -75,6 +75,15 @@ func NewNVMLWith(logger hclog.Logger, health HealthOptions) (b Backend, err erro
 	return nb, nil
 }
 
+// watchedGPUs is how many GPUs the event watch registered, 0 without a watch (the GPU tests say
+// which health the backend can see).
+func (n *nvmlBackend) watchedGPUs() int {
+	if n.watch == nil {
+		return 0
+	}
+	return len(n.watch.uuids) // written only before the watch started
+}
+
 func initHint(ret nvml.Return) string {
 	switch ret {
 	case nvml.ERROR_LIBRARY_NOT_FOUND:

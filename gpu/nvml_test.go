@@ -39,10 +39,10 @@ func TestNewNVML(t *testing.T) {
 	if len(devs) == 0 {
 		t.Fatalf("no GPUs listed")
 	}
-	if w := b.(*nvmlBackend).watch; w == nil {
+	if n := watchedGPUs(b); n == 0 {
 		t.Log("no GPU reports XID or ECC events: health comes from queries alone")
 	} else {
-		t.Logf("watching the XID and ECC events of %d GPU(s)", len(w.uuids))
+		t.Logf("watching the XID and ECC events of %d GPU(s)", n)
 	}
 	for _, d := range devs {
 		t.Logf("GPU %d: %s %s %s bus %s healthy=%v %s", d.Index, d.UUID, d.Model, d.MemoryBytes, d.PCIBusID, d.Healthy, d.HealthReason)

@@ -1,17 +1,18 @@
 //go:build linux && cgo
 
-package gpu
+package gpu_test
 
 import (
-	"bytes"
 	"context"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/gpufrac/gpufrac/gpu"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 )
 
 // faultKernel dereferences an address no allocation holds: the driver tears the context down
@@ -26,40 +27,23 @@ except Exception as e:
     print("faulted:", e)
 `
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // On the GPU machine, a program that faults its own context raises an application XID, which
 // reaches the event watch of another process and leaves the GPU in service: a tenant cannot
 // take a shared GPU out by crashing itself. It is the one XID a test can raise without harm.
 func TestNVMLApplicationXIDLeavesTheGPUInService(t *testing.T) {
-	if !gpuTests {
+	if !gpu.GPUTests {
 		t.Skip("GPUFRAC_GPU_TESTS=1 runs this on a GPU machine")
 	}
 	if exec.Command("python3", "-c", "import cupy").Run() != nil {
 		t.Skip("no python3 with CuPy to raise the XID")
 	}
-	var logs lockedBuffer
-	b, err := NewNVMLWith(hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug}), HealthOptions{})
+	var logs testutil.Buffer
+	b, err := gpu.NewNVMLWith(hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Debug}), gpu.HealthOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if b.(*nvmlBackend).watch == nil {
+	if !gpu.WatchesEvents(b) {
 		t.Skip("no GPU here reports XID events")
 	}
 	out, _ := exec.Command("python3", "-c", faultKernel).CombinedOutput()
