@@ -75,8 +75,13 @@ func (s *Simulated) backendHealth(uuid string) (string, error) {
 		return mark, err
 	}
 	m, err := s.memoryErrors(uuid)
+	if err != nil {
+		// Not a reading of 0: that would start a new baseline, and the count the GPU had all
+		// along would drain it at the next good reading (the NVML backend returns here too).
+		return "", err
+	}
 	m.Uncorrectable = s.ecc.since(uuid, m.Uncorrectable)
-	return m.reason(), err
+	return m.reason(), nil
 }
 
 // eventMark is the first mark of the events raised on uuid since this handle opened.

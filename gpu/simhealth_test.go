@@ -3,6 +3,8 @@ package gpu_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -151,5 +153,39 @@ func TestSimulatedMemoryErrors(t *testing.T) {
 	}
 	if h := health(t, early); !strings.HasPrefix(h[0], "uncorrectable ECC errors since gpufrac started (1)") {
 		t.Errorf("an error after the reset: %q", h[0])
+	}
+}
+
+// A listing that cannot read the memory's state says so and leaves the count of uncorrectable
+// errors where it was: the errors the GPU had when the handle first read them stay history
+// once the state reads again, as the NVML backend keeps its baseline when a query fails.
+func TestSimulatedMemoryErrorsUnreadableKeepsTheBaseline(t *testing.T) {
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	uuid := devs[0].UUID
+	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 5}); err != nil {
+		t.Fatal(err)
+	}
+	b := testutil.AttachSim(t, s.Dir())
+	if h := health(t, b); h[0] != "" {
+		t.Fatalf("5 errors from before the handle opened: %q, want the GPU in service", h[0])
+	}
+	path := filepath.Join(s.Dir(), uuid, "memory-errors")
+	if err := os.WriteFile(path, []byte("garbled\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(t, b); !strings.HasPrefix(h[0], "cannot read simulated health: ") {
+		t.Fatalf("an unreadable memory state: %q, want the GPU out of service saying so", h[0])
+	}
+	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(t, b); h[0] != "" {
+		t.Errorf("the same 5 errors readable again: %q, want the GPU in service (no error since the first reading)", h[0])
+	}
+	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 6}); err != nil {
+		t.Fatal(err)
+	}
+	if h := health(t, b); !strings.HasPrefix(h[0], "uncorrectable ECC errors since gpufrac started (1)") {
+		t.Errorf("one error after the first reading: %q, want it counted alone", h[0])
 	}
 }
