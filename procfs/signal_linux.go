@@ -16,14 +16,17 @@ import (
 // So the signal goes through a pidfd, which names one process for good, and the start time is
 // checked after the pidfd is open: a match then means the pidfd is the process that was read.
 // A process gone, or replaced by a later one, gives ESRCH, which callers take as "already
-// stopped". Kernels before 5.3 have no pidfd; there the check and the kill are two steps.
+// stopped". Kernels before 5.3 have no pidfd, and a seccomp profile older than the call (a
+// container runtime's) refuses it; there the check and the kill are two steps.
 func Signal(pid int, startTicks uint64, sig syscall.Signal) error {
 	if pid <= 0 {
 		return fmt.Errorf("signal %s: pid %d names no single process", sig, pid)
 	}
 	fd, err := unix.PidfdOpen(pid, 0)
 	switch {
-	case errors.Is(err, unix.ENOSYS):
+	// pidfd_open itself never fails with EPERM (it checks no permission): that errno comes from
+	// a seccomp filter, as ENOSYS does from one that answers so or from an old kernel.
+	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
 		if startTicks != 0 && !Same(Linux(""), pid, startTicks) {
 			return syscall.ESRCH
 		}
