@@ -135,24 +135,21 @@ func TestSimulatedMemoryErrors(t *testing.T) {
 			t.Errorf("%+v, a handle opened after: %q, want %q", tc.m, late, tc.want)
 		}
 	}
-	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if h := health(t, early); !strings.HasPrefix(h[0], "uncorrectable ECC errors since gpufrac started (3)") {
-		t.Errorf("one more error: %q", h[0])
-	}
-	if err := s.SetMemoryErrors(uuid, nil); err != nil {
-		t.Fatal(err)
-	}
-	if h := health(t, early); h[0] != "" {
-		t.Errorf("after the reset: %q, want the GPU in service", h[0])
-	}
+	pinMemory(t, s, early, uuid, &gpu.MemoryErrors{Uncorrectable: 3}, "uncorrectable ECC errors since gpufrac started (3)")
+	pinMemory(t, s, early, uuid, nil, "") // the reset
 	// Counting starts again from the reset.
-	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 1}); err != nil {
+	pinMemory(t, s, early, uuid, &gpu.MemoryErrors{Uncorrectable: 1}, "uncorrectable ECC errors since gpufrac started (1)")
+}
+
+// pinMemory pins uuid's memory state to m (nil: a clean memory) and wants b's next listing of the
+// GPU to begin with want ("": in service).
+func pinMemory(t *testing.T, s, b *gpu.Simulated, uuid string, m *gpu.MemoryErrors, want string) {
+	t.Helper()
+	if err := s.SetMemoryErrors(uuid, m); err != nil {
 		t.Fatal(err)
 	}
-	if h := health(t, early); !strings.HasPrefix(h[0], "uncorrectable ECC errors since gpufrac started (1)") {
-		t.Errorf("an error after the reset: %q", h[0])
+	if h := health(t, b)[0]; (want == "" && h != "") || !strings.HasPrefix(h, want) {
+		t.Errorf("memory %+v: %q, want %q", m, h, want)
 	}
 }
 
@@ -176,16 +173,8 @@ func TestSimulatedMemoryErrorsUnreadableKeepsTheBaseline(t *testing.T) {
 	if h := health(t, b); !strings.HasPrefix(h[0], "cannot read simulated health: ") {
 		t.Fatalf("an unreadable memory state: %q, want the GPU out of service saying so", h[0])
 	}
-	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 5}); err != nil {
-		t.Fatal(err)
-	}
-	if h := health(t, b); h[0] != "" {
-		t.Errorf("the same 5 errors readable again: %q, want the GPU in service (no error since the first reading)", h[0])
-	}
-	if err := s.SetMemoryErrors(uuid, &gpu.MemoryErrors{Uncorrectable: 6}); err != nil {
-		t.Fatal(err)
-	}
-	if h := health(t, b); !strings.HasPrefix(h[0], "uncorrectable ECC errors since gpufrac started (1)") {
-		t.Errorf("one error after the first reading: %q, want it counted alone", h[0])
-	}
+	// The same 5 errors readable again: none since the first reading.
+	pinMemory(t, s, b, uuid, &gpu.MemoryErrors{Uncorrectable: 5}, "")
+	// One error after the first reading is counted alone.
+	pinMemory(t, s, b, uuid, &gpu.MemoryErrors{Uncorrectable: 6}, "uncorrectable ECC errors since gpufrac started (1)")
 }
