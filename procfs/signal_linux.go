@@ -27,15 +27,12 @@ func Signal(pid int, startTicks uint64, sig syscall.Signal) error {
 	// pidfd_open itself never fails with EPERM (it checks no permission): that errno comes from
 	// a seccomp filter, as ENOSYS does from one that answers so or from an old kernel.
 	case errors.Is(err, unix.ENOSYS), errors.Is(err, unix.EPERM):
-		if startTicks != 0 && !Same(Linux(""), pid, startTicks) {
-			return syscall.ESRCH
-		}
-		return syscall.Kill(pid, sig)
+		return signalChecked(pid, startTicks, sig)
 	case err != nil:
 		return err
 	}
 	defer unix.Close(fd)
-	if startTicks != 0 && !Same(Linux(""), pid, startTicks) {
+	if replaced(pid, startTicks) {
 		return syscall.ESRCH
 	}
 	return unix.PidfdSendSignal(fd, sig, nil, 0)

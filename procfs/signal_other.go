@@ -7,8 +7,5 @@ import "syscall"
 // Signal sends sig to the process pid that started at startTicks (0: whichever holds pid now).
 // Without pidfds the check and the kill are two steps.
 func Signal(pid int, startTicks uint64, sig syscall.Signal) error {
-	if startTicks != 0 && !Same(Linux(""), pid, startTicks) {
-		return syscall.ESRCH
-	}
-	return syscall.Kill(pid, sig)
+	return signalChecked(pid, startTicks, sig)
 }
