@@ -27,6 +27,12 @@ type Device struct {
 	HealthReason string // why Healthy is false; empty when healthy
 }
 
+// SameHealth says whether d and o report the same health, reason included: a health look (the
+// plugin's, gpufrac run's) acts when a GPU's changed.
+func (d Device) SameHealth(o Device) bool {
+	return d.Healthy == o.Healthy && d.HealthReason == o.HealthReason
+}
+
 // Process is one process holding memory on a GPU. PIDs are host PIDs.
 type Process struct {
 	PID       int

@@ -63,7 +63,7 @@ func healthUpdate(last, devs []gpu.Device) (next, changed []gpu.Device) {
 	for i, was := range last {
 		next[i] = was
 		d, ok := now[was.UUID]
-		if !ok || (d.Healthy == was.Healthy && d.HealthReason == was.HealthReason) {
+		if !ok || d.SameHealth(was) {
 			continue
 		}
 		next[i].Healthy, next[i].HealthReason = d.Healthy, d.HealthReason

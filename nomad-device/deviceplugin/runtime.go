@@ -228,7 +228,7 @@ func (rt *runtime) healthChanged() bool {
 		}
 		n++
 		was, ok := rt.devices[d.UUID]
-		if !ok || was.Healthy != d.Healthy || was.HealthReason != d.HealthReason {
+		if !ok || !was.SameHealth(d) {
 			return true
 		}
 	}
