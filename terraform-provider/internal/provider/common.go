@@ -41,16 +41,17 @@ func isNotFound(err error) bool {
 // settleModifyIndex decides the planned modify_index. The framework marks it unknown whenever
 // the proposed state differs from the prior one, which includes a size merely spelled another
 // way; once plan modifiers have put the prior spellings back, an unchanged object must plan no
-// write at all. planned and prior are pointers to the same model type.
-func settleModifyIndex[M any](planned, prior *M, index func(*M) *types.Int64) {
+// write at all. planned and prior are pointers to the same model type; same says whether
+// planned stores what prior does (modelsEqual where every attribute is stored).
+func settleModifyIndex[M any](planned, prior *M, index func(*M) *types.Int64, same func(planned, prior *M) bool) {
 	*index(planned) = *index(prior)
-	if !modelsEqual(planned, prior) {
+	if !same(planned, prior) {
 		*index(planned) = types.Int64Unknown()
 	}
 }
 
 // modelsEqual compares two models attribute by attribute with semEqual.
-func modelsEqual(a, b any) bool {
+func modelsEqual[M any](a, b *M) bool {
 	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
 	for i := 0; i < va.NumField(); i++ {
 		x, ok1 := va.Field(i).Interface().(attr.Value)

@@ -175,7 +175,7 @@ func (r *policyResource) ModifyPlan(ctx context.Context, req resource.ModifyPlan
 		if semEqual(m.Sizing, prior.Sizing) {
 			m.Sizing = prior.Sizing
 		}
-		settleModifyIndex(&m, &prior, func(x *policyModel) *types.Int64 { return &x.ModifyIndex })
+		settleModifyIndex(&m, &prior, func(x *policyModel) *types.Int64 { return &x.ModifyIndex }, modelsEqual[policyModel])
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &m)...)
 }

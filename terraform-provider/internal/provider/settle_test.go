@@ -53,7 +53,7 @@ func TestSettleModifyIndexComparesNumbersAsFloat64(t *testing.T) {
 			prior.CapMarginPercent = stateFloat(t, tt.statePct)
 			planned.ModifyIndex = types.Int64Unknown()
 
-			settleModifyIndex(&planned, &prior, func(x *policyModel) *types.Int64 { return &x.ModifyIndex })
+			settleModifyIndex(&planned, &prior, func(x *policyModel) *types.Int64 { return &x.ModifyIndex }, modelsEqual[policyModel])
 			if got := planned.ModifyIndex.IsUnknown(); got != tt.wantUnknown {
 				t.Errorf("planned modify_index %s: unknown = %v, want %v (unknown plans a write)", planned.ModifyIndex, got, tt.wantUnknown)
 			}

@@ -167,10 +167,8 @@ func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 		// them and the policy, and policy_sizing is not stored at all. A plan that changes only
 		// those (a policy changed here or elsewhere) records them in state and writes nothing
 		// (see Update): it neither wakes the plugin nor collides with a probe writing the variable.
-		m.ModifyIndex = prior.ModifyIndex
-		if !m.storesSameAs(*prior) {
-			m.ModifyIndex = types.Int64Unknown()
-		}
+		settleModifyIndex(&m, prior, func(x *templateModel) *types.Int64 { return &x.ModifyIndex },
+			func(planned, prior *templateModel) bool { return planned.storesSameAs(*prior) })
 	}
 	resp.Diagnostics.Append(resp.Plan.Set(ctx, &m)...)
 }
