@@ -303,27 +303,31 @@ func (s *Simulated) Devices(ctx context.Context) ([]Device, error) {
 	}
 	out := slices.DeleteFunc(slices.Clone(s.devices), func(d Device) bool { return s.lost(d.UUID) != nil })
 	for i := range out {
-		reason, err := os.ReadFile(filepath.Join(s.dir, out[i].UUID, "health"))
-		if err == nil {
-			out[i].Healthy = false
-			out[i].HealthReason = strings.TrimSpace(string(reason))
-			if out[i].HealthReason == "" {
-				out[i].HealthReason = "simulated fault"
-			}
-		} else if !errors.Is(err, os.ErrNotExist) {
-			out[i].Healthy = false
-			out[i].HealthReason = "cannot read simulated health: " + err.Error()
+		reason, err := s.health(out[i].UUID)
+		if err != nil {
+			reason = "cannot read simulated health: " + err.Error()
 		}
-		if !out[i].Healthy {
-			continue
-		}
-		if reason, err := s.backendHealth(out[i].UUID); err != nil {
-			out[i].Healthy, out[i].HealthReason = false, "cannot read simulated health: "+err.Error()
-		} else if reason != "" {
+		if reason != "" {
 			out[i].Healthy, out[i].HealthReason = false, reason
 		}
 	}
 	return out, nil
+}
+
+// health is why GPU uuid is out of service, or "": a fault pinned with SetHealth first, then
+// what the NVML backend's rules make of its events and its memory (backendHealth).
+func (s *Simulated) health(uuid string) (string, error) {
+	reason, err := os.ReadFile(filepath.Join(s.dir, uuid, "health"))
+	switch {
+	case err == nil:
+		if r := strings.TrimSpace(string(reason)); r != "" {
+			return r, nil
+		}
+		return "simulated fault", nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", err
+	}
+	return s.backendHealth(uuid)
 }
 
 // MemoryUsed implements Backend: the sum of live processes plus SimDriverReserve.
