@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/record"
 )
 
@@ -28,25 +29,41 @@ type Events struct {
 }
 
 // event is a GPU-wide event and, for a neighbour over its cap, the violator's reservation,
-// whose own failure is not collateral.
+// whose own failure is not collateral. byBackend: the GPU backend's verdict, not the
+// enforcer's mark; each one's return to health ends only its own.
 type event struct {
 	record.GPUEvent
-	token string
+	token     string
+	byBackend bool
 }
 
 // Note records a gpu-health event at its time (the caller stamps one that came without).
 func (g *Events) Note(ev enforcer.Event, index int) {
-	t := ev.Time
+	g.health(ev.GPU, index, ev.Stage == enforcer.StageHealthy, ev.Message, ev.Time, false)
+}
+
+// Backend records a change of a GPU's health by the GPU backend (a critical XID, a double-bit
+// ECC error, a row remapping that waits for a reset). The window opens at the event's time
+// where the backend gives one, else at now: a look notices the mark later than the fault
+// that a job failed of, and the fault's own time is what places the failure inside it.
+func (g *Events) Backend(d gpu.Device, index int, now time.Time) {
+	at := now
+	if !d.EventAt.IsZero() && d.EventAt.Before(now) {
+		at = d.EventAt
+	}
+	g.health(d.UUID, index, d.Healthy, d.HealthReason, at, true)
+}
+
+func (g *Events) health(gpu string, index int, healthy bool, reason string, t time.Time, byBackend bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	switch ev.Stage {
-	case enforcer.StageUnhealthy:
-		g.list = append(g.list, event{GPUEvent: record.GPUEvent{GPU: ev.GPU, GPUIndex: index, Reason: ev.Message, Start: t}})
-	case enforcer.StageHealthy:
-		for i := range g.list {
-			if g.list[i].GPU == ev.GPU && g.list[i].End.IsZero() {
-				g.list[i].End = t
-			}
+	if !healthy {
+		g.list = append(g.list, event{GPUEvent: record.GPUEvent{GPU: gpu, GPUIndex: index, Reason: reason, Start: t}, byBackend: byBackend})
+		return
+	}
+	for i := range g.list {
+		if e := &g.list[i]; e.GPU == gpu && e.End.IsZero() && e.byBackend == byBackend {
+			e.End = t
 		}
 	}
 }

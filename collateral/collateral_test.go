@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer"
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/record"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -32,6 +33,44 @@ func TestGPUEventsCovering(t *testing.T) {
 		{"started after the mark was cleared", "A", 20.2, 20.5, ""},
 		{"another GPU", "B", 5, 12, ""},
 		{"mark still set at the end", "A", 30, 45, "forced"},
+	}
+	for _, c := range cases {
+		e, ok := g.Covering(c.gpu, "", false, at(c.start), at(c.end), after)
+		if got := map[bool]string{true: e.Reason, false: ""}[ok]; got != c.want {
+			t.Errorf("%s: covered by %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// The backend's verdict opens its window at the fault's own time, not at the look that noticed
+// it a second later, so a job that died of an XID before the look is explained; and a return
+// to health by one source (the backend, the enforcer) ends only that source's window.
+func TestBackendHealthCovering(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	var g Events
+	// XID 79 at 10 s, noticed by a look at 11 s.
+	g.Backend(gpu.Device{UUID: "A", HealthReason: "XID 79", EventAt: at(10)}, 0, at(11))
+	// A row remapping with no event time, noticed at 30 s, over at 40 s; the enforcer's mark
+	// of the same GPU from 35 s outlives it.
+	g.Backend(gpu.Device{UUID: "B", HealthReason: "row remapping pending"}, 1, at(30))
+	g.Note(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "unhealthy", GPU: "B", Time: at(35), Message: "GPU processes cannot be read"}, 1)
+	g.Backend(gpu.Device{UUID: "B", Healthy: true}, 1, at(40))
+	// An event time after the look (clocks apart) is not trusted past the look.
+	g.Backend(gpu.Device{UUID: "C", HealthReason: "XID 48", EventAt: at(80)}, 2, at(60))
+	after := time.Second
+	cases := []struct {
+		name       string
+		gpu        string
+		start, end float64
+		want       string
+	}{
+		{"died of the XID before the look noticed it", "A", 5, 10.1, "XID 79"},
+		{"died well before the XID", "A", 5, 9, ""},
+		{"started after the XID, before the look", "A", 10.5, 12, "XID 79"},
+		{"failed while the remapping waited", "B", 25, 31, "row remapping pending"},
+		{"failed after the remapping's end, inside the enforcer's mark", "B", 36, 50, "GPU processes cannot be read"},
+		{"the look's time bounds an event time from the future", "C", 55, 60.1, "XID 48"},
 	}
 	for _, c := range cases {
 		e, ok := g.Covering(c.gpu, "", false, at(c.start), at(c.end), after)

@@ -25,6 +25,10 @@ type Device struct {
 	Minor        int
 	Healthy      bool
 	HealthReason string // why Healthy is false; empty when healthy
+	// EventAt is when the event that took the GPU out of service came (a critical XID, a
+	// double-bit ECC error); zero when no event did. An event's mark lasts as long as the
+	// process that saw it, and a job that failed at about that time failed with its GPU.
+	EventAt time.Time
 }
 
 // SameHealth says whether d and o report the same health, reason included: a health look (the

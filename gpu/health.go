@@ -177,27 +177,40 @@ func xidSet(codes []uint64) map[uint64]bool {
 // it is the fault that took the GPU out, and the ones after it are often its consequences.
 type healthMarks struct {
 	mu     sync.Mutex
-	byUUID map[string]string
+	byUUID map[string]eventMark
 }
 
-// set records reason for uuid unless the GPU already has a mark; true when it was recorded.
-func (m *healthMarks) set(uuid, reason string) bool {
+// eventMark is why an event took a GPU out of service, and when the event came.
+type eventMark struct {
+	reason string
+	at     time.Time
+}
+
+// set records m for uuid unless the GPU already has a mark; true when it was recorded.
+func (m *healthMarks) set(uuid string, mark eventMark) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.byUUID[uuid]; ok {
 		return false
 	}
 	if m.byUUID == nil {
-		m.byUUID = map[string]string{}
+		m.byUUID = map[string]eventMark{}
 	}
-	m.byUUID[uuid] = reason
+	m.byUUID[uuid] = mark
 	return true
 }
 
-func (m *healthMarks) get(uuid string) string {
+func (m *healthMarks) get(uuid string) eventMark {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.byUUID[uuid]
+}
+
+// apply takes d out of service for mark, if it is one.
+func (mark eventMark) apply(d *Device) {
+	if mark.reason != "" {
+		d.Healthy, d.HealthReason, d.EventAt = false, mark.reason, mark.at
+	}
 }
 
 // MemoryErrors is what a GPU's memory says of itself when asked (no event carries it).

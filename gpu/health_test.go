@@ -131,16 +131,17 @@ func TestMemoryErrorsReason(t *testing.T) {
 
 func TestHealthMarksKeepTheFirst(t *testing.T) {
 	var m healthMarks
-	if m.get("GPU-a") != "" {
+	if m.get("GPU-a") != (eventMark{}) {
 		t.Fatal("a mark before any event")
 	}
-	if !m.set("GPU-a", "XID 48") || m.set("GPU-a", "XID 79") {
+	first := eventMark{reason: "XID 48", at: time.Unix(100, 0)}
+	if !m.set("GPU-a", first) || m.set("GPU-a", eventMark{reason: "XID 79", at: time.Unix(101, 0)}) {
 		t.Fatal("set did not say which mark it recorded")
 	}
-	if got := m.get("GPU-a"); got != "XID 48" {
-		t.Fatalf("mark %q, want the first one", got)
+	if got := m.get("GPU-a"); got != first {
+		t.Fatalf("mark %+v, want the first one", got)
 	}
-	if m.get("GPU-b") != "" {
+	if m.get("GPU-b") != (eventMark{}) {
 		t.Fatal("another GPU's mark leaked")
 	}
 }

@@ -189,12 +189,12 @@ func (w *eventWatch) handle(uuid string, eventType, data uint64) {
 	case reason == "":
 		w.logger.Warn("critical XID the configuration ignores: the GPU stays in service", "gpu", uuid, "xid", ev.XID,
 			"what", XIDName(ev.XID))
-	case w.marks.set(uuid, reason):
+	case w.marks.set(uuid, eventMark{reason: reason, at: ev.At}):
 		w.logger.Error("GPU marked unhealthy: nothing new is placed on it until it is reset and gpufrac restarts",
 			"gpu", uuid, "reason", reason)
 	default:
 		w.logger.Warn("another critical event on a GPU already marked unhealthy", "gpu", uuid, "event", reason,
-			"mark", w.marks.get(uuid))
+			"mark", w.marks.get(uuid).reason)
 	}
 }
 

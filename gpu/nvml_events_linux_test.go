@@ -98,7 +98,7 @@ func TestEventWatchLoop(t *testing.T) {
 	send(gpu0, nvml.EventTypeXidCriticalError, 31)
 	send(gpu0, nvml.EventTypeXidCriticalError, 92)
 	send(gpu1, nvml.EventTypePState, 0)
-	if m := marks.get("GPU-0"); m != "" {
+	if m := marks.get("GPU-0").reason; m != "" {
 		t.Fatalf("GPU-0 marked %q after application XIDs and an ignored one", m)
 	}
 	send(gpu0, nvml.EventTypeXidCriticalError, 79)
@@ -114,10 +114,10 @@ func TestEventWatchLoop(t *testing.T) {
 	}
 	send(gpu1, nvml.EventTypePState, 0) // the loop lives on after failed Waits
 
-	if m := marks.get("GPU-0"); !strings.HasPrefix(m, "XID 79 at 2026-12-08T10:00:00Z: GPU has fallen off the bus") {
+	if m := marks.get("GPU-0").reason; !strings.HasPrefix(m, "XID 79 at 2026-12-08T10:00:00Z: GPU has fallen off the bus") {
 		t.Errorf("GPU-0 mark %q, want the first critical XID's (79), not the later 48", m)
 	}
-	if m := marks.get("GPU-1"); !strings.HasPrefix(m, "double-bit ECC error at 2026-12-08T10:00:00Z") {
+	if m := marks.get("GPU-1").reason; !strings.HasPrefix(m, "double-bit ECC error at 2026-12-08T10:00:00Z") {
 		t.Errorf("GPU-1 mark %q, want the double-bit ECC error", m)
 	}
 

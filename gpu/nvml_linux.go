@@ -175,8 +175,8 @@ func (n *nvmlBackend) describe(i int) Device {
 	if !d.Healthy {
 		return d // the memory queries would only cost time: the GPU is out of service already
 	}
-	if mark := n.marks.get(uuid); mark != "" {
-		d.Healthy, d.HealthReason = false, mark
+	if mark := n.marks.get(uuid); mark.reason != "" {
+		mark.apply(&d)
 		return d
 	}
 	m, what, ret := memoryErrors(h)

@@ -303,29 +303,27 @@ func (s *Simulated) Devices(ctx context.Context) ([]Device, error) {
 	}
 	out := slices.DeleteFunc(slices.Clone(s.devices), func(d Device) bool { return s.lost(d.UUID) != nil })
 	for i := range out {
-		reason, err := s.health(out[i].UUID)
+		mark, err := s.health(out[i].UUID)
 		if err != nil {
-			reason = "cannot read simulated health: " + err.Error()
+			mark = eventMark{reason: "cannot read simulated health: " + err.Error()}
 		}
-		if reason != "" {
-			out[i].Healthy, out[i].HealthReason = false, reason
-		}
+		mark.apply(&out[i])
 	}
 	return out, nil
 }
 
 // health is why GPU uuid is out of service, or "": a fault pinned with SetHealth first, then
 // what the NVML backend's rules make of its events and its memory (backendHealth).
-func (s *Simulated) health(uuid string) (string, error) {
+func (s *Simulated) health(uuid string) (eventMark, error) {
 	reason, err := os.ReadFile(filepath.Join(s.dir, uuid, "health"))
 	switch {
 	case err == nil:
 		if r := strings.TrimSpace(string(reason)); r != "" {
-			return r, nil
+			return eventMark{reason: r}, nil
 		}
-		return "simulated fault", nil
+		return eventMark{reason: "simulated fault"}, nil
 	case !errors.Is(err, os.ErrNotExist):
-		return "", err
+		return eventMark{}, err
 	}
 	return s.backendHealth(uuid)
 }

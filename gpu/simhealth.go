@@ -69,45 +69,45 @@ func b01(b bool) int {
 }
 
 // backendHealth is why GPU uuid is out of service by the rules the NVML backend applies (an
-// event's sticky mark first, then its memory), or "".
-func (s *Simulated) backendHealth(uuid string) (string, error) {
-	if mark, err := s.eventMark(uuid); err != nil || mark != "" {
+// event's sticky mark first, then its memory); no reason when it is in service.
+func (s *Simulated) backendHealth(uuid string) (eventMark, error) {
+	if mark, err := s.eventMark(uuid); err != nil || mark.reason != "" {
 		return mark, err
 	}
 	m, err := s.memoryErrors(uuid)
 	if err != nil {
 		// Not a reading of 0: that would start a new baseline, and the count the GPU had all
 		// along would drain it at the next good reading (the NVML backend returns here too).
-		return "", err
+		return eventMark{}, err
 	}
 	m.Uncorrectable = s.ecc.since(uuid, m.Uncorrectable)
-	return m.reason(), nil
+	return eventMark{reason: m.reason()}, nil
 }
 
 // eventMark is the first mark of the events raised on uuid since this handle opened.
-func (s *Simulated) eventMark(uuid string) (string, error) {
+func (s *Simulated) eventMark(uuid string) (eventMark, error) {
 	data, err := os.ReadFile(filepath.Join(s.dir, uuid, simEventsFile))
 	if errors.Is(err, os.ErrNotExist) {
-		return "", nil
+		return eventMark{}, nil
 	}
 	if err != nil {
-		return "", err
+		return eventMark{}, err
 	}
 	lines := strings.Split(string(data), "\n")
 	// The last piece is empty after the final newline, or a line a raiser is still writing.
 	for _, line := range lines[:len(lines)-1] {
 		ev, err := parseSimEvent(line)
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", simEventsFile, err)
+			return eventMark{}, fmt.Errorf("%s: %w", simEventsFile, err)
 		}
 		if ev.At.Before(s.opened) {
 			continue
 		}
-		if mark := markOf(ev, s.ignored); mark != "" {
-			return mark, nil
+		if reason := markOf(ev, s.ignored); reason != "" {
+			return eventMark{reason: reason, at: ev.At}, nil
 		}
 	}
-	return "", nil
+	return eventMark{}, nil
 }
 
 func parseSimEvent(line string) (HealthEvent, error) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
@@ -23,6 +24,9 @@ func health(t *testing.T, b *gpu.Simulated) []string {
 	for i, d := range devs {
 		if d.Healthy != (d.HealthReason == "") {
 			t.Fatalf("GPU %d: healthy %v with reason %q", i, d.Healthy, d.HealthReason)
+		}
+		if d.Healthy && !d.EventAt.IsZero() {
+			t.Fatalf("GPU %d: healthy, with an event's time %s", i, d.EventAt)
 		}
 		out[i] = d.HealthReason
 	}
@@ -46,13 +50,23 @@ func TestSimulatedXIDMarks(t *testing.T) {
 	if h := health(t, other); h[0] != "" || h[1] != "" {
 		t.Fatalf("after application XIDs: %q; want both GPUs in service", h)
 	}
+	before := time.Now()
 	if err := s.RaiseXID(g0, 79); err != nil {
 		t.Fatal(err)
 	}
+	raised := time.Now()
 	if err := s.RaiseXID(g0, 48); err != nil {
 		t.Fatal(err)
 	}
 	for name, b := range map[string]*gpu.Simulated{"the raising handle": s, "another process's": other} {
+		// The time of the event that marked the GPU says which failures it explains.
+		devs, err := b.Devices(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at := devs[0].EventAt; at.Before(before) || at.After(raised) {
+			t.Errorf("%s: GPU0's event at %s, want XID 79's, between %s and %s", name, at, before, raised)
+		}
 		h := health(t, b)
 		if !strings.HasPrefix(h[0], "XID 79 at ") || !strings.Contains(h[0], "GPU has fallen off the bus; kept until this gpufrac process restarts") {
 			t.Errorf("%s: GPU0 %q, want the first critical XID's mark (79)", name, h[0])

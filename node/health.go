@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
@@ -13,12 +14,22 @@ import (
 // went on admitting jobs onto a GPU that had fallen off the bus.
 const HealthPeriod = time.Second
 
-// watchHealth re-lists the GPUs every HealthPeriod and records in the ledger the health of those
-// Open listed, when one's health or reason changed, until ctx ends. A GPU that vanishes keeps
-// its last listing here (the enforcer reports it: its processes cannot be read), and one that
-// appears is not taken on: the run chose its GPUs at its start.
-func (n *Node) watchHealth(ctx context.Context, b gpu.Backend, last []gpu.Device) {
-	t := time.NewTicker(HealthPeriod)
+// healthLook is what the looks at the backend's health share: the listing the last one
+// recorded, and who hears of a change.
+type healthLook struct {
+	mu sync.Mutex
+	// last is the backend's listing as the ledger has it, for the GPUs Open listed.
+	last []gpu.Device
+	// onChange hears of each GPU whose health changed (Options.OnHealth), after the ledger
+	// recorded it.
+	onChange func(gpu.Device)
+	// every is the period of Start's looks (HealthPeriod unless Options.HealthPeriod).
+	every time.Duration
+}
+
+// watchHealth looks at the backend's health every period until ctx ends.
+func (n *Node) watchHealth(ctx context.Context) {
+	t := time.NewTicker(n.health.every)
 	defer t.Stop()
 	for {
 		select {
@@ -26,28 +37,47 @@ func (n *Node) watchHealth(ctx context.Context, b gpu.Backend, last []gpu.Device
 			return
 		case <-t.C:
 		}
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		devs, err := b.Devices(lctx)
-		cancel()
-		if err != nil {
-			continue // the enforcer reports a backend it cannot read
+		n.LookHealth(ctx)
+	}
+}
+
+// LookHealth lists the GPUs now and records in the ledger the health of those Open listed,
+// when one's health or reason changed, then hands each changed GPU to Options.OnHealth. Start
+// looks every HealthPeriod; a caller that must know the health of this instant (a job has
+// just failed: with its GPU?) looks itself rather than wait for the next look. A GPU that
+// vanishes keeps its last listing here (the enforcer reports it: its processes cannot be
+// read), and one that appears is not taken on: the node chose its GPUs when it opened. Only a
+// node Open built looks; for others it does nothing.
+func (n *Node) LookHealth(ctx context.Context) {
+	if n.backend == nil {
+		return
+	}
+	n.health.mu.Lock()
+	defer n.health.mu.Unlock()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	devs, err := n.backend.Devices(lctx)
+	cancel()
+	if err != nil {
+		return // the enforcer reports a backend it cannot read
+	}
+	next, changed := healthUpdate(n.health.last, devs)
+	if len(changed) == 0 {
+		return
+	}
+	if err := SyncGPUs(n.led, next, nil); err != nil {
+		n.log.Error("recording the GPU backend's health in the ledger failed", "error", err)
+		return
+	}
+	n.health.last = next
+	for _, d := range changed {
+		if d.Healthy {
+			n.log.Info("GPU healthy again by the GPU backend", "gpu", d.UUID, "index", d.Index)
+		} else {
+			n.log.Error("GPU unhealthy by the GPU backend: nothing new is admitted on it", "gpu", d.UUID, "index", d.Index,
+				"reason", d.HealthReason)
 		}
-		next, changed := healthUpdate(last, devs)
-		if len(changed) == 0 {
-			continue
-		}
-		if err := SyncGPUs(n.led, next, nil); err != nil {
-			n.log.Error("recording the GPU backend's health in the ledger failed", "error", err)
-			continue
-		}
-		last = next
-		for _, d := range changed {
-			if d.Healthy {
-				n.log.Info("GPU healthy again by the GPU backend", "gpu", d.UUID, "index", d.Index)
-			} else {
-				n.log.Error("GPU unhealthy by the GPU backend: nothing new is admitted on it", "gpu", d.UUID, "index", d.Index,
-					"reason", d.HealthReason)
-			}
+		if n.health.onChange != nil {
+			n.health.onChange(d)
 		}
 	}
 }
@@ -66,7 +96,7 @@ func healthUpdate(last, devs []gpu.Device) (next, changed []gpu.Device) {
 		if !ok || d.SameHealth(was) {
 			continue
 		}
-		next[i].Healthy, next[i].HealthReason = d.Healthy, d.HealthReason
+		next[i].Healthy, next[i].HealthReason, next[i].EventAt = d.Healthy, d.HealthReason, d.EventAt
 		changed = append(changed, next[i])
 	}
 	return next, changed

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
@@ -56,5 +57,46 @@ func TestStartedNodeFollowsTheBackendsHealth(t *testing.T) {
 	}
 	if _, err := n.Admit(ctx, node.Request{GPU: good, Cap: size.GiB}); err != nil {
 		t.Errorf("Admit on the GPU whose tenant faulted its own context: %v", err)
+	}
+}
+
+// A look on demand sees a fault at once, without waiting for the watch's next look, and hands
+// each change to OnHealth with the event's time; a look that finds nothing new hands nothing.
+func TestLookHealthReportsAChangeOnce(t *testing.T) {
+	sim, devs := testutil.NewSim(t, "H100=80GiB", "H100=80GiB")
+	ctx := context.Background()
+	var heard []gpu.Device
+	n, err := node.Open(ctx, node.Options{Backend: sim, Policy: policy.Default(), Enforce: true,
+		OnHealth: func(d gpu.Device) { heard = append(heard, d) },
+		// The watch would look too, from its own goroutine: only the look on demand may see it.
+		HealthPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	n.Start()
+	bad := devs[1].UUID
+	before := time.Now()
+	if err := sim.RaiseXID(bad, 48); err != nil {
+		t.Fatal(err)
+	}
+	raised := time.Now()
+	n.LookHealth(ctx)
+	if len(heard) != 1 || heard[0].UUID != bad || heard[0].Healthy || !strings.HasPrefix(heard[0].HealthReason, "XID 48 at ") {
+		t.Fatalf("OnHealth heard %+v; want GPU1 unhealthy by XID 48", heard)
+	}
+	if at := heard[0].EventAt; at.Before(before) || at.After(raised) {
+		t.Errorf("the change's event time %s, want the XID's, between %s and %s", at, before, raised)
+	}
+	if st, _ := n.Ledger().State(bad); st.Healthy {
+		t.Error("the ledger still has GPU1 healthy after the look")
+	}
+	n.LookHealth(ctx)
+	if len(heard) != 1 {
+		t.Errorf("a second look with nothing new handed %+v", heard[1:])
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -96,6 +97,11 @@ type Options struct {
 	Enforcer EnforcerConfig
 	// Node is the admission's configuration; its Borrow is set from Enforcer.Borrow.
 	Node Config
+	// OnHealth hears of each GPU whose health by the backend changed, after the ledger recorded
+	// it (LookHealth); called from the look's goroutine, one GPU at a time.
+	OnHealth func(gpu.Device)
+	// HealthPeriod is how often Start looks at the backend's health; 0 is HealthPeriod.
+	HealthPeriod time.Duration
 }
 
 // Opened is a node Open built, with what opening it found.
@@ -155,7 +161,11 @@ func Open(ctx context.Context, o Options) (*Opened, error) {
 	}
 	n := New(led, e, cfg)
 	n.own, n.closeLedger = enf, true
-	n.backend, n.devices = o.Backend, devs
+	n.backend = o.Backend
+	n.health.last, n.health.onChange, n.health.every = devs, o.OnHealth, o.HealthPeriod
+	if n.health.every <= 0 {
+		n.health.every = HealthPeriod
+	}
 	return &Opened{Node: n, Devices: devs, Released: gone, LeftBehind: stopped}, nil
 }
 
@@ -186,7 +196,7 @@ func (n *Node) Start() {
 	}()
 	go func() {
 		defer n.wg.Done()
-		n.watchHealth(ctx, n.backend, n.devices)
+		n.watchHealth(ctx)
 	}()
 }
 
@@ -212,9 +222,9 @@ func (n *Node) Close(ctx context.Context) error {
 type nodeRun struct {
 	own         *enforcer.Enforcer // the enforcer Open built, nil otherwise
 	closeLedger bool
-	// backend and devices are what Open listed the GPUs with; Start watches their health.
+	// backend is what Open listed the GPUs with; Start watches their health (LookHealth).
 	backend gpu.Backend
-	devices []gpu.Device
+	health  healthLook
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 }

@@ -183,6 +183,7 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	stopping, givingUp := false, false
+	giveUpWhy := "" // what the jobs left fail with once the run gives up
 	idleSince := time.Time{}
 	var runErr error
 	for {
@@ -200,17 +201,23 @@ func (r *run) loop(ctx context.Context) (*record.Result, error) {
 			if n == 0 && (stopping || r.allDone()) {
 				break
 			}
+			// A GPU an event took out stays out until gpufrac restarts: waiting for it
+			// would only end in the give-up below, minutes later.
+			if why := r.outOfService(); why != "" && !stopping && !givingUp {
+				givingUp, giveUpWhy = true, why
+				r.stopStaged()
+			}
 			if n == 0 && givingUp {
-				r.giveUp()
+				r.giveUp(giveUpWhy)
 				break
 			}
 			if idleSince.IsZero() {
 				idleSince = r.o.Now()
 				r.prog.Line("%-8s %s", "waiting", r.s.Waiting(idleSince.Add(stuckAfter)))
 			} else if r.o.Now().Sub(idleSince) > stuckAfter && !givingUp {
-				givingUp = true
+				givingUp, giveUpWhy = true, r.s.Stuck(stuckAfter)
 				if n == 0 {
-					r.giveUp()
+					r.giveUp(giveUpWhy)
 					break
 				}
 				r.stopStaged() // they come back queued; then the run gives up on them
@@ -251,14 +258,13 @@ func (r *run) allDone() bool {
 	return true
 }
 
-// giveUp fails the jobs that can never be admitted, naming why.
-func (r *run) giveUp() {
+// giveUp fails the jobs that can never be admitted, naming why (detail).
+func (r *run) giveUp(detail string) {
 	for _, j := range r.s.Jobs() {
 		if j.Done {
 			continue
 		}
 		j.Done, j.Final = true, record.OutcomeFailed
-		detail := r.s.Stuck(stuckAfter)
 		now := r.o.Now()
 		r.attempts = append(r.attempts, record.Attempt{Job: j.Name, Template: j.Template, Number: j.Attempts + 1,
 			Start: now, End: now, ExitCode: -1, Outcome: record.OutcomeFailed, Detail: detail})
@@ -562,6 +568,7 @@ func (r *run) finish(a *active) {
 		}
 		if a.proc != nil {
 			// A GPU-wide event, or a neighbour over its cap, may explain it: then it runs again.
+			r.lookAtFailure()
 			if r.wide.Judge(&at, a.token, oom, a.exitedAt, r.collateralAfter(), j.Collateral) {
 				j.Collateral++
 			}

@@ -106,6 +106,9 @@ type Options struct {
 	// tickers (sampling, probe windows, the watchdog's wait) stay on the wall clock: they pace
 	// real processes.
 	Now func() time.Time
+	// healthPeriod is how often the node looks at the backend's health (node.HealthPeriod when
+	// 0); tests lengthen it to show what the look at a failed exit alone sees.
+	healthPeriod time.Duration
 
 	// Arm is the set of admission rules: empty (or the queue's arm) is ArmPacked, the rules
 	// gpufrac exists for. The other arms (ArmExclusive, ArmStatic, ArmUncapped,
@@ -295,6 +298,9 @@ type run struct {
 	attempts []record.Attempt
 	busy     map[string][]int
 	wide     collateral.Events
+	// lasting are the GPUs an event took out of service for the rest of this process (a
+	// critical XID), with why: a run whose every GPU is one ends rather than wait.
+	lasting map[string]string
 
 	done  chan *active
 	recap chan *active // in-place probes whose window ended
@@ -307,11 +313,12 @@ type run struct {
 func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	log := o.Logger.Named("runner")
 	r := &run{o: o, q: q, log: log, gpus: map[string]record.GPUResult{}, active: map[*active]bool{},
-		busy: map[string][]int{}, samples: map[string]uint64{}, sampled: make(chan struct{}), done: make(chan *active, 64), recap: make(chan *active, 64)}
+		busy: map[string][]int{}, lasting: map[string]string{}, samples: map[string]uint64{}, sampled: make(chan struct{}), done: make(chan *active, 64), recap: make(chan *active, 64)}
 	no, notes, err := nodeOptions(o)
 	if err != nil {
 		return nil, err
 	}
+	no.OnHealth, no.HealthPeriod = r.backendHealth, o.healthPeriod
 	n, err := node.Open(ctx, no)
 	if err != nil {
 		return nil, err
