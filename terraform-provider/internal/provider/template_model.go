@@ -157,6 +157,16 @@ func (m *templateModel) setCap(t policy.Template, p policy.Policy) {
 	m.Units = types.Int64Value(int64(t.Units(p)))
 }
 
+// refreshSizing records s, the sizing of the stored policy the cap and units were just computed
+// from, as policy_sizing. A value state already holds that means the same is kept as it is: the
+// number it holds came from state or configuration and need not be the float64 Nomad gives back
+// (see semEqual), and replacing it would show a refresh that changed nothing as a change.
+func (m *templateModel) refreshSizing(s sizing) {
+	if o := s.object(); !semEqual(m.PolicySizing, o) {
+		m.PolicySizing = o
+	}
+}
+
 // lookupPolicy reads the policy a template names. A missing policy is an error that says how to
 // order the two resources.
 func lookupPolicy(ctx context.Context, c *client, namespace, name string, diags *diag.Diagnostics) (policy.Policy, bool) {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringdefault"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
+	"github.com/hashicorp/terraform-plugin-framework/tfsdk"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 
 	"github.com/gpufrac/gpufrac/policy"
@@ -103,12 +104,18 @@ func (r *templateResource) Schema(_ context.Context, _ resource.SchemaRequest, r
 			"cap":          schema.StringAttribute{Computed: true, MarkdownDescription: "`cap_bytes` for people, rounded to two decimals (e.g. `\"24.5GiB\"`)."},
 			"units":        schema.Int64Attribute{Computed: true, MarkdownDescription: "Memory units a Nomad job of this template must request: `ceil(cap_bytes / unit_bytes)` of the policy."},
 			"modify_index": modifyIndexAttr(),
+			// Computed as well: an import knows no configuration, so only a refresh that reads the
+			// sizing from the stored policy can bring state to what a configuration that passes it
+			// says. Without that, the first plan after an import would add it, an update that
+			// writes nothing.
 			"policy_sizing": schema.ObjectAttribute{
-				Optional: true, AttributeTypes: sizingAttrTypes,
+				Optional: true, Computed: true, AttributeTypes: sizingAttrTypes,
 				MarkdownDescription: "Set it to `gpufrac_policy.<label>.sizing` of the policy named in `policy`. Then `cap_bytes`, " +
 					"`cap` and `units` are computed in the plan, so a policy change and the units a job takes from this template " +
 					"land in the same plan. Without it they follow a policy change only on the next refresh. Apply fails when " +
-					"the policy stored in Nomad no longer has this sizing.",
+					"the policy stored in Nomad no longer has this sizing. Left unset, it is the sizing of the stored policy " +
+					"that `cap_bytes`, `cap` and `units` were last computed from. A refresh (and so an import) reads it from " +
+					"Nomad, so a configuration that passes the sizing of the stored policy plans nothing after an import.",
 			},
 		},
 	}
@@ -147,19 +154,31 @@ func (r *templateResource) ModifyPlan(ctx context.Context, req resource.ModifyPl
 			return
 		}
 	}
-	if m.PolicySizing.IsNull() {
+	configured := sizingConfigured(ctx, req.Config, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
+	}
+	if !configured {
 		// The cap and units depend only on these inputs and the stored policy, which the refresh
-		// before this plan has already read. When the inputs are unchanged, the refreshed values
-		// stand; otherwise they are computed at apply.
+		// before this plan has already read, and policy_sizing records that policy's sizing.
+		// When the inputs are unchanged, the refreshed values stand; otherwise they are computed
+		// at apply.
 		if prior != nil {
 			if prior.PeakBytes.Equal(m.PeakBytes) && prior.CapOverrideBytes.Equal(m.CapOverrideBytes) &&
 				prior.Policy.Equal(m.Policy) && prior.Namespace.Equal(m.Namespace) {
-				m.CapBytes, m.Cap, m.Units = prior.CapBytes, prior.Cap, prior.Units
+				m.CapBytes, m.Cap, m.Units, m.PolicySizing = prior.CapBytes, prior.Cap, prior.Units, prior.PolicySizing
 			} else {
 				m.CapBytes, m.Cap, m.Units = types.Int64Unknown(), types.StringUnknown(), types.Int64Unknown()
+				m.PolicySizing = types.ObjectUnknown(sizingAttrTypes)
 			}
 		}
 	} else {
+		// The sizing passed in, computed again, is planned as the refreshed value itself: a
+		// float64 read from Nomad need not be the very number the policy's state holds (see
+		// semEqual), and Terraform accepts the prior value in place of an equal configured one.
+		if prior != nil && semEqual(m.PolicySizing, prior.PolicySizing) {
+			m.PolicySizing = prior.PolicySizing
+		}
 		r.planFromSizing(ctx, &m, &resp.Diagnostics)
 	}
 	if prior != nil {
@@ -202,25 +221,40 @@ func (r *templateResource) planFromSizing(ctx context.Context, m *templateModel,
 	m.setCap(t, s.apply(policy.Default()))
 }
 
+// sizingConfigured says whether the configuration passes policy_sizing. The plan cannot say: a
+// computed attribute left unset plans its prior value.
+func sizingConfigured(ctx context.Context, config tfsdk.Config, diags *diag.Diagnostics) bool {
+	var o types.Object
+	diags.Append(config.GetAttribute(ctx, pathPolicySizing, &o)...)
+	return !o.IsNull()
+}
+
 func (r *templateResource) Create(ctx context.Context, req resource.CreateRequest, resp *resource.CreateResponse) {
 	var m templateModel
-	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() { r.write(ctx, &m, 0, "create", true, &resp.Diagnostics) })
+	configured := sizingConfigured(ctx, req.Config, &resp.Diagnostics)
+	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() {
+		r.write(ctx, &m, 0, "create", true, configured, &resp.Diagnostics)
+	})
 }
 
 func (r *templateResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
 	var m, prior templateModel
 	resp.Diagnostics.Append(req.State.Get(ctx, &prior)...)
+	configured := sizingConfigured(ctx, req.Config, &resp.Diagnostics)
 	storePlan(ctx, req.Plan, &resp.State, &resp.Diagnostics, &m, func() {
 		// ModifyPlan leaves modify_index unknown exactly when the stored fields change.
 		put := m.ModifyIndex.IsUnknown()
-		r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", put, &resp.Diagnostics)
+		r.write(ctx, &m, uint64(prior.ModifyIndex.ValueInt64()), "update", put, configured, &resp.Diagnostics)
 	})
 }
 
 // write reads the named policy (so a template never points at a policy that is not there),
 // stores the template with check-and-set when put is set (else the stored version is cas, which
-// the plan left alone) and fills the model.
-func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint64, op string, put bool, diags *diag.Diagnostics) {
+// the plan left alone) and fills the model. checkSizing is set when the configuration passes
+// policy_sizing: the plan's units came from it, so the stored policy must still have it. A
+// sizing the plan kept from the last refresh is not checked: those units follow a policy
+// change on the next refresh, as the documentation promises.
+func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint64, op string, put, checkSizing bool, diags *diag.Diagnostics) {
 	t := m.toTemplate()
 	if err := t.Validate(); err != nil {
 		diags.Append(validationDiags(err, templateModel{})...)
@@ -235,7 +269,7 @@ func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint
 	if !ok {
 		return
 	}
-	if want, ok, d := sizingFrom(ctx, m.PolicySizing); ok {
+	if want, ok, d := sizingFrom(ctx, m.PolicySizing); ok && checkSizing {
 		if got := sizingOf(p, ns); got != want {
 			diags.AddAttributeError(pathPolicySizing, "Policy changed outside Terraform",
 				fmt.Sprintf("The plan sized template %q by %s, but Nomad now holds %s, so the planned units would be wrong. "+
@@ -258,6 +292,9 @@ func (r *templateResource) write(ctx context.Context, m *templateModel, cas uint
 	if m.CapBytes.IsUnknown() || m.Units.IsUnknown() || m.Cap.IsUnknown() {
 		m.setCap(t, p)
 	}
+	if m.PolicySizing.IsUnknown() {
+		m.PolicySizing = sizingOf(p, ns).object()
+	}
 }
 
 func (r *templateResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -276,6 +313,7 @@ func (r *templateResource) Read(ctx context.Context, req resource.ReadRequest, r
 	switch {
 	case err == nil:
 		m.setCap(t, p)
+		m.refreshSizing(sizingOf(p, ns))
 	case isNotFound(err):
 		resp.Diagnostics.AddAttributeWarning(pathPolicy, "Policy not found",
 			"Template "+objectID(name, ns)+" names policy "+m.Policy.ValueString()+", which does not exist, so its cap and units "+

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 	"github.com/hashicorp/terraform-plugin-testing/tfjsonpath"
 
+	"github.com/gpufrac/gpufrac/internal/varserver"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/storetest"
 	"github.com/gpufrac/gpufrac/size"
@@ -302,6 +303,50 @@ func TestAccTemplate_policySizingSamePlan(t *testing.T) {
 	})
 }
 
+// Left out of the configuration, policy_sizing is the sizing of the stored policy that the
+// units were last computed from. A policy change applied with a change of the template keeps
+// the units, and that sizing, the plan showed, with no complaint that the policy changed since
+// the plan; the next refresh brings both up to date, with an empty plan.
+func TestAccTemplate_unsetSizingFollowsRefresh(t *testing.T) {
+	s := accServer(t)
+	cfg := func(unit, description string) string {
+		return providerBlock(s, mgmtToken) + mainPolicy(unit) + `
+resource "gpufrac_template" "llama" {
+  name        = "llama"
+  policy      = gpufrac_policy.main.name
+  peak        = "20GiB"
+  description = "` + description + `"
+}`
+	}
+	pol := withPolicy(func(*policy.Policy) {})
+	pol512 := withPolicy(func(p *policy.Policy) { p.UnitBytes = 512 * size.MiB })
+	tmpl := policy.Template{Name: "llama", Policy: "main", PeakBytes: 20 * size.GiB}
+	sized := func(p policy.Policy) []statecheck.StateCheck {
+		return []statecheck.StateCheck{
+			tmplAttr(templateAddr, "units", knownvalue.Int64Exact(int64(tmpl.Units(p)))),
+			tmplAttr(templateAddr, "policy_sizing", knownvalue.ObjectPartial(map[string]knownvalue.Check{
+				"unit_bytes": knownvalue.Int64Exact(int64(p.UnitBytes)),
+			})),
+		}
+	}
+	accTest(t, s, []resource.TestStep{
+		{Config: cfg("1GiB", "a"), ConfigStateChecks: sized(pol)},
+		{
+			Config: cfg("512MiB", "b"),
+			ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
+				plancheck.ExpectResourceAction(templateAddr, plancheck.ResourceActionUpdate),
+				plancheck.ExpectKnownValue(templateAddr, tfjsonpath.New("units"), knownvalue.Int64Exact(int64(tmpl.Units(pol)))),
+			}},
+			ConfigStateChecks: sized(pol),
+		},
+		{
+			Config:            cfg("512MiB", "b"),
+			ConfigPlanChecks:  resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{plancheck.ExpectEmptyPlan()}},
+			ConfigStateChecks: sized(pol512),
+		},
+	})
+}
+
 // A template's variable holds its own fields, not the units, cap or policy_sizing computed or
 // passed beside them. A plan that changes only those, because the policy's unit changed outside
 // Terraform or through it, records them in state and writes nothing to the template, where a
@@ -407,30 +452,72 @@ resource "gpufrac_template" "llama" {
   peak   = "20GiB"
 ` + description + `}`
 	}
-	put := func() {
-		s.Put("default", policy.PolicyPath("main"), storetest.EncodePolicy(t, withPolicy(func(*policy.Policy) {})))
-		items, err := policy.EncodeTemplate(policy.Template{Name: "llama", Policy: "main", PeakBytes: 20 * size.GiB})
+	put := putPolicyAndTemplate(t, s, withPolicy(func(*policy.Policy) {}))
+	var steps []resource.TestStep
+	for _, description := range []string{"  description = \"\"\n", ""} {
+		steps = append(steps, importThenPlan(p, cfg(description), put)...)
+	}
+	accTest(t, s, steps)
+}
+
+// A template imported under a configuration that passes its policy's sizing plans nothing when
+// the stored policy has that sizing, also with a margin that has no exact float64 (12.3); so
+// does leaving policy_sizing out afterwards.
+func TestAccTemplate_importWithPolicySizingPlansNothing(t *testing.T) {
+	s := accServer(t)
+	p := providerBlock(s, mgmtToken)
+	cfg := func(pct float64, sizing string) string {
+		return p + fmt.Sprintf(`
+resource "gpufrac_policy" "main" {
+  name               = "main"
+  cap_margin_percent = %g
+}
+
+resource "gpufrac_template" "llama" {
+  name   = "llama"
+  policy = gpufrac_policy.main.name
+  peak   = "20GiB"
+%s}`, pct, sizing)
+	}
+	const sizing = "  policy_sizing = gpufrac_policy.main.sizing\n"
+	var steps []resource.TestStep
+	for _, pct := range []float64{15, 12.3} {
+		put := putPolicyAndTemplate(t, s, withPolicy(func(p *policy.Policy) { p.CapMarginPercent = pct }))
+		steps = append(steps, importThenPlan(p, cfg(pct, sizing), put)...)
+		steps = append(steps, resource.TestStep{Config: cfg(pct, ""), PlanOnly: true})
+	}
+	accTest(t, s, steps)
+}
+
+// putPolicyAndTemplate returns a PreConfig that writes pol and a 20GiB template "llama" naming
+// it, as someone would outside Terraform.
+func putPolicyAndTemplate(t *testing.T, s *varserver.Server, pol policy.Policy) func() {
+	return func() {
+		s.Put("default", policy.PolicyPath(pol.Name), storetest.EncodePolicy(t, pol))
+		items, err := policy.EncodeTemplate(policy.Template{Name: "llama", Policy: pol.Name, PeakBytes: 20 * size.GiB})
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Put("default", policy.TemplatePath("llama"), items)
 	}
-	importPersisted := func(config, addr, id string) resource.TestStep {
+}
+
+// importThenPlan empties the state (with the provider block p alone), has put write the policy
+// "main" and the template "llama", imports both under config and plans config, which must plan
+// nothing.
+func importThenPlan(p, config string, put func()) []resource.TestStep {
+	importPersisted := func(addr, id string) resource.TestStep {
 		return resource.TestStep{Config: config, ResourceName: addr, ImportState: true, ImportStateId: id, ImportStatePersist: true}
 	}
-	var steps []resource.TestStep
-	for _, description := range []string{"  description = \"\"\n", ""} {
-		withPut := importPersisted(cfg(description), policyAddr, "main@default")
-		withPut.PreConfig = put
-		steps = append(steps,
-			// Nothing in state (the second time round, this destroys what was imported before).
-			resource.TestStep{Config: p},
-			withPut,
-			importPersisted(cfg(description), templateAddr, "llama@default"),
-			resource.TestStep{Config: cfg(description), PlanOnly: true},
-		)
+	withPut := importPersisted(policyAddr, "main@default")
+	withPut.PreConfig = put
+	return []resource.TestStep{
+		// Nothing in state (after an earlier import, this destroys what it brought in).
+		{Config: p},
+		withPut,
+		importPersisted(templateAddr, "llama@default"),
+		{Config: config, PlanOnly: true},
 	}
-	accTest(t, s, steps)
 }
 
 // Under OpenTofu each error of units() is reported against the argument at fault, not the
