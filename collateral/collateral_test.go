@@ -11,6 +11,25 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
+// coverCase is a failure of an attempt on gpu that ran from start to end (seconds into the
+// test), and the reason of the event that should explain it ("" for none).
+type coverCase struct {
+	name       string
+	gpu        string
+	start, end float64
+	want       string
+}
+
+func checkCovering(t *testing.T, g *Events, at func(float64) time.Time, after time.Duration, cases []coverCase) {
+	t.Helper()
+	for _, c := range cases {
+		e, ok := g.Covering(c.gpu, "", false, at(c.start), at(c.end), after)
+		if got := map[bool]string{true: e.Reason, false: ""}[ok]; got != c.want {
+			t.Errorf("%s: covered by %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
 func TestGPUEventsCovering(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
@@ -19,12 +38,7 @@ func TestGPUEventsCovering(t *testing.T) {
 	g.Note(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "healthy", GPU: "A", Time: at(20)}, 0)
 	g.Note(enforcer.Event{Kind: enforcer.EventGPUHealth, Stage: "unhealthy", GPU: "A", Time: at(40), Message: "forced"}, 0)
 	after := time.Second
-	cases := []struct {
-		name       string
-		gpu        string
-		start, end float64
-		want       string
-	}{
+	cases := []coverCase{
 		{"failed while marked", "A", 5, 12, "stopped"},
 		{"failed just before the mark (signal first, mark next)", "A", 5, 9.9, "stopped"},
 		{"failed well before the mark", "A", 5, 9, ""},
@@ -34,12 +48,7 @@ func TestGPUEventsCovering(t *testing.T) {
 		{"another GPU", "B", 5, 12, ""},
 		{"mark still set at the end", "A", 30, 45, "forced"},
 	}
-	for _, c := range cases {
-		e, ok := g.Covering(c.gpu, "", false, at(c.start), at(c.end), after)
-		if got := map[bool]string{true: e.Reason, false: ""}[ok]; got != c.want {
-			t.Errorf("%s: covered by %q, want %q", c.name, got, c.want)
-		}
-	}
+	checkCovering(t, &g, at, after, cases)
 }
 
 // The backend's verdict opens its window at the fault's own time, not at the look that noticed
@@ -59,12 +68,7 @@ func TestBackendHealthCovering(t *testing.T) {
 	// An event time after the look (clocks apart) is not trusted past the look.
 	g.Backend(gpu.Device{UUID: "C", HealthReason: "XID 48", EventAt: at(80)}, 2, at(60))
 	after := time.Second
-	cases := []struct {
-		name       string
-		gpu        string
-		start, end float64
-		want       string
-	}{
+	cases := []coverCase{
 		{"died of the XID before the look noticed it", "A", 5, 10.1, "XID 79"},
 		{"died well before the XID", "A", 5, 9, ""},
 		{"started after the XID, before the look", "A", 10.5, 12, "XID 79"},
@@ -72,12 +76,7 @@ func TestBackendHealthCovering(t *testing.T) {
 		{"failed after the remapping's end, inside the enforcer's mark", "B", 36, 50, "GPU processes cannot be read"},
 		{"the look's time bounds an event time from the future", "C", 55, 60.1, "XID 48"},
 	}
-	for _, c := range cases {
-		e, ok := g.Covering(c.gpu, "", false, at(c.start), at(c.end), after)
-		if got := map[bool]string{true: e.Reason, false: ""}[ok]; got != c.want {
-			t.Errorf("%s: covered by %q, want %q", c.name, got, c.want)
-		}
-	}
+	checkCovering(t, &g, at, after, cases)
 }
 
 // In isolated mode a task over its cap (one the fence did not hold) explains an out-of-memory

@@ -57,6 +57,18 @@ func mpsDaemon(t *testing.T, control, root, uuid string) (pipe string, pid func(
 	return pipe, pid
 }
 
+// behindA queues a (a job that runs until its test releases it) and then b, a short simulated
+// job that waits behind it while a fault lasts; each template peaks at 2 GiB.
+func behindA(t *testing.T, a queue.Job) queue.Queue {
+	return queue.Queue{
+		Jobs: []queue.Job{a, simJob(t, "b", "b", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms")},
+		Templates: map[string]queue.TemplateSpec{
+			"a": {Name: "a", PeakBytes: 2 * size.GiB},
+			"b": {Name: "b", PeakBytes: 2 * size.GiB},
+		},
+	}
+}
+
 // waitFor polls cond until it holds or within has passed; it says whether it held.
 func waitFor(within time.Duration, cond func() bool) bool {
 	for deadline := time.Now().Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
@@ -161,13 +173,7 @@ func TestRunThroughAGPUFault(t *testing.T) {
 			// a runs until the test releases it; the test puts its memory on the GPU.
 			a := queue.Job{Name: "a", Template: "a", Command: []string{"sh", "-c",
 				`echo $$ > "$1.tmp" && mv "$1.tmp" "$1"; while [ ! -f "$2" ]; do sleep 0.02; done`, "sh", pidFile, release}}
-			q := queue.Queue{
-				Jobs: []queue.Job{a, simJob(t, "b", "b", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms")},
-				Templates: map[string]queue.TemplateSpec{
-					"a": {Name: "a", PeakBytes: 2 * size.GiB},
-					"b": {Name: "b", PeakBytes: 2 * size.GiB},
-				},
-			}
+			q := behindA(t, a)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*faultWait)
 			type ended struct {
 				res *record.Result

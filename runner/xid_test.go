@@ -54,13 +54,7 @@ func TestAJobKilledByAnXIDIsCollateral(t *testing.T) {
 				while [ ! -f "$2" ]; do sleep 0.02; done
 				touch "$3"; echo "CUDA error: unspecified launch failure" >&2; exit 1`,
 				"sh", started, release, failed}}
-			q := queue.Queue{
-				Jobs: []queue.Job{a, simJob(t, "b", "b", "--peak", "1GiB", "--ramp", "50ms", "--hold", "100ms")},
-				Templates: map[string]queue.TemplateSpec{
-					"a": {Name: "a", PeakBytes: 2 * size.GiB},
-					"b": {Name: "b", PeakBytes: 2 * size.GiB},
-				},
-			}
+			q := behindA(t, a)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*faultWait)
 			defer cancel()
 			type ended struct {
