@@ -484,3 +484,66 @@ func TestFenceDirectoryModes(t *testing.T) {
 		})
 	}
 }
+
+// The plugin restarts (a Nomad client upgrade or restart) while tasks run: the old enforcer
+// shuts down, and a new enforcer and ledger open the same directories and place the
+// reservations that still live. A task's process that attached before stays fenced: what it
+// allocates afterwards is charged to its task where the new enforcer reads, refused past the
+// task's limit, and counted in what borrowers hold (the ledger's, for admission); a process that
+// attaches afterwards lands in the same task.
+func TestRestartKeepsRunningTasksFenced(t *testing.T) {
+	k := fencetest.Build(t)
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence = FenceConfig{Dir: dir} })
+	r.start()
+	borrower, owner, st := borrowerBesideOwner(r)
+	path := fence.Path(dir, r.uuid)
+	process := func(token, charge string) *fencetest.Proc {
+		p := k.StartTool(t)
+		for _, c := range []string{"attach " + path + " " + token, "charge " + charge} {
+			if got := p.Do(c); !strings.HasPrefix(got, "ok") {
+				t.Fatalf("%s: %q", c, got)
+			}
+		}
+		return p
+	}
+	before := process(borrower.Token, "10G")
+	process(owner.Token, "1G")
+
+	r.stop()
+	if err := r.enf.Shutdown(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	r.led.Close()
+	r.openLedger()
+	r.newEnforcer()
+	r.start()
+	testutil.Eventually(t, waitLong, "the new enforcer reading the running tasks", func() bool {
+		u, ok := snapTask(r, borrower.Token)
+		return ok && u.Used == 10*size.GiB && u.Procs == 1
+	})
+
+	want := func(p *fencetest.Proc, c, answer string) {
+		t.Helper()
+		if got := p.Do(c); got != answer {
+			t.Fatalf("%s: %q, want %q", c, got, answer)
+		}
+	}
+	want(before, "charge 5G", "ok")
+	after := process(borrower.Token, "1G")
+	testutil.Eventually(t, waitLong, "the ledger counting what the borrower holds", func() bool {
+		s, ok := r.enf.fence.view(r.uuid)
+		cur, err := r.led.State(r.uuid)
+		return ok && err == nil && s.Borrowed() >= 14*size.GiB && cur.BorrowedBytes == s.Borrowed()
+	})
+	if u, _ := snapTask(r, borrower.Token); u.Used != 16*size.GiB || u.Procs != 2 {
+		t.Fatalf("the borrower's task after the restart: %+v, want 16 GiB in 2 processes", u)
+	}
+	if o, _ := snapTask(r, owner.Token); o.Used != size.GiB || o.Procs != 1 {
+		t.Fatalf("the owner's task after the restart: %+v", o)
+	}
+	// What is left past the owner's guarantee is less than the budget less the borrower's use.
+	past := fmt.Sprint(uint64(st.BudgetBytes - owner.CapBytes - 16*size.GiB + 1))
+	want(before, "charge "+past, "refused")
+	want(after, "charge "+past, "refused")
+}

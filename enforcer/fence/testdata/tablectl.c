@@ -5,6 +5,8 @@
  * PATH names a GPU as the fence does ("<dir>/<uuid>.fence"; state.h).
  *   create PATH UUID TOTAL  -> ok | err RC MSG     (as the enforcer: takes the control byte)
  *   set TOKEN CAP           -> placed N            (the enforcer's whole set: this one task)
+ *   place BUDGET SPEC [SPEC] -> placed N           (the whole set, SPEC = TOKEN=CAP/LIMIT, under
+ *                              BUDGET: borrowing on where it is not 0; borrowers do not wait)
  *   snapshot                -> snap used=U procs=P recoveries=R
  *   attach PATH TOKEN       -> ok SLOT | err RC MSG
  *   charge N                -> ok | refused | notask | busy
@@ -142,6 +144,20 @@ static int tamper_control(const char *path, const char *field, uint64_t v, const
 	return 1;
 }
 
+/* parse_spec reads "TOKEN=CAP/LIMIT" into spec, pointing at s's token (s is cut there): 1, or 0. */
+static int parse_spec(char *s, struct gf_task_spec *spec)
+{
+	char *eq = strchr(s, '='), *slash = eq ? strchr(eq, '/') : NULL;
+	if (!slash)
+		return 0;
+	*eq = 0;
+	memset(spec, 0, sizeof *spec);
+	spec->token = s;
+	spec->cap = parse_size(eq + 1);
+	spec->limit = parse_size(slash + 1);
+	return 1;
+}
+
 static const char *charge_word(int r)
 {
 	switch (r) {
@@ -174,6 +190,14 @@ int main(void)
 		} else if (!strcmp(cmd, "set")) {
 			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0, 0};
 			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0, 0, 0));
+		} else if (!strcmp(cmd, "place")) {
+			struct gf_task_spec specs[2];
+			int n = 0;
+			if (parse_spec(b, &specs[n]))
+				n++;
+			if (c[0] && parse_spec(c, &specs[n]))
+				n++;
+			printf("placed %d\n", gf_set_tasks(&ctl, specs, n, parse_size(a), 0, 0, 0));
 		} else if (!strcmp(cmd, "snapshot")) {
 			if (gf_snapshot(&ctl, &snap) != 0) {
 				printf("err locked\n");
