@@ -138,7 +138,9 @@ func (t *Table) SetContext(ctx, spare size.Bytes) {
 
 // SetTasks makes tasks the GPU's whole set: new tokens get a slot and a fresh accounting file
 // (AccountDir), known ones their new cap and limit, and tokens not listed leave, their files
-// removed (their processes then pass through unfenced). A new or raised guarantee that would cover memory borrowers hold, or that would be placed while an
+// removed (their processes then pass through unfenced). A known token whose file cannot serve
+// it (gone, not a table, its lock file gone) is placed anew, with a fresh file and generation;
+// one whose file could not be opened for another reason keeps it, and Verify opens it again. A new or raised guarantee that would cover memory borrowers hold, or that would be placed while an
 // allocation waits for memory, is left out: the error is a *NoRoomError naming its tokens.
 func (t *Table) SetTasks(tasks []Task, budget size.Bytes) error {
 	for _, k := range tasks {
@@ -218,7 +220,8 @@ func (t *Table) noRoom(tasks []Task) error {
 // wrote it). What differs is written again and named in the answer (nil: all is as set). Tasks
 // that SetTasks left out for lack of room are not a difference. A task's sum that is not its
 // processes' (the task wrote its own file around the API) is rebuilt from them; a task's file
-// that cannot be read (cut short, garbage) is named.
+// that cannot be read (cut short, garbage) is named, and one this enforcer could not open is
+// named and opened again.
 func (t *Table) Verify() ([]string, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -308,7 +311,7 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
 			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Asked: size.Bytes(k.asked), Procs: int(k.procs), Seen: int(k.seen),
 			Asking: size.Bytes(k.gwant) + size.Bytes(k.bwant), Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0, Stage: size.Bytes(k.stage),
-			Unlocked: k.unlocked != C.GF_READ_SETTLED, Unreadable: k.unlocked == C.GF_READ_BAD})
+			Unlocked: k.unlocked != C.GF_READ_SETTLED, Unreadable: k.unlocked == C.GF_READ_BAD, Unopened: k.unlocked == C.GF_READ_UNOPENED})
 	}
 	for i := range C.GF_PROCS {
 		p := &raw.procs[i]

@@ -140,7 +140,7 @@ enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3, GF_BUSY = 4 };
 
 struct gf_task {
 	uint32_t state; /* GF_FREE or GF_LIVE */
-	uint32_t gen;   /* bumped whenever the slot gets a new token */
+	uint32_t gen;   /* bumped at each placement in the slot: a new token, or fresh files */
 	uint64_t cap;   /* the task's guarantee: its allocations may always reach it */
 	uint64_t limit; /* the most it may reach by borrowing memory no guarantee covers; >= cap */
 	uint64_t used;  /* bytes its live processes hold through fenced calls */
@@ -176,7 +176,8 @@ struct gf_task {
 	 * only. */
 	uint64_t seen;
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
-	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all */
+	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all;
+	 * GF_READ_UNOPENED, the enforcer could not open its file (left as it is until it can) */
 	uint64_t unlocked;
 	/* SHA-256 of the reservation's token: every task reads the files, and a token read here
 	 * would let one task attach as another (take its cap, charge it its use). */
@@ -279,7 +280,7 @@ enum {
 /* gf_why_text says a GF_WHY_* in words. */
 const char *gf_why_text(int why);
 
-enum { GF_READ_SETTLED = 0, GF_READ_UNSETTLED = 1, GF_READ_BAD = 2 };
+enum { GF_READ_SETTLED = 0, GF_READ_UNSETTLED = 1, GF_READ_BAD = 2, GF_READ_UNOPENED = 3 };
 
 /* A task as the enforcer declares it. */
 struct gf_task_spec {

@@ -15,6 +15,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* move_count keeps a task's count of processes in one kind of wait as one process leaves it
@@ -275,8 +276,24 @@ int gf_find_task(const struct gf_table *t, const uint8_t *hash)
 	return -1;
 }
 
-/* try_claim takes slot i if its byte is free (a free slot, or one whose owner died). */
-static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
+/* another_placement says whether slot k of m's file holds another generation of the task than
+ * the control copy's slot k, which names the task (hash): the enforcer writes a placement's
+ * generation into its file before it publishes the placement, and every restore keeps the two
+ * equal after. Called under the lock, before a restore writes the copy's over the file's. */
+static int another_placement(const struct gf_map *m, int k, const uint8_t *hash)
+{
+	struct gf_control_task ck;
+	uint64_t budget, wait_ns, ctx, spare;
+	if (!m->c || k < 0 || k >= GF_TASKS || gf_control_task(m->c, k, &ck, &budget, &wait_ns, &ctx, &spare) != 0)
+		return 0;
+	return ck.state == GF_LIVE && memcmp(ck.token_hash, hash, GF_HASH_LEN) == 0 && ck.gen != m->t->tasks[k].gen;
+}
+
+/* try_claim takes slot i if its byte is free (a free slot, or one whose owner died): 1, or 0
+ * (the byte is held), -1 (the task is not in slot m->task of the control copy), -2 (the lock
+ * was kept), -3 (strict: the file is of another placement of the task than the control copy's,
+ * one the enforcer wrote and has not published yet, or one it replaced). */
+static int try_claim(struct gf_map *m, int i, const uint8_t *hash, int strict)
 {
 	if (gf_byte_lock(m->lfd, GF_LIVE_BASE + i, F_WRLCK) != 0)
 		return 0;
@@ -287,10 +304,13 @@ static int try_claim(struct gf_map *m, int i, const uint8_t *hash)
 	struct gf_table *t = m->t;
 	gf_test_point("claim");
 	int k = m->task;
-	if (gf_control_restore(m) != 0 || gf_find_task(t, hash) != k) {
+	/* A slot claimed under the control copy's earlier generation would be lost to this process
+	 * at its first charge after the enforcer publishes the placement whose file this is. */
+	int rc = strict && another_placement(m, k, hash) ? -3 : 0;
+	if (rc != 0 || gf_control_restore(m) != 0 || gf_find_task(t, hash) != k) {
 		gf_unlock(m);
 		gf_byte_lock(m->lfd, GF_LIVE_BASE + i, F_UNLCK);
-		return -1;
+		return rc != 0 ? rc : -1;
 	}
 	if (t->procs[i].state == GF_LIVE) {
 		gf_give_back(t, i); /* its owner died: the byte was free */
@@ -340,8 +360,10 @@ static int placed(const struct stat *opened, const char *path)
 
 /* attach_once is one try of gf_attach: 1 when a later placement of the task came meanwhile (the
  * slot it claimed is in a file that placement replaced, or the control copy's slot it started
- * from is no longer the task's); m is then empty, and the caller tries again. */
-static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, char *err, size_t errlen)
+ * from is no longer the task's), 2 when, strict, the file and the control copy are of two
+ * placements (try_claim); m is then empty, and the caller tries again. */
+static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, int strict, char *err,
+		       size_t errlen)
 {
 	gf_reset(m);
 	char dir[4096], file[GF_UUID_MAX + 16], cpath[4200], apath[4200], lpath[4200];
@@ -388,7 +410,7 @@ static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, 
 			uint32_t st = __atomic_load_n(&m->t->procs[i].state, __ATOMIC_RELAXED);
 			if ((pass == 0) != (st == GF_FREE))
 				continue;
-			int r = try_claim(m, i, hash);
+			int r = try_claim(m, i, hash, strict);
 			if (r > 0) {
 				/* The claim read the control copy; a placement it names is in place. A
 				 * slot in a file replaced before that read is in a file the enforcer
@@ -405,6 +427,10 @@ static int attach_once(const char *path, const uint8_t *hash, struct gf_map *m, 
 					snprintf(err, errlen, "fence state %s is locked by a live process that does not let go",
 						 apath);
 				rc = GF_ERR_LOCKED;
+				goto out;
+			}
+			if (r == -3) {
+				rc = 2;
 				goto out;
 			}
 			if (r < 0) {
@@ -439,11 +465,29 @@ int gf_attach(const char *path, const char *token, struct gf_map *m, char *err, 
 	gf_sha256(token, strlen(token), hash);
 	/* Each retry follows a placement of the task's that came after the last one: the enforcer
 	 * does not place one task many times in a row, and a task that keeps being re-placed gets
-	 * its processes an error rather than a loop. */
-	for (int tries = 0; tries < 8; tries++) {
-		int rc = attach_once(path, hash, m, err, errlen);
+	 * its processes an error rather than a loop. A file and a control copy of two placements
+	 * are the moment between the enforcer's writing of the one and the other: it is waited
+	 * out, for as long as a kept lock is; past that (a generation written around the enforcer,
+	 * which only gpufrac run's jobs can do to another's copy) the control copy's is taken. */
+	uint64_t until = 0;
+	int strict = 1;
+	for (int tries = 0; tries < 8;) {
+		int rc = attach_once(path, hash, m, strict, err, errlen);
+		if (rc == 2) {
+			uint64_t now = gf_now_ns();
+			if (until == 0)
+				until = now + GF_LOCK_WAIT_NS;
+			strict = now < until;
+			if (strict) {
+				struct timespec d = {0, 1000000};
+				gf_test_point("attach-wait");
+				nanosleep(&d, NULL);
+			}
+			continue;
+		}
 		if (rc != 1)
 			return rc;
+		tries++;
 	}
 	if (err && errlen)
 		snprintf(err, errlen, "fence state of %s was placed anew at each of 8 tries to attach", path);
@@ -552,7 +596,7 @@ int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size
 	munmap(t, sizeof *t);
 	rc = gf_map_file(fd, "a private table", m, err, errlen);
 	m->task = 0;
-	if (rc == 0 && try_claim(m, 0, hash) > 0)
+	if (rc == 0 && try_claim(m, 0, hash, 0) > 0)
 		return 0;
 out:
 	if (m->t)

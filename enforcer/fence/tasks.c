@@ -26,6 +26,20 @@ static void drop_task(struct gf_map *m)
 	gf_reset(m);
 }
 
+/* What open_task found of a placed task's files: opened; none that can serve the placement (no
+ * accounting file, one that is not a regular file or not a table of this layout, or no lock file
+ * for it: a fresh pair must be written); or files it could not open this time (any other
+ * error), which stay as they are: the task's processes charge them. */
+enum { GF_OPENED = 0, GF_OPEN_NONE = 1, GF_OPEN_LATER = -1 };
+
+/* unopened lets slot i's files go after a failed open, e the open's errno (0: what was read is no
+ * table), and says which failure it was. */
+static int unopened(struct gf_map *m, int e)
+{
+	drop_task(m);
+	return e == 0 || e == ENOENT || e == ENOTDIR || e == ELOOP || e == EINVAL ? GF_OPEN_NONE : GF_OPEN_LATER;
+}
+
 /* open_task opens slot i's accounting file and its lock file, read-only: the enforcer reads the
  * one with pread and never maps it, and only asks who holds the other's bytes (taskfile.c). */
 static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
@@ -35,19 +49,22 @@ static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
 	drop_task(m);
 	snprintf(file, sizeof file, "%s.fence", g->uuid);
 	if (gf_account_path(g->dir, hash, file, path, sizeof path) != 0)
-		return -1;
-	m->fd = gf_open_file(path, O_RDONLY);
+		return GF_OPEN_LATER;
 	struct stat st;
 	struct gf_header h;
-	if (m->fd < 0 || fstat(m->fd, &st) != 0 ||
-	    gf_live_path(g->dir, hash, file, (uint64_t)st.st_ino, lpath, sizeof lpath) != 0 ||
-	    (m->lfd = gf_open_file(lpath, O_RDONLY)) < 0 || pread(m->fd, &h, sizeof h, 0) != (ssize_t)sizeof h ||
-	    !gf_file_valid((struct gf_table *)&h)) {
-		drop_task(m);
-		return -1;
-	}
+	if ((m->fd = gf_open_file(path, O_RDONLY)) < 0 || fstat(m->fd, &st) != 0)
+		return unopened(m, errno);
+	if (gf_live_path(g->dir, hash, file, (uint64_t)st.st_ino, lpath, sizeof lpath) != 0)
+		return unopened(m, ENAMETOOLONG);
+	if ((m->lfd = gf_open_file(lpath, O_RDONLY)) < 0)
+		return unopened(m, errno);
+	ssize_t n = pread(m->fd, &h, sizeof h, 0);
+	if (n < 0)
+		return unopened(m, errno);
+	if (n != (ssize_t)sizeof h || !gf_file_valid((struct gf_table *)&h))
+		return unopened(m, 0);
 	m->task = i;
-	return 0;
+	return GF_OPENED;
 }
 
 /* task_dir makes a directory of the task's, which its mount gives it: it writes the files in
@@ -445,8 +462,20 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one
-		 * whose file this enforcer has not mapped yet (a previous one placed it) keeps its own. */
-		if (fresh_file || g->tasks[i].fd < 0) {
+		 * whose file this enforcer has not opened yet (a previous one placed it) keeps its own,
+		 * and one whose file it cannot open this time stays as it is, its file opened at a later
+		 * write (fence.Table.Verify asks for one): its processes charge it, and a fresh file
+		 * would leave them charging where nobody reads. */
+		int found = fresh_file ? GF_OPEN_NONE : g->tasks[i].fd >= 0 ? GF_OPENED : open_task(g, i, k->token_hash);
+		if (found == GF_OPEN_NONE && !fresh_file) {
+			/* A fresh file for a task that was placed: a placement anew. Processes that hold
+			 * the file it replaces find their placement gone at their next charge (and say so)
+			 * instead of charging where the enforcer no longer reads, and the other tasks'
+			 * processes, which keep a descriptor of each task's file by generation (peers.c),
+			 * open the new one. */
+			k->gen++;
+		}
+		if (found == GF_OPEN_NONE) {
 			struct gf_task fresh;
 			memset(&fresh, 0, sizeof fresh);
 			fresh.state = GF_LIVE;
@@ -457,7 +486,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 			fresh.stage = k->stage;
 			fresh.seen = k->seen;
 			memcpy(fresh.token_hash, k->token_hash, GF_HASH_LEN);
-			if ((fresh_file || open_task(g, i, k->token_hash) != 0) && new_task(g, i, &fresh) != 0) {
+			if (new_task(g, i, &fresh) != 0) {
 				/* No file: the task's processes run under the watchdog alone. */
 				struct gf_control_task *bad = &next.tasks[i];
 				uint32_t gen = bad->gen + 1;
@@ -466,6 +495,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 				full = 1;
 				continue;
 			}
+			gf_test_point("task-file");
 		}
 		placed++;
 	}
@@ -581,8 +611,10 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		k->stage = ck->stage;
 		k->seen = ck->seen;
 		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
-		if (g->tasks[i].fd < 0)
+		if (g->tasks[i].fd < 0) {
+			k->unlocked = GF_READ_UNOPENED;
 			continue;
+		}
 		/* Settled for a moment; past it, as it is: a task that keeps its own lock gets a
 		 * reading that may be mid-update, of itself only. One that cut its file or wrote
 		 * garbage over it gets nothing counted, and is named for it (fence.Table.Verify). */

@@ -134,6 +134,10 @@ type TaskUse struct {
 	// Unreadable: its task cut its accounting file short or wrote over its header, so nothing
 	// of it is counted (Used 0, no processes); Unlocked too. What it uses is NVML's to judge.
 	Unreadable bool
+	// Unopened: this enforcer could not open its accounting file (an error other than the file
+	// being gone or not a table): nothing of it is counted until it can, and the file stays as
+	// it is, for its processes charge it; Unlocked too. Verify opens it again.
+	Unopened bool
 }
 
 // Borrowed is what the task holds past its guarantee, at most what its limit lets it borrow:
@@ -285,12 +289,16 @@ func (s Snapshot) unsummed() []string {
 }
 
 // unreadable names the tasks whose accounting file could not be read: their own doing (a
-// task may write only its own file), and their own loss: the fence counts nothing of them.
+// task may write only its own file), and their own loss: the fence counts nothing of them. And
+// the tasks whose file this enforcer could not open: named until it can.
 func (s Snapshot) unreadable() []string {
 	var d []string
 	for _, u := range s.Tasks {
-		if u.Unreadable {
+		switch {
+		case u.Unreadable:
 			d = append(d, fmt.Sprintf("task %s: its accounting file is cut short or not a fence table", short(u.Token)))
+		case u.Unopened:
+			d = append(d, fmt.Sprintf("task %s: its accounting file could not be opened: left as it is, opened again", short(u.Token)))
 		}
 	}
 	return d

@@ -8,6 +8,8 @@
  *   place BUDGET SPEC [SPEC] -> placed N           (the whole set, SPEC = TOKEN=CAP/LIMIT, under
  *                              BUDGET: borrowing on where it is not 0; borrowers do not wait)
  *   snapshot                -> snap used=U procs=P recoveries=R
+ *   gens PATH TOKEN         -> gens F C | err MSG: the generation of TOKEN's task in its accounting
+ *                              file (F) and in the control copy (C), read as the enforcer reads
  *   attach PATH TOKEN       -> ok SLOT | err RC MSG
  *   charge N                -> ok | refused | notask | busy
  *   uncharge N | detach     -> ok
@@ -158,6 +160,35 @@ static int parse_spec(char *s, struct gf_task_spec *spec)
 	return 1;
 }
 
+/* gens prints the generation of token's task in its accounting file and in the control copy of
+ * the GPU named path, read with pread (neither is mapped or locked). */
+static void gens(const char *path, const char *token)
+{
+	uint8_t hash[GF_HASH_LEN];
+	char dir[4096], file[GF_UUID_MAX + 16], apath[4200], cpath[4200];
+	static struct gf_table t;
+	static struct gf_control c;
+	gf_sha256(token, strlen(token), hash);
+	if (gf_split_name(path, dir, sizeof dir, file, sizeof file) != 0 ||
+	    gf_control_path(path, cpath, sizeof cpath) != 0 || gf_account_path(dir, hash, file, apath, sizeof apath) != 0) {
+		printf("err name %s\n", path);
+		return;
+	}
+	int afd = open(apath, O_RDONLY), cfd = open(cpath, O_RDONLY);
+	int ok = afd >= 0 && cfd >= 0 && pread(afd, &t, sizeof t, 0) == (ssize_t)sizeof t &&
+		 pread(cfd, &c, sizeof c, 0) == (ssize_t)sizeof c;
+	if (afd >= 0)
+		close(afd);
+	if (cfd >= 0)
+		close(cfd);
+	for (int i = 0; ok && i < GF_TASKS; i++)
+		if (c.tasks[i].state == GF_LIVE && memcmp(c.tasks[i].token_hash, hash, GF_HASH_LEN) == 0) {
+			printf("gens %u %u\n", t.tasks[i].gen, c.tasks[i].gen);
+			return;
+		}
+	printf("err no task in %s\n", ok ? cpath : apath);
+}
+
 static const char *charge_word(int r)
 {
 	switch (r) {
@@ -198,6 +229,8 @@ int main(void)
 			if (c[0] && parse_spec(c, &specs[n]))
 				n++;
 			printf("placed %d\n", gf_set_tasks(&ctl, specs, n, parse_size(a), 0, 0, 0));
+		} else if (!strcmp(cmd, "gens")) {
+			gens(a, b);
 		} else if (!strcmp(cmd, "snapshot")) {
 			if (gf_snapshot(&ctl, &snap) != 0) {
 				printf("err locked\n");
