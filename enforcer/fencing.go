@@ -394,7 +394,7 @@ func (f *fences) look(uuid string) (fence.Snapshot, bool) {
 	// only the enforcer writes is checked on every pass and written again, and a sum that is not
 	// its processes' rebuilt (docs/enforcement.md, "Threat model").
 	if diffs, err := t.Verify(); len(diffs) > 0 || err != nil {
-		f.log.Warn("fence table rewritten outside the enforcer: restored", "gpu", uuid, "differences", diffs, "error", err)
+		f.log.Warn("fence table differs from what the enforcer wrote: restored what can be, named the rest", "gpu", uuid, "differences", diffs, "error", err)
 	}
 	s, err := t.Snapshot()
 	return s, err == nil
