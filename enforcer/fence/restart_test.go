@@ -273,3 +273,37 @@ func TestAttachBeforeAPlacementAnewIsPublishedWaitsForIt(t *testing.T) {
 	want(t, p.DoWithin("charge 100M", bound), "ok", "its first charge")
 	want(t, enf.Do("snapshot"), fmt.Sprintf("snap used=%d procs=1 ", 100*size.MiB), "the enforcer's reading")
 }
+
+// An enforcer killed while it places a task anew, between writing the new placement's file and
+// publishing its generation, leaves the control copy naming the earlier generation and the new
+// file in place. The next enforcer must not take that file as the placement the control copy
+// names: a process of the replaced file would go on charging it under the earlier generation,
+// believing itself fenced, where no enforcer reads any more. It places the task anew itself,
+// and that process is told at its next allocation.
+func TestRestartAfterAKilledPlacementAnewTellsTheReplacedFilesProcesses(t *testing.T) {
+	k := fencetest.Build(t)
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB}}
+	dir, old := table(t, 0, tasks...)
+	a1 := k.Start(t, k.Env(dir, tokA))
+	want(t, a1.Do("alloc 512M"), "ok", "A before the restarts")
+	old.Close()
+	if err := os.Remove(livePath(t, dir, tokA)); err != nil {
+		t.Fatal(err)
+	}
+	path := fence.Path(dir, fencetest.FakeUUID)
+	enf := k.StartTool(t, "GF_TEST_PAUSE=task-file")
+	want(t, enf.Do(fmt.Sprintf("create %s %s 80G", path, fencetest.FakeUUID)), "ok", "the enforcer killed while it places A anew")
+	enf.Send(fmt.Sprintf("place 0 %s=1G/1G", tokA))
+	enf.WaitStderr("gf-test: paused at task-file")
+	waitStopped(t, enf.PID())
+	enf.Kill()
+
+	tb := startAgain(t, dir, tasks, 0)
+	want(t, a1.Do("alloc 256M"), "ok", "A's process of the replaced file")
+	a1.WaitStderr("ended or this process lost its slot")
+	a2 := k.Start(t, k.Env(dir, tokA))
+	want(t, a2.DoWithin("alloc 1G", bound), "ok", "a process of A started after the restart")
+	if u := snap(t, tb, tokA); u.Used != size.GiB || u.Procs != 1 {
+		t.Fatalf("A after the restart: %+v, want 1 GiB in 1 process", u)
+	}
+}

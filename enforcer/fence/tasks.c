@@ -9,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +28,8 @@ static void drop_task(struct gf_map *m)
 }
 
 /* What open_task found of a placed task's files: opened; none that can serve the placement (no
- * accounting file, one that is not a regular file or not a table of this layout, or no lock file
- * for it: a fresh pair must be written); or files it could not open this time (any other
+ * accounting file, one that is not a regular file or not a table of this layout or of another
+ * generation, or no lock file for it: a fresh pair must be written); or files it could not open this time (any other
  * error), which stay as they are: the task's processes charge them. */
 enum { GF_OPENED = 0, GF_OPEN_NONE = 1, GF_OPEN_LATER = -1 };
 
@@ -41,8 +42,9 @@ static int unopened(struct gf_map *m, int e)
 }
 
 /* open_task opens slot i's accounting file and its lock file, read-only: the enforcer reads the
- * one with pread and never maps it, and only asks who holds the other's bytes (taskfile.c). */
-static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
+ * one with pread and never maps it, and only asks who holds the other's bytes (taskfile.c). gen
+ * is the generation the control copy gives the placement. */
+static int open_task(struct gf_gpu *g, int i, const uint8_t *hash, uint32_t gen)
 {
 	char file[GF_UUID_MAX + 16], path[4200], lpath[4200];
 	struct gf_map *m = &g->tasks[i];
@@ -62,6 +64,16 @@ static int open_task(struct gf_gpu *g, int i, const uint8_t *hash)
 	if (n < 0)
 		return unopened(m, errno);
 	if (n != (ssize_t)sizeof h || !gf_file_valid((struct gf_table *)&h))
+		return unopened(m, 0);
+	/* A file whose generation is not the published one is a placement anew that an enforcer
+	 * wrote and was killed before it published: the processes of the file it replaced charge
+	 * that one under the published generation, where nobody reads. Placed anew, they are told. */
+	uint32_t fgen;
+	off_t at = (off_t)(offsetof(struct gf_table, tasks) + (size_t)i * sizeof(struct gf_task) + offsetof(struct gf_task, gen));
+	n = pread(m->fd, &fgen, sizeof fgen, at);
+	if (n < 0)
+		return unopened(m, errno);
+	if (n == (ssize_t)sizeof fgen && fgen != gen)
 		return unopened(m, 0);
 	m->task = i;
 	return GF_OPENED;
@@ -121,7 +133,7 @@ static int new_task(struct gf_gpu *g, int i, const struct gf_task *k)
 	    gf_file_create(g->dir, k->token_hash, file, g->uuid, i, k, &ino, NULL, 0) != 0)
 		return -1;
 	sweep_locks(g, ldir, ino);
-	return open_task(g, i, k->token_hash);
+	return open_task(g, i, k->token_hash, k->gen);
 }
 
 /* remove_task lets slot i's files go: its processes keep what they opened, and find their task
@@ -239,7 +251,7 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	/* The tasks a previous enforcer placed stay until SetTasks says otherwise. */
 	for (int i = 0; i < GF_TASKS; i++)
 		if (c->tasks[i].state == GF_LIVE)
-			open_task(g, i, c->tasks[i].token_hash);
+			open_task(g, i, c->tasks[i].token_hash, c->tasks[i].gen);
 	return 0;
 }
 
@@ -466,7 +478,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		 * and one whose file it cannot open this time stays as it is, its file opened at a later
 		 * write (fence.Table.Verify asks for one): its processes charge it, and a fresh file
 		 * would leave them charging where nobody reads. */
-		int found = fresh_file ? GF_OPEN_NONE : g->tasks[i].fd >= 0 ? GF_OPENED : open_task(g, i, k->token_hash);
+		int found = fresh_file ? GF_OPEN_NONE : g->tasks[i].fd >= 0 ? GF_OPENED : open_task(g, i, k->token_hash, k->gen);
 		if (found == GF_OPEN_NONE && !fresh_file) {
 			/* A fresh file for a task that was placed: a placement anew. Processes that hold
 			 * the file it replaces find their placement gone at their next charge (and say so)
