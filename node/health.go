@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/gpufrac/gpufrac/gpu"
@@ -17,7 +16,9 @@ const HealthPeriod = time.Second
 // healthLook is what the looks at the backend's health share: the listing the last one
 // recorded, and who hears of a change.
 type healthLook struct {
-	mu sync.Mutex
+	// turn lets one look run at a time; a channel, not a mutex, so that a look on demand waits
+	// for a stuck one no longer than its context allows.
+	turn chan struct{}
 	// last is the backend's listing as the ledger has it, for the GPUs Open listed.
 	last []gpu.Device
 	// onChange hears of each GPU whose health changed (Options.OnHealth), after the ledger
@@ -52,8 +53,12 @@ func (n *Node) LookHealth(ctx context.Context) {
 	if n.backend == nil {
 		return
 	}
-	n.health.mu.Lock()
-	defer n.health.mu.Unlock()
+	select {
+	case n.health.turn <- struct{}{}:
+		defer func() { <-n.health.turn }()
+	case <-ctx.Done():
+		return
+	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	devs, err := n.backend.Devices(lctx)
 	cancel()

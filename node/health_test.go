@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,4 +100,60 @@ func TestLookHealthReportsAChangeOnce(t *testing.T) {
 	if len(heard) != 1 {
 		t.Errorf("a second look with nothing new handed %+v", heard[1:])
 	}
+}
+
+// stuckBackend lists GPUs as its simulated backend does, but once armed its listings wait for
+// release, ignoring their context: an NVML call that hangs.
+type stuckBackend struct {
+	*gpu.Simulated
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *stuckBackend) Devices(ctx context.Context) ([]gpu.Device, error) {
+	if b.armed.Load() {
+		b.entered <- struct{}{}
+		<-b.release
+	}
+	return b.Simulated.Devices(ctx)
+}
+
+// A look on demand waits for one that hangs in the backend no longer than its own context: the
+// run asks at every failed job, from its one loop.
+func TestLookHealthWaitsForAStuckLookNoLongerThanItsContext(t *testing.T) {
+	sim, _ := testutil.NewSim(t, "H100=80GiB")
+	b := &stuckBackend{Simulated: sim, entered: make(chan struct{}), release: make(chan struct{})}
+	n, err := node.Open(context.Background(), node.Options{Backend: b, Policy: policy.Default(), HealthPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := n.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	b.armed.Store(true)
+	stuck := make(chan struct{})
+	go func() {
+		defer close(stuck)
+		n.LookHealth(context.Background())
+	}()
+	<-b.entered
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		n.LookHealth(ctx)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Error("a look on demand still waits for the stuck one 10 s after its context ended")
+	}
+	b.armed.Store(false) // a look that waited for the lock lists at once
+	close(b.release)
+	<-stuck
+	<-returned
 }

@@ -162,6 +162,7 @@ func Open(ctx context.Context, o Options) (*Opened, error) {
 	n := New(led, e, cfg)
 	n.own, n.closeLedger = enf, true
 	n.backend = o.Backend
+	n.health.turn = make(chan struct{}, 1)
 	n.health.last, n.health.onChange, n.health.every = devs, o.OnHealth, o.HealthPeriod
 	if n.health.every <= 0 {
 		n.health.every = HealthPeriod
