@@ -234,6 +234,23 @@ func TestRestartThatReplacesATasksFileTellsItsProcesses(t *testing.T) {
 	a1.WaitStderr("ended or this process lost its slot")
 }
 
+// pausedAtPlacementAnew removes A's lock file, so that an enforcer starting on dir must place A
+// anew, and starts one that stops between writing A's new file and publishing its generation.
+// It returns that enforcer and the control copy's path.
+func pausedAtPlacementAnew(t *testing.T, k fencetest.Kit, dir string) (*fencetest.Proc, string) {
+	t.Helper()
+	if err := os.Remove(livePath(t, dir, tokA)); err != nil {
+		t.Fatal(err)
+	}
+	path := fence.Path(dir, fencetest.FakeUUID)
+	enf := k.StartTool(t, "GF_TEST_PAUSE=task-file")
+	want(t, enf.Do(fmt.Sprintf("create %s %s 80G", path, fencetest.FakeUUID)), "ok", "the enforcer that places A anew")
+	enf.Send(fmt.Sprintf("place 0 %s=1G/1G", tokA))
+	enf.WaitStderr("gf-test: paused at task-file")
+	waitStopped(t, enf.PID())
+	return enf, path
+}
+
 // A process that attaches while the enforcer places its task anew in the same slot finds, for a
 // moment, the new placement's file in place (written first) and the control copy still naming
 // the earlier generation (published after): it waits for the publish instead of claiming a slot
@@ -242,15 +259,7 @@ func TestAttachBeforeAPlacementAnewIsPublishedWaitsForIt(t *testing.T) {
 	k := fencetest.Build(t)
 	dir, old := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
 	old.Close()
-	if err := os.Remove(livePath(t, dir, tokA)); err != nil {
-		t.Fatal(err)
-	}
-	path := fence.Path(dir, fencetest.FakeUUID)
-	enf := k.StartTool(t, "GF_TEST_PAUSE=task-file")
-	want(t, enf.Do(fmt.Sprintf("create %s %s 80G", path, fencetest.FakeUUID)), "ok", "the restarted enforcer")
-	enf.Send(fmt.Sprintf("place 0 %s=1G/1G", tokA))
-	enf.WaitStderr("gf-test: paused at task-file")
-	waitStopped(t, enf.PID())
+	enf, path := pausedAtPlacementAnew(t, k, dir)
 
 	p := k.StartTool(t, "GF_TEST_PAUSE=attach-wait")
 	p.Send("attach " + path + " " + tokA)
@@ -287,15 +296,7 @@ func TestRestartAfterAKilledPlacementAnewTellsTheReplacedFilesProcesses(t *testi
 	a1 := k.Start(t, k.Env(dir, tokA))
 	want(t, a1.Do("alloc 512M"), "ok", "A before the restarts")
 	old.Close()
-	if err := os.Remove(livePath(t, dir, tokA)); err != nil {
-		t.Fatal(err)
-	}
-	path := fence.Path(dir, fencetest.FakeUUID)
-	enf := k.StartTool(t, "GF_TEST_PAUSE=task-file")
-	want(t, enf.Do(fmt.Sprintf("create %s %s 80G", path, fencetest.FakeUUID)), "ok", "the enforcer killed while it places A anew")
-	enf.Send(fmt.Sprintf("place 0 %s=1G/1G", tokA))
-	enf.WaitStderr("gf-test: paused at task-file")
-	waitStopped(t, enf.PID())
+	enf, _ := pausedAtPlacementAnew(t, k, dir)
 	enf.Kill()
 
 	tb := startAgain(t, dir, tasks, 0)
