@@ -54,15 +54,15 @@ func (g *Events) Backend(d gpu.Device, index int, now time.Time) {
 	g.health(d.UUID, index, d.Healthy, d.HealthReason, at, true)
 }
 
-func (g *Events) health(gpu string, index int, healthy bool, reason string, t time.Time, byBackend bool) {
+func (g *Events) health(uuid string, index int, healthy bool, reason string, t time.Time, byBackend bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !healthy {
-		g.list = append(g.list, event{GPUEvent: record.GPUEvent{GPU: gpu, GPUIndex: index, Reason: reason, Start: t}, byBackend: byBackend})
+		g.list = append(g.list, event{GPUEvent: record.GPUEvent{GPU: uuid, GPUIndex: index, Reason: reason, Start: t}, byBackend: byBackend})
 		return
 	}
 	for i := range g.list {
-		if e := &g.list[i]; e.GPU == gpu && e.End.IsZero() && e.byBackend == byBackend {
+		if e := &g.list[i]; e.GPU == uuid && e.End.IsZero() && e.byBackend == byBackend {
 			e.End = t
 		}
 	}

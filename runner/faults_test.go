@@ -69,6 +69,51 @@ func behindA(t *testing.T, a queue.Job) queue.Queue {
 	}
 }
 
+// backgroundRun is a Run going on while a fault test drives its jobs and GPUs.
+type backgroundRun struct {
+	done chan struct{}
+	res  *record.Result
+	err  error
+}
+
+// runInBackground starts Run(q, o), bounded by 2*faultWait; when the test ends the run is
+// canceled and waited for.
+func runInBackground(t *testing.T, q queue.Queue, o Options) *backgroundRun {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*faultWait)
+	b := &backgroundRun{done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		b.res, b.err = Run(ctx, q, o)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-b.done:
+		case <-time.After(faultWait):
+			t.Error("the run did not end once canceled")
+		}
+	})
+	return b
+}
+
+// wait is the run's result once it ends, within 2*faultWait; the test fails, with the run's
+// progress, when it does not end (when says at what it should have) or ends in an error.
+func (b *backgroundRun) wait(t *testing.T, when string, progress *testutil.Buffer) *record.Result {
+	t.Helper()
+	select {
+	case <-b.done:
+	case <-time.After(2 * faultWait):
+		t.Fatalf("the run did not end %s; progress:\n%s", when, progress.String())
+	}
+	if os.Getenv("GPUFRAC_SHOW_LOGS") != "" {
+		t.Log(progress.String())
+	}
+	if b.err != nil {
+		t.Fatalf("Run: %v", b.err)
+	}
+	return b.res
+}
+
 // waitFor polls cond until it holds or within has passed; it says whether it held.
 func waitFor(within time.Duration, cond func() bool) bool {
 	for deadline := time.Now().Add(within); !cond(); time.Sleep(10 * time.Millisecond) {
@@ -174,25 +219,7 @@ func TestRunThroughAGPUFault(t *testing.T) {
 			a := queue.Job{Name: "a", Template: "a", Command: []string{"sh", "-c",
 				`echo $$ > "$1.tmp" && mv "$1.tmp" "$1"; while [ ! -f "$2" ]; do sleep 0.02; done`, "sh", pidFile, release}}
 			q := behindA(t, a)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*faultWait)
-			type ended struct {
-				res *record.Result
-				err error
-			}
-			var e ended
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				e.res, e.err = Run(ctx, q, o)
-			}()
-			t.Cleanup(func() {
-				cancel()
-				select {
-				case <-done:
-				case <-time.After(faultWait):
-					t.Error("the run did not end once canceled")
-				}
-			})
+			run := runInBackground(t, q, o)
 			shows := func(what string) func() bool {
 				return func() bool { return strings.Contains(progress.String(), what) }
 			}
@@ -227,18 +254,7 @@ func TestRunThroughAGPUFault(t *testing.T) {
 			cleared := time.Now()
 			tc.clear(t, r)
 
-			select {
-			case <-done:
-			case <-time.After(2 * faultWait):
-				t.Fatalf("the run did not end once the fault was cleared; progress:\n%s", progress.String())
-			}
-			if os.Getenv("GPUFRAC_SHOW_LOGS") != "" {
-				t.Log(progress.String())
-			}
-			if e.err != nil {
-				t.Fatalf("Run: %v", e.err)
-			}
-			res := e.res
+			res := run.wait(t, "once the fault was cleared", &progress)
 			if res.Completed != 2 {
 				t.Fatalf("completed %d of 2: %+v\nprogress:\n%s", res.Completed, res.Attempts, progress.String())
 			}

@@ -33,10 +33,16 @@ func (r *run) backendHealth(d gpu.Device) {
 	}
 	r.mu.Unlock()
 	if d.Healthy {
-		r.prog.Line("%-8s GPU%d  %s: healthy again by the GPU backend", enforcer.EventGPUHealth, g.Index, enforcer.StageHealthy)
+		r.healthLine(g.Index, enforcer.StageHealthy, "healthy again by the GPU backend")
 		return
 	}
-	r.prog.Line("%-8s GPU%d  %s: %s", enforcer.EventGPUHealth, g.Index, enforcer.StageUnhealthy, d.HealthReason)
+	r.healthLine(g.Index, enforcer.StageUnhealthy, d.HealthReason)
+}
+
+// healthLine is the progress line of a change of a GPU's health, the enforcer's or the
+// backend's alike.
+func (r *run) healthLine(index int, stage enforcer.Stage, message string) {
+	r.prog.Line("%-8s GPU%d  %s: %s", enforcer.EventGPUHealth, index, stage, message)
 }
 
 // lookAtFailure looks at the GPUs' health before a failed attempt is judged. A fault that

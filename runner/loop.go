@@ -497,7 +497,7 @@ func (r *run) onEvent(ev enforcer.Event) {
 			return // not a GPU of this run
 		}
 		r.wide.Note(ev, g.Index)
-		r.prog.Line("%-8s GPU%d  %s: %s", ev.Kind, g.Index, ev.Stage, ev.Message)
+		r.healthLine(g.Index, ev.Stage, ev.Message)
 	case enforcer.EventMPS:
 		if g, ok := r.gpus[ev.GPU]; ok {
 			r.prog.Line("%-8s GPU%d  %s", ev.Kind, g.Index, ev.Message)

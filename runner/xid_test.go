@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,17 +54,7 @@ func TestAJobKilledByAnXIDIsCollateral(t *testing.T) {
 				touch "$3"; echo "CUDA error: unspecified launch failure" >&2; exit 1`,
 				"sh", started, release, failed}}
 			q := behindA(t, a)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*faultWait)
-			defer cancel()
-			type ended struct {
-				res *record.Result
-				err error
-			}
-			done := make(chan ended, 1)
-			go func() {
-				res, err := Run(ctx, q, o)
-				done <- ended{res, err}
-			}()
+			run := runInBackground(t, q, o)
 
 			var pid int
 			var uuid string
@@ -92,19 +81,8 @@ func TestAJobKilledByAnXIDIsCollateral(t *testing.T) {
 			if err := os.WriteFile(release, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			var e ended
-			select {
-			case e = <-done:
-			case <-time.After(2 * faultWait):
-				t.Fatalf("the run did not end; progress:\n%s", progress.String())
-			}
-			if e.err != nil {
-				t.Fatalf("Run: %v", e.err)
-			}
-			if os.Getenv("GPUFRAC_SHOW_LOGS") != "" {
-				t.Log(progress.String())
-			}
-			atts := attemptsOf(e.res, "a")
+			res := run.wait(t, "after job a failed", &progress)
+			atts := attemptsOf(res, "a")
 			if got := outcomes(atts); !slices.Equal(got, tc.want) {
 				t.Fatalf("a's attempts %v, want %v; progress:\n%s", got, tc.want, progress.String())
 			}
@@ -112,18 +90,18 @@ func TestAJobKilledByAnXIDIsCollateral(t *testing.T) {
 				t.Errorf("a's first attempt on %s: %q; want it on %s, naming the XID and its last words", first.GPU, first.Detail, uuid)
 			}
 			var xid record.GPUEvent
-			for _, ev := range e.res.GPUEvents {
+			for _, ev := range res.GPUEvents {
 				if strings.Contains(ev.Reason, "XID 79") {
 					xid = ev
 				}
 			}
 			if xid.Start.Before(raised) || !xid.Start.Before(atts[0].End) || !xid.End.IsZero() {
-				t.Errorf("GPU events %+v: want XID 79's, from its time (after %s, before a's end %s), never ended", e.res.GPUEvents, raised, atts[0].End)
+				t.Errorf("GPU events %+v: want XID 79's, from its time (after %s, before a's end %s), never ended", res.GPUEvents, raised, atts[0].End)
 			}
 			if !strings.Contains(progress.String(), "unhealthy: XID 79") {
 				t.Errorf("the progress does not say the GPU went out of service:\n%s", progress.String())
 			}
-			bOut := outcomes(attemptsOf(e.res, "b"))
+			bOut := outcomes(attemptsOf(res, "b"))
 			if !tc.noneLeft {
 				if atts[1].GPU == uuid {
 					t.Errorf("a re-ran on %s, the GPU the XID took out", uuid)
@@ -133,7 +111,7 @@ func TestAJobKilledByAnXIDIsCollateral(t *testing.T) {
 				}
 				return
 			}
-			for _, at := range append(atts[1:], attemptsOf(e.res, "b")...) {
+			for _, at := range append(atts[1:], attemptsOf(res, "b")...) {
 				if at.Outcome != record.OutcomeFailed || !strings.Contains(at.Detail, "no GPU left to run on") || !strings.Contains(at.Detail, "XID 79") {
 					t.Errorf("%s's last attempt %s: %q; want it failed, no GPU left, naming the XID", at.Job, at.Outcome, at.Detail)
 				}
