@@ -118,11 +118,7 @@ func startAgain(t *testing.T, dir string, tasks []fence.Task, budget size.Bytes)
 // the task anew in a fresh file).
 func TestRestartThatCannotOpenATasksFileKeepsIt(t *testing.T) {
 	k := fencetest.Build(t)
-	tasks := []fence.Task{{Token: tokA, Cap: size.GiB}}
-	dir, old := table(t, 0, tasks...)
-	a1 := k.Start(t, k.Env(dir, tokA))
-	want(t, a1.Do("alloc 512M"), "ok", "before the restart")
-	old.Close()
+	dir, tasks, a1 := placedAndLeft(t, k)
 	path := fence.AccountPath(dir, tokA, fencetest.FakeUUID)
 	before, err := os.Stat(path)
 	if err != nil {
@@ -234,6 +230,19 @@ func TestRestartThatReplacesATasksFileTellsItsProcesses(t *testing.T) {
 	a1.WaitStderr("ended or this process lost its slot")
 }
 
+// placedAndLeft places task A (1 GiB) in a fence directory, starts a process of it holding 512
+// MiB, and closes the enforcer's table: the enforcer is gone, its task runs on. It returns the
+// directory, the tasks placed and the process.
+func placedAndLeft(t *testing.T, k fencetest.Kit) (string, []fence.Task, *fencetest.Proc) {
+	t.Helper()
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB}}
+	dir, old := table(t, 0, tasks...)
+	a1 := k.Start(t, k.Env(dir, tokA))
+	want(t, a1.Do("alloc 512M"), "ok", "A before the enforcer went")
+	old.Close()
+	return dir, tasks, a1
+}
+
 // pausedAtPlacementAnew removes A's lock file, so that an enforcer starting on dir must place A
 // anew, and starts one that stops between writing A's new file and publishing its generation.
 // It returns that enforcer and the control copy's path.
@@ -291,11 +300,7 @@ func TestAttachBeforeAPlacementAnewIsPublishedWaitsForIt(t *testing.T) {
 // and that process is told at its next allocation.
 func TestRestartAfterAKilledPlacementAnewTellsTheReplacedFilesProcesses(t *testing.T) {
 	k := fencetest.Build(t)
-	tasks := []fence.Task{{Token: tokA, Cap: size.GiB}}
-	dir, old := table(t, 0, tasks...)
-	a1 := k.Start(t, k.Env(dir, tokA))
-	want(t, a1.Do("alloc 512M"), "ok", "A before the restarts")
-	old.Close()
+	dir, tasks, a1 := placedAndLeft(t, k)
 	enf, _ := pausedAtPlacementAnew(t, k, dir)
 	enf.Kill()
 

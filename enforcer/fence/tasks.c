@@ -9,8 +9,8 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <stddef.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +29,8 @@ static void drop_task(struct gf_map *m)
 
 /* What open_task found of a placed task's files: opened; none that can serve the placement (no
  * accounting file, one that is not a regular file or not a table of this layout or of another
- * generation, or no lock file for it: a fresh pair must be written); or files it could not open this time (any other
- * error), which stay as they are: the task's processes charge them. */
+ * generation, or no lock file for it: a fresh pair must be written); or files it could not open
+ * this time (any other error), which stay as they are: the task's processes charge them. */
 enum { GF_OPENED = 0, GF_OPEN_NONE = 1, GF_OPEN_LATER = -1 };
 
 /* unopened lets slot i's files go after a failed open, e the open's errno (0: what was read is no
