@@ -436,7 +436,9 @@ func (p *pass) check(r ledger.Reservation, ps []seenProc) {
 	case o.mode != policy.ModeMPS:
 		tr.action = ActionSIGKILL
 		tr.detail = "SIGKILL at once (isolated mode: separate CUDA contexts, a kill harms no neighbour)"
-		if p.evicting == r.Token {
+		// A pass after the eviction's (the borrower has not died yet) must not restate its
+		// stop as a plain crossing: the owner's wait that caused it is over by then.
+		if p.evicting == r.Token || tr.reclaimed {
 			tr.reclaimed = true
 			tr.detail = "SIGKILL at once: it held borrowed memory that a neighbour's guarantee needed back " +
 				"(isolated mode: separate CUDA contexts, a kill harms no neighbour)"

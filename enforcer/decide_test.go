@@ -155,6 +155,20 @@ func TestDecide(t *testing.T) {
 					t.Fatalf("track %+v: want its detail to say an owner needed the memory back", tr)
 				}
 			}},
+		{name: "an evicted borrower still there at the next pass is still stopped as evicted", rules: r,
+			before: func(m *memory) {
+				m.tracks["B2"] = &track{gpu: "G", mode: policy.ModeIsolated, capBytes: 2 * gib, crossedAt: at0.Add(-100 * time.Millisecond),
+					action: ActionSIGKILL, reclaimed: true, detail: "SIGKILL at once: it held borrowed memory that a neighbour's guarantee needed back"}
+			},
+			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("B2", 2*gib, 70*gib)},
+				procs: []seenProc{taskProc(102, "B2", 10*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib}, fenceUse("B2", 2*gib, 70*gib, 10*gib)}}},
+			want: []string{"signal B2 [102] killed"},
+			after: func(t *testing.T, m *memory) {
+				if tr := m.tracks["B2"]; tr == nil || !tr.reclaimed || !strings.Contains(tr.detail, "guarantee needed back") {
+					t.Fatalf("track %+v: want it still recorded as stopped for an owner's guarantee", tr)
+				}
+			}},
 		{name: "MPS: over its cap, SIGINT and the GPU drained", rules: r,
 			obs: observation{mode: policy.ModeMPS, reservations: []ledger.Reservation{resv("A", 2*gib, 0)},
 				procs: []seenProc{taskProc(101, "A", over)}},
