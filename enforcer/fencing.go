@@ -511,10 +511,32 @@ func (e *Enforcer) watchFence(st ledger.GPUState, tasks map[string][]seenProc) (
 		return snap, false
 	}
 	// Admission and the units a plugin advertises follow what borrowers hold through the ledger.
-	if err := e.cfg.Ledger.SetBorrowed(st.UUID, snap.Borrowed(), snap.Waiting()); err != nil {
+	if err := e.cfg.Ledger.SetBorrowed(st.UUID, borrowedSeen(snap, tasks), snap.Waiting()); err != nil {
 		e.sayOnce(st.UUID, "borrowed", err)
 	}
 	return snap, true
+}
+
+// borrowedSeen is what tasks hold past their guarantees on one GPU, for admission. The table
+// counts nothing of a task whose accounting file it cannot read (the task cut it short, or this
+// enforcer, restarted, could not open it yet): for such a task what NVML sees its processes hold
+// past its guarantee counts instead, unclamped by its limit, as no task wrote it. Counted as
+// nothing, it would let admission promise a newcomer memory the task holds, for a pass.
+func borrowedSeen(snap fence.Snapshot, tasks map[string][]seenProc) size.Bytes {
+	b := snap.Borrowed()
+	for _, u := range snap.Tasks {
+		if u.Token == "" || !u.Unreadable && !u.Unopened {
+			continue
+		}
+		var held size.Bytes
+		for _, p := range tasks[u.Token] {
+			held += p.Bytes
+		}
+		if held > u.Cap {
+			b += held - u.Cap
+		}
+	}
+	return b
 }
 
 // sayOnce logs an error once until it changes.

@@ -547,3 +547,36 @@ func TestRestartKeepsRunningTasksFenced(t *testing.T) {
 	want(before, "charge "+past, "refused")
 	want(after, "charge "+past, "refused")
 }
+
+// Admission counts what a task holds past its guarantee even where the fence cannot read its
+// accounting file: from NVML's view of its processes, unclamped by its limit (no task wrote it).
+func TestBorrowedSeenCountsUnreadTasksFromNVML(t *testing.T) {
+	procs := func(bytes ...size.Bytes) []seenProc {
+		var out []seenProc
+		for _, b := range bytes {
+			out = append(out, seenProc{ProcUsage: ProcUsage{Bytes: b}})
+		}
+		return out
+	}
+	read := fence.TaskUse{Token: "read", Cap: 2 * size.GiB, Limit: 10 * size.GiB, Used: 3 * size.GiB}
+	for _, tc := range []struct {
+		name  string
+		task  fence.TaskUse
+		procs []seenProc
+		want  size.Bytes
+	}{
+		{"a task read from its file counts what it wrote, not NVML's", fence.TaskUse{Token: "t", Cap: 2 * size.GiB, Limit: 10 * size.GiB, Used: 2 * size.GiB}, procs(5 * size.GiB), 0},
+		{"an unopened task past its guarantee", fence.TaskUse{Token: "t", Cap: 2 * size.GiB, Limit: 10 * size.GiB, Unopened: true, Unlocked: true}, procs(2*size.GiB, 1536*size.MiB), 1536 * size.MiB},
+		{"an unreadable task past its limit counts all of it", fence.TaskUse{Token: "t", Cap: 2 * size.GiB, Limit: 3 * size.GiB, Unreadable: true, Unlocked: true}, procs(6 * size.GiB), 4 * size.GiB},
+		{"an unopened task within its guarantee", fence.TaskUse{Token: "t", Cap: 2 * size.GiB, Limit: 10 * size.GiB, Unopened: true, Unlocked: true}, procs(size.GiB), 0},
+		{"an unopened task NVML sees nothing of", fence.TaskUse{Token: "t", Cap: 2 * size.GiB, Unopened: true, Unlocked: true}, nil, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := fence.Snapshot{Tasks: []fence.TaskUse{read, tc.task}}
+			got := borrowedSeen(snap, map[string][]seenProc{"t": tc.procs, "read": procs(9 * size.GiB)})
+			if want := size.GiB + tc.want; got != want {
+				t.Fatalf("borrowed %s, want %s (1 GiB of it the task read from its file)", got, want)
+			}
+		})
+	}
+}

@@ -135,8 +135,9 @@ type TaskUse struct {
 	// of it is counted (Used 0, no processes); Unlocked too. What it uses is NVML's to judge.
 	Unreadable bool
 	// Unopened: this enforcer could not open its accounting file (an error other than the file
-	// being gone or not a table): nothing of it is counted until it can, and the file stays as
-	// it is, for its processes charge it; Unlocked too. Verify opens it again.
+	// being gone or not a table): nothing of it is counted until it can (admission counts what
+	// NVML sees it hold past its guarantee meanwhile), and the file stays as it is, for its
+	// processes charge it; Unlocked too. Verify opens it again.
 	Unopened bool
 }
 
