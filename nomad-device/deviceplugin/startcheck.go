@@ -149,6 +149,17 @@ func checkGPUIDs(c Config, devs []gpu.Device) error {
 			errs = append(errs, &policy.FieldError{Field: KeyGPUModes + "." + k, Value: strconv.Quote(string(c.GPUModes[k])), Reason: valid})
 		}
 	}
+	// A GPU named by its index and by its UUID with two modes would take whichever key a
+	// re-listing applied last; only the listing knows that the two keys are one GPU.
+	for _, d := range devs {
+		idx := strconv.Itoa(d.Index)
+		byIndex, ok1 := c.GPUModes[idx]
+		byUUID, ok2 := c.GPUModes[d.UUID]
+		if ok1 && ok2 && byIndex != byUUID {
+			errs = append(errs, &policy.FieldError{Field: KeyGPUModes + "." + d.UUID, Value: strconv.Quote(string(byUUID)),
+				Reason: fmt.Sprintf("names GPU %s, as %s.%s = %q does, with another mode: keep one of the two keys", idx, KeyGPUModes, idx, byIndex)})
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gpufrac config: %w", err)
 	}
