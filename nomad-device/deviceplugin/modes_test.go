@@ -8,8 +8,10 @@ import (
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // gpu_modes may name a GPU by its index and by its UUID. Two keys of one GPU with different
@@ -57,6 +59,72 @@ func TestGPUModesOfOneGPUMustAgree(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not say %s", err, w)
 				}
+			}
+		})
+	}
+}
+
+// A GPU's mode from gpu_modes is kept in the ledger, and so is the mode `gpufrac run` sets on
+// the node's GPUs. A plugin started without a gpu_modes entry for a GPU must put it back on the
+// policy's mode, as docs/plugin.md says ("Others follow the policy's mode"), rather than keep
+// whatever an earlier writer of the ledger left there.
+func TestGPUModeLeftInTheLedgerFollowsThePolicy(t *testing.T) {
+	uuid0 := gpu.SimUUID(0, "H100")
+	for _, tt := range []struct {
+		name string
+		// before leaves GPU 0 in mps mode in the ledger in dir.
+		before func(t *testing.T, dir string)
+	}{
+		{"a plugin whose config had gpu_modes", func(t *testing.T, dir string) {
+			s := NewServer(Options{})
+			if err := s.SetConfig(encode(t, `config {
+				gpu_backend = "simulated"
+				simulated_gpus = ["H100=80GiB"]
+				state_dir = "`+dir+`"
+				gpu_modes = { "0" = "mps" }
+				mps_control = "`+testutil.FakeMPSControl(t)+`"
+				mps_root = "`+testutil.MPSRoot(t)+`"
+			}`), APIVersion); err != nil {
+				t.Fatal(err)
+			}
+			m, _ := firstFingerprint(t, s)
+			s.Shutdown()
+			if got := m.DeviceGroup[0].Attributes[AttrMode].GetStringVal(); got != string(policy.ModeMPS) {
+				t.Fatalf("the first plugin's GPU 0 is in mode %q, want mps", got)
+			}
+		}},
+		{"gpufrac run, which sets the mode of the GPUs it runs on", func(t *testing.T, dir string) {
+			l, err := ledger.Open(dir, ledger.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if err := l.SyncGPUs([]ledger.GPUInfo{{UUID: uuid0, Model: "H100", TotalBytes: 80 * size.GiB}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.SetMode(uuid0, policy.ModeMPS); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.before(t, dir)
+			s := NewServer(Options{})
+			t.Cleanup(s.Shutdown)
+			if err := s.SetConfig(encode(t, `config {
+				gpu_backend = "simulated"
+				simulated_gpus = ["H100=80GiB"]
+				state_dir = "`+dir+`"
+			}`), APIVersion); err != nil {
+				t.Fatal(err)
+			}
+			isolated := func(m *devicepb.FingerprintResponse) bool {
+				return m.DeviceGroup[0].Attributes[AttrMode].GetStringVal() == string(policy.ModeIsolated)
+			}
+			m, ch := firstFingerprint(t, s)
+			if !isolated(m) {
+				waitFP(t, ch, "GPU 0 follows the policy's mode (isolated) with no gpu_modes entry", isolated)
 			}
 		})
 	}

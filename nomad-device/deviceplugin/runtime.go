@@ -353,6 +353,13 @@ func (rt *runtime) relist() {
 	if err := node.SyncGPUs(l, devs, rt.ignored); err != nil {
 		rt.log.Error("recording the GPU inventory in the ledger failed", "error", err)
 	}
+	// Every advertised GPU gets its mode from this config: a GPU without a gpu_modes entry
+	// follows the policy (""), whatever mode an earlier config or `gpufrac run` left in the
+	// ledger, which keeps a GPU's mode across restarts.
+	modes := make(map[string]policy.Mode, len(byUUID))
+	for uuid := range byUUID {
+		modes[uuid] = ""
+	}
 	for key, m := range rt.cfg.GPUModes {
 		uuid := key
 		if i, err := strconv.Atoi(key); err == nil {
@@ -367,6 +374,9 @@ func (rt *runtime) relist() {
 			rt.log.Warn("gpu_modes names no advertised GPU", "key", key, "mode", m)
 			continue
 		}
+		modes[uuid] = m
+	}
+	for uuid, m := range modes {
 		if err := l.SetMode(uuid, m); err != nil {
 			rt.log.Error("setting the GPU's mode failed", "gpu", uuid, "mode", m, "error", err)
 		}
