@@ -17,6 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
+	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -97,7 +98,7 @@ func (c collector) collectGPUs(ch chan<- prometheus.Metric, b gpu.Backend, l *le
 		gauge(descUnmanaged, float64(g.UnmanagedBytes), lv)
 		gauge(descTasks, float64(len(g.Reservations)), lv)
 		healthy := 0.0
-		if g.Healthy && down == "" && perGPU[g.UUID] == "" {
+		if g.Healthy && down == "" && (g.Mode != policy.ModeMPS || perGPU[g.UUID] == "") {
 			healthy = 1
 		}
 		gauge(descHealthy, healthy, lv)

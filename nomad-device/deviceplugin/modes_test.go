@@ -2,10 +2,12 @@ package deviceplugin
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
@@ -128,4 +130,56 @@ func TestGPUModeLeftInTheLedgerFollowsThePolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An mps GPU whose control daemon could not start, then left mps mode (the policy's mode
+// changed): the plugin's record of the failure belongs to the mode it left. Kept, it made
+// gpufrac_gpu_healthy read 0 while the fingerprint offered the GPU's units healthy, and when
+// the GPU entered mps mode again its daemon was not tried at that change (docs/plugin.md:
+// "has its control daemon readied at that change") but only at the next fingerprint_period,
+// its units unhealthy with the old reason meanwhile although the daemon could now start.
+func TestMPSFailureIsForgottenWhenTheGPULeavesMPSMode(t *testing.T) {
+	bin := t.TempDir()
+	control := filepath.Join(bin, mps.DefaultControl) // missing until the test installs it
+	file := filepath.Join(t.TempDir(), "policy.json")
+	store := policy.NewFileStore(file, policy.FileOptions{})
+	setMode := func(m policy.Mode) {
+		t.Helper()
+		p := policy.Default()
+		p.Mode = m
+		if _, err := store.PutPolicyUnchecked(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMode(policy.ModeMPS)
+	s, _ := newSim(t, "H100=80GiB", `policy_file = "`+file+`"
+		fingerprint_period = "1h"
+		mps_root = "`+testutil.MPSRoot(t)+`"
+		mps_control = "`+control+`"`)
+	m, ch := firstFingerprint(t, s)
+	down := func(m *devicepb.FingerprintResponse) bool {
+		return freeUnhealthy(m.DeviceGroup[0], "MPS control daemon cannot start")
+	}
+	if !down(m) {
+		waitFP(t, ch, "the mps GPU's units say its daemon cannot start", down)
+	}
+	if err := copyFile(t, testutil.FakeMPSControl(t), control); err != nil {
+		t.Fatal(err)
+	}
+	placeable := func(mode policy.Mode) func(*devicepb.FingerprintResponse) bool {
+		return func(m *devicepb.FingerprintResponse) bool {
+			g := m.DeviceGroup[0]
+			return g.Attributes[AttrMode].GetStringVal() == string(mode) && len(ids(g, 100)) == len(g.Devices)
+		}
+	}
+
+	setMode(policy.ModeIsolated)
+	waitFP(t, ch, "the GPU, isolated now, offers every unit", placeable(policy.ModeIsolated))
+	healthy := gatherer(t, s)
+	testutil.Eventually(t, 10*time.Second, "gpufrac_gpu_healthy = 1 for the isolated GPU whose units are offered", func() bool {
+		return healthy()["gpufrac_gpu_healthy"] == 1
+	})
+
+	setMode(policy.ModeMPS)
+	waitFP(t, ch, "the GPU, back in mps mode, has its daemon readied at the change and offers every unit", placeable(policy.ModeMPS))
 }

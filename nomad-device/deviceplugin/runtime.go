@@ -425,6 +425,14 @@ func (rt *runtime) prepareOnce(retry bool) {
 	states := l.States()
 	rt.mu.Lock()
 	for _, st := range states {
+		if st.Mode != policy.ModeMPS {
+			// What its daemon did belongs to the mode the GPU left: kept, it would mark an
+			// isolated GPU down in the metrics, and keep the GPU's next entry into mps mode
+			// from readying the daemon at once.
+			delete(rt.mpsDown, st.UUID)
+			delete(rt.mpsReady, st.UUID)
+			continue
+		}
 		_, failed := rt.mpsDown[st.UUID]
 		if st.Mode == policy.ModeMPS && !rt.mpsReady[st.UUID] && (retry || !failed) {
 			todo = append(todo, st.UUID)
