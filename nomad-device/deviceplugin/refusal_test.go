@@ -176,3 +176,67 @@ func TestRemovedPolicyFileNamed(t *testing.T) {
 	}
 	wantDocumentedHealth(t, m.DeviceGroup[0].Devices[0].HealthDescription)
 }
+
+// A policy or violations block the Nomad API client cannot be built from (an address with a
+// path, the all-namespaces wildcard, a token_file or ca_file that cannot be read) could never
+// reach Nomad: the running plugin built its client once and gave up for good, the policy's
+// units unhealthy until a restart, the violations only logged and never published. SetConfig
+// refuses it naming the block and the value, as it does a missing policy_file; it sends no
+// request, so an unreachable Nomad still passes.
+func TestUnusableNomadBlocksRefusedAtSetConfig(t *testing.T) {
+	dir := t.TempDir()
+	token := filepath.Join(dir, "token")
+	if err := os.WriteFile(token, []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty-token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, tt := range []struct {
+		name, block string
+		want        []string
+	}{
+		{"policy address with a path", `policy {
+			address = "https://nomad.example:4646/ui"
+		}`, []string{"policy", `"https://nomad.example:4646/ui"`, "has a path"}},
+		{"violations address with a path", `violations {
+			address = "http://127.0.0.1:4646/nomad"
+		}`, []string{"violations", `"http://127.0.0.1:4646/nomad"`, "has a path"}},
+		{"policy token_file missing", `policy {
+			token_file = "` + missing + `"
+		}`, []string{"policy", "token_file", missing}},
+		{"violations token_file empty", `violations {
+			token_file = "` + empty + `"
+		}`, []string{"violations", "token_file", empty, "empty"}},
+		{"violations in every namespace", `violations {
+			namespace = "*"
+		}`, []string{"violations", `"*"`}},
+		{"policy ca_file missing", `policy {
+			ca_file = "` + missing + `"
+		}`, []string{"policy", missing}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			wantConfigRefused(t, `state_dir = "`+t.TempDir()+`"
+				`+tt.block, tt.want)
+		})
+	}
+
+	s := NewServer(Options{})
+	defer s.Shutdown()
+	if err := s.SetConfig(encode(t, `config {
+		gpu_backend = "simulated"
+		state_dir = "`+t.TempDir()+`"
+		policy {
+			address = "http://127.0.0.1:1"
+			token_file = "`+token+`"
+		}
+		violations {
+			address = "http://127.0.0.1:1/"
+			token_file = "`+token+`"
+		}
+	}`), APIVersion); err != nil {
+		t.Errorf("SetConfig with blocks whose Nomad is unreachable: %v, want them accepted (nothing is asked of Nomad at SetConfig)", err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
+	"github.com/gpufrac/gpufrac/policy/nomadvars"
 )
 
 // gpuUUIDShape is the form NVML gives GPU UUIDs (the simulated backend's too): a UUID one
@@ -66,6 +67,21 @@ func checkPaths(c Config) error {
 	if c.MetricsAddr != "" {
 		if why := listenable(c.MetricsAddr); why != "" {
 			bad(KeyMetricsAddr, c.MetricsAddr, why)
+		}
+	}
+	// The running plugin builds each Nomad client once and never again: one it cannot build
+	// (an address with a path, every namespace, a token or CA file it cannot read) would leave
+	// the units unhealthy until a restart, or the violations unpublished with a log line. The
+	// client is built as it will be, environment fallbacks included; it sends no request.
+	targets := map[string]*NomadTarget{KeyViolations: c.Violations}
+	if c.Nomad != nil {
+		targets[KeyPolicy] = &c.Nomad.NomadTarget
+	}
+	for _, block := range []string{KeyPolicy, KeyViolations} {
+		if t := targets[block]; t != nil {
+			if _, err := nomadvars.NewAPIClient(t.connection()); err != nil {
+				errs = append(errs, &policy.FieldError{Field: block, Value: "{ ... }", Reason: err.Error()})
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
