@@ -166,3 +166,53 @@ func TestWaitingRunSaysForWhat(t *testing.T) {
 		}
 	}
 }
+
+// More jobs fail to start in one round than the run's channel of ended attempts holds (a
+// mistyped program in a large queue, on GPUs that take 64 jobs each): every one is recorded
+// failed and the run ends, instead of its loop blocking on a report only it reads.
+func TestManyJobsThatCannotStartEndTheRun(t *testing.T) {
+	sim := newSim(t, "H100=80GiB", "H100=80GiB")
+	o := testOptions(t, sim, record.ArmPacked)
+	o.Policy.MaxTasksPerGPU = 64
+	o.Arm, o.Admission = "", testRule{arm: record.ArmUncapped} // every job at once, nothing to probe
+	const n = 100
+	var jobs []queue.Job
+	for i := range n {
+		jobs = append(jobs, queue.Job{Name: "j" + strconv.Itoa(i), Template: "t", Command: []string{"/no/such/program"}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type ran struct {
+		res *record.Result
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := Run(ctx, queue.Queue{Jobs: jobs}, o)
+		done <- ran{res, err}
+	}()
+	var got ran
+	select {
+	case got = <-done:
+	case <-time.After(30 * time.Second):
+		cancel()
+		select {
+		case <-done:
+			t.Fatal("the run ended only once canceled")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the run hangs, and does not end when canceled either")
+		}
+	}
+	if got.err != nil {
+		t.Fatalf("Run: %v", got.err)
+	}
+	failed := 0
+	for _, a := range got.res.Attempts {
+		if a.Outcome == record.OutcomeFailed {
+			failed++
+		}
+	}
+	if failed != n || got.res.Completed != 0 {
+		t.Fatalf("%d attempts failed and %d jobs completed, want %d and 0", failed, got.res.Completed, n)
+	}
+}

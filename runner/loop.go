@@ -322,7 +322,10 @@ func (r *run) launch(l sched.Launch) {
 	if err != nil {
 		a.exit = -1
 		a.a.Detail = err.Error()
-		r.done <- a
+		// Reported as an attempt's end always is, from its own goroutine: the main loop, which
+		// launches, is the only reader of r.done, and a round of more failed starts than the
+		// channel holds blocked it for good (a mistyped program in a large queue).
+		go func() { r.done <- a }()
 		return
 	}
 	if alone {
