@@ -185,9 +185,9 @@ func Parse(src []byte, filename string) (Queue, error) {
 		q.Templates[t.Name] = TemplateSpec{
 			Name:          t.Name,
 			ProbeWindow:   d.duration(t.ProbeWindow, "probe_window"),
-			ProbeCapBytes: d.size(t.ProbeCap, "probe_cap"),
-			PeakBytes:     d.size(t.Peak, "peak"),
-			CapBytes:      d.size(t.Cap, "cap"),
+			ProbeCapBytes: d.positiveSize(t.ProbeCap, "probe_cap", "half the GPU's budget"),
+			PeakBytes:     d.positiveSize(t.Peak, "peak", "a probe of the template"),
+			CapBytes:      d.positiveSize(t.Cap, "cap", "the cap its peak earns"),
 		}
 	}
 	seen := map[string]bool{}
@@ -452,6 +452,24 @@ func (d *decoder) size(expr hcl.Expression, name string) size.Bytes {
 		return 0
 	}
 	return b
+}
+
+// positiveSize is a size that, where it is written, must be more than nothing. A template's
+// zero meant "not set" further on: peak = "0" had its template probed from scratch, cap = "0"
+// left the computed cap and probe_cap = "0" half the budget, all without a word (gpufrac run
+// --probe-cap 0 is refused), and the policy store refuses a template without a footprint.
+// unset is what leaving it out gives.
+func (d *decoder) positiveSize(expr hcl.Expression, name, unset string) size.Bytes {
+	b := d.size(expr, name)
+	if b != 0 || isNull(expr) || d.failedAt(expr.Range()) {
+		return b
+	}
+	written := "0"
+	if v, diags := expr.Value(nil); !diags.HasErrors() && v.Type() == cty.String {
+		written = v.AsString()
+	}
+	d.add(expr.Range(), "Invalid size", fmt.Sprintf("%s = %q: want more than 0 (leave it out for %s)", name, written, unset))
+	return 0
 }
 
 func (d *decoder) duration(expr hcl.Expression, name string) time.Duration {

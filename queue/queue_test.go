@@ -55,6 +55,12 @@ func TestParseQueueErrors(t *testing.T) {
 		{"result climbs out after a detour", "job \"a\" {\n  command = [\"x\"]\n  result = \"r/../../x\"\n}\n", []string{"q.hcl:3", `"r/../../x" leaves`}},
 		{"negative size", "template \"t\" {\n  peak = \"-1GiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"-1GiB"`, "negative"}},
 		{"policy headroom", "policy {\n  headroom = \"lots\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"lots"`}},
+		// A zero was read as "not set": the template was probed, or kept its computed or
+		// protective cap, without a word.
+		{"zero peak", "template \"t\" {\n  peak = \"0GiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `peak = "0GiB": want more than 0`}},
+		{"zero peak as a number", "template \"t\" {\n  peak = 0\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `peak = "0": want more than 0`}},
+		{"zero cap", "template \"t\" {\n  cap = \"0\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `cap = "0": want more than 0`}},
+		{"zero probe cap", "template \"t\" {\n  probe_cap = \"0MiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `probe_cap = "0MiB": want more than 0`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
