@@ -12,6 +12,11 @@ import (
 // from a guarantee to the GPU alone in a few steps, and a larger bound only buys repeats.
 const maxAttemptsLimit = 20
 
+// MaxBorrowWait is the longest borrow_wait (and gpufrac run --borrow-wait) may be, as the
+// plugin's borrow_wait: a borrower's allocation that waits longer holds admissions on its GPU
+// up for as long.
+const MaxBorrowWait = 10 * time.Minute
+
 // ladder reads the keys of the ladder (policy.Policy.Next): max_attempts at the top, in a
 // template or in a job (the job's wins, then its template's, then the queue's), and cap_fixed
 // in a template or a job (its cap is a ceiling, never raised after a failure); and borrow_wait
@@ -20,7 +25,7 @@ const maxAttemptsLimit = 20
 func (d *decoder) ladder(fq *fileQueue, q *Queue) {
 	q.MaxAttempts = d.attempts(fq.Attempts)
 	if !isNull(fq.Wait) {
-		if w := d.duration(fq.Wait, "borrow_wait"); w > 10*time.Minute {
+		if w := d.duration(fq.Wait, "borrow_wait"); w > MaxBorrowWait {
 			d.add(fq.Wait.Range(), "Invalid borrow_wait", fmt.Sprintf("borrow_wait = %s: want at most 10m", w))
 		} else {
 			q.BorrowWait = w

@@ -124,6 +124,11 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"run", "--probe-cap", "-1GiB", "x.hcl"}, 2, "negative"},
 		{[]string{"run", "--probe-cap", "1.5", "x.hcl"}, 2, "a fraction of a byte"},
 		{[]string{"run", "--probe-cap", "0", "x.hcl"}, 2, `--probe-cap "0"`},
+		// 0 read as "not given": the queue's borrow_wait, else 5 minutes, where no wait was
+		// asked for; past 10m, what the queue file's borrow_wait refuses.
+		{[]string{"run", "--borrow-wait", "0", "x.hcl"}, 2, "--borrow-wait 0s: want more than 0s and at most 10m0s"},
+		{[]string{"run", "--borrow-wait", "11m", "x.hcl"}, 2, "--borrow-wait 11m0s: want more than 0s and at most 10m0s"},
+		{[]string{"run", "--borrow-wait", "-1s", "x.hcl"}, 2, "--borrow-wait -1s"},
 		{[]string{"probe", "--", "true"}, 2, "--template"},
 		{[]string{"probe", "--template", "bad name", "--", "true"}, 2, `"bad name"`},
 		{[]string{"probe", "--template", "t"}, 2, "no command"},

@@ -54,8 +54,11 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	if err := node.CheckBorrow(*borrow); err != nil {
 		return usagef("--%w", err)
 	}
-	if *borrowWait < 0 {
-		return usagef("--borrow-wait %s: want a duration of 0 or more", *borrowWait)
+	if flagSet(fs, "borrow-wait") && (*borrowWait <= 0 || *borrowWait > queue.MaxBorrowWait) {
+		// The runner reads 0 as "not given": --borrow-wait 0 ran with the queue's borrow_wait,
+		// else 5 minutes, the opposite of what it says.
+		return usagef("--borrow-wait %s: want more than 0s and at most %s, as the queue file's borrow_wait (for no wait at all: --borrow now)",
+			*borrowWait, queue.MaxBorrowWait)
 	}
 	if *stage < 0 || *stage > 16 {
 		return usagef("--stage %d: want 0 (none) to 16 jobs a GPU", *stage)
