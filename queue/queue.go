@@ -75,6 +75,8 @@ type Queue struct {
 	Mode     policy.Mode
 	// SimulatedGPUs is used when the simulated backend runs and nothing else configures it.
 	SimulatedGPUs []string
+	// simulatedAt is where the file says SimulatedGPUs, for CheckSimulated's errors.
+	simulatedAt hcl.Range
 	// Path is the file the queue came from.
 	Path string
 	// MaxAttempts bounds every job's attempts (ladder.go); 0 when not set. BorrowWait is the
@@ -169,6 +171,7 @@ func Parse(src []byte, filename string) (Queue, error) {
 	q.Profiles = oneOf(d, fq.Profiles, "profiles", record.ProfileChoices)
 	if fq.GPUs != nil {
 		q.SimulatedGPUs = d.strList(fq.GPUs.Simulated, "simulated")
+		q.simulatedAt = fq.GPUs.Simulated.Range()
 	}
 	if fq.Policy != nil {
 		pol := d.policy(fq.Policy)

@@ -187,3 +187,23 @@ func at(r hcl.Range) string {
 	}
 	return fmt.Sprintf(" (%s:%d,%d)", r.Filename, r.Start.Line, r.Start.Column)
 }
+
+// CheckSimulated checks each gpus.simulated entry with parse (the GPU backend's reader, which
+// the queue does not import), and names a bad one with its position, as Load names a bad value:
+// with no position, an error about "H100=80XB" left the reader to find which file said it.
+// Every command checks --simulated-gpus whether or not it opens the simulated backend, and so
+// gpufrac run checks these.
+func (q Queue) CheckSimulated(parse func(string) ([]string, error)) error {
+	var diags hcl.Diagnostics
+	for _, s := range q.SimulatedGPUs {
+		if _, err := parse(s); err != nil {
+			r := q.simulatedAt
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid simulated GPU",
+				Detail: fmt.Sprintf("simulated = %q: %v", s, err), Subject: &r})
+		}
+	}
+	if diags.HasErrors() {
+		return diagError(diags)
+	}
+	return nil
+}

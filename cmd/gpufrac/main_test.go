@@ -384,3 +384,24 @@ func TestProbeOfAFailedJobSaysItFailed(t *testing.T) {
 		})
 	}
 }
+
+// A bad gpus.simulated entry in a queue file is named with its file and line, as every other
+// bad value of a queue file is, and refused whether or not --simulated-gpus replaces it.
+func TestBadSimulatedGPUInTheQueueSaysWhere(t *testing.T) {
+	c := newCLI(t)
+	q := filepath.Join(t.TempDir(), "q.hcl")
+	src := "gpus {\n  simulated = [\"H100=80GiB\", \"H100=80XB\"]\n}\njob \"a\" {\n  command = [\"true\"]\n}\n"
+	if err := os.WriteFile(q, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := q + `:2,15: Invalid simulated GPU: simulated = "H100=80XB": simulated GPU entry "H100=80XB": invalid size "80XB"`
+	for _, args := range [][]string{
+		{"--state-dir", c.state, "--sim-dir", c.simDir, "--gpu-backend", "simulated", "run", "--out", t.TempDir(), q},
+		{"--state-dir", c.state, "--sim-dir", c.simDir, "--gpu-backend", "simulated", "--simulated-gpus", "H100=80GiB", "run", "--out", t.TempDir(), q},
+	} {
+		var out, errb bytes.Buffer
+		if code := realMain(args, &out, &errb); code != 1 || !strings.Contains(errb.String(), want) {
+			t.Errorf("%v: exit %d, stderr %q; want 1 and %q", args, code, errb.String(), want)
+		}
+	}
+}
