@@ -49,6 +49,12 @@ func (d *decoder) ladder(fq *fileQueue, q *Queue) {
 		}
 		q.Jobs[i].MaxAttempts = d.attempts(j.Attempts)
 		q.Jobs[i].CapFixed = d.boolean(j.CapFixed, "cap_fixed")
+		// As in a template: with no declared cap the job's first guarantee (a probe's, or the
+		// one its peak earns) would become its ceiling, and its first failure would end it.
+		if t := q.Jobs[i].Template; q.Jobs[i].CapFixed && q.Templates[t].CapBytes == 0 {
+			d.add(j.CapFixed.Range(), "cap_fixed without a cap", fmt.Sprintf(
+				"job %q: cap_fixed = true fixes its template %q's declared cap; add cap = \"...\" to template %q", j.Name, t, t))
+		}
 	}
 }
 

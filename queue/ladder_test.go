@@ -45,6 +45,11 @@ func TestLadderKeysRefuseBadValues(t *testing.T) {
 		{`max_attempts = "3"`, "max_attempts must be a number"},
 		{`borrow_wait = "11m"`, "borrow_wait = 11m0s: want at most 10m"},
 		{"template \"t\" {\n  cap_fixed = true\n}", "q.hcl:2,15: cap_fixed without a cap"},
+		// A job's own cap_fixed fixes its template's declared cap, and needs one as much.
+		{"template \"t\" {}\njob \"k\" {\n  template  = \"t\"\n  command   = [\"x\"]\n  cap_fixed = true\n}",
+			`q.hcl:5,15: cap_fixed without a cap: job "k": cap_fixed = true fixes its template "t"'s declared cap; add cap = "..." to template "t"`},
+		{"job \"k\" {\n  command   = [\"x\"]\n  cap_fixed = true\n}",
+			`q.hcl:3,15: cap_fixed without a cap: job "k": cap_fixed = true fixes its template "k"'s declared cap; add cap = "..." to template "k"`},
 		{"template \"t\" {\n  cap = \"1GiB\"\n  cap_fixed = \"yes\"\n}", "cap_fixed must be true or false, not string"},
 	} {
 		t.Run(tc.src, func(t *testing.T) {
