@@ -38,7 +38,7 @@ func (r *run) header() []string {
 		gpus = append(gpus, fmt.Sprintf("GPU%d %s %s (budget %s)", gr.Index, gr.Model, gr.TotalBytes, gr.BudgetBytes))
 	}
 	h = append(h, strings.Join(gpus, "; "))
-	for _, note := range []string{r.fenceNote, r.borrowNote, r.stageNote, r.probeNote} {
+	for _, note := range []string{r.fenceNote, r.borrowNote, r.stageNote, r.probeNote, r.probeCapNote} {
 		if note != "" {
 			h = append(h, note)
 		}

@@ -283,10 +283,11 @@ type run struct {
 	// stageNote says so, or why not, when it was asked for.
 	stage     int
 	stageNote string
-	// probeNote says what ProbeKnown does in this run, when it was asked for.
-	probeNote string
-	borrows   bool
-	start     time.Time
+	// probeNote says what ProbeKnown does in this run, when it was asked for; probeCapNote
+	// that ProbeCap does nothing, where it does not.
+	probeNote, probeCapNote string
+	borrows                 bool
+	start                   time.Time
 	// shares learns templates' SM-active shares from attempts alone on their GPU.
 	shares *probe.Shares
 
@@ -328,6 +329,7 @@ func newRun(ctx context.Context, q queue.Queue, o Options) (*run, error) {
 	r.fenceNote, r.borrowNote, r.borrows = notes.fence, notes.borrow.Note, notes.borrow.On()
 	r.stage, r.stageNote = stagePlan(o, r.node.Fenced(), notes.borrow.Rule)
 	r.probeNote = probeKnownNote(o, r.borrows)
+	r.probeCapNote = probeCapNote(o, r.borrows)
 	if e := n.Enforcer(); e != nil {
 		r.guard = e
 	}

@@ -40,6 +40,26 @@ func stagePlan(o Options, fenced bool, borrowRule string) (int, string) {
 		"their first large allocation waiting for their guarantee", o.Stage)
 }
 
+// probeCapNote is the run's line on Options.ProbeCap where it holds no probe: only an in-place
+// probe that does not borrow runs under a protective cap, and a --probe-cap given where none
+// does was taken without a word, as if it had been.
+func probeCapNote(o Options, borrows bool) string {
+	why := ""
+	switch {
+	case o.ProbeCap == 0:
+	case o.Arm != record.ArmPacked:
+		why = "the " + string(o.Arm) + " arm probes nothing"
+	case borrows:
+		why = "a probe that borrows holds a small guarantee and no protective cap; --borrow off gives probes one"
+	case o.modeOf() == policy.ModeMPS:
+		why = "in mps mode a probe runs alone, on the whole GPU"
+	}
+	if why == "" {
+		return ""
+	}
+	return "probes: --probe-cap does nothing here (" + why + ")"
+}
+
 // probeKnownNote is the run's line on Options.ProbeKnown, when it was asked for: what it does, or
 // why it does nothing here (a probe borrows only where jobs may borrow).
 func probeKnownNote(o Options, borrows bool) string {

@@ -290,3 +290,30 @@ func TestProbeKnownNote(t *testing.T) {
 		t.Errorf("on: note %q, want one saying what a probe is guaranteed", n)
 	}
 }
+
+// --probe-cap holds only in-place probes that do not borrow; where none run so, the run's first
+// lines say it does nothing, and why, rather than take it without a word.
+func TestProbeCapNote(t *testing.T) {
+	isolated, mps := policy.Default(), policy.Default()
+	isolated.Mode, mps.Mode = policy.ModeIsolated, policy.ModeMPS
+	capped := Options{Arm: record.ArmPacked, Policy: isolated, ProbeCap: 30 * size.GiB}
+	for _, tc := range []struct {
+		name    string
+		o       Options
+		borrows bool
+		want    string // "" for no line
+	}{
+		{"not asked", Options{Arm: record.ArmPacked, Policy: isolated}, true, ""},
+		{"probes under it", capped, false, ""},
+		{"borrowing", capped, true, "--probe-cap does nothing here (a probe that borrows holds a small guarantee and no protective cap; --borrow off gives probes one)"},
+		{"mps", Options{Arm: record.ArmPacked, Policy: mps, ProbeCap: size.GiB}, false, "--probe-cap does nothing here (in mps mode a probe runs alone, on the whole GPU)"},
+		{"another arm", Options{Arm: record.ArmExclusive, Policy: isolated, ProbeCap: size.GiB}, false, "--probe-cap does nothing here (the exclusive arm probes nothing)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := probeCapNote(tc.o, tc.borrows)
+			if (tc.want == "") != (n == "") || !strings.Contains(n, tc.want) {
+				t.Fatalf("note %q, want %q", n, tc.want)
+			}
+		})
+	}
+}
