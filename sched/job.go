@@ -7,8 +7,9 @@ import (
 )
 
 // NewJobs are the queue's jobs at their start, each with its ladder's bound: its own
-// max_attempts and cap_fixed, else its template's, else the queue's bound, else
-// policy.DefaultMaxAttempts.
+// max_attempts, else its template's, else the queue's bound, else policy.DefaultMaxAttempts;
+// its cap is fixed where the job or its template says cap_fixed = true (a job's false is not
+// told from one left out, so it cannot undo its template's).
 func NewJobs(q queue.Queue) []*Job {
 	jobs := make([]*Job, len(q.Jobs))
 	for i, qj := range q.Jobs {
