@@ -126,7 +126,9 @@ func (rt *runtime) startEnforcer() {
 	fc, err := rt.fenceConfig(b)
 	if err != nil {
 		// Reserve refuses while this holds: a task it admitted would have no allocation fence.
-		rt.log.Error("allocation fence unavailable: Reserve refuses until it is fixed or fence = false", "error", err)
+		// The enforcer starts without the fence, to watch what runs already, and keeps it so:
+		// a library installed later takes effect when the plugin starts again.
+		rt.log.Error("allocation fence unavailable: Reserve refuses until the plugin starts again with it fixed, or with fence = false", "error", err)
 		rt.mu.Lock()
 		rt.fenceErr = err
 		rt.mu.Unlock()
