@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,9 +113,12 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 	msg := buildFingerprint(states, info)
 	if len(states) == 0 && len(devs) > 0 {
 		// No ledger state at all yet: show the GPUs with no units, so the operator sees them
-		// and the reason in their attributes rather than nothing.
-		for _, d := range devs {
-			msg.DeviceGroup = append(msg.DeviceGroup, bareGroup(d, info.unavailable))
+		// and the reason in their attributes rather than nothing. In index order: the stream
+		// sends a listing only when it differs from the last, and map order would differ.
+		for _, uuid := range slices.SortedFunc(maps.Keys(devs), func(a, b string) int {
+			return cmp.Or(devs[a].Index-devs[b].Index, strings.Compare(a, b))
+		}) {
+			msg.DeviceGroup = append(msg.DeviceGroup, bareGroup(devs[uuid], info.unavailable))
 		}
 	}
 	addVanished(msg, states, vanished)

@@ -235,3 +235,26 @@ func TestEveryHealthDescriptionIsDocumented(t *testing.T) {
 	}
 	wantDocumentedHealth(t, descs...)
 }
+
+// While the ledger holds no GPU yet (it cannot open), the listing shows the backend's GPUs as
+// unitless groups, in index order: the stream sends a listing only when it differs from the
+// last, so an order that changed from one listing to the next re-sent the same GPUs.
+func TestGPUsShownBeforeTheLedgerOpensKeepTheirOrder(t *testing.T) {
+	rt := &runtime{cfg: Config{StateDir: t.TempDir()}, backend: &gpu.Simulated{}, ledgerDir: t.TempDir(),
+		ledgerErr: errors.New("the cause"), devices: map[string]gpu.Device{}}
+	var want []string
+	for i := range 6 {
+		uuid := gpu.SimUUID(i, "H100")
+		rt.devices[uuid] = gpu.Device{UUID: uuid, Index: i, Model: "H100", MemoryBytes: 80 * size.GiB, Healthy: true}
+		want = append(want, groupName("H100", i))
+	}
+	for range 10 {
+		var got []string
+		for _, g := range rt.fingerprint().GetDeviceGroup() {
+			got = append(got, g.GetDeviceName())
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("groups %v, want %v", got, want)
+		}
+	}
+}
