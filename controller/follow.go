@@ -29,21 +29,33 @@ func (c *Controller) followAllocations(ctx context.Context) {
 				if err != nil || a == nil {
 					continue
 				}
-				c.allocUpdated(a)
+				c.allocUpdated(ctx, a)
 			}
 		}
 		sleep(ctx, c.cfg.Retry)
 	}
 }
 
-func (c *Controller) allocUpdated(a *api.Allocation) {
-	if a.ClientStatus != api.AllocClientStatusRunning || a.Job == nil || a.Job.Version == nil {
+func (c *Controller) allocUpdated(ctx context.Context, a *api.Allocation) {
+	if a.ClientStatus != api.AllocClientStatusRunning {
 		return
 	}
 	k := a.Namespace + "/" + a.JobID
 	c.mu.Lock()
 	p, ok := c.pending[k]
-	if ok && a.TaskGroup == p.group && *a.Job.Version >= p.version {
+	c.mu.Unlock()
+	if !ok || a.TaskGroup != p.group {
+		return
+	}
+	version, err := jobVersion(ctx, c.cfg.Client, a)
+	if err != nil {
+		// A later event of this allocation, or of another of the new version, tries again.
+		c.log.Debug("cannot tell the job version of a running allocation", "alloc", a.ID, "job", a.JobID, "error", err)
+		return
+	}
+	c.mu.Lock()
+	p, ok = c.pending[k]
+	if ok && a.TaskGroup == p.group && version >= p.version {
 		delete(c.pending, k)
 	} else {
 		ok = false
@@ -54,6 +66,22 @@ func (c *Controller) allocUpdated(a *api.Allocation) {
 	}
 	ev := p.ev
 	ev.Kind, ev.Alloc = EventReplaced, a.ID
-	ev.Message = fmt.Sprintf("allocation %s of job version %d runs with %d units", a.ID, *a.Job.Version, ev.ToUnits)
+	ev.Message = fmt.Sprintf("allocation %s of job version %d runs with %d units", a.ID, version, ev.ToUnits)
 	c.emit(ev)
+}
+
+// jobVersion is the version of the job an allocation runs. Nomad's allocation events carry no
+// job (the server drops it to keep them small), so it is read from the allocation itself.
+func jobVersion(ctx context.Context, client *api.Client, a *api.Allocation) (uint64, error) {
+	if a.Job == nil || a.Job.Version == nil {
+		full, _, err := client.Allocations().Info(a.ID, (&api.QueryOptions{Namespace: a.Namespace}).WithContext(ctx))
+		if err != nil {
+			return 0, fmt.Errorf("reading allocation %s: %w", a.ID, err)
+		}
+		a = full
+	}
+	if a.Job == nil || a.Job.Version == nil {
+		return 0, fmt.Errorf("allocation %s names no job version", a.ID)
+	}
+	return *a.Job.Version, nil
 }

@@ -49,7 +49,7 @@ func (s *Server) stopAlloc(w http.ResponseWriter, r *http.Request, id string) {
 	s.index++
 	a.DesiredStatus, a.ModifyIndex = api.AllocDesiredStatusStop, s.index
 	s.jobsLocked().stops++
-	s.eventLocked("Allocation", "AllocationUpdated", a.ID, a.Namespace, map[string]any{"Allocation": a})
+	s.allocEventLocked(a)
 	queryHeaders(w, s.index)
 	writeJSON(w, http.StatusOK, api.AllocStopResponse{EvalID: "eval-stop-" + a.ID})
 }

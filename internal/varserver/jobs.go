@@ -21,7 +21,8 @@ const (
 // The job side of the fake serves what gpufrac's controller uses, in the shapes of Nomad's HTTP
 // API: GET /v1/job/<id>, GET /v1/job/<id>/allocations, PUT /v1/jobs (register, with the
 // modify-index check), GET /v1/allocation/<id>, PUT /v1/allocation/<id>/stop (allocstop.go)
-// and GET /v1/event/stream (topics Job and Allocation). There is no scheduler: tests place allocations with PutAlloc, as a Nomad client
+// and GET /v1/event/stream (topics Job and Allocation; an allocation event carries no job, as
+// in Nomad). There is no scheduler: tests place allocations with PutAlloc, as a Nomad client
 // would report them.
 
 // jobsState is kept apart from the variables so the two do not share a table index.
@@ -121,7 +122,16 @@ func (s *Server) PutAlloc(a *api.Allocation) {
 	}
 	a.ModifyIndex = s.index
 	s.jobsLocked().allocs[a.ID] = a
-	s.eventLocked("Allocation", "AllocationUpdated", a.ID, a.Namespace, map[string]any{"Allocation": a})
+	s.allocEventLocked(a)
+}
+
+// allocEventLocked emits a's AllocationUpdated event without its job, as Nomad's server does
+// (nomad/state/events.go drops Allocation.Job to keep alloc events small): a subscriber learns
+// the job version only by reading the allocation.
+func (s *Server) allocEventLocked(a *api.Allocation) {
+	ev := *a
+	ev.Job = nil
+	s.eventLocked("Allocation", "AllocationUpdated", a.ID, a.Namespace, map[string]any{"Allocation": &ev})
 }
 
 func (s *Server) registerLocked(job *api.Job) *api.Job {

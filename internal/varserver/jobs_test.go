@@ -98,6 +98,9 @@ func TestEventStreamDeliversFromIndex(t *testing.T) {
 			if a.ID == "old" {
 				t.Fatal("the stream replayed an event from before the requested index")
 			}
+			if a.Job != nil {
+				t.Fatalf("allocation event of %s carries its job: Nomad's never do", a.ID)
+			}
 			if a.ID == "new" && a.ClientStatus == "pending" {
 				return
 			}
