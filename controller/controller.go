@@ -84,7 +84,7 @@ type Controller struct {
 
 	mu      sync.Mutex
 	done    map[string]bool // violation paths handled or reported in this process
-	pending map[string]pending
+	pending map[pendingKey]pending
 
 	events  *prometheus.CounterVec
 	contain prometheus.Histogram
@@ -92,10 +92,13 @@ type Controller struct {
 
 // pending is a re-registration waiting for its replacement allocation to run.
 type pending struct {
-	ns, job, group string
-	version        uint64
-	ev             Event
+	version uint64
+	ev      Event
 }
+
+// pendingKey is the task a re-registration raised. Each raised task waits for its own
+// replacement: a later re-registration of another group or task of the job replaces none.
+type pendingKey struct{ ns, job, group, task string }
 
 // New checks cfg and fills in defaults.
 func New(cfg Config) (*Controller, error) {
@@ -117,7 +120,7 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Name == "" {
 		cfg.Name = "gpufrac-controller"
 	}
-	c := &Controller{cfg: cfg, log: cfg.Logger.Named("controller"), done: map[string]bool{}, pending: map[string]pending{},
+	c := &Controller{cfg: cfg, log: cfg.Logger.Named("controller"), done: map[string]bool{}, pending: map[pendingKey]pending{},
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpufrac_controller_events_total",
 			Help: "Controller events by kind (reregistered, exhausted, skipped, replaced, error...)."}, []string{"kind"}),
 		contain: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpufrac_controller_violation_containment_seconds",

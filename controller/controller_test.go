@@ -479,6 +479,44 @@ func TestRaisesTheTemplateAndReportsTheReplacement(t *testing.T) {
 	}
 }
 
+// Each re-registration waits for its own replacement: one of a job's groups re-registered after
+// another must not take the place of the first one's in what the controller waits for.
+func TestEveryGroupsReplacementIsReported(t *testing.T) {
+	r := newRig(t)
+	groups := []string{"g1", "g2"}
+	allocs := map[string]string{"g1": alloc1, "g2": "22222222-2222-4222-8222-222222222222"}
+	job := &api.Job{ID: ptr("train"), Name: ptr("train"), Type: ptr("batch")}
+	for _, g := range groups {
+		job.TaskGroups = append(job.TaskGroups, &api.TaskGroup{Name: ptr(g), Tasks: []*api.Task{{Name: "main", Driver: "exec",
+			Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpumem", Count: ptr(uint64(3))}}}}}})
+	}
+	job = r.vs.PutJob(job)
+	place := func(id, group string, j *api.Job) {
+		r.vs.PutAlloc(&api.Allocation{ID: id, Namespace: "default", JobID: "train", TaskGroup: group, Job: j,
+			ClientStatus: api.AllocClientStatusRunning})
+	}
+	for _, g := range groups {
+		place(allocs[g], g, job)
+		r.violate(allocs[g], gpuA, t0)
+	}
+	c := r.controller(nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testutil.Eventually(t, 15*time.Second, "both groups to be re-registered", func() bool { return len(r.events(EventReregistered)) == 2 })
+	j, _ := r.vs.Job("default", "train")
+	place("33333333-3333-4333-8333-333333333333", "g1", j)
+	place("44444444-4444-4444-8444-444444444444", "g2", j)
+	testutil.Eventually(t, 15*time.Second, "a replacement of each group to be reported", func() bool {
+		seen := map[string]bool{}
+		for _, ev := range r.events(EventReplaced) {
+			seen[ev.Group] = true
+		}
+		return seen["g1"] && seen["g2"]
+	})
+}
+
 // roundTrip lets a test stand between the controller and the Nomad API.
 type roundTrip func(*http.Request) (*http.Response, error)
 

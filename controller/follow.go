@@ -37,14 +37,7 @@ func (c *Controller) followAllocations(ctx context.Context) {
 }
 
 func (c *Controller) allocUpdated(ctx context.Context, a *api.Allocation) {
-	if a.ClientStatus != api.AllocClientStatusRunning {
-		return
-	}
-	k := a.Namespace + "/" + a.JobID
-	c.mu.Lock()
-	p, ok := c.pending[k]
-	c.mu.Unlock()
-	if !ok || a.TaskGroup != p.group {
+	if a.ClientStatus != api.AllocClientStatusRunning || !c.awaits(a) {
 		return
 	}
 	version, err := jobVersion(ctx, c.cfg.Client, a)
@@ -53,21 +46,32 @@ func (c *Controller) allocUpdated(ctx context.Context, a *api.Allocation) {
 		c.log.Debug("cannot tell the job version of a running allocation", "alloc", a.ID, "job", a.JobID, "error", err)
 		return
 	}
+	var replaced []Event
 	c.mu.Lock()
-	p, ok = c.pending[k]
-	if ok && a.TaskGroup == p.group && version >= p.version {
-		delete(c.pending, k)
-	} else {
-		ok = false
+	for k, p := range c.pending {
+		if k.ns == a.Namespace && k.job == a.JobID && k.group == a.TaskGroup && version >= p.version {
+			delete(c.pending, k)
+			replaced = append(replaced, p.ev)
+		}
 	}
 	c.mu.Unlock()
-	if !ok {
-		return
+	for _, ev := range replaced {
+		ev.Kind, ev.Alloc = EventReplaced, a.ID
+		ev.Message = fmt.Sprintf("allocation %s of job version %d runs with %d units", a.ID, version, ev.ToUnits)
+		c.emit(ev)
 	}
-	ev := p.ev
-	ev.Kind, ev.Alloc = EventReplaced, a.ID
-	ev.Message = fmt.Sprintf("allocation %s of job version %d runs with %d units", a.ID, version, ev.ToUnits)
-	c.emit(ev)
+}
+
+// awaits says whether a re-registration waits for an allocation of a's group.
+func (c *Controller) awaits(a *api.Allocation) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.pending {
+		if k.ns == a.Namespace && k.job == a.JobID && k.group == a.TaskGroup {
+			return true
+		}
+	}
+	return false
 }
 
 // jobVersion is the version of the job an allocation runs. Nomad's allocation events carry no

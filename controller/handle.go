@@ -169,10 +169,10 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 	ev.Version = next
 	// The new version is expected before it is registered: Nomad may place and start its
 	// allocation before EnforceRegister returns here, and that event must find what it completes.
-	key := alloc.Namespace + "/" + alloc.JobID
+	key := pendingKey{ns: alloc.Namespace, job: alloc.JobID, group: alloc.TaskGroup, task: rec.Task}
 	c.mu.Lock()
 	prev, hadPrev := c.pending[key]
-	c.pending[key] = pending{ns: alloc.Namespace, job: alloc.JobID, group: alloc.TaskGroup, version: next, ev: *ev}
+	c.pending[key] = pending{version: next, ev: *ev}
 	c.mu.Unlock()
 	// The modify-index check makes a concurrent change to the job (an operator's `nomad job
 	// run`) win: this violation is then tried again against the new version.
