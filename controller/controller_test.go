@@ -394,18 +394,35 @@ func TestDamagedFiguresAreSkipped(t *testing.T) {
 }
 
 func TestDryRunWritesNothing(t *testing.T) {
-	r := newRig(t)
-	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
-	path := r.violate(alloc1, gpuA, t0)
-	idx := r.vs.Index()
-	if err := r.pass(r.controller(func(c *Config) { c.DryRun = true })); err != nil {
-		t.Fatal(err)
-	}
-	if r.vs.Registrations() != 0 || r.handled(path) != "" || r.vs.Index() != idx {
-		t.Errorf("dry run wrote: %d registrations, violation marked %q, index %d -> %d", r.vs.Registrations(), r.handled(path), idx, r.vs.Index())
-	}
-	if evs := r.events(EventWouldReregister); len(evs) != 1 || evs[0].ToUnits != firstStep {
-		t.Errorf("would-reregister events %+v", evs)
+	for _, tc := range []struct {
+		name string
+		// violate publishes the violation; kind is the event the dry run reports for it.
+		violate func(r *rig) string
+		kind    string
+		units   uint64
+	}{
+		{"a violation to act on", func(r *rig) string { return r.violate(alloc1, gpuA, t0) }, EventWouldReregister, firstStep},
+		{"a violation that does not decode", func(r *rig) string {
+			const path = violations.PathPrefix + alloc1 + "/main-1"
+			r.vs.Put("default", path, map[string]string{violations.KeyAlloc: alloc1, violations.KeyUnitBytes: "1GiB"})
+			return path
+		}, EventSkipped, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+			path := tc.violate(r)
+			idx := r.vs.Index()
+			if err := r.pass(r.controller(func(c *Config) { c.DryRun = true })); err != nil {
+				t.Fatal(err)
+			}
+			if r.vs.Registrations() != 0 || r.handled(path) != "" || r.vs.Index() != idx {
+				t.Errorf("dry run wrote: %d registrations, violation marked %q, index %d -> %d", r.vs.Registrations(), r.handled(path), idx, r.vs.Index())
+			}
+			if evs := r.events(tc.kind); len(evs) != 1 || evs[0].ToUnits != tc.units {
+				t.Errorf("%s events %+v, want one to %d units", tc.kind, evs, tc.units)
+			}
+		})
 	}
 }
 

@@ -32,6 +32,10 @@ func (c *Controller) Handle(ctx context.Context, path string) error {
 	rec, err := violations.Decode(v.Items)
 	if err != nil {
 		c.emit(Event{Kind: EventSkipped, Violation: path, Message: err.Error()})
+		if c.cfg.DryRun {
+			c.markDone(path)
+			return nil
+		}
 		return c.finish(ctx, v, "skipped: "+err.Error())
 	}
 	if rec.Handled != "" {
