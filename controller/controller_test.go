@@ -393,6 +393,27 @@ func TestDamagedFiguresAreSkipped(t *testing.T) {
 	}
 }
 
+// A violation that does not decode is marked skipped once: a controller started later finds it
+// handled and neither reports it nor writes it again.
+func TestUndecodableViolationIsMarkedOnce(t *testing.T) {
+	r := newRig(t)
+	const path = violations.PathPrefix + alloc1 + "/main-1"
+	r.vs.Put("default", path, map[string]string{violations.KeyAlloc: alloc1, violations.KeyUnitBytes: "1GiB"})
+	if err := r.pass(r.controller(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if h := r.handled(path); !strings.Contains(h, "not a whole number") || len(r.events(EventSkipped)) != 1 {
+		t.Fatalf("violation marked %q with %d skipped events, want one and the reason", h, len(r.events(EventSkipped)))
+	}
+	idx := r.vs.Index()
+	if err := r.pass(r.controller(nil)); err != nil { // a restarted controller
+		t.Fatal(err)
+	}
+	if n := len(r.events(EventSkipped)); n != 1 || r.vs.Index() != idx {
+		t.Errorf("after a restart: %d skipped events (want 1), index %d -> %d (want no write)", n, idx, r.vs.Index())
+	}
+}
+
 func TestDryRunWritesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -29,6 +29,12 @@ func (c *Controller) Handle(ctx context.Context, path string) error {
 		}
 		return fmt.Errorf("reading violation %s: %w", path, err)
 	}
+	// Before decoding: a record that does not decode is marked handled too, and must not be
+	// reported and written again by every controller started later.
+	if v.Items[violations.KeyHandled] != "" {
+		c.markDone(path)
+		return nil
+	}
 	rec, err := violations.Decode(v.Items)
 	if err != nil {
 		c.emit(Event{Kind: EventSkipped, Violation: path, Message: err.Error()})
@@ -37,10 +43,6 @@ func (c *Controller) Handle(ctx context.Context, path string) error {
 			return nil
 		}
 		return c.finish(ctx, v, "skipped: "+err.Error())
-	}
-	if rec.Handled != "" {
-		c.markDone(path)
-		return nil
 	}
 	ev := Event{Violation: path, Alloc: rec.AllocID, Task: rec.Task, Job: rec.Job}
 	outcome, err := c.act(ctx, rec, &ev)
