@@ -555,6 +555,51 @@ func TestEveryGroupsReplacementIsReported(t *testing.T) {
 	})
 }
 
+// racingStore is a template store in which another writer (gpufrac probe, terraform apply)
+// changes the template between the controller's read and its first write.
+type racingStore struct {
+	policy.Store
+	once  sync.Once
+	other func()
+}
+
+func (s *racingStore) PutTemplate(ctx context.Context, t policy.Template, cas uint64) (policy.Meta, error) {
+	s.once.Do(s.other)
+	return s.Store.PutTemplate(ctx, t, cas)
+}
+
+// A template changed by another writer while the controller raises it is read again: the raise
+// is not lost, and neither is the other writer's change.
+func TestTemplateRaiseSurvivesAConcurrentWrite(t *testing.T) {
+	r := newRig(t)
+	store, err := nomadvars.New(nomadvars.Config{Address: r.vs.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := store.PutTemplateUnchecked(ctx, policy.Template{Name: "lora", Policy: "default", PeakBytes: 2 * size.GiB}); err != nil {
+		t.Fatal(err)
+	}
+	racing := &racingStore{Store: store, other: func() {
+		if _, err := store.PutTemplateUnchecked(ctx, policy.Template{Name: "lora", Policy: "default", PeakBytes: 3 * size.GiB,
+			Description: "measured again"}); err != nil {
+			t.Error(err)
+		}
+	}}
+	r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+	r.violate(alloc1, gpuA, t0)
+	if err := r.pass(r.controller(func(c *Config) { c.Templates = racing })); err != nil {
+		t.Fatal(err)
+	}
+	tpl, _, err := store.GetTemplate(ctx, "lora")
+	if err != nil || tpl.PeakBytes != 5*size.GiB || tpl.Description != "measured again" {
+		t.Errorf("template %+v, %v: want the violation's 5GiB peak over the other writer's version", tpl, err)
+	}
+	if evs := r.events(EventTemplateRaised); len(evs) != 1 || len(r.events(EventError)) != 0 {
+		t.Errorf("%d template-raised events (want 1), errors %+v", len(evs), r.events(EventError))
+	}
+}
+
 // roundTrip lets a test stand between the controller and the Nomad API.
 type roundTrip func(*http.Request) (*http.Response, error)
 

@@ -249,36 +249,54 @@ func findDevice(job *api.Job, alloc *api.Allocation, rec violations.Record) (*ap
 		rec.Task, alloc.JobID, len(ours), rec.GPU)
 }
 
+// raiseAttempts bounds how often raiseTemplate reads a template again after another writer
+// changed it between its read and its write.
+const raiseAttempts = 5
+
 // raiseTemplate stores what the violation proved the template needs (at least its cap and
 // peak). A failure is reported; it does not hold back the re-registration.
 func (c *Controller) raiseTemplate(ctx context.Context, rec violations.Record, ev Event) {
 	if c.cfg.Templates == nil || rec.Template == "" {
 		return
 	}
-	t, meta, err := c.cfg.Templates.GetTemplate(ctx, rec.Template)
-	if err != nil {
-		ev.Kind, ev.Message = EventError, "template "+rec.Template+" not raised: "+err.Error()
-		c.emit(ev)
-		return
-	}
 	// What it held, not what it asked for (the task's own word, from its fence file): a
 	// template is other tasks' footprint too, and no task may change what another is granted.
 	raised := max(rec.PeakBytes, rec.CapBytes)
-	if raised <= t.PeakBytes {
-		return
-	}
-	ev.Kind = EventTemplateRaised
-	ev.Message = fmt.Sprintf("template %s footprint %s -> %s (source: violation)", rec.Template, t.PeakBytes, raised)
-	if c.cfg.DryRun {
-		ev.Message = "would raise " + strings.TrimPrefix(ev.Message, "template ")
+	var err error
+	for range raiseAttempts {
+		var t policy.Template
+		var meta policy.Meta
+		if t, meta, err = c.cfg.Templates.GetTemplate(ctx, rec.Template); err != nil {
+			ev.Kind, ev.Message = EventError, "template "+rec.Template+" not raised: "+err.Error()
+			c.emit(ev)
+			return
+		}
+		if raised <= t.PeakBytes {
+			return
+		}
+		ev.Kind = EventTemplateRaised
+		ev.Message = fmt.Sprintf("template %s footprint %s -> %s (source: violation)", rec.Template, t.PeakBytes, raised)
+		if c.cfg.DryRun {
+			ev.Message = "would raise " + strings.TrimPrefix(ev.Message, "template ")
+			c.emit(ev)
+			return
+		}
+		was := t.PeakBytes
+		t.PeakBytes = raised
+		_, err = c.cfg.Templates.PutTemplate(ctx, t, meta.ModifyIndex)
+		if errors.Is(err, policy.ErrConflict) {
+			// Another writer (gpufrac probe, terraform apply) changed it since it was read: keep
+			// their version and decide again from it.
+			continue
+		}
+		if err != nil {
+			ev.Kind, ev.Message = EventError, fmt.Sprintf("template %s not raised from %s: %v", rec.Template, was, err)
+		}
 		c.emit(ev)
 		return
 	}
-	was := t.PeakBytes
-	t.PeakBytes = raised
-	if _, err := c.cfg.Templates.PutTemplate(ctx, t, meta.ModifyIndex); err != nil {
-		ev.Kind, ev.Message = EventError, fmt.Sprintf("template %s not raised from %s: %v", rec.Template, was, err)
-	}
+	ev.Kind, ev.Message = EventError, fmt.Sprintf("template %s not raised: changed by other writers at each of %d attempts: %v",
+		rec.Template, raiseAttempts, err)
 	c.emit(ev)
 }
 
