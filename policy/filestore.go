@@ -110,6 +110,14 @@ func parseFile(path string, data []byte, mtime time.Time) (*fileDoc, error) {
 			return nil, fmt.Errorf("%w: policy file %s: neither the store form (with \"policies\") nor one policy's items (all string values): %w", ErrInvalid, path, err)
 		}
 		name := items[KeyName]
+		if !ValidName(name) {
+			// The policy is found by its name item alone: without one (misspelt, left out) the
+			// file holds no policy by any name, and "not found" sent every reader to the
+			// built-in defaults, the file's values ignored without a word.
+			_, derr := DecodePolicy(items)
+			return nil, fmt.Errorf("%w: policy file %s holds one policy's items but no valid %q item to find it by: %w",
+				ErrInvalid, path, KeyName, derr)
+		}
 		doc.single, doc.Index = true, 1
 		doc.Policies[name] = &fileEntry{Items: items, CreateIndex: 1, ModifyIndex: 1, ModifyTime: mtime}
 		return doc, nil

@@ -37,6 +37,17 @@ func TestFileStoreForms(t *testing.T) {
 		{"not JSON", `policy = "default"`, "", "not a JSON object"},
 		{"single form with a number", `{"schema_version":1}`, "", "neither the store form"},
 		{"single form, bad item", `{"schema_version":"1","name":"default","headroom":"1"}`, "", `"headroom"`},
+		// The name item is what the policy is found by: misspelt or left out, the file held
+		// no policy "default", and the commands ran on the built-in defaults without a word.
+		{"single form, misspelt name item", `{"schema_version":"1","nmae":"default","headroom_bytes":"1073741824",
+			"cap_margin_percent":"15","cap_margin_bytes":"1500000000","max_tasks_per_gpu":"4","unit_bytes":"1073741824",
+			"mode":"isolated","watchdog_interval":"100ms","unmanaged":"report"}`, "", `items = "nmae": unknown item key(s)`},
+		{"single form without a name item", `{"schema_version":"1","headroom_bytes":"1073741824","cap_margin_percent":"15",
+			"cap_margin_bytes":"1500000000","max_tasks_per_gpu":"4","unit_bytes":"1073741824","mode":"isolated",
+			"watchdog_interval":"100ms","unmanaged":"report"}`, "", `p.json holds one policy's items but no valid "name" item`},
+		{"single form with an empty name", `{"schema_version":"1","name":"","headroom_bytes":"1073741824","cap_margin_percent":"15",
+			"cap_margin_bytes":"1500000000","max_tasks_per_gpu":"4","unit_bytes":"1073741824","mode":"isolated",
+			"watchdog_interval":"100ms","unmanaged":"report"}`, "", `name = "": must be`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
