@@ -147,7 +147,17 @@ func (p Policy) Validate() error {
 // to a whole byte. This is the one place the cap formula lives.
 func (p Policy) Cap(peak size.Bytes) size.Bytes {
 	scaled := math.Ceil(float64(peak) * (1 + p.CapMarginPercent/100))
-	return size.Bytes(scaled) + p.CapMarginBytes
+	// Past 2^64 the conversion has no uint64 to give and the sum wraps: a peak no GPU has (a
+	// typo, a damaged profile) came out with a cap below it. The largest size says "more than
+	// any GPU", which every admission refuses.
+	if scaled >= 1<<64 {
+		return math.MaxUint64
+	}
+	c := size.Bytes(scaled) + p.CapMarginBytes
+	if c < p.CapMarginBytes {
+		return math.MaxUint64
+	}
+	return c
 }
 
 // CapFormula writes Cap's formula for people, with peak standing for the peak: "peak x 1.15 +
@@ -162,12 +172,22 @@ func (p Policy) Units(capBytes size.Bytes) int {
 	if p.UnitBytes == 0 {
 		return 0
 	}
-	return int((capBytes + p.UnitBytes - 1) / p.UnitBytes)
+	// Divided before rounding up, so a cap near the largest size does not wrap to few units.
+	n := capBytes / p.UnitBytes
+	if capBytes%p.UnitBytes != 0 {
+		n++
+	}
+	return int(n)
 }
 
-// Granted is what the ledger grants for capBytes: its Units whole.
+// Granted is what the ledger grants for capBytes: its Units whole (the largest size where those
+// pass it).
 func (p Policy) Granted(capBytes size.Bytes) size.Bytes {
-	return size.Bytes(p.Units(capBytes)) * p.UnitBytes
+	g := size.Bytes(p.Units(capBytes)) * p.UnitBytes
+	if p.UnitBytes != 0 && g < capBytes {
+		return math.MaxUint64
+	}
+	return g
 }
 
 // Template is a kind of job with a measured footprint.
@@ -202,8 +222,8 @@ func CheckSMActive(field string, v float64) error {
 }
 
 // Validate returns every problem at once, each naming its field and value.
-// maxTemplateBytes bounds a template's peak and cap override.
-const maxTemplateBytes = 64 * size.TiB
+// MaxTemplateBytes bounds a template's peak and cap override, and any peak a cap is asked for.
+const MaxTemplateBytes = 64 * size.TiB
 
 func (t Template) Validate() error {
 	var errs []error
@@ -217,10 +237,10 @@ func (t Template) Validate() error {
 		errs = append(errs, &FieldError{"peak", t.PeakBytes, "must be set (measure it with `gpufrac probe`) unless cap_override is"})
 	}
 	// No GPU holds 64TiB: past it a value is a typo (80TB for 80GB), not a footprint.
-	if t.PeakBytes > maxTemplateBytes {
+	if t.PeakBytes > MaxTemplateBytes {
 		errs = append(errs, &FieldError{"peak", t.PeakBytes, "must be at most 64TiB"})
 	}
-	if t.CapOverrideBytes > maxTemplateBytes {
+	if t.CapOverrideBytes > MaxTemplateBytes {
 		errs = append(errs, &FieldError{"cap_override", t.CapOverrideBytes, "must be at most 64TiB"})
 	}
 	if t.SMActivePercent != nil {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,34 @@ func TestCapAndUnits(t *testing.T) {
 	tpl := Template{Name: "x", PeakBytes: 10 * size.GiB, CapOverrideBytes: 5 * size.GiB}
 	if tpl.Cap(d) != 5*size.GiB || tpl.Units(d) != 5 {
 		t.Fatalf("override: cap %d units %d", tpl.Cap(d), tpl.Units(d))
+	}
+}
+
+// A peak no GPU has (a typo, a damaged ledger's profile) must not wrap the cap below the peak
+// or the units below the cap: 16000PiB x 1.15 passed uint64 and came out as 8192PiB.
+func TestCapAndUnitsDoNotWrap(t *testing.T) {
+	d := Default()
+	tests := []struct {
+		name string
+		peak size.Bytes
+	}{
+		{"16000PiB", 16000 * size.PiB},
+		{"the largest size", math.MaxUint64},
+		{"just below where x1.15 passes uint64", math.MaxUint64 / 115 * 100},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := d.Cap(tc.peak)
+			if c < tc.peak {
+				t.Fatalf("Cap(%d) = %d, below the peak", tc.peak, c)
+			}
+			if u := d.Units(c); size.Bytes(u) < c/d.UnitBytes {
+				t.Fatalf("Units(%d) = %d, fewer than the %d whole units in the cap", c, u, c/d.UnitBytes)
+			}
+			if g := d.Granted(c); g < c {
+				t.Fatalf("Granted(%d) = %d, below the cap", c, g)
+			}
+		})
 	}
 }
 

@@ -119,6 +119,9 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"run", "--ignored-xids", "63,x", "x.hcl"}, 2, `--ignored-xids: XID "x"`},
 		{[]string{"units", "--peak", "-1GiB"}, 2, "negative"},
 		{[]string{"units", "--peak", "1.5"}, 2, "a fraction of a byte"},
+		// Past uint64 at x1.15 the cap wrapped: 16000PiB printed a cap of 8192PiB.
+		{[]string{"units", "--peak", "16000PiB"}, 2, `--peak "16000PiB" is 16000PiB, more than any GPU holds (at most 64TiB`},
+		{[]string{"units", "--peak", "65TiB"}, 2, `--peak "65TiB"`},
 		{[]string{"run"}, 2, "queue file"},
 		{[]string{"run", "--probe-cap", "lots", "x.hcl"}, 2, `--probe-cap: invalid size "lots"`},
 		{[]string{"run", "--probe-cap", "-1GiB", "x.hcl"}, 2, "negative"},

@@ -56,6 +56,10 @@ func cmdUnits(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		if p == 0 {
 			return usagef("--peak %q: a peak of zero needs no GPU", *peakS)
 		}
+		if p > policy.MaxTemplateBytes {
+			// As for a template's peak: no GPU holds it, so it is a typo (80TB for 80GB).
+			return usagef("--peak %q is %s, more than any GPU holds (at most %s, as a template's peak)", *peakS, p, policy.MaxTemplateBytes)
+		}
 		out.PeakBytes, out.From = p, "--peak"
 		out.CapBytes = pol.Cap(p)
 	} else {
