@@ -219,15 +219,17 @@ func (l *Ledger) ReserveBytes(uuid string, capBytes size.Bytes, task Task, opts 
 	var ids []string
 	if asked.StagedFor > 0 {
 		// Its units are free but need not look placeable: a borrower's wait withholds them
-		// from Nomad, not from a staged start (checkRoom).
+		// from Nomad, not from a staged start (checkRoom). These are every free unit, the
+		// placeable ones among them, so none is looked for again (it would be taken twice).
 		ids = l.st.freeIDs(uuid, gs.Units, units, nil)
-	}
-	for _, in := range gs.Instances {
-		if len(ids) == units {
-			break
-		}
-		if in.Healthy && in.Token == "" {
-			ids = append(ids, in.ID)
+	} else {
+		for _, in := range gs.Instances {
+			if len(ids) == units {
+				break
+			}
+			if in.Healthy && in.Token == "" {
+				ids = append(ids, in.ID)
+			}
 		}
 	}
 	if len(ids) < units {

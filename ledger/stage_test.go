@@ -212,3 +212,35 @@ func TestStagedStartBesideAWaitingBorrower(t *testing.T) {
 	_, err = l.ReserveBytes(gpuA, 2*size.GiB, Task{JobName: "staged2"}, WithStage(4*size.GiB))
 	wantDenied(t, err, ReasonBorrowed, "beside what borrowers hold")
 }
+
+// A staged start takes the free units below the GPU's units; where fewer are free than its cap
+// needs, it is refused as an unstaged one is. After the unit grew under a reservation (its IDs
+// counted in the old, smaller unit), the free budget held more units than the free IDs, and the
+// staged path filled the gap with IDs it already had: one reservation held a unit twice, which
+// the next Open refused as a corrupt file.
+func TestStagedStartNeverTakesAUnitTwice(t *testing.T) {
+	l, dir := newTest(t, Options{}) // GPU A: 10GiB budget
+	withPolicy(t, l, func(p *policy.Policy) { p.UnitBytes = 512 * size.MiB })
+	mustReserve(t, l, Task{JobName: "nomad"}, ids(gpuA, 0, 1, 2, 3, 4, 5, 6, 7)...) // 4GiB
+	withPolicy(t, l, func(p *policy.Policy) {})                                     // 1GiB units: IDs 8 and 9 free
+	tests := []struct {
+		name string
+		opts []ReserveOption
+	}{
+		{"unstaged", nil},
+		{"staged", []ReserveOption{WithStage(5 * size.GiB)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := l.ReserveBytes(gpuA, 3*size.GiB, Task{JobName: tc.name}, tc.opts...)
+			wantDenied(t, err, ReasonNoFit, "only 2 free units")
+			checkInvariants(t, mustState(t, l, gpuA), false)
+		})
+	}
+	l.Close()
+	l2, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	l2.Close()
+}
