@@ -111,6 +111,7 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	l.opened = utc(opts.Now())
 	if opts.NoPersist {
 		l.st = newState()
+		l.st.grace = opts.Grace
 		return l, nil
 	}
 	if dir == "" {
@@ -141,6 +142,7 @@ func Open(dir string, opts Options) (*Ledger, error) {
 	switch {
 	case err == nil:
 		l.st = st
+		st.grace = opts.Grace
 		if len(st.gpuDamage) > 0 {
 			if err := l.repairState(st.gpuDamage); err != nil {
 				return fail(err)
@@ -159,6 +161,7 @@ func Open(dir string, opts Options) (*Ledger, error) {
 			return fail(err)
 		}
 		l.st = newState()
+		l.st.grace = opts.Grace
 		if err := l.commitViolations(nil); err != nil {
 			return fail(err)
 		}

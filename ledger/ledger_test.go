@@ -549,3 +549,38 @@ func TestStaleTempFileIgnored(t *testing.T) {
 		t.Errorf("stale temp file still there: %v", err)
 	}
 }
+
+// The writer's grace is in the file, so a reader counts a reservation's expiry as the writer
+// does; a file written before it was says none (0).
+func TestSnapshotCarriesTheWritersGrace(t *testing.T) {
+	for _, grace := range []time.Duration{10 * time.Minute, DefaultGrace} {
+		t.Run(grace.String(), func(t *testing.T) {
+			l, dir := newTest(t, Options{Grace: grace})
+			mustReserve(t, l, Task{JobName: "j"}, ids(gpuA, 0)...)
+			snap, err := ReadSnapshot(dir)
+			if err != nil || snap.Grace != grace {
+				t.Fatalf("ReadSnapshot: %v, grace %s, want %s", err, snap.Grace, grace)
+			}
+		})
+	}
+	_, dir := newTest(t, Options{Grace: time.Hour})
+	path := filepath.Join(dir, StateFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc, "grace")
+	if b, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if snap, err := ReadSnapshot(dir); err != nil || snap.Grace != 0 {
+		t.Fatalf("a file without its grace: %v, grace %s, want 0", err, snap.Grace)
+	}
+}

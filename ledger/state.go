@@ -67,6 +67,9 @@ type state struct {
 	gpuDamage []string
 	// lend: guarantees are lent (SetLending; not persisted).
 	lend bool
+	// grace is the writer's Options.Grace, written so that readers (gpufrac status) count a
+	// reservation's expiry as the writer does; 0 in a file written before it was.
+	grace time.Duration
 }
 
 // damageReport is every damage readState found, for Snapshot.Damage.

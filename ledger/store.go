@@ -46,6 +46,9 @@ type Snapshot struct {
 	Violations   []Violation
 	Profiles     []Profile
 	WrittenAt    time.Time
+	// Grace is how long the writer keeps a reservation that no live process carries
+	// (Options.Grace); 0 when the file does not say (written before it did).
+	Grace time.Duration
 	// Damage says what of the ledger could not be read (a damaged violations file, a GPU size
 	// no GPU has) and was left out; empty when everything read whole.
 	Damage string
@@ -60,6 +63,8 @@ type fileState struct {
 	GPUs          []gpuRec      `json:"gpus"`
 	Reservations  []Reservation `json:"reservations"`
 	Profiles      []Profile     `json:"profiles"`
+	// Grace is the writer's Options.Grace, for readers; older readers ignore it.
+	Grace time.Duration `json:"grace,omitempty"`
 }
 
 // violationsDoc is the document in ViolationsFile.
@@ -77,6 +82,7 @@ func (s *state) encode(now time.Time) ([]byte, error) {
 		GPUs:          make([]gpuRec, 0, len(s.gpus)),
 		Reservations:  s.allReservations(),
 		Profiles:      s.profiles(),
+		Grace:         s.grace,
 	}
 	for _, u := range s.gpuOrder() {
 		f.GPUs = append(f.GPUs, s.gpus[u])
@@ -233,6 +239,7 @@ func checkHeader(path string, b []byte) error {
 func (f *fileState) toState() (*state, error) {
 	s := newState()
 	s.gen = f.Generation
+	s.grace = max(f.Grace, 0)
 	if err := f.Policy.Validate(); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}
@@ -326,6 +333,7 @@ func ReadSnapshot(dir string) (Snapshot, error) {
 		Violations:    slices.Clone(s.viol),
 		Profiles:      s.profiles(),
 		WrittenAt:     written,
+		Grace:         s.grace,
 		Damage:        strings.Join(s.damageReport(), "; "),
 	}
 	for _, u := range s.gpuOrder() {

@@ -229,7 +229,7 @@ func writeStatus(w io.Writer, out statusOutput, snap ledger.Snapshot) {
 		tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "  TOKEN\tTASK\tTEMPLATE\tGUARANTEE\tLIMIT\tUNITS\tUSAGE\tSOURCE\tAGE\tSEEN\tEXPIRES")
 		for _, r := range g.Reservations {
-			seen, expires := expiry(r.CreatedAt, r.SeenAt, time.Now())
+			seen, expires := expiry(r.CreatedAt, r.SeenAt, time.Now(), snap.Grace)
 			guarantee, limit := r.CapBytes.String(), max(r.CapBytes, r.LimitBytes)
 			if r.StagedForBytes > 0 {
 				// It borrows nothing until its guarantee is granted.
@@ -389,16 +389,20 @@ func taskLabel(t ledger.Task) string {
 }
 
 // expiry says when a reservation was last seen carried by a live process and when it ends if
-// none carries it again: the ledger's writer ends a reservation unseen for ledger.DefaultGrace
-// (counted from its creation when it was never seen).
-func expiry(created, seen, now time.Time) (string, string) {
+// none carries it again: the ledger's writer ends a reservation unseen for its grace (counted
+// from its creation when it was never seen); for a ledger file that does not say its grace
+// (written before it did), ledger.DefaultGrace, the writers' default.
+func expiry(created, seen, now time.Time, grace time.Duration) (string, string) {
+	if grace <= 0 {
+		grace = ledger.DefaultGrace
+	}
 	last, seenS := seen, "never"
 	if seen.IsZero() {
 		last = created
 	} else {
 		seenS = ago(seen) + " ago"
 	}
-	left := last.Add(ledger.DefaultGrace).Sub(now).Round(time.Second)
+	left := last.Add(grace).Sub(now).Round(time.Second)
 	if left <= 0 {
 		return seenS, "overdue: at the writer's next sweep"
 	}

@@ -269,7 +269,7 @@ func TestExpiry(t *testing.T) {
 		{"unseen past the grace", now.Add(-time.Hour), now.Add(-3 * time.Minute), " ago", "overdue"},
 	}
 	for _, tt := range tests {
-		seen, exp := expiry(tt.created, tt.seen, now)
+		seen, exp := expiry(tt.created, tt.seen, now, 0)
 		if !strings.Contains(seen, tt.seenWant) || !strings.HasPrefix(exp, tt.expiresPrefix) {
 			t.Errorf("%s: seen %q expires %q, want %q and %q...", tt.name, seen, exp, tt.seenWant, tt.expiresPrefix)
 		}
@@ -453,5 +453,41 @@ func TestWatchShowsAFailedFrameAndGoesOn(t *testing.T) {
 	}
 	if err := watchStatus(context.Background(), time.Millisecond, io.Discard, func(io.Writer) error { return bad }); !errors.Is(err, bad) {
 		t.Fatalf("a first frame that fails: %v, want the error", err)
+	}
+}
+
+// A reservation's expiry is counted with the grace of the ledger's writer: the plugin's
+// reservation_grace may be anything from 10s to 24h, and status counted 2 minutes whatever it
+// was, calling a reservation overdue that the plugin keeps for 8 minutes more.
+func TestStatusExpiresByTheWritersGrace(t *testing.T) {
+	tests := []struct {
+		grace time.Duration
+		want  string
+	}{
+		{10 * time.Minute, `in (9m5\ds|10m0s) unless seen`},
+		{30 * time.Second, `in (2\ds|30s) unless seen`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.grace.String(), func(t *testing.T) {
+			c := newCLI(t)
+			l, err := ledger.Open(c.state, ledger.Options{Grace: tc.grace})
+			if err != nil {
+				t.Fatal(err)
+			}
+			uuid := "GPU-aaaaaaaa-1111-2222-3333-000000000001"
+			if err := l.SyncGPUs([]ledger.GPUInfo{{UUID: uuid, Model: "H100", TotalBytes: 80 * size.GiB, Healthy: true}}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.ReserveIDs([]string{ledger.InstanceID(uuid, 0)}, ledger.Task{JobName: "j", TaskName: "t"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			code, stdout, stderr := c.run("status", "--no-usage")
+			if code != 0 || !regexp.MustCompile(tc.want).MatchString(stdout) {
+				t.Fatalf("status: exit %d\n%s%s\nwant the reservation to expire %s", code, stdout, stderr, tc.want)
+			}
+		})
 	}
 }
