@@ -212,6 +212,7 @@ func (c *Controller) Pass(ctx context.Context, index uint64) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("listing %s in namespace %s: %w", violations.PathPrefix, c.cfg.Namespace, err)
 	}
+	c.forgetGone(list)
 	var errs []error
 	undecided := false
 	for _, v := range list {
@@ -235,6 +236,22 @@ func (c *Controller) Pass(ctx context.Context, index uint64) (uint64, error) {
 		return 0, errNotYet
 	}
 	return meta.LastIndex, nil
+}
+
+// forgetGone drops what this process remembers of violations no longer listed (the plugin
+// trims its oldest): a controller that runs for months remembers as many as Nomad holds.
+func (c *Controller) forgetGone(list []*api.VariableMetadata) {
+	listed := make(map[string]bool, len(list))
+	for _, v := range list {
+		listed[v.Path] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for path := range c.done {
+		if !listed[path] {
+			delete(c.done, path)
+		}
+	}
 }
 
 func statusOf(err error) int {

@@ -3,7 +3,9 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -411,6 +413,36 @@ func TestUndecodableViolationIsMarkedOnce(t *testing.T) {
 	}
 	if n := len(r.events(EventSkipped)); n != 1 || r.vs.Index() != idx {
 		t.Errorf("after a restart: %d skipped events (want 1), index %d -> %d (want no write)", n, idx, r.vs.Index())
+	}
+}
+
+// What the controller remembers of violations it handled lasts as long as they are listed: one
+// running for months would otherwise keep every violation it ever saw.
+func TestHandledViolationsAreForgottenOnceGone(t *testing.T) {
+	r := newRig(t)
+	c := r.controller(nil)
+	kept := violations.PathPrefix + alloc1 + "/main-1"
+	gone := violations.PathPrefix + alloc1 + "/main-2"
+	for _, path := range []string{kept, gone} {
+		r.vs.Put("default", path, map[string]string{violations.KeyAlloc: alloc1, violations.KeyUnitBytes: "1GiB"})
+	}
+	if err := r.pass(c); err != nil {
+		t.Fatal(err)
+	}
+	remembered := func() []string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return slices.Sorted(maps.Keys(c.done))
+	}
+	if got := remembered(); !slices.Equal(got, []string{kept, gone}) {
+		t.Fatalf("remembered %q after handling both, want both", got)
+	}
+	r.vs.Delete("default", gone)
+	if err := r.pass(c); err != nil {
+		t.Fatal(err)
+	}
+	if got := remembered(); !slices.Equal(got, []string{kept}) {
+		t.Fatalf("remembered %q after %s was deleted, want only %s", got, gone, kept)
 	}
 }
 
