@@ -339,7 +339,7 @@ func (p *pass) fence() {
 		p.lent[r.Token] = min(m.lent[r.Token].bytes, r.LimitBytes-r.CapBytes)
 	}
 	if tok := p.reclaim(); tok != "" {
-		p.lent[tok] = 0 // judged by its guarantee alone: over it, it is stopped below
+		p.lent[tok] = 0 // it is stopped below, whatever it holds
 	}
 }
 
@@ -368,6 +368,11 @@ func (p *pass) reclaim() string {
 	}
 	var most fence.TaskUse
 	for _, u := range o.snap.Tasks {
+		// A task writes its own accounting: one with no process on the GPU holds nothing a stop
+		// could free, and picked it would be picked every pass in place of one that does.
+		if len(p.byToken[u.Token]) == 0 {
+			continue
+		}
 		if u.Borrowed() > most.Borrowed() {
 			most = u
 		}
@@ -408,7 +413,11 @@ func (p *pass) check(r ledger.Reservation, ps []seenProc) {
 		} else if n := m.near[r.Token]; n != nil && !n.fenced {
 			delete(m.near, r.Token) // fell back from the cap while alive: it did not die at it
 		}
-		if used <= limit || driverBounds(o.mode, r.CapBytes, ps) {
+		// The borrower an owner waits for is stopped whatever NVML shows: what it borrowed may
+		// be less than the allowance its contexts leave unused, and judged by its guarantee
+		// alone it would be picked again every pass while the owner's wait ran out.
+		evicted := p.evicting == r.Token
+		if !evicted && (used <= limit || driverBounds(o.mode, r.CapBytes, ps)) {
 			return
 		}
 		delete(m.near, r.Token)
@@ -420,8 +429,12 @@ func (p *pass) check(r ledger.Reservation, ps []seenProc) {
 		}
 		tr = &track{gpu: o.gpu, task: task, mode: o.mode, capBytes: r.CapBytes, crossedAt: o.now}
 		m.tracks[r.Token] = tr
+		msg := fmt.Sprintf("task passed its cap: %s used, cap %s + borrowed %s + allowance %s x %d processes", used, r.CapBytes, lent, p.allowance, len(ps))
+		if evicted {
+			msg = fmt.Sprintf("task holds borrowed memory that a neighbour's guarantee needs back: %s used, cap %s, %d processes", used, r.CapBytes, len(ps))
+		}
 		p.do(emitEvent{Event{Kind: EventViolation, Stage: StageCrossed, GPU: o.gpu, Token: r.Token, Task: task, PIDs: pids(ps), Bytes: used,
-			Message: fmt.Sprintf("task passed its cap: %s used, cap %s + borrowed %s + allowance %s x %d processes", used, r.CapBytes, lent, p.allowance, len(ps))}})
+			Message: msg}})
 	}
 	tr.peak = max(tr.peak, used)
 	// The token scan may learn the task's names after the crossing (a restarted enforcer can

@@ -155,6 +155,30 @@ func TestDecide(t *testing.T) {
 					t.Fatalf("track %+v: want its detail to say an owner needed the memory back", tr)
 				}
 			}},
+		// What it borrowed is less than what NVML shows past its guarantee anyway (its context
+		// within the allowance): judged by cap + allowance it was never stopped, picked again
+		// every pass, and the owner's guaranteed allocation ran out its wait and was refused.
+		{name: "an evicted borrower within its guarantee and allowance is still stopped", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs: observation{mode: policy.ModeIsolated,
+				reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("B", 2*gib, 70*gib)},
+				procs:        []seenProc{taskProc(102, "B", 2*gib+200*size.MiB)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib, Owed: true, Waiting: true},
+					fenceUse("B", 2*gib, 70*gib, 2*gib+100*size.MiB)}}},
+			want: []string{"evict B borrowed 100MiB", "event violation/crossed B", "signal B [102] killed"},
+		},
+		// A task writes its own accounting: one with no process on the GPU that claims to have
+		// borrowed most holds nothing a stop could free, and picked every pass it kept the
+		// watchdog from the borrower that did.
+		{name: "a borrower with no process on the GPU is not picked over one that has", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs: observation{mode: policy.ModeIsolated,
+				reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("L", 2*gib, 70*gib), resv("B", 2*gib, 70*gib)},
+				procs:        []seenProc{taskProc(102, "B", 10*gib)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib, Owed: true, Waiting: true},
+					fenceUse("L", 2*gib, 70*gib, 60*gib), fenceUse("B", 2*gib, 70*gib, 10*gib)}}},
+			want: []string{"evict B borrowed 8GiB", "event violation/crossed B", "signal B [102] killed"},
+		},
 		{name: "an evicted borrower still there at the next pass is still stopped as evicted", rules: r,
 			before: func(m *memory) {
 				m.tracks["B2"] = &track{gpu: "G", mode: policy.ModeIsolated, capBytes: 2 * gib, crossedAt: at0.Add(-100 * time.Millisecond),
