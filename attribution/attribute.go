@@ -116,7 +116,7 @@ func (a *Attributor) owner(id Identity, gpuUUID string, ts Tasks) Owner {
 		}
 	}
 	if id.AllocID != "" {
-		if tok, ok := ts.byAlloc(id, gpuUUID); ok {
+		if tok, ok := a.byAlloc(id, gpuUUID, ts); ok {
 			return Owner{Token: tok, Via: ViaCgroup}
 		}
 	}
@@ -140,11 +140,15 @@ func (a *Attributor) owner(id Identity, gpuUUID string, ts Tasks) Owner {
 }
 
 // byAlloc finds the one task on this GPU of the process's Nomad allocation. With several tasks
-// of one allocation on the GPU, the task name in the cgroup path decides.
-func (ts Tasks) byAlloc(id Identity, gpuUUID string) (string, bool) {
+// of one allocation on the GPU, the task name in the cgroup path decides. A task may create
+// cgroups below its own and name them as it likes, and the allocation a reservation is known by
+// comes from its processes' environments, which they write: so a task is a candidate only where
+// a process that carries its token lives at or above the process's cgroup (carriedAbove), and
+// no name a tenant chose ties its process to a neighbour.
+func (a *Attributor) byAlloc(id Identity, gpuUUID string, ts Tasks) (string, bool) {
 	var cands []Task
 	for _, t := range ts.byToken {
-		if t.on(gpuUUID) && t.AllocID == id.AllocID {
+		if t.on(gpuUUID) && t.AllocID == id.AllocID && a.carriedAbove(t.Token, id.Cgroup) {
 			cands = append(cands, t)
 		}
 	}

@@ -35,6 +35,8 @@ func TestAttribute(t *testing.T) {
 		procfs.Proc{PID: 10, PPID: 1, Env: []string{"PATH=/bin", tok("tokA")}},
 		// a worker whose environment was scrubbed, in the task's Nomad cgroup (exec driver, v2)
 		procfs.Proc{PID: 11, PPID: 1, Env: []string{"PATH=/bin"}, Cgroup: "0::/nomad.slice/share.slice/" + alloc + ".eval.scope\n"},
+		// the eval task's process that carries its token, in the same cgroup
+		procfs.Proc{PID: 20, PPID: 1, Env: []string{tok("tokA2")}, Cgroup: "0::/nomad.slice/share.slice/" + alloc + ".eval.scope\n"},
 		// environ unreadable (another user, no root) but its parent carries the token
 		procfs.Proc{PID: 12, PPID: 10, EnvErr: fs.ErrPermission},
 		// a grandchild of the token holder: the token is in an ancestor only
@@ -96,6 +98,7 @@ func TestAttribute(t *testing.T) {
 		{"root without a token, other GPU", 51, gpuA, Owner{}},
 	}
 	a := New(procs)
+	scan(t, procs, a)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := a.Attribute(tc.pid, tc.gpu, tasks); got != tc.want {
@@ -110,8 +113,11 @@ func TestReservedTasks(t *testing.T) {
 		{Token: "t1", GPU: gpuA, Task: ledger.Task{AllocID: alloc, TaskName: "train"}},
 		{Token: "t2", GPU: gpuB},
 	})
-	a := New(procfs.NewTable(procfs.Proc{PID: 5, PPID: 1, Cgroup: "0::/nomad/" + alloc + ".train.scope\n"},
-		procfs.Proc{PID: 6, PPID: 1, Env: []string{tok("t2")}}))
+	procs := procfs.NewTable(procfs.Proc{PID: 5, PPID: 1, Cgroup: "0::/nomad/" + alloc + ".train.scope\n"},
+		procfs.Proc{PID: 6, PPID: 1, Env: []string{tok("t2")}},
+		procfs.Proc{PID: 7, PPID: 1, Env: []string{tok("t1")}, Cgroup: "0::/nomad/" + alloc + ".train.scope\n"})
+	a := New(procs)
+	scan(t, procs, a)
 	if got := a.Attribute(5, gpuA, ts); got != (Owner{"t1", ViaCgroup, ""}) {
 		t.Errorf("cgroup rule from the ledger's task names: %+v", got)
 	}

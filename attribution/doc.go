@@ -8,7 +8,8 @@
 //  2. the reservation token in its environment: GPUFRAC_RESERVATION, or the per-GPU
 //     GPUFRAC_RESERVATION_<uuid> a task of several device requests carries;
 //  3. the Nomad allocation ID in its cgroup, when one task of that allocation is on the GPU (or
-//     the task name in the cgroup path picks one);
+//     the task name in the cgroup path picks one) and a process read earlier that carries that
+//     task's token lives in the same cgroup or one above it;
 //  4. membership of a task root's process group;
 //  5. its nearest ancestor that is a task's root or carries a task's token (a worker whose
 //     environment was scrubbed, a child whose own environ is unreadable, one started with

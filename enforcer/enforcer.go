@@ -228,19 +228,23 @@ func (e *Enforcer) Tick(ctx context.Context) {
 	}
 }
 
-// sample watches every GPU once and runs the token scan when it is due; it says whether it did.
+// sample runs the token scan when it is due, then watches every GPU once; it says whether it
+// scanned. The scan comes first: a process tied to its task by its cgroup is tied through the
+// cgroups of the task's token carriers, which only the scan reads, so a first pass before it
+// took such a process for no task's.
 func (e *Enforcer) sample(ctx context.Context) bool {
 	e.passMu.Lock()
 	defer e.passMu.Unlock()
-	for _, st := range e.cfg.Ledger.States() {
-		e.watch(ctx, st)
-	}
+	scanned := false
 	if now := e.now(); now.Sub(e.lastScan) >= e.cfg.ScanInterval {
 		e.lastScan = now
 		e.scanTokens()
-		return true
+		scanned = true
 	}
-	return false
+	for _, st := range e.cfg.Ledger.States() {
+		e.watch(ctx, st)
+	}
+	return scanned
 }
 
 // PrepareGPU readies a GPU before a task starts on it: under mps mode its control daemon runs
