@@ -236,6 +236,28 @@ func TestAncestryOutlivesTheParent(t *testing.T) {
 	}
 }
 
+// A process keeps the parent it was first read with, but that PID may since have gone to a later
+// process, another task's: a parent that started after its child is not its parent, and the
+// child is not tied to that task (which would be judged, and stopped, for the child's memory).
+func TestRecycledParentPIDIsNotAnAncestor(t *testing.T) {
+	procs := procfs.NewTable(
+		procfs.Proc{PID: 60, PPID: 1, Start: 100, Env: []string{"X=1"}},
+		procfs.Proc{PID: 61, PPID: 60, PGRP: 61, Start: 200, Env: []string{"X=1"}},
+	)
+	tasks := NewTasks(Task{Token: "tokV", GPU: gpuA})
+	a := New(procs)
+	if _, err := a.Identity(61); err != nil { // read by a token scan while its parent lived
+		t.Fatal(err)
+	}
+	procs.Remove(60)
+	procs.Set(procfs.Proc{PID: 61, PPID: 1, PGRP: 61, Start: 200, Env: []string{"X=1"}})
+	procs.Set(procfs.Proc{PID: 60, PPID: 1, Start: 900, Env: []string{tok("tokV")}})
+	a.NewPass()
+	if got := a.Attribute(61, gpuA, tasks); got.Managed() {
+		t.Fatalf("tied through a recycled parent PID: %+v", got)
+	}
+}
+
 func TestIdentityFromEnviron(t *testing.T) {
 	procs := procfs.NewTable(procfs.Proc{PID: 30, PPID: 1, Env: []string{
 		tok("t"), EnvNomadAlloc + "=a1", EnvNomadJob + "=job", EnvNomadTask + "=task", taskenv.Template + "=tmpl",

@@ -236,7 +236,9 @@ func (a *Attributor) lineage(id Identity) []ancestor {
 			break
 		}
 		p, err := a.Identity(cur.PPID)
-		if err != nil {
+		// The parent is the one cur was first read with; a process that started after cur
+		// took its PID since, and may be any task's.
+		if err != nil || p.Start > cur.Start {
 			break
 		}
 		up = append(up, ancestor{pid: p.PID, tokens: p.Tokens()})
