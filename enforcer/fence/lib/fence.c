@@ -72,11 +72,7 @@ static CUresult mem_free(int s, CUdeviceptr p)
 	free_fn f = REAL(A_FREE, s, free_fn);
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(p);
-	struct freed fr;
-	if (r == CUDA_SUCCESS && untrack(K_PTR, p, &fr))
-		give_freed(&fr);
-	return r;
+	FREED(K_PTR, p, f(p));
 }
 
 typedef CUresult (*create_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
@@ -98,11 +94,7 @@ static CUresult mem_release(int s, CUmemGenericAllocationHandle h)
 	release_fn f = REAL(A_RELEASE, s, release_fn);
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(h);
-	struct freed fr;
-	if (r == CUDA_SUCCESS && untrack(K_HANDLE, h, &fr))
-		give_freed(&fr);
-	return r;
+	FREED(K_HANDLE, h, f(h));
 }
 
 static uint64_t element_bytes(int format)
@@ -145,11 +137,7 @@ static CUresult array_destroy(int s, CUarray a)
 	array_destroy_fn f = REAL(A_ARRAYDESTROY, s, array_destroy_fn);
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(a);
-	struct freed fr;
-	if (r == CUDA_SUCCESS && untrack(K_ARRAY, (uintptr_t)a, &fr))
-		give_freed(&fr);
-	return r;
+	FREED(K_ARRAY, (uintptr_t)a, f(a));
 }
 
 typedef CUresult (*mipmap_fn)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
@@ -169,11 +157,7 @@ static CUresult mipmap_destroy(int s, CUmipmappedArray a)
 	mipmap_destroy_fn f = REAL(A_MIPMAPDESTROY, s, mipmap_destroy_fn);
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(a);
-	struct freed fr;
-	if (r == CUDA_SUCCESS && untrack(K_MIPMAP, (uintptr_t)a, &fr))
-		give_freed(&fr);
-	return r;
+	FREED(K_MIPMAP, (uintptr_t)a, f(a));
 }
 
 DYNX(mem_alloc, (CUdeviceptr * p, size_t n), p, n)

@@ -58,8 +58,11 @@ struct freed {
  * stale set when the driver reused an address whose free the fence never saw: that memory is
  * gone, and the caller gives it back (give_freed). */
 int track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool, struct freed *stale);
-/* untrack forgets an allocation at its free: 1 with out set when it was fenced, for the caller
- * to give back (give_freed). */
+/* untrack forgets an allocation before its free reaches the driver: 1 with out set when it was
+ * fenced, for the caller to give back (give_freed) once the driver freed it, or to track again
+ * when the free failed. Forgotten after the driver's free, it was forgotten in place of an
+ * allocation that another thread got at the same address in between, whose bytes then went
+ * back while it held them. */
 int untrack(int kind, uint64_t key, struct freed *out);
 /* settle waits a moment for a driver still releasing a stopped borrower's memory. */
 void settle(void);
@@ -76,6 +79,19 @@ void account_forget(void);
 void give_freed(const struct freed *f);
 void pools_settle(struct dev *d);
 void pools_forget(void); /* a forked child starts with none */
+
+/* FREED runs the driver's free of an allocation of kind at key (untrack says why in this order). */
+#define FREED(kind, key, call)                                                  \
+	do {                                                                    \
+		struct freed fr_, stale_;                                       \
+		int had_ = untrack((kind), (uint64_t)(key), &fr_);              \
+		CUresult r_ = (call);                                           \
+		if (had_ && r_ == CUDA_SUCCESS)                                 \
+			give_freed(&fr_);                                       \
+		else if (had_ && track(fr_.d, (kind), (uint64_t)(key), fr_.size, fr_.pool, &stale_)) \
+			give_freed(&stale_);                                    \
+		return r_;                                                      \
+	} while (0)
 
 /* What a process that no reservation places may allocate on a GPU (identity.c). */
 #define GF_UNPLACED_ALLOWANCE (64ull << 20)

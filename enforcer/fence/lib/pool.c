@@ -152,9 +152,13 @@ static void give_back(int i, CUdeviceptr p, CUstream st)
 	static void *ff, *ft;
 	free_async_fn f = (free_async_fn)sym(&ff, "cuMemFreeAsync");
 	trim_fn trim = (trim_fn)sym(&ft, "cuMemPoolTrimTo");
-	struct freed fr;
-	if (f && f(p, st) == CUDA_SUCCESS && untrack(K_PTR, p, &fr))
+	struct freed fr, stale;
+	int had = untrack(K_PTR, p, &fr);
+	CUresult r = f ? f(p, st) : CUDA_ERROR_NOT_INITIALIZED;
+	if (had && r == CUDA_SUCCESS)
 		give_freed(&fr);
+	else if (had && track(fr.d, K_PTR, p, fr.size, fr.pool, &stale))
+		give_freed(&stale);
 	if (trim)
 		trim(pools[i].h, 0);
 	settle_pool(i);
@@ -233,11 +237,7 @@ static CUresult mem_free_async(int s, CUdeviceptr p, CUstream st)
 	free_async_fn f = REAL(A_FREEASYNC, s, free_async_fn);
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	CUresult r = f(p, st);
-	struct freed fr;
-	if (r == CUDA_SUCCESS && untrack(K_PTR, p, &fr))
-		give_freed(&fr);
-	return r;
+	FREED(K_PTR, p, f(p, st));
 }
 
 static int known(CUmemoryPool h)

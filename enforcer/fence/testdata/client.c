@@ -6,6 +6,9 @@
  *   alloc|managed|async|pool|create SIZE   -> ok ID | err CODE
  *   pitch WIDTH HEIGHT | array W H | array3d W H D  -> ok ID | err CODE
  *   free ID -> ok | err CODE          info -> info FREE TOTAL        dev N -> ok
+ *   freealloc ID SIZE -> ok NEWID | err CODE (frees ID, an alloc or create, while another of its
+ *     kind of SIZE is made once the driver freed it and before the free returns, as by another
+ *     thread; with FAKE_CUDA_REUSE=1 it gets the address just freed)
  *   threads T K SIZE -> threads ok=X refused=Y (T threads, K allocations each, then all freed)
  *   fork SIZE -> child ok|err CODE (a forked child allocates SIZE and exits)
  *   total -> total BYTES (cuDeviceTotalMem_v2)   total1 -> total BYTES (the 32-bit cuDeviceTotalMem)
@@ -53,6 +56,7 @@ static CUresult (*default_pool)(void **, int);
 static CUresult (*pool_set)(void *, int, void *);
 static CUresult (*pool_trim)(void *, size_t);
 static void (*set_device)(int);
+static void (*on_free)(void (*)(void));
 static unsigned long long (*fake_used)(void);
 static int curdev;
 
@@ -75,6 +79,7 @@ static void load(int direct, uint64_t flags)
 	void *h = need(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), "libcuda.so.1");
 	set_device = need(dlsym(h, "fakeSetDevice"), "fakeSetDevice");
 	fake_used = need(dlsym(h, "fakeUsed"), "fakeUsed");
+	on_free = need(dlsym(h, "fakeOnFree"), "fakeOnFree");
 #define BYNAME(var, sym) var = need(dlsym(RTLD_DEFAULT, sym), sym)
 	if (direct) {
 		BYNAME(mem_alloc, "cuMemAlloc_v2");
@@ -138,6 +143,25 @@ static void answer(CUresult r, int kind, uint64_t v)
 	objs[nobjs].kind = kind;
 	objs[nobjs].v = v;
 	printf("ok %d\n", nobjs++);
+}
+
+/* What freealloc makes inside the driver's free. */
+static int between_kind;
+static uint64_t between_size, between_v;
+static CUresult between_r;
+
+static void between(void)
+{
+	if (between_kind == K_HANDLE) {
+		int prop[8] = {1, 0, 1, 0};
+		unsigned long long h = 0;
+		between_r = mem_create(&h, between_size, prop, 0);
+		between_v = h;
+		return;
+	}
+	CUdeviceptr p = 0;
+	between_r = mem_alloc(&p, between_size);
+	between_v = p;
 }
 
 struct job { int k; uint64_t size; int ok, refused; CUdeviceptr *ptrs; };
@@ -276,6 +300,18 @@ int main(int argc, char **argv)
 				printf("err %d\n", r);
 			else
 				printf("ok\n");
+		} else if (!strcmp(cmd, "freealloc")) {
+			struct obj *o = &objs[atoi(a)];
+			between_kind = o->kind;
+			between_size = parse_size(b);
+			between_r = -1;
+			on_free(between);
+			CUresult r = o->kind == K_HANDLE ? mem_release(o->v) : mem_free(o->v);
+			on_free(NULL);
+			if (r)
+				printf("err %d\n", r);
+			else
+				answer(between_r, o->kind, between_v);
 		} else if (!strcmp(cmd, "info")) {
 			size_t f = 0, t = 0;
 			CUresult r = mem_info(&f, &t);

@@ -11,6 +11,10 @@
  * and keeps freed memory up to its release threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
  * default 0: released at once, as the driver does at the next synchronization). What the
  * device holds (fakeUsed, what NVML would report) counts the pool's reservation.
+ *
+ * FAKE_CUDA_REUSE=1 hands out the address (or handle) freed last again at the next allocation,
+ * as the driver's address space does; fakeOnFree(f) has the next successful free call f once the
+ * memory is free and before the free returns: another thread's allocation landing in between.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -27,8 +31,11 @@ typedef struct { unsigned char bytes[16]; } CUuuid;
 #define MAXALLOC (1 << 20)
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t *sizes;
-static uint64_t seq, used;
+static uint64_t seq, used, last_freed;
 static __thread int current;
+static void (*on_free)(void);
+
+void fakeOnFree(void (*f)(void)) { on_free = f; }
 
 static uint64_t total(void)
 {
@@ -60,7 +67,8 @@ static CUresult take(unsigned long long *out, uint64_t n)
 		pthread_mutex_unlock(&mu);
 		return 2;
 	}
-	uint64_t id = ++seq;
+	uint64_t id = last_freed ? last_freed : ++seq;
+	last_freed = 0;
 	sizes[id] = n;
 	used += n;
 	pthread_mutex_unlock(&mu);
@@ -78,7 +86,13 @@ static CUresult give(uint64_t v)
 	}
 	used -= sizes[id];
 	sizes[id] = 0;
+	if (getenv("FAKE_CUDA_REUSE"))
+		last_freed = id;
+	void (*f)(void) = on_free;
+	on_free = NULL;
 	pthread_mutex_unlock(&mu);
+	if (f)
+		f();
 	return 0;
 }
 
