@@ -127,6 +127,11 @@ int charge(struct dev *d, uint64_t n)
 struct rec {
 	uint64_t key;
 	uint64_t size;
+	/* K_HANDLE: the references its process holds (its creation's and each retain's), and the
+	 * mappings of it: its memory lives until both are gone. K_MAP (key: the mapped address,
+	 * size: the bytes mapped): the handle it maps (link) and when it was mapped (seq). */
+	uint64_t link, seq;
+	uint32_t refs, maps;
 	int16_t dev;
 	int16_t pool; /* a stream-ordered pool's index (pool.c), or -1 */
 	uint8_t kind; /* 0 = empty, 0xff = deleted */
@@ -134,6 +139,7 @@ struct rec {
 
 static struct rec *recs;
 static size_t nrecs, cap_recs, dead_recs;
+static uint64_t map_seq;
 
 static size_t hash(uint64_t key, int kind)
 {
@@ -197,6 +203,7 @@ int track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool, struct
 		r = &recs[j];
 		nrecs++;
 	}
+	*r = (struct rec){.refs = 1};
 	r->key = key;
 	r->kind = (uint8_t)kind;
 	r->size = size;
@@ -222,6 +229,109 @@ int untrack(int kind, uint64_t key, struct freed *out)
 	int fenced = d->state == DEV_FENCED;
 	pthread_mutex_unlock(&mu);
 	return fenced;
+}
+
+/* ---- virtual memory management: a handle's memory lives while it is mapped ---- */
+
+/* forget drops record r. Under mu. */
+static void forget(struct rec *r)
+{
+	r->kind = 0xff;
+	nrecs--;
+	dead_recs++;
+}
+
+/* drop_ref takes one reference or mapping (maps) from handle record h and gives its bytes back
+ * when none is left. Under mu: the table's lock comes after mu, as in an attach. */
+static void drop_ref(struct rec *h, int maps)
+{
+	uint32_t *n = maps ? &h->maps : &h->refs;
+	if (*n > 0)
+		(*n)--;
+	if (h->refs > 0 || h->maps > 0)
+		return;
+	struct dev *d = &devs[h->dev];
+	forget(h);
+	if (d->state == DEV_FENCED)
+		gf_uncharge(&d->m, h->size);
+}
+
+/* unmap_rec forgets mapping m and drops its handle's mapping. Under mu. */
+static void unmap_rec(struct rec *m)
+{
+	uint64_t h = m->link;
+	forget(m);
+	struct rec *hr = find(h, K_HANDLE);
+	if (hr)
+		drop_ref(hr, 1);
+}
+
+int handle_release(uint64_t h, struct freed *out)
+{
+	pthread_mutex_lock(&mu);
+	struct rec *r = find(h, K_HANDLE);
+	int how = 0;
+	if (r && r->maps == 0 && r->refs <= 1) {
+		*out = (struct freed){&devs[r->dev], -1, r->size};
+		forget(r);
+		how = devs[r->dev].state == DEV_FENCED ? 1 : 0;
+	} else if (r && r->refs > 0) {
+		r->refs--; /* a mapping or another reference keeps the memory */
+		how = 2;
+	}
+	pthread_mutex_unlock(&mu);
+	return how;
+}
+
+void handle_retained(uint64_t h)
+{
+	pthread_mutex_lock(&mu);
+	struct rec *r = find(h, K_HANDLE);
+	if (r)
+		r->refs++;
+	pthread_mutex_unlock(&mu);
+}
+
+void handle_mapped(uint64_t va, uint64_t size, uint64_t h)
+{
+	pthread_mutex_lock(&mu);
+	struct rec *old = find(va, K_MAP);
+	if (old)
+		unmap_rec(old); /* its unmap is on its way (unmapped) or was never seen */
+	if (find(h, K_HANDLE) && ((nrecs + dead_recs + 1) * 10 < cap_recs * 7 || grow() == 0)) {
+		size_t j = hash(va, K_MAP) & (cap_recs - 1);
+		while (recs[j].kind && recs[j].kind != 0xff)
+			j = (j + 1) & (cap_recs - 1);
+		if (recs[j].kind == 0xff)
+			dead_recs--;
+		nrecs++;
+		recs[j] = (struct rec){.key = va, .size = size, .link = h, .seq = ++map_seq, .kind = K_MAP};
+		find(h, K_HANDLE)->maps++;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+uint64_t maps_now(void)
+{
+	pthread_mutex_lock(&mu);
+	uint64_t n = map_seq;
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+void handle_unmapped(uint64_t va, uint64_t size, uint64_t since)
+{
+	pthread_mutex_lock(&mu);
+	/* The range holds whole mappings, end to end. One made after this unmap began is another
+	 * thread's, made once the driver had unmapped this one (which it then forgot). */
+	for (uint64_t a = va; a - va < size;) {
+		struct rec *m = find(a, K_MAP);
+		if (!m || m->seq > since || m->size == 0)
+			break;
+		a += m->size;
+		unmap_rec(m);
+	}
+	pthread_mutex_unlock(&mu);
 }
 
 /* ---- waiting for the driver ---- */

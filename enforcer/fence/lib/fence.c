@@ -94,7 +94,53 @@ static CUresult mem_release(int s, CUmemGenericAllocationHandle h)
 	release_fn f = REAL(A_RELEASE, s, release_fn);
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	FREED(K_HANDLE, h, f(h));
+	struct freed fr, stale;
+	int how = handle_release(h, &fr);
+	CUresult r = f(h);
+	if (how == 1 && r == CUDA_SUCCESS)
+		give_freed(&fr);
+	else if (how == 1 && track(fr.d, K_HANDLE, h, fr.size, -1, &stale))
+		give_freed(&stale);
+	else if (how == 2 && r != CUDA_SUCCESS)
+		handle_retained(h);
+	return r;
+}
+
+typedef CUresult (*map_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+static CUresult mem_map(int s, CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long fl)
+{
+	map_fn f = REAL(A_MAP, s, map_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(p, n, off, h, fl);
+	if (r == CUDA_SUCCESS)
+		handle_mapped(p, n, h);
+	return r;
+}
+
+typedef CUresult (*unmap_fn)(CUdeviceptr, size_t);
+static CUresult mem_unmap(int s, CUdeviceptr p, size_t n)
+{
+	unmap_fn f = REAL(A_UNMAP, s, unmap_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	uint64_t since = maps_now();
+	CUresult r = f(p, n);
+	if (r == CUDA_SUCCESS)
+		handle_unmapped(p, n, since);
+	return r;
+}
+
+typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
+static CUresult mem_retain(int s, CUmemGenericAllocationHandle *h, void *addr)
+{
+	retain_fn f = REAL(A_RETAIN, s, retain_fn);
+	if (!f)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUresult r = f(h, addr);
+	if (r == CUDA_SUCCESS && h)
+		handle_retained(*h);
+	return r;
 }
 
 static uint64_t element_bytes(int format)
@@ -166,6 +212,9 @@ DYNX(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl), p, n, fl)
 DYNX(mem_free, (CUdeviceptr p), p)
 DYNX(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
 DYNX(mem_release, (CUmemGenericAllocationHandle h), h)
+DYNX(mem_map, (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long fl), p, n, off, h, fl)
+DYNX(mem_unmap, (CUdeviceptr p, size_t n), p, n)
+DYNX(mem_retain, (CUmemGenericAllocationHandle * h, void *addr), h, addr)
 DYNX(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
 DYNX(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
 DYNX(array_destroy, (CUarray a), a)
@@ -180,6 +229,10 @@ EXPORT(cuMemFree_v2, mem_free, 2, (CUdeviceptr p), p)
 EXPORT(cuMemCreate, mem_create, 2,
        (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl), h, n, pr, fl)
 EXPORT(cuMemRelease, mem_release, 2, (CUmemGenericAllocationHandle h), h)
+EXPORT(cuMemMap, mem_map, 2, (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long fl),
+       p, n, off, h, fl)
+EXPORT(cuMemUnmap, mem_unmap, 2, (CUdeviceptr p, size_t n), p, n)
+EXPORT(cuMemRetainAllocationHandle, mem_retain, 2, (CUmemGenericAllocationHandle * h, void *addr), h, addr)
 EXPORT(cuArrayCreate_v2, array_create, 2, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d), a, d)
 EXPORT(cuArray3DCreate_v2, array3d_create, 2, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d), a, d)
 EXPORT(cuArrayDestroy, array_destroy, 2, (CUarray a), a)

@@ -40,7 +40,7 @@ struct dev {
 	char uuid[GF_UUID_MAX];
 };
 
-enum { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP };
+enum { K_PTR = 1, K_HANDLE, K_ARRAY, K_MIPMAP, K_MAP };
 
 /* device is the fenced view of GPU ordinal (< 0: the calling thread's context's), or NULL. */
 struct dev *device(int ordinal);
@@ -64,6 +64,19 @@ int track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool, struct
  * allocation that another thread got at the same address in between, whose bytes then went
  * back while it held them. */
 int untrack(int kind, uint64_t key, struct freed *out);
+/* A handle's memory (cuMemCreate) lives until it is released and unmapped, whichever comes last
+ * (the driver's own rule): a release while a mapping or a retained reference holds it gives
+ * nothing back. handle_release is called before the driver's release: 1 with out set when it
+ * gives the bytes back (give_freed once the driver released it), 2 when it only dropped a
+ * reference (handle_retained undoes that where the driver failed), 0 when the handle is not the
+ * fence's. handle_mapped and handle_retained count a mapping or reference the driver made;
+ * handle_unmapped forgets the mappings of a range the driver unmapped that were made before
+ * maps_now was since, and gives back what no reference or mapping holds any more. */
+int handle_release(uint64_t h, struct freed *out);
+void handle_retained(uint64_t h);
+void handle_mapped(uint64_t va, uint64_t size, uint64_t h);
+uint64_t maps_now(void);
+void handle_unmapped(uint64_t va, uint64_t size, uint64_t since);
 /* settle waits a moment for a driver still releasing a stopped borrower's memory. */
 void settle(void);
 #define SETTLE_TRIES 400
@@ -113,6 +126,9 @@ DECL(mem_alloc_managed, (CUdeviceptr * p, size_t n, unsigned int fl))
 DECL(mem_free, (CUdeviceptr p))
 DECL(mem_create, (CUmemGenericAllocationHandle * h, size_t n, const void *pr, unsigned long long fl))
 DECL(mem_release, (CUmemGenericAllocationHandle h))
+DECL(mem_map, (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h, unsigned long long fl))
+DECL(mem_unmap, (CUdeviceptr p, size_t n))
+DECL(mem_retain, (CUmemGenericAllocationHandle * h, void *addr))
 DECL(array_create, (CUarray * a, const CUDA_ARRAY_DESCRIPTOR *d))
 DECL(array3d_create, (CUarray * a, const CUDA_ARRAY3D_DESCRIPTOR *d))
 DECL(array_destroy, (CUarray a))

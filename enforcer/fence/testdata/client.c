@@ -17,6 +17,8 @@
  *   spawn child|grandchild|setsid|nodir SIZE -> child ok|err CODE (a new program started
  *     without the reservation in its environment allocates SIZE and exits: a child, a child's
  *     child, a child in a new session, or a child without GPUFRAC_FENCE_DIR either)
+ *   map ID SIZE -> ok M | err CODE (maps SIZE bytes of handle ID at an address of its own;
+ *     free M unmaps it)   retain M -> ok ID | err CODE (cuMemRetainAllocationHandle at M's address)
  *   exit -> leaves without freeing
  * SIZE takes K, M and G (binary) suffixes.
  */
@@ -44,6 +46,9 @@ static CUresult (*mem_free)(CUdeviceptr);
 static CUresult (*mem_info)(size_t *, size_t *);
 static CUresult (*mem_create)(unsigned long long *, size_t, const void *, unsigned long long);
 static CUresult (*mem_release)(unsigned long long);
+static CUresult (*mem_map)(CUdeviceptr, size_t, size_t, unsigned long long, unsigned long long);
+static CUresult (*mem_unmap)(CUdeviceptr, size_t);
+static CUresult (*mem_retain)(unsigned long long *, void *);
 static CUresult (*mem_async)(CUdeviceptr *, size_t, void *);
 static CUresult (*mem_free_async)(CUdeviceptr, void *);
 static CUresult (*mem_pool)(CUdeviceptr *, size_t, void *, void *);
@@ -60,8 +65,8 @@ static void (*on_free)(void (*)(void));
 static unsigned long long (*fake_used)(void);
 static int curdev;
 
-enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY };
-struct obj { int kind; uint64_t v; };
+enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY, K_MAPPING };
+struct obj { int kind; uint64_t v, n; };
 static struct obj objs[1 << 16];
 static int nobjs;
 
@@ -89,6 +94,9 @@ static void load(int direct, uint64_t flags)
 		BYNAME(mem_info, "cuMemGetInfo_v2");
 		BYNAME(mem_create, "cuMemCreate");
 		BYNAME(mem_release, "cuMemRelease");
+		BYNAME(mem_map, "cuMemMap");
+		BYNAME(mem_unmap, "cuMemUnmap");
+		BYNAME(mem_retain, "cuMemRetainAllocationHandle");
 		BYNAME(mem_async, flags ? "cuMemAllocAsync_ptsz" : "cuMemAllocAsync");
 		BYNAME(mem_free_async, flags ? "cuMemFreeAsync_ptsz" : "cuMemFreeAsync");
 		BYNAME(mem_pool, flags ? "cuMemAllocFromPoolAsync_ptsz" : "cuMemAllocFromPoolAsync");
@@ -117,6 +125,9 @@ static void load(int direct, uint64_t flags)
 	PROC(mem_info, "cuMemGetInfo");
 	PROC(mem_create, "cuMemCreate");
 	PROC(mem_release, "cuMemRelease");
+	PROC(mem_map, "cuMemMap");
+	PROC(mem_unmap, "cuMemUnmap");
+	PROC(mem_retain, "cuMemRetainAllocationHandle");
 	PROC(mem_async, "cuMemAllocAsync");
 	PROC(mem_free_async, "cuMemFreeAsync");
 	PROC(mem_pool, "cuMemAllocFromPoolAsync");
@@ -295,11 +306,26 @@ int main(int argc, char **argv)
 			CUresult r = o->kind == K_PTR ? mem_free(o->v)
 				   : o->kind == K_ASYNC ? mem_free_async(o->v, NULL)
 				   : o->kind == K_HANDLE ? mem_release(o->v)
+				   : o->kind == K_MAPPING ? mem_unmap(o->v, o->n)
 							 : array_destroy((void *)(uintptr_t)o->v);
 			if (r)
 				printf("err %d\n", r);
 			else
 				printf("ok\n");
+		} else if (!strcmp(cmd, "map")) {
+			static CUdeviceptr next_va = 1ULL << 46;
+			uint64_t n = parse_size(b);
+			CUdeviceptr va = next_va;
+			CUresult r = mem_map(va, n, 0, objs[atoi(a)].v, 0);
+			if (r == 0) {
+				next_va += (n + (1ULL << 21) - 1) >> 21 << 21;
+				objs[nobjs].n = n;
+			}
+			answer(r, K_MAPPING, va);
+		} else if (!strcmp(cmd, "retain")) {
+			unsigned long long h = 0;
+			CUresult r = mem_retain(&h, (void *)(uintptr_t)objs[atoi(a)].v);
+			answer(r, K_HANDLE, h);
 		} else if (!strcmp(cmd, "freealloc")) {
 			struct obj *o = &objs[atoi(a)];
 			between_kind = o->kind;

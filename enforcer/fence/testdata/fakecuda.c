@@ -162,7 +162,100 @@ CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned
 	(void)prop, (void)fl;
 	return take(h, n);
 }
-CUresult cuMemRelease(unsigned long long h) { return give(h); }
+/* A handle's memory lives until it is released and unmapped, whichever comes last; a retain
+ * (by a mapped address) is one more reference to release. */
+#define NMAPS 256
+static struct { uint64_t va, size, id; } maps[NMAPS];
+static uint32_t hrefs[MAXALLOC], hmaps[MAXALLOC];
+
+/* drop frees handle id once nothing holds it. Under mu. */
+static void drop(uint64_t id)
+{
+	if (hrefs[id] == 0 && hmaps[id] == 0 && sizes[id]) {
+		used -= sizes[id];
+		sizes[id] = 0;
+	}
+}
+
+CUresult cuMemRelease(unsigned long long h)
+{
+	uint64_t id = h >> 20;
+	pthread_mutex_lock(&mu);
+	int mapped = id < MAXALLOC && sizes && sizes[id] && (hmaps[id] > 0 || hrefs[id] > 0);
+	if (mapped) {
+		if (hrefs[id] == 0) {
+			pthread_mutex_unlock(&mu);
+			return 1; /* released already */
+		}
+		hrefs[id]--;
+		drop(id);
+	}
+	pthread_mutex_unlock(&mu);
+	return mapped ? 0 : give(h);
+}
+
+CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, unsigned long long h, unsigned long long fl)
+{
+	(void)off, (void)fl;
+	uint64_t id = h >> 20;
+	pthread_mutex_lock(&mu);
+	int slot = -1;
+	for (int i = 0; i < NMAPS; i++) {
+		if (maps[i].size && maps[i].va == va) {
+			slot = -1;
+			break;
+		}
+		if (!maps[i].size && slot < 0)
+			slot = i;
+	}
+	if (slot < 0 || id == 0 || id >= MAXALLOC || !sizes || !sizes[id] || size == 0) {
+		pthread_mutex_unlock(&mu);
+		return 1;
+	}
+	if (hrefs[id] == 0 && hmaps[id] == 0)
+		hrefs[id] = 1; /* its creation's reference, counted from its first mapping */
+	maps[slot].va = va;
+	maps[slot].size = size;
+	maps[slot].id = id;
+	hmaps[id]++;
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+CUresult cuMemUnmap(CUdeviceptr va, size_t size)
+{
+	pthread_mutex_lock(&mu);
+	for (uint64_t a = va; a - va < size;) {
+		int i = 0;
+		while (i < NMAPS && !(maps[i].size && maps[i].va == a))
+			i++;
+		if (i == NMAPS) {
+			pthread_mutex_unlock(&mu);
+			return 1;
+		}
+		uint64_t id = maps[i].id;
+		a += maps[i].size;
+		maps[i].size = 0;
+		hmaps[id]--;
+		drop(id);
+	}
+	pthread_mutex_unlock(&mu);
+	return 0;
+}
+
+CUresult cuMemRetainAllocationHandle(unsigned long long *h, void *addr)
+{
+	pthread_mutex_lock(&mu);
+	for (int i = 0; i < NMAPS; i++)
+		if (maps[i].size && maps[i].va == (uintptr_t)addr) {
+			hrefs[maps[i].id]++;
+			*h = maps[i].id << 20;
+			pthread_mutex_unlock(&mu);
+			return 0;
+		}
+	pthread_mutex_unlock(&mu);
+	return 1;
+}
 /* ---- stream-ordered pools ---- */
 
 struct pool {
@@ -345,6 +438,7 @@ struct entry { const char *name; void *fn, *ptsz; };
 static const struct entry table[] = {
 	E(cuInit), E(cuCtxGetDevice), EV2(cuDeviceGetUuid), EV2(cuMemAlloc), EV2(cuMemAllocPitch),
 	E(cuMemAllocManaged), EV2(cuMemFree), EV2(cuMemGetInfo), E(cuMemCreate), E(cuMemRelease),
+	E(cuMemMap), E(cuMemUnmap), E(cuMemRetainAllocationHandle),
 	EP(cuMemAllocAsync), EP(cuMemFreeAsync), EP(cuMemAllocFromPoolAsync), EV2(cuArrayCreate),
 	EV2(cuArray3DCreate), E(cuArrayDestroy), E(cuDeviceGetDefaultMemPool), E(cuDeviceGetMemPool),
 	E(cuMemPoolCreate), E(cuMemPoolDestroy), E(cuMemPoolGetAttribute), E(cuMemPoolSetAttribute),
