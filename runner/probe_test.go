@@ -411,9 +411,12 @@ func TestProbeWhoseWindowSawItsRiseKeepsWhatItHeld(t *testing.T) {
 			if p.PeakBytes == 0 || p.PeakBytes > 2*size.GiB || !strings.Contains(p1[0].Detail, "held before it rose") {
 				t.Fatalf("profiles %+v, p1's detail %q: want the 1GiB or less p1 held before its rise", all, p1[0].Detail)
 			}
+			// p2's peak is sampled: a job that leaks at 100GiB/s and ends at its top can end
+			// between two samples some GiB short of it on a loaded machine (62.13GiB once in CI).
+			// What matters is that it borrowed far past its small cap to the end of its run.
 			held := size.Bytes(o.Policy.Units(o.Policy.Cap(p.PeakBytes))) * o.Policy.UnitBytes
-			if p2[0].CapBytes != held || p2[0].PeakBytes < 67*size.GiB {
-				t.Fatalf("p2: want the %s cap of what p1 held, borrowing past 67GiB, got cap %s peak %s", held, p2[0].CapBytes, p2[0].PeakBytes)
+			if p2[0].CapBytes != held || p2[0].PeakBytes < 40*size.GiB {
+				t.Fatalf("p2: want the %s cap of what p1 held, borrowing past 40GiB, got cap %s peak %s", held, p2[0].CapBytes, p2[0].PeakBytes)
 			}
 		})
 	}
