@@ -432,3 +432,34 @@ func TestSetTasksChecksItsInput(t *testing.T) {
 		t.Fatalf("after the resync: %+v", s.Tasks)
 	}
 }
+
+// A mipmapped array is charged the sum of its levels: each halves every dimension down to 1,
+// but a layered array's depth (its layer count). One bound for every shape, 4/3 of the first
+// level (right for 2D), left a third of a 1D array's first level uncharged, and most of a
+// layered 1D one's.
+func TestMipmappedArrayIsChargedItsLevels(t *testing.T) {
+	k := fencetest.Build(t)
+	for _, tc := range []struct {
+		name, create string
+	}{
+		{"1D, 27 levels", "mipmap 64M 0 0 0 27"},                  // 256MiB, then halves: about 512MiB
+		{"2D, 14 levels", "mipmap 8K 8K 0 0 14"},                  // 256MiB, then quarters: about 341MiB
+		{"3D, 10 levels", "mipmap 512 512 256 0 10"},              // 256MiB, then eighths: about 293MiB
+		{"layered 1D, 8 layers, 24 levels", "mipmap 8M 0 8 1 24"}, // 8 layers of 32MiB halving: about 512MiB
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: 2 * size.GiB})
+			c := k.Start(t, k.Env(dir, tokA))
+			before := deviceHolds(t, c)
+			want(t, c.Do(tc.create), "ok 0", "the mipmapped array")
+			held := deviceHolds(t, c) - before
+			if u := snap(t, tb, tokA); u.Used != held {
+				t.Fatalf("the task is charged %s for a mipmapped array the device holds %s of", u.Used, held)
+			}
+			want(t, c.Do("free 0"), "ok", "its destroy")
+			if u := snap(t, tb, tokA); u.Used != 0 {
+				t.Fatalf("after its destroy the task is charged %s", u.Used)
+			}
+		})
+	}
+}

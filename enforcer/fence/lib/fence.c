@@ -186,14 +186,33 @@ static CUresult array_destroy(int s, CUarray a)
 	FREED(K_ARRAY, (uintptr_t)a, f(a));
 }
 
+/* mipmap_bytes sums a mipmapped array's levels: each halves every dimension down to 1, but a
+ * layered or cubemap array's depth, which counts layers or faces. A 1D array's levels add up to
+ * twice its first, a 2D one's to 4/3: one bound for all let 1D arrays pass a third uncharged.
+ * Past 64 levels every dimension is 1, and the driver refuses so many anyway. */
+#define MIPMAP_FIXED_DEPTH (0x01 | 0x04) /* CUDA_ARRAY3D_LAYERED, CUDA_ARRAY3D_CUBEMAP */
+static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *ds, unsigned int levels)
+{
+	size_t w = ds->Width, h = ds->Height, d = ds->Depth;
+	uint64_t n = 0;
+	for (unsigned int i = 0; i < (levels ? levels : 1) && i < 64; i++) {
+		uint64_t level = array_bytes(w, h, d, ds->Format, ds->NumChannels);
+		n = n + level < n ? UINT64_MAX : n + level;
+		w = w > 1 ? w / 2 : w;
+		h = h > 1 ? h / 2 : h;
+		if (!(ds->Flags & MIPMAP_FIXED_DEPTH))
+			d = d > 1 ? d / 2 : d;
+	}
+	return n;
+}
+
 typedef CUresult (*mipmap_fn)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
 static CUresult mipmap_create(int s, CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *ds, unsigned int levels)
 {
 	mipmap_fn f = REAL(A_MIPMAP, s, mipmap_fn);
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	/* Every level below the first is at most a quarter of the one above: 4/3 bounds the sum. */
-	uint64_t n = ds ? array_bytes(ds->Width, ds->Height, ds->Depth, ds->Format, ds->NumChannels) / 3 * 4 : 0;
+	uint64_t n = ds ? mipmap_bytes(ds, levels) : 0;
 	GUARDED(ds ? device(-1) : NULL, n, f(a, ds, levels), K_MIPMAP, (uintptr_t)*a);
 }
 

@@ -5,6 +5,7 @@
  * It reads one command a line on stdin and answers one line on stdout:
  *   alloc|managed|async|pool|create SIZE   -> ok ID | err CODE
  *   pitch WIDTH HEIGHT | array W H | array3d W H D  -> ok ID | err CODE
+ *   mipmap W H D FLAGS LEVELS -> ok ID | err CODE (float32 levels; FLAGS 1: layered)
  *   free ID -> ok | err CODE          info -> info FREE TOTAL        dev N -> ok
  *   freealloc ID SIZE -> ok NEWID | err CODE (frees ID, an alloc or create, while another of its
  *     kind of SIZE is made once the driver freed it and before the free returns, as by another
@@ -55,6 +56,8 @@ static CUresult (*mem_pool)(CUdeviceptr *, size_t, void *, void *);
 static CUresult (*array_create)(void **, const void *);
 static CUresult (*array3d_create)(void **, const void *);
 static CUresult (*array_destroy)(void *);
+static CUresult (*mipmap_create)(void **, const void *, unsigned int);
+static CUresult (*mipmap_destroy)(void *);
 static CUresult (*total_mem)(size_t *, int);
 static CUresult (*total_mem1)(unsigned int *, int);
 static CUresult (*default_pool)(void **, int);
@@ -65,7 +68,7 @@ static void (*on_free)(void (*)(void));
 static unsigned long long (*fake_used)(void);
 static int curdev;
 
-enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY, K_MAPPING };
+enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY, K_MAPPING, K_MIPMAP };
 struct obj { int kind; uint64_t v, n; };
 static struct obj objs[1 << 16];
 static int nobjs;
@@ -103,6 +106,8 @@ static void load(int direct, uint64_t flags)
 		BYNAME(array_create, "cuArrayCreate_v2");
 		BYNAME(array3d_create, "cuArray3DCreate_v2");
 		BYNAME(array_destroy, "cuArrayDestroy");
+		BYNAME(mipmap_create, "cuMipmappedArrayCreate");
+		BYNAME(mipmap_destroy, "cuMipmappedArrayDestroy");
 		BYNAME(total_mem, "cuDeviceTotalMem_v2");
 		BYNAME(total_mem1, "cuDeviceTotalMem");
 		BYNAME(default_pool, "cuDeviceGetDefaultMemPool");
@@ -134,6 +139,8 @@ static void load(int direct, uint64_t flags)
 	PROC(array_create, "cuArrayCreate");
 	PROC(array3d_create, "cuArray3DCreate");
 	PROC(array_destroy, "cuArrayDestroy");
+	PROC(mipmap_create, "cuMipmappedArrayCreate");
+	PROC(mipmap_destroy, "cuMipmappedArrayDestroy");
 	PROC(total_mem, "cuDeviceTotalMem");
 	PROC(default_pool, "cuDeviceGetDefaultMemPool");
 	PROC(pool_set, "cuMemPoolSetAttribute");
@@ -267,8 +274,8 @@ int main(int argc, char **argv)
 	load(direct, flags);
 	char line[256];
 	while (fgets(line, sizeof line, stdin)) {
-		char cmd[32] = "", a[64] = "", b[64] = "", c[64] = "";
-		if (sscanf(line, "%31s %63s %63s %63s", cmd, a, b, c) < 1)
+		char cmd[32] = "", a[64] = "", b[64] = "", c[64] = "", e[64] = "", f[64] = "";
+		if (sscanf(line, "%31s %63s %63s %63s %63s %63s", cmd, a, b, c, e, f) < 1)
 			continue;
 		CUdeviceptr p = 0;
 		if (!strcmp(cmd, "alloc")) {
@@ -301,12 +308,18 @@ int main(int argc, char **argv)
 			void *arr = NULL;
 			CUresult r = cmd[5] ? array3d_create(&arr, &d3) : array_create(&arr, &d2);
 			answer(r, K_ARRAY, (uintptr_t)arr);
+		} else if (!strcmp(cmd, "mipmap")) {
+			struct { size_t w, h, d; int fmt; unsigned int ch, fl; } d3 = {parse_size(a), parse_size(b), parse_size(c), 0x20, 1, (unsigned int)atoi(e)};
+			void *arr = NULL;
+			CUresult r = mipmap_create(&arr, &d3, (unsigned int)atoi(f));
+			answer(r, K_MIPMAP, (uintptr_t)arr);
 		} else if (!strcmp(cmd, "free")) {
 			struct obj *o = &objs[atoi(a)];
 			CUresult r = o->kind == K_PTR ? mem_free(o->v)
 				   : o->kind == K_ASYNC ? mem_free_async(o->v, NULL)
 				   : o->kind == K_HANDLE ? mem_release(o->v)
 				   : o->kind == K_MAPPING ? mem_unmap(o->v, o->n)
+				   : o->kind == K_MIPMAP  ? mipmap_destroy((void *)(uintptr_t)o->v)
 							 : array_destroy((void *)(uintptr_t)o->v);
 			if (r)
 				printf("err %d\n", r);

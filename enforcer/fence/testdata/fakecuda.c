@@ -424,6 +424,24 @@ CUresult cuArray3DCreate_v2(void **a, const desc3 *d)
 	return r;
 }
 CUresult cuArrayDestroy(void *a) { return give((uintptr_t)a); }
+/* A mipmapped array takes each of its levels: every dimension halves down to 1, but a layered
+ * (0x01) or cubemap (0x04) array's depth. */
+CUresult cuMipmappedArrayCreate(void **a, const desc3 *d, unsigned int levels)
+{
+	size_t w = d->w, h = d->h, dp = d->d, n = 0;
+	for (unsigned int i = 0; i < levels; i++) {
+		n += w * (h ? h : 1) * (dp ? dp : 1) * d->ch * 4;
+		w = w > 1 ? w / 2 : w;
+		h = h > 1 ? h / 2 : h;
+		if (!(d->fl & 0x05))
+			dp = dp > 1 ? dp / 2 : dp;
+	}
+	unsigned long long v;
+	CUresult r = take(&v, n);
+	*a = (void *)(uintptr_t)v;
+	return r;
+}
+CUresult cuMipmappedArrayDestroy(void *a) { return give((uintptr_t)a); }
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status);
 CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags)
@@ -440,7 +458,7 @@ static const struct entry table[] = {
 	E(cuMemAllocManaged), EV2(cuMemFree), EV2(cuMemGetInfo), E(cuMemCreate), E(cuMemRelease),
 	E(cuMemMap), E(cuMemUnmap), E(cuMemRetainAllocationHandle),
 	EP(cuMemAllocAsync), EP(cuMemFreeAsync), EP(cuMemAllocFromPoolAsync), EV2(cuArrayCreate),
-	EV2(cuArray3DCreate), E(cuArrayDestroy), E(cuDeviceGetDefaultMemPool), E(cuDeviceGetMemPool),
+	EV2(cuArray3DCreate), E(cuArrayDestroy), E(cuMipmappedArrayCreate), E(cuMipmappedArrayDestroy), E(cuDeviceGetDefaultMemPool), E(cuDeviceGetMemPool),
 	E(cuMemPoolCreate), E(cuMemPoolDestroy), E(cuMemPoolGetAttribute), E(cuMemPoolSetAttribute),
 	E(cuMemPoolTrimTo), EV2(cuDeviceTotalMem),
 };
