@@ -102,7 +102,7 @@ class Job:
             # without cuDNN) keeps its non-deterministic kernel and only warns, so two runs of a
             # busy-profile fine-tune alone disagreed by up to 10% and the benchmark failed packed
             # jobs for it. Strict selects deterministic kernels: on the H200 the same peak
-            # memory, work phases within 4% of the earlier runs (docs/bench/packing-2026-12-03.md,
+            # memory, work phases within 4% of the earlier runs (docs/bench/results.md,
             # "Deterministic workloads"). An op with no such kernel fails the job and names
             # itself, which is better than a result check that cannot decide.
             torch.use_deterministic_algorithms(True)
