@@ -381,3 +381,43 @@ func TestSimulatedRemovedGPU(t *testing.T) {
 		t.Error("SetRemoved of an unknown GPU succeeded")
 	}
 }
+
+// A removed GPU answers no query, even one whose readings a test pinned: as NVML, whose every
+// query of a lost GPU fails with GPU_IS_LOST, it must not report a temperature, a power draw or
+// GPM figures (a sampler opened before it went included) while Devices no longer lists it.
+func TestSimulatedRemovedGPUPinnedReadings(t *testing.T) {
+	ctx := context.Background()
+	s, devs := testutil.NewSim(t, "H100=80GiB")
+	gone := devs[0].UUID
+	if err := s.SetSensors(gone, &gpu.SimSensors{TemperatureC: 50, Power: gpu.Power{UsageMilliwatts: 1000, LimitMilliwatts: 2000}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetGPM(gone, &gpu.SimLoad{SMUtil: 40, SMOccupancy: 20}); err != nil {
+		t.Fatal(err)
+	}
+	sampler, err := s.OpenGPM(ctx, gone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sampler.Close() })
+	if err := s.SetRemoved(gone, true, "XID 79: fell off the bus"); err != nil {
+		t.Fatal(err)
+	}
+	queries := map[string]func() error{
+		"Temperature": func() error { _, err := s.Temperature(ctx, gone); return err },
+		"Power":       func() error { _, err := s.Power(ctx, gone); return err },
+		"OpenGPM": func() error {
+			g, err := s.OpenGPM(ctx, gone)
+			if err == nil {
+				_ = g.Close()
+			}
+			return err
+		},
+		"GPM Read": func() error { _, err := sampler.Read(ctx); return err },
+	}
+	for name, q := range queries {
+		if err := q(); err == nil || !strings.Contains(err.Error(), "NVML_ERROR_GPU_IS_LOST") {
+			t.Errorf("%s of the removed GPU with pinned readings: %v; want GPU_IS_LOST", name, err)
+		}
+	}
+}

@@ -121,6 +121,9 @@ func (s *Simulated) OpenGPM(ctx context.Context, uuid string) (GPMSampler, error
 	if !SimHasGPM(d.Model) {
 		return nil, fmt.Errorf("simulated GPU %s (%s): %w: GPM came with Hopper", uuid, d.Model, ErrNoGPM)
 	}
+	if err := s.lost(uuid); err != nil {
+		return nil, err
+	}
 	if err := s.gpmFault(uuid); err != nil {
 		return nil, err
 	}
@@ -169,6 +172,10 @@ func (s *Simulated) gpmFault(uuid string) error {
 // gpmLoad is the GPU's load now: pinned, else summed over the busy live processes.
 func (s *Simulated) gpmLoad(ctx context.Context, uuid string) (SimLoad, error) {
 	if err := ctx.Err(); err != nil {
+		return SimLoad{}, err
+	}
+	// Before the pinned figures: a lost GPU answers nothing, whatever a test pinned on it.
+	if err := s.lost(uuid); err != nil {
 		return SimLoad{}, err
 	}
 	if err := s.gpmFault(uuid); err != nil {

@@ -129,6 +129,10 @@ func (s *Simulated) sensors(ctx context.Context, uuid, sensor string) (*SimSenso
 	if _, err := s.device(uuid); err != nil {
 		return nil, false, err
 	}
+	// Before the pinned readings: a lost GPU answers nothing, whatever a test pinned on it.
+	if err := s.lost(uuid); err != nil {
+		return nil, false, err
+	}
 	dir := filepath.Join(s.dir, uuid)
 	if fault, err := os.ReadFile(filepath.Join(dir, sensor+"-fault")); err == nil {
 		return nil, false, fmt.Errorf("simulated NVML error on GPU %s: %s: %s", uuid, sensor, strings.TrimSpace(string(fault)))
