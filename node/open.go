@@ -45,11 +45,16 @@ func openLedger(dir string, opts ledger.Options) (*ledger.Ledger, []ledger.Reser
 	return led, gone, stopped, nil
 }
 
-// SyncGPUs records the GPUs the backend lists, minus those skip names, in the ledger.
+// SyncGPUs records the GPUs the backend lists, minus those skip names, in the ledger. A GPU the
+// backend could not name (UUID "": NVML could not open it or read its UUID, as when it fell off
+// the bus) is left out: nothing can be reserved on a GPU no one can address, and the ledger
+// refuses a whole inventory that holds one, which would keep every other GPU's health (and
+// `gpufrac run` itself) from being recorded. A GPU it knew under its UUID stays, undetected,
+// while reservations remain on it.
 func SyncGPUs(led *ledger.Ledger, devs []gpu.Device, skip func(gpu.Device) bool) error {
 	infos := make([]ledger.GPUInfo, 0, len(devs))
 	for _, d := range devs {
-		if skip != nil && skip(d) {
+		if d.UUID == "" || (skip != nil && skip(d)) {
 			continue
 		}
 		infos = append(infos, enforcer.LedgerGPU(d))
