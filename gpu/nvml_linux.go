@@ -172,12 +172,16 @@ func (n *nvmlBackend) describe(i int) Device {
 	if cur, _, ret := h.GetMigMode(); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
 		d.Healthy, d.HealthReason = false, MIGReason
 	}
-	if !d.Healthy {
-		return d // the memory queries would only cost time: the GPU is out of service already
-	}
+	// An event's mark comes before what the queries said: it is the fault, and a GPU that fell
+	// off the bus (XID 79) fails its queries because of it. Were a failed query's reason shown
+	// instead, the mark's time (EventAt) would be lost and the reason would change with each
+	// query that fails or answers, as if the GPU had recovered.
 	if mark := n.marks.get(uuid); mark.reason != "" {
 		mark.apply(&d)
 		return d
+	}
+	if !d.Healthy {
+		return d // the memory queries would only cost time: the GPU is out of service already
 	}
 	m, what, ret := memoryErrors(h)
 	if ret != nvml.SUCCESS {
