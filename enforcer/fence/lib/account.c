@@ -181,6 +181,29 @@ static struct rec *find(uint64_t key, int kind)
 	}
 }
 
+/* slot claims a free record for key, growing the table past 70% full; NULL where it cannot
+ * grow. Under mu. */
+static struct rec *slot(uint64_t key, int kind)
+{
+	if ((nrecs + dead_recs + 1) * 10 >= cap_recs * 7 && grow() != 0)
+		return NULL;
+	size_t j = hash(key, kind) & (cap_recs - 1);
+	while (recs[j].kind && recs[j].kind != 0xff)
+		j = (j + 1) & (cap_recs - 1);
+	if (recs[j].kind == 0xff)
+		dead_recs--;
+	nrecs++;
+	return &recs[j];
+}
+
+/* forget drops record r. Under mu. */
+static void forget(struct rec *r)
+{
+	r->kind = 0xff;
+	nrecs--;
+	dead_recs++;
+}
+
 int track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool, struct freed *stale)
 {
 	int had = 0;
@@ -190,18 +213,10 @@ int track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool, struct
 		/* The driver reused an address whose free the fence never saw: that memory is gone. */
 		*stale = (struct freed){&devs[r->dev], r->pool, r->size};
 		had = 1;
-	} else if ((nrecs + dead_recs + 1) * 10 >= cap_recs * 7 && grow() != 0) {
+	} else if (!(r = slot(key, kind))) {
 		pthread_mutex_unlock(&mu);
 		gf_uncharge(&d->m, size); /* cannot remember it: do not hold it against the task */
 		return 0;
-	} else {
-		size_t j = hash(key, kind) & (cap_recs - 1);
-		while (recs[j].kind && recs[j].kind != 0xff)
-			j = (j + 1) & (cap_recs - 1);
-		if (recs[j].kind == 0xff)
-			dead_recs--;
-		r = &recs[j];
-		nrecs++;
 	}
 	*r = (struct rec){.refs = 1};
 	r->key = key;
@@ -223,23 +238,13 @@ int untrack(int kind, uint64_t key, struct freed *out)
 	}
 	struct dev *d = &devs[r->dev];
 	*out = (struct freed){d, r->pool, r->size};
-	r->kind = 0xff;
-	nrecs--;
-	dead_recs++;
+	forget(r);
 	int fenced = d->state == DEV_FENCED;
 	pthread_mutex_unlock(&mu);
 	return fenced;
 }
 
 /* ---- virtual memory management: a handle's memory lives while it is mapped ---- */
-
-/* forget drops record r. Under mu. */
-static void forget(struct rec *r)
-{
-	r->kind = 0xff;
-	nrecs--;
-	dead_recs++;
-}
 
 /* drop_ref takes one reference or mapping (maps) from handle record h and gives its bytes back
  * when none is left. Under mu: the table's lock comes after mu, as in an attach. */
@@ -298,15 +303,10 @@ void handle_mapped(uint64_t va, uint64_t size, uint64_t h)
 	struct rec *old = find(va, K_MAP);
 	if (old)
 		unmap_rec(old); /* its unmap is on its way (unmapped) or was never seen */
-	if (find(h, K_HANDLE) && ((nrecs + dead_recs + 1) * 10 < cap_recs * 7 || grow() == 0)) {
-		size_t j = hash(va, K_MAP) & (cap_recs - 1);
-		while (recs[j].kind && recs[j].kind != 0xff)
-			j = (j + 1) & (cap_recs - 1);
-		if (recs[j].kind == 0xff)
-			dead_recs--;
-		nrecs++;
-		recs[j] = (struct rec){.key = va, .size = size, .link = h, .seq = ++map_seq, .kind = K_MAP};
-		find(h, K_HANDLE)->maps++;
+	struct rec *m;
+	if (find(h, K_HANDLE) && (m = slot(va, K_MAP))) {
+		*m = (struct rec){.key = va, .size = size, .link = h, .seq = ++map_seq, .kind = K_MAP};
+		find(h, K_HANDLE)->maps++; /* found again: claiming the slot may have moved the table */
 	}
 	pthread_mutex_unlock(&mu);
 }

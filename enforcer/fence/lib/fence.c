@@ -94,14 +94,11 @@ static CUresult mem_release(int s, CUmemGenericAllocationHandle h)
 	release_fn f = REAL(A_RELEASE, s, release_fn);
 	if (!f)
 		return CUDA_ERROR_NOT_INITIALIZED;
-	struct freed fr, stale;
+	struct freed fr;
 	int how = handle_release(h, &fr);
 	CUresult r = f(h);
-	if (how == 1 && r == CUDA_SUCCESS)
-		give_freed(&fr);
-	else if (how == 1 && track(fr.d, K_HANDLE, h, fr.size, -1, &stale))
-		give_freed(&stale);
-	else if (how == 2 && r != CUDA_SUCCESS)
+	freed_by_driver(how == 1, &fr, K_HANDLE, h, r);
+	if (how == 2 && r != CUDA_SUCCESS)
 		handle_retained(h);
 	return r;
 }

@@ -64,6 +64,10 @@ int track(struct dev *d, int kind, uint64_t key, uint64_t size, int pool, struct
  * allocation that another thread got at the same address in between, whose bytes then went
  * back while it held them. */
 int untrack(int kind, uint64_t key, struct freed *out);
+/* freed_by_driver ends a free untrack began (had: its answer, f: what it set) once the driver
+ * answered r: the bytes go back where the driver freed them, the record comes back where it
+ * did not. */
+void freed_by_driver(int had, const struct freed *f, int kind, uint64_t key, CUresult r);
 /* A handle's memory (cuMemCreate) lives until it is released and unmapped, whichever comes last
  * (the driver's own rule): a release while a mapping or a retained reference holds it gives
  * nothing back. handle_release is called before the driver's release: 1 with out set when it
@@ -96,13 +100,10 @@ void pools_forget(void); /* a forked child starts with none */
 /* FREED runs the driver's free of an allocation of kind at key (untrack says why in this order). */
 #define FREED(kind, key, call)                                                  \
 	do {                                                                    \
-		struct freed fr_, stale_;                                       \
+		struct freed fr_;                                               \
 		int had_ = untrack((kind), (uint64_t)(key), &fr_);              \
 		CUresult r_ = (call);                                           \
-		if (had_ && r_ == CUDA_SUCCESS)                                 \
-			give_freed(&fr_);                                       \
-		else if (had_ && track(fr_.d, (kind), (uint64_t)(key), fr_.size, fr_.pool, &stale_)) \
-			give_freed(&stale_);                                    \
+		freed_by_driver(had_, &fr_, (kind), (uint64_t)(key), r_);       \
 		return r_;                                                      \
 	} while (0)
 

@@ -135,6 +135,15 @@ void give_freed(const struct freed *f)
 		gf_uncharge(&f->d->m, f->size);
 }
 
+void freed_by_driver(int had, const struct freed *f, int kind, uint64_t key, CUresult r)
+{
+	struct freed stale;
+	if (had && r == CUDA_SUCCESS)
+		give_freed(f);
+	else if (had && track(f->d, kind, key, f->size, f->pool, &stale))
+		give_freed(&stale);
+}
+
 static CUresult call(int api, int s, CUdeviceptr *p, size_t n, CUmemoryPool pl, CUstream st)
 {
 	if (api == A_ASYNC) {
@@ -152,13 +161,9 @@ static void give_back(int i, CUdeviceptr p, CUstream st)
 	static void *ff, *ft;
 	free_async_fn f = (free_async_fn)sym(&ff, "cuMemFreeAsync");
 	trim_fn trim = (trim_fn)sym(&ft, "cuMemPoolTrimTo");
-	struct freed fr, stale;
+	struct freed fr;
 	int had = untrack(K_PTR, p, &fr);
-	CUresult r = f ? f(p, st) : CUDA_ERROR_NOT_INITIALIZED;
-	if (had && r == CUDA_SUCCESS)
-		give_freed(&fr);
-	else if (had && track(fr.d, K_PTR, p, fr.size, fr.pool, &stale))
-		give_freed(&stale);
+	freed_by_driver(had, &fr, K_PTR, p, f ? f(p, st) : CUDA_ERROR_NOT_INITIALIZED);
 	if (trim)
 		trim(pools[i].h, 0);
 	settle_pool(i);
