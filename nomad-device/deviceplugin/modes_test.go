@@ -78,17 +78,9 @@ func TestGPUModeLeftInTheLedgerFollowsThePolicy(t *testing.T) {
 		before func(t *testing.T, dir string)
 	}{
 		{"a plugin whose config had gpu_modes", func(t *testing.T, dir string) {
-			s := NewServer(Options{})
-			if err := s.SetConfig(encode(t, `config {
-				gpu_backend = "simulated"
-				simulated_gpus = ["H100=80GiB"]
-				state_dir = "`+dir+`"
-				gpu_modes = { "0" = "mps" }
+			s := newSimIn(t, dir, Options{}, "H100=80GiB", `gpu_modes = { "0" = "mps" }
 				mps_control = "`+testutil.FakeMPSControl(t)+`"
-				mps_root = "`+testutil.MPSRoot(t)+`"
-			}`), APIVersion); err != nil {
-				t.Fatal(err)
-			}
+				mps_root = "`+testutil.MPSRoot(t)+`"`)
 			m, _ := firstFingerprint(t, s)
 			s.Shutdown()
 			if got := m.DeviceGroup[0].Attributes[AttrMode].GetStringVal(); got != string(policy.ModeMPS) {
@@ -112,15 +104,7 @@ func TestGPUModeLeftInTheLedgerFollowsThePolicy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
 			tt.before(t, dir)
-			s := NewServer(Options{})
-			t.Cleanup(s.Shutdown)
-			if err := s.SetConfig(encode(t, `config {
-				gpu_backend = "simulated"
-				simulated_gpus = ["H100=80GiB"]
-				state_dir = "`+dir+`"
-			}`), APIVersion); err != nil {
-				t.Fatal(err)
-			}
+			s := newSimIn(t, dir, Options{}, "H100=80GiB", "")
 			isolated := func(m *devicepb.FingerprintResponse) bool {
 				return m.DeviceGroup[0].Attributes[AttrMode].GetStringVal() == string(policy.ModeIsolated)
 			}

@@ -58,15 +58,7 @@ func TestLedgerOfAnEarlierVersionIsAdopted(t *testing.T) {
 		}
 	}
 
-	s := NewServer(Options{devRoot: filepath.Join(dir, "dev")})
-	t.Cleanup(s.Shutdown)
-	if err := s.SetConfig(encode(t, `config {
-		gpu_backend = "simulated"
-		simulated_gpus = ["H100=80GiB"]
-		state_dir = "`+dir+`"
-	}`), APIVersion); err != nil {
-		t.Fatal(err)
-	}
+	s := newSimIn(t, dir, Options{}, "H100=80GiB", "")
 	firstFingerprint(t, s)
 	_, l, _ := s.runtime().parts()
 	rs := l.Reservations()

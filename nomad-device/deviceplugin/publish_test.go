@@ -86,16 +86,7 @@ func TestViolationsArePublishedOnceThroughOutagesAndRestarts(t *testing.T) {
 	// A restarted plugin publishes the ledger's recent violations again.
 	s.Shutdown()
 	before := len(vs.RequestLog())
-	s2 := NewServer(Options{})
-	t.Cleanup(s2.Shutdown)
-	if err := s2.SetConfig(encode(t, `config {
-		gpu_backend = "simulated"
-		simulated_gpus = ["H100=80GiB"]
-		state_dir = "`+dir+`"
-		`+cfg+`
-	}`), APIVersion); err != nil {
-		t.Fatal(err)
-	}
+	s2 := newSimIn(t, dir, Options{}, "H100=80GiB", cfg)
 	firstFingerprint(t, s2)
 	testutil.Eventually(t, 30*time.Second, "the restarted plugin to publish the violation again", putViolation(before))
 	after := published(vs)

@@ -28,6 +28,13 @@ func newSim(t *testing.T, gpus string, extra string) (*Server, string) {
 func newSimWith(t *testing.T, opts Options, gpus string, extra string) (*Server, string) {
 	t.Helper()
 	dir := t.TempDir()
+	return newSimIn(t, dir, opts, gpus, extra), dir
+}
+
+// newSimIn is newSimWith on the state_dir dir, which an earlier server (or another writer of the
+// ledger) may have left: a restart.
+func newSimIn(t *testing.T, dir string, opts Options, gpus string, extra string) *Server {
+	t.Helper()
 	var quoted []string
 	for _, g := range strings.Split(gpus, ",") {
 		quoted = append(quoted, strconv.Quote(g))
@@ -44,7 +51,7 @@ func newSimWith(t *testing.T, opts Options, gpus string, extra string) (*Server,
 	if err := s.SetConfig(encode(t, hcl), APIVersion); err != nil {
 		t.Fatal(err)
 	}
-	return s, dir
+	return s
 }
 
 // firstFingerprint opens the stream and returns its first message and a channel of the rest.
