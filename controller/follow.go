@@ -49,7 +49,7 @@ func (c *Controller) allocUpdated(ctx context.Context, a *api.Allocation) {
 	var replaced []Event
 	c.mu.Lock()
 	for k, p := range c.pending {
-		if k.ns == a.Namespace && k.job == a.JobID && k.group == a.TaskGroup && version >= p.version {
+		if k.awaits(a) && version >= p.version {
 			delete(c.pending, k)
 			replaced = append(replaced, p.ev)
 		}
@@ -67,11 +67,16 @@ func (c *Controller) awaits(a *api.Allocation) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k := range c.pending {
-		if k.ns == a.Namespace && k.job == a.JobID && k.group == a.TaskGroup {
+		if k.awaits(a) {
 			return true
 		}
 	}
 	return false
+}
+
+// awaits says whether a is an allocation of the group k's re-registration raised.
+func (k pendingKey) awaits(a *api.Allocation) bool {
+	return k.ns == a.Namespace && k.job == a.JobID && k.group == a.TaskGroup
 }
 
 // jobVersion is the version of the job an allocation runs. Nomad's allocation events carry no
