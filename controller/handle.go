@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/violations"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // Handle acts on one violation variable. It is idempotent: a violation marked handled, or whose
@@ -249,10 +250,6 @@ func findDevice(job *api.Job, alloc *api.Allocation, rec violations.Record) (*ap
 		rec.Task, alloc.JobID, len(ours), rec.GPU)
 }
 
-// raiseAttempts bounds how often raiseTemplate reads a template again after another writer
-// changed it between its read and its write.
-const raiseAttempts = 5
-
 // raiseTemplate stores what the violation proved the template needs (at least its cap and
 // peak). A failure is reported; it does not hold back the re-registration.
 func (c *Controller) raiseTemplate(ctx context.Context, rec violations.Record, ev Event) {
@@ -262,41 +259,34 @@ func (c *Controller) raiseTemplate(ctx context.Context, rec violations.Record, e
 	// What it held, not what it asked for (the task's own word, from its fence file): a
 	// template is other tasks' footprint too, and no task may change what another is granted.
 	raised := max(rec.PeakBytes, rec.CapBytes)
-	var err error
-	for range raiseAttempts {
-		var t policy.Template
-		var meta policy.Meta
-		if t, meta, err = c.cfg.Templates.GetTemplate(ctx, rec.Template); err != nil {
-			ev.Kind, ev.Message = EventError, "template "+rec.Template+" not raised: "+err.Error()
-			c.emit(ev)
-			return
+	var was size.Bytes
+	var raising bool
+	// Another writer (gpufrac probe, terraform apply) may change the template between the read
+	// and the write: EditTemplate then reads it again, and the decision is made afresh from
+	// their version, which may already hold enough.
+	err := policy.EditTemplate(ctx, c.cfg.Templates, rec.Template, func(t *policy.Template, exists bool) (bool, error) {
+		// An absent template is not made here: a violation tells its footprint, not the policy
+		// and the rest that a template says. EditTemplate reports it absent.
+		raising = exists && raised > t.PeakBytes
+		if !raising {
+			return false, nil
 		}
-		if raised <= t.PeakBytes {
-			return
-		}
-		ev.Kind = EventTemplateRaised
-		ev.Message = fmt.Sprintf("template %s footprint %s -> %s (source: violation)", rec.Template, t.PeakBytes, raised)
-		if c.cfg.DryRun {
-			ev.Message = "would raise " + strings.TrimPrefix(ev.Message, "template ")
-			c.emit(ev)
-			return
-		}
-		was := t.PeakBytes
+		was = t.PeakBytes
 		t.PeakBytes = raised
-		_, err = c.cfg.Templates.PutTemplate(ctx, t, meta.ModifyIndex)
-		if errors.Is(err, policy.ErrConflict) {
-			// Another writer (gpufrac probe, terraform apply) changed it since it was read: keep
-			// their version and decide again from it.
-			continue
-		}
-		if err != nil {
-			ev.Kind, ev.Message = EventError, fmt.Sprintf("template %s not raised from %s: %v", rec.Template, was, err)
-		}
-		c.emit(ev)
+		return !c.cfg.DryRun, nil
+	})
+	switch {
+	case err != nil && raising:
+		ev.Kind, ev.Message = EventError, fmt.Sprintf("template %s not raised from %s: %v", rec.Template, was, err)
+	case err != nil:
+		ev.Kind, ev.Message = EventError, fmt.Sprintf("template %s not raised: %v", rec.Template, err)
+	case !raising:
 		return
+	case c.cfg.DryRun:
+		ev.Kind, ev.Message = EventTemplateRaised, fmt.Sprintf("would raise %s footprint %s -> %s (source: violation)", rec.Template, was, raised)
+	default:
+		ev.Kind, ev.Message = EventTemplateRaised, fmt.Sprintf("template %s footprint %s -> %s (source: violation)", rec.Template, was, raised)
 	}
-	ev.Kind, ev.Message = EventError, fmt.Sprintf("template %s not raised: changed by other writers at each of %d attempts: %v",
-		rec.Template, raiseAttempts, err)
 	c.emit(ev)
 }
 

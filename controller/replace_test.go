@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,6 +132,91 @@ func TestTemplateRaiseSurvivesAConcurrentWrite(t *testing.T) {
 	}
 	if evs := r.events(EventTemplateRaised); len(evs) != 1 || len(r.events(EventError)) != 0 {
 		t.Errorf("%d template-raised events (want 1), errors %+v", len(evs), r.events(EventError))
+	}
+}
+
+// alwaysRacing is a template store in which another writer changes the template before every
+// write of the controller's, so that none of them lands.
+type alwaysRacing struct {
+	policy.Store
+	t *testing.T
+}
+
+func (s alwaysRacing) PutTemplate(ctx context.Context, t policy.Template, cas uint64) (policy.Meta, error) {
+	cur, _, err := s.Store.GetTemplate(ctx, t.Name)
+	if err == nil {
+		cur.Description += "!"
+		_, err = s.Store.PutTemplateUnchecked(ctx, cur)
+	}
+	if err != nil {
+		s.t.Error(err)
+	}
+	return s.Store.PutTemplate(ctx, t, cas)
+}
+
+// What becomes of the template a violation names, and what the controller says of it: raised
+// to the violation's 5GiB peak only where it held less; an absent template, or one that could
+// not be written, is an error event naming it, and the re-registration goes on regardless.
+func TestTemplateRaiseOutcomes(t *testing.T) {
+	tests := []struct {
+		name    string
+		stored  size.Bytes // the template's peak before; 0: no template
+		dryRun  bool
+		racing  bool
+		kind    string // the one event about the template; "": none
+		message string // what its message says
+		after   size.Bytes
+	}{
+		{"raised", 2 * size.GiB, false, false, EventTemplateRaised, "template lora footprint 2GiB -> 5GiB (source: violation)", 5 * size.GiB},
+		{"already enough", 8 * size.GiB, false, false, "", "", 8 * size.GiB},
+		{"dry run", 2 * size.GiB, true, false, EventTemplateRaised, "would raise lora footprint 2GiB -> 5GiB (source: violation)", 2 * size.GiB},
+		{"absent", 0, false, false, EventError, "template lora not raised: ", 0},
+		{"changed by another writer at every attempt", 2 * size.GiB, false, true, EventError,
+			"template lora not raised from 2GiB: storing template \"lora\": changed by another writer at each of 5 attempts", 2 * size.GiB},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t)
+			store, err := nomadvars.New(nomadvars.Config{Address: r.vs.URL()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			if tc.stored > 0 {
+				if _, err := store.PutTemplateUnchecked(ctx, policy.Template{Name: "lora", Policy: "default", PeakBytes: tc.stored}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var templates policy.Store = store
+			if tc.racing {
+				templates = alwaysRacing{Store: store, t: t}
+			}
+			r.putJob(alloc1, device{"nvidia/gpumem", 3, gpuA})
+			r.violate(alloc1, gpuA, t0)
+			if err := r.pass(r.controller(func(c *Config) { c.Templates, c.DryRun = templates, tc.dryRun })); err != nil {
+				t.Fatal(err)
+			}
+			var about []Event
+			for _, kind := range []string{EventTemplateRaised, EventError} {
+				about = append(about, r.events(kind)...)
+			}
+			switch {
+			case tc.kind == "" && len(about) != 0:
+				t.Errorf("events %+v, want none about the template", about)
+			case tc.kind != "" && (len(about) != 1 || about[0].Kind != tc.kind || !strings.Contains(about[0].Message, tc.message)):
+				t.Errorf("events %+v, want one %s saying %q", about, tc.kind, tc.message)
+			}
+			if tc.kind == EventError && tc.stored == 0 && len(about) == 1 && !strings.Contains(about[0].Message, "not found") {
+				t.Errorf("error %q does not say the template is missing", about[0].Message)
+			}
+			tpl, _, err := store.GetTemplate(ctx, "lora")
+			if tc.after == 0 && !errors.Is(err, policy.ErrNotFound) || tc.after != 0 && (err != nil || tpl.PeakBytes != tc.after) {
+				t.Errorf("template after: %+v, %v; want a peak of %s", tpl, err, tc.after)
+			}
+			if want := map[bool]string{true: EventWouldReregister, false: EventReregistered}[tc.dryRun]; len(r.events(want)) != 1 {
+				t.Errorf("%d %s events, want 1: the template's fate holds back no re-registration", len(r.events(want)), want)
+			}
+		})
 	}
 }
 

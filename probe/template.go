@@ -2,8 +2,6 @@ package probe
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
@@ -29,34 +27,22 @@ func Earned(p policy.Policy, peak size.Bytes) Footprint {
 // says (description, cap override, policy): a person or Terraform wrote those, and a new
 // measurement does not make them wrong. One st does not hold is made under the policy polName.
 //
-// The write is a check-and-set on the version read, so a change someone else (terraform apply,
-// another probe) makes between the read and the write is not overwritten: the template is read
-// again and the measurement applied to what is there now.
+// The write is policy.EditTemplate's check-and-set on the version read, so a change someone
+// else (terraform apply, another probe) makes between the read and the write is not
+// overwritten: the measurement lands on what is there now.
 func StoreTemplate(ctx context.Context, st policy.Store, name, polName string, peak size.Bytes, smActive *float64) error {
-	const attempts = 5
-	var err error
-	for range attempts {
-		var t policy.Template
-		var m policy.Meta
-		t, m, err = st.GetTemplate(ctx, name)
-		switch {
-		case errors.Is(err, policy.ErrNotFound):
-			// m.ModifyIndex is 0: create it only if it is still absent.
-			t = policy.Template{Name: name, Policy: polName, Description: "measured by gpufrac probe"}
-		case err != nil:
-			return fmt.Errorf("reading template %q: %w", name, err)
+	return policy.EditTemplate(ctx, st, name, func(t *policy.Template, exists bool) (bool, error) {
+		// The same figures measured again are not written: each write wakes the store's
+		// watchers (policy.Store).
+		changed := !exists || t.PeakBytes != peak ||
+			smActive != nil && (t.SMActivePercent == nil || *t.SMActivePercent != *smActive)
+		if !exists {
+			t.Policy, t.Description = polName, "measured by gpufrac probe"
 		}
 		t.PeakBytes = peak
 		if smActive != nil {
 			t.SMActivePercent = smActive
 		}
-		_, err = st.PutTemplate(ctx, t, m.ModifyIndex)
-		if !errors.Is(err, policy.ErrConflict) {
-			break
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("storing template %q: %w", name, err)
-	}
-	return nil
+		return changed, nil
+	})
 }

@@ -62,6 +62,18 @@ func TestStoreTemplate(t *testing.T) {
 		}
 	}
 
+	// The same figures again are not written: the version stays.
+	_, before, err := st.GetTemplate(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := StoreTemplate(ctx, st, "kept", "pool", 6*size.GiB, &sm); err != nil {
+		t.Fatal(err)
+	}
+	if _, after, err := st.GetTemplate(ctx, "kept"); err != nil || after.ModifyIndex != before.ModifyIndex {
+		t.Errorf("storing the same figures again: version %d -> %d, %v; want it unchanged", before.ModifyIndex, after.ModifyIndex, err)
+	}
+
 	if err := StoreTemplate(ctx, st, "gpu.pool", "pool", size.GiB, nil); !errors.Is(err, policy.ErrInvalid) {
 		t.Errorf("a name the store refuses: error %v, want one wrapping policy.ErrInvalid", err)
 	}
