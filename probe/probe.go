@@ -66,7 +66,9 @@ type Result struct {
 	Start    time.Time     `json:"start"`
 	Duration time.Duration `json:"duration"`
 	ExitCode int           `json:"exit_code"`
-	// Stopped is true when the window ended the job (its exit code is then the signal's).
+	// Stopped is true when the window ended the job: it was still running when the window's
+	// stop was about to be sent. A job whose exit was in by then, even at that very instant, was
+	// not stopped, and ExitCode is its own (see Run).
 	Stopped bool `json:"stopped"`
 	// SampleErrors counts samples the backend failed to answer.
 	SampleErrors int `json:"sample_errors,omitempty"`
@@ -82,7 +84,58 @@ var ErrNoMemory = errors.New("no GPU memory was attributed to the job")
 // Run starts the job, samples it until it exits (or its window ends) and returns the peak.
 // The result is returned together with ErrNoMemory when nothing was attributed, and with the
 // context's error when ctx ends first (the job is stopped then).
+//
+// A job that exits as its window ends has exited: its own status counts, and Result.Stopped is
+// false. Whether it has is asked when the window's stop is about to be sent, and only a job
+// still running then is the window's; one that ends while the stop is on its way is the
+// window's too, as its status can no longer be told from the stop's. This matters because
+// `gpufrac probe` stores the peak of a job the window stopped as the template's footprint, and
+// stores nothing for a job that failed: a failure landing on the window's last instant is still
+// a failure, and which of two ready events a select happened to pick must not make it a
+// footprint.
 func Run(ctx context.Context, c Config) (Result, error) {
+	return run(ctx, c, realSeams)
+}
+
+// job is what Run needs of the process it measures: *Proc, or a test's, whose exit the test
+// decides.
+type job interface {
+	Done() <-chan struct{}
+	exited() bool
+	Stop(grace time.Duration)
+	ExitCode() int
+	Reap()
+	root() int
+}
+
+// seams are what Run takes from outside itself: the job it starts and the timers it waits on.
+// A test replaces them to put a job's exit and its window's end in the one order it needs, which
+// real processes and timers never promise.
+type seams struct {
+	start func(Spec) (job, error)
+	// every makes the sampling ticks and after the window's end, each with a stop for it.
+	every, after func(time.Duration) (<-chan time.Time, func())
+}
+
+var realSeams = seams{
+	start: func(s Spec) (job, error) {
+		p, err := Start(s)
+		if err != nil {
+			return nil, err // not a nil *Proc in a non-nil job
+		}
+		return p, nil
+	},
+	every: func(d time.Duration) (<-chan time.Time, func()) {
+		t := time.NewTicker(d)
+		return t.C, t.Stop
+	},
+	after: func(d time.Duration) (<-chan time.Time, func()) {
+		t := time.NewTimer(d)
+		return t.C, func() { t.Stop() }
+	},
+}
+
+func run(ctx context.Context, c Config, s seams) (Result, error) {
 	if c.Backend == nil {
 		return Result{}, errors.New("probe: no GPU backend")
 	}
@@ -100,7 +153,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 		logger = hclog.NewNullLogger()
 	}
 	logger = logger.Named("probe")
-	proc, err := Start(Spec{Command: c.Command, Env: c.Env, Dir: c.Dir, Stdout: c.Stdout, Stderr: c.Stderr})
+	proc, err := s.start(Spec{Command: c.Command, Env: c.Env, Dir: c.Dir, Stdout: c.Stdout, Stderr: c.Stderr})
 	if err != nil {
 		return Result{}, fmt.Errorf("probe: %w", err)
 	}
@@ -108,16 +161,12 @@ func Run(ctx context.Context, c Config) (Result, error) {
 	// The job's processes: its root, its process group, the processes below it and those that
 	// carry its token, by the rule the watchdog applies (attribution).
 	attr := attribution.New(procfs.Linux(""))
-	job := attribution.NewTasks(attribution.Task{Token: c.Token, GPU: c.GPU, Root: proc.PID})
-	tick := time.NewTicker(c.Interval)
-	defer tick.Stop()
+	tasks := attribution.NewTasks(attribution.Task{Token: c.Token, GPU: c.GPU, Root: proc.root()})
+	tick, stopTick := s.every(c.Interval)
+	defer stopTick()
 	var window <-chan time.Time
-	var windowTimer *time.Timer
-	defer func() {
-		if windowTimer != nil {
-			windowTimer.Stop()
-		}
-	}()
+	stopWindow := func() {}
+	defer func() { stopWindow() }()
 	sample := func() {
 		procs, err := c.Backend.Processes(ctx, c.GPU)
 		if err != nil {
@@ -128,11 +177,10 @@ func Run(ctx context.Context, c Config) (Result, error) {
 			return
 		}
 		attr.NewPass()
-		b, _ := attr.Split(c.GPU, procs, job).Use(c.Token)
+		b, _ := attr.Split(c.GPU, procs, tasks).Use(c.Token)
 		res.Samples++
 		if b > 0 && res.Peak == 0 && c.Window > 0 {
-			windowTimer = time.NewTimer(c.Window)
-			window = windowTimer.C
+			window, stopWindow = s.after(c.Window)
 		}
 		if b > res.Peak {
 			res.Peak = b
@@ -155,10 +203,16 @@ loop:
 			break loop
 		case <-smTick:
 			sm.Read(ctx)
-		case <-tick.C:
+		case <-tick:
 			sample()
 		case <-window:
 			sample()
+			// The select picks at random between a window and an exit that are ready together,
+			// and an exit may come during the sample, or be in without Done yet: so whether the
+			// job ended by itself is asked here, last, and an exit found wins (Run).
+			if proc.exited() {
+				break loop
+			}
 			res.Stopped = true
 			logger.Debug("probe window over, stopping the job", "window", c.Window)
 			proc.Stop(c.StopGrace)

@@ -249,3 +249,166 @@ func fmtShare(p *float64) string {
 	}
 	return strconv.FormatFloat(*p, 'g', -1, 64) + "%"
 }
+
+// fakeJob is a job whose end its test decides. Run calls it from one goroutine only.
+type fakeJob struct {
+	t     *testing.T
+	done  chan struct{}
+	ended bool // its exit is in, reaped or not
+	code  int
+	stops int
+}
+
+func newFakeJob(t *testing.T) *fakeJob { return &fakeJob{t: t, done: make(chan struct{})} }
+
+// end makes the job exit with code, its status waiting to be reaped.
+func (j *fakeJob) end(code int) { j.ended, j.code = true, code }
+
+// reap is Start's goroutine catching up with an exit.
+func (j *fakeJob) reap() {
+	select {
+	case <-j.done:
+	default:
+		close(j.done)
+	}
+}
+
+func (j *fakeJob) Done() <-chan struct{} { return j.done }
+func (j *fakeJob) exited() bool          { return j.ended }
+func (j *fakeJob) Reap()                 {}
+func (j *fakeJob) root() int             { return os.Getpid() }
+
+// Stop is a SIGINT: the end, with its 130, of a job still running; nothing to one that ended.
+func (j *fakeJob) Stop(time.Duration) {
+	j.stops++
+	if !j.ended {
+		j.end(130)
+	}
+	j.reap()
+}
+
+func (j *fakeJob) ExitCode() int {
+	if !j.ended {
+		j.t.Error("ExitCode of a job still running would wait for ever")
+		return -1
+	}
+	j.reap()
+	return j.code
+}
+
+// countedGPU lists the job's root holding 1GiB, and runs on[n] before its n-th answer.
+type countedGPU struct {
+	gpu.Backend
+	pid int
+	n   int
+	on  map[int]func()
+}
+
+func (g *countedGPU) Processes(context.Context, string) ([]gpu.Process, error) {
+	g.n++
+	if f := g.on[g.n]; f != nil {
+		f()
+	}
+	return []gpu.Process{{PID: g.pid, UsedBytes: size.GiB}}, nil
+}
+
+// A job that exits at the very moment its window ends exited: its own status counts, and it is
+// not taken for one the window stopped (which gpufrac probe would store as a footprint). Only a
+// job still running when the window's stop is sent is the window's. The test sends the sampling
+// tick and the window's end itself, and the job ends inside the window's own sample, after the
+// window was chosen and before the stop, so the order is the same at every run.
+func TestAnExitAsTheWindowEndsIsTheJobs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		atWindow func(*fakeJob) // what the job does while the window's last sample is taken
+		stopped  bool
+		exit     int
+		stops    int
+	}{
+		{"still running: the window stops it", func(*fakeJob) {}, true, 130, 1},
+		{"fails as the window ends, reaped at once", func(j *fakeJob) { j.end(1); j.reap() }, false, 1, 0},
+		{"fails as the window ends, not reaped yet", func(j *fakeJob) { j.end(1) }, false, 1, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			j := newFakeJob(t)
+			// The first sample finds the job's first memory and opens the window; the second is
+			// the window's own.
+			be := &countedGPU{pid: j.root(), on: map[int]func(){2: func() { tc.atWindow(j) }}}
+			ticks, window := make(chan time.Time), make(chan time.Time)
+			s := seams{
+				start: func(Spec) (job, error) { return j, nil },
+				every: func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} },
+				after: func(time.Duration) (<-chan time.Time, func()) { return window, func() {} },
+			}
+			type outcome struct {
+				res Result
+				err error
+			}
+			out := make(chan outcome, 1)
+			go func() {
+				res, err := run(context.Background(), Config{Backend: be, GPU: "GPU-x", Command: []string{"train"},
+					Window: time.Minute}, s)
+				out <- outcome{res, err}
+			}()
+			// Bounds that only turn a hang into a failure: nothing here waits for time to pass.
+			for _, step := range []struct {
+				what string
+				ch   chan time.Time
+			}{{"the sampling tick", ticks}, {"the window's end", window}} {
+				select {
+				case step.ch <- time.Now():
+				case <-time.After(time.Minute):
+					t.Fatalf("Run never took %s", step.what)
+				}
+			}
+			var o outcome
+			select {
+			case o = <-out:
+			case <-time.After(time.Minute):
+				t.Fatal("Run did not return")
+			}
+			if o.err != nil || o.res.Peak != size.GiB || o.res.Samples != 2 {
+				t.Fatalf("result %+v, %v; want a 1GiB peak over 2 samples", o.res, o.err)
+			}
+			if o.res.Stopped != tc.stopped || o.res.ExitCode != tc.exit || j.stops != tc.stops {
+				t.Errorf("stopped %v, exit %d, %d stops; want %v, %d and %d", o.res.Stopped, o.res.ExitCode, j.stops,
+					tc.stopped, tc.exit, tc.stops)
+			}
+		})
+	}
+}
+
+// exited sees a job's exit before Start's goroutine has reaped it, and the look leaves the
+// status to that goroutine's Wait. Here nothing reaps the child until the test does, so the
+// exit is found unreaped every time.
+func TestExitedSeesAnExitNotYetReaped(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{Cmd: cmd, PID: cmd.Process.Pid, done: make(chan struct{})} // no goroutine reaps it
+	if p.exited() {
+		t.Fatal("a running job counted as exited")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 10*time.Second, "the child to become a zombie", func() bool {
+		st, err := procfs.Linux("").Stat(p.PID)
+		return err == nil && st.Dead()
+	})
+	if !p.exited() {
+		t.Error("an exited job that was not reaped yet counted as running")
+	}
+	if err := cmd.Wait(); err == nil || err.Error() != "signal: killed" {
+		t.Errorf("Wait after the look: %v, want the child's own status (signal: killed)", err)
+	}
+	close(p.done)
+	if !p.exited() {
+		t.Error("a reaped job counted as running")
+	}
+}

@@ -74,6 +74,20 @@ func (p *Proc) ExitCode() int {
 	return -1
 }
 
+// exited says whether the root has ended by now: reaped (Done), or only waiting to be, which
+// Done cannot tell until Start's goroutine has run. A job that ended is not to be counted as
+// one a signal stopped (Run's window).
+func (p *Proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return exitPending(p.PID)
+	}
+}
+
+func (p *Proc) root() int { return p.PID }
+
 // Signaled is the signal that ended the root, after Done, if one did. ExitCode says 137 both
 // for a SIGKILL and for a wrapper that exits 137; what a user reads should tell them apart.
 func (p *Proc) Signaled() (syscall.Signal, bool) {
