@@ -101,7 +101,7 @@ func Run(ctx context.Context, c Config) (Result, error) {
 // decides.
 type job interface {
 	Done() <-chan struct{}
-	exited() bool
+	Exited() bool
 	Stop(grace time.Duration)
 	ExitCode() int
 	Reap()
@@ -210,7 +210,7 @@ loop:
 			// The select picks at random between a window and an exit that are ready together,
 			// and an exit may come during the sample, or be in without Done yet: so whether the
 			// job ended by itself is asked here, last, and an exit found wins (Run).
-			if proc.exited() {
+			if proc.Exited() {
 				break loop
 			}
 			res.Stopped = true

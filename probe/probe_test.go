@@ -274,7 +274,7 @@ func (j *fakeJob) reap() {
 }
 
 func (j *fakeJob) Done() <-chan struct{} { return j.done }
-func (j *fakeJob) exited() bool          { return j.ended }
+func (j *fakeJob) Exited() bool          { return j.ended }
 func (j *fakeJob) Reap()                 {}
 func (j *fakeJob) root() int             { return os.Getpid() }
 
@@ -391,7 +391,7 @@ func TestExitedSeesAnExitNotYetReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &Proc{Cmd: cmd, PID: cmd.Process.Pid, done: make(chan struct{})} // no goroutine reaps it
-	if p.exited() {
+	if p.Exited() {
 		t.Fatal("a running job counted as exited")
 	}
 	if err := cmd.Process.Kill(); err != nil {
@@ -401,14 +401,14 @@ func TestExitedSeesAnExitNotYetReaped(t *testing.T) {
 		st, err := procfs.Linux("").Stat(p.PID)
 		return err == nil && st.Dead()
 	})
-	if !p.exited() {
+	if !p.Exited() {
 		t.Error("an exited job that was not reaped yet counted as running")
 	}
 	if err := cmd.Wait(); err == nil || err.Error() != "signal: killed" {
 		t.Errorf("Wait after the look: %v, want the child's own status (signal: killed)", err)
 	}
 	close(p.done)
-	if !p.exited() {
+	if !p.Exited() {
 		t.Error("a reaped job counted as running")
 	}
 }

@@ -74,10 +74,10 @@ func (p *Proc) ExitCode() int {
 	return -1
 }
 
-// exited says whether the root has ended by now: reaped (Done), or only waiting to be, which
+// Exited says whether the root has ended by now: reaped (Done), or only waiting to be, which
 // Done cannot tell until Start's goroutine has run. A job that ended is not to be counted as
 // one a signal stopped (Run's window).
-func (p *Proc) exited() bool {
+func (p *Proc) Exited() bool {
 	select {
 	case <-p.done:
 		return true

@@ -384,6 +384,11 @@ wait:
 				r.recap <- a
 				continue
 			}
+			// A job whose exit is already in when its window ends has exited: its own
+			// status counts (a failure is not a probe's footprint), as in probe.Run.
+			if a.proc.Exited() {
+				break wait
+			}
 			a.windowStopped = true
 			a.proc.Stop(r.o.StopGrace)
 			break wait
