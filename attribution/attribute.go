@@ -217,7 +217,8 @@ func (s Sample) ByTask() map[string][]Proc {
 }
 
 // Split attributes each process gpu listed on GPU gpuUUID to one of ts. Call NewPass before it
-// for a fresh reading of the process table.
+// for a fresh reading of the process table, and Scan before that when ts may be tied by their
+// cgroups (tasks with an AllocID), or a process that only its cgroup ties reads as unmanaged.
 func (a *Attributor) Split(gpuUUID string, procs []gpu.Process, ts Tasks) Sample {
 	s := Sample{GPU: gpuUUID, Procs: make([]Proc, 0, len(procs))}
 	for _, gp := range procs {

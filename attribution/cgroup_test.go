@@ -1,6 +1,7 @@
 package attribution
 
 import (
+	"io/fs"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/procfs"
@@ -98,13 +99,53 @@ func TestCgroupRuleNeedsTheTasksOwnCgroup(t *testing.T) {
 	}
 }
 
-// scan reads every process of procs, as the watchdog's token scan does once a second.
+// scan is the token scan the watchdog runs before it judges, through the entry point it uses.
 func scan(t *testing.T, procs *procfs.Table, a *Attributor) {
 	t.Helper()
-	pids, _ := procs.PIDs()
-	for _, pid := range pids {
-		if _, err := a.Identity(pid); err != nil {
-			t.Fatal(err)
-		}
+	s, err := a.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pids, _ := procs.PIDs(); len(s.Live) != len(pids) {
+		t.Fatalf("the scan found %d of %d processes live", len(s.Live), len(pids))
+	}
+}
+
+// The scan reads every live process, so a carrier that holds no GPU memory ties its task's
+// scrubbed workers by their cgroup, and it forgets processes that have ended: a carrier gone
+// ties nothing, or a task's cgroup would keep a neighbour's later process in it.
+func TestScan(t *testing.T) {
+	const (
+		allocV = "11111111-2222-4333-8444-555555555555"
+		execV  = "0::/nomad.slice/share.slice/" + allocV + ".v.scope\n"
+	)
+	tasks := NewTasks(Task{Token: "tokV", GPU: gpuA, AllocID: allocV, TaskName: "v"})
+	procs := procfs.NewTable(
+		procfs.Proc{PID: 10, PPID: 1, Env: []string{tok("tokV"), perGPU(gpuA, "tokV")}, Cgroup: execV},
+		procfs.Proc{PID: 11, PPID: 1, Cgroup: execV},
+		procfs.Proc{PID: 12, PPID: 1, EnvErr: fs.ErrPermission},
+	)
+	a := New(procs)
+	if got := a.Attribute(11, gpuA, tasks); got.Managed() {
+		t.Fatalf("before any scan: %+v (nothing has read the carrier)", got)
+	}
+	s, err := a.Scan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Live) != 3 || len(s.Carriers) != 1 || len(s.Carriers["tokV"]) != 1 || s.Carriers["tokV"][0].PID != 10 {
+		t.Fatalf("scan %+v: want 3 live, process 10 the one carrier of tokV", s)
+	}
+	a.NewPass()
+	if got := a.Attribute(11, gpuA, tasks); got != (Owner{"tokV", ViaCgroup, ""}) {
+		t.Fatalf("after the scan: %+v", got)
+	}
+	procs.Remove(10)
+	if s, err = a.Scan(); err != nil || s.Live[10] || len(s.Carriers) != 0 {
+		t.Fatalf("scan after the carrier ended: %+v, %v", s, err)
+	}
+	a.NewPass()
+	if got := a.Attribute(11, gpuA, tasks); got.Managed() {
+		t.Fatalf("tied through a carrier that has ended: %+v", got)
 	}
 }

@@ -18,5 +18,8 @@
 // A process none of these ties is unmanaged, with a note saying why when there is one (a token
 // of another GPU's reservation, a token no reservation has, an unreadable environment). The MPS
 // server is neither. The enforcer's watchdog, `gpufrac probe`, `gpufrac run`'s supervision and
-// `gpufrac status` all split a GPU's processes with Split.
+// `gpufrac status` all split a GPU's processes with Split. Rule 3 knows a task's token carriers
+// only from processes read before, and only the token scan (Scan) reads a carrier that holds no
+// GPU memory: the watchdog and `gpufrac status`, whose tasks may be Nomad's, scan before they
+// split, so the two tie the same processes to the same tasks.
 package attribution

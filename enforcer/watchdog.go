@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpufrac/gpufrac/attribution"
 	"github.com/gpufrac/gpufrac/enforcer/mps"
-	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/procfs"
@@ -42,9 +41,8 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	o.reservations = e.reservationsAt(st)
 	e.procs.NewPass()
 	o.now = e.now()
-	tasks := attribution.Reserved(o.reservations)
-	for _, p := range procs {
-		o.procs = append(o.procs, e.see(p, uuid, tasks))
+	for _, p := range e.procs.Split(uuid, procs, attribution.Reserved(o.reservations)).Procs {
+		o.procs = append(o.procs, e.see(p, uuid))
 	}
 	byTok := byToken(o.procs)
 	e.followers.see(e.publish(o, byTok))
@@ -87,20 +85,17 @@ func (e *Enforcer) reservationsAt(st ledger.GPUState) []ledger.Reservation {
 	return out
 }
 
-// see reads what the process table says of one GPU process.
-func (e *Enforcer) see(p gpu.Process, uuid string, tasks attribution.Tasks) seenProc {
-	sp := seenProc{ProcUsage: ProcUsage{PID: p.PID, Bytes: p.UsedBytes}}
-	id, err := e.procs.Identity(p.PID)
-	if err == nil {
-		if id.MPSServer {
-			sp.MPSServer = true
-			return sp
-		}
+// see is one process of Split's sample with what its environment says beyond its task: Split
+// read it in this pass, so Identity answers from that read.
+func (e *Enforcer) see(p attribution.Proc, uuid string) seenProc {
+	sp := seenProc{ProcUsage: ProcUsage{PID: p.PID, Bytes: p.Bytes, Token: p.Token, Via: p.Via, MPSServer: p.MPSServer}, note: p.Note}
+	if p.MPSServer {
+		return sp
+	}
+	if id, err := e.procs.Identity(p.PID); err == nil {
 		sp.known, sp.start, sp.task, sp.mpsClient = true, id.Start, id.Task, id.PipeDir != ""
 		sp.pinned, sp.pinnedOK = mps.PinnedLimit(id.MPSLimit, uuid)
 	}
-	owner := e.procs.Attribute(p.PID, uuid, tasks)
-	sp.Token, sp.Via, sp.note = owner.Token, owner.Via, owner.Note
 	return sp
 }
 
@@ -180,31 +175,23 @@ func (e *Enforcer) record(v ledger.Violation) {
 // scanTokens tells the ledger which reservations a live process carries, so the reservations of
 // tasks that are alive but not (yet) on a GPU do not expire, then expires the others.
 func (e *Enforcer) scanTokens() {
-	pids, err := e.cfg.Procs.PIDs()
+	scan, err := e.procs.Scan()
 	if err != nil {
 		e.log.Warn("cannot list processes for the token scan", "error", err)
 		return
 	}
-	e.procs.NewPass()
-	live := make(map[int]bool, len(pids))
-	tasks := map[string]ledger.Task{}
-	for _, pid := range pids {
-		live[pid] = true
-		id, err := e.procs.Identity(pid)
-		if err != nil {
-			continue
-		}
-		for _, tok := range id.Tokens() {
-			t := tasks[tok]
-			fillTask(&t, id.Task)
-			tasks[tok] = t
-		}
-	}
-	e.procs.Prune(live)
 	for k := range e.mem.unmanaged {
-		if !live[k.pid] {
+		if !scan.Live[k.pid] {
 			delete(e.mem.unmanaged, k)
 		}
+	}
+	tasks := make(map[string]ledger.Task, len(scan.Carriers))
+	for tok, ids := range scan.Carriers {
+		var t ledger.Task
+		for _, id := range ids {
+			fillTask(&t, id.Task)
+		}
+		tasks[tok] = t
 	}
 	for tok, t := range tasks {
 		if err := e.cfg.Ledger.Seen(tok, t); err != nil && !errors.Is(err, ledger.ErrNoReservation) {

@@ -139,10 +139,10 @@ func showStatus(ctx context.Context, g *globals, asJSON, noUsage bool, stdout, s
 		out.Backend = b.Kind()
 		banner = simulatedBanner(b)
 	}
-	attr := attribution.New(procfs.Linux(""))
+	usages := measureUsage(ctx, b, procfs.Linux(""), snap.GPUs, stderr)
 	for _, gs := range snap.GPUs {
 		sg := statusGPU{GPUState: gs, Reservations: []statusReservation{}}
-		usage := usageByToken(ctx, b, attr, gs)
+		usage := usages[gs.UUID]
 		for _, r := range gs.Reservations {
 			sr := statusReservation{Token: tokenPrefix(r.Token), Task: r.Task, CapBytes: r.CapBytes, Units: len(r.InstanceIDs),
 				LimitBytes: r.LimitBytes, StagedForBytes: r.StagedFor,
@@ -304,17 +304,36 @@ func (g *globals) attachBackend() gpu.Backend {
 	return b
 }
 
-// usageByToken sums each reservation's processes on one GPU, attributed by the watchdog's rule;
-// nil when the backend cannot say.
-func usageByToken(ctx context.Context, b gpu.Backend, attr *attribution.Attributor, gs ledger.GPUState) map[string]size.Bytes {
+// processLister is the part of a gpu.Backend that status measures usage with.
+type processLister interface {
+	Processes(ctx context.Context, uuid string) ([]gpu.Process, error)
+}
+
+// measureUsage is each GPU's usage by reservation token, its processes tied to their tasks as
+// the enforcer's watchdog ties them: a token scan of every process first, then a pass per GPU.
+// Without the scan a process that only its cgroup ties to its task (a worker whose environment
+// was scrubbed, whose token carrier holds no GPU memory) would count for no reservation here
+// while the watchdog charges it to one. A GPU the backend cannot list has no entry, and with no
+// backend there is none at all. It reads the process table and writes nothing: status must not
+// do what the ledger's writer does with a scan (mark reservations seen, expire the others).
+func measureUsage(ctx context.Context, b processLister, src procfs.Source, gpus []ledger.GPUState, stderr io.Writer) map[string]map[string]size.Bytes {
 	if b == nil {
 		return nil
 	}
-	procs, err := b.Processes(ctx, gs.UUID)
-	if err != nil {
-		return nil
+	attr := attribution.New(src)
+	if _, err := attr.Scan(); err != nil {
+		fmt.Fprintf(stderr, "gpufrac status: warning: cannot scan the processes for reservation tokens, so a process tied to its task by its cgroup alone counts for none: %v\n", err)
 	}
-	return usageOf(attr, gs, procs)
+	out := map[string]map[string]size.Bytes{}
+	for _, gs := range gpus {
+		procs, err := b.Processes(ctx, gs.UUID)
+		if err != nil {
+			continue
+		}
+		attr.NewPass()
+		out[gs.UUID] = usageOf(attr, gs, procs)
+	}
+	return out
 }
 
 func usageOf(attr *attribution.Attributor, gs ledger.GPUState, procs []gpu.Process) map[string]size.Bytes {

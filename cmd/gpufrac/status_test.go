@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,6 +48,58 @@ func TestUsageChargesEachGPUsReservation(t *testing.T) {
 		if len(got) != 1 || got[tc.tok] != 3*size.GiB {
 			t.Errorf("usage on %s = %v, want 3GiB for %s alone", tc.gpu, got, tc.tok)
 		}
+	}
+}
+
+// listed is a backend's process listing, per GPU.
+type listed map[string][]gpu.Process
+
+func (l listed) Processes(_ context.Context, uuid string) ([]gpu.Process, error) {
+	ps, ok := l[uuid]
+	if !ok {
+		return nil, errors.New("no such GPU")
+	}
+	return ps, nil
+}
+
+// Status ties a GPU process to its task as the enforcer's watchdog does, the cgroup rule
+// included: a process with no token whose cgroup is at or below one where a carrier of its
+// task's token lives is the task's, and that carrier is read only by a token scan when it holds
+// no GPU memory itself (a launcher whose scrubbed workers do). Status ran no scan and showed
+// such a worker's memory as nobody's while the watchdog charged it to the task. A look-alike
+// cgroup with no carrier at or above it stays unmanaged, as it does in the watchdog.
+func TestStatusUsageTiesByCgroupAsTheEnforcerDoes(t *testing.T) {
+	const (
+		uuid  = "GPU-a-1"
+		alloc = "0b5c2a1e-7d3f-4c2b-9a8e-1f2e3d4c5b6a"
+		scope = "0::/nomad.slice/share.slice/" + alloc + ".train.scope"
+	)
+	gs := ledger.GPUState{GPUInfo: ledger.GPUInfo{UUID: uuid},
+		Reservations: []ledger.Reservation{{Token: "tokT", GPU: uuid, Task: ledger.Task{AllocID: alloc, TaskName: "train"}}}}
+	// the launcher carries the token and holds no GPU memory: no listing names it
+	launcher := procfs.Proc{PID: 10, PPID: 1, Cgroup: scope + "\n",
+		Env: []string{enforcer.EnvReservation + "=tokT", attribution.EnvNomadAlloc + "=" + alloc}}
+	for _, tc := range []struct {
+		name   string
+		cgroup string
+		want   map[string]size.Bytes
+	}{
+		{"no token, in its task's cgroup", scope, map[string]size.Bytes{"tokT": 3 * size.GiB}},
+		{"no token, in a cgroup its task made below its own", scope + "/workers", map[string]size.Bytes{"tokT": 3 * size.GiB}},
+		{"a sibling cgroup whose name begins with the task's", scope + "x", map[string]size.Bytes{}},
+		{"the task's cgroup name under another's", "0::/nomad.slice/docker-0f3a9c.scope/" + alloc + ".train.scope",
+			map[string]size.Bytes{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// reparented to init, its environment scrubbed: only its cgroup says whose it is
+			worker := procfs.Proc{PID: 20, PPID: 1, Cgroup: tc.cgroup + "\n", Env: []string{"X=1"}}
+			gpus := listed{uuid: {{PID: 20, UsedBytes: 3 * size.GiB}}}
+			var stderr strings.Builder
+			got := measureUsage(t.Context(), gpus, procfs.NewTable(launcher, worker), []ledger.GPUState{gs}, &stderr)
+			if !maps.Equal(got[uuid], tc.want) || stderr.Len() > 0 {
+				t.Fatalf("usage %v (stderr %q), want %v", got[uuid], stderr.String(), tc.want)
+			}
+		})
 	}
 }
 
@@ -490,4 +543,95 @@ func TestStatusExpiresByTheWritersGrace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Status reads: the token scan it runs to measure usage is the enforcer's, but what the enforcer
+// does with a scan (marking reservations seen, expiring the unseen, keeping the fence's tables)
+// is the ledger's writer's, and a status that did it beside the plugin would race its writes.
+func TestStatusWritesNothing(t *testing.T) {
+	c := newCLI(t)
+	sim, err := gpu.NewSimulated(gpu.SimConfig{Dir: c.simDir, GPUs: []string{c.simGPUs}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := sim.Devices(t.Context())
+	if err != nil || len(devs) != 1 {
+		t.Fatalf("devices %v: %v", devs, err)
+	}
+	uuid := devs[0].UUID
+	l, err := ledger.Open(c.state, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SyncGPUs([]ledger.GPUInfo{{UUID: uuid, Model: "H100", TotalBytes: 80 * size.GiB, Healthy: true}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.ReserveIDs([]string{ledger.InstanceID(uuid, 0)}, ledger.Task{JobName: "j", TaskName: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// a process carrying the reservation's token is on the GPU, so usage is measured
+	holder := exec.Command("sleep", "60")
+	holder.Env = append(os.Environ(), enforcer.EnvReservation+"="+res.Token)
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		holder.Process.Kill()
+		holder.Wait()
+	})
+	if err := sim.SetUsage(uuid, holder.Process.Pid, size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(c.state, "fence"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.state, "fence", "table"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before := treeOf(t, c.state)
+	for _, args := range [][]string{{"status"}, {"status", "--json"}} {
+		code, stdout, stderr := c.run(args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		if len(args) == 1 && !regexp.MustCompile(`(?m)^  \S+ +j/t +- +1GiB +1GiB +1 +1GiB +nomad `).MatchString(stdout) {
+			t.Fatalf("status:\n%s\nwant the reservation's 1GiB of usage measured", stdout)
+		}
+	}
+	if after := treeOf(t, c.state); !maps.Equal(before, after) {
+		t.Fatalf("the state directory changed under status:\nbefore %v\nafter  %v", before, after)
+	}
+}
+
+// treeOf is every entry under dir with its mode, modification time and content.
+func treeOf(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		v := fmt.Sprintf("%v %d", info.Mode(), info.ModTime().UnixNano())
+		if d.Type().IsRegular() {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			v += " " + string(b)
+		}
+		out[path] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
