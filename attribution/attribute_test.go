@@ -260,13 +260,13 @@ func TestRecycledParentPIDIsNotAnAncestor(t *testing.T) {
 
 func TestIdentityFromEnviron(t *testing.T) {
 	procs := procfs.NewTable(procfs.Proc{PID: 30, PPID: 1, Env: []string{
-		tok("t"), EnvNomadAlloc + "=a1", EnvNomadJob + "=job", EnvNomadTask + "=task", taskenv.Template + "=tmpl",
+		tok("t"), EnvNomadAlloc + "=a1", EnvNomadJob + "=job", EnvNomadTask + "=task", EnvNomadNS + "=ml", taskenv.Template + "=tmpl",
 		taskenv.MPSPipeDir + "=/run/p", taskenv.MPSMemLimit + "=0=8G"}})
 	id, err := New(procs).Identity(30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ledger.Task{AllocID: "a1", JobName: "job", TaskName: "task", Template: "tmpl"}
+	want := ledger.Task{AllocID: "a1", JobName: "job", TaskName: "task", Template: "tmpl", Namespace: "ml"}
 	if id.Task != want || id.PipeDir != "/run/p" || id.MPSLimit != "0=8G" || id.Token != "t" {
 		t.Fatalf("identity %+v", id)
 	}

@@ -18,6 +18,7 @@ const (
 	EnvNomadAlloc = "NOMAD_ALLOC_ID"
 	EnvNomadJob   = "NOMAD_JOB_NAME"
 	EnvNomadTask  = "NOMAD_TASK_NAME"
+	EnvNomadNS    = "NOMAD_NAMESPACE"
 )
 
 // mpsServerName is the MPS server's executable; it holds a little GPU memory of its own and is
@@ -214,6 +215,8 @@ func (id *Identity) readEnv(env []string) {
 			id.Task.JobName = ledger.ValidText(v)
 		case EnvNomadTask:
 			id.Task.TaskName = ledger.ValidText(v)
+		case EnvNomadNS:
+			id.Task.Namespace = ledger.ValidText(v)
 		case taskenv.Template:
 			id.Task.Template = ledger.ValidText(v)
 		case taskenv.MPSPipeDir:

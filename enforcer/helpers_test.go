@@ -200,7 +200,7 @@ func (r *rig) runTask(held []ledger.Reservation, name string, extra []string, ar
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	cmd.Env = append(cmd.Env, envNomadJob+"="+name, envNomadTask+"=main", EnvTemplate+"=tmpl-"+name)
+	cmd.Env = append(cmd.Env, envNomadJob+"="+name, envNomadTask+"=main", EnvTemplate+"=tmpl-"+name, envNomadNS+"=ns-"+name)
 	merged := map[string]string{}
 	for _, res := range held {
 		st, err := r.led.State(res.GPU)

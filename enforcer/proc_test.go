@@ -17,6 +17,7 @@ import (
 const (
 	envNomadJob  = attribution.EnvNomadJob
 	envNomadTask = attribution.EnvNomadTask
+	envNomadNS   = attribution.EnvNomadNS
 	EnvTemplate  = taskenv.Template
 	viaEnviron   = attribution.ViaEnviron
 )

@@ -226,6 +226,7 @@ func fillTask(t *ledger.Task, src ledger.Task) {
 		src string
 	}{
 		{&t.AllocID, src.AllocID}, {&t.JobName, src.JobName}, {&t.TaskName, src.TaskName}, {&t.Template, src.Template},
+		{&t.Namespace, src.Namespace},
 	} {
 		if *f.dst == "" {
 			*f.dst = f.src

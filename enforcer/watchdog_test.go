@@ -75,7 +75,7 @@ func TestIsolatedLeakerKilledNeighbourFinishes(t *testing.T) {
 	if limit := 2*size.GiB + r.cfg.Allowance; v.PeakBytes <= limit || v.ContainedAt.Before(v.CrossedAt) {
 		t.Fatalf("violation %+v: want a peak past cap+allowance %s, contained after it crossed", v, limit)
 	}
-	if v.Task.JobName != "leaker" || v.Task.Template != "tmpl-leaker" {
+	if v.Task.JobName != "leaker" || v.Task.Template != "tmpl-leaker" || v.Task.Namespace != "ns-leaker" {
 		t.Fatalf("task identity %+v, want it read from the process environment", v.Task)
 	}
 	nb.checkResult(t, 7)
@@ -269,7 +269,7 @@ func TestTaskUsageAndLastSample(t *testing.T) {
 	}
 	// The scan filled the reservation's task from the process's environment.
 	got, _ := r.led.Reservation(res.Token)
-	if got.Task.JobName != "steady" || got.Task.Template != "tmpl-steady" || got.SeenAt.IsZero() {
+	if got.Task.JobName != "steady" || got.Task.Template != "tmpl-steady" || got.Task.Namespace != "ns-steady" || got.SeenAt.IsZero() {
 		t.Fatalf("reservation task %+v seen %v", got.Task, got.SeenAt)
 	}
 	if len(r.led.Violations()) != 0 {

@@ -386,6 +386,7 @@ func (l *Ledger) Seen(token string, task Task) error {
 	fill(&next.Task.JobName, task.JobName)
 	fill(&next.Task.TaskName, task.TaskName)
 	fill(&next.Task.Template, task.Template)
+	fill(&next.Task.Namespace, task.Namespace)
 	now := l.now()
 	next.SeenAt = now
 	taskChanged := next.Task != r.Task

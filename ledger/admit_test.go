@@ -284,11 +284,11 @@ func TestReleaseAndSeen(t *testing.T) {
 		t.Errorf("Release(unknown) = %v, want ErrNoReservation", err)
 	}
 	c.Advance(time.Second)
-	if err := l.Seen(r.Token, Task{JobName: "other", TaskName: "t", AllocID: "alloc"}); err != nil {
+	if err := l.Seen(r.Token, Task{JobName: "other", TaskName: "t", AllocID: "alloc", Namespace: "ml"}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := l.Reservation(r.Token)
-	if want := (Task{JobName: "j", TaskName: "t", AllocID: "alloc"}); got.Task != want {
+	if want := (Task{JobName: "j", TaskName: "t", AllocID: "alloc", Namespace: "ml"}); got.Task != want {
 		t.Errorf("Seen filled Task = %+v, want %+v (set fields kept, empty ones filled)", got.Task, want)
 	}
 	if !got.SeenAt.Equal(c.Now()) {

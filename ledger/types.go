@@ -34,6 +34,9 @@ type Task struct {
 	JobName  string `json:"job_name,omitempty"`
 	TaskName string `json:"task_name,omitempty"`
 	Template string `json:"template,omitempty"`
+	// Namespace is the allocation's Nomad namespace: an allocation is read in its own, and a
+	// namespace-scoped read of it anywhere else finds none.
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // String is a short human label: "job/task (alloc 1a2b3c4d)" or "unknown task".

@@ -78,7 +78,7 @@ func (rt *runtime) startPublisher(enf *enforcer.Enforcer, l *ledger.Ledger) {
 // record is what a violation publishes: no token, and the GPU's whole budget in units for the
 // controller's re-run on a whole GPU.
 func record(v ledger.Violation, l *ledger.Ledger, node string) violations.Record {
-	r := violations.Record{AllocID: v.Task.AllocID, Job: v.Task.JobName, Task: v.Task.TaskName, Template: v.Task.Template,
+	r := violations.Record{AllocID: v.Task.AllocID, Namespace: v.Task.Namespace, Job: v.Task.JobName, Task: v.Task.TaskName, Template: v.Task.Template,
 		GPU: v.GPU, Node: node, CapBytes: v.CapBytes, PeakBytes: v.PeakBytes, AskedBytes: v.AskedBytes, Action: v.Action, Mode: string(v.Mode),
 		CrossedAt: v.CrossedAt, ContainedAt: v.ContainedAt}
 	if st, err := l.State(v.GPU); err == nil {

@@ -103,7 +103,7 @@ func TestPublishedRecordCarriesWhatWasAsked(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	v := ledger.Violation{GPU: "GPU-x", Task: ledger.Task{AllocID: "a1", JobName: "j", TaskName: "t"}, CapBytes: 3 * size.GiB,
+	v := ledger.Violation{GPU: "GPU-x", Task: ledger.Task{AllocID: "a1", JobName: "j", TaskName: "t", Namespace: "ml"}, CapBytes: 3 * size.GiB,
 		PeakBytes: size.GiB, AskedBytes: 20 * size.GiB, Action: "oom-in-process", CrossedAt: time.Now()}
 	r := record(v, l, "n1")
 	if r.AskedBytes != v.AskedBytes || r.PeakBytes != v.PeakBytes || r.Reached() != 20*size.GiB {
@@ -111,5 +111,9 @@ func TestPublishedRecordCarriesWhatWasAsked(t *testing.T) {
 	}
 	if got := r.Items()[violations.KeyAskedBytes]; got != "21474836480" {
 		t.Fatalf("item %s = %q, want 21474836480", violations.KeyAskedBytes, got)
+	}
+	// the controller reads the allocation in its own namespace
+	if got := r.Items()[violations.KeyNamespace]; got != "ml" {
+		t.Fatalf("item %s = %q, want the task's namespace ml", violations.KeyNamespace, got)
 	}
 }

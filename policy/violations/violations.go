@@ -24,8 +24,11 @@ const ActionOOMInProcess = "oom-in-process"
 // Record is one published violation.
 type Record struct {
 	AllocID, Job, Task, Template string
-	GPU                          string // UUID
-	Node                         string // the node's host name
+	// Namespace is the allocation's Nomad namespace, as its task's environment gives it; ""
+	// in a record published before plugins wrote it.
+	Namespace string
+	GPU       string // UUID
+	Node      string // the node's host name
 	// GPUUnits is how many units the GPU's whole budget holds: the count a re-run on a whole
 	// GPU asks for.
 	GPUUnits  int
@@ -44,6 +47,7 @@ type Record struct {
 // Item keys of a violation variable.
 const (
 	KeyAlloc       = "alloc_id"
+	KeyNamespace   = "namespace"
 	KeyJob         = "job"
 	KeyTask        = "task"
 	KeyTemplate    = "template"
@@ -96,7 +100,7 @@ func pathSafe(s string, n int) string {
 // Items encodes r as variable items.
 func (r Record) Items() map[string]string {
 	it := map[string]string{
-		KeyAlloc: r.AllocID, KeyJob: r.Job, KeyTask: r.Task, KeyTemplate: r.Template, KeyGPU: r.GPU, KeyNode: r.Node,
+		KeyAlloc: r.AllocID, KeyNamespace: r.Namespace, KeyJob: r.Job, KeyTask: r.Task, KeyTemplate: r.Template, KeyGPU: r.GPU, KeyNode: r.Node,
 		KeyGPUUnits: strconv.Itoa(r.GPUUnits), KeyUnitBytes: bytesItem(r.UnitBytes), KeyCapBytes: bytesItem(r.CapBytes),
 		KeyPeakBytes: bytesItem(r.PeakBytes), KeyAction: r.Action, KeyMode: r.Mode,
 		KeyAskedBytes: askedItem(r.AskedBytes),
@@ -136,7 +140,7 @@ func timeItem(t time.Time) string {
 
 // Decode reads a violation variable's items; the error names the bad item and its value.
 func Decode(items map[string]string) (Record, error) {
-	r := Record{AllocID: items[KeyAlloc], Job: items[KeyJob], Task: items[KeyTask], Template: items[KeyTemplate],
+	r := Record{AllocID: items[KeyAlloc], Namespace: items[KeyNamespace], Job: items[KeyJob], Task: items[KeyTask], Template: items[KeyTemplate],
 		GPU: items[KeyGPU], Node: items[KeyNode], Action: items[KeyAction], Mode: items[KeyMode],
 		Handled: items[KeyHandled], HandledBy: items[KeyHandledBy]}
 	var errs []error

@@ -10,7 +10,7 @@ import (
 
 func TestRecordRoundTrip(t *testing.T) {
 	at := time.Date(2026, 12, 1, 10, 0, 0, 123456789, time.UTC)
-	r := Record{AllocID: "0b5c2a1e-7d3f-4c2b-9a8e-1f2e3d4c5b6a", Job: "train", Task: "main/py", Template: "lora", GPU: "GPU-abc",
+	r := Record{AllocID: "0b5c2a1e-7d3f-4c2b-9a8e-1f2e3d4c5b6a", Namespace: "ml", Job: "train", Task: "main/py", Template: "lora", GPU: "GPU-abc",
 		Node: "n1", GPUUnits: 78, UnitBytes: size.GiB, CapBytes: 3 * size.GiB, PeakBytes: 5 * size.GiB,
 		AskedBytes: 9 * size.GiB, Action: "oom-in-process", Mode: "isolated", CrossedAt: at, ContainedAt: at.Add(time.Second)}
 	got, err := Decode(r.Items())
