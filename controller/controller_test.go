@@ -85,6 +85,12 @@ func ptr[T any](v T) *T { return &v }
 // version, running, with each device's units on its GPU.
 func (r *rig) putJob(allocID string, devs ...device) *api.Job {
 	r.t.Helper()
+	return r.putJobIn("default", allocID, devs...)
+}
+
+// putJobIn is putJob in namespace ns.
+func (r *rig) putJobIn(ns, allocID string, devs ...device) *api.Job {
+	r.t.Helper()
 	var reqs []*api.RequestedDevice
 	var placed []*api.AllocatedDeviceResource
 	for _, d := range devs {
@@ -95,7 +101,7 @@ func (r *rig) putJob(allocID string, devs ...device) *api.Job {
 		}
 		placed = append(placed, &api.AllocatedDeviceResource{Vendor: "nvidia", Type: "gpumem", Name: "h100-0", DeviceIDs: ids})
 	}
-	job := r.vs.PutJob(&api.Job{ID: ptr("train"), Name: ptr("train"), Type: ptr("batch"), TaskGroups: []*api.TaskGroup{{
+	job := r.vs.PutJob(&api.Job{ID: ptr("train"), Name: ptr("train"), Namespace: ptr(ns), Type: ptr("batch"), TaskGroups: []*api.TaskGroup{{
 		Name: ptr("g"), Tasks: []*api.Task{{Name: "main", Driver: "exec", Resources: &api.Resources{Devices: reqs}}},
 	}}})
 	r.putAlloc(allocID, job, api.AllocClientStatusRunning, placed)
@@ -103,14 +109,21 @@ func (r *rig) putJob(allocID string, devs ...device) *api.Job {
 }
 
 func (r *rig) putAlloc(id string, job *api.Job, status string, placed []*api.AllocatedDeviceResource) {
-	r.vs.PutAlloc(&api.Allocation{ID: id, Namespace: "default", JobID: *job.ID, TaskGroup: "g", Job: job, ClientStatus: status,
+	r.vs.PutAlloc(&api.Allocation{ID: id, Namespace: *job.Namespace, JobID: *job.ID, TaskGroup: "g", Job: job, ClientStatus: status,
 		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"main": {Devices: placed}}}})
 }
 
-// violate publishes a violation of task "main" of allocID on gpu, as the plugin does.
+// violate publishes a violation of task "main" of allocID on gpu, as a plugin that does not
+// record the allocation's namespace did.
 func (r *rig) violate(allocID, gpu string, at time.Time) string {
 	r.t.Helper()
-	rec := violations.Record{AllocID: allocID, Job: "train", Task: "main", Template: "lora", GPU: gpu, GPUUnits: 78,
+	return r.violateIn("", allocID, gpu, at)
+}
+
+// violateIn publishes a violation that names the allocation's namespace ns, as the plugin does.
+func (r *rig) violateIn(ns, allocID, gpu string, at time.Time) string {
+	r.t.Helper()
+	rec := violations.Record{AllocID: allocID, Namespace: ns, Job: "train", Task: "main", Template: "lora", GPU: gpu, GPUUnits: 78,
 		UnitBytes: size.GiB, CapBytes: 3 * size.GiB, PeakBytes: 5 * size.GiB, Action: "sigkill", Mode: "isolated",
 		CrossedAt: at, ContainedAt: at.Add(time.Second)}
 	path, err := violations.Publish(r.api.Variables(), "default", rec)
@@ -130,7 +143,13 @@ func (r *rig) pass(c *Controller) error {
 
 func (r *rig) count(devIndex int) uint64 {
 	r.t.Helper()
-	j, ok := r.vs.Job("default", "train")
+	return r.countIn("default", devIndex)
+}
+
+// countIn is the count of job "train" in namespace ns.
+func (r *rig) countIn(ns string, devIndex int) uint64 {
+	r.t.Helper()
+	j, ok := r.vs.Job(ns, "train")
 	if !ok {
 		r.t.Fatal("job train is gone")
 	}

@@ -72,12 +72,13 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 	if rec.AllocID == "" {
 		return skip("the plugin could not tie the violation to an allocation")
 	}
-	alloc, _, err := c.cfg.Client.Allocations().Info(rec.AllocID, (&api.QueryOptions{}).WithContext(ctx))
-	if statusOf(err) == http.StatusNotFound {
-		return skip("allocation " + rec.AllocID + " no longer exists")
-	}
+	ev.Namespace = rec.Namespace
+	alloc, gone, err := c.allocation(ctx, rec)
 	if err != nil {
-		return "", fmt.Errorf("reading allocation %s: %w", rec.AllocID, err)
+		return "", err
+	}
+	if gone != "" {
+		return skip(gone)
 	}
 	ev.Namespace, ev.Job, ev.Group = alloc.Namespace, alloc.JobID, alloc.TaskGroup
 	if rec.Action == violations.ActionOOMInProcess {
@@ -94,7 +95,7 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 		return skip("job " + alloc.JobID + " was deleted")
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading job %s: %w", alloc.JobID, err)
+		return "", fmt.Errorf("reading job %s in namespace %s: %w", alloc.JobID, alloc.Namespace, err)
 	}
 	if job.Stop != nil && *job.Stop {
 		return skip("job " + alloc.JobID + " is stopped")
@@ -199,6 +200,35 @@ func (c *Controller) act(ctx context.Context, rec violations.Record, ev *Event) 
 	c.emit(*ev)
 	c.stopInPlace(ctx, alloc, *ev, wq)
 	return fmt.Sprintf("reregistered: %s count %d -> %d (%s), job version %d", devName, had, to, step.Head(), next), nil
+}
+
+// allocation reads the violation's allocation in the namespace the record names, or in every
+// namespace (the wildcard) for a record published before plugins wrote one; gone says why it is
+// taken as deleted. A namespace-scoped read answers 404 for an allocation that exists in
+// another namespace, so a 404 is taken as deletion only where the read was in the
+// allocation's own namespace or in all of them. A 403 says the controller's token may not read
+// jobs in that namespace: the allocation exists and the violation waits, reported as an error
+// that names both, until the token is given read-job there.
+func (c *Controller) allocation(ctx context.Context, rec violations.Record) (alloc *api.Allocation, gone string, err error) {
+	ns, where := rec.Namespace, "namespace "+rec.Namespace
+	if ns == "" {
+		ns, where = api.AllNamespacesNamespace, "any namespace (the violation names none)"
+	}
+	alloc, _, err = c.cfg.Client.Allocations().Info(rec.AllocID, (&api.QueryOptions{Namespace: ns}).WithContext(ctx))
+	switch statusOf(err) {
+	case 0:
+		if err != nil {
+			return nil, "", fmt.Errorf("reading allocation %s in %s: %w", rec.AllocID, where, err)
+		}
+		return alloc, "", nil
+	case http.StatusNotFound:
+		return nil, "allocation " + rec.AllocID + " no longer exists in " + where, nil
+	case http.StatusForbidden:
+		return nil, "", fmt.Errorf("reading allocation %s in %s: permission denied: the controller's token needs read-job there: %w",
+			rec.AllocID, where, err)
+	default:
+		return nil, "", fmt.Errorf("reading allocation %s in %s: %w", rec.AllocID, where, err)
+	}
 }
 
 // findDevice is the task's gpufrac device request that holds the violating GPU's units. The

@@ -20,7 +20,8 @@ const (
 
 // The job side of the fake serves what gpufrac's controller uses, in the shapes of Nomad's HTTP
 // API: GET /v1/job/<id>, GET /v1/job/<id>/allocations, PUT /v1/jobs (register, with the
-// modify-index check), GET /v1/allocation/<id>, PUT /v1/allocation/<id>/stop (allocstop.go)
+// modify-index check), GET /v1/allocation/<id> (namespace-scoped: readAlloc), PUT
+// /v1/allocation/<id>/stop (allocstop.go)
 // and GET /v1/event/stream (topics Job and Allocation; an allocation event carries no job, as
 // in Nomad). There is no scheduler: tests place allocations with PutAlloc, as a Nomad client
 // would report them.
@@ -298,18 +299,29 @@ func (s *Server) jobAllocs(w http.ResponseWriter, r *http.Request, id string) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// readAlloc answers a read of one allocation in the request's namespace ("default" when it
+// names none; "*" for any): an allocation of another namespace is not found (404), and a
+// namespace whose jobs the token may not read is denied (403). Nomad's GET
+// /v1/allocation/<id> finds an allocation by its ID alone, but its namespace-scoped reads (the
+// allocation list by ID prefix, a job's allocations) do not: keyed this way, the fake fails a
+// client that reads an allocation without naming its namespace, which one Nomad endpoint lets
+// pass and the others do not.
 func (s *Server) readAlloc(w http.ResponseWriter, r *http.Request, id string) {
 	rules, all, ok := s.rules(w, r)
 	if !ok {
 		return
 	}
+	ns := namespaceParam(r)
 	a, found, idx := lookup(s, allocsOf, id)
 	s.mu.Lock()
 	s.jobsLocked().allocReads[id]++
 	s.mu.Unlock()
 	queryHeaders(w, idx)
-	// Allocation IDs are global; the namespace check applies to the one the allocation is in.
-	if !found {
+	if read, _ := jobCaps(rules, all, ns); !read && ns != api.AllNamespacesNamespace {
+		denied(w)
+		return
+	}
+	if !found || (ns != api.AllNamespacesNamespace && a.Namespace != ns) {
 		http.Error(w, "alloc not found", http.StatusNotFound)
 		return
 	}

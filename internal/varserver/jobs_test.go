@@ -71,6 +71,43 @@ func TestJobEndpointsSpeakTheAPIClient(t *testing.T) {
 	}
 }
 
+// An allocation is read in its own namespace: read in another it is not found, which is what
+// a namespace-scoped read answers and what the controller must not take for a deletion; "*"
+// finds it anywhere; a namespace the token may not read jobs in is denied, whether it is the
+// one asked for or the allocation's own.
+func TestAllocationReadIsNamespaced(t *testing.T) {
+	s := New(Options{})
+	defer s.Close()
+	s.PutAlloc(&api.Allocation{ID: "m1", Namespace: "ml", JobID: "web", TaskGroup: "g", ClientStatus: "running"})
+	s.SetToken("all", Management()...)
+	s.SetToken("default-only", Rule{Namespace: "default", Jobs: []string{CapReadJob}})
+	all, defaultOnly := s.Client(t, "all"), s.Client(t, "default-only")
+	for _, tc := range []struct {
+		name   string
+		c      *api.Client
+		ns     string
+		status string // "" for a read that finds it
+	}{
+		{"its own namespace", all, "ml", ""},
+		{"any namespace", all, "*", ""},
+		{"no namespace: default", all, "", "404"},
+		{"another namespace", all, "default", "404"},
+		{"a namespace the token may not read", defaultOnly, "ml", "403"},
+		{"any namespace, the allocation's not readable", defaultOnly, "*", "403"},
+		{"the token's namespace, not the allocation's", defaultOnly, "default", "404"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _, err := tc.c.Allocations().Info("m1", &api.QueryOptions{Namespace: tc.ns})
+			switch {
+			case tc.status == "" && (err != nil || a.Namespace != "ml"):
+				t.Errorf("read: %+v, %v; want the allocation", a, err)
+			case tc.status != "" && (err == nil || !strings.Contains(err.Error(), tc.status)):
+				t.Errorf("read: %v, want a %s", err, tc.status)
+			}
+		})
+	}
+}
+
 func TestEventStreamDeliversFromIndex(t *testing.T) {
 	s := New(Options{})
 	defer s.Close()
