@@ -17,6 +17,7 @@ struct gf_control_task {
 	uint64_t grace_ns; /* see gf_task_spec.grace_ns */
 	uint64_t stage;    /* see gf_task.stage */
 	uint64_t seen;     /* see gf_task.seen */
+	uint64_t unheeded; /* see gf_task.unheeded */
 	uint8_t token_hash[GF_HASH_LEN];
 };
 

@@ -39,13 +39,15 @@ func cError(rc C.int, buf *C.char) error {
 	return errors.New("fence: " + msg)
 }
 
-// MaxProcs must be GF_PROCS and NewProcs GF_NEW_PROCS: a negative length fails the build where
-// they differ.
+// MaxProcs must be GF_PROCS, NewProcs GF_NEW_PROCS and OwedWait GF_OWED_WAIT_NS: a negative
+// length fails the build where they differ.
 var (
 	_ [MaxProcs - C.GF_PROCS]struct{}
 	_ [C.GF_PROCS - MaxProcs]struct{}
 	_ [NewProcs - C.GF_NEW_PROCS]struct{}
 	_ [C.GF_NEW_PROCS - NewProcs]struct{}
+	_ [uint64(OwedWait) - C.GF_OWED_WAIT_NS]struct{}
+	_ [C.GF_OWED_WAIT_NS - uint64(OwedWait)]struct{}
 )
 
 // Table is the enforcer's handle on one GPU: the control copy it writes and the tasks'
@@ -170,6 +172,9 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 		view[i].grace_ns = C.uint64_t(max(k.Grace, 0))
 		view[i].stage = C.uint64_t(k.Stage)
 		view[i].seen = C.uint64_t(max(k.Seen, 0))
+		if k.Unheeded {
+			view[i].unheeded = 1
+		}
 	}
 	defer func() {
 		for i := range n {
@@ -311,7 +316,10 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
 			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Asked: size.Bytes(k.asked), Procs: int(k.procs), Seen: int(k.seen),
 			Asking: size.Bytes(k.gwant) + size.Bytes(k.bwant), Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0, Stage: size.Bytes(k.stage),
-			Unlocked: k.unlocked != C.GF_READ_SETTLED, Unreadable: k.unlocked == C.GF_READ_BAD, Unopened: k.unlocked == C.GF_READ_UNOPENED})
+			Unheeded: k.unheeded != 0, Unlocked: k.unlocked != C.GF_READ_SETTLED, Unreadable: k.unlocked == C.GF_READ_BAD, Unopened: k.unlocked == C.GF_READ_UNOPENED,
+			// A file holds its task's waits twice, in its processes' slots (below) and in the sums
+			// the other tasks' rules read (peers.c), and its task writes it: either one says it.
+			Waiting: k.nwait > 0 || k.nowed > 0 || k.ngrace > 0 || k.bwant > 0, Owed: k.nowed > 0, Grace: k.ngrace > 0})
 	}
 	for i := range C.GF_PROCS {
 		p := &raw.procs[i]
@@ -324,7 +332,8 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		}
 		s.Procs = append(s.Procs, ProcUse{Token: tok, PID: int(p.pid), Used: size.Bytes(p.used), Peak: size.Bytes(p.peak),
 			Allocs: uint64(p.allocs), Refused: uint64(p.refused), Waiting: waitsForMemory(p.waiting),
-			Owed: p.waiting == C.GF_WAIT_OWED, Grace: p.waiting == C.GF_WAIT_GRACE, Staged: p.waiting == C.GF_WAIT_STAGE})
+			Owed: p.waiting == C.GF_WAIT_OWED, Grace: p.waiting == C.GF_WAIT_GRACE, Staged: p.waiting == C.GF_WAIT_STAGE,
+			Asking: size.Bytes(p.wanted)})
 		if p.waiting != C.GF_WAIT_NONE && tok != "" {
 			for i := range s.Tasks {
 				if s.Tasks[i].Token == tok && p.waiting == C.GF_WAIT_STAGE {

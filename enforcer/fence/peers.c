@@ -146,6 +146,8 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		k->gwant = f.gwant;
 		k->bwant = f.bwant;
 		k->procs = gf_counted(f.procs, ck->seen);
+		if (ck->unheeded)
+			k->nwait = k->nowed = k->ngrace = k->gwant = k->bwant = 0; /* its waits outlasted every bound */
 	}
 	return 0;
 }

@@ -1,6 +1,7 @@
 /*
  * The fence's shared state. Per GPU: a control copy (control.c) that only the enforcer writes
- * (each task's guarantee, limit, keep, generation and token hash, the budget, the wait), and
+ * (each task's guarantee, limit, keep, generation and token hash, whether its waits are heeded,
+ * the budget, the wait), and
  * per task placed on it an accounting file of its own, "<dir>/<token hash>/<GPU>.fence", that
  * only that task's processes and the enforcer write (its process slots, its sums, its waiting
  * flags, its lock), and a lock file, "<dir>-live/<token hash>/<GPU>.<inode>.live", named for
@@ -61,7 +62,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 14
+#define GF_VERSION 15
 /* How many processes a task may have started since the enforcer last saw its processes on the
  * GPU (a watchdog pass): its file's count is believed up to that many more (gf_task.seen). */
 #define GF_NEW_PROCS 4
@@ -175,6 +176,12 @@ struct gf_task {
 	 * contexts are counted by them, whatever procs says (gf_counted). From the control copy
 	 * only. */
 	uint64_t seen;
+	/* Set by the enforcer where the task's waits have lasted past any bound an honest wait
+	 * keeps (a task writes its own file, and a wait it made up would otherwise stop new
+	 * guarantees, or every borrower, on the GPU for as long as it liked): no other task's rules
+	 * count them, neither borrowers (gf_peers_view) nor the placing of guarantees. From the
+	 * control copy only. */
+	uint64_t unheeded;
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all;
 	 * GF_READ_UNOPENED, the enforcer could not open its file (left as it is until it can) */
@@ -193,7 +200,10 @@ struct gf_proc {
 	/* GF_WAIT_BORROW while an allocation of this process waits for borrowable memory,
 	 * GF_WAIT_OWED while one within its guarantee waits for borrowers to give that back */
 	uint32_t waiting;
-	uint64_t wanted; /* while it waits out a grace or to borrow, the bytes it asks for (gwant, bwant) */
+	/* while it waits out a grace or to borrow, the bytes it asks for (gwant, bwant); while it
+	 * waits for its guarantee back (GF_WAIT_OWED), too, in no sum: the enforcer reads it to
+	 * judge whether the memory it waits for is really short */
+	uint64_t wanted;
 	uint64_t used;
 	uint64_t peak;
 	uint64_t allocs;
@@ -295,6 +305,7 @@ struct gf_task_spec {
 	/* Staged: the guarantee the task is promised (see gf_task.stage), above cap; 0 = none. */
 	uint64_t stage;
 	uint64_t seen; /* see gf_task.seen */
+	int unheeded;  /* see gf_task.unheeded */
 };
 
 /* The enforcer's handle on one GPU: the control copy it writes, and a descriptor of each placed

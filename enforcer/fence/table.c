@@ -48,7 +48,9 @@ static uint64_t *asks(struct gf_task *k, uint32_t why)
 	return why == GF_WAIT_BORROW ? &k->bwant : NULL;
 }
 
-/* set_wanted makes n what p's wait asks for, in its task's sum for that wait too. */
+/* set_wanted makes n what p's wait asks for, in its task's sum for that wait too. An owed wait's
+ * ask is in no sum: the enforcer reads it off the slot, to judge whether the GPU really lacks
+ * what the owner waits for before it stops a borrower (a task writes its own file). */
 static void set_wanted(struct gf_table *t, struct gf_proc *p, uint64_t n)
 {
 	uint64_t *sum = asks(live_task(t, p), p->waiting);
@@ -56,7 +58,7 @@ static void set_wanted(struct gf_table *t, struct gf_proc *p, uint64_t n)
 		*sum -= p->wanted < *sum ? p->wanted : *sum;
 		*sum = gf_add_sat(*sum, n);
 	}
-	p->wanted = sum ? n : 0;
+	p->wanted = sum || p->waiting == GF_WAIT_OWED ? n : 0;
 }
 
 void gf_set_waiting(struct gf_table *t, struct gf_proc *p, uint32_t why)

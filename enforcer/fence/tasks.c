@@ -314,12 +314,13 @@ static int over(const struct gf_gpu *g, const struct gf_control *c)
 /* anyone_waits says whether a process of a placed task waits for memory (a staged task's wait
  * waits for its own guarantee, which this is to grant: not counted). A slot left of a task
  * that ended waits for nothing a guarantee could take: its process, if alive, finds its task
- * gone at its next look (GF_NOTASK). */
+ * gone at its next look (GF_NOTASK). Nor does a task the enforcer no longer heeds: its waits
+ * outlasted every bound an honest one keeps. */
 static int anyone_waits(const struct gf_gpu *g, const struct gf_control *c)
 {
 	const struct gf_proc *procs = g->scratch[0].procs;
 	for (int i = 0; i < GF_TASKS; i++) {
-		int n = c->tasks[i].state == GF_LIVE ? gf_file_view(g, i, &g->scratch[0]) : -1;
+		int n = c->tasks[i].state == GF_LIVE && !c->tasks[i].unheeded ? gf_file_view(g, i, &g->scratch[0]) : -1;
 		for (int j = 0; j < n; j++) {
 			const struct gf_proc *p = &procs[j];
 			if (p->state == GF_LIVE && p->waiting && p->waiting != GF_WAIT_STAGE && p->task == (uint32_t)i && p->task_gen == c->tasks[i].gen)
@@ -433,6 +434,13 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 			drop_task(&g->tasks[i]);
 		}
 	}
+	/* Whether the enforcer heeds a task's waits holds placed or not, and before they are read
+	 * here: a wait it stopped heeding keeps no guarantee off the GPU from this call on. */
+	for (int s = 0; s < n; s++) {
+		int i = find_slot(&next, hashes[s]);
+		if (i >= 0)
+			next.tasks[i].unheeded = specs[s].unheeded != 0;
+	}
 	int waiting = anyone_waits(g, &next);
 	for (int s = 0; s < n; s++) {
 		int i = find_slot(&next, hashes[s]);
@@ -471,6 +479,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		k->grace_ns = k->keep < k->cap ? specs[s].grace_ns : 0;
 		k->stage = specs[s].stage > k->cap ? specs[s].stage : 0;
 		k->seen = specs[s].seen;
+		k->unheeded = specs[s].unheeded != 0;
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one
@@ -622,6 +631,7 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		k->keep = ck->keep;
 		k->stage = ck->stage;
 		k->seen = ck->seen;
+		k->unheeded = ck->unheeded;
 		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
 		if (g->tasks[i].fd < 0) {
 			k->unlocked = GF_READ_UNOPENED;

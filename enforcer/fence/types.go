@@ -53,6 +53,10 @@ const MaxProcs = 512 // GF_PROCS in state.h; a test keeps them equal
 // processes on the GPU: its file's count is believed up to that many past Task.Seen.
 const NewProcs = 4 // GF_NEW_PROCS in state.h; the build keeps them equal
 
+// OwedWait is how long an allocation within its task's guarantee waits for borrowers to give it
+// back before it is refused: the longest an honest owner's wait lasts past its grace.
+const OwedWait = 120 * time.Second // GF_OWED_WAIT_NS in state.h; the build keeps them equal
+
 // contexts is how many processes' contexts a task is counted for (gf_counted): what its file
 // says, at least what the enforcer saw, at most NewProcs more, at most MaxProcs, and one for a
 // task with none yet (gf_whole).
@@ -95,6 +99,9 @@ type Task struct {
 	// (NVML). The fence counts a context for each of them whatever the task's own file says, and
 	// believes the file for NewProcs more: a task writes its own file.
 	Seen int
+	// Unheeded: the enforcer no longer believes the task's waits (they lasted past any bound an
+	// honest wait keeps): no other task's allocation, and no new guarantee, waits for them.
+	Unheeded bool
 }
 
 // TaskUse is one task as the fence saw it.
@@ -110,7 +117,8 @@ type TaskUse struct {
 	Procs, Seen int
 	// Waiting: an allocation of one of its processes waits for borrowable memory to come free,
 	// or (Owed too) for borrowers to give back its guarantee; Waits and OwedWaits count the
-	// allocations that ever waited so.
+	// allocations that ever waited so. Its file says so in its processes' slots or in its sums,
+	// either of which the task may write.
 	Waiting bool
 	Owed    bool
 	// Grace: one waits quietly for borrowers to end before they must give its guarantee back.
@@ -134,6 +142,9 @@ type TaskUse struct {
 	// Unreadable: its task cut its accounting file short or wrote over its header, so nothing
 	// of it is counted (Used 0, no processes); Unlocked too. What it uses is NVML's to judge.
 	Unreadable bool
+	// Unheeded is what the enforcer last set (Task.Unheeded): Waiting and Owed are what the
+	// task's file says, and the Snapshot's Waiting and Owed leave them out.
+	Unheeded bool
 	// Unopened: this enforcer could not open its accounting file (an error other than the file
 	// being gone or not a table): nothing of it is counted until it can (admission counts what
 	// NVML sees it hold past its guarantee meanwhile), and the file stays as it is, for its
@@ -166,6 +177,8 @@ type ProcUse struct {
 	Owed    bool
 	Grace   bool
 	Staged  bool
+	// Asking is what its waiting allocation asks for (Waiting), as its task's file says.
+	Asking size.Bytes
 }
 
 // Snapshot is one GPU's control copy and its tasks' accounting files, merged; each file is
@@ -204,10 +217,11 @@ func (s Snapshot) Borrowed() size.Bytes {
 }
 
 // Waiting says whether an allocation waits for borrowable memory: no new guarantee is placed
-// on the GPU until it is served or gives up.
+// on the GPU until it is served or gives up. The waits of a task the enforcer no longer heeds
+// do not count: the fence counts them for nothing either.
 func (s Snapshot) Waiting() bool {
 	for _, t := range s.Tasks {
-		if t.Waiting {
+		if t.Waiting && !t.Unheeded {
 			return true
 		}
 	}
@@ -215,9 +229,10 @@ func (s Snapshot) Waiting() bool {
 }
 
 // Owed says whether an owner waits for borrowers to give back its guarantee: they must, at once.
+// A task the enforcer no longer heeds is left out, as in Waiting.
 func (s Snapshot) Owed() bool {
 	for _, t := range s.Tasks {
-		if t.Owed {
+		if t.Owed && !t.Unheeded {
 			return true
 		}
 	}
@@ -257,9 +272,9 @@ func (s Snapshot) differs(set Snapshot) []string {
 		switch {
 		case u.Token == "" || !ok:
 			d = append(d, "a task the enforcer did not set")
-		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep || u.Stage != w.Stage || u.Seen != w.Seen:
-			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d, set %s %s %s %s %d", short(u.Token),
-				u.Cap, u.Limit, u.Keep, u.Stage, u.Seen, w.Cap, w.Limit, w.Keep, w.Stage, w.Seen))
+		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep || u.Stage != w.Stage || u.Seen != w.Seen || u.Unheeded != w.Unheeded:
+			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d unheeded %t, set %s %s %s %s %d %t",
+				short(u.Token), u.Cap, u.Limit, u.Keep, u.Stage, u.Seen, u.Unheeded, w.Cap, w.Limit, w.Keep, w.Stage, w.Seen, w.Unheeded))
 		}
 	}
 	for _, w := range set.Tasks {

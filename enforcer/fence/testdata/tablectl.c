@@ -22,7 +22,7 @@
  *                              task slot), or budget
  *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
  *                              job of the same Unix user can do under gpufrac run), and seen,
- *                              ctx or spare
+ *                              unheeded, ctx or spare
  *   takes FILE MS           -> took N: counts the lock taken again every 10 ms, MS ms long, as a
  *                              holder that wins it time after time would, without the lock
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
@@ -133,8 +133,12 @@ static int tamper_control(const char *path, const char *field, uint64_t v, const
 		struct gf_control_task *k = &t->tasks[i];
 		if (other_task(token, k->token_hash, h) || (!token[0] && k->state != GF_LIVE))
 			continue;
-		if (!set_limits(field, v, &k->state, &k->cap, &k->limit, &k->keep) && !strcmp(field, "seen"))
+		if (set_limits(field, v, &k->state, &k->cap, &k->limit, &k->keep))
+			continue;
+		if (!strcmp(field, "seen"))
 			k->seen = v;
+		else if (!strcmp(field, "unheeded"))
+			k->unheeded = v;
 	}
 	if (!strcmp(field, "budget"))
 		t->budget = v;
@@ -219,7 +223,7 @@ int main(void)
 			else
 				printf("ok\n");
 		} else if (!strcmp(cmd, "set")) {
-			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0, 0};
+			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0, 0, 0};
 			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0, 0, 0));
 		} else if (!strcmp(cmd, "place")) {
 			struct gf_task_spec specs[2];
