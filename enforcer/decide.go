@@ -71,6 +71,12 @@ type observation struct {
 	// the GPU was read, so what a borrower held is known on both sides of the reading.
 	fenced    bool
 	pre, snap fence.Snapshot
+	// free is the GPU's free memory as NVML reports it (freeOK: it was read; only a pass whose
+	// table says an owner waits reads it), and headroom what the GPU keeps past its budget for
+	// the contexts: whether an owner that waits really lacks what it asks for.
+	free     size.Bytes
+	freeOK   bool
+	headroom size.Bytes
 }
 
 // memory is what the watchdog carries from one pass to the next, over every GPU. Only the
@@ -192,6 +198,7 @@ type setUnmanaged struct {
 // evictBorrower says which borrower this pass stops for an owner that waits, and why.
 type evictBorrower struct {
 	gpu, token string
+	owner      string // the task whose wait it is stopped for
 	borrowed   size.Bytes
 	owedFor    time.Duration
 }
@@ -354,7 +361,8 @@ const reclaimGrace = time.Second
 // the owner's wait ends without harm.
 func (p *pass) reclaim() string {
 	o, m := p.o, p.m
-	if !o.snap.Owed() {
+	owner := p.owedOwner()
+	if owner == "" {
 		delete(m.owedSince, o.gpu)
 		return ""
 	}
@@ -381,8 +389,60 @@ func (p *pass) reclaim() string {
 		return ""
 	}
 	p.evicting = most.Token
-	p.do(evictBorrower{gpu: o.gpu, token: most.Token, borrowed: most.Borrowed(), owedFor: o.now.Sub(since)})
+	p.do(evictBorrower{gpu: o.gpu, token: most.Token, owner: owner, borrowed: most.Borrowed(), owedFor: o.now.Sub(since)})
 	return most.Token
+}
+
+// owedOwner is the first task of the table (in its order) whose owed wait is believed: a task
+// writes its own flags, and one that says it waits for its guarantee would otherwise have the
+// largest borrower stopped every second, with the GPU half empty and nothing of its own on it.
+// Its wait is believed where the enforcer's own readings bear it out as they would an honest
+// owner's: the task has a process on the GPU; one of its processes waits for an allocation
+// that fits within its guarantee beside what NVML shows the task hold (and a context per
+// process, the watchdog's allowance); borrowers hold memory that guarantees cover (lent); and
+// NVML shows the GPU's free memory, past its headroom, short of that allocation. "" where none
+// is believed.
+func (p *pass) owedOwner() string {
+	o := p.o
+	if !o.freeOK || o.snap.Budget == 0 {
+		return ""
+	}
+	for _, u := range o.snap.Tasks {
+		ps := p.byToken[u.Token]
+		if !u.Owed || u.Unheeded || len(ps) == 0 || !p.lentOut(u) {
+			continue
+		}
+		held, room := sum(ps), u.Cap+p.allowance*size.Bytes(len(ps))
+		for _, q := range o.snap.Procs {
+			// An ask past room is refused first, so the sums below cannot wrap.
+			if q.Token != u.Token || !q.Owed || q.Asking == 0 || q.Asking > room || held > room-q.Asking {
+				continue
+			}
+			// NVML's free memory counts the contexts and the driver's reserve against the
+			// owner, which the fence's budget leaves to the headroom: an honest owner the fence
+			// found short is always short here, and a liar gains at most what those took.
+			if o.free < q.Asking+o.headroom {
+				return u.Token
+			}
+		}
+	}
+	return ""
+}
+
+// lentOut says whether the GPU's guarantees, owner's whole and the others' or what they hold
+// past them, fill more than the budget: borrowers hold memory a guarantee covers, as they must
+// for owner's honest wait. Only then can a guarantee be short (the fence lets no borrower past
+// the rest of the budget); where guarantees are not lent that takes a budget that shrank under
+// borrowers. What a task's file says it holds is believed up to what NVML shows its processes
+// hold: a task with none on the GPU holds nothing there, whatever it wrote.
+func (p *pass) lentOut(owner fence.TaskUse) bool {
+	all := owner.Cap
+	for _, u := range p.o.snap.Tasks {
+		if u.Token != owner.Token {
+			all += max(min(u.Used, sum(p.byToken[u.Token])), u.Cap)
+		}
+	}
+	return all > p.o.snap.Budget
 }
 
 // check compares one task with its cap plus the per-process allowance plus what the fence lent

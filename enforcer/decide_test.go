@@ -68,6 +68,73 @@ func fenceUse(tok string, capBytes, limit, used size.Bytes) fence.TaskUse {
 	return fence.TaskUse{Token: tok, Cap: capBytes, Limit: limit, Used: used, Peak: used, Procs: 1}
 }
 
+// twoBorrowers is a GPU where B1 and B2 borrow past their 2 GiB guarantees, 4 and 8 GiB, each
+// with a process NVML shows holding what its file says.
+func twoBorrowers() observation {
+	return observation{mode: policy.ModeIsolated,
+		reservations: []ledger.Reservation{resv("B1", 2*gib, 70*gib), resv("B2", 2*gib, 70*gib)},
+		procs:        []seenProc{taskProc(101, "B1", 6*gib), taskProc(102, "B2", 10*gib)}, fenced: true,
+		snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("B1", 2*gib, 70*gib, 6*gib), fenceUse("B2", 2*gib, 70*gib, 10*gib)}}}
+}
+
+// owing adds to o an owner, O: a 40 GiB guarantee of which its process (100) holds 10 GiB as
+// NVML shows it, 9 GiB of them allocated, and whose other allocation of ask waits for borrowers
+// to give its guarantee back; NVML shows free on the GPU, whose headroom is 2 GiB, and the
+// budget is 1 GiB short of the guarantees and what borrowers hold past them (1 GiB of a
+// guarantee is lent).
+func owing(o observation, ask, free size.Bytes) observation {
+	o.snap.Budget = 40*gib - gib
+	for _, u := range o.snap.Tasks {
+		o.snap.Budget += max(u.Used, u.Cap)
+	}
+	o.reservations = append([]ledger.Reservation{resv("O", 40*gib, 0)}, o.reservations...)
+	o.procs = append([]seenProc{taskProc(100, "O", 10*gib)}, o.procs...)
+	o.snap.Tasks = append([]fence.TaskUse{{Token: "O", Cap: 40 * gib, Used: 9 * gib, Procs: 1, Waiting: true, Owed: true}}, o.snap.Tasks...)
+	o.snap.Procs = append(o.snap.Procs, fence.ProcUse{Token: "O", PID: 7, Used: 9 * gib, Waiting: true, Owed: true, Asking: ask})
+	o.free, o.freeOK, o.headroom = free, true, 2*gib
+	return o
+}
+
+// withoutProc is o without NVML's process pid.
+func withoutProc(o observation, pid int) observation {
+	o.procs = slices.DeleteFunc(slices.Clone(o.procs), func(p seenProc) bool { return p.PID == pid })
+	return o
+}
+
+// budget is o with a budget of b.
+func budget(o observation, b size.Bytes) observation {
+	o.snap.Budget = b
+	return o
+}
+
+// unread is o where NVML's free memory could not be read.
+func unread(o observation) observation {
+	o.free, o.freeOK = 0, false
+	return o
+}
+
+// claims is o where task tok's file says it uses used.
+func claims(o observation, tok string, used size.Bytes) observation {
+	o.snap.Tasks = slices.Clone(o.snap.Tasks)
+	for i := range o.snap.Tasks {
+		if o.snap.Tasks[i].Token == tok {
+			o.snap.Tasks[i].Used = used
+		}
+	}
+	return o
+}
+
+// unheeded is o where the fence no longer heeds task tok's waits.
+func unheeded(o observation, tok string) observation {
+	o.snap.Tasks = slices.Clone(o.snap.Tasks)
+	for i := range o.snap.Tasks {
+		if o.snap.Tasks[i].Token == tok {
+			o.snap.Tasks[i].Unheeded = true
+		}
+	}
+	return o
+}
+
 func TestDecide(t *testing.T) {
 	r := rules{allowance: 256 * size.MiB, stopGrace: 2 * time.Second}
 	stopping := r
@@ -134,9 +201,9 @@ func TestDecide(t *testing.T) {
 				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("A", 2*gib, 10*gib, 0)}}},
 		},
 		{name: "an owner starts to wait: no borrower is stopped yet", rules: r,
-			obs: observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("B", 2*gib, 70*gib)},
+			obs: owing(observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("B", 2*gib, 70*gib)},
 				procs: []seenProc{taskProc(101, "B", 10*gib)}, fenced: true,
-				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib, Owed: true, Waiting: true}, fenceUse("B", 2*gib, 70*gib, 10*gib)}}},
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("B", 2*gib, 70*gib, 10*gib)}}}, 20*gib, gib),
 			after: func(t *testing.T, m *memory) {
 				if !m.owedSince["G"].Equal(at0) {
 					t.Fatalf("owed since %v, want %v", m.owedSince["G"], at0)
@@ -144,12 +211,8 @@ func TestDecide(t *testing.T) {
 			}},
 		{name: "an owner waited past the grace: the largest borrower alone is stopped, by its guarantee", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs: observation{mode: policy.ModeIsolated,
-				reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("B1", 2*gib, 70*gib), resv("B2", 2*gib, 70*gib)},
-				procs:        []seenProc{taskProc(101, "B1", 6*gib), taskProc(102, "B2", 10*gib)}, fenced: true,
-				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib, Owed: true, Waiting: true},
-					fenceUse("B1", 2*gib, 70*gib, 6*gib), fenceUse("B2", 2*gib, 70*gib, 10*gib)}}},
-			want: []string{"evict B2 borrowed 8GiB", "event violation/crossed B2", "signal B2 [102] killed"},
+			obs:    owing(twoBorrowers(), 20*gib, gib),
+			want:   []string{"evict B2 borrowed 8GiB", "event violation/crossed B2", "signal B2 [102] killed"},
 			after: func(t *testing.T, m *memory) {
 				if tr := m.tracks["B2"]; tr == nil || !strings.Contains(tr.detail, "guarantee needed back") {
 					t.Fatalf("track %+v: want its detail to say an owner needed the memory back", tr)
@@ -160,11 +223,9 @@ func TestDecide(t *testing.T) {
 		// every pass, and the owner's guaranteed allocation ran out its wait and was refused.
 		{name: "an evicted borrower within its guarantee and allowance is still stopped", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs: observation{mode: policy.ModeIsolated,
-				reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("B", 2*gib, 70*gib)},
-				procs:        []seenProc{taskProc(102, "B", 2*gib+200*size.MiB)}, fenced: true,
-				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib, Owed: true, Waiting: true},
-					fenceUse("B", 2*gib, 70*gib, 2*gib+100*size.MiB)}}},
+			obs: owing(observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("B", 2*gib, 70*gib)},
+				procs: []seenProc{taskProc(102, "B", 2*gib+200*size.MiB)}, fenced: true,
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("B", 2*gib, 70*gib, 2*gib+100*size.MiB)}}}, 20*gib, gib),
 			want: []string{"evict B borrowed 100MiB", "event violation/crossed B", "signal B [102] killed"},
 		},
 		// A task writes its own accounting: one with no process on the GPU that claims to have
@@ -172,12 +233,62 @@ func TestDecide(t *testing.T) {
 		// watchdog from the borrower that did.
 		{name: "a borrower with no process on the GPU is not picked over one that has", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs: observation{mode: policy.ModeIsolated,
-				reservations: []ledger.Reservation{resv("O", 40*gib, 0), resv("L", 2*gib, 70*gib), resv("B", 2*gib, 70*gib)},
+			// What L says it holds, it holds nowhere: of the 40 + 2 + 10 GiB, B's borrowed 8 GiB
+			// are what is lent of a 51 GiB budget.
+			obs: budget(owing(observation{mode: policy.ModeIsolated,
+				reservations: []ledger.Reservation{resv("L", 2*gib, 70*gib), resv("B", 2*gib, 70*gib)},
 				procs:        []seenProc{taskProc(102, "B", 10*gib)}, fenced: true,
-				snap: fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 40 * gib, Owed: true, Waiting: true},
-					fenceUse("L", 2*gib, 70*gib, 60*gib), fenceUse("B", 2*gib, 70*gib, 10*gib)}}},
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("L", 2*gib, 70*gib, 60*gib), fenceUse("B", 2*gib, 70*gib, 10*gib)}}}, 20*gib, gib), 51*gib),
 			want: []string{"evict B borrowed 8GiB", "event violation/crossed B", "signal B [102] killed"},
+		},
+		// A task writes its own flags: one that says it waits for its guarantee is believed only
+		// where the enforcer's own readings would bear out an honest owner's wait. Before, each of
+		// these had the largest borrower killed a second after the flag went up, on every pass.
+		{name: "a false owed wait on a GPU with the memory it asks for free stops no borrower", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    owing(twoBorrowers(), 20*gib, 30*gib),
+			after: func(t *testing.T, m *memory) {
+				if since, ok := m.owedSince["G"]; ok {
+					t.Fatalf("owed since %v: want no owner's wait counted", since)
+				}
+			}},
+		{name: "free memory inside the headroom does not serve an owner: its wait is believed", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    owing(twoBorrowers(), 20*gib, 21*gib),
+			want:   []string{"evict B2 borrowed 8GiB", "event violation/crossed B2", "signal B2 [102] killed"},
+		},
+		// 40 + 6 + 10 GiB of guarantees and borrowed memory fit 56 GiB: nobody holds O's.
+		{name: "a false owed wait where borrowers hold no guaranteed memory stops no borrower", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    budget(owing(twoBorrowers(), 20*gib, 0), 56*gib),
+		},
+		{name: "a borrower's use is believed up to what NVML shows it hold", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    budget(claims(owing(twoBorrowers(), 20*gib, 0), "B1", 70*gib), 56*gib),
+		},
+		{name: "a false owed wait with no process on the GPU stops no borrower", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    withoutProc(owing(twoBorrowers(), 20*gib, 0), 100),
+		},
+		{name: "a false owed wait past its guarantee beside what NVML shows it hold stops no borrower", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    owing(twoBorrowers(), 31*gib, 0), // 31 + the 10 it holds > 40 and its context
+		},
+		{name: "an ask made to wrap the sum stops no borrower", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    owing(twoBorrowers(), ^size.Bytes(0)-5*gib, 0),
+		},
+		{name: "an owed flag that no waiting allocation asks under stops no borrower", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    owing(twoBorrowers(), 0, 0),
+		},
+		{name: "an owed wait is not believed while NVML's free memory is unread", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    unread(owing(twoBorrowers(), 20*gib, 0)),
+		},
+		{name: "an owed wait the fence no longer heeds stops no borrower", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    unheeded(owing(twoBorrowers(), 20*gib, 0), "O"),
 		},
 		{name: "an evicted borrower still there at the next pass is still stopped as evicted", rules: r,
 			before: func(m *memory) {
