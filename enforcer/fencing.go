@@ -187,6 +187,9 @@ type fences struct {
 	// seen is, by GPU and token, how many processes of each task the watchdog's last pass saw
 	// on the GPU (fence.Task.Seen): the fence counts their contexts, not what a task writes.
 	seen map[string]map[string]int
+	// claims is, by GPU and token, each task's waiting flag as the watchdog's passes saw it
+	// (heed): whether the fence still heeds it.
+	claims map[string]map[string]*claim
 }
 
 func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
@@ -230,7 +233,7 @@ func newFences(cfg FenceConfig, log hclog.Logger) (*fences, error) {
 		}
 	}
 	return &fences{cfg: cfg, lib: lib, log: log.Named("fence"), tables: map[string]*fence.Table{},
-		synced: map[string]string{}, seen: map[string]map[string]int{}}, nil
+		synced: map[string]string{}, seen: map[string]map[string]int{}, claims: map[string]map[string]*claim{}}, nil
 }
 
 // table opens a GPU's fence files. A control copy that cannot be read is moved aside (processes
@@ -329,8 +332,9 @@ func (f *fences) syncLocked(st ledger.GPUState, fresh func(string) (ledger.GPUSt
 			k = fence.Task{Token: r.Token, Cap: c, Limit: c, Stage: r.StagedFor}
 		}
 		k.Seen = f.seen[st.UUID][r.Token]
+		k.Unheeded = f.unheeded(st.UUID, r.Token)
 		tasks = append(tasks, k)
-		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d", r.Token, k.Cap, k.Limit, k.Stage, k.Seen)
+		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d/%t", r.Token, k.Cap, k.Limit, k.Stage, k.Seen, k.Unheeded)
 	}
 	if f.synced[st.UUID] == sig.String() {
 		return nil
@@ -409,6 +413,7 @@ func (f *fences) close() {
 	}
 	clear(f.synced)
 	clear(f.seen)
+	clear(f.claims)
 }
 
 // saw keeps how many processes of each task a pass saw on GPU uuid, for the next sync.
@@ -463,10 +468,10 @@ func (e *Enforcer) FenceUse(uuid string) (borrowed size.Bytes, waiting bool) {
 }
 
 // FenceWaiters are the tokens of GPU uuid's tasks one of whose allocations waits for memory
-// other tasks hold, and of its staged tasks one of whose allocations waits for their own grant:
-// gpufrac run stops a staged job that is all that stands between the first and the memory they
-// wait for, and under MPS only one of the second (it is blocked in its allocation, no kernel in
-// flight).
+// other tasks hold (while the fence heeds their waits), and of its staged tasks one of whose
+// allocations waits for their own grant: gpufrac run stops a staged job that is all that stands
+// between the first and the memory they wait for, and under MPS only one of the second (it is
+// blocked in its allocation, no kernel in flight).
 func (e *Enforcer) FenceWaiters(uuid string) (waiting, staged []string) {
 	if e.fence == nil {
 		return nil, nil
@@ -478,7 +483,7 @@ func (e *Enforcer) FenceWaiters(uuid string) (waiting, staged []string) {
 	for _, t := range s.Tasks {
 		switch {
 		case t.Token == "":
-		case t.Waiting:
+		case t.Waiting && !t.Unheeded:
 			waiting = append(waiting, t.Token)
 		case t.StageWaiting:
 			staged = append(staged, t.Token)
@@ -509,6 +514,16 @@ func (e *Enforcer) watchFence(st ledger.GPUState, tasks map[string][]seenProc) (
 	snap, ok := e.fence.look(st.UUID)
 	if !ok {
 		return snap, false
+	}
+	// A task's flag it stopped (or began again) to heed goes into the control copy at once, so
+	// the fence's rules, admission and this pass all count the same flags.
+	if e.fence.heed(st.UUID, snap, st.Reservations, e.now()) {
+		if err := e.fence.sync(st, e.cfg.Ledger.State); err != nil {
+			e.sayOnce(st.UUID, "fence", err)
+		}
+		if snap, ok = e.fence.view(st.UUID); !ok {
+			return snap, false
+		}
 	}
 	// Admission and the units a plugin advertises follow what borrowers hold through the ledger.
 	if err := e.cfg.Ledger.SetBorrowed(st.UUID, borrowedSeen(snap, tasks), snap.Waiting()); err != nil {

@@ -1,0 +1,112 @@
+package enforcer
+
+import (
+	"time"
+
+	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/ledger"
+)
+
+// A task's waiting and owed flags are its own to write (docs/enforcement.md, "Threat model"):
+// while one is up, no new guarantee is placed on its GPU, and while an owed one is up every
+// borrowing allocation there is refused. An honest wait ends within the fence's own bounds, so
+// a task's flag counts only for as long as one could last; past that the enforcer stops heeding
+// it (fence.Task.Unheeded), in the ledger, in admission and in the fence's rules alike.
+
+// claimMargin is what a task's flag may outlast the fence's bounds by before it stops counting:
+// the watchdog sees a flag only at its passes, a few of them apart at worst on a loaded node,
+// and an allocation that started waiting between two passes is seen from the second.
+const claimMargin = 30 * time.Second
+
+// claimBound is the longest an honest task's flag stays up at a stretch, margin included: one
+// allocation may wait out its grace (LendGrace), then for borrowable memory (BorrowWait) or
+// for borrowers to give its guarantee back (fence.OwedWait), and is refused at the end.
+func claimBound(c FenceConfig) time.Duration {
+	return c.LendGrace + max(c.BorrowWait, fence.OwedWait) + claimMargin
+}
+
+// claim is one task's flag as the watchdog's passes saw it.
+//
+// left is a budget of flagged time that drains while the flag is up and refills, to at most the
+// bound, as fast while it is down. Without it a task could drop its flag for a single pass just
+// before the bound and raise it again, starting a fresh bound each time, and hold the GPU for
+// all but a pass of every bound. With it no stretch of a task's flags counts for longer than the
+// bound, and over time they count for at most half the time; an honest task pays only where its
+// waits (one process's or several's) follow one another for longer than the bound, and then
+// only in that they hold nobody else up: the waits themselves go on in its processes.
+type claim struct {
+	at       time.Time     // the pass that last looked
+	up       bool          // the flag was up at that pass
+	left     time.Duration // how much longer the flag may count
+	unheeded bool          // left ran out while the flag was up: not heeded until it is down
+	warned   bool          // the warning was logged for this task
+}
+
+// heed carries the flags of GPU uuid's tasks (snap, as the fence read it) to now and says
+// whether the set of tasks whose flags are not heeded changed: the control copy must then be
+// written again. res names the tasks for the log.
+func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation, now time.Time) bool {
+	bound := claimBound(f.cfg)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	claims := f.claims[uuid]
+	if claims == nil {
+		claims = map[string]*claim{}
+		f.claims[uuid] = claims
+	}
+	seen := map[string]bool{}
+	changed := false
+	for _, u := range snap.Tasks {
+		if u.Token == "" {
+			continue
+		}
+		seen[u.Token] = true
+		c := claims[u.Token]
+		if c == nil {
+			c = &claim{at: now, left: bound}
+			claims[u.Token] = c
+		}
+		if d := max(now.Sub(c.at), 0); c.up {
+			c.left = max(c.left-d, 0) // time flagged but no longer heeded is not owed back
+		} else {
+			c.left = min(c.left+d, bound)
+		}
+		c.at, c.up = now, u.Waiting
+		was := c.unheeded
+		c.unheeded = u.Waiting && (c.unheeded || c.left <= 0)
+		if c.unheeded == was {
+			continue
+		}
+		changed = true
+		if !c.unheeded {
+			f.log.Debug("a task's waits count again: its flag is down", "gpu", uuid, "token", ledger.RedactToken(u.Token))
+			continue
+		}
+		task := ""
+		for _, r := range res {
+			if r.Token == u.Token {
+				task = r.Task.String()
+			}
+		}
+		if c.warned {
+			f.log.Debug("a task's waits no longer count: its flags outlasted the bound again", "gpu", uuid,
+				"token", ledger.RedactToken(u.Token), "task", task)
+			continue
+		}
+		c.warned = true
+		f.log.Warn("a task says it waits for longer than any honest wait lasts: its waits no longer hold up new guarantees or borrowers on the GPU until it stops",
+			"gpu", uuid, "token", ledger.RedactToken(u.Token), "task", task, "owed", u.Owed, "bound", bound.String())
+	}
+	for tok := range claims {
+		if !seen[tok] {
+			delete(claims, tok) // its reservation ended, and its slot in the control copy with it
+		}
+	}
+	return changed
+}
+
+// unheeded says whether GPU uuid's task token's flags are not heeded now. Called with f.mu held.
+func (f *fences) unheeded(uuid, token string) bool {
+	c := f.claims[uuid][token]
+	return c != nil && c.unheeded
+}
