@@ -71,12 +71,6 @@ type observation struct {
 	// the GPU was read, so what a borrower held is known on both sides of the reading.
 	fenced    bool
 	pre, snap fence.Snapshot
-	// free is the GPU's free memory as NVML reports it (freeOK: it was read; only a pass whose
-	// table says an owner waits reads it), and headroom what the GPU keeps past its budget for
-	// the contexts: whether an owner that waits really lacks what it asks for.
-	free     size.Bytes
-	freeOK   bool
-	headroom size.Bytes
 }
 
 // memory is what the watchdog carries from one pass to the next, over every GPU. Only the
@@ -395,21 +389,27 @@ func (p *pass) reclaim() string {
 
 // owedOwner is the first task of the table (in its order) whose owed wait is believed: a task
 // writes its own flags, and one that says it waits for its guarantee would otherwise have the
-// largest borrower stopped every second, with the GPU half empty and nothing of its own on it.
-// Its wait is believed where the enforcer's own readings bear it out as they would an honest
-// owner's: the task has a process on the GPU; one of its processes waits for an allocation
-// that fits within its guarantee beside what NVML shows the task hold (and a context per
-// process, the watchdog's allowance); borrowers hold memory that guarantees cover (lent); and
-// NVML shows the GPU's free memory, past its headroom, short of that allocation. "" where none
-// is believed.
+// largest borrower stopped every second, with nothing of its own on the GPU. Its wait is
+// believed where the fence's own rule for an allocation within a guarantee (judge, charge.c)
+// finds it owed on what the enforcer can check: the task has a process on the GPU; one of its
+// processes waits for an allocation that fits within its guarantee beside what NVML shows the
+// task hold (and a context per process, the watchdog's allowance); and that allocation, with
+// what the task holds (what NVML shows, or its file's use up to its guarantee where that is
+// more: the fence counted that) and its keep, its whole guarantee at most, does not fit the
+// budget beside what the other tasks take (short). A task that says so gets no more than an
+// honest one with its guarantee, holding as much, gets by asking as much. The rule is the
+// fence's, not whether NVML shows the allocation's bytes free: the fence finds an owner owed its
+// whole guarantee where none is lent, and its ask and keep where they are, and an owner it finds
+// owed that no pass believed waited out its owed wait and was refused inside its guarantee.
+// "" where none is believed.
 func (p *pass) owedOwner() string {
 	o := p.o
-	if !o.freeOK || o.snap.Budget == 0 {
+	if o.snap.Budget == 0 {
 		return ""
 	}
 	for _, u := range o.snap.Tasks {
 		ps := p.byToken[u.Token]
-		if !u.Owed || u.Unheeded || len(ps) == 0 || !p.lentOut(u) {
+		if !u.Owed || u.Unheeded || len(ps) == 0 {
 			continue
 		}
 		held, room := sum(ps), u.Cap+p.allowance*size.Bytes(len(ps))
@@ -418,10 +418,7 @@ func (p *pass) owedOwner() string {
 			if q.Token != u.Token || !q.Owed || q.Asking == 0 || q.Asking > room || held > room-q.Asking {
 				continue
 			}
-			// NVML's free memory counts the contexts and the driver's reserve against the
-			// owner, which the fence's budget leaves to the headroom: an honest owner the fence
-			// found short is always short here, and a liar gains at most what those took.
-			if o.free < q.Asking+o.headroom {
+			if p.short(u, max(held, min(u.Used, u.Cap))+q.Asking) {
 				return u.Token
 			}
 		}
@@ -429,18 +426,22 @@ func (p *pass) owedOwner() string {
 	return ""
 }
 
-// lentOut says whether the GPU's guarantees, owner's whole and the others' or what they hold
-// past them, fill more than the budget: borrowers hold memory a guarantee covers, as they must
-// for owner's honest wait. Only then can a guarantee be short (the fence lets no borrower past
-// the rest of the budget); where guarantees are not lent that takes a budget that shrank under
-// borrowers. What a task's file says it holds is believed up to what NVML shows its processes
-// hold: a task with none on the GPU holds nothing there, whatever it wrote.
-func (p *pass) lentOut(owner fence.TaskUse) bool {
-	all := owner.Cap
+// short says whether owner, reaching want, is owed by the fence's rule: the other tasks, each
+// taking its use and its keep at most (its guarantee or its use, whichever is more, where its
+// keep is all of it), and owner's want and keep, at most its guarantee, fill more than the
+// budget. A task's use is what its file says, believed up to its limit (as the fence does) and
+// past its guarantee only up to what NVML shows its processes hold: a task with none on the GPU
+// borrows nothing there, whatever it wrote. What an honest owner's process summed when the
+// fence made it wait is no more: NVML shows a borrower at least what the fence counts of it, and
+// borrowers take nothing more while an owner waits.
+func (p *pass) short(owner fence.TaskUse, want size.Bytes) bool {
+	all := min(want+min(owner.Keep, owner.Cap), owner.Cap)
 	for _, u := range p.o.snap.Tasks {
-		if u.Token != owner.Token {
-			all += max(min(u.Used, sum(p.byToken[u.Token])), u.Cap)
+		if u.Token == owner.Token {
+			continue
 		}
+		used := min(u.Used, max(u.Limit, u.Cap), max(sum(p.byToken[u.Token]), u.Cap))
+		all += min(max(used, u.Cap), used+min(u.Keep, u.Cap))
 	}
 	return all > p.o.snap.Budget
 }

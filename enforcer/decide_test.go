@@ -77,21 +77,72 @@ func twoBorrowers() observation {
 		snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("B1", 2*gib, 70*gib, 6*gib), fenceUse("B2", 2*gib, 70*gib, 10*gib)}}}
 }
 
-// owing adds to o an owner, O: a 40 GiB guarantee of which its process (100) holds 10 GiB as
-// NVML shows it, 9 GiB of them allocated, and whose other allocation of ask waits for borrowers
-// to give its guarantee back; NVML shows free on the GPU, whose headroom is 2 GiB, and the
-// budget is 1 GiB short of the guarantees and what borrowers hold past them (1 GiB of a
-// guarantee is lent).
-func owing(o observation, ask, free size.Bytes) observation {
+// owing adds to o an owner, O: a 40 GiB guarantee, not lent (its keep is all of it), of which
+// its process (100) holds 10 GiB as NVML shows it, 9 GiB of them allocated, and whose other
+// allocation of ask waits for borrowers to give its guarantee back; the budget is 1 GiB short of
+// the guarantees and what borrowers hold past them (1 GiB of a guarantee is lent: the budget
+// shrank under the borrowers).
+func owing(o observation, ask size.Bytes) observation {
 	o.snap.Budget = 40*gib - gib
 	for _, u := range o.snap.Tasks {
 		o.snap.Budget += max(u.Used, u.Cap)
 	}
 	o.reservations = append([]ledger.Reservation{resv("O", 40*gib, 0)}, o.reservations...)
 	o.procs = append([]seenProc{taskProc(100, "O", 10*gib)}, o.procs...)
-	o.snap.Tasks = append([]fence.TaskUse{{Token: "O", Cap: 40 * gib, Used: 9 * gib, Procs: 1, Waiting: true, Owed: true}}, o.snap.Tasks...)
+	o.snap.Tasks = append([]fence.TaskUse{{Token: "O", Cap: 40 * gib, Keep: 40 * gib, Used: 9 * gib, Procs: 1, Waiting: true, Owed: true}},
+		o.snap.Tasks...)
 	o.snap.Procs = append(o.snap.Procs, fence.ProcUse{Token: "O", PID: 7, Used: 9 * gib, Waiting: true, Owed: true, Asking: ask})
-	o.free, o.freeOK, o.headroom = free, true, 2*gib
+	return o
+}
+
+// smallOwners is a GPU where guarantees are lent (each keeps 768 MiB from borrowers) and every
+// process's CUDA context shows 256 MiB in NVML past what the fence counts, the driver's reserve
+// as much: B has borrowed 8 GiB past its 2 GiB guarantee; T1 to T4 hold 3 GiB of their 4; O holds
+// 2 GiB of its 10 and waits for 512 MiB more. The fence counts each of them at most its use and
+// its keep: 10 + 4 x 3.75 GiB beside O's 2 + 0.5 + 0.75 pass the 28 GiB budget by 256 MiB, so
+// the fence finds O owed. NVML would show 25.75 GiB of the 30 in use: 4.25 GiB free, more than
+// O asks past a 2 GiB headroom, as the keeps the fence counts are more than the contexts take.
+func smallOwners() observation {
+	o := observation{mode: policy.ModeIsolated, fenced: true, reservations: []ledger.Reservation{resv("O", 10*gib, 0), resv("B", 2*gib, 70*gib)},
+		procs: []seenProc{taskProc(100, "O", 2*gib+256*size.MiB), taskProc(102, "B", 10*gib+256*size.MiB)},
+		snap: fence.Snapshot{Budget: 28 * gib, Tasks: []fence.TaskUse{
+			{Token: "O", Cap: 10 * gib, Keep: 768 * size.MiB, Used: 2 * gib, Procs: 1, Armed: true, Waiting: true, Owed: true},
+			{Token: "B", Cap: 2 * gib, Limit: 70 * gib, Keep: 768 * size.MiB, Used: 10 * gib, Procs: 1, Armed: true}},
+			Procs: []fence.ProcUse{{Token: "O", PID: 7, Used: 2 * gib, Waiting: true, Owed: true, Asking: 512 * size.MiB}}},
+	}
+	for i, tok := range []string{"T1", "T2", "T3", "T4"} {
+		o.reservations = append(o.reservations, resv(tok, 4*gib, 0))
+		o.procs = append(o.procs, taskProc(110+i, tok, 3*gib+256*size.MiB))
+		o.snap.Tasks = append(o.snap.Tasks, fence.TaskUse{Token: tok, Cap: 4 * gib, Keep: 768 * size.MiB, Used: 3 * gib, Procs: 1, Armed: true})
+	}
+	return o
+}
+
+// lentElsewhere is a GPU where guarantees are lent (each keeps 768 MiB from borrowers): B has
+// borrowed 15 GiB of X's guarantee, which X (16 GiB) has not begun to use; L, armed, holds 512
+// MiB of its 10 GiB (768 MiB as NVML shows it) and says it waits for 9 GiB more. Of the 28 GiB
+// budget, B's 17 and X's keep leave L its whole guarantee: an honest L asking as much would be
+// served at once. NVML's free memory, less a 2 GiB headroom and the contexts and the driver's
+// reserve, may well be short of the 9 GiB all the same: a rule that asked only that believed L.
+func lentElsewhere() observation {
+	return observation{mode: policy.ModeIsolated, fenced: true,
+		reservations: []ledger.Reservation{resv("L", 10*gib, 0), resv("X", 16*gib, 0), resv("B", 2*gib, 70*gib)},
+		procs:        []seenProc{taskProc(100, "L", 768*size.MiB), taskProc(101, "X", 256*size.MiB), taskProc(102, "B", 17*gib)},
+		snap: fence.Snapshot{Budget: 28 * gib, Tasks: []fence.TaskUse{
+			{Token: "L", Cap: 10 * gib, Keep: 768 * size.MiB, Used: 512 * size.MiB, Procs: 1, Armed: true, Waiting: true, Owed: true},
+			{Token: "X", Cap: 16 * gib, Keep: 768 * size.MiB, Procs: 1},
+			{Token: "B", Cap: 2 * gib, Limit: 70 * gib, Keep: 768 * size.MiB, Used: 17 * gib, Procs: 1, Armed: true}},
+			Procs: []fence.ProcUse{{Token: "L", PID: 7, Used: 512 * size.MiB, Waiting: true, Owed: true, Asking: 9 * gib}}}}
+}
+
+// seeing is o where NVML shows process pid holding b.
+func seeing(o observation, pid int, b size.Bytes) observation {
+	o.procs = slices.Clone(o.procs)
+	for i := range o.procs {
+		if o.procs[i].PID == pid {
+			o.procs[i].Bytes = b
+		}
+	}
 	return o
 }
 
@@ -104,12 +155,6 @@ func withoutProc(o observation, pid int) observation {
 // budget is o with a budget of b.
 func budget(o observation, b size.Bytes) observation {
 	o.snap.Budget = b
-	return o
-}
-
-// unread is o where NVML's free memory could not be read.
-func unread(o observation) observation {
-	o.free, o.freeOK = 0, false
 	return o
 }
 
@@ -203,7 +248,7 @@ func TestDecide(t *testing.T) {
 		{name: "an owner starts to wait: no borrower is stopped yet", rules: r,
 			obs: owing(observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("B", 2*gib, 70*gib)},
 				procs: []seenProc{taskProc(101, "B", 10*gib)}, fenced: true,
-				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("B", 2*gib, 70*gib, 10*gib)}}}, 20*gib, gib),
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("B", 2*gib, 70*gib, 10*gib)}}}, 20*gib),
 			after: func(t *testing.T, m *memory) {
 				if !m.owedSince["G"].Equal(at0) {
 					t.Fatalf("owed since %v, want %v", m.owedSince["G"], at0)
@@ -211,7 +256,7 @@ func TestDecide(t *testing.T) {
 			}},
 		{name: "an owner waited past the grace: the largest borrower alone is stopped, by its guarantee", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    owing(twoBorrowers(), 20*gib, gib),
+			obs:    owing(twoBorrowers(), 20*gib),
 			want:   []string{"evict B2 borrowed 8GiB", "event violation/crossed B2", "signal B2 [102] killed"},
 			after: func(t *testing.T, m *memory) {
 				if tr := m.tracks["B2"]; tr == nil || !strings.Contains(tr.detail, "guarantee needed back") {
@@ -225,7 +270,7 @@ func TestDecide(t *testing.T) {
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
 			obs: owing(observation{mode: policy.ModeIsolated, reservations: []ledger.Reservation{resv("B", 2*gib, 70*gib)},
 				procs: []seenProc{taskProc(102, "B", 2*gib+200*size.MiB)}, fenced: true,
-				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("B", 2*gib, 70*gib, 2*gib+100*size.MiB)}}}, 20*gib, gib),
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("B", 2*gib, 70*gib, 2*gib+100*size.MiB)}}}, 20*gib),
 			want: []string{"evict B borrowed 100MiB", "event violation/crossed B", "signal B [102] killed"},
 		},
 		// A task writes its own accounting: one with no process on the GPU that claims to have
@@ -238,57 +283,66 @@ func TestDecide(t *testing.T) {
 			obs: budget(owing(observation{mode: policy.ModeIsolated,
 				reservations: []ledger.Reservation{resv("L", 2*gib, 70*gib), resv("B", 2*gib, 70*gib)},
 				procs:        []seenProc{taskProc(102, "B", 10*gib)}, fenced: true,
-				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("L", 2*gib, 70*gib, 60*gib), fenceUse("B", 2*gib, 70*gib, 10*gib)}}}, 20*gib, gib), 51*gib),
+				snap: fence.Snapshot{Tasks: []fence.TaskUse{fenceUse("L", 2*gib, 70*gib, 60*gib), fenceUse("B", 2*gib, 70*gib, 10*gib)}}}, 20*gib), 51*gib),
 			want: []string{"evict B borrowed 8GiB", "event violation/crossed B", "signal B [102] killed"},
+		},
+		// The fence finds an owner owed by its own rule (the whole guarantee where none is lent;
+		// what it asks and its keep where they are), not by the memory its allocation alone needs:
+		// the watchdog believes the wait where that rule, on what it can check, says so. Before,
+		// it asked NVML's free memory to be short of the allocation: these owners were believed
+		// by no pass, and were refused inside their guarantees once their owed wait ran out.
+		{name: "an owner owed its whole guarantee where the budget shrank has a borrower stopped, though its allocation would fit", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    owing(twoBorrowers(), gib),
+			want:   []string{"evict B2 borrowed 8GiB", "event violation/crossed B2", "signal B2 [102] killed"},
+		},
+		{name: "an owner owed its ask and keep beside lent guarantees has a borrower stopped, though its allocation would fit", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    smallOwners(),
+			want:   []string{"evict B borrowed 8GiB", "event violation/crossed B", "signal B [102] killed"},
+		},
+		// The fence counted the 2 GiB O's file says it uses, whatever NVML shows of it (here a
+		// process of O's that NVML shows under no task, its context all that is seen of O).
+		{name: "an owner's use is what its file says where NVML shows less of it", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    seeing(smallOwners(), 100, 256*size.MiB),
+			want:   []string{"evict B borrowed 8GiB", "event violation/crossed B", "signal B [102] killed"},
 		},
 		// A task writes its own flags: one that says it waits for its guarantee is believed only
 		// where the enforcer's own readings would bear out an honest owner's wait. Before, each of
 		// these had the largest borrower killed a second after the flag went up, on every pass.
-		{name: "a false owed wait on a GPU with the memory it asks for free stops no borrower", rules: r,
+		{name: "a false owed wait with its own guarantee free beside a lent one stops no borrower", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    owing(twoBorrowers(), 20*gib, 30*gib),
-			after: func(t *testing.T, m *memory) {
-				if since, ok := m.owedSince["G"]; ok {
-					t.Fatalf("owed since %v: want no owner's wait counted", since)
-				}
-			}},
-		{name: "free memory inside the headroom does not serve an owner: its wait is believed", rules: r,
-			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    owing(twoBorrowers(), 20*gib, 21*gib),
-			want:   []string{"evict B2 borrowed 8GiB", "event violation/crossed B2", "signal B2 [102] killed"},
+			obs:    lentElsewhere(),
 		},
 		// 40 + 6 + 10 GiB of guarantees and borrowed memory fit 56 GiB: nobody holds O's.
 		{name: "a false owed wait where borrowers hold no guaranteed memory stops no borrower", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    budget(owing(twoBorrowers(), 20*gib, 0), 56*gib),
+			obs:    budget(owing(twoBorrowers(), 20*gib), 56*gib),
 		},
 		{name: "a borrower's use is believed up to what NVML shows it hold", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    budget(claims(owing(twoBorrowers(), 20*gib, 0), "B1", 70*gib), 56*gib),
+			obs:    budget(claims(owing(twoBorrowers(), 20*gib), "B1", 70*gib), 56*gib),
 		},
 		{name: "a false owed wait with no process on the GPU stops no borrower", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    withoutProc(owing(twoBorrowers(), 20*gib, 0), 100),
+			obs:    withoutProc(owing(twoBorrowers(), 20*gib), 100),
 		},
 		{name: "a false owed wait past its guarantee beside what NVML shows it hold stops no borrower", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    owing(twoBorrowers(), 31*gib, 0), // 31 + the 10 it holds > 40 and its context
+			obs:    owing(twoBorrowers(), 31*gib), // 31 + the 10 it holds > 40 and its context
 		},
 		{name: "an ask made to wrap the sum stops no borrower", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    owing(twoBorrowers(), ^size.Bytes(0)-5*gib, 0),
+			obs:    owing(twoBorrowers(), ^size.Bytes(0)-5*gib),
 		},
 		{name: "an owed flag that no waiting allocation asks under stops no borrower", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    owing(twoBorrowers(), 0, 0),
-		},
-		{name: "an owed wait is not believed while NVML's free memory is unread", rules: r,
-			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    unread(owing(twoBorrowers(), 20*gib, 0)),
+			obs:    owing(twoBorrowers(), 0),
 		},
 		{name: "an owed wait the fence no longer heeds stops no borrower", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
-			obs:    unheeded(owing(twoBorrowers(), 20*gib, 0), "O"),
+			obs:    unheeded(owing(twoBorrowers(), 20*gib), "O"),
 		},
 		{name: "an evicted borrower still there at the next pass is still stopped as evicted", rules: r,
 			before: func(m *memory) {

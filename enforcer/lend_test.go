@@ -111,3 +111,47 @@ func TestBorrowerThatEndsWithinTheGraceKeepsItsRun(t *testing.T) {
 		t.Fatalf("a violation was recorded: %+v", v)
 	}
 }
+
+// Without lending, where memory of a process without a reservation shrank the budget under a
+// borrower, an owner's guarantee no longer fits beside what the borrower holds: the fence makes
+// its next allocation wait (owed), however small, and the watchdog stops the borrower, though
+// NVML shows that allocation would fit. The owner finishes with its own result. Before, the
+// watchdog believed the owner's wait only where NVML's free memory was short of the allocation:
+// no pass stopped the borrower, and the owner's allocation, within its guarantee, waited for as
+// long as the borrower ran (the fence refuses it after its owed wait, 120 s).
+func TestOwnerOwedWhereTheBudgetShrankHasTheBorrowerStopped(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) {
+		// The allowance covers the simulated context (500 MiB), which the fence does not count.
+		c.Fence, c.Allowance = FenceConfig{Dir: dir, BorrowWait: time.Minute}, 640*size.MiB
+	})
+	r.start()
+	borrower, owner, st := borrowerBesideOwner(r)
+	b := r.run(borrower, "borrower", "--peak", "30GiB", "--ramp", "200ms", "--hold", "30s")
+	testutil.Eventually(t, waitLong, "the borrower holding 30 GiB", func() bool {
+		tu, ok := snapTask(r, borrower.Token)
+		return ok && tu.Used >= 29*size.GiB
+	})
+	rogue := r.run(ledger.Reservation{}, "rogue", "--peak", "20GiB", "--ramp", "100ms", "--hold", "1m")
+	defer rogue.cmd.Process.Kill()
+	// 20 GiB less: the owner's 40 beside the borrower's 29.5 no longer fit.
+	testutil.Eventually(t, waitLong, "the budget shrunk under the borrower", func() bool {
+		s, ok := r.enf.fence.view(r.uuid)
+		return ok && s.Budget <= st.BudgetBytes-19*size.GiB
+	})
+	o := r.run(owner, "owner", "--peak", "5GiB", "--ramp", "200ms", "--hold", "100ms", "--seed", "5")
+	testutil.Eventually(t, waitLong, "the owner owed", func() bool {
+		tu, ok := snapTask(r, owner.Token)
+		return ok && tu.OwedWaits > 0
+	})
+	if code := b.wait(t); code == 0 || b.killedBy() != syscall.SIGKILL {
+		t.Fatalf("borrower: exit %d, signal %v; want stopped by SIGKILL; output:\n%s", code, b.killedBy(), b.out.String())
+	}
+	if v := r.violation(borrower.Token); v.Action != ActionSIGKILL || !v.Reclaimed {
+		t.Fatalf("the borrower's violation: %+v", v)
+	}
+	o.checkResult(t, 5)
+	if s := r.sent(o.cmd.Process.Pid); len(s) != 0 {
+		t.Fatalf("the owner was sent %v", s)
+	}
+}

@@ -47,16 +47,6 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	byTok := byToken(o.procs)
 	e.followers.see(e.publish(o, byTok))
 	o.snap, o.fenced = e.watchFence(st, byTok)
-	o.headroom = st.HeadroomBytes
-	if o.fenced && o.snap.Owed() {
-		// Only an owner's wait needs it: whether the GPU really lacks what the owner asks for.
-		// Unread, no wait is believed this pass (decide's reclaim).
-		if used, err := e.cfg.Backend.MemoryUsed(ctx, uuid); err == nil {
-			o.free, o.freeOK = max(st.TotalBytes, used)-used, true
-		} else {
-			e.sayOnce(uuid, "memory", err)
-		}
-	}
 	r := rules{allowance: e.cfg.Allowance, stopGrace: e.cfg.StopGrace,
 		stopUnmanaged: e.cfg.Ledger.Policy().Unmanaged == policy.UnmanagedStop}
 	for _, a := range decide(r, e.mem, o) {
