@@ -409,7 +409,7 @@ func (p *pass) owedOwner() string {
 	}
 	for _, u := range o.snap.Tasks {
 		ps := p.byToken[u.Token]
-		if !u.Owed || u.Unheeded || len(ps) == 0 {
+		if !u.HeededOwed() || len(ps) == 0 {
 			continue
 		}
 		held, room := sum(ps), u.Cap+p.allowance*size.Bytes(len(ps))

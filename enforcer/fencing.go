@@ -483,7 +483,7 @@ func (e *Enforcer) FenceWaiters(uuid string) (waiting, staged []string) {
 	for _, t := range s.Tasks {
 		switch {
 		case t.Token == "":
-		case t.Waiting && !t.Unheeded:
+		case t.HeededWait():
 			waiting = append(waiting, t.Token)
 		case t.StageWaiting:
 			staged = append(staged, t.Token)

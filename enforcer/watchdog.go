@@ -186,15 +186,11 @@ func (e *Enforcer) scanTokens() {
 			delete(e.mem.unmanaged, k)
 		}
 	}
-	tasks := make(map[string]ledger.Task, len(scan.Carriers))
 	for tok, ids := range scan.Carriers {
 		var t ledger.Task
 		for _, id := range ids {
 			fillTask(&t, id.Task)
 		}
-		tasks[tok] = t
-	}
-	for tok, t := range tasks {
 		if err := e.cfg.Ledger.Seen(tok, t); err != nil && !errors.Is(err, ledger.ErrNoReservation) {
 			e.log.Warn("cannot mark reservation seen", "token", ledger.RedactToken(tok), "error", err)
 		}

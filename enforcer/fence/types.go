@@ -216,12 +216,19 @@ func (s Snapshot) Borrowed() size.Bytes {
 	return b + max(contexts+s.Context, s.Spare) - s.Spare
 }
 
+// HeededWait says whether the task waits and the enforcer still heeds its waits: a task writes
+// its own flags, and one the enforcer stopped heeding holds nobody up.
+func (t TaskUse) HeededWait() bool { return t.Waiting && !t.Unheeded }
+
+// HeededOwed is HeededWait for an owner's wait for its guarantee.
+func (t TaskUse) HeededOwed() bool { return t.Owed && !t.Unheeded }
+
 // Waiting says whether an allocation waits for borrowable memory: no new guarantee is placed
 // on the GPU until it is served or gives up. The waits of a task the enforcer no longer heeds
 // do not count: the fence counts them for nothing either.
 func (s Snapshot) Waiting() bool {
 	for _, t := range s.Tasks {
-		if t.Waiting && !t.Unheeded {
+		if t.HeededWait() {
 			return true
 		}
 	}
@@ -232,7 +239,7 @@ func (s Snapshot) Waiting() bool {
 // A task the enforcer no longer heeds is left out, as in Waiting.
 func (s Snapshot) Owed() bool {
 	for _, t := range s.Tasks {
-		if t.Owed && !t.Unheeded {
+		if t.HeededOwed() {
 			return true
 		}
 	}
