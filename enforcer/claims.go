@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/size"
 )
 
 // A task's waiting and owed flags are its own to write (docs/enforcement.md, "Threat model"):
@@ -40,12 +41,14 @@ type claim struct {
 	left     time.Duration // how much longer the flag may count
 	unheeded bool          // left ran out while the flag was up: not heeded until it is down
 	warned   bool          // the warning was logged for this task
+	sealed   bool          // the task is known armed (sealedBy): its guarantee is lent no more
 }
 
-// heed carries the flags of GPU uuid's tasks (snap, as the fence read it) to now and says
-// whether the set of tasks whose flags are not heeded changed: the control copy must then be
-// written again. res names the tasks for the log.
-func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation, now time.Time) bool {
+// heed carries the flags of GPU uuid's tasks (snap, as the fence read it) to now, seals the
+// tasks it now knows armed (procs: the pass's processes by token, sealedBy), and says whether
+// the set of tasks whose flags are not heeded, or that are sealed, changed: the control copy
+// must then be written again. res names the tasks for the log.
+func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation, procs map[string][]seenProc, now time.Time) bool {
 	bound := claimBound(f.cfg)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -72,6 +75,10 @@ func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation
 			c.left = min(c.left+d, bound)
 		}
 		c.at, c.up = now, u.Waiting
+		if why := sealedBy(u, procs[u.Token], f.cfg.Context); why != "" && !c.sealed {
+			c.sealed, changed = true, true
+			f.log.Debug("a task's guarantee is lent no more", "gpu", uuid, "token", ledger.RedactToken(u.Token), "why", why)
+		}
 		was := c.unheeded
 		c.unheeded = u.Waiting && (c.unheeded || c.left <= 0)
 		if c.unheeded == was {
@@ -103,6 +110,48 @@ func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation
 		}
 	}
 	return changed
+}
+
+// Whether a task is armed (past its start-up, so borrowers may no longer use its guarantee) is
+// its own file's word, and a task that never said so would have its guarantee lent again and
+// again, each time claiming it back by having the largest borrower stopped (reclaim). An honest
+// task lends it once, in its start-up: the fence arms it at its first allocation past its keep
+// and never disarms it but within that one charge. So the enforcer seals a task (fence.Task.Sealed)
+// once it knows it armed, for as long as its reservation lasts. Only from what it saw itself:
+// under gpufrac run a task can write the control copy, and a seal read back from there could be
+// a tenant's (Verify writes back what the enforcer set). An enforcer started again learns the
+// seals again, as it learns the claims.
+
+// sealedBy says why the pass knows task u armed, or "": its file said so where it was read
+// whole (a charge may arm it for a moment, under the lock, and take that back), or NVML shows
+// its processes (ps) hold past its keep and a context of ctx each, which an honest task holds
+// only armed. Where nothing of its guarantee is lent there is nothing to seal.
+func sealedBy(u fence.TaskUse, ps []seenProc, ctx size.Bytes) string {
+	switch {
+	case u.Keep >= u.Cap:
+		return ""
+	case u.Armed && !u.Unlocked:
+		return "its accounting says it armed"
+	case sum(ps) > u.Keep+ctx*size.Bytes(len(ps)):
+		return "NVML shows it hold past its keep"
+	}
+	return ""
+}
+
+// seal marks GPU uuid's task token sealed: a borrower was stopped for its owed wait, which an
+// honest task waits armed. The next write of the control copy carries it.
+func (f *fences) seal(uuid, token string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.claims[uuid][token]; c != nil {
+		c.sealed = true
+	}
+}
+
+// sealed says whether GPU uuid's task token is sealed. Called with f.mu held.
+func (f *fences) sealed(uuid, token string) bool {
+	c := f.claims[uuid][token]
+	return c != nil && c.sealed
 }
 
 // unheeded says whether GPU uuid's task token's flags are not heeded now. Called with f.mu held.

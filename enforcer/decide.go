@@ -428,8 +428,9 @@ func (p *pass) owedOwner() string {
 
 // short says whether owner, reaching want, is owed by the fence's rule: the other tasks, each
 // taking its use and its keep at most (its guarantee or its use, whichever is more, where its
-// keep is all of it), and owner's want and keep, at most its guarantee, fill more than the
-// budget. A task's use is what its file says, believed up to its limit (as the fence does) and
+// keep is all of it or the enforcer sealed it), and owner's want and keep, at most its
+// guarantee, fill more than the budget. A task's own word that it is armed counts for nothing
+// here: it would make every owner beside it look short. A task's use is what its file says, believed up to its limit (as the fence does) and
 // past its guarantee only up to what NVML shows its processes hold: a task with none on the GPU
 // borrows nothing there, whatever it wrote. What an honest owner's process summed when the
 // fence made it wait is no more: NVML shows a borrower at least what the fence counts of it, and
@@ -441,6 +442,10 @@ func (p *pass) short(owner fence.TaskUse, want size.Bytes) bool {
 			continue
 		}
 		used := min(u.Used, max(u.Limit, u.Cap), max(sum(p.byToken[u.Token]), u.Cap))
+		if u.Sealed {
+			all += max(used, u.Cap) // the fence reads it armed: none of its guarantee is lent
+			continue
+		}
 		all += min(max(used, u.Cap), used+min(u.Keep, u.Cap))
 	}
 	return all > p.o.snap.Budget

@@ -135,6 +135,17 @@ func lentElsewhere() observation {
 			Procs: []fence.ProcUse{{Token: "L", PID: 7, Used: 512 * size.MiB, Waiting: true, Owed: true, Asking: 9 * gib}}}}
 }
 
+// sealed is o where the enforcer sealed task tok (fence.Task.Sealed).
+func sealed(o observation, tok string) observation {
+	o.snap.Tasks = slices.Clone(o.snap.Tasks)
+	for i := range o.snap.Tasks {
+		if o.snap.Tasks[i].Token == tok {
+			o.snap.Tasks[i].Sealed = true
+		}
+	}
+	return o
+}
+
 // seeing is o where NVML shows process pid holding b.
 func seeing(o observation, pid int, b size.Bytes) observation {
 	o.procs = slices.Clone(o.procs)
@@ -307,6 +318,13 @@ func TestDecide(t *testing.T) {
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
 			obs:    seeing(smallOwners(), 100, 256*size.MiB),
 			want:   []string{"evict B borrowed 8GiB", "event violation/crossed B", "signal B [102] killed"},
+		},
+		// Beside a sealed guarantee, which the fence reads as held whole though its task uses
+		// none of it now, L's 9 GiB no longer fit: the fence finds it owed, and so does the pass.
+		{name: "an owner owed beside a sealed guarantee has a borrower stopped", rules: r,
+			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
+			obs:    sealed(lentElsewhere(), "X"),
+			want:   []string{"evict B borrowed 15GiB", "event violation/crossed B", "signal B [102] killed"},
 		},
 		// A task writes its own flags: one that says it waits for its guarantee is believed only
 		// where the enforcer's own readings would bear out an honest owner's wait. Before, each of

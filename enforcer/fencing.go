@@ -333,8 +333,9 @@ func (f *fences) syncLocked(st ledger.GPUState, fresh func(string) (ledger.GPUSt
 		}
 		k.Seen = f.seen[st.UUID][r.Token]
 		k.Unheeded = f.unheeded(st.UUID, r.Token)
+		k.Sealed = f.sealed(st.UUID, r.Token)
 		tasks = append(tasks, k)
-		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d/%t", r.Token, k.Cap, k.Limit, k.Stage, k.Seen, k.Unheeded)
+		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d/%t/%t", r.Token, k.Cap, k.Limit, k.Stage, k.Seen, k.Unheeded, k.Sealed)
 	}
 	if f.synced[st.UUID] == sig.String() {
 		return nil
@@ -515,9 +516,9 @@ func (e *Enforcer) watchFence(st ledger.GPUState, tasks map[string][]seenProc) (
 	if !ok {
 		return snap, false
 	}
-	// A task's flag it stopped (or began again) to heed goes into the control copy at once, so
-	// the fence's rules, admission and this pass all count the same flags.
-	if e.fence.heed(st.UUID, snap, st.Reservations, e.now()) {
+	// A task's flag it stopped (or began again) to heed, and a seal, go into the control copy at
+	// once, so the fence's rules, admission and this pass all count the same flags.
+	if e.fence.heed(st.UUID, snap, st.Reservations, tasks, e.now()) {
 		if err := e.fence.sync(st, e.cfg.Ledger.State); err != nil {
 			e.sayOnce(st.UUID, "fence", err)
 		}

@@ -132,6 +132,9 @@ func (e *Enforcer) apply(a action) {
 			e.log.Error("cannot record unmanaged use", "gpu", a.gpu, "error", err)
 		}
 	case evictBorrower:
+		if e.fence != nil {
+			e.fence.seal(a.gpu, a.owner) // an honest owner waits for its guarantee armed
+		}
 		e.log.Info("stopping a borrower: an owner waits for its guarantee", "gpu", a.gpu,
 			"borrower", ledger.RedactToken(a.token), "owner", ledger.RedactToken(a.owner), "borrowed", a.borrowed.String(),
 			"owed_for", a.owedFor.String())

@@ -18,6 +18,7 @@ struct gf_control_task {
 	uint64_t stage;    /* see gf_task.stage */
 	uint64_t seen;     /* see gf_task.seen */
 	uint64_t unheeded; /* see gf_task.unheeded */
+	uint64_t sealed;   /* see gf_task.sealed */
 	uint8_t token_hash[GF_HASH_LEN];
 };
 

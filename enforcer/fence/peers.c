@@ -116,7 +116,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		if (i == m->task) {
 			const struct gf_task *own = &m->t->tasks[i];
 			k->used = own->used;
-			k->armed = own->armed;
+			k->armed = own->armed || ck->sealed;
 			k->nwait = own->nwait;
 			k->nowed = own->nowed;
 			k->ngrace = own->ngrace;
@@ -139,7 +139,7 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			continue;
 		}
 		k->used = f.used < k->limit ? f.used : k->limit;
-		k->armed = f.armed != 0;
+		k->armed = f.armed != 0 || ck->sealed;
 		k->nwait = f.nwait;
 		k->nowed = f.nowed;
 		k->ngrace = f.ngrace;

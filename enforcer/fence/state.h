@@ -1,7 +1,7 @@
 /*
  * The fence's shared state. Per GPU: a control copy (control.c) that only the enforcer writes
- * (each task's guarantee, limit, keep, generation and token hash, whether its waits are heeded,
- * the budget, the wait), and
+ * (each task's guarantee, limit, keep, generation and token hash, whether its waits are heeded
+ * and its guarantee sealed, the budget, the wait), and
  * per task placed on it an accounting file of its own, "<dir>/<token hash>/<GPU>.fence", that
  * only that task's processes and the enforcer write (its process slots, its sums, its waiting
  * flags, its lock), and a lock file, "<dir>-live/<token hash>/<GPU>.<inode>.live", named for
@@ -62,7 +62,7 @@
 #include "sha256.h"
 
 #define GF_MAGIC 0x3165636e65666667ULL /* "gffence1" */
-#define GF_VERSION 15
+#define GF_VERSION 16
 /* How many processes a task may have started since the enforcer last saw its processes on the
  * GPU (a watchdog pass): its file's count is believed up to that many more (gf_task.seen). */
 #define GF_NEW_PROCS 4
@@ -182,6 +182,14 @@ struct gf_task {
 	 * count them, neither borrowers (gf_peers_view) nor the placing of guarantees. From the
 	 * control copy only. */
 	uint64_t unheeded;
+	/* Set by the enforcer once it knows the task armed: its file said so, NVML showed it hold
+	 * past its keep and contexts, or a borrower was stopped for its owed wait. Whether a task
+	 * is armed is otherwise its own file's word, and one that never said so would have its
+	 * guarantee lent, then claimed back by stopping a borrower, again and again; an honest task
+	 * lends it once, in its start-up. Every rule reads a sealed task as armed (gf_peers_view,
+	 * the placing of guarantees); the enforcer keeps it sealed for the rest of the placement.
+	 * From the control copy only. */
+	uint64_t sealed;
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all;
 	 * GF_READ_UNOPENED, the enforcer could not open its file (left as it is until it can) */
@@ -306,6 +314,7 @@ struct gf_task_spec {
 	uint64_t stage;
 	uint64_t seen; /* see gf_task.seen */
 	int unheeded;  /* see gf_task.unheeded */
+	int sealed;    /* see gf_task.sealed */
 };
 
 /* The enforcer's handle on one GPU: the control copy it writes, and a descriptor of each placed

@@ -297,7 +297,7 @@ static void taken(const struct gf_gpu *g, const struct gf_control *c, uint64_t *
 			continue;
 		int armed;
 		uint64_t procs, u = gf_file_used(g, i, &armed, &procs);
-		*now += armed ? max64(u, k->cap) : gf_takes(u, k->cap, k->keep);
+		*now += armed || k->sealed ? max64(u, k->cap) : gf_takes(u, k->cap, k->keep);
 		*guarantees += k->cap;
 	}
 }
@@ -435,11 +435,14 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		}
 	}
 	/* Whether the enforcer heeds a task's waits holds placed or not, and before they are read
-	 * here: a wait it stopped heeding keeps no guarantee off the GPU from this call on. */
+	 * here: a wait it stopped heeding keeps no guarantee off the GPU from this call on. A seal
+	 * holds placed or not too: a sealed task takes its whole guarantee in the room below. */
 	for (int s = 0; s < n; s++) {
 		int i = find_slot(&next, hashes[s]);
-		if (i >= 0)
+		if (i >= 0) {
 			next.tasks[i].unheeded = specs[s].unheeded != 0;
+			next.tasks[i].sealed = specs[s].sealed != 0;
+		}
 	}
 	int waiting = anyone_waits(g, &next);
 	for (int s = 0; s < n; s++) {
@@ -480,6 +483,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		k->stage = specs[s].stage > k->cap ? specs[s].stage : 0;
 		k->seen = specs[s].seen;
 		k->unheeded = specs[s].unheeded != 0;
+		k->sealed = specs[s].sealed != 0;
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one
@@ -632,6 +636,7 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		k->stage = ck->stage;
 		k->seen = ck->seen;
 		k->unheeded = ck->unheeded;
+		k->sealed = ck->sealed;
 		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
 		if (g->tasks[i].fd < 0) {
 			k->unlocked = GF_READ_UNOPENED;

@@ -102,6 +102,11 @@ type Task struct {
 	// Unheeded: the enforcer no longer believes the task's waits (they lasted past any bound an
 	// honest wait keeps): no other task's allocation, and no new guarantee, waits for them.
 	Unheeded bool
+	// Sealed: the enforcer knows the task armed (its file said so, NVML showed it hold past its
+	// keep, or a borrower was stopped for its owed wait), so no rule lends its guarantee again,
+	// whatever its own file says from now on. The enforcer sets it on every write for the rest
+	// of the placement: the control copy holds what the last SetTasks said, as for every field.
+	Sealed bool
 }
 
 // TaskUse is one task as the fence saw it.
@@ -129,9 +134,11 @@ type TaskUse struct {
 	Waits     uint64
 	OwedWaits uint64
 	// Keep is what borrowers may not use of its guarantee while it is not Armed (it has not
-	// allocated yet).
-	Keep  size.Bytes
-	Armed bool
+	// allocated yet), as its file says; Sealed is what the table keeps (Task.Sealed), and every
+	// rule reads a sealed task as armed.
+	Keep   size.Bytes
+	Armed  bool
+	Sealed bool
 	// Stage is the guarantee a staged task is promised (Task.Stage), and StageWaiting whether
 	// an allocation of it waits for that grant (not Waiting: it waits for no other task).
 	Stage        size.Bytes
@@ -279,9 +286,9 @@ func (s Snapshot) differs(set Snapshot) []string {
 		switch {
 		case u.Token == "" || !ok:
 			d = append(d, "a task the enforcer did not set")
-		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep || u.Stage != w.Stage || u.Seen != w.Seen || u.Unheeded != w.Unheeded:
-			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d unheeded %t, set %s %s %s %s %d %t",
-				short(u.Token), u.Cap, u.Limit, u.Keep, u.Stage, u.Seen, u.Unheeded, w.Cap, w.Limit, w.Keep, w.Stage, w.Seen, w.Unheeded))
+		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep || u.Stage != w.Stage || u.Seen != w.Seen || u.Unheeded != w.Unheeded || u.Sealed != w.Sealed:
+			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d unheeded %t sealed %t, set %s %s %s %s %d %t %t",
+				short(u.Token), u.Cap, u.Limit, u.Keep, u.Stage, u.Seen, u.Unheeded, u.Sealed, w.Cap, w.Limit, w.Keep, w.Stage, w.Seen, w.Unheeded, w.Sealed))
 		}
 	}
 	for _, w := range set.Tasks {

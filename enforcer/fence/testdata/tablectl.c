@@ -17,12 +17,12 @@
  *   view                    -> view CAP USED | notask
  *   loop PATH TOKEN         -> looping, then attach/charge/uncharge/detach until killed
  *   tamper FILE FIELD N [TOKEN] -> ok | err MSG: writes an accounting FILE as a hostile tenant
- *                              would, around the API: FIELD cap, limit, keep, state, used, nowed,
- *                              ngrace, gwant, nwait, bwant, procs or lock of TOKEN's task (else every
+ *                              would, around the API: FIELD cap, limit, keep, state, used, armed,
+ *                              nowed, ngrace, gwant, nwait, bwant, procs or lock of TOKEN's task (else every
  *                              task slot), or budget
  *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
  *                              job of the same Unix user can do under gpufrac run), and seen,
- *                              unheeded, ctx or spare
+ *                              unheeded, sealed, ctx or spare
  *   takes FILE MS           -> took N: counts the lock taken again every 10 ms, MS ms long, as a
  *                              holder that wins it time after time would, without the lock
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
@@ -99,6 +99,8 @@ static int tamper_account(const char *path, const char *field, uint64_t v, const
 			continue; /* not this slot, or written */
 		if (!strcmp(field, "used"))
 			k->used = v;
+		else if (!strcmp(field, "armed"))
+			k->armed = v;
 		else if (!strcmp(field, "nowed"))
 			k->nowed = v;
 		else if (!strcmp(field, "ngrace"))
@@ -139,6 +141,8 @@ static int tamper_control(const char *path, const char *field, uint64_t v, const
 			k->seen = v;
 		else if (!strcmp(field, "unheeded"))
 			k->unheeded = v;
+		else if (!strcmp(field, "sealed"))
+			k->sealed = v;
 	}
 	if (!strcmp(field, "budget"))
 		t->budget = v;
@@ -223,7 +227,7 @@ int main(void)
 			else
 				printf("ok\n");
 		} else if (!strcmp(cmd, "set")) {
-			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0, 0, 0};
+			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0, 0, 0, 0};
 			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0, 0, 0));
 		} else if (!strcmp(cmd, "place")) {
 			struct gf_task_spec specs[2];
