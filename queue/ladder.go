@@ -19,7 +19,8 @@ const MaxBorrowWait = 10 * time.Minute
 
 // ladder reads the keys of the ladder (policy.Policy.Next): max_attempts at the top, in a
 // template or in a job (the job's wins, then its template's, then the queue's), and cap_fixed
-// in a template or a job (its cap is a ceiling, never raised after a failure); and borrow_wait
+// in a template or a job (its cap is a ceiling, never raised after a failure; the job's wins,
+// false too); and borrow_wait
 // at the top, how long a borrower's allocation waits before it fails inside the job and the job
 // climbs the ladder (gpufrac run --borrow-wait wins).
 func (d *decoder) ladder(fq *fileQueue, q *Queue) {
@@ -48,10 +49,14 @@ func (d *decoder) ladder(fq *fileQueue, q *Queue) {
 			break
 		}
 		q.Jobs[i].MaxAttempts = d.attempts(j.Attempts)
-		q.Jobs[i].CapFixed = d.boolean(j.CapFixed, "cap_fixed")
+		if isNull(j.CapFixed) {
+			continue
+		}
+		fixed := d.boolean(j.CapFixed, "cap_fixed")
+		q.Jobs[i].CapFixed = &fixed
 		// As in a template: with no declared cap the job's first guarantee (a probe's, or the
 		// one its peak earns) would become its ceiling, and its first failure would end it.
-		if t := q.Jobs[i].Template; q.Jobs[i].CapFixed && q.Templates[t].CapBytes == 0 {
+		if t := q.Jobs[i].Template; fixed && q.Templates[t].CapBytes == 0 {
 			d.add(j.CapFixed.Range(), "cap_fixed without a cap", fmt.Sprintf(
 				"job %q: cap_fixed = true fixes its template %q's declared cap; add cap = \"...\" to template %q", j.Name, t, t))
 		}

@@ -32,8 +32,8 @@ job "b" {
 	if s := q.Templates["fixed"]; !s.CapFixed || s.MaxAttempts != 2 {
 		t.Errorf("template %+v: want cap_fixed and max_attempts 2", s)
 	}
-	if j := q.Jobs[1]; j.MaxAttempts != 1 || j.CapFixed || q.Jobs[0].MaxAttempts != 0 {
-		t.Errorf("jobs %+v: want b bounded to 1 attempt and a to nothing of its own", q.Jobs)
+	if j := q.Jobs[1]; j.MaxAttempts != 1 || j.CapFixed == nil || *j.CapFixed || q.Jobs[0].MaxAttempts != 0 || q.Jobs[0].CapFixed != nil {
+		t.Errorf("jobs %+v: want b bounded to 1 attempt with its cap not fixed, and a with nothing of its own", q.Jobs)
 	}
 }
 

@@ -36,9 +36,10 @@ type Job struct {
 	// directory (runner.Options.OutDir). The job receives the absolute path as $GPUFRAC_RESULT, and
 	// "$GPUFRAC_RESULT" in its command is replaced by it.
 	Result string
-	// MaxAttempts and CapFixed: the job's ladder (ladder.go); 0 and false when not set.
+	// MaxAttempts and CapFixed: the job's ladder (ladder.go); 0 and nil when not set, so its
+	// template's hold. A job's cap_fixed = false undoes its template's true.
 	MaxAttempts int
-	CapFixed    bool
+	CapFixed    *bool
 	// resultAt is where the queue file says Result, for CheckOutDir's errors.
 	resultAt hcl.Range
 }

@@ -8,8 +8,8 @@ import (
 
 // NewJobs are the queue's jobs at their start, each with its ladder's bound: its own
 // max_attempts, else its template's, else the queue's bound, else policy.DefaultMaxAttempts;
-// its cap is fixed where the job or its template says cap_fixed = true (a job's false is not
-// told from one left out, so it cannot undo its template's).
+// its cap is fixed where the job says cap_fixed = true, or its template does and the job says
+// nothing (a job's false undoes its template's true).
 func NewJobs(q queue.Queue) []*Job {
 	jobs := make([]*Job, len(q.Jobs))
 	for i, qj := range q.Jobs {
@@ -20,7 +20,10 @@ func NewJobs(q queue.Queue) []*Job {
 				j.maxAttempts = n
 			}
 		}
-		j.FixedCap = j.CapFixed || spec.CapFixed
+		j.FixedCap = spec.CapFixed
+		if j.CapFixed != nil {
+			j.FixedCap = *j.CapFixed
+		}
 		jobs[i] = j
 	}
 	return jobs
