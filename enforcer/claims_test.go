@@ -108,11 +108,7 @@ func TestWaitPastItsBoundStopsHoldingAdmission(t *testing.T) {
 	cfg := FenceConfig{Dir: dir, BorrowWait: time.Minute}
 	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence, c.Now = cfg, clock.Now })
 	borrower, owner, st := borrowerBesideOwner(r)
-	o, err := fence.Attach(dir, r.uuid, owner.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Detach()
+	o := attach(r, dir, owner.Token)
 	if got := o.Charge(size.GiB); got != fence.Charged { // it runs, and may free: the borrower may wait
 		t.Fatalf("the owner's first GiB: %v", got)
 	}
@@ -188,25 +184,9 @@ func TestOwedCountPastItsBoundRefusesNoBorrower(t *testing.T) {
 	clock := testutil.NewClock(time.Now())
 	cfg := FenceConfig{Dir: dir}
 	r := newRig(t, policy.ModeIsolated, func(c *Config) { c.Fence, c.Now = cfg, clock.Now })
-	st, err := r.led.State(r.uuid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	borrower, err := r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(st.BudgetBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	liar := r.reserve(4*size.GiB, "liar")
-	r.syncFence()
-	tenant := k.StartTool(t)
-	if got := tenant.Do("tamper " + fence.AccountPath(dir, liar.Token, r.uuid) + " nowed 1 " + liar.Token); got != "ok" {
-		t.Fatalf("tamper: %q", got)
-	}
-	b, err := fence.Attach(dir, r.uuid, borrower.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Detach()
+	borrower, liar, _ := borrowerBeside(r, 4*size.GiB, "liar")
+	tamper(r, k.StartTool(t), dir, liar.Token, "nowed", "1")
+	b := attach(r, dir, borrower.Token)
 	r.enf.Tick(t.Context())
 	if got := b.Charge(3 * size.GiB); got != fence.Refused {
 		t.Fatalf("a borrow beside the made-up owed count: %v, want Refused", got)

@@ -135,17 +135,6 @@ func lentElsewhere() observation {
 			Procs: []fence.ProcUse{{Token: "L", PID: 7, Used: 512 * size.MiB, Waiting: true, Owed: true, Asking: 9 * gib}}}}
 }
 
-// sealed is o where the enforcer sealed task tok (fence.Task.Sealed).
-func sealed(o observation, tok string) observation {
-	o.snap.Tasks = slices.Clone(o.snap.Tasks)
-	for i := range o.snap.Tasks {
-		if o.snap.Tasks[i].Token == tok {
-			o.snap.Tasks[i].Sealed = true
-		}
-	}
-	return o
-}
-
 // seeing is o where NVML shows process pid holding b.
 func seeing(o observation, pid int, b size.Bytes) observation {
 	o.procs = slices.Clone(o.procs)
@@ -169,26 +158,30 @@ func budget(o observation, b size.Bytes) observation {
 	return o
 }
 
-// claims is o where task tok's file says it uses used.
-func claims(o observation, tok string, used size.Bytes) observation {
+// withTask is o where f changed task tok's figures as the fence read them.
+func withTask(o observation, tok string, f func(*fence.TaskUse)) observation {
 	o.snap.Tasks = slices.Clone(o.snap.Tasks)
 	for i := range o.snap.Tasks {
 		if o.snap.Tasks[i].Token == tok {
-			o.snap.Tasks[i].Used = used
+			f(&o.snap.Tasks[i])
 		}
 	}
 	return o
 }
 
+// claims is o where task tok's file says it uses used.
+func claims(o observation, tok string, used size.Bytes) observation {
+	return withTask(o, tok, func(u *fence.TaskUse) { u.Used = used })
+}
+
 // unheeded is o where the fence no longer heeds task tok's waits.
 func unheeded(o observation, tok string) observation {
-	o.snap.Tasks = slices.Clone(o.snap.Tasks)
-	for i := range o.snap.Tasks {
-		if o.snap.Tasks[i].Token == tok {
-			o.snap.Tasks[i].Unheeded = true
-		}
-	}
-	return o
+	return withTask(o, tok, func(u *fence.TaskUse) { u.Unheeded = true })
+}
+
+// sealed is o where the enforcer sealed task tok (fence.Task.Sealed).
+func sealed(o observation, tok string) observation {
+	return withTask(o, tok, func(u *fence.TaskUse) { u.Sealed = true })
 }
 
 func TestDecide(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
@@ -60,6 +61,12 @@ func TestBorrowerThatHoldsALoanIsStopped(t *testing.T) {
 // budget and a 40 GiB owner beside it, and writes both into the fence; st is the GPU after that.
 func borrowerBesideOwner(r *rig) (borrower, owner ledger.Reservation, st ledger.GPUState) {
 	r.t.Helper()
+	return borrowerBeside(r, 40*size.GiB, "owner")
+}
+
+// borrowerBeside is borrowerBesideOwner with an owner (job) of ownerCap.
+func borrowerBeside(r *rig, ownerCap size.Bytes, job string) (borrower, owner ledger.Reservation, st ledger.GPUState) {
+	r.t.Helper()
 	st, err := r.led.State(r.uuid)
 	if err != nil {
 		r.t.Fatal(err)
@@ -67,8 +74,28 @@ func borrowerBesideOwner(r *rig) (borrower, owner ledger.Reservation, st ledger.
 	if borrower, err = r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(st.BudgetBytes)); err != nil {
 		r.t.Fatal(err)
 	}
-	owner = r.reserve(40*size.GiB, "owner")
+	owner = r.reserve(ownerCap, job)
 	return borrower, owner, r.syncFence()
+}
+
+// attach is a client of task token in the rig GPU's fence in dir, detached when the test ends.
+func attach(r *rig, dir, token string) *fence.Client {
+	r.t.Helper()
+	c, err := fence.Attach(dir, r.uuid, token)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(c.Detach)
+	return c
+}
+
+// tamper writes field of task token's accounting file (the rig GPU's, in dir) as the task may,
+// around the fence: through tool, a fencetest tool process.
+func tamper(r *rig, tool *fencetest.Proc, dir, token, field, value string) {
+	r.t.Helper()
+	if got := tool.Do("tamper " + fence.AccountPath(dir, token, r.uuid) + " " + field + " " + value + " " + token); got != "ok" {
+		r.t.Fatalf("tamper %s %s: %q", field, value, got)
+	}
 }
 
 // snapTask is one task of the rig's GPU as the fence sees it now.

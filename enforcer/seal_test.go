@@ -5,7 +5,6 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
-	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -54,21 +53,8 @@ func TestATaskThatDisarmsItselfLendsNoMore(t *testing.T) {
 	r := newRig(t, policy.ModeIsolated, func(c *Config) {
 		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
 	})
-	st, err := r.led.State(r.uuid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	borrower, err := r.led.ReserveBytes(r.uuid, 2*size.GiB, ledger.Task{}, ledger.WithLimit(st.BudgetBytes))
-	if err != nil {
-		t.Fatal(err)
-	}
-	owner := r.reserve(8*size.GiB, "owner")
-	r.syncFence()
-	o, err := fence.Attach(dir, r.uuid, owner.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Detach()
+	borrower, owner, st := borrowerBeside(r, 8*size.GiB, "owner")
+	o := attach(r, dir, owner.Token)
 	if got := o.Charge(size.GiB); got != fence.Charged { // past its keep: armed
 		t.Fatalf("the owner's first GiB: %v", got)
 	}
@@ -76,15 +62,8 @@ func TestATaskThatDisarmsItselfLendsNoMore(t *testing.T) {
 	if u, ok := snapTask(r, owner.Token); !ok || !u.Armed || !u.Sealed {
 		t.Fatalf("the owner after a pass: %+v, want armed and sealed", u)
 	}
-	tenant := k.StartTool(t)
-	if got := tenant.Do("tamper " + fence.AccountPath(dir, owner.Token, r.uuid) + " armed 0 " + owner.Token); got != "ok" {
-		t.Fatalf("tamper: %q", got)
-	}
-	b, err := fence.Attach(dir, r.uuid, borrower.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Detach()
+	tamper(r, k.StartTool(t), dir, owner.Token, "armed", "0")
+	b := attach(r, dir, borrower.Token)
 	// Unarmed, the owner would keep 1.25 GiB (its use and keep) of its 8 from borrowers: this
 	// borrow reaches 5 GiB into its guarantee.
 	if got := b.Charge(st.BudgetBytes - 4*size.GiB); got != fence.Refused {
