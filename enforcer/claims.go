@@ -42,13 +42,16 @@ type claim struct {
 	unheeded bool          // left ran out while the flag was up: not heeded until it is down
 	warned   bool          // the warning was logged for this task
 	sealed   bool          // the task is known armed (sealedBy): its guarantee is lent no more
+	absent   int           // passes in a row that found no process of it, and none unnamed, on the GPU
+	unseen   bool          // what it says it borrows is believed up to its guarantee (fence.Task.Unseen)
 }
 
 // heed carries the flags of GPU uuid's tasks (snap, as the fence read it) to now, seals the
-// tasks it now knows armed (procs: the pass's processes by token, sealedBy), and says whether
-// the set of tasks whose flags are not heeded, or that are sealed, changed: the control copy
-// must then be written again. res names the tasks for the log.
-func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation, procs map[string][]seenProc, now time.Time) bool {
+// tasks it now knows armed (procs: the pass's processes by token, sealedBy), marks the borrows
+// nobody holds (named: every process the pass saw on the GPU is a task's, none the MPS server's;
+// unseenNow), and says whether any of that changed: the control copy must then be written
+// again. res names the tasks for the log.
+func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation, procs map[string][]seenProc, named bool, now time.Time) bool {
 	bound := claimBound(f.cfg)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -78,6 +81,16 @@ func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation
 		if why := sealedBy(u, procs[u.Token], f.cfg.Context); why != "" && !c.sealed {
 			c.sealed, changed = true, true
 			f.log.Debug("a task's guarantee is lent no more", "gpu", uuid, "token", ledger.RedactToken(u.Token), "why", why)
+		}
+		if len(procs[u.Token]) == 0 && named {
+			c.absent++
+		} else {
+			c.absent = 0
+		}
+		if unseen := unseenNow(u, c.absent, snap.Owed()); unseen != c.unseen {
+			c.unseen, changed = unseen, true
+			f.log.Debug("a task's borrowing is believed up to its guarantee while an owner waits: none of its processes is on the GPU",
+				"gpu", uuid, "token", ledger.RedactToken(u.Token), "unseen", unseen)
 		}
 		was := c.unheeded
 		c.unheeded = u.Waiting && (c.unheeded || c.left <= 0)
@@ -136,6 +149,32 @@ func sealedBy(u fence.TaskUse, ps []seenProc, ctx size.Bytes) string {
 		return "NVML shows it hold past its keep"
 	}
 	return ""
+}
+
+// A task may write that it borrows memory it holds nowhere. An owner then finds its guarantee
+// short by the fence's rule and waits; with no process of the liar on the GPU the watchdog has
+// nobody to stop (reclaim), and the owner would be refused inside its guarantee once its owed
+// wait ran out. So while an owner waits the enforcer marks such a task unseen
+// (fence.Task.Unseen), and the rules believe its use up to its guarantee only.
+
+// unseenAfter is how many passes in a row must find no process of a task on the GPU before its
+// borrowing is believed held by none: a process the pass before had not seen yet (it made its
+// CUDA context after NVML was read) is on the GPU at the next.
+const unseenAfter = 2
+
+// unseenNow says whether task u's borrowing is to be believed up to its guarantee: an owner
+// waits (owed), when no task may borrow more, so no new process of u's is hidden by it; u says
+// it borrows; and absent passes in a row found no process of it on the GPU, nor one the pass
+// could not name (it might be u's). A dead process's borrow its task has not given back yet is
+// no memory either: the driver freed it.
+func unseenNow(u fence.TaskUse, absent int, owed bool) bool {
+	return owed && absent >= unseenAfter && u.Used > u.Cap && u.Limit > u.Cap
+}
+
+// unseen says whether GPU uuid's task token is marked unseen. Called with f.mu held.
+func (f *fences) unseen(uuid, token string) bool {
+	c := f.claims[uuid][token]
+	return c != nil && c.unseen
 }
 
 // seal marks GPU uuid's task token sealed: a borrower was stopped for its owed wait, which an

@@ -71,7 +71,7 @@ func TestWaitsCountForAsLongAsAnHonestWaitCould(t *testing.T) {
 			for i, s := range tc.steps {
 				now = now.Add(s.after)
 				snap := fence.Snapshot{Tasks: []fence.TaskUse{{Token: "A", Waiting: s.up}, {Token: "B"}}}
-				changed := f.heed("G", snap, res, nil, now)
+				changed := f.heed("G", snap, res, nil, false, now)
 				f.mu.Lock()
 				got, b := !f.unheeded("G", "A"), f.unheeded("G", "B")
 				f.mu.Unlock()
@@ -87,7 +87,7 @@ func TestWaitsCountForAsLongAsAnHonestWaitCould(t *testing.T) {
 				t.Fatalf("log:\n%s\nwant %d warnings, naming the task", logs.String(), tc.warns)
 			}
 			// The task ends: what was carried for it goes.
-			f.heed("G", fence.Snapshot{Tasks: []fence.TaskUse{{Token: "B"}}}, res, nil, now)
+			f.heed("G", fence.Snapshot{Tasks: []fence.TaskUse{{Token: "B"}}}, res, nil, false, now)
 			if _, ok := f.claims["G"]["A"]; ok {
 				t.Fatal("an ended task's flag is still carried")
 			}

@@ -334,8 +334,9 @@ func (f *fences) syncLocked(st ledger.GPUState, fresh func(string) (ledger.GPUSt
 		k.Seen = f.seen[st.UUID][r.Token]
 		k.Unheeded = f.unheeded(st.UUID, r.Token)
 		k.Sealed = f.sealed(st.UUID, r.Token)
+		k.Unseen = f.unseen(st.UUID, r.Token)
 		tasks = append(tasks, k)
-		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d/%t/%t", r.Token, k.Cap, k.Limit, k.Stage, k.Seen, k.Unheeded, k.Sealed)
+		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d/%t/%t/%t", r.Token, k.Cap, k.Limit, k.Stage, k.Seen, k.Unheeded, k.Sealed, k.Unseen)
 	}
 	if f.synced[st.UUID] == sig.String() {
 		return nil
@@ -502,9 +503,10 @@ func fenceNote(u fence.TaskUse, seen bool) string {
 }
 
 // watchFence keeps one GPU's table in step with the ledger and with the task processes the pass
-// saw there (tasks, by token), and reads it as the fence sees it, for the watchdog's pass: false
-// without a fence or when the table cannot be read.
-func (e *Enforcer) watchFence(st ledger.GPUState, tasks map[string][]seenProc) (fence.Snapshot, bool) {
+// saw there (tasks, by token; named: every process there is a task's, none the MPS server's),
+// and reads it as the fence sees it, for the watchdog's pass: false without a fence or when the
+// table cannot be read.
+func (e *Enforcer) watchFence(st ledger.GPUState, tasks map[string][]seenProc, named bool) (fence.Snapshot, bool) {
 	if e.fence == nil {
 		return fence.Snapshot{}, false
 	}
@@ -518,7 +520,7 @@ func (e *Enforcer) watchFence(st ledger.GPUState, tasks map[string][]seenProc) (
 	}
 	// A task's flag it stopped (or began again) to heed, and a seal, go into the control copy at
 	// once, so the fence's rules, admission and this pass all count the same flags.
-	if e.fence.heed(st.UUID, snap, st.Reservations, tasks, e.now()) {
+	if e.fence.heed(st.UUID, snap, st.Reservations, tasks, named, e.now()) {
 		if err := e.fence.sync(st, e.cfg.Ledger.State); err != nil {
 			e.sayOnce(st.UUID, "fence", err)
 		}

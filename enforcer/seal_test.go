@@ -2,9 +2,11 @@ package enforcer
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -98,5 +100,76 @@ func TestReclaimSealsTheOwner(t *testing.T) {
 	}
 	if u, ok := snapTask(r, borrower.Token); !ok || u.Sealed {
 		t.Fatalf("the borrower: %+v, want it unsealed", u)
+	}
+}
+
+// A task's process may leave the GPU (or never be on it: the fence counts what its file says)
+// while its file still says it borrows: an owner then finds its guarantee short and waits, and
+// with no process of that task on the GPU the watchdog has nobody to stop. Two passes that find
+// none of its processes there (nor any process they cannot name) mark it unseen, and the owner
+// is served. Before, the owner waited out its owed wait (120 s) and was refused inside its
+// guarantee. Here the borrower is a client in the test's own process, which the simulated GPU
+// shows nowhere: a borrow held by no process on the GPU, in a file that agrees with itself.
+func TestAnOwnerIsServedBesideABorrowNobodyHolds(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) {
+		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
+	})
+	liar, owner, st := borrowerBeside(r, 40*size.GiB, "owner")
+	if got := attach(r, dir, liar.Token).Charge(st.BudgetBytes - 4*size.GiB); got != fence.Charged {
+		t.Fatalf("the borrow into the owner's lent guarantee: %v", got)
+	}
+	o := attach(r, dir, owner.Token)
+	got := make(chan fence.Result, 1)
+	go func() { got <- o.Charge(8 * size.GiB) }()
+	testutil.Eventually(t, waitLong, "the owner owed", func() bool {
+		u, ok := snapTask(r, owner.Token)
+		return ok && u.Owed
+	})
+	r.enf.Tick(t.Context())
+	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen {
+		t.Fatalf("the borrower after one pass: %+v, want it still believed", u)
+	}
+	r.enf.Tick(t.Context())
+	select {
+	case res := <-got:
+		if res != fence.Charged {
+			t.Fatalf("the owner's allocation: %v, want Charged", res)
+		}
+	case <-time.After(waitLong):
+		u, _ := snapTask(r, liar.Token)
+		t.Fatalf("the owner still waits beside a borrow nobody holds on the GPU (the borrower: %+v)", u)
+	}
+	for _, v := range r.led.Violations() {
+		t.Fatalf("a violation was recorded: %+v", v)
+	}
+	// The wait over, the mark goes: the borrower's word counts again, as any borrower's.
+	r.enf.Tick(t.Context())
+	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen || u.Borrowed() == 0 {
+		t.Fatalf("the borrower once no owner waits: %+v, want its borrow counted again", u)
+	}
+}
+
+// A borrow is believed held by nobody only while an owner waits (no task may borrow more then,
+// so no new process's borrow is hidden), and only after unseenAfter passes found none of the
+// task's processes on the GPU.
+func TestUnseenNow(t *testing.T) {
+	b := fence.TaskUse{Cap: 2 * size.GiB, Limit: 70 * size.GiB, Used: 10 * size.GiB}
+	for _, tc := range []struct {
+		name   string
+		u      fence.TaskUse
+		absent int
+		owed   bool
+		want   bool
+	}{
+		{"an owner waits, two passes found none", b, unseenAfter, true, true},
+		{"one pass found none", b, unseenAfter - 1, true, false},
+		{"no owner waits", b, unseenAfter, false, false},
+		{"within its guarantee", fence.TaskUse{Cap: 2 * size.GiB, Limit: 70 * size.GiB, Used: 2 * size.GiB}, unseenAfter, true, false},
+		{"no borrowing allowed", fence.TaskUse{Cap: 2 * size.GiB, Limit: 2 * size.GiB, Used: 3 * size.GiB}, unseenAfter, true, false},
+	} {
+		if got := unseenNow(tc.u, tc.absent, tc.owed); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -46,7 +46,8 @@ func (e *Enforcer) watch(ctx context.Context, st ledger.GPUState) {
 	}
 	byTok := byToken(o.procs)
 	e.followers.see(e.publish(o, byTok))
-	o.snap, o.fenced = e.watchFence(st, byTok)
+	named := !slices.ContainsFunc(o.procs, func(sp seenProc) bool { return sp.MPSServer || sp.Token == "" })
+	o.snap, o.fenced = e.watchFence(st, byTok, named)
 	r := rules{allowance: e.cfg.Allowance, stopGrace: e.cfg.StopGrace,
 		stopUnmanaged: e.cfg.Ledger.Policy().Unmanaged == policy.UnmanagedStop}
 	for _, a := range decide(r, e.mem, o) {

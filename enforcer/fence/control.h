@@ -19,6 +19,7 @@ struct gf_control_task {
 	uint64_t seen;     /* see gf_task.seen */
 	uint64_t unheeded; /* see gf_task.unheeded */
 	uint64_t sealed;   /* see gf_task.sealed */
+	uint64_t unseen;   /* see gf_task.unseen */
 	uint8_t token_hash[GF_HASH_LEN];
 };
 

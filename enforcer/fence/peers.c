@@ -139,6 +139,8 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 			continue;
 		}
 		k->used = f.used < k->limit ? f.used : k->limit;
+		if (ck->unseen && k->used > k->cap)
+			k->used = k->cap; /* it borrows nothing anybody holds (gf_task.unseen) */
 		k->armed = f.armed != 0 || ck->sealed;
 		k->nwait = f.nwait;
 		k->nowed = f.nowed;

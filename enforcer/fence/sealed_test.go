@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
+	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -40,5 +41,37 @@ func TestSealedGuaranteeIsLentNoMore(t *testing.T) {
 	owner.Sealed = false
 	if err := tb.SetTasks([]fence.Task{borrower, owner, c}, 4*size.GiB); err != nil {
 		t.Fatalf("the same guarantee beside an unsealed B: %v, want it placed", err)
+	}
+}
+
+// A task may write that it borrows memory it holds nowhere (its file is its own): an owner then
+// finds its guarantee short and waits, and with no process of the liar on the GPU for the
+// watchdog to stop it would be refused inside its guarantee once its owed wait ran out. Once the
+// enforcer marks the liar unseen (Task.Unseen), the rules believe its use up to its guarantee
+// only, and the owner is served.
+func TestUnseenBorrowIsBelievedUpToItsGuarantee(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 4*size.GiB)
+	liar, owner := fence.Task{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, fence.Task{Token: tokB, Cap: 2 * size.GiB}
+	if err := tb.SetTasks([]fence.Task{liar, owner}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	tenant := k.StartTool(t)
+	want(t, tenant.Do("tamper "+fence.AccountPath(dir, tokA, fencetest.FakeUUID)+" used 3G "+tokA), "ok", "tamper")
+	o := attach(t, dir, tokB)
+	got := charging(o, 1536*size.MiB) // 3 GiB of the liar's beside the owner's 2: 1 GiB short
+	waitFor(t, tb, "the owner owed", fence.Snapshot.Owed)
+	if u := snap(t, tb, tokA); u.Borrowed() != 2*size.GiB {
+		t.Fatalf("the liar before it is marked: %+v, want 2 GiB borrowed", u)
+	}
+	liar.Unseen = true
+	if err := tb.SetTasks([]fence.Task{liar, owner}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("the owner beside an unseen borrow: %v, want Charged", r)
+	}
+	if u := snap(t, tb, tokA); !u.Unseen || u.Borrowed() != 0 || u.Used != 3*size.GiB {
+		t.Fatalf("the liar once marked: %+v, want unseen, its file's 3 GiB, and nothing borrowed", u)
 	}
 }

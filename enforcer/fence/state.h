@@ -1,7 +1,7 @@
 /*
  * The fence's shared state. Per GPU: a control copy (control.c) that only the enforcer writes
- * (each task's guarantee, limit, keep, generation and token hash, whether its waits are heeded
- * and its guarantee sealed, the budget, the wait), and
+ * (each task's guarantee, limit, keep, generation and token hash, whether its waits are heeded,
+ * its guarantee sealed and its borrowing seen, the budget, the wait), and
  * per task placed on it an accounting file of its own, "<dir>/<token hash>/<GPU>.fence", that
  * only that task's processes and the enforcer write (its process slots, its sums, its waiting
  * flags, its lock), and a lock file, "<dir>-live/<token hash>/<GPU>.<inode>.live", named for
@@ -190,6 +190,14 @@ struct gf_task {
 	 * the placing of guarantees); the enforcer keeps it sealed for the rest of the placement.
 	 * From the control copy only. */
 	uint64_t sealed;
+	/* Set by the enforcer while an owner waits for its guarantee (GF_WAIT_OWED) and this task
+	 * says it borrows, though neither of the enforcer's last two looks found a process of it on
+	 * the GPU, nor any process it could not name: what it says it borrows is no memory anybody
+	 * holds (a task writes its own file), and owners waiting for it would be refused inside their
+	 * guarantees once their owed wait ran out. The other tasks' rules then believe its use up to
+	 * its guarantee (gf_peers_view). Only while an owner waits, when no task may borrow more: a
+	 * borrower's new process cannot be hidden by it. From the control copy only. */
+	uint64_t unseen;
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all;
 	 * GF_READ_UNOPENED, the enforcer could not open its file (left as it is until it can) */
@@ -315,6 +323,7 @@ struct gf_task_spec {
 	uint64_t seen; /* see gf_task.seen */
 	int unheeded;  /* see gf_task.unheeded */
 	int sealed;    /* see gf_task.sealed */
+	int unseen;    /* see gf_task.unseen */
 };
 
 /* The enforcer's handle on one GPU: the control copy it writes, and a descriptor of each placed

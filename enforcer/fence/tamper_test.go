@@ -12,11 +12,11 @@ import (
 // Tasks get the control copies read-only, but under gpufrac run every job is the same Unix user
 // as the enforcer and can write them: a job that raises its own limit, cuts a neighbour's
 // guarantee, drops a task, moves the budget, changes how its contexts are counted (the
-// processes seen of it, the context, the spare), whether a task's waits are heeded or whether
-// its guarantee is sealed there is found out by the enforcer's next Verify, which writes back what it set.
+// processes seen of it, the context, the spare), whether a task's waits are heeded, its
+// guarantee sealed or its borrowing seen there is found out by the enforcer's next Verify, which writes back what it set.
 func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 	k := fencetest.Build(t)
-	for _, field := range []string{"cap", "limit", "keep", "state", "budget", "seen", "unheeded", "sealed", "ctx", "spare"} {
+	for _, field := range []string{"cap", "limit", "keep", "state", "budget", "seen", "unheeded", "sealed", "unseen", "ctx", "spare"} {
 		t.Run(field, func(t *testing.T) {
 			dir, tb := table(t, 4*size.GiB)
 			tb.SetContext(256*size.MiB, 512*size.MiB)
@@ -36,7 +36,7 @@ func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 			t.Logf("seen: %v", diffs)
 			s, _ := tb.Snapshot()
 			u, ok := s.Task(tokA)
-			if !ok || u.Cap != size.GiB || u.Limit != 2*size.GiB || u.Keep != 512*size.MiB || u.Seen != 2 || u.Unheeded || u.Sealed || s.Budget != 4*size.GiB ||
+			if !ok || u.Cap != size.GiB || u.Limit != 2*size.GiB || u.Keep != 512*size.MiB || u.Seen != 2 || u.Unheeded || u.Sealed || u.Unseen || s.Budget != 4*size.GiB ||
 				s.Context != 256*size.MiB || s.Spare != 512*size.MiB {
 				t.Fatalf("not restored: %+v, budget %s, context %s, spare %s", s.Tasks, s.Budget, s.Context, s.Spare)
 			}

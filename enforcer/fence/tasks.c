@@ -442,6 +442,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		if (i >= 0) {
 			next.tasks[i].unheeded = specs[s].unheeded != 0;
 			next.tasks[i].sealed = specs[s].sealed != 0;
+			next.tasks[i].unseen = specs[s].unseen != 0;
 		}
 	}
 	int waiting = anyone_waits(g, &next);
@@ -484,6 +485,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		k->seen = specs[s].seen;
 		k->unheeded = specs[s].unheeded != 0;
 		k->sealed = specs[s].sealed != 0;
+		k->unseen = specs[s].unseen != 0;
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one
@@ -637,6 +639,7 @@ int gf_snapshot(struct gf_gpu *g, struct gf_table *out)
 		k->seen = ck->seen;
 		k->unheeded = ck->unheeded;
 		k->sealed = ck->sealed;
+		k->unseen = ck->unseen;
 		memcpy(k->token_hash, ck->token_hash, GF_HASH_LEN);
 		if (g->tasks[i].fd < 0) {
 			k->unlocked = GF_READ_UNOPENED;

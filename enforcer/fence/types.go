@@ -107,6 +107,11 @@ type Task struct {
 	// whatever its own file says from now on. The enforcer sets it on every write for the rest
 	// of the placement: the control copy holds what the last SetTasks said, as for every field.
 	Sealed bool
+	// Unseen: an owner waits for its guarantee while this task says it borrows, and the
+	// enforcer found no process of it on the GPU (nor one it could not name) at two looks in a
+	// row: the other tasks' rules believe its use up to its guarantee only. The enforcer sets
+	// it only while an owner waits, when no task may borrow more.
+	Unseen bool
 }
 
 // TaskUse is one task as the fence saw it.
@@ -139,6 +144,8 @@ type TaskUse struct {
 	Keep   size.Bytes
 	Armed  bool
 	Sealed bool
+	// Unseen is what the enforcer last set (Task.Unseen).
+	Unseen bool
 	// Stage is the guarantee a staged task is promised (Task.Stage), and StageWaiting whether
 	// an allocation of it waits for that grant (not Waiting: it waits for no other task).
 	Stage        size.Bytes
@@ -161,9 +168,9 @@ type TaskUse struct {
 
 // Borrowed is what the task holds past its guarantee, at most what its limit lets it borrow:
 // a task writes its own accounting file, and a use written past the limit is a lie the fence
-// never granted.
+// never granted. Nothing where the enforcer found it borrow nothing anybody holds (Unseen).
 func (u TaskUse) Borrowed() size.Bytes {
-	if u.Used <= u.Cap || u.Limit <= u.Cap {
+	if u.Used <= u.Cap || u.Limit <= u.Cap || u.Unseen {
 		return 0
 	}
 	return min(u.Used, u.Limit) - u.Cap
@@ -286,9 +293,9 @@ func (s Snapshot) differs(set Snapshot) []string {
 		switch {
 		case u.Token == "" || !ok:
 			d = append(d, "a task the enforcer did not set")
-		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep || u.Stage != w.Stage || u.Seen != w.Seen || u.Unheeded != w.Unheeded || u.Sealed != w.Sealed:
-			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d unheeded %t sealed %t, set %s %s %s %s %d %t %t",
-				short(u.Token), u.Cap, u.Limit, u.Keep, u.Stage, u.Seen, u.Unheeded, u.Sealed, w.Cap, w.Limit, w.Keep, w.Stage, w.Seen, w.Unheeded, w.Sealed))
+		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep || u.Stage != w.Stage || u.Seen != w.Seen || u.Unheeded != w.Unheeded || u.Sealed != w.Sealed || u.Unseen != w.Unseen:
+			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d unheeded %t sealed %t unseen %t, set %s %s %s %s %d %t %t %t",
+				short(u.Token), u.Cap, u.Limit, u.Keep, u.Stage, u.Seen, u.Unheeded, u.Sealed, u.Unseen, w.Cap, w.Limit, w.Keep, w.Stage, w.Seen, w.Unheeded, w.Sealed, w.Unseen))
 		}
 	}
 	for _, w := range set.Tasks {

@@ -22,7 +22,7 @@
  *                              task slot), or budget
  *   tamper-control FILE FIELD N [TOKEN] -> ok | err MSG: the same on a control copy (what a
  *                              job of the same Unix user can do under gpufrac run), and seen,
- *                              unheeded, sealed, ctx or spare
+ *                              unheeded, sealed, unseen, ctx or spare
  *   takes FILE MS           -> took N: counts the lock taken again every 10 ms, MS ms long, as a
  *                              holder that wins it time after time would, without the lock
  *   flock FILE              -> ok: takes the flock of FILE (opened read-only) and keeps it
@@ -143,6 +143,8 @@ static int tamper_control(const char *path, const char *field, uint64_t v, const
 			k->unheeded = v;
 		else if (!strcmp(field, "sealed"))
 			k->sealed = v;
+		else if (!strcmp(field, "unseen"))
+			k->unseen = v;
 	}
 	if (!strcmp(field, "budget"))
 		t->budget = v;
@@ -227,7 +229,7 @@ int main(void)
 			else
 				printf("ok\n");
 		} else if (!strcmp(cmd, "set")) {
-			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0, 0, 0, 0};
+			struct gf_task_spec spec = {a, parse_size(b), 0, 0, 0, 0, 0, 0, 0, 0};
 			printf("placed %d\n", gf_set_tasks(&ctl, &spec, 1, 0, 0, 0, 0));
 		} else if (!strcmp(cmd, "place")) {
 			struct gf_task_spec specs[2];
