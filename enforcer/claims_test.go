@@ -200,3 +200,20 @@ func TestOwedCountPastItsBoundRefusesNoBorrower(t *testing.T) {
 		t.Fatalf("a borrow beside the made-up owed count past its bound: %v, want Charged", got)
 	}
 }
+
+// The passes come at irregular moments, within a quarter of the interval either way: a task
+// that timed its flags to the passes of an exact interval could keep them down at every reading.
+func TestPassesAreJittered(t *testing.T) {
+	const iv = 100 * time.Millisecond
+	seen := map[time.Duration]bool{}
+	for range 200 {
+		d := jittered(iv)
+		if d < iv*3/4 || d > iv*5/4 {
+			t.Fatalf("jittered(%s) = %s, want within a quarter of it", iv, d)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 100 {
+		t.Fatalf("200 passes came at %d distinct intervals, want them spread", len(seen))
+	}
+}

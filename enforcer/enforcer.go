@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"syscall"
@@ -211,13 +212,20 @@ func (e *Enforcer) Run(ctx context.Context) error {
 		if iv <= 0 {
 			iv = policy.DefaultWatchdogInterval
 		}
-		iv = e.followers.every(iv)
+		iv = jittered(e.followers.every(iv))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(iv):
 		}
 	}
+}
+
+// jittered is iv moved by up to a quarter either way, at random. A task's waiting flags count
+// only as the passes read them (claims.go): one that learnt when passes come, from an interval
+// kept exact, could keep its flags down at every reading and up in between.
+func jittered(iv time.Duration) time.Duration {
+	return iv - iv/4 + rand.N(iv/2+1)
 }
 
 // Tick is one pass of Run: every GPU sampled once, and the slow work when it is due. Tests and
