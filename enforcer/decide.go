@@ -430,11 +430,12 @@ func (p *pass) owedOwner() string {
 // taking its use and its keep at most (its guarantee or its use, whichever is more, where its
 // keep is all of it or the enforcer sealed it), and owner's want and keep, at most its
 // guarantee, fill more than the budget. A task's own word that it is armed counts for nothing
-// here: it would make every owner beside it look short. A task's use is what its file says, believed up to its limit (as the fence does) and
-// past its guarantee only up to what NVML shows its processes hold: a task with none on the GPU
-// borrows nothing there, whatever it wrote. What an honest owner's process summed when the
-// fence made it wait is no more: NVML shows a borrower at least what the fence counts of it, and
-// borrowers take nothing more while an owner waits.
+// here: it would make every owner beside it look short. A task's use is what its file says,
+// believed up to its limit (as the fence does) and past its guarantee only up to what NVML
+// shows its processes hold: a task with none on the GPU borrows nothing there, whatever it
+// wrote. What an honest owner's process summed when the fence made it wait is no more: NVML
+// shows a borrower at least what the fence counts of it, and borrowers take nothing more while
+// an owner waits.
 func (p *pass) short(owner fence.TaskUse, want size.Bytes) bool {
 	all := min(want+min(owner.Keep, owner.Cap), owner.Cap)
 	for _, u := range p.o.snap.Tasks {

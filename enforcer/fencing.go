@@ -518,8 +518,8 @@ func (e *Enforcer) watchFence(st ledger.GPUState, tasks map[string][]seenProc, n
 	if !ok {
 		return snap, false
 	}
-	// A task's flag it stopped (or began again) to heed, and a seal, go into the control copy at
-	// once, so the fence's rules, admission and this pass all count the same flags.
+	// A task's flag it stopped (or began again) to heed, a seal and an unseen borrow go into the
+	// control copy at once, so the fence's rules, admission and this pass all count the same.
 	if e.fence.heed(st.UUID, snap, st.Reservations, tasks, named, e.now()) {
 		if err := e.fence.sync(st, e.cfg.Ledger.State); err != nil {
 			e.sayOnce(st.UUID, "fence", err)
