@@ -61,7 +61,7 @@ func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation
 		f.claims[uuid] = claims
 	}
 	seen := map[string]bool{}
-	changed := false
+	changed, owed := false, snap.Owed()
 	for _, u := range snap.Tasks {
 		if u.Token == "" {
 			continue
@@ -87,7 +87,7 @@ func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation
 		} else {
 			c.absent = 0
 		}
-		if unseen := unseenNow(u, c.absent, snap.Owed()); unseen != c.unseen {
+		if unseen := unseenNow(u, c.absent, owed); unseen != c.unseen {
 			c.unseen, changed = unseen, true
 			f.log.Debug("a task's borrowing is believed up to its guarantee while an owner waits: none of its processes is on the GPU",
 				"gpu", uuid, "token", ledger.RedactToken(u.Token), "unseen", unseen)
@@ -171,12 +171,6 @@ func unseenNow(u fence.TaskUse, absent int, owed bool) bool {
 	return owed && absent >= unseenAfter && u.Used > u.Cap && u.Limit > u.Cap
 }
 
-// unseen says whether GPU uuid's task token is marked unseen. Called with f.mu held.
-func (f *fences) unseen(uuid, token string) bool {
-	c := f.claims[uuid][token]
-	return c != nil && c.unseen
-}
-
 // seal marks GPU uuid's task token sealed: a borrower was stopped for its owed wait, which an
 // honest task waits armed. The next write of the control copy carries it.
 func (f *fences) seal(uuid, token string) {
@@ -187,14 +181,11 @@ func (f *fences) seal(uuid, token string) {
 	}
 }
 
-// sealed says whether GPU uuid's task token is sealed. Called with f.mu held.
-func (f *fences) sealed(uuid, token string) bool {
-	c := f.claims[uuid][token]
-	return c != nil && c.sealed
-}
-
-// unheeded says whether GPU uuid's task token's flags are not heeded now. Called with f.mu held.
-func (f *fences) unheeded(uuid, token string) bool {
-	c := f.claims[uuid][token]
-	return c != nil && c.unheeded
+// claimOf is what the passes carried for GPU uuid's task token (its flags heeded or not, its
+// seal, its borrow unseen), a zero claim for a task no pass has seen yet. Called with f.mu held.
+func (f *fences) claimOf(uuid, token string) claim {
+	if c := f.claims[uuid][token]; c != nil {
+		return *c
+	}
+	return claim{}
 }

@@ -73,7 +73,7 @@ func TestWaitsCountForAsLongAsAnHonestWaitCould(t *testing.T) {
 				snap := fence.Snapshot{Tasks: []fence.TaskUse{{Token: "A", Waiting: s.up}, {Token: "B"}}}
 				changed := f.heed("G", snap, res, nil, false, now)
 				f.mu.Lock()
-				got, b := !f.unheeded("G", "A"), f.unheeded("G", "B")
+				got, b := !f.claimOf("G", "A").unheeded, f.claimOf("G", "B").unheeded
 				f.mu.Unlock()
 				if got != s.heeded || b {
 					t.Fatalf("step %d (+%s, flag up %v): A heeded %v, want %v; B unheeded %v", i, s.after, s.up, got, s.heeded, b)

@@ -443,11 +443,11 @@ func (p *pass) short(owner fence.TaskUse, want size.Bytes) bool {
 			continue
 		}
 		used := min(u.Used, max(u.Limit, u.Cap), max(sum(p.byToken[u.Token]), u.Cap))
+		keep := min(u.Keep, u.Cap)
 		if u.Sealed {
-			all += max(used, u.Cap) // the fence reads it armed: none of its guarantee is lent
-			continue
+			keep = u.Cap // the fence reads it armed: none of its guarantee is lent
 		}
-		all += min(max(used, u.Cap), used+min(u.Keep, u.Cap))
+		all += min(max(used, u.Cap), used+keep)
 	}
 	return all > p.o.snap.Budget
 }

@@ -332,9 +332,8 @@ func (f *fences) syncLocked(st ledger.GPUState, fresh func(string) (ledger.GPUSt
 			k = fence.Task{Token: r.Token, Cap: c, Limit: c, Stage: r.StagedFor}
 		}
 		k.Seen = f.seen[st.UUID][r.Token]
-		k.Unheeded = f.unheeded(st.UUID, r.Token)
-		k.Sealed = f.sealed(st.UUID, r.Token)
-		k.Unseen = f.unseen(st.UUID, r.Token)
+		c := f.claimOf(st.UUID, r.Token)
+		k.Unheeded, k.Sealed, k.Unseen = c.unheeded, c.sealed, c.unseen
 		tasks = append(tasks, k)
 		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d/%t/%t/%t", r.Token, k.Cap, k.Limit, k.Stage, k.Seen, k.Unheeded, k.Sealed, k.Unseen)
 	}
