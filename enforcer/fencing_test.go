@@ -427,16 +427,10 @@ func TestWithdrawnStagedTaskFailsItsWaitInsideItself(t *testing.T) {
 	r.syncFence()
 	before, _ := snapTask(r, staged.Token)
 	s := r.run(staged, "staged", "--peak", "10GiB", "--ramp", "50ms", "--hold", "100ms")
-	testutil.Eventually(t, waitLong, "the staged task waiting for its grant", func() bool {
-		tu, ok := snapTask(r, staged.Token)
-		return ok && tu.StageWaiting
-	})
+	waitTask(r, staged.Token, "the staged task waiting for its grant", func(tu fence.TaskUse) bool { return tu.StageWaiting })
 	// The whole budget (its context unfenced): it waits for what the staged task holds.
 	b := r.run(borrower, "borrower", "--peak", st.BudgetBytes.String(), "--ramp", "200ms", "--hold", "100ms", "--seed", "3")
-	testutil.Eventually(t, waitLong, "the borrower waiting", func() bool {
-		tu, ok := snapTask(r, borrower.Token)
-		return ok && tu.Waiting
-	})
+	waitTask(r, borrower.Token, "the borrower waiting", func(tu fence.TaskUse) bool { return tu.Waiting })
 	if _, err := r.led.Withdraw(staged.Token); err != nil {
 		t.Fatal(err)
 	}
@@ -518,10 +512,7 @@ func TestRestartKeepsRunningTasksFenced(t *testing.T) {
 	r.openLedger()
 	r.newEnforcer()
 	r.start()
-	testutil.Eventually(t, waitLong, "the new enforcer reading the running tasks", func() bool {
-		u, ok := snapTask(r, borrower.Token)
-		return ok && u.Used == 10*size.GiB && u.Procs == 1
-	})
+	waitTask(r, borrower.Token, "the new enforcer reading the running tasks", func(u fence.TaskUse) bool { return u.Used == 10*size.GiB && u.Procs == 1 })
 
 	want := func(p *fencetest.Proc, c, answer string) {
 		t.Helper()

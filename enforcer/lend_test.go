@@ -28,14 +28,7 @@ func TestBorrowerThatHoldsALoanIsStopped(t *testing.T) {
 	borrower, owner, _ := borrowerBesideOwner(r)
 	// The owner has not allocated: the borrower may take all but 256 MiB of its guarantee.
 	b := r.run(borrower, "borrower", "--peak", "60GiB", "--ramp", "200ms", "--hold", "2m")
-	testutil.Eventually(t, waitLong, "the borrower holding 60 GiB", func() bool {
-		u, ok := r.enf.fence.view(r.uuid)
-		if !ok {
-			return false
-		}
-		tu, _ := u.Task(borrower.Token)
-		return tu.Used >= 59*size.GiB
-	})
+	waitTask(r, borrower.Token, "the borrower holding 60 GiB", func(tu fence.TaskUse) bool { return tu.Used >= 59*size.GiB })
 	// Now the owner starts: 30 GiB of its 40 do not fit beside the borrower's 60.
 	o := r.run(owner, "owner", "--peak", "30GiB", "--ramp", "200ms", "--hold", "100ms", "--seed", "5")
 	o.checkResult(t, 5)
@@ -98,6 +91,15 @@ func tamper(r *rig, tool *fencetest.Proc, dir, token, field, value string) {
 	}
 }
 
+// waitTask waits until task token of the rig's GPU, as the fence sees it, meets cond.
+func waitTask(r *rig, token, what string, cond func(fence.TaskUse) bool) {
+	r.t.Helper()
+	testutil.Eventually(r.t, waitLong, what, func() bool {
+		u, ok := snapTask(r, token)
+		return ok && cond(u)
+	})
+}
+
 // snapTask is one task of the rig's GPU as the fence sees it now.
 func snapTask(r *rig, token string) (u fence.TaskUse, ok bool) {
 	s, found := r.enf.fence.view(r.uuid)
@@ -118,15 +120,9 @@ func TestBorrowerThatEndsWithinTheGraceKeepsItsRun(t *testing.T) {
 	r.start()
 	borrower, owner, _ := borrowerBesideOwner(r)
 	b := r.run(borrower, "borrower", "--peak", "60GiB", "--ramp", "200ms", "--hold", "3s")
-	testutil.Eventually(t, waitLong, "the borrower holding 60 GiB", func() bool {
-		tu, ok := snapTask(r, borrower.Token)
-		return ok && tu.Used >= 59*size.GiB
-	})
+	waitTask(r, borrower.Token, "the borrower holding 60 GiB", func(tu fence.TaskUse) bool { return tu.Used >= 59*size.GiB })
 	o := r.run(owner, "owner", "--peak", "30GiB", "--ramp", "200ms", "--hold", "100ms", "--seed", "5")
-	testutil.Eventually(t, waitLong, "the owner waiting out its grace", func() bool {
-		tu, ok := snapTask(r, owner.Token)
-		return ok && tu.Waiting && !tu.Owed
-	})
+	waitTask(r, owner.Token, "the owner waiting out its grace", func(tu fence.TaskUse) bool { return tu.Waiting && !tu.Owed })
 	if code := b.wait(t); code != 0 {
 		t.Fatalf("borrower: exit %d (signal %v), want 0; output:\n%s", code, b.killedBy(), b.out.String())
 	}
@@ -155,10 +151,7 @@ func TestOwnerOwedWhereTheBudgetShrankHasTheBorrowerStopped(t *testing.T) {
 	r.start()
 	borrower, owner, st := borrowerBesideOwner(r)
 	b := r.run(borrower, "borrower", "--peak", "30GiB", "--ramp", "200ms", "--hold", "30s")
-	testutil.Eventually(t, waitLong, "the borrower holding 30 GiB", func() bool {
-		tu, ok := snapTask(r, borrower.Token)
-		return ok && tu.Used >= 29*size.GiB
-	})
+	waitTask(r, borrower.Token, "the borrower holding 30 GiB", func(tu fence.TaskUse) bool { return tu.Used >= 29*size.GiB })
 	rogue := r.run(ledger.Reservation{}, "rogue", "--peak", "20GiB", "--ramp", "100ms", "--hold", "1m")
 	defer rogue.cmd.Process.Kill()
 	// 20 GiB less: the owner's 40 beside the borrower's 29.5 no longer fit.
@@ -167,10 +160,7 @@ func TestOwnerOwedWhereTheBudgetShrankHasTheBorrowerStopped(t *testing.T) {
 		return ok && s.Budget <= st.BudgetBytes-19*size.GiB
 	})
 	o := r.run(owner, "owner", "--peak", "5GiB", "--ramp", "200ms", "--hold", "100ms", "--seed", "5")
-	testutil.Eventually(t, waitLong, "the owner owed", func() bool {
-		tu, ok := snapTask(r, owner.Token)
-		return ok && tu.OwedWaits > 0
-	})
+	waitTask(r, owner.Token, "the owner owed", func(tu fence.TaskUse) bool { return tu.OwedWaits > 0 })
 	if code := b.wait(t); code == 0 || b.killedBy() != syscall.SIGKILL {
 		t.Fatalf("borrower: exit %d, signal %v; want stopped by SIGKILL; output:\n%s", code, b.killedBy(), b.out.String())
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
-	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -122,10 +121,7 @@ func TestAnOwnerIsServedBesideABorrowNobodyHolds(t *testing.T) {
 	o := attach(r, dir, owner.Token)
 	got := make(chan fence.Result, 1)
 	go func() { got <- o.Charge(8 * size.GiB) }()
-	testutil.Eventually(t, waitLong, "the owner owed", func() bool {
-		u, ok := snapTask(r, owner.Token)
-		return ok && u.Owed
-	})
+	waitTask(r, owner.Token, "the owner owed", func(u fence.TaskUse) bool { return u.Owed })
 	r.enf.Tick(t.Context())
 	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen {
 		t.Fatalf("the borrower after one pass: %+v, want it still believed", u)
