@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,10 +20,18 @@ import (
 // A node Open built follows its GPUs' health once started, as `gpufrac run` needs: a critical
 // XID on one GPU stops admissions there within a few looks (refused as unhealthy, naming the
 // XID), while the application XID raised before it on the other GPU leaves that one admitting.
+// A node without an enforcer (the benchmark's uncapped and exclusive arms) follows it too:
+// before, it looked only when a job failed.
 func TestStartedNodeFollowsTheBackendsHealth(t *testing.T) {
+	for _, enforce := range []bool{true, false} {
+		t.Run(fmt.Sprintf("enforce=%v", enforce), func(t *testing.T) { startedNodeFollowsHealth(t, enforce) })
+	}
+}
+
+func startedNodeFollowsHealth(t *testing.T, enforce bool) {
 	sim, devs := testutil.NewSim(t, "H100=80GiB", "H100=80GiB")
 	ctx := context.Background()
-	n, err := node.Open(ctx, node.Options{Backend: sim, StateDir: t.TempDir(), Policy: policy.Default(), Enforce: true})
+	n, err := node.Open(ctx, node.Options{Backend: sim, StateDir: t.TempDir(), Policy: policy.Default(), Enforce: enforce})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -186,24 +186,31 @@ func (n *Node) Prepare(ctx context.Context, gpus []string) error {
 	return nil
 }
 
-// Start runs the enforcer's watchdog until Close: caps, unmanaged use, the token scan, expiry,
-// and what borrowers hold written into the ledger; and the look at the GPU backend's health
-// every HealthPeriod.
+// Start runs, until Close, the look at the GPU backend's health every HealthPeriod, and the
+// enforcer's watchdog where Open built one: caps, unmanaged use, the token scan, expiry, and
+// what borrowers hold written into the ledger. A node that caps nothing (the benchmark's
+// uncapped and exclusive arms) follows the health as well: a GPU fallen off the bus must stop
+// its admissions there too, not be noticed only when a job fails.
 func (n *Node) Start() {
-	if n.own == nil || n.stop != nil {
+	if n.stop != nil || (n.own == nil && n.backend == nil) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.stop = cancel
-	n.wg.Add(2)
-	go func() {
-		defer n.wg.Done()
-		_ = n.own.Run(ctx)
-	}()
-	go func() {
-		defer n.wg.Done()
-		n.watchHealth(ctx)
-	}()
+	if n.own != nil {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			_ = n.own.Run(ctx)
+		}()
+	}
+	if n.backend != nil {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.watchHealth(ctx)
+		}()
+	}
 }
 
 // Close stops the watchdog, lets the enforcer give up its tables and stop idle MPS daemons, and
