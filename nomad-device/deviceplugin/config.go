@@ -22,6 +22,7 @@ import (
 	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/msgpack"
 
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/mps"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/node"
@@ -412,6 +413,10 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		c.FenceDir = filepath.Join(c.StateDir, "fence")
 	} else if !filepath.IsAbs(c.FenceDir) {
 		bad(KeyFenceDir, strconv.Quote(c.FenceDir), "must be an absolute path (tasks see it at the same path)")
+	} else if m := mountHolding(c, c.StateDir); m != "" {
+		// The ledger in state_dir holds every reservation's token, which the fence's files
+		// never hold (only hashes): a task that can read it can pose as any neighbour.
+		bad(KeyFenceDir, strconv.Quote(c.FenceDir), fmt.Sprintf("every task gets %s read-only, and it holds state_dir (%q), whose ledger keeps every task's reservation token: keep state_dir out of it (the default fence_dir is <state_dir>/fence)", m, c.StateDir))
 	}
 	period := s(KeyFingerprintPeriod)
 	if d, err := time.ParseDuration(period); err != nil {
@@ -503,6 +508,22 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	}
 	slices.Sort(c.IgnoredGPUIDs)
 	return c, nil
+}
+
+// mountHolding is the directory of the fence's that every task gets mounted (fence_dir, the
+// library's and the control copies') and that is path or holds it, or "" (or with fence off,
+// when nothing is mounted). The comparison is lexical: SetConfig reads no file system.
+func mountHolding(c Config, path string) string {
+	if !c.Fence {
+		return ""
+	}
+	for _, m := range []string{c.FenceDir, fence.LibraryDir(c.FenceDir), fence.ControlDir(c.FenceDir)} {
+		rel, err := filepath.Rel(m, path)
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return m
+		}
+	}
+	return ""
 }
 
 // ignoredXIDs reads ignored_xids, each a whole number that gpu.CheckIgnoredXID accepts, into a

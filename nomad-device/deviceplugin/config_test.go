@@ -107,6 +107,15 @@ func TestParseConfig(t *testing.T) {
 		}`, func(c Config) bool {
 			return !c.Enabled && c.DockerRuntime && !c.DeviceNodes && reflect.DeepEqual(c.IgnoredGPUIDs, []string{"1", "GPU-bbbbbbbb-1f2a-4b5c-8d9e-0123456789ab"})
 		}},
+		{"fence_dir beside state_dir", `config {
+			state_dir = "/srv/gpufrac"
+			fence_dir = "/srv/gpufrac2"
+		}`, func(c Config) bool { return c.FenceDir == "/srv/gpufrac2" }},
+		{"fence_dir = state_dir without the fence mounts nothing", `config {
+			state_dir = "/srv/gpufrac"
+			fence_dir = "/srv/gpufrac"
+			fence = false
+		}`, func(c Config) bool { return !c.Fence }},
 		{"ignored XIDs", `config {
 			ignored_xids = [92, 63, 92]
 		}`, func(c Config) bool { return reflect.DeepEqual(c.IgnoredXIDs, []uint64{63, 92}) }},
@@ -179,6 +188,17 @@ func TestParseConfigRejects(t *testing.T) {
 		{`config { ignored_xids = [4.5] }`, []string{"ignored_xids = 4.5", "whole number"}},
 		{`config { ignored_xids = [-79] }`, []string{"ignored_xids = -79", "whole number"}},
 		{`config { policy_name = "gpu.pool" }`, []string{"policy_name", `"gpu.pool"`, "must be " + policy.NameRule}},
+		// Every task gets fence_dir read-only: one that holds state_dir hands each task the
+		// ledger, and with it every other task's reservation token.
+		{`config {
+			state_dir = "/srv/gpufrac"
+			fence_dir = "/srv/gpufrac"
+		}`, []string{"fence_dir", `"/srv/gpufrac"`, "state_dir", "token"}},
+		{`config { fence_dir = "/var/lib" }`, []string{"fence_dir", `"/var/lib"`, `state_dir ("/var/lib/gpufrac")`}},
+		{`config {
+			state_dir = "/srv/fence-caps/state"
+			fence_dir = "/srv/fence"
+		}`, []string{"fence_dir", `"/srv/fence"`, "/srv/fence-caps"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want[0], func(t *testing.T) {
