@@ -483,6 +483,15 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		}
 		c.Nomad = np
 	}
+	if c.PolicyFile == "" && c.PolicyName != policy.DefaultName && policy.ValidName(c.PolicyName) {
+		// Read nowhere else: an operator who set it meant a policy other than the one that
+		// would serve, so its being dropped must not go unseen.
+		why := "names a policy of policy_file, and no policy_file is set: the built-in default policy would serve instead"
+		if c.Nomad != nil {
+			why = "names a policy of policy_file; the policy block reads gpufrac/policy/<policy.name>: set policy.name instead"
+		}
+		bad(KeyPolicyName, strconv.Quote(c.PolicyName), why)
+	}
 	for _, id := range c.IgnoredGPUIDs {
 		if why := gpuRef(id); why != "" {
 			bad(KeyIgnoredGPUIDs, strconv.Quote(id), why)

@@ -107,6 +107,10 @@ func TestParseConfig(t *testing.T) {
 		}`, func(c Config) bool {
 			return !c.Enabled && c.DockerRuntime && !c.DeviceNodes && reflect.DeepEqual(c.IgnoredGPUIDs, []string{"1", "GPU-bbbbbbbb-1f2a-4b5c-8d9e-0123456789ab"})
 		}},
+		{"policy_name of a policy_file", `config {
+			policy_file = "/etc/gpufrac/policy.hcl"
+			policy_name = "inference"
+		}`, func(c Config) bool { return c.PolicyFile == "/etc/gpufrac/policy.hcl" && c.PolicyName == "inference" }},
 		{"fence_dir beside state_dir", `config {
 			state_dir = "/srv/gpufrac"
 			fence_dir = "/srv/gpufrac2"
@@ -188,6 +192,13 @@ func TestParseConfigRejects(t *testing.T) {
 		{`config { ignored_xids = [4.5] }`, []string{"ignored_xids = 4.5", "whole number"}},
 		{`config { ignored_xids = [-79] }`, []string{"ignored_xids = -79", "whole number"}},
 		{`config { policy_name = "gpu.pool" }`, []string{"policy_name", `"gpu.pool"`, "must be " + policy.NameRule}},
+		// policy_name names the policy of policy_file alone: without it, the name was dropped
+		// and the built-in policy (or policy.name's) served instead of the one asked for.
+		{`config { policy_name = "inference" }`, []string{"policy_name", `"inference"`, "policy_file"}},
+		{`config {
+			policy_name = "inference"
+			policy { address = "http://nomad:4646" }
+		}`, []string{"policy_name", `"inference"`, "policy.name"}},
 		// Every task gets fence_dir read-only: one that holds state_dir hands each task the
 		// ledger, and with it every other task's reservation token.
 		{`config {
