@@ -101,11 +101,8 @@ func (rt *runtime) fingerprint() *devicepb.FingerprintResponse {
 	for k, v := range rt.devices {
 		devs[k] = v
 	}
-	var vanished []gpu.Device
-	for _, d := range rt.vanished {
-		vanished = append(vanished, d)
-	}
 	rt.mu.Unlock()
+	vanished := rt.vanishedGPUs()
 	info := groupInfo{unavailable: rt.unavailable(), policy: policyName, gpuDown: rt.gpuDown(), ignored: rt.ignoredUUIDs()}
 	if b != nil {
 		info.backend, info.driver = b.Kind(), b.DriverVersion()

@@ -115,6 +115,19 @@ func (c collector) collectGPUs(ch chan<- prometheus.Metric, b gpu.Backend, l *le
 			}
 		}
 	}
+	// A GPU that vanished with no reservation has left the ledger, but the fingerprint still
+	// shows it unhealthy: its health series must read 0, not go, so an alert on it fires. It
+	// has no readings to give.
+	for _, d := range c.rt.vanishedGPUs() {
+		if slices.ContainsFunc(states, func(st ledger.GPUState) bool { return st.UUID == d.UUID }) {
+			continue
+		}
+		lv := []string{d.UUID, d.Model, strconv.Itoa(d.Index)}
+		c.rt.viol.zero(d.UUID)
+		gauge := gaugeTo(ch)
+		gauge(descMemory, float64(d.MemoryBytes), lv)
+		gauge(descHealthy, 0, lv)
+	}
 }
 
 // gaugeTo sends gauges to ch.

@@ -22,6 +22,7 @@ import (
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
+	devicepb "github.com/gpufrac/gpufrac/nomad-device/proto/device"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -522,5 +523,46 @@ func TestMetricsWhileTheLedgerIsLocked(t *testing.T) {
 	}
 	testutil.Eventually(t, 20*time.Second, "the GPU healthy once the ledger opens", func() bool {
 		return strings.Contains(scrape(t, "http://127.0.0.1:"+port+"/metrics"), "gpufrac_gpu_healthy"+labels+" 1")
+	})
+}
+
+// A GPU that falls off the bus while no task holds a unit of it leaves the ledger, but the
+// fingerprint keeps it, unhealthy, with a stand-in that says it is no longer detected: its
+// health series must read 0 until it is back, not vanish, or an alert on
+// gpufrac_gpu_healthy == 0 stays silent for the one fault that takes a GPU away.
+func TestMetricsKeepAGPUThatVanished(t *testing.T) {
+	port := testutil.FreePort(t)
+	s, dir := newSim(t, "H100=80GiB,A100=40GiB", `metrics_addr = "127.0.0.1:`+port+`"
+		fingerprint_period = "1s"`)
+	m, ch := firstFingerprint(t, s)
+	a100 := uuidOf(m.DeviceGroup[1])
+	labels := `{gpu="` + a100 + `",index="1",model="A100"}`
+	url := "http://127.0.0.1:" + port + "/metrics"
+	if body := scrape(t, url); !strings.Contains(body, "gpufrac_gpu_healthy"+labels+" 1") {
+		t.Fatalf("the A100 is not healthy before the fault:\n%s", body)
+	}
+	sim := simOf(t, dir)
+	if err := sim.SetRemoved(a100, true, "XID 79: GPU has fallen off the bus"); err != nil {
+		t.Fatal(err)
+	}
+	waitFP(t, ch, "the A100 is a stand-in saying it is no longer detected", func(m *devicepb.FingerprintResponse) bool {
+		g := group(m, a100)
+		return g != nil && len(g.Devices) == 1 && g.Devices[0].HealthDescription == descVanished
+	})
+	body := scrape(t, url)
+	for _, want := range []string{
+		"gpufrac_gpu_healthy" + labels + " 0",
+		"gpufrac_gpu_memory_bytes" + labels + " 4.294967296e+10",
+		`gpufrac_violations_total{action="sigkill",gpu="` + a100 + `"} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics of the vanished GPU lack %q:\n%s", want, body)
+		}
+	}
+	if err := sim.SetRemoved(a100, false, ""); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, 20*time.Second, "the A100 healthy again once it is back", func() bool {
+		return strings.Contains(scrape(t, url), "gpufrac_gpu_healthy"+labels+" 1")
 	})
 }

@@ -473,6 +473,13 @@ func (rt *runtime) setMPS(uuid string, err error) {
 	}
 }
 
+// vanishedGPUs is a copy of rt.vanished.
+func (rt *runtime) vanishedGPUs() []gpu.Device {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	return slices.Collect(maps.Values(rt.vanished))
+}
+
 // descVanished is what the fingerprint and Reserve say about a GPU in rt.vanished.
 const descVanished = "GPU no longer detected by the GPU backend: nothing is admitted on it until it is back"
 
