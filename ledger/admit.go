@@ -112,8 +112,13 @@ func (l *Ledger) admitIDs(ids []string, task Task) (Reservation, error) {
 		}
 	}
 	if len(bad) > 0 {
-		return Reservation{}, denied(ReasonUnknownIDs, "instance IDs outside the %d units %s advertises (IDs %s-0 to %s-%d): %s",
-			gs.Units, uuid, uuid, uuid, gs.Units-1, strings.Join(bad, ", "))
+		valid := fmt.Sprintf("IDs %s-0 to %s-%d", uuid, uuid, gs.Units-1)
+		if gs.Units == 0 {
+			// A GPU without units shows one stand-in instance, whose health says why.
+			valid = "none: its one instance is a stand-in whose health description says why"
+		}
+		return Reservation{}, denied(ReasonUnknownIDs, "instance IDs outside the %d units %s advertises (%s): %s",
+			gs.Units, uuid, valid, strings.Join(bad, ", "))
 	}
 	capBytes := size.Bytes(len(ids)) * gs.UnitBytes
 	if err := checkGPU(gs, capBytes, len(ids)); err != nil {

@@ -227,6 +227,9 @@ func TestGPUWithNoUnitsSaysWhy(t *testing.T) {
 			}
 			_, err := s.Reserve(context.Background(), []string{g.Devices[0].ID})
 			wantRefused(t, err, codes.InvalidArgument, "outside the 0 units")
+			if id := g.Devices[0].ID; strings.Contains(err.Error(), id[:len(id)-1]+"-1") {
+				t.Errorf("error %q gives a range of IDs that runs backwards", err)
+			}
 		})
 	}
 }
