@@ -33,6 +33,8 @@ func TestTyposRefusedAtStart(t *testing.T) {
 		{"mode for a GPU that does not exist", `gpu_modes = { "9" = "mps" }`, "fingerprint stream ended", append([]string{`gpu_modes.9 = "mps"`}, listed...)},
 		{"state_dir under a regular file", `state_dir = "` + file + `/state"`, "config validation pass: SetConfig", []string{"state_dir", file + " is not a directory"}},
 		{"missing policy_file", `policy_file = "` + dir + `/policy.json"`, "config validation pass: SetConfig", []string{"policy_file", dir + "/policy.json", "file not found"}},
+		{"fence_dir holding state_dir", `fence_dir = "` + dir + `"`, "config validation pass: SetConfig", []string{`fence_dir = "` + dir + `"`, "state_dir", "token"}},
+		{"policy_name without policy_file", `policy_name = "inference"`, "config validation pass: SetConfig", []string{`policy_name = "inference"`, "policy_file"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
