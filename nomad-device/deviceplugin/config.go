@@ -373,6 +373,9 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		if len(c.SimulatedGPUs) > 0 {
 			bad(KeySimulatedGPUs, strconv.Quote(strings.Join(c.SimulatedGPUs, ",")), `only allowed with gpu_backend = "simulated"`)
 		}
+		if c.SimulatedDir != "" {
+			bad(KeySimulatedDir, strconv.Quote(c.SimulatedDir), `only allowed with gpu_backend = "simulated"`)
+		}
 	case gpu.KindSimulated:
 		if len(c.SimulatedGPUs) > 0 {
 			if _, err := gpu.ParseSimSpec(strings.Join(c.SimulatedGPUs, ",")); err != nil {

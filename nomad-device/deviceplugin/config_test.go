@@ -156,6 +156,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{`config { reservation_grace = "1s" }`, []string{"reservation_grace", `"1s"`, "10s"}},
 		{`config { state_dir = "relative/dir" }`, []string{"state_dir", `"relative/dir"`}},
 		{`config { simulated_gpus = ["H100=80GiB"] }`, []string{"simulated_gpus", "H100=80GiB", "simulated"}},
+		{`config { simulated_dir = "/srv/simgpu" }`, []string{"simulated_dir", `"/srv/simgpu"`, `gpu_backend = "simulated"`}},
 		{`config {
 			gpu_backend = "simulated"
 			simulated_gpus = ["H100=lots"]
