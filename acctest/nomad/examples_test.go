@@ -47,6 +47,19 @@ func TestExampleClientConfigIsValid(t *testing.T) {
 	if cfg.Nomad == nil || cfg.GPUModes["0"] != "mps" || !cfg.DockerRuntime {
 		t.Errorf("example decoded to %+v", cfg)
 	}
+	// The first fingerprint refuses an entry that names no GPU of the node, and Nomad then
+	// disables the plugin: an example merged as it is must name only GPU 0, which every GPU
+	// node has.
+	for _, id := range cfg.IgnoredGPUIDs {
+		if id != "0" {
+			t.Errorf("ignored_gpu_ids = %q: the plugin is disabled on every node without that GPU", id)
+		}
+	}
+	for id := range cfg.GPUModes {
+		if id != "0" {
+			t.Errorf("gpu_modes key %q: the plugin is disabled on every node without that GPU", id)
+		}
+	}
 }
 
 func TestExampleJobsParse(t *testing.T) {

@@ -41,8 +41,10 @@ plugin "nomad-device-gpufrac" {
       "0" = "mps"
     }
 
-    # Keep GPU 7 out of gpufrac (for example, reserved for a whole-GPU workload).
-    ignored_gpu_ids = ["7"]
+    # Keep GPU 7 out of gpufrac (for example, reserved for a whole-GPU workload). Every entry
+    # must name a GPU of the node: on a node without GPU 7 the first fingerprint fails and
+    # Nomad disables the plugin, so set it only on the nodes that have one.
+    # ignored_gpu_ids = ["7"]
 
     # A GPU that raises a critical XID takes no new task until it is reset and the plugin
     # restarts; the XIDs a task raises by faulting its own context (13, 31, 43, 45, 68, 109)
