@@ -499,6 +499,9 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		if why := gpuRef(id); why != "" {
 			bad(KeyIgnoredGPUIDs, strconv.Quote(id), why)
 		}
+		if m, ok := c.GPUModes[id]; ok {
+			bad(KeyGPUModes+"."+id, strconv.Quote(string(m)), ignoredModeReason)
+		}
 	}
 	c.IgnoredXIDs = ignoredXIDs(schema.get(obj, KeyIgnoredXIDs), bad)
 	if a := s(KeyMetricsAddr); a != "" {
@@ -521,6 +524,10 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 	slices.Sort(c.IgnoredGPUIDs)
 	return c, nil
 }
+
+// ignoredModeReason refuses a gpu_modes key for a GPU that ignored_gpu_ids names: the plugin
+// sets no mode on a GPU it leaves alone, so the key would only be warned about at each listing.
+const ignoredModeReason = "ignored_gpu_ids leaves this GPU alone, and gpufrac sets no mode there: drop one of the two"
 
 // mountHolding is the directory of the fence's that every task gets mounted (fence_dir, the
 // library's and the control copies') and that is path or holds it, or "" (or with fence off,

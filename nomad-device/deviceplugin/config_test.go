@@ -169,6 +169,10 @@ func TestParseConfigRejects(t *testing.T) {
 		}`, []string{"simulated_gpus", "H100=16383PiB", "above 2TiB"}},
 		{`config { gpu_modes = { "0" = "shared" } }`, []string{"gpu_modes.0", `"shared"`}},
 		{`config {
+			gpu_modes = { "2" = "mps" }
+			ignored_gpu_ids = ["2"]
+		}`, []string{`gpu_modes.2 = "mps"`, "ignored_gpu_ids"}},
+		{`config {
 			policy_file = "/etc/gpufrac/policy.json"
 			policy {}
 		}`, []string{"policy_file", "not both"}},

@@ -175,6 +175,16 @@ func checkGPUIDs(c Config, devs []gpu.Device) error {
 			errs = append(errs, &policy.FieldError{Field: KeyGPUModes + "." + d.UUID, Value: strconv.Quote(string(byUUID)),
 				Reason: fmt.Sprintf("names GPU %s, as %s.%s = %q does, with another mode: keep one of the two keys", idx, KeyGPUModes, idx, byIndex)})
 		}
+		// ParseConfig refused a key that ignored_gpu_ids lists as it is; only the listing
+		// knows an index and a UUID for one GPU.
+		if slices.Contains(c.IgnoredGPUIDs, idx) || slices.Contains(c.IgnoredGPUIDs, d.UUID) {
+			for _, k := range []string{idx, d.UUID} {
+				if m, ok := c.GPUModes[k]; ok {
+					errs = append(errs, &policy.FieldError{Field: KeyGPUModes + "." + k, Value: strconv.Quote(string(m)),
+						Reason: "names GPU " + idx + ": " + ignoredModeReason})
+				}
+			}
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gpufrac config: %w", err)
