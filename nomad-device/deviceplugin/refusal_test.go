@@ -115,6 +115,12 @@ func TestUnusablePathsRefusedAtSetConfig(t *testing.T) {
 			policy_file = "` + missing + `"`, []string{"policy_file", missing, "file not found"}, false},
 		{"policy_file is a directory", `state_dir = "` + dir + `/state"
 			policy_file = "` + dir + `"`, []string{"policy_file", "is a directory"}, false},
+		// Every Reserve needs the fence's directory and its siblings: unusable, the agent
+		// started with every unit unhealthy ("the enforcer is not running").
+		{"fence_dir under a regular file", `state_dir = "` + dir + `/state"
+			fence_dir = "` + file + `/fence"`, []string{"fence_dir", file + `/fence"`, file + " is not a directory"}, false},
+		{"fence_dir in a read-only directory", `state_dir = "` + dir + `/state"
+			fence_dir = "` + readOnly + `/fence"`, []string{"fence_dir", readOnly, "not writable", "permission denied"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,6 +132,17 @@ func TestUnusablePathsRefusedAtSetConfig(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Errorf("SetConfig left %d entries in %s, want the test's 2 (a file and a directory)", len(entries), dir)
+	}
+	// With the fence off nothing is written there, so nothing about it is checked.
+	s := NewServer(Options{})
+	defer s.Shutdown()
+	if err := s.SetConfig(encode(t, `config {
+		gpu_backend = "simulated"
+		state_dir   = "`+dir+`/state"
+		fence       = false
+		fence_dir   = "`+file+`/fence"
+	}`), APIVersion); err != nil {
+		t.Errorf("SetConfig with fence = false and an unusable fence_dir: %v, want it accepted", err)
 	}
 }
 

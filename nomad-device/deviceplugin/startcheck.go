@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/policy/nomadvars"
@@ -46,6 +47,16 @@ func checkPaths(c Config) error {
 	}
 	if why := writableDir(c.StateDir); why != "" {
 		bad(KeyStateDir, c.StateDir, why)
+	}
+	if c.Fence {
+		// The enforcer makes fence_dir and its siblings (-lib, -caps, -live, -enforcer) beside
+		// it, and no task is admitted without them: checked as state_dir is, for the same reason.
+		for _, d := range []string{c.FenceDir, fence.LibraryDir(c.FenceDir)} {
+			if why := writableDir(d); why != "" {
+				bad(KeyFenceDir, c.FenceDir, why)
+				break
+			}
+		}
 	}
 	if c.PolicyFile != "" {
 		fi, err := os.Stat(c.PolicyFile)
