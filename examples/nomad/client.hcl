@@ -32,9 +32,10 @@ plugin "nomad-device-gpufrac" {
       name       = "default"
     }
 
-    # Memory behind one Nomad device instance, used only when no policy source is configured.
-    # A configured policy's unit always wins, so that `count = N` means the same everywhere.
-    unit = "1GiB"
+    # Memory behind one Nomad device instance, for a node with no policy source. With the
+    # policy block above the policy's unit_bytes sets it (so that `count = N` means the same
+    # everywhere), and a unit of another size is refused.
+    # unit = "1GiB"
 
     # Enforcement mode per GPU (index or UUID); GPUs not listed follow the policy's mode.
     gpu_modes = {

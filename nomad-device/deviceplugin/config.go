@@ -486,6 +486,11 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		}
 		c.Nomad = np
 	}
+	if src := policySourceName(c); src != "" && c.Unit != 0 && c.Unit != policy.DefaultUnitBytes {
+		// The policy's unit_bytes sets the unit wherever a source is configured (a fleet must
+		// agree on what count = N means), and nothing falls back to this one.
+		bad(KeyUnit, strconv.Quote(s(KeyUnit)), "applies only without a policy source, and "+src+" is configured: its unit_bytes sets the unit; drop unit or set unit_bytes in the policy")
+	}
 	if c.PolicyFile == "" && c.PolicyName != policy.DefaultName && policy.ValidName(c.PolicyName) {
 		// Read nowhere else: an operator who set it meant a policy other than the one that
 		// would serve, so its being dropped must not go unseen.

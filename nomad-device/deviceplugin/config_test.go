@@ -107,6 +107,10 @@ func TestParseConfig(t *testing.T) {
 		}`, func(c Config) bool {
 			return !c.Enabled && c.DockerRuntime && !c.DeviceNodes && reflect.DeepEqual(c.IgnoredGPUIDs, []string{"1", "GPU-bbbbbbbb-1f2a-4b5c-8d9e-0123456789ab"})
 		}},
+		{"the default unit beside a policy source", `config {
+			unit = "1024MiB"
+			policy { address = "http://nomad:4646" }
+		}`, func(c Config) bool { return c.Nomad != nil && c.Unit == size.GiB }},
 		{"policy_name of a policy_file", `config {
 			policy_file = "/etc/gpufrac/policy.hcl"
 			policy_name = "inference"
@@ -204,6 +208,16 @@ func TestParseConfigRejects(t *testing.T) {
 			policy_name = "inference"
 			policy { address = "http://nomad:4646" }
 		}`, []string{"policy_name", `"inference"`, "policy.name"}},
+		// unit is the fallback for a node with no policy source; with one, the policy's
+		// unit_bytes serves and a unit of another size was dropped without a word.
+		{`config {
+			unit = "512MiB"
+			policy { address = "http://nomad:4646" }
+		}`, []string{"unit", `"512MiB"`, "unit_bytes"}},
+		{`config {
+			unit = "2GiB"
+			policy_file = "/etc/gpufrac/policy.json"
+		}`, []string{"unit", `"2GiB"`, "policy_file"}},
 		// Every task gets fence_dir read-only: one that holds state_dir hands each task the
 		// ledger, and with it every other task's reservation token.
 		{`config {
