@@ -523,6 +523,22 @@ func ParseConfig(msgpackConfig []byte) (Config, error) {
 		vt := schema.nested[KeyViolations].nomadTarget(KeyViolations, vb, bad)
 		c.Violations = &vt
 	}
+	targets := []struct {
+		block string
+		t     *NomadTarget
+	}{{KeyPolicy, nil}, {KeyViolations, c.Violations}}
+	if c.Nomad != nil {
+		targets[0].t = &c.Nomad.NomadTarget
+	}
+	for _, nt := range targets {
+		if nt.t == nil || !filepath.IsAbs(nt.t.TokenFile) || !filepath.IsAbs(c.FenceDir) {
+			continue
+		}
+		if m := mountHolding(c, nt.t.TokenFile); m != "" {
+			// A Nomad ACL token every task can read is every task's token.
+			bad(nt.block+".token_file", strconv.Quote(nt.t.TokenFile), "every task gets "+m+" read-only: keep the token file out of it")
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return Config{}, fmt.Errorf("gpufrac config: %w", err)
 	}

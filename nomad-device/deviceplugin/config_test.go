@@ -229,6 +229,13 @@ func TestParseConfigRejects(t *testing.T) {
 			state_dir = "/srv/fence-caps/state"
 			fence_dir = "/srv/fence"
 		}`, []string{"fence_dir", `"/srv/fence"`, "/srv/fence-caps"}},
+		// So would a Nomad ACL token file there.
+		{`config { policy { token_file = "/var/lib/gpufrac/fence/nomad-token" } }`,
+			[]string{"policy.token_file", `"/var/lib/gpufrac/fence/nomad-token"`, "/var/lib/gpufrac/fence"}},
+		{`config {
+			fence_dir = "/etc/gpufrac"
+			violations { token_file = "/etc/gpufrac-lib/token" }
+		}`, []string{"violations.token_file", `"/etc/gpufrac-lib/token"`, "/etc/gpufrac-lib"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want[0], func(t *testing.T) {
