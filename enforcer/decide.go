@@ -428,12 +428,16 @@ func (p *pass) owedOwner() string {
 
 // short says whether owner, reaching want, is owed by the fence's rule: the other tasks, each
 // taking its use and its keep at most (its guarantee or its use, whichever is more, where its
-// keep is all of it or the enforcer sealed it), and owner's want and keep, at most its
-// guarantee, fill more than the budget. A task's own word that it is armed counts for nothing
-// here: it would make every owner beside it look short. A task's use is what its file says,
-// believed up to its limit (as the fence does) and past its guarantee only up to what NVML
-// shows its processes hold: a task with none on the GPU borrows nothing there, whatever it
-// wrote. What an honest owner's process summed when the fence made it wait is no more: NVML
+// keep is all of it), and owner's want and keep, at most its guarantee, fill more than the
+// budget. Whether a task is armed, by its own word or the enforcer's seal, counts for nothing
+// here, as in the fence's rule for an allocation within a guarantee (judge, charge.c): a seal
+// keeps borrowers out of a guarantee, while an owner is checked against what the others take
+// now. Counted whole, a sealed guarantee that borrowers had taken before the seal made an owed
+// flag believed where the fence serves an owner asking as much at once, and a borrower was
+// stopped for a lie (TestAnOwnerBesideASealedGuaranteeCountsWhatItsTaskTakes). A task's use
+// is what its file says, believed up to its limit (as the fence does) and past its guarantee
+// only up to what NVML shows its processes hold: a task with none on the GPU borrows nothing
+// there, whatever it wrote. What an honest owner's process summed when the fence made it wait is no more: NVML
 // shows a borrower at least what the fence counts of it, and borrowers take nothing more while
 // an owner waits.
 func (p *pass) short(owner fence.TaskUse, want size.Bytes) bool {
@@ -443,11 +447,7 @@ func (p *pass) short(owner fence.TaskUse, want size.Bytes) bool {
 			continue
 		}
 		used := min(u.Used, max(u.Limit, u.Cap), max(sum(p.byToken[u.Token]), u.Cap))
-		keep := min(u.Keep, u.Cap)
-		if u.Sealed {
-			keep = u.Cap // the fence reads it armed: none of its guarantee is lent
-		}
-		all += min(max(used, u.Cap), used+keep)
+		all += min(max(used, u.Cap), used+min(u.Keep, u.Cap))
 	}
 	return all > p.o.snap.Budget
 }

@@ -312,12 +312,13 @@ func TestDecide(t *testing.T) {
 			obs:    seeing(smallOwners(), 100, 256*size.MiB),
 			want:   []string{"evict B borrowed 8GiB", "event violation/crossed B", "signal B [102] killed"},
 		},
-		// Beside a sealed guarantee, which the fence reads as held whole though its task uses
-		// none of it now, L's 9 GiB no longer fit: the fence finds it owed, and so does the pass.
-		{name: "an owner owed beside a sealed guarantee has a borrower stopped", rules: r,
+		// A seal keeps borrowers out of X's guarantee, not L's allocation: the fence checks an
+		// owner against what the others take now, X its keep, and serves an honest L asking as
+		// much at once (TestAnOwnerBesideASealedGuaranteeCountsWhatItsTaskTakes). Before, the
+		// pass counted X whole, believed L and stopped B.
+		{name: "a false owed wait beside a sealed guarantee stops no borrower", rules: r,
 			before: func(m *memory) { m.owedSince["G"] = at0.Add(-reclaimGrace) },
 			obs:    sealed(lentElsewhere(), "X"),
-			want:   []string{"evict B borrowed 15GiB", "event violation/crossed B", "signal B [102] killed"},
 		},
 		// A task writes its own flags: one that says it waits for its guarantee is believed only
 		// where the enforcer's own readings would bear out an honest owner's wait. Before, each of

@@ -75,3 +75,43 @@ func TestUnseenBorrowIsBelievedUpToItsGuarantee(t *testing.T) {
 		t.Fatalf("the liar once marked: %+v, want unseen, its file's 3 GiB, and nothing borrowed", u)
 	}
 }
+
+// A seal stops borrowers, not owners: an owner's allocation within its guarantee is checked
+// against what the other tasks take now, a sealed task its use and keep as any (charge.c's judge
+// reads no seal there). The watchdog's check of an owed wait (short, in the enforcer) must count
+// the same: counting the sealed guarantee whole, it believed an owed flag that this owner, asking
+// as much, never raises, and had a borrower stopped for it. This is decide_test's lentElsewhere,
+// on the fence itself: B borrowed 15 GiB of X's guarantee before X was sealed, and L's 9 GiB fit
+// beside B's 17 and X's keep.
+func TestAnOwnerBesideASealedGuaranteeCountsWhatItsTaskTakes(t *testing.T) {
+	dir, tb := table(t, 28*size.GiB)
+	owner, sealed := fence.Task{Token: tokA, Cap: 10 * size.GiB, Keep: 768 * size.MiB}, fence.Task{Token: tokB, Cap: 16 * size.GiB, Keep: 768 * size.MiB}
+	borrower := fence.Task{Token: tokC, Cap: 2 * size.GiB, Limit: 28 * size.GiB}
+	if err := tb.SetTasks([]fence.Task{owner, sealed, borrower}, 28*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	b, o := attach(t, dir, tokC), attach(t, dir, tokA)
+	if r := b.Charge(17 * size.GiB); r != fence.Charged {
+		t.Fatalf("B borrowing 15 GiB of X's unarmed guarantee: %v, want Charged", r)
+	}
+	if r := o.Charge(512 * size.MiB); r != fence.Charged {
+		t.Fatalf("L's first 512 MiB: %v, want Charged", r)
+	}
+	sealed.Sealed = true
+	if err := tb.SetTasks([]fence.Task{owner, sealed, borrower}, 28*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if u := snap(t, tb, tokB); !u.Sealed {
+		t.Fatalf("X: %+v, want sealed", u)
+	}
+	if r := o.Charge(9 * size.GiB); r != fence.Charged {
+		t.Fatalf("L asking 9 GiB beside a sealed X: %v, want Charged", r)
+	}
+	if u := snap(t, tb, tokA); u.OwedWaits != 0 || u.Waits != 0 {
+		t.Fatalf("L: %+v, want it served without a wait", u)
+	}
+	// The seal still keeps borrowers out of X's guarantee.
+	if r := b.Charge(size.MiB); r != fence.Refused {
+		t.Fatalf("B reaching further into a sealed guarantee: %v, want Refused", r)
+	}
+}

@@ -186,9 +186,10 @@ struct gf_task {
 	 * past its keep and contexts, or a borrower was stopped for its owed wait. Whether a task
 	 * is armed is otherwise its own file's word, and one that never said so would have its
 	 * guarantee lent, then claimed back by stopping a borrower, again and again; an honest task
-	 * lends it once, in its start-up. Every rule reads a sealed task as armed (gf_peers_view,
-	 * the placing of guarantees); the enforcer keeps it sealed for the rest of the placement.
-	 * From the control copy only. */
+	 * lends it once, in its start-up. Every rule that lends reads a sealed task as armed
+	 * (gf_peers_view, the placing of guarantees); an owner's allocation within its guarantee
+	 * still counts it at its use and keep (judge, charge.c), as arming never changed that. The
+	 * enforcer keeps it sealed for the rest of the placement. From the control copy only. */
 	uint64_t sealed;
 	/* Set by the enforcer while an owner waits for its guarantee (GF_WAIT_OWED) and this task
 	 * says it borrows, though neither of the enforcer's last two looks found a process of it on
