@@ -115,3 +115,42 @@ func TestAnOwnerBesideASealedGuaranteeCountsWhatItsTaskTakes(t *testing.T) {
 		t.Fatalf("B reaching further into a sealed guarantee: %v, want Refused", r)
 	}
 }
+
+// The unseen mark is the enforcer's, written at its passes, and the owner's wait that it serves
+// ends between two of them: from then on borrowers may borrow again, and a mark still set would
+// hide from them whatever the marked task holds by then (a process it started since, which no
+// pass has seen yet, borrowing within what its own file leaves it). So the rules believe an
+// unseen task's use up to its guarantee only while some owner's wait is owed, as the enforcer
+// sets the mark: B is served beside the liar A's claim, and once it is, C may not borrow what A
+// claims though the mark is still set.
+func TestUnseenMarkGoesWithTheWait(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 4*size.GiB)
+	liar, owner := fence.Task{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, fence.Task{Token: tokB, Cap: 2 * size.GiB}
+	borrower := fence.Task{Token: tokC, Cap: 512 * size.MiB, Limit: 4 * size.GiB}
+	if err := tb.SetTasks([]fence.Task{liar, owner, borrower}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	tenant := k.StartTool(t)
+	want(t, tenant.Do("tamper "+fence.AccountPath(dir, tokA, fencetest.FakeUUID)+" used 3G "+tokA), "ok", "tamper")
+	o, c := attach(t, dir, tokB), attach(t, dir, tokC)
+	got := charging(o, 1536*size.MiB) // A's 3 GiB, C's 512 MiB and B's 2: 1.5 GiB short
+	waitFor(t, tb, "the owner owed", fence.Snapshot.Owed)
+	liar.Unseen = true
+	if err := tb.SetTasks([]fence.Task{liar, owner, borrower}, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r != fence.Charged {
+		t.Fatalf("the owner beside an unseen borrow: %v, want Charged", r)
+	}
+	if s, err := tb.Snapshot(); err != nil || s.Owed() {
+		t.Fatalf("after the owner was served: %+v %v, want nobody owed", s.Tasks, err)
+	}
+	if u := snap(t, tb, tokA); !u.Unseen {
+		t.Fatalf("the liar before the enforcer's next pass: %+v, want still marked", u)
+	}
+	// Beside A at its guarantee and B's 2 GiB, 1 GiB would be C's to take; beside A's claim, none.
+	if r := c.Charge(size.GiB); r != fence.Refused {
+		t.Fatalf("C borrowing what A claims once no owner waits: %v, want Refused", r)
+	}
+}

@@ -197,7 +197,9 @@ struct gf_task {
 	 * holds (a task writes its own file), and owners waiting for it would be refused inside their
 	 * guarantees once their owed wait ran out. The other tasks' rules then believe its use up to
 	 * its guarantee (gf_peers_view). Only while an owner waits, when no task may borrow more: a
-	 * borrower's new process cannot be hidden by it. From the control copy only. */
+	 * borrower's new process cannot be hidden by it. The rules heed it only while some task is
+	 * owed, as the enforcer sets it: the enforcer takes it back only at its next pass. From the
+	 * control copy only. */
 	uint64_t unseen;
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all;
