@@ -169,3 +169,41 @@ func TestUnseenNow(t *testing.T) {
 		}
 	}
 }
+
+// A seal is a reservation's: the next task placed in the slot a sealed one left (a fresh token)
+// lends its guarantee in its own start-up, as any. The enforcer keeps seals by token and the
+// table clears a slot it gives a new task; were a seal kept by slot, every task after an armed
+// one would start sealed and never lend.
+func TestASealEndsWithItsReservation(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) {
+		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
+	})
+	borrower, owner, st := borrowerBeside(r, 8*size.GiB, "owner")
+	o := attach(r, dir, owner.Token)
+	if got := o.Charge(size.GiB); got != fence.Charged {
+		t.Fatalf("the owner's first GiB: %v", got)
+	}
+	r.enf.Tick(t.Context())
+	if u, ok := snapTask(r, owner.Token); !ok || !u.Sealed {
+		t.Fatalf("the owner after a pass: %+v, want sealed", u)
+	}
+	o.Detach()
+	if err := r.led.Release(owner.Token, "done"); err != nil {
+		t.Fatal(err)
+	}
+	r.enf.Tick(t.Context())
+	if _, ok := snapTask(r, owner.Token); ok {
+		t.Fatal("the ended owner is still in the table")
+	}
+	next := r.reserve(8*size.GiB, "next")
+	r.syncFence()
+	r.enf.Tick(t.Context())
+	if u, ok := snapTask(r, next.Token); !ok || u.Sealed || u.Armed {
+		t.Fatalf("the next task before it allocates: %+v, want it placed, unarmed and unsealed", u)
+	}
+	// Its guarantee is lent but for its keep: the borrow reaches 5 GiB into it.
+	if got := attach(r, dir, borrower.Token).Charge(st.BudgetBytes - 4*size.GiB); got != fence.Charged {
+		t.Fatalf("a borrow into the next task's guarantee in its start-up: %v, want Charged", got)
+	}
+}
