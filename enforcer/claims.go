@@ -42,7 +42,7 @@ type claim struct {
 	unheeded bool          // left ran out while the flag was up: not heeded until it is down
 	warned   bool          // the warning was logged for this task
 	sealed   bool          // the task is known armed (sealedBy): its guarantee is lent no more
-	absent   int           // passes in a row that found no process of it, and none unnamed, on the GPU
+	absent   int           // passes in a row that saw an owner wait and found no process of it, nor one unnamed, on the GPU
 	unseen   bool          // what it says it borrows is believed up to its guarantee (fence.Task.Unseen)
 }
 
@@ -82,7 +82,11 @@ func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation
 			c.sealed, changed = true, true
 			f.log.Debug("a task's guarantee is lent no more", "gpu", uuid, "token", ledger.RedactToken(u.Token), "why", why)
 		}
-		if len(procs[u.Token]) == 0 && named {
+		// Only a pass that saw an owner wait counts: until a wait begins any task may borrow, and
+		// a process that made its context after one pass's NVML read and borrowed before a wait
+		// began in that pass is on no list yet. The second pass of the wait read NVML after the
+		// first saw it, so after every borrow that could come before it.
+		if len(procs[u.Token]) == 0 && named && owed {
 			c.absent++
 		} else {
 			c.absent = 0
@@ -157,15 +161,16 @@ func sealedBy(u fence.TaskUse, ps []seenProc, ctx size.Bytes) string {
 // wait ran out. So while an owner waits the enforcer marks such a task unseen
 // (fence.Task.Unseen), and the rules believe its use up to its guarantee only.
 
-// unseenAfter is how many passes in a row must find no process of a task on the GPU before its
-// borrowing is believed held by none: a process the pass before had not seen yet (it made its
-// CUDA context after NVML was read) is on the GPU at the next.
+// unseenAfter is how many passes in a row, each seeing an owner wait, must find no process of a
+// task on the GPU before its borrowing is believed held by none: a process the pass before had
+// not seen yet (it made its CUDA context after NVML was read, and borrowed before the wait
+// began) is on the GPU at the next.
 const unseenAfter = 2
 
 // unseenNow says whether task u's borrowing is to be believed up to its guarantee: an owner
 // waits (owed), when no task may borrow more, so no new process of u's is hidden by it; u says
-// it borrows; and absent passes in a row found no process of it on the GPU, nor one the pass
-// could not name (it might be u's). A dead process's borrow its task has not given back yet is
+// it borrows; and absent passes in a row, each of which saw an owner wait, found no process of
+// it on the GPU, nor one the pass could not name (it might be u's). A dead process's borrow its task has not given back yet is
 // no memory either: the driver freed it.
 func unseenNow(u fence.TaskUse, absent int, owed bool) bool {
 	return owed && absent >= unseenAfter && u.Used > u.Cap && u.Limit > u.Cap

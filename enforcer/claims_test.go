@@ -217,3 +217,45 @@ func TestPassesAreJittered(t *testing.T) {
 		t.Fatalf("200 passes came at %d distinct intervals, want them spread", len(seen))
 	}
 }
+
+// A pass that finds none of a borrower's processes on the GPU proves nothing of a borrow made
+// after it read NVML, and before an owner's wait began any task could borrow: a process of B's
+// that made its context after the last pass's NVML read, and borrowed before an owner's wait
+// began in the same pass, is on no list yet, though it holds what it borrowed. Only passes that
+// saw an owner's wait count towards the mark: the second of them read NVML after the first saw
+// the wait, so after every borrow that could come before it. Before, passes that found none of
+// B's processes before any owner waited counted too, and B was marked at the first pass that saw
+// the wait, its new process's borrow hidden from the owner, who was served into memory that
+// process held.
+func TestUnseenCountsOnlyPassesThatSawTheWait(t *testing.T) {
+	f := &fences{cfg: FenceConfig{}, log: hclog.NewNullLogger(), claims: map[string]map[string]*claim{}}
+	res := []ledger.Reservation{{Token: "O"}, {Token: "B"}}
+	borrower := fence.TaskUse{Token: "B", Cap: 2 * size.GiB, Limit: 70 * size.GiB, Used: 10 * size.GiB}
+	now := at0
+	for i, tc := range []struct {
+		owed, there, unseen bool
+	}{
+		{false, false, false}, // B between processes: nothing of it on the GPU
+		{false, false, false},
+		{false, false, false},
+		{true, false, false}, // its new process borrowed after this pass's NVML read, then O waited
+		{true, true, false},  // the next pass finds it
+		{true, false, false},
+		{true, false, true}, // two passes of the wait in a row found none
+		{false, false, false},
+	} {
+		now = now.Add(100 * time.Millisecond)
+		snap := fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 8 * size.GiB, Owed: tc.owed}, borrower}}
+		procs := map[string][]seenProc{}
+		if tc.there {
+			procs["B"] = []seenProc{{ProcUsage: ProcUsage{PID: 7, Token: "B", Bytes: 10 * size.GiB}}}
+		}
+		f.heed("G", snap, res, procs, true, now)
+		f.mu.Lock()
+		got := f.claimOf("G", "B").unseen
+		f.mu.Unlock()
+		if got != tc.unseen {
+			t.Fatalf("pass %d (owner waits %v, B on the GPU %v): B unseen %v, want %v", i, tc.owed, tc.there, got, tc.unseen)
+		}
+	}
+}
