@@ -42,14 +42,15 @@ type claim struct {
 	unheeded bool          // left ran out while the flag was up: not heeded until it is down
 	warned   bool          // the warning was logged for this task
 	sealed   bool          // the task is known armed (sealedBy): its guarantee is lent no more
-	absent   int           // passes in a row that saw an owner wait and found no process of it, nor one unnamed, on the GPU
-	unseen   bool          // what it says it borrows is believed up to its guarantee (fence.Task.Unseen)
+	waited   int           // passes in a row that saw an owner wait and could name every process on the GPU
+	held     size.Bytes    // what NVML showed its processes hold at the last pass
+	unseen   size.Bytes    // the most its use is believed at while an owner waits (fence.Task.Unseen); 0: its file's word
 }
 
 // heed carries the flags of GPU uuid's tasks (snap, as the fence read it) to now, seals the
 // tasks it now knows armed (procs: the pass's processes by token, sealedBy), marks the borrows
-// nobody holds (named: every process the pass saw on the GPU is a task's, none the MPS server's;
-// unseenNow), and says whether any of that changed: the control copy must then be written
+// no process on the GPU holds (named: every process the pass saw on the GPU is a task's, none
+// the MPS server's; unseenNow), and says whether any of that changed: the control copy must then be written
 // again. res names the tasks for the log.
 func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation, procs map[string][]seenProc, named bool, now time.Time) bool {
 	bound := claimBound(f.cfg)
@@ -86,15 +87,20 @@ func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation
 		// a process that made its context after one pass's NVML read and borrowed before a wait
 		// began in that pass is on no list yet. The second pass of the wait read NVML after the
 		// first saw it, so after every borrow that could come before it.
-		if len(procs[u.Token]) == 0 && named && owed {
-			c.absent++
+		if named && owed {
+			c.waited++
 		} else {
-			c.absent = 0
+			c.waited = 0
 		}
-		if unseen := unseenNow(u, c.absent, owed); unseen != c.unseen {
+		// What this pass and the one before showed, whichever is more: a process one of them
+		// missed (made after its NVML read, or gone a moment early) is on the other's list.
+		held := sum(procs[u.Token])
+		shown := max(c.held, held)
+		c.held = held
+		if unseen := unseenNow(u, c.waited, shown); unseen != c.unseen {
 			c.unseen, changed = unseen, true
-			f.log.Debug("a task's borrowing is believed up to its guarantee while an owner waits: none of its processes is on the GPU",
-				"gpu", uuid, "token", ledger.RedactToken(u.Token), "unseen", unseen)
+			f.log.Debug("while an owner waits, a task's borrowing is believed only as far as NVML shows its processes hold it",
+				"gpu", uuid, "token", ledger.RedactToken(u.Token), "believed", unseen.String())
 		}
 		was := c.unheeded
 		c.unheeded = u.Waiting && (c.unheeded || c.left <= 0)
@@ -156,24 +162,33 @@ func sealedBy(u fence.TaskUse, ps []seenProc, ctx size.Bytes) string {
 }
 
 // A task may write that it borrows memory it holds nowhere. An owner then finds its guarantee
-// short by the fence's rule and waits; with no process of the liar on the GPU the watchdog has
-// nobody to stop (reclaim), and the owner would be refused inside its guarantee once its owed
-// wait ran out. So while an owner waits the enforcer marks such a task unseen
-// (fence.Task.Unseen), and the rules believe its use up to its guarantee only.
+// short by the fence's rule and waits, while the watchdog, which believes a borrow only as far
+// as NVML shows the task's processes hold it (short), finds the owner's wait a lie and stops
+// nobody (reclaim), and the owner would be refused inside its guarantee once its owed wait ran
+// out. So while an owner waits the enforcer marks such a task unseen (fence.Task.Unseen), and
+// the rules believe its use only as far as the watchdog does: its guarantee, or what NVML
+// shows its processes hold where that is more (nothing past its guarantee where none is on the
+// GPU). Before, only a task with no process on the GPU was marked, and a liar that kept one
+// small process there had every owner beside it refused inside its guarantee.
 
-// unseenAfter is how many passes in a row, each seeing an owner wait, must find no process of a
-// task on the GPU before its borrowing is believed held by none: a process the pass before had
-// not seen yet (it made its CUDA context after NVML was read, and borrowed before the wait
-// began) is on the GPU at the next.
+// unseenAfter is how many passes in a row, each seeing an owner wait (and naming every process
+// on the GPU), must go by before a task's borrowing is believed only as far as NVML shows it: a
+// process the pass before had not seen yet (it made its CUDA context after NVML was read, and
+// borrowed before the wait began) is on the GPU at the next.
 const unseenAfter = 2
 
-// unseenNow says whether task u's borrowing is to be believed up to its guarantee: an owner
-// waits (owed), when no task may borrow more, so no new process of u's is hidden by it; u says
-// it borrows; and absent passes in a row, each of which saw an owner wait, found no process of
-// it on the GPU, nor one the pass could not name (it might be u's). A dead process's borrow its task has not given back yet is
-// no memory either: the driver freed it.
-func unseenNow(u fence.TaskUse, absent int, owed bool) bool {
-	return owed && absent >= unseenAfter && u.Used > u.Cap && u.Limit > u.Cap
+// unseenNow is the most task u's use is believed at, or 0 for its file's word: waited passes
+// in a row saw an owner wait (when no task may borrow more, so no new process of u's borrows
+// past what they read) and could name every process on the GPU (one they could not might be
+// u's), NVML showed u's processes hold shown at the last two, and u says it borrows past that
+// and its guarantee. A dead process's borrow its task has not given back yet is no memory
+// either: the driver freed it.
+func unseenNow(u fence.TaskUse, waited int, shown size.Bytes) size.Bytes {
+	b := max(u.Cap, shown)
+	if waited < unseenAfter || u.Limit <= u.Cap || u.Used <= b {
+		return 0
+	}
+	return b
 }
 
 // seal marks GPU uuid's task token sealed: a borrower was stopped for its owed wait, which an

@@ -335,7 +335,7 @@ func (f *fences) syncLocked(st ledger.GPUState, fresh func(string) (ledger.GPUSt
 		c := f.claimOf(st.UUID, r.Token)
 		k.Unheeded, k.Sealed, k.Unseen = c.unheeded, c.sealed, c.unseen
 		tasks = append(tasks, k)
-		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d/%t/%t/%t", r.Token, k.Cap, k.Limit, k.Stage, k.Seen, k.Unheeded, k.Sealed, k.Unseen)
+		fmt.Fprintf(&sig, ",%s=%d/%d/%d/%d/%t/%t/%d", r.Token, k.Cap, k.Limit, k.Stage, k.Seen, k.Unheeded, k.Sealed, k.Unseen)
 	}
 	if f.synced[st.UUID] == sig.String() {
 		return nil

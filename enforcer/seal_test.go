@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -123,7 +124,7 @@ func TestAnOwnerIsServedBesideABorrowNobodyHolds(t *testing.T) {
 	go func() { got <- o.Charge(8 * size.GiB) }()
 	waitTask(r, owner.Token, "the owner owed", func(u fence.TaskUse) bool { return u.Owed })
 	r.enf.Tick(t.Context())
-	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen {
+	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen != 0 {
 		t.Fatalf("the borrower after one pass: %+v, want it still believed", u)
 	}
 	r.enf.Tick(t.Context())
@@ -141,32 +142,85 @@ func TestAnOwnerIsServedBesideABorrowNobodyHolds(t *testing.T) {
 	}
 	// The wait over, the mark goes: the borrower's word counts again, as any borrower's.
 	r.enf.Tick(t.Context())
-	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen || u.Borrowed() == 0 {
+	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen != 0 || u.Borrowed() == 0 {
 		t.Fatalf("the borrower once no owner waits: %+v, want its borrow counted again", u)
 	}
 }
 
-// A borrow is believed held by nobody only while an owner waits (no task may borrow more then,
-// so no new process's borrow is hidden), and only after unseenAfter passes found none of the
-// task's processes on the GPU.
+// A borrow is believed only as far as NVML shows it held, and only while an owner waits (no task
+// may borrow more then, so no new process's borrow is hidden), after unseenAfter passes of the
+// wait: up to the task's guarantee where none of its processes is on the GPU, up to what NVML
+// showed them hold where that is more, and as its file says where that is no more.
 func TestUnseenNow(t *testing.T) {
 	b := fence.TaskUse{Cap: 2 * size.GiB, Limit: 70 * size.GiB, Used: 10 * size.GiB}
 	for _, tc := range []struct {
 		name   string
 		u      fence.TaskUse
-		absent int
-		owed   bool
-		want   bool
+		waited int
+		shown  size.Bytes
+		want   size.Bytes
 	}{
-		{"an owner waits, two passes found none", b, unseenAfter, true, true},
-		{"one pass found none", b, unseenAfter - 1, true, false},
-		{"no owner waits", b, unseenAfter, false, false},
-		{"within its guarantee", fence.TaskUse{Cap: 2 * size.GiB, Limit: 70 * size.GiB, Used: 2 * size.GiB}, unseenAfter, true, false},
-		{"no borrowing allowed", fence.TaskUse{Cap: 2 * size.GiB, Limit: 2 * size.GiB, Used: 3 * size.GiB}, unseenAfter, true, false},
+		{"two passes of the wait found none of it", b, unseenAfter, 0, 2 * size.GiB},
+		{"one pass of the wait", b, unseenAfter - 1, 0, 0},
+		{"no owner waits", b, 0, 0, 0},
+		{"NVML shows part of its borrow", b, unseenAfter, 4 * size.GiB, 4 * size.GiB},
+		{"NVML shows all of its borrow", b, unseenAfter, 10 * size.GiB, 0},
+		{"within its guarantee", fence.TaskUse{Cap: 2 * size.GiB, Limit: 70 * size.GiB, Used: 2 * size.GiB}, unseenAfter, 0, 0},
+		{"no borrowing allowed", fence.TaskUse{Cap: 2 * size.GiB, Limit: 2 * size.GiB, Used: 3 * size.GiB}, unseenAfter, 0, 0},
 	} {
-		if got := unseenNow(tc.u, tc.absent, tc.owed); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		if got := unseenNow(tc.u, tc.waited, tc.shown); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A liar that keeps one small process on the GPU is no process-less liar: the watchdog, which
+// believes a borrow only as far as NVML shows it held (short), found the owner's wait a lie and
+// stopped nobody, while the fence, believing the liar's file up to its limit, kept the owner
+// waiting; the owner waited out its 120 s and was refused inside its guarantee. While an owner
+// waits the rules now believe a borrow as far as the watchdog does, and the owner is served.
+func TestAnOwnerIsServedBesideABorrowItsProcessesDoNotHold(t *testing.T) {
+	dir := t.TempDir()
+	r := newRig(t, policy.ModeIsolated, func(c *Config) {
+		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
+	})
+	liar, owner, st := borrowerBeside(r, 40*size.GiB, "owner")
+	r.run(liar, "liar", "--peak", "3GiB", "--ramp", "10ms", "--hold", "1m")
+	waitTask(r, liar.Token, "the liar's process charging its first block", func(u fence.TaskUse) bool { return u.Used > 0 })
+	testutil.Eventually(t, waitLong, "a pass finding the liar's process on the GPU", func() bool {
+		r.enf.Tick(t.Context())
+		s, ok := r.enf.fence.view(r.uuid)
+		u, _ := s.Task(liar.Token)
+		return ok && u.Seen == 1
+	})
+	// The rest of its borrow a process off the GPU (the test's own) says it holds.
+	if got := attach(r, dir, liar.Token).Charge(st.BudgetBytes - 6*size.GiB); got != fence.Charged {
+		t.Fatalf("the borrow into the owner's lent guarantee: %v", got)
+	}
+	o := attach(r, dir, owner.Token)
+	got := make(chan fence.Result, 1)
+	go func() { got <- o.Charge(8 * size.GiB) }()
+	waitTask(r, owner.Token, "the owner owed", func(u fence.TaskUse) bool { return u.Owed })
+	for i := range unseenAfter {
+		r.enf.Tick(t.Context())
+		if u, ok := snapTask(r, liar.Token); i < unseenAfter-1 && (!ok || u.Unseen != 0) {
+			t.Fatalf("the liar after one pass of the wait: %+v, want it still believed", u)
+		}
+	}
+	select {
+	case res := <-got:
+		if res != fence.Charged {
+			t.Fatalf("the owner's allocation: %v, want Charged", res)
+		}
+	case <-time.After(waitLong):
+		u, _ := snapTask(r, liar.Token)
+		t.Fatalf("the owner still waits beside a borrow the liar's processes do not hold (the liar: %+v)", u)
+	}
+	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen <= liar.CapBytes || u.Unseen >= u.Used {
+		t.Fatalf("the liar: %+v, want it believed up to what NVML shows, past its guarantee and short of its file", u)
+	}
+	for _, v := range r.led.Violations() {
+		t.Fatalf("a violation was recorded: %+v", v)
 	}
 }
 

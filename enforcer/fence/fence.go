@@ -178,9 +178,7 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 		if k.Sealed {
 			view[i].sealed = 1
 		}
-		if k.Unseen {
-			view[i].unseen = 1
-		}
+		view[i].unseen = C.uint64_t(k.Unseen)
 	}
 	defer func() {
 		for i := range n {
@@ -321,7 +319,7 @@ func snapshotOf(raw *C.struct_gf_table, names map[[hashLen]byte]string) Snapshot
 		tokens[i] = tok
 		s.Tasks = append(s.Tasks, TaskUse{Token: tok, Cap: size.Bytes(k.cap), Limit: size.Bytes(k.limit),
 			Used: size.Bytes(k.used), Peak: size.Bytes(k.peak), Refused: uint64(k.refused), Asked: size.Bytes(k.asked), Procs: int(k.procs), Seen: int(k.seen),
-			Asking: size.Bytes(k.gwant) + size.Bytes(k.bwant), Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0, Sealed: k.sealed != 0, Unseen: k.unseen != 0, Stage: size.Bytes(k.stage),
+			Asking: size.Bytes(k.gwant) + size.Bytes(k.bwant), Waits: uint64(k.waits), OwedWaits: uint64(k.owed), Keep: size.Bytes(k.keep), Armed: k.armed != 0, Sealed: k.sealed != 0, Unseen: size.Bytes(k.unseen), Stage: size.Bytes(k.stage),
 			Unheeded: k.unheeded != 0, Unlocked: k.unlocked != C.GF_READ_SETTLED, Unreadable: k.unlocked == C.GF_READ_BAD, Unopened: k.unlocked == C.GF_READ_UNOPENED,
 			// A file holds its task's waits twice, in its processes' slots (below) and in the sums
 			// the other tasks' rules read (peers.c), and its task writes it: either one says it.

@@ -149,15 +149,17 @@ int gf_peers_view(struct gf_map *m, struct gf_task *out)
 		if (ck->unheeded)
 			k->nwait = k->nowed = k->ngrace = k->gwant = k->bwant = 0; /* its waits outlasted every bound */
 	}
-	/* An unseen task borrows nothing anybody holds (gf_task.unseen), but only while an owner
-	 * waits, when nobody may borrow more: the enforcer sets the mark then, and takes it back
-	 * only at its next pass, while from the moment the wait ends borrowers may borrow again,
-	 * and a process the marked task started since would hold what the mark hides. */
+	/* An unseen task borrows no more than NVML showed its processes hold (gf_task.unseen), but
+	 * only while an owner waits, when nobody may borrow more: the enforcer sets the mark then,
+	 * and takes it back only at its next pass, while from the moment the wait ends borrowers may
+	 * borrow again, and a process the marked task started since would hold what the mark hides. */
 	int owed = 0;
 	for (int i = 0; i < GF_TASKS; i++)
 		owed |= out[i].state == GF_LIVE && out[i].nowed > 0;
-	for (int i = 0; owed && i < GF_TASKS; i++)
-		if (i != m->task && out[i].state == GF_LIVE && ps->c.tasks[i].unseen && out[i].used > out[i].cap)
-			out[i].used = out[i].cap;
+	for (int i = 0; owed && i < GF_TASKS; i++) {
+		uint64_t most = ps->c.tasks[i].unseen > out[i].cap ? ps->c.tasks[i].unseen : out[i].cap;
+		if (i != m->task && out[i].state == GF_LIVE && ps->c.tasks[i].unseen && out[i].used > most)
+			out[i].used = most;
+	}
 	return 0;
 }

@@ -64,14 +64,14 @@ func TestUnseenBorrowIsBelievedUpToItsGuarantee(t *testing.T) {
 	if u := snap(t, tb, tokA); u.Borrowed() != 2*size.GiB {
 		t.Fatalf("the liar before it is marked: %+v, want 2 GiB borrowed", u)
 	}
-	liar.Unseen = true
+	liar.Unseen = liar.Cap
 	if err := tb.SetTasks([]fence.Task{liar, owner}, 4*size.GiB); err != nil {
 		t.Fatal(err)
 	}
 	if r := <-got; r != fence.Charged {
 		t.Fatalf("the owner beside an unseen borrow: %v, want Charged", r)
 	}
-	if u := snap(t, tb, tokA); !u.Unseen || u.Borrowed() != 0 || u.Used != 3*size.GiB {
+	if u := snap(t, tb, tokA); u.Unseen != size.GiB || u.Borrowed() != 0 || u.Used != 3*size.GiB {
 		t.Fatalf("the liar once marked: %+v, want unseen, its file's 3 GiB, and nothing borrowed", u)
 	}
 }
@@ -136,7 +136,7 @@ func TestUnseenMarkGoesWithTheWait(t *testing.T) {
 	o, c := attach(t, dir, tokB), attach(t, dir, tokC)
 	got := charging(o, 1536*size.MiB) // A's 3 GiB, C's 512 MiB and B's 2: 1.5 GiB short
 	waitFor(t, tb, "the owner owed", fence.Snapshot.Owed)
-	liar.Unseen = true
+	liar.Unseen = liar.Cap
 	if err := tb.SetTasks([]fence.Task{liar, owner, borrower}, 4*size.GiB); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestUnseenMarkGoesWithTheWait(t *testing.T) {
 	if s, err := tb.Snapshot(); err != nil || s.Owed() {
 		t.Fatalf("after the owner was served: %+v %v, want nobody owed", s.Tasks, err)
 	}
-	if u := snap(t, tb, tokA); !u.Unseen {
+	if u := snap(t, tb, tokA); u.Unseen == 0 {
 		t.Fatalf("the liar before the enforcer's next pass: %+v, want still marked", u)
 	}
 	// Beside A at its guarantee and B's 2 GiB, 1 GiB would be C's to take; beside A's claim, none.

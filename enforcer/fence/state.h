@@ -191,15 +191,17 @@ struct gf_task {
 	 * still counts it at its use and keep (judge, charge.c), as arming never changed that. The
 	 * enforcer keeps it sealed for the rest of the placement. From the control copy only. */
 	uint64_t sealed;
-	/* Set by the enforcer while an owner waits for its guarantee (GF_WAIT_OWED) and this task
-	 * says it borrows, though neither of the enforcer's last two looks found a process of it on
-	 * the GPU, nor any process it could not name: what it says it borrows is no memory anybody
-	 * holds (a task writes its own file), and owners waiting for it would be refused inside their
-	 * guarantees once their owed wait ran out. The other tasks' rules then believe its use up to
-	 * its guarantee (gf_peers_view). Only while an owner waits, when no task may borrow more: a
-	 * borrower's new process cannot be hidden by it. The rules heed it only while some task is
-	 * owed, as the enforcer sets it: the enforcer takes it back only at its next pass. From the
-	 * control copy only. */
+	/* Set by the enforcer (0: not set) while an owner waits for its guarantee (GF_WAIT_OWED) and
+	 * this task says it borrows past what NVML showed its processes hold at the enforcer's last
+	 * two looks, which could name every process on the GPU (nothing, where none of it is
+	 * there): the rest is no memory anybody holds (a task writes its own file), and the
+	 * watchdog, which believes a borrow only that far, would stop nobody for the owners waiting
+	 * on it, who would be refused inside their guarantees once their owed wait ran out. The
+	 * other tasks' rules then believe its use up to this, or its guarantee where that is more
+	 * (gf_peers_view). Only while an owner waits, when no task may borrow more: a borrower's new
+	 * process cannot be hidden by it. The rules heed it only while some task is owed, as the
+	 * enforcer sets it: the enforcer takes it back only at its next pass. From the control copy
+	 * only. */
 	uint64_t unseen;
 	/* in gf_snapshot's table only: GF_READ_UNSETTLED, its file was read without a settled copy
 	 * (its lock kept, or changing all along); GF_READ_BAD, its file could not be read at all;
@@ -326,7 +328,7 @@ struct gf_task_spec {
 	uint64_t seen; /* see gf_task.seen */
 	int unheeded;  /* see gf_task.unheeded */
 	int sealed;    /* see gf_task.sealed */
-	int unseen;    /* see gf_task.unseen */
+	uint64_t unseen; /* see gf_task.unseen */
 };
 
 /* The enforcer's handle on one GPU: the control copy it writes, and a descriptor of each placed

@@ -36,7 +36,7 @@ func TestVerifyRestoresWhatATenantRewrote(t *testing.T) {
 			t.Logf("seen: %v", diffs)
 			s, _ := tb.Snapshot()
 			u, ok := s.Task(tokA)
-			if !ok || u.Cap != size.GiB || u.Limit != 2*size.GiB || u.Keep != 512*size.MiB || u.Seen != 2 || u.Unheeded || u.Sealed || u.Unseen || s.Budget != 4*size.GiB ||
+			if !ok || u.Cap != size.GiB || u.Limit != 2*size.GiB || u.Keep != 512*size.MiB || u.Seen != 2 || u.Unheeded || u.Sealed || u.Unseen != 0 || s.Budget != 4*size.GiB ||
 				s.Context != 256*size.MiB || s.Spare != 512*size.MiB {
 				t.Fatalf("not restored: %+v, budget %s, context %s, spare %s", s.Tasks, s.Budget, s.Context, s.Spare)
 			}

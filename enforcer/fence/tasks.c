@@ -442,7 +442,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		if (i >= 0) {
 			next.tasks[i].unheeded = specs[s].unheeded != 0;
 			next.tasks[i].sealed = specs[s].sealed != 0;
-			next.tasks[i].unseen = specs[s].unseen != 0;
+			next.tasks[i].unseen = specs[s].unseen;
 		}
 	}
 	int waiting = anyone_waits(g, &next);
@@ -485,7 +485,7 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 		k->seen = specs[s].seen;
 		k->unheeded = specs[s].unheeded != 0;
 		k->sealed = specs[s].sealed != 0;
-		k->unseen = specs[s].unseen != 0;
+		k->unseen = specs[s].unseen;
 		changed[i] = k->cap > before[i];
 		/* A task placed anew gets a fresh file before any process can find it in the control
 		 * copy (a container that still holds a mount of an ended task's cannot reach it); one

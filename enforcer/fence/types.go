@@ -107,11 +107,12 @@ type Task struct {
 	// whatever its own file says from now on. The enforcer sets it on every write for the rest
 	// of the placement: the control copy holds what the last SetTasks said, as for every field.
 	Sealed bool
-	// Unseen: an owner waits for its guarantee while this task says it borrows, and the
-	// enforcer found no process of it on the GPU (nor one it could not name) at two looks in a
-	// row: the other tasks' rules believe its use up to its guarantee only. The enforcer sets
-	// it only while an owner waits, when no task may borrow more.
-	Unseen bool
+	// Unseen, where not 0: an owner waits for its guarantee while this task says it borrows
+	// past what NVML showed its processes hold (nothing where none is on the GPU) at two looks
+	// in a row that could name every process there: the other tasks' rules believe its use up
+	// to this only, its guarantee or what NVML showed, whichever is more, and only while some
+	// task is owed. The enforcer sets it only while an owner waits, when no task may borrow more.
+	Unseen size.Bytes
 }
 
 // TaskUse is one task as the fence saw it.
@@ -145,7 +146,7 @@ type TaskUse struct {
 	Armed  bool
 	Sealed bool
 	// Unseen is what the enforcer last set (Task.Unseen).
-	Unseen bool
+	Unseen size.Bytes
 	// Stage is the guarantee a staged task is promised (Task.Stage), and StageWaiting whether
 	// an allocation of it waits for that grant (not Waiting: it waits for no other task).
 	Stage        size.Bytes
@@ -168,12 +169,16 @@ type TaskUse struct {
 
 // Borrowed is what the task holds past its guarantee, at most what its limit lets it borrow:
 // a task writes its own accounting file, and a use written past the limit is a lie the fence
-// never granted. Nothing where the enforcer found it borrow nothing anybody holds (Unseen).
+// never granted; at most what the enforcer believes of it where it marked it (Unseen).
 func (u TaskUse) Borrowed() size.Bytes {
-	if u.Used <= u.Cap || u.Limit <= u.Cap || u.Unseen {
+	used := min(u.Used, u.Limit)
+	if u.Unseen != 0 {
+		used = min(used, max(u.Unseen, u.Cap))
+	}
+	if used <= u.Cap || u.Limit <= u.Cap {
 		return 0
 	}
-	return min(u.Used, u.Limit) - u.Cap
+	return used - u.Cap
 }
 
 // ProcUse is one attached process.
@@ -294,7 +299,7 @@ func (s Snapshot) differs(set Snapshot) []string {
 		case u.Token == "" || !ok:
 			d = append(d, "a task the enforcer did not set")
 		case u.Cap != w.Cap || u.Limit != w.Limit || u.Keep != w.Keep || u.Stage != w.Stage || u.Seen != w.Seen || u.Unheeded != w.Unheeded || u.Sealed != w.Sealed || u.Unseen != w.Unseen:
-			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d unheeded %t sealed %t unseen %t, set %s %s %s %s %d %t %t %t",
+			d = append(d, fmt.Sprintf("task %s: guarantee %s limit %s keep %s stage %s processes seen %d unheeded %t sealed %t unseen %s, set %s %s %s %s %d %t %t %s",
 				short(u.Token), u.Cap, u.Limit, u.Keep, u.Stage, u.Seen, u.Unheeded, u.Sealed, u.Unseen, w.Cap, w.Limit, w.Keep, w.Stage, w.Seen, w.Unheeded, w.Sealed, w.Unseen))
 		}
 	}

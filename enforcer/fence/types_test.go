@@ -26,3 +26,23 @@ func TestBorrowedIsBoundedByTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// A task the enforcer marked (Unseen) borrows no more than it believes: its guarantee, or what
+// NVML showed its processes hold where that is more.
+func TestBorrowedIsBoundedByTheMark(t *testing.T) {
+	u := fence.TaskUse{Cap: 2 * size.GiB, Limit: 8 * size.GiB, Used: 6 * size.GiB}
+	for _, tc := range []struct {
+		unseen, want size.Bytes
+	}{
+		{0, 4 * size.GiB},
+		{2 * size.GiB, 0},
+		{size.GiB, 0}, // a mark below the guarantee is the guarantee
+		{3 * size.GiB, size.GiB},
+		{7 * size.GiB, 4 * size.GiB},
+	} {
+		u.Unseen = tc.unseen
+		if got := u.Borrowed(); got != tc.want {
+			t.Errorf("marked at %s: borrowed %s, want %s", tc.unseen, got, tc.want)
+		}
+	}
+}
