@@ -1,6 +1,7 @@
 package enforcer
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -87,7 +88,10 @@ func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation
 		// a process that made its context after one pass's NVML read and borrowed before a wait
 		// began in that pass is on no list yet. The second pass of the wait read NVML after the
 		// first saw it, so after every borrow that could come before it.
-		if named && owed {
+		// NVML says 0 for a process whose memory it cannot attribute (some virtualised setups):
+		// a pass that cannot read what the task's processes hold shows nothing of it.
+		blind := slices.ContainsFunc(procs[u.Token], func(p seenProc) bool { return p.Bytes == 0 })
+		if named && owed && !blind {
 			c.waited++
 		} else {
 			c.waited = 0

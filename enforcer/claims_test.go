@@ -259,3 +259,25 @@ func TestUnseenCountsOnlyPassesThatSawTheWait(t *testing.T) {
 		}
 	}
 }
+
+// A process NVML lists at 0 bytes is one whose memory it cannot attribute (gpu: some virtualised
+// setups), not one that holds nothing: what it shows is no bound on the task's borrow, and its
+// task is never marked, however many passes of a wait go by.
+func TestUnseenNeedsWhatNVMLShows(t *testing.T) {
+	f := &fences{cfg: FenceConfig{}, log: hclog.NewNullLogger(), claims: map[string]map[string]*claim{}}
+	res := []ledger.Reservation{{Token: "O"}, {Token: "B"}}
+	snap := fence.Snapshot{Tasks: []fence.TaskUse{{Token: "O", Cap: 8 * size.GiB, Owed: true},
+		{Token: "B", Cap: 2 * size.GiB, Limit: 70 * size.GiB, Used: 10 * size.GiB}}}
+	procs := map[string][]seenProc{"B": {{ProcUsage: ProcUsage{PID: 7, Token: "B"}}}}
+	now := at0
+	for i := range 2 * unseenAfter {
+		now = now.Add(100 * time.Millisecond)
+		f.heed("G", snap, res, procs, true, now)
+		f.mu.Lock()
+		got := f.claimOf("G", "B").unseen
+		f.mu.Unlock()
+		if got != 0 {
+			t.Fatalf("pass %d of the wait: B marked at %s beside a process NVML cannot read", i, got)
+		}
+	}
+}
