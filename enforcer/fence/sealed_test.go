@@ -1,6 +1,8 @@
 package fence_test
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
@@ -152,5 +154,28 @@ func TestUnseenMarkGoesWithTheWait(t *testing.T) {
 	// Beside A at its guarantee and B's 2 GiB, 1 GiB would be C's to take; beside A's claim, none.
 	if r := c.Charge(size.GiB); r != fence.Refused {
 		t.Fatalf("C borrowing what A claims once no owner waits: %v, want Refused", r)
+	}
+}
+
+// A task writes its own file, its use too, and the placing of a lent guarantee sums every
+// task's (taken, tasks.c): a use written near 2^64 wrapped that sum round to a few GiB, and a
+// guarantee was placed where what the tasks take, A's 3 GiB and B's guarantee at least, passes
+// the budget. The sum now stops at its top, as the fence's other sums do.
+func TestAUseWrittenNearTheTopWrapsNoPlacement(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 4*size.GiB)
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB, Limit: 4 * size.GiB}, {Token: tokB, Cap: 2 * size.GiB, Keep: 256 * size.MiB}}
+	if err := tb.SetTasks(tasks, 4*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	if r := attach(t, dir, tokA).Charge(3 * size.GiB); r != fence.Charged { // 1 GiB of B's lent guarantee
+		t.Fatalf("A borrowing: %v", r)
+	}
+	tenant := k.StartTool(t)
+	top := ^uint64(0) - uint64(2*size.GiB) + 1 // 2^64 less 2 GiB: A's 3 GiB beside it wrap to 1 GiB
+	want(t, tenant.Do(fmt.Sprintf("tamper %s used %d %s", fence.AccountPath(dir, tokB, fencetest.FakeUUID), top, tokB)), "ok", "tamper")
+	c := fence.Task{Token: tokC, Cap: 512 * size.MiB, Keep: 64 * size.MiB}
+	if err := tb.SetTasks(append(tasks, c), 4*size.GiB); !errors.Is(err, fence.ErrNoRoom) {
+		t.Fatalf("a lent guarantee placed beside a use written near 2^64: %v, want ErrNoRoom", err)
 	}
 }

@@ -297,8 +297,9 @@ static void taken(const struct gf_gpu *g, const struct gf_control *c, uint64_t *
 			continue;
 		int armed;
 		uint64_t procs, u = gf_file_used(g, i, &armed, &procs);
-		*now += armed || k->sealed ? max64(u, k->cap) : gf_takes(u, k->cap, k->keep);
-		*guarantees += k->cap;
+		/* A task writes its own use: a sum that wrapped would place a guarantee on anything. */
+		*now = gf_add_sat(*now, armed || k->sealed ? max64(u, k->cap) : gf_takes(u, k->cap, k->keep));
+		*guarantees = gf_add_sat(*guarantees, k->cap);
 	}
 }
 
