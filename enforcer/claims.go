@@ -43,16 +43,16 @@ type claim struct {
 	unheeded bool          // left ran out while the flag was up: not heeded until it is down
 	warned   bool          // the warning was logged for this task
 	sealed   bool          // the task is known armed (sealedBy): its guarantee is lent no more
-	waited   int           // passes in a row that saw an owner wait and could name every process on the GPU
+	waited   int           // passes in a row that saw an owner wait and could name (and read) every process
 	held     size.Bytes    // what NVML showed its processes hold at the last pass
-	unseen   size.Bytes    // the most its use is believed at while an owner waits (fence.Task.Unseen); 0: its file's word
+	unseen   size.Bytes    // the most its use is believed at while an owner waits (fence.Task.Unseen)
 }
 
 // heed carries the flags of GPU uuid's tasks (snap, as the fence read it) to now, seals the
 // tasks it now knows armed (procs: the pass's processes by token, sealedBy), marks the borrows
 // no process on the GPU holds (named: every process the pass saw on the GPU is a task's, none
-// the MPS server's; unseenNow), and says whether any of that changed: the control copy must then be written
-// again. res names the tasks for the log.
+// the MPS server's; unseenNow), and says whether any of that changed: the control copy must
+// then be written again. res names the tasks for the log.
 func (f *fences) heed(uuid string, snap fence.Snapshot, res []ledger.Reservation, procs map[string][]seenProc, named bool, now time.Time) bool {
 	bound := claimBound(f.cfg)
 	f.mu.Lock()
