@@ -179,3 +179,29 @@ func TestAUseWrittenNearTheTopWrapsNoPlacement(t *testing.T) {
 		t.Fatalf("a lent guarantee placed beside a use written near 2^64: %v, want ErrNoRoom", err)
 	}
 }
+
+// A task writes its own file: where a guarantee is placed, a use written past the task's limit
+// is believed no further, as the other tasks' rules believe it (gf_peers_view). Before, a task
+// that may not borrow at all kept every new guarantee off its GPU, lent or not, by writing that
+// it held the whole GPU.
+func TestAUseWrittenPastTheLimitKeepsNoGuaranteeOff(t *testing.T) {
+	k := fencetest.Build(t)
+	for _, c := range []fence.Task{
+		{Token: tokC, Cap: 4 * size.GiB},                       // nothing lent: committed's sum
+		{Token: tokC, Cap: 4 * size.GiB, Keep: 256 * size.MiB}, // lent: taken's sum
+	} {
+		dir, tb := table(t, 8*size.GiB)
+		tasks := []fence.Task{{Token: tokA, Cap: 2 * size.GiB}, {Token: tokB, Cap: size.GiB, Limit: 2 * size.GiB}}
+		if err := tb.SetTasks(tasks, 8*size.GiB); err != nil {
+			t.Fatal(err)
+		}
+		tenant := k.StartTool(t)
+		for _, tok := range []string{tokA, tokB} {
+			want(t, tenant.Do(fmt.Sprintf("tamper %s used %d %s", fence.AccountPath(dir, tok, fencetest.FakeUUID), 7*size.GiB, tok)), "ok", "tamper")
+		}
+		// Believed at their limits, A and B take 4 GiB of the 8: C's 4 GiB fit beside them.
+		if err := tb.SetTasks(append(tasks, c), 8*size.GiB); err != nil {
+			t.Errorf("a guarantee of %s (keep %s) beside uses written past their limits: %v, want it placed", c.Cap, c.Keep, err)
+		}
+	}
+}

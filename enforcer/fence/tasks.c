@@ -255,12 +255,23 @@ int gf_create(const char *path, const char *uuid, uint64_t total, uint64_t budge
 	return 0;
 }
 
-/* used_of reads what slot i's file says its task allocates (0 without a readable file), and
- * through how many processes its contexts are counted (*procs, gf_counted). */
+/* file_use reads what slot i's file says its task allocates (0 without a readable file),
+ * believed up to its limit (its guarantee where it may not borrow), as the other tasks' rules
+ * believe it (gf_peers_view): a task writes its own file, and a use written past all it may
+ * hold would keep every new guarantee off the GPU. */
+static uint64_t file_use(const struct gf_gpu *g, const struct gf_control *c, int i, int *armed, uint64_t *procs)
+{
+	const struct gf_control_task *k = &c->tasks[i];
+	uint64_t most = k->limit > k->cap ? k->limit : k->cap, used = gf_file_used(g, i, armed, procs);
+	return used < most ? used : most;
+}
+
+/* used_of is file_use with how many processes the task's contexts are counted through (*procs,
+ * gf_counted). */
 static uint64_t used_of(const struct gf_gpu *g, const struct gf_control *c, int i, uint64_t *procs)
 {
 	int armed;
-	uint64_t used = gf_file_used(g, i, &armed, procs);
+	uint64_t used = file_use(g, c, i, &armed, procs);
 	*procs = gf_counted(*procs, c->tasks[i].seen);
 	return used;
 }
@@ -296,7 +307,7 @@ static void taken(const struct gf_gpu *g, const struct gf_control *c, uint64_t *
 		if (k->state != GF_LIVE)
 			continue;
 		int armed;
-		uint64_t procs, u = gf_file_used(g, i, &armed, &procs);
+		uint64_t procs, u = file_use(g, c, i, &armed, &procs);
 		/* A task writes its own use: a sum that wrapped would place a guarantee on anything. */
 		*now = gf_add_sat(*now, armed || k->sealed ? max64(u, k->cap) : gf_takes(u, k->cap, k->keep));
 		*guarantees = gf_add_sat(*guarantees, k->cap);
