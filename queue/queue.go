@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -210,7 +211,7 @@ func Parse(src []byte, filename string) (Queue, error) {
 		} else if !policy.ValidName(job.Template) {
 			d.add(j.Template.Range(), "Invalid template name", fmt.Sprintf("template = %q: must be %s", job.Template, policy.NameRule))
 		}
-		job.Command = d.strList(j.Command, "command")
+		job.Command = d.command(j.Command, j.Name)
 		switch {
 		case len(job.Command) > 0 || d.failedAt(j.Command.Range()):
 		case isNull(j.Command):
@@ -293,9 +294,12 @@ func (d *decoder) add(r hcl.Range, summary, detail string) {
 	d.diags = append(d.diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &rr})
 }
 
+// failedAt says whether an error was reported at or inside r: HCL points a variable or a
+// function call at the element that holds it, not at the start of the attribute's value.
 func (d *decoder) failedAt(r hcl.Range) bool {
 	for _, x := range d.diags {
-		if x.Subject != nil && x.Subject.Start == r.Start && x.Subject.Filename == r.Filename {
+		if x.Subject != nil && x.Subject.Filename == r.Filename &&
+			x.Subject.Start.Byte >= r.Start.Byte && x.Subject.Start.Byte <= r.End.Byte {
 			return true
 		}
 	}
@@ -373,6 +377,29 @@ func (d *decoder) strList(expr hcl.Expression, name string) []string {
 		out = append(out, e.AsString())
 	}
 	return out
+}
+
+// command is a job's program and arguments. A single string is refused rather than taken as
+// a one-word list: jobs run without a shell, so "python3 train.py" would name a program of that
+// whole name, and the mistake would show only once the job failed to start, mid-run.
+func (d *decoder) command(expr hcl.Expression, job string) []string {
+	if v, diags := expr.Value(nil); !diags.HasErrors() && !v.IsNull() && v.Type() == cty.String {
+		words := strings.Fields(v.AsString())
+		d.add(expr.Range(), "Wrong type", fmt.Sprintf(
+			"job %q: command = %q must be a list of strings, the program and its arguments (it runs without a shell): command = %s",
+			job, v.AsString(), hclList(words)))
+		return nil
+	}
+	return d.strList(expr, "command")
+}
+
+// hclList writes words as an HCL list of strings.
+func hclList(words []string) string {
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = strconv.Quote(w)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 func (d *decoder) strMap(expr hcl.Expression, name string) map[string]string {
@@ -465,15 +492,31 @@ func (d *decoder) size(expr hcl.Expression, name string) size.Bytes {
 // unset is what leaving it out gives.
 func (d *decoder) positiveSize(expr hcl.Expression, name, unset string) size.Bytes {
 	b := d.size(expr, name)
+	// No GPU holds 64TiB: past it a size is a typo (80TB for 80GB), which the policy store and
+	// gpufrac units refuse too; here it made the job's cap a whole GPU without a word.
+	if b > policy.MaxTemplateBytes {
+		d.add(expr.Range(), "Invalid size", fmt.Sprintf("%s = %q is %s, more than any GPU holds (at most %s)", name, written(expr), b, policy.MaxTemplateBytes))
+		return 0
+	}
 	if b != 0 || isNull(expr) || d.failedAt(expr.Range()) {
 		return b
 	}
-	written := "0"
-	if v, diags := expr.Value(nil); !diags.HasErrors() && v.Type() == cty.String {
-		written = v.AsString()
-	}
-	d.add(expr.Range(), "Invalid size", fmt.Sprintf("%s = %q: want more than 0 (leave it out for %s)", name, written, unset))
+	d.add(expr.Range(), "Invalid size", fmt.Sprintf("%s = %q: want more than 0 (leave it out for %s)", name, written(expr), unset))
 	return 0
+}
+
+// written is a size attribute as the file has it: its string, or its number as text.
+func written(expr hcl.Expression) string {
+	v, diags := expr.Value(nil)
+	switch {
+	case diags.HasErrors() || v.IsNull():
+		return ""
+	case v.Type() == cty.String:
+		return v.AsString()
+	case v.Type() == cty.Number:
+		return v.AsBigFloat().Text('f', -1)
+	}
+	return ""
 }
 
 func (d *decoder) duration(expr hcl.Expression, name string) time.Duration {

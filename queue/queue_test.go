@@ -61,6 +61,14 @@ func TestParseQueueErrors(t *testing.T) {
 		{"zero peak as a number", "template \"t\" {\n  peak = 0\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `peak = "0": want more than 0`}},
 		{"zero cap", "template \"t\" {\n  cap = \"0\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `cap = "0": want more than 0`}},
 		{"zero probe cap", "template \"t\" {\n  probe_cap = \"0MiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `probe_cap = "0MiB": want more than 0`}},
+		// One string is not a command line: run without a shell, "python3 train.py" was a
+		// program of that whole name, found nowhere once the job started.
+		{"command a string", "job \"a\" {\n  command = \"python3 train.py --seed 1\"\n}\n", []string{"q.hcl:2", `job "a": command = "python3 train.py --seed 1" must be a list`, `["python3", "train.py", "--seed", "1"]`}},
+		// Past 64TiB a size is a typo (80TB for 80GB), as the policy store and gpufrac units
+		// say; here it ran the job alone on a whole GPU without a word.
+		{"peak past any GPU", "template \"t\" {\n  peak = \"80TB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `peak = "80TB"`, "at most 64TiB"}},
+		{"cap past any GPU", "template \"t\" {\n  cap = \"100TiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `cap = "100TiB"`, "at most 64TiB"}},
+		{"probe cap past any GPU", "template \"t\" {\n  probe_cap = \"80TB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `probe_cap = "80TB"`, "at most 64TiB"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -214,4 +222,25 @@ func FuzzParseQueue(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A command HCL cannot evaluate (a variable, a function call) is one error: it was followed by
+// "Empty command: command = [] must name a program", which sent the reader looking for an
+// empty list that the file does not hold.
+func TestParseReportsABrokenCommandOnce(t *testing.T) {
+	for name, cmd := range map[string]string{
+		"variable": `["echo", "${foo}"]`,
+		"function": `[upper("x")]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := parseInvalid(t, "job \"a\" {\n  command = "+cmd+"\n}\n")
+			var qe *Error
+			if !errors.As(err, &qe) {
+				t.Fatalf("error %v is no *Error", err)
+			}
+			if len(qe.Diags) != 1 || strings.Contains(err.Error(), "Empty command") {
+				t.Errorf("want one error, got %d:\n%v", len(qe.Diags), err)
+			}
+		})
+	}
 }
