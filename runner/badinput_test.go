@@ -216,3 +216,37 @@ func TestManyJobsThatCannotStartEndTheRun(t *testing.T) {
 		t.Fatalf("%d attempts failed and %d jobs completed, want %d and 0", failed, got.res.Completed, n)
 	}
 }
+
+// A headroom that leaves a GPU less than one memory unit of budget can admit nothing, ever: the
+// run waited two and a half minutes "for them to end" with nothing running and nothing held,
+// then failed every job. It is refused before anything runs, naming the headroom and the GPU.
+func TestRunRefusesAHeadroomThatLeavesNoBudget(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		headroom size.Bytes
+		want     string
+	}{
+		{"all of it", 80 * size.GiB, "GPU0 (H100 80GiB) a budget of 0B (80GiB total - 80GiB headroom)"},
+		{"more than all of it", 100 * size.GiB, "GPU0 (H100 80GiB) a budget of 0B (80GiB total - 100GiB headroom)"},
+		{"less than a unit left", 79*size.GiB + 512*size.MiB, "GPU0 (H100 80GiB) a budget of 512MiB (80GiB total - 79.5GiB headroom)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := newSim(t, "H100=80GiB")
+			o := testOptions(t, sim, record.ArmPacked)
+			o.Policy.Name = "queue"
+			o.Policy.HeadroomBytes = tc.headroom
+			// The bound stands in for the wait the bug was: a refusal comes at once.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := Run(ctx, queue.Queue{Jobs: []queue.Job{simJob(t, "a", "t", "--peak", "1GiB")}}, o)
+			if !errors.Is(err, ErrOptions) {
+				t.Fatalf("Run: %v; want an options error", err)
+			}
+			for _, w := range []string{`policy "queue" leaves `, tc.want, "less than one 1GiB memory unit", "lower its headroom"} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}

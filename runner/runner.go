@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -411,6 +412,9 @@ func (r *run) pick(devs []gpu.Device) ([]string, error) {
 	if len(uuids) == 0 {
 		return nil, fmt.Errorf("%w: no healthy GPU to run on (%d listed)", ErrOptions, len(devs))
 	}
+	if err := r.checkHeadroom(devs, uuids); err != nil {
+		return nil, err
+	}
 	mode := r.o.modeOf()
 	for _, u := range uuids {
 		if err := r.led.SetMode(u, mode); err != nil {
@@ -428,6 +432,28 @@ func (r *run) pick(devs []gpu.Device) ([]string, error) {
 			BudgetBytes: st.BudgetBytes, Mode: string(mode)}
 	}
 	return uuids, nil
+}
+
+// checkHeadroom refuses a policy whose headroom leaves none of the run's GPUs one memory unit
+// of budget. Nothing could ever be admitted, and the run would wait out its grace for other
+// processes to end when there are none, then fail every job. Unmanaged use is left out: it
+// comes and goes, and a run waiting for it to end is waiting for something real.
+func (r *run) checkHeadroom(devs []gpu.Device, uuids []string) error {
+	p := r.o.Policy
+	var bad []string
+	for _, d := range devs {
+		if !slices.Contains(uuids, d.UUID) {
+			continue
+		}
+		budget := d.MemoryBytes - min(d.MemoryBytes, p.HeadroomBytes)
+		if budget >= p.UnitBytes {
+			return nil
+		}
+		bad = append(bad, fmt.Sprintf("GPU%d (%s %s) a budget of %s (%s total - %s headroom)",
+			d.Index, d.Model, d.MemoryBytes, budget, d.MemoryBytes, p.HeadroomBytes))
+	}
+	return fmt.Errorf("%w: policy %q leaves %s: less than one %s memory unit, so no job could ever be admitted; lower its headroom",
+		ErrOptions, p.Name, strings.Join(bad, ", "), p.UnitBytes)
 }
 
 func (r *run) close() {
