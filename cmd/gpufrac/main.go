@@ -187,8 +187,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	name := rest[0]
 	if name == "help" || name == "-h" {
-		topUsage(stdout, top)
-		return exitOK
+		if len(rest) < 2 {
+			topUsage(stdout, top)
+			return exitOK
+		}
+		// `gpufrac help run` is `gpufrac run --help`, as go and git read it: gpufrac's own
+		// usage does not list the command's flags.
+		name, rest = rest[1], []string{rest[1], "--help"}
 	}
 	if name == "simjob" {
 		return simjob.Main(rest[1:], stdout, stderr)

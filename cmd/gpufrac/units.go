@@ -122,6 +122,9 @@ func cmdVersion(_ context.Context, g *globals, args []string, stdout, stderr io.
 	if err := parseFlags(fs, g, args, stderr); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
 	fmt.Fprintf(stdout, "gpufrac %s (%s, %s/%s)\n", version.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return nil
 }

@@ -171,3 +171,26 @@ func TestHelpLinksTheDocs(t *testing.T) {
 		}
 	}
 }
+
+// `gpufrac help COMMAND` is that command's help, as in go and git: it printed gpufrac's own
+// usage, which does not list the command's flags. An unknown command and a stray argument are
+// usage errors (exit 2) in every command: `gpufrac version extra` exited 0, `help bogus` too.
+func TestHelpOfACommandAndStrayArguments(t *testing.T) {
+	for _, c := range commands {
+		if c.hidden {
+			continue
+		}
+		var o, e strings.Builder
+		code := realMain([]string{"help", c.name}, &o, &e)
+		if want := "Usage: gpufrac " + c.name; code != exitOK || !strings.HasPrefix(o.String(), want) || e.Len() != 0 {
+			t.Errorf("help %s: exit %d, stdout %q, stderr %q: want %q on stdout, exit 0", c.name, code, o.String(), e.String(), want)
+		}
+	}
+	for _, args := range [][]string{{"help", "bogus"}, {"version", "extra"}} {
+		var o, e strings.Builder
+		code := realMain(args, &o, &e)
+		if code != exitUsage || o.Len() != 0 || !strings.Contains(e.String(), `"`+args[1]+`"`) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q: want exit 2 and an error naming %q", args, code, o.String(), e.String(), args[1])
+		}
+	}
+}
