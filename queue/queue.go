@@ -43,6 +43,9 @@ type Job struct {
 	CapFixed    *bool
 	// resultAt is where the queue file says Result, for CheckOutDir's errors.
 	resultAt hcl.Range
+	// dirAt and dirWritten are where and how the file says Dir, for CheckDirs' errors.
+	dirAt      hcl.Range
+	dirWritten string
 }
 
 // TemplateSpec is what a queue file may say about a template.
@@ -221,6 +224,7 @@ func Parse(src []byte, filename string) (Queue, error) {
 		}
 		if dir := d.str(j.Dir, "dir"); dir != "" {
 			job.Dir = absFrom(base, dir)
+			job.dirAt, job.dirWritten = j.Dir.Range(), dir
 		}
 		// A relative result path is resolved against the results directory at run time; one
 		// that climbs out of it would write anywhere ("../../etc/x"), so only an absolute path

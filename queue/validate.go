@@ -1,7 +1,10 @@
 package queue
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -186,6 +189,45 @@ func at(r hcl.Range) string {
 		return ""
 	}
 	return fmt.Sprintf(" (%s:%d,%d)", r.Filename, r.Start.Line, r.Start.Column)
+}
+
+// CheckDirs refuses a job's dir that does not exist or is not a directory, at its place in the
+// file. The runner refuses one too, but with no position: a queue is checked here, where the
+// reader is told the line and the path as written. Parse does not look at the filesystem, so a
+// queue may be parsed where it will not run.
+func (q Queue) CheckDirs() error {
+	var diags hcl.Diagnostics
+	for _, j := range q.Jobs {
+		if j.Dir == "" {
+			continue
+		}
+		fi, err := os.Stat(j.Dir)
+		if err == nil && fi.IsDir() {
+			continue
+		}
+		what := fmt.Sprintf("dir = %q", j.dirWritten)
+		if j.dirWritten != j.Dir {
+			what += " (" + j.Dir + ")"
+		}
+		switch {
+		case err == nil:
+			what += " is not a directory"
+		case errors.Is(err, fs.ErrNotExist):
+			what += " does not exist"
+		default:
+			what += fmt.Sprintf(": %v", err)
+		}
+		r := j.dirAt
+		if r.Filename == "" {
+			r.Filename = "queue"
+		}
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing directory",
+			Detail: fmt.Sprintf("job %q: %s", j.Name, what), Subject: &r})
+	}
+	if diags.HasErrors() {
+		return diagError(diags)
+	}
+	return nil
 }
 
 // CheckSimulated checks each gpus.simulated entry with parse (the GPU backend's reader, which

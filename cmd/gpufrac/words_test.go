@@ -194,3 +194,34 @@ func TestHelpOfACommandAndStrayArguments(t *testing.T) {
 		}
 	}
 }
+
+// A job's dir that is missing, or is a file, is refused before anything runs at its place in
+// the queue file, as every other bad value is: the run named only the job and the resolved
+// path, which left the reader to find the line, and the relative path written there.
+func TestRunNamesAMissingDirWhereTheFileSaysIt(t *testing.T) {
+	c := newCLI(t)
+	out := filepath.Join(t.TempDir(), "out")
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q := writeQueue(t, `
+job "a" {
+  command = ["gpufrac", "simjob", "--peak", "1GiB", "--hold", "50ms"]
+  dir     = "no-such-dir"
+}
+job "b" {
+  command = ["gpufrac", "simjob", "--peak", "1GiB", "--hold", "50ms"]
+  dir     = "`+file+`"
+}
+`)
+	code, stdout, stderr := c.run("run", "--out", out, q)
+	for _, want := range []string{
+		fmt.Sprintf(`gpufrac run: %s:4,13: Missing directory: job "a": dir = "no-such-dir" (%s) does not exist`, q, filepath.Join(filepath.Dir(q), "no-such-dir")),
+		fmt.Sprintf(`%s:8,13: Missing directory: job "b": dir = %q is not a directory`, q, file),
+	} {
+		if code != exitFail || !strings.Contains(stderr, want) || stdout != "" {
+			t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant 1, nothing run, and %q", code, stdout, stderr, want)
+		}
+	}
+}
