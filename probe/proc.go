@@ -43,6 +43,13 @@ func Start(s Spec) (*Proc, error) {
 	cmd.Stderr = s.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	diesWithParent(cmd.SysProcAttr)
+	// A writer that is not a file (the runner's stderr feeds the tail of the job's last words)
+	// reaches the job through a pipe, and Wait waits for every holder of it: a helper the job
+	// left running (`cmd &`, a daemon in a session of its own) held a job that had ended
+	// "running" until the helper ended, and one out of the job's process group, which Stop's
+	// SIGKILL does not reach, held a Ctrl-C'd run for good. The job is its first process; what
+	// it wrote before it exited is in the pipe, read within the delay.
+	cmd.WaitDelay = outputDrain
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %q: %w", s.Command[0], err)
 	}
@@ -54,6 +61,9 @@ func Start(s Spec) (*Proc, error) {
 	return p, nil
 }
 
+// outputDrain is how long Wait reads a job's output pipes after its first process exited.
+const outputDrain = 2 * time.Second
+
 // Done is closed when the root process has exited and been reaped.
 func (p *Proc) Done() <-chan struct{} { return p.done }
 
@@ -61,7 +71,8 @@ func (p *Proc) Done() <-chan struct{} { return p.done }
 // it could not be started or waited for.
 func (p *Proc) ExitCode() int {
 	<-p.done
-	if p.err == nil {
+	// ErrWaitDelay: the job exited 0 and a helper it left still held its output (Start).
+	if p.err == nil || errors.Is(p.err, exec.ErrWaitDelay) {
 		return 0
 	}
 	var ee *exec.ExitError

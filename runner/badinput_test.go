@@ -3,14 +3,17 @@ package runner
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
 	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/procfs"
@@ -247,6 +250,46 @@ func TestRunRefusesAHeadroomThatLeavesNoBudget(t *testing.T) {
 					t.Errorf("error %q lacks %q", err, w)
 				}
 			}
+		})
+	}
+}
+
+// A job ends when its first process does: a helper it left running (`sleep 600 &`) held the
+// job's stderr pipe, and the run counted the job as running, holding its guarantee, until the
+// helper ended; one in a session of its own (setsid, a daemon) also ran on after the run, with
+// its GPU memory and no reservation. Now the attempt ends with its first process, a helper in
+// its group is ended with the group and one out of it by its token, which the detail says.
+func TestAJobEndsWithItsFirstProcessNotItsHelpers(t *testing.T) {
+	for _, tc := range []struct {
+		name, script, detail string
+	}{
+		{"in its group", `sleep 600 & echo $! > "$1"; exit 0`, ""},
+		{"in a session of its own", `setsid sh -c 'echo $$ > "$1"; exec sleep 600' sh "$1" & while [ ! -s "$1" ]; do sleep 0.05; done; exit 0`, "stopped the 1 process(es) its job left running without it (pid "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sim := newSim(t, "H100=80GiB")
+			o := testOptions(t, sim, record.ArmPacked)
+			pidFile := filepath.Join(t.TempDir(), "helper.pid")
+			j := queue.Job{Name: "a", Template: "t", Command: []string{"sh", "-c", tc.script, "sh", pidFile}}
+			res := runQueue(t, queue.Queue{Jobs: []queue.Job{j}}, o)
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			helper, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+			t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL) })
+			a := res.Attempts[0]
+			// The helper lives 600 s; the bound tells "held by it" apart from a slow machine.
+			if a.Outcome != record.OutcomeOK || a.Duration() > 30*time.Second {
+				t.Errorf("attempt %s after %s; want ok, ended with its first process", a.Outcome, a.Duration())
+			}
+			if !strings.Contains(a.Detail, tc.detail) {
+				t.Errorf("detail %q lacks %q", a.Detail, tc.detail)
+			}
+			testutil.Eventually(t, 10*time.Second, "the helper to be ended with the job", func() bool {
+				st, err := procfs.Linux("").Stat(helper)
+				return err != nil || st.Dead()
+			})
 		})
 	}
 }

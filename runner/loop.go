@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/enforcer"
 	"github.com/gpufrac/gpufrac/ledger"
+	"github.com/gpufrac/gpufrac/node"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/probe"
 	"github.com/gpufrac/gpufrac/record"
@@ -39,6 +40,7 @@ type active struct {
 	// set by the attempt's goroutine before it reports on run.done
 	exit          int
 	signal        syscall.Signal // what ended the root, if a signal did: 137 alone says too little
+	leftBehind    []int          // processes out of its group, carrying its token, stopped at its end
 	exitedAt      time.Time      // when the runner saw the process end
 	windowStopped bool
 	stopped       bool
@@ -410,6 +412,11 @@ wait:
 	a.exit = a.proc.ExitCode()
 	a.signal, _ = a.proc.Signaled()
 	a.proc.Reap()
+	// What the job started out of its process group (setsid, a daemon) outlives Reap; once the
+	// reservation is released it would hold GPU memory with no room of its own and no watchdog,
+	// and only a run killed outright had such processes stopped, by the next run. Each carries
+	// the attempt's token, which names it for certain.
+	a.leftBehind = node.StopLeftBehind([]ledger.Reservation{{Token: a.token}})[a.token]
 	// The wall clock, not r.o.Now: the samplers pace themselves by it.
 	r.sampleAfter(a.l.GPU, n, time.Second+3*r.o.Policy.WatchdogInterval)
 	if a.l.Capped && r.guard != nil && a.exit != 0 && !a.windowStopped {
@@ -588,6 +595,12 @@ func (r *run) finish(a *active) {
 	}
 	r.s.Finished(&a.l)
 	r.settle(j, a, &at)
+	if note := node.LeftBehindNote(a.leftBehind); note != "" {
+		if at.Detail == "" {
+			note = strings.TrimPrefix(note, "; ")
+		}
+		at.Detail += note
+	}
 	r.mu.Lock()
 	r.attempts = append(r.attempts, at)
 	r.mu.Unlock()

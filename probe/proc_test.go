@@ -1,0 +1,73 @@
+package probe
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpufrac/gpufrac/internal/testutil"
+)
+
+// notAFile stands for the runner's stderr (the log and the tail of its last words): any
+// writer that is not a file makes exec copy the job's output through a pipe.
+type notAFile struct{ strings.Builder }
+
+// A job is its first process: once that has exited, Done closes, whatever the processes it left
+// hold. exec's Wait also waited for every holder of the job's stderr pipe, so a helper left
+// running kept a job that had ended "running", holding its guarantee, until the helper ended:
+// one in the job's process group (`sleep 600 &`, which Reap would have ended), or one that left
+// it (setsid, a daemon), which Stop's SIGKILL of the group never reaches, so that Ctrl-C of
+// gpufrac run, or of gpufrac probe, waited for it without bound. A stop then hangs no longer.
+func TestAHelperHoldingTheJobsOutputDoesNotHoldTheJob(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// script starts a helper that writes its pid to $1 and keeps stderr open, then goes on.
+		script string
+		stop   bool // the job runs on until stopped
+		code   int
+	}{
+		{"a helper in its group, the job exits", `sleep 600 & echo $! > "$1"; echo done >&2; exit 0`, false, 0},
+		{"a helper in its group, the job fails", `sleep 600 & echo $! > "$1"; exit 3`, false, 3},
+		{"a helper in a session of its own, the job exits", `setsid sh -c 'echo $$ > "$1"; exec sleep 600' sh "$1" & sleep 0.2; exit 0`, false, 0},
+		{"a helper in a session of its own, the job is stopped", `setsid sh -c 'echo $$ > "$1"; exec sleep 600' sh "$1" & exec sleep 600`, true, 128 + int(syscall.SIGINT)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "helper.pid")
+			var stderr notAFile
+			p, err := Start(Spec{Command: []string{"sh", "-c", tc.script, "sh", pidFile}, Env: os.Environ(), Stderr: &stderr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var helper int
+			testutil.Eventually(t, 10*time.Second, "the helper to write its pid", func() bool {
+				b, err := os.ReadFile(pidFile)
+				helper, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+				return err == nil && helper > 0
+			})
+			t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL) })
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				if tc.stop {
+					p.Stop(time.Second)
+				} else {
+					<-p.Done()
+				}
+			}()
+			// The helper lives 600 s: a bound well under it tells "held by the helper" apart
+			// from a slow machine.
+			select {
+			case <-stopped:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the job was held past 30s by the helper it left")
+			}
+			if got := p.ExitCode(); got != tc.code {
+				t.Errorf("exit code %d, want %d (err %v)", got, tc.code, p.err)
+			}
+		})
+	}
+}
