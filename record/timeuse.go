@@ -20,8 +20,10 @@ type TimeUse struct {
 	Few time.Duration `json:"at_most_two_ns"`
 	// Idle is the time no attempt ran at all: the runner's own gaps between attempts.
 	Idle time.Duration `json:"idle_ns"`
-	// Probes counts probe attempts (alone or in place); ReRuns the whole-GPU attempts that
-	// followed a broken cap.
+	// Probes counts probe attempts (alone or in place) that measured their template: ended
+	// ok, at their window, or at a broken cap (which raises the footprint); one that failed or
+	// was stopped measured nothing. ReRuns counts the whole-GPU attempts that followed a broken
+	// cap.
 	Probes int `json:"probes"`
 	ReRuns int `json:"reruns"`
 }
@@ -47,7 +49,7 @@ func UseOf(attempts []Attempt) TimeUse {
 			w = 1
 		}
 		edges = append(edges, edge{a.Start, 1, w}, edge{a.End, -1, -w})
-		if a.Probe {
+		if a.Probe && (a.Outcome == OutcomeOK || a.Outcome == OutcomeProbe || a.Outcome == OutcomeCapViolation) {
 			u.Probes++
 		}
 		if a.WholeGPU && !a.Probe && broke[a.Job] {

@@ -52,6 +52,17 @@ func TestUseOf(t *testing.T) {
 			want: TimeUse{MeanRunning: (15 + 3*10) / 25.0, MostRunning: 3, Whole: sec(15), Few: sec(15), Probes: 1},
 		},
 		{
+			// A probe that failed, could not start or was stopped measured nothing: the
+			// summary's "N probe(s) measured a template" counted them (3 where 1 had).
+			name: "only probes that measured count",
+			attempts: []Attempt{
+				att("ok", 0, 10, OutcomeOK, false, true),
+				att("failed", 0, 10, OutcomeFailed, false, true),
+				att("canceled", 0, 10, OutcomeCanceled, false, true),
+			},
+			want: TimeUse{MeanRunning: 3, MostRunning: 3, Probes: 1},
+		},
+		{
 			// b starts as a ends and c spans the handover: never more than two at once.
 			name: "a handover at one instant is not two jobs running",
 			attempts: []Attempt{
