@@ -43,9 +43,11 @@ type Job struct {
 	CapFixed    *bool
 	// resultAt is where the queue file says Result, for CheckOutDir's errors.
 	resultAt hcl.Range
-	// dirAt and dirWritten are where and how the file says Dir, for CheckDirs' errors.
+	// dirAt and dirWritten are where and how the file says Dir, for CheckDirs' errors;
+	// commandAt where it says Command, for CheckCommands'.
 	dirAt      hcl.Range
 	dirWritten string
+	commandAt  hcl.Range
 }
 
 // TemplateSpec is what a queue file may say about a template.
@@ -215,6 +217,7 @@ func Parse(src []byte, filename string) (Queue, error) {
 			d.add(j.Template.Range(), "Invalid template name", fmt.Sprintf("template = %q: must be %s", job.Template, policy.NameRule))
 		}
 		job.Command = d.command(j.Command, j.Name)
+		job.commandAt = j.Command.Range()
 		switch {
 		case len(job.Command) > 0 || d.failedAt(j.Command.Range()):
 		case isNull(j.Command):

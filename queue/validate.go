@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -223,6 +224,59 @@ func (q Queue) CheckDirs() error {
 		}
 		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing directory",
 			Detail: fmt.Sprintf("job %q: %s", j.Name, what), Subject: &r})
+	}
+	if diags.HasErrors() {
+		return diagError(diags)
+	}
+	return nil
+}
+
+// CheckCommands refuses a job whose program cannot be started, at its place in the file, as
+// exec would look for it: a bare name in this process's $PATH, a path with a slash relative to
+// the job's dir. Found only once the job was admitted, a typo ("pyhton3") failed that job hours
+// into a long queue. "gpufrac" is this binary wherever the queue runs (runner.Options.Self).
+func (q Queue) CheckCommands() error {
+	var diags hcl.Diagnostics
+	for _, j := range q.Jobs {
+		if len(j.Command) == 0 || j.Command[0] == "gpufrac" {
+			continue
+		}
+		prog := j.Command[0]
+		why := ""
+		if strings.Contains(prog, "/") {
+			p := prog
+			if !filepath.IsAbs(p) && j.Dir != "" {
+				p = filepath.Join(j.Dir, p)
+			}
+			fi, err := os.Stat(p)
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				why = p + " does not exist"
+			case err != nil:
+				why = err.Error()
+			case fi.IsDir():
+				why = p + " is a directory"
+			case fi.Mode().Perm()&0o111 == 0:
+				why = p + " is not executable"
+			}
+		} else if _, err := exec.LookPath(prog); errors.Is(err, exec.ErrNotFound) {
+			why = fmt.Sprintf("%q is not in $PATH", prog)
+		} else if err != nil {
+			why = err.Error()
+		}
+		if why == "" {
+			continue
+		}
+		written := fmt.Sprintf("[%q]", prog)
+		if len(j.Command) > 1 {
+			written = fmt.Sprintf("[%q, ...]", prog)
+		}
+		r := j.commandAt
+		if r.Filename == "" {
+			r.Filename = "queue"
+		}
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Program not found",
+			Detail: fmt.Sprintf("job %q: command = %s: %s", j.Name, written, why), Subject: &r})
 	}
 	if diags.HasErrors() {
 		return diagError(diags)

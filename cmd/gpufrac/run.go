@@ -94,6 +94,9 @@ func cmdRun(ctx context.Context, g *globals, args []string, stdout, stderr io.Wr
 	if err := q.CheckDirs(); err != nil {
 		return err
 	}
+	if err := q.CheckCommands(); err != nil {
+		return err
+	}
 	// Before the run's own lines: like an error, a warning is about the file, not the run.
 	for _, w := range q.Warnings {
 		fmt.Fprintf(stderr, "gpufrac run: warning: %s\n", w)

@@ -225,3 +225,52 @@ job "b" {
 		}
 	}
 }
+
+// A program that cannot be found is refused before anything runs, at its line: it surfaced as
+// a failed attempt (`exec: "pyhton3": executable file not found in $PATH`) only once the job was
+// admitted, which in a long queue is hours in. A program found, "gpufrac" (this binary), and one
+// relative to the job's dir start as before.
+func TestRunRefusesAProgramThatIsNotThere(t *testing.T) {
+	c := newCLI(t)
+	out := filepath.Join(t.TempDir(), "out")
+	work := t.TempDir()
+	if err := os.WriteFile(filepath.Join(work, "run.sh"), []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "data.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q := writeQueue(t, `
+job "typo" {
+  command = ["pyhton3", "train.py"]
+}
+job "missing" {
+  command = ["./nope.sh"]
+  dir     = "`+work+`"
+}
+job "not-executable" {
+  command = ["./data.txt"]
+  dir     = "`+work+`"
+}
+job "found" {
+  command = ["./run.sh"]
+  dir     = "`+work+`"
+}
+job "self" {
+  command = ["gpufrac", "simjob", "--peak", "1GiB", "--hold", "50ms"]
+}
+`)
+	code, stdout, stderr := c.run("run", "--out", out, q)
+	for _, want := range []string{
+		fmt.Sprintf(`gpufrac run: %s:3,13: Program not found: job "typo": command = ["pyhton3", ...]: "pyhton3" is not in $PATH`, q),
+		fmt.Sprintf(`%s:6,13: Program not found: job "missing": command = ["./nope.sh"]: %s does not exist`, q, filepath.Join(work, "nope.sh")),
+		fmt.Sprintf(`%s:10,13: Program not found: job "not-executable": command = ["./data.txt"]: %s is not executable`, q, filepath.Join(work, "data.txt")),
+	} {
+		if code != exitFail || !strings.Contains(stderr, want) || stdout != "" {
+			t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant 1, nothing run, and %q", code, stdout, stderr, want)
+		}
+	}
+	if strings.Contains(stderr, `"found"`) || strings.Contains(stderr, `"self"`) {
+		t.Errorf("a program that is there was refused:\n%s", stderr)
+	}
+}
