@@ -293,3 +293,38 @@ func TestAJobEndsWithItsFirstProcessNotItsHelpers(t *testing.T) {
 		})
 	}
 }
+
+// A results directory that holds a results.json, attempts.csv or report.html some other tool
+// wrote (gpufrac run --out . in a project whose results.json is its own) is refused before
+// anything runs, the file named and left as it was: the run called any results.json "an
+// earlier run's outputs (0 of 0 jobs completed, ended 0001-01-01 00:00:00)" and replaced it.
+func TestRunKeepsOutputsThatAreNotARuns(t *testing.T) {
+	for _, tc := range []struct{ file, content string }{
+		{record.ResultsFile, `{"accuracy": 0.93}`},
+		{record.ResultsFile, "not json at all\n"},
+		{record.AttemptsFile, "epoch,loss\n1,0.5\n"},
+		{record.ReportFile, "<html><title>my experiment</title></html>\n"},
+	} {
+		t.Run(tc.file+" "+strings.Fields(tc.content)[0], func(t *testing.T) {
+			sim := newSim(t, "H100=80GiB")
+			o := testOptions(t, sim, record.ArmPacked)
+			p := filepath.Join(o.OutDir, tc.file)
+			if err := os.WriteFile(p, []byte(tc.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Run(context.Background(), queue.Queue{Jobs: []queue.Job{simJob(t, "a", "t", "--peak", "1GiB")}}, o)
+			if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), p) || !strings.Contains(err.Error(), "not a gpufrac run's") {
+				t.Errorf("Run: %v; want an options error naming %s as not a gpufrac run's", err, p)
+			}
+			if b, _ := os.ReadFile(p); string(b) != tc.content {
+				t.Errorf("%s now holds %q..., want it kept: %q", tc.file, b[:min(len(b), 60)], tc.content)
+			}
+		})
+	}
+	// An earlier run's outputs are this run's to replace, as docs/run.md says.
+	sim := newSim(t, "H100=80GiB")
+	o := testOptions(t, sim, record.ArmPacked)
+	q := queue.Queue{Jobs: []queue.Job{simJob(t, "a", "t", "--peak", "1GiB")}}
+	runAll(t, q, o)
+	runAll(t, q, o)
+}

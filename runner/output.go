@@ -3,9 +3,11 @@ package runner
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpufrac/gpufrac/record"
@@ -79,6 +81,51 @@ func (r *run) finishOutputs(res *record.Result) error {
 	}
 	r.prog.Summary(res)
 	return nil
+}
+
+// foreignOutputs refuses a results directory holding a results.json, attempts.csv or
+// report.html that no gpufrac run wrote: the run replaces those files, and `--out .` in a
+// project with a results.json of its own lost it, called "an earlier run's outputs (0 of 0
+// jobs completed)". An earlier run's are replaced as before (earlierOutputs says so).
+func foreignOutputs(dir string) error {
+	foreign := func(name, why string) error {
+		return fmt.Errorf("%w: results directory %s: %s is not a gpufrac run's (%s), and this run would replace it; choose another --out, or move it aside",
+			ErrOptions, dir, filepath.Join(dir, name), why)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, record.ResultsFile)); err == nil {
+		var prev record.Result
+		if err := json.Unmarshal(data, &prev); err != nil {
+			return foreign(record.ResultsFile, err.Error())
+		}
+		if prev.Arm == "" || prev.Start.IsZero() {
+			return foreign(record.ResultsFile, "no arm or start of a run in it")
+		}
+	}
+	if data, err := readHead(filepath.Join(dir, record.AttemptsFile)); err == nil {
+		// The first columns are as old as the file; later ones were added at its end.
+		if want := strings.Join(record.CSVHeader[:3], ",") + ","; !strings.HasPrefix(string(data), want) {
+			return foreign(record.AttemptsFile, fmt.Sprintf("its first line does not start %q", want))
+		}
+	}
+	if data, err := readHead(filepath.Join(dir, record.ReportFile)); err == nil && !strings.Contains(string(data), "<title>gpufrac run") {
+		return foreign(record.ReportFile, "no gpufrac run title in it")
+	}
+	return nil
+}
+
+// readHead is the first KiB of the file at p: enough to tell whose it is.
+func readHead(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, 1024)
+	n, err := io.ReadFull(f, b)
+	if err == io.ErrUnexpectedEOF || err == io.EOF {
+		err = nil
+	}
+	return b[:n], err
 }
 
 // earlierOutputs says what an earlier run left in the results directory dir, which this run

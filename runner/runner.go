@@ -244,6 +244,9 @@ func Run(ctx context.Context, q queue.Queue, o Options) (*record.Result, error) 
 			}
 		}
 	}
+	if err := foreignOutputs(o.OutDir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Join(o.OutDir, "logs"), 0o755); err != nil {
 		return nil, fmt.Errorf("results directory %q: %w", o.OutDir, err)
 	}
