@@ -166,6 +166,12 @@ func cmdProbe(ctx context.Context, g *globals, args []string, stdout, stderr io.
 		},
 	})
 	line.done()
+	// What the job started out of its process group (setsid, a daemon) outlives it; once the
+	// probe's reservation is released it would hold GPU memory unknown to the ledger. It carries
+	// the reservation's token, which names it for certain.
+	if left := node.StopLeftBehind([]ledger.Reservation{{Token: res.Token}})[res.Token]; len(left) > 0 {
+		fmt.Fprintf(stderr, "gpufrac probe: %s\n", strings.TrimPrefix(node.LeftBehindNote(left), "; "))
+	}
 	// A job that failed is told as a failure first, even before it took GPU memory: there the
 	// probe's own error ("no GPU memory was attributed") would hide a job that never ran.
 	failed := result.ExitCode != 0 && !result.Stopped

@@ -6,10 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/record"
 )
 
@@ -273,4 +277,31 @@ job "self" {
 	if strings.Contains(stderr, `"found"`) || strings.Contains(stderr, `"self"`) {
 		t.Errorf("a program that is there was refused:\n%s", stderr)
 	}
+}
+
+// gpufrac probe stops what the probed job left running out of its process group (setsid, a
+// daemon), by the token it carries, and says so: the helper held the probe until it ended, and
+// once the probe's reservation was released it would have run on unknown to the ledger.
+func TestProbeStopsWhatItsJobLeftRunning(t *testing.T) {
+	c := newCLI(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile := filepath.Join(t.TempDir(), "helper.pid")
+	script := `setsid sh -c 'echo $$ > "$1"; exec sleep 600' sh "$1" & while [ ! -s "$1" ]; do sleep 0.05; done; exec "$2" simjob --peak 1GiB --hold 100ms`
+	code, _, stderr := c.run("probe", "--template", "t", "--no-store", "--", "sh", "-c", script, "sh", pidFile, exe)
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL) })
+	if want := "gpufrac probe: stopped the 1 process(es) its job left running without it (pid " + strconv.Itoa(helper) + ")"; code != 0 || !strings.Contains(stderr, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant 0 and %q", code, stderr, want)
+	}
+	testutil.Eventually(t, 10*time.Second, "the helper to be stopped", func() bool {
+		st, err := procfs.Linux("").Stat(helper)
+		return err != nil || st.Dead()
+	})
 }
