@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -203,6 +204,8 @@ func (t *Table) setTasks(tasks []Task, budget size.Bytes) error {
 	switch {
 	case rc == C.GF_SET_FULL:
 		return fmt.Errorf("%w: %s holds %d tasks, %d were asked for", ErrFull, t.path, MaxTasks, n)
+	case rc == C.GF_SET_NOFILE:
+		return fmt.Errorf("%w for %s: %w", ErrNoFile, t.path, syscall.Errno(t.m.file_errno))
 	case rc == C.GF_SET_NOROOM:
 		return t.noRoom(tasks)
 	}

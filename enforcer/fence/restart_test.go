@@ -1,8 +1,10 @@
 package fence_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -311,5 +313,43 @@ func TestRestartAfterAKilledPlacementAnewTellsTheReplacedFilesProcesses(t *testi
 	want(t, a2.DoWithin("alloc 1G", bound), "ok", "a process of A started after the restart")
 	if u := snap(t, tb, tokA); u.Used != size.GiB || u.Procs != 1 {
 		t.Fatalf("A after the restart: %+v, want 1 GiB in 1 process", u)
+	}
+}
+
+// A task whose files cannot be made (a full or read-only disk; here a file where its directory
+// goes) is named as that, with the system's reason: before, it was "no free task slot", with a
+// table of 64 holding one task. The tasks beside it are placed, and the next write, once the
+// cause is gone, places it too.
+func TestATaskWhoseFilesCannotBeMadeSaysWhy(t *testing.T) {
+	dir, tb := table(t, 8*size.GiB)
+	blocker := filepath.Dir(fence.AccountPath(dir, tokA, fencetest.FakeUUID))
+	if err := os.WriteFile(blocker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tasks := []fence.Task{{Token: tokA, Cap: size.GiB}, {Token: tokB, Cap: size.GiB}}
+	err := tb.SetTasks(tasks, 8*size.GiB)
+	if !errors.Is(err, fence.ErrNoFile) || !errors.Is(err, syscall.ENOTDIR) || errors.Is(err, fence.ErrFull) {
+		t.Fatalf("SetTasks with A's directory taken by a file: %v; want ErrNoFile wrapping ENOTDIR", err)
+	}
+	placed := func() (a, b bool) {
+		s, err := tb.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, a = s.Task(tokA)
+		_, b = s.Task(tokB)
+		return a, b
+	}
+	if a, b := placed(); a || !b {
+		t.Fatalf("placed A %t, B %t; want B alone", a, b)
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.SetTasks(tasks, 8*size.GiB); err != nil {
+		t.Fatalf("SetTasks once the file is gone: %v", err)
+	}
+	if a, b := placed(); !a || !b {
+		t.Errorf("placed A %t, B %t; want both", a, b)
 	}
 }

@@ -138,6 +138,7 @@ enum { GF_OK = 0, GF_REFUSED = 1, GF_NOTASK = 2, GF_OK_OWED = 3, GF_BUSY = 4 };
 /* Results of gf_set_tasks besides a count of tasks placed. */
 #define GF_SET_FULL (-1)   /* no free task slot, or more specs than slots */
 #define GF_SET_NOROOM (-2) /* a new or raised guarantee would cover memory borrowers hold */
+#define GF_SET_NOFILE (-3) /* a task's accounting or lock file could not be made (gf_gpu.file_errno) */
 
 struct gf_task {
 	uint32_t state; /* GF_FREE or GF_LIVE */
@@ -345,6 +346,7 @@ struct gf_gpu {
 	struct gf_map tasks[GF_TASKS];
 	struct gf_table *scratch;      /* two tables' room for reading the files (taskfile.c) */
 	int *shared;                   /* a page shared with the child that writes a file */
+	int file_errno;                /* why gf_set_tasks last returned GF_SET_NOFILE */
 };
 
 /* A GPU is named by "<dir>/<uuid>.fence" in the calls below: its control copy is that name in
@@ -390,7 +392,8 @@ int gf_view(struct gf_map *m, uint64_t *cap, uint64_t *used);
 int gf_reap(struct gf_map *m, int task);
 
 /* Enforcer side. gf_set_tasks makes specs the GPU's tasks and returns how many it placed, or
- * GF_SET_FULL, or GF_SET_NOROOM when a new guarantee (or a raised one) would cover memory that
+ * GF_SET_FULL, or GF_SET_NOFILE when a task's files could not be made (a full or read-only disk:
+ * g->file_errno), or GF_SET_NOROOM when a new guarantee (or a raised one) would cover memory that
  * borrowers hold or a waiting allocation awaits: that task is left out, and the caller takes its
  * reservation back. A task placed anew gets a fresh accounting file and lock file. */
 int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns,

@@ -419,7 +419,7 @@ static void publish(struct gf_control *c, const struct gf_control *next)
 int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint64_t budget, uint64_t wait_ns,
 		 uint64_t ctx, uint64_t spare)
 {
-	int placed = 0, full = 0, noroom = 0;
+	int placed = 0, full = 0, noroom = 0, nofile = 0;
 	if (n > GF_TASKS)
 		return GF_SET_FULL;
 	uint8_t hashes[GF_TASKS][GF_HASH_LEN];
@@ -526,12 +526,14 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 			fresh.seen = k->seen;
 			memcpy(fresh.token_hash, k->token_hash, GF_HASH_LEN);
 			if (new_task(g, i, &fresh) != 0) {
-				/* No file: the task's processes run under the watchdog alone. */
+				/* No file: the task's processes run under the watchdog alone. Why is kept
+				 * for the caller: a full disk is not a full table. */
+				g->file_errno = errno ? errno : EIO;
 				struct gf_control_task *bad = &next.tasks[i];
 				uint32_t gen = bad->gen + 1;
 				memset(bad, 0, sizeof *bad);
 				bad->gen = gen;
-				full = 1;
+				nofile = 1;
 				continue;
 			}
 			gf_test_point("task-file");
@@ -570,6 +572,8 @@ int gf_set_tasks(struct gf_gpu *g, const struct gf_task_spec *specs, int n, uint
 			remove_task(g, gone[i].token_hash);
 	if (full)
 		return GF_SET_FULL;
+	if (nofile)
+		return GF_SET_NOFILE;
 	return noroom ? GF_SET_NOROOM : placed;
 }
 

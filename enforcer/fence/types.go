@@ -31,9 +31,12 @@ const (
 
 // Errors callers can match with errors.Is.
 var (
-	ErrCorrupt  = errors.New("fence state is not a usable table")
-	ErrBusy     = errors.New("fence state is managed by another gpufrac process")
-	ErrFull     = errors.New("fence table has no free task slot")
+	ErrCorrupt = errors.New("fence state is not a usable table")
+	ErrBusy    = errors.New("fence state is managed by another gpufrac process")
+	ErrFull    = errors.New("fence table has no free task slot")
+	// ErrNoFile: a task's accounting or lock file could not be made (a full or read-only
+	// disk, wrapped); the task runs under the watchdog alone until a later write makes it.
+	ErrNoFile   = errors.New("a task's fence files could not be made")
 	ErrBadInput = errors.New("invalid fence input")
 	ErrClosed   = errors.New("fence table is closed")
 	// ErrLocked: a live process kept a task's lock past its bound (a stopped or hostile one),
