@@ -179,6 +179,11 @@ func Parse(src []byte, filename string) (Queue, error) {
 	if fq.GPUs != nil {
 		q.SimulatedGPUs = d.strList(fq.GPUs.Simulated, "simulated")
 		q.simulatedAt = fq.GPUs.Simulated.Range()
+		if v, ok := d.value(fq.GPUs.Simulated); ok && v.CanIterateElements() && v.LengthInt() == 0 {
+			// An empty list would fall back to the default GPU without a word: whoever wrote
+			// it meant some GPUs, or none of this block.
+			d.add(q.simulatedAt, "Empty simulated GPUs", `gpus { simulated = [] } names no GPU: list them ("H100=80GiB", "2xA100=40GiB") or leave simulated out for the default`)
+		}
 	}
 	if fq.Policy != nil {
 		pol := d.policy(fq.Policy)

@@ -32,6 +32,7 @@ func TestParseQueueErrors(t *testing.T) {
 		{"dot in a template block", "template \"lora-0.6b\" {\n  peak = \"1GiB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `template "lora-0.6b": must be 1-64 letters, digits, '-', '_' or '~'`}},
 		{"dot in a job's template", "job \"a\" {\n  template = \"lora-0.6b\"\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `template = "lora-0.6b": must be`}},
 		{"dot in a job name", "job \"lora-0.6b-1\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `job "lora-0.6b-1": must be`}},
+		{"empty simulated GPUs", "gpus {\n  simulated = []\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", "simulated = [] } names no GPU"}},
 		{"bad arm", "arm = \"fastest\"\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"fastest"`}},
 		{"bad profiles", "profiles = \"hot\"\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:1", `"hot"`}},
 		{"bad size", "template \"t\" {\n  peak = \"12XB\"\n}\njob \"a\" {\n  command = [\"x\"]\n}\n", []string{"q.hcl:2", `"12XB"`}},

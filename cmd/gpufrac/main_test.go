@@ -138,6 +138,8 @@ func TestBadInputNamesTheValue(t *testing.T) {
 		{[]string{"status", "extra"}, 2, `"extra"`},
 		// A GPU that is not there is refused with the ones that are, by index and UUID.
 		{[]string{"run", "--gpus", "0,7", "../../examples/queues/demo.hcl"}, 2, `--gpus: "7" is neither the index nor the UUID of one of the 1 GPUs (0 = GPU-`},
+		// One GPU named twice, by index and by UUID alike, is a mistake, not one GPU.
+		{[]string{"run", "--gpus", "0,0", "../../examples/queues/demo.hcl"}, 2, `--gpus "0,0" names GPU GPU-`},
 		{[]string{"probe", "--template", "t", "--gpu", "7", "--", "true"}, 2, `--gpu "7" is neither the index nor the UUID of one of the 1 GPUs (0 = GPU-`},
 		{[]string{"status", "--interval", "5s"}, 2, "--interval 5s: it is how often --watch redraws; add --watch"},
 		// A policy name that is not there is refused, not run with the defaults under its name.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -269,6 +270,10 @@ func resolveGPUs(ctx context.Context, b gpu.Backend, spec string) ([]string, err
 		if found == "" {
 			return nil, usagef("--gpus: %q is neither the index nor the UUID of one of the %d GPUs (%s)", s, len(devs),
 				gpusThere(devs, func(d gpu.Device) (int, string) { return d.Index, d.UUID }))
+		}
+		if slices.Contains(out, found) {
+			// A GPU named twice is one GPU: whoever wrote it meant another.
+			return nil, usagef("--gpus %q names GPU %s twice (%q names it again)", spec, found, s)
 		}
 		out = append(out, found)
 	}
