@@ -50,16 +50,33 @@ const struct gf_name gf_names[] = {
 };
 const size_t gf_nnames = sizeof gf_names / sizeof gf_names[0];
 
+/* in_fence says whether p lies in the fence itself: the driver's address must never be one of
+ * the fence's own definitions, or a wrapper would call itself. */
+static int in_fence(void *p)
+{
+	Dl_info self, at;
+	return dladdr((void *)in_fence, &self) && dladdr(p, &at) && self.dli_fbase == at.dli_fbase;
+}
+
 void *real_of(int api, int slot)
 {
 	void *p = __atomic_load_n(&real[api][slot], __ATOMIC_ACQUIRE);
 	if (p || slot < 2)
 		return p;
-	/* An exported name: the next definition after the fence's own is the driver's. */
+	/* An exported name: the next definition after the fence's own is the driver's, where the
+	 * driver is in the global scope (a program linked against it, a dlopen with RTLD_GLOBAL,
+	 * or another preloaded wrapper after the fence). A library linked against libcuda and
+	 * opened without RTLD_GLOBAL (a Python extension, PyCUDA's or vLLM's cumem allocator)
+	 * brings the driver in only for itself, yet its calls bind to the fence's names, which
+	 * come first in the global scope: RTLD_NEXT finds nothing there, and every call of those
+	 * names failed with CUDA_ERROR_NOT_INITIALIZED. The driver is then asked by its own
+	 * handle. */
 	for (size_t i = 0; i < gf_nnames; i++)
 		if (gf_names[i].api == api && gf_names[i].slot == slot) {
 			dlsym_fn f = real_dlsym();
 			p = f ? f(RTLD_NEXT, gf_names[i].sym) : NULL;
+			if (!p && (p = driver_sym(gf_names[i].sym)) && in_fence(p))
+				p = NULL;
 			__atomic_store_n(&real[api][slot], p, __ATOMIC_RELEASE);
 			break;
 		}

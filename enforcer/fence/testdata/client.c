@@ -1,7 +1,10 @@
 /*
  * A CUDA program for the fence's tests: it reaches the driver as the CUDA runtime does
  * (dlopen, dlsym "cuGetProcAddress", then cuGetProcAddress for each entry point) or, with
- * "direct" as its first argument, by the symbol names a program linked against libcuda uses.
+ * "direct" as its first argument, by the symbol names a program linked against libcuda uses, or,
+ * with "plugin", by the names as a library linked against libcuda and opened without
+ * RTLD_GLOBAL calls them (testdata/plugin.c, at $CLIENT_PLUGIN; the driver is then never in the
+ * global scope).
  * It reads one command a line on stdin and answers one line on stdout:
  *   alloc|managed|async|pool|create SIZE   -> ok ID | err CODE
  *   pitch WIDTH HEIGHT | array W H | array3d W H D  -> ok ID | err CODE
@@ -82,14 +85,24 @@ static void *need(void *p, const char *name)
 	return p;
 }
 
-static void load(int direct, uint64_t flags)
+enum { RUNTIME, DIRECT, PLUGIN };
+
+static void load(int mode, uint64_t flags)
 {
-	void *h = need(dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL), "libcuda.so.1");
+	void *(*plugin_sym)(const char *) = NULL;
+	if (mode == PLUGIN) {
+		const char *path = getenv("CLIENT_PLUGIN");
+		void *pl = need(path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL, "CLIENT_PLUGIN");
+		plugin_sym = need(dlsym(pl, "plugin_sym"), "plugin_sym");
+	}
+	/* The plugin brought the driver in for itself: opened again without RTLD_GLOBAL, it stays
+	 * out of the global scope. */
+	void *h = need(dlopen("libcuda.so.1", mode == PLUGIN ? RTLD_NOW : RTLD_NOW | RTLD_GLOBAL), "libcuda.so.1");
 	set_device = need(dlsym(h, "fakeSetDevice"), "fakeSetDevice");
 	fake_used = need(dlsym(h, "fakeUsed"), "fakeUsed");
 	on_free = need(dlsym(h, "fakeOnFree"), "fakeOnFree");
-#define BYNAME(var, sym) var = need(dlsym(RTLD_DEFAULT, sym), sym)
-	if (direct) {
+#define BYNAME(var, sym) var = need(plugin_sym ? plugin_sym(sym) : dlsym(RTLD_DEFAULT, sym), sym)
+	if (mode != RUNTIME) {
 		BYNAME(mem_alloc, "cuMemAlloc_v2");
 		BYNAME(mem_managed, "cuMemAllocManaged");
 		BYNAME(mem_pitch, "cuMemAllocPitch_v2");
@@ -269,9 +282,9 @@ int main(int argc, char **argv)
 		CUresult r = mem_alloc(&p, parse_size(argv[2]));
 		return r == 0 ? 0 : 10 + r;
 	}
-	int direct = argc > 1 && strcmp(argv[1], "direct") == 0;
+	int mode = argc < 2 ? RUNTIME : strcmp(argv[1], "direct") == 0 ? DIRECT : strcmp(argv[1], "plugin") == 0 ? PLUGIN : RUNTIME;
 	uint64_t flags = getenv("CLIENT_PTDS") ? 2 : 0;
-	load(direct, flags);
+	load(mode, flags);
 	char line[256];
 	while (fgets(line, sizeof line, stdin)) {
 		char cmd[32] = "", a[64] = "", b[64] = "", c[64] = "", e[64] = "", f[64] = "";
