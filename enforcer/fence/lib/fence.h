@@ -6,6 +6,7 @@
 #ifndef GPUFRAC_FENCE_LIB_H
 #define GPUFRAC_FENCE_LIB_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "../state.h"
@@ -116,10 +117,26 @@ struct gf_map;
  * says on stderr why not, once; -1: the GPU stays unfenced (no fence, or a table it cannot use). */
 int gf_place(const char *uuid, struct gf_map *m);
 
+/* A wrapped entry point runs with cancellation off. The driver's calls hold no cancellation
+ * point, the fence's do (the waits' nanosleep, the attach's open and read, a message's write):
+ * a thread cancelled inside one left its wait flagged in its task's file until the process
+ * allocated again or ended (no guarantee placed on the GPU meanwhile, an owed wait refusing
+ * every borrower), or the record table's lock held (every later allocation of the process
+ * hung). Cancellation now comes at the caller's next cancellation point, as with the driver
+ * alone. */
+#define FENCED(impl, slot, ...)                                                         \
+	do {                                                                            \
+		int cs_, ignored_;                                                      \
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cs_);                   \
+		CUresult r_ = impl(slot, __VA_ARGS__);                                  \
+		pthread_setcancelstate(cs_, &ignored_);                                 \
+		return r_;                                                              \
+	} while (0)
+
 /* Two dynamic slots per entry point (interpose.c hands them out), and the exported names. */
 #define DYNX(impl, params, ...)                                         \
-	CUresult impl##_0 params { return impl(0, __VA_ARGS__); }      \
-	CUresult impl##_1 params { return impl(1, __VA_ARGS__); }
+	CUresult impl##_0 params { FENCED(impl, 0, __VA_ARGS__); }     \
+	CUresult impl##_1 params { FENCED(impl, 1, __VA_ARGS__); }
 #define DECL(impl, params) CUresult impl##_0 params; CUresult impl##_1 params;
 DECL(mem_alloc, (CUdeviceptr * p, size_t n))
 DECL(mem_alloc_pitch, (CUdeviceptr * p, size_t *pi, size_t w, size_t h, unsigned int e))
@@ -145,6 +162,6 @@ DECL(pool_trim, (CUmemoryPool pl, size_t keep))
 DECL(pool_destroy, (CUmemoryPool pl))
 
 #define EXPORT(sym, impl, slot, params, ...) \
-	GF_EXPORT CUresult sym params { return impl(slot, __VA_ARGS__); }
+	GF_EXPORT CUresult sym params { FENCED(impl, slot, __VA_ARGS__); }
 
 #endif

@@ -15,6 +15,9 @@
  *     thread; with FAKE_CUDA_REUSE=1 it gets the address just freed)
  *   threads T K SIZE -> threads ok=X refused=Y (T threads, K allocations each, then all freed)
  *   fork SIZE -> child ok|err CODE (a forked child allocates SIZE and exits)
+ *   bg SIZE -> started (a thread allocates SIZE)   cancel -> cancelled | finished ok|err CODE
+ *     (pthread_cancel of that thread, then its join: cancelled inside the allocation, or after
+ *     it returned CODE)
  *   total -> total BYTES (cuDeviceTotalMem_v2)   total1 -> total BYTES (the 32-bit cuDeviceTotalMem)
  *   poolkeep BYTES -> ok (the default pool's release threshold)   trim KEEP -> ok (cuMemPoolTrimTo)
  *   used -> used BYTES (what the fake device holds: what NVML would report)
@@ -232,6 +235,21 @@ static void threads(int t, int k, uint64_t size)
 	printf("threads ok=%d refused=%d\n", ok, refused);
 }
 
+/* bg's thread: its allocation, then a cancellation point, where a cancel that waited for the
+ * allocation to return lands. */
+static pthread_t bg_thread;
+static uint64_t bg_size;
+static CUresult bg_r = -1;
+
+static void *bg_main(void *arg)
+{
+	(void)arg;
+	CUdeviceptr p = 0;
+	bg_r = mem_alloc(&p, bg_size);
+	pthread_testcancel();
+	return NULL;
+}
+
 extern char **environ;
 
 /* run starts this program again as argv with the environment minus its reservations and
@@ -397,6 +415,20 @@ int main(int argc, char **argv)
 			printf("ok\n");
 		} else if (!strcmp(cmd, "threads")) {
 			threads(atoi(a), atoi(b), parse_size(c));
+		} else if (!strcmp(cmd, "bg")) {
+			bg_size = parse_size(a);
+			pthread_create(&bg_thread, NULL, bg_main, NULL);
+			printf("started\n");
+		} else if (!strcmp(cmd, "cancel")) {
+			void *ret = NULL;
+			pthread_cancel(bg_thread);
+			pthread_join(bg_thread, &ret);
+			if (ret == PTHREAD_CANCELED && bg_r == -1)
+				printf("cancelled\n");
+			else if (bg_r == 0)
+				printf("finished ok\n");
+			else
+				printf("finished err %d\n", bg_r);
 		} else if (!strcmp(cmd, "fork")) {
 			fflush(stdout);
 			pid_t pid = fork();
