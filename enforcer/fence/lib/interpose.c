@@ -15,17 +15,39 @@ __attribute__((visibility("hidden"), used)) void *gf_dlsym(void *handle, const c
 #if defined(__x86_64__)
 /* dlsym(RTLD_NEXT, ...) answers relative to its caller's object, found from the return
  * address. A C wrapper would make every such lookup relative to the fence, so RTLD_NEXT goes
- * to the real dlsym by a tail jump that leaves the caller's return address in place. */
+ * to the real dlsym by a tail jump that leaves the caller's return address in place. The real
+ * dlsym is found here when the fence's constructor has not run yet: another preloaded library
+ * listed after the fence (a task's LD_PRELOAD keeps the fence first) has its constructor run
+ * before the fence's, and its dlsym(RTLD_NEXT, ...) there, answered relative to the fence,
+ * found its own definition, which then called itself. */
 __asm__(".text\n"
 	".globl dlsym\n"
 	".type dlsym, @function\n"
 	"dlsym:\n"
+	"	.cfi_startproc\n"
 	"	cmpq $-1, %rdi\n"
 	"	jne gf_dlsym\n"
 	"	movq gf_real_dlsym(%rip), %rax\n"
 	"	testq %rax, %rax\n"
+	"	jne 1f\n"
+	"	pushq %rdi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	pushq %rsi\n"
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	subq $8, %rsp\n" /* the call's stack aligned to 16 bytes */
+	"	.cfi_adjust_cfa_offset 8\n"
+	"	call real_dlsym\n"
+	"	addq $8, %rsp\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	popq %rsi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	popq %rdi\n"
+	"	.cfi_adjust_cfa_offset -8\n"
+	"	testq %rax, %rax\n"
 	"	je gf_dlsym\n"
+	"1:\n"
 	"	jmp *%rax\n"
+	"	.cfi_endproc\n"
 	".size dlsym, .-dlsym\n");
 #else
 /* Elsewhere RTLD_NEXT lookups made by other objects resolve relative to the fence. */

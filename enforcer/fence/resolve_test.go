@@ -12,20 +12,27 @@ import (
 	"github.com/gpufrac/gpufrac/size"
 )
 
-// plugin builds testdata/plugin.c, a library linked against the fake libcuda.so.1.
-func plugin(t *testing.T, k fencetest.Kit) string {
+// sharedLib builds testdata/<name>.c into a shared library with extra link arguments.
+func sharedLib(t *testing.T, name string, extra ...string) string {
 	t.Helper()
+	fencetest.Build(t) // a C compiler, or a skip outside CI
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
 	}
-	out := filepath.Join(t.TempDir(), "plugin.so")
-	args := []string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-o", out,
-		filepath.Join(fencetest.Sources(), "testdata", "plugin.c"), "-L", k.DriverDir, "-l:libcuda.so.1"}
+	out := filepath.Join(t.TempDir(), name+".so")
+	args := append([]string{"-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared", "-o", out,
+		filepath.Join(fencetest.Sources(), "testdata", name+".c")}, extra...)
 	if b, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %v: %v\n%s", cc, args, err, b)
 	}
 	return out
+}
+
+// plugin builds testdata/plugin.c, a library linked against the fake libcuda.so.1.
+func plugin(t *testing.T, k fencetest.Kit) string {
+	t.Helper()
+	return sharedLib(t, "plugin", "-L", k.DriverDir, "-l:libcuda.so.1")
 }
 
 // A library linked against libcuda and opened without RTLD_GLOBAL (a Python extension that calls
@@ -55,5 +62,23 @@ func TestLibraryOpenedWithoutRTLDGlobalIsFenced(t *testing.T) {
 				t.Fatalf("table after 700M+300M, one refusal and a free of the 700M: %+v", u)
 			}
 		})
+	}
+}
+
+// Another preloaded library listed after the fence (a task that sets its own LD_PRELOAD keeps
+// the fence first) runs its constructor before the fence's, and a dlsym(RTLD_NEXT, ...) there
+// reaches the fence's dlsym before the fence found the real one. It was then answered relative
+// to the fence, which is before that library: it got its own definition back, and the process
+// recursed until its stack ran out at the wrapped function's first call.
+func TestPreloadAfterTheFenceFindsTheNextDefinition(t *testing.T) {
+	k := fencetest.Build(t)
+	lib := sharedLib(t, "interposer", "-ldl")
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+	env := k.Env(dir, tokA)
+	env[0] = "LD_PRELOAD=" + k.Library + ":" + lib
+	c := k.Start(t, env)
+	want(t, c.Do("alloc 100M"), "ok 0", "an allocation, answered through the interposer's fflush")
+	if u := snap(t, tb, tokA); u.Used != 100*size.MiB {
+		t.Fatalf("the process is fenced as before: %+v", u)
 	}
 }
