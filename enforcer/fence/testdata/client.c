@@ -14,13 +14,15 @@
  *     kind of SIZE is made once the driver freed it and before the free returns, as by another
  *     thread; with FAKE_CUDA_REUSE=1 it gets the address just freed)
  *   threads T K SIZE -> threads ok=X refused=Y (T threads, K allocations each, then all freed)
- *   fork SIZE -> child ok|err CODE (a forked child allocates SIZE and exits)
+ *   fork SIZE [ID] -> child ok|err CODE|free err CODE (a forked child allocates SIZE and
+ *     exits; given ID, it first frees its parent's allocation ID)
  *   bg SIZE -> started (a thread allocates SIZE)   cancel -> cancelled | finished ok|err CODE
  *     (pthread_cancel of that thread, then its join: cancelled inside the allocation, or after
  *     it returned CODE)
  *   total -> total BYTES (cuDeviceTotalMem_v2)   total1 -> total BYTES (the 32-bit cuDeviceTotalMem)
  *   poolkeep BYTES -> ok (the default pool's release threshold)   trim KEEP -> ok (cuMemPoolTrimTo)
  *   used -> used BYTES (what the fake device holds: what NVML would report)
+ *   fail A F -> ok (the fake driver fails every later allocation with A, every free with F; 0: not)
  *   spawn child|grandchild|setsid|nodir SIZE -> child ok|err CODE (a new program started
  *     without the reservation in its environment allocates SIZE and exits: a child, a child's
  *     child, a child in a new session, or a child without GPUFRAC_FENCE_DIR either)
@@ -71,6 +73,7 @@ static CUresult (*pool_set)(void *, int, void *);
 static CUresult (*pool_trim)(void *, size_t);
 static void (*set_device)(int);
 static void (*on_free)(void (*)(void));
+static void (*fake_fail)(int, int);
 static unsigned long long (*fake_used)(void);
 static int curdev;
 
@@ -104,6 +107,7 @@ static void load(int mode, uint64_t flags)
 	set_device = need(dlsym(h, "fakeSetDevice"), "fakeSetDevice");
 	fake_used = need(dlsym(h, "fakeUsed"), "fakeUsed");
 	on_free = need(dlsym(h, "fakeOnFree"), "fakeOnFree");
+	fake_fail = need(dlsym(h, "fakeFail"), "fakeFail");
 #define BYNAME(var, sym) var = need(plugin_sym ? plugin_sym(sym) : dlsym(RTLD_DEFAULT, sym), sym)
 	if (mode != RUNTIME) {
 		BYNAME(mem_alloc, "cuMemAlloc_v2");
@@ -407,6 +411,9 @@ int main(int argc, char **argv)
 				printf("err %d\n", r);
 			else
 				printf("ok\n");
+		} else if (!strcmp(cmd, "fail")) {
+			fake_fail(atoi(a), atoi(b));
+			printf("ok\n");
 		} else if (!strcmp(cmd, "used")) {
 			printf("used %llu\n", fake_used());
 		} else if (!strcmp(cmd, "dev")) {
@@ -433,7 +440,10 @@ int main(int argc, char **argv)
 			fflush(stdout);
 			pid_t pid = fork();
 			if (pid == 0) {
-				CUresult r = mem_alloc(&p, parse_size(a));
+				CUresult r = b[0] ? mem_free(objs[atoi(b)].v) : 0;
+				if (r != 0)
+					_exit(100 + r);
+				r = mem_alloc(&p, parse_size(a));
 				_exit(r == 0 ? 0 : 10 + r);
 			}
 			int st = 0;
@@ -441,6 +451,8 @@ int main(int argc, char **argv)
 			int code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 			if (code == 0)
 				printf("child ok\n");
+			else if (code >= 100)
+				printf("child free err %d\n", code - 100);
 			else
 				printf("child err %d\n", code - 10);
 		} else if (!strcmp(cmd, "spawn")) {

@@ -15,6 +15,9 @@
  * FAKE_CUDA_REUSE=1 hands out the address (or handle) freed last again at the next allocation,
  * as the driver's address space does; fakeOnFree(f) has the next successful free call f once the
  * memory is free and before the free returns: another thread's allocation landing in between.
+ * fakeFail(a, f) makes every later allocation fail with a, and every later free with f, where
+ * they are not 0: a driver failing for reasons of its own (an invalid value, a context destroyed
+ * at exit).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -37,6 +40,13 @@ static void (*on_free)(void);
 
 void fakeOnFree(void (*f)(void)) { on_free = f; }
 
+static int fail_alloc, fail_free;
+void fakeFail(int a, int f)
+{
+	__atomic_store_n(&fail_alloc, a, __ATOMIC_RELAXED);
+	__atomic_store_n(&fail_free, f, __ATOMIC_RELAXED);
+}
+
 static uint64_t total(void)
 {
 	const char *t = getenv("FAKE_CUDA_TOTAL");
@@ -45,6 +55,9 @@ static uint64_t total(void)
 
 static CUresult take(unsigned long long *out, uint64_t n)
 {
+	int failed = __atomic_load_n(&fail_alloc, __ATOMIC_RELAXED);
+	if (failed)
+		return failed;
 	if (getenv("FAKE_CUDA_HANG")) {
 		(void)!write(2, "fake: hanging\n", 14);
 		for (;;)
@@ -78,6 +91,9 @@ static CUresult take(unsigned long long *out, uint64_t n)
 
 static CUresult give(uint64_t v)
 {
+	int failed = __atomic_load_n(&fail_free, __ATOMIC_RELAXED);
+	if (failed)
+		return failed;
 	uint64_t id = v >> 20;
 	pthread_mutex_lock(&mu);
 	if (!sizes || id == 0 || id >= MAXALLOC || sizes[id] == 0) {
@@ -293,6 +309,9 @@ static CUresult pool_take(CUdeviceptr *out, uint64_t n, void *h)
 	struct pool *pl = pool_at(h);
 	if (!pl)
 		return 1;
+	int failed = __atomic_load_n(&fail_alloc, __ATOMIC_RELAXED);
+	if (failed)
+		return failed;
 	uint64_t g = grain(), want = (n + g - 1) / g * g;
 	pthread_mutex_lock(&mu);
 	if (!sizes)
@@ -315,6 +334,9 @@ static CUresult pool_take(CUdeviceptr *out, uint64_t n, void *h)
 
 static CUresult pool_give(CUdeviceptr v)
 {
+	int failed = __atomic_load_n(&fail_free, __ATOMIC_RELAXED);
+	if (failed)
+		return failed;
 	uint64_t id = v >> 20;
 	pthread_mutex_lock(&mu);
 	if (id == 0 || id >= MAXALLOC || !pool_of[id]) {
