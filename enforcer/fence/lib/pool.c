@@ -61,12 +61,22 @@ static int reserved(CUmemoryPool h, uint64_t *out)
 
 static int pool_index(struct dev *d, CUmemoryPool h)
 {
-	int i;
+	int i, spare = -1;
 	pthread_mutex_lock(&pmu);
-	for (i = 0; i < npools; i++)
+	for (i = 0; i < npools; i++) {
 		if (pools[i].h == h && pools[i].d == d && !pools[i].gone)
 			break;
-	if (i == npools) {
+		/* A destroyed pool whose allocations are all freed holds nothing and no record names
+		 * it: its entry serves the next pool. Kept, a process that made and destroyed pools
+		 * over and over ran out of entries for good, and its later pools were charged their
+		 * allocations, not what the driver reserves for them. */
+		if (spare < 0 && pools[i].gone && pools[i].live == 0 && pools[i].held == 0)
+			spare = i;
+	}
+	if (i == npools && spare >= 0) {
+		i = spare;
+		pools[i] = (struct pool){.h = h, .d = d};
+	} else if (i == npools) {
 		if (npools == GF_POOLS) {
 			static int warned;
 			if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))

@@ -22,6 +22,8 @@
  *   total -> total BYTES (cuDeviceTotalMem_v2)   total1 -> total BYTES (the 32-bit cuDeviceTotalMem)
  *   poolkeep BYTES -> ok (the default pool's release threshold)   trim KEEP -> ok (cuMemPoolTrimTo)
  *   used -> used BYTES (what the fake device holds: what NVML would report)
+ *   mkpool -> ok ID | err CODE (cuMemPoolCreate; free ID destroys it)
+ *   frompool ID SIZE -> ok ID | err CODE (cuMemAllocFromPoolAsync from pool ID)
  *   fail A F -> ok (the fake driver fails every later allocation with A, every free with F; 0: not)
  *   spawn child|grandchild|setsid|nodir SIZE -> child ok|err CODE (a new program started
  *     without the reservation in its environment allocates SIZE and exits: a child, a child's
@@ -70,6 +72,8 @@ static CUresult (*total_mem)(size_t *, int);
 static CUresult (*total_mem1)(unsigned int *, int);
 static CUresult (*default_pool)(void **, int);
 static CUresult (*pool_set)(void *, int, void *);
+static CUresult (*pool_create)(void **, const void *);
+static CUresult (*pool_destroy)(void *);
 static CUresult (*pool_trim)(void *, size_t);
 static void (*set_device)(int);
 static void (*on_free)(void (*)(void));
@@ -77,7 +81,7 @@ static void (*fake_fail)(int, int);
 static unsigned long long (*fake_used)(void);
 static int curdev;
 
-enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY, K_MAPPING, K_MIPMAP };
+enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY, K_MAPPING, K_MIPMAP, K_POOL };
 struct obj { int kind; uint64_t v, n; };
 static struct obj objs[1 << 16];
 static int nobjs;
@@ -132,6 +136,8 @@ static void load(int mode, uint64_t flags)
 		BYNAME(total_mem1, "cuDeviceTotalMem");
 		BYNAME(default_pool, "cuDeviceGetDefaultMemPool");
 		BYNAME(pool_set, "cuMemPoolSetAttribute");
+		BYNAME(pool_create, "cuMemPoolCreate");
+		BYNAME(pool_destroy, "cuMemPoolDestroy");
 		BYNAME(pool_trim, "cuMemPoolTrimTo");
 		return;
 	}
@@ -164,6 +170,8 @@ static void load(int mode, uint64_t flags)
 	PROC(total_mem, "cuDeviceTotalMem");
 	PROC(default_pool, "cuDeviceGetDefaultMemPool");
 	PROC(pool_set, "cuMemPoolSetAttribute");
+	PROC(pool_create, "cuMemPoolCreate");
+	PROC(pool_destroy, "cuMemPoolDestroy");
 	PROC(pool_trim, "cuMemPoolTrimTo");
 	/* The 3.0 ABI of cuDeviceTotalMem, as a runtime built for it asks. */
 	if (gpa("cuDeviceTotalMem", (void **)&total_mem1, 3000, flags, NULL) != 0 || !total_mem1) {
@@ -355,6 +363,7 @@ int main(int argc, char **argv)
 				   : o->kind == K_HANDLE ? mem_release(o->v)
 				   : o->kind == K_MAPPING ? mem_unmap(o->v, o->n)
 				   : o->kind == K_MIPMAP  ? mipmap_destroy((void *)(uintptr_t)o->v)
+				   : o->kind == K_POOL    ? pool_destroy((void *)(uintptr_t)o->v)
 							 : array_destroy((void *)(uintptr_t)o->v);
 			if (r)
 				printf("err %d\n", r);
@@ -411,6 +420,13 @@ int main(int argc, char **argv)
 				printf("err %d\n", r);
 			else
 				printf("ok\n");
+		} else if (!strcmp(cmd, "mkpool")) {
+			void *pl = NULL;
+			CUresult r = pool_create(&pl, NULL);
+			answer(r, K_POOL, (uintptr_t)pl);
+		} else if (!strcmp(cmd, "frompool")) {
+			CUresult r = mem_pool(&p, parse_size(b), (void *)(uintptr_t)objs[atoi(a)].v, NULL);
+			answer(r, K_ASYNC, p);
 		} else if (!strcmp(cmd, "fail")) {
 			fake_fail(atoi(a), atoi(b));
 			printf("ok\n");

@@ -366,15 +366,23 @@ CUresult cuDeviceGetDefaultMemPool(void **pool, int dev)
 	return 0;
 }
 CUresult cuDeviceGetMemPool(void **pool, int dev) { return cuDeviceGetDefaultMemPool(pool, dev); }
+/* A destroyed pool's handle is handed out again, as the driver may. */
+static int pool_alive[NPOOLS];
 CUresult cuMemPoolCreate(void **pool, const void *props)
 {
 	(void)props;
 	pthread_mutex_lock(&mu);
-	if (npools >= NPOOLS) {
+	int i = 4;
+	while (i < npools && pool_alive[i])
+		i++;
+	if (i >= NPOOLS) {
 		pthread_mutex_unlock(&mu);
 		return 2;
 	}
-	*pool = (void *)(uintptr_t)(++npools);
+	if (i == npools)
+		npools++;
+	pool_alive[i] = 1;
+	*pool = (void *)(uintptr_t)(i + 1);
 	pthread_mutex_unlock(&mu);
 	return 0;
 }
@@ -386,6 +394,7 @@ CUresult cuMemPoolDestroy(void *h)
 	pthread_mutex_lock(&mu);
 	used -= pl->reserved;
 	memset(pl, 0, sizeof *pl);
+	pool_alive[pl - pools] = 0;
 	pthread_mutex_unlock(&mu);
 	return 0;
 }

@@ -14,7 +14,7 @@
 	X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz) X(cuArrayCreate_v2) X(cuArray3DCreate_v2) \
 	X(cuArrayDestroy) X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy) X(cuDeviceTotalMem_v2)      \
 	X(cuDeviceTotalMem) X(cuDeviceGetDefaultMemPool) X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo)       \
-	X(cuGetProcAddress)
+	X(cuMemPoolCreate) X(cuMemPoolDestroy) X(cuGetProcAddress)
 
 /* Declared with no parameters: only their addresses are taken here. */
 #define DECLARE(n) void n(void);
