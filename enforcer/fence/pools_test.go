@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
@@ -35,5 +36,21 @@ func TestPoolsMadeAgainAndAgainAreChargedWhatTheDriverHolds(t *testing.T) {
 		if u := snap(t, tb, tokA); u.Used != 0 {
 			t.Fatalf("pool %d destroyed, its allocation freed: the task is charged %s", i+1, u.Used)
 		}
+	}
+}
+
+// A thread's look at what a pool reserves that another thread's allocation from it overtakes:
+// the look read the pool before it grew, the other allocation charged the growth and settled,
+// and then the look set the pool's charge to what it had read, taking the growth off until the
+// pool's next call. The fence charges a pool what the driver holds, never less.
+func TestPoolLookOvertakenByAnAllocationKeepsItsGrowth(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, tb := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+	c := k.Start(t, k.Env(dir, tokA, fmt.Sprintf("FAKE_CUDA_POOL_GRAIN=%d", 64*size.MiB)))
+	want(t, c.Do("pool 1M"), "ok 0", "a first allocation from the default pool: the fence follows it")
+	want(t, c.DoWithin("racepool 100M", 10*time.Second), "raced ok", "an allocation inside the fence's look")
+	held := deviceHolds(t, c)
+	if u := snap(t, tb, tokA); u.Used != held {
+		t.Fatalf("the task is charged %s for pools the driver holds %s of", u.Used, held)
 	}
 }

@@ -98,9 +98,14 @@ static int settle_pool(int i)
 {
 	struct pool *p = &pools[i];
 	uint64_t r = 0;
-	if (!p->gone && reserved(p->h, &r) != 0)
-		return GF_OK; /* no answer: the per-allocation charges stand */
+	/* The driver is asked under pmu, with its answer put to use: a look read before another
+	 * thread's allocation grew the pool and used after that thread's own settle took the growth
+	 * off the charge until the pool's next call. One cheap query, never a wait. */
 	pthread_mutex_lock(&pmu);
+	if (!p->gone && reserved(p->h, &r) != 0) {
+		pthread_mutex_unlock(&pmu);
+		return GF_OK; /* no answer: the per-allocation charges stand */
+	}
 	uint64_t target = r > p->live ? r : p->live;
 	uint64_t old = p->held;
 	p->held = target;

@@ -24,6 +24,9 @@
  *   used -> used BYTES (what the fake device holds: what NVML would report)
  *   mkpool -> ok ID | err CODE (cuMemPoolCreate; free ID destroys it)
  *   frompool ID SIZE -> ok ID | err CODE (cuMemAllocFromPoolAsync from pool ID)
+ *   racepool SIZE -> raced ok|err CODE (another thread allocates SIZE from the default pool
+ *     while the driver answers the fence's look at that pool inside a cuMemGetInfo; it waits
+ *     300 ms at most for that thread, which a fence that looks under its lock holds up)
  *   fail A F -> ok (the fake driver fails every later allocation with A, every free with F; 0: not)
  *   spawn child|grandchild|setsid|nodir SIZE -> child ok|err CODE (a new program started
  *     without the reservation in its environment allocates SIZE and exits: a child, a child's
@@ -41,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "parse_size.h"
@@ -78,6 +82,7 @@ static CUresult (*pool_trim)(void *, size_t);
 static void (*set_device)(int);
 static void (*on_free)(void (*)(void));
 static void (*fake_fail)(int, int);
+static void (*on_attr)(void (*)(void));
 static unsigned long long (*fake_used)(void);
 static int curdev;
 
@@ -112,6 +117,7 @@ static void load(int mode, uint64_t flags)
 	fake_used = need(dlsym(h, "fakeUsed"), "fakeUsed");
 	on_free = need(dlsym(h, "fakeOnFree"), "fakeOnFree");
 	fake_fail = need(dlsym(h, "fakeFail"), "fakeFail");
+	on_attr = need(dlsym(h, "fakeOnAttr"), "fakeOnAttr");
 #define BYNAME(var, sym) var = need(plugin_sym ? plugin_sym(sym) : dlsym(RTLD_DEFAULT, sym), sym)
 	if (mode != RUNTIME) {
 		BYNAME(mem_alloc, "cuMemAlloc_v2");
@@ -260,6 +266,48 @@ static void *bg_main(void *arg)
 	bg_r = mem_alloc(&p, bg_size);
 	pthread_testcancel();
 	return NULL;
+}
+
+/* racepool's other thread, started by the hook inside the driver's answer. */
+static pthread_mutex_t race_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t race_cv = PTHREAD_COND_INITIALIZER;
+static int race_go, race_done;
+static uint64_t race_size;
+static CUresult race_r;
+
+static void *race_main(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&race_mu);
+	while (!race_go)
+		pthread_cond_wait(&race_cv, &race_mu);
+	pthread_mutex_unlock(&race_mu);
+	void *pl = NULL;
+	CUdeviceptr q = 0;
+	CUresult r = default_pool(&pl, curdev);
+	race_r = r == 0 ? mem_pool(&q, race_size, pl, NULL) : r;
+	pthread_mutex_lock(&race_mu);
+	race_done = 1;
+	pthread_cond_broadcast(&race_cv);
+	pthread_mutex_unlock(&race_mu);
+	return NULL;
+}
+
+static void race_hook(void)
+{
+	struct timespec end;
+	clock_gettime(CLOCK_REALTIME, &end);
+	end.tv_nsec += 300000000L;
+	if (end.tv_nsec >= 1000000000L) {
+		end.tv_sec++;
+		end.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&race_mu);
+	race_go = 1;
+	pthread_cond_broadcast(&race_cv);
+	while (!race_done && pthread_cond_timedwait(&race_cv, &race_mu, &end) == 0)
+		;
+	pthread_mutex_unlock(&race_mu);
 }
 
 extern char **environ;
@@ -427,6 +475,19 @@ int main(int argc, char **argv)
 		} else if (!strcmp(cmd, "frompool")) {
 			CUresult r = mem_pool(&p, parse_size(b), (void *)(uintptr_t)objs[atoi(a)].v, NULL);
 			answer(r, K_ASYNC, p);
+		} else if (!strcmp(cmd, "racepool")) {
+			pthread_t th;
+			size_t fr = 0, tot = 0;
+			race_size = parse_size(a);
+			race_go = race_done = 0;
+			pthread_create(&th, NULL, race_main, NULL);
+			on_attr(race_hook);
+			mem_info(&fr, &tot);
+			pthread_join(th, NULL);
+			if (race_r)
+				printf("raced err %d\n", race_r);
+			else
+				printf("raced ok\n");
 		} else if (!strcmp(cmd, "fail")) {
 			fake_fail(atoi(a), atoi(b));
 			printf("ok\n");

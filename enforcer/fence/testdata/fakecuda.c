@@ -15,6 +15,9 @@
  * FAKE_CUDA_REUSE=1 hands out the address (or handle) freed last again at the next allocation,
  * as the driver's address space does; fakeOnFree(f) has the next successful free call f once the
  * memory is free and before the free returns: another thread's allocation landing in between.
+ * fakeOnAttr(f) has the next answer to CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT call f once it is read
+ * and before it returns: another thread's allocation landing between the fence's look and its
+ * use of what it saw.
  * fakeFail(a, f) makes every later allocation fail with a, and every later free with f, where
  * they are not 0: a driver failing for reasons of its own (an invalid value, a context destroyed
  * at exit).
@@ -401,6 +404,9 @@ CUresult cuMemPoolDestroy(void *h)
 
 /* CUmemPool_attribute: 4 the release threshold, 5 and 6 the reservation now and at its
  * highest (6 is not kept: answered as now), 7 and 8 what live allocations use. */
+static void (*on_attr)(void);
+void fakeOnAttr(void (*f)(void)) { __atomic_store_n(&on_attr, f, __ATOMIC_RELEASE); }
+
 CUresult cuMemPoolGetAttribute(void *h, int attr, void *value)
 {
 	struct pool *pl = pool_at(h);
@@ -415,6 +421,9 @@ CUresult cuMemPoolGetAttribute(void *h, int attr, void *value)
 	default: pthread_mutex_unlock(&mu); return 1;
 	}
 	pthread_mutex_unlock(&mu);
+	void (*f)(void) = attr == 5 ? __atomic_exchange_n(&on_attr, NULL, __ATOMIC_ACQ_REL) : NULL;
+	if (f)
+		f();
 	return 0;
 }
 CUresult cuMemPoolSetAttribute(void *h, int attr, void *value)
