@@ -82,3 +82,46 @@ func TestPreloadAfterTheFenceFindsTheNextDefinition(t *testing.T) {
 		t.Fatalf("the process is fenced as before: %+v", u)
 	}
 }
+
+// What cuGetProcAddress and its _v2 hand out, for every flags value (default, legacy stream,
+// per-thread default stream) and the cudaVersions runtimes ask with: the fence's wrapper wherever
+// the driver answers with the ABI the fence wraps (the memory calls from CUDA 3.2 on,
+// cuGetProcAddress by its version, the 32-bit cuDeviceTotalMem of 3.0 with a wrapper of its own),
+// and the driver's own entry point where it answers with another ABI (the 32-bit calls before
+// 3.2) or one the fence does not wrap.
+func TestGetProcAddressByVersionAndFlags(t *testing.T) {
+	k := fencetest.Build(t)
+	dir, _ := table(t, 0, fence.Task{Token: tokA, Cap: size.GiB})
+	c := k.Start(t, k.Env(dir, tokA))
+	fenced, driver := filepath.Base(k.Library), "libcuda.so.1"
+	for _, gpa := range []string{"1", "2"} {
+		for _, flags := range []string{"0", "1", "2"} {
+			for _, tc := range []struct{ name, version, from string }{
+				{"cuMemAlloc", "3020", fenced},
+				{"cuMemAlloc", "12080", fenced},
+				{"cuMemAlloc", "3010", driver},
+				{"cuMemFree", "3020", fenced},
+				{"cuMemGetInfo", "11040", fenced},
+				{"cuMemGetInfo", "3000", driver},
+				{"cuMemAllocPitch", "12000", fenced},
+				{"cuMemAllocManaged", "6000", fenced},
+				{"cuMemAllocAsync", "11020", fenced},
+				{"cuMemFreeAsync", "11020", fenced},
+				{"cuMemAllocFromPoolAsync", "11020", fenced},
+				{"cuMemCreate", "10020", fenced},
+				{"cuMemRelease", "10020", fenced},
+				{"cuArrayCreate", "12000", fenced},
+				{"cuMipmappedArrayCreate", "12000", fenced},
+				{"cuMemPoolTrimTo", "11020", fenced},
+				{"cuDeviceTotalMem", "3000", fenced},
+				{"cuDeviceTotalMem", "12000", fenced},
+				{"cuGetProcAddress", "11030", fenced},
+				{"cuGetProcAddress", "12000", fenced},
+				{"cuCtxGetDevice", "12000", driver},
+			} {
+				cmd := fmt.Sprintf("gpa %s %s %s %s", gpa, tc.name, tc.version, flags)
+				want(t, c.Do(cmd), "from "+tc.from, cmd)
+			}
+		}
+	}
+}

@@ -27,6 +27,8 @@
  *   racepool SIZE -> raced ok|err CODE (another thread allocates SIZE from the default pool
  *     while the driver answers the fence's look at that pool inside a cuMemGetInfo; it waits
  *     300 ms at most for that thread, which a fence that looks under its lock holds up)
+ *   gpa 1|2 NAME VERSION FLAGS -> from FILE | err CODE (cuGetProcAddress or its _v2 asked for NAME:
+ *     the base name of the object its answer lies in; runtime mode only)
  *   fail A F -> ok (the fake driver fails every later allocation with A, every free with F; 0: not)
  *   spawn child|grandchild|setsid|nodir SIZE -> child ok|err CODE (a new program started
  *     without the reservation in its environment allocates SIZE and exits: a child, a child's
@@ -85,6 +87,8 @@ static void (*fake_fail)(int, int);
 static void (*on_attr)(void (*)(void));
 static unsigned long long (*fake_used)(void);
 static int curdev;
+static gpa1_fn gpa1; /* the runtime's way in: set in the runtime mode only */
+static gpa2_fn gpa;
 
 enum { K_PTR, K_ASYNC, K_HANDLE, K_ARRAY, K_MAPPING, K_MIPMAP, K_POOL };
 struct obj { int kind; uint64_t v, n; };
@@ -147,8 +151,7 @@ static void load(int mode, uint64_t flags)
 		BYNAME(pool_trim, "cuMemPoolTrimTo");
 		return;
 	}
-	gpa1_fn gpa1 = need(dlsym(h, "cuGetProcAddress"), "cuGetProcAddress");
-	gpa2_fn gpa = NULL;
+	gpa1 = need(dlsym(h, "cuGetProcAddress"), "cuGetProcAddress");
 	if (gpa1("cuGetProcAddress", (void **)&gpa, 12000, 0) != 0 || !gpa) {
 		fprintf(stderr, "client: no cuGetProcAddress v2\n");
 		exit(3);
@@ -488,6 +491,18 @@ int main(int argc, char **argv)
 				printf("raced err %d\n", race_r);
 			else
 				printf("raced ok\n");
+		} else if (!strcmp(cmd, "gpa")) {
+			void *fn = NULL;
+			Dl_info in;
+			CUresult r = !gpa ? -1
+				   : a[0] == '1' ? gpa1(b, &fn, atoi(c), strtoull(e, NULL, 10))
+						 : gpa(b, &fn, atoi(c), strtoull(e, NULL, 10), NULL);
+			if (r)
+				printf("err %d\n", r);
+			else if (!fn || !dladdr(fn, &in) || !in.dli_fname)
+				printf("from nowhere\n");
+			else
+				printf("from %s\n", strrchr(in.dli_fname, '/') ? strrchr(in.dli_fname, '/') + 1 : in.dli_fname);
 		} else if (!strcmp(cmd, "fail")) {
 			fake_fail(atoi(a), atoi(b));
 			printf("ok\n");

@@ -484,15 +484,31 @@ CUresult cuMipmappedArrayCreate(void **a, const desc3 *d, unsigned int levels)
 CUresult cuMipmappedArrayDestroy(void *a) { return give((uintptr_t)a); }
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status);
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags);
+
+/* The driver hands out, and calls, its own entry points, never what the global scope binds their
+ * names to: a preloaded fence exports many of the same names, and an address taken by name here
+ * would be the fence's. Hidden aliases bind inside this library. */
+#define LOCAL(n) extern __typeof__(n) local_##n __attribute__((alias(#n), visibility("hidden")));
+LOCAL(cuInit) LOCAL(cuCtxGetDevice) LOCAL(cuDeviceGetUuid_v2) LOCAL(cuMemAlloc_v2) LOCAL(cuMemAllocPitch_v2)
+LOCAL(cuMemAllocManaged) LOCAL(cuMemFree_v2) LOCAL(cuMemGetInfo_v2) LOCAL(cuMemCreate) LOCAL(cuMemRelease)
+LOCAL(cuMemMap) LOCAL(cuMemUnmap) LOCAL(cuMemRetainAllocationHandle) LOCAL(cuMemAllocAsync)
+LOCAL(cuMemAllocAsync_ptsz) LOCAL(cuMemFreeAsync) LOCAL(cuMemFreeAsync_ptsz) LOCAL(cuMemAllocFromPoolAsync)
+LOCAL(cuMemAllocFromPoolAsync_ptsz) LOCAL(cuArrayCreate_v2) LOCAL(cuArray3DCreate_v2) LOCAL(cuArrayDestroy)
+LOCAL(cuMipmappedArrayCreate) LOCAL(cuMipmappedArrayDestroy) LOCAL(cuDeviceGetDefaultMemPool)
+LOCAL(cuDeviceGetMemPool) LOCAL(cuMemPoolCreate) LOCAL(cuMemPoolDestroy) LOCAL(cuMemPoolGetAttribute)
+LOCAL(cuMemPoolSetAttribute) LOCAL(cuMemPoolTrimTo) LOCAL(cuDeviceTotalMem_v2) LOCAL(cuDeviceTotalMem)
+LOCAL(cuGetProcAddress) LOCAL(cuGetProcAddress_v2)
+
 CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags)
 {
-	return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+	return local_cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
 }
 
 struct entry { const char *name; void *fn, *ptsz; };
-#define E(n) {#n, (void *)n, NULL}
-#define EV2(n) {#n, (void *)n##_v2, NULL}
-#define EP(n) {#n, (void *)n, (void *)n##_ptsz}
+#define E(n) {#n, (void *)local_##n, NULL}
+#define EV2(n) {#n, (void *)local_##n##_v2, NULL}
+#define EP(n) {#n, (void *)local_##n, (void *)local_##n##_ptsz}
 static const struct entry table[] = {
 	E(cuInit), E(cuCtxGetDevice), EV2(cuDeviceGetUuid), EV2(cuMemAlloc), EV2(cuMemAllocPitch),
 	E(cuMemAllocManaged), EV2(cuMemFree), EV2(cuMemGetInfo), E(cuMemCreate), E(cuMemRelease),
@@ -508,11 +524,11 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
 	if (status)
 		*status = 0;
 	if (strcmp(sym, "cuGetProcAddress") == 0) {
-		*pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+		*pfn = ver >= 12000 ? (void *)local_cuGetProcAddress_v2 : (void *)local_cuGetProcAddress;
 		return 0;
 	}
 	if (strcmp(sym, "cuDeviceTotalMem") == 0 && ver < 3020) {
-		*pfn = (void *)cuDeviceTotalMem;
+		*pfn = (void *)local_cuDeviceTotalMem;
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
