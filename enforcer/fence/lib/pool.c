@@ -48,10 +48,14 @@ static void *sym(void **cache, const char *name)
 	return p;
 }
 
-static int reserved(CUmemoryPool h, uint64_t *out)
+static attr_fn attr_getter(void)
 {
 	static void *f;
-	attr_fn get = (attr_fn)sym(&f, "cuMemPoolGetAttribute");
+	return (attr_fn)sym(&f, "cuMemPoolGetAttribute");
+}
+
+static int reserved(attr_fn get, CUmemoryPool h, uint64_t *out)
+{
 	cuuint64_t v = 0;
 	if (!get || get(h, ATTR_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
 		return -1;
@@ -100,9 +104,11 @@ static int settle_pool(int i)
 	uint64_t r = 0;
 	/* The driver is asked under pmu, with its answer put to use: a look read before another
 	 * thread's allocation grew the pool and used after that thread's own settle took the growth
-	 * off the charge until the pool's next call. One cheap query, never a wait. */
+	 * off the charge until the pool's next call. One cheap query, never a wait; its address is
+	 * found first, so no lookup (the loader's lock) is taken under pmu. */
+	attr_fn get = attr_getter();
 	pthread_mutex_lock(&pmu);
-	if (!p->gone && reserved(p->h, &r) != 0) {
+	if (!p->gone && reserved(get, p->h, &r) != 0) {
 		pthread_mutex_unlock(&pmu);
 		return GF_OK; /* no answer: the per-allocation charges stand */
 	}
