@@ -3,10 +3,6 @@ package fence_test
 import (
 	"testing"
 	"time"
-
-	"github.com/gpufrac/gpufrac/enforcer/fence"
-	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
-	"github.com/gpufrac/gpufrac/size"
 )
 
 // until polls cond every millisecond for d at most: a condition waited on, not a sleep.
@@ -25,13 +21,7 @@ func until(t *testing.T, d time.Duration, what string, cond func() bool) {
 // allocated again or ended, and a flagged wait stops every new guarantee on the GPU (and an owed
 // one refuses every borrower). Cancellation now lands once the call has returned.
 func TestCancelledThreadLeavesNoWaitBehind(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 2*size.GiB)
-	tb.SetWait(2 * time.Second) // published by the next SetTasks
-	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, {Token: tokB, Cap: size.GiB}}, 2*size.GiB); err != nil {
-		t.Fatal(err)
-	}
-	a := k.Start(t, k.Env(dir, tokA))
+	tb, a := blockedBorrower(t)
 	// B's guarantee covers the other half of the budget: A's 1.5 GiB waits for it, in vain.
 	want(t, a.Do("bg 1500M"), "started", "a thread's allocation that waits to borrow")
 	until(t, 10*time.Second, "the allocation waits", func() bool { return snap(t, tb, tokA).Waiting })

@@ -149,13 +149,7 @@ func TestProcessesOfOneTaskShareTheCap(t *testing.T) {
 // A borrower's allocation that waits long says so once in the task's log (after a quarter of
 // its bound here, 10 s at most), and its refusal says the wait ran out.
 func TestALongWaitIsSaid(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 2*size.GiB)
-	tb.SetWait(2 * time.Second) // published by the next SetTasks
-	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, {Token: tokB, Cap: size.GiB}}, 2*size.GiB); err != nil {
-		t.Fatal(err)
-	}
-	a := k.Start(t, k.Env(dir, tokA))
+	_, a := blockedBorrower(t)
 	// B's guarantee covers the other half of the budget: A's 1.5 GiB waits for it, in vain.
 	want(t, a.Do("alloc 1500M"), "err 2", "a borrow that B's guarantee blocks")
 	a.WaitStderr("within its wait")
@@ -462,4 +456,18 @@ func TestMipmappedArrayIsChargedItsLevels(t *testing.T) {
 			}
 		})
 	}
+}
+
+// blockedBorrower is task A, which may borrow up to 2 GiB, beside B's 1 GiB guarantee on a
+// 2 GiB budget, waits bounded at 2 s, and one process of A: what A asks past its own 1 GiB
+// waits for B's guarantee, in vain.
+func blockedBorrower(t *testing.T) (*fence.Table, *fencetest.Proc) {
+	t.Helper()
+	k := fencetest.Build(t)
+	dir, tb := table(t, 2*size.GiB)
+	tb.SetWait(2 * time.Second) // published by the next SetTasks
+	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, {Token: tokB, Cap: size.GiB}}, 2*size.GiB); err != nil {
+		t.Fatal(err)
+	}
+	return tb, k.Start(t, k.Env(dir, tokA))
 }

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/enforcer/fence"
-	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
 	"github.com/gpufrac/gpufrac/size"
 )
 
@@ -33,13 +31,7 @@ func TestForkedChildNeverSpeaksForItsParent(t *testing.T) {
 // nothing of the process's: the wait sleeps without the record table's lock or the file's)
 // allocates at once in a slot of its own, and the parent's wait goes on to its end.
 func TestForkWhileAThreadWaitsInsideTheFence(t *testing.T) {
-	k := fencetest.Build(t)
-	dir, tb := table(t, 2*size.GiB)
-	tb.SetWait(2 * time.Second) // published by the next SetTasks
-	if err := tb.SetTasks([]fence.Task{{Token: tokA, Cap: size.GiB, Limit: 2 * size.GiB}, {Token: tokB, Cap: size.GiB}}, 2*size.GiB); err != nil {
-		t.Fatal(err)
-	}
-	a := k.Start(t, k.Env(dir, tokA))
+	tb, a := blockedBorrower(t)
 	want(t, a.Do("bg 1500M"), "started", "a thread's allocation that waits to borrow")
 	until(t, 10*time.Second, "the allocation waits", func() bool { return snap(t, tb, tokA).Waiting })
 	want(t, a.DoWithin("fork 100M", time.Second), "child ok", "a child forked meanwhile")
