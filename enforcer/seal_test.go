@@ -7,6 +7,7 @@ import (
 	"github.com/gpufrac/gpufrac/enforcer/fence"
 	"github.com/gpufrac/gpufrac/enforcer/fence/fencetest"
 	"github.com/gpufrac/gpufrac/internal/testutil"
+	"github.com/gpufrac/gpufrac/ledger"
 	"github.com/gpufrac/gpufrac/policy"
 	"github.com/gpufrac/gpufrac/size"
 )
@@ -51,10 +52,7 @@ func TestSealedBy(t *testing.T) {
 // the enforcer seals it, and borrowers get none of its guarantee whatever its file says.
 func TestATaskThatDisarmsItselfLendsNoMore(t *testing.T) {
 	k := fencetest.Build(t)
-	dir := t.TempDir()
-	r := newRig(t, policy.ModeIsolated, func(c *Config) {
-		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
-	})
+	r, dir := lendingRig(t)
 	borrower, owner, st := borrowerBeside(r, 8*size.GiB, "owner")
 	o := attach(r, dir, owner.Token)
 	if got := o.Charge(size.GiB); got != fence.Charged { // past its keep: armed
@@ -84,10 +82,7 @@ func TestATaskThatDisarmsItselfLendsNoMore(t *testing.T) {
 // guarantee armed, and one that never says it is would otherwise lend it again once the
 // borrower is gone.
 func TestReclaimSealsTheOwner(t *testing.T) {
-	dir := t.TempDir()
-	r := newRig(t, policy.ModeIsolated, func(c *Config) {
-		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
-	})
+	r, _ := lendingRig(t)
 	borrower, owner, _ := borrowerBesideOwner(r)
 	r.enf.Tick(t.Context())
 	if u, ok := snapTask(r, owner.Token); !ok || u.Sealed {
@@ -111,32 +106,12 @@ func TestReclaimSealsTheOwner(t *testing.T) {
 // guarantee. Here the borrower is a client in the test's own process, which the simulated GPU
 // shows nowhere: a borrow held by no process on the GPU, in a file that agrees with itself.
 func TestAnOwnerIsServedBesideABorrowNobodyHolds(t *testing.T) {
-	dir := t.TempDir()
-	r := newRig(t, policy.ModeIsolated, func(c *Config) {
-		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
-	})
+	r, dir := lendingRig(t)
 	liar, owner, st := borrowerBeside(r, 40*size.GiB, "owner")
 	if got := attach(r, dir, liar.Token).Charge(st.BudgetBytes - 4*size.GiB); got != fence.Charged {
 		t.Fatalf("the borrow into the owner's lent guarantee: %v", got)
 	}
-	o := attach(r, dir, owner.Token)
-	got := make(chan fence.Result, 1)
-	go func() { got <- o.Charge(8 * size.GiB) }()
-	waitTask(r, owner.Token, "the owner owed", func(u fence.TaskUse) bool { return u.Owed })
-	r.enf.Tick(t.Context())
-	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen != 0 {
-		t.Fatalf("the borrower after one pass: %+v, want it still believed", u)
-	}
-	r.enf.Tick(t.Context())
-	select {
-	case res := <-got:
-		if res != fence.Charged {
-			t.Fatalf("the owner's allocation: %v, want Charged", res)
-		}
-	case <-time.After(waitLong):
-		u, _ := snapTask(r, liar.Token)
-		t.Fatalf("the owner still waits beside a borrow nobody holds on the GPU (the borrower: %+v)", u)
-	}
+	ownerServedAfterTheMark(t, r, dir, owner, liar)
 	for _, v := range r.led.Violations() {
 		t.Fatalf("a violation was recorded: %+v", v)
 	}
@@ -180,10 +155,7 @@ func TestUnseenNow(t *testing.T) {
 // waiting; the owner waited out its 120 s and was refused inside its guarantee. While an owner
 // waits the rules now believe a borrow as far as the watchdog does, and the owner is served.
 func TestAnOwnerIsServedBesideABorrowItsProcessesDoNotHold(t *testing.T) {
-	dir := t.TempDir()
-	r := newRig(t, policy.ModeIsolated, func(c *Config) {
-		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
-	})
+	r, dir := lendingRig(t)
 	liar, owner, st := borrowerBeside(r, 40*size.GiB, "owner")
 	r.run(liar, "liar", "--peak", "3GiB", "--ramp", "10ms", "--hold", "1m")
 	waitTask(r, liar.Token, "the liar's process charging its first block", func(u fence.TaskUse) bool { return u.Used > 0 })
@@ -197,25 +169,7 @@ func TestAnOwnerIsServedBesideABorrowItsProcessesDoNotHold(t *testing.T) {
 	if got := attach(r, dir, liar.Token).Charge(st.BudgetBytes - 6*size.GiB); got != fence.Charged {
 		t.Fatalf("the borrow into the owner's lent guarantee: %v", got)
 	}
-	o := attach(r, dir, owner.Token)
-	got := make(chan fence.Result, 1)
-	go func() { got <- o.Charge(8 * size.GiB) }()
-	waitTask(r, owner.Token, "the owner owed", func(u fence.TaskUse) bool { return u.Owed })
-	for i := range unseenAfter {
-		r.enf.Tick(t.Context())
-		if u, ok := snapTask(r, liar.Token); i < unseenAfter-1 && (!ok || u.Unseen != 0) {
-			t.Fatalf("the liar after one pass of the wait: %+v, want it still believed", u)
-		}
-	}
-	select {
-	case res := <-got:
-		if res != fence.Charged {
-			t.Fatalf("the owner's allocation: %v, want Charged", res)
-		}
-	case <-time.After(waitLong):
-		u, _ := snapTask(r, liar.Token)
-		t.Fatalf("the owner still waits beside a borrow the liar's processes do not hold (the liar: %+v)", u)
-	}
+	ownerServedAfterTheMark(t, r, dir, owner, liar)
 	if u, ok := snapTask(r, liar.Token); !ok || u.Unseen <= liar.CapBytes || u.Unseen >= u.Used {
 		t.Fatalf("the liar: %+v, want it believed up to what NVML shows, past its guarantee and short of its file", u)
 	}
@@ -229,10 +183,7 @@ func TestAnOwnerIsServedBesideABorrowItsProcessesDoNotHold(t *testing.T) {
 // table clears a slot it gives a new task; were a seal kept by slot, every task after an armed
 // one would start sealed and never lend.
 func TestASealEndsWithItsReservation(t *testing.T) {
-	dir := t.TempDir()
-	r := newRig(t, policy.ModeIsolated, func(c *Config) {
-		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
-	})
+	r, dir := lendingRig(t)
 	borrower, owner, st := borrowerBeside(r, 8*size.GiB, "owner")
 	o := attach(r, dir, owner.Token)
 	if got := o.Charge(size.GiB); got != fence.Charged {
@@ -259,5 +210,40 @@ func TestASealEndsWithItsReservation(t *testing.T) {
 	// Its guarantee is lent but for its keep: the borrow reaches 5 GiB into it.
 	if got := attach(r, dir, borrower.Token).Charge(st.BudgetBytes - 4*size.GiB); got != fence.Charged {
 		t.Fatalf("a borrow into the next task's guarantee in its start-up: %v, want Charged", got)
+	}
+}
+
+// lendingRig is an enforcer that lends guarantees (a 256 MiB keep) with its fence in dir; the
+// allowance covers the simulated context (500 MiB), which the fence does not count.
+func lendingRig(t *testing.T) (*rig, string) {
+	dir := t.TempDir()
+	return newRig(t, policy.ModeIsolated, func(c *Config) {
+		c.Fence, c.Allowance = FenceConfig{Dir: dir, LendKeep: 256 * size.MiB}, 640*size.MiB
+	}), dir
+}
+
+// ownerServedAfterTheMark starts an 8 GiB allocation of owner's, which waits owed beside what
+// liar says it borrows, and runs the passes the mark takes: after each but the last liar is
+// still believed, and after the last the owner is served.
+func ownerServedAfterTheMark(t *testing.T, r *rig, dir string, owner, liar ledger.Reservation) {
+	t.Helper()
+	o := attach(r, dir, owner.Token)
+	got := make(chan fence.Result, 1)
+	go func() { got <- o.Charge(8 * size.GiB) }()
+	waitTask(r, owner.Token, "the owner owed", func(u fence.TaskUse) bool { return u.Owed })
+	for i := range unseenAfter {
+		r.enf.Tick(t.Context())
+		if u, ok := snapTask(r, liar.Token); i < unseenAfter-1 && (!ok || u.Unseen != 0) {
+			t.Fatalf("the liar after one pass of the wait: %+v, want it still believed", u)
+		}
+	}
+	select {
+	case res := <-got:
+		if res != fence.Charged {
+			t.Fatalf("the owner's allocation: %v, want Charged", res)
+		}
+	case <-time.After(waitLong):
+		u, _ := snapTask(r, liar.Token)
+		t.Fatalf("the owner still waits beside a borrow the liar's processes do not hold (the liar: %+v)", u)
 	}
 }
