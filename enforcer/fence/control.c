@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,6 +87,29 @@ int gf_enforcer_path(const char *path, int dirname, char *out, size_t n)
 	return r < 0 || (size_t)r >= n ? -1 : 0;
 }
 
+/* A program points numbers of its own choosing elsewhere: a shell's exec 5>file, a daemon's
+ * dup2 onto 0-2 after it started with them closed (when the fence's own open took them). A dup2
+ * onto the descriptor that holds a process's liveness lock drops the lock, and the reaper then
+ * gives back a slot whose memory the driver still holds. The numbers from half the descriptor
+ * limit up (at most 1024) are the ones nobody picks: a new descriptor takes the lowest free. */
+int gf_fd_aside(int fd)
+{
+	if (fd < 0)
+		return fd;
+	struct rlimit rl;
+	rlim_t floor = 1024;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 2 < floor)
+		floor = rl.rlim_cur / 2;
+	if ((rlim_t)fd >= floor)
+		return fd;
+	int e = errno;
+	int hi = fcntl(fd, F_DUPFD_CLOEXEC, (int)floor);
+	if (hi >= 0)
+		close(fd);
+	errno = e;
+	return hi >= 0 ? hi : fd;
+}
+
 int gf_open_file(const char *path, int flags)
 {
 	int at = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -109,7 +133,7 @@ int gf_open_file(const char *path, int flags)
 	int e = errno;
 	close(at);
 	errno = e;
-	return fd;
+	return gf_fd_aside(fd);
 }
 
 static int usable(const struct gf_control *c)
@@ -120,7 +144,7 @@ static int usable(const struct gf_control *c)
 int gf_control_open(struct gf_map *m, const char *cpath, char *err, size_t errlen)
 {
 	m->c = NULL;
-	m->cfd = open(cpath, O_RDONLY | O_CLOEXEC);
+	m->cfd = gf_fd_aside(open(cpath, O_RDONLY | O_CLOEXEC));
 	struct stat st;
 	void *p = MAP_FAILED;
 	const char *why = NULL;

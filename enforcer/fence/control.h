@@ -64,6 +64,9 @@ int gf_enforcer_path(const char *path, int dirname, char *out, size_t n);
  * device: an accounting file lies in a directory its task writes, and the enforcer (root on the
  * host) and the other tasks' processes open it by name. -1 with errno otherwise. */
 int gf_open_file(const char *path, int flags);
+/* gf_fd_aside moves fd (close-on-exec kept) to a number above those a program picks for its own
+ * dup2: fd itself when it cannot. */
+int gf_fd_aside(int fd);
 /* gf_control_open maps the control copy at cpath read-only for a task process: 0, or -1. */
 int gf_control_open(struct gf_map *m, const char *cpath, char *err, size_t errlen);
 void gf_control_close(struct gf_map *m);

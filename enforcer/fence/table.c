@@ -564,7 +564,7 @@ int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size
 {
 	gf_reset(m);
 	/* By its system call: the glibc wrapper is 2.27's, newer than the preload may need. */
-	int fd = (int)syscall(SYS_memfd_create, "gpufrac-unplaced", MFD_CLOEXEC);
+	int fd = gf_fd_aside((int)syscall(SYS_memfd_create, "gpufrac-unplaced", MFD_CLOEXEC));
 	if (fd < 0)
 		return fail(err, errlen, "create", "a private table", errno);
 	if (ftruncate(fd, sizeof(struct gf_table)) != 0) {
@@ -573,7 +573,7 @@ int gf_private(const char *uuid, uint64_t cap, struct gf_map *m, char *err, size
 		return fail(err, errlen, "size", "a private table", e);
 	}
 	/* Its lock bytes on the same file: no other process ever opens it. */
-	int lfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	int lfd = gf_fd_aside(fcntl(fd, F_DUPFD_CLOEXEC, 0));
 	if (lfd < 0) {
 		int e = errno;
 		close(fd);

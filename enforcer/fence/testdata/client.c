@@ -40,6 +40,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -547,6 +548,16 @@ int main(int argc, char **argv)
 				printf("child free err %d\n", code - 100);
 			else
 				printf("child err %d\n", code - 10);
+		} else if (!strcmp(cmd, "clobber")) {
+			/* What a shell's redirections (exec 5>file) and a daemon's dup2 onto its own
+			 * numbers do: every open descriptor from 3 below a now names /dev/null. */
+			int null = open("/dev/null", O_RDWR);
+			int n = 0;
+			for (int fd = 3; fd < atoi(a); fd++)
+				if (fd != null && fcntl(fd, F_GETFD) >= 0 && dup2(null, fd) == fd)
+					n++;
+			close(null);
+			printf("clobbered %d\n", n);
 		} else if (!strcmp(cmd, "spawn")) {
 			spawn(a, b);
 		} else if (!strcmp(cmd, "exit")) {
