@@ -195,8 +195,15 @@ func (h *harness) runVia(r ledger.Reservation, name string, launcher []string, s
 		path = filepath.Join(wd, script)
 	}
 	argv := append(append(append([]string{}, launcher...), "python3", "-u", path), append(args, "--out", j.result)...)
+	return h.launch(r, j, argv, extra)
+}
+
+// launch starts argv as job j, holding reservation r (none when r.Token is empty): in r's task
+// environment, the fence's LD_PRELOAD among it, on the harness's GPU.
+func (h *harness) launch(r ledger.Reservation, j *job, argv, extra []string) *job {
+	h.tb.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "NOMAD_JOB_NAME="+name, "NOMAD_TASK_NAME=main", "GPUFRAC_TEMPLATE="+name,
+	cmd.Env = append(os.Environ(), "NOMAD_JOB_NAME="+j.name, "NOMAD_TASK_NAME=main", "GPUFRAC_TEMPLATE="+j.name,
 		"CUDA_VISIBLE_DEVICES="+h.uuid)
 	cmd.Env = append(cmd.Env, extra...)
 	if r.Token != "" {

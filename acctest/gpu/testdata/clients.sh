@@ -31,12 +31,13 @@ build() {
 	ldso=$(readlink -f /lib/ld-musl-x86_64.so.1 2>/dev/null || true)
 	[[ -n $ldso ]] && head -c 4 "$ldso" | grep -q ELF || { echo "clients.sh: musl's loader /lib/ld-musl-x86_64.so.1 not found" >&2; exit 1; }
 	install -m 0755 "$ldso" "$bin/musl/ld-musl-x86_64.so.1"
-	echo "clients.sh: built $bin/libgpufrac-fence.so, $bin/gpuacc.test and $bin/musl/; carry $bin"
+	"${CC:-cc}" -std=gnu11 -O2 -Wall -Wextra -Werror -o "$bin/driver-facts" acctest/gpu/testdata/clients/driver_facts.c -ldl -lpthread
+	echo "clients.sh: built $bin/libgpufrac-fence.so, $bin/gpuacc.test, $bin/driver-facts and $bin/musl/; carry $bin"
 }
 
 need() {
 	local missing=0
-	for f in "$bin/libgpufrac-fence.so" "$bin/gpuacc.test" "$bin/musl/musl-helper" "$bin/musl/ld-musl-x86_64.so.1"; do
+	for f in "$bin/libgpufrac-fence.so" "$bin/gpuacc.test" "$bin/driver-facts" "$bin/musl/musl-helper" "$bin/musl/ld-musl-x86_64.so.1"; do
 		[[ -e $f ]] || { echo "clients.sh: $f is missing: run clients.sh --build on the development machine" >&2; missing=1; }
 	done
 	return $missing
@@ -46,6 +47,7 @@ env_for_tests() {
 	export GPUFRAC_GPU_TESTDIR=$root/acctest/gpu/testdata
 	export GPUFRAC_FENCE_LIBRARY=$bin/libgpufrac-fence.so
 	export GPUFRAC_MUSL_DIR=$bin/musl
+	export GPUFRAC_DRIVER_FACTS=$bin/driver-facts
 }
 
 case "${1:-}" in
