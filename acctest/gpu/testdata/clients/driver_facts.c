@@ -23,6 +23,8 @@ typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
 
 static void *drv;
+static void *ctx; /* device 0's primary context, NULL on the fake driver */
+static CUresult (*set_current)(void *);
 
 static void *need(const char *name)
 {
@@ -46,16 +48,15 @@ static void start(void)
 	CUresult (*init)(unsigned) = need("cuInit");
 	CUresult (*get)(int *, int) = dlsym(drv, "cuDeviceGet");
 	CUresult (*retain)(void **, int) = dlsym(drv, "cuDevicePrimaryCtxRetain");
-	CUresult (*current)(void *) = dlsym(drv, "cuCtxSetCurrent");
+	set_current = dlsym(drv, "cuCtxSetCurrent");
 	int dev = 0;
-	void *ctx = NULL;
 	CUresult r = init(0);
-	if (r == 0 && get && retain && current) {
+	if (r == 0 && get && retain && set_current) {
 		r = get(&dev, 0);
 		if (r == 0)
 			r = retain(&ctx, dev);
 		if (r == 0)
-			r = current(ctx);
+			r = set_current(ctx);
 	}
 	if (r != 0) {
 		fprintf(stderr, "driver-facts: no context: CUresult %d\n", r);
@@ -141,7 +142,9 @@ static void *first_alloc(void *arg)
 {
 	(void)arg;
 	CUdeviceptr p = 0;
-	first = alloc_fn(&p, 64 << 20);
+	first = ctx ? set_current(ctx) : 0; /* a context is current per thread */
+	if (first == 0)
+		first = alloc_fn(&p, 64 << 20);
 	return NULL;
 }
 
