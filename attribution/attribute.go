@@ -223,14 +223,14 @@ func (a *Attributor) Split(gpuUUID string, procs []gpu.Process, ts Tasks) Sample
 	s := Sample{GPU: gpuUUID, Procs: make([]Proc, 0, len(procs))}
 	for _, gp := range procs {
 		p := Proc{PID: gp.PID, Bytes: gp.UsedBytes}
-		if id, err := a.Identity(gp.PID); err == nil && id.MPSServer {
-			p.MPSServer = true
-		} else {
-			o := a.Attribute(gp.PID, gpuUUID, ts)
-			p.Token, p.Via, p.Note = o.Token, o.Via, o.Note
-			if !p.Managed() {
-				s.Unmanaged += p.Bytes
-			}
+		// A task names its processes as it likes: one it ties to a task is that task's
+		// whatever it is called, and only a process no task claims may be the server.
+		o := a.Attribute(gp.PID, gpuUUID, ts)
+		p.Token, p.Via, p.Note = o.Token, o.Via, o.Note
+		if id, err := a.Identity(gp.PID); !p.Managed() && err == nil && id.MPSServer {
+			p.MPSServer, p.Note = true, ""
+		} else if !p.Managed() {
+			s.Unmanaged += p.Bytes
 		}
 		s.Procs = append(s.Procs, p)
 	}

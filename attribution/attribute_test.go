@@ -314,3 +314,33 @@ func TestSplit(t *testing.T) {
 		t.Errorf("unmanaged %s, vanished %+v and %+v", s.Unmanaged, s.Procs[1], s.Procs[5])
 	}
 }
+
+// A task names its processes as it likes: one called nvidia-cuda-mps-server that carries a
+// task's token, or whose parent does, is that task's and counts against it. Before, the name
+// alone made it the server, whose memory no sum of the watchdog's holds. Only a process no task
+// claims is the server.
+func TestAProcessNamedAsTheMPSServerIsItsTasks(t *testing.T) {
+	server := []string{"/usr/bin/nvidia-cuda-mps-server"}
+	procs := procfs.NewTable(
+		procfs.Proc{PID: 80, PPID: 1, Argv: server, Env: []string{tok("t1")}},
+		procfs.Proc{PID: 82, PPID: 1, Env: []string{tok("t2")}},
+		procfs.Proc{PID: 81, PPID: 82, Argv: server},
+		procfs.Proc{PID: 83, PPID: 1, Argv: server},
+	)
+	tasks := NewTasks(Task{Token: "t1", GPU: gpuA}, Task{Token: "t2", GPU: gpuA})
+	listed := []gpu.Process{{PID: 80, UsedBytes: 6 * size.GiB}, {PID: 81, UsedBytes: 5 * size.GiB}, {PID: 83, UsedBytes: 66 * size.MiB}}
+	s := New(procs).Split(gpuA, listed, tasks)
+	for i, want := range []struct {
+		token, via string
+	}{{"t1", ViaEnviron}, {"t2", ViaParent}} {
+		if p := s.Procs[i]; p.MPSServer || p.Token != want.token || p.Via != want.via {
+			t.Errorf("process %d, named as the server: %+v; want task %s via %s", p.PID, p, want.token, want.via)
+		}
+	}
+	if p := s.Procs[2]; !p.MPSServer || p.Managed() || s.Unmanaged != 0 {
+		t.Errorf("the server no task claims: %+v, unmanaged %s", p, s.Unmanaged)
+	}
+	if u, _ := s.Use("t1"); u != 6*size.GiB {
+		t.Errorf("t1 holds %s, want its process's 6GiB", u)
+	}
+}

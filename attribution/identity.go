@@ -189,7 +189,10 @@ func (a *Attributor) read(pid int) (Identity, error) {
 	}
 	if argvErr == nil {
 		id.Argv = argv
-		id.MPSServer = len(argv) > 0 && filepath.Base(argv[0]) == mpsServerName
+		// The server is started by the MPS control daemon, which gpufrac starts without any
+		// task's token: a process that carries one is that task's, however it named itself
+		// (Split ties the rest first; a server's name kept a task's memory out of every sum).
+		id.MPSServer = len(argv) > 0 && filepath.Base(argv[0]) == mpsServerName && len(id.Tokens()) == 0
 	}
 	a.mu.Lock()
 	a.m[pid] = id

@@ -24,6 +24,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/gpu"
 	"github.com/gpufrac/gpufrac/size"
+	"github.com/gpufrac/gpufrac/taskenv"
 )
 
 // Defaults of Options.
@@ -158,7 +159,7 @@ func (m *Manager) control(ctx context.Context, d *mpsDaemon, input string, args 
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, m.opts.ControlBinary, args...)
-	cmd.Env = append(os.Environ(), m.env(d.uuid, d.pipe, d.logDir)...)
+	cmd.Env = append(withoutTokens(os.Environ()), m.env(d.uuid, d.pipe, d.logDir)...)
 	if input != "" {
 		cmd.Stdin = strings.NewReader(input + "\n")
 	}
@@ -185,6 +186,16 @@ func (m *Manager) control(ctx context.Context, d *mpsDaemon, input string, args 
 		return text, fmt.Errorf("%w: %q on GPU %s: %w: %s", ErrControl, what, d.uuid, err, text)
 	}
 	return text, nil
+}
+
+// withoutTokens is env without reservation tokens: the daemon and the servers it starts are no
+// task's, and the watchdog takes a process that carries a token for that task's, whatever its
+// name (a gpufrac that runs inside a task of another would pass that task's on).
+func withoutTokens(env []string) []string {
+	return slices.DeleteFunc(slices.Clone(env), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == taskenv.Reservation || strings.HasPrefix(k, taskenv.ReservationPrefix)
+	})
 }
 
 // servers asks the daemon for its servers' PIDs; an error means it does not answer.

@@ -204,3 +204,31 @@ func TestPinnedLimit(t *testing.T) {
 		}
 	}
 }
+
+// The daemon, and the servers it starts, carry no task's token even where gpufrac itself runs
+// inside a task: the watchdog takes a process with a token for that task's, whatever its name,
+// and the server would be charged to it.
+func TestControlCarriesNoToken(t *testing.T) {
+	m, procs := newManager(t, 2*time.Second)
+	dump := filepath.Join(t.TempDir(), "control-env")
+	script := filepath.Join(t.TempDir(), "env-control")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nenv > "+dump+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m.opts.ControlBinary = script
+	t.Setenv("GPUFRAC_RESERVATION", "outer-token")
+	t.Setenv("GPUFRAC_RESERVATION_GPU_1", "outer-gpu-token")
+	t.Setenv("GPUFRAC_KEEP", "kept")
+	if _, err := m.control(t.Context(), m.daemon(uuid), "", "-d"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(b)
+	if strings.Contains(env, "outer-") || !strings.Contains(env, "GPUFRAC_KEEP=kept") ||
+		!strings.Contains(env, "CUDA_MPS_PIPE_DIRECTORY="+procs.pipe) {
+		t.Fatalf("the control command's environment: %s", env)
+	}
+}
