@@ -20,6 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	simjob.RunIfChild()
+	joinGroupIfAsked()
 	os.Exit(m.Run())
 }
 

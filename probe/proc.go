@@ -29,9 +29,12 @@ type Spec struct {
 	Stdout, Stderr io.Writer
 }
 
-// Start runs the command in a new process group. On Linux the job is killed when the process
-// that started it dies (a parent-death signal), so a runner killed outright leaves no job
-// running on with no watchdog.
+// Start runs the command in a session of its own, so in a process group of its own: a process
+// may join only a group of its own session, and the watchdog ties a process that carries no
+// token to the job whose group it is in. In the runner's session, a job's process could join a
+// neighbour's group and be charged to it (TestAJobCannotJoinAnothersProcessGroup). On Linux the
+// job is killed when the process that started it dies (a parent-death signal), so a runner
+// killed outright leaves no job running on with no watchdog.
 func Start(s Spec) (*Proc, error) {
 	if len(s.Command) == 0 {
 		return nil, errors.New("empty command")
@@ -41,7 +44,7 @@ func Start(s Spec) (*Proc, error) {
 	cmd.Dir = s.Dir
 	cmd.Stdout = s.Stdout
 	cmd.Stderr = s.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	diesWithParent(cmd.SysProcAttr)
 	// A writer that is not a file (the runner's stderr feeds the tail of the job's last words)
 	// reaches the job through a pipe, and Wait waits for every holder of it: a helper the job

@@ -71,3 +71,41 @@ func TestAHelperHoldingTheJobsOutputDoesNotHoldTheJob(t *testing.T) {
 		})
 	}
 }
+
+// joinGroupIfAsked makes the test binary a job's process that moves itself into the process
+// group $GPUFRAC_TEST_JOIN_PGID names: exit 0 when it could, 3 when the kernel refused (EPERM).
+func joinGroupIfAsked() {
+	v := os.Getenv("GPUFRAC_TEST_JOIN_PGID")
+	if v == "" {
+		return
+	}
+	pgid, _ := strconv.Atoi(v)
+	if err := syscall.Setpgid(0, pgid); err != nil {
+		os.Exit(3)
+	}
+	os.Exit(0)
+}
+
+// A job's process cannot move into another job's process group, where the watchdog would charge
+// it to that job (it ties a process that carries no token to the job whose group it is in): each
+// job is a session of its own, and a process may join only a group of its own session. Jobs in
+// the runner's session could.
+func TestAJobCannotJoinAnothersProcessGroup(t *testing.T) {
+	b, err := Start(Spec{Command: []string{"sleep", "600"}, Env: os.Environ()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Stop(time.Second) })
+	a, err := Start(Spec{Command: []string{self(t)}, Env: append(os.Environ(), "GPUFRAC_TEST_JOIN_PGID="+strconv.Itoa(b.PID))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the joining job did not end")
+	}
+	if code := a.ExitCode(); code != 3 {
+		t.Fatalf("a job's process joining another job's group: exit %d, want 3 (refused)", code)
+	}
+}
