@@ -29,16 +29,20 @@ func driverFacts(t *testing.T) string {
 		return p
 	}
 	fencetest.Build(t) // skips without a compiler, as the fence's own tests do
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "cc"
-	}
 	bin := filepath.Join(t.TempDir(), "driver-facts")
-	if out, err := exec.Command(cc, "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin,
+	if out, err := exec.Command(compiler(), "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-o", bin,
 		filepath.Join("testdata", "clients", "driver_facts.c"), "-ldl", "-lpthread").CombinedOutput(); err != nil {
 		t.Fatalf("driver_facts.c: %v: %s", err, out)
 	}
 	return bin
+}
+
+// compiler is $CC, or cc, as fencetest builds with.
+func compiler() string {
+	if cc := os.Getenv("CC"); cc != "" {
+		return cc
+	}
+	return "cc"
 }
 
 // entryAddr is one address an entry point was found at, and the object holding it.
@@ -214,7 +218,7 @@ func TestDriverFactsOnTheFakeDriver(t *testing.T) {
 	if err := os.WriteFile(src, []byte("int cuInner(int x) { return x + 1; }\nint cuOuter(int x) { return cuInner(x) * 2; }\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("cc", "-O0", "-fPIC", "-shared", "-o", so, src).CombinedOutput(); err != nil {
+	if out, err := exec.Command(compiler(), "-O0", "-fPIC", "-shared", "-o", so, src).CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
 	if calls, err := selfBoundCalls(so, map[string]bool{"cuInner": true, "cuOuter": true}); err != nil || strings.Join(calls, ",") != "JMP_SLOT cuInner" {
