@@ -129,14 +129,7 @@ func (q Queue) CheckOutDir(outDir string) error {
 // paths (and absolute ones among themselves); with outDir set, absolute paths inside it too.
 func resultProblems(jobs []Job, outDir string) hcl.Diagnostics {
 	var diags hcl.Diagnostics
-	add := func(j Job, summary, detail string) {
-		r := j.resultAt
-		if r.Filename == "" {
-			// A queue built in code has no positions; the job's name still says where.
-			r.Filename = "queue"
-		}
-		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &r})
-	}
+	add := func(j Job, summary, detail string) { diags = append(diags, jobDiag(j.resultAt, summary, detail)) }
 	first := map[string]Job{}
 	for _, j := range jobs {
 		if j.Result == "" {
@@ -185,6 +178,15 @@ func ownOutput(rel string) string {
 	return ""
 }
 
+// jobDiag is an error at r, a place a job's attribute has in the queue file. A queue built in
+// code has no positions: it is "queue", and the job's name in detail still says where.
+func jobDiag(r hcl.Range, summary, detail string) *hcl.Diagnostic {
+	if r.Filename == "" {
+		r.Filename = "queue"
+	}
+	return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &r}
+}
+
 func at(r hcl.Range) string {
 	if r.Filename == "" {
 		return ""
@@ -218,12 +220,7 @@ func (q Queue) CheckDirs() error {
 		default:
 			what += fmt.Sprintf(": %v", err)
 		}
-		r := j.dirAt
-		if r.Filename == "" {
-			r.Filename = "queue"
-		}
-		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing directory",
-			Detail: fmt.Sprintf("job %q: %s", j.Name, what), Subject: &r})
+		diags = append(diags, jobDiag(j.dirAt, "Missing directory", fmt.Sprintf("job %q: %s", j.Name, what)))
 	}
 	if diags.HasErrors() {
 		return diagError(diags)
@@ -271,12 +268,7 @@ func (q Queue) CheckCommands() error {
 		if len(j.Command) > 1 {
 			written = fmt.Sprintf("[%q, ...]", prog)
 		}
-		r := j.commandAt
-		if r.Filename == "" {
-			r.Filename = "queue"
-		}
-		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Program not found",
-			Detail: fmt.Sprintf("job %q: command = %s: %s", j.Name, written, why), Subject: &r})
+		diags = append(diags, jobDiag(j.commandAt, "Program not found", fmt.Sprintf("job %q: command = %s: %s", j.Name, written, why)))
 	}
 	if diags.HasErrors() {
 		return diagError(diags)
