@@ -105,6 +105,28 @@ func exported(path string) (map[string]bool, error) {
 	return out, nil
 }
 
+// checkEntries holds the lookups of each entry point to what the fence's wrapping assumes:
+// without the fence, every one in the driver and at no more than two addresses (the fence wraps
+// two: a third runs unfenced); under the fence (library lib), every one the fence's wrapper.
+func checkEntries(t *testing.T, driver, lib string, plain, fenced map[string][]entryAddr) {
+	t.Helper()
+	for name, as := range plain {
+		if n := distinct(as); n > 2 {
+			t.Errorf("%s: %d driver addresses %v: the fence wraps two, the third runs unfenced", name, n, as)
+		}
+		for _, a := range as {
+			if a.object != filepath.Base(driver) {
+				t.Errorf("%s without the fence: %s found it in %s, not %s", name, a.how, a.object, driver)
+			}
+		}
+		for _, a := range fenced[name] {
+			if a.object != filepath.Base(lib) {
+				t.Errorf("%s under the fence: %s found it in %s, not the fence", name, a.how, a.object)
+			}
+		}
+	}
+}
+
 // selfBoundCalls lists the relocations by which a library reaches a function it defines itself,
 // one of names, through its global offset table, which LD_PRELOAD interposes: a driver that
 // called its own cuMemAlloc_v2 that way, with the fence exporting that name, would have every
@@ -182,22 +204,7 @@ func TestDriverFactsOnTheFakeDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lib := filepath.Base(k.Library)
-	for name, as := range plain {
-		if n := distinct(as); n > 2 {
-			t.Errorf("%s: %d driver addresses %v: the fence wraps two", name, n, as)
-		}
-		for _, a := range as {
-			if a.object != "libcuda.so.1" {
-				t.Errorf("%s without the fence: %s found it in %s", name, a.how, a.object)
-			}
-		}
-		for _, a := range fenced[name] {
-			if a.object != lib {
-				t.Errorf("%s under the fence: %s found it in %s, not the fence", name, a.how, a.object)
-			}
-		}
-	}
+	checkEntries(t, driver, k.Library, plain, fenced)
 	if out := run(fencedEnv, "fork", "200"); !strings.Contains(out, "fork 200 children, 0 odd, first alloc 0") {
 		t.Errorf("a first allocation raced by forks: %q", out)
 	}
@@ -257,16 +264,7 @@ func TestDriverFacts(t *testing.T) {
 		t.Fatalf("%v: %s", err, fencedOut)
 	}
 	record(t, map[string]any{"row": "entries", "driver": driver, "plain": plainOut, "fenced": fencedOut})
-	for name, as := range plain {
-		if n := distinct(as); n > 2 {
-			t.Errorf("%s: %d driver addresses %v: the fence wraps two, the third runs unfenced", name, n, as)
-		}
-		for _, a := range fenced[name] {
-			if a.object != filepath.Base(lib) {
-				t.Errorf("%s under the fence: %s found it in %s, not the fence", name, a.how, a.object)
-			}
-		}
-	}
+	checkEntries(t, driver, lib, plain, fenced)
 
 	real, err := filepath.EvalSymlinks(driver)
 	if err != nil {
