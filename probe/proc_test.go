@@ -42,13 +42,7 @@ func TestAHelperHoldingTheJobsOutputDoesNotHoldTheJob(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var helper int
-			testutil.Eventually(t, 10*time.Second, "the helper to write its pid", func() bool {
-				b, err := os.ReadFile(pidFile)
-				helper, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-				return err == nil && helper > 0
-			})
-			t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL) })
+			testutil.LeftPID(t, pidFile)
 			stopped := make(chan struct{})
 			go func() {
 				defer close(stopped)

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -272,12 +271,7 @@ func TestAJobEndsWithItsFirstProcessNotItsHelpers(t *testing.T) {
 			pidFile := filepath.Join(t.TempDir(), "helper.pid")
 			j := queue.Job{Name: "a", Template: "t", Command: []string{"sh", "-c", tc.script, "sh", pidFile}}
 			res := runQueue(t, queue.Queue{Jobs: []queue.Job{j}}, o)
-			b, err := os.ReadFile(pidFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			helper, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-			t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL) })
+			helper := testutil.LeftPID(t, pidFile)
 			a := res.Attempts[0]
 			// The helper lives 600 s; the bound tells "held by it" apart from a slow machine.
 			if a.Outcome != record.OutcomeOK || a.Duration() > 30*time.Second {
@@ -286,10 +280,7 @@ func TestAJobEndsWithItsFirstProcessNotItsHelpers(t *testing.T) {
 			if !strings.Contains(a.Detail, tc.detail) {
 				t.Errorf("detail %q lacks %q", a.Detail, tc.detail)
 			}
-			testutil.Eventually(t, 10*time.Second, "the helper to be ended with the job", func() bool {
-				st, err := procfs.Linux("").Stat(helper)
-				return err != nil || st.Dead()
-			})
+			testutil.Ended(t, helper, "the helper to be ended with the job")
 		})
 	}
 }

@@ -10,10 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/gpufrac/gpufrac/internal/testutil"
-	"github.com/gpufrac/gpufrac/procfs"
 	"github.com/gpufrac/gpufrac/record"
 )
 
@@ -291,17 +289,9 @@ func TestProbeStopsWhatItsJobLeftRunning(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "helper.pid")
 	script := `setsid sh -c 'echo $$ > "$1"; exec sleep 600' sh "$1" & while [ ! -s "$1" ]; do sleep 0.05; done; exec "$2" simjob --peak 1GiB --hold 100ms`
 	code, _, stderr := c.run("probe", "--template", "t", "--no-store", "--", "sh", "-c", script, "sh", pidFile, exe)
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	helper, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	t.Cleanup(func() { _ = syscall.Kill(helper, syscall.SIGKILL) })
+	helper := testutil.LeftPID(t, pidFile)
 	if want := "gpufrac probe: stopped the 1 process(es) its job left running without it (pid " + strconv.Itoa(helper) + ")"; code != 0 || !strings.Contains(stderr, want) {
 		t.Errorf("exit %d, stderr:\n%s\nwant 0 and %q", code, stderr, want)
 	}
-	testutil.Eventually(t, 10*time.Second, "the helper to be stopped", func() bool {
-		st, err := procfs.Linux("").Stat(helper)
-		return err != nil || st.Dead()
-	})
+	testutil.Ended(t, helper, "the helper to be stopped")
 }

@@ -30,6 +30,7 @@
  *   gpa 1|2 NAME VERSION FLAGS -> from FILE | err CODE (cuGetProcAddress or its _v2 asked for NAME:
  *     the base name of the object its answer lies in; runtime mode only)
  *   fail A F -> ok (the fake driver fails every later allocation with A, every free with F; 0: not)
+ *   clobber N -> clobbered COUNT (dup2 of /dev/null onto every open descriptor from 3 below N)
  *   spawn child|grandchild|setsid|nodir SIZE -> child ok|err CODE (a new program started
  *     without the reservation in its environment allocates SIZE and exits: a child, a child's
  *     child, a child in a new session, or a child without GPUFRAC_FENCE_DIR either)
